@@ -1,0 +1,173 @@
+package kernel
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	kjson "github.com/knadh/koanf/parsers/json"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/rawbytes"
+	"github.com/knadh/koanf/v2"
+)
+
+// Delimiter separates key path segments inside the kernel's koanf
+// instance. It is not "." because operation IDs contain dots
+// ("orders.create") and must stay one key. Use it with [Kernel.Config]:
+// k.Config().Get("Sundial" + kernel.Delimiter + "Http").
+const Delimiter = "::"
+
+// DefaultMaxTimeout is Sundial.Kernel.MaxTimeoutSeconds when the config does
+// not set it: no inbound deadline, however far in the future, lets a call
+// run longer.
+const DefaultMaxTimeout = 5 * time.Minute
+
+// Settings is the parsed section Sundial.Kernel (minus Resilience).
+type Settings struct {
+	// MaxTimeout caps every invocation's deadline (key MaxTimeoutSeconds,
+	// number > 0, default 300).
+	MaxTimeout time.Duration
+	// UseBuiltInMiddleware registers the DeadlineMiddleware and the
+	// ResilienceMiddleware (key UseBuiltInMiddleware, boolean, default
+	// true). When false, the Resilience section is not read.
+	UseBuiltInMiddleware bool
+}
+
+var kernelKeys = []string{"MaxTimeoutSeconds", "UseBuiltInMiddleware", "Resilience"}
+
+// loadConfig builds the koanf instance: embedded/default JSON, then the
+// config file, then environment overrides.
+func loadConfig(o *options) (*koanf.Koanf, error) {
+	k := koanf.New(Delimiter)
+	for _, b := range o.configJSON {
+		if err := k.Load(rawbytes.Provider(b), kjson.Parser()); err != nil {
+			return nil, fmt.Errorf("kernel: config: %w", err)
+		}
+	}
+	if o.configFile != "" {
+		if _, err := os.Stat(o.configFile); err != nil {
+			return nil, fmt.Errorf("kernel: config file: %w", err)
+		}
+		if err := k.Load(file.Provider(o.configFile), kjson.Parser()); err != nil {
+			return nil, fmt.Errorf("kernel: config file %s: %w", o.configFile, err)
+		}
+	}
+	if o.envPrefix != "" {
+		prefix := o.envPrefix
+		p := env.Provider(Delimiter, env.Opt{
+			Prefix:        prefix,
+			EnvironFunc:   o.environ,
+			TransformFunc: func(name, value string) (string, any) { return envKey(k, prefix, name), envValue(value) },
+		})
+		if err := k.Load(p, nil); err != nil {
+			return nil, fmt.Errorf("kernel: environment: %w", err)
+		}
+	}
+	return k, nil
+}
+
+// knownNames are canonical spellings that environment variable names are
+// mapped to, case-insensitively.
+var knownNames = []string{
+	"Sundial", "Kernel", "Resilience", "Operations", "MaxTimeoutSeconds", "UseBuiltInMiddleware",
+	"PermitLimit", "WindowSeconds", "QueueLimit", "ConcurrencyLimit", "ConcurrencyQueueLimit",
+	"FailureThreshold", "BreakSeconds", "TimeoutSeconds",
+}
+
+// envKey maps SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT
+// to Sundial::Kernel::Resilience::Operations::orders.create::PermitLimit.
+// Segments are separated by "__"; each is matched case-insensitively
+// against the known key names and the keys already loaded; the segment
+// after Operations is an operation ID, lower-cased, with "_" for ".".
+func envKey(k *koanf.Koanf, prefix, name string) string {
+	rest := strings.TrimPrefix(name, prefix)
+	if rest == "" {
+		return ""
+	}
+	segs := strings.Split(rest, "__")
+	out := make([]string, 0, len(segs)+1)
+	out = append(out, "Sundial")
+	for i, s := range segs {
+		if s == "" {
+			return ""
+		}
+		if i > 0 && out[len(out)-1] == "Operations" {
+			out = append(out, strings.ReplaceAll(strings.ToLower(s), "_", "."))
+			continue
+		}
+		out = append(out, canonical(k, strings.Join(out, Delimiter), s))
+	}
+	return strings.Join(out, Delimiter)
+}
+
+func canonical(k *koanf.Koanf, parent, s string) string {
+	for _, n := range knownNames {
+		if strings.EqualFold(n, s) {
+			return n
+		}
+	}
+	if m, ok := k.Get(parent).(map[string]any); ok {
+		for n := range m {
+			if strings.EqualFold(n, s) {
+				return n
+			}
+		}
+	}
+	return s
+}
+
+// envValue parses an environment value as a JSON scalar ("5", "true",
+// "1.5"), falling back to the plain string.
+func envValue(v string) any {
+	var x any
+	if err := json.Unmarshal([]byte(v), &x); err == nil {
+		switch x.(type) {
+		case float64, bool:
+			return x
+		}
+	}
+	return v
+}
+
+// parseSettings validates the section Sundial.Kernel.
+func parseSettings(raw any) (Settings, any, error) {
+	s := Settings{MaxTimeout: DefaultMaxTimeout, UseBuiltInMiddleware: true}
+	if raw == nil {
+		return s, nil, nil
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return s, nil, fmt.Errorf("kernel: Sundial.Kernel: want an object, got %T", raw)
+	}
+	for _, key := range slices.Sorted(maps.Keys(m)) {
+		v := m[key]
+		path := "Sundial.Kernel." + key
+		switch key {
+		case "MaxTimeoutSeconds":
+			f, ok := v.(float64)
+			if !ok {
+				return s, nil, fmt.Errorf("kernel: %s: want a number of seconds, got %T", path, v)
+			}
+			if math.IsNaN(f) || f <= 0 || f > 1e9 {
+				return s, nil, fmt.Errorf("kernel: %s: must be greater than 0 and at most 1e9, got %v", path, f)
+			}
+			s.MaxTimeout = time.Duration(f * float64(time.Second))
+		case "UseBuiltInMiddleware":
+			b, ok := v.(bool)
+			if !ok {
+				return s, nil, fmt.Errorf("kernel: %s: want a boolean, got %T", path, v)
+			}
+			s.UseBuiltInMiddleware = b
+		case "Resilience":
+		default:
+			return s, nil, fmt.Errorf("kernel: %s: unknown key (known keys: %s)", path, strings.Join(kernelKeys, ", "))
+		}
+	}
+	return s, m["Resilience"], nil
+}

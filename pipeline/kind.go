@@ -1,0 +1,84 @@
+package pipeline
+
+// Kind is the closed set of outcome categories. Every outcome of every call
+// has exactly one Kind; adapters translate a Kind to their protocol (HTTP
+// status, gRPC code, CLI exit code) in one function each.
+type Kind uint8
+
+// The kinds, in the order of DESIGN.md's outcome table.
+const (
+	// KindOK is success: the error is nil.
+	KindOK Kind = iota
+	// KindValidation: the input was malformed or failed validation.
+	KindValidation
+	// KindUnauthenticated: the caller is not known.
+	KindUnauthenticated
+	// KindForbidden: the caller is known but may not do this.
+	KindForbidden
+	// KindNotFound: the addressed resource does not exist.
+	KindNotFound
+	// KindConflict: the call conflicts with the current state.
+	KindConflict
+	// KindCancelled: the caller gave up before the deadline fired.
+	KindCancelled
+	// KindTimeout: the invocation's deadline fired (or a downstream timed
+	// out). Side effects may have happened.
+	KindTimeout
+	// KindUnavailable: the call was rejected by a limit or a dependency is
+	// down; retrying later may succeed.
+	KindUnavailable
+	// KindUnexpected: an unhandled error or a panic. Its message never
+	// reaches the caller.
+	KindUnexpected
+
+	numKinds
+)
+
+var kindNames = [numKinds]string{
+	KindOK:              "OK",
+	KindValidation:      "VALIDATION",
+	KindUnauthenticated: "UNAUTHENTICATED",
+	KindForbidden:       "FORBIDDEN",
+	KindNotFound:        "NOT_FOUND",
+	KindConflict:        "CONFLICT",
+	KindCancelled:       "CANCELLED",
+	KindTimeout:         "TIMEOUT",
+	KindUnavailable:     "UNAVAILABLE",
+	KindUnexpected:      "UNEXPECTED",
+}
+
+// Kinds returns every kind, in table order. It is meant for tests and
+// documentation generators that must cover the whole table.
+func Kinds() []Kind {
+	ks := make([]Kind, numKinds)
+	for i := range ks {
+		ks[i] = Kind(i)
+	}
+	return ks
+}
+
+// String returns the kind's upper-case name, e.g. "UNAVAILABLE". An unknown
+// value prints as "UNEXPECTED".
+func (k Kind) String() string {
+	if k >= numKinds {
+		return kindNames[KindUnexpected]
+	}
+	return kindNames[k]
+}
+
+// ParseKind returns the kind named s (as printed by String).
+func ParseKind(s string) (Kind, bool) {
+	for i, n := range kindNames {
+		if n == s {
+			return Kind(i), true
+		}
+	}
+	return KindUnexpected, false
+}
+
+// IsBreakerFailure reports whether an outcome of this kind counts as a
+// failure for a circuit breaker: TIMEOUT, UNAVAILABLE and UNEXPECTED do;
+// caller errors (VALIDATION, NOT_FOUND, ...) and CANCELLED do not.
+func (k Kind) IsBreakerFailure() bool {
+	return k == KindTimeout || k == KindUnavailable || k == KindUnexpected || k >= numKinds
+}
