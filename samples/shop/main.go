@@ -1,11 +1,16 @@
 // Command shop is Sundial's main sample: a small shop whose operations are
 // served over HTTP, gRPC and the command line from one registration and
 // one JSON config.
+//
+//	shop serve [--config FILE] [--http ADDR] [--grpc ADDR]
+//	shop orders create --name widget --amount 1
 package main
 
 import (
-	"fmt"
+	"io"
 	"os"
+
+	"github.com/spf13/cobra"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
@@ -13,18 +18,42 @@ import (
 )
 
 func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run builds the root command and executes it, returning the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := &cobra.Command{
+		Use:           "shop",
+		Short:         "Sundial's sample shop: orders, reports and billing over HTTP, gRPC and the CLI.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	configFile := root.PersistentFlags().String("config", "", "JSON config `file` loaded over the embedded default config")
+	root.AddCommand(newServeCommand(configFile))
+	if err := root.Execute(); err != nil {
+		io.WriteString(stderr, "shop: "+err.Error()+"\n")
+		return 2
+	}
+	return 0
+}
+
+// newKernel builds the shop's kernel: its operations, the embedded default
+// config, the config file (if any) and SUNDIAL_ environment overrides.
+func newKernel(configFile string, opts ...kernel.Option) (*kernel.Kernel, error) {
 	reg := operations.NewRegistry()
 	if err := app.New().Register(reg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return nil, err
 	}
-	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON(app.DefaultConfig), kernel.WithEnv("SUNDIAL_"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+	base := []kernel.Option{
+		kernel.WithRegistry(reg),
+		kernel.WithConfigJSON(app.DefaultConfig),
+		kernel.WithConfigFile(configFile),
+		kernel.WithEnv("SUNDIAL_"),
 	}
-	for _, d := range k.Registry().All() {
-		p := k.PolicyFor(d.ID)
-		fmt.Printf("%-16s %-6s %-18s %+v\n", d.ID, d.Method, d.Path, p)
-	}
+	return kernel.New(append(base, opts...)...)
 }
