@@ -60,6 +60,8 @@ type Invocation struct {
 	outcome     error
 	original    error
 	originalSet bool
+
+	traceID string
 }
 
 // NewInvocation returns an invocation of op (nil for a host endpoint) with
@@ -215,3 +217,12 @@ func (inv *Invocation) OriginalOutcome() error {
 func (inv *Invocation) SetOriginalOutcome(err error) {
 	inv.original, inv.originalSet = err, true
 }
+
+// TraceID returns the W3C trace ID (32 lower-case hex digits) of the
+// invocation's span, or "" when no span was recorded for it. The
+// Diagnostics middleware sets it; adapters report it (Problem Details
+// "traceId", access logs) after the pipeline has returned.
+func (inv *Invocation) TraceID() string { return inv.traceID }
+
+// SetTraceID records the trace ID of the invocation's span.
+func (inv *Invocation) SetTraceID(id string) { inv.traceID = id }
