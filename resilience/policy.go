@@ -52,7 +52,7 @@ const (
 // patch is a policy as written in JSON: nil fields inherit.
 type patch struct {
 	PermitLimit, QueueLimit, ConcurrencyLimit, ConcurrencyQueueLimit, FailureThreshold *int
-	Window, BreakDuration, Timeout                                                    *time.Duration
+	Window, BreakDuration, Timeout                                                     *time.Duration
 }
 
 func (p *patch) over(base patch) patch {
@@ -201,6 +201,9 @@ func (o *Options) parseOperations(raw any, path string) error {
 		}
 		var p patch
 		for _, k := range slices.Sorted(maps.Keys(keys)) {
+			if k == "Operations" {
+				return fmt.Errorf("resilience: %s.%s.%s: Operations is only valid at the section's root", path, id, k)
+			}
 			if err := setKey(&p, k, keys[k], path+"."+id+"."+k); err != nil {
 				return err
 			}
@@ -237,8 +240,9 @@ func setKey(p *patch, key string, v any, path string) error {
 	return fmt.Errorf("resilience: %s: unknown key (known keys: %s, Operations)", path, strings.Join(policyKeys, ", "))
 }
 
-// maxInt bounds integer keys so that conversions never overflow.
-const maxInt = 1 << 31
+// maxInt bounds integer keys so that conversions never overflow, even
+// where int is 32 bits wide.
+const maxInt = math.MaxInt32
 
 func intKey(dst **int, v any, path string, minimum int) error {
 	f, ok := number(v)

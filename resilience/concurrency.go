@@ -1,0 +1,163 @@
+package resilience
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// ConcurrencyLimiter bounds the calls executing at once: at most limit
+// hold a slot; up to queueLimit more wait for one, first come first
+// served; the rest are turned away at once.
+//
+// Acquire takes a slot (waiting if need be) and Release gives it back;
+// every successful Acquire or TryAcquire must be paired with exactly one
+// Release, on every exit path (defer it). The uncontended path is a few
+// atomic operations; the queue is touched only when every slot is taken.
+// It is safe for concurrent use and starts no goroutine.
+type ConcurrencyLimiter struct {
+	limit      int64
+	queueLimit int
+
+	inFlight atomic.Int64 // slots held, including those handed to waiters
+	waiting  atomic.Int64 // len(queue), readable without mu
+
+	mu    sync.Mutex // guards queue
+	queue []*slotWaiter
+}
+
+// slotWaiter is one call waiting for a slot. ready is closed (under mu)
+// when the slot is handed over.
+type slotWaiter struct {
+	ready   chan struct{}
+	granted bool // guarded by ConcurrencyLimiter.mu
+}
+
+// NewConcurrencyLimiter returns a limiter of limit slots with up to
+// queueLimit calls waiting. It fails when limit is not positive or
+// queueLimit is negative.
+func NewConcurrencyLimiter(limit, queueLimit int) (*ConcurrencyLimiter, error) {
+	if limit <= 0 || queueLimit < 0 {
+		return nil, fmt.Errorf("resilience: NewConcurrencyLimiter(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
+	}
+	return newConcurrencyLimiter(limit, queueLimit), nil
+}
+
+func newConcurrencyLimiter(limit, queueLimit int) *ConcurrencyLimiter {
+	return &ConcurrencyLimiter{limit: int64(limit), queueLimit: queueLimit}
+}
+
+// TryAcquire takes a free slot if there is one and nobody is waiting for
+// one. It never waits. To queue instead, use Acquire.
+func (l *ConcurrencyLimiter) TryAcquire() bool {
+	return l.waiting.Load() == 0 && l.tryTake()
+}
+
+// Acquire takes a slot, waiting behind earlier callers when all are taken
+// and the queue has room. It returns nil when the caller holds a slot.
+//
+// It returns [ErrLimited] at once when every slot and queue place is
+// taken, and ctx.Err() when ctx is done on arrival or ends during the
+// wait; the caller then holds nothing and its queue place is given back
+// (a slot handed over just as ctx ended is passed on to the next waiter).
+func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l.TryAcquire() {
+		return nil
+	}
+	l.mu.Lock()
+	if len(l.queue) >= l.queueLimit {
+		// Every slot may have been freed since TryAcquire; a full
+		// queue is then drained by dispatch, not by us.
+		if len(l.queue) == 0 && l.tryTake() {
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Unlock()
+		return ErrLimited
+	}
+	w := &slotWaiter{ready: make(chan struct{})}
+	l.queue = append(l.queue, w)
+	l.waiting.Add(1)
+	l.dispatch()
+	l.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	granted := w.granted
+	if !granted {
+		l.remove(w)
+	}
+	l.mu.Unlock()
+	if granted {
+		l.Release()
+	}
+	return ctx.Err()
+}
+
+// Release gives a slot back, handing it to the oldest waiter if there is
+// one.
+func (l *ConcurrencyLimiter) Release() {
+	l.inFlight.Add(-1)
+	// A waiter that queued after our decrement saw the free slot itself
+	// (it stores waiting, then tries inFlight; we store inFlight, then
+	// load waiting): one of us hands it over.
+	if l.waiting.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.dispatch()
+	l.mu.Unlock()
+}
+
+// dispatch hands free slots to waiters, oldest first. l.mu is held.
+func (l *ConcurrencyLimiter) dispatch() {
+	for len(l.queue) > 0 && l.tryTake() {
+		w := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		l.waiting.Add(-1)
+		w.granted = true
+		close(w.ready)
+	}
+	if len(l.queue) == 0 {
+		l.queue = nil // let the backing array go once drained
+	}
+}
+
+// tryTake increments inFlight if it is below the limit.
+func (l *ConcurrencyLimiter) tryTake() bool {
+	for {
+		n := l.inFlight.Load()
+		if n >= l.limit {
+			return false
+		}
+		if l.inFlight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// remove deletes w from the queue. l.mu is held.
+func (l *ConcurrencyLimiter) remove(w *slotWaiter) {
+	for i, q := range l.queue {
+		if q == w {
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			l.waiting.Add(-1)
+			return
+		}
+	}
+}
+
+// InFlight returns the number of slots held.
+func (l *ConcurrencyLimiter) InFlight() int { return int(l.inFlight.Load()) }
+
+// QueueDepth returns the number of calls waiting for a slot.
+func (l *ConcurrencyLimiter) QueueDepth() int { return int(l.waiting.Load()) }

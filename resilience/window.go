@@ -1,0 +1,225 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sundial-go/sundial/resilience/internal/window"
+)
+
+// ErrLimited is returned by the limiters of this package when they turn a
+// call away: the window is used up and its queue is full, the call's
+// deadline comes before the window it would wait for, or every
+// concurrency slot and queue place is taken.
+var ErrLimited = errors.New("resilience: limit reached")
+
+// FixedWindow is a fixed-window rate limiter with a FIFO queue: at most
+// permitLimit calls are admitted per window; when a window is used up, up
+// to queueLimit calls wait for a later one (oldest first), and the rest
+// are turned away at once with the time until the next window.
+//
+// Windows are aligned to the moment the limiter was created and follow
+// each other back to back; unused permits do not carry over. State is
+// derived from the clock when a call arrives: a FixedWindow starts no
+// goroutine and costs nothing while idle. It is safe for concurrent use.
+//
+// Unlike a token bucket (golang.org/x/time/rate), a fixed window hands out
+// a whole window's permits as soon as it opens: 2 permits per 60 s means
+// two calls now, then none until the minute is over.
+type FixedWindow struct {
+	origin time.Time // windows are aligned to it (monotonic)
+
+	mu      sync.Mutex     // guards st and evicted
+	st      *window.Window // which window each permit belongs to
+	evicted bool           // dropped by a KeyedFixedWindow; take no more permits
+}
+
+// NewFixedWindow returns a limiter admitting permitLimit calls per window
+// of the given length, with up to queueLimit calls waiting for a later
+// window. It fails when permitLimit or length is not positive or
+// queueLimit is negative.
+func NewFixedWindow(permitLimit int, length time.Duration, queueLimit int) (*FixedWindow, error) {
+	if permitLimit <= 0 || length <= 0 || queueLimit < 0 {
+		return nil, fmt.Errorf("resilience: NewFixedWindow(%d, %v, %d): want a positive limit and window and a non-negative queue", permitLimit, length, queueLimit)
+	}
+	return newFixedWindow(permitLimit, length, queueLimit), nil
+}
+
+func newFixedWindow(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
+	return &FixedWindow{origin: time.Now(), st: window.New(permitLimit, length, queueLimit)}
+}
+
+// Allow takes a permit of the current window if one is left. It never
+// waits; when it returns false, retryAfter is the time until the next
+// window opens. To wait in the queue instead, use Wait.
+func (l *FixedWindow) Allow() (ok bool, retryAfter time.Duration) {
+	now := time.Since(l.origin)
+	l.mu.Lock()
+	d, _, retry := l.st.Reserve(now, 0, false)
+	l.mu.Unlock()
+	return d == window.Admit, retry
+}
+
+// Wait takes a permit, waiting for a later window if the current one is
+// used up and the queue has room. It returns nil when the call may
+// proceed.
+//
+// It returns [ErrLimited] at once, with the time until the next window,
+// when the queue is full or when ctx's deadline comes before the window
+// the call would wait for: a call is never queued only to time out there.
+// It returns ctx.Err() when ctx is done on arrival or ends during the
+// wait; the call's place in the queue is then given back.
+func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	_, retryAfter, err = l.wait(ctx)
+	return retryAfter, err
+}
+
+// wait is Wait without the arrival check; evicted reports that the limiter
+// had been dropped by a KeyedFixedWindow and nothing was taken.
+func (l *FixedWindow) wait(ctx context.Context) (evicted bool, retryAfter time.Duration, err error) {
+	deadline := time.Duration(0) // none
+	if d, ok := ctx.Deadline(); ok {
+		deadline = max(d.Sub(l.origin), 1)
+	}
+	now := time.Since(l.origin)
+	l.mu.Lock()
+	if l.evicted {
+		l.mu.Unlock()
+		return true, 0, nil
+	}
+	dec, win, retry := l.st.Reserve(now, deadline, true)
+	start := l.st.Start(win)
+	l.mu.Unlock()
+	switch dec {
+	case window.Admit:
+		return false, 0, nil
+	case window.Reject:
+		return false, retry, ErrLimited
+	}
+	return false, 0, l.sleep(ctx, win, start-now)
+}
+
+// sleep waits d for window win to open, or gives its permit back when ctx
+// ends first.
+func (l *FixedWindow) sleep(ctx context.Context, win int64, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		l.st.Cancel(time.Since(l.origin), win)
+		l.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// QueueDepth returns the number of calls waiting for a later window.
+func (l *FixedWindow) QueueDepth() int {
+	now := time.Since(l.origin)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st.Advance(now)
+	return int(l.st.Queued())
+}
+
+// evictIfIdle reports whether the limiter has no permit taken in the current
+// window and nobody waiting, and if so marks it evicted.
+func (l *FixedWindow) evictIfIdle(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st.Advance(now.Sub(l.origin))
+	if l.st.Used() > 0 || l.st.Queued() > 0 {
+		return false
+	}
+	l.evicted = true
+	return true
+}
+
+// KeyedFixedWindow is a set of [FixedWindow] limiters, one per key — per
+// tenant, per client, per API key — created on a key's first call with the
+// same limits. Use it in application middleware to limit each caller
+// separately (see the package example).
+//
+// A key's limiter is dropped once its current window has no permit taken
+// and nobody waits in it; a later call for that key starts a new one. So
+// memory follows the keys active in the last window, not every key ever
+// seen, which matters when keys come from callers. It is safe for
+// concurrent use and starts no goroutine.
+type KeyedFixedWindow struct {
+	permitLimit, queueLimit int
+	length                  time.Duration
+
+	mu      sync.RWMutex // guards parts and sweepAt
+	parts   map[string]*FixedWindow
+	sweepAt int // sweep idle limiters when parts grows to this size
+}
+
+// NewKeyedFixedWindow returns a keyed limiter whose limiters admit
+// permitLimit calls per window of the given length, with up to queueLimit
+// waiting, each. It fails on the same values as NewFixedWindow.
+func NewKeyedFixedWindow(permitLimit int, length time.Duration, queueLimit int) (*KeyedFixedWindow, error) {
+	if _, err := NewFixedWindow(permitLimit, length, queueLimit); err != nil {
+		return nil, fmt.Errorf("resilience: NewKeyedFixedWindow: %w", err)
+	}
+	return &KeyedFixedWindow{
+		permitLimit: permitLimit, queueLimit: queueLimit, length: length,
+		parts: make(map[string]*FixedWindow), sweepAt: minSweep,
+	}, nil
+}
+
+// minSweep is the number of keys below which idle limiters are not swept.
+const minSweep = 64
+
+// Wait is [FixedWindow.Wait] on key's limiter.
+func (k *KeyedFixedWindow) Wait(ctx context.Context, key string) (retryAfter time.Duration, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	for {
+		evicted, retry, err := k.get(key).wait(ctx)
+		if !evicted {
+			return retry, err
+		}
+	}
+}
+
+// Len returns the number of keys that currently have a limiter.
+func (k *KeyedFixedWindow) Len() int {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return len(k.parts)
+}
+
+func (k *KeyedFixedWindow) get(key string) *FixedWindow {
+	k.mu.RLock()
+	l := k.parts[key]
+	k.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if l = k.parts[key]; l != nil {
+		return l
+	}
+	if len(k.parts) >= k.sweepAt {
+		now := time.Now()
+		for key, l := range k.parts {
+			if l.evictIfIdle(now) {
+				delete(k.parts, key)
+			}
+		}
+		k.sweepAt = max(2*len(k.parts), minSweep)
+	}
+	l = newFixedWindow(k.permitLimit, k.length, k.queueLimit)
+	k.parts[key] = l
+	return l
+}
