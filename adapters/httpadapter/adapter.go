@@ -1,0 +1,507 @@
+package httpadapter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+// Adapter serves a kernel's operations on an echo instance. Create it with
+// Mount. It is safe for concurrent use.
+type Adapter struct {
+	k      *kernel.Kernel
+	cfg    config
+	logger *slog.Logger
+
+	// detach runs invocations that have a deadline in their own goroutine
+	// so that the response can leave at the deadline even when the handler
+	// ignores its context. Always true outside benchmarks.
+	detach bool
+
+	inflight inflight // detached invocations not yet returned
+}
+
+// Mount mounts every operation of k that has an HTTP Method and Path on e,
+// which the application owns: its own middleware and routes stay as they
+// are. Unless WithoutErrorHandler is given, it also installs the adapter's
+// HTTPErrorHandler on e.
+//
+// Each route reads the caller's deadline (see ParseDeadline and
+// WithRelativeDeadlineHeader), reads the body to its end within the body
+// limit, binds the JSON body, path parameters and (for GET, HEAD and
+// DELETE) query parameters into the operation's input, runs the
+// invocation through k, and writes the outcome: the descriptor's success
+// status with the JSON output, or Problem Details. It logs one access
+// record per request.
+//
+// Mount fails, naming the operation, when two operations share a method
+// and path, or when a path parameter has no field in the input to go to.
+func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
+	if e == nil || k == nil {
+		return nil, errors.New("httpadapter: Mount: nil echo or kernel")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, detach: true}
+	if a.logger == nil {
+		a.logger = k.Logger()
+	}
+	seen := make(map[string]string)
+	var routes []*route
+	for _, d := range k.Registry().All() {
+		if d.Method == "" {
+			continue
+		}
+		if _, ok := k.Lookup(d.ID); !ok {
+			continue
+		}
+		key := d.Method + " " + d.Path
+		if other, dup := seen[key]; dup {
+			return nil, fmt.Errorf("httpadapter: Mount: operations %q and %q are both mounted on %s", other, d.ID, key)
+		}
+		seen[key] = d.ID
+		rt, err := a.newRoute(d)
+		if err != nil {
+			return nil, fmt.Errorf("httpadapter: Mount: operation %q (%s): %w", d.ID, key, err)
+		}
+		routes = append(routes, rt)
+	}
+	for _, rt := range routes {
+		e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
+	}
+	if cfg.errorHandler {
+		e.HTTPErrorHandler = a.HTTPErrorHandler
+	}
+	return a, nil
+}
+
+// route is one mounted operation, planned at Mount.
+type route struct {
+	a       *Adapter
+	desc    *operations.Descriptor
+	binder  *binder
+	dm      *resilience.DeadlineMiddleware // computes the effective deadline
+	success int
+}
+
+func (a *Adapter) newRoute(d *operations.Descriptor) (*route, error) {
+	b, err := newBinder(d.Input, d.Method, pathParams(d.Path))
+	if err != nil {
+		return nil, err
+	}
+	rt := &route{a: a, desc: d, binder: b, success: successStatus(d)}
+	if s := a.k.Settings(); s.UseBuiltInMiddleware {
+		rt.dm = resilience.NewDeadlineMiddleware(a.k.PolicyFor(d.ID).Timeout, s.MaxTimeout)
+	}
+	return rt, nil
+}
+
+// pathParams returns the parameter names of an echo path: ":id" segments
+// and a trailing "*".
+func pathParams(path string) []string {
+	var ps []string
+	for seg := range strings.SplitSeq(path, "/") {
+		switch {
+		case strings.HasPrefix(seg, ":") && len(seg) > 1:
+			ps = append(ps, seg[1:])
+		case seg == "*":
+			ps = append(ps, "*")
+		}
+	}
+	return ps
+}
+
+// successStatus is the descriptor's SuccessStatus, else 201 for an ID
+// ending in ".create", 204 for an empty struct output, 200 otherwise.
+func successStatus(d *operations.Descriptor) int {
+	switch {
+	case d.SuccessStatus != 0:
+		return d.SuccessStatus
+	case strings.HasSuffix(d.ID, ".create"):
+		return http.StatusCreated
+	case d.Output != nil && d.Output.Kind() == reflect.Struct && d.Output.NumField() == 0:
+		return http.StatusNoContent
+	}
+	return http.StatusOK
+}
+
+// exchange is what the access log needs to know of one request.
+type exchange struct {
+	start   time.Time
+	name    string // operation ID or host route
+	traceID string
+	status  int
+	err     *pipeline.Error // nil on success
+}
+
+// serve handles one request of an operation route. It writes the response
+// itself and returns nil, so echo's error handler never sees its outcomes.
+func (rt *route) serve(c echo.Context) error {
+	a := rt.a
+	r := c.Request()
+	x := exchange{start: time.Now(), name: rt.desc.ID}
+	ctx := a.requestContext(r)
+	x.traceID = traceIDOf(trace.SpanContextFromContext(ctx))
+
+	var deadline time.Time
+	if a.cfg.callerDeadlines {
+		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
+		if err != nil {
+			a.fail(c, &x, badDeadline(header), 0)
+			return nil
+		}
+		deadline = d
+	}
+	if rt.dm != nil {
+		pd, _ := ctx.Deadline()
+		deadline = rt.dm.Effective(x.start, deadline, pd)
+	}
+
+	buf, perr, status := a.readBody(c)
+	if perr != nil {
+		a.fail(c, &x, perr, status)
+		return nil
+	}
+	in := rt.desc.NewInput()
+	perr = rt.binder.bind(r, c.ParamNames(), c.ParamValues(), buf.Bytes(), in)
+	buf.Reset()
+	bufPool.Put(buf)
+	if perr != nil {
+		a.fail(c, &x, perr, 0)
+		return nil
+	}
+
+	inv := pipeline.NewInvocation(ctx, rt.desc, in)
+	inv.SetProtocol(pipeline.ProtocolHTTP)
+	inv.SetDeadline(deadline)
+	a.setBaggage(inv, r)
+
+	var res result
+	if deadline.IsZero() || !a.detach {
+		err := a.k.Invoke(inv)
+		res = result{err, inv.Output(), inv.TraceID()}
+	} else {
+		res = a.invokeDetached(ctx, inv, deadline, r)
+	}
+	if res.traceID != "" {
+		x.traceID = res.traceID
+	}
+	err, out := res.err, res.out
+	if err != nil {
+		a.fail(c, &x, pipeline.AsError(err), 0)
+		return nil
+	}
+	x.status = rt.success
+	if x.status == http.StatusNoContent {
+		c.Response().WriteHeader(x.status)
+		a.logExchange(r, &x, nil)
+		return nil
+	}
+	body, merr := json.Marshal(out)
+	if merr != nil {
+		a.fail(c, &x, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
+			fmt.Errorf("httpadapter: encoding the output of %q: %w", rt.desc.ID, merr)), 0)
+		return nil
+	}
+	if werr := c.JSONBlob(x.status, body); werr != nil {
+		a.logExchange(r, &x, werr)
+		return nil
+	}
+	a.logExchange(r, &x, nil)
+	return nil
+}
+
+// requestContext is the invocation's parent context: the request's (which
+// ends when the client goes away), with trace context extracted when a
+// propagator is configured.
+func (a *Adapter) requestContext(r *http.Request) context.Context {
+	ctx := r.Context()
+	if a.cfg.propagator != nil {
+		ctx = a.cfg.propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	return ctx
+}
+
+func badDeadline(header string) *pipeline.Error {
+	return pipeline.Errorf(pipeline.KindValidation, pipeline.CodeBadDeadline,
+		"The %s header is malformed: want %s.", header, deadlineFormat(header)).
+		WithDetail("field", header)
+}
+
+func deadlineFormat(header string) string {
+	if header == HeaderDeadline {
+		return "one RFC 3339 UTC timestamp such as 2026-03-01T12:00:02.5Z (at most 9 fractional digits)"
+	}
+	return "one whole number of milliseconds, at most 15 digits"
+}
+
+// readBody reads the whole request body, up to the limit, into a pooled
+// buffer. Reading to the end matters beyond decoding: Go's HTTP/1 server
+// only starts watching the connection for a vanished client — and cancels
+// the request's context when it goes — once the body has been read to EOF.
+func (a *Adapter) readBody(c echo.Context) (*bytes.Buffer, *pipeline.Error, int) {
+	r := c.Request()
+	buf := bufPool.Get().(*bytes.Buffer)
+	if r.Body == nil || r.Body == http.NoBody {
+		return buf, nil, 0
+	}
+	limit := a.cfg.bodyLimit
+	if r.ContentLength > limit {
+		bufPool.Put(buf)
+		return nil, bodyTooLarge(limit), http.StatusRequestEntityTooLarge
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(c.Response(), r.Body, limit))
+	if err != nil {
+		buf.Reset()
+		bufPool.Put(buf)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, bodyTooLarge(limit), http.StatusRequestEntityTooLarge
+		}
+		if ctxErr := r.Context().Err(); ctxErr != nil {
+			return nil, pipeline.AsError(ctxErr), 0
+		}
+		return nil, pipeline.Wrap(pipeline.KindValidation, CodeMalformedBody,
+			"The request body could not be read.", err), 0
+	}
+	return buf, nil, 0
+}
+
+func bodyTooLarge(limit int64) *pipeline.Error {
+	return pipeline.Errorf(pipeline.KindValidation, CodeBodyTooLarge,
+		"The request body is larger than %d bytes.", limit).WithDetail("limit", limit)
+}
+
+// setBaggage copies the W3C baggage header and the Idempotency-Key header
+// into the invocation's baggage. A baggage header over the limit is
+// dropped whole, with a warning.
+func (a *Adapter) setBaggage(inv *pipeline.Invocation, r *http.Request) {
+	if vs := r.Header["Baggage"]; len(vs) > 0 {
+		size := 0
+		for _, v := range vs {
+			size += len(v)
+		}
+		if size > a.cfg.baggageLimit {
+			a.logger.LogAttrs(r.Context(), slog.LevelWarn, "httpadapter: baggage header dropped",
+				slog.String("operation", inv.Name()), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
+		} else {
+			b, err := baggage.Parse(strings.Join(vs, ","))
+			for _, m := range b.Members() {
+				inv.SetBaggage(m.Key(), m.Value())
+			}
+			if err != nil {
+				a.logger.LogAttrs(r.Context(), slog.LevelDebug, "httpadapter: baggage header partly invalid",
+					slog.String("operation", inv.Name()), slog.String("error", err.Error()))
+			}
+		}
+	}
+	if k := r.Header.Get("Idempotency-Key"); k != "" && len(k) <= maxIdempotencyKey {
+		inv.SetBaggage(pipeline.BaggageIdempotencyKey, k)
+	}
+}
+
+// fail writes e as Problem Details (status 0: the kind's) and logs the
+// exchange.
+func (a *Adapter) fail(c echo.Context, x *exchange, e *pipeline.Error, status int) {
+	if status == 0 {
+		status = StatusFor(e.Kind)
+	}
+	x.status, x.err = status, e
+	werr := writeProblem(c, e, status, x.traceID)
+	a.logExchange(c.Request(), x, werr)
+}
+
+// logExchange writes the access log record of one request.
+func (a *Adapter) logExchange(r *http.Request, x *exchange, writeErr error) {
+	level := slog.LevelInfo
+	if x.err != nil && x.err.Kind == pipeline.KindUnexpected {
+		level = slog.LevelError
+	}
+	ctx := r.Context()
+	if !a.logger.Enabled(ctx, level) {
+		return
+	}
+	code := ""
+	if x.err != nil {
+		code = x.err.Code
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs,
+		slog.String("operation", x.name),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", x.status),
+		slog.String("code", code),
+		slog.Float64("durationMs", float64(time.Since(x.start).Microseconds())/1000),
+		slog.String("traceId", x.traceID),
+	)
+	if x.err != nil && x.err.Kind == pipeline.KindUnexpected {
+		attrs = append(attrs, slog.String("error", x.err.Error()))
+	}
+	if writeErr != nil {
+		attrs = append(attrs, slog.String("writeError", writeErr.Error()))
+	}
+	a.logger.LogAttrs(ctx, level, "http request", attrs...)
+}
+
+// A detached call's state: the handler's goroutine and the adapter race
+// to settle it exactly once.
+const (
+	callWaiting   int32 = iota
+	callDelivered       // the goroutine handed the result to the adapter
+	callAbandoned       // the adapter responded without it
+)
+
+type result struct {
+	err     error
+	out     any
+	traceID string // the invocation's span, if the Diagnostics stage recorded one
+}
+
+type call struct {
+	state    atomic.Int32
+	ch       chan result // buffered: the goroutine never blocks
+	deadline time.Time
+	gaveUp   time.Time // when the adapter responded without the result
+}
+
+// lateWarnAfter is how late after the response a discarded result must be
+// for its log record to be a warning rather than information: a handler
+// that honours its context returns within microseconds of the deadline,
+// one that ignores it does not.
+const lateWarnAfter = 10 * time.Millisecond
+
+// invokeDetached runs inv in its own goroutine and waits for the outcome,
+// the deadline or the client going away, whichever is first. When the
+// deadline (or the client) wins, it returns TIMEOUT (or CANCELLED) at
+// once; the goroutine runs on until the handler returns — keeping its
+// concurrency slot until then — and its late result is discarded and
+// logged. The deadline is the one the kernel's DeadlineMiddleware enforces
+// (set on inv), so a handler that honours its context returns at the same
+// instant.
+func (a *Adapter) invokeDetached(ctx context.Context, inv *pipeline.Invocation, deadline time.Time, r *http.Request) result {
+	cl := &call{ch: make(chan result, 1), deadline: deadline}
+	name, method, path := inv.Name(), r.Method, r.URL.Path
+	a.inflight.add()
+	go func() {
+		defer a.inflight.done()
+		err := a.k.Invoke(inv)
+		if cl.state.CompareAndSwap(callWaiting, callDelivered) {
+			cl.ch <- result{err, inv.Output(), inv.TraceID()}
+			return
+		}
+		a.logLate(name, method, path, cl, err, inv.OriginalOutcome())
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var gaveUp error
+	select {
+	case res := <-cl.ch:
+		return res
+	case <-timer.C:
+		gaveUp = pipeline.ErrTimeout()
+	case <-ctx.Done():
+		gaveUp = pipeline.ErrCancelled()
+		select {
+		case <-timer.C: // both tokens fired: the deadline wins, as in the kernel
+			gaveUp = pipeline.ErrTimeout()
+		default:
+		}
+	}
+	cl.gaveUp = time.Now()
+	if !cl.state.CompareAndSwap(callWaiting, callAbandoned) {
+		return <-cl.ch // delivered meanwhile: the kernel's outcome wins
+	}
+	return result{err: gaveUp}
+}
+
+func (a *Adapter) logLate(name, method, path string, cl *call, err, original error) {
+	late := time.Since(cl.gaveUp)
+	level := slog.LevelInfo
+	if late >= lateWarnAfter {
+		level = slog.LevelWarn
+	}
+	a.logger.LogAttrs(context.Background(), level, "httpadapter: late result discarded",
+		slog.String("operation", name),
+		slog.String("method", method),
+		slog.String("path", path),
+		slog.Float64("lateByMs", float64(late.Microseconds())/1000),
+		slog.String("code", pipeline.CodeOf(err)),
+		slog.String("handlerCode", pipeline.CodeOf(original)),
+	)
+}
+
+// inflight counts detached invocations that have not returned yet.
+type inflight struct {
+	mu   sync.Mutex // guards n and idle
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while n is 0
+}
+
+func (f *inflight) add() {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inflight) done() {
+	f.mu.Lock()
+	f.n--
+	if f.n == 0 {
+		close(f.idle)
+		f.idle = nil
+	}
+	f.mu.Unlock()
+}
+
+// Wait blocks until every invocation the adapter runs in its own goroutine
+// has returned — including handlers that outlived their response because
+// they ignored their context — or ctx ends, and returns ctx's error in the
+// latter case. Call it after http.Server.Shutdown, with the same grace
+// period, so that a shutdown does not cut stragglers off silently.
+func (a *Adapter) Wait(ctx context.Context) error {
+	a.inflight.mu.Lock()
+	idle := a.inflight.idle
+	a.inflight.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("httpadapter: %d invocations still running: %w", a.running(), ctx.Err())
+	}
+}
+
+func (a *Adapter) running() int {
+	a.inflight.mu.Lock()
+	defer a.inflight.mu.Unlock()
+	return a.inflight.n
+}

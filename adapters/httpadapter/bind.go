@@ -1,0 +1,413 @@
+package httpadapter
+
+import (
+	"bytes"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// binder fills an operation's input from a request: the JSON body first,
+// then path parameters, then (for GET, HEAD and DELETE) query parameters,
+// so that the path, which names the resource, always wins.
+//
+// It is ours rather than echo's DefaultBinder because a wrong type must be
+// a VALIDATION outcome that names the field (details.field), and echo's
+// binder reports strconv errors without the field. The plan — which field
+// each parameter sets — is computed once, when the route is mounted.
+type binder struct {
+	typ    reflect.Type // the input type (what NewInput points to)
+	params []paramField // path parameters, in route order
+	query  map[string]fieldRef
+}
+
+type fieldRef struct {
+	index []int
+	name  string // the name callers know: JSON name, else the Go name
+}
+
+type paramField struct {
+	param string
+	fieldRef
+}
+
+// newBinder plans the binding of input type t for a route whose path
+// parameters are params. It fails when a path parameter has no field to
+// go to, or when the input is not a struct but the route has parameters.
+func newBinder(t reflect.Type, method string, params []string) (*binder, error) {
+	b := &binder{typ: t}
+	if t.Kind() != reflect.Struct {
+		if len(params) > 0 {
+			return nil, fmt.Errorf("input type %v is not a struct, so path parameter %q has nowhere to go", t, params[0])
+		}
+		return b, nil
+	}
+	bindQueryByName := method == http.MethodGet || method == http.MethodDelete || method == http.MethodHead
+	fields := reflect.VisibleFields(t)
+	for _, p := range params {
+		ref, ok := findField(fields, "param", p)
+		if !ok {
+			return nil, fmt.Errorf("path parameter %q has no field in %v (tag one `param:%q`)", p, t, p)
+		}
+		if !settable(t.FieldByIndex(ref.index).Type) {
+			return nil, fmt.Errorf("path parameter %q goes to field %v.%s of unsupported type %v", p, t, t.FieldByIndex(ref.index).Name, t.FieldByIndex(ref.index).Type)
+		}
+		b.params = append(b.params, paramField{p, ref})
+	}
+	for _, f := range fields {
+		if !f.IsExported() || f.Anonymous {
+			continue
+		}
+		name, tagged := tagName(f, "query")
+		if !tagged {
+			if !bindQueryByName {
+				continue
+			}
+			name = jsonName(f)
+		}
+		if name == "" || name == "-" || !settable(f.Type) {
+			continue
+		}
+		if b.query == nil {
+			b.query = make(map[string]fieldRef)
+		}
+		b.query[name] = fieldRef{index: f.Index, name: jsonName(f)}
+	}
+	return b, nil
+}
+
+// findField finds the field for a parameter: the one tagged tag:"p", else
+// the one whose JSON name is p, else the one whose Go name is p in any
+// case.
+func findField(fields []reflect.StructField, tag, p string) (fieldRef, bool) {
+	for _, pass := range [3]int{0, 1, 2} {
+		for _, f := range fields {
+			if !f.IsExported() || f.Anonymous {
+				continue
+			}
+			var match bool
+			switch pass {
+			case 0:
+				n, ok := tagName(f, tag)
+				match = ok && n == p
+			case 1:
+				match = jsonName(f) == p
+			case 2:
+				match = strings.EqualFold(f.Name, p)
+			}
+			if match {
+				return fieldRef{index: f.Index, name: jsonName(f)}, true
+			}
+		}
+	}
+	return fieldRef{}, false
+}
+
+func tagName(f reflect.StructField, tag string) (string, bool) {
+	v, ok := f.Tag.Lookup(tag)
+	if !ok {
+		return "", false
+	}
+	name, _, _ := strings.Cut(v, ",")
+	return name, name != ""
+}
+
+func jsonName(f reflect.StructField) string {
+	if n, ok := tagName(f, "json"); ok && n != "-" {
+		return n
+	}
+	return f.Name
+}
+
+var textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// settable reports whether a parameter string can be stored in a field of
+// type t: scalars, pointers to them, encoding.TextUnmarshaler, and slices
+// of those (one element per repeated query parameter).
+func settable(t reflect.Type) bool {
+	if reflect.PointerTo(t).Implements(textUnmarshalerType) {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.String, reflect.Bool,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return true
+	case reflect.Pointer:
+		return t.Elem().Kind() != reflect.Pointer && settable(t.Elem())
+	case reflect.Slice:
+		e := t.Elem()
+		return e.Kind() != reflect.Slice && e.Kind() != reflect.Uint8 && settable(e)
+	}
+	return false
+}
+
+// bind decodes body (may be empty) into in, a pointer to b.typ, then sets
+// path and query parameters. Failures are VALIDATION outcomes naming the
+// field.
+func (b *binder) bind(r *http.Request, names, values []string, body []byte, in any) *pipeline.Error {
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, in); err != nil {
+			return bodyError(err, body, b.typ)
+		}
+	}
+	if len(b.params) == 0 && len(b.query) == 0 {
+		return nil
+	}
+	v := reflect.ValueOf(in).Elem()
+	for _, p := range b.params {
+		raw, ok := paramValue(names, values, p.param)
+		if !ok {
+			continue
+		}
+		if r.URL.RawPath != "" {
+			// echo matched the escaped path: unescape like Path.
+			if u, err := url.PathUnescape(raw); err == nil {
+				raw = u
+			}
+		}
+		if err := setString(v.FieldByIndex(p.index), raw); err != nil {
+			return wrongType(p.name, "path parameter", raw, v.FieldByIndex(p.index).Type())
+		}
+	}
+	if len(b.query) > 0 && r.URL.RawQuery != "" {
+		q := r.URL.Query()
+		for name, vals := range q {
+			ref, ok := b.query[name]
+			if !ok || len(vals) == 0 {
+				continue
+			}
+			f := v.FieldByIndex(ref.index)
+			if err := setStrings(f, vals); err != nil {
+				return wrongType(ref.name, "query parameter", vals[0], f.Type())
+			}
+		}
+	}
+	return nil
+}
+
+func paramValue(names, values []string, name string) (string, bool) {
+	for i, n := range names {
+		if n == name && i < len(values) {
+			return values[i], true
+		}
+	}
+	return "", false
+}
+
+// setStrings sets a field from one or more values: a slice gets them all,
+// anything else the last one.
+func setStrings(f reflect.Value, vals []string) error {
+	if f.Kind() == reflect.Slice && !reflect.PointerTo(f.Type()).Implements(textUnmarshalerType) {
+		s := reflect.MakeSlice(f.Type(), len(vals), len(vals))
+		for i, v := range vals {
+			if err := setString(s.Index(i), v); err != nil {
+				return err
+			}
+		}
+		f.Set(s)
+		return nil
+	}
+	return setString(f, vals[len(vals)-1])
+}
+
+func setString(f reflect.Value, s string) error {
+	if f.CanAddr() {
+		if u, ok := f.Addr().Interface().(encoding.TextUnmarshaler); ok {
+			return u.UnmarshalText([]byte(s))
+		}
+	}
+	switch f.Kind() {
+	case reflect.Pointer:
+		p := reflect.New(f.Type().Elem())
+		if err := setString(p.Elem(), s); err != nil {
+			return err
+		}
+		f.Set(p)
+	case reflect.String:
+		f.SetString(s)
+	case reflect.Bool:
+		v, err := strconv.ParseBool(s)
+		if err != nil {
+			return err
+		}
+		f.SetBool(v)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v, err := strconv.ParseInt(s, 10, f.Type().Bits())
+		if err != nil {
+			return err
+		}
+		f.SetInt(v)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v, err := strconv.ParseUint(s, 10, f.Type().Bits())
+		if err != nil {
+			return err
+		}
+		f.SetUint(v)
+	case reflect.Float32, reflect.Float64:
+		v, err := strconv.ParseFloat(s, f.Type().Bits())
+		if err != nil {
+			return err
+		}
+		f.SetFloat(v)
+	default:
+		return errors.New("unsupported type")
+	}
+	return nil
+}
+
+// jsonTypeName names what a Go type looks like in JSON.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(textUnmarshalerType) {
+		return "string"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	}
+	return "object"
+}
+
+// maxEcho bounds how much of a caller's value is echoed in a message.
+const maxEcho = 64
+
+func clip(s string) string {
+	if len(s) > maxEcho {
+		return s[:maxEcho] + "..."
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+func wrongType(field, where, got string, t reflect.Type) *pipeline.Error {
+	want := jsonTypeName(t)
+	return pipeline.Errorf(pipeline.KindValidation, CodeWrongType,
+		"The %s '%s' must be %s %s; got %q.", where, clip(field), article(want), want, clip(got)).
+		WithDetail("field", clip(field)).WithDetail("expected", want)
+}
+
+func article(w string) string {
+	if w == "integer" || w == "array" || w == "object" {
+		return "an"
+	}
+	return "a"
+}
+
+// bodyError turns a json.Unmarshal error into a VALIDATION outcome that
+// names the field when one can be found. Go type names never reach the
+// caller.
+func bodyError(err error, body []byte, t reflect.Type) *pipeline.Error {
+	var pe *pipeline.Error
+	if errors.As(err, &pe) {
+		return pe // an input's UnmarshalJSON spoke for itself
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if field == "" {
+			e := pipeline.Errorf(pipeline.KindValidation, CodeWrongType,
+				"The request body must be a JSON %s; got %s.", jsonTypeName(t), clip(te.Value))
+			return e.WithDetail("field", "").WithDetail("expected", jsonTypeName(t))
+		}
+		want := jsonTypeName(te.Type)
+		return pipeline.Errorf(pipeline.KindValidation, CodeWrongType,
+			"The field '%s' must be %s %s; got %s.", clip(field), article(want), want, clip(te.Value)).
+			WithDetail("field", clip(field)).WithDetail("expected", want)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		e := pipeline.Errorf(pipeline.KindValidation, CodeMalformedBody,
+			"The request body is not valid JSON: %s (at byte %d).", strings.TrimPrefix(se.Error(), "json: "), se.Offset).
+			WithDetail("offset", se.Offset)
+		if f := fieldAt(body, se.Offset); f != "" {
+			e = e.WithDetail("field", clip(f))
+		}
+		return e
+	}
+	// An input type's own UnmarshalJSON failed, or something else: say
+	// what, without its text.
+	return pipeline.NewError(pipeline.KindValidation, CodeMalformedBody, "The request body could not be decoded.")
+}
+
+// fieldAt returns the dotted path of the object member being read at byte
+// off of body ("items.qty"; array indexes are left out, as in
+// json.UnmarshalTypeError.Field), or "" when the error is outside any
+// member.
+func fieldAt(body []byte, off int64) string {
+	if off <= 0 {
+		return ""
+	}
+	if off > int64(len(body)) {
+		off = int64(len(body))
+	}
+	type frame struct {
+		obj     bool
+		wantKey bool
+		key     string
+	}
+	var stack []frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].wantKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body[:off]))
+	dec.UseNumber()
+	for len(stack) < 64 {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, frame{obj: true, wantKey: true})
+			case '[':
+				stack = append(stack, frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case string:
+			if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].wantKey {
+				stack[n-1].key, stack[n-1].wantKey = t, false
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
+	var parts []string
+	for _, f := range stack {
+		if f.obj && f.key != "" && !f.wantKey {
+			parts = append(parts, f.key)
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+// bufPool recycles request body buffers.
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -1,0 +1,144 @@
+package httpadapter
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Header names of the inbound and outbound deadline.
+const (
+	// HeaderDeadline carries the caller's absolute deadline as an RFC 3339
+	// timestamp in UTC, with optional fractional seconds:
+	// "2026-03-01T12:00:02.5Z". It survives queues and proxies that hold a
+	// request for a while, but trusts both clocks to agree.
+	HeaderDeadline = "Sundial-Deadline"
+	// DefaultRelativeDeadlineHeader carries the time remaining, in whole
+	// milliseconds, when the request left the caller: "1992". It is immune
+	// to clock skew but does not count the time the request spent in
+	// transit. The inbound name is configurable with
+	// WithRelativeDeadlineHeader.
+	DefaultRelativeDeadlineHeader = "Sundial-Timeout-Ms"
+)
+
+// Limits of the deadline parsers. Anything longer is rejected before it is
+// looked at: a header value cannot make the parser do unbounded work.
+const (
+	// maxDeadlineLen is the length of the longest well-formed absolute
+	// deadline: "2006-01-02T15:04:05.123456789Z".
+	maxDeadlineLen = len("2006-01-02T15:04:05.123456789Z")
+	// maxTimeoutDigits bounds the relative form: 15 digits of milliseconds
+	// (about 31,700 years) converts to a time.Duration without overflow.
+	maxTimeoutDigits = 15
+)
+
+// errBadDeadline is the cause of every malformed-deadline outcome; the
+// caller sees a message naming the header instead.
+var errBadDeadline = errors.New("httpadapter: malformed deadline")
+
+// ParseDeadline parses the value of a Sundial-Deadline header: an RFC 3339
+// timestamp in UTC ("Z" suffix, upper-case "T" and "Z"), with 1 to 9
+// fractional digits or none, e.g. "2026-03-01T12:00:02Z" or
+// "2026-03-01T12:00:02.125Z". It rejects everything else — offsets other
+// than Z, more than nanosecond precision, leap seconds, control
+// characters, surrounding spaces, values longer than 30 bytes — with an
+// error; it never panics. The returned time is in UTC.
+func ParseDeadline(v string) (time.Time, error) {
+	n := len(v)
+	if n < len("2006-01-02T15:04:05Z") || n > maxDeadlineLen || v[n-1] != 'Z' {
+		return time.Time{}, errBadDeadline
+	}
+	// Fixed layout up to the seconds; then optional ".digits", then "Z".
+	const layout = "dddd-dd-ddTdd:dd:dd"
+	for i := 0; i < len(layout); i++ {
+		if layout[i] == 'd' {
+			if v[i] < '0' || v[i] > '9' {
+				return time.Time{}, errBadDeadline
+			}
+		} else if v[i] != layout[i] {
+			return time.Time{}, errBadDeadline
+		}
+	}
+	frac := v[len(layout) : n-1]
+	if frac != "" {
+		if len(frac) < 2 || frac[0] != '.' {
+			return time.Time{}, errBadDeadline
+		}
+		for i := 1; i < len(frac); i++ {
+			if frac[i] < '0' || frac[i] > '9' {
+				return time.Time{}, errBadDeadline
+			}
+		}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, errBadDeadline
+	}
+	return t.UTC(), nil
+}
+
+// ParseTimeoutMs parses the relative form of the deadline: the remaining
+// time as 1 to 15 ASCII digits of milliseconds ("0" means the deadline has
+// passed). Signs, spaces, fractions, exponents and longer values are
+// rejected with an error; it never panics.
+func ParseTimeoutMs(v string) (time.Duration, error) {
+	if len(v) == 0 || len(v) > maxTimeoutDigits {
+		return 0, errBadDeadline
+	}
+	var ms int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, errBadDeadline
+		}
+		ms = ms*10 + int64(c-'0')
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// FormatDeadline formats d for the Sundial-Deadline header: UTC, truncated
+// to the millisecond (so the receiver never sees a later instant than d).
+func FormatDeadline(d time.Time) string {
+	var buf [len("2006-01-02T15:04:05.000Z")]byte
+	return string(d.UTC().Truncate(time.Millisecond).AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z"))
+}
+
+// FormatTimeoutMs formats a remaining duration for the relative header:
+// whole milliseconds, rounded down, never negative.
+func FormatTimeoutMs(remaining time.Duration) string {
+	return strconv.FormatInt(max(remaining.Milliseconds(), 0), 10)
+}
+
+// inboundDeadline reads the caller's deadline from h at now: the earlier of
+// the absolute header and the relative header (relName, "" to ignore it).
+// It returns the zero time when the caller sent neither, and a header name
+// with errBadDeadline when one is malformed or repeated.
+func inboundDeadline(h http.Header, relName string, now time.Time) (time.Time, string, error) {
+	var d time.Time
+	if vs := h[HeaderDeadline]; len(vs) > 0 {
+		if len(vs) > 1 {
+			return time.Time{}, HeaderDeadline, errBadDeadline
+		}
+		t, err := ParseDeadline(vs[0])
+		if err != nil {
+			return time.Time{}, HeaderDeadline, err
+		}
+		d = t
+	}
+	if relName != "" {
+		if vs := h[relName]; len(vs) > 0 {
+			if len(vs) > 1 {
+				return time.Time{}, relName, errBadDeadline
+			}
+			rem, err := ParseTimeoutMs(vs[0])
+			if err != nil {
+				return time.Time{}, relName, err
+			}
+			if t := now.Add(rem); d.IsZero() || t.Before(d) {
+				d = t
+			}
+		}
+	}
+	return d, "", nil
+}

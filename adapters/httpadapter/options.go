@@ -1,0 +1,124 @@
+package httpadapter
+
+import (
+	"log/slog"
+	"net/http"
+
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// DefaultBodyLimit is the largest request body accepted when
+// WithBodyLimit is not given: 1 MiB.
+const DefaultBodyLimit = 1 << 20
+
+// DefaultBaggageLimit is the largest W3C baggage header accepted when
+// WithBaggageLimit is not given: 8192 bytes, the W3C limit.
+const DefaultBaggageLimit = 8192
+
+// maxIdempotencyKey bounds the Idempotency-Key header copied into baggage.
+const maxIdempotencyKey = 255
+
+// Option configures Mount.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	logger          *slog.Logger
+	bodyLimit       int64
+	relHeader       string
+	callerDeadlines bool
+	propagator      propagation.TextMapPropagator
+	baggageLimit    int
+	errorHandler    bool
+}
+
+func defaultConfig() config {
+	return config{
+		bodyLimit:       DefaultBodyLimit,
+		relHeader:       DefaultRelativeDeadlineHeader,
+		callerDeadlines: true,
+		baggageLimit:    DefaultBaggageLimit,
+		errorHandler:    true,
+	}
+}
+
+// WithLogger sets the logger of the access log (one record per request,
+// message "http request") and of the adapter's own events (late results,
+// dropped baggage). The default is the kernel's logger. A nil logger is
+// ignored. Give it a slog.JSONHandler for JSON lines.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// WithBodyLimit sets the largest request body, in bytes, that an operation
+// route reads; a larger body is a 413 Problem Details (code
+// HTTP_VALIDATION_003). The default is DefaultBodyLimit (1 MiB); n <= 0
+// keeps the default.
+func WithBodyLimit(n int64) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.bodyLimit = n
+		}
+	})
+}
+
+// WithRelativeDeadlineHeader sets the name of the header carrying the
+// relative form of the caller's deadline (milliseconds remaining). The
+// default is DefaultRelativeDeadlineHeader ("Sundial-Timeout-Ms"); the
+// empty name turns the relative form off, so only Sundial-Deadline is read.
+func WithRelativeDeadlineHeader(name string) Option {
+	return optionFunc(func(c *config) {
+		if name == "" {
+			c.relHeader = ""
+			return
+		}
+		c.relHeader = http.CanonicalHeaderKey(name)
+	})
+}
+
+// WithCallerDeadlines says whether the caller's deadline headers are read
+// (the default, true). Pass false on an edge that faces untrusted callers:
+// their headers are then ignored — not even validated — and every
+// invocation gets the operation's TimeoutSeconds, capped by
+// MaxTimeoutSeconds, as if the caller had sent none. Caller deadlines are
+// capped by the same limits either way.
+func WithCallerDeadlines(trust bool) Option {
+	return optionFunc(func(c *config) { c.callerDeadlines = trust })
+}
+
+// WithPropagator extracts trace context (and whatever else p carries) from
+// the request headers into the invocation's parent context, e.g.
+// propagation.TraceContext{}. The default extracts nothing: the trace ID
+// reported in Problem Details and the access log is then that of a span
+// already on the request's context (put there by echo middleware), if any.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) { c.propagator = p })
+}
+
+// WithBaggageLimit sets the largest W3C baggage header, in bytes, that is
+// copied into the invocation's baggage. A larger header is dropped whole,
+// with a warning in the log; the request goes on without baggage. The
+// default is DefaultBaggageLimit; n <= 0 keeps it.
+func WithBaggageLimit(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.baggageLimit = n
+		}
+	})
+}
+
+// WithoutErrorHandler leaves echo's HTTPErrorHandler alone. By default
+// Mount installs the adapter's, so that echo's own errors (no route, 405,
+// errors returned by the application's echo handlers) are Problem Details
+// too; an application with its own handler can call
+// Adapter.HTTPErrorHandler from it.
+func WithoutErrorHandler() Option {
+	return optionFunc(func(c *config) { c.errorHandler = false })
+}

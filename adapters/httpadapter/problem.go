@@ -1,0 +1,163 @@
+package httpadapter
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// ContentTypeProblem is the media type of every failure response.
+const ContentTypeProblem = "application/problem+json"
+
+// Codes of the failures the adapter itself produces, before or around the
+// pipeline. The kernel's codes (pipeline.Code*) cover the rest.
+const (
+	// CodeMalformedBody: the request body is not valid JSON.
+	CodeMalformedBody = "HTTP_VALIDATION_001"
+	// CodeWrongType: a body member, path parameter or query parameter has
+	// the wrong type for its field.
+	CodeWrongType = "HTTP_VALIDATION_002"
+	// CodeBodyTooLarge: the request body is over the limit (status 413).
+	CodeBodyTooLarge = "HTTP_VALIDATION_003"
+	// CodeBadRequest: echo rejected the request with another 4xx status.
+	CodeBadRequest = "HTTP_VALIDATION_004"
+	// CodeRouteNotFound: no route matches the path (status 404).
+	CodeRouteNotFound = "HTTP_NOT_FOUND_001"
+	// CodeMethodNotAllowed: a route matches the path but not the method
+	// (status 405, with an Allow header).
+	CodeMethodNotAllowed = "HTTP_NOT_FOUND_002"
+)
+
+// Problem is an RFC 9457 Problem Details body, as the adapter writes it for
+// every failure. Members always appear, in this order; Details is an empty
+// object when the outcome has none, and TraceID is empty when the request
+// carries no valid trace context.
+type Problem struct {
+	// Type is "urn:sundial:error:" followed by Code.
+	Type string `json:"type"`
+	// Title is the outcome's kind, e.g. "UNAVAILABLE".
+	Title string `json:"title"`
+	// Status is the HTTP status of the response.
+	Status int `json:"status"`
+	// Detail is the outcome's message; for UNEXPECTED it is always
+	// pipeline.UnexpectedMessage.
+	Detail string `json:"detail"`
+	// Instance is the request path.
+	Instance string `json:"instance"`
+	// Code is the outcome's stable code, e.g. "KERNEL_UNAVAILABLE_002".
+	Code string `json:"code"`
+	// TraceID is the W3C trace ID of the request's span, or "".
+	TraceID string `json:"traceId"`
+	// Details are the outcome's details, e.g. {"id": ..., "retryAfter": 60}.
+	// UNEXPECTED outcomes never carry any.
+	Details map[string]any `json:"details"`
+}
+
+// TypePrefix prefixes a code to make a Problem's type.
+const TypePrefix = "urn:sundial:error:"
+
+var emptyDetails = map[string]any{}
+
+// newProblem builds the Problem of a failure with the given status.
+func newProblem(e *pipeline.Error, status int, instance, traceID string) *Problem {
+	details := e.Details
+	if details == nil || e.Kind == pipeline.KindUnexpected {
+		details = emptyDetails
+	}
+	return &Problem{
+		Type:     TypePrefix + e.Code,
+		Title:    e.Kind.String(),
+		Status:   status,
+		Detail:   e.SafeMessage(),
+		Instance: instance,
+		Code:     e.Code,
+		TraceID:  traceID,
+		Details:  details,
+	}
+}
+
+// writeProblem writes e as Problem Details with the given status (0: the
+// kind's status). A 503 whose details carry retryAfter also gets a
+// Retry-After header. For HEAD requests only the headers are written.
+func writeProblem(c echo.Context, e *pipeline.Error, status int, traceID string) error {
+	if status == 0 {
+		status = StatusFor(e.Kind)
+	}
+	r := c.Request()
+	h := c.Response().Header()
+	if status == http.StatusServiceUnavailable {
+		if ra, ok := retryAfter(e); ok {
+			h.Set("Retry-After", ra)
+		}
+	}
+	body, err := json.Marshal(newProblem(e, status, r.URL.Path, traceID))
+	if err != nil {
+		// Details that do not encode: send the problem without them
+		// rather than fail the response.
+		p := newProblem(e, status, r.URL.Path, traceID)
+		p.Details = emptyDetails
+		body, _ = json.Marshal(p)
+	}
+	h.Set(echo.HeaderContentType, ContentTypeProblem)
+	if r.Method == http.MethodHead {
+		c.Response().WriteHeader(status)
+		return nil
+	}
+	h.Set(echo.HeaderContentLength, strconv.Itoa(len(body)))
+	c.Response().WriteHeader(status)
+	_, err = c.Response().Write(body)
+	return err
+}
+
+// retryAfter formats details.retryAfter (whole seconds, rounded up, at
+// least 1) for the Retry-After header.
+func retryAfter(e *pipeline.Error) (string, bool) {
+	v, ok := e.Detail("retryAfter")
+	if !ok {
+		return "", false
+	}
+	var secs float64
+	switch n := v.(type) {
+	case int:
+		secs = float64(n)
+	case int64:
+		secs = float64(n)
+	case int32:
+		secs = float64(n)
+	case uint64:
+		secs = float64(n)
+	case float64:
+		secs = n
+	case float32:
+		secs = float64(n)
+	case time.Duration:
+		secs = n.Seconds()
+	case json.Number:
+		f, err := n.Float64()
+		if err != nil {
+			return "", false
+		}
+		secs = f
+	default:
+		return "", false
+	}
+	if math.IsNaN(secs) || secs > 1e9 {
+		return "", false
+	}
+	return strconv.FormatInt(max(int64(math.Ceil(secs)), 1), 10), true
+}
+
+// traceIDOf returns the trace ID of the span in ctx, or "".
+func traceIDOf(sc trace.SpanContext) string {
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
