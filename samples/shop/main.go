@@ -3,15 +3,21 @@
 // one JSON config.
 //
 //	shop serve [--config FILE] [--http ADDR] [--grpc ADDR]
-//	shop orders create --name widget --amount 1
+//	shop orders create --name widget --amount 1 [--timeout SECONDS] [--output json|text]
+//	shop reports export --input '{"delayMs": 500}'
+//
+// The operation commands run in-process on the same kernel and config as
+// serve; their exit codes follow DESIGN.md's outcome table (docs/cli.md).
 package main
 
 import (
+	"context"
 	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sundial-go/sundial/adapters/cliadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/samples/shop/app"
@@ -35,18 +41,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	configFile := root.PersistentFlags().String("config", "", "JSON config `file` loaded over the embedded default config")
 	root.AddCommand(newServeCommand(configFile))
-	if err := root.Execute(); err != nil {
+	if err := addOperationCommands(root, configFile); err != nil {
 		io.WriteString(stderr, "shop: "+err.Error()+"\n")
-		return 2
+		return 1
 	}
-	return 0
+	return cliadapter.Execute(context.Background(), root)
 }
 
 // newKernel builds the shop's kernel: its operations, the embedded default
 // config, the config file (if any) and SUNDIAL_ environment overrides.
 func newKernel(configFile string, opts ...kernel.Option) (*kernel.Kernel, error) {
-	reg := operations.NewRegistry()
-	if err := app.New().Register(reg); err != nil {
+	reg, err := newRegistry()
+	if err != nil {
 		return nil, err
 	}
 	base := []kernel.Option{
@@ -56,4 +62,13 @@ func newKernel(configFile string, opts ...kernel.Option) (*kernel.Kernel, error)
 		kernel.WithEnv("SUNDIAL_"),
 	}
 	return kernel.New(append(base, opts...)...)
+}
+
+// newRegistry returns the shop's operations, registered on a new shop.
+func newRegistry() (*operations.Registry, error) {
+	reg := operations.NewRegistry()
+	if err := app.New().Register(reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
 }

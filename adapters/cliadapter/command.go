@@ -1,0 +1,343 @@
+package cliadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// KernelFunc returns the kernel an operation command runs on. An operation
+// command calls it once per execution, after its flags are parsed, so it
+// may read flags such as the application's --config. An error is reported
+// like a usage error (exit code 2).
+type KernelFunc func() (*kernel.Kernel, error)
+
+// Option configures AddCommands.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	signals []os.Signal
+	exit    func(int)
+	// signalCh replaces the OS as the source of signals (tests).
+	signalCh <-chan os.Signal
+}
+
+// WithSignals sets the signals that cancel a running operation. The
+// default is os.Interrupt (Ctrl-C) and syscall.SIGTERM. The first signal
+// cancels the invocation's parent context — the operation ends CANCELLED
+// (exit code 8), or TIMEOUT (7) when its deadline had already fired — and a
+// second one exits the process at once (see WithExit). WithSignals() with
+// no signals leaves signal handling to the host.
+func WithSignals(sigs ...os.Signal) Option {
+	return optionFunc(func(o *options) { o.signals = slices.Clone(sigs) })
+}
+
+// WithExit sets the function called with ExitCancelled when a second
+// signal arrives while an operation is still running. The default is
+// os.Exit. A nil function is ignored.
+func WithExit(exit func(code int)) Option {
+	return optionFunc(func(o *options) {
+		if exit != nil {
+			o.exit = exit
+		}
+	})
+}
+
+// withSignalChannel makes operation commands read signals from ch instead
+// of the OS (tests).
+func withSignalChannel(ch <-chan os.Signal) Option {
+	return optionFunc(func(o *options) { o.signalCh = ch })
+}
+
+// AddCommands adds the operations of reg to root as commands, one group per
+// first segment of the operation ID and one command per operation under it:
+// "orders.create" becomes "root orders create" and "inventory.v2.reserve"
+// becomes "root inventory v2.reserve". The descriptors of reg give the
+// commands' help and flags; the operations run on the kernel newKernel
+// returns, looked up by ID.
+//
+// Each operation command has:
+//
+//   - one flag per input field whose type pflag parses (strings, booleans,
+//     integers, floats, time.Duration, []string, []int, pointers to these,
+//     and encoding.TextUnmarshaler types), named by FlagName of the field's
+//     JSON name ("delayMs" -> --delay-ms);
+//   - --input JSON, the whole input as a JSON object, or --input - to read
+//     it from standard input. The document is decoded first and the flags
+//     given explicitly then override the fields they name. Unknown fields,
+//     trailing data and type mismatches are VALIDATION failures (exit 2);
+//   - the group's persistent flags --timeout SECONDS (the invocation's
+//     deadline, see ParseTimeout; capped like every inbound deadline by the
+//     operation's TimeoutSeconds and Sundial.Kernel.MaxTimeoutSeconds) and
+//     --output json|text (the result's format on stdout, JSON by default).
+//
+// A success writes the result to the command's stdout and returns nil. A
+// failure writes RFC 9457 Problem Details JSON and a human line to stderr
+// (only the line with --output text) and returns an *ExitError whose Code
+// is ExitCodeFor the outcome's kind. Run the root with Execute to turn
+// errors into exit codes.
+//
+// AddCommands returns an error, adding nothing, when a group's name is
+// already a command of root.
+func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel KernelFunc, opts ...Option) error {
+	if root == nil || reg == nil || newKernel == nil {
+		return errors.New("cliadapter: AddCommands: nil root, registry or kernel function")
+	}
+	o := &options{signals: []os.Signal{os.Interrupt, syscall.SIGTERM}, exit: os.Exit}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(o)
+		}
+	}
+	var groups []*cobra.Command
+	type groupCmd struct {
+		cmd   *cobra.Command
+		flags *groupFlags
+	}
+	byName := map[string]groupCmd{}
+	for _, d := range reg.All() {
+		group, name, _ := strings.Cut(d.ID, ".")
+		g, ok := byName[group]
+		if !ok {
+			for _, c := range root.Commands() {
+				if c.Name() == group {
+					return fmt.Errorf("cliadapter: operation group %q clashes with the command %q", group, c.CommandPath())
+				}
+			}
+			g.flags = &groupFlags{}
+			g.cmd = newGroupCommand(group, g.flags)
+			byName[group] = g
+			groups = append(groups, g.cmd)
+		}
+		g.cmd.AddCommand(newOperationCommand(d, name, g.flags, newKernel, o))
+	}
+	for _, g := range groups {
+		g.Short = fmt.Sprintf("Operations %s.*: %s.", g.Name(), strings.Join(commandNames(g), ", "))
+	}
+	root.AddCommand(groups...)
+	return nil
+}
+
+func commandNames(c *cobra.Command) []string {
+	var names []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	return names
+}
+
+// groupFlags are the persistent flags of a group, shared by its operation
+// commands.
+type groupFlags struct {
+	timeout timeoutValue
+	output  outputValue
+}
+
+func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
+	g := &cobra.Command{
+		Use: name,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return errors.New(msg)
+		},
+	}
+	pf := g.PersistentFlags()
+	pf.Var(&gf.timeout, "timeout", "deadline of the invocation in `seconds` (> 0, fractions allowed); capped by the configured maximum")
+	pf.Var(&gf.output, "output", "result format on stdout: json or text")
+	return g
+}
+
+func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, newKernel KernelFunc, o *options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   name + " [flags]",
+		Short: d.Summary,
+		Args:  cobra.NoArgs,
+	}
+	inputJSON := cmd.Flags().String("input", "", "the whole input as a JSON `object`, or - to read it from standard input; flags given too override its fields")
+	fields := newInputFlags(d.Input, cmd.Flags())
+	cmd.Long = operationHelp(d, fields)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		r := &runner{cmd: cmd, desc: d, format: gf.output.get()}
+		return r.run(fields, *inputJSON, gf.timeout, newKernel, o)
+	}
+	return cmd
+}
+
+func operationHelp(d *operations.Descriptor, f *inputFlags) string {
+	var b strings.Builder
+	if d.Summary != "" {
+		b.WriteString(d.Summary + "\n\n")
+	}
+	fmt.Fprintf(&b, "Runs the operation %s in-process.\n\n", d.ID)
+	b.WriteString("Input fields are set with the flags below, or all at once as a JSON object with\n" +
+		"--input '{...}' (--input - reads it from standard input); a flag given\n" +
+		"together with --input overrides that field.\n")
+	if len(f.inputOnly) > 0 {
+		fmt.Fprintf(&b, "Fields settable with --input only: %s.\n", strings.Join(f.inputOnly, ", "))
+	}
+	b.WriteString("\nThe result is written to stdout; a failure writes Problem Details JSON and\n" +
+		"a line to stderr. Exit codes: 0 OK, 1 UNEXPECTED, 2 VALIDATION or usage error,\n" +
+		"3 NOT_FOUND, 4 UNAUTHENTICATED or FORBIDDEN, 5 CONFLICT, 6 UNAVAILABLE,\n" +
+		"7 TIMEOUT, 8 CANCELLED (Ctrl-C; a second Ctrl-C exits at once).")
+	return b.String()
+}
+
+// runner runs one operation command.
+type runner struct {
+	cmd    *cobra.Command
+	desc   *operations.Descriptor
+	format string
+}
+
+func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue, newKernel KernelFunc, o *options) error {
+	stderr := r.cmd.ErrOrStderr()
+	onSecond := func(sig os.Signal) {
+		fmt.Fprintf(stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
+		o.exit(ExitCancelled)
+	}
+	var in *interrupts
+	if o.signalCh != nil {
+		in = watch(r.cmd.Context(), o.signalCh, onSecond, func() {})
+	} else {
+		in = notify(r.cmd.Context(), onSecond, o.signals...)
+	}
+	defer in.stop()
+
+	k, err := newKernel()
+	if err != nil {
+		return err
+	}
+	desc, ok := k.Lookup(r.desc.ID)
+	if !ok {
+		desc = r.desc // Invoke reports NOT_FOUND
+	}
+	var raw []byte
+	if r.cmd.Flags().Changed("input") {
+		if raw, err = readInput(inputJSON, r.cmd.InOrStdin()); err != nil {
+			return r.fail(inputFailure(err))
+		}
+	}
+	input, err := fields.decode(r.cmd.Flags(), raw)
+	if err != nil {
+		return r.fail(inputFailure(err))
+	}
+	inv := pipeline.NewInvocation(in.ctx, desc, input)
+	inv.SetProtocol(pipeline.ProtocolCLI)
+	if timeout.set {
+		inv.SetDeadline(time.Now().Add(timeout.d))
+	}
+	if err := k.Invoke(inv); err != nil {
+		return r.fail(err)
+	}
+	if err := writeResult(r.cmd.OutOrStdout(), r.format, inv.Output()); err != nil {
+		return r.fail(pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
+			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)))
+	}
+	return nil
+}
+
+// inputFailure turns a --input decoding error into a VALIDATION outcome
+// (CodeMalformedInput or CodeWrongInput).
+func inputFailure(err error) *pipeline.Error {
+	var ie *InputError
+	if !errors.As(err, &ie) {
+		return pipeline.Wrap(pipeline.KindValidation, CodeMalformedInput, "The --input document is malformed.", err)
+	}
+	code := CodeMalformedInput
+	if ie.Misfit {
+		code = CodeWrongInput
+	}
+	pe := pipeline.Wrap(pipeline.KindValidation, code, strings.TrimPrefix(ie.Error(), "cliadapter: "), err)
+	if ie.Field != "" {
+		pe = pe.WithDetail("field", ie.Field)
+	}
+	return pe
+}
+
+// fail reports a failed invocation on stderr and returns the *ExitError
+// for it.
+func (r *runner) fail(err error) error {
+	pe := pipeline.AsError(err)
+	code := ExitCodeFor(pe.Kind)
+	writeProblem(r.cmd.ErrOrStderr(), r.format, r.cmd.CommandPath(), r.desc.ID, pe)
+	return &ExitError{Code: code, Err: err}
+}
+
+// ExitError is returned by an operation command whose invocation failed.
+// The failure has already been written to stderr; Code is the process exit
+// code (ExitCodeFor the outcome's kind) and Err the outcome.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("cliadapter: exit code %d: %v", e.Code, e.Err)
+}
+
+// Unwrap returns the outcome.
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode returns the exit code for an error returned by executing a
+// command tree built with AddCommands: ExitOK for nil, the Code of an
+// *ExitError, and ExitValidation (a usage error) for anything else.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return ExitValidation
+}
+
+// Execute runs root with ctx as the commands' parent context and returns
+// the process exit code: ExitOK on success; the code of a failed operation
+// (already reported by the operation command); and ExitValidation for any
+// other error — an unknown command or flag, a malformed flag value, a
+// config that does not load — which Execute writes to root's stderr as
+// "<root>: <error>" followed by a pointer to --help. Execute silences
+// cobra's own error and usage printing.
+func Execute(ctx context.Context, root *cobra.Command) int {
+	root.SilenceErrors, root.SilenceUsage = true, true
+	cmd, err := root.ExecuteContextC(ctx)
+	var ee *ExitError
+	if err != nil && !errors.As(err, &ee) {
+		w := root.ErrOrStderr()
+		fmt.Fprintf(w, "%s: %v\n", root.Name(), err)
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return ExitCode(err)
+}
+
+// writeStr writes s to w, ignoring errors: stderr has nowhere to report
+// its own failure.
+func writeStr(w io.Writer, s string) { _, _ = io.WriteString(w, s) }

@@ -1,0 +1,371 @@
+package cliadapter
+
+import (
+	"bytes"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/spf13/pflag"
+)
+
+// MaxInputBytes bounds the JSON document read by --input (from the flag's
+// value or from standard input with "--input -"). A larger document is a
+// validation error, never a partial read.
+const MaxInputBytes = 16 << 20
+
+// FlagName returns the command-line flag name of an input field whose JSON
+// name is jsonName: camelCase and snake_case become kebab-case, and runs of
+// capitals are kept together as one word ("delayMs" -> "delay-ms",
+// "orderID" -> "order-id", "HTTPPort" -> "http-port", "amount_cents" ->
+// "amount-cents"). It returns "" when the result would not be a plain flag
+// name (letters, digits and single inner hyphens, starting with a letter):
+// such a field can only be set with --input.
+func FlagName(jsonName string) string {
+	rs := []rune(jsonName)
+	var b strings.Builder
+	for i, r := range rs {
+		switch {
+		case r == '_' || r == '-':
+			b.WriteByte('-')
+			continue
+		case unicode.IsUpper(r) && i > 0:
+			prev := rs[i-1]
+			nextLower := i+1 < len(rs) && unicode.IsLower(rs[i+1])
+			if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower) {
+				b.WriteByte('-')
+			}
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	name := b.String()
+	if name == "" || name[0] < 'a' || name[0] > 'z' || strings.HasSuffix(name, "-") || strings.Contains(name, "--") {
+		return ""
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return ""
+		}
+	}
+	return name
+}
+
+// inputField is one input field that has a flag.
+type inputField struct {
+	index    []int         // reflect index path from the input struct
+	json     string        // JSON name
+	flag     string        // flag name
+	value    reflect.Value // pointer to the variable pflag parses into
+	optional bool          // the field is a pointer: set it to a copy of *value
+}
+
+// inputFlags binds the fields of an operation's input struct to flags of a
+// pflag.FlagSet, and decodes an input from --input JSON and those flags.
+//
+// pflag parses each flag into a variable of its own (value); decode copies
+// only the flags the user actually gave into a fresh input, so a flag's
+// zero default never overwrites a field set by --input.
+type inputFlags struct {
+	typ       reflect.Type // the input type (may be a non-struct)
+	fields    []inputField
+	inputOnly []string // JSON names of fields without a flag (settable with --input only)
+}
+
+// reservedFlags are the flag names the adapter itself defines on an
+// operation command; an input field that would clash is settable with
+// --input only.
+var reservedFlags = map[string]bool{"input": true, "help": true, "timeout": true, "output": true, "config": true}
+
+// newInputFlags defines one flag on fs for each input field of t whose type
+// pflag can parse (strings, booleans, integers, floats, time.Duration,
+// []string, []int, and pointers to the scalars). Fields are found with
+// encoding/json's rules: exported, named by their json tag, "-" skipped,
+// untagged embedded structs flattened. A field whose flag name is reserved,
+// not a plain name, or already taken keeps no flag and is listed in
+// inputOnly.
+func newInputFlags(t reflect.Type, fs *pflag.FlagSet) *inputFlags {
+	f := &inputFlags{typ: t}
+	if t == nil {
+		return f
+	}
+	if t.Kind() == reflect.Struct {
+		f.walk(t, nil, fs, map[string]bool{})
+	}
+	return f
+}
+
+func (f *inputFlags) walk(t reflect.Type, index []int, fs *pflag.FlagSet, seen map[string]bool) {
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		path := append(append([]int(nil), index...), i)
+		name, tagged := jsonName(sf)
+		if name == "-" {
+			continue
+		}
+		if sf.Anonymous && !tagged && sf.Type.Kind() == reflect.Struct {
+			f.walk(sf.Type, path, fs, seen)
+			continue
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		flag := FlagName(name)
+		if flag == "" || reservedFlags[flag] || seen[flag] || fs.Lookup(flag) != nil {
+			f.inputOnly = append(f.inputOnly, name)
+			continue
+		}
+		field := inputField{index: path, json: name, flag: flag}
+		ft := sf.Type
+		if ft.Kind() == reflect.Pointer {
+			ft, field.optional = ft.Elem(), true
+		}
+		field.value = reflect.New(ft)
+		usage := sf.Tag.Get("help")
+		if usage == "" {
+			usage = fmt.Sprintf("input field %q", name)
+		}
+		if !defineFlag(fs, flag, field.value, usage) {
+			f.inputOnly = append(f.inputOnly, name)
+			continue
+		}
+		seen[flag] = true
+		f.fields = append(f.fields, field)
+	}
+}
+
+// jsonName returns the JSON name of a struct field and whether its tag
+// named it.
+func jsonName(sf reflect.StructField) (string, bool) {
+	tag := sf.Tag.Get("json")
+	if tag == "-" {
+		return "-", true
+	}
+	name, _, _ := strings.Cut(tag, ",")
+	if name != "" {
+		return name, true
+	}
+	return sf.Name, false
+}
+
+var (
+	durationType        = reflect.TypeFor[time.Duration]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+)
+
+// textValue is a pflag.Value for a type that parses itself from text (its
+// JSON string form usually agrees with it, e.g. net/netip.Addr).
+type textValue struct{ u encoding.TextUnmarshaler }
+
+func (v textValue) Set(s string) error { return v.u.UnmarshalText([]byte(s)) }
+func (v textValue) Type() string       { return "text" }
+func (v textValue) String() string {
+	if m, ok := v.u.(encoding.TextMarshaler); ok && !reflect.ValueOf(v.u).IsNil() {
+		if b, err := m.MarshalText(); err == nil {
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// defineFlag defines a pflag flag that parses into the variable p points
+// to, converting p to a pointer of the basic type pflag knows (a named type
+// such as `type Cents int` shares int's representation). It reports false
+// for types pflag cannot parse.
+func defineFlag(fs *pflag.FlagSet, name string, p reflect.Value, usage string) bool {
+	as := func(t reflect.Type) any { return p.Convert(reflect.PointerTo(t)).Interface() }
+	t := p.Type().Elem()
+	switch {
+	case p.Type().Implements(textUnmarshalerType):
+		fs.Var(textValue{p.Interface().(encoding.TextUnmarshaler)}, name, usage)
+		return true
+	case p.Type().Implements(jsonUnmarshalerType):
+		return false // JSON has its own syntax for it; a flag would disagree
+	case t == durationType:
+		fs.DurationVar(as(durationType).(*time.Duration), name, 0, usage)
+		return true
+	}
+	switch t.Kind() {
+	case reflect.String:
+		fs.StringVar(as(reflect.TypeFor[string]()).(*string), name, "", usage)
+	case reflect.Bool:
+		fs.BoolVar(as(reflect.TypeFor[bool]()).(*bool), name, false, usage)
+	case reflect.Int:
+		fs.IntVar(as(reflect.TypeFor[int]()).(*int), name, 0, usage)
+	case reflect.Int8:
+		fs.Int8Var(as(reflect.TypeFor[int8]()).(*int8), name, 0, usage)
+	case reflect.Int16:
+		fs.Int16Var(as(reflect.TypeFor[int16]()).(*int16), name, 0, usage)
+	case reflect.Int32:
+		fs.Int32Var(as(reflect.TypeFor[int32]()).(*int32), name, 0, usage)
+	case reflect.Int64:
+		fs.Int64Var(as(reflect.TypeFor[int64]()).(*int64), name, 0, usage)
+	case reflect.Uint:
+		fs.UintVar(as(reflect.TypeFor[uint]()).(*uint), name, 0, usage)
+	case reflect.Uint8:
+		fs.Uint8Var(as(reflect.TypeFor[uint8]()).(*uint8), name, 0, usage)
+	case reflect.Uint16:
+		fs.Uint16Var(as(reflect.TypeFor[uint16]()).(*uint16), name, 0, usage)
+	case reflect.Uint32:
+		fs.Uint32Var(as(reflect.TypeFor[uint32]()).(*uint32), name, 0, usage)
+	case reflect.Uint64:
+		fs.Uint64Var(as(reflect.TypeFor[uint64]()).(*uint64), name, 0, usage)
+	case reflect.Float32:
+		fs.Float32Var(as(reflect.TypeFor[float32]()).(*float32), name, 0, usage)
+	case reflect.Float64:
+		fs.Float64Var(as(reflect.TypeFor[float64]()).(*float64), name, 0, usage)
+	case reflect.Slice:
+		switch t.Elem() { // exactly []string or []int: []Color is not []string
+		case reflect.TypeFor[string]():
+			fs.StringSliceVar(as(reflect.TypeFor[[]string]()).(*[]string), name, nil, usage+" (repeat or comma-separate)")
+		case reflect.TypeFor[int]():
+			fs.IntSliceVar(as(reflect.TypeFor[[]int]()).(*[]int), name, nil, usage+" (repeat or comma-separate)")
+		default:
+			return false
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// decode returns a pointer to a new input value: the JSON document raw (if
+// not nil) decoded into it, then every flag set on fs (fs.Changed) copied
+// over the field it names. Errors are VALIDATION-worthy descriptions of the
+// user's input.
+func (f *inputFlags) decode(fs *pflag.FlagSet, raw []byte) (any, error) {
+	if f.typ == nil {
+		return nil, nil
+	}
+	in := reflect.New(f.typ)
+	if raw != nil {
+		if err := decodeJSON(raw, in.Interface()); err != nil {
+			return nil, err
+		}
+	}
+	for _, field := range f.fields {
+		if fs == nil || !fs.Changed(field.flag) {
+			continue
+		}
+		dst := in.Elem().FieldByIndex(field.index)
+		if field.optional {
+			v := reflect.New(field.value.Type().Elem())
+			v.Elem().Set(field.value.Elem())
+			dst.Set(v)
+		} else {
+			dst.Set(field.value.Elem())
+		}
+	}
+	return in.Interface(), nil
+}
+
+// InputError is a malformed --input document. Field is the JSON name of
+// the offending field when known.
+type InputError struct {
+	// Field is the JSON name of the offending field, or "".
+	Field string
+	// Msg says what is wrong.
+	Msg string
+	// Misfit reports a well-formed JSON document that does not fit the
+	// input type (an unknown field, a value of the wrong type), as opposed
+	// to a malformed one.
+	Misfit bool
+}
+
+func (e *InputError) Error() string {
+	if e.Field != "" {
+		return "cliadapter: --input: field " + e.Field + ": " + e.Msg
+	}
+	return "cliadapter: --input: " + e.Msg
+}
+
+// decodeJSON decodes exactly one JSON value from raw into v, rejecting
+// unknown fields and trailing data. Errors are *InputError with messages
+// that name JSON fields and types, never Go ones.
+func decodeJSON(raw []byte, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return &InputError{Msg: "empty document, want a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return inputError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &InputError{Msg: fmt.Sprintf("unexpected data after the JSON value at offset %d", dec.InputOffset())}
+	}
+	return nil
+}
+
+func inputError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return &InputError{Msg: fmt.Sprintf("invalid JSON at offset %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))}
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return &InputError{Msg: fmt.Sprintf("cannot use a JSON %s here, want %s", typ.Value, jsonKind(typ.Type)), Misfit: true}
+		}
+		return &InputError{Field: typ.Field, Msg: fmt.Sprintf("cannot use a JSON %s, want %s", typ.Value, jsonKind(typ.Type)), Misfit: true}
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return &InputError{Msg: "truncated JSON document"}
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return &InputError{Field: strings.Trim(name, `"`), Msg: "unknown field", Misfit: true}
+	}
+	return &InputError{Msg: strings.TrimPrefix(msg, "json: ")}
+}
+
+// jsonKind names the JSON shape a Go type wants.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer that fits " + t.Kind().String()
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "a " + t.Kind().String()
+}
+
+// readInput returns the --input document: the flag's value, or standard
+// input when the value is "-". It reads at most MaxInputBytes.
+func readInput(value string, stdin io.Reader) ([]byte, error) {
+	if value != "-" {
+		if len(value) > MaxInputBytes {
+			return nil, &InputError{Msg: fmt.Sprintf("document larger than %d bytes", MaxInputBytes)}
+		}
+		return []byte(value), nil
+	}
+	if stdin == nil {
+		return nil, &InputError{Msg: "no standard input to read"}
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, MaxInputBytes+1))
+	if err != nil {
+		return nil, &InputError{Msg: "reading standard input: " + err.Error()}
+	}
+	if len(b) > MaxInputBytes {
+		return nil, &InputError{Msg: fmt.Sprintf("document larger than %d bytes", MaxInputBytes)}
+	}
+	return b, nil
+}

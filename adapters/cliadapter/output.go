@@ -1,0 +1,177 @@
+package cliadapter
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// Output formats of --output.
+const (
+	OutputJSON = "json"
+	OutputText = "text"
+)
+
+// outputValue is the pflag.Value of --output. Its zero value is JSON.
+type outputValue struct{ format string }
+
+func (v *outputValue) Set(s string) error {
+	switch s {
+	case OutputJSON, OutputText:
+		v.format = s
+		return nil
+	}
+	return fmt.Errorf("cliadapter: output format %q is not %q or %q", s, OutputJSON, OutputText)
+}
+
+func (v *outputValue) Type() string { return "format" }
+
+func (v *outputValue) String() string { return v.get() }
+
+func (v *outputValue) get() string {
+	if v.format == "" {
+		return OutputJSON
+	}
+	return v.format
+}
+
+// writeResult writes an operation's output: indented JSON, or with
+// OutputText one "name  value" line per top-level field of a JSON object
+// (strings unquoted, other values as compact JSON) and a JSON string's
+// text or any other value's JSON as one line.
+func writeResult(w io.Writer, format string, out any) error {
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	if format != OutputText {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, b, "", "  "); err != nil {
+			return err
+		}
+		buf.WriteByte('\n')
+		_, err = w.Write(buf.Bytes())
+		return err
+	}
+	if len(b) == 0 || b[0] != '{' {
+		_, err = fmt.Fprintln(w, textOf(b))
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if _, err := dec.Token(); err != nil { // '{'
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", key, textOf(raw))
+	}
+	return tw.Flush()
+}
+
+// textOf renders one JSON value for OutputText: a string's text (with
+// newlines and tabs escaped so each value stays on its line), anything else
+// as compact JSON.
+func textOf(raw []byte) string {
+	var s string
+	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		return strings.NewReplacer("\n", `\n`, "\t", `\t`, "\r", `\r`).Replace(s)
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+// Codes of the failures the adapter itself produces, before the pipeline
+// runs. The kernel's codes (pipeline.Code*) and the application's cover
+// the rest.
+const (
+	// CodeMalformedInput: the --input document is not one JSON value
+	// (a syntax error, trailing data, empty, too large or unreadable).
+	CodeMalformedInput = "CLI_VALIDATION_001"
+	// CodeWrongInput: the --input document is JSON but does not fit the
+	// operation's input (an unknown field or a value of the wrong type).
+	CodeWrongInput = "CLI_VALIDATION_002"
+)
+
+// Problem is the RFC 9457 Problem Details document an operation command
+// writes to stderr when its invocation fails. It carries the same type,
+// title, detail, code and details as the HTTP adapter's body; instead of an
+// HTTP status it has the process exit code, and the operation ID instead of
+// a request path.
+type Problem struct {
+	// Type is "urn:sundial:error:" + Code.
+	Type string `json:"type"`
+	// Title is the outcome kind, e.g. "TIMEOUT".
+	Title string `json:"title"`
+	// Detail is the human message (never internal text for UNEXPECTED).
+	Detail string `json:"detail"`
+	// Code is the stable error code, e.g. "KERNEL_TIMEOUT_001".
+	Code string `json:"code"`
+	// Operation is the operation ID.
+	Operation string `json:"operation"`
+	// ExitCode is the process exit code, ExitCodeFor the kind.
+	ExitCode int `json:"exitCode"`
+	// Details are the outcome's details, e.g. {"field": "amount"}; an
+	// empty object when there are none, and always for UNEXPECTED.
+	Details map[string]any `json:"details"`
+}
+
+// NewProblem returns the Problem Details of a failure of the operation id.
+func NewProblem(id string, e *pipeline.Error) Problem {
+	p := Problem{
+		Type:      "urn:sundial:error:" + e.Code,
+		Title:     e.Kind.String(),
+		Detail:    e.SafeMessage(),
+		Code:      e.Code,
+		Operation: id,
+		ExitCode:  ExitCodeFor(e.Kind),
+		Details:   map[string]any{},
+	}
+	if e.Kind != pipeline.KindUnexpected && len(e.Details) > 0 {
+		p.Details = maps.Clone(e.Details)
+	}
+	return p
+}
+
+// writeProblem writes a failure to stderr: the Problem Details JSON (not
+// with OutputText) and then one human line, "<command path>: <TITLE>
+// <code>: <detail>", followed with OutputText by "  key: value" lines of
+// the details.
+func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error) {
+	p := NewProblem(id, e)
+	var b strings.Builder
+	if format != OutputText {
+		j, err := json.Marshal(p)
+		if err != nil { // details that do not encode: drop them, keep the rest
+			p.Details = map[string]any{}
+			j, _ = json.Marshal(p)
+		}
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "%s: %s %s: %s\n", path, p.Title, p.Code, p.Detail)
+	if format == OutputText {
+		for _, k := range slices.Sorted(maps.Keys(p.Details)) {
+			v, _ := json.Marshal(p.Details[k])
+			fmt.Fprintf(&b, "  %s: %s\n", k, textOf(v))
+		}
+	}
+	writeStr(w, b.String())
+}
