@@ -132,6 +132,7 @@ type Kernel struct {
 	resilience resilience.Options
 	ops        map[string]*compiled
 	host       pipeline.Handler
+	limits     map[string]*resilience.OperationLimits // operations with a breaker or limits
 }
 
 type compiled struct {
@@ -207,7 +208,7 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 			if k.settings.UseBuiltInMiddleware {
 				mws = append(mws, resilience.NewDeadlineMiddleware(p.Timeout, k.settings.MaxTimeout))
 				if d != nil {
-					if mw := resilience.NewResilienceMiddleware(d.ID, p); mw != nil {
+					if mw := k.newLimits(d.ID, p); mw != nil {
 						mws = append(mws, mw)
 					}
 				}
@@ -315,6 +316,26 @@ func (k *Kernel) PolicyFor(id string) resilience.Policy {
 		return resilience.Policy{}
 	}
 	return k.resilience.PolicyFor(id)
+}
+
+// Limits returns the breaker, rate limit and concurrency limit of the
+// operation id — for observing their state (breaker state, queue depths,
+// calls in flight) — or nil when the operation has none of them (nothing
+// configured, built-in middleware off, or an unknown id). The methods of a
+// nil *OperationLimits report an idle, closed state.
+func (k *Kernel) Limits(id string) *resilience.OperationLimits { return k.limits[id] }
+
+// newLimits creates the ResilienceMiddleware of the operation id, once,
+// and keeps it for Limits. It returns nil when p configures no limit.
+func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.OperationLimits {
+	l := resilience.NewResilienceMiddleware(id, p)
+	if l != nil {
+		if k.limits == nil {
+			k.limits = make(map[string]*resilience.OperationLimits)
+		}
+		k.limits[id] = l
+	}
+	return l
 }
 
 // validationMiddleware calls Validate on inputs that implement
