@@ -40,6 +40,7 @@ type options struct {
 	app        []stagedMiddleware
 	builtins   [][2]any // {pipeline.Stage, BuiltIn}
 	errs       []error
+	telemetry  telemetryOptions // telemetry_options.go
 }
 
 // WithRegistry sets the operations the kernel serves. Without it the
@@ -183,9 +184,10 @@ func New(opts ...Option) (*Kernel, error) {
 			return nil, err
 		}
 	}
+	registerTelemetry(o, k)
 	for _, d := range o.registry.All() {
 		c := &compiled{desc: d, policy: k.PolicyFor(d.ID)}
-		c.handler = k.compile(o, d, c.policy, d.Handler())
+		c.handler = k.compile(o, d, c.policy, replaceable(d.Handler()))
 		k.ops[d.ID] = c
 	}
 	k.host = k.compile(o, nil, resilience.Policy{}, hostTerminal)
@@ -237,6 +239,53 @@ func hostTerminal(inv *pipeline.Invocation) error {
 		return pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
 	}
 	return h(inv)
+}
+
+// replacement is the handler InvokeWith runs in place of an operation's
+// registered one, for one invocation.
+type replacement struct {
+	inv *pipeline.Invocation
+	fn  pipeline.Handler
+}
+
+type replacementKey struct{}
+
+// replaceable returns the terminal of an operation's chain: the registered
+// handler h, or the handler InvokeWith gave for this very invocation (an
+// in-process call made from inside it, with the same context, is another
+// invocation and runs its own registered handler).
+func replaceable(h pipeline.Handler) pipeline.Handler {
+	return func(inv *pipeline.Invocation) error {
+		if r, ok := inv.Context().Value(replacementKey{}).(*replacement); ok && r.inv == inv {
+			return r.fn(inv)
+		}
+		return h(inv)
+	}
+}
+
+// InvokeWith runs inv through the compiled chain of its operation — the
+// same deadline, breaker, limits and middleware as Invoke — with fn as the
+// terminal handler in place of the operation's registered one. Adapters
+// use it to run an application's own handlers (such as generated gRPC
+// services) under an operation's pipeline. A nil fn is Invoke; an
+// operation the kernel does not know is a NOT_FOUND outcome.
+func (k *Kernel) InvokeWith(inv *pipeline.Invocation, fn pipeline.Handler) error {
+	if fn == nil {
+		return k.Invoke(inv)
+	}
+	id := inv.OperationID()
+	c, ok := k.ops[id]
+	if !ok {
+		err := pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+		inv.SetOutcome(err)
+		return err
+	}
+	parent := inv.Context()
+	inv.SetContext(context.WithValue(parent, replacementKey{}, &replacement{inv: inv, fn: fn}))
+	err := c.handler(inv)
+	inv.SetContext(parent)
+	inv.SetOutcome(err)
+	return err
 }
 
 // Invoke runs inv through the pipeline of its operation and returns the

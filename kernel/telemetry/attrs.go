@@ -1,0 +1,171 @@
+package telemetry
+
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// numProtocols is the number of pipeline.Protocol values; an unknown value
+// is reported as its String form under slot 0's neighbours (see protoSlot).
+const numProtocols = int(pipeline.ProtocolCLI) + 1
+
+func protoSlot(p pipeline.Protocol) int {
+	if int(p) >= numProtocols {
+		return int(pipeline.ProtocolInProcess)
+	}
+	return int(p)
+}
+
+// maxCodes bounds the distinct outcome codes given their own metric
+// attributes per operation and protocol; further codes are reported as
+// otherCode. Codes are stable identifiers, so the bound is only a guard
+// against an application that puts variable text in them.
+const (
+	maxCodes  = 64
+	otherCode = "OTHER"
+)
+
+// opTelemetry is everything about one operation (or host route) that can
+// be computed once: span start options and, lazily, the attribute sets of
+// each outcome, so that a call allocates no attribute slices.
+type opTelemetry struct {
+	name    string
+	idAttr  attribute.KeyValue // span: sundial.operation.id or sundial.route
+	idMAttr attribute.KeyValue // metrics: operation or route
+
+	start [numProtocols][]trace.SpanStartOption
+	// remaining: record options of MetricDeadlineRemaining per protocol.
+	remaining [numProtocols][]metric.RecordOption
+	// rejected: add options of MetricRejectionCount per reason (see
+	// reasons).
+	rejected [len(reasons)][]metric.AddOption
+	// observe: observe options of the observable instruments.
+	observe, observeRate, observeConc []metric.ObserveOption
+
+	mu       sync.Mutex // serialises writers of outcomes
+	outcomes [numProtocols]atomic.Pointer[map[string]*outcomeAttrs]
+}
+
+// outcomeAttrs are the precomputed attributes of one outcome code.
+type outcomeAttrs struct {
+	span []attribute.KeyValue
+	add  []metric.AddOption
+	rec  []metric.RecordOption
+}
+
+var (
+	protoAttrs  [numProtocols]attribute.KeyValue
+	protoMAttrs [numProtocols]attribute.KeyValue
+	spanKinds   = [numProtocols]trace.SpanKind{
+		pipeline.ProtocolInProcess: trace.SpanKindInternal,
+		pipeline.ProtocolHTTP:      trace.SpanKindServer,
+		pipeline.ProtocolGRPC:      trace.SpanKindServer,
+		pipeline.ProtocolCLI:       trace.SpanKindInternal,
+	}
+)
+
+func init() {
+	for i := range numProtocols {
+		s := pipeline.Protocol(i).String()
+		protoAttrs[i] = attribute.String(AttrProtocol, s)
+		protoMAttrs[i] = attribute.String(MetricAttrProtocol, s)
+	}
+}
+
+func newOpTelemetry(name string, route bool) *opTelemetry {
+	o := &opTelemetry{name: name}
+	if route {
+		o.idAttr = attribute.String(AttrRoute, name)
+		o.idMAttr = attribute.String(MetricAttrRoute, name)
+	} else {
+		o.idAttr = attribute.String(AttrOperationID, name)
+		o.idMAttr = attribute.String(MetricAttrOperation, name)
+	}
+	for i := range numProtocols {
+		o.start[i] = []trace.SpanStartOption{
+			trace.WithSpanKind(spanKinds[i]),
+			trace.WithAttributes(o.idAttr, protoAttrs[i]),
+		}
+		o.remaining[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, protoMAttrs[i]))}
+	}
+	for i, r := range reasons {
+		o.rejected[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrReason, r)))}
+	}
+	o.observe = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr))}
+	o.observeRate = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrQueue, ReasonRate)))}
+	o.observeConc = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrQueue, ReasonConcurrency)))}
+	return o
+}
+
+// outcome returns the attributes of an outcome of kind k and code (""
+// for OK) on protocol slot p, computing them on first use.
+func (o *opTelemetry) outcome(p int, k pipeline.Kind, code string) *outcomeAttrs {
+	if m := o.outcomes[p].Load(); m != nil {
+		if a, ok := (*m)[code]; ok {
+			return a
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := o.outcomes[p].Load()
+	var m map[string]*outcomeAttrs
+	if old != nil {
+		if a, ok := (*old)[code]; ok {
+			return a
+		}
+		if len(*old) >= maxCodes {
+			code = otherCode
+			if a, ok := (*old)[code]; ok {
+				return a
+			}
+		}
+		m = maps.Clone(*old)
+	} else {
+		m = make(map[string]*outcomeAttrs, 2)
+	}
+	a := newOutcomeAttrs(o.idMAttr, protoMAttrs[p], k, code)
+	m[code] = a
+	o.outcomes[p].Store(&m)
+	return a
+}
+
+func newOutcomeAttrs(id, proto attribute.KeyValue, k pipeline.Kind, code string) *outcomeAttrs {
+	kind := k.String()
+	a := &outcomeAttrs{}
+	var set attribute.Set
+	if code == "" {
+		a.span = []attribute.KeyValue{attribute.String(AttrOutcomeKind, kind)}
+		set = attribute.NewSet(id, proto, attribute.String(MetricAttrKind, kind))
+	} else {
+		a.span = []attribute.KeyValue{attribute.String(AttrOutcomeKind, kind), attribute.String(AttrOutcomeCode, code)}
+		set = attribute.NewSet(id, proto, attribute.String(MetricAttrKind, kind), attribute.String(MetricAttrCode, code))
+	}
+	a.add = []metric.AddOption{metric.WithAttributeSet(set)}
+	a.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
+	return a
+}
+
+// reasons are the rejection reasons, indexed as rejectionReason returns
+// them.
+var reasons = [...]string{ReasonRate, ReasonConcurrency, ReasonBreaker}
+
+// rejectionReason returns the index in reasons of the limit named by a
+// rejection's code, or -1 when code is not a rejection.
+func rejectionReason(code string) int {
+	switch code {
+	case pipeline.CodeRateLimited:
+		return 0
+	case pipeline.CodeConcurrencyLimited:
+		return 1
+	case pipeline.CodeCircuitOpen:
+		return 2
+	}
+	return -1
+}

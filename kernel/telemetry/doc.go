@@ -1,0 +1,33 @@
+// Package telemetry observes Sundial invocations with OpenTelemetry.
+//
+// Its [Telemetry.Middleware] is the kernel's built-in Diagnostics-stage
+// middleware. The Diagnostics stage is the outermost, so the middleware
+// sees each invocation's final, attributed outcome — TIMEOUT when the
+// deadline fired, even if the handler then returned a cancellation — while
+// the original outcome (what the circuit breaker counted) is reported
+// beside it. For every invocation it
+//
+//   - starts one span named after the operation ID (or the route of a host
+//     endpoint), with the outcome's kind and code as attributes, status
+//     Error for failures, an event for a rejection (which limit, and the
+//     retry hint) and an event at the instant the deadline fired;
+//   - records the invocation count and duration by operation and outcome,
+//     rejections by operation and reason, and the deadline budget the call
+//     arrived with; observable instruments report each operation's breaker
+//     state, queue depths and calls in flight;
+//   - optionally writes one access-log line with the same facts.
+//
+// The package uses the OpenTelemetry API only. With no SDK installed (the
+// API's no-op default) the middleware does no tracing or metric work at
+// all: it checks, per call and without allocating, whether a tracer
+// provider has been installed and whether the instruments are enabled.
+//
+// The propagation helpers ([ExtractHTTP], [InjectHTTP], [ExtractGRPC],
+// [InjectGRPC]) carry the W3C trace context and baggage across HTTP and
+// gRPC hops; [CopyBaggage] copies the extracted baggage, bounded, onto the
+// invocation, where handlers read it (see
+// [pipeline.Invocation.IdempotencyKey]).
+//
+// The attribute and metric names are constants of this package; the guide
+// (docs/observability.md) explains each of them.
+package telemetry

@@ -1,0 +1,91 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Histogram bucket boundaries, in seconds. Durations use the boundaries
+// OpenTelemetry recommends for http.server.request.duration; deadline
+// budgets reach further, up to the kernel's default MaxTimeout.
+var (
+	durationBuckets  = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+	remainingBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+)
+
+// instruments are the metric instruments of one Telemetry, made once.
+type instruments struct {
+	count     metric.Int64Counter
+	duration  metric.Float64Histogram
+	rejected  metric.Int64Counter
+	remaining metric.Float64Histogram
+
+	breaker metric.Int64ObservableGauge
+	queue   metric.Int64ObservableUpDownCounter
+	active  metric.Int64ObservableUpDownCounter
+
+	err error // instrument creation errors (the instruments are then no-ops)
+}
+
+func newInstruments(m metric.Meter, t *Telemetry) *instruments {
+	in := &instruments{}
+	var errs [8]error
+	in.count, errs[0] = m.Int64Counter(MetricInvocationCount,
+		metric.WithDescription("Finished invocations, by operation, protocol and attributed outcome."),
+		metric.WithUnit("{invocation}"))
+	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
+		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	in.rejected, errs[2] = m.Int64Counter(MetricRejectionCount,
+		metric.WithDescription("Invocations rejected by a per-operation limit, by operation and reason (rate, concurrency, breaker)."),
+		metric.WithUnit("{invocation}"))
+	in.remaining, errs[3] = m.Float64Histogram(MetricDeadlineRemaining,
+		metric.WithDescription("Time remaining until the caller's deadline when the invocation arrived."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(remainingBuckets...))
+	in.breaker, errs[4] = m.Int64ObservableGauge(MetricBreakerState,
+		metric.WithDescription("Circuit breaker state per operation: 0 closed, 1 half-open, 2 open."),
+		metric.WithUnit("{state}"))
+	in.queue, errs[5] = m.Int64ObservableUpDownCounter(MetricQueueDepth,
+		metric.WithDescription("Invocations waiting in an operation's rate-limit or concurrency queue."),
+		metric.WithUnit("{invocation}"))
+	in.active, errs[6] = m.Int64ObservableUpDownCounter(MetricConcurrencyActive,
+		metric.WithDescription("Invocations holding a slot of an operation's concurrency limit."),
+		metric.WithUnit("{invocation}"))
+	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		in.observe(t, o)
+		return nil
+	}, in.breaker, in.queue, in.active)
+	in.err = errors.Join(errs[:]...)
+	return in
+}
+
+// enabled reports whether the synchronous instruments record anything —
+// false while the global meter provider is still otel's no-op default.
+func (in *instruments) enabled(ctx context.Context) bool {
+	return in != nil && in.count.Enabled(ctx)
+}
+
+// observe reports every operation's limiter state.
+func (in *instruments) observe(t *Telemetry, o metric.Observer) {
+	if t.limits == nil {
+		return
+	}
+	for _, op := range t.operations() {
+		st, ok := t.limits(op.name)
+		if !ok {
+			continue
+		}
+		if st.Breaker != BreakerNone {
+			o.ObserveInt64(in.breaker, int64(st.Breaker), op.observe...)
+		}
+		if st.RateLimited {
+			o.ObserveInt64(in.queue, int64(st.RateQueueDepth), op.observeRate...)
+		}
+		if st.ConcurrencyLimited {
+			o.ObserveInt64(in.queue, int64(st.ConcurrencyQueueDepth), op.observeConc...)
+			o.ObserveInt64(in.active, int64(st.InFlight), op.observe...)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package telemetry
+
+// ScopeName is the instrumentation scope of the tracer and meter the
+// package uses.
+const ScopeName = "github.com/sundial-go/sundial/kernel/telemetry"
+
+// Metric names. Units follow the OpenTelemetry conventions (seconds for
+// durations, "{invocation}" for counts of calls); a Prometheus exporter
+// renders them as, e.g., sundial_invocation_count_total and
+// sundial_invocation_duration_seconds.
+const (
+	// MetricInvocationCount counts finished invocations (Int64Counter),
+	// by operation (or route), protocol, kind and code.
+	MetricInvocationCount = "sundial.invocation.count"
+	// MetricInvocationDuration is the duration of finished invocations in
+	// seconds (Float64Histogram), with the attributes of
+	// MetricInvocationCount.
+	MetricInvocationDuration = "sundial.invocation.duration"
+	// MetricRejectionCount counts invocations rejected by a per-operation
+	// limit (Int64Counter), by operation and reason.
+	MetricRejectionCount = "sundial.rejection.count"
+	// MetricDeadlineRemaining is the time that remained until the caller's
+	// deadline when the invocation arrived, in seconds (Float64Histogram),
+	// by operation (or route) and protocol. Calls without a deadline are not
+	// recorded; a deadline already past records 0.
+	MetricDeadlineRemaining = "sundial.deadline.remaining"
+	// MetricBreakerState is the circuit breaker's state per operation
+	// (Int64ObservableGauge): 0 closed, 1 half-open, 2 open. Operations
+	// without a breaker are not reported.
+	MetricBreakerState = "sundial.breaker.state"
+	// MetricQueueDepth is the number of invocations waiting in an
+	// operation's queue (Int64ObservableUpDownCounter), by operation and
+	// queue ("rate" or "concurrency"). Only configured limits are reported.
+	MetricQueueDepth = "sundial.queue.depth"
+	// MetricConcurrencyActive is the number of invocations holding a slot
+	// of an operation's concurrency limit (Int64ObservableUpDownCounter),
+	// by operation. Only operations with a concurrency limit are reported.
+	MetricConcurrencyActive = "sundial.concurrency.active"
+)
+
+// Metric attribute keys. They are short because the metric names are
+// already namespaced; on spans, the namespaced keys below are used.
+const (
+	// MetricAttrOperation is the operation ID.
+	MetricAttrOperation = "operation"
+	// MetricAttrRoute is the route of a host endpoint (instead of
+	// operation).
+	MetricAttrRoute = "route"
+	// MetricAttrProtocol is "http", "grpc", "cli" or "inprocess".
+	MetricAttrProtocol = "protocol"
+	// MetricAttrKind is the attributed outcome's kind, e.g. "OK",
+	// "TIMEOUT".
+	MetricAttrKind = "kind"
+	// MetricAttrCode is the attributed outcome's stable code, e.g.
+	// "KERNEL_TIMEOUT_001"; absent for OK.
+	MetricAttrCode = "code"
+	// MetricAttrReason is the limit that rejected a call: "rate",
+	// "concurrency" or "breaker".
+	MetricAttrReason = "reason"
+	// MetricAttrQueue is the queue of MetricQueueDepth: "rate" or
+	// "concurrency".
+	MetricAttrQueue = "queue"
+)
+
+// Span attribute keys.
+const (
+	// AttrOperationID is the operation ID; absent for host endpoints.
+	AttrOperationID = "sundial.operation.id"
+	// AttrRoute is the route of a host endpoint, e.g. "GET /healthz".
+	AttrRoute = "sundial.route"
+	// AttrProtocol is the entry point: "http", "grpc", "cli" or
+	// "inprocess".
+	AttrProtocol = "sundial.protocol"
+	// AttrOutcomeKind is the attributed outcome's kind (what the caller was
+	// told).
+	AttrOutcomeKind = "sundial.outcome.kind"
+	// AttrOutcomeCode is the attributed outcome's code; absent for OK.
+	AttrOutcomeCode = "sundial.outcome.code"
+	// AttrOriginalKind and AttrOriginalCode are the outcome as the handler
+	// (and the breaker) saw it, present only when it differs from the
+	// attributed one — e.g. CANCELLED under a TIMEOUT.
+	AttrOriginalKind = "sundial.outcome.original_kind"
+	AttrOriginalCode = "sundial.outcome.original_code"
+	// AttrDeadline is the invocation's effective deadline (RFC 3339, UTC),
+	// after the operation's and the kernel's caps; absent when it had none.
+	AttrDeadline = "sundial.deadline"
+	// AttrDeadlineBudgetMs is the time that remained until the caller's
+	// deadline when the call arrived, in milliseconds (before caps);
+	// absent when the caller sent no deadline.
+	AttrDeadlineBudgetMs = "sundial.deadline.budget_ms"
+	// AttrIdempotencyKey reports whether the caller sent an idempotency
+	// key (baggage sundial.idempotency-key); the key itself is not
+	// recorded.
+	AttrIdempotencyKey = "sundial.idempotency_key.present"
+)
+
+// Span events and their attribute keys.
+const (
+	// EventRejection is added when a per-operation limit rejected the
+	// call.
+	EventRejection = "sundial.rejection"
+	// AttrRejectionLimit is the limit that rejected: "rate",
+	// "concurrency" or "breaker".
+	AttrRejectionLimit = "sundial.rejection.limit"
+	// AttrRetryAfter is the rejection's retry hint in whole seconds
+	// (details.retryAfter); absent when the limit gives none.
+	AttrRetryAfter = "sundial.rejection.retry_after_s"
+	// EventDeadlineExceeded is added, with the deadline's instant as its
+	// timestamp, when the invocation's deadline fired.
+	EventDeadlineExceeded = "sundial.deadline.exceeded"
+	// AttrDeadlineOnArrival is true on EventDeadlineExceeded when the
+	// deadline had already passed when the call arrived (nothing ran).
+	AttrDeadlineOnArrival = "sundial.deadline.on_arrival"
+)
+
+// Rejection reasons (MetricAttrReason, AttrRejectionLimit).
+const (
+	ReasonRate        = "rate"
+	ReasonConcurrency = "concurrency"
+	ReasonBreaker     = "breaker"
+)

@@ -1,0 +1,149 @@
+package telemetry
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// propagator carries the W3C trace context (traceparent, tracestate) and
+// W3C baggage. It is fixed, not otel's global propagator: Sundial services
+// always speak W3C to each other.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// ExtractHTTP returns ctx carrying the remote span context and the baggage
+// of the request headers h (traceparent, tracestate, baggage). The span the
+// Diagnostics middleware starts under that context continues the caller's
+// trace. Malformed headers are ignored; baggage beyond the W3C limits (64
+// members, 8192 bytes) is cut by otel's parser.
+func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
+	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// InjectHTTP writes the span context and baggage of ctx into the outgoing
+// request headers h. It writes nothing when ctx carries neither.
+func InjectHTTP(ctx context.Context, h http.Header) {
+	propagator.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// ExtractGRPC is ExtractHTTP for gRPC metadata: md is the incoming
+// metadata (a google.golang.org/grpc/metadata.MD may be passed as it is),
+// whose keys are lower case.
+func ExtractGRPC(ctx context.Context, md map[string][]string) context.Context {
+	return propagator.Extract(ctx, mdCarrier(md))
+}
+
+// InjectGRPC is InjectHTTP for gRPC metadata: it sets traceparent,
+// tracestate and baggage in md, which must not be nil (copy the outgoing
+// metadata before changing it).
+func InjectGRPC(ctx context.Context, md map[string][]string) {
+	propagator.Inject(ctx, mdCarrier(md))
+}
+
+// mdCarrier adapts gRPC metadata (lower-case keys) to a TextMapCarrier.
+type mdCarrier map[string][]string
+
+func (c mdCarrier) Get(key string) string {
+	if v := c[strings.ToLower(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c mdCarrier) Values(key string) []string { return c[strings.ToLower(key)] }
+
+func (c mdCarrier) Set(key, value string) { c[strings.ToLower(key)] = []string{value} }
+
+func (c mdCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Bounds on the baggage CopyBaggage copies onto an invocation. They are
+// tighter than W3C's (64 members, 8192 bytes) because every member is kept
+// for the whole call and may be logged.
+const (
+	// MaxBaggageMembers is the most members copied.
+	MaxBaggageMembers = 32
+	// MaxBaggageBytes is the most bytes of keys and values copied, summed
+	// over the members.
+	MaxBaggageBytes = 4096
+)
+
+// CopyBaggage copies the W3C baggage of ctx (see ExtractHTTP and
+// ExtractGRPC) onto inv with inv.SetBaggage, so handlers and middleware
+// read it from the invocation — the idempotency key among it
+// (pipeline.BaggageIdempotencyKey, read by inv.IdempotencyKey).
+//
+// At most MaxBaggageMembers members and MaxBaggageBytes bytes are copied:
+// the idempotency key first, then the other members in key order. Members
+// that do not fit are dropped — the rest are still copied — and one Warn
+// line on logger (nil: nothing is logged) names how many and which. It
+// returns the number of members dropped.
+func CopyBaggage(ctx context.Context, inv *pipeline.Invocation, logger *slog.Logger) int {
+	members := baggage.FromContext(ctx).Members()
+	if len(members) == 0 {
+		return 0
+	}
+	slices.SortFunc(members, func(a, b baggage.Member) int {
+		ai, bi := a.Key() == pipeline.BaggageIdempotencyKey, b.Key() == pipeline.BaggageIdempotencyKey
+		switch {
+		case ai && !bi:
+			return -1
+		case bi && !ai:
+			return 1
+		}
+		return cmp.Compare(a.Key(), b.Key())
+	})
+	var dropped []string
+	n, size := 0, 0
+	for _, m := range members {
+		sz := len(m.Key()) + len(m.Value())
+		if n >= MaxBaggageMembers || size+sz > MaxBaggageBytes {
+			dropped = append(dropped, m.Key())
+			continue
+		}
+		inv.SetBaggage(m.Key(), m.Value())
+		n++
+		size += sz
+	}
+	if len(dropped) > 0 && logger != nil {
+		shown := dropped
+		if len(shown) > 8 {
+			shown = shown[:8]
+		}
+		logger.LogAttrs(ctx, slog.LevelWarn, "sundial: baggage over the limit; members dropped",
+			slog.String("operation", inv.Name()),
+			slog.Int("dropped", len(dropped)),
+			slog.String("keys", strings.Join(shown, ",")),
+			slog.Int("max_members", MaxBaggageMembers),
+			slog.Int("max_bytes", MaxBaggageBytes))
+	}
+	return len(dropped)
+}
+
+// TraceID returns the trace ID to report for inv (Problem Details
+// "traceId", access logs): the Diagnostics span's, or — when no span was
+// recorded, as with otel's no-op default — the caller's trace ID carried by
+// inv's context (an incoming traceparent), or "".
+func TraceID(inv *pipeline.Invocation) string {
+	if id := inv.TraceID(); id != "" {
+		return id
+	}
+	if sc := trace.SpanContextFromContext(inv.Context()); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}

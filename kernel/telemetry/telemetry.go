@@ -1,0 +1,277 @@
+package telemetry
+
+import (
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// Option configures a Telemetry.
+type Option interface{ apply(*Telemetry) }
+
+type optionFunc func(*Telemetry)
+
+func (f optionFunc) apply(t *Telemetry) { f(t) }
+
+// WithTracerProvider sets the tracer provider. The default (and a nil tp)
+// is the global one, read on every call, so a provider installed with
+// otel.SetTracerProvider after New is used from then on. A no-op provider
+// (go.opentelemetry.io/otel/trace/noop, or the global default before any
+// SDK is installed) turns tracing off at no cost.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(t *Telemetry) { t.tp = tp })
+}
+
+// WithMeterProvider sets the meter provider. The default (and a nil mp) is
+// the global one; instruments made from it start recording once an SDK is
+// installed with otel.SetMeterProvider. With a no-op provider the
+// instruments are disabled and the middleware records nothing.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(t *Telemetry) { t.mp = mp })
+}
+
+// WithAccessLog writes one line per finished invocation to l at level Info
+// (Error for UNEXPECTED outcomes): operation or route, protocol, the
+// attributed kind and code, the original kind and code when they differ,
+// the duration, and the trace and span IDs when a span was recorded. The
+// default (and a nil l) writes nothing.
+func WithAccessLog(l *slog.Logger) Option {
+	return optionFunc(func(t *Telemetry) { t.access = l })
+}
+
+// WithLimits sets the function the observable instruments call, at each
+// collection, to read the state of every operation's limiters. Without it
+// (or with nil) the breaker state, queue depth and concurrency instruments
+// report nothing.
+func WithLimits(f LimitsFunc) Option {
+	return optionFunc(func(t *Telemetry) { t.limits = f })
+}
+
+// BreakerState is a circuit breaker's state as reported by
+// MetricBreakerState.
+type BreakerState int8
+
+// The breaker states. BreakerNone marks an operation without a breaker.
+const (
+	BreakerNone     BreakerState = -1
+	BreakerClosed   BreakerState = 0
+	BreakerHalfOpen BreakerState = 1
+	BreakerOpen     BreakerState = 2
+)
+
+// String returns "closed", "half-open", "open" or "none".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerHalfOpen:
+		return "half-open"
+	case BreakerOpen:
+		return "open"
+	}
+	return "none"
+}
+
+// LimitState is a snapshot of one operation's limiters, as the observable
+// instruments report it.
+type LimitState struct {
+	// Breaker is the breaker's state; BreakerNone when the operation has
+	// no breaker.
+	Breaker BreakerState
+	// RateLimited reports whether a rate limit is configured;
+	// RateQueueDepth is the number of calls waiting for the next window.
+	RateLimited    bool
+	RateQueueDepth int
+	// ConcurrencyLimited reports whether a concurrency limit is
+	// configured; ConcurrencyQueueDepth is the number of calls waiting for
+	// a slot and InFlight the number holding one.
+	ConcurrencyLimited    bool
+	ConcurrencyQueueDepth int
+	InFlight              int
+}
+
+// LimitsFunc returns the limiter state of the operation id, or false when
+// the operation has no limiters. It is called from metric collection and
+// must be safe for concurrent use.
+type LimitsFunc func(id string) (LimitState, bool)
+
+// Telemetry holds the tracer, the instruments and the access log shared by
+// the Diagnostics middleware of every operation of one kernel. Create it
+// with New; it is safe for concurrent use.
+type Telemetry struct {
+	tp     trace.TracerProvider // nil: the global provider, read per call
+	mp     metric.MeterProvider
+	access *slog.Logger
+	limits LimitsFunc
+
+	fixed   *tracerState                // the resolved tp, when tp is not nil
+	current atomic.Pointer[tracerState] // the last global provider seen
+
+	inst *instruments // nil when the meter provider is a no-op
+
+	mu     sync.Mutex // guards ops and routes' writers
+	ops    []*opTelemetry
+	routes atomic.Pointer[map[string]*opTelemetry]
+}
+
+// New returns a Telemetry configured by opts. It creates the instruments
+// (once; never per call) and registers the callback of the observable
+// ones.
+func New(opts ...Option) *Telemetry {
+	t := &Telemetry{}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(t)
+		}
+	}
+	if t.tp != nil && isGlobalDefault(t.tp) {
+		// The global default delegates to whatever is installed later: keep
+		// reading the global provider instead of freezing it as a no-op.
+		t.tp = nil
+	}
+	if t.tp != nil {
+		t.fixed = resolveTracer(t.tp)
+	}
+	mp := t.mp
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if _, ok := mp.(metricnoop.MeterProvider); !ok {
+		t.inst = newInstruments(mp.Meter(ScopeName), t)
+	}
+	return t
+}
+
+// tracerState is a resolved tracer provider.
+type tracerState struct {
+	tp         trace.TracerProvider
+	comparable bool
+	tracer     trace.Tracer // nil: the provider is a no-op
+}
+
+func resolveTracer(tp trace.TracerProvider) *tracerState {
+	s := &tracerState{tp: tp, comparable: reflect.TypeOf(tp).Comparable()}
+	if !isNoopTracerProvider(tp) {
+		s.tracer = tp.Tracer(ScopeName)
+	}
+	return s
+}
+
+// tracer returns the tracer to use for one call, or nil when tracing is
+// off. For the global provider it costs one atomic load and a comparison.
+func (t *Telemetry) tracer() trace.Tracer {
+	if t.fixed != nil {
+		return t.fixed.tracer
+	}
+	tp := otel.GetTracerProvider()
+	// Comparing interfaces panics only when both hold the same
+	// non-comparable type; s.comparable rules that out.
+	if s := t.current.Load(); s != nil && s.comparable && s.tp == tp {
+		return s.tracer
+	}
+	s := resolveTracer(tp)
+	t.current.Store(s)
+	return s.tracer
+}
+
+func isNoopTracerProvider(tp trace.TracerProvider) bool {
+	switch tp.(type) {
+	case tracenoop.TracerProvider, *tracenoop.TracerProvider:
+		return true
+	}
+	return isGlobalDefault(tp)
+}
+
+// globalPkg is the package of otel's default global providers. Until an
+// SDK is installed, otel.GetTracerProvider returns a value of its type,
+// and every span it starts is a no-op; once one is installed,
+// GetTracerProvider returns the installed provider instead.
+const globalPkg = "go.opentelemetry.io/otel/internal/global"
+
+func isGlobalDefault(v any) bool {
+	rt := reflect.TypeOf(v)
+	if rt != nil && rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	return rt != nil && rt.PkgPath() == globalPkg
+}
+
+// Middleware returns the Diagnostics middleware for op, or for the host
+// endpoints when op is nil (their spans and metrics are named by the
+// invocation's route).
+func (t *Telemetry) Middleware(op pipeline.Operation) pipeline.Middleware {
+	if op == nil {
+		return &middleware{t: t}
+	}
+	o := newOpTelemetry(op.OperationID(), false)
+	t.mu.Lock()
+	t.ops = append(t.ops, o)
+	t.mu.Unlock()
+	return &middleware{t: t, op: o}
+}
+
+// maxRoutes bounds the distinct host routes given their own metric
+// attributes; further routes share the route name "other".
+const maxRoutes = 256
+
+// route returns the cached attributes of a host route.
+func (t *Telemetry) route(name string) *opTelemetry {
+	if m := t.routes.Load(); m != nil {
+		if o, ok := (*m)[name]; ok {
+			return o
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.routes.Load()
+	if old != nil {
+		if o, ok := (*old)[name]; ok {
+			return o
+		}
+	}
+	var m map[string]*opTelemetry
+	if old != nil {
+		if len(*old) >= maxRoutes {
+			if o, ok := (*old)["other"]; ok {
+				return o
+			}
+			name = "other"
+		}
+		m = make(map[string]*opTelemetry, len(*old)+1)
+		for k, v := range *old {
+			m[k] = v
+		}
+	} else {
+		m = make(map[string]*opTelemetry, 1)
+	}
+	o := newOpTelemetry(name, true)
+	m[name] = o
+	t.routes.Store(&m)
+	return o
+}
+
+// operations returns the operations registered so far.
+func (t *Telemetry) operations() []*opTelemetry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clip(t.ops)
+}
+
+// Err reports errors the meter returned while New created the instruments
+// (an instrument that failed is a no-op). It is nil when all went well.
+func (t *Telemetry) Err() error {
+	if t.inst == nil {
+		return nil
+	}
+	return t.inst.err
+}
