@@ -191,6 +191,7 @@ func New(opts ...Option) (*Kernel, error) {
 		k.ops[d.ID] = c
 	}
 	k.host = k.compile(o, nil, resilience.Policy{}, hostTerminal)
+	observeLimits(o, k)
 	return k, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // telemetryOptions are the options of the built-in Diagnostics middleware.
@@ -17,6 +18,7 @@ type telemetryOptions struct {
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
 	access   *slog.Logger
+	t        *telemetry.Telemetry // set by registerTelemetry
 }
 
 // WithTelemetry turns the built-in Diagnostics middleware (package
@@ -57,8 +59,8 @@ func registerTelemetry(o *options, k *Kernel) {
 		telemetry.WithTracerProvider(o.telemetry.tp),
 		telemetry.WithMeterProvider(o.telemetry.mp),
 		telemetry.WithAccessLog(o.telemetry.access),
-		telemetry.WithLimits(k.limitState),
 	)
+	o.telemetry.t = t
 	if err := t.Err(); err != nil {
 		k.logger.Warn("sundial: telemetry instruments", "error", err.Error())
 	}
@@ -71,10 +73,43 @@ func registerTelemetry(o *options, k *Kernel) {
 	o.builtins = append([][2]any{{pipeline.StageDiagnostics, b}}, o.builtins...)
 }
 
-// limitState reports the limiter state of operation id to the telemetry's
-// observable instruments.
-//
-// TODO(issue 6): read k.Limits(id) once the limiters land.
+// observeLimits lets the telemetry's observable instruments read the
+// limiters, once New has created all of them (collections may run on
+// other goroutines, so they must not see the limiters map being built).
+func observeLimits(o *options, k *Kernel) {
+	if t := o.telemetry.t; t != nil {
+		t.ObserveLimits(k.limitState)
+	}
+}
+
+// limitState reports the limiter state of operation id.
 func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
-	return telemetry.LimitState{}, false
+	l := k.Limits(id)
+	if l == nil {
+		return telemetry.LimitState{}, false
+	}
+	p := l.Policy()
+	st := telemetry.LimitState{
+		Breaker:            telemetry.BreakerNone,
+		RateLimited:        p.PermitLimit > 0,
+		ConcurrencyLimited: p.ConcurrencyLimit > 0,
+	}
+	if p.FailureThreshold > 0 {
+		switch l.BreakerState() {
+		case resilience.BreakerOpen:
+			st.Breaker = telemetry.BreakerOpen
+		case resilience.BreakerHalfOpen:
+			st.Breaker = telemetry.BreakerHalfOpen
+		default:
+			st.Breaker = telemetry.BreakerClosed
+		}
+	}
+	if st.RateLimited {
+		st.RateQueueDepth = l.RateQueueDepth()
+	}
+	if st.ConcurrencyLimited {
+		st.ConcurrencyQueueDepth = l.ConcurrencyQueueDepth()
+		st.InFlight = l.InFlight()
+	}
+	return st, true
 }

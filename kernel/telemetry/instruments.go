@@ -69,11 +69,12 @@ func (in *instruments) enabled(ctx context.Context) bool {
 
 // observe reports every operation's limiter state.
 func (in *instruments) observe(t *Telemetry, o metric.Observer) {
-	if t.limits == nil {
+	f := t.limits.Load()
+	if f == nil {
 		return
 	}
 	for _, op := range t.operations() {
-		st, ok := t.limits(op.name)
+		st, ok := (*f)(op.name)
 		if !ok {
 			continue
 		}

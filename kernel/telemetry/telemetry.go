@@ -49,12 +49,17 @@ func WithAccessLog(l *slog.Logger) Option {
 	return optionFunc(func(t *Telemetry) { t.access = l })
 }
 
-// WithLimits sets the function the observable instruments call, at each
-// collection, to read the state of every operation's limiters. Without it
-// (or with nil) the breaker state, queue depth and concurrency instruments
-// report nothing.
-func WithLimits(f LimitsFunc) Option {
-	return optionFunc(func(t *Telemetry) { t.limits = f })
+// ObserveLimits sets the function the observable instruments call, at
+// each collection, to read the state of every operation's limiters. Until
+// it is called (and after it is called with nil) the breaker state, queue
+// depth and concurrency instruments report nothing. The kernel calls it
+// once every operation's limiters exist.
+func (t *Telemetry) ObserveLimits(f LimitsFunc) {
+	if f == nil {
+		t.limits.Store(nil)
+		return
+	}
+	t.limits.Store(&f)
 }
 
 // BreakerState is a circuit breaker's state as reported by
@@ -112,7 +117,7 @@ type Telemetry struct {
 	tp     trace.TracerProvider // nil: the global provider, read per call
 	mp     metric.MeterProvider
 	access *slog.Logger
-	limits LimitsFunc
+	limits atomic.Pointer[LimitsFunc]
 
 	fixed   *tracerState                // the resolved tp, when tp is not nil
 	current atomic.Pointer[tracerState] // the last global provider seen
