@@ -1,0 +1,709 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+const opID = "orders.create"
+
+type op string
+
+func (o op) OperationID() string { return string(o) }
+
+// stack builds the built-in Resilience stage for one operation around h,
+// as the kernel does: DeadlineMiddleware (with the policy's Timeout), then
+// the operation's limits; panics become UNEXPECTED outside both.
+func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...pipeline.Middleware) (pipeline.Handler, *resilience.OperationLimits) {
+	t.Helper()
+	l := resilience.NewResilienceMiddleware(opID, p)
+	if l == nil {
+		t.Fatalf("NewResilienceMiddleware(%q, %+v) = nil, want limits", opID, p)
+	}
+	mws := append([]pipeline.Middleware{resilience.NewDeadlineMiddleware(p.Timeout, 0), l}, inner...)
+	return pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil), l
+}
+
+func callLimited(ctx context.Context, h pipeline.Handler) error {
+	return h(pipeline.NewInvocation(ctx, op(opID), nil))
+}
+
+// calls starts f in a goroutine; the result arrives on the channel.
+func goLimited(ctx context.Context, h pipeline.Handler) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- callLimited(ctx, h) }()
+	return ch
+}
+
+func okHandler(*pipeline.Invocation) error { return nil }
+
+// wantCode fails unless err has the code (""; success).
+func expectCode(t *testing.T, what string, err error, code string) {
+	t.Helper()
+	if got := pipeline.CodeOf(err); got != code {
+		t.Fatalf("%s: outcome %v (code %q), want code %q", what, err, got, code)
+	}
+}
+
+func TestNothingConfiguredPassesStraightThrough(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		p    resilience.Policy
+	}{
+		{"zero policy", resilience.Policy{}},
+		{"defaults and a timeout only", resilience.Policy{Window: time.Second, BreakDuration: 30 * time.Second, QueueLimit: 3, ConcurrencyQueueLimit: 2, Timeout: time.Second}},
+	}
+	for _, tt := range tests {
+		if l := resilience.NewResilienceMiddleware(opID, tt.p); l != nil {
+			t.Errorf("%s: NewResilienceMiddleware = %v, want nil", tt.name, l)
+		}
+	}
+	var l *resilience.OperationLimits
+	if l.BreakerState() != resilience.BreakerClosed || l.RateQueueDepth() != 0 || l.ConcurrencyQueueDepth() != 0 || l.InFlight() != 0 || l.ID() != "" {
+		t.Errorf("nil *OperationLimits does not report an idle, closed state")
+	}
+}
+
+func TestRateLimitRejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reached := 0
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 2, Window: 60 * time.Second}, func(*pipeline.Invocation) error {
+			reached++
+			return nil
+		})
+		expectCode(t, "call 1", callLimited(t.Context(), h), "")
+		expectCode(t, "call 2", callLimited(t.Context(), h), "")
+		time.Sleep(500 * time.Millisecond)
+		err := callLimited(t.Context(), h)
+		expectCode(t, "call 3", err, pipeline.CodeRateLimited)
+		if reached != 2 {
+			t.Errorf("handler ran %d times, want 2 (a rejection never reaches it)", reached)
+		}
+		var pe *pipeline.Error
+		errors.As(err, &pe)
+		if pe.Kind != pipeline.KindUnavailable {
+			t.Errorf("rejection kind = %v, want UNAVAILABLE", pe.Kind)
+		}
+		if want := "Operation 'orders.create' is rate limited; retry after 60 seconds."; pe.Message != want {
+			t.Errorf("rejection message = %q, want %q", pe.Message, want)
+		}
+		if id, _ := pe.Detail("id"); id != opID {
+			t.Errorf("details.id = %v, want %q", id, opID)
+		}
+		if ra, _ := pe.Detail("retryAfter"); ra != 60 { // 59.5 s rounded up
+			t.Errorf("details.retryAfter = %v (%T), want 60", ra, ra)
+		}
+		time.Sleep(59 * time.Second)
+		if ra, _ := pipeline.AsError(callLimited(t.Context(), h)).Detail("retryAfter"); ra != 1 { // 0.5 s rounded up
+			t.Errorf("retryAfter half a second before the window = %v, want 1", ra)
+		}
+		time.Sleep(500 * time.Millisecond)
+		expectCode(t, "first call of the next window", callLimited(t.Context(), h), "")
+		if l.RateQueueDepth() != 0 {
+			t.Errorf("RateQueueDepth() = %d, want 0", l.RateQueueDepth())
+		}
+	})
+}
+
+func TestRetryAfterRounding(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		d    time.Duration
+		want int
+		msg  string
+	}{
+		{0, 1, "retry after 1 second."},
+		{time.Nanosecond, 1, "retry after 1 second."},
+		{999 * time.Millisecond, 1, "retry after 1 second."},
+		{time.Second, 1, "retry after 1 second."},
+		{time.Second + time.Nanosecond, 2, "retry after 2 seconds."},
+		{59*time.Second + 1, 60, "retry after 60 seconds."},
+		{90 * time.Minute, 5400, "retry after 5400 seconds."},
+	}
+	for _, tt := range tests {
+		if got := resilience.RetryAfterSeconds(tt.d); got != tt.want {
+			t.Errorf("RetryAfterSeconds(%v) = %d, want %d", tt.d, got, tt.want)
+		}
+		e := resilience.RateLimited(opID, tt.d)
+		if ra, _ := e.Detail("retryAfter"); ra != tt.want {
+			t.Errorf("RateLimited(%v) retryAfter = %v, want %d", tt.d, ra, tt.want)
+		}
+		if want := "Operation 'orders.create' is rate limited; " + tt.msg; e.Message != want {
+			t.Errorf("RateLimited(%v).Message = %q, want %q", tt.d, e.Message, want)
+		}
+	}
+}
+
+func TestRateQueueWaitsForTheNextWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var order []int
+		var mu sync.Mutex
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 2}, func(inv *pipeline.Invocation) error {
+			mu.Lock()
+			order = append(order, inv.Input().(int))
+			mu.Unlock()
+			return nil
+		})
+		run := func(n int) <-chan error {
+			ch := make(chan error, 1)
+			go func() { ch <- h(pipeline.NewInvocation(t.Context(), op(opID), n)) }()
+			synctest.Wait()
+			return ch
+		}
+		start := time.Now()
+		expectCode(t, "call 0", <-run(0), "")
+		time.Sleep(2 * time.Second)
+		c1, c2 := run(1), run(2)
+		if got := l.RateQueueDepth(); got != 2 {
+			t.Fatalf("RateQueueDepth() = %d, want 2", got)
+		}
+		expectCode(t, "call 3 (queue full)", <-run(3), pipeline.CodeRateLimited)
+		expectCode(t, "call 1", <-c1, "")
+		if at := time.Since(start); at != 10*time.Second {
+			t.Errorf("first queued call admitted at %v, want 10s (the next window)", at)
+		}
+		expectCode(t, "call 2", <-c2, "")
+		if at := time.Since(start); at != 20*time.Second {
+			t.Errorf("second queued call admitted at %v, want 20s", at)
+		}
+		if fmt.Sprint(order) != "[0 1 2]" {
+			t.Errorf("handler order = %v, want [0 1 2] (oldest first)", order)
+		}
+	})
+}
+
+func TestRateQueueRejectsCallsThatWouldTimeOutThere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reached := 0
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 5}, func(*pipeline.Invocation) error {
+			reached++
+			return nil
+		})
+		expectCode(t, "call 1", callLimited(t.Context(), h), "")
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := callLimited(ctx, h)
+		expectCode(t, "call with a 5s deadline", err, pipeline.CodeRateLimited)
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("rejected after %v, want at once", waited)
+		}
+		if ra, _ := pipeline.AsError(err).Detail("retryAfter"); ra != 10 {
+			t.Errorf("retryAfter = %v, want 10", ra)
+		}
+		if reached != 1 || l.RateQueueDepth() != 0 {
+			t.Errorf("reached %d, queue %d; want 1, 0", reached, l.RateQueueDepth())
+		}
+	})
+}
+
+func TestRateQueueWaitCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 1}, okHandler)
+		expectCode(t, "call 1", callLimited(t.Context(), h), "")
+		ctx, cancel := context.WithCancel(t.Context())
+		ch := goLimited(ctx, h)
+		synctest.Wait()
+		if l.RateQueueDepth() != 1 {
+			t.Fatalf("RateQueueDepth() = %d, want 1", l.RateQueueDepth())
+		}
+		time.Sleep(3 * time.Second)
+		cancel()
+		expectCode(t, "queued call whose caller left", <-ch, pipeline.CodeCancelled)
+		if l.RateQueueDepth() != 0 {
+			t.Fatalf("after the cancel: RateQueueDepth() = %d, want 0 (place given back)", l.RateQueueDepth())
+		}
+		// The freed place can be taken again, and its permit is used.
+		ch = goLimited(t.Context(), h)
+		synctest.Wait()
+		expectCode(t, "next queued call", <-ch, "")
+	})
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var order []int
+		var mu sync.Mutex
+		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 2}, func(inv *pipeline.Invocation) error {
+			mu.Lock()
+			order = append(order, inv.Input().(int))
+			mu.Unlock()
+			<-release
+			return nil
+		})
+		var chans []<-chan error
+		for i := range 4 {
+			ch := make(chan error, 1)
+			go func() { ch <- h(pipeline.NewInvocation(t.Context(), op(opID), i)) }()
+			synctest.Wait() // arrival order = i
+			chans = append(chans, ch)
+		}
+		if l.InFlight() != 2 || l.ConcurrencyQueueDepth() != 2 {
+			t.Fatalf("InFlight, ConcurrencyQueueDepth = %d, %d; want 2, 2", l.InFlight(), l.ConcurrencyQueueDepth())
+		}
+		err := callLimited(t.Context(), h)
+		expectCode(t, "fifth call", err, pipeline.CodeConcurrencyLimited)
+		pe := pipeline.AsError(err)
+		if id, _ := pe.Detail("id"); id != opID || pe.Kind != pipeline.KindUnavailable {
+			t.Errorf("rejection = %v, details %v; want UNAVAILABLE with id", pe, pe.Details)
+		}
+		if _, has := pe.Detail("retryAfter"); has {
+			t.Errorf("concurrency rejection has retryAfter; want none")
+		}
+		release <- struct{}{} // one of 0, 1 finishes; 2 starts
+		synctest.Wait()
+		mu.Lock()
+		if fmt.Sprint(order[2:]) != "[2]" {
+			t.Errorf("after one release, started %v, want [0 1 2] in some order of 0,1 then 2", order)
+		}
+		mu.Unlock()
+		close(release)
+		for i, ch := range chans {
+			expectCode(t, fmt.Sprintf("call %d", i), <-ch, "")
+		}
+		if fmt.Sprint(order[2:]) != "[2 3]" {
+			t.Errorf("queued calls started in order %v, want 2 then 3", order[2:])
+		}
+		if l.InFlight() != 0 || l.ConcurrencyQueueDepth() != 0 {
+			t.Errorf("at rest: InFlight, ConcurrencyQueueDepth = %d, %d; want 0, 0", l.InFlight(), l.ConcurrencyQueueDepth())
+		}
+	})
+}
+
+func TestConcurrencySlotReleasedOnEveryExitPath(t *testing.T) {
+	boom := pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
+		if inv.Input() == "panic in middleware" {
+			panic("boom")
+		}
+		return next(inv)
+	})
+	tests := []struct {
+		name  string
+		input string
+		ctx   func(context.Context) (context.Context, context.CancelFunc)
+		code  string
+	}{
+		{"success", "ok", nil, ""},
+		{"error", "error", nil, pipeline.CodeUnexpected},
+		{"panic in handler", "panic", nil, pipeline.CodeUnexpected},
+		{"panic in later middleware", "panic in middleware", nil, pipeline.CodeUnexpected},
+		{"cancellation", "block", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(ctx)
+			go func() { time.Sleep(time.Second); cancel() }()
+			return ctx, cancel
+		}, pipeline.CodeCancelled},
+		{"deadline", "block", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, time.Second)
+		}, pipeline.CodeTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1}, func(inv *pipeline.Invocation) error {
+					switch inv.Input() {
+					case "error":
+						return errors.New("db down")
+					case "panic":
+						panic("boom")
+					case "block":
+						<-inv.Context().Done()
+						return inv.Context().Err()
+					}
+					return nil
+				}, boom)
+				ctx := t.Context()
+				if tt.ctx != nil {
+					var cancel context.CancelFunc
+					ctx, cancel = tt.ctx(ctx)
+					defer cancel()
+				}
+				expectCode(t, tt.name, h(pipeline.NewInvocation(ctx, op(opID), tt.input)), tt.code)
+				if l.InFlight() != 0 {
+					t.Fatalf("after %s: InFlight() = %d, want 0", tt.name, l.InFlight())
+				}
+				expectCode(t, "next call", h(pipeline.NewInvocation(t.Context(), op(opID), "ok")), "")
+			})
+		})
+	}
+}
+
+func TestQueueWaitsEndAtDeadlineOrCancel(t *testing.T) {
+	tests := []struct {
+		name      string
+		p         resilience.Policy
+		deadline  time.Duration // of the queued call (0: none)
+		cancelAt  time.Duration // 0: never
+		wantCode  string
+		wantEndAt time.Duration
+		holder    string // the slot holder's outcome code
+	}{
+		{"concurrency queue, deadline", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1}, 3 * time.Second, 0, pipeline.CodeTimeout, 3 * time.Second, ""},
+		{"concurrency queue, operation timeout", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1, Timeout: 4 * time.Second}, 0, 0, pipeline.CodeTimeout, 4 * time.Second, pipeline.CodeTimeout},
+		{"concurrency queue, cancelled", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1}, 5 * time.Second, 2 * time.Second, pipeline.CodeCancelled, 2 * time.Second, ""},
+		{"rate queue, cancelled", resilience.Policy{PermitLimit: 1, Window: time.Minute, QueueLimit: 1}, 2 * time.Minute, 2 * time.Second, pipeline.CodeCancelled, 2 * time.Second, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				hold := make(chan struct{})
+				h, l := limitStack(t, tt.p, func(inv *pipeline.Invocation) error {
+					if inv.Input() == "holder" {
+						<-hold
+					}
+					return nil
+				})
+				holder := make(chan error, 1)
+				go func() { holder <- h(pipeline.NewInvocation(t.Context(), op(opID), "holder")) }()
+				time.Sleep(time.Second) // the holder has started and holds the slot or permit
+
+				ctx := t.Context()
+				var cancel context.CancelFunc = func() {}
+				if tt.deadline > 0 {
+					ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+				}
+				defer cancel()
+				if tt.cancelAt > 0 {
+					var stop context.CancelFunc
+					ctx, stop = context.WithCancel(ctx)
+					defer stop()
+					time.AfterFunc(tt.cancelAt, stop)
+				}
+				start := time.Now()
+				expectCode(t, "queued call", callLimited(ctx, h), tt.wantCode)
+				if ended := time.Since(start); ended != tt.wantEndAt {
+					t.Errorf("queued call ended after %v, want %v", ended, tt.wantEndAt)
+				}
+				if l.RateQueueDepth() != 0 || l.ConcurrencyQueueDepth() != 0 {
+					t.Errorf("queues after the wait: %d, %d; want empty", l.RateQueueDepth(), l.ConcurrencyQueueDepth())
+				}
+				close(hold)
+				expectCode(t, "holder", <-holder, tt.holder)
+				if l.InFlight() != 0 {
+					t.Errorf("InFlight() = %d, want 0", l.InFlight())
+				}
+			})
+		})
+	}
+}
+
+// breakerStack is a stack with a breaker of threshold 1 and a long break;
+// its handler returns whatever the invocation's input says.
+func breakerStack(t *testing.T, p resilience.Policy) (pipeline.Handler, *resilience.OperationLimits) {
+	t.Helper()
+	if p.FailureThreshold == 0 {
+		p.FailureThreshold = 1
+	}
+	if p.BreakDuration == 0 {
+		p.BreakDuration = 30 * time.Second
+	}
+	return limitStack(t, p, func(inv *pipeline.Invocation) error {
+		switch in := inv.Input().(type) {
+		case error:
+			return in
+		case func(*pipeline.Invocation) error:
+			return in(inv)
+		case string:
+			if in == "panic" {
+				panic("boom")
+			}
+		}
+		return nil
+	})
+}
+
+func invokeLimited(ctx context.Context, h pipeline.Handler, input any) error {
+	return h(pipeline.NewInvocation(ctx, op(opID), input))
+}
+
+func TestBreakerFailureClassification(t *testing.T) {
+	waitOwnDeadline := func(inv *pipeline.Invocation) error {
+		<-inv.Context().Done()
+		return inv.Context().Err()
+	}
+	waitOwnDeadlineCoded := func(inv *pipeline.Invocation) error {
+		<-inv.Context().Done()
+		return pipeline.ErrTimeout()
+	}
+	tests := []struct {
+		name     string
+		input    any
+		timeout  time.Duration
+		wantOpen bool
+	}{
+		{"success", nil, 0, false},
+		{"VALIDATION", pipeline.Validation("SHOP_VALIDATION_001", "bad"), 0, false},
+		{"NOT_FOUND", pipeline.NotFound("SHOP_NOT_FOUND_001", "no"), 0, false},
+		{"FORBIDDEN", pipeline.Forbidden("SHOP_FORBIDDEN_001", "no"), 0, false},
+		{"UNAUTHENTICATED", pipeline.Unauthenticated("SHOP_UNAUTHENTICATED_001", "who"), 0, false},
+		{"CONFLICT", pipeline.Conflict("SHOP_CONFLICT_001", "exists"), 0, false},
+		{"CANCELLED", pipeline.ErrCancelled(), 0, false},
+		{"context.Canceled", context.Canceled, 0, false},
+		{"UNAVAILABLE", pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down"), 0, true},
+		{"downstream TIMEOUT, own context alive", pipeline.Timeout("SHOP_TIMEOUT_001", "payment gateway timed out"), 0, true},
+		{"downstream context.DeadlineExceeded, own context alive", fmt.Errorf("gateway: %w", context.DeadlineExceeded), 0, true},
+		{"UNEXPECTED", pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected, "bug"), 0, true},
+		{"unhandled error", errors.New("nil pointer"), 0, true},
+		{"panic", "panic", 0, true},
+		{"own deadline fired while the handler waited", waitOwnDeadline, time.Second, false},
+		{"own deadline fired, handler wrote TIMEOUT itself", waitOwnDeadlineCoded, time.Second, false},
+		{"an inner rate limit rejection", resilience.RateLimited("tenant.acme", time.Second), 0, false},
+		{"an inner concurrency rejection", resilience.ConcurrencyLimited("tenant.acme"), 0, false},
+		{"a dependency's open breaker", resilience.CircuitOpen("payments.charge", time.Second), 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, l := breakerStack(t, resilience.Policy{Timeout: tt.timeout})
+				_ = invokeLimited(t.Context(), h, tt.input)
+				want := resilience.BreakerClosed
+				if tt.wantOpen {
+					want = resilience.BreakerOpen
+				}
+				if got := l.BreakerState(); got != want {
+					t.Fatalf("after one %s outcome with FailureThreshold 1: BreakerState() = %v, want %v", tt.name, got, want)
+				}
+			})
+		})
+	}
+}
+
+func TestBreakerOpenHalfOpenProbe(t *testing.T) {
+	fail := pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
+	tests := []struct {
+		name       string
+		probe      any // the probe's outcome
+		wantState  resilience.BreakerState
+		wantNextOK bool
+	}{
+		{"probe success closes", nil, resilience.BreakerClosed, true},
+		{"probe failure re-opens", fail, resilience.BreakerOpen, false},
+		{"caller error closes (the operation answered)", pipeline.Validation("V", "bad"), resilience.BreakerClosed, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, l := breakerStack(t, resilience.Policy{FailureThreshold: 2, BreakDuration: 10 * time.Second})
+				expectCode(t, "failure 1", invokeLimited(t.Context(), h, fail), "SHOP_UNAVAILABLE_001")
+				expectCode(t, "failure 2", invokeLimited(t.Context(), h, fail), "SHOP_UNAVAILABLE_001")
+				if l.BreakerState() != resilience.BreakerOpen {
+					t.Fatalf("BreakerState() = %v, want open", l.BreakerState())
+				}
+				time.Sleep(2500 * time.Millisecond)
+				err := invokeLimited(t.Context(), h, nil)
+				expectCode(t, "call while open", err, pipeline.CodeCircuitOpen)
+				pe := pipeline.AsError(err)
+				if ra, _ := pe.Detail("retryAfter"); ra != 8 { // 7.5 s rounded up
+					t.Errorf("retryAfter = %v, want 8", ra)
+				}
+				if want := "Operation 'orders.create' is unavailable: its circuit breaker is open; retry after 8 seconds."; pe.Message != want {
+					t.Errorf("message = %q, want %q", pe.Message, want)
+				}
+				time.Sleep(7500 * time.Millisecond)
+				if l.BreakerState() != resilience.BreakerHalfOpen {
+					t.Fatalf("after the break: BreakerState() = %v, want half-open", l.BreakerState())
+				}
+				release := make(chan struct{})
+				probe := make(chan error, 1)
+				go func() {
+					probe <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error {
+						<-release
+						if e, isErr := tt.probe.(error); isErr {
+							return e
+						}
+						return nil
+					})
+				}()
+				synctest.Wait()
+				for i := range 3 {
+					err := invokeLimited(t.Context(), h, nil)
+					expectCode(t, fmt.Sprintf("call %d while the probe runs", i), err, pipeline.CodeCircuitOpen)
+					if ra, _ := pipeline.AsError(err).Detail("retryAfter"); ra != 1 {
+						t.Errorf("retryAfter while probing = %v, want 1", ra)
+					}
+				}
+				close(release)
+				<-probe
+				if got := l.BreakerState(); got != tt.wantState {
+					t.Fatalf("after the probe: BreakerState() = %v, want %v", got, tt.wantState)
+				}
+				err = invokeLimited(t.Context(), h, nil)
+				if (err == nil) != tt.wantNextOK {
+					t.Fatalf("call after the probe = %v, want success %v", err, tt.wantNextOK)
+				}
+				if !tt.wantNextOK {
+					if ra, _ := pipeline.AsError(err).Detail("retryAfter"); ra != 10 {
+						t.Errorf("re-opened: retryAfter = %v, want a full break of 10", ra)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestBreakerIgnoresCallsRunningWhenItOpened(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, l := breakerStack(t, resilience.Policy{FailureThreshold: 1, BreakDuration: 10 * time.Second})
+		release := make(chan error)
+		slow := func(*pipeline.Invocation) error { return <-release }
+		running := make(chan error, 3) // outcomes of the calls admitted while closed, in finishing order
+		for range 3 {
+			go func() { running <- invokeLimited(t.Context(), h, slow) }()
+		}
+		synctest.Wait()
+		expectCode(t, "failure", invokeLimited(t.Context(), h, errors.New("db down")), pipeline.CodeUnexpected)
+		if l.BreakerState() != resilience.BreakerOpen {
+			t.Fatalf("BreakerState() = %v, want open", l.BreakerState())
+		}
+		release <- nil                   // a success must not close it
+		release <- errors.New("db down") // a failure must not extend the break
+		<-running
+		<-running
+		if l.BreakerState() != resilience.BreakerOpen {
+			t.Fatalf("after old calls finished: BreakerState() = %v, want open", l.BreakerState())
+		}
+		time.Sleep(10 * time.Second)
+		if l.BreakerState() != resilience.BreakerHalfOpen {
+			t.Fatalf("the old failure extended the break: BreakerState() = %v, want half-open", l.BreakerState())
+		}
+		probe := make(chan error, 1)
+		block := make(chan struct{})
+		go func() {
+			probe <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { <-block; return nil })
+		}()
+		synctest.Wait()
+		release <- nil // an old success during half-open must not close it
+		<-running
+		if l.BreakerState() != resilience.BreakerHalfOpen {
+			t.Fatalf("old success during the probe: BreakerState() = %v, want half-open", l.BreakerState())
+		}
+		close(block)
+		expectCode(t, "probe", <-probe, "")
+		if l.BreakerState() != resilience.BreakerClosed {
+			t.Fatalf("after the probe: BreakerState() = %v, want closed", l.BreakerState())
+		}
+	})
+}
+
+func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
+	tests := []struct {
+		name string
+		// lose runs the half-open probe so that it does not finish, and
+		// returns its outcome code.
+		lose func(t *testing.T, h pipeline.Handler) string
+	}{
+		{"caller cancels", func(t *testing.T, h pipeline.Handler) string {
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(time.Second, cancel)
+			return pipeline.CodeOf(invokeLimited(ctx, h, func(inv *pipeline.Invocation) error {
+				<-inv.Context().Done()
+				return inv.Context().Err()
+			}))
+		}},
+		{"probe's own deadline fires", func(t *testing.T, h pipeline.Handler) string {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			return pipeline.CodeOf(invokeLimited(ctx, h, func(inv *pipeline.Invocation) error {
+				<-inv.Context().Done()
+				return pipeline.ErrCancelled() // the handler's own words; attribution says TIMEOUT
+			}))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, l := breakerStack(t, resilience.Policy{FailureThreshold: 1, BreakDuration: 10 * time.Second})
+				expectCode(t, "failure", invokeLimited(t.Context(), h, errors.New("db down")), pipeline.CodeUnexpected)
+				time.Sleep(10 * time.Second)
+				code := tt.lose(t, h)
+				if code != pipeline.CodeCancelled && code != pipeline.CodeTimeout {
+					t.Fatalf("lost probe outcome = %q, want CANCELLED or TIMEOUT", code)
+				}
+				if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
+					t.Fatalf("after a lost probe: BreakerState() = %v, want half-open (slot freed, not closed or re-opened)", got)
+				}
+				expectCode(t, "next call probes and closes", invokeLimited(t.Context(), h, nil), "")
+				if got := l.BreakerState(); got != resilience.BreakerClosed {
+					t.Fatalf("after the next probe: BreakerState() = %v, want closed", got)
+				}
+			})
+		})
+	}
+}
+
+func TestBreakerProbeCancelledInTheConcurrencyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, l := breakerStack(t, resilience.Policy{FailureThreshold: 1, BreakDuration: 10 * time.Second, ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1})
+		first, second := make(chan error), make(chan error)
+		firstDone, secondDone := make(chan error, 1), make(chan error, 1)
+		go func() { firstDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-first }) }()
+		synctest.Wait()
+		go func() { secondDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-second }) }()
+		synctest.Wait() // second waits for the slot
+		first <- errors.New("db down")
+		expectCode(t, "first", <-firstDone, pipeline.CodeUnexpected)
+		synctest.Wait() // second now holds the slot, admitted before the breaker opened
+		if l.BreakerState() != resilience.BreakerOpen || l.InFlight() != 1 {
+			t.Fatalf("BreakerState, InFlight = %v, %d; want open, 1", l.BreakerState(), l.InFlight())
+		}
+		time.Sleep(10 * time.Second)
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(time.Second, cancel)
+		expectCode(t, "probe cancelled in the queue", invokeLimited(ctx, h, nil), pipeline.CodeCancelled)
+		if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
+			t.Fatalf("after the lost probe: BreakerState() = %v, want half-open", got)
+		}
+		second <- nil
+		expectCode(t, "second", <-secondDone, "")
+		if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
+			t.Fatalf("after an old call succeeded: BreakerState() = %v, want half-open", got)
+		}
+		expectCode(t, "next call probes", invokeLimited(t.Context(), h, nil), "")
+		if got := l.BreakerState(); got != resilience.BreakerClosed {
+			t.Fatalf("after the probe: BreakerState() = %v, want closed", got)
+		}
+	})
+}
+
+func TestProbeRejectedByARateLimitFreesTheSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, l := breakerStack(t, resilience.Policy{FailureThreshold: 1, BreakDuration: 10 * time.Second, PermitLimit: 1, Window: 11 * time.Second})
+		expectCode(t, "failure", invokeLimited(t.Context(), h, errors.New("db down")), pipeline.CodeUnexpected)
+		time.Sleep(10 * time.Second) // half-open; the rate window (11 s) is still used up
+		expectCode(t, "probe", invokeLimited(t.Context(), h, nil), pipeline.CodeRateLimited)
+		if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
+			t.Fatalf("after the rate-limited probe: BreakerState() = %v, want half-open", got)
+		}
+		time.Sleep(time.Second)
+		expectCode(t, "next probe", invokeLimited(t.Context(), h, nil), "")
+		if got := l.BreakerState(); got != resilience.BreakerClosed {
+			t.Fatalf("BreakerState() = %v, want closed", got)
+		}
+	})
+}
+
+func TestExpiredOnArrivalNeverReachesTheLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reached := 0
+		h, l := limitStack(t, resilience.Policy{FailureThreshold: 1, PermitLimit: 1, Window: time.Hour, ConcurrencyLimit: 1}, func(*pipeline.Invocation) error {
+			reached++
+			return nil
+		})
+		inv := pipeline.NewInvocation(t.Context(), op(opID), nil)
+		inv.SetDeadline(time.Now().Add(-time.Second))
+		expectCode(t, "expired on arrival", h(inv), pipeline.CodeTimeout)
+		if reached != 0 || l.BreakerState() != resilience.BreakerClosed {
+			t.Fatalf("reached %d, breaker %v; want 0, closed", reached, l.BreakerState())
+		}
+		expectCode(t, "next call takes the only permit", callLimited(t.Context(), h), "")
+	})
+}
