@@ -645,9 +645,13 @@ func TestBreakerProbeCancelledInTheConcurrencyQueue(t *testing.T) {
 		h, l := breakerStack(t, resilience.Policy{FailureThreshold: 1, BreakDuration: 10 * time.Second, ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1})
 		first, second := make(chan error), make(chan error)
 		firstDone, secondDone := make(chan error, 1), make(chan error, 1)
-		go func() { firstDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-first }) }()
+		go func() {
+			firstDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-first })
+		}()
 		synctest.Wait()
-		go func() { secondDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-second }) }()
+		go func() {
+			secondDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-second })
+		}()
 		synctest.Wait() // second waits for the slot
 		first <- errors.New("db down")
 		expectCode(t, "first", <-firstDone, pipeline.CodeUnexpected)
