@@ -1,0 +1,141 @@
+package resilience_test
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+// burst sends n concurrent calls at one operation and tallies the
+// outcomes. work runs inside the handler; it may block.
+type burst struct {
+	admitted, running, maxRunning atomic.Int64
+	byCode                        sync.Map // code -> *atomic.Int64
+}
+
+func (b *burst) handler(work func(*pipeline.Invocation) error) pipeline.Handler {
+	return func(inv *pipeline.Invocation) error {
+		b.admitted.Add(1)
+		n := b.running.Add(1)
+		for {
+			m := b.maxRunning.Load()
+			if n <= m || b.maxRunning.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		defer b.running.Add(-1)
+		return work(inv)
+	}
+}
+
+func (b *burst) send(h pipeline.Handler, n int, ctx func() *pipeline.Invocation) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			code := pipeline.CodeOf(h(ctx()))
+			c, _ := b.byCode.LoadOrStore(code, new(atomic.Int64))
+			c.(*atomic.Int64).Add(1)
+		})
+	}
+	wg.Wait()
+}
+
+func (b *burst) count(code string) int64 {
+	if c, ok := b.byCode.Load(code); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// rejected counts the limiters' and the breaker's rejections.
+func (b *burst) rejected() int64 {
+	return b.count(pipeline.CodeRateLimited) + b.count(pipeline.CodeConcurrencyLimited) + b.count(pipeline.CodeCircuitOpen)
+}
+
+// TestThousandConcurrentCallsDeterministic sends 1,000 calls at once at
+// an operation limited to 300 calls per hour, 50 at a time and 100
+// waiting. Inside a synctest bubble every handler sleeps until all 1,000
+// have arrived, so the split is exact: 300 pass the rate limit (700
+// rejected), of which 50 run and 100 queue (150 rejected); the queued 100
+// run once slots free up.
+func TestThousandConcurrentCallsDeterministic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const sent = 1000
+		var b burst
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 300, Window: time.Hour, ConcurrencyLimit: 50, ConcurrencyQueueLimit: 100},
+			b.handler(func(*pipeline.Invocation) error { time.Sleep(10 * time.Millisecond); return nil }))
+		b.send(h, sent, func() *pipeline.Invocation { return pipeline.NewInvocation(t.Context(), op(opID), nil) })
+
+		ok, rate, conc := b.count(""), b.count(pipeline.CodeRateLimited), b.count(pipeline.CodeConcurrencyLimited)
+		if ok != 150 || rate != 700 || conc != 150 {
+			t.Errorf("outcomes: ok %d, rate limited %d, concurrency limited %d; want 150, 700, 150", ok, rate, conc)
+		}
+		if got := b.admitted.Load(); got+b.rejected() != sent || got != ok {
+			t.Errorf("admitted %d + rejected %d != sent %d (or admitted != successes %d)", got, b.rejected(), sent, ok)
+		}
+		if got := b.maxRunning.Load(); got != 50 {
+			t.Errorf("at most %d ran at once, want exactly the limit 50", got)
+		}
+		if l.InFlight() != 0 || l.ConcurrencyQueueDepth() != 0 || l.RateQueueDepth() != 0 {
+			t.Errorf("at rest: in flight %d, queues %d, %d; want 0", l.InFlight(), l.ConcurrencyQueueDepth(), l.RateQueueDepth())
+		}
+	})
+}
+
+// TestThousandConcurrentCalls is the same burst on the real scheduler and
+// clock (meant for -race): whatever the interleaving, every call is either
+// admitted or rejected, and no limit is ever exceeded.
+func TestThousandConcurrentCalls(t *testing.T) {
+	tests := []struct {
+		name string
+		p    resilience.Policy
+		fail bool // the handler fails every call: the breaker opens
+	}{
+		{"rate and concurrency", resilience.Policy{PermitLimit: 600, Window: time.Hour, QueueLimit: 0, ConcurrencyLimit: 8, ConcurrencyQueueLimit: 64}, false},
+		{"breaker, rate and concurrency", resilience.Policy{FailureThreshold: 20, BreakDuration: time.Hour, PermitLimit: 600, Window: time.Hour, ConcurrencyLimit: 8, ConcurrencyQueueLimit: 64}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const sent = 1000
+			var b burst
+			h, l := limitStack(t, tt.p, b.handler(func(*pipeline.Invocation) error {
+				runtime.Gosched()
+				if tt.fail {
+					return pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
+				}
+				return nil
+			}))
+			b.send(h, sent, func() *pipeline.Invocation { return pipeline.NewInvocation(t.Context(), op(opID), nil) })
+
+			admitted := b.admitted.Load()
+			if admitted+b.rejected() != sent {
+				t.Errorf("admitted %d + rejected %d = %d, want sent %d", admitted, b.rejected(), admitted+b.rejected(), sent)
+			}
+			if admitted > int64(tt.p.PermitLimit) {
+				t.Errorf("admitted %d, more than PermitLimit %d", admitted, tt.p.PermitLimit)
+			}
+			if got := b.maxRunning.Load(); got > int64(tt.p.ConcurrencyLimit) {
+				t.Errorf("%d ran at once, more than ConcurrencyLimit %d", got, tt.p.ConcurrencyLimit)
+			}
+			if tt.fail {
+				// Calls admitted before it opened may still finish (at
+				// most the slots and queue places taken at that moment).
+				if l.BreakerState() != resilience.BreakerOpen {
+					t.Errorf("after %d failures: breaker %v, want open", admitted, l.BreakerState())
+				}
+				if limit := int64(tt.p.FailureThreshold + tt.p.ConcurrencyLimit + tt.p.ConcurrencyQueueLimit); admitted > limit {
+					t.Errorf("admitted %d failing calls, want at most threshold + slots + queue = %d", admitted, limit)
+				}
+			}
+			if l.InFlight() != 0 || l.ConcurrencyQueueDepth() != 0 || l.RateQueueDepth() != 0 {
+				t.Errorf("at rest: in flight %d, queues %d, %d; want 0", l.InFlight(), l.ConcurrencyQueueDepth(), l.RateQueueDepth())
+			}
+		})
+	}
+}
