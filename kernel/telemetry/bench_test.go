@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
@@ -51,6 +52,45 @@ func BenchmarkDiagnostics(b *testing.B) {
 			inv.SetProtocol(pipeline.ProtocolHTTP)
 			for b.Loop() {
 				_ = c.h(inv)
+			}
+		})
+	}
+}
+
+// BenchmarkKernelInvoke measures a whole kernel invocation of an operation
+// with nothing configured, with the Diagnostics middleware off, on with
+// otel's global no-op default (the kernel's default), and on with the SDK.
+func BenchmarkKernelInvoke(b *testing.B) {
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "bench.op"}, func(context.Context, struct{}) (struct{}, error) {
+		return struct{}{}, nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer tp.Shutdown(context.Background())
+	defer mp.Shutdown(context.Background())
+	cases := []struct {
+		name string
+		opts []kernel.Option
+	}{
+		{"telemetry-off", []kernel.Option{kernel.WithTelemetry(false)}},
+		{"global-default", nil},
+		{"sdk", []kernel.Option{kernel.WithTracerProvider(tp), kernel.WithMeterProvider(mp)}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			k, err := kernel.New(append(c.opts, kernel.WithRegistry(reg))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d, _ := k.Lookup("bench.op")
+			in := &struct{}{}
+			b.ReportAllocs()
+			for b.Loop() {
+				inv := pipeline.NewInvocation(context.Background(), d, in)
+				_ = k.Invoke(inv)
 			}
 		})
 	}
