@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
@@ -13,59 +12,107 @@ import (
 // invocation's deadline fires. It wraps context.DeadlineExceeded, so
 // errors.Is(err, context.DeadlineExceeded) holds for it: http.Client returns
 // context.Cause(ctx) as its error and grpc-go maps a cause to a status code,
-// and both must still see a deadline.
-var ErrDeadline = fmt.Errorf("sundial: invocation deadline exceeded: %w", context.DeadlineExceeded)
+// and both must still see a deadline (a cause wrapping neither
+// DeadlineExceeded nor Canceled would become an Unknown/UNEXPECTED
+// outcome downstream).
+var ErrDeadline error = deadlineError{}
+
+type deadlineError struct{}
+
+func (deadlineError) Error() string { return "resilience: invocation deadline exceeded" }
+func (deadlineError) Unwrap() error { return context.DeadlineExceeded }
+
+// Timeout and Temporary make ErrDeadline look like the net package's
+// timeout errors, as context.DeadlineExceeded does.
+func (deadlineError) Timeout() bool   { return true }
+func (deadlineError) Temporary() bool { return true }
 
 // DeadlineMiddleware is the first built-in of the Resilience stage. Create
-// it with NewDeadlineMiddleware.
+// it with [NewDeadlineMiddleware]; it is safe for concurrent use and keeps
+// no per-call state outside the invocation.
 //
 // For each invocation it computes the effective deadline — the earliest of
-// the invocation's own (from the caller), now + the operation's Timeout,
+// the invocation's own (the caller's), now + the operation's Timeout,
 // now + the kernel's MaxTimeout, and the parent context's deadline — stores
 // it on the invocation, and runs the rest of the chain under a context that
-// ends at that instant (with cause [ErrDeadline]). Every downstream call
-// made with that context is bounded by it.
+// ends at that instant with cause [ErrDeadline]. Every downstream call made
+// with that context is bounded by it, and the handler's context is cancelled
+// at the deadline even when the handler ignores it. A downstream deadline is
+// therefore never later than the upstream one.
 //
-// Attribution looks only at the state of the tokens, never at the clock:
+// # Attribution
 //
-//   - the deadline token fired (the context ended with DeadlineExceeded —
-//     this middleware's timer, or an upstream deadline such as grpc-go's
-//     server context) -> TIMEOUT, KERNEL_TIMEOUT_001, whatever the handler
-//     returned and whether or not the caller also cancelled;
+// When the chain returns, the outcome is attributed from the state of the
+// tokens alone, never by reading the clock:
+//
+//   - the deadline token fired — the handler's context ended with
+//     DeadlineExceeded, from this middleware's timer or from an upstream
+//     deadline such as grpc-go's server context — -> TIMEOUT,
+//     KERNEL_TIMEOUT_001, whatever the handler returned and whether or not
+//     the caller also cancelled;
 //   - the deadline token did not fire and the caller's context was
 //     cancelled -> CANCELLED, KERNEL_CANCELLED_001, even when the clock
-//     already reads past the deadline;
-//   - neither -> the handler's outcome, unchanged.
+//     already reads past the deadline (a timer may run a little after the
+//     clock passes its instant);
+//   - neither -> the chain's outcome, unchanged.
 //
-// A deadline already past on arrival (or a caller already gone) ends the
-// invocation before anything inside runs: the breaker, the limiters and the
-// handler never see it.
+// What the handler returned does not matter once a token has ended its
+// context: ctx.Err(), a wrapped cancellation, a CANCELLED outcome of its own,
+// success or any other error are all attributed by the rules above.
 //
-// The unattributed outcome is recorded with
-// [pipeline.Invocation.SetOriginalOutcome]; it is what the
-// ResilienceMiddleware's breaker counted.
+// Ties are resolved by token order, which is the only order there is: the
+// first token to end the handler's context decides. A caller whose own
+// deadline is the same instant (a gRPC client's grpc-timeout, a parent
+// context.WithDeadline) ends the context with DeadlineExceeded, so that tie
+// is always TIMEOUT; a cancellation that lands after the deadline token
+// fired — even at the same instant — is TIMEOUT too, because a context that
+// has ended never ends again. Only a raw cancel racing the deadline's own
+// timer goroutine at one instant has no order to read; it is attributed by
+// whichever the runtime ran first, and the result always agrees with the
+// handler's context (see docs/deadlines.md).
+//
+// # Arrival
+//
+// On arrival the middleware decides whether to start work at all: a
+// deadline already at or before now ends the invocation with TIMEOUT, and a
+// caller already gone ends it with CANCELLED (TIMEOUT if its context ended
+// with a deadline), before anything inside runs: the breaker, the limiters
+// and the handler never see it.
+//
+// # Original and attributed outcomes
+//
+// The middleware returns the attributed outcome (what adapters, logs,
+// traces and metrics report) and records the unattributed one with
+// [pipeline.Invocation.SetOriginalOutcome] — the outcome as the middleware
+// inside it (the breaker) must count it. When the handler's context ended
+// and the handler reported that ending ([IsOwnCancellation]), the original
+// outcome is a CANCELLED outcome wrapping what the handler returned: the
+// caller's own deadline is not a failure of the operation. For an
+// invocation ended on arrival the original outcome is the attributed one.
 type DeadlineMiddleware struct {
 	timeout    time.Duration
 	maxTimeout time.Duration
+
+	// derive creates the handler's context; nil means
+	// context.WithDeadlineCause. Tests replace it to hold the deadline token
+	// back while the clock moves on.
+	derive func(parent context.Context, d time.Time, cause error) (context.Context, context.CancelFunc)
 }
 
 // NewDeadlineMiddleware returns a DeadlineMiddleware. timeout is the
-// operation's default deadline and cap (0: none); maxTimeout is the
-// kernel-wide cap on every deadline (0: none).
+// operation's default deadline and the cap on what a caller sends (0 or
+// negative: none); maxTimeout is the kernel-wide cap on every deadline (0
+// or negative: none).
 func NewDeadlineMiddleware(timeout, maxTimeout time.Duration) *DeadlineMiddleware {
 	return &DeadlineMiddleware{timeout: max(timeout, 0), maxTimeout: max(maxTimeout, 0)}
 }
 
-// Effective returns the deadline this middleware would enforce for an
-// invocation that arrives at now with the caller's deadline d (zero: none)
-// and a parent context deadline pd (zero: none).
+// Effective returns the deadline this middleware enforces for an
+// invocation that arrives at now with the caller's deadline d and a parent
+// context whose deadline is pd (the zero time: none): the earliest of d,
+// pd, now + timeout and now + maxTimeout. The zero time means no deadline
+// at all (only possible when both caps are 0).
 func (m *DeadlineMiddleware) Effective(now, d, pd time.Time) time.Time {
-	earliest := func(a, b time.Time) time.Time {
-		if a.IsZero() || (!b.IsZero() && b.Before(a)) {
-			return b
-		}
-		return a
-	}
 	if m.timeout > 0 {
 		d = earliest(d, now.Add(m.timeout))
 	}
@@ -75,45 +122,80 @@ func (m *DeadlineMiddleware) Effective(now, d, pd time.Time) time.Time {
 	return earliest(d, pd)
 }
 
+// earliest returns the earlier of a and b, treating the zero time as "no
+// deadline".
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
 // Invoke implements pipeline.Middleware.
 func (m *DeadlineMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
 	parent := inv.Context()
-	if err := parent.Err(); err != nil {
-		inv.SetOriginalOutcome(nil)
-		return attributeDone(parent)
-	}
 	now := time.Now()
 	d, _ := inv.Deadline()
 	pd, _ := parent.Deadline()
 	d = m.Effective(now, d, pd)
 	if d.IsZero() {
 		// No deadline anywhere: only the caller can end the call.
-		err := next(inv)
-		inv.SetOriginalOutcome(err)
 		if parent.Err() != nil {
-			return attributeDone(parent)
+			return endOnArrival(inv, attributeDone(parent))
 		}
-		return err
+		return attribute(inv, parent, next(inv))
 	}
 	inv.SetDeadline(d)
+	// Deciding whether to start is the one place the clock is read: a
+	// deadline at or before now has fired already (context.WithDeadline
+	// makes the same decision), and it wins over a caller that is also gone.
 	if !d.After(now) {
-		inv.SetOriginalOutcome(nil)
-		return pipeline.ErrTimeout()
+		return endOnArrival(inv, pipeline.ErrTimeout())
 	}
-	ctx, cancel := context.WithDeadlineCause(parent, d, ErrDeadline)
+	if parent.Err() != nil {
+		return endOnArrival(inv, attributeDone(parent))
+	}
+	derive := m.derive
+	if derive == nil {
+		derive = context.WithDeadlineCause
+	}
+	ctx, cancel := derive(parent, d, ErrDeadline)
 	defer cancel()
 	inv.SetContext(ctx)
 	defer inv.SetContext(parent)
-	err := next(inv)
+	return attribute(inv, ctx, next(inv))
+}
+
+// endOnArrival ends an invocation before anything inside the middleware
+// ran: the original outcome is the attributed one.
+func endOnArrival(inv *pipeline.Invocation, err error) error {
 	inv.SetOriginalOutcome(err)
-	if ctx.Err() != nil {
-		return attributeDone(ctx)
-	}
 	return err
 }
 
-// attributeDone attributes an ended context: a deadline (its error or its
-// cause is DeadlineExceeded) is TIMEOUT, anything else CANCELLED.
+// attribute records the original outcome of the chain that ran under ctx
+// and returns the attributed one. The context's state is read once, so both
+// outcomes agree on it.
+func attribute(inv *pipeline.Invocation, ctx context.Context, err error) error {
+	done := ctx.Err() != nil
+	if err != nil && ownCancellation(done, err) && pipeline.KindOf(err) != pipeline.KindCancelled {
+		inv.SetOriginalOutcome(errOwnEnd.WithCause(err))
+	} else {
+		inv.SetOriginalOutcome(err)
+	}
+	if !done {
+		return err
+	}
+	return attributeDone(ctx)
+}
+
+// errOwnEnd is the original outcome of a handler that reported its own
+// context's end. It never reaches a caller: the attributed outcome does.
+var errOwnEnd = pipeline.Cancelled(pipeline.CodeCancelled, "The invocation's own deadline or cancellation ended the handler.")
+
+// attributeDone attributes an ended context: a deadline (its error, or its
+// cause, is DeadlineExceeded — this middleware's token or an upstream
+// deadline) is TIMEOUT, anything else CANCELLED.
 func attributeDone(ctx context.Context) error {
 	if ctx.Err() == context.DeadlineExceeded || errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return pipeline.ErrTimeout()
@@ -121,15 +203,33 @@ func attributeDone(ctx context.Context) error {
 	return pipeline.ErrCancelled()
 }
 
-// IsOwnCancellation reports whether err is the invocation's own context
-// ending — the handler returned ctx.Err() (or wrapped it, or returned a
-// TIMEOUT/CANCELLED outcome) after the invocation's context was done. Such
-// an outcome is the caller's deadline or cancellation, not a failure of the
-// operation: breakers must not count it.
+// IsOwnCancellation reports whether err reports the invocation's own end
+// rather than a failure of the operation: err is a TIMEOUT or CANCELLED
+// outcome (ctx.Err(), a wrapped context error, or a *pipeline.Error of
+// either kind) and either the invocation's context ctx has ended, or err is
+// a [BudgetExhaustedError] whose allotment was bounded by the invocation's
+// deadline (the handler stopped early for the same reason the deadline
+// would have stopped it). A breaker must not count such an outcome: a
+// caller's own short deadline would otherwise open the breaker for
+// everyone. A TIMEOUT reported while ctx is still live — a downstream's
+// 504, or a call cut by its own per-call cap — is a real failure and is not
+// an own cancellation.
+//
+// ctx is the handler's context, i.e. inv.Context() inside the Resilience
+// stage. IsOwnCancellation(ctx, nil) is false.
 func IsOwnCancellation(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() == nil {
+	return err != nil && ownCancellation(ctx.Err() != nil, err)
+}
+
+// ownCancellation is IsOwnCancellation for a context whose state (done) was
+// read already.
+func ownCancellation(done bool, err error) bool {
+	if k := pipeline.KindOf(err); k != pipeline.KindTimeout && k != pipeline.KindCancelled {
 		return false
 	}
-	k := pipeline.KindOf(err)
-	return k == pipeline.KindTimeout || k == pipeline.KindCancelled
+	if done {
+		return true
+	}
+	var be *BudgetExhaustedError
+	return errors.As(err, &be) && be.callerBound
 }

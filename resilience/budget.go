@@ -1,0 +1,307 @@
+package resilience
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// CodeBudgetExhausted is the code of the TIMEOUT outcome a [Budget] returns
+// when it cannot cover an outbound call, or records as the cause of a call
+// it cut (see [BudgetExhaustedError]).
+const CodeBudgetExhausted = "KERNEL_TIMEOUT_002"
+
+// Budget splits what remains of a deadline across the outbound calls of one
+// handler. Create it with [NewBudget] from the handler's context: its end
+// is the context's deadline (the invocation's, set by [DeadlineMiddleware]),
+// or earlier with [WithTotal].
+//
+// Each call asks for its timeout with [Budget.Timeout] (or gets a derived
+// context with [Budget.Context]). The allotment is
+//
+//	min(cap, (end - now - margin - reserve) × share)
+//
+// where margin ([WithMargin]) is kept back for the handler's own work after
+// the last call (assembling the reply), reserve ([Call].Reserve) is kept for
+// the steps after this call, share ([Call].Share) is this call's fraction
+// when several calls run in parallel, and cap ([Call].Cap or [WithCallCap])
+// bounds one call. Sequential calls consume the budget naturally: each
+// allotment is computed from what remains when it is asked for.
+//
+// An allotment that is not positive, or is below the minimum timeout
+// ([WithMinTimeout], default 0), is not started: the Budget returns a
+// TIMEOUT outcome (code [CodeBudgetExhausted]) wrapping a
+// [*BudgetExhaustedError] that names the stage, the dependency, the
+// remaining and the allotted milliseconds. A Budget never rounds an
+// allotment up: it never gives a call more time than remains, so a
+// downstream deadline is never later than the upstream one, and the margin
+// and reserves stay intact. A handler can return that error as it is.
+//
+// A Budget is immutable; it is safe for concurrent use by parallel calls.
+type Budget struct {
+	stage      string
+	end        time.Time
+	margin     time.Duration
+	callCap    time.Duration
+	minTimeout time.Duration
+	// callerBound: end is the context's deadline, not shortened by
+	// WithTotal, so running out of it is the caller's deadline running out.
+	callerBound bool
+}
+
+// BudgetOption configures a [Budget]. Options are validated by NewBudget.
+type BudgetOption interface{ applyBudget(*budgetConfig) }
+
+type budgetConfig struct {
+	total, margin, callCap, minTimeout time.Duration
+	totalSet, capSet                   bool
+}
+
+type budgetOptionFunc func(*budgetConfig)
+
+func (f budgetOptionFunc) applyBudget(c *budgetConfig) { f(c) }
+
+// WithTotal bounds the budget to at most total from its creation, even when
+// the context's deadline is later or absent. total must be positive.
+func WithTotal(total time.Duration) BudgetOption {
+	return budgetOptionFunc(func(c *budgetConfig) { c.total, c.totalSet = total, true })
+}
+
+// WithMargin keeps margin back at the end of the budget for the handler's
+// own work after its calls. The default is 0; margin must not be negative.
+// A margin that leaves nothing of the budget makes NewBudget return the
+// exhausted error.
+func WithMargin(margin time.Duration) BudgetOption {
+	return budgetOptionFunc(func(c *budgetConfig) { c.margin = margin })
+}
+
+// WithCallCap bounds every call's allotment (a [Call].Cap overrides it).
+// The default is no cap; capacity must be positive.
+func WithCallCap(capacity time.Duration) BudgetOption {
+	return budgetOptionFunc(func(c *budgetConfig) { c.callCap, c.capSet = capacity, true })
+}
+
+// WithMinTimeout sets the smallest allotment worth starting a call with;
+// a call that would get less is refused with the exhausted error instead.
+// The default, 0, starts a call with any positive time, however small: an
+// allotment is never rounded up. d must not be negative.
+func WithMinTimeout(d time.Duration) BudgetOption {
+	return budgetOptionFunc(func(c *budgetConfig) { c.minTimeout = d })
+}
+
+// Call describes one outbound call to [Budget.Timeout]. The zero value is a
+// call to an unnamed dependency that may use everything the budget has
+// left.
+type Call struct {
+	// Dependency names the downstream, for the exhausted error and logs.
+	Dependency string
+	// Reserve is kept for the steps after this call (default 0; not
+	// negative).
+	Reserve time.Duration
+	// Share is the fraction of what is available (after the margin and the
+	// reserve) this call may use, for one of several parallel calls. It must
+	// be in (0, 1]; 0 means 1.
+	Share float64
+	// Cap bounds this call's allotment, overriding WithCallCap (default 0:
+	// the budget's cap, if any; not negative).
+	Cap time.Duration
+}
+
+// NewBudget returns the budget of stage (a name for errors and logs, e.g.
+// the operation or the step) for calls made with ctx, starting now. Its end
+// is ctx's deadline, or now + WithTotal's total when that is earlier.
+//
+// NewBudget returns a plain error for invalid options (a non-positive
+// total or cap, a negative margin or minimum timeout) and when ctx has no
+// deadline and no WithTotal was given. It returns the exhausted TIMEOUT
+// outcome (see [Budget]) when the margin leaves nothing of the budget —
+// including a deadline already past. It never panics.
+func NewBudget(ctx context.Context, stage string, opts ...BudgetOption) (*Budget, error) {
+	return NewBudgetAt(ctx, stage, time.Now(), opts...)
+}
+
+// NewBudgetAt is NewBudget for a budget starting at now.
+func NewBudgetAt(ctx context.Context, stage string, now time.Time, opts ...BudgetOption) (*Budget, error) {
+	var c budgetConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyBudget(&c)
+		}
+	}
+	switch {
+	case ctx == nil:
+		return nil, fmt.Errorf("resilience: budget %q: nil context", stage)
+	case c.totalSet && c.total <= 0:
+		return nil, fmt.Errorf("resilience: budget %q: WithTotal(%v): the total must be positive", stage, c.total)
+	case c.margin < 0:
+		return nil, fmt.Errorf("resilience: budget %q: WithMargin(%v): the margin must not be negative", stage, c.margin)
+	case c.capSet && c.callCap <= 0:
+		return nil, fmt.Errorf("resilience: budget %q: WithCallCap(%v): the cap must be positive", stage, c.callCap)
+	case c.minTimeout < 0:
+		return nil, fmt.Errorf("resilience: budget %q: WithMinTimeout(%v): the minimum must not be negative", stage, c.minTimeout)
+	}
+	b := &Budget{stage: stage, margin: c.margin, callCap: c.callCap, minTimeout: c.minTimeout}
+	if d, ok := ctx.Deadline(); ok {
+		b.end, b.callerBound = d, true
+	}
+	if c.totalSet {
+		if t := now.Add(c.total); b.end.IsZero() || t.Before(b.end) {
+			b.end, b.callerBound = t, false
+		}
+	}
+	if b.end.IsZero() {
+		return nil, fmt.Errorf("resilience: budget %q: the context has no deadline and WithTotal was not given", stage)
+	}
+	if remaining := b.end.Sub(now); remaining-b.margin <= 0 {
+		return nil, b.exhausted("", remaining, 0, b.callerBound, false)
+	}
+	return b, nil
+}
+
+// Deadline returns the end of the budget (before the margin).
+func (b *Budget) Deadline() time.Time { return b.end }
+
+// Remaining returns the time left at now until the end of the budget,
+// margin included; it is negative once the end has passed.
+func (b *Budget) Remaining(now time.Time) time.Duration { return b.end.Sub(now) }
+
+// Timeout returns the allotment of call c starting now, or an error: a
+// plain error for an invalid Call, the exhausted TIMEOUT outcome when the
+// allotment is not positive or is below the minimum timeout.
+func (b *Budget) Timeout(c Call) (time.Duration, error) {
+	d, _, err := b.allot(time.Now(), c)
+	return d, err
+}
+
+// TimeoutAt is Timeout for a call starting at now.
+func (b *Budget) TimeoutAt(now time.Time, c Call) (time.Duration, error) {
+	d, _, err := b.allot(now, c)
+	return d, err
+}
+
+// Context returns a context for call c derived from ctx (the handler's
+// context, or one derived from it) that ends when c's allotment runs out,
+// with cause the TIMEOUT outcome of a cut [BudgetExhaustedError] (it wraps
+// context.DeadlineExceeded, so http.Client and grpc-go report a deadline).
+// The derived deadline is never later than ctx's. Call the CancelFunc when
+// the call is done. On error — the same as Timeout's — Context returns ctx
+// itself and a CancelFunc that does nothing.
+func (b *Budget) Context(ctx context.Context, c Call) (context.Context, context.CancelFunc, error) {
+	now := time.Now()
+	d, callerBound, err := b.allot(now, c)
+	if err != nil {
+		return ctx, func() {}, err
+	}
+	cut := b.exhausted(c.Dependency, b.end.Sub(now), d, callerBound, true)
+	ctx, cancel := context.WithDeadlineCause(ctx, now.Add(d), cut)
+	return ctx, cancel, nil
+}
+
+// allot computes c's allotment at now and whether it is bounded by the
+// caller's deadline (rather than by a cap or WithTotal).
+func (b *Budget) allot(now time.Time, c Call) (time.Duration, bool, error) {
+	switch {
+	case c.Reserve < 0:
+		return 0, false, fmt.Errorf("resilience: budget %q: call to %q: Reserve must not be negative, got %v", b.stage, c.Dependency, c.Reserve)
+	case c.Cap < 0:
+		return 0, false, fmt.Errorf("resilience: budget %q: call to %q: Cap must not be negative, got %v", b.stage, c.Dependency, c.Cap)
+	case math.IsNaN(c.Share) || c.Share < 0 || c.Share > 1:
+		return 0, false, fmt.Errorf("resilience: budget %q: call to %q: Share must be in (0, 1], got %v", b.stage, c.Dependency, c.Share)
+	}
+	remaining := b.end.Sub(now)
+	d := remaining - b.margin - c.Reserve
+	if c.Share > 0 && c.Share < 1 && d > 0 {
+		d = time.Duration(float64(d) * c.Share)
+	}
+	callerBound := b.callerBound
+	capacity := b.callCap
+	if c.Cap > 0 {
+		capacity = c.Cap
+	}
+	if capacity > 0 && d > capacity {
+		d, callerBound = capacity, false
+	}
+	if d <= 0 || d < b.minTimeout {
+		return 0, false, b.exhausted(c.Dependency, remaining, max(d, 0), callerBound, false)
+	}
+	return d, callerBound, nil
+}
+
+// exhausted returns the TIMEOUT outcome of an exhausted budget.
+func (b *Budget) exhausted(dep string, remaining, allotted time.Duration, callerBound, cut bool) *pipeline.Error {
+	e := &BudgetExhaustedError{Stage: b.stage, Dependency: dep, Remaining: remaining, Allotted: allotted, Cut: cut, callerBound: callerBound}
+	return e.Outcome()
+}
+
+// BudgetExhaustedError describes a call a [Budget] could not cover, or a
+// call it cut when its allotment ran out. It wraps
+// context.DeadlineExceeded. Budgets return it wrapped in its TIMEOUT
+// outcome ([BudgetExhaustedError.Outcome]); find it with errors.As.
+type BudgetExhaustedError struct {
+	// Stage is the budget's stage name.
+	Stage string
+	// Dependency is the call's Dependency ("" when NewBudget itself found
+	// the budget exhausted).
+	Dependency string
+	// Remaining is the time that was left until the end of the budget,
+	// margin included, when the call was refused (or started, if Cut). It
+	// is negative when the end had passed.
+	Remaining time.Duration
+	// Allotted is what the call was given (0 when refused because nothing
+	// was left; the allotment that fell short of the minimum timeout
+	// otherwise).
+	Allotted time.Duration
+	// Cut is true for a call that was started and cut at the end of its
+	// allotment, false for a call that was never started.
+	Cut bool
+
+	callerBound bool
+}
+
+// Error implements error.
+func (e *BudgetExhaustedError) Error() string {
+	if e.Cut {
+		return fmt.Sprintf("resilience: budget %q: call to '%s' cut after its allotted %d ms (%d ms remained when it started)",
+			e.Stage, e.Dependency, e.Allotted.Milliseconds(), e.Remaining.Milliseconds())
+	}
+	return fmt.Sprintf("resilience: budget %q exhausted%s: %d ms remaining, %d ms allotted",
+		e.Stage, e.before(), e.Remaining.Milliseconds(), e.Allotted.Milliseconds())
+}
+
+func (e *BudgetExhaustedError) before() string {
+	if e.Dependency == "" {
+		return ""
+	}
+	return " before calling '" + e.Dependency + "'"
+}
+
+// Unwrap returns context.DeadlineExceeded.
+func (e *BudgetExhaustedError) Unwrap() error { return context.DeadlineExceeded }
+
+// Timeout reports true, like context.DeadlineExceeded.
+func (e *BudgetExhaustedError) Timeout() bool { return true }
+
+// Outcome returns e as a TIMEOUT outcome with code [CodeBudgetExhausted],
+// wrapping e, with details "stage", "dependency", "remainingMs",
+// "allottedMs" (whole milliseconds, truncated) and "cut".
+func (e *BudgetExhaustedError) Outcome() *pipeline.Error {
+	var msg string
+	if e.Cut {
+		msg = fmt.Sprintf("The call to '%s' in '%s' ran out of its allotted %d ms.", e.Dependency, e.Stage, e.Allotted.Milliseconds())
+	} else {
+		msg = fmt.Sprintf("The time budget of '%s' was exhausted%s: %d ms remaining, %d ms allotted.",
+			e.Stage, e.before(), e.Remaining.Milliseconds(), e.Allotted.Milliseconds())
+	}
+	pe := pipeline.Wrap(pipeline.KindTimeout, CodeBudgetExhausted, msg, e)
+	pe.Details = map[string]any{
+		"stage":       e.Stage,
+		"dependency":  e.Dependency,
+		"remainingMs": e.Remaining.Milliseconds(),
+		"allottedMs":  e.Allotted.Milliseconds(),
+		"cut":         e.Cut,
+	}
+	return pe
+}

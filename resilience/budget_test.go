@@ -1,0 +1,290 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+const ms = time.Millisecond
+
+// TestBudgetReferenceNumbers mirrors the reference: a 2.0 s deadline, a
+// 0.2 s safety margin and 0.5 s reserved for the next step give the first
+// call at most 1.3 s; when it takes 1.0 s, the next call gets 0.8 s. The
+// budget is built inside a handler, from the context DeadlineMiddleware
+// gives it.
+func TestBudgetReferenceNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+		opts     []resilience.BudgetOption
+	}{
+		{"from the invocation deadline", 2 * time.Second, nil},
+		{"WithTotal under a later deadline", 10 * time.Second, []resilience.BudgetOption{resilience.WithTotal(2 * time.Second)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				inv := pipeline.NewInvocation(t.Context(), nil, nil)
+				inv.SetDeadline(start.Add(tc.deadline))
+				err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
+					opts := append([]resilience.BudgetOption{resilience.WithMargin(200 * ms)}, tc.opts...)
+					b, err := resilience.NewBudget(inv.Context(), "orders.submit", opts...)
+					if err != nil {
+						return err
+					}
+					ictx, cancel, err := b.Context(inv.Context(), resilience.Call{Dependency: "inventory", Reserve: 500 * ms, Cap: 5 * time.Second})
+					if err != nil {
+						return err
+					}
+					if d, _ := ictx.Deadline(); d.Sub(start) != 1300*ms {
+						t.Errorf("inventory deadline = start+%v, want start+1.3s", d.Sub(start))
+					}
+					time.Sleep(time.Second) // inventory answers after 1.0 s
+					cancel()
+					got, err := b.Timeout(resilience.Call{Dependency: "billing", Cap: 5 * time.Second})
+					if err != nil || got != 800*ms {
+						t.Errorf("Timeout(billing) after 1.0 s = %v, %v; want 800ms", got, err)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("Invoke = %v, want nil", err)
+				}
+			})
+		})
+	}
+}
+
+// TestBudgetFirstCallCutAtItsAllotment: a slow first call is cut at 1.3 s
+// with a cause that names the dependency and still is a deadline for
+// http.Client and grpc-go.
+func TestBudgetFirstCallCutAtItsAllotment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		b, err := resilience.NewBudget(ctx, "orders.submit", resilience.WithMargin(200*ms))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ictx, icancel, err := b.Context(ctx, resilience.Call{Dependency: "inventory", Reserve: 500 * ms})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer icancel()
+		<-ictx.Done() // inventory never answers
+		if el := time.Since(start); el != 1300*ms {
+			t.Errorf("inventory call cut after %v, want 1.3s", el)
+		}
+		cause := context.Cause(ictx)
+		if !errors.Is(cause, context.DeadlineExceeded) || ictx.Err() != context.DeadlineExceeded {
+			t.Errorf("Err, Cause = %v, %v; want DeadlineExceeded and a cause wrapping it", ictx.Err(), cause)
+		}
+		e := pipeline.AsError(cause)
+		if e.Kind != pipeline.KindTimeout || e.Code != resilience.CodeBudgetExhausted {
+			t.Fatalf("cause = %v, want TIMEOUT %s", cause, resilience.CodeBudgetExhausted)
+		}
+		want := map[string]any{"stage": "orders.submit", "dependency": "inventory", "remainingMs": int64(2000), "allottedMs": int64(1300), "cut": true}
+		for k, v := range want {
+			if e.Details[k] != v {
+				t.Errorf("details[%q] = %v, want %v", k, e.Details[k], v)
+			}
+		}
+		// Bounded by the caller's 2 s deadline, not by a cap: the cut is the
+		// caller's deadline, not a failure for the breaker.
+		if !resilience.IsOwnCancellation(ctx, cause) {
+			t.Error("IsOwnCancellation(live ctx, deadline-bound cut) = false, want true")
+		}
+	})
+}
+
+func TestBudgetAllotments(t *testing.T) {
+	start := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(2*time.Second))
+	defer cancel()
+	for _, tc := range []struct {
+		name  string
+		opts  []resilience.BudgetOption
+		at    time.Duration
+		call  resilience.Call
+		want  time.Duration
+		owned bool // an exhausted error, and is it the caller's deadline?
+	}{
+		{"everything after the margin", []resilience.BudgetOption{resilience.WithMargin(200 * ms)}, 0, resilience.Call{}, 1800 * ms, false},
+		{"reserve for the next step", []resilience.BudgetOption{resilience.WithMargin(200 * ms)}, 0, resilience.Call{Reserve: 500 * ms}, 1300 * ms, false},
+		{"next step after 1 s", []resilience.BudgetOption{resilience.WithMargin(200 * ms)}, time.Second, resilience.Call{}, 800 * ms, false},
+		{"share of parallel calls", []resilience.BudgetOption{resilience.WithMargin(200 * ms)}, 0, resilience.Call{Share: 0.5}, 900 * ms, false},
+		{"share after the reserve", []resilience.BudgetOption{resilience.WithMargin(200 * ms)}, 0, resilience.Call{Reserve: 300 * ms, Share: 0.6}, 900 * ms, false},
+		{"call cap", nil, 0, resilience.Call{Cap: 300 * ms}, 300 * ms, false},
+		{"budget call cap", []resilience.BudgetOption{resilience.WithCallCap(400 * ms)}, 0, resilience.Call{}, 400 * ms, false},
+		{"call cap overrides budget cap", []resilience.BudgetOption{resilience.WithCallCap(400 * ms)}, 0, resilience.Call{Cap: time.Second}, time.Second, false},
+		{"cap above what remains", nil, 1900 * ms, resilience.Call{Cap: time.Second}, 100 * ms, false},
+		{"tiny remainder, minimum 0", nil, 1999 * ms, resilience.Call{}, ms, false},
+		{"tiny remainder not rounded up", []resilience.BudgetOption{resilience.WithMinTimeout(0)}, 2*time.Second - time.Nanosecond, resilience.Call{}, time.Nanosecond, false},
+		{"at the minimum", []resilience.BudgetOption{resilience.WithMinTimeout(30 * ms)}, 1970 * ms, resilience.Call{}, 30 * ms, false},
+		{"below the minimum", []resilience.BudgetOption{resilience.WithMinTimeout(30 * ms)}, 1975 * ms, resilience.Call{}, 0, true},
+		{"reserve eats the rest", []resilience.BudgetOption{resilience.WithMargin(200 * ms)}, time.Second, resilience.Call{Reserve: 800 * ms}, 0, true},
+		{"margin reached", []resilience.BudgetOption{resilience.WithMargin(200 * ms)}, 1800 * ms, resilience.Call{}, 0, true},
+		{"deadline passed", nil, 3 * time.Second, resilience.Call{}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := resilience.NewBudgetAt(ctx, "stage", start, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.TimeoutAt(start.Add(tc.at), tc.call)
+			if got != tc.want {
+				t.Errorf("TimeoutAt(start+%v, %+v) = %v, %v; want %v", tc.at, tc.call, got, err, tc.want)
+			}
+			if (err != nil) != (tc.want == 0) {
+				t.Fatalf("TimeoutAt(start+%v, %+v) error = %v, want an error only for an exhausted budget", tc.at, tc.call, err)
+			}
+			if err != nil && resilience.IsOwnCancellation(context.Background(), err) != tc.owned {
+				t.Errorf("IsOwnCancellation(live, %v) = %v, want %v", err, !tc.owned, tc.owned)
+			}
+		})
+	}
+}
+
+// TestBudgetExhaustedError: the exhausted error is a TIMEOUT outcome naming
+// the stage, the dependency, the remaining and the allotted milliseconds.
+func TestBudgetExhaustedError(t *testing.T) {
+	start := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(2*time.Second))
+	defer cancel()
+	b, err := resilience.NewBudgetAt(ctx, "orders.submit", start, resilience.WithMargin(200*ms), resilience.WithMinTimeout(50*ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.TimeoutAt(start.Add(1770*ms), resilience.Call{Dependency: "billing"})
+	if pipeline.KindOf(err) != pipeline.KindTimeout || pipeline.CodeOf(err) != resilience.CodeBudgetExhausted {
+		t.Fatalf("TimeoutAt = %v, want TIMEOUT %s", err, resilience.CodeBudgetExhausted)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Error("errors.Is(exhausted, context.DeadlineExceeded) = false, want true")
+	}
+	var be *resilience.BudgetExhaustedError
+	if !errors.As(err, &be) {
+		t.Fatalf("errors.As(%v, *BudgetExhaustedError) = false", err)
+	}
+	if be.Stage != "orders.submit" || be.Dependency != "billing" || be.Remaining != 230*ms || be.Allotted != 30*ms || be.Cut {
+		t.Errorf("BudgetExhaustedError = %+v, want stage orders.submit, dependency billing, remaining 230ms, allotted 30ms, not cut", be)
+	}
+	e := pipeline.AsError(err)
+	want := map[string]any{"stage": "orders.submit", "dependency": "billing", "remainingMs": int64(230), "allottedMs": int64(30), "cut": false}
+	for k, v := range want {
+		if e.Details[k] != v {
+			t.Errorf("details[%q] = %v, want %v", k, e.Details[k], v)
+		}
+	}
+	if msg := e.SafeMessage(); !strings.Contains(msg, "'orders.submit'") || !strings.Contains(msg, "'billing'") || !strings.Contains(msg, "230 ms remaining, 30 ms allotted") {
+		t.Errorf("SafeMessage() = %q, want stage, dependency and both figures", msg)
+	}
+}
+
+// TestBudgetInvalid: non-positive totals, margins that eat the budget and
+// bad options are errors, never panics.
+func TestBudgetInvalid(t *testing.T) {
+	start := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	dl, cancel := context.WithDeadline(context.Background(), start.Add(2*time.Second))
+	defer cancel()
+	for _, tc := range []struct {
+		name      string
+		ctx       context.Context
+		opts      []resilience.BudgetOption
+		exhausted bool   // a TIMEOUT outcome rather than a plain error
+		mention   string // in the error text
+	}{
+		{"nil context", nil, nil, false, "nil context"},
+		{"zero total", context.Background(), []resilience.BudgetOption{resilience.WithTotal(0)}, false, "WithTotal(0s)"},
+		{"negative total", dl, []resilience.BudgetOption{resilience.WithTotal(-time.Second)}, false, "WithTotal(-1s)"},
+		{"negative margin", dl, []resilience.BudgetOption{resilience.WithMargin(-ms)}, false, "WithMargin(-1ms)"},
+		{"zero call cap", dl, []resilience.BudgetOption{resilience.WithCallCap(0)}, false, "WithCallCap(0s)"},
+		{"negative minimum", dl, []resilience.BudgetOption{resilience.WithMinTimeout(-ms)}, false, "WithMinTimeout(-1ms)"},
+		{"no deadline, no total", context.Background(), nil, false, "no deadline"},
+		{"margin equals the budget", dl, []resilience.BudgetOption{resilience.WithMargin(2 * time.Second)}, true, "2000 ms remaining, 0 ms allotted"},
+		{"margin beyond WithTotal", context.Background(), []resilience.BudgetOption{resilience.WithTotal(time.Second), resilience.WithMargin(2 * time.Second)}, true, "1000 ms remaining"},
+		{"deadline already past", dl, []resilience.BudgetOption{}, true, "-1000 ms remaining"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := start
+			if tc.name == "deadline already past" {
+				now = start.Add(3 * time.Second)
+			}
+			b, err := resilience.NewBudgetAt(tc.ctx, "checkout", now, tc.opts...)
+			if err == nil || b != nil {
+				t.Fatalf("NewBudgetAt(%s) = %v, %v; want an error", tc.name, b, err)
+			}
+			if got := pipeline.KindOf(err) == pipeline.KindTimeout && pipeline.CodeOf(err) == resilience.CodeBudgetExhausted; got != tc.exhausted {
+				t.Errorf("NewBudgetAt(%s) = %v; exhausted TIMEOUT = %v, want %v", tc.name, err, got, tc.exhausted)
+			}
+			if !strings.Contains(err.Error(), tc.mention) || !strings.Contains(err.Error(), "checkout") {
+				t.Errorf("NewBudgetAt(%s) error %q does not mention %q and the stage", tc.name, err, tc.mention)
+			}
+		})
+	}
+	b, err := resilience.NewBudgetAt(dl, "checkout", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []resilience.Call{{Share: 1.5}, {Share: -0.1}, {Share: math.NaN()}, {Reserve: -ms}, {Cap: -ms}} {
+		if d, err := b.TimeoutAt(start, c); err == nil || pipeline.KindOf(err) == pipeline.KindTimeout {
+			t.Errorf("TimeoutAt(%+v) = %v, %v; want a plain error", c, d, err)
+		}
+		if ctx, cancel, err := b.Context(dl, c); err == nil || ctx != dl || cancel == nil {
+			t.Errorf("Context(%+v) = %v, %v; want ctx itself, a no-op cancel and an error", c, ctx, err)
+		} else {
+			cancel()
+		}
+	}
+}
+
+// TestBudgetBreakerView: running out of the caller's own deadline is not a
+// breaker failure; running out of a cap the operation chose, or of a total
+// it chose, is.
+func TestBudgetBreakerView(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+		opts     []resilience.BudgetOption
+		call     resilience.Call
+		own      bool
+	}{
+		{"caller's short deadline", 100 * ms, []resilience.BudgetOption{resilience.WithMinTimeout(200 * ms)}, resilience.Call{Dependency: "inventory"}, true},
+		{"operation's own total", time.Second, []resilience.BudgetOption{resilience.WithTotal(100 * ms), resilience.WithMinTimeout(200 * ms)}, resilience.Call{Dependency: "inventory"}, false},
+		{"operation's own cap", time.Second, []resilience.BudgetOption{resilience.WithMinTimeout(200 * ms)}, resilience.Call{Dependency: "inventory", Cap: 100 * ms}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				inv := pipeline.NewInvocation(t.Context(), nil, nil)
+				inv.SetDeadline(time.Now().Add(tc.deadline))
+				err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
+					b, err := resilience.NewBudget(inv.Context(), "orders.submit", tc.opts...)
+					if err != nil {
+						return err
+					}
+					_, err = b.Timeout(tc.call)
+					return err
+				})
+				if pipeline.CodeOf(err) != resilience.CodeBudgetExhausted {
+					t.Fatalf("Invoke = %v, want the exhausted TIMEOUT", err)
+				}
+				wantOrig := pipeline.KindTimeout
+				if tc.own {
+					wantOrig = pipeline.KindCancelled
+				}
+				if k := pipeline.KindOf(inv.OriginalOutcome()); k != wantOrig {
+					t.Errorf("OriginalOutcome() = %v (%v), want %v", inv.OriginalOutcome(), k, wantOrig)
+				}
+			})
+		})
+	}
+}
