@@ -1,0 +1,376 @@
+package grpcadapter_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+func errorInfo(t *testing.T, st *status.Status) *errdetails.ErrorInfo {
+	t.Helper()
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei
+		}
+	}
+	t.Fatalf("status %v has no ErrorInfo (details %v)", st, st.Details())
+	return nil
+}
+
+func retryInfo(st *status.Status) *errdetails.RetryInfo {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri
+		}
+	}
+	return nil
+}
+
+func TestMethodNames(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{register: func(t testing.TB, reg *operations.Registry) {
+		handler := func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }
+		for _, d := range []operations.Descriptor{
+			{ID: "inventory.v2.reserve"},
+			{ID: "inventory.export-csv"},
+			{ID: "billing.refund", GRPCService: "Payments", GRPCMethod: "Give"},
+			{ID: "billing.void", GRPCService: "acme.pay.v3.Payments"},
+		} {
+			if err := operations.Register(reg, d, handler); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}})
+	want := map[string]string{
+		"/test.v1.Work/Run":            "work.run",
+		"/test.v1.Work/Capped":         "work.capped",
+		"/test.v1.Inventory/V2Reserve": "inventory.v2.reserve",
+		"/test.v1.Inventory/ExportCsv": "inventory.export-csv",
+		"/test.v1.Payments/Give":       "billing.refund",
+		"/acme.pay.v3.Payments/Void":   "billing.void",
+		"/test.v1.Work/Fail":           "work.fail",
+		"/test.v1.Work/Limited":        "work.limited",
+		"/test.v1.Work/Tiny":           "work.tiny",
+		"/test.v1.Work/Baggage":        "work.baggage",
+	}
+	got := map[string]string{}
+	for _, m := range h.adapter.Methods() {
+		got[m.FullName] = m.OperationID
+	}
+	for full, id := range want {
+		if got[full] != id {
+			t.Errorf("Methods()[%s] = %q, want %q", full, got[full], id)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("Methods() has %d methods, want %d: %v", len(got), len(want), got)
+	}
+	wantSvcs := "acme.pay.v3.Payments test.v1.Inventory test.v1.Payments test.v1.Work"
+	if got := strings.Join(h.adapter.ServiceNames(), " "); got != wantSvcs {
+		t.Errorf("ServiceNames() = %s, want %s", got, wantSvcs)
+	}
+	// The override in another package is callable too.
+	if _, st := h.call(t.Context(), t, "/acme.pay.v3.Payments/Void", `{}`); st != nil {
+		t.Errorf("/acme.pay.v3.Payments/Void = %v, want OK", st)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	t.Parallel()
+	ok := func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }
+	tests := []struct {
+		name string
+		reg  func(*operations.Registry) error
+		opts []grpcadapter.Option
+		want string
+	}{
+		{"bad package", nil, []grpcadapter.Option{grpcadapter.WithPackage("shop..v1")}, `WithPackage("shop..v1")`},
+		{"two operations one method", func(r *operations.Registry) error {
+			if err := operations.Register(r, operations.Descriptor{ID: "a.x", GRPCService: "S", GRPCMethod: "M"}, ok); err != nil {
+				return err
+			}
+			return operations.Register(r, operations.Descriptor{ID: "b.y", GRPCService: "S", GRPCMethod: "M"}, ok)
+		}, nil, `operations "a.x" and "b.y" both map to method /sundial.v1.S/M`},
+		{"bad method override", func(r *operations.Registry) error {
+			return operations.Register(r, operations.Descriptor{ID: "a.x", GRPCMethod: "do-it"}, ok)
+		}, nil, `operation "a.x": method name "do-it"`},
+		{"unsupported field", func(r *operations.Registry) error {
+			return operations.Register(r, operations.Descriptor{ID: "a.x"}, func(context.Context, struct{ C chan int }) (struct{}, error) {
+				return struct{}{}, nil
+			})
+		}, nil, `operation "a.x" input field AXRequest.C: type chan int is not supported`},
+		{"non-struct output", func(r *operations.Registry) error {
+			return operations.Register(r, operations.Descriptor{ID: "a.x"}, func(context.Context, struct{}) ([]string, error) { return nil, nil })
+		}, nil, `operation "a.x" output: type []string is not a struct`},
+		{"unknown mapped operation", nil, []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{"/acme.v1.S/M": "no.such"})},
+			`method /acme.v1.S/M: operation "no.such" is not registered`},
+		{"malformed mapped method", nil, []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{"acme.v1.S.M": "no.such"})},
+			`"acme.v1.S.M" is not a full method name`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			reg := operations.NewRegistry()
+			if tt.reg != nil {
+				if err := tt.reg(reg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			k, err := kernel.New(kernel.WithRegistry(reg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = grpcadapter.New(k, tt.opts...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "grpcadapter: ") {
+				t.Errorf("New() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCallOK(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	out, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{"delayMs": 1}`)
+	if st != nil {
+		t.Fatalf("Run = %v, want OK", st)
+	}
+	// protojson writes int64 as a string.
+	if out != `{"rows":"1"}` {
+		t.Errorf("Run = %s, want {\"rows\":\"1\"}", out)
+	}
+	h.log.waitFor(t, `msg="grpc call"`, "operation=work.run", "method=/test.v1.Work/Run", "grpcCode=OK", `code=""`)
+}
+
+// TestStatusOverTheWire checks every failure kind as the client sees it.
+func TestStatusOverTheWire(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	tests := []struct {
+		kind  string
+		code  codes.Code
+		retry int
+	}{
+		{"VALIDATION", codes.InvalidArgument, 0},
+		{"UNAUTHENTICATED", codes.Unauthenticated, 0},
+		{"FORBIDDEN", codes.PermissionDenied, 0},
+		{"NOT_FOUND", codes.NotFound, 0},
+		{"CONFLICT", codes.AlreadyExists, 0},
+		{"UNAVAILABLE", codes.Unavailable, 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			req := `{"kind":"` + tt.kind + `","code":"TEST_` + tt.kind + `_001","message":"it failed","retry":` + string(rune('0'+tt.retry)) + `}`
+			_, st := h.call(t.Context(), t, "/test.v1.Work/Fail", req)
+			if st.Code() != tt.code || st.Message() != "it failed" {
+				t.Fatalf("Fail(%s) = %v %q, want %v %q", tt.kind, st.Code(), st.Message(), tt.code, "it failed")
+			}
+			ei := errorInfo(t, st)
+			if ei.GetReason() != "TEST_"+tt.kind+"_001" || ei.GetDomain() != "sundial" || ei.GetMetadata()["id"] != "work.fail" {
+				t.Errorf("Fail(%s) ErrorInfo = %v, want reason TEST_%s_001, domain sundial, metadata id=work.fail", tt.kind, ei, tt.kind)
+			}
+			ri := retryInfo(st)
+			switch {
+			case tt.retry == 0 && ri != nil:
+				t.Errorf("Fail(%s) RetryInfo = %v, want none", tt.kind, ri)
+			case tt.retry > 0 && (ri == nil || ri.GetRetryDelay().AsDuration() != time.Duration(tt.retry)*time.Second):
+				t.Errorf("Fail(%s) RetryInfo = %v, want %ds", tt.kind, ri, tt.retry)
+			case tt.retry > 0 && ei.GetMetadata()["retryAfter"] != "7":
+				t.Errorf("Fail(%s) ErrorInfo metadata retryAfter = %q, want 7", tt.kind, ei.GetMetadata()["retryAfter"])
+			}
+		})
+	}
+}
+
+func TestUnexpectedNeverLeaks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	for _, kind := range []string{"PANIC", "PLAIN"} {
+		t.Run(kind, func(t *testing.T) {
+			_, st := h.call(t.Context(), t, "/test.v1.Work/Fail", `{"kind":"`+kind+`"}`)
+			if st.Code() != codes.Internal || st.Message() != pipeline.UnexpectedMessage {
+				t.Fatalf("Fail(%s) = %v %q, want Internal %q", kind, st.Code(), st.Message(), pipeline.UnexpectedMessage)
+			}
+			ei := errorInfo(t, st)
+			if ei.GetReason() != pipeline.CodeUnexpected || len(ei.GetMetadata()) != 0 {
+				t.Errorf("Fail(%s) ErrorInfo = %v, want reason %s and no metadata", kind, ei, pipeline.CodeUnexpected)
+			}
+			if raw := st.Proto().String(); strings.Contains(raw, "secret") {
+				t.Errorf("Fail(%s) status leaks internal text: %s", kind, raw)
+			}
+		})
+	}
+	h.log.waitFor(t, "level=ERROR", "code=KERNEL_UNEXPECTED_001", "refused")
+}
+
+func TestRateLimitedCallCarriesRetryInfo(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	if _, st := h.call(t.Context(), t, "/test.v1.Work/Limited", `{}`); st != nil {
+		t.Fatalf("first Limited = %v, want OK", st)
+	}
+	_, st := h.call(t.Context(), t, "/test.v1.Work/Limited", `{}`)
+	if st.Code() != codes.Unavailable {
+		t.Fatalf("second Limited = %v, want Unavailable", st)
+	}
+	if ei := errorInfo(t, st); ei.GetReason() != pipeline.CodeRateLimited || ei.GetMetadata()["id"] != "work.limited" {
+		t.Errorf("second Limited ErrorInfo = %v, want reason %s, id work.limited", ei, pipeline.CodeRateLimited)
+	}
+	if ri := retryInfo(st); ri == nil || ri.GetRetryDelay().AsDuration() < time.Second || ri.GetRetryDelay().AsDuration() > 60*time.Second {
+		t.Errorf("second Limited RetryInfo = %v, want between 1s and 60s", ri)
+	}
+}
+
+func TestDeadlineFromGRPCTimeout(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	defer cancel()
+	clientDeadline, _ := ctx.Deadline()
+	start := time.Now()
+	_, st := h.call(ctx, t, "/test.v1.Work/Run", `{"delayMs": 2000}`)
+	if st.Code() != codes.DeadlineExceeded {
+		t.Fatalf("Run(2s) with a 150ms deadline = %v, want DeadlineExceeded", st)
+	}
+	select {
+	case ended := <-h.app.ctxDone:
+		if d := ended.Sub(start); d < 140*time.Millisecond || d > 1500*time.Millisecond {
+			t.Errorf("handler context ended %v after the call, want about 150ms", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler's context never ended")
+	}
+	h.app.mu.Lock()
+	seen := h.app.deadlines[0]
+	h.app.mu.Unlock()
+	if diff := seen.Sub(clientDeadline); diff < -5*time.Millisecond || diff > 50*time.Millisecond {
+		t.Errorf("handler deadline = client deadline %+v, want within [-5ms, 50ms]", diff)
+	}
+	// The server attributes the call to the deadline, not to the client's
+	// cancellation that races it.
+	h.log.waitFor(t, "operation=work.run", "grpcCode=DeadlineExceeded", "code=KERNEL_TIMEOUT_001")
+}
+
+func TestTimeoutSecondsCapsInboundDeadline(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, st := h.call(ctx, t, "/test.v1.Work/Capped", `{"delayMs": 5000}`)
+	took := time.Since(start)
+	if st.Code() != codes.DeadlineExceeded || errorInfo(t, st).GetReason() != pipeline.CodeTimeout {
+		t.Fatalf("Capped(5s) = %v, want DeadlineExceeded from the server (KERNEL_TIMEOUT_001)", st)
+	}
+	if took < 190*time.Millisecond || took > 2*time.Second {
+		t.Errorf("Capped(5s) returned after %v, want about TimeoutSeconds = 200ms", took)
+	}
+}
+
+func TestClientCancelIsCancelled(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	for _, withDeadline := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(t.Context())
+		if withDeadline {
+			ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+		}
+		go func() {
+			<-h.app.started
+			cancel()
+		}()
+		_, st := h.call(ctx, t, "/test.v1.Work/Run", `{"delayMs": 5000}`)
+		if st.Code() != codes.Canceled {
+			t.Fatalf("Run cancelled by the client (deadline %v) = %v, want Canceled", withDeadline, st)
+		}
+		select {
+		case <-h.app.ctxDone:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the handler's context never ended")
+		}
+		h.log.waitFor(t, "operation=work.run", "grpcCode=Canceled", "code=KERNEL_CANCELLED_001")
+	}
+}
+
+func TestOverflowIsValidation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	_, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{"n": 300}`)
+	if st.Code() != codes.InvalidArgument {
+		t.Fatalf("Tiny(300) = %v, want InvalidArgument", st)
+	}
+	ei := errorInfo(t, st)
+	if ei.GetReason() != pipeline.CodeValidation || ei.GetMetadata()["field"] != "n" || !strings.Contains(st.Message(), "overflows int8") {
+		t.Errorf("Tiny(300) = %q %v, want KERNEL_VALIDATION_001 naming field n", st.Message(), ei)
+	}
+	if out, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{"n": -128}`); st != nil || out != `{"n":-128}` {
+		t.Errorf("Tiny(-128) = %s %v, want {\"n\":-128}", out, st)
+	}
+}
+
+func TestBaggageFromMetadata(t *testing.T) {
+	t.Parallel()
+	seen := make(chan map[string]string, 1)
+	capture := pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
+		if inv.OperationID() == "work.baggage" {
+			m := map[string]string{}
+			inv.RangeBaggage(func(k, v string) bool { m[k] = v; return true })
+			m["protocol"] = inv.Protocol().String()
+			seen <- m
+		}
+		return next(inv)
+	})
+	h := newHarness(t, harnessOpt{kernel: []kernel.Option{kernel.UseAt(pipeline.StageHandle, capture)}})
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "baggage", "tenant=acme,user=u%201", "idempotency-key", "k-42")
+	if _, st := h.call(ctx, t, "/test.v1.Work/Baggage", `{}`); st != nil {
+		t.Fatalf("Baggage = %v, want OK", st)
+	}
+	got := <-seen
+	want := map[string]string{"tenant": "acme", "user": "u 1", pipeline.BaggageIdempotencyKey: "k-42", "protocol": "grpc"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("baggage[%q] = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// TestMalformedRequest checks that a message that is not valid protobuf
+// gets grpc-go's own answer (Internal: grpc-go writes the status before the
+// adapter sees the error) and that the server goes on serving.
+func TestMalformedRequest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	// A varint tag for field 1 without its value: truncated.
+	err := h.conn.Invoke(t.Context(), "/test.v1.Work/Run", &rawBytes{0x08}, new(rawBytes), grpc.ForceCodec(rawCodec{}))
+	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "unmarshal") {
+		t.Errorf("Run(malformed) = %v, want grpc-go's Internal unmarshal error", st)
+	}
+	h.log.waitFor(t, "operation=work.run", "grpcCode=Internal", "invalid wire-format")
+	if _, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{}`); st != nil {
+		t.Errorf("Run after a malformed request = %v, want OK", st)
+	}
+}
+
+type rawBytes []byte
+
+// rawCodec sends and receives bytes as they are, under the name "proto".
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*rawBytes), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*v.(*rawBytes) = append(rawBytes(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }

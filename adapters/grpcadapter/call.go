@@ -1,0 +1,64 @@
+package grpcadapter
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// Call invokes the operation id over cc, a connection to a server whose
+// adapter was built from the same operations (the same Go types, the same
+// WithPackage), with the operation's Go types and no generated stubs. in
+// is a value of the operation's input type, or a pointer to one (nil sends
+// an empty message); the reply is decoded into out, a non-nil pointer to
+// the output type, or discarded when out is nil.
+//
+// To call another service, build an Adapter from a kernel whose registry
+// holds that service's operations — their handlers never run on this side
+// — and keep it for the life of the client. The call runs through cc's
+// interceptors (UnaryClientInterceptor caps it), carries ctx's deadline as
+// grpc-timeout, and a failure comes back as an outcome (FromStatus): a
+// downstream DeadlineExceeded is a TIMEOUT.
+func (a *Adapter) Call(ctx context.Context, cc grpc.ClientConnInterface, id string, in, out any, opts ...grpc.CallOption) error {
+	var m *method
+	for _, x := range a.methods {
+		if x.desc.ID == id {
+			m = x
+			break
+		}
+	}
+	if m == nil {
+		return fmt.Errorf("grpcadapter: Call: operation %q has no gRPC method in this adapter", id)
+	}
+	req := dynamicpb.NewMessage(m.in.desc)
+	if v := reflect.ValueOf(in); v.IsValid() && !m.in.empty {
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				v = reflect.Value{}
+			} else {
+				v = v.Elem()
+			}
+		}
+		if v.IsValid() {
+			if v.Type() != m.in.goType {
+				return fmt.Errorf("grpcadapter: Call %q: input of type %T, want %v", id, in, m.in.goType)
+			}
+			m.in.encode(v, req)
+		}
+	}
+	resp := dynamicpb.NewMessage(m.out.desc)
+	if err := cc.Invoke(ctx, m.full, req, resp, opts...); err != nil {
+		return FromStatus(err)
+	}
+	if out == nil || m.out.empty {
+		return nil
+	}
+	ov := reflect.ValueOf(out)
+	if ov.Kind() != reflect.Pointer || ov.IsNil() || ov.Elem().Type() != m.out.goType {
+		return fmt.Errorf("grpcadapter: Call %q: out of type %T, want *%v", id, out, m.out.goType)
+	}
+	return m.out.decode(resp, ov.Elem())
+}

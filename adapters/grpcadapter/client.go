@@ -1,0 +1,125 @@
+package grpcadapter
+
+import (
+	"context"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// Outbound deadlines need little help: grpc-go already sends what remains
+// of the call's context deadline as grpc-timeout, so a handler that passes
+// its invocation context to a client call propagates the invocation's
+// deadline downstream. The client interceptors add a per-call cap and turn
+// failures into outcomes.
+
+// CallTimeout returns a call option that caps one call at d, overriding the
+// interceptor's per-call timeout for that call. d <= 0 removes the cap for
+// the call (the context's deadline still applies). It has an effect only
+// with UnaryClientInterceptor or StreamClientInterceptor installed.
+func CallTimeout(d time.Duration) grpc.CallOption { return callTimeout{d: d} }
+
+type callTimeout struct {
+	grpc.EmptyCallOption
+	d time.Duration
+}
+
+// capFor returns the per-call timeout of one call: the last CallTimeout
+// among opts, else def.
+func capFor(def time.Duration, opts []grpc.CallOption) time.Duration {
+	for _, o := range opts {
+		if ct, ok := o.(callTimeout); ok {
+			def = ct.d
+		}
+	}
+	return def
+}
+
+// capped returns ctx bounded by timeout: its deadline is min(now+timeout,
+// ctx's deadline) — never later than ctx's own. timeout <= 0 adds no cap.
+func capped(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return ctx, func() {}
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
+		return ctx, func() {} // what remains is already shorter: nothing to add
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// UnaryClientInterceptor returns a client interceptor that caps each call
+// at min(timeout, what remains of the call's context) — it can only
+// shorten a deadline, never extend it — and converts a failed call's
+// status to an outcome with FromStatus, so that the handler making the
+// call can return the error as it is: a downstream DeadlineExceeded is a
+// TIMEOUT, an Unavailable an UNAVAILABLE (with the downstream's retry hint
+// as details.retryAfter). timeout <= 0 adds no cap; CallTimeout overrides
+// it per call.
+//
+// grpc-go sends the resulting deadline downstream as grpc-timeout.
+func UnaryClientInterceptor(timeout time.Duration) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, cancel := capped(ctx, capFor(timeout, opts))
+		defer cancel()
+		return FromStatus(invoker(ctx, method, req, reply, cc, opts...))
+	}
+}
+
+// StreamClientInterceptor is UnaryClientInterceptor for streams: the cap
+// bounds the whole stream, and it is released when the stream ends (a
+// receive returns an error, including io.EOF) or the cap expires. Errors
+// from creating the stream, sending, receiving (except io.EOF) and Header
+// are converted with FromStatus.
+func StreamClientInterceptor(timeout time.Duration) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		ctx, cancel := capped(ctx, capFor(timeout, opts))
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			cancel()
+			return nil, FromStatus(err)
+		}
+		return &clientStream{ClientStream: cs, cancel: cancel}, nil
+	}
+}
+
+// clientStream releases the cap's timer when the stream ends.
+type clientStream struct {
+	grpc.ClientStream
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (s *clientStream) done() { s.once.Do(s.cancel) }
+
+func (s *clientStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		return nil
+	}
+	s.done()
+	if err == io.EOF {
+		return err
+	}
+	return FromStatus(err)
+}
+
+func (s *clientStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err == nil || err == io.EOF {
+		return err // io.EOF: the real status comes from RecvMsg
+	}
+	s.done()
+	return FromStatus(err)
+}
+
+func (s *clientStream) Header() (md metadata.MD, err error) {
+	md, err = s.ClientStream.Header()
+	if err != nil {
+		s.done()
+		return md, FromStatus(err)
+	}
+	return md, nil
+}

@@ -1,0 +1,188 @@
+package grpcadapter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// buildExplicit validates WithMethodOperations.
+func (a *Adapter) buildExplicit() error {
+	if len(a.cfg.methodOps) == 0 {
+		return nil
+	}
+	a.explicit = make(map[string]*operations.Descriptor, len(a.cfg.methodOps))
+	for full, id := range a.cfg.methodOps {
+		svc, m := splitFull(full)
+		if !strings.HasPrefix(full, "/") || !isPackage(svc) || !isIdent(m) {
+			return fmt.Errorf("grpcadapter: WithMethodOperations: %q is not a full method name such as \"/acme.orders.v1.Orders/Place\"", full)
+		}
+		d, ok := a.k.Lookup(id)
+		if !ok {
+			return fmt.Errorf("grpcadapter: WithMethodOperations: method %s: operation %q is not registered", full, id)
+		}
+		a.explicit[full] = d
+	}
+	return nil
+}
+
+// resolve returns the operation an application method runs under, or nil
+// for none: the WithMethodOperations map first, then the adapter's own
+// method names, then the convention read backwards (service "Orders" and
+// method "ExportCsv" in any package are operation "orders.export-csv")
+// when that operation is registered.
+func (a *Adapter) resolve(full string) *operations.Descriptor {
+	if d, ok := a.explicit[full]; ok {
+		return d
+	}
+	if v, ok := a.resolved.Load(full); ok {
+		return v.(*operations.Descriptor)
+	}
+	var d *operations.Descriptor
+	if m, ok := a.methods[full]; ok {
+		d = m.desc
+	} else if svc, name := splitFull(full); svc != "" && name != "" {
+		if i := strings.LastIndexByte(svc, '.'); i >= 0 {
+			svc = svc[i+1:]
+		}
+		if found, ok := a.k.Lookup(kebab(svc) + "." + kebab(name)); ok {
+			d = found
+		}
+	}
+	a.resolved.Store(full, d)
+	return d
+}
+
+// kebab inverts operations.PascalCase for one-segment names:
+// "ExportCsv" -> "export-csv", "Orders" -> "orders".
+func kebab(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 4)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			c += 'a' - 'A'
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// passThrough reports whether a method is infrastructure the interceptors
+// leave alone: gRPC's own services (health, reflection, channelz, ...),
+// whose package starts with "grpc.".
+func passThrough(full string) bool { return strings.HasPrefix(full, "/grpc.") }
+
+// UnaryServerInterceptor returns an interceptor that runs the
+// application's own unary methods (generated from .proto files and
+// registered on the same *grpc.Server) through the kernel's pipeline, so
+// they get the same deadline, attribution, breaker, limits, middleware and
+// call log as the adapter's methods.
+//
+// A method runs under an operation's pipeline — that operation's
+// deadline, breaker and limits, with the application's handler in place of
+// the registered one — when WithMethodOperations maps it to one, or when
+// its service and method name, read backwards through the naming
+// convention, are a registered operation (/acme.v1.Orders/Create, in any
+// package, runs under orders.create). Any other method runs through the
+// kernel's host pipeline (deadline, Diagnostics and application
+// middleware; no per-operation limits), named by its full method name.
+// The adapter's own methods and gRPC's infrastructure services (health,
+// reflection: package "grpc.*") pass straight through.
+//
+// The handler receives the invocation's context, which carries the
+// effective deadline. An error it returns with a gRPC status goes back to
+// the client unchanged unless the pipeline replaced the outcome (a
+// deadline, a cancellation); its code also decides the outcome's kind
+// (see KindFor), so an Unavailable counts as a breaker failure. Any other
+// outcome is converted with Status.
+func (a *Adapter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if _, own := info.Server.(*service); own {
+			return handler(ctx, req)
+		}
+		d := a.resolve(info.FullMethod)
+		if d == nil && passThrough(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		var resp any
+		err := a.intercept(ctx, info.FullMethod, d, req, func(inv *pipeline.Invocation) error {
+			r, err := handler(inv.Context(), req)
+			if err != nil {
+				return fromHandler(err)
+			}
+			resp = r
+			inv.SetOutput(r)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streaming methods.
+// The whole stream is one invocation: the deadline, breaker and limits of
+// its operation apply to the stream as a whole, and the handler's stream
+// reports the invocation's context from Context.
+func (a *Adapter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if _, own := srv.(*service); own {
+			return handler(srv, ss)
+		}
+		d := a.resolve(info.FullMethod)
+		if d == nil && passThrough(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		return a.intercept(ss.Context(), info.FullMethod, d, nil, func(inv *pipeline.Invocation) error {
+			return fromHandler(handler(srv, &stream{ServerStream: ss, ctx: inv.Context()}))
+		})
+	}
+}
+
+// stream is a ServerStream whose context is the invocation's.
+type stream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *stream) Context() context.Context { return s.ctx }
+
+// intercept runs run as the handler of one intercepted call and returns
+// the status error of its outcome (nil on success).
+func (a *Adapter) intercept(ctx context.Context, full string, d *operations.Descriptor, req any, run pipeline.Handler) error {
+	start := time.Now()
+	parent, deadline, stop := a.inbound(ctx)
+	defer stop()
+	var inv *pipeline.Invocation
+	if d != nil {
+		inv = pipeline.NewInvocation(parent, d, req)
+	} else {
+		inv = pipeline.NewInvocation(parent, nil, req)
+		inv.SetRoute(full)
+	}
+	inv.SetProtocol(pipeline.ProtocolGRPC)
+	inv.SetDeadline(deadline)
+	a.setBaggage(ctx, inv)
+	var err error
+	if d != nil {
+		err = a.k.InvokeWith(inv, run)
+	} else {
+		err = a.k.InvokeFunc(inv, run)
+	}
+	a.logCall(ctx, full, inv.Name(), err, start, inv.TraceID())
+	if err != nil {
+		return Status(err, a.cfg.domain).Err()
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package grpcadapter
+
+import (
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// DefaultPackage is the proto package of the generated services when
+// WithPackage is not given.
+const DefaultPackage = "sundial.v1"
+
+// DefaultDeadlineTolerance is how close to the inbound deadline a client's
+// cancellation may arrive and still count as the deadline, when
+// WithDeadlineTolerance is not given.
+const DefaultDeadlineTolerance = 10 * time.Millisecond
+
+// DefaultBaggageLimit is the largest W3C baggage metadata value copied into
+// an invocation's baggage when WithBaggageLimit is not given: 8192 bytes,
+// the W3C limit.
+const DefaultBaggageLimit = 8192
+
+// maxIdempotencyKey bounds the idempotency-key metadata copied into
+// baggage.
+const maxIdempotencyKey = 255
+
+// Option configures New. Every option may be given to New once; a later
+// option of the same kind replaces an earlier one.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	pkg          string
+	domain       string
+	logger       *slog.Logger
+	tolerance    time.Duration
+	methodOps    map[string]string
+	propagator   propagation.TextMapPropagator
+	baggageLimit int
+}
+
+func defaultConfig() config {
+	return config{
+		pkg:          DefaultPackage,
+		domain:       DefaultDomain,
+		tolerance:    DefaultDeadlineTolerance,
+		baggageLimit: DefaultBaggageLimit,
+	}
+}
+
+// WithPackage sets the proto package of the services built from the
+// operations, e.g. "shop.v1": operation orders.create is then method
+// /shop.v1.Orders/Create. The default is DefaultPackage. New rejects a
+// package that is not dot-separated protobuf identifiers.
+func WithPackage(pkg string) Option {
+	return optionFunc(func(c *config) { c.pkg = pkg })
+}
+
+// WithDomain sets the domain of the google.rpc.ErrorInfo attached to every
+// failed call. The default is DefaultDomain ("sundial"); "" keeps it.
+func WithDomain(domain string) Option {
+	return optionFunc(func(c *config) {
+		if domain != "" {
+			c.domain = domain
+		}
+	})
+}
+
+// WithLogger sets the logger of the call log (one record per call,
+// message "grpc call"). The default is the kernel's logger; a nil logger is
+// ignored.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// WithDeadlineTolerance sets how close to the inbound deadline a client's
+// cancellation may arrive and still be attributed to the deadline. gRPC
+// gives the server no reason with a cancellation (a client whose deadline
+// expires sends the same RST_STREAM CANCEL as one that gives up), and the
+// client's timer fires a network hop before the server's, so without a
+// tolerance a timed-out call would often be logged and counted as
+// cancelled. The default is DefaultDeadlineTolerance (10ms); 0 turns the
+// tolerance off; a negative d keeps the default.
+func WithDeadlineTolerance(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d >= 0 {
+			c.tolerance = d
+		}
+	})
+}
+
+// WithMethodOperations maps full gRPC method names of the application's
+// own services ("/acme.orders.v1.Orders/Place") to operation IDs
+// ("orders.create"), for the server interceptors: such a method runs under
+// that operation's pipeline — its deadline, breaker and limits — with the
+// application's handler in place of the registered one. Methods not in the
+// map are resolved by convention (see Adapter.UnaryServerInterceptor). New
+// fails when a method name is malformed or an ID is not registered. Later
+// calls add to the map.
+func WithMethodOperations(m map[string]string) Option {
+	return optionFunc(func(c *config) {
+		if c.methodOps == nil {
+			c.methodOps = make(map[string]string, len(m))
+		}
+		for k, v := range m {
+			c.methodOps[k] = v
+		}
+	})
+}
+
+// WithPropagator extracts trace context (and whatever else p carries) from
+// the request metadata into the invocation's parent context, e.g.
+// propagation.TraceContext{}. The default extracts nothing (an otelgrpc
+// stats handler on the server does it instead).
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) { c.propagator = p })
+}
+
+// WithBaggageLimit sets the largest W3C "baggage" metadata, in bytes, that
+// is copied into the invocation's baggage; a larger one is dropped whole,
+// with a warning in the log. The default is DefaultBaggageLimit; n <= 0
+// keeps it.
+func WithBaggageLimit(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.baggageLimit = n
+		}
+	})
+}

@@ -1,0 +1,534 @@
+package grpcadapter
+
+import (
+	"encoding"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+)
+
+// This file derives protobuf message descriptors from the Go types of the
+// registered operations. The rules (documented in docs/grpc.md):
+//
+//   - a struct is a message named after the Go type (anonymous structs are
+//     named after their method or parent field); an anonymous struct{} is
+//     google.protobuf.Empty;
+//   - each exported field (or json-tagged name) is a proto field with that
+//     name, both as the field name and as its JSON name; json:"-" skips it;
+//     embedded structs are flattened as encoding/json does;
+//   - field numbers follow declaration order, from 1, unless a field has a
+//     `proto:"N"` tag;
+//   - string, bool, int/int64, int8/16/32, uint/uint64, uint8/16/32,
+//     float32, float64 and []byte map to string, bool, int64, int32,
+//     uint64, uint32, float, double and bytes; time.Time and time.Duration to
+//     google.protobuf.Timestamp and Duration; a pointer to a scalar is a
+//     proto3 optional field; a pointer to a struct is a message field; a
+//     slice is a repeated field; map[string]V is map<string, V>;
+//   - anything else (interfaces, channels, functions, arrays, complex
+//     numbers, maps with other keys, slices of slices, types with custom
+//     JSON or text marshalling) is rejected by New with an error naming the
+//     operation and the field.
+
+// valueKind is how one Go value converts to one protobuf value.
+type valueKind uint8
+
+const (
+	vString valueKind = iota
+	vBool
+	vInt
+	vUint
+	vFloat
+	vBytes
+	vTime
+	vDuration
+	vMessage
+)
+
+// cardinality is the shape of a field.
+type cardinality uint8
+
+const (
+	cSingle   cardinality = iota // T or *struct
+	cOptional                    // *scalar: proto3 optional
+	cList                        // []T
+	cMap                         // map[string]T
+)
+
+// valueCodec converts one element: a scalar, a well-known type or a
+// message.
+type valueCodec struct {
+	kind  valueKind
+	ptr   bool // the Go element is a pointer (*struct, *time.Time)
+	bits  int  // 32 or 64 for numbers
+	msg   *messageCodec
+	gtype reflect.Type // the Go element type, dereferenced
+}
+
+// fieldCodec is one proto field of a message and where it lives in the Go
+// struct.
+type fieldCodec struct {
+	name   string
+	goName string
+	index  []int // path through embedded structs (reflect.Value.FieldByIndex)
+	number int32
+	card   cardinality
+	elem   valueCodec
+	ftype  reflect.Type // the Go field type
+	fd     protoreflect.FieldDescriptor
+}
+
+// messageCodec converts one Go struct type to and from one message.
+type messageCodec struct {
+	goType reflect.Type
+	name   string // simple name within the package
+	full   string // fully qualified name
+	empty  bool   // google.protobuf.Empty
+	fields []fieldCodec
+	desc   protoreflect.MessageDescriptor
+}
+
+var (
+	timeType     = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[time.Duration]()
+	emptyStruct  = reflect.TypeFor[struct{}]()
+
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+const (
+	fileTimestamp = "google/protobuf/timestamp.proto"
+	fileDuration  = "google/protobuf/duration.proto"
+	fileEmpty     = "google/protobuf/empty.proto"
+)
+
+// schema accumulates the messages of one application package.
+type schema struct {
+	pkg    string
+	byType map[reflect.Type]*messageCodec
+	byName map[string]*messageCodec
+	protos []*descriptorpb.DescriptorProto
+	deps   map[string]bool // well-known files the messages import
+	empty  *messageCodec
+}
+
+func newSchema(pkg string) *schema {
+	return &schema{
+		pkg:    pkg,
+		byType: make(map[reflect.Type]*messageCodec),
+		byName: make(map[string]*messageCodec),
+		deps:   make(map[string]bool),
+	}
+}
+
+// schemaError is a type the schema cannot express. where names the
+// operation and the field.
+func schemaError(where, format string, args ...any) error {
+	return fmt.Errorf("grpcadapter: %s: %s", where, fmt.Sprintf(format, args...))
+}
+
+// topMessage returns the codec of an operation's input or output type t.
+// hint names t's message when t is an anonymous struct.
+func (s *schema) topMessage(t reflect.Type, hint, where string) (*messageCodec, error) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == emptyStruct {
+		if s.empty == nil {
+			s.empty = &messageCodec{goType: emptyStruct, name: "Empty", full: "google.protobuf.Empty", empty: true}
+		}
+		return s.empty, nil
+	}
+	if t.Kind() != reflect.Struct || t == timeType {
+		return nil, schemaError(where, "type %v is not a struct; gRPC messages are structs", t)
+	}
+	return s.message(t, hint, where)
+}
+
+// message returns the codec of struct type t, building it on first use.
+// Recursive types are fine: the codec is recorded before its fields are
+// built.
+func (s *schema) message(t reflect.Type, hint, where string) (*messageCodec, error) {
+	if mc, ok := s.byType[t]; ok {
+		return mc, nil
+	}
+	if err := checkMarshalers(t, where); err != nil {
+		return nil, err
+	}
+	name := t.Name()
+	if name == "" || !isIdent(name) {
+		name = hint
+	}
+	if !isIdent(name) {
+		return nil, schemaError(where, "cannot derive a message name for %v (got %q)", t, name)
+	}
+	if other, ok := s.byName[name]; ok {
+		return nil, schemaError(where, "message %s.%s would describe both %v (%s) and %v (%s); rename one of the Go types",
+			s.pkg, name, other.goType, other.goType.PkgPath(), t, t.PkgPath())
+	}
+	mc := &messageCodec{goType: t, name: name, full: s.pkg + "." + name}
+	s.byType[t] = mc
+	s.byName[name] = mc
+	var fields []fieldCodec
+	if err := s.collect(t, nil, where, mc.name, &fields, map[reflect.Type]bool{t: true}); err != nil {
+		return nil, err
+	}
+	if err := numberFields(fields, where); err != nil {
+		return nil, err
+	}
+	mc.fields = fields
+	s.protos = append(s.protos, s.describe(mc))
+	return mc, nil
+}
+
+// collect appends the fields of struct t (flattening embedded structs) to
+// out. index is the path from the top struct; embedding guards against
+// embedding cycles.
+func (s *schema) collect(t reflect.Type, index []int, where, msgName string, out *[]fieldCodec, embedding map[reflect.Type]bool) error {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		idx := append(append([]int(nil), index...), i)
+		if f.Anonymous && name == "" {
+			et := f.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct && et != timeType {
+				if f.Type.Kind() == reflect.Pointer && !f.IsExported() {
+					return schemaError(where+" "+msgName+"."+f.Name, "embedded pointer to unexported struct %v cannot be filled in; embed the struct by value", et)
+				}
+				if embedding[et] {
+					return schemaError(where+" "+msgName+"."+f.Name, "embedding cycle through %v", et)
+				}
+				if err := checkMarshalers(et, where+" "+msgName+"."+f.Name); err != nil {
+					return err
+				}
+				embedding[et] = true
+				err := s.collect(et, idx, where, msgName, out, embedding)
+				delete(embedding, et)
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fwhere := where + " field " + msgName + "." + name
+		if !isIdent(name) {
+			return schemaError(fwhere, "name %q is not a protobuf identifier (letters, digits and '_', not starting with a digit); change its json tag", name)
+		}
+		for _, prev := range *out {
+			if prev.name == name {
+				return schemaError(fwhere, "the name %q is used by two fields (%s and %s)", name, prev.goName, f.Name)
+			}
+		}
+		fc := fieldCodec{name: name, goName: f.Name, index: idx, ftype: f.Type}
+		if n := f.Tag.Get("proto"); n != "" {
+			v, err := strconv.ParseInt(n, 10, 32)
+			if err != nil || v < 1 || v > 536870911 || (v >= 19000 && v <= 19999) {
+				return schemaError(fwhere, "proto tag %q is not a valid field number (1 to 536870911, not 19000-19999)", n)
+			}
+			fc.number = int32(v)
+		}
+		if err := s.fieldShape(&fc, msgName, fwhere); err != nil {
+			return err
+		}
+		*out = append(*out, fc)
+	}
+	return nil
+}
+
+// numberFields gives fields without a proto tag the lowest free numbers, in
+// declaration order.
+func numberFields(fields []fieldCodec, where string) error {
+	used := make(map[int32]string, len(fields))
+	for _, f := range fields {
+		if f.number == 0 {
+			continue
+		}
+		if other, dup := used[f.number]; dup {
+			return schemaError(where, "fields %s and %s both have proto number %d", other, f.name, f.number)
+		}
+		used[f.number] = f.name
+	}
+	next := int32(1)
+	for i := range fields {
+		if fields[i].number != 0 {
+			continue
+		}
+		for used[next] != "" {
+			next++
+		}
+		fields[i].number = next
+		used[next] = fields[i].name
+	}
+	return nil
+}
+
+// fieldShape classifies the Go type of one field.
+func (s *schema) fieldShape(fc *fieldCodec, msgName, where string) error {
+	t := fc.ftype
+	hint := msgName + pascal(fc.name)
+	switch {
+	case t == timeType || t == durationType:
+		fc.card = cSingle
+	case t.Kind() == reflect.Pointer:
+		e := t.Elem()
+		if e.Kind() == reflect.Struct || e == durationType {
+			fc.card = cSingle
+		} else {
+			fc.card = cOptional
+		}
+	case t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8:
+		fc.card = cList
+		t = t.Elem()
+		if k := t.Kind(); (k == reflect.Slice && t.Elem().Kind() != reflect.Uint8) || k == reflect.Map {
+			return schemaError(where, "type %v: repeated fields cannot hold slices or maps", fc.ftype)
+		}
+	case t.Kind() == reflect.Map:
+		fc.card = cMap
+		if t.Key().Kind() != reflect.String {
+			return schemaError(where, "type %v: only maps with string keys are supported", fc.ftype)
+		}
+		t = t.Elem()
+		if k := t.Kind(); (k == reflect.Slice && t.Elem().Kind() != reflect.Uint8) || k == reflect.Map {
+			return schemaError(where, "type %v: map values cannot be slices or maps", fc.ftype)
+		}
+	default:
+		fc.card = cSingle
+	}
+	if fc.card == cOptional {
+		t = t.Elem()
+	}
+	ptr := false
+	if fc.card != cOptional && t.Kind() == reflect.Pointer {
+		ptr = true
+		t = t.Elem()
+		if t.Kind() != reflect.Struct && t != durationType {
+			return schemaError(where, "type %v: pointers are allowed only to structs or, as an optional field, to scalars", fc.ftype)
+		}
+	}
+	vc, err := s.element(t, hint, where)
+	if err != nil {
+		return err
+	}
+	vc.ptr = ptr
+	if fc.card == cOptional && vc.kind == vMessage {
+		return schemaError(where, "type %v: pointers are allowed only to structs or, as an optional field, to scalars", fc.ftype)
+	}
+	fc.elem = vc
+	return nil
+}
+
+// element classifies a non-pointer element type.
+func (s *schema) element(t reflect.Type, hint, where string) (valueCodec, error) {
+	vc := valueCodec{gtype: t}
+	switch t {
+	case timeType:
+		vc.kind = vTime
+		s.deps[fileTimestamp] = true
+		return vc, nil
+	case durationType:
+		vc.kind = vDuration
+		s.deps[fileDuration] = true
+		return vc, nil
+	}
+	if err := checkMarshalers(t, where); err != nil {
+		return vc, err
+	}
+	switch t.Kind() {
+	case reflect.String:
+		vc.kind = vString
+	case reflect.Bool:
+		vc.kind = vBool
+	case reflect.Int, reflect.Int64:
+		vc.kind, vc.bits = vInt, 64
+	case reflect.Int8, reflect.Int16, reflect.Int32:
+		vc.kind, vc.bits = vInt, 32
+	case reflect.Uint, reflect.Uint64:
+		vc.kind, vc.bits = vUint, 64
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+		vc.kind, vc.bits = vUint, 32
+	case reflect.Float32:
+		vc.kind, vc.bits = vFloat, 32
+	case reflect.Float64:
+		vc.kind, vc.bits = vFloat, 64
+	case reflect.Slice:
+		if t.Elem().Kind() != reflect.Uint8 {
+			return vc, schemaError(where, "type %v is not supported", t)
+		}
+		vc.kind = vBytes
+	case reflect.Struct:
+		mc, err := s.message(t, hint, where)
+		if err != nil {
+			return vc, err
+		}
+		vc.kind, vc.msg = vMessage, mc
+	default:
+		return vc, schemaError(where, "type %v is not supported (see docs/grpc.md for the supported Go types)", t)
+	}
+	return vc, nil
+}
+
+// checkMarshalers rejects types whose JSON form is custom: the HTTP
+// adapter would encode them differently from their Go structure, so one
+// registration would not mean the same over both protocols.
+func checkMarshalers(t reflect.Type, where string) error {
+	if t == timeType || t == durationType {
+		return nil
+	}
+	for _, m := range []reflect.Type{jsonMarshaler, textMarshaler} {
+		if t.Implements(m) || reflect.PointerTo(t).Implements(m) {
+			return schemaError(where, "type %v implements %v; its wire form cannot be derived from its Go structure", t, m)
+		}
+	}
+	return nil
+}
+
+// describe returns the DescriptorProto of a built message codec.
+func (s *schema) describe(mc *messageCodec) *descriptorpb.DescriptorProto {
+	dp := &descriptorpb.DescriptorProto{Name: new(mc.name)}
+	for i := range mc.fields {
+		f := &mc.fields[i]
+		fp := &descriptorpb.FieldDescriptorProto{
+			Name:     new(f.name),
+			JsonName: new(f.name),
+			Number:   new(f.number),
+			Label:    descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+		}
+		setType(fp, f.elem)
+		switch f.card {
+		case cList:
+			fp.Label = descriptorpb.FieldDescriptorProto_LABEL_REPEATED.Enum()
+		case cOptional:
+			fp.Proto3Optional = new(true)
+			fp.OneofIndex = new(int32(len(dp.OneofDecl)))
+			dp.OneofDecl = append(dp.OneofDecl, &descriptorpb.OneofDescriptorProto{Name: new("_" + f.name)})
+		case cMap:
+			entry := mapEntryName(f.name)
+			key := &descriptorpb.FieldDescriptorProto{
+				Name: new("key"), JsonName: new("key"), Number: new(int32(1)),
+				Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+				Type:  descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(),
+			}
+			val := &descriptorpb.FieldDescriptorProto{
+				Name: new("value"), JsonName: new("value"), Number: new(int32(2)),
+				Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+			}
+			setType(val, f.elem)
+			dp.NestedType = append(dp.NestedType, &descriptorpb.DescriptorProto{
+				Name:    new(entry),
+				Field:   []*descriptorpb.FieldDescriptorProto{key, val},
+				Options: &descriptorpb.MessageOptions{MapEntry: new(true)},
+			})
+			fp.Label = descriptorpb.FieldDescriptorProto_LABEL_REPEATED.Enum()
+			fp.Type = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE.Enum()
+			fp.TypeName = new("." + mc.full + "." + entry)
+		}
+		dp.Field = append(dp.Field, fp)
+	}
+	// Synthetic oneofs of proto3 optional fields must follow real ones;
+	// there are no real ones, so declaration order is fine.
+	return dp
+}
+
+func setType(fp *descriptorpb.FieldDescriptorProto, vc valueCodec) {
+	var t descriptorpb.FieldDescriptorProto_Type
+	switch vc.kind {
+	case vString:
+		t = descriptorpb.FieldDescriptorProto_TYPE_STRING
+	case vBool:
+		t = descriptorpb.FieldDescriptorProto_TYPE_BOOL
+	case vInt:
+		t = descriptorpb.FieldDescriptorProto_TYPE_INT64
+		if vc.bits == 32 {
+			t = descriptorpb.FieldDescriptorProto_TYPE_INT32
+		}
+	case vUint:
+		t = descriptorpb.FieldDescriptorProto_TYPE_UINT64
+		if vc.bits == 32 {
+			t = descriptorpb.FieldDescriptorProto_TYPE_UINT32
+		}
+	case vFloat:
+		t = descriptorpb.FieldDescriptorProto_TYPE_DOUBLE
+		if vc.bits == 32 {
+			t = descriptorpb.FieldDescriptorProto_TYPE_FLOAT
+		}
+	case vBytes:
+		t = descriptorpb.FieldDescriptorProto_TYPE_BYTES
+	case vTime:
+		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
+		fp.TypeName = new(".google.protobuf.Timestamp")
+	case vDuration:
+		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
+		fp.TypeName = new(".google.protobuf.Duration")
+	case vMessage:
+		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
+		fp.TypeName = new("." + vc.msg.full)
+	}
+	fp.Type = t.Enum()
+}
+
+// mapEntryName is protoc's name for a map field's entry message:
+// "by_name" -> "ByNameEntry".
+func mapEntryName(field string) string {
+	var b strings.Builder
+	up := true
+	for i := 0; i < len(field); i++ {
+		c := field[i]
+		switch {
+		case c == '_':
+			up = true
+		case up:
+			if c >= 'a' && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			b.WriteByte(c)
+			up = false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String() + "Entry"
+}
+
+// pascal upper-cases the first letter of s.
+func pascal(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-('a'-'A')) + s[1:]
+}
+
+// isIdent reports whether s is a protobuf identifier.
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,282 @@
+package grpcadapter
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// DefaultDomain is the google.rpc.ErrorInfo domain of the statuses the
+// adapter writes when WithDomain is not given.
+const DefaultDomain = "sundial"
+
+// DetailRetryAfter is the details key whose value (whole seconds) becomes a
+// google.rpc.RetryInfo.
+const DetailRetryAfter = "retryAfter"
+
+// Status returns the gRPC status of an outcome: nil for a nil outcome (OK),
+// otherwise the code of [CodeFor] for the outcome's kind, the outcome's
+// safe message, a google.rpc.ErrorInfo whose reason is the outcome's stable
+// code, whose domain is domain (DefaultDomain when empty) and whose
+// metadata are the outcome's details as strings (see [DetailString]), and,
+// when the details hold "retryAfter" (seconds), a google.rpc.RetryInfo
+// with that delay.
+//
+// An UNEXPECTED outcome carries only [pipeline.UnexpectedMessage] and its
+// code: neither the wrapped error's text nor its details reach the caller.
+func Status(err error, domain string) *status.Status {
+	if err == nil {
+		return nil
+	}
+	if domain == "" {
+		domain = DefaultDomain
+	}
+	var hs *handlerStatus
+	if errors.As(err, &hs) && pipeline.AsError(err).Unwrap() == hs {
+		// A status returned by a user's own gRPC handler (see
+		// UnaryServerInterceptor) that no middleware replaced: it goes
+		// back as the handler wrote it.
+		return hs.st
+	}
+	e := pipeline.AsError(err)
+	st := status.New(CodeFor(e.Kind), e.SafeMessage())
+	info := &errdetails.ErrorInfo{Reason: e.Code, Domain: domain}
+	unexpected := CodeFor(e.Kind) == codes.Internal
+	if !unexpected && len(e.Details) > 0 {
+		info.Metadata = make(map[string]string, len(e.Details))
+		for k, v := range e.Details {
+			info.Metadata[k] = DetailString(v)
+		}
+	}
+	details := []protoadapt.MessageV1{info}
+	if !unexpected {
+		if d, ok := retryAfter(e.Details); ok {
+			details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+		}
+	}
+	if ws, err := st.WithDetails(details...); err == nil {
+		st = ws
+	}
+	return st
+}
+
+// DetailString renders one details value as ErrorInfo metadata: strings as
+// they are, integers and floats in their shortest decimal form, booleans as
+// "true"/"false", durations in seconds, nil as "", and anything else as
+// compact JSON.
+func DetailString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case int32:
+		return strconv.FormatInt(int64(x), 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case time.Duration:
+		return strconv.FormatFloat(x.Seconds(), 'f', -1, 64)
+	case fmt.Stringer:
+		return x.String()
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// retryAfter reads details["retryAfter"] as a delay: a number of seconds
+// (any integer or float type, or a decimal string) or a time.Duration.
+// Negative, NaN and absent values report false.
+func retryAfter(details map[string]any) (time.Duration, bool) {
+	v, ok := details[DetailRetryAfter]
+	if !ok {
+		return 0, false
+	}
+	var secs float64
+	switch x := v.(type) {
+	case time.Duration:
+		return x, x >= 0
+	case int:
+		secs = float64(x)
+	case int64:
+		secs = float64(x)
+	case int32:
+		secs = float64(x)
+	case uint64:
+		secs = float64(x)
+	case float64:
+		secs = x
+	case float32:
+		secs = float64(x)
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return 0, false
+		}
+		secs = f
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+		if err != nil {
+			return 0, false
+		}
+		secs = f
+	default:
+		return 0, false
+	}
+	if math.IsNaN(secs) || secs < 0 || secs > math.MaxInt64/float64(time.Second) {
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
+}
+
+// KindFor returns the outcome kind of a gRPC status code, the inverse of
+// [CodeFor] where CodeFor is one-to-one: InvalidArgument, FailedPrecondition
+// and OutOfRange are VALIDATION; AlreadyExists and Aborted are CONFLICT;
+// Unavailable and ResourceExhausted are UNAVAILABLE; OK is OK; every code
+// without a kind of its own (Unknown, Internal, Unimplemented, DataLoss) is
+// UNEXPECTED.
+func KindFor(c codes.Code) pipeline.Kind {
+	switch c {
+	case codes.OK:
+		return pipeline.KindOK
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return pipeline.KindValidation
+	case codes.Unauthenticated:
+		return pipeline.KindUnauthenticated
+	case codes.PermissionDenied:
+		return pipeline.KindForbidden
+	case codes.NotFound:
+		return pipeline.KindNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return pipeline.KindConflict
+	case codes.Canceled:
+		return pipeline.KindCancelled
+	case codes.DeadlineExceeded:
+		return pipeline.KindTimeout
+	case codes.Unavailable, codes.ResourceExhausted:
+		return pipeline.KindUnavailable
+	}
+	return pipeline.KindUnexpected
+}
+
+// CodePrefix prefixes the stable codes of outcomes made from the gRPC
+// statuses of downstream calls: "GRPC_UNAVAILABLE", "GRPC_DEADLINE_EXCEEDED".
+const CodePrefix = "GRPC_"
+
+// FromStatus converts the error of a gRPC call to an outcome: nil stays
+// nil, an error without a gRPC status (or already a *pipeline.Error) is
+// returned as it is, and a status error becomes a *pipeline.Error of
+// KindFor(code) with code "GRPC_<CODE>" (e.g. GRPC_UNAVAILABLE), the
+// status message, and details "grpcCode" and, when the status carries
+// them, "reason" and "domain" (from google.rpc.ErrorInfo) and "retryAfter"
+// (whole seconds, from google.rpc.RetryInfo). The result wraps the status
+// error, so status.Code(err) still works on it.
+//
+// The client interceptors apply FromStatus to every failed call, so a
+// downstream timeout is a TIMEOUT outcome and a downstream that is down is
+// UNAVAILABLE, instead of an UNEXPECTED error.
+func FromStatus(err error) error {
+	st, ok := foreignStatus(err)
+	if !ok {
+		return err
+	}
+	kind := KindFor(st.Code())
+	code := CodePrefix + codeName(st.Code())
+	out := pipeline.Wrap(kind, code, st.Message(), err).WithDetail("grpcCode", st.Code().String())
+	for _, d := range st.Details() {
+		switch x := d.(type) {
+		case *errdetails.ErrorInfo:
+			out = out.WithDetail("reason", x.GetReason()).WithDetail("domain", x.GetDomain())
+		case *errdetails.RetryInfo:
+			if rd := x.GetRetryDelay(); rd != nil && rd.IsValid() && rd.AsDuration() >= 0 {
+				out = out.WithDetail(DetailRetryAfter, int64(math.Ceil(rd.AsDuration().Seconds())))
+			}
+		}
+	}
+	return out
+}
+
+// codeName is the canonical upper-snake name of a code: "DEADLINE_EXCEEDED".
+func codeName(c codes.Code) string {
+	switch c {
+	case codes.Canceled:
+		return "CANCELLED"
+	case codes.DeadlineExceeded:
+		return "DEADLINE_EXCEEDED"
+	case codes.InvalidArgument:
+		return "INVALID_ARGUMENT"
+	case codes.NotFound:
+		return "NOT_FOUND"
+	case codes.AlreadyExists:
+		return "ALREADY_EXISTS"
+	case codes.PermissionDenied:
+		return "PERMISSION_DENIED"
+	case codes.ResourceExhausted:
+		return "RESOURCE_EXHAUSTED"
+	case codes.FailedPrecondition:
+		return "FAILED_PRECONDITION"
+	case codes.OutOfRange:
+		return "OUT_OF_RANGE"
+	case codes.Unimplemented:
+		return "UNIMPLEMENTED"
+	case codes.DataLoss:
+		return "DATA_LOSS"
+	case codes.Unauthenticated:
+		return "UNAUTHENTICATED"
+	}
+	return strings.ToUpper(c.String())
+}
+
+// handlerStatus carries a status that a user's own gRPC handler returned,
+// so that Status can return it unchanged when nothing replaced it.
+type handlerStatus struct {
+	st *status.Status
+}
+
+func (h *handlerStatus) Error() string              { return h.st.Err().Error() }
+func (h *handlerStatus) GRPCStatus() *status.Status { return h.st }
+
+// fromHandler converts the error of a user's gRPC handler to an outcome
+// that remembers the handler's status.
+func fromHandler(err error) error {
+	st, ok := foreignStatus(err)
+	if !ok {
+		return err // nil, an outcome, a plain error (UNEXPECTED) or a context error
+	}
+	return pipeline.Wrap(KindFor(st.Code()), CodePrefix+codeName(st.Code()), st.Message(), &handlerStatus{st: st})
+}
+
+// foreignStatus returns the gRPC status of err when err carries one and is
+// not already an outcome.
+func foreignStatus(err error) (*status.Status, bool) {
+	if err == nil {
+		return nil, false
+	}
+	var pe *pipeline.Error
+	if errors.As(err, &pe) {
+		return nil, false
+	}
+	return status.FromError(err)
+}
