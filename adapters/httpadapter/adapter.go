@@ -194,17 +194,17 @@ func (rt *route) serve(c echo.Context) error {
 		return nil
 	}
 
-	inv := pipeline.NewInvocation(ctx, rt.desc, in)
-	inv.SetProtocol(pipeline.ProtocolHTTP)
-	inv.SetDeadline(deadline)
-	a.setBaggage(inv, r)
-
 	var res result
 	if deadline.IsZero() || !a.detach {
+		inv := a.newInvocation(ctx, rt.desc, in, deadline, r)
 		err := a.k.Invoke(inv)
 		res = result{err, inv.Output(), inv.TraceID()}
 	} else {
-		res = a.invokeDetached(ctx, inv, deadline, r)
+		// The parent ends at the deadline: the adapter's token and the
+		// kernel's are one.
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		res = a.invokeDetached(dctx, a.newInvocation(dctx, rt.desc, in, deadline, r), r)
+		cancel()
 	}
 	if res.traceID != "" {
 		x.traceID = res.traceID
@@ -234,6 +234,14 @@ func (rt *route) serve(c echo.Context) error {
 	return nil
 }
 
+func (a *Adapter) newInvocation(ctx context.Context, d *operations.Descriptor, in any, deadline time.Time, r *http.Request) *pipeline.Invocation {
+	inv := pipeline.NewInvocation(ctx, d, in)
+	inv.SetProtocol(pipeline.ProtocolHTTP)
+	inv.SetDeadline(deadline)
+	a.setBaggage(inv, r)
+	return inv
+}
+
 // requestContext is the invocation's parent context: the request's (which
 // ends when the client goes away), with trace context extracted when a
 // propagator is configured.
@@ -255,7 +263,7 @@ func deadlineFormat(header string) string {
 	if header == HeaderDeadline {
 		return "one RFC 3339 UTC timestamp such as 2026-03-01T12:00:02.5Z (at most 9 fractional digits)"
 	}
-	return "one whole number of milliseconds, at most 15 digits"
+	return "one whole number of milliseconds, at most 12 digits"
 }
 
 // readBody reads the whole request body, up to the limit, into a pooled
@@ -382,10 +390,9 @@ type result struct {
 }
 
 type call struct {
-	state    atomic.Int32
-	ch       chan result // buffered: the goroutine never blocks
-	deadline time.Time
-	gaveUp   time.Time // when the adapter responded without the result
+	state  atomic.Int32
+	ch     chan result // buffered: the goroutine never blocks
+	gaveUp time.Time   // when the adapter responded without the result
 }
 
 // lateWarnAfter is how late after the response a discarded result must be
@@ -394,16 +401,18 @@ type call struct {
 // one that ignores it does not.
 const lateWarnAfter = 10 * time.Millisecond
 
-// invokeDetached runs inv in its own goroutine and waits for the outcome,
-// the deadline or the client going away, whichever is first. When the
-// deadline (or the client) wins, it returns TIMEOUT (or CANCELLED) at
-// once; the goroutine runs on until the handler returns — keeping its
-// concurrency slot until then — and its late result is discarded and
-// logged. The deadline is the one the kernel's DeadlineMiddleware enforces
-// (set on inv), so a handler that honours its context returns at the same
-// instant.
-func (a *Adapter) invokeDetached(ctx context.Context, inv *pipeline.Invocation, deadline time.Time, r *http.Request) result {
-	cl := &call{ch: make(chan result, 1), deadline: deadline}
+// invokeDetached runs inv in its own goroutine and waits for its outcome
+// or for ctx — the invocation's parent, which ends at the invocation's
+// deadline or when the client goes away — whichever comes first. When ctx
+// wins, it returns TIMEOUT (the deadline fired) or CANCELLED at once; the
+// goroutine runs on until the handler returns, keeping its concurrency
+// slot until then, and its late result is discarded and logged. Because
+// the kernel's DeadlineMiddleware derives the handler's context from the
+// same ctx, the adapter and the kernel read the same token: a handler that
+// honours its context returns at the same instant, and both attribute the
+// outcome alike.
+func (a *Adapter) invokeDetached(ctx context.Context, inv *pipeline.Invocation, r *http.Request) result {
+	cl := &call{ch: make(chan result, 1)}
 	name, method, path := inv.Name(), r.Method, r.URL.Path
 	a.inflight.add()
 	go func() {
@@ -415,27 +424,19 @@ func (a *Adapter) invokeDetached(ctx context.Context, inv *pipeline.Invocation, 
 		}
 		a.logLate(name, method, path, cl, err, inv.OriginalOutcome())
 	}()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	var gaveUp error
 	select {
 	case res := <-cl.ch:
 		return res
-	case <-timer.C:
-		gaveUp = pipeline.ErrTimeout()
 	case <-ctx.Done():
-		gaveUp = pipeline.ErrCancelled()
-		select {
-		case <-timer.C: // both tokens fired: the deadline wins, as in the kernel
-			gaveUp = pipeline.ErrTimeout()
-		default:
-		}
 	}
 	cl.gaveUp = time.Now()
 	if !cl.state.CompareAndSwap(callWaiting, callAbandoned) {
 		return <-cl.ch // delivered meanwhile: the kernel's outcome wins
 	}
-	return result{err: gaveUp}
+	if ctx.Err() == context.DeadlineExceeded {
+		return result{err: pipeline.ErrTimeout()}
+	}
+	return result{err: pipeline.ErrCancelled()}
 }
 
 func (a *Adapter) logLate(name, method, path string, cl *call, err, original error) {

@@ -32,7 +32,6 @@ type binder struct {
 
 type fieldRef struct {
 	index []int
-	name  string // the name callers know: JSON name, else the Go name
 }
 
 type paramField struct {
@@ -80,7 +79,7 @@ func newBinder(t reflect.Type, method string, params []string) (*binder, error) 
 		if b.query == nil {
 			b.query = make(map[string]fieldRef)
 		}
-		b.query[name] = fieldRef{index: f.Index, name: jsonName(f)}
+		b.query[name] = fieldRef{index: f.Index}
 	}
 	return b, nil
 }
@@ -105,7 +104,7 @@ func findField(fields []reflect.StructField, tag, p string) (fieldRef, bool) {
 				match = strings.EqualFold(f.Name, p)
 			}
 			if match {
-				return fieldRef{index: f.Index, name: jsonName(f)}, true
+				return fieldRef{index: f.Index}, true
 			}
 		}
 	}
@@ -177,7 +176,7 @@ func (b *binder) bind(r *http.Request, names, values []string, body []byte, in a
 			}
 		}
 		if err := setString(v.FieldByIndex(p.index), raw); err != nil {
-			return wrongType(p.name, "path parameter", raw, v.FieldByIndex(p.index).Type())
+			return wrongType(p.param, "path parameter", raw, v.FieldByIndex(p.index).Type())
 		}
 	}
 	if len(b.query) > 0 && r.URL.RawQuery != "" {
@@ -189,7 +188,7 @@ func (b *binder) bind(r *http.Request, names, values []string, body []byte, in a
 			}
 			f := v.FieldByIndex(ref.index)
 			if err := setStrings(f, vals); err != nil {
-				return wrongType(ref.name, "query parameter", vals[0], f.Type())
+				return wrongType(name, "query parameter", vals[0], f.Type())
 			}
 		}
 	}
@@ -350,10 +349,11 @@ func bodyError(err error, body []byte, t reflect.Type) *pipeline.Error {
 	return pipeline.NewError(pipeline.KindValidation, CodeMalformedBody, "The request body could not be decoded.")
 }
 
-// fieldAt returns the dotted path of the object member being read at byte
-// off of body ("items.qty"; array indexes are left out, as in
-// json.UnmarshalTypeError.Field), or "" when the error is outside any
-// member.
+// fieldAt returns the dotted path of the object member being read, or
+// just read, at byte off of body ("items.qty"; array indexes are left out,
+// as in json.UnmarshalTypeError.Field), or "" when off is outside any
+// member. A syntax error is usually in, or right after, that member's
+// value.
 func fieldAt(body []byte, off int64) string {
 	if off <= 0 {
 		return ""
@@ -402,7 +402,7 @@ func fieldAt(body []byte, off int64) string {
 	}
 	var parts []string
 	for _, f := range stack {
-		if f.obj && f.key != "" && !f.wantKey {
+		if f.obj && f.key != "" {
 			parts = append(parts, f.key)
 		}
 	}

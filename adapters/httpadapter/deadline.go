@@ -28,9 +28,9 @@ const (
 	// maxDeadlineLen is the length of the longest well-formed absolute
 	// deadline: "2006-01-02T15:04:05.123456789Z".
 	maxDeadlineLen = len("2006-01-02T15:04:05.123456789Z")
-	// maxTimeoutDigits bounds the relative form: 15 digits of milliseconds
-	// (about 31,700 years) converts to a time.Duration without overflow.
-	maxTimeoutDigits = 15
+	// maxTimeoutDigits bounds the relative form: 12 digits of milliseconds
+	// (about 31 years) converts to a time.Duration without overflow.
+	maxTimeoutDigits = 12
 )
 
 // errBadDeadline is the cause of every malformed-deadline outcome; the
@@ -79,7 +79,7 @@ func ParseDeadline(v string) (time.Time, error) {
 }
 
 // ParseTimeoutMs parses the relative form of the deadline: the remaining
-// time as 1 to 15 ASCII digits of milliseconds ("0" means the deadline has
+// time as 1 to 12 ASCII digits of milliseconds ("0" means the deadline has
 // passed). Signs, spaces, fractions, exponents and longer values are
 // rejected with an error; it never panics.
 func ParseTimeoutMs(v string) (time.Duration, error) {

@@ -1,0 +1,349 @@
+package httpadapter_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+func TestServeSuccess(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		want                     string // exact body
+	}{
+		{"create is 201", "POST", "/items", `{"name":"bolt","qty":2}`, 201, `{"id":"it-1","name":"bolt","qty":2}`},
+		{"get is 200", "GET", "/items/7?limit=5&verbose=true", "", 200, `{"id":"it-1","name":"","qty":0}`},
+		{"empty output is 204", "DELETE", "/items/7", "", 204, ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do(t, tt.method, tt.path, tt.body, nil)
+			if r.status != tt.status || string(r.body) != tt.want {
+				t.Fatalf("%s %s = %d %s, want %d %s", tt.method, tt.path, r.status, r.body, tt.status, tt.want)
+			}
+			if tt.status != 204 && !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+				t.Errorf("Content-Type = %q, want application/json", r.header.Get("Content-Type"))
+			}
+		})
+	}
+	app.mu.Lock()
+	got := app.lastGet
+	app.mu.Unlock()
+	if got.ID != 7 || !got.Verbose || got.Limit == nil || *got.Limit != 5 {
+		t.Errorf("items.get input = %+v (limit %v), want ID 7, Verbose, Limit 5", got, got.Limit)
+	}
+}
+
+func TestServeSuccessStatusOverride(t *testing.T) {
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "jobs.start", Method: "POST", Path: "/jobs", SuccessStatus: 202},
+		func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kernel.New(kernel.WithRegistry(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	if _, err := httpadapter.Mount(e, k); err != nil {
+		t.Fatal(err)
+	}
+	s := serveEcho(t, e)
+	r := s.do(t, "POST", "/jobs", "", nil)
+	if r.status != 202 || string(r.body) != "{}" {
+		t.Fatalf("POST /jobs = %d %s, want 202 {}", r.status, r.body)
+	}
+}
+
+func TestServeNotFoundOutcome(t *testing.T) {
+	s := startServer(t, newTestApp(), serverOpts{})
+	r := s.do(t, "GET", "/items/404", "", nil)
+	checkProblem(t, r, 404, "NOT_FOUND", "TEST_NOT_FOUND_001", "/items/404")
+	if d := details(r); d["id"] != float64(404) {
+		t.Errorf("details = %v, want id 404", d)
+	}
+	if r.problem["detail"] != "no such item" {
+		t.Errorf("detail = %v, want the outcome's message", r.problem["detail"])
+	}
+}
+
+func TestServeBindingErrors(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	tests := []struct {
+		name, method, path, body string
+		code                     string
+		field                    any // nil: no field member
+		expected                 any
+	}{
+		{"malformed json names the member", "POST", "/items", `{"name": "a", "qty": 12a}`, httpadapter.CodeMalformedBody, "qty", nil},
+		{"truncated json", "POST", "/items", `{"name": "a"`, httpadapter.CodeMalformedBody, "name", nil},
+		{"not json at all", "POST", "/items", `name=a`, httpadapter.CodeMalformedBody, nil, nil},
+		{"trailing garbage", "POST", "/items", `{"name":"a"} x`, httpadapter.CodeMalformedBody, nil, nil},
+		{"wrong type", "POST", "/items", `{"name":"a","qty":"two"}`, httpadapter.CodeWrongType, "qty", "integer"},
+		{"fraction for an integer", "POST", "/items", `{"name":"a","qty":1.5}`, httpadapter.CodeWrongType, "qty", "integer"},
+		{"overflowing number", "POST", "/items", `{"name":"a","qty":1e400}`, httpadapter.CodeWrongType, "qty", "integer"},
+		{"nested wrong type", "POST", "/items", `{"name":"a","tags":[{"label":5}]}`, httpadapter.CodeWrongType, "tags.label", "string"},
+		{"array instead of object", "POST", "/items", `[1,2]`, httpadapter.CodeWrongType, "", "object"},
+		{"failed validation", "POST", "/items", `{"qty":1}`, "TEST_VALIDATION_001", "name", nil},
+		{"path parameter wrong type", "GET", "/items/abc", "", httpadapter.CodeWrongType, "id", "integer"},
+		{"query parameter wrong type", "GET", "/items/1?limit=x", "", httpadapter.CodeWrongType, "limit", "integer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := app.calls.Load()
+			r := s.do(t, tt.method, tt.path, tt.body, nil)
+			instance, _, _ := strings.Cut(tt.path, "?")
+			checkProblem(t, r, 400, "VALIDATION", tt.code, instance)
+			d := details(r)
+			if f, ok := d["field"]; ok != (tt.field != nil) || f != tt.field {
+				t.Errorf("details.field = %v (present %v), want %v; body %s", f, ok, tt.field, r.body)
+			}
+			if tt.expected != nil && d["expected"] != tt.expected {
+				t.Errorf("details.expected = %v, want %v", d["expected"], tt.expected)
+			}
+			if strings.Contains(string(r.body), "Go struct") || strings.Contains(string(r.body), "httpadapter_test") {
+				t.Errorf("body leaks Go type names: %s", r.body)
+			}
+			if app.calls.Load() != before {
+				t.Errorf("handler ran for a request that failed binding")
+			}
+		})
+	}
+}
+
+func TestServeBodyLimit(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{adapter: []httpadapter.Option{httpadapter.WithBodyLimit(64)}})
+	big := `{"name":"` + strings.Repeat("x", 100) + `"}`
+	tests := []struct {
+		name    string
+		chunked bool
+	}{
+		{"content length over the limit", false},
+		{"chunked body over the limit", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body io.Reader = strings.NewReader(big)
+			if tt.chunked {
+				body = io.MultiReader(body) // hides the length: sent chunked
+			}
+			req, _ := http.NewRequest("POST", s.url+"/items", body)
+			r := s.send(t, req)
+			checkProblem(t, r, 413, "VALIDATION", httpadapter.CodeBodyTooLarge, "/items")
+			if d := details(r); d["limit"] != float64(64) {
+				t.Errorf("details = %v, want limit 64", d)
+			}
+		})
+	}
+	if n := app.calls.Load(); n != 0 {
+		t.Errorf("handler ran %d times for oversized bodies", n)
+	}
+	if r := s.do(t, "POST", "/items", `{"name":"ok"}`, nil); r.status != 201 {
+		t.Errorf("POST /items with a small body = %d %s, want 201", r.status, r.body)
+	}
+}
+
+func TestServeUnexpectedSaysNothing(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	for _, path := range []string{"/fail", "/panic"} {
+		t.Run(path, func(t *testing.T) {
+			r := s.do(t, "POST", path, "", nil)
+			checkProblem(t, r, 500, "UNEXPECTED", pipeline.CodeUnexpected, path)
+			if r.problem["detail"] != pipeline.UnexpectedMessage {
+				t.Errorf("detail = %q, want %q", r.problem["detail"], pipeline.UnexpectedMessage)
+			}
+			if len(details(r)) != 0 {
+				t.Errorf("details = %v, want {}", details(r))
+			}
+			for _, secret := range []string{"hunter2", "secret panic text"} {
+				if strings.Contains(string(r.body), secret) {
+					t.Errorf("body leaks %q: %s", secret, r.body)
+				}
+			}
+		})
+	}
+	// The process lives on, and the log has what the caller did not get.
+	if r := s.do(t, "POST", "/items", `{"name":"a"}`, nil); r.status != 201 {
+		t.Errorf("after a panic, POST /items = %d, want 201", r.status)
+	}
+	rec := s.logs.waitRecord(t, "http request", "path", "/fail", 0)
+	if rec["level"] != "ERROR" || !strings.Contains(rec["error"].(string), "hunter2") {
+		t.Errorf("access record of /fail = %v, want level ERROR with the internal error", rec)
+	}
+}
+
+func TestEchoErrorsAreProblems(t *testing.T) {
+	s := startServer(t, newTestApp(), serverOpts{routes: func(e *echo.Echo, a *httpadapter.Adapter) {
+		e.GET("/forbidden", func(c echo.Context) error { return echo.NewHTTPError(http.StatusForbidden, "not yours") })
+		e.GET("/broken", func(c echo.Context) error { return errors.New("internal: disk /dev/sda1 failed") })
+		e.GET("/coded", func(c echo.Context) error {
+			return pipeline.Conflict("TEST_CONFLICT_001", "already there").WithDetail("id", "x")
+		})
+	}})
+	tests := []struct {
+		name, method, path string
+		status             int
+		kind, code         string
+		detail             string
+	}{
+		{"no route", "GET", "/nope", 404, "NOT_FOUND", httpadapter.CodeRouteNotFound, "Not Found"},
+		{"wrong method", "PUT", "/items", 405, "NOT_FOUND", httpadapter.CodeMethodNotAllowed, "Method Not Allowed"},
+		{"app HTTPError keeps its status", "GET", "/forbidden", 403, "FORBIDDEN", httpadapter.CodeBadRequest, "not yours"},
+		{"app plain error", "GET", "/broken", 500, "UNEXPECTED", pipeline.CodeUnexpected, pipeline.UnexpectedMessage},
+		{"app pipeline error", "GET", "/coded", 409, "CONFLICT", "TEST_CONFLICT_001", "already there"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do(t, tt.method, tt.path, "", nil)
+			checkProblem(t, r, tt.status, tt.kind, tt.code, tt.path)
+			if r.problem["detail"] != tt.detail {
+				t.Errorf("detail = %q, want %q", r.problem["detail"], tt.detail)
+			}
+			if strings.Contains(string(r.body), "sda1") {
+				t.Errorf("body leaks the internal error: %s", r.body)
+			}
+		})
+	}
+	if r := s.do(t, "PUT", "/items", "", nil); !strings.Contains(r.header.Get("Allow"), "POST") {
+		t.Errorf("405 Allow = %q, want it to list POST", r.header.Get("Allow"))
+	}
+	if rec := s.logs.waitRecord(t, "http request", "path", "/nope", 0); rec["status"] != float64(404) || rec["code"] != httpadapter.CodeRouteNotFound {
+		t.Errorf("access record of /nope = %v, want status 404 and code %s", rec, httpadapter.CodeRouteNotFound)
+	}
+}
+
+func TestMountErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		register func(reg *operations.Registry) error
+		want     string
+	}{
+		{"two operations on one route", func(reg *operations.Registry) error {
+			if err := operations.Register(reg, operations.Descriptor{ID: "a.one", Method: "GET", Path: "/x"},
+				func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }); err != nil {
+				return err
+			}
+			return operations.Register(reg, operations.Descriptor{ID: "a.two", Method: "GET", Path: "/x"},
+				func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil })
+		}, `operations "a.one" and "a.two" are both mounted on GET /x`},
+		{"path parameter without a field", func(reg *operations.Registry) error {
+			return operations.Register(reg, operations.Descriptor{ID: "a.get", Method: "GET", Path: "/x/:slug"},
+				func(context.Context, struct{ ID string }) (struct{}, error) { return struct{}{}, nil })
+		}, `operation "a.get" (GET /x/:slug): path parameter "slug" has no field`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := operations.NewRegistry()
+			if err := tt.register(reg); err != nil {
+				t.Fatal(err)
+			}
+			k, err := kernel.New(kernel.WithRegistry(reg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = httpadapter.Mount(echo.New(), k)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Mount() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := httpadapter.Mount(nil, nil); err == nil {
+		t.Error("Mount(nil, nil) = nil error, want one")
+	}
+}
+
+func TestWrapHostEndpoint(t *testing.T) {
+	s := startServer(t, newTestApp(), serverOpts{routes: func(e *echo.Echo, a *httpadapter.Adapter) {
+		e.GET("/healthz", a.Wrap(func(c echo.Context) error {
+			if _, ok := c.Request().Context().Deadline(); !ok {
+				return c.String(500, "no deadline on the host endpoint's context")
+			}
+			return c.String(200, "ok")
+		}))
+		e.GET("/teapot", a.Wrap(func(c echo.Context) error { return echo.NewHTTPError(http.StatusTeapot) }))
+	}})
+	if r := s.do(t, "GET", "/healthz", "", nil); r.status != 200 || string(r.body) != "ok" {
+		t.Errorf("GET /healthz = %d %s, want 200 ok", r.status, r.body)
+	}
+	r := s.do(t, "GET", "/healthz", "", map[string]string{httpadapter.HeaderDeadline: "soon"})
+	checkProblem(t, r, 400, "VALIDATION", pipeline.CodeBadDeadline, "/healthz")
+	r = s.do(t, "GET", "/healthz", "", map[string]string{httpadapter.HeaderDeadline: "2001-01-01T00:00:00Z"})
+	checkProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/healthz")
+	r = s.do(t, "GET", "/teapot", "", nil)
+	checkProblem(t, r, 418, "VALIDATION", httpadapter.CodeBadRequest, "/teapot")
+	if rec := s.logs.waitRecord(t, "http request", "path", "/teapot", 0); rec["operation"] != "GET /teapot" {
+		t.Errorf("access record operation = %v, want the host route %q", rec["operation"], "GET /teapot")
+	}
+}
+
+func TestAccessLog(t *testing.T) {
+	s := startServer(t, newTestApp(), serverOpts{})
+	s.do(t, "POST", "/items", `{"name":"a"}`, nil)
+	s.do(t, "GET", "/items/404", "", nil)
+	tests := []struct {
+		path   string
+		op     string
+		status float64
+		code   string
+	}{
+		{"/items", "items.create", 201, ""},
+		{"/items/404", "items.get", 404, "TEST_NOT_FOUND_001"},
+	}
+	for _, tt := range tests {
+		rec := s.logs.waitRecord(t, "http request", "path", tt.path, 0)
+		for _, k := range []string{"time", "level", "msg", "operation", "method", "path", "status", "code", "durationMs", "traceId"} {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("access record of %s lacks %q: %v", tt.path, k, rec)
+			}
+		}
+		if rec["operation"] != tt.op || rec["status"] != tt.status || rec["code"] != tt.code {
+			t.Errorf("access record of %s = %v, want operation %s status %v code %q", tt.path, rec, tt.op, tt.status, tt.code)
+		}
+	}
+}
+
+func TestBaggage(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{adapter: []httpadapter.Option{httpadapter.WithBaggageLimit(64)}})
+	r := s.do(t, "POST", "/baggage", "", map[string]string{"Baggage": "tenant=acme,region=eu", "Idempotency-Key": "k-1"})
+	if r.status != 200 {
+		t.Fatalf("POST /baggage = %d %s", r.status, r.body)
+	}
+	app.mu.Lock()
+	got := app.baggage
+	app.mu.Unlock()
+	if got["tenant"] != "acme" || got["region"] != "eu" || got[pipeline.BaggageIdempotencyKey] != "k-1" {
+		t.Errorf("baggage = %v, want tenant, region and the idempotency key", got)
+	}
+
+	r = s.do(t, "POST", "/baggage", "", map[string]string{"Baggage": "tenant=" + strings.Repeat("x", 100)})
+	if r.status != 200 {
+		t.Fatalf("POST /baggage with oversized baggage = %d %s, want 200", r.status, r.body)
+	}
+	app.mu.Lock()
+	got = app.baggage
+	app.mu.Unlock()
+	if len(got) != 0 {
+		t.Errorf("oversized baggage reached the invocation: %v", got)
+	}
+	rec := s.logs.waitRecord(t, "httpadapter: baggage header dropped", "operation", "work.baggage", 0)
+	if rec["bytes"] != float64(107) || rec["limit"] != float64(64) {
+		t.Errorf("dropped-baggage record = %v, want bytes 107 limit 64", rec)
+	}
+}

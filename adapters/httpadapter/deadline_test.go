@@ -1,0 +1,380 @@
+package httpadapter_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+func TestParseDeadline(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Time // zero: an error
+	}{
+		{"2026-03-01T12:00:02Z", time.Date(2026, 3, 1, 12, 0, 2, 0, time.UTC)},
+		{"2026-03-01T12:00:02.5Z", time.Date(2026, 3, 1, 12, 0, 2, 500e6, time.UTC)},
+		{"2026-03-01T12:00:02.123456789Z", time.Date(2026, 3, 1, 12, 0, 2, 123456789, time.UTC)},
+		{"2024-02-29T23:59:59.000Z", time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC)},
+		// Malformed and hostile.
+		{"", time.Time{}},
+		{"soon", time.Time{}},
+		{"2026-03-01T12:00:02.1234567891Z", time.Time{}},                         // absurd precision
+		{"2026-03-01T12:00:02." + strings.Repeat("9", 10000) + "Z", time.Time{}}, // absurd precision, long
+		{"99999-03-01T12:00:02Z", time.Time{}},                                   // overflowing year
+		{"2026-13-01T12:00:02Z", time.Time{}},                                    // month
+		{"2026-02-30T12:00:02Z", time.Time{}},                                    // day
+		{"2026-03-01T24:00:00Z", time.Time{}},                                    // hour
+		{"2026-03-01T12:00:60Z", time.Time{}},                                    // leap second
+		{"2026-03-01T12:00:02+01:00", time.Time{}},                               // not UTC
+		{"2026-03-01T12:00:02+00:00", time.Time{}},                               // UTC, but spelled as an offset
+		{"2026-03-01t12:00:02z", time.Time{}},                                    // lower case
+		{"2026-03-01 12:00:02Z", time.Time{}},                                    // space for T
+		{"2026-03-01T12:00:02.Z", time.Time{}},                                   // empty fraction
+		{"2026-03-01T12:00:02,5Z", time.Time{}},                                  // comma
+		{" 2026-03-01T12:00:02Z", time.Time{}},                                   // leading space
+		{"2026-03-01T12:00:02Z\x00", time.Time{}},                                // NUL
+		{"2026-03-01T12:00:02\x7fZ", time.Time{}},                                // DEL
+		{"2026-03-01T12:00:\t2Z", time.Time{}},                                   // tab
+		{"2026-03-01T12:00:02Z\r\nX-Evil: 1", time.Time{}},                       // header injection
+		{"+2026-03-01T12:00:02Z", time.Time{}},                                   // sign
+		{"-001-03-01T12:00:02Z", time.Time{}},                                    // negative year
+		{"1767225600", time.Time{}},                                              // Unix seconds
+		{"２０２６-03-01T12:00:02Z", time.Time{}},                                    // non-ASCII digits
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%.40q", tt.in), func(t *testing.T) {
+			got, err := httpadapter.ParseDeadline(tt.in)
+			if tt.want.IsZero() {
+				if err == nil {
+					t.Fatalf("ParseDeadline(%.60q) = %v, want an error", tt.in, got)
+				}
+				return
+			}
+			if err != nil || !got.Equal(tt.want) || got.Location() != time.UTC {
+				t.Fatalf("ParseDeadline(%q) = %v, %v, want %v in UTC", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseTimeoutMs(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration // -1: an error
+	}{
+		{"0", 0},
+		{"1992", 1992 * time.Millisecond},
+		{"000250", 250 * time.Millisecond},
+		{"999999999999", 999999999999 * time.Millisecond},
+		{"", -1},
+		{"9999999999999", -1},        // 13 digits
+		{"99999999999999999999", -1}, // overflows int64
+		{"-5", -1},
+		{"+5", -1},
+		{"1e3", -1},
+		{"1.5", -1},
+		{" 100", -1},
+		{"100 ", -1},
+		{"0x10", -1},
+		{"10\x00", -1},
+		{"١٠٠", -1}, // Arabic-Indic digits
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q", tt.in), func(t *testing.T) {
+			got, err := httpadapter.ParseTimeoutMs(tt.in)
+			if tt.want < 0 {
+				if err == nil {
+					t.Fatalf("ParseTimeoutMs(%q) = %v, want an error", tt.in, got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseTimeoutMs(%q) = %v, %v, want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestFormatDeadline(t *testing.T) {
+	d := time.Date(2026, 3, 1, 12, 0, 2, 123987654, time.FixedZone("X", 3600))
+	got := httpadapter.FormatDeadline(d)
+	if want := "2026-03-01T11:00:02.123Z"; got != want {
+		t.Fatalf("FormatDeadline(%v) = %q, want %q", d, got, want)
+	}
+	back, err := httpadapter.ParseDeadline(got)
+	if err != nil || back.After(d) || d.Sub(back) >= time.Millisecond {
+		t.Fatalf("ParseDeadline(FormatDeadline(d)) = %v, %v, want at most 1ms before %v", back, err, d)
+	}
+	for _, tt := range []struct {
+		in   time.Duration
+		want string
+	}{{1992900 * time.Microsecond, "1992"}, {-time.Second, "0"}, {999 * time.Microsecond, "0"}} {
+		if got := httpadapter.FormatTimeoutMs(tt.in); got != tt.want {
+			t.Errorf("FormatTimeoutMs(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzParseDeadline(f *testing.F) {
+	for _, s := range []string{"2026-03-01T12:00:02Z", "2026-03-01T12:00:02.123456789Z", "2026-03-01T12:00:02.1234567891Z",
+		"2026-13-01T12:00:02Z", "2026-03-01T12:00:02+01:00", "", "Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := httpadapter.ParseDeadline(s)
+		if err != nil {
+			return
+		}
+		if len(s) > 30 || s[len(s)-1] != 'Z' || d.Location() != time.UTC {
+			t.Fatalf("ParseDeadline(%q) = %v, accepted a value outside the format", s, d)
+		}
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c > 0x7e {
+				t.Fatalf("ParseDeadline(%q) accepted byte %#x", s, c)
+			}
+		}
+		again, err := httpadapter.ParseDeadline(d.Format("2006-01-02T15:04:05.999999999Z"))
+		if err != nil || !again.Equal(d) {
+			t.Fatalf("ParseDeadline(%q) = %v, which does not round-trip: %v, %v", s, d, again, err)
+		}
+	})
+}
+
+func FuzzParseTimeoutMs(f *testing.F) {
+	for _, s := range []string{"0", "1992", "999999999999", "9999999999999", "-1", "1e3", " 1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := httpadapter.ParseTimeoutMs(s)
+		if err != nil {
+			return
+		}
+		if d < 0 || d%time.Millisecond != 0 || len(s) > 12 {
+			t.Fatalf("ParseTimeoutMs(%q) = %v", s, d)
+		}
+		if got := httpadapter.FormatTimeoutMs(d); strings.TrimLeft(s, "0") != strings.TrimLeft(got, "0") {
+			t.Fatalf("ParseTimeoutMs(%q) = %v, formats back as %q", s, d, got)
+		}
+	})
+}
+
+func TestInboundDeadline(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	past := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	tests := []struct {
+		name   string
+		header map[string]string
+		status int
+		code   string
+		field  string
+	}{
+		{"past absolute deadline", map[string]string{httpadapter.HeaderDeadline: past}, 504, pipeline.CodeTimeout, ""},
+		{"zero milliseconds left", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "0"}, 504, pipeline.CodeTimeout, ""},
+		{"past absolute wins over a later relative", map[string]string{httpadapter.HeaderDeadline: past, httpadapter.DefaultRelativeDeadlineHeader: "5000"}, 504, pipeline.CodeTimeout, ""},
+		{"malformed absolute", map[string]string{httpadapter.HeaderDeadline: "tomorrow"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
+		{"absurd precision", map[string]string{httpadapter.HeaderDeadline: "2099-01-01T00:00:00.1234567890123Z"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
+		{"overflowing year", map[string]string{httpadapter.HeaderDeadline: "292277026596-12-04T15:30:07Z"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
+		{"overflowing milliseconds", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "99999999999999999999"}, 400, pipeline.CodeBadDeadline, httpadapter.DefaultRelativeDeadlineHeader},
+		{"negative milliseconds", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "-100"}, 400, pipeline.CodeBadDeadline, httpadapter.DefaultRelativeDeadlineHeader},
+		{"tab inside the value", map[string]string{httpadapter.HeaderDeadline: "2099-01-01T00:00:00\tZ"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := app.calls.Load()
+			r := s.do(t, "POST", "/work", `{"delayMs":0}`, tt.header)
+			kind := "TIMEOUT"
+			if tt.status == 400 {
+				kind = "VALIDATION"
+			}
+			checkProblem(t, r, tt.status, kind, tt.code, "/work")
+			if tt.field != "" && details(r)["field"] != tt.field {
+				t.Errorf("details.field = %v, want %s", details(r)["field"], tt.field)
+			}
+			if n := app.calls.Load() - before; n != 0 {
+				t.Errorf("the handler ran %d times, want never", n)
+			}
+		})
+	}
+
+	t.Run("repeated header", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", s.url+"/work", strings.NewReader(`{}`))
+		req.Header.Add(httpadapter.HeaderDeadline, "2099-01-01T00:00:00Z")
+		req.Header.Add(httpadapter.HeaderDeadline, "2099-01-01T00:00:01Z")
+		checkProblem(t, s.send(t, req), 400, "VALIDATION", pipeline.CodeBadDeadline, "/work")
+	})
+
+	t.Run("control characters", func(t *testing.T) {
+		// Go's client refuses to send them; a raw connection does. Go's
+		// server turns some away before the adapter sees them: either way
+		// the answer is a 400 and the handler never runs.
+		for _, v := range []string{"2099-01-01T00:00:00Z\x01", "2099-01-01T00:00\x7f:00Z", "\x1b[31m2099"} {
+			before := app.calls.Load()
+			status := rawStatus(t, s.url, "POST /work HTTP/1.1\r\nHost: x\r\nSundial-Deadline: "+v+"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+			if status != 400 || app.calls.Load() != before {
+				t.Errorf("Sundial-Deadline %q: status %d (handler ran %v), want 400 without running", v, status, app.calls.Load() != before)
+			}
+		}
+	})
+
+	t.Run("a caller's deadline reaches the handler", func(t *testing.T) {
+		want := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
+		r := s.do(t, "POST", "/work", `{"delayMs":0}`, map[string]string{httpadapter.HeaderDeadline: httpadapter.FormatDeadline(want)})
+		if r.status != 200 {
+			t.Fatalf("status = %d %s, want 200", r.status, r.body)
+		}
+		app.mu.Lock()
+		got := app.deadlines[len(app.deadlines)-1]
+		app.mu.Unlock()
+		if !got.Equal(want) {
+			t.Errorf("handler's context deadline = %v, want the caller's %v", got, want)
+		}
+	})
+}
+
+// rawStatus sends raw bytes over a new connection and returns the
+// response's status code.
+func rawStatus(t *testing.T, url, raw string) int {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestDeadlineCapsAndSwitches(t *testing.T) {
+	farFuture := map[string]string{httpadapter.HeaderDeadline: "2999-01-01T00:00:00Z"}
+	tests := []struct {
+		name    string
+		config  string
+		opts    []httpadapter.Option
+		header  map[string]string
+		body    string
+		status  int
+		minTook time.Duration
+		maxTook time.Duration
+	}{
+		{"300 ms deadline on a 2 s call", "", nil,
+			map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "300"}, `{"delayMs":2000}`, 504, 300 * time.Millisecond, time.Second},
+		{"far future capped by MaxTimeoutSeconds", `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":0.3}}}`, nil,
+			farFuture, `{"delayMs":2000}`, 504, 300 * time.Millisecond, time.Second},
+		{"far future capped by TimeoutSeconds", `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.run":{"TimeoutSeconds":0.3}}}}}}`, nil,
+			farFuture, `{"delayMs":2000}`, 504, 300 * time.Millisecond, time.Second},
+		{"untrusted edge ignores a malformed deadline", "", []httpadapter.Option{httpadapter.WithCallerDeadlines(false)},
+			map[string]string{httpadapter.HeaderDeadline: "garbage"}, `{"delayMs":0}`, 200, 0, time.Second},
+		{"untrusted edge ignores a past deadline", "", []httpadapter.Option{httpadapter.WithCallerDeadlines(false)},
+			map[string]string{httpadapter.HeaderDeadline: "2001-01-01T00:00:00Z"}, `{"delayMs":0}`, 200, 0, time.Second},
+		{"untrusted edge still caps", `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":0.3}}}`, []httpadapter.Option{httpadapter.WithCallerDeadlines(false)},
+			farFuture, `{"delayMs":2000}`, 504, 300 * time.Millisecond, time.Second},
+		{"relative form switched off", "", []httpadapter.Option{httpadapter.WithRelativeDeadlineHeader("")},
+			map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "garbage"}, `{"delayMs":0}`, 200, 0, time.Second},
+		{"relative form under another name", "", []httpadapter.Option{httpadapter.WithRelativeDeadlineHeader("x-deadline-ms")},
+			map[string]string{"X-Deadline-Ms": "300"}, `{"delayMs":2000}`, 504, 300 * time.Millisecond, time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startServer(t, newTestApp(), serverOpts{config: tt.config, adapter: tt.opts})
+			start := time.Now()
+			r := s.do(t, "POST", "/work", tt.body, tt.header)
+			took := time.Since(start)
+			if r.status != tt.status {
+				t.Fatalf("status = %d %s, want %d", r.status, r.body, tt.status)
+			}
+			if tt.status == 504 {
+				checkProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/work")
+			}
+			if took < tt.minTook || took > tt.maxTook {
+				t.Errorf("the call took %v, want between %v and %v", took, tt.minTook, tt.maxTook)
+			}
+		})
+	}
+}
+
+func TestStragglerDoesNotHoldTheResponse(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	start := time.Now()
+	r := s.do(t, "POST", "/work", `{"ignoreCtx":true}`, map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "200"})
+	took := time.Since(start)
+	checkProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/work")
+	if took < 200*time.Millisecond || took > 700*time.Millisecond {
+		t.Errorf("the 504 left after %v, want between 200ms and 700ms", took)
+	}
+	// The straggler still holds work.run's only concurrency slot.
+	r = s.do(t, "POST", "/work", `{"delayMs":0}`, nil)
+	checkProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeConcurrencyLimited, "/work")
+
+	time.Sleep(20 * time.Millisecond) // so that the late result is late enough to warn
+	app.unblock()
+	rec := s.logs.waitRecord(t, "httpadapter: late result discarded", "operation", "work.run", 5*time.Second)
+	if rec["level"] != "WARN" || rec["code"] != pipeline.CodeTimeout || rec["handlerCode"] != "" || rec["lateByMs"].(float64) < 20 {
+		t.Errorf("late-result record = %v, want WARN, code %s, handlerCode \"\" (it succeeded), lateByMs >= 20", rec, pipeline.CodeTimeout)
+	}
+	// Slot given back once the handler returned.
+	if r := s.do(t, "POST", "/work", `{"delayMs":0}`, nil); r.status != 200 {
+		t.Errorf("after the straggler returned: status %d %s, want 200", r.status, r.body)
+	}
+	access := s.logs.records(t, "http request")
+	if len(access) < 1 || access[0]["status"] != float64(504) || access[0]["code"] != pipeline.CodeTimeout {
+		t.Errorf("first access record = %v, want status 504 code %s", access, pipeline.CodeTimeout)
+	}
+}
+
+func TestClientDisconnectCancels(t *testing.T) {
+	tests := []struct {
+		name   string
+		config string
+	}{
+		{"invocation with a deadline (own goroutine)", ""},
+		{"invocation without a deadline (inline)", `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false}}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := newTestApp()
+			s := startServer(t, app, serverOpts{config: tt.config})
+			conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := `{"delayMs":5000}`
+			fmt.Fprintf(conn, "POST /work HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			select {
+			case <-app.started:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the handler did not start")
+			}
+			gone := time.Now()
+			conn.Close()
+			select {
+			case ended := <-app.ctxDone:
+				if d := ended.Sub(gone); d > 100*time.Millisecond {
+					t.Errorf("the handler's context ended %v after the client left, want within 100ms", d)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("the handler's context did not end after the client left")
+			}
+			rec := s.logs.waitRecord(t, "http request", "operation", "work.run", 2*time.Second)
+			if rec["code"] != pipeline.CodeCancelled || rec["status"] != float64(408) {
+				t.Errorf("access record = %v, want code %s status 408", rec, pipeline.CodeCancelled)
+			}
+		})
+	}
+}
