@@ -1,0 +1,193 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+// These tests run over real loopback listeners, outside synctest (sockets
+// do not block durably inside a bubble), so their time bounds allow for
+// scheduling: the deadline is 300 ms and a cut counts as "at the deadline"
+// when it lands within the slack below after it.
+const (
+	downstreamDeadline = 300 * time.Millisecond
+	downstreamSlack    = time.Second
+)
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lis
+}
+
+// withinDeadline fails unless at is no earlier than deadline-early and no
+// later than deadline+slack.
+func withinDeadline(t *testing.T, what string, at, deadline time.Time, early time.Duration) {
+	t.Helper()
+	if at.Before(deadline.Add(-early)) || at.After(deadline.Add(downstreamSlack)) {
+		t.Errorf("%s at deadline%+v, want between -%v and +%v", what, at.Sub(deadline), early, downstreamSlack)
+	}
+}
+
+// deadlineRecorder is an http.RoundTripper that records the deadline of
+// each request's context.
+type deadlineRecorder struct {
+	next http.RoundTripper
+	seen chan time.Time
+}
+
+func (r deadlineRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	d, _ := req.Context().Deadline()
+	r.seen <- d
+	return r.next.RoundTrip(req)
+}
+
+// TestDeadlineCutsDownstreamHTTP: an http.Client call made with the
+// handler's context carries the invocation's deadline and is cut at it; the
+// error is a deadline (ErrDeadline, context.DeadlineExceeded, a url.Error
+// that reports Timeout), the server sees the request end, and the outcome
+// is TIMEOUT.
+func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
+	serverReleased := make(chan time.Time, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		serverReleased <- time.Now()
+	})}
+	lis := listenLoopback(t)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Close()
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	seen := make(chan time.Time, 1)
+	client := &http.Client{Transport: deadlineRecorder{transport, seen}}
+
+	start := time.Now()
+	deadline := start.Add(downstreamDeadline)
+	inv := pipeline.NewInvocation(context.Background(), nil, nil)
+	inv.SetDeadline(deadline)
+	var callErr error
+	var cutAt time.Time
+	err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
+		req, err := http.NewRequestWithContext(inv.Context(), http.MethodGet, "http://"+lis.Addr().String()+"/slow", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		cutAt = time.Now()
+		if resp != nil {
+			resp.Body.Close()
+		}
+		callErr = err
+		return err
+	})
+
+	if d := <-seen; !d.Equal(deadline) {
+		t.Errorf("outbound request's deadline = %v, want the invocation's %v", d, deadline)
+	}
+	withinDeadline(t, "client call cut", cutAt, deadline, 0)
+	var ue *url.Error
+	if !errors.Is(callErr, resilience.ErrDeadline) || !errors.Is(callErr, context.DeadlineExceeded) || !errors.As(callErr, &ue) || !ue.Timeout() {
+		t.Errorf("client.Do error = %v, want a url.Error that reports Timeout and wraps ErrDeadline", callErr)
+	}
+	select {
+	case at := <-serverReleased:
+		withinDeadline(t, "server saw the request end", at, deadline, 0)
+	case <-time.After(5 * time.Second):
+		t.Error("the server's request context never ended")
+	}
+	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
+	if k := pipeline.KindOf(inv.OriginalOutcome()); k != pipeline.KindCancelled {
+		t.Errorf("OriginalOutcome() = %v (%v), want CANCELLED (the handler reported its context's end)", inv.OriginalOutcome(), k)
+	}
+}
+
+// TestDeadlineCutsDownstreamGRPC: a grpc-go call made with the handler's
+// context sends the invocation's deadline as grpc-timeout (the server's
+// context carries it) and is cut at it with codes.DeadlineExceeded — the
+// ErrDeadline cause is not mapped to Unknown. The server is grpc-go's
+// health service; its Watch stream blocks until the caller goes away.
+func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
+	type serverSide struct {
+		deadline time.Time
+		hasDL    bool
+		ended    time.Time
+	}
+	seen := make(chan serverSide, 1)
+	srv := grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		var s serverSide
+		s.deadline, s.hasDL = ss.Context().Deadline()
+		err := h(srv, ss)
+		s.ended = time.Now()
+		seen <- s
+		return err
+	}))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis := listenLoopback(t)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	// Connect first, so the deadline measures the call, not the dial.
+	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+
+	deadline := time.Now().Add(downstreamDeadline)
+	inv := pipeline.NewInvocation(context.Background(), nil, nil)
+	inv.SetDeadline(deadline)
+	var callErr error
+	var cutAt time.Time
+	err = resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
+		stream, err := hc.Watch(inv.Context(), &healthpb.HealthCheckRequest{})
+		if err == nil {
+			if _, err = stream.Recv(); err == nil { // SERVING
+				_, err = stream.Recv() // blocks: nothing changes
+			}
+		}
+		cutAt, callErr = time.Now(), err
+		return err
+	})
+
+	withinDeadline(t, "client call cut", cutAt, deadline, 0)
+	if status.Code(callErr) != codes.DeadlineExceeded {
+		t.Errorf("Watch error = %v (code %v), want DeadlineExceeded", callErr, status.Code(callErr))
+	}
+	select {
+	case s := <-seen:
+		if !s.hasDL {
+			t.Fatal("the server's context has no deadline: grpc-timeout was not sent")
+		}
+		// grpc-timeout is relative: the server's deadline is the client's
+		// plus the time the request took to arrive, never earlier.
+		withinDeadline(t, "server's deadline", s.deadline, deadline, time.Millisecond)
+		withinDeadline(t, "server handler ended", s.ended, deadline, 0)
+	case <-time.After(5 * time.Second):
+		t.Error("the server's Watch never ended")
+	}
+	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
+}
