@@ -389,10 +389,37 @@ type result struct {
 	traceID string // the invocation's span, if the Diagnostics stage recorded one
 }
 
+// Ownership of a call: the adapter recycles it when it received the
+// result; the goroutine recycles it when the adapter abandoned it.
 type call struct {
 	state  atomic.Int32
 	ch     chan result // buffered: the goroutine never blocks
-	gaveUp time.Time   // when the adapter responded without the result
+	a      *Adapter
+	inv    *pipeline.Invocation
+	method string
+	path   string
+	gaveUp time.Time // when the adapter responded without the result
+}
+
+var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)} }}
+
+// run invokes the kernel on the call's own goroutine.
+func (cl *call) run() {
+	a, inv := cl.a, cl.inv
+	defer a.inflight.done()
+	err := a.k.Invoke(inv)
+	if cl.state.CompareAndSwap(callWaiting, callDelivered) {
+		cl.ch <- result{err, inv.Output(), inv.TraceID()}
+		return
+	}
+	a.logLate(inv.Name(), cl.method, cl.path, cl.gaveUp, err, inv.OriginalOutcome())
+	cl.recycle()
+}
+
+func (cl *call) recycle() {
+	cl.state.Store(callWaiting)
+	cl.a, cl.inv, cl.method, cl.path, cl.gaveUp = nil, nil, "", "", time.Time{}
+	callPool.Put(cl)
 }
 
 // lateWarnAfter is how late after the response a discarded result must be
@@ -412,35 +439,31 @@ const lateWarnAfter = 10 * time.Millisecond
 // honours its context returns at the same instant, and both attribute the
 // outcome alike.
 func (a *Adapter) invokeDetached(ctx context.Context, inv *pipeline.Invocation, r *http.Request) result {
-	cl := &call{ch: make(chan result, 1)}
-	name, method, path := inv.Name(), r.Method, r.URL.Path
+	cl := callPool.Get().(*call)
+	cl.a, cl.inv, cl.method, cl.path = a, inv, r.Method, r.URL.Path
 	a.inflight.add()
-	go func() {
-		defer a.inflight.done()
-		err := a.k.Invoke(inv)
-		if cl.state.CompareAndSwap(callWaiting, callDelivered) {
-			cl.ch <- result{err, inv.Output(), inv.TraceID()}
-			return
-		}
-		a.logLate(name, method, path, cl, err, inv.OriginalOutcome())
-	}()
+	go cl.run()
 	select {
 	case res := <-cl.ch:
+		cl.recycle()
 		return res
 	case <-ctx.Done():
 	}
 	cl.gaveUp = time.Now()
 	if !cl.state.CompareAndSwap(callWaiting, callAbandoned) {
-		return <-cl.ch // delivered meanwhile: the kernel's outcome wins
+		res := <-cl.ch // delivered meanwhile: the kernel's outcome wins
+		cl.recycle()
+		return res
 	}
+	// From here on the goroutine owns cl and recycles it.
 	if ctx.Err() == context.DeadlineExceeded {
 		return result{err: pipeline.ErrTimeout()}
 	}
 	return result{err: pipeline.ErrCancelled()}
 }
 
-func (a *Adapter) logLate(name, method, path string, cl *call, err, original error) {
-	late := time.Since(cl.gaveUp)
+func (a *Adapter) logLate(name, method, path string, gaveUp time.Time, err, original error) {
+	late := time.Since(gaveUp)
 	level := slog.LevelInfo
 	if late >= lateWarnAfter {
 		level = slog.LevelWarn
@@ -455,54 +478,39 @@ func (a *Adapter) logLate(name, method, path string, cl *call, err, original err
 	)
 }
 
-// inflight counts detached invocations that have not returned yet.
+// inflight counts detached invocations that have not returned yet. It is
+// a bare counter so that the hot path pays one atomic add; Wait polls it.
 type inflight struct {
-	mu   sync.Mutex // guards n and idle
-	n    int
-	idle chan struct{} // closed when n drops to 0; nil while n is 0
+	n atomic.Int64
 }
 
-func (f *inflight) add() {
-	f.mu.Lock()
-	if f.n == 0 {
-		f.idle = make(chan struct{})
-	}
-	f.n++
-	f.mu.Unlock()
-}
+func (f *inflight) add()  { f.n.Add(1) }
+func (f *inflight) done() { f.n.Add(-1) }
 
-func (f *inflight) done() {
-	f.mu.Lock()
-	f.n--
-	if f.n == 0 {
-		close(f.idle)
-		f.idle = nil
-	}
-	f.mu.Unlock()
-}
+// waitPoll is how often Wait looks at the counter.
+const waitPoll = 5 * time.Millisecond
 
 // Wait blocks until every invocation the adapter runs in its own goroutine
 // has returned — including handlers that outlived their response because
-// they ignored their context — or ctx ends, and returns ctx's error in the
-// latter case. Call it after http.Server.Shutdown, with the same grace
-// period, so that a shutdown does not cut stragglers off silently.
+// they ignored their context — or ctx ends, and returns an error wrapping
+// ctx's in the latter case. Call it after http.Server.Shutdown, within the
+// same grace period, so that a shutdown does not cut stragglers off
+// silently. It polls every few milliseconds: it is meant for shutdown, not
+// for the hot path.
 func (a *Adapter) Wait(ctx context.Context) error {
-	a.inflight.mu.Lock()
-	idle := a.inflight.idle
-	a.inflight.mu.Unlock()
-	if idle == nil {
+	if a.inflight.n.Load() == 0 {
 		return nil
 	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("httpadapter: %d invocations still running: %w", a.running(), ctx.Err())
+	t := time.NewTicker(waitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if a.inflight.n.Load() == 0 {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("httpadapter: %d invocations still running: %w", a.inflight.n.Load(), ctx.Err())
+		}
 	}
-}
-
-func (a *Adapter) running() int {
-	a.inflight.mu.Lock()
-	defer a.inflight.mu.Unlock()
-	return a.inflight.n
 }
