@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -153,7 +154,8 @@ type groupFlags struct {
 
 func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
 	g := &cobra.Command{
-		Use: name,
+		Use:                        name,
+		SuggestionsMinimumDistance: 2,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cmd.Help()
@@ -211,12 +213,25 @@ type runner struct {
 	cmd    *cobra.Command
 	desc   *operations.Descriptor
 	format string
+	stderr *syncWriter // shared with the signal watcher
+}
+
+// syncWriter serialises writes to a writer that two goroutines share.
+type syncWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue, newKernel KernelFunc, o *options) error {
-	stderr := r.cmd.ErrOrStderr()
+	r.stderr = &syncWriter{w: r.cmd.ErrOrStderr()}
 	onSecond := func(sig os.Signal) {
-		fmt.Fprintf(stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
+		fmt.Fprintf(r.stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
 		o.exit(ExitCancelled)
 	}
 	var in *interrupts
@@ -283,7 +298,7 @@ func inputFailure(err error) *pipeline.Error {
 func (r *runner) fail(err error) error {
 	pe := pipeline.AsError(err)
 	code := ExitCodeFor(pe.Kind)
-	writeProblem(r.cmd.ErrOrStderr(), r.format, r.cmd.CommandPath(), r.desc.ID, pe)
+	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe)
 	return &ExitError{Code: code, Err: err}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,16 +31,31 @@ func ParseTimeout(s string) (time.Duration, error) {
 // parseTimeout is ParseTimeout returning the reason a value is rejected.
 func parseTimeout(s string) (time.Duration, string) {
 	f, err := strconv.ParseFloat(s, 64)
-	outOfRange := isRange(err) // a well-formed number beyond float64: ±Inf or ±0
+	outOfRange := isRange(err) // a well-formed number beyond float64: ±Inf
 	switch {
 	case err != nil && !outOfRange, math.IsNaN(f), math.IsInf(f, 0) && !outOfRange:
 		return 0, "not a finite number of seconds"
-	case math.Signbit(f) || (f == 0 && !outOfRange):
+	case math.Signbit(f) || (f == 0 && !nonZeroMantissa(s)):
 		return 0, "must be greater than 0 seconds"
 	case f*1e9 >= float64(maxDuration): // also +Inf from a huge literal
 		return maxDuration, ""
 	}
 	return max(time.Duration(math.Round(f*1e9)), time.Nanosecond), ""
+}
+
+// nonZeroMantissa reports whether the well-formed float literal s has a
+// non-zero digit before its exponent: ParseFloat rounds such a value to 0
+// when it underflows ("1e-400"), but it is still greater than zero.
+func nonZeroMantissa(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	exp := "eE"
+	if len(s) > 1 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		s, exp = s[2:], "pP"
+	}
+	if i := strings.IndexAny(s, exp); i >= 0 {
+		s = s[:i]
+	}
+	return strings.Trim(s, "0._") != ""
 }
 
 func isRange(err error) bool {

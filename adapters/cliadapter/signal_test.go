@@ -1,0 +1,73 @@
+//go:build unix
+
+package cliadapter
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestNotifyOSSignal sends real signals to the test process: the first
+// cancels the context with a *SignalError cause, the second calls
+// onSecond, and after stop the signal is no longer caught.
+func TestNotifyOSSignal(t *testing.T) {
+	second := make(chan os.Signal, 1)
+	in := notify(context.Background(), func(sig os.Signal) { second <- sig }, syscall.SIGUSR1)
+	defer in.stop()
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-in.ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("context not cancelled 10 s after SIGUSR1")
+	}
+	var se *SignalError
+	if cause := context.Cause(in.ctx); !errors.As(cause, &se) || se.Signal != syscall.SIGUSR1 {
+		t.Errorf("context.Cause = %v, want *SignalError for SIGUSR1", cause)
+	}
+	if !errors.Is(in.ctx.Err(), context.Canceled) {
+		t.Errorf("ctx.Err() = %v, want context.Canceled (a cancellation, not a deadline)", in.ctx.Err())
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sig := <-second:
+		if sig != syscall.SIGUSR1 {
+			t.Errorf("onSecond(%v), want SIGUSR1", sig)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("onSecond not called 10 s after the second SIGUSR1")
+	}
+	in.stop()
+	in.stop() // idempotent
+}
+
+func TestNotifyWithoutSignals(t *testing.T) {
+	t.Parallel()
+	parent, cancel := context.WithCancel(context.Background())
+	in := notify(parent, func(os.Signal) { t.Error("onSecond called") })
+	if in.ctx.Err() != nil {
+		t.Fatalf("ctx.Err() = %v before anything happened", in.ctx.Err())
+	}
+	cancel()
+	<-in.ctx.Done()
+	in.stop()
+}
+
+func TestWatchStopBeforeSignal(t *testing.T) {
+	t.Parallel()
+	ch := make(chan os.Signal, 1)
+	in := watch(context.Background(), ch, func(os.Signal) { t.Error("onSecond called") }, func() {})
+	in.stop()
+	if !errors.Is(context.Cause(in.ctx), context.Canceled) {
+		t.Errorf("after stop, cause = %v, want context.Canceled", context.Cause(in.ctx))
+	}
+	ch <- os.Interrupt // nobody watches any more: not a second signal
+}
