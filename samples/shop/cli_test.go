@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sundial-go/sundial/adapters/cliadapter"
+	"github.com/sundial-go/sundial/samples/shop/app"
+)
+
+// buildShop builds the shop binary into a temporary directory of t and
+// returns its path.
+func buildShop(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "shop")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// shopProc is one run of the built binary.
+type shopProc struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	start          time.Time
+}
+
+// startShop starts `shop args...` with stdin, in an environment without
+// SUNDIAL_ overrides.
+func startShop(t *testing.T, bin, stdin string, args ...string) *shopProc {
+	t.Helper()
+	p := &shopProc{cmd: exec.Command(bin, args...)}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SUNDIAL_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Stdin = strings.NewReader(stdin)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.start = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start shop %q: %v", args, err)
+	}
+	return p
+}
+
+// wait waits for the process and returns its exit code.
+func (p *shopProc) wait(t *testing.T) int {
+	t.Helper()
+	err := p.cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("wait for shop %q: %v", p.cmd.Args[1:], err)
+	}
+	code := p.cmd.ProcessState.ExitCode()
+	if code < 0 {
+		t.Fatalf("shop %q ended by %v, want an exit code (stderr %q)", p.cmd.Args[1:], p.cmd.ProcessState, p.stderr.String())
+	}
+	return code
+}
+
+// TestCLI runs the built shop binary as a subprocess: one operation per
+// command line, in a fresh process each time (so the per-process rate limit
+// of orders.create never bites).
+func TestCLI(t *testing.T) {
+	bin := buildShop(t)
+
+	// The timing cases run one at a time, so that other subprocesses do
+	// not compete with them for the CPU.
+	t.Run("timeout exits 7 within 1 s", func(t *testing.T) {
+		p := startShop(t, bin, "", "reports", "export", "--delay-ms", "3000", "--timeout", "0.3")
+		code := p.wait(t)
+		elapsed := time.Since(p.start)
+		if code != cliadapter.ExitTimeout {
+			t.Errorf("shop reports export --delay-ms 3000 --timeout 0.3 exit code = %d, want 7 (stderr %q)", code, p.stderr.String())
+		}
+		if elapsed < 300*time.Millisecond || elapsed > time.Second {
+			t.Errorf("shop reports export --delay-ms 3000 --timeout 0.3 ended after %v, want between 0.3 s and 1 s", elapsed)
+		}
+		if !strings.Contains(p.stderr.String(), "KERNEL_TIMEOUT_001") {
+			t.Errorf("stderr = %q, want KERNEL_TIMEOUT_001", p.stderr.String())
+		}
+		t.Logf("exit %d after %v", code, elapsed)
+	})
+	t.Run("timeout capped by MaxTimeoutSeconds", func(t *testing.T) {
+		config := filepath.Join(t.TempDir(), "shop.json")
+		if err := os.WriteFile(config, []byte(`{"Sundial":{"Kernel":{"MaxTimeoutSeconds":0.3}}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := startShop(t, bin, "", "reports", "export", "--delay-ms", "3000", "--timeout", "100", "--config", config)
+		code := p.wait(t)
+		elapsed := time.Since(p.start)
+		if code != cliadapter.ExitTimeout || !strings.Contains(p.stderr.String(), "KERNEL_TIMEOUT_001") {
+			t.Errorf("shop reports export --timeout 100 with MaxTimeoutSeconds 0.3 = exit %d, stderr %q; want 7 with KERNEL_TIMEOUT_001", code, p.stderr.String())
+		}
+		if elapsed < 300*time.Millisecond || elapsed > time.Second {
+			t.Errorf("shop reports export --timeout 100 with MaxTimeoutSeconds 0.3 ended after %v, want between 0.3 s and 1 s", elapsed)
+		}
+		t.Logf("exit %d after %v", code, elapsed)
+	})
+	for name, sig := range map[string]syscall.Signal{"SIGINT": syscall.SIGINT, "SIGTERM": syscall.SIGTERM} {
+		t.Run(name+" 200 ms in exits 8 within 500 ms", func(t *testing.T) {
+			p := startShop(t, bin, "", "reports", "export", "--delay-ms", "3000")
+			time.Sleep(200 * time.Millisecond)
+			sent := time.Now()
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatalf("signal %v 200 ms into the run: %v", sig, err)
+			}
+			code := p.wait(t)
+			sinceSignal := time.Since(sent)
+			if code != cliadapter.ExitCancelled {
+				t.Errorf("shop reports export --delay-ms 3000 after %v: exit code = %d, want 8 (stderr %q)", sig, code, p.stderr.String())
+			}
+			if sinceSignal > 500*time.Millisecond {
+				t.Errorf("shop reports export --delay-ms 3000 exited %v after %v, want within 500 ms", sinceSignal, sig)
+			}
+			if !strings.Contains(p.stderr.String(), "KERNEL_CANCELLED_001") {
+				t.Errorf("stderr = %q, want KERNEL_CANCELLED_001", p.stderr.String())
+			}
+			t.Logf("exit %d, %v after the signal", code, sinceSignal)
+		})
+	}
+
+	t.Run("outcomes", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			stdin  string
+			args   []string
+			code   int
+			stdout string // exact, or "" for none
+			stderr []string
+		}{
+			{name: "create", args: []string{"orders", "create", "--name", "widget", "--amount", "1"}, code: 0,
+				stdout: "{\n  \"id\": \"ord-1\",\n  \"name\": \"widget\",\n  \"amount\": 1\n}\n"},
+			{name: "create amount 0", args: []string{"orders", "create", "--name", "widget", "--amount", "0"}, code: 2,
+				stderr: []string{`"code":"SHOP_VALIDATION_001"`, `"details":{"field":"amount"}`, "shop orders create: VALIDATION SHOP_VALIDATION_001: amount must be greater than 0"}},
+			{name: "create from stdin, a flag overriding", stdin: `{"name":"gadget","amount":5}`, args: []string{"orders", "create", "--input", "-", "--amount", "7", "--output", "text"}, code: 0,
+				stdout: "id      ord-1\nname    gadget\namount  7\n"},
+			{name: "timeout abc", args: []string{"reports", "export", "--timeout", "abc"}, code: 2,
+				stderr: []string{`shop: invalid argument "abc" for "--timeout" flag: not a finite number of seconds`}},
+			{name: "timeout negative", args: []string{"reports", "export", "--timeout=-1"}, code: 2,
+				stderr: []string{`must be greater than 0 seconds`}},
+			{name: "amount not a number", args: []string{"orders", "create", "--amount", "one"}, code: 2,
+				stderr: []string{`invalid argument "one" for "--amount" flag`}},
+			{name: "unknown input field", args: []string{"orders", "create", "--input", `{"nmae":"x"}`}, code: 2,
+				stderr: []string{`"code":"CLI_VALIDATION_002"`}},
+			{name: "not found", args: []string{"orders", "get", "--id", "ord-9"}, code: 3,
+				stderr: []string{`"code":"SHOP_NOT_FOUND_001"`, "Order 'ord-9' does not exist."}},
+			{name: "unavailable", args: []string{"billing", "charge", "--amount", "1", "--fail"}, code: 6,
+				stderr: []string{`"code":"SHOP_UNAVAILABLE_001"`}},
+			{name: "export", args: []string{"reports", "export", "--delay-ms", "10"}, code: 0,
+				stdout: "{\n  \"rows\": 101\n}\n"},
+			{name: "missing config", args: []string{"reports", "export", "--config", "/nonexistent/shop.json"}, code: 2,
+				stderr: []string{"shop: kernel: config file"}},
+			{name: "unknown command", args: []string{"orders", "delete"}, code: 2,
+				stderr: []string{`unknown command "delete" for "shop orders"`}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				p := startShop(t, bin, tc.stdin, tc.args...)
+				code := p.wait(t)
+				if code != tc.code {
+					t.Errorf("shop %q exit code = %d, want %d (stderr %q)", tc.args, code, tc.code, p.stderr.String())
+				}
+				if got := p.stdout.String(); got != tc.stdout {
+					t.Errorf("shop %q stdout = %q, want %q", tc.args, got, tc.stdout)
+				}
+				for _, want := range tc.stderr {
+					if !strings.Contains(p.stderr.String(), want) {
+						t.Errorf("shop %q stderr = %q, want it to contain %q", tc.args, p.stderr.String(), want)
+					}
+				}
+				if tc.code == 0 {
+					if p.stderr.Len() != 0 {
+						t.Errorf("shop %q stderr = %q, want nothing", tc.args, p.stderr.String())
+					}
+					var v any
+					if err := json.Unmarshal(p.stdout.Bytes(), &v); tc.stdout[0] == '{' && err != nil {
+						t.Errorf("shop %q stdout is not JSON: %v", tc.args, err)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestCLIInProcess runs the operation commands through run, as the binary
+// does, to check the order JSON decodes to the app's type.
+func TestCLIInProcess(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"orders", "create", "--name", "widget", "--amount", "1"}, strings.NewReader(""), &stdout, &stderr)
+	var o app.Order
+	if err := json.Unmarshal(stdout.Bytes(), &o); err != nil || code != 0 {
+		t.Fatalf("run(orders create) = %d, stdout %q (%v), stderr %q", code, stdout.String(), err, stderr.String())
+	}
+	if want := (app.Order{ID: "ord-1", Name: "widget", Amount: 1}); o != want {
+		t.Errorf("run(orders create) order = %+v, want %+v", o, want)
+	}
+}
