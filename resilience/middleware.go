@@ -308,11 +308,18 @@ const maxCachedRetry = 120
 
 // rejections caches the rejection outcomes of one operation by retryAfter
 // second, so that a rejection allocates only the first time its value
-// occurs.
+// occurs. Values beyond maxCachedRetry share one slot holding the latest:
+// they change once a second at most.
 type rejections struct {
 	id    string
 	make  func(id string, retryAfter time.Duration) *pipeline.Error
 	cache []atomic.Pointer[pipeline.Error] // index: retryAfter seconds
+	last  atomic.Pointer[lastRejection]    // retryAfter >= len(cache)
+}
+
+type lastRejection struct {
+	seconds int
+	err     *pipeline.Error
 }
 
 func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, longest time.Duration) rejections {
@@ -322,7 +329,12 @@ func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, lo
 func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
 	n := RetryAfterSeconds(retryAfter)
 	if n >= len(r.cache) {
-		return r.make(r.id, retryAfter)
+		if l := r.last.Load(); l != nil && l.seconds == n {
+			return l.err
+		}
+		e := r.make(r.id, retryAfter)
+		r.last.Store(&lastRejection{n, e})
+		return e
 	}
 	if e := r.cache[n].Load(); e != nil {
 		return e
