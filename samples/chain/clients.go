@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// jsonClient calls the JSON operations of one Sundial HTTP service and
+// turns its Problem Details back into outcomes, so a downstream 504 is a
+// TIMEOUT here too.
+type jsonClient struct {
+	base string // e.g. "http://127.0.0.1:7002"
+	hc   *http.Client
+}
+
+// post sends in as JSON to path and decodes the reply into out.
+func (c *jsonClient) post(ctx context.Context, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPost, path, bytes.NewReader(body), out)
+}
+
+// get fetches path and decodes the reply into out.
+func (c *jsonClient) get(ctx context.Context, path string, out any) error {
+	return c.do(ctx, http.MethodGet, path, nil, out)
+}
+
+func (c *jsonClient) do(ctx context.Context, method, path string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err // wraps the context's error or cause: KindOf classifies it
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		return problemError(resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	if out == nil || len(b) == 0 {
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+// problemError converts a failure response to an outcome: the Problem
+// Details' kind (its title), code, detail and details, or, for a body that
+// is not Problem Details, the kind of the status.
+func problemError(status int, contentType string, body []byte) *pipeline.Error {
+	var p httpadapter.Problem
+	if strings.HasPrefix(contentType, httpadapter.ContentTypeProblem) && json.Unmarshal(body, &p) == nil && p.Code != "" {
+		kind, ok := pipeline.ParseKind(p.Title)
+		if !ok {
+			kind = kindOfStatus(status)
+		}
+		e := pipeline.NewError(kind, p.Code, p.Detail)
+		for k, v := range p.Details {
+			e = e.WithDetail(k, v)
+		}
+		return e.WithDetail("status", status)
+	}
+	return pipeline.Errorf(kindOfStatus(status), "CHAIN_UNEXPECTED_001", "HTTP %d without Problem Details", status).WithDetail("status", status)
+}
+
+// kindOfStatus is the outcome kind of an HTTP status, the inverse of
+// httpadapter.StatusFor.
+func kindOfStatus(status int) pipeline.Kind {
+	for _, k := range pipeline.Kinds() {
+		if k != pipeline.KindOK && httpadapter.StatusFor(k) == status {
+			return k
+		}
+	}
+	return pipeline.KindUnexpected
+}
+
+// newPlainTransport returns the HTTP transport most services start with: a
+// timeout on each read (the longest pause between two pieces of the
+// response), and nothing bounding the call as a whole — the Go rendering
+// of a client configured with "timeout=1s" that means per read. A body
+// that drips one byte every 500 ms never trips it.
+func newPlainTransport(readTimeout time.Duration) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: readTimeout}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &readTimeoutConn{Conn: c, timeout: readTimeout}, nil
+	}
+	return t
+}
+
+// readTimeoutConn pushes its read deadline forward before every read: each
+// read may wait readTimeout, however many reads there are.
+type readTimeoutConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *readTimeoutConn) Read(p []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+// newServiceClient returns the HTTP client a chain service uses for its
+// internal dependencies: the plain per-read-timeout transport under
+// Sundial's outbound Transport, which writes what remains of the request
+// context's deadline on every request (every retry attempt).
+func newServiceClient(readTimeout time.Duration) *http.Client {
+	return &http.Client{Transport: httpadapter.NewTransport(newPlainTransport(readTimeout))}
+}
+
+// counter hands out increasing numbers.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) next() int64 { return c.n.Add(1) }
+
+// describe formats an outcome for logs and test output: "TIMEOUT
+// KERNEL_TIMEOUT_001".
+func describe(err error) string {
+	if err == nil {
+		return "OK"
+	}
+	pe := pipeline.AsError(err)
+	return fmt.Sprintf("%s %s", pe.Kind, pe.Code)
+}
