@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -147,6 +148,12 @@ func (a *Adapter) build() error {
 			svcs[key] = &svc{pkg: pkg, name: sname}
 		}
 		svcs[key].methods = append(svcs[key].methods, m)
+	}
+
+	for key := range svcs {
+		if mc := s.byName[strings.TrimPrefix(key, a.cfg.pkg+".")]; mc != nil && mc.full == key {
+			return fmt.Errorf("grpcadapter: service %s has the name of the message built from Go type %v; rename the type or set GRPCService on the operations of that service", key, mc.goType)
+		}
 	}
 
 	// One file per package: the application package's file holds every
@@ -334,9 +341,10 @@ func (a *Adapter) Files() *protoregistry.Files { return a.files }
 // handle is the grpc.MethodDesc handler of one operation.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 	req := dynamicpb.NewMessage(m.in.desc)
-	if err := dec(req); err != nil {
-		// grpc-go has already answered (Internal) with a status of its
-		// own; what is returned here is only logged by it.
+	if err := decodeRequest(dec, req); err != nil {
+		// For a malformed message grpc-go has already answered (Internal)
+		// with a status of its own; what is returned here is then only
+		// logged by it.
 		m.a.logger.LogAttrs(ctx, slog.LevelInfo, "grpc call",
 			slog.String("operation", m.desc.ID),
 			slog.String("method", m.full),
@@ -357,6 +365,19 @@ func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt 
 		}
 		return m.call(ctx, msg)
 	})
+}
+
+// decodeRequest runs grpc-go's decoder into req. protobuf-go's generic
+// (reflective) unmarshal path, the one dynamic messages take, panics on
+// some malformed map entries (a key field repeated with another wire
+// type); such a panic is a malformed request, not a crash.
+func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.InvalidArgument, "grpcadapter: malformed request message: %v", p)
+		}
+	}()
+	return dec(req)
 }
 
 // call decodes the request, invokes the operation and encodes the

@@ -64,6 +64,7 @@ func TestMethodNames(t *testing.T) {
 		"/test.v1.Work/Limited":        "work.limited",
 		"/test.v1.Work/Tiny":           "work.tiny",
 		"/test.v1.Work/Baggage":        "work.baggage",
+		"/test.v1.Work/Labels":         "work.labels",
 	}
 	got := map[string]string{}
 	for _, m := range h.adapter.Methods() {
@@ -116,6 +117,9 @@ func TestNewRejects(t *testing.T) {
 		}, nil, `operation "a.x" output: type []string is not a struct`},
 		{"unknown mapped operation", nil, []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{"/acme.v1.S/M": "no.such"})},
 			`method /acme.v1.S/M: operation "no.such" is not registered`},
+		{"service named like a message", func(r *operations.Registry) error {
+			return operations.Register(r, operations.Descriptor{ID: "work-in.make"}, func(context.Context, workIn) (struct{}, error) { return struct{}{}, nil })
+		}, nil, "service sundial.v1.WorkIn has the name of the message built from Go type grpcadapter_test.workIn"},
 		{"malformed mapped method", nil, []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{"acme.v1.S.M": "no.such"})},
 			`"acme.v1.S.M" is not a full method name`},
 	}
@@ -360,6 +364,23 @@ func TestMalformedRequest(t *testing.T) {
 	h.log.waitFor(t, "operation=work.run", "grpcCode=Internal", "invalid wire-format")
 	if _, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{}`); st != nil {
 		t.Errorf("Run after a malformed request = %v, want OK", st)
+	}
+}
+
+// TestMalformedMapEntry sends a map entry whose key field repeats with
+// another wire type, which makes protobuf-go's reflective decoder panic;
+// the adapter answers InvalidArgument and the server lives on.
+func TestMalformedMapEntry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	entry := []byte{0x0a, 0x01, 'a', 0x0d, 0, 0, 0, 0} // key "a", then key as fixed32
+	req := rawBytes(append([]byte{0x0a, byte(len(entry))}, entry...))
+	err := h.conn.Invoke(t.Context(), "/test.v1.Work/Labels", &req, new(rawBytes), grpc.ForceCodec(rawCodec{}))
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "malformed request message") {
+		t.Errorf("Labels(malformed map entry) = %v, want InvalidArgument", st)
+	}
+	if out, st := h.call(t.Context(), t, "/test.v1.Work/Labels", `{"labels":{"a":1}}`); st != nil || out != `{"labels":{"a":"1"}}` {
+		t.Errorf("Labels after a malformed request = %s %v, want {\"labels\":{\"a\":\"1\"}}", out, st)
 	}
 }
 

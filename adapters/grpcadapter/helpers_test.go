@@ -43,6 +43,10 @@ type failIn struct {
 	Retry   int    `json:"retry"`
 }
 
+type labelsIn struct {
+	Labels map[string]int `json:"labels"`
+}
+
 type tiny struct {
 	N int8 `json:"n"`
 }
@@ -110,6 +114,9 @@ func (ta *testApp) register(t testing.TB, reg *operations.Registry) {
 		return struct{}{}, e
 	}))
 	must(operations.Register(reg, operations.Descriptor{ID: "work.tiny"}, func(ctx context.Context, in tiny) (tiny, error) {
+		return in, nil
+	}))
+	must(operations.Register(reg, operations.Descriptor{ID: "work.labels"}, func(ctx context.Context, in labelsIn) (labelsIn, error) {
 		return in, nil
 	}))
 	must(operations.Register(reg, operations.Descriptor{ID: "work.baggage"}, func(ctx context.Context, in struct{}) (struct{}, error) {

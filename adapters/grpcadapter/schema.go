@@ -161,7 +161,7 @@ func (s *schema) message(t reflect.Type, hint, where string) (*messageCodec, err
 	if err := checkMarshalers(t, where); err != nil {
 		return nil, err
 	}
-	name := t.Name()
+	name := pascal(t.Name())
 	if name == "" || !isIdent(name) {
 		name = hint
 	}
