@@ -22,10 +22,10 @@ import (
 
 // These tests run over real loopback listeners, outside synctest (sockets
 // do not block durably inside a bubble), so their time bounds allow for
-// scheduling: the deadline is 300 ms and a cut counts as "at the deadline"
+// scheduling: the deadline is 100 ms and a cut counts as "at the deadline"
 // when it lands within the slack below after it.
 const (
-	downstreamDeadline = 300 * time.Millisecond
+	downstreamDeadline = 100 * time.Millisecond
 	downstreamSlack    = time.Second
 )
 

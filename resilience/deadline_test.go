@@ -568,22 +568,3 @@ func TestDeadlineAllocations(t *testing.T) {
 		t.Errorf("AllocsPerRun(DeadlineMiddleware.Invoke) = %v, want at most %v (context.WithDeadlineCause)", got, floor)
 	}
 }
-
-func BenchmarkDeadline(b *testing.B) {
-	ok := func(*pipeline.Invocation) error { return nil }
-	b.Run("floor-withtimeout", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = ok(pipeline.NewInvocation(ctx, nil, nil))
-			cancel()
-		}
-	})
-	b.Run("middleware", func(b *testing.B) {
-		b.ReportAllocs()
-		mw := resilience.NewDeadlineMiddleware(time.Second, time.Minute)
-		for b.Loop() {
-			_ = mw.Invoke(pipeline.NewInvocation(context.Background(), nil, nil), ok)
-		}
-	})
-}

@@ -10,10 +10,10 @@ import (
 )
 
 // A handler waiting on a slow dependency is released at the operation's
-// 50 ms timeout. The world sees TIMEOUT; the breaker inside sees the
+// 20 ms timeout. The world sees TIMEOUT; the breaker inside sees the
 // handler's own context ending, a cancellation.
 func ExampleDeadlineMiddleware() {
-	mw := resilience.NewDeadlineMiddleware(50*time.Millisecond, time.Minute)
+	mw := resilience.NewDeadlineMiddleware(20*time.Millisecond, time.Minute)
 	inv := pipeline.NewInvocation(context.Background(), nil, nil)
 	err := mw.Invoke(inv, func(inv *pipeline.Invocation) error {
 		<-inv.Context().Done() // a call that never answers
