@@ -314,8 +314,8 @@ func TestSchemaRejects(t *testing.T) {
 		X int `json:"x-y"`
 	}
 	type withDup struct {
-		A int `json:"a"`
-		B int `json:"a"`
+		A int `json:"B"`
+		B int
 	}
 	type withBadNumber struct {
 		A int `proto:"19500"`
@@ -336,7 +336,7 @@ func TestSchemaRejects(t *testing.T) {
 		{reflect.TypeFor[withNested](), "repeated fields cannot hold slices or maps"},
 		{reflect.TypeFor[withPtrScalarList](), "pointers are allowed only to structs"},
 		{reflect.TypeFor[withBadName](), `name "x-y" is not a protobuf identifier`},
-		{reflect.TypeFor[withDup](), `the name "a" is used by two fields (A and B)`},
+		{reflect.TypeFor[withDup](), `the name "B" is used by two fields (A and B)`},
 		{reflect.TypeFor[withBadNumber](), `proto tag "19500" is not a valid field number`},
 		{reflect.TypeFor[withSameNumber](), "both have proto number 2"},
 		{reflect.TypeFor[withMarshaler](), "implements json.Marshaler"},
