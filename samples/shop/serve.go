@@ -1,33 +1,199 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/spf13/cobra"
+
+	"github.com/sundial-go/sundial/adapters/cliadapter"
+	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/kernel"
 )
 
-// newServeCommand returns `shop serve`.
-//
-// TODO(issue 7): serve HTTP on --http; (issue 3) gRPC on --grpc. Until the
-// adapters land it prints the registered operations and their policies.
+// Server defaults of `shop serve`. The read-header and idle timeouts keep
+// slow or idle clients (slowloris) from holding connections; there is no
+// ReadTimeout or WriteTimeout because the invocation's deadline bounds
+// each call, and a ReadTimeout firing while a handler runs would cancel its
+// context as if the client had gone.
+const (
+	defaultReadHeaderTimeout = 5 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	defaultMaxHeaderBytes    = 64 << 10
+	defaultGrace             = 10 * time.Second
+)
+
+// serveOptions are the settings of one `shop serve` run.
+type serveOptions struct {
+	configFile string
+	httpAddr   string
+	grpcAddr   string
+	// grace bounds the graceful shutdown: in-flight calls get this long
+	// to finish once a signal arrives.
+	grace time.Duration
+	// readHeaderTimeout and idleTimeout override the server defaults
+	// (zero: the default).
+	readHeaderTimeout time.Duration
+	idleTimeout       time.Duration
+	// logger receives the access log and the framework's events (JSON).
+	logger *slog.Logger
+	// stdout receives the "serving" lines.
+	stdout io.Writer
+	// kernelOpts are added to the shop's kernel options (tests add
+	// probes).
+	kernelOpts []kernel.Option
+	// ready, if set, is called with the HTTP listener's address once the
+	// shop accepts connections.
+	ready func(httpAddr string)
+}
+
+// newServeCommand returns `shop serve`: the shop over HTTP (and gRPC)
+// until SIGINT or SIGTERM, then a graceful shutdown of at most --grace.
 func newServeCommand(configFile *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the shop over HTTP and gRPC.",
-		Args:  cobra.NoArgs,
+		Short: "Serve the shop over HTTP and gRPC until SIGINT or SIGTERM.",
+		Long: `Serve the shop's operations over HTTP (--http) and gRPC (--grpc).
+
+Each request leaves one JSON access log line on stderr. On SIGINT or
+SIGTERM the shop stops accepting connections and gives in-flight calls up
+to --grace to finish, then closes what is left and exits.`,
+		Args: cobra.NoArgs,
 	}
-	httpAddr := cmd.Flags().String("http", ":5000", "HTTP listen `address`")
-	grpcAddr := cmd.Flags().String("grpc", ":5001", "gRPC listen `address`")
+	o := serveOptions{}
+	cmd.Flags().StringVar(&o.httpAddr, "http", ":5000", "HTTP listen `address`")
+	cmd.Flags().StringVar(&o.grpcAddr, "grpc", ":5001", "gRPC listen `address`")
+	cmd.Flags().DurationVar(&o.grace, "grace", defaultGrace, "how long in-flight calls may take to finish on shutdown")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		k, err := newKernel(*configFile)
-		if err != nil {
-			return err
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		o.configFile = *configFile
+		o.stdout = cmd.OutOrStdout()
+		o.logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+		err := serve(ctx, o)
+		var se *serveError
+		if errors.As(err, &se) {
+			// A failure at run time, not a usage error: report it here and
+			// exit 1 without cobra's pointer to --help.
+			fmt.Fprintf(cmd.ErrOrStderr(), "shop: serve: %v\n", se.err)
+			return &cliadapter.ExitError{Code: cliadapter.ExitUnexpected, Err: se.err}
 		}
-		_, _ = httpAddr, grpcAddr
-		for _, d := range k.Registry().All() {
-			fmt.Fprintf(cmd.OutOrStdout(), "%-16s %-6s %-18s %+v\n", d.ID, d.Method, d.Path, k.PolicyFor(d.ID))
-		}
-		return nil
+		return err
 	}
 	return cmd
+}
+
+// serveError is a failure of serve once its configuration was accepted:
+// a listener that cannot open, a shutdown that ran out of grace.
+type serveError struct{ err error }
+
+func (e *serveError) Error() string { return e.err.Error() }
+func (e *serveError) Unwrap() error { return e.err }
+
+// serve runs the shop until ctx ends, then shuts down gracefully within
+// o.grace. It returns nil after a clean shutdown, the kernel's error for a
+// configuration it rejects, and a *serveError for anything else.
+func serve(ctx context.Context, o serveOptions) error {
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.stdout == nil {
+		o.stdout = io.Discard
+	}
+	if o.grace <= 0 {
+		o.grace = defaultGrace
+	}
+	k, err := newKernel(o.configFile, append([]kernel.Option{kernel.WithLogger(o.logger)}, o.kernelOpts...)...)
+	if err != nil {
+		return err
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	a, err := httpadapter.Mount(e, k, httpadapter.WithLogger(o.logger))
+	if err != nil {
+		return err
+	}
+	e.GET("/healthz", a.Wrap(func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	}))
+
+	ln, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return &serveError{fmt.Errorf("http: %w", err)}
+	}
+	srv := newHTTPServer(e, o)
+
+	// Call point of the gRPC adapter (grpc.go): it starts serving on
+	// --grpc and returns how to stop it gracefully.
+	stopGRPC, err := startGRPC(ctx, k, o.grpcAddr, o.logger, o.stdout)
+	if err != nil {
+		ln.Close()
+		return &serveError{fmt.Errorf("grpc: %w", err)}
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(o.stdout, "shop: serving HTTP on http://%s\n", ln.Addr())
+	if o.ready != nil {
+		o.ready(ln.Addr().String())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+		served <- serveErr // for the shutdown below
+	}
+	o.logger.Info("shop: shutting down", "grace", o.grace.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
+	defer cancel()
+	var errs []error
+	if err := srv.Shutdown(sctx); err != nil {
+		// Grace exhausted: cut the remaining connections; their calls
+		// see their context cancelled.
+		srv.Close()
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("http: %w", err))
+	}
+	if err := stopGRPC(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("grpc shutdown: %w", err))
+	}
+	// Handlers that ignored their context and outlived their response.
+	if err := a.Wait(sctx); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return &serveError{errors.Join(errs...)}
+	}
+	return nil
+}
+
+// newHTTPServer returns the shop's http.Server, with timeouts that keep
+// slow and idle clients from holding connections.
+func newHTTPServer(h http.Handler, o serveOptions) *http.Server {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: defaultReadHeaderTimeout,
+		IdleTimeout:       defaultIdleTimeout,
+		MaxHeaderBytes:    defaultMaxHeaderBytes,
+	}
+	if o.readHeaderTimeout > 0 {
+		srv.ReadHeaderTimeout = o.readHeaderTimeout
+	}
+	if o.idleTimeout > 0 {
+		srv.IdleTimeout = o.idleTimeout
+	}
+	return srv
 }
