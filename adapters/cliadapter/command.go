@@ -332,19 +332,26 @@ func ExitCode(err error) int {
 }
 
 // Execute runs root with ctx as the commands' parent context and returns
-// the process exit code: ExitOK on success; the code of a failed operation
-// (already reported by the operation command); and ExitValidation for any
-// other error — an unknown command or flag, a malformed flag value, a
-// config that does not load — which Execute writes to root's stderr as
-// "<root>: <error>" followed by a pointer to --help. Execute silences
-// cobra's own error and usage printing.
+// the process exit code: ExitOK on success; the Code of an *ExitError (a
+// failed operation, already reported by the operation command); and
+// ExitValidation for any other error — an unknown command or flag, a
+// malformed flag value, a config that does not load — which Execute
+// writes to root's stderr as "<root>: <error>" (the prefix only once),
+// followed by a pointer to the command's --help. Other commands of the
+// tree that report a run-time failure themselves return an *ExitError
+// with the code they want (e.g. ExitUnexpected). Execute silences cobra's
+// own error and usage printing.
 func Execute(ctx context.Context, root *cobra.Command) int {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	cmd, err := root.ExecuteContextC(ctx)
 	var ee *ExitError
 	if err != nil && !errors.As(err, &ee) {
 		w := root.ErrOrStderr()
-		fmt.Fprintf(w, "%s: %v\n", root.Name(), err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, root.Name()+": ") {
+			msg = root.Name() + ": " + msg
+		}
+		fmt.Fprintln(w, msg)
 		if cmd == nil {
 			cmd = root
 		}

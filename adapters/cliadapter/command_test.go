@@ -315,6 +315,10 @@ func TestKernelError(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "app: kernel: config file: no such file") {
 		t.Errorf("app test echo with a failing kernel = exit %d, stderr %q; want exit 2 naming the error", r.code, r.stderr)
 	}
+	prefixed := func() (*kernel.Kernel, error) { return nil, errors.New("app: already prefixed") }
+	if r := execute(t, prefixed, nil, "", "test", "echo"); !strings.HasPrefix(r.stderr, "app: already prefixed\n") {
+		t.Errorf("stderr = %q, want the root's name once", r.stderr)
+	}
 	r = execute(t, testKernel(t, `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":-1}}}`), nil, "", "test", "echo")
 	if r.code != 2 || !strings.Contains(r.stderr, "MaxTimeoutSeconds") {
 		t.Errorf("app test echo with a bad config = exit %d, stderr %q; want exit 2 naming the key", r.code, r.stderr)
