@@ -253,7 +253,7 @@ func (s *Orders) stepContext(ctx context.Context, strategy string, budget **resi
 		}
 		return (*budget).Context(ctx, resilience.Call{Dependency: dep, Reserve: reserve})
 	}
-	return ctx, func() {}, nil
+	return ctx, func() {}, nil // propagate: the handler's context as it is
 }
 
 // compensate releases a reservation after a failed charge. The caller's
