@@ -1,0 +1,209 @@
+package grpcadapter_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// acme is an application's own service, written as protoc-gen-go-grpc
+// would generate it, with wrapperspb messages.
+type acme struct {
+	deadlines chan time.Time // Slow: the handler context's deadline
+}
+
+type unaryFunc func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
+
+// unary is the MethodDesc handler protoc-gen-go-grpc generates.
+func unary(full string, fn unaryFunc) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
+	return func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+		in := new(wrapperspb.StringValue)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		if icpt == nil {
+			return fn(ctx, in)
+		}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: full}
+		return icpt(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+			return fn(ctx, req.(*wrapperspb.StringValue))
+		})
+	}
+}
+
+func (a *acme) desc() *grpc.ServiceDesc {
+	echo := func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return wrapperspb.String("echo: " + in.GetValue()), nil
+	}
+	slow := func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		d, _ := ctx.Deadline()
+		a.deadlines <- d
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	fail := func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		st, _ := status.New(codes.NotFound, "no such widget").WithDetails(&errdetails.ErrorInfo{Reason: "ACME_NOT_FOUND", Domain: "acme.example"})
+		return nil, st.Err()
+	}
+	return &grpc.ServiceDesc{
+		ServiceName: "acme.v1.Work",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: "Limited", Handler: unary("/acme.v1.Work/Limited", echo)},
+			{MethodName: "Echo", Handler: unary("/acme.v1.Work/Echo", echo)},
+			{MethodName: "Slow", Handler: unary("/acme.v1.Work/Slow", slow)},
+			{MethodName: "Fail", Handler: unary("/acme.v1.Work/Fail", fail)},
+		},
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "Watch",
+			ServerStreams: true,
+			Handler: func(srv any, ss grpc.ServerStream) error {
+				if err := ss.SendMsg(wrapperspb.String("first")); err != nil {
+					return err
+				}
+				<-ss.Context().Done()
+				return status.FromContextError(ss.Context().Err()).Err()
+			},
+		}},
+	}
+}
+
+func newAcmeHarness(t *testing.T) (*harness, *acme) {
+	t.Helper()
+	svc := &acme{deadlines: make(chan time.Time, 4)}
+	h := newHarness(t, harnessOpt{
+		adapter: []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{
+			"/acme.v1.Work/Slow":  "work.capped",
+			"/acme.v1.Work/Watch": "work.capped",
+		})},
+		services: func(s *grpc.Server) {
+			s.RegisterService(svc.desc(), svc)
+			hs := health.NewServer()
+			healthpb.RegisterHealthServer(s, hs)
+		},
+	})
+	return h, svc
+}
+
+func invokeAcme(ctx context.Context, h *harness, method string) (*wrapperspb.StringValue, error) {
+	out := new(wrapperspb.StringValue)
+	err := h.conn.Invoke(ctx, "/acme.v1.Work/"+method, wrapperspb.String("hi"), out)
+	return out, err
+}
+
+// TestInterceptorSharesTheOperationsLimits checks that an application
+// method resolved by convention (acme.v1.Work/Limited -> work.limited)
+// meets the very limiter the adapter's own method does.
+func TestInterceptorSharesTheOperationsLimits(t *testing.T) {
+	t.Parallel()
+	h, _ := newAcmeHarness(t)
+	if _, st := h.call(t.Context(), t, "/test.v1.Work/Limited", `{}`); st != nil {
+		t.Fatalf("/test.v1.Work/Limited = %v, want OK", st)
+	}
+	_, err := invokeAcme(t.Context(), h, "Limited")
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || errorInfo(t, st).GetReason() != pipeline.CodeRateLimited || retryInfo(st) == nil {
+		t.Fatalf("/acme.v1.Work/Limited after the limit = %v, want Unavailable KERNEL_UNAVAILABLE_002 with RetryInfo", st)
+	}
+	h.log.waitFor(t, "operation=work.limited", "method=/acme.v1.Work/Limited", "code=KERNEL_UNAVAILABLE_002")
+}
+
+func TestInterceptorAppliesTheOperationsDeadline(t *testing.T) {
+	t.Parallel()
+	h, svc := newAcmeHarness(t)
+	start := time.Now()
+	_, err := invokeAcme(t.Context(), h, "Slow")
+	took := time.Since(start)
+	st := status.Convert(err)
+	if st.Code() != codes.DeadlineExceeded || errorInfo(t, st).GetReason() != pipeline.CodeTimeout {
+		t.Fatalf("/acme.v1.Work/Slow = %v, want DeadlineExceeded KERNEL_TIMEOUT_001 (work.capped's 200ms)", st)
+	}
+	if took < 190*time.Millisecond || took > 2*time.Second {
+		t.Errorf("/acme.v1.Work/Slow took %v, want about 200ms", took)
+	}
+	if d := <-svc.deadlines; d.Sub(start) < 150*time.Millisecond || d.Sub(start) > 300*time.Millisecond {
+		t.Errorf("handler deadline = %v after the call, want about 200ms", d.Sub(start))
+	}
+}
+
+func TestInterceptorReturnsTheHandlersStatus(t *testing.T) {
+	t.Parallel()
+	h, _ := newAcmeHarness(t)
+	_, err := invokeAcme(t.Context(), h, "Fail")
+	st := status.Convert(err)
+	if st.Code() != codes.NotFound || st.Message() != "no such widget" || errorInfo(t, st).GetReason() != "ACME_NOT_FOUND" {
+		t.Errorf("/acme.v1.Work/Fail = %v %v, want the handler's own NotFound with its ErrorInfo", st, st.Details())
+	}
+}
+
+func TestInterceptorHostPipeline(t *testing.T) {
+	t.Parallel()
+	h, _ := newAcmeHarness(t)
+	out, err := invokeAcme(t.Context(), h, "Echo")
+	if err != nil || out.GetValue() != "echo: hi" {
+		t.Fatalf("/acme.v1.Work/Echo = %v, %v; want echo: hi", out, err)
+	}
+	h.log.waitFor(t, "operation=/acme.v1.Work/Echo", "grpcCode=OK")
+}
+
+func TestStreamInterceptor(t *testing.T) {
+	t.Parallel()
+	h, _ := newAcmeHarness(t)
+	start := time.Now()
+	cs, err := h.conn.NewStream(t.Context(), &grpc.StreamDesc{ServerStreams: true}, "/acme.v1.Work/Watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(wrapperspb.String("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	first := new(wrapperspb.StringValue)
+	if err := cs.RecvMsg(first); err != nil || first.GetValue() != "first" {
+		t.Fatalf("first message = %v, %v", first, err)
+	}
+	err = cs.RecvMsg(new(wrapperspb.StringValue))
+	st := status.Convert(err)
+	if st.Code() != codes.DeadlineExceeded || errorInfo(t, st).GetReason() != pipeline.CodeTimeout {
+		t.Errorf("end of /acme.v1.Work/Watch = %v, want DeadlineExceeded KERNEL_TIMEOUT_001", st)
+	}
+	if took := time.Since(start); took < 190*time.Millisecond || took > 2*time.Second {
+		t.Errorf("the stream ended after %v, want about 200ms", took)
+	}
+}
+
+func TestInterceptorLeavesInfrastructureAlone(t *testing.T) {
+	t.Parallel()
+	h, _ := newAcmeHarness(t)
+	resp, err := healthpb.NewHealthClient(h.conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health Check = %v, %v; want SERVING", resp, err)
+	}
+	if _, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{}`); st != nil {
+		t.Fatal(st)
+	}
+	h.log.waitFor(t, "method=/test.v1.Work/Run")
+	// The adapter's own method is logged once (not again by the
+	// interceptor), and the health check not at all.
+	log := h.log.String()
+	if n := strings.Count(log, "method=/test.v1.Work/Run"); n != 1 {
+		t.Errorf("the log has %d records of /test.v1.Work/Run, want 1:\n%s", n, log)
+	}
+	if strings.Contains(log, "grpc.health") {
+		t.Errorf("the health check went through the pipeline:\n%s", log)
+	}
+}
