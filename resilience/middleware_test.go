@@ -396,6 +396,14 @@ func TestQueueWaitsEndAtDeadlineOrCancel(t *testing.T) {
 	}
 }
 
+// expectBreaker fails unless l's breaker is in state want.
+func expectBreaker(t *testing.T, when string, l *resilience.OperationLimits, want resilience.BreakerState) {
+	t.Helper()
+	if got := l.BreakerState(); got != want {
+		t.Fatalf("%s: BreakerState() = %v, want %v", when, got, want)
+	}
+}
+
 // breakerStack is a stack with a breaker of threshold 1 and a long break;
 // its handler returns whatever the invocation's input says.
 func breakerStack(t *testing.T, p resilience.Policy) (pipeline.Handler, *resilience.OperationLimits) {
@@ -495,9 +503,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 				h, l := breakerStack(t, resilience.Policy{FailureThreshold: 2, BreakDuration: 10 * time.Second})
 				expectCode(t, "failure 1", invokeLimited(t.Context(), h, fail), "SHOP_UNAVAILABLE_001")
 				expectCode(t, "failure 2", invokeLimited(t.Context(), h, fail), "SHOP_UNAVAILABLE_001")
-				if l.BreakerState() != resilience.BreakerOpen {
-					t.Fatalf("BreakerState() = %v, want open", l.BreakerState())
-				}
+				expectBreaker(t, "after two failures", l, resilience.BreakerOpen)
 				time.Sleep(2500 * time.Millisecond)
 				err := invokeLimited(t.Context(), h, nil)
 				expectCode(t, "call while open", err, pipeline.CodeCircuitOpen)
@@ -509,9 +515,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 					t.Errorf("message = %q, want %q", pe.Message, want)
 				}
 				time.Sleep(7500 * time.Millisecond)
-				if l.BreakerState() != resilience.BreakerHalfOpen {
-					t.Fatalf("after the break: BreakerState() = %v, want half-open", l.BreakerState())
-				}
+				expectBreaker(t, "after the break", l, resilience.BreakerHalfOpen)
 				release := make(chan struct{})
 				probe := make(chan error, 1)
 				go func() {
@@ -561,20 +565,14 @@ func TestBreakerIgnoresCallsRunningWhenItOpened(t *testing.T) {
 		}
 		synctest.Wait()
 		expectCode(t, "failure", invokeLimited(t.Context(), h, errors.New("db down")), pipeline.CodeUnexpected)
-		if l.BreakerState() != resilience.BreakerOpen {
-			t.Fatalf("BreakerState() = %v, want open", l.BreakerState())
-		}
+		expectBreaker(t, "after the failure", l, resilience.BreakerOpen)
 		release <- nil                   // a success must not close it
 		release <- errors.New("db down") // a failure must not extend the break
 		<-running
 		<-running
-		if l.BreakerState() != resilience.BreakerOpen {
-			t.Fatalf("after old calls finished: BreakerState() = %v, want open", l.BreakerState())
-		}
+		expectBreaker(t, "after old calls finished", l, resilience.BreakerOpen)
 		time.Sleep(10 * time.Second)
-		if l.BreakerState() != resilience.BreakerHalfOpen {
-			t.Fatalf("the old failure extended the break: BreakerState() = %v, want half-open", l.BreakerState())
-		}
+		expectBreaker(t, "the old failure extended the break", l, resilience.BreakerHalfOpen)
 		probe := make(chan error, 1)
 		block := make(chan struct{})
 		go func() {
@@ -583,14 +581,10 @@ func TestBreakerIgnoresCallsRunningWhenItOpened(t *testing.T) {
 		synctest.Wait()
 		release <- nil // an old success during half-open must not close it
 		<-running
-		if l.BreakerState() != resilience.BreakerHalfOpen {
-			t.Fatalf("old success during the probe: BreakerState() = %v, want half-open", l.BreakerState())
-		}
+		expectBreaker(t, "old success during the probe", l, resilience.BreakerHalfOpen)
 		close(block)
 		expectCode(t, "probe", <-probe, "")
-		if l.BreakerState() != resilience.BreakerClosed {
-			t.Fatalf("after the probe: BreakerState() = %v, want closed", l.BreakerState())
-		}
+		expectBreaker(t, "after the probe", l, resilience.BreakerClosed)
 	})
 }
 
@@ -628,13 +622,9 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 				if code != pipeline.CodeCancelled && code != pipeline.CodeTimeout {
 					t.Fatalf("lost probe outcome = %q, want CANCELLED or TIMEOUT", code)
 				}
-				if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
-					t.Fatalf("after a lost probe: BreakerState() = %v, want half-open (slot freed, not closed or re-opened)", got)
-				}
+				expectBreaker(t, "after a lost probe", l, resilience.BreakerHalfOpen)
 				expectCode(t, "next call probes and closes", invokeLimited(t.Context(), h, nil), "")
-				if got := l.BreakerState(); got != resilience.BreakerClosed {
-					t.Fatalf("after the next probe: BreakerState() = %v, want closed", got)
-				}
+				expectBreaker(t, "after the next probe", l, resilience.BreakerClosed)
 			})
 		})
 	}
@@ -663,18 +653,12 @@ func TestBreakerProbeCancelledInTheConcurrencyQueue(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(time.Second, cancel)
 		expectCode(t, "probe cancelled in the queue", invokeLimited(ctx, h, nil), pipeline.CodeCancelled)
-		if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
-			t.Fatalf("after the lost probe: BreakerState() = %v, want half-open", got)
-		}
+		expectBreaker(t, "after the lost probe", l, resilience.BreakerHalfOpen)
 		second <- nil
 		expectCode(t, "second", <-secondDone, "")
-		if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
-			t.Fatalf("after an old call succeeded: BreakerState() = %v, want half-open", got)
-		}
+		expectBreaker(t, "after an old call succeeded", l, resilience.BreakerHalfOpen)
 		expectCode(t, "next call probes", invokeLimited(t.Context(), h, nil), "")
-		if got := l.BreakerState(); got != resilience.BreakerClosed {
-			t.Fatalf("after the probe: BreakerState() = %v, want closed", got)
-		}
+		expectBreaker(t, "after the probe", l, resilience.BreakerClosed)
 	})
 }
 
@@ -684,14 +668,10 @@ func TestProbeRejectedByARateLimitFreesTheSlot(t *testing.T) {
 		expectCode(t, "failure", invokeLimited(t.Context(), h, errors.New("db down")), pipeline.CodeUnexpected)
 		time.Sleep(10 * time.Second) // half-open; the rate window (11 s) is still used up
 		expectCode(t, "probe", invokeLimited(t.Context(), h, nil), pipeline.CodeRateLimited)
-		if got := l.BreakerState(); got != resilience.BreakerHalfOpen {
-			t.Fatalf("after the rate-limited probe: BreakerState() = %v, want half-open", got)
-		}
+		expectBreaker(t, "after the rate-limited probe", l, resilience.BreakerHalfOpen)
 		time.Sleep(time.Second)
 		expectCode(t, "next probe", invokeLimited(t.Context(), h, nil), "")
-		if got := l.BreakerState(); got != resilience.BreakerClosed {
-			t.Fatalf("BreakerState() = %v, want closed", got)
-		}
+		expectBreaker(t, "after the next probe", l, resilience.BreakerClosed)
 	})
 }
 
@@ -709,5 +689,16 @@ func TestExpiredOnArrivalNeverReachesTheLimits(t *testing.T) {
 			t.Fatalf("reached %d, breaker %v; want 0, closed", reached, l.BreakerState())
 		}
 		expectCode(t, "next call takes the only permit", callLimited(t.Context(), h), "")
+	})
+}
+
+func TestPanicThroughTheLimitsCountsAsFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		panicky := pipeline.MiddlewareFunc(func(*pipeline.Invocation, pipeline.Handler) error { panic("boom") })
+		h, l := limitStack(t, resilience.Policy{FailureThreshold: 1, ConcurrencyLimit: 1}, okHandler, panicky)
+		expectCode(t, "panicking middleware", callLimited(t.Context(), h), pipeline.CodeUnexpected)
+		if l.BreakerState() != resilience.BreakerOpen || l.InFlight() != 0 {
+			t.Fatalf("after a panic inside the limits: breaker %v, in flight %d; want open, 0", l.BreakerState(), l.InFlight())
+		}
 	})
 }
