@@ -11,10 +11,9 @@ import (
 // ErrDeadline is the cause recorded on a handler's context when the
 // invocation's deadline fires. It wraps context.DeadlineExceeded, so
 // errors.Is(err, context.DeadlineExceeded) holds for it: http.Client returns
-// context.Cause(ctx) as its error and grpc-go maps a cause to a status code,
-// and both must still see a deadline (a cause wrapping neither
-// DeadlineExceeded nor Canceled would become an Unknown/UNEXPECTED
-// outcome downstream).
+// context.Cause(ctx) as its error, and grpc-go's status.FromContextError
+// maps a cause wrapping neither DeadlineExceeded nor Canceled to Unknown;
+// both must still see a deadline, not an UNEXPECTED outcome.
 var ErrDeadline error = deadlineError{}
 
 type deadlineError struct{}
