@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 // turns its Problem Details back into outcomes, so a downstream 504 is a
 // TIMEOUT here too.
 type jsonClient struct {
+	name string // the dependency, for errors: "inventory"
 	base string // e.g. "http://127.0.0.1:7002"
 	hc   *http.Client
 }
@@ -48,12 +50,12 @@ func (c *jsonClient) do(ctx context.Context, method, path string, body io.Reader
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return err // wraps the context's error or cause: KindOf classifies it
+		return transportError(c.name, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return err
+		return transportError(c.name, err)
 	}
 	if resp.StatusCode >= 300 {
 		return problemError(resp.StatusCode, resp.Header.Get("Content-Type"), b)
@@ -62,6 +64,26 @@ func (c *jsonClient) do(ctx context.Context, method, path string, body io.Reader
 		return nil
 	}
 	return json.Unmarshal(b, out)
+}
+
+// transportError classifies the error of a request to dependency dep that
+// got no complete answer. The end of the request's context stays as it is
+// (the DeadlineMiddleware attributes the caller's own deadline and
+// cancellation; a Budget's cut carries its TIMEOUT outcome as the cause); a
+// network timeout, such as a per-read timeout, is a TIMEOUT; anything else
+// — refused, reset — is UNAVAILABLE: the dependency is down, not the
+// caller's code broken.
+func transportError(dep string, err error) error {
+	var pe *pipeline.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.As(err, &pe) {
+		return err
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return pipeline.Wrap(pipeline.KindTimeout, "CHAIN_TIMEOUT_001", fmt.Sprintf("The %s service stopped answering: a read timed out.", dep), err).
+			WithDetail("dependency", dep)
+	}
+	return pipeline.Wrap(pipeline.KindUnavailable, "CHAIN_UNAVAILABLE_001", fmt.Sprintf("The %s service could not be reached.", dep), err).
+		WithDetail("dependency", dep)
 }
 
 // problemError converts a failure response to an outcome: the Problem

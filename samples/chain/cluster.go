@@ -46,8 +46,8 @@ func (c *Cluster) URL(role string) string { return "http://" + c.Addrs[role] }
 
 // StartCluster starts Inventory, Billing, Orders and Gateway, in that
 // order, wired to each other. On error, whatever started is stopped.
-func StartCluster(cfg ClusterConfig) (c *Cluster, err error) {
-	c = &Cluster{Addrs: make(map[string]string, len(roles))}
+func StartCluster(cfg ClusterConfig) (_ *Cluster, err error) {
+	c := &Cluster{Addrs: make(map[string]string, len(roles))}
 	lns := make(map[string]net.Listener, len(roles))
 	defer func() {
 		if err != nil {
@@ -55,7 +55,6 @@ func StartCluster(cfg ClusterConfig) (c *Cluster, err error) {
 				ln.Close()
 			}
 			c.Close(context.Background())
-			c = nil
 		}
 	}()
 	for _, r := range roles {
@@ -78,36 +77,39 @@ func StartCluster(cfg ClusterConfig) (c *Cluster, err error) {
 		}
 		return slog.New(slog.DiscardHandler)
 	}
-	take := func(r string) net.Listener {
-		ln := lns[r]
+	// take hands a role's listener to its server; the deferred cleanup
+	// closes those not handed over yet, and a role that fails to start
+	// leaves its listener in lns for it.
+	take := func(r string) net.Listener { return lns[r] }
+	started := func(r string, srv *server) {
 		delete(lns, r) // the server owns it now
-		return ln
+		c.servers = append(c.servers, srv)
 	}
 	var srv *server
 
 	if c.Inventory, srv, err = startInventory(take("inventory"), cfg.Inventory, cfg.ConfigFile, logger("inventory")); err != nil {
 		return nil, err
 	}
-	c.servers = append(c.servers, srv)
+	started("inventory", srv)
 
 	if c.Billing, srv, err = startBilling(take("billing"), cfg.Billing, cfg.ConfigFile, logger("billing")); err != nil {
 		return nil, err
 	}
-	c.servers = append(c.servers, srv)
+	started("billing", srv)
 
 	oc := cfg.Orders
 	oc.Inventory = c.URL("inventory")
 	if c.Orders, srv, err = startOrders(take("orders"), oc, c.Addrs["billing"], cfg.ConfigFile, logger("orders")); err != nil {
 		return nil, err
 	}
-	c.servers = append(c.servers, srv)
+	started("orders", srv)
 
 	gc := cfg.Gateway
 	gc.Orders, gc.Inventory, gc.Billing = c.URL("orders"), c.URL("inventory"), c.Addrs["billing"]
 	if c.Gateway, srv, err = startGateway(take("gateway"), gc, cfg.ConfigFile, logger("gateway")); err != nil {
 		return nil, err
 	}
-	c.servers = append(c.servers, srv)
+	started("gateway", srv)
 	return c, nil
 }
 

@@ -107,8 +107,8 @@ func NewGateway(cfg GatewayConfig, journal *Journal, hc *http.Client, billing Bi
 	return &Gateway{
 		cfg:       cfg,
 		journal:   journal,
-		orders:    &jsonClient{base: cfg.Orders, hc: hc},
-		inventory: &jsonClient{base: cfg.Inventory, hc: hc},
+		orders:    &jsonClient{name: "orders", base: cfg.Orders, hc: hc},
+		inventory: &jsonClient{name: "inventory", base: cfg.Inventory, hc: hc},
 		billing:   billing,
 	}
 }

@@ -163,7 +163,7 @@ func NewOrders(cfg OrdersConfig, journal *Journal, hc *http.Client, billing Bill
 	return &Orders{
 		cfg:       cfg,
 		journal:   journal,
-		inventory: &jsonClient{base: cfg.Inventory, hc: hc},
+		inventory: &jsonClient{name: "inventory", base: cfg.Inventory, hc: hc},
 		plain:     hc,
 		billing:   billing,
 	}
@@ -299,7 +299,7 @@ func (s *Orders) Report(ctx context.Context, in ReportQuery) (Report, error) {
 	}
 	resp, err := s.plain.Do(req)
 	if err != nil {
-		return Report{}, err
+		return Report{}, transportError("inventory", err)
 	}
 	defer resp.Body.Close()
 	s.journal.Record(ctx, "report-headers", "status", strconv.Itoa(resp.StatusCode))
@@ -307,7 +307,7 @@ func (s *Orders) Report(ctx context.Context, in ReportQuery) (Report, error) {
 		b, err := io.ReadAll(resp.Body)
 		if err != nil {
 			s.journal.Record(ctx, "report-cut", "bytes", strconv.Itoa(len(b)))
-			return Report{Bytes: len(b)}, err
+			return Report{Bytes: len(b)}, transportError("inventory", err)
 		}
 		return Report{Bytes: len(b)}, nil
 	}
@@ -324,7 +324,7 @@ func (s *Orders) Report(ctx context.Context, in ReportQuery) (Report, error) {
 		}
 		if err != nil {
 			s.journal.Record(ctx, "report-cut", "bytes", strconv.Itoa(n))
-			return Report{Bytes: n}, err
+			return Report{Bytes: n}, transportError("inventory", err)
 		}
 	}
 }
