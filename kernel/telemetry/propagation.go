@@ -20,6 +20,11 @@ import (
 // always speak W3C to each other.
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
+// Propagator returns the W3C propagator (trace context and baggage) that
+// the Extract and Inject functions use, for APIs that take a
+// propagation.TextMapPropagator.
+func Propagator() propagation.TextMapPropagator { return propagator }
+
 // ExtractHTTP returns ctx carrying the remote span context and the baggage
 // of the request headers h (traceparent, tracestate, baggage). The span the
 // Diagnostics middleware starts under that context continues the caller's
