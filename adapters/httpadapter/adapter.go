@@ -15,11 +15,10 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/baggage"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -163,7 +162,7 @@ func (rt *route) serve(c echo.Context) error {
 	a := rt.a
 	r := c.Request()
 	x := exchange{start: time.Now(), name: rt.desc.ID}
-	ctx := a.requestContext(r)
+	ctx := a.requestContext(r, rt.desc.ID)
 	x.traceID = traceIDOf(trace.SpanContextFromContext(ctx))
 
 	var deadline time.Time
@@ -198,7 +197,7 @@ func (rt *route) serve(c echo.Context) error {
 	if deadline.IsZero() || !a.detach {
 		inv := a.newInvocation(ctx, rt.desc, in, deadline, r)
 		err := a.k.Invoke(inv)
-		res = result{err, inv.Output(), inv.TraceID()}
+		res = result{err, inv.Output(), telemetry.TraceID(inv)}
 	} else {
 		// The parent ends at the deadline: the adapter's token and the
 		// kernel's are one.
@@ -243,14 +242,34 @@ func (a *Adapter) newInvocation(ctx context.Context, d *operations.Descriptor, i
 }
 
 // requestContext is the invocation's parent context: the request's (which
-// ends when the client goes away), with trace context extracted when a
-// propagator is configured.
-func (a *Adapter) requestContext(r *http.Request) context.Context {
-	ctx := r.Context()
-	if a.cfg.propagator != nil {
-		ctx = a.cfg.propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+// ends when the client goes away), carrying the caller's W3C trace context
+// and baggage (telemetry.ExtractHTTP), so that the invocation's span
+// continues the caller's trace. A baggage header over the limit is
+// dropped whole, with a warning, before anything parses it.
+func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
+	h := r.Header
+	bag, hasTrace := h["Baggage"], len(h["Traceparent"]) > 0
+	if len(bag) == 0 && !hasTrace {
+		return r.Context() // nothing to extract: skip the propagator
 	}
-	return ctx
+	if size := headerSize(bag); size > a.cfg.baggageLimit {
+		a.logger.LogAttrs(r.Context(), slog.LevelWarn, "httpadapter: baggage header dropped",
+			slog.String("operation", name), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
+		if !hasTrace {
+			return r.Context()
+		}
+		h = h.Clone()
+		delete(h, "Baggage")
+	}
+	return telemetry.ExtractHTTP(r.Context(), h)
+}
+
+func headerSize(vs []string) int {
+	n := 0
+	for _, v := range vs {
+		n += len(v)
+	}
+	return n
 }
 
 func badDeadline(header string) *pipeline.Error {
@@ -303,30 +322,12 @@ func bodyTooLarge(limit int64) *pipeline.Error {
 		"The request body is larger than %d bytes.", limit).WithDetail("limit", limit)
 }
 
-// setBaggage copies the W3C baggage header and the Idempotency-Key header
-// into the invocation's baggage. A baggage header over the limit is
-// dropped whole, with a warning.
+// setBaggage copies the baggage extracted by requestContext onto the
+// invocation (bounded: see telemetry.CopyBaggage), and the Idempotency-Key
+// header, when the baggage carries no idempotency key.
 func (a *Adapter) setBaggage(inv *pipeline.Invocation, r *http.Request) {
-	if vs := r.Header["Baggage"]; len(vs) > 0 {
-		size := 0
-		for _, v := range vs {
-			size += len(v)
-		}
-		if size > a.cfg.baggageLimit {
-			a.logger.LogAttrs(r.Context(), slog.LevelWarn, "httpadapter: baggage header dropped",
-				slog.String("operation", inv.Name()), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
-		} else {
-			b, err := baggage.Parse(strings.Join(vs, ","))
-			for _, m := range b.Members() {
-				inv.SetBaggage(m.Key(), m.Value())
-			}
-			if err != nil {
-				a.logger.LogAttrs(r.Context(), slog.LevelDebug, "httpadapter: baggage header partly invalid",
-					slog.String("operation", inv.Name()), slog.String("error", err.Error()))
-			}
-		}
-	}
-	if k := r.Header.Get("Idempotency-Key"); k != "" && len(k) <= maxIdempotencyKey {
+	telemetry.CopyBaggage(inv.Context(), inv, a.logger)
+	if k := r.Header.Get("Idempotency-Key"); k != "" && len(k) <= maxIdempotencyKey && inv.IdempotencyKey() == "" {
 		inv.SetBaggage(pipeline.BaggageIdempotencyKey, k)
 	}
 }
@@ -409,7 +410,7 @@ func (cl *call) run() {
 	defer a.inflight.done()
 	err := a.k.Invoke(inv)
 	if cl.state.CompareAndSwap(callWaiting, callDelivered) {
-		cl.ch <- result{err, inv.Output(), inv.TraceID()}
+		cl.ch <- result{err, inv.Output(), telemetry.TraceID(inv)}
 		return
 	}
 	a.logLate(inv.Name(), cl.method, cl.path, cl.gaveUp, err, inv.OriginalOutcome())

@@ -347,3 +347,19 @@ func TestBaggage(t *testing.T) {
 		t.Errorf("dropped-baggage record = %v, want bytes 107 limit 64", rec)
 	}
 }
+
+func TestTraceIDFromTraceparent(t *testing.T) {
+	s := startServer(t, newTestApp(), serverOpts{})
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	r := s.do(t, "GET", "/items/404", "", map[string]string{"Traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"})
+	checkProblem(t, r, 404, "NOT_FOUND", "TEST_NOT_FOUND_001", "/items/404")
+	if r.problem["traceId"] != traceID {
+		t.Errorf("traceId = %v, want the caller's %s", r.problem["traceId"], traceID)
+	}
+	if rec := s.logs.waitRecord(t, "http request", "path", "/items/404", 0); rec["traceId"] != traceID {
+		t.Errorf("access record traceId = %v, want %s", rec["traceId"], traceID)
+	}
+	if r := s.do(t, "GET", "/items/404", "", nil); r.problem["traceId"] != "" {
+		t.Errorf("without a trace: traceId = %v, want \"\"", r.problem["traceId"])
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -104,12 +105,12 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		x := exchange{start: time.Now()}
-		ctx := a.requestContext(r)
+		x.name = r.Method + " " + c.Path()
+		ctx := a.requestContext(r, x.name)
 		x.traceID = traceIDOf(trace.SpanContextFromContext(ctx))
 		inv := pipeline.NewInvocation(ctx, nil, nil)
-		inv.SetRoute(r.Method + " " + c.Path())
+		inv.SetRoute(x.name)
 		inv.SetProtocol(pipeline.ProtocolHTTP)
-		x.name = inv.Route()
 		if a.cfg.callerDeadlines {
 			d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
 			if err != nil {
@@ -126,7 +127,7 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 			herr = h(c)
 			return herr
 		})
-		if tid := inv.TraceID(); tid != "" {
+		if tid := telemetry.TraceID(inv); tid != "" {
 			x.traceID = tid
 		}
 		switch {

@@ -3,8 +3,6 @@ package httpadapter
 import (
 	"log/slog"
 	"net/http"
-
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // DefaultBodyLimit is the largest request body accepted when
@@ -30,7 +28,6 @@ type config struct {
 	bodyLimit       int64
 	relHeader       string
 	callerDeadlines bool
-	propagator      propagation.TextMapPropagator
 	baggageLimit    int
 	errorHandler    bool
 }
@@ -93,19 +90,12 @@ func WithCallerDeadlines(trust bool) Option {
 	return optionFunc(func(c *config) { c.callerDeadlines = trust })
 }
 
-// WithPropagator extracts trace context (and whatever else p carries) from
-// the request headers into the invocation's parent context, e.g.
-// propagation.TraceContext{}. The default extracts nothing: the trace ID
-// reported in Problem Details and the access log is then that of a span
-// already on the request's context (put there by echo middleware), if any.
-func WithPropagator(p propagation.TextMapPropagator) Option {
-	return optionFunc(func(c *config) { c.propagator = p })
-}
-
 // WithBaggageLimit sets the largest W3C baggage header, in bytes, that is
-// copied into the invocation's baggage. A larger header is dropped whole,
-// with a warning in the log; the request goes on without baggage. The
-// default is DefaultBaggageLimit; n <= 0 keeps it.
+// read at all. A larger header is dropped whole, before it is parsed, with
+// a warning in the log; the request goes on without baggage. What is read
+// is copied onto the invocation within telemetry.CopyBaggage's bounds (32
+// members, 4096 bytes). The default is DefaultBaggageLimit (8192, the W3C
+// limit); n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {

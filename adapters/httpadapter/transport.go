@@ -6,6 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // Transport is an http.RoundTripper that carries the deadline of each
@@ -14,13 +19,16 @@ import (
 // of the deadline at that moment and writes it in the headers the inbound
 // side reads: Sundial-Deadline (absolute, RFC 3339 UTC, truncated to the
 // millisecond) and Sundial-Timeout-Ms (relative, whole milliseconds,
-// rounded down). A request whose context has no deadline goes out
-// unchanged; one whose deadline has already passed is not sent at all and
-// fails with an error wrapping context.DeadlineExceeded.
+// rounded down). A request whose context has no deadline gets no deadline
+// header; one whose deadline has already passed is not sent at all and
+// fails with an error wrapping context.DeadlineExceeded. It also writes
+// the W3C trace context and baggage of the request's context
+// (telemetry.InjectHTTP: traceparent, tracestate, baggage), so that the
+// server's span continues the caller's trace.
 //
-// Deadlines say how long a call may take, which is the caller's business:
-// give a Transport only to clients of internal services, or restrict it
-// with OnlyHosts; a third party never receives the headers otherwise.
+// Deadlines, trace context and baggage are the caller's business: give a
+// Transport only to clients of internal services, or restrict it with
+// OnlyHosts; requests to other hosts go out exactly as they came.
 //
 // Create it with NewTransport. It is safe for concurrent use. It never
 // modifies the caller's request (it sends a clone when it adds headers).
@@ -38,10 +46,10 @@ type transportOptionFunc func(*Transport)
 
 func (f transportOptionFunc) applyTransport(t *Transport) { f(t) }
 
-// OnlyHosts restricts the deadline headers to requests whose URL host —
-// "name" or "name:port", compared case-insensitively — is in hosts.
-// Requests to other hosts go out unchanged. Without it every request gets
-// the headers.
+// OnlyHosts restricts the Transport to requests whose URL host — "name"
+// or "name:port", compared case-insensitively — is in hosts: requests to
+// other hosts go out unchanged, with no deadline, trace context or
+// baggage. Without it every request gets them.
 func OnlyHosts(hosts ...string) TransportOption {
 	return transportOptionFunc(func(t *Transport) {
 		if t.hosts == nil {
@@ -89,22 +97,34 @@ func NewTransport(base http.RoundTripper, opts ...TransportOption) *Transport {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	d, ok := req.Context().Deadline()
-	if !ok || (!t.absolute && t.relHeader == "") || !t.internal(req) {
+	if !t.internal(req) {
 		return t.base.RoundTrip(req)
 	}
-	remaining := time.Until(d)
-	if remaining <= 0 {
-		closeBody(req)
-		return nil, fmt.Errorf("httpadapter: %s %s: the deadline passed before the request was sent: %w",
-			req.Method, req.URL.Redacted(), context.DeadlineExceeded)
+	ctx := req.Context()
+	var r2 *http.Request // the clone that carries what we add
+	if d, ok := ctx.Deadline(); ok && (t.absolute || t.relHeader != "") {
+		remaining := time.Until(d)
+		if remaining <= 0 {
+			closeBody(req)
+			return nil, fmt.Errorf("httpadapter: %s %s: the deadline passed before the request was sent: %w",
+				req.Method, req.URL.Redacted(), context.DeadlineExceeded)
+		}
+		r2 = req.Clone(ctx)
+		if t.absolute {
+			r2.Header.Set(HeaderDeadline, FormatDeadline(d))
+		}
+		if t.relHeader != "" {
+			r2.Header.Set(t.relHeader, FormatTimeoutMs(remaining))
+		}
 	}
-	r2 := req.Clone(req.Context())
-	if t.absolute {
-		r2.Header.Set(HeaderDeadline, FormatDeadline(d))
+	if trace.SpanContextFromContext(ctx).IsValid() || baggage.FromContext(ctx).Len() > 0 {
+		if r2 == nil {
+			r2 = req.Clone(ctx)
+		}
+		telemetry.InjectHTTP(ctx, r2.Header)
 	}
-	if t.relHeader != "" {
-		r2.Header.Set(t.relHeader, FormatTimeoutMs(remaining))
+	if r2 == nil {
+		return t.base.RoundTrip(req)
 	}
 	return t.base.RoundTrip(r2)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 )
@@ -173,6 +174,33 @@ func TestTransportHeaders(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+func TestTransportTraceContext(t *testing.T) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled,
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	tests := []struct {
+		url  string
+		want string
+	}{
+		{"http://svc.internal/x", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"https://api.example.com/x", ""},
+	}
+	for _, tt := range tests {
+		fake := &fakeRoundTripper{}
+		req, _ := http.NewRequestWithContext(ctx, "GET", tt.url, nil)
+		resp, err := httpadapter.NewTransport(fake, httpadapter.OnlyHosts("svc.internal")).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := fake.seen("Traceparent")[0]; got != tt.want {
+			t.Errorf("%s: traceparent = %q, want %q", tt.url, got, tt.want)
+		}
 	}
 }
 
