@@ -103,7 +103,11 @@ func observe(t *testing.T, j *Journal, limit time.Duration) observation {
 	t.Helper()
 	end := waitEvents(t, j, 1, limit, "stopped", "finished")[0]
 	o := observation{ended: end.At, kind: end.Kind}
-	if done := j.Events("ctx-done"); len(done) > 0 {
+	if end.Kind == "stopped" {
+		// It stopped because its context ended; the watcher that records
+		// that runs in its own goroutine and may record it a moment later.
+		o.ctxDone = waitEvents(t, j, 1, limit, "ctx-done")[0].At
+	} else if done := j.Events("ctx-done"); len(done) > 0 {
 		o.ctxDone = done[0].At
 	}
 	return o
