@@ -471,7 +471,12 @@ func shopProcess(t *testing.T, args ...string) (*exec.Cmd, string, *bytes.Buffer
 			cmd.Wait()
 		}
 	})
-	line, err := bufio.NewReader(out).ReadString('\n')
+	// The first "serving" line may be gRPC's; read up to HTTP's.
+	br := bufio.NewReader(out)
+	line, err := br.ReadString('\n')
+	for err == nil && !strings.HasPrefix(line, "shop: serving HTTP on ") {
+		line, err = br.ReadString('\n')
+	}
 	if err != nil {
 		t.Fatalf("shop %v printed no address: %v; stderr:\n%s", args, err, stderr)
 	}
