@@ -113,7 +113,12 @@ func serve(ctx context.Context, o serveOptions) error {
 	if o.grace <= 0 {
 		o.grace = defaultGrace
 	}
-	k, err := newKernel(o.configFile, append([]kernel.Option{kernel.WithLogger(o.logger)}, o.kernelOpts...)...)
+	tel, err := startTelemetry(ctx, os.Getenv)
+	if err != nil {
+		return &serveError{fmt.Errorf("telemetry: %w", err)}
+	}
+	defer tel.shutdown(o.logger)
+	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger)}, tel.kernelOptions()...), o.kernelOpts...)...)
 	if err != nil {
 		return err
 	}
@@ -126,6 +131,7 @@ func serve(ctx context.Context, o serveOptions) error {
 	e.GET("/healthz", a.Wrap(func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	}))
+	e.GET("/metrics", echo.WrapHandler(tel.metrics)) // Prometheus (telemetry.go)
 
 	ln, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {
