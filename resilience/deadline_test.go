@@ -52,6 +52,14 @@ func invokeBlocked(mw *resilience.DeadlineMiddleware, inv *pipeline.Invocation, 
 	return b, err
 }
 
+// invocationDue returns an invocation with parent context parent and a
+// deadline after from now.
+func invocationDue(parent context.Context, after time.Duration) *pipeline.Invocation {
+	inv := pipeline.NewInvocation(parent, nil, nil)
+	inv.SetDeadline(time.Now().Add(after))
+	return inv
+}
+
 func wantCode(t *testing.T, what string, err error, code string) {
 	t.Helper()
 	if got := pipeline.CodeOf(err); got != code {
@@ -67,10 +75,8 @@ func TestDeadlineReleasesBlockedHandlerAsTimeout(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mw := resilience.NewDeadlineMiddleware(0, time.Minute)
-				start := time.Now()
 				parent := t.Context()
-				inv := pipeline.NewInvocation(parent, nil, nil)
-				inv.SetDeadline(start.Add(time.Second))
+				inv := invocationDue(parent, time.Second)
 				b, err := invokeBlocked(mw, inv, e.ret)
 				wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 				if b.released != time.Second {
@@ -97,11 +103,9 @@ func TestDeadlineCallerCancelledIsCancelled(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mw := resilience.NewDeadlineMiddleware(0, time.Minute)
-				start := time.Now()
 				parent, cancel := context.WithCancel(t.Context())
 				defer cancel()
-				inv := pipeline.NewInvocation(parent, nil, nil)
-				inv.SetDeadline(start.Add(time.Second))
+				inv := invocationDue(parent, time.Second)
 				go func() {
 					time.Sleep(500 * time.Millisecond)
 					cancel()
@@ -128,8 +132,7 @@ func TestDeadlineCancelledStaysCancelledPastDeadline(t *testing.T) {
 		mw := resilience.NewDeadlineMiddleware(0, time.Minute)
 		start := time.Now()
 		parent, cancel := context.WithCancel(t.Context())
-		inv := pipeline.NewInvocation(parent, nil, nil)
-		inv.SetDeadline(start.Add(time.Second))
+		inv := invocationDue(parent, time.Second)
 		err := mw.Invoke(inv, func(inv *pipeline.Invocation) error {
 			time.Sleep(500 * time.Millisecond)
 			cancel()
@@ -194,8 +197,7 @@ func TestDeadlineClockPastDeadlineTokenNotFired(t *testing.T) {
 				start := time.Now()
 				parent, cancel := context.WithCancel(t.Context())
 				defer cancel()
-				inv := pipeline.NewInvocation(parent, nil, nil)
-				inv.SetDeadline(start.Add(time.Second))
+				inv := invocationDue(parent, time.Second)
 				var released time.Duration
 				err := mw.Invoke(inv, func(inv *pipeline.Invocation) error {
 					if tc.fireAt > 0 {
@@ -230,8 +232,7 @@ func TestDeadlineTies(t *testing.T) {
 			start := time.Now()
 			parent, cancel := context.WithDeadline(t.Context(), start.Add(time.Second))
 			defer cancel()
-			inv := pipeline.NewInvocation(parent, nil, nil)
-			inv.SetDeadline(start.Add(time.Second))
+			inv := invocationDue(parent, time.Second)
 			b, err := invokeBlocked(resilience.NewDeadlineMiddleware(0, time.Minute), inv, context.Context.Err)
 			wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 			if b.released != time.Second {
@@ -248,8 +249,7 @@ func TestDeadlineTies(t *testing.T) {
 			start := time.Now()
 			parent, cancel := context.WithDeadline(t.Context(), start.Add(500*time.Millisecond))
 			defer cancel()
-			inv := pipeline.NewInvocation(parent, nil, nil)
-			inv.SetDeadline(start.Add(time.Second))
+			inv := invocationDue(parent, time.Second)
 			b, err := invokeBlocked(resilience.NewDeadlineMiddleware(0, time.Minute), inv, context.Context.Err)
 			wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 			if b.released != 500*time.Millisecond || !errors.Is(b.cause, context.DeadlineExceeded) {
@@ -268,8 +268,7 @@ func TestDeadlineTies(t *testing.T) {
 			start := time.Now()
 			up, cancel := context.WithDeadline(t.Context(), start.Add(500*time.Millisecond))
 			defer cancel()
-			inv := pipeline.NewInvocation(hiddenDeadline{up}, nil, nil)
-			inv.SetDeadline(start.Add(time.Second))
+			inv := invocationDue(hiddenDeadline{up}, time.Second)
 			b, err := invokeBlocked(resilience.NewDeadlineMiddleware(0, time.Minute), inv, context.Context.Err)
 			wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 			if b.released != 500*time.Millisecond || b.cause != context.DeadlineExceeded {
@@ -281,8 +280,7 @@ func TestDeadlineTies(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			start := time.Now()
 			parent, cancel := context.WithCancel(t.Context())
-			inv := pipeline.NewInvocation(parent, nil, nil)
-			inv.SetDeadline(start.Add(time.Second))
+			inv := invocationDue(parent, time.Second)
 			cancelled := make(chan time.Duration)
 			go func() {
 				time.Sleep(time.Second)
@@ -302,10 +300,8 @@ func TestDeadlineTies(t *testing.T) {
 	})
 	t.Run("cancel after the deadline while the handler runs", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			start := time.Now()
 			parent, cancel := context.WithCancel(t.Context())
-			inv := pipeline.NewInvocation(parent, nil, nil)
-			inv.SetDeadline(start.Add(time.Second))
+			inv := invocationDue(parent, time.Second)
 			err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
 				time.Sleep(1500 * time.Millisecond)
 				cancel()
@@ -322,10 +318,8 @@ func TestDeadlineTies(t *testing.T) {
 // the handler's context: TIMEOUT exactly when the deadline token ended it.
 func TestDeadlineTieRawCancelAgreesWithToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
 		parent, cancel := context.WithCancel(t.Context())
-		inv := pipeline.NewInvocation(parent, nil, nil)
-		inv.SetDeadline(start.Add(time.Second))
+		inv := invocationDue(parent, time.Second)
 		go func() { time.Sleep(time.Second); cancel() }()
 		b, err := invokeBlocked(resilience.NewDeadlineMiddleware(0, time.Minute), inv, context.Context.Err)
 		want := pipeline.CodeCancelled
