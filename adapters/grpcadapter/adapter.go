@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -520,9 +521,8 @@ func (a *Adapter) setBaggage(ctx context.Context, inv *pipeline.Invocation) {
 				slog.String("operation", inv.Name()), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
 		} else {
 			b, err := baggage.Parse(strings.Join(vs, ","))
-			for _, mem := range b.Members() {
-				inv.SetBaggage(mem.Key(), mem.Value())
-			}
+			// Bounded copy (telemetry.MaxBaggageMembers/Bytes), logged.
+			telemetry.CopyBaggage(baggage.ContextWithBaggage(ctx, b), inv, a.logger)
 			if err != nil {
 				a.logger.LogAttrs(ctx, slog.LevelDebug, "grpcadapter: baggage metadata partly invalid",
 					slog.String("operation", inv.Name()), slog.String("error", err.Error()))

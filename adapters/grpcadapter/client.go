@@ -6,8 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // Outbound deadlines need little help: grpc-go already sends what remains
@@ -59,12 +63,14 @@ func capped(ctx context.Context, timeout time.Duration) (context.Context, contex
 // as details.retryAfter). timeout <= 0 adds no cap; CallTimeout overrides
 // it per call.
 //
-// grpc-go sends the resulting deadline downstream as grpc-timeout.
+// grpc-go sends the resulting deadline downstream as grpc-timeout; the
+// interceptor adds the W3C trace context and baggage of the call's context
+// to the outgoing metadata, so the server's span continues the trace.
 func UnaryClientInterceptor(timeout time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx, cancel := capped(ctx, capFor(timeout, opts))
 		defer cancel()
-		return FromStatus(invoker(ctx, method, req, reply, cc, opts...))
+		return FromStatus(invoker(withTraceMetadata(ctx), method, req, reply, cc, opts...))
 	}
 }
 
@@ -76,7 +82,7 @@ func UnaryClientInterceptor(timeout time.Duration) grpc.UnaryClientInterceptor {
 func StreamClientInterceptor(timeout time.Duration) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, cancel := capped(ctx, capFor(timeout, opts))
-		cs, err := streamer(ctx, desc, cc, method, opts...)
+		cs, err := streamer(withTraceMetadata(ctx), desc, cc, method, opts...)
 		if err != nil {
 			cancel()
 			return nil, FromStatus(err)
@@ -122,4 +128,18 @@ func (s *clientStream) Header() (md metadata.MD, err error) {
 		return md, FromStatus(err)
 	}
 	return md, nil
+}
+
+// withTraceMetadata adds the W3C trace context and baggage of ctx
+// (traceparent, tracestate, baggage; see telemetry.InjectGRPC) to its
+// outgoing metadata, so the server's span continues the caller's trace. A
+// context with neither is returned as it is.
+func withTraceMetadata(ctx context.Context) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() && baggage.FromContext(ctx).Len() == 0 {
+		return ctx
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	md = md.Copy()
+	telemetry.InjectGRPC(ctx, md)
+	return metadata.NewOutgoingContext(ctx, md)
 }

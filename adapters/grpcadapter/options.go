@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // DefaultPackage is the proto package of the generated services when
@@ -49,6 +51,7 @@ func defaultConfig() config {
 		domain:       DefaultDomain,
 		tolerance:    DefaultDeadlineTolerance,
 		baggageLimit: DefaultBaggageLimit,
+		propagator:   telemetry.Propagator(),
 	}
 }
 
@@ -117,9 +120,10 @@ func WithMethodOperations(m map[string]string) Option {
 }
 
 // WithPropagator extracts trace context (and whatever else p carries) from
-// the request metadata into the invocation's parent context, e.g.
-// propagation.TraceContext{}. The default extracts nothing (an otelgrpc
-// stats handler on the server does it instead).
+// the request metadata into the invocation's parent context. The default
+// is telemetry.Propagator(): W3C traceparent, tracestate and baggage, so
+// the invocation's span continues the caller's trace. A nil p extracts
+// nothing (for a server whose otelgrpc stats handler does it instead).
 func WithPropagator(p propagation.TextMapPropagator) Option {
 	return optionFunc(func(c *config) { c.propagator = p })
 }
