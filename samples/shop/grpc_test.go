@@ -186,6 +186,13 @@ func retryInfoOf(st *status.Status) *errdetails.RetryInfo {
 // waitGRPCRecord polls the log for the call record of op with code.
 func (l *logSink) waitGRPCRecord(t *testing.T, op, code string) map[string]any {
 	t.Helper()
+	return l.waitGRPCRecordWhere(t, func(m map[string]any) bool { return m["operation"] == op && m["code"] == code })
+}
+
+// waitGRPCRecordWhere polls the log for a gRPC call record that match
+// accepts.
+func (l *logSink) waitGRPCRecordWhere(t *testing.T, match func(map[string]any) bool) map[string]any {
+	t.Helper()
 	end := time.Now().Add(3 * time.Second)
 	for {
 		l.mu.Lock()
@@ -193,12 +200,12 @@ func (l *logSink) waitGRPCRecord(t *testing.T, op, code string) map[string]any {
 		l.mu.Unlock()
 		for line := range strings.SplitSeq(data, "\n") {
 			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "grpc call" && m["operation"] == op && m["code"] == code {
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "grpc call" && match(m) {
 				return m
 			}
 		}
 		if time.Now().After(end) {
-			t.Fatalf("no grpc call record of %s with code %q in the log:\n%s", op, code, data)
+			t.Fatalf("no matching grpc call record in the log:\n%s", data)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
