@@ -203,7 +203,15 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	out := OrderResult{ID: id, Strategy: in.Strategy}
 
 	var budget *resilience.Budget
-	reserveCtx, cancel, err := s.stepContext(ctx, in.Strategy, &budget, s.cfg.ReserveForBilling, "inventory")
+	if in.Strategy == StrategyReserve {
+		var err error
+		budget, err = resilience.NewBudget(ctx, "orders.submit",
+			resilience.WithMargin(s.cfg.Margin), resilience.WithCallCap(s.cfg.CallCap))
+		if err != nil {
+			return out, err
+		}
+	}
+	reserveCtx, cancel, err := s.stepContext(ctx, in.Strategy, budget, s.cfg.ReserveForBilling, "inventory")
 	if err != nil {
 		return out, err
 	}
@@ -216,7 +224,7 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	}
 	out.ReservationID = res.ID
 
-	chargeCtx, cancel, err := s.stepContext(ctx, in.Strategy, &budget, 0, "billing")
+	chargeCtx, cancel, err := s.stepContext(ctx, in.Strategy, budget, 0, "billing")
 	if err == nil {
 		var rcpt Receipt
 		rcpt, err = s.billing.Charge(chargeCtx, Charge{OrderID: id, Amount: in.Amount})
@@ -233,9 +241,10 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 }
 
 // stepContext returns the context of one downstream call under the
-// strategy. reserve is the time kept back for later steps (StrategyReserve
-// only); *budget is created on the first call of StrategyReserve.
-func (s *Orders) stepContext(ctx context.Context, strategy string, budget **resilience.Budget, reserve time.Duration, dep string) (context.Context, context.CancelFunc, error) {
+// strategy. budget is StrategyReserve's, created by Submit from the
+// invocation's context; reserve is the time it keeps back for the steps
+// after this one.
+func (s *Orders) stepContext(ctx context.Context, strategy string, budget *resilience.Budget, reserve time.Duration, dep string) (context.Context, context.CancelFunc, error) {
 	switch strategy {
 	case StrategyFresh:
 		// The anti-pattern: a fresh timeout from nothing. The caller's
@@ -243,15 +252,7 @@ func (s *Orders) stepContext(ctx context.Context, strategy string, budget **resi
 		c, cancel := context.WithTimeout(context.Background(), s.cfg.FreshTimeout)
 		return c, cancel, nil
 	case StrategyReserve:
-		if *budget == nil {
-			b, err := resilience.NewBudget(ctx, "orders.submit",
-				resilience.WithMargin(s.cfg.Margin), resilience.WithCallCap(s.cfg.CallCap))
-			if err != nil {
-				return nil, nil, err
-			}
-			*budget = b
-		}
-		return (*budget).Context(ctx, resilience.Call{Dependency: dep, Reserve: reserve})
+		return budget.Context(ctx, resilience.Call{Dependency: dep, Reserve: reserve})
 	}
 	return ctx, func() {}, nil // propagate: the handler's context as it is
 }
