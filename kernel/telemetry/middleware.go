@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -21,8 +22,33 @@ type middleware struct {
 }
 
 // Invoke implements pipeline.Middleware. When tracing is off, the
-// instruments are disabled and there is no access log, it only calls next.
+// instruments are disabled and there is no access log, it only calls next
+// (after exposing an idempotency key, when the invocation has one).
 func (m *middleware) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+	if key := inv.IdempotencyKey(); key != "" {
+		return m.withIdempotencyKey(inv, next, key)
+	}
+	return m.invoke(inv, next)
+}
+
+// withIdempotencyKey puts the invocation's idempotency key into the W3C
+// baggage of its context, for typed handlers (which see only the context:
+// see IdempotencyKey) and for outbound calls (the propagators send it on).
+func (m *middleware) withIdempotencyKey(inv *pipeline.Invocation, next pipeline.Handler, key string) error {
+	parent := inv.Context()
+	b := baggage.FromContext(parent)
+	if b.Member(pipeline.BaggageIdempotencyKey).Value() != key {
+		if mem, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, key); err == nil {
+			if b2, err := b.SetMember(mem); err == nil {
+				inv.SetContext(baggage.ContextWithBaggage(parent, b2))
+				defer inv.SetContext(parent)
+			}
+		}
+	}
+	return m.invoke(inv, next)
+}
+
+func (m *middleware) invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
 	tracer := m.t.tracer()
 	in := m.t.inst
 	if !in.enabled(inv.Context()) {

@@ -578,3 +578,43 @@ func TestAccessLogOnly(t *testing.T) {
 		t.Errorf("inv.TraceID() = %q, telemetry.TraceID = %q; want \"\" and the caller's trace ID", inv.TraceID(), telemetry.TraceID(inv))
 	}
 }
+
+// TestIdempotencyKeyReachesTypedHandler: a key on the invocation (from
+// any header) is readable by a typed handler from its context, with or
+// without an SDK.
+func TestIdempotencyKeyReachesTypedHandler(t *testing.T) {
+	for _, name := range []string{"no sdk", "sdk"} {
+		t.Run(name, func(t *testing.T) {
+			reg := operations.NewRegistry()
+			var seen string
+			if err := operations.Register(reg, operations.Descriptor{ID: "orders.create"}, func(ctx context.Context, _ in) (out, error) {
+				seen = telemetry.IdempotencyKey(ctx)
+				return out{}, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var k *kernel.Kernel
+			if name == "sdk" {
+				k = newHarness(t).kernel(t, reg, "")
+			} else {
+				var err error
+				if k, err = kernel.New(kernel.WithRegistry(reg)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			parent := context.Background()
+			inv, err := invoke(k, parent, "orders.create", func(inv *pipeline.Invocation) {
+				inv.SetBaggage(pipeline.BaggageIdempotencyKey, "order-7f3a")
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seen != "order-7f3a" {
+				t.Errorf("telemetry.IdempotencyKey(ctx) in the handler = %q, want order-7f3a", seen)
+			}
+			if inv.Context() != parent {
+				t.Errorf("inv.Context() after Invoke is not the parent")
+			}
+		})
+	}
+}

@@ -152,3 +152,19 @@ func TraceID(inv *pipeline.Invocation) string {
 	}
 	return ""
 }
+
+// IdempotencyKey returns the caller's idempotency key as a handler sees it
+// from its context: the W3C baggage member sundial.idempotency-key, or "".
+// The Diagnostics middleware puts the invocation's key
+// (pipeline.Invocation.IdempotencyKey, whatever header it came from) into
+// the baggage of the handler's context, so a typed handler —
+// func(context.Context, In) (Out, error) — reads it here:
+//
+//	if key := telemetry.IdempotencyKey(ctx); key != "" {
+//		if o, ok := s.byKey[key]; ok {
+//			return o, nil // a retry of a call that already succeeded
+//		}
+//	}
+func IdempotencyKey(ctx context.Context) string {
+	return baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value()
+}
