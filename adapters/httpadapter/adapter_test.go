@@ -223,8 +223,11 @@ func TestEchoErrorsAreProblems(t *testing.T) {
 	if r := s.do(t, "PUT", "/items", "", nil); !strings.Contains(r.header.Get("Allow"), "POST") {
 		t.Errorf("405 Allow = %q, want it to list POST", r.header.Get("Allow"))
 	}
-	if rec := s.logs.waitRecord(t, "http request", "path", "/nope", 0); rec["status"] != float64(404) || rec["code"] != httpadapter.CodeRouteNotFound {
-		t.Errorf("access record of /nope = %v, want status 404 and code %s", rec, httpadapter.CodeRouteNotFound)
+	if rec := s.logs.waitRecord(t, "http request", "path", "/nope", 0); rec["status"] != float64(404) || rec["code"] != httpadapter.CodeRouteNotFound || rec["operation"] != "" {
+		t.Errorf("access record of /nope = %v, want status 404, code %s, no operation", rec, httpadapter.CodeRouteNotFound)
+	}
+	if rec := s.logs.waitRecord(t, "http request", "path", "/broken", 0); rec["operation"] != "GET /broken" || rec["level"] != "ERROR" {
+		t.Errorf("access record of /broken = %v, want operation \"GET /broken\" at level ERROR", rec)
 	}
 }
 

@@ -25,10 +25,13 @@ import (
 // Mount installs it on the echo instance unless WithoutErrorHandler is
 // given.
 func (a *Adapter) HTTPErrorHandler(err error, c echo.Context) {
-	x := exchange{start: time.Now(), name: c.Path()}
+	x := exchange{start: time.Now()}
 	r := c.Request()
 	x.traceID = traceIDOf(trace.SpanContextFromContext(r.Context()))
 	e, status := a.problemOf(err)
+	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed && c.Path() != "" {
+		x.name = r.Method + " " + c.Path() // an application route, named like a host endpoint
+	}
 	if c.Response().Committed {
 		x.status, x.err = c.Response().Status, e
 		a.logExchange(r, &x, errors.New("httpadapter: response already committed"))
