@@ -41,6 +41,15 @@ func (l *logSink) Write(p []byte) (int, error) {
 // code is code.
 func (l *logSink) waitRecord(t *testing.T, op, code string) map[string]any {
 	t.Helper()
+	return l.waitWhere(t, func(m map[string]any) bool {
+		return m["msg"] == "http request" && m["operation"] == op && m["code"] == code
+	})
+}
+
+// waitWhere polls the log, for up to 3 s, for a JSON record that match
+// accepts.
+func (l *logSink) waitWhere(t *testing.T, match func(map[string]any) bool) map[string]any {
+	t.Helper()
 	end := time.Now().Add(3 * time.Second)
 	for {
 		l.mu.Lock()
@@ -48,12 +57,12 @@ func (l *logSink) waitRecord(t *testing.T, op, code string) map[string]any {
 		l.mu.Unlock()
 		for line := range strings.SplitSeq(data, "\n") {
 			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "http request" && m["operation"] == op && m["code"] == code {
+			if json.Unmarshal([]byte(line), &m) == nil && match(m) {
 				return m
 			}
 		}
 		if time.Now().After(end) {
-			t.Fatalf("no access record of %s with code %q in the log:\n%s", op, code, data)
+			t.Fatalf("no matching record in the log:\n%s", data)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
