@@ -31,5 +31,29 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) $(PKGS)
 
+## fuzz: run each fuzz target for $(FUZZTIME), one after the other (`make test`
+## runs their committed seed corpora in testdata/fuzz)
+FUZZ_TARGETS = \
+	./operations:FuzzValidateID \
+	./kernel:FuzzConfig \
+	./adapters/httpadapter:FuzzParseDeadline \
+	./adapters/httpadapter:FuzzParseTimeoutMs \
+	./adapters/httpadapter:FuzzBind \
+	./adapters/cliadapter:FuzzDecodeInput \
+	./adapters/cliadapter:FuzzParseTimeout \
+	./adapters/grpcadapter:FuzzDecode
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+## stress: the shop under 20,000 requests from 200 clients on 127.0.0.1
+## (build tag `stress`; bounded, stops by itself, prints its figures)
+stress:
+	$(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 6m ./samples/shop
+
 clean:
 	rm -rf bin
