@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -58,6 +59,7 @@ type Adapter struct {
 
 	explicit map[string]*operations.Descriptor // WithMethodOperations
 	resolved sync.Map                          // full method -> *operations.Descriptor (nil: none), for the interceptors
+	cached   atomic.Int64                      // entries stored in resolved (at most maxResolved)
 }
 
 // Method describes one gRPC method served by an Adapter.

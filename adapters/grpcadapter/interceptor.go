@@ -55,9 +55,16 @@ func (a *Adapter) resolve(full string) *operations.Descriptor {
 			d = found
 		}
 	}
-	a.resolved.Store(full, d)
+	// Method names come from the client when the server has an
+	// UnknownServiceHandler: bound what they can make the cache hold.
+	if a.cached.Add(1) <= maxResolved {
+		a.resolved.Store(full, d)
+	}
 	return d
 }
+
+// maxResolved bounds the interceptors' cache of resolved method names.
+const maxResolved = 4096
 
 // kebab inverts operations.PascalCase for one-segment names:
 // "ExportCsv" -> "export-csv", "Orders" -> "orders".

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -82,8 +83,15 @@ func (a *acme) desc() *grpc.ServiceDesc {
 
 func newAcmeHarness(t *testing.T) (*harness, *acme) {
 	t.Helper()
+	return newAcmeHarnessWith(t, nil)
+}
+
+// newAcmeHarnessWith is newAcmeHarness with more operations.
+func newAcmeHarnessWith(t *testing.T, register func(testing.TB, *operations.Registry)) (*harness, *acme) {
+	t.Helper()
 	svc := &acme{deadlines: make(chan time.Time, 4)}
 	h := newHarness(t, harnessOpt{
+		register: register,
 		adapter: []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{
 			"/acme.v1.Work/Slow":  "work.capped",
 			"/acme.v1.Work/Watch": "work.capped",
