@@ -57,7 +57,8 @@ func TestExperiment3FreshTimeoutsVersusPropagation(t *testing.T) {
 
 	t.Run("propagated deadline: Billing refuses, nothing is charged, the reservation is released", func(t *testing.T) {
 		t.Parallel()
-		c := startCluster(t, cfg, nil)
+		logs := &logBuffer{}
+		c := startCluster(t, cfg, logs)
 		r := call(context.Background(), http.MethodPost, c.URL("gateway")+"/checkout", fmt.Sprintf(checkout, StrategyPropagate), nil)
 		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != "ORDERS_TIMEOUT_001" {
 			t.Fatalf("POST /checkout (propagate) = %d %s (err %v), want 504 ORDERS_TIMEOUT_001", r.Status, r.Body, r.Err)
@@ -98,5 +99,23 @@ func TestExperiment3FreshTimeoutsVersusPropagation(t *testing.T) {
 			t.Errorf("reservations still held = %v, want none", active)
 		}
 		t.Logf("Inventory reservation %v made and released by the compensating step; 0 charges", r.Problem.Details["released"])
+
+		// The trace context travels with the deadline: every hop's access
+		// record carries the trace ID the client got in the Problem.
+		trace := r.Problem.TraceID
+		if len(trace) != 32 {
+			t.Fatalf("Problem traceId = %q, want a W3C trace ID", trace)
+		}
+		for _, op := range []string{"gateway.checkout", "orders.submit", "inventory.reserve", "billing.charge", "inventory.release"} {
+			msg := "http request"
+			if op == "billing.charge" {
+				msg = "grpc call"
+			}
+			rec := logs.wait(t, map[string]any{"msg": msg, "operation": op}, 2*time.Second)
+			if rec["traceId"] != trace {
+				t.Errorf("%s logged trace %v, want %s", op, rec["traceId"], trace)
+			}
+		}
+		t.Logf("one trace, %s, crosses gateway, orders, inventory (reserve and release) and billing", trace)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 
@@ -40,7 +41,11 @@ type registrar interface {
 }
 
 // newKernel builds the kernel of one role: its operations, the embedded
-// config, an optional config file and CHAIN_ environment overrides.
+// config, an optional config file and CHAIN_ environment overrides. Each
+// role gets an OpenTelemetry SDK tracer provider of its own with no
+// exporter: nothing leaves the process, but every invocation has a real
+// W3C trace ID, continued from the caller's traceparent, so the access
+// logs of all four roles show one trace ID per request.
 func newKernel(svc registrar, configFile string, logger *slog.Logger, opts ...kernel.Option) (*kernel.Kernel, error) {
 	reg := operations.NewRegistry()
 	if err := svc.Register(reg); err != nil {
@@ -52,6 +57,7 @@ func newKernel(svc registrar, configFile string, logger *slog.Logger, opts ...ke
 		kernel.WithConfigFile(configFile),
 		kernel.WithEnv("CHAIN_"),
 		kernel.WithLogger(logger),
+		kernel.WithTracerProvider(sdktrace.NewTracerProvider()),
 	}
 	return kernel.New(append(base, opts...)...)
 }
