@@ -151,40 +151,92 @@ func (l *FixedWindow) evictIfIdle(now time.Time) bool {
 // A key's limiter is dropped once its current window has no permit taken
 // and nobody waits in it; a later call for that key starts a new one. So
 // memory follows the keys active in the last window, not every key ever
-// seen, which matters when keys come from callers. It is safe for
-// concurrent use and starts no goroutine.
+// seen, which matters when keys come from callers.
+//
+// The number of limiters is also capped (WithMaxKeys, default
+// DefaultMaxKeys), so that a flood of distinct keys — one new tenant value
+// per request — cannot make it allocate without bound within one window.
+// When every limiter is in use, a call for a key that has none is turned
+// away with [ErrLimited] until a sweep finds an idle one; sweeps of a full
+// set run at most every 100 ms, so the flood costs at most one pass over
+// the limiters per 100 ms. Keys that already have a limiter keep it and
+// their limits.
+//
+// It is safe for concurrent use and starts no goroutine.
 type KeyedFixedWindow struct {
 	permitLimit, queueLimit int
 	length                  time.Duration
+	maxKeys                 int
 
-	mu      sync.RWMutex // guards parts and sweepAt
-	parts   map[string]*FixedWindow
-	sweepAt int // sweep idle limiters when parts grows to this size
+	mu        sync.RWMutex // guards parts, sweepAt and fullUntil
+	parts     map[string]*FixedWindow
+	sweepAt   int       // sweep idle limiters when parts grows to this size
+	fullUntil time.Time // full at the last sweep: no new key, and no sweep, before then
+}
+
+// DefaultMaxKeys is the largest number of keys a KeyedFixedWindow holds a
+// limiter for when WithMaxKeys is not given. A limiter costs a few hundred
+// bytes, so the default bounds a keyed limiter to a few megabytes.
+const DefaultMaxKeys = 10_000
+
+// fullSweepInterval is how often a KeyedFixedWindow whose limiters are all
+// in use looks again for idle ones.
+const fullSweepInterval = 100 * time.Millisecond
+
+// KeyedOption configures NewKeyedFixedWindow.
+type KeyedOption interface{ applyKeyed(*KeyedFixedWindow) }
+
+type keyedOptionFunc func(*KeyedFixedWindow)
+
+func (f keyedOptionFunc) applyKeyed(k *KeyedFixedWindow) { f(k) }
+
+// WithMaxKeys sets the largest number of keys that have a limiter at once
+// (default DefaultMaxKeys); see KeyedFixedWindow for what happens beyond
+// it. n <= 0 keeps the default.
+func WithMaxKeys(n int) KeyedOption {
+	return keyedOptionFunc(func(k *KeyedFixedWindow) {
+		if n > 0 {
+			k.maxKeys = n
+		}
+	})
 }
 
 // NewKeyedFixedWindow returns a keyed limiter whose limiters admit
 // permitLimit calls per window of the given length, with up to queueLimit
 // waiting, each. It fails on the same values as NewFixedWindow.
-func NewKeyedFixedWindow(permitLimit int, length time.Duration, queueLimit int) (*KeyedFixedWindow, error) {
+func NewKeyedFixedWindow(permitLimit int, length time.Duration, queueLimit int, opts ...KeyedOption) (*KeyedFixedWindow, error) {
 	if _, err := NewFixedWindow(permitLimit, length, queueLimit); err != nil {
 		return nil, fmt.Errorf("resilience: NewKeyedFixedWindow: %w", err)
 	}
-	return &KeyedFixedWindow{
-		permitLimit: permitLimit, queueLimit: queueLimit, length: length,
-		parts: make(map[string]*FixedWindow), sweepAt: minSweep,
-	}, nil
+	k := &KeyedFixedWindow{
+		permitLimit: permitLimit, queueLimit: queueLimit, length: length, maxKeys: DefaultMaxKeys,
+		parts: make(map[string]*FixedWindow),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.applyKeyed(k)
+		}
+	}
+	k.sweepAt = min(minSweep, k.maxKeys)
+	return k, nil
 }
 
 // minSweep is the number of keys below which idle limiters are not swept.
 const minSweep = 64
 
-// Wait is [FixedWindow.Wait] on key's limiter.
+// Wait is [FixedWindow.Wait] on key's limiter. When key has no limiter and
+// the maximum number of keys have one in use, it returns [ErrLimited] at
+// once, with the time until the next look for idle limiters.
 func (k *KeyedFixedWindow) Wait(ctx context.Context, key string) (retryAfter time.Duration, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	for {
-		evicted, retry, err := k.get(key).wait(ctx)
+		l, full := k.get(key)
+		if l == nil {
+			return full, ErrLimited
+		}
+		evicted, retry, err := l.wait(ctx)
 		if !evicted {
 			return retry, err
 		}
@@ -198,28 +250,37 @@ func (k *KeyedFixedWindow) Len() int {
 	return len(k.parts)
 }
 
-func (k *KeyedFixedWindow) get(key string) *FixedWindow {
+// get returns key's limiter, creating it if need be, or nil and the time
+// until the next sweep when every limiter is in use.
+func (k *KeyedFixedWindow) get(key string) (*FixedWindow, time.Duration) {
 	k.mu.RLock()
 	l := k.parts[key]
 	k.mu.RUnlock()
 	if l != nil {
-		return l
+		return l, 0
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if l = k.parts[key]; l != nil {
-		return l
+		return l, 0
 	}
 	if len(k.parts) >= k.sweepAt {
 		now := time.Now()
+		if len(k.parts) >= k.maxKeys && now.Before(k.fullUntil) {
+			return nil, k.fullUntil.Sub(now)
+		}
 		for key, l := range k.parts {
 			if l.evictIfIdle(now) {
 				delete(k.parts, key)
 			}
 		}
-		k.sweepAt = max(2*len(k.parts), minSweep)
+		k.sweepAt = min(max(2*len(k.parts), minSweep), k.maxKeys)
+		if len(k.parts) >= k.maxKeys {
+			k.fullUntil = now.Add(fullSweepInterval)
+			return nil, fullSweepInterval
+		}
 	}
 	l = newFixedWindow(k.permitLimit, k.length, k.queueLimit)
 	k.parts[key] = l
-	return l
+	return l, 0
 }
