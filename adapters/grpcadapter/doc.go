@@ -1,3 +1,28 @@
 // Package grpcadapter serves Sundial operations as gRPC methods on a
 // *grpc.Server and maps outcomes to gRPC statuses.
+//
+// [New] builds, from the Go input and output types of every registered
+// operation, protobuf descriptors and one unary method per operation —
+// orders.create is /shop.v1.Orders/Create under WithPackage("shop.v1") —
+// with no .proto file and no generated code. [Adapter.Register] puts them
+// on the application's server; [Adapter.RegisterReflection] makes them
+// (and every other service on the server) visible to reflection clients
+// such as grpcurl.
+//
+// Each call becomes one invocation: the server context's deadline (the
+// caller's grpc-timeout) is the invocation's deadline, the kernel's
+// pipeline runs, and the outcome goes back as a status built by [Status]:
+// the code of [CodeFor], a google.rpc.ErrorInfo whose reason is the
+// outcome's stable code, and a google.rpc.RetryInfo when the outcome has a
+// retry hint. UNEXPECTED outcomes never carry internal text.
+//
+// For an application's own generated services, the server interceptors
+// ([Adapter.UnaryServerInterceptor], [Adapter.StreamServerInterceptor])
+// run each call under an operation's pipeline — its deadline, breaker and
+// limits. For outbound calls, [UnaryClientInterceptor] and
+// [StreamClientInterceptor] cap each call's deadline and turn failures into
+// outcomes with [FromStatus].
+//
+// The guide's chapter docs/grpc.md describes the naming convention, the
+// Go-to-protobuf type mapping and the deadline rules in full.
 package grpcadapter
