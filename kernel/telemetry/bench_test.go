@@ -28,10 +28,7 @@ import (
 func BenchmarkDiagnostics(b *testing.B) {
 	d := &operations.Descriptor{ID: "bench.op"}
 	terminal := func(*pipeline.Invocation) error { return nil }
-	tp := sdktrace.NewTracerProvider()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	defer tp.Shutdown(context.Background())
-	defer mp.Shutdown(context.Background())
+	tp, mp := sdkProviders(b)
 	cases := []struct {
 		name string
 		h    pipeline.Handler
@@ -67,10 +64,7 @@ func BenchmarkKernelInvoke(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	tp := sdktrace.NewTracerProvider()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	defer tp.Shutdown(context.Background())
-	defer mp.Shutdown(context.Background())
+	tp, mp := sdkProviders(b)
 	cases := []struct {
 		name string
 		opts []kernel.Option
@@ -94,4 +88,16 @@ func BenchmarkKernelInvoke(b *testing.B) {
 			}
 		})
 	}
+}
+
+// sdkProviders returns SDK providers that record and export nothing:
+// always sampling, no span processor; a manual reader never collected.
+func sdkProviders(b *testing.B) (*sdktrace.TracerProvider, *sdkmetric.MeterProvider) {
+	tp := sdktrace.NewTracerProvider()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	return tp, mp
 }
