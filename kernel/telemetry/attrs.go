@@ -12,10 +12,11 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// numProtocols is the number of pipeline.Protocol values; an unknown value
-// is reported as its String form under slot 0's neighbours (see protoSlot).
+// numProtocols is the number of pipeline.Protocol values.
 const numProtocols = int(pipeline.ProtocolCLI) + 1
 
+// protoSlot returns the index of p's precomputed attributes; a value past
+// the known protocols is reported as "inprocess", as Protocol.String does.
 func protoSlot(p pipeline.Protocol) int {
 	if int(p) >= numProtocols {
 		return int(pipeline.ProtocolInProcess)

@@ -25,8 +25,9 @@
 // The propagation helpers ([ExtractHTTP], [InjectHTTP], [ExtractGRPC],
 // [InjectGRPC]) carry the W3C trace context and baggage across HTTP and
 // gRPC hops; [CopyBaggage] copies the extracted baggage, bounded, onto the
-// invocation, where handlers read it (see
-// [pipeline.Invocation.IdempotencyKey]).
+// invocation, where middleware reads it (see
+// [pipeline.Invocation.IdempotencyKey]); typed handlers read the caller's
+// idempotency key from their context with [IdempotencyKey].
 //
 // The attribute and metric names are constants of this package; the guide
 // (docs/observability.md) explains each of them.
