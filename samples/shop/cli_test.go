@@ -7,12 +7,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sundial-go/sundial/adapters/cliadapter"
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/samples/shop/app"
 )
 
@@ -206,4 +211,66 @@ func TestCLIInProcess(t *testing.T) {
 	if want := (app.Order{ID: "ord-1", Name: "widget", Amount: 1}); o != want {
 		t.Errorf("run(orders create) order = %+v, want %+v", o, want)
 	}
+}
+
+// cliCaller is the conformance table's CLI column: it runs the shop's
+// operation commands in-process, `shop <group> <name> --input JSON
+// [--timeout SECONDS]`, exactly as the binary parses and reports them, and
+// checks that the exit code is the one DESIGN.md's table gives for the
+// outcome's kind. All calls of a scenario share one kernel: the binary
+// builds a kernel per process, and a scenario is the calls of one shop
+// (its orders, its rate limit, its breaker).
+type cliCaller struct {
+	k     *kernel.Kernel
+	probe *probe
+}
+
+func newCLICaller(t *testing.T) *cliCaller {
+	t.Helper()
+	c := &cliCaller{probe: newProbe()}
+	var err error
+	c.k, err = newKernel("", kernel.UseAt(pipeline.StageHandle, c.probe), kernel.WithEnviron(func() []string { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *cliCaller) started() <-chan string { return c.probe.started }
+
+// call may run on a goroutine of its own (background steps): it reports
+// with t.Errorf, never t.Fatal.
+func (c *cliCaller) call(t *testing.T, op, input string, timeout time.Duration) string {
+	root := &cobra.Command{Use: "shop"}
+	reg, err := newRegistry()
+	if err == nil {
+		err = cliadapter.AddCommands(root, reg, func() (*kernel.Kernel, error) { return c.k, nil }, cliadapter.WithSignals())
+	}
+	if err != nil {
+		t.Errorf("CLI commands: %v", err)
+		return ""
+	}
+	group, name, _ := strings.Cut(op, ".")
+	args := []string{group, name, "--input", input}
+	if timeout > 0 {
+		args = append(args, "--timeout", strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64))
+	}
+	var stdout, stderr bytes.Buffer
+	root.SetArgs(args)
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	exit := cliadapter.Execute(t.Context(), root)
+	if exit == cliadapter.ExitOK {
+		return "OK"
+	}
+	line, _, _ := strings.Cut(stderr.String(), "\n")
+	var p cliadapter.Problem
+	if err := json.Unmarshal([]byte(line), &p); err != nil {
+		t.Errorf("shop %q: exit %d, stderr %q without Problem Details", args, exit, stderr.String())
+		return ""
+	}
+	if kind, ok := pipeline.ParseKind(p.Title); !ok || cliadapter.ExitCodeFor(kind) != exit || p.ExitCode != exit {
+		t.Errorf("shop %q: exit code %d for a %s outcome (problem exitCode %d), want %d", args, exit, p.Title, p.ExitCode, cliadapter.ExitCodeFor(kind))
+	}
+	return p.Code
 }

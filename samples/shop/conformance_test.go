@@ -21,7 +21,7 @@ import (
 // a fresh shop — and every column a protocol. Each call names its
 // operation, its JSON input and the caller's timeout, and the outcome code
 // it must end with ("OK" for success) on every protocol. A column also
-// checks that its protocol's own status (HTTP status, gRPC code) is the one
+// checks that its protocol's own status (HTTP status, gRPC code, exit code) is the one
 // DESIGN.md's table gives for the outcome's kind.
 //
 // To add a protocol, add a column: a name and a function that starts a
@@ -58,6 +58,7 @@ type column struct {
 var conformanceColumns = []column{
 	{"http", func(t *testing.T) caller { return &httpCaller{s: startShopHTTP(t, serveOptions{})} }},
 	{"grpc", func(t *testing.T) caller { return &grpcCaller{g: startShopGRPC(t, serveOptions{})} }},
+	{"cli", func(t *testing.T) caller { return newCLICaller(t) }}, // exit codes; cliCaller in cli_test.go
 }
 
 var conformanceRows = []struct {
