@@ -2,6 +2,7 @@ package grpcadapter_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/kernel"
@@ -395,3 +397,22 @@ func (rawCodec) Unmarshal(b []byte, v any) error {
 	return nil
 }
 func (rawCodec) Name() string { return "proto" }
+
+// BenchmarkUnaryCall measures one call of an operation over bufconn, from
+// the client's Invoke to its return: grpc-go, the adapter's conversions,
+// the kernel (no limits configured) and the handler.
+func BenchmarkUnaryCall(b *testing.B) {
+	h := newHarness(b, harnessOpt{adapter: []grpcadapter.Option{grpcadapter.WithLogger(slog.New(slog.DiscardHandler))}})
+	m := h.method(b, "/test.v1.Work/Tiny")
+	req := newMessage(m.Input)
+	if err := protojson.Unmarshal([]byte(`{"n": 7}`), req); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := h.conn.Invoke(ctx, "/test.v1.Work/Tiny", req, newMessage(m.Output)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -72,9 +72,20 @@ type withDuration struct {
 	Limit *time.Duration `json:"limit"`
 }
 
+// flat is a small flat message, like the shop's orders.
+type flat struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Amount int    `json:"amount"`
+}
+
 func newTestAdapter(t testing.TB) *Adapter {
 	t.Helper()
 	reg := operations.NewRegistry()
+	flatEcho := func(_ context.Context, in flat) (flat, error) { return in, nil }
+	if err := operations.Register(reg, operations.Descriptor{ID: "echo.flat"}, flatEcho); err != nil {
+		t.Fatal(err)
+	}
 	echo := func(_ context.Context, in rich) (rich, error) { return in, nil }
 	if err := operations.Register(reg, operations.Descriptor{ID: "echo.rich"}, echo); err != nil {
 		t.Fatal(err)

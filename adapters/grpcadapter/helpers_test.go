@@ -188,7 +188,7 @@ type harnessOpt struct {
 	services func(*grpc.Server)
 }
 
-func newHarness(t *testing.T, ho harnessOpt) *harness {
+func newHarness(t testing.TB, ho harnessOpt) *harness {
 	t.Helper()
 	h := &harness{app: newTestApp(), log: &syncBuffer{}}
 	reg := operations.NewRegistry()
@@ -241,7 +241,7 @@ func newHarness(t *testing.T, ho harnessOpt) *harness {
 }
 
 // method returns the descriptor of the adapter's method full.
-func (h *harness) method(t *testing.T, full string) grpcadapter.Method {
+func (h *harness) method(t testing.TB, full string) grpcadapter.Method {
 	t.Helper()
 	for _, m := range h.adapter.Methods() {
 		if m.FullName == full {
