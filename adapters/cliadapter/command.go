@@ -95,7 +95,9 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // errors into exit codes.
 //
 // AddCommands returns an error, adding nothing, when a group's name is
-// already a command of root.
+// already a command of root. Like any cobra tree, the commands keep the
+// flag values they parsed: execute a tree once, and build a new root for
+// each further execution (tests, in-process callers).
 func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel KernelFunc, opts ...Option) error {
 	if root == nil || reg == nil || newKernel == nil {
 		return errors.New("cliadapter: AddCommands: nil root, registry or kernel function")
