@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -179,7 +180,7 @@ func (rt *route) serve(c echo.Context) error {
 		deadline = rt.dm.Effective(x.start, deadline, pd)
 	}
 
-	buf, perr, status := a.readBody(c)
+	buf, perr, status := a.readBody(c, deadline)
 	if perr != nil {
 		a.fail(c, &x, perr, status)
 		return nil
@@ -289,7 +290,12 @@ func deadlineFormat(header string) string {
 // buffer. Reading to the end matters beyond decoding: Go's HTTP/1 server
 // only starts watching the connection for a vanished client — and cancels
 // the request's context when it goes — once the body has been read to EOF.
-func (a *Adapter) readBody(c echo.Context) (*bytes.Buffer, *pipeline.Error, int) {
+//
+// The read is bounded by the invocation's deadline (when the connection
+// supports read deadlines): a client that sends its headers and then
+// dribbles the body gets a 504 at the deadline instead of holding the
+// server for as long as it likes.
+func (a *Adapter) readBody(c echo.Context, deadline time.Time) (*bytes.Buffer, *pipeline.Error, int) {
 	r := c.Request()
 	buf := bufPool.Get().(*bytes.Buffer)
 	if r.Body == nil || r.Body == http.NoBody {
@@ -300,13 +306,30 @@ func (a *Adapter) readBody(c echo.Context) (*bytes.Buffer, *pipeline.Error, int)
 		bufPool.Put(buf)
 		return nil, bodyTooLarge(limit), http.StatusRequestEntityTooLarge
 	}
+	var rc *http.ResponseController
+	if !deadline.IsZero() {
+		rc = http.NewResponseController(c.Response())
+		if rc.SetReadDeadline(deadline) != nil {
+			rc = nil // not supported: read without a bound
+		}
+	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(c.Response(), r.Body, limit))
+	if err == nil && rc != nil {
+		_ = rc.SetReadDeadline(time.Time{}) // the connection's own watch after EOF must not time out
+	}
 	if err != nil {
+		// What is left on the wire is unknown: do not read on for the
+		// next request (the read deadline, if it fired, stays expired so
+		// that the server's own attempt to drain the body fails at once).
+		c.Response().Header().Set(echo.HeaderConnection, "close")
 		buf.Reset()
 		bufPool.Put(buf)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, bodyTooLarge(limit), http.StatusRequestEntityTooLarge
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, pipeline.ErrTimeout(), 0
 		}
 		if ctxErr := r.Context().Err(); ctxErr != nil {
 			return nil, pipeline.AsError(ctxErr), 0

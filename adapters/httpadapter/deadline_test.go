@@ -308,6 +308,36 @@ func TestDeadlineCapsAndSwitches(t *testing.T) {
 	}
 }
 
+// A client that sends its headers and then dribbles its body is bounded by
+// the deadline like everything else.
+func TestSlowBodyEndsAtTheDeadline(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /work HTTP/1.1\r\nHost: x\r\nSundial-Timeout-Ms: 200\r\nContent-Length: 100\r\n\r\n{\"delayMs\":")
+	conn.SetReadDeadline(start.Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != 504 || took < 200*time.Millisecond || took > time.Second {
+		t.Errorf("slow body: status %d after %v, want 504 between 200ms and 1s", resp.StatusCode, took)
+	}
+	if n := app.calls.Load(); n != 0 {
+		t.Errorf("the handler ran %d times for a body that never arrived", n)
+	}
+	if rec := s.logs.waitRecord(t, "http request", "operation", "work.run", time.Second); rec["code"] != pipeline.CodeTimeout {
+		t.Errorf("access record = %v, want code %s", rec, pipeline.CodeTimeout)
+	}
+}
+
 func TestStragglerDoesNotHoldTheResponse(t *testing.T) {
 	app := newTestApp()
 	s := startServer(t, app, serverOpts{})
