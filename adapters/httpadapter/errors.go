@@ -79,7 +79,7 @@ func echoProblem(he *echo.HTTPError) *pipeline.Error {
 	case http.StatusConflict:
 		kind = pipeline.KindConflict
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		kind, code = pipeline.KindUnavailable, "HTTP_UNAVAILABLE_001"
+		kind, code = pipeline.KindUnavailable, CodeUnavailable
 	case http.StatusGatewayTimeout:
 		kind, code = pipeline.KindTimeout, pipeline.CodeTimeout
 	default:

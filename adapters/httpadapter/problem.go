@@ -26,8 +26,12 @@ const (
 	CodeWrongType = "HTTP_VALIDATION_002"
 	// CodeBodyTooLarge: the request body is over the limit (status 413).
 	CodeBodyTooLarge = "HTTP_VALIDATION_003"
-	// CodeBadRequest: echo rejected the request with another 4xx status.
+	// CodeBadRequest: an *echo.HTTPError with another 4xx status, from echo
+	// or from an application route.
 	CodeBadRequest = "HTTP_VALIDATION_004"
+	// CodeUnavailable: an *echo.HTTPError with status 429 or 503 (echo's
+	// rate limiter and timeout middleware use them).
+	CodeUnavailable = "HTTP_UNAVAILABLE_001"
 	// CodeRouteNotFound: no route matches the path (status 404).
 	CodeRouteNotFound = "HTTP_NOT_FOUND_001"
 	// CodeMethodNotAllowed: a route matches the path but not the method
