@@ -322,12 +322,15 @@ func (k *Kernel) InvokeFunc(inv *pipeline.Invocation, fn pipeline.Handler) error
 // The context is the parent: its cancellation and deadline apply.
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
-	d, ok := k.registry.Lookup(id)
+	// k.ops is fixed at New: reading it takes no lock, unlike the registry.
+	c, ok := k.ops[id]
 	if !ok {
 		return zero, pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
 	}
-	inv := pipeline.NewInvocation(ctx, d, &in)
-	if err := k.Invoke(inv); err != nil {
+	inv := pipeline.NewInvocation(ctx, c.desc, &in)
+	err := c.handler(inv)
+	inv.SetOutcome(err)
+	if err != nil {
 		return zero, err
 	}
 	out, ok := inv.Output().(Out)
@@ -395,8 +398,7 @@ type validationMiddleware struct{}
 func (validationMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
 	if v, ok := inv.Input().(operations.Validator); ok && v != nil {
 		if err := v.Validate(); err != nil {
-			var pe *pipeline.Error
-			if errors.As(err, &pe) {
+			if pe, ok := errors.AsType[*pipeline.Error](err); ok {
 				return pe
 			}
 			return pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, err.Error(), err)

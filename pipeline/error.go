@@ -147,8 +147,7 @@ func KindOf(err error) Kind {
 	if err == nil {
 		return KindOK
 	}
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Kind
 	}
 	switch {
@@ -168,8 +167,7 @@ func AsError(err error) *Error {
 	if err == nil {
 		return nil
 	}
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e
 	}
 	switch {

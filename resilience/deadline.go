@@ -70,6 +70,19 @@ func (deadlineError) Temporary() bool { return true }
 // whichever the runtime ran first, and the result always agrees with the
 // handler's context (see docs/deadlines.md).
 //
+// # The kernel-wide cap
+//
+// When the effective deadline is the kernel-wide cap — the caller sent no
+// earlier deadline and the operation has no Timeout of its own — the
+// context's timer is armed only when something waits on the context
+// (Done, or Err once the deadline has passed or the caller has gone):
+// Deadline reports the cap from the start, and a call that finishes
+// without blocking on its context pays for no timer. The outcome and the
+// context's behaviour are the same, with one exception only a handler that
+// ignores its context can meet: if nothing looked at the context before
+// both the cap passed and the caller went away, the outcome is TIMEOUT,
+// whichever came first.
+//
 // # Arrival
 //
 // On arrival the middleware decides whether to start work at all: a
@@ -154,15 +167,36 @@ func (m *DeadlineMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Hand
 	if parent.Err() != nil {
 		return endOnArrival(inv, attributeDone(parent))
 	}
+	if m.derive == nil && m.maxTimeout > 0 && d.Equal(now.Add(m.maxTimeout)) {
+		// Only the kernel-wide cap bounds the call: arm its timer when
+		// something waits on the context (see capContext).
+		return runCapped(inv, parent, d, next)
+	}
 	derive := m.derive
 	if derive == nil {
 		derive = context.WithDeadlineCause
 	}
+	return run(inv, parent, derive, d, next)
+}
+
+// run runs the chain under a context derived from parent that ends at d.
+// (Kept apart from Invoke, whose many returns would stop the compiler
+// from open-coding these defers.)
+func run(inv *pipeline.Invocation, parent context.Context, derive func(context.Context, time.Time, error) (context.Context, context.CancelFunc), d time.Time, next pipeline.Handler) error {
 	ctx, cancel := derive(parent, d, ErrDeadline)
 	defer cancel()
 	inv.SetContext(ctx)
 	defer inv.SetContext(parent)
 	return attribute(inv, ctx, next(inv))
+}
+
+// runCapped is run for a deadline that is the kernel-wide cap.
+func runCapped(inv *pipeline.Invocation, parent context.Context, d time.Time, next pipeline.Handler) error {
+	c := newCapContext(parent, d)
+	defer c.end()
+	inv.SetContext(c)
+	defer inv.SetContext(parent)
+	return attribute(inv, c, next(inv))
 }
 
 // endOnArrival ends an invocation before anything inside the middleware
@@ -229,6 +263,6 @@ func ownCancellation(done bool, err error) bool {
 	if done {
 		return true
 	}
-	var be *BudgetExhaustedError
-	return errors.As(err, &be) && be.callerBound
+	be, ok := errors.AsType[*BudgetExhaustedError](err)
+	return ok && be.callerBound
 }

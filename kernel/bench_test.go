@@ -1,0 +1,228 @@
+package kernel_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// The pipeline benchmarks measure one in-process call of a no-op operation
+// through kernel.Call, side by side with the two floors it is judged
+// against:
+//
+//   - floor-direct: the handler called directly (what the call itself costs);
+//   - floor-withtimeout: the handler under a bare context.WithTimeout of 1 s
+//     and its cancel (what any deadline costs in Go);
+//   - passthrough: an operation with nothing configured, called without a
+//     deadline (see benchConfigs for what the kernel still enforces);
+//   - deadline: the operation's TimeoutSeconds is 1, nothing else;
+//   - full: TimeoutSeconds 1 plus a breaker, a fixed-window rate limit and
+//     a concurrency limit, all high enough never to reject.
+//
+// The kernel runs with its defaults otherwise: the Diagnostics middleware
+// is on, with otel's global no-op providers (BenchmarkTelemetry measures
+// it with the SDK). The names are stable so that runs compare with
+// benchstat; see docs/performance.md.
+
+const benchOp = "bench.noop"
+
+type benchIn struct{}
+
+type benchOut struct{}
+
+// benchHandler is the operation's handler: it does nothing.
+var benchHandler = func(context.Context, benchIn) (benchOut, error) { return benchOut{}, nil }
+
+// benchConfigs are the kernel configurations of the kernel cases.
+var benchConfigs = map[string]string{
+	// Nothing configured for the operation. The kernel-wide cap
+	// (MaxTimeoutSeconds, default 300) still bounds the call.
+	"passthrough": `{}`,
+	"deadline":    `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{"TimeoutSeconds":1}}}}}}`,
+	"full": `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{
+		"TimeoutSeconds":1,
+		"FailureThreshold":5,"BreakSeconds":1,
+		"PermitLimit":1000000000,"WindowSeconds":3600,
+		"ConcurrencyLimit":1000000}}}}}}`,
+}
+
+// benchCases are the cases of BenchmarkPipeline and BenchmarkPipelineParallel, in order.
+var benchCases = []string{"floor-direct", "floor-withtimeout", "passthrough", "deadline", "full"}
+
+// newBenchKernel returns a kernel serving benchOp with fn under the JSON
+// config doc.
+func newBenchKernel(b *testing.B, doc string, fn func(context.Context, benchIn) (benchOut, error), opts ...kernel.Option) *kernel.Kernel {
+	b.Helper()
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: benchOp}, fn); err != nil {
+		b.Fatal(err)
+	}
+	k, err := kernel.New(append([]kernel.Option{kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(doc))}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return k
+}
+
+// benchCall returns the function one iteration of case name runs.
+func benchCall(b *testing.B, name string) func(ctx context.Context) error {
+	switch name {
+	case "floor-direct":
+		return func(ctx context.Context) error {
+			_, err := benchHandler(ctx, benchIn{})
+			return err
+		}
+	case "floor-withtimeout":
+		return func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := benchHandler(ctx, benchIn{})
+			cancel()
+			return err
+		}
+	}
+	doc, ok := benchConfigs[name]
+	if !ok {
+		b.Fatalf("unknown case %q", name)
+	}
+	k := newBenchKernel(b, doc, benchHandler)
+	return func(ctx context.Context) error {
+		_, err := kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{})
+		return err
+	}
+}
+
+// BenchmarkPipeline measures one call per iteration on one goroutine.
+func BenchmarkPipeline(b *testing.B) {
+	for _, name := range benchCases {
+		b.Run(name, func(b *testing.B) {
+			call := benchCall(b, name)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := call(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPipelineParallel measures the same calls from GOMAXPROCS
+// goroutines at once: per-operation state shared between cores (a lock, a
+// contended atomic) shows here as ns/op above the serial figure.
+func BenchmarkPipelineParallel(b *testing.B) {
+	for _, name := range benchCases {
+		b.Run(name, func(b *testing.B) {
+			call := benchCall(b, name)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					if err := call(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkRejection measures a call turned away by each limit, with the
+// operation's TimeoutSeconds set as in the full case so that the two
+// compare: a rejection should cost no more than an admission.
+func BenchmarkRejection(b *testing.B) {
+	const deadline = `"TimeoutSeconds":1`
+	cases := []struct {
+		name, limits string
+		code         string
+	}{
+		{"rate", `"PermitLimit":1,"WindowSeconds":3600`, pipeline.CodeRateLimited},
+		{"concurrency", `"ConcurrencyLimit":1`, pipeline.CodeConcurrencyLimited},
+		{"breaker", `"FailureThreshold":1,"BreakSeconds":3600`, pipeline.CodeCircuitOpen},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			hold, held, release := make(chan bool, 1), make(chan struct{}), make(chan struct{})
+			k := newBenchKernel(b,
+				`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{`+deadline+`,`+c.limits+`}}}}}}`,
+				func(context.Context, benchIn) (benchOut, error) {
+					select {
+					case <-hold: // the first call
+						close(held)
+						<-release
+					default:
+					}
+					return benchOut{}, errors.New("down")
+				})
+			ctx := context.Background()
+			// Use the limit up: the first call holds the only concurrency
+			// slot until the end, takes the window's only permit, or
+			// opens the breaker.
+			var wg sync.WaitGroup
+			if c.name == "concurrency" {
+				hold <- true
+				wg.Go(func() { _, _ = kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{}) })
+				<-held
+			} else {
+				_, _ = kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{})
+			}
+			defer wg.Wait()
+			defer close(release)
+			_, err := kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{})
+			if pipeline.CodeOf(err) != c.code {
+				b.Fatalf("Call = %v, want a %s rejection", err, c.code)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{})
+			}
+		})
+	}
+}
+
+// nopExporter drops every span: the SDK does all its work but export.
+type nopExporter struct{}
+
+func (nopExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (nopExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkTelemetry measures the full case with observability off (otel's
+// global no-op providers, the kernel's default) and on (the OpenTelemetry
+// SDK: every span sampled and handed to an exporter that drops it,
+// metrics aggregated by the SDK's meter provider for a reader that is
+// never collected).
+func BenchmarkTelemetry(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSyncer(nopExporter{}))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	cases := []struct {
+		name string
+		opts []kernel.Option
+	}{
+		{"noop", nil},
+		{"sdk", []kernel.Option{kernel.WithTracerProvider(tp), kernel.WithMeterProvider(mp)}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			k := newBenchKernel(b, benchConfigs["full"], benchHandler, c.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
