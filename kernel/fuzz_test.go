@@ -1,6 +1,7 @@
 package kernel_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -28,6 +29,12 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "kernel: ") && !strings.HasPrefix(err.Error(), "resilience: ") {
 				t.Fatalf("error without a package prefix: %v", err)
+			}
+			// A JSON object is loaded; what is wrong in it is a key, and
+			// the error names its path.
+			var obj map[string]any
+			if json.Unmarshal(doc, &obj) == nil && obj != nil && !strings.Contains(err.Error(), "Sundial.Kernel") {
+				t.Fatalf("kernel.New(%s) = %v, want an error naming the key path", doc, err)
 			}
 			return
 		}
