@@ -233,32 +233,23 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 	return pipeline.Recover(pipeline.Chain(pipeline.Recover(terminal, onPanic), mws...), onPanic)
 }
 
-// hostTerminal runs the function given to InvokeFunc, carried as the input.
+// hostTerminal runs the function given to InvokeFunc.
 func hostTerminal(inv *pipeline.Invocation) error {
-	h, ok := inv.Input().(pipeline.Handler)
-	if !ok || h == nil {
+	h := inv.Terminal()
+	if h == nil {
 		return pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
 	}
 	return h(inv)
 }
 
-// replacement is the handler InvokeWith runs in place of an operation's
-// registered one, for one invocation.
-type replacement struct {
-	inv *pipeline.Invocation
-	fn  pipeline.Handler
-}
-
-type replacementKey struct{}
-
 // replaceable returns the terminal of an operation's chain: the registered
-// handler h, or the handler InvokeWith gave for this very invocation (an
-// in-process call made from inside it, with the same context, is another
-// invocation and runs its own registered handler).
+// handler h, or the handler InvokeWith set on this very invocation (an
+// in-process call made from inside it is another invocation and runs its
+// own registered handler).
 func replaceable(h pipeline.Handler) pipeline.Handler {
 	return func(inv *pipeline.Invocation) error {
-		if r, ok := inv.Context().Value(replacementKey{}).(*replacement); ok && r.inv == inv {
-			return r.fn(inv)
+		if t := inv.Terminal(); t != nil {
+			return t(inv)
 		}
 		return h(inv)
 	}
@@ -281,10 +272,10 @@ func (k *Kernel) InvokeWith(inv *pipeline.Invocation, fn pipeline.Handler) error
 		inv.SetOutcome(err)
 		return err
 	}
-	parent := inv.Context()
-	inv.SetContext(context.WithValue(parent, replacementKey{}, &replacement{inv: inv, fn: fn}))
+	prev := inv.Terminal()
+	inv.SetTerminal(fn)
 	err := c.handler(inv)
-	inv.SetContext(parent)
+	inv.SetTerminal(prev)
 	inv.SetOutcome(err)
 	return err
 }
@@ -312,8 +303,10 @@ func (k *Kernel) Invoke(inv *pipeline.Invocation) error {
 // application middleware apply; the per-operation limits do not. fn is the
 // endpoint's handler.
 func (k *Kernel) InvokeFunc(inv *pipeline.Invocation, fn pipeline.Handler) error {
-	inv.SetInput(fn)
+	prev := inv.Terminal()
+	inv.SetTerminal(fn)
 	err := k.host(inv)
+	inv.SetTerminal(prev)
 	inv.SetOutcome(err)
 	return err
 }

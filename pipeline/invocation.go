@@ -60,6 +60,7 @@ type Invocation struct {
 	outcome     error
 	original    error
 	originalSet bool
+	terminal    Handler
 
 	traceID string
 }
@@ -226,3 +227,13 @@ func (inv *Invocation) TraceID() string { return inv.traceID }
 
 // SetTraceID records the trace ID of the invocation's span.
 func (inv *Invocation) SetTraceID(id string) { inv.traceID = id }
+
+// Terminal returns the handler that runs in place of the operation's
+// registered handler for this invocation (see SetTerminal), or nil.
+func (inv *Invocation) Terminal() Handler { return inv.terminal }
+
+// SetTerminal makes h the end of the chain for this invocation only: the
+// kernel's compiled chain (deadline, limits, middleware) runs as usual and
+// then calls h instead of the operation's registered handler. The kernel's
+// InvokeWith and InvokeFunc use it; a nil h restores the registered one.
+func (inv *Invocation) SetTerminal(h Handler) { inv.terminal = h }
