@@ -195,7 +195,10 @@ func (rt *route) serve(c echo.Context) error {
 	}
 
 	var res result
-	if deadline.IsZero() || !a.detach {
+	if deadline.IsZero() || !a.detach || !deadline.After(x.start) {
+		// No deadline, detaching off, or a deadline already past (the
+		// kernel answers TIMEOUT at once without running the handler):
+		// run inline.
 		inv := a.newInvocation(ctx, rt.desc, in, deadline, r)
 		err := a.k.Invoke(inv)
 		res = result{err, inv.Output(), telemetry.TraceID(inv)}
@@ -452,6 +455,12 @@ func (cl *call) recycle() {
 // one that ignores it does not.
 const lateWarnAfter = 10 * time.Millisecond
 
+// settleWindow is how long the adapter waits, once the invocation's
+// context has ended, for the kernel's outcome before it answers without it
+// (a handler that ignores its context). It bounds how late after the
+// deadline a 504 can leave.
+const settleWindow = 5 * time.Millisecond
+
 // invokeDetached runs inv in its own goroutine and waits for its outcome
 // or for ctx — the invocation's parent, which ends at the invocation's
 // deadline or when the client goes away — whichever comes first. When ctx
@@ -472,6 +481,17 @@ func (a *Adapter) invokeDetached(ctx context.Context, inv *pipeline.Invocation, 
 		cl.recycle()
 		return res
 	case <-ctx.Done():
+		// A handler that honours its context returns within microseconds
+		// of the deadline: give the kernel's own outcome (with its span's
+		// trace ID) a moment to arrive before answering without it.
+		t := time.NewTimer(settleWindow)
+		select {
+		case res := <-cl.ch:
+			t.Stop()
+			cl.recycle()
+			return res
+		case <-t.C:
+		}
 	}
 	cl.gaveUp = time.Now()
 	if !cl.state.CompareAndSwap(callWaiting, callAbandoned) {
