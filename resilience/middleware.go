@@ -108,7 +108,7 @@ func NewResilienceMiddleware(id string, p Policy) *OperationLimits {
 		l.breaker = breaker.New(p.FailureThreshold, p.BreakDuration)
 	}
 	if p.PermitLimit > 0 {
-		l.window = newFixedWindow(p.PermitLimit, p.Window, p.QueueLimit)
+		l.window = newOperationWindow(p.PermitLimit, p.Window, p.QueueLimit)
 	}
 	if p.ConcurrencyLimit > 0 {
 		l.conc = newConcurrencyLimiter(p.ConcurrencyLimit, p.ConcurrencyQueueLimit)

@@ -35,6 +35,8 @@ type FixedWindow struct {
 	mu      sync.Mutex     // guards st and evicted
 	st      *window.Window // which window each permit belongs to
 	evicted bool           // dropped by a KeyedFixedWindow; take no more permits
+
+	nq *unqueued // not nil: no queue, and st is unused (window_unqueued.go)
 }
 
 // NewFixedWindow returns a limiter admitting permitLimit calls per window
@@ -45,7 +47,7 @@ func NewFixedWindow(permitLimit int, length time.Duration, queueLimit int) (*Fix
 	if permitLimit <= 0 || length <= 0 || queueLimit < 0 {
 		return nil, fmt.Errorf("resilience: NewFixedWindow(%d, %v, %d): want a positive limit and window and a non-negative queue", permitLimit, length, queueLimit)
 	}
-	return newFixedWindow(permitLimit, length, queueLimit), nil
+	return newOperationWindow(permitLimit, length, queueLimit), nil
 }
 
 func newFixedWindow(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
@@ -57,6 +59,9 @@ func newFixedWindow(permitLimit int, length time.Duration, queueLimit int) *Fixe
 // window opens. To wait in the queue instead, use Wait.
 func (l *FixedWindow) Allow() (ok bool, retryAfter time.Duration) {
 	now := time.Since(l.origin)
+	if l.nq != nil {
+		return l.nq.take(now)
+	}
 	l.mu.Lock()
 	d, _, retry := l.st.Reserve(now, 0, false)
 	l.mu.Unlock()
@@ -83,6 +88,12 @@ func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err e
 // wait is Wait without the arrival check; evicted reports that the limiter
 // had been dropped by a KeyedFixedWindow and nothing was taken.
 func (l *FixedWindow) wait(ctx context.Context) (evicted bool, retryAfter time.Duration, err error) {
+	if l.nq != nil {
+		if ok, retry := l.nq.take(time.Since(l.origin)); !ok {
+			return false, retry, ErrLimited
+		}
+		return false, 0, nil
+	}
 	deadline := time.Duration(0) // none
 	if d, ok := ctx.Deadline(); ok {
 		deadline = max(d.Sub(l.origin), 1)
@@ -123,6 +134,9 @@ func (l *FixedWindow) sleep(ctx context.Context, win int64, d time.Duration) err
 
 // QueueDepth returns the number of calls waiting for a later window.
 func (l *FixedWindow) QueueDepth() int {
+	if l.nq != nil {
+		return 0
+	}
 	now := time.Since(l.origin)
 	l.mu.Lock()
 	defer l.mu.Unlock()

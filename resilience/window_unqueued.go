@@ -1,0 +1,69 @@
+package resilience
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// unqueued is the state of a FixedWindow without a queue (queueLimit 0),
+// the common case and the one on every call's path: with nobody waiting
+// for a later window, a window's state is one counter, so a call takes its
+// permit with one atomic add instead of the limiter's mutex, and calls on
+// several cores never wait for each other.
+//
+// cur is the latest window a call has seen. A call in a later window
+// replaces it with a fresh count (one allocation per window, not per
+// call); a call that read the clock just before such a replacement counts
+// its permit in the newer window, so no window ever admits more than
+// limit calls. A count may run past limit: every call after the last
+// permit adds one and is turned away.
+type unqueued struct {
+	limit  int64
+	length time.Duration
+	cur    atomic.Pointer[windowCount]
+}
+
+// windowCount is the number of calls that asked for a permit of window
+// index.
+type windowCount struct {
+	index int64
+	asked atomic.Int64
+}
+
+func newUnqueued(limit int, length time.Duration) *unqueued {
+	u := &unqueued{limit: int64(limit), length: length}
+	u.cur.Store(&windowCount{})
+	return u
+}
+
+// take takes a permit for a call arriving at now (since the limiter's
+// origin), or reports the time until the next window.
+func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration) {
+	i := int64(now / u.length)
+	for {
+		c := u.cur.Load()
+		if c.index < i {
+			n := &windowCount{index: i}
+			n.asked.Store(1)
+			if u.cur.CompareAndSwap(c, n) {
+				return true, 0
+			}
+			continue
+		}
+		if c.asked.Add(1) <= u.limit {
+			return true, 0
+		}
+		return false, time.Duration(c.index+1)*u.length - now
+	}
+}
+
+// newOperationWindow returns a FixedWindow that takes the lock-free path
+// when it has no queue. (A KeyedFixedWindow's limiters keep the mutex:
+// evicting an idle one must be atomic with its permits.)
+func newOperationWindow(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
+	l := newFixedWindow(permitLimit, length, queueLimit)
+	if queueLimit == 0 {
+		l.nq = newUnqueued(permitLimit, length)
+	}
+	return l
+}
