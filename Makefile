@@ -3,6 +3,8 @@
 GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
+BENCH     ?= .
+BENCHPKGS ?= ./kernel ./samples/shop
 FUZZTIME  ?= 10s
 
 .PHONY: all run test vet fmtcheck build bench fuzz stress generate clean
@@ -27,9 +29,12 @@ fmtcheck:
 build:
 	$(GO) build -o bin/shop ./samples/shop
 
-## bench: run the benchmarks with -benchmem, $(BENCHCOUNT) times (feed to benchstat)
+## bench: the main suites (pipeline vs its floors, rejections, telemetry,
+## HTTP and gRPC vs bare servers; about 5 minutes on 2 cores) with -benchmem,
+## $(BENCHCOUNT) times, for benchstat (see docs/performance.md). Narrow with
+## BENCH=regexp, widen with BENCHPKGS=./... (every package's benchmarks).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) $(PKGS)
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 30m $(BENCHPKGS)
 
 ## fuzz: run each fuzz target for $(FUZZTIME), one after the other (`make test`
 ## runs their committed seed corpora in testdata/fuzz)

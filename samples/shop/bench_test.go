@@ -112,7 +112,7 @@ func logRatio(b *testing.B, conns int, bare, sundial loadResult) {
 func benchPair(b *testing.B, conns int, run func(b *testing.B, sundial bool) loadResult) {
 	b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
 		var r [2]loadResult
-		for i, side := range []string{"bare", "sundial"} {
+		for i, side := range []string{"side=bare", "side=sundial"} {
 			b.Run(side, func(b *testing.B) { r[i] = run(b, i == 1) })
 		}
 		logRatio(b, conns, r[0], r[1])
