@@ -6,95 +6,104 @@ import (
 	"time"
 )
 
-// capContext is the handler's context of an invocation whose effective
-// deadline is the kernel-wide cap (MaxTimeout): the caller sent none (or a
-// later one) and the operation has no Timeout of its own. Such a deadline
-// is a backstop that almost no call reaches, so capContext arms the timer
-// that ends the context only once something looks at the context's end:
+// lazyContext is the handler's context of an invocation whose deadline
+// needs no timer of the DeadlineMiddleware's own until something waits on
+// the context:
 //
-//   - Deadline reports the cap at once, without arming (outbound clients
-//     propagate it);
-//   - Done arms: it creates the context.WithDeadlineCause(parent, cap,
-//     ErrDeadline) that a plain DeadlineMiddleware would have created on
-//     arrival, and from then on every method is that context's;
-//   - Err, before anything armed, answers from the parent and the clock —
-//     the parent's end, DeadlineExceeded once the cap has passed, else nil
-//     — arming only when the answer is not nil;
+//   - bound: the parent context ends at the deadline by itself (an
+//     adapter's or a caller's context.WithDeadline, grpc-go's server
+//     context), so a timer of ours would only duplicate the parent's;
+//   - otherwise the deadline is the kernel-wide cap (MaxTimeout) alone: the
+//     caller sent no earlier deadline and the operation has no Timeout. It
+//     is a backstop that almost no call reaches.
+//
+// lazyContext arms itself — creates the context a plain DeadlineMiddleware
+// would have created on arrival: context.WithCancel(parent) when bound,
+// context.WithDeadlineCause(parent, deadline, ErrDeadline) otherwise — only
+// once something looks at the context's end, and from then on every
+// method is that context's:
+//
+//   - Deadline reports the deadline at once, without arming (outbound
+//     clients propagate it);
+//   - Done arms;
+//   - Err, before anything armed, answers from the parent (and, for the
+//     cap, the clock: DeadlineExceeded once the cap has passed), arming
+//     only when the answer is not nil;
 //   - Value, before anything armed, is the parent's.
 //
 // A call that ends before anyone waited on its context — the common case
 // for a handler that does not block — thus costs one small allocation
 // instead of a context, a timer and a cancel function. Observed through
-// its methods, a capContext behaves as the context it stands for, with one
-// exception that only a handler ignoring its context can meet: when the
-// cap has passed and the caller has also gone by the time anything looks,
-// the cap wins (TIMEOUT), whichever came first.
+// its methods, a lazyContext behaves as the context it stands for, with
+// one exception for the cap that only a handler ignoring its context can
+// meet: when the cap has passed and the caller has also gone by the time
+// anything looks, the cap wins (TIMEOUT), whichever came first. A bound
+// context has no such exception: its parent orders the two.
 //
 // When the invocation returns, end cancels the armed context; an unarmed
 // one is marked ended, and a later look (a goroutine the handler left
 // behind) finds a context cancelled with context.Canceled, as after a
 // plain cancel.
-type capContext struct {
+type lazyContext struct {
 	parent   context.Context
-	deadline time.Time // carries a monotonic reading
+	deadline time.Time // for the cap, with a monotonic reading
+	bound    bool      // parent ends at deadline by itself
 	st       atomic.Pointer[armedContext]
 }
 
-// armedContext is an armed capContext's real context.
+// armedContext is an armed lazyContext's real context.
 type armedContext struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
-// capEnded marks a capContext that ended without being armed.
-var capEnded = new(armedContext)
+// lazyEnded marks a lazyContext that ended without being armed.
+var lazyEnded = new(armedContext)
 
-func newCapContext(parent context.Context, deadline time.Time) *capContext {
-	return &capContext{parent: parent, deadline: deadline}
-}
+func (c *lazyContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
-func (c *capContext) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *lazyContext) Done() <-chan struct{} { return c.arm().Done() }
 
-func (c *capContext) Done() <-chan struct{} { return c.arm().Done() }
-
-func (c *capContext) Err() error {
+func (c *lazyContext) Err() error {
 	s := c.st.Load()
 	if s == nil {
-		if c.parent.Err() == nil && time.Until(c.deadline) > 0 {
+		if c.parent.Err() == nil && (c.bound || time.Until(c.deadline) > 0) {
 			return nil
 		}
 		return c.arm().Err()
 	}
-	if s == capEnded {
+	if s == lazyEnded {
 		return c.arm().Err()
 	}
 	return s.ctx.Err()
 }
 
-func (c *capContext) Value(key any) any {
-	if s := c.st.Load(); s != nil && s != capEnded {
+func (c *lazyContext) Value(key any) any {
+	if s := c.st.Load(); s != nil && s != lazyEnded {
 		return s.ctx.Value(key)
 	}
 	return c.parent.Value(key)
 }
 
 // arm returns the real context, creating it on first use.
-func (c *capContext) arm() context.Context {
+func (c *lazyContext) arm() context.Context {
 	for {
 		s := c.st.Load()
-		if s != nil && s != capEnded {
+		if s != nil && s != lazyEnded {
 			return s.ctx
 		}
 		var a armedContext
 		switch {
-		case s == capEnded:
+		case s == lazyEnded:
 			// Looked at after the invocation returned: cancelled, as a
 			// plain context is by the middleware's deferred cancel.
 			a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(c.parent))
 			a.cancel()
+		case c.bound:
+			a.ctx, a.cancel = context.WithCancel(c.parent)
 		case time.Until(c.deadline) <= 0:
 			// The cap has passed: it ended the context, whatever the
-			// parent did since (see capContext).
+			// parent did since (see lazyContext).
 			a.ctx, a.cancel = context.WithDeadlineCause(context.WithoutCancel(c.parent), c.deadline, ErrDeadline)
 		default:
 			a.ctx, a.cancel = context.WithDeadlineCause(c.parent, c.deadline, ErrDeadline)
@@ -107,20 +116,20 @@ func (c *capContext) arm() context.Context {
 }
 
 // end is the middleware's cancel: the invocation has returned.
-func (c *capContext) end() {
+func (c *lazyContext) end() {
 	for {
 		s := c.st.Load()
-		if s == capEnded {
+		if s == lazyEnded {
 			return
 		}
 		if s != nil {
 			s.cancel()
 			return
 		}
-		if c.st.CompareAndSwap(nil, capEnded) {
+		if c.st.CompareAndSwap(nil, lazyEnded) {
 			return
 		}
 	}
 }
 
-func (c *capContext) String() string { return "resilience.capContext" }
+func (c *lazyContext) String() string { return "resilience.lazyContext" }

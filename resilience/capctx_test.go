@@ -212,3 +212,72 @@ func TestCapAllocations(t *testing.T) {
 		t.Errorf("AllocsPerRun(operation timeout) = %v, want a real deadline context (at least 2)", n)
 	}
 }
+
+// TestParentBoundDeadline: when the parent context ends at the effective
+// deadline by itself, the handler's context follows the parent exactly —
+// its deadline, its cancellation, and the order of the two even when
+// nothing looked at the context until the handler returned.
+func TestParentBoundDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		wait         bool          // the handler waits on its context
+		run          time.Duration // otherwise it works this long, ignoring it
+		leave        time.Duration // the caller cancels then (0: never)
+		want         string
+		wantReleased time.Duration
+	}{
+		{"waits, deadline", true, 0, 0, pipeline.CodeTimeout, time.Second},
+		{"waits, caller leaves first", true, 0, 500 * time.Millisecond, pipeline.CodeCancelled, 500 * time.Millisecond},
+		{"ignores, returns in time", false, 900 * time.Millisecond, 0, "", 0},
+		{"ignores, outlives the deadline, caller leaves after it", false, 1500 * time.Millisecond, 1200 * time.Millisecond, pipeline.CodeTimeout, 0},
+		{"ignores, caller leaves before the deadline", false, 1500 * time.Millisecond, 500 * time.Millisecond, pipeline.CodeCancelled, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				dl, cancelDeadline := context.WithDeadline(t.Context(), start.Add(time.Second))
+				defer cancelDeadline()
+				parent, cancel := context.WithCancel(dl)
+				defer cancel()
+				if tc.leave > 0 {
+					time.AfterFunc(tc.leave, cancel)
+				}
+				inv := pipeline.NewInvocation(parent, nil, nil)
+				var released time.Duration
+				err := capOnly().Invoke(inv, func(inv *pipeline.Invocation) error {
+					ctx := inv.Context()
+					if d, ok := ctx.Deadline(); !ok || !d.Equal(start.Add(time.Second)) {
+						t.Errorf("ctx.Deadline() = %v, %v; want the parent's, %v", d, ok, start.Add(time.Second))
+					}
+					if !tc.wait {
+						time.Sleep(tc.run)
+						return nil
+					}
+					<-ctx.Done()
+					released = time.Since(start)
+					return ctx.Err()
+				})
+				wantCode(t, "Invoke", err, tc.want)
+				if released != tc.wantReleased {
+					t.Errorf("handler released after %v, want %v", released, tc.wantReleased)
+				}
+			})
+		})
+	}
+}
+
+// TestParentBoundAllocations: a call whose parent carries the deadline
+// costs one allocation when it does not wait on its context.
+func TestParentBoundAllocations(t *testing.T) {
+	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	inv := pipeline.NewInvocation(parent, nil, nil)
+	mw := capOnly()
+	ok := func(*pipeline.Invocation) error { return nil }
+	if n := testing.AllocsPerRun(500, func() {
+		inv.SetDeadline(time.Time{})
+		_ = mw.Invoke(inv, ok)
+	}); n > 1 {
+		t.Errorf("AllocsPerRun(parent-bound deadline) = %v, want at most 1", n)
+	}
+}

@@ -70,18 +70,21 @@ func (deadlineError) Temporary() bool { return true }
 // whichever the runtime ran first, and the result always agrees with the
 // handler's context (see docs/deadlines.md).
 //
-// # The kernel-wide cap
+// # Deadlines that need no timer of their own
 //
-// When the effective deadline is the kernel-wide cap — the caller sent no
-// earlier deadline and the operation has no Timeout of its own — the
-// context's timer is armed only when something waits on the context
-// (Done, or Err once the deadline has passed or the caller has gone):
-// Deadline reports the cap from the start, and a call that finishes
-// without blocking on its context pays for no timer. The outcome and the
-// context's behaviour are the same, with one exception only a handler that
-// ignores its context can meet: if nothing looked at the context before
-// both the cap passed and the caller went away, the outcome is TIMEOUT,
-// whichever came first.
+// When the parent context already ends at the effective deadline (an
+// adapter's or a caller's context.WithDeadline, grpc-go's server context),
+// or when the effective deadline is the kernel-wide cap — the caller sent
+// no earlier deadline and the operation has no Timeout of its own — the
+// handler's context is created only when something waits on it (Done, or
+// Err once it has ended): Deadline reports the deadline from the start,
+// and a call that finishes without blocking on its context pays for no
+// timer. The outcome and the context's behaviour are the same, with one
+// exception for the cap that only a handler ignoring its context can
+// meet: if nothing looked at the context before both the cap passed and
+// the caller went away, the outcome is TIMEOUT, whichever came first. When
+// the parent's deadline is the effective one, the context's cause is the
+// parent's.
 //
 // # Arrival
 //
@@ -167,10 +170,13 @@ func (m *DeadlineMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Hand
 	if parent.Err() != nil {
 		return endOnArrival(inv, attributeDone(parent))
 	}
-	if m.derive == nil && m.maxTimeout > 0 && d.Equal(now.Add(m.maxTimeout)) {
-		// Only the kernel-wide cap bounds the call: arm its timer when
-		// something waits on the context (see capContext).
-		return runCapped(inv, parent, d, next)
+	if m.derive == nil {
+		// No timer of ours until something waits on the context (see
+		// lazyContext) when the parent ends at the deadline by itself, or
+		// when only the kernel-wide cap bounds the call.
+		if bound := !pd.IsZero() && d.Equal(pd); bound || (m.maxTimeout > 0 && d.Equal(now.Add(m.maxTimeout))) {
+			return runLazy(inv, &lazyContext{parent: parent, deadline: d, bound: bound}, next)
+		}
 	}
 	derive := m.derive
 	if derive == nil {
@@ -190,12 +196,11 @@ func run(inv *pipeline.Invocation, parent context.Context, derive func(context.C
 	return attribute(inv, ctx, next(inv))
 }
 
-// runCapped is run for a deadline that is the kernel-wide cap.
-func runCapped(inv *pipeline.Invocation, parent context.Context, d time.Time, next pipeline.Handler) error {
-	c := newCapContext(parent, d)
+// runLazy is run under a lazyContext.
+func runLazy(inv *pipeline.Invocation, c *lazyContext, next pipeline.Handler) error {
 	defer c.end()
 	inv.SetContext(c)
-	defer inv.SetContext(parent)
+	defer inv.SetContext(c.parent)
 	return attribute(inv, c, next(inv))
 }
 
