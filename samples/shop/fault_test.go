@@ -335,12 +335,13 @@ func TestFaultDownstream(t *testing.T) {
 		code     string
 		min, max time.Duration
 	}{
-		// inventory.check has TimeoutSeconds 0.4 and the caller sends no deadline.
+		// inventory.check has TimeoutSeconds 0.4 and the caller sends no
+		// deadline: a hang ends there, every other fault before it.
 		{"hang", 504, "TIMEOUT", pipeline.CodeTimeout, 400 * time.Millisecond, time.Second},
-		{"reset", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_002", 0, 300 * time.Millisecond},
-		{"refused", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_002", 0, 300 * time.Millisecond},
-		{"garbage", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_002", 0, 300 * time.Millisecond},
-		{"badjson", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_003", 0, 300 * time.Millisecond},
+		{"reset", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_002", 0, 400 * time.Millisecond},
+		{"refused", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_002", 0, 400 * time.Millisecond},
+		{"garbage", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_002", 0, 400 * time.Millisecond},
+		{"badjson", 503, "UNAVAILABLE", "SHOP_UNAVAILABLE_003", 0, 400 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
