@@ -209,12 +209,13 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 		switch stage {
 		case pipeline.StageResilience:
 			if k.settings.UseBuiltInMiddleware {
-				mws = append(mws, resilience.NewDeadlineMiddleware(p.Timeout, k.settings.MaxTimeout))
+				// The deadline, then the operation's limits inside it, as one
+				// middleware: a rejection costs no deadline context.
+				var limits *resilience.OperationLimits
 				if d != nil {
-					if mw := k.newLimits(d.ID, p); mw != nil {
-						mws = append(mws, mw)
-					}
+					limits = k.newLimits(d.ID, p)
 				}
+				mws = append(mws, resilience.Stage(resilience.NewDeadlineMiddleware(p.Timeout, k.settings.MaxTimeout), limits))
 			}
 		case pipeline.StageValidation:
 			if d != nil && d.Input != nil && implementsValidator(d) {

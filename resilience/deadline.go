@@ -148,6 +148,25 @@ func earliest(a, b time.Time) time.Time {
 
 // Invoke implements pipeline.Middleware.
 func (m *DeadlineMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+	return m.invoke(inv, inner{next: next})
+}
+
+// inner is what runs inside the middleware: next, or the limits l
+// around next when the two run as one Stage.
+type inner struct {
+	next pipeline.Handler
+	l    *OperationLimits
+	a    admission // what l admitted before the handler's context existed
+}
+
+func (in *inner) run(inv *pipeline.Invocation) error {
+	if in.l == nil {
+		return in.next(inv)
+	}
+	return in.l.proceed(inv, in.next, in.a)
+}
+
+func (m *DeadlineMiddleware) invoke(inv *pipeline.Invocation, in inner) error {
 	parent := inv.Context()
 	now := time.Now()
 	d, _ := inv.Deadline()
@@ -158,7 +177,10 @@ func (m *DeadlineMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Hand
 		if parent.Err() != nil {
 			return endOnArrival(inv, attributeDone(parent))
 		}
-		return attribute(inv, parent, next(inv))
+		if err := in.admit(); err != nil {
+			return endOnArrival(inv, err)
+		}
+		return attribute(inv, parent, in.run(inv))
 	}
 	inv.SetDeadline(d)
 	// Deciding whether to start is the one place the clock is read: a
@@ -170,38 +192,50 @@ func (m *DeadlineMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Hand
 	if parent.Err() != nil {
 		return endOnArrival(inv, attributeDone(parent))
 	}
+	if err := in.admit(); err != nil {
+		return endOnArrival(inv, err)
+	}
 	if m.derive == nil {
 		// No timer of ours until something waits on the context (see
 		// lazyContext) when the parent ends at the deadline by itself, or
 		// when only the kernel-wide cap bounds the call.
 		if bound := !pd.IsZero() && d.Equal(pd); bound || (m.maxTimeout > 0 && d.Equal(now.Add(m.maxTimeout))) {
-			return runLazy(inv, &lazyContext{parent: parent, deadline: d, bound: bound}, next)
+			return runLazy(inv, &lazyContext{parent: parent, deadline: d, bound: bound}, &in)
 		}
 	}
 	derive := m.derive
 	if derive == nil {
 		derive = context.WithDeadlineCause
 	}
-	return run(inv, parent, derive, d, next)
+	return run(inv, parent, derive, d, &in)
+}
+
+// admit lets the limits of a Stage decide what they can without waiting,
+// before the handler's context exists: a rejection costs no context.
+func (in *inner) admit() (rejected error) {
+	if in.l != nil {
+		in.a, rejected = in.l.admitNow()
+	}
+	return rejected
 }
 
 // run runs the chain under a context derived from parent that ends at d.
 // (Kept apart from Invoke, whose many returns would stop the compiler
 // from open-coding these defers.)
-func run(inv *pipeline.Invocation, parent context.Context, derive func(context.Context, time.Time, error) (context.Context, context.CancelFunc), d time.Time, next pipeline.Handler) error {
+func run(inv *pipeline.Invocation, parent context.Context, derive func(context.Context, time.Time, error) (context.Context, context.CancelFunc), d time.Time, in *inner) error {
 	ctx, cancel := derive(parent, d, ErrDeadline)
 	defer cancel()
 	inv.SetContext(ctx)
 	defer inv.SetContext(parent)
-	return attribute(inv, ctx, next(inv))
+	return attribute(inv, ctx, in.run(inv))
 }
 
 // runLazy is run under a lazyContext.
-func runLazy(inv *pipeline.Invocation, c *lazyContext, next pipeline.Handler) error {
+func runLazy(inv *pipeline.Invocation, c *lazyContext, in *inner) error {
 	defer c.end()
 	inv.SetContext(c)
 	defer inv.SetContext(c.parent)
-	return attribute(inv, c, next(inv))
+	return attribute(inv, c, in.run(inv))
 }
 
 // endOnArrival ends an invocation before anything inside the middleware

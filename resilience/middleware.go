@@ -117,29 +117,76 @@ func NewResilienceMiddleware(id string, p Policy) *OperationLimits {
 }
 
 // Invoke implements pipeline.Middleware. It reads the deadline-bounded
-// context from inv.Context(), so it must run inside the DeadlineMiddleware.
-func (l *OperationLimits) Invoke(inv *pipeline.Invocation, next pipeline.Handler) (err error) {
-	var ticket breaker.Ticket
+// context from inv.Context(), so it must run inside the DeadlineMiddleware
+// (or use [Stage], which runs both as one).
+func (l *OperationLimits) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+	a, rejected := l.admitNow()
+	if rejected != nil {
+		return rejected
+	}
+	return l.proceed(inv, next, a)
+}
+
+// admission is what the limits hold for one call.
+type admission struct {
+	ticket breaker.Ticket
+	// window and conc report that a permit and a slot are held; when one
+	// is not and its limit is configured, the call must wait in its queue
+	// (proceed does).
+	window, conc bool
+}
+
+// admitNow takes what needs no waiting, in order: the breaker's ticket, a
+// permit of a window without a queue, a slot of a concurrency limit
+// without a queue. It stops at the first limit with a queue, which
+// proceed waits on with the call's context, and returns the rejection of
+// a limit that turns the call away.
+func (l *OperationLimits) admitNow() (a admission, rejected error) {
 	if l.breaker != nil {
 		var ok bool
 		var retry time.Duration
-		if ticket, ok, retry = l.breaker.Allow(); !ok {
-			return l.circuitOpen.get(retry)
+		if a.ticket, ok, retry = l.breaker.Allow(); !ok {
+			return a, l.circuitOpen.get(retry)
 		}
 	}
-	ctx := inv.Context()
 	if l.window != nil {
+		if l.window.nq == nil {
+			return a, nil
+		}
+		ok, retry := l.window.nq.take(time.Since(l.window.origin))
+		if !ok {
+			l.neutral(a.ticket)
+			return a, l.rateLimited.get(retry)
+		}
+		a.window = true
+	}
+	if l.conc != nil && l.conc.queueLimit == 0 {
+		// Without a queue Acquire never waits, whatever the context.
+		if l.conc.Acquire(context.Background()) != nil {
+			l.neutral(a.ticket)
+			return a, l.concLimitErr
+		}
+		a.conc = true
+	}
+	return a, nil
+}
+
+// proceed waits in the queues admitNow left, with the call's context, then
+// runs next and releases what the call holds.
+func (l *OperationLimits) proceed(inv *pipeline.Invocation, next pipeline.Handler, a admission) (err error) {
+	ctx := inv.Context()
+	if l.window != nil && !a.window {
 		if _, retry, werr := l.window.wait(ctx); werr != nil {
-			l.neutral(ticket)
+			l.neutral(a.ticket)
 			if werr == ErrLimited {
 				return l.rateLimited.get(retry)
 			}
 			return attributeDone(ctx)
 		}
 	}
-	if l.conc != nil {
+	if l.conc != nil && !a.conc {
 		if cerr := l.conc.Acquire(ctx); cerr != nil {
-			l.neutral(ticket)
+			l.neutral(a.ticket)
 			if cerr == ErrLimited {
 				return l.concLimitErr
 			}
@@ -156,7 +203,7 @@ func (l *OperationLimits) Invoke(inv *pipeline.Invocation, next pipeline.Handler
 			if finished {
 				r = breakerResult(ctx, err)
 			}
-			l.breaker.Done(ticket, r)
+			l.breaker.Done(a.ticket, r)
 		}
 	}()
 	err = next(inv)

@@ -19,16 +19,18 @@ type op string
 
 func (o op) OperationID() string { return string(o) }
 
-// stack builds the built-in Resilience stage for one operation around h,
-// as the kernel does: DeadlineMiddleware (with the policy's Timeout), then
-// the operation's limits; panics become UNEXPECTED outside both.
+// limitStack builds the built-in Resilience stage for one operation around
+// h, as the kernel does: the Stage of the DeadlineMiddleware (with the
+// policy's Timeout) and the operation's limits; panics become UNEXPECTED
+// outside both. (TestStageMatchesTheChain compares it with the plain
+// chain of the two.)
 func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...pipeline.Middleware) (pipeline.Handler, *resilience.OperationLimits) {
 	t.Helper()
 	l := resilience.NewResilienceMiddleware(opID, p)
 	if l == nil {
 		t.Fatalf("NewResilienceMiddleware(%q, %+v) = nil, want limits", opID, p)
 	}
-	mws := append([]pipeline.Middleware{resilience.NewDeadlineMiddleware(p.Timeout, 0), l}, inner...)
+	mws := append([]pipeline.Middleware{resilience.Stage(resilience.NewDeadlineMiddleware(p.Timeout, 0), l)}, inner...)
 	return pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil), l
 }
 
