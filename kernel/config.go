@@ -46,13 +46,20 @@ var kernelKeys = []string{"MaxTimeoutSeconds", "UseBuiltInMiddleware", "Resilien
 func loadConfig(o *options) (*koanf.Koanf, error) {
 	k := koanf.New(Delimiter)
 	for _, b := range o.configJSON {
+		if err := checkDocument(b, "config"); err != nil {
+			return nil, err
+		}
 		if err := k.Load(rawbytes.Provider(b), kjson.Parser()); err != nil {
 			return nil, fmt.Errorf("kernel: config: %w", err)
 		}
 	}
 	if o.configFile != "" {
-		if _, err := os.Stat(o.configFile); err != nil {
+		b, err := os.ReadFile(o.configFile)
+		if err != nil {
 			return nil, fmt.Errorf("kernel: config file: %w", err)
+		}
+		if err := checkDocument(b, "config file "+o.configFile); err != nil {
+			return nil, err
 		}
 		if err := k.Load(file.Provider(o.configFile), kjson.Parser()); err != nil {
 			return nil, fmt.Errorf("kernel: config file %s: %w", o.configFile, err)
@@ -170,4 +177,48 @@ func parseSettings(raw any) (Settings, any, error) {
 		}
 	}
 	return s, m["Resilience"], nil
+}
+
+// checkDocument rejects what koanf would silently reinterpret: a document
+// that is not a JSON object, a "Sundial" member that is not an object, and
+// keys containing the path delimiter (a key "Sundial::Kernel" must not
+// stand for the nested section).
+func checkDocument(b []byte, what string) error {
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("kernel: %s: %w", what, err)
+	}
+	root, ok := doc.(map[string]any)
+	if !ok {
+		return fmt.Errorf("kernel: %s: the document must be a JSON object", what)
+	}
+	if v, ok := root["Sundial"]; ok {
+		if _, isObj := v.(map[string]any); !isObj {
+			return fmt.Errorf("kernel: %s: Sundial: want an object", what)
+		}
+	}
+	if err := checkKeys(root, ""); err != nil {
+		return fmt.Errorf("kernel: %s: %w", what, err)
+	}
+	return nil
+}
+
+func checkKeys(v any, path string) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	for _, key := range slices.Sorted(maps.Keys(m)) {
+		p := key
+		if path != "" {
+			p = path + "." + key
+		}
+		if strings.Contains(key, Delimiter) {
+			return fmt.Errorf("%s: keys must not contain %q", p, Delimiter)
+		}
+		if err := checkKeys(m[key], p); err != nil {
+			return err
+		}
+	}
+	return nil
 }

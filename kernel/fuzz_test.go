@@ -33,7 +33,7 @@ func FuzzConfig(f *testing.F) {
 			// A JSON object is loaded; what is wrong in it is a key, and
 			// the error names its path.
 			var obj map[string]any
-			if json.Unmarshal(doc, &obj) == nil && obj != nil && !strings.Contains(err.Error(), "Sundial.Kernel") {
+			if json.Unmarshal(doc, &obj) == nil && obj != nil && !strings.Contains(err.Error(), "Sundial") && !strings.Contains(err.Error(), "keys must not contain") {
 				t.Fatalf("kernel.New(%s) = %v, want an error naming the key path", doc, err)
 			}
 			return

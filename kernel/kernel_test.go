@@ -207,6 +207,9 @@ func TestConfigErrors(t *testing.T) {
 		{"builtin type", `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":"no"}}}`, "Sundial.Kernel.UseBuiltInMiddleware: want a boolean"},
 		{"kernel not object", `{"Sundial":{"Kernel":[]}}`, "Sundial.Kernel: want an object"},
 		{"bad json", `{"Sundial":`, "kernel: config"},
+		{"not an object", `[1,2]`, "kernel: config: the document must be a JSON object"},
+		{"sundial scalar", `{"Sundial":7}`, "kernel: config: Sundial: want an object"},
+		{"delimiter in key", `{"Sundial::Kernel":{"MaxTimeoutSeconds":1}}`, `kernel: config: Sundial::Kernel: keys must not contain "::"`},
 		{"resilience key", `{"Sundial":{"Kernel":{"Resilience":{"PermitLimt":1}}}}`, "Sundial.Kernel.Resilience.PermitLimt"},
 		{"operation id", `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"Orders.Create":{"PermitLimit":1}}}}}}`, "Sundial.Kernel.Resilience.Operations.Orders.Create"},
 	}
