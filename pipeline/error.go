@@ -2,9 +2,14 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Stable codes of the outcomes the framework itself produces. Applications
@@ -185,4 +190,56 @@ func CodeOf(err error) string {
 		return ""
 	}
 	return AsError(err).Code
+}
+
+// DetailRetryAfter is the details key of a retry hint: whole seconds after
+// which a retry may succeed (rejections by a rate limit or an open breaker
+// carry it).
+const DetailRetryAfter = "retryAfter"
+
+// RetryAfter reads details["retryAfter"] as a delay. It accepts a number of
+// seconds of any integer or float type, a json.Number, a decimal string or
+// a time.Duration; absent, negative, NaN and absurdly large (over 1e9 s)
+// values report false. Adapters turn it into their protocol's retry hint
+// (HTTP Retry-After, gRPC RetryInfo).
+func (e *Error) RetryAfter() (time.Duration, bool) {
+	v, ok := e.Details[DetailRetryAfter]
+	if !ok {
+		return 0, false
+	}
+	var secs float64
+	switch x := v.(type) {
+	case time.Duration:
+		secs = x.Seconds()
+	case int:
+		secs = float64(x)
+	case int64:
+		secs = float64(x)
+	case int32:
+		secs = float64(x)
+	case uint64:
+		secs = float64(x)
+	case float64:
+		secs = x
+	case float32:
+		secs = float64(x)
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return 0, false
+		}
+		secs = f
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+		if err != nil {
+			return 0, false
+		}
+		secs = f
+	default:
+		return 0, false
+	}
+	if math.IsNaN(secs) || secs < 0 || secs > 1e9 {
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
 }

@@ -166,3 +166,32 @@ func TestKindAndStageNames(t *testing.T) {
 		t.Errorf("stages = %q, want %q", got, want)
 	}
 }
+
+func TestRetryAfter(t *testing.T) {
+	tests := []struct {
+		name string
+		v    any
+		want time.Duration
+		ok   bool
+	}{
+		{"int", 60, time.Minute, true},
+		{"int64", int64(2), 2 * time.Second, true},
+		{"float", 1.5, 1500 * time.Millisecond, true},
+		{"duration", 3 * time.Second, 3 * time.Second, true},
+		{"string", " 4 ", 4 * time.Second, true},
+		{"negative", -1, 0, false},
+		{"huge", 1e12, 0, false},
+		{"bool", true, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := pipeline.Unavailable("C", "m").WithDetail(pipeline.DetailRetryAfter, tt.v).RetryAfter()
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("RetryAfter(%v) = %v, %v; want %v, %v", tt.v, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+	if _, ok := pipeline.Unavailable("C", "m").RetryAfter(); ok {
+		t.Error("RetryAfter() without the detail reported a delay")
+	}
+}

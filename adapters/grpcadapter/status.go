@@ -24,7 +24,7 @@ const DefaultDomain = "sundial"
 
 // DetailRetryAfter is the details key whose value (whole seconds) becomes a
 // google.rpc.RetryInfo.
-const DetailRetryAfter = "retryAfter"
+const DetailRetryAfter = pipeline.DetailRetryAfter
 
 // Status returns the gRPC status of an outcome: nil for a nil outcome (OK),
 // otherwise the code of [CodeFor] for the outcome's kind, the outcome's
@@ -62,7 +62,7 @@ func Status(err error, domain string) *status.Status {
 	}
 	details := []protoadapt.MessageV1{info}
 	if !unexpected {
-		if d, ok := retryAfter(e.Details); ok {
+		if d, ok := e.RetryAfter(); ok {
 			details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
 		}
 	}
@@ -104,51 +104,6 @@ func DetailString(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
-}
-
-// retryAfter reads details["retryAfter"] as a delay: a number of seconds
-// (any integer or float type, or a decimal string) or a time.Duration.
-// Negative, NaN and absent values report false.
-func retryAfter(details map[string]any) (time.Duration, bool) {
-	v, ok := details[DetailRetryAfter]
-	if !ok {
-		return 0, false
-	}
-	var secs float64
-	switch x := v.(type) {
-	case time.Duration:
-		return x, x >= 0
-	case int:
-		secs = float64(x)
-	case int64:
-		secs = float64(x)
-	case int32:
-		secs = float64(x)
-	case uint64:
-		secs = float64(x)
-	case float64:
-		secs = x
-	case float32:
-		secs = float64(x)
-	case json.Number:
-		f, err := x.Float64()
-		if err != nil {
-			return 0, false
-		}
-		secs = f
-	case string:
-		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
-		if err != nil {
-			return 0, false
-		}
-		secs = f
-	default:
-		return 0, false
-	}
-	if math.IsNaN(secs) || secs < 0 || secs > math.MaxInt64/float64(time.Second) {
-		return 0, false
-	}
-	return time.Duration(secs * float64(time.Second)), true
 }
 
 // KindFor returns the outcome kind of a gRPC status code, the inverse of

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
@@ -123,39 +122,11 @@ func writeProblem(c echo.Context, e *pipeline.Error, status int, traceID string)
 // retryAfter formats details.retryAfter (whole seconds, rounded up, at
 // least 1) for the Retry-After header.
 func retryAfter(e *pipeline.Error) (string, bool) {
-	v, ok := e.Detail("retryAfter")
+	d, ok := e.RetryAfter()
 	if !ok {
 		return "", false
 	}
-	var secs float64
-	switch n := v.(type) {
-	case int:
-		secs = float64(n)
-	case int64:
-		secs = float64(n)
-	case int32:
-		secs = float64(n)
-	case uint64:
-		secs = float64(n)
-	case float64:
-		secs = n
-	case float32:
-		secs = float64(n)
-	case time.Duration:
-		secs = n.Seconds()
-	case json.Number:
-		f, err := n.Float64()
-		if err != nil {
-			return "", false
-		}
-		secs = f
-	default:
-		return "", false
-	}
-	if math.IsNaN(secs) || secs > 1e9 {
-		return "", false
-	}
-	return strconv.FormatInt(max(int64(math.Ceil(secs)), 1), 10), true
+	return strconv.FormatInt(max(int64(math.Ceil(d.Seconds())), 1), 10), true
 }
 
 // traceIDOf returns the trace ID of the span in ctx, or "".
