@@ -190,17 +190,42 @@ func BenchmarkRejection(b *testing.B) {
 	}
 }
 
+// BenchmarkLimits measures the deadline case plus one limit at a time,
+// high enough never to reject: each limit's cost is its figure less
+// BenchmarkPipeline/deadline's.
+func BenchmarkLimits(b *testing.B) {
+	for _, c := range []struct{ name, limit string }{
+		{"breaker", `"FailureThreshold":5,"BreakSeconds":1`},
+		{"rate", `"PermitLimit":1000000000,"WindowSeconds":3600`},
+		{"rate-queue", `"PermitLimit":1000000000,"WindowSeconds":3600,"QueueLimit":10`},
+		{"concurrency", `"ConcurrencyLimit":1000000`},
+		{"concurrency-queue", `"ConcurrencyLimit":1000000,"ConcurrencyQueueLimit":10`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			k := newBenchKernel(b, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{"TimeoutSeconds":1,`+c.limit+`}}}}}}`, benchHandler)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // nopExporter drops every span: the SDK does all its work but export.
 type nopExporter struct{}
 
 func (nopExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (nopExporter) Shutdown(context.Context) error                             { return nil }
 
-// BenchmarkTelemetry measures the full case with observability off (otel's
-// global no-op providers, the kernel's default) and on (the OpenTelemetry
-// SDK: every span sampled and handed to an exporter that drops it,
-// metrics aggregated by the SDK's meter provider for a reader that is
-// never collected).
+// BenchmarkTelemetry measures the full case with the Diagnostics
+// middleware disabled (kernel.WithTelemetry(false)), with observability
+// off (otel's global no-op providers, the kernel's default) and on (the
+// OpenTelemetry SDK: every span sampled and handed to an exporter that
+// drops it, metrics aggregated by the SDK's meter provider for a reader
+// that is never collected).
 func BenchmarkTelemetry(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSyncer(nopExporter{}))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
@@ -210,6 +235,7 @@ func BenchmarkTelemetry(b *testing.B) {
 		name string
 		opts []kernel.Option
 	}{
+		{"disabled", []kernel.Option{kernel.WithTelemetry(false)}},
 		{"noop", nil},
 		{"sdk", []kernel.Option{kernel.WithTracerProvider(tp), kernel.WithMeterProvider(mp)}},
 	}
