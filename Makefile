@@ -29,12 +29,17 @@ fmtcheck:
 build:
 	$(GO) build -o bin/shop ./samples/shop
 
-## bench: the main suites (pipeline vs its floors, rejections, telemetry,
-## HTTP and gRPC vs bare servers; about 5 minutes on 2 cores) with -benchmem,
-## $(BENCHCOUNT) times, for benchstat (see docs/performance.md). Narrow with
-## BENCH=regexp, widen with BENCHPKGS=./... (every package's benchmarks).
+## bench: the main suites (pipeline vs its floors, rejections, limits,
+## telemetry, HTTP and gRPC vs bare servers; about 5 minutes on 2 cores) with
+## -benchmem, $(BENCHCOUNT) rounds of one run each in a fresh process, for
+## benchstat (see docs/performance.md): the cases compared with one another
+## are measured seconds apart in every round, so their ratios do not drift
+## with the machine's load. Narrow with BENCH=regexp, widen with
+## BENCHPKGS=./... (every package's benchmarks).
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 30m $(BENCHPKGS)
+	@for i in $$(seq $(BENCHCOUNT)); do \
+		$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 1 -timeout 30m $(BENCHPKGS) || exit 1; \
+	done
 
 ## fuzz: run each fuzz target for $(FUZZTIME), one after the other (`make test`
 ## runs their committed seed corpora in testdata/fuzz)
