@@ -32,12 +32,12 @@ type Adapter struct {
 	cfg    config
 	logger *slog.Logger
 
-	// detach runs invocations that have a deadline in their own goroutine
-	// so that the response can leave at the deadline even when the handler
-	// ignores its context. Always true outside benchmarks.
-	detach bool
+	// guard watches the deadline of invocations that have one, so that
+	// the response can leave at the deadline even when the handler ignores
+	// its context (see invokeGuarded). Always true outside benchmarks.
+	guard bool
 
-	inflight inflight // detached invocations not yet returned
+	inflight inflight // invocations not yet returned
 }
 
 // Mount mounts every operation of k that has an HTTP Method and Path on e,
@@ -65,7 +65,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 			o.apply(&cfg)
 		}
 	}
-	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, detach: true}
+	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, guard: true}
 	if a.logger == nil {
 		a.logger = k.Logger()
 	}
@@ -195,20 +195,25 @@ func (rt *route) serve(c echo.Context) error {
 	}
 
 	var res result
-	if deadline.IsZero() || !a.detach || !deadline.After(x.start) {
-		// No deadline, detaching off, or a deadline already past (the
-		// kernel answers TIMEOUT at once without running the handler):
-		// run inline.
+	a.inflight.add()
+	if deadline.IsZero() || !a.guard || !deadline.After(x.start) {
+		// No deadline, no guard, or a deadline already past (the kernel
+		// answers TIMEOUT at once without running the handler): nothing
+		// to watch.
 		inv := a.newInvocation(ctx, rt.desc, in, deadline, r)
 		err := a.k.Invoke(inv)
 		res = result{err, inv.Output(), telemetry.TraceID(inv)}
 	} else {
-		// The parent ends at the deadline: the adapter's token and the
-		// kernel's are one.
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		res = a.invokeDetached(dctx, a.newInvocation(dctx, rt.desc, in, deadline, r), r)
-		cancel()
+		var owned bool
+		res, owned = a.invokeGuarded(c, &x, ctx, rt.desc, in, deadline)
+		if !owned {
+			// The deadline's callback answered; the late result is
+			// logged and nothing more may be written.
+			a.inflight.done()
+			return nil
+		}
 	}
+	a.inflight.done()
 	if res.traceID != "" {
 		x.traceID = res.traceID
 	}
@@ -402,51 +407,10 @@ func (a *Adapter) logExchange(r *http.Request, x *exchange, writeErr error) {
 	a.logger.LogAttrs(ctx, level, "http request", attrs...)
 }
 
-// A detached call's state: the handler's goroutine and the adapter race
-// to settle it exactly once.
-const (
-	callWaiting   int32 = iota
-	callDelivered       // the goroutine handed the result to the adapter
-	callAbandoned       // the adapter responded without it
-)
-
 type result struct {
 	err     error
 	out     any
 	traceID string // the invocation's span, if the Diagnostics stage recorded one
-}
-
-// Ownership of a call: the adapter recycles it when it received the
-// result; the goroutine recycles it when the adapter abandoned it.
-type call struct {
-	state  atomic.Int32
-	ch     chan result // buffered: the goroutine never blocks
-	a      *Adapter
-	inv    *pipeline.Invocation
-	method string
-	path   string
-	gaveUp time.Time // when the adapter responded without the result
-}
-
-var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)} }}
-
-// run invokes the kernel on the call's own goroutine.
-func (cl *call) run() {
-	a, inv := cl.a, cl.inv
-	defer a.inflight.done()
-	err := a.k.Invoke(inv)
-	if cl.state.CompareAndSwap(callWaiting, callDelivered) {
-		cl.ch <- result{err, inv.Output(), telemetry.TraceID(inv)}
-		return
-	}
-	a.logLate(inv.Name(), cl.method, cl.path, cl.gaveUp, err, inv.OriginalOutcome())
-	cl.recycle()
-}
-
-func (cl *call) recycle() {
-	cl.state.Store(callWaiting)
-	cl.a, cl.inv, cl.method, cl.path, cl.gaveUp = nil, nil, "", "", time.Time{}
-	callPool.Put(cl)
 }
 
 // lateWarnAfter is how late after the response a discarded result must be
@@ -461,49 +425,118 @@ const lateWarnAfter = 10 * time.Millisecond
 // deadline a 504 can leave.
 const settleWindow = 5 * time.Millisecond
 
-// invokeDetached runs inv in its own goroutine and waits for its outcome
-// or for ctx — the invocation's parent, which ends at the invocation's
-// deadline or when the client goes away — whichever comes first. When ctx
-// wins, it returns TIMEOUT (the deadline fired) or CANCELLED at once; the
-// goroutine runs on until the handler returns, keeping its concurrency
-// slot until then, and its late result is discarded and logged. Because
-// the kernel's DeadlineMiddleware derives the handler's context from the
-// same ctx, the adapter and the kernel read the same token: a handler that
-// honours its context returns at the same instant, and both attribute the
-// outcome alike.
-func (a *Adapter) invokeDetached(ctx context.Context, inv *pipeline.Invocation, r *http.Request) result {
-	cl := callPool.Get().(*call)
-	cl.a, cl.inv, cl.method, cl.path = a, inv, r.Method, r.URL.Path
-	a.inflight.add()
-	go cl.run()
-	select {
-	case res := <-cl.ch:
-		cl.recycle()
-		return res
-	case <-ctx.Done():
-		// A handler that honours its context returns within microseconds
-		// of the deadline: give the kernel's own outcome (with its span's
-		// trace ID) a moment to arrive before answering without it.
-		t := time.NewTimer(settleWindow)
-		select {
-		case res := <-cl.ch:
-			t.Stop()
-			cl.recycle()
-			return res
-		case <-t.C:
-		}
+// Who owns the response of a guarded invocation. It starts armed; the
+// request's goroutine (the outcome came first) or the deadline's callback
+// (it did not come within the settle window) claims it with a CAS, and
+// only the winner touches the ResponseWriter and logs the access record.
+const (
+	watchArmed    int32 = iota
+	watchOutcome        // the request's goroutine writes the kernel's outcome
+	watchDeadline       // the callback wrote 504 (408) without it
+)
+
+// watch is the deadline's side of one guarded invocation. The request's
+// goroutine recycles it when it stopped the callback before it started;
+// once the callback has started, the watch is left to the garbage
+// collector, since the callback may still read it after serve returned.
+type watch struct {
+	state atomic.Int32
+	// mu is held by the callback from its CAS until it has written,
+	// flushed and logged the response: the request's goroutine, having
+	// lost the CAS, takes it to wait until the ResponseWriter is no longer
+	// in use before serve returns.
+	mu     sync.Mutex
+	gaveUp time.Time // when the callback answered; under mu
+
+	a    *Adapter
+	c    echo.Context
+	ctx  context.Context // the invocation's parent: ends at the deadline or with the client
+	x    exchange        // the access record as it stood when the watch was armed
+	fire func()          // w.respond, bound once
+}
+
+var watchPool = sync.Pool{New: func() any {
+	w := &watch{}
+	w.fire = w.respond
+	return w
+}}
+
+func (w *watch) recycle() {
+	w.state.Store(watchArmed)
+	w.a, w.c, w.ctx, w.x, w.gaveUp = nil, nil, nil, exchange{}, time.Time{}
+	watchPool.Put(w)
+}
+
+// invokeGuarded runs inv on the request's goroutine under a parent context
+// that ends at the deadline (or when the client goes away), with a
+// context.AfterFunc armed on that parent. Because the kernel's
+// DeadlineMiddleware derives the handler's context from the same parent,
+// the adapter and the kernel read the same token.
+//
+// When the invocation returns first — the usual case — the callback is
+// stopped before it ever runs: no goroutine, no timer beyond the parent's
+// own, and invokeGuarded returns the outcome with owned true.
+//
+// When the parent ends first, the callback waits settleWindow for the
+// outcome (a handler that honours its context returns within microseconds
+// of the deadline, and its outcome carries its span's trace ID), then, if
+// the request's goroutine has not claimed the response meanwhile, claims it
+// and writes 504 TIMEOUT (408 CANCELLED when the client is gone) with
+// Connection: close, flushes it so that the client has it at once, and
+// logs the access record. The invocation runs on until the handler
+// returns, keeping its concurrency slot — and its request's goroutine, so
+// that http.Server.Shutdown waits for it like any other request — and
+// invokeGuarded then discards and logs its result and returns owned
+// false: the caller must write nothing.
+func (a *Adapter) invokeGuarded(c echo.Context, x *exchange, ctx context.Context, d *operations.Descriptor, in any, deadline time.Time) (result, bool) {
+	r := c.Request()
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	inv := a.newInvocation(dctx, d, in, deadline, r)
+	w := watchPool.Get().(*watch)
+	w.a, w.c, w.ctx, w.x = a, c, dctx, *x
+	stop := context.AfterFunc(dctx, w.fire)
+	err := a.k.Invoke(inv)
+	if stop() {
+		w.recycle()
+		return result{err, inv.Output(), telemetry.TraceID(inv)}, true
 	}
-	cl.gaveUp = time.Now()
-	if !cl.state.CompareAndSwap(callWaiting, callAbandoned) {
-		res := <-cl.ch // delivered meanwhile: the kernel's outcome wins
-		cl.recycle()
-		return res
+	if w.state.CompareAndSwap(watchArmed, watchOutcome) {
+		// Within the settle window: the kernel's outcome wins.
+		return result{err, inv.Output(), telemetry.TraceID(inv)}, true
 	}
-	// From here on the goroutine owns cl and recycles it.
-	if ctx.Err() == context.DeadlineExceeded {
-		return result{err: pipeline.ErrTimeout()}
+	w.mu.Lock() // the callback owns the response: wait until it is done with it
+	gaveUp := w.gaveUp
+	w.mu.Unlock()
+	a.logLate(inv.Name(), r.Method, r.URL.Path, gaveUp, err, inv.OriginalOutcome())
+	return result{}, false
+}
+
+// respond is the callback of a guarded invocation whose parent context
+// ended before the invocation returned.
+func (w *watch) respond() {
+	time.Sleep(settleWindow) // only ever after the deadline: no timer on the common path
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.state.CompareAndSwap(watchArmed, watchDeadline) {
+		return // the outcome came in time; w may already belong to nobody
 	}
-	return result{err: pipeline.ErrCancelled()}
+	w.gaveUp = time.Now()
+	e := pipeline.ErrCancelled()
+	if w.ctx.Err() == context.DeadlineExceeded {
+		e = pipeline.ErrTimeout()
+	}
+	c, x := w.c, &w.x
+	// The request's goroutine stays busy with the handler: the connection
+	// cannot serve another request before it returns, so end it after
+	// this response rather than leave the client's next request waiting.
+	c.Response().Header().Set(echo.HeaderConnection, "close")
+	x.status, x.err = StatusFor(e.Kind), e
+	werr := writeProblem(c, e, x.status, x.traceID)
+	if ferr := http.NewResponseController(c.Response()).Flush(); werr == nil && ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+		werr = ferr
+	}
+	w.a.logExchange(c.Request(), x, werr)
 }
 
 func (a *Adapter) logLate(name, method, path string, gaveUp time.Time, err, original error) {
@@ -522,8 +555,8 @@ func (a *Adapter) logLate(name, method, path string, gaveUp time.Time, err, orig
 	)
 }
 
-// inflight counts detached invocations that have not returned yet. It is
-// a bare counter so that the hot path pays one atomic add; Wait polls it.
+// inflight counts invocations that have not returned yet. It is a bare
+// counter so that the hot path pays one atomic add; Wait polls it.
 type inflight struct {
 	n atomic.Int64
 }
@@ -534,13 +567,20 @@ func (f *inflight) done() { f.n.Add(-1) }
 // waitPoll is how often Wait looks at the counter.
 const waitPoll = 5 * time.Millisecond
 
-// Wait blocks until every invocation the adapter runs in its own goroutine
-// has returned — including handlers that outlived their response because
-// they ignored their context — or ctx ends, and returns an error wrapping
-// ctx's in the latter case. Call it after http.Server.Shutdown, within the
-// same grace period, so that a shutdown does not cut stragglers off
-// silently. It polls every few milliseconds: it is meant for shutdown, not
-// for the hot path.
+// Wait blocks until every invocation the adapter has started has returned
+// — including handlers that outlived their response because they ignored
+// their context — or ctx ends, and returns an error wrapping ctx's in the
+// latter case.
+//
+// Invocations run on their request's goroutine, so http.Server.Shutdown
+// already waits for them, stragglers included: a straggler's connection
+// stays active until its handler returns, and is closed then (its
+// response said Connection: close). Wait matters when Shutdown gave up —
+// its context ended, or Server.Close cut the connections, which does not
+// stop handlers — and for servers that do not wait at all. Call it after
+// Shutdown, within the same grace period, so that a shutdown does not cut
+// stragglers off silently. It polls every few milliseconds: it is meant
+// for shutdown, not for the hot path.
 func (a *Adapter) Wait(ctx context.Context) error {
 	if a.inflight.n.Load() == 0 {
 		return nil

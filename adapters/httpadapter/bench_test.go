@@ -24,9 +24,10 @@ type benchOut struct {
 }
 
 // BenchmarkServe measures one request through the adapter and the kernel
-// (in process, no network): the cost of running an invocation that has a
-// deadline in its own goroutine ("detached", what the adapter does) against
-// running it on the request's goroutine ("inline").
+// (in process, no network): the cost of guarding the response of an
+// invocation that has a deadline ("guarded", what the adapter does: a
+// context.AfterFunc on the deadline, stopped when the invocation returns
+// first) against running it with no watch on its deadline ("unguarded").
 func BenchmarkServe(b *testing.B) {
 	reg := operations.NewRegistry()
 	if err := operations.Register(reg, operations.Descriptor{ID: "orders.create", Method: "POST", Path: "/orders"},
@@ -40,16 +41,16 @@ func BenchmarkServe(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, mode := range []struct {
-		name   string
-		detach bool
-	}{{"inline", false}, {"detached", true}} {
+		name  string
+		guard bool
+	}{{"unguarded", false}, {"guarded", true}} {
 		b.Run(mode.name, func(b *testing.B) {
 			e := echo.New()
 			a, err := Mount(e, k)
 			if err != nil {
 				b.Fatal(err)
 			}
-			a.detach = mode.detach
+			a.guard = mode.guard
 			const body = `{"name":"widget","amount":3}`
 			b.ReportAllocs()
 			for b.Loop() {
