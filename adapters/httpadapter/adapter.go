@@ -482,8 +482,8 @@ func (w *watch) recycle() {
 // of the deadline, and its outcome carries its span's trace ID), then, if
 // the request's goroutine has not claimed the response meanwhile, claims it
 // and writes 504 TIMEOUT (408 CANCELLED when the client is gone) with
-// Connection: close, flushes it so that the client has it at once, and
-// logs the access record. The invocation runs on until the handler
+// Connection: close, logs the access record, and flushes the response so
+// that the client has it at once. The invocation runs on until the handler
 // returns, keeping its concurrency slot — and its request's goroutine, so
 // that http.Server.Shutdown waits for it like any other request — and
 // invokeGuarded then discards and logs its result and returns owned
@@ -532,11 +532,12 @@ func (w *watch) respond() {
 	// this response rather than leave the client's next request waiting.
 	c.Response().Header().Set(echo.HeaderConnection, "close")
 	x.status, x.err = StatusFor(e.Kind), e
-	werr := writeProblem(c, e, x.status, x.traceID)
-	if ferr := http.NewResponseController(c.Response()).Flush(); werr == nil && ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
-		werr = ferr
-	}
-	w.a.logExchange(c.Request(), x, werr)
+	w.a.logExchange(c.Request(), x, writeProblem(c, e, x.status, x.traceID))
+	// Logged first, as on the request's goroutine, where the server
+	// flushes after serve returns: the access log keeps the order in which
+	// clients saw their responses. A flush error means the client is gone;
+	// there is nobody left to tell.
+	_ = http.NewResponseController(c.Response()).Flush()
 }
 
 func (a *Adapter) logLate(name, method, path string, gaveUp time.Time, err, original error) {

@@ -2,14 +2,22 @@ package httpadapter_test
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -405,6 +413,122 @@ func TestClientDisconnectCancels(t *testing.T) {
 			if rec["code"] != pipeline.CodeCancelled || rec["status"] != float64(408) {
 				t.Errorf("access record = %v, want code %s status 408", rec, pipeline.CodeCancelled)
 			}
+		})
+	}
+}
+
+// flushRecorder is a ResponseRecorder that reports each Flush: only the
+// deadline's callback flushes, so a report means the response left while
+// the handler was still running.
+type flushRecorder struct {
+	*httptest.ResponseRecorder
+	flushed chan struct{}
+}
+
+func (f *flushRecorder) Flush() {
+	f.ResponseRecorder.Flush()
+	f.flushed <- struct{}{}
+}
+
+// TestResponseOwnerAtTheDeadline checks, on a fake clock, who writes the
+// response once a guarded invocation's parent context ends: the request's
+// goroutine with the kernel's own outcome when the handler honours its
+// context, else the deadline's callback 5 ms later (Connection: close,
+// flushed while the handler runs on), after which the late result is
+// discarded and logged and nothing more is written.
+func TestResponseOwnerAtTheDeadline(t *testing.T) {
+	tests := []struct {
+		name        string
+		body        string
+		cancelAfter time.Duration // the client goes away; 0: it stays
+		wantStatus  int
+		wantCode    string
+		wantAt      time.Duration // when the response leaves
+		wantLate    bool          // written by the callback, late result logged
+	}{
+		{"handler honours its context: the kernel's 504", `{"delayMs":5000}`, 0, 504, pipeline.CodeTimeout, 100 * time.Millisecond, false},
+		{"handler ignores its context: the adapter's 504", `{"ignoreCtx":true}`, 0, 504, pipeline.CodeTimeout, 105 * time.Millisecond, true},
+		{"client gone, handler honours its context", `{"delayMs":5000}`, 40 * time.Millisecond, 408, pipeline.CodeCancelled, 40 * time.Millisecond, false},
+		{"client gone, handler ignores its context", `{"ignoreCtx":true}`, 40 * time.Millisecond, 408, pipeline.CodeCancelled, 45 * time.Millisecond, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				app := newTestApp()
+				logs := &syncBuffer{}
+				logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				k, err := kernel.New(kernel.WithRegistry(app.register(t)), kernel.WithConfigJSON([]byte(testConfig)), kernel.WithLogger(logger))
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := echo.New()
+				if _, err := httpadapter.Mount(e, k, httpadapter.WithLogger(logger)); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tt.cancelAfter > 0 {
+					time.AfterFunc(tt.cancelAfter, cancel)
+				}
+				req := httptest.NewRequestWithContext(ctx, "POST", "/work", strings.NewReader(tt.body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(httpadapter.DefaultRelativeDeadlineHeader, "100")
+				rec := &flushRecorder{httptest.NewRecorder(), make(chan struct{}, 1)}
+				served := make(chan struct{})
+				start := time.Now()
+				go func() {
+					defer close(served)
+					e.ServeHTTP(rec, req)
+				}()
+
+				byCallback := false
+				select {
+				case <-served:
+				case <-rec.flushed:
+					byCallback = true
+				}
+				if at := time.Since(start); at != tt.wantAt {
+					t.Errorf("the response left at %v, want %v", at, tt.wantAt)
+				}
+				if byCallback != tt.wantLate {
+					t.Errorf("written by the deadline's callback = %v, want %v", byCallback, tt.wantLate)
+				}
+				if byCallback {
+					select {
+					case <-served:
+						t.Error("ServeHTTP returned before the handler did")
+					default:
+					}
+				}
+				if rec.Code != tt.wantStatus {
+					t.Errorf("status = %d, want %d; body %s", rec.Code, tt.wantStatus, rec.Body)
+				}
+				if got, want := rec.Header().Get("Connection"), map[bool]string{true: "close"}[tt.wantLate]; got != want {
+					t.Errorf("Connection = %q, want %q", got, want)
+				}
+				if tt.wantLate {
+					time.Sleep(20 * time.Millisecond) // late enough to warn
+					app.unblock()
+					<-served
+				}
+				var p httpadapter.Problem
+				if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Code != tt.wantCode || p.Status != tt.wantStatus {
+					t.Errorf("body = %s (%v), want exactly one problem with code %s", rec.Body, err, tt.wantCode)
+				}
+				access := logs.records(t, "http request")
+				if len(access) != 1 || access[0]["status"] != float64(tt.wantStatus) || access[0]["code"] != tt.wantCode {
+					t.Errorf("access records = %v, want one with status %d code %s", access, tt.wantStatus, tt.wantCode)
+				}
+				late := logs.records(t, "httpadapter: late result discarded")
+				switch {
+				case !tt.wantLate && len(late) != 0:
+					t.Errorf("late-result records = %v, want none", late)
+				case tt.wantLate && (len(late) != 1 || late[0]["level"] != "WARN" || late[0]["lateByMs"] != float64(20) ||
+					late[0]["code"] != tt.wantCode || late[0]["handlerCode"] != ""):
+					t.Errorf("late-result records = %v, want one WARN with lateByMs 20, code %s, handlerCode \"\"", late, tt.wantCode)
+				}
+				time.Sleep(10 * time.Millisecond) // the callback's settle window ends
+			})
 		})
 	}
 }
