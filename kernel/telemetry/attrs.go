@@ -24,9 +24,9 @@ func protoSlot(p pipeline.Protocol) int {
 	return int(p)
 }
 
-// maxCodes bounds the distinct outcome codes given their own metric
-// attributes per operation and protocol; further codes are reported as
-// otherCode. Codes are stable identifiers, so the bound is only a guard
+// maxCodes bounds the distinct outcome codes (with their kinds) given their
+// own metric attributes per operation and protocol; further codes are
+// reported as otherCode, with their own kind. Codes are stable identifiers, so the bound is only a guard
 // against an application that puts variable text in them.
 const (
 	maxCodes  = 64
@@ -51,7 +51,14 @@ type opTelemetry struct {
 	observe, observeRate, observeConc []metric.ObserveOption
 
 	mu       sync.Mutex // serialises writers of outcomes
-	outcomes [numProtocols]atomic.Pointer[map[string]*outcomeAttrs]
+	outcomes [numProtocols]atomic.Pointer[map[outcomeKey]*outcomeAttrs]
+}
+
+// outcomeKey identifies an outcome's attributes: a code may come with more
+// than one kind (an application's code reused, or otherCode for every kind).
+type outcomeKey struct {
+	kind pipeline.Kind
+	code string
 }
 
 // outcomeAttrs are the precomputed attributes of one outcome code.
@@ -108,31 +115,32 @@ func newOpTelemetry(name string, route bool) *opTelemetry {
 // outcome returns the attributes of an outcome of kind k and code (""
 // for OK) on protocol slot p, computing them on first use.
 func (o *opTelemetry) outcome(p int, k pipeline.Kind, code string) *outcomeAttrs {
+	key := outcomeKey{k, code}
 	if m := o.outcomes[p].Load(); m != nil {
-		if a, ok := (*m)[code]; ok {
+		if a, ok := (*m)[key]; ok {
 			return a
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	old := o.outcomes[p].Load()
-	var m map[string]*outcomeAttrs
+	var m map[outcomeKey]*outcomeAttrs
 	if old != nil {
-		if a, ok := (*old)[code]; ok {
+		if a, ok := (*old)[key]; ok {
 			return a
 		}
 		if len(*old) >= maxCodes {
-			code = otherCode
-			if a, ok := (*old)[code]; ok {
+			key.code = otherCode
+			if a, ok := (*old)[key]; ok {
 				return a
 			}
 		}
 		m = maps.Clone(*old)
 	} else {
-		m = make(map[string]*outcomeAttrs, 2)
+		m = make(map[outcomeKey]*outcomeAttrs, 2)
 	}
-	a := newOutcomeAttrs(o.idMAttr, protoMAttrs[p], k, code)
-	m[code] = a
+	a := newOutcomeAttrs(o.idMAttr, protoMAttrs[p], k, key.code)
+	m[key] = a
 	o.outcomes[p].Store(&m)
 	return a
 }
