@@ -137,6 +137,7 @@ func (e *Error) SafeMessage() string {
 var (
 	errTimeout   = NewError(KindTimeout, CodeTimeout, "The invocation's deadline was exceeded.")
 	errCancelled = NewError(KindCancelled, CodeCancelled, "The caller cancelled the invocation.")
+	errTypedNil  = Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, errors.New("pipeline: a nil *pipeline.Error was returned as a non-nil error"))
 )
 
 // ErrTimeout returns the framework's TIMEOUT outcome (KERNEL_TIMEOUT_001).
@@ -147,12 +148,16 @@ func ErrCancelled() *Error { return errCancelled }
 
 // KindOf classifies any error. It is total: nil is OK, an [*Error] anywhere
 // in the chain gives its Kind, context.DeadlineExceeded is TIMEOUT,
-// context.Canceled is CANCELLED, anything else is UNEXPECTED.
+// context.Canceled is CANCELLED, anything else is UNEXPECTED — including a
+// nil *Error returned as a non-nil error.
 func KindOf(err error) Kind {
 	if err == nil {
 		return KindOK
 	}
 	if e, ok := errors.AsType[*Error](err); ok {
+		if e == nil {
+			return KindUnexpected
+		}
 		return e.Kind
 	}
 	switch {
@@ -168,11 +173,17 @@ func KindOf(err error) Kind {
 // is returned as it is (an already-coded error is never overwritten);
 // context errors become the framework's TIMEOUT/CANCELLED outcomes wrapping
 // them; anything else becomes UNEXPECTED wrapping it. AsError(nil) is nil.
+// A nil *Error returned as a non-nil error (a typed nil) becomes an
+// UNEXPECTED outcome that does not wrap it (its Error method would
+// dereference nil).
 func AsError(err error) *Error {
 	if err == nil {
 		return nil
 	}
 	if e, ok := errors.AsType[*Error](err); ok {
+		if e == nil {
+			return errTypedNil
+		}
 		return e
 	}
 	switch {

@@ -195,3 +195,30 @@ func TestRetryAfter(t *testing.T) {
 		t.Error("RetryAfter() without the detail reported a delay")
 	}
 }
+
+// TestTypedNilError: a nil *pipeline.Error returned as a non-nil error is an
+// UNEXPECTED outcome, not a nil dereference.
+func TestTypedNilError(t *testing.T) {
+	var nilErr *pipeline.Error
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"bare", nilErr},
+		{"wrapped", fmt.Errorf("op: %w", nilErr)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := pipeline.KindOf(tt.err); got != pipeline.KindUnexpected {
+				t.Errorf("KindOf(%s) = %v, want UNEXPECTED", tt.name, got)
+			}
+			e := pipeline.AsError(tt.err)
+			if e == nil || e.Kind != pipeline.KindUnexpected || e.Code != pipeline.CodeUnexpected || e.SafeMessage() != pipeline.UnexpectedMessage {
+				t.Fatalf("AsError(%s) = %#v, want the UNEXPECTED outcome", tt.name, e)
+			}
+			_ = e.Error()
+			if got := pipeline.CodeOf(tt.err); got != pipeline.CodeUnexpected {
+				t.Errorf("CodeOf(%s) = %q, want %q", tt.name, got, pipeline.CodeUnexpected)
+			}
+		})
+	}
+}

@@ -226,7 +226,7 @@ func breakerResult(ctx context.Context, err error) breaker.Result {
 	if IsOwnCancellation(ctx, err) {
 		return breaker.Neutral
 	}
-	if pe, ok := errors.AsType[*pipeline.Error](err); ok && (pe.Code == pipeline.CodeRateLimited || pe.Code == pipeline.CodeConcurrencyLimited) {
+	if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe != nil && (pe.Code == pipeline.CodeRateLimited || pe.Code == pipeline.CodeConcurrencyLimited) {
 		return breaker.Neutral
 	}
 	switch k := pipeline.KindOf(err); {
