@@ -111,7 +111,8 @@ func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 }
 
 // WithBuiltIn adds a built-in middleware factory at a stage, ahead of all
-// application middleware of that stage. It is how framework packages (such
+// application middleware of that stage. In the Resilience stage it comes
+// after the kernel's DeadlineMiddleware and limits, which are first there. It is how framework packages (such
 // as telemetry) plug their stage middleware in; applications use UseAt.
 func WithBuiltIn(stage pipeline.Stage, b BuiltIn) Option {
 	return optionFunc(func(o *options) {
@@ -199,6 +200,16 @@ func New(opts ...Option) (*Kernel, error) {
 func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy, terminal pipeline.Handler) pipeline.Handler {
 	var mws []pipeline.Middleware
 	for _, stage := range pipeline.Stages() {
+		if stage == pipeline.StageResilience && k.settings.UseBuiltInMiddleware {
+			// The deadline, then the operation's limits inside it, as one
+			// middleware: a rejection costs no deadline context. It is first
+			// in its stage, so other built-ins there run under the deadline.
+			var limits *resilience.OperationLimits
+			if d != nil {
+				limits = k.newLimits(d.ID, p)
+			}
+			mws = append(mws, resilience.Stage(resilience.NewDeadlineMiddleware(p.Timeout, k.settings.MaxTimeout), limits))
+		}
 		for _, b := range o.builtins {
 			if b[0].(pipeline.Stage) == stage {
 				if mw := b[1].(BuiltIn)(k, d); mw != nil {
@@ -207,16 +218,6 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 			}
 		}
 		switch stage {
-		case pipeline.StageResilience:
-			if k.settings.UseBuiltInMiddleware {
-				// The deadline, then the operation's limits inside it, as one
-				// middleware: a rejection costs no deadline context.
-				var limits *resilience.OperationLimits
-				if d != nil {
-					limits = k.newLimits(d.ID, p)
-				}
-				mws = append(mws, resilience.Stage(resilience.NewDeadlineMiddleware(p.Timeout, k.settings.MaxTimeout), limits))
-			}
 		case pipeline.StageValidation:
 			if d != nil && d.Input != nil && implementsValidator(d) {
 				mws = append(mws, validationMiddleware{})
