@@ -186,6 +186,15 @@ func New(opts ...Option) (*Kernel, error) {
 		}
 	}
 	registerTelemetry(o, k)
+	// An override for an operation this kernel does not serve is allowed
+	// (one config file may serve several services) but is most likely a
+	// typo that leaves a limit unapplied: say so.
+	for _, id := range k.resilience.OperationIDs() {
+		if _, ok := o.registry.Lookup(id); !ok {
+			k.logger.Warn("kernel: Sundial.Kernel.Resilience.Operations."+id+": no operation with this ID is registered; its policy applies to nothing",
+				"operation", id)
+		}
+	}
 	for _, d := range o.registry.All() {
 		c := &compiled{desc: d, policy: k.PolicyFor(d.ID)}
 		c.handler = k.compile(o, d, c.policy, replaceable(d.Handler()))

@@ -277,3 +277,15 @@ func TestConfigLayersAndEnv(t *testing.T) {
 		t.Errorf("New(env MaxTimeoutSeconds=soon) = %v, want an error naming the key", err)
 	}
 }
+
+func TestUnregisteredOperationPolicyIsLogged(t *testing.T) {
+	var logs bytes.Buffer
+	_, err := kernel.New(kernel.WithRegistry(newRegistry(t, nil)), kernel.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+		kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.echo":{"PermitLimit":5},"test.ecoh":{"PermitLimit":5}}}}}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "Sundial.Kernel.Resilience.Operations.test.ecoh: no operation") || strings.Contains(logs.String(), "Operations.test.echo:") {
+		t.Errorf("log = %q, want a warning for test.ecoh only", logs.String())
+	}
+}
