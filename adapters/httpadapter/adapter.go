@@ -527,10 +527,14 @@ func (w *watch) respond() {
 		e = pipeline.ErrTimeout()
 	}
 	c, x := w.c, &w.x
-	// The request's goroutine stays busy with the handler: the connection
-	// cannot serve another request before it returns, so end it after
-	// this response rather than leave the client's next request waiting.
-	c.Response().Header().Set(echo.HeaderConnection, "close")
+	// The request's goroutine stays busy with the handler: an HTTP/1
+	// connection cannot serve another request before it returns, so end it
+	// after this response rather than leave the client's next request
+	// waiting. (An HTTP/2 stream holds no one else up, and Connection:
+	// close there would make the server drain the whole connection.)
+	if c.Request().ProtoMajor < 2 {
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+	}
 	x.status, x.err = StatusFor(e.Kind), e
 	w.a.logExchange(c.Request(), x, writeProblem(c, e, x.status, x.traceID))
 	// Logged first, as on the request's goroutine, where the server

@@ -381,8 +381,8 @@ func TestClientDisconnectCancels(t *testing.T) {
 		name   string
 		config string
 	}{
-		{"invocation with a deadline (own goroutine)", ""},
-		{"invocation without a deadline (inline)", `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false}}}`},
+		{"invocation with a deadline (guarded)", ""},
+		{"invocation without a deadline (unguarded)", `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,11 +12,12 @@
 //
 // The caller's deadline arrives as Sundial-Deadline (absolute, RFC 3339
 // UTC) or Sundial-Timeout-Ms (relative, milliseconds); see [ParseDeadline]
-// and [ParseTimeoutMs]. The response never waits past the deadline: an
-// invocation that has one runs in its own goroutine, and when the deadline
-// fires first the caller gets 504 at once while a handler that ignores its
-// context runs on, keeping its concurrency slot, until it returns; its late
-// result is discarded and logged.
+// and [ParseTimeoutMs]. The response never waits past the deadline: when
+// an invocation's deadline fires before it returns, a context.AfterFunc
+// callback writes the 504 (after a 5 ms grace for a handler that honours
+// its context) while a handler that ignores its context runs on, on the
+// request's goroutine, keeping its concurrency slot, until it returns; its
+// late result is discarded and logged.
 //
 // [Transport] is the outbound half: an http.RoundTripper that writes what
 // remains of the request context's deadline on every request, so that the
