@@ -442,7 +442,7 @@ const (
 type watch struct {
 	state atomic.Int32
 	// mu is held by the callback from its CAS until it has written,
-	// flushed and logged the response: the request's goroutine, having
+	// logged and flushed the response: the request's goroutine, having
 	// lost the CAS, takes it to wait until the ResponseWriter is no longer
 	// in use before serve returns.
 	mu     sync.Mutex
@@ -481,8 +481,8 @@ func (w *watch) recycle() {
 // outcome (a handler that honours its context returns within microseconds
 // of the deadline, and its outcome carries its span's trace ID), then, if
 // the request's goroutine has not claimed the response meanwhile, claims it
-// and writes 504 TIMEOUT (408 CANCELLED when the client is gone) with
-// Connection: close, logs the access record, and flushes the response so
+// and writes 504 TIMEOUT (408 CANCELLED when the client is gone), with
+// Connection: close over HTTP/1, logs the access record, and flushes it so
 // that the client has it at once. The invocation runs on until the handler
 // returns, keeping its concurrency slot — and its request's goroutine, so
 // that http.Server.Shutdown waits for it like any other request — and
