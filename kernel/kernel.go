@@ -276,18 +276,10 @@ func (k *Kernel) InvokeWith(inv *pipeline.Invocation, fn pipeline.Handler) error
 	if fn == nil {
 		return k.Invoke(inv)
 	}
-	id := inv.OperationID()
-	c, ok := k.ops[id]
-	if !ok {
-		err := pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
-		inv.SetOutcome(err)
-		return err
-	}
 	prev := inv.Terminal()
 	inv.SetTerminal(fn)
-	err := c.handler(inv)
+	err := k.Invoke(inv)
 	inv.SetTerminal(prev)
-	inv.SetOutcome(err)
 	return err
 }
 
@@ -300,7 +292,7 @@ func (k *Kernel) Invoke(inv *pipeline.Invocation) error {
 	id := inv.OperationID()
 	c, ok := k.ops[id]
 	if !ok {
-		err := pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+		err := notRegistered(id)
 		inv.SetOutcome(err)
 		return err
 	}
@@ -329,7 +321,7 @@ func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, e
 	// k.ops is fixed at New: reading it takes no lock, unlike the registry.
 	c, ok := k.ops[id]
 	if !ok {
-		return zero, pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+		return zero, notRegistered(id)
 	}
 	inv := pipeline.NewInvocation(ctx, c.desc, &in)
 	err := c.handler(inv)
@@ -414,4 +406,9 @@ func (validationMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Handl
 func implementsValidator(d *operations.Descriptor) bool {
 	vt := reflectTypeOfValidator
 	return d.Input.Implements(vt) || reflectPtrTo(d.Input).Implements(vt)
+}
+
+// notRegistered is the NOT_FOUND outcome of a call to an unknown operation.
+func notRegistered(id string) *pipeline.Error {
+	return pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
 }
