@@ -193,22 +193,7 @@ func (l *logSink) waitGRPCRecord(t *testing.T, op, code string) map[string]any {
 // accepts.
 func (l *logSink) waitGRPCRecordWhere(t *testing.T, match func(map[string]any) bool) map[string]any {
 	t.Helper()
-	end := time.Now().Add(3 * time.Second)
-	for {
-		l.mu.Lock()
-		data := l.buf.String()
-		l.mu.Unlock()
-		for line := range strings.SplitSeq(data, "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "grpc call" && match(m) {
-				return m
-			}
-		}
-		if time.Now().After(end) {
-			t.Fatalf("no matching grpc call record in the log:\n%s", data)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return l.waitWhere(t, func(m map[string]any) bool { return m["msg"] == "grpc call" && match(m) })
 }
 
 // The README's quickstart over gRPC: orders.create admits 2 calls per 60 s.
