@@ -257,3 +257,43 @@ func BenchmarkTelemetry(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEdge measures the kernel's three entry points on the deadline
+// case: Invoke (in-process, on the caller's goroutine, unguarded), Serve
+// (the HTTP adapter's: guarded, on the caller's goroutine, answering
+// through a callback) and Handle (the gRPC and CLI adapters': guarded, the
+// chain on a goroutine of its own). Serve and Handle add the guard that
+// answers at the deadline whatever the handler does.
+func BenchmarkEdge(b *testing.B) {
+	k := newBenchKernel(b, benchConfigs["deadline"], benchHandler)
+	in := &benchIn{}
+	req := kernel.Request{Operation: benchOp, Input: in}
+	ctx := context.Background()
+	b.Run("invoke", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if o := k.Invoke(ctx, req); o.Err != nil {
+				b.Fatal(o.Err)
+			}
+		}
+	})
+	b.Run("serve", func(b *testing.B) {
+		var got error
+		respond := func(o kernel.Outcome) { got = o.Err }
+		b.ReportAllocs()
+		for b.Loop() {
+			k.Serve(ctx, req, respond)
+			if got != nil {
+				b.Fatal(got)
+			}
+		}
+	})
+	b.Run("handle", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if o := k.Handle(ctx, req); o.Err != nil {
+				b.Fatal(o.Err)
+			}
+		}
+	})
+}

@@ -75,18 +75,20 @@ func TestOperationAndKernelTimeoutsCapDeadlines(t *testing.T) {
 					ctx, cancel = context.WithTimeout(ctx, tc.parent)
 					defer cancel()
 				}
-				d, _ := k.Lookup(tc.op)
-				inv := pipeline.NewInvocation(ctx, d, "report")
+				in := "report"
+				req := kernel.Request{Operation: tc.op, Input: &in}
 				switch {
 				case tc.caller < 0:
-					inv.SetDeadline(far)
+					req.Deadline = far
 				case tc.caller > 0:
-					inv.SetDeadline(start.Add(tc.caller))
+					req.Deadline = start.Add(tc.caller)
 				}
-				if err := k.Invoke(inv); err != nil {
-					t.Fatalf("Invoke = %v", err)
+				o := k.Invoke(ctx, req)
+				if o.Err != nil {
+					t.Fatalf("Invoke = %v", o.Err)
 				}
-				got, _ := inv.Output().(time.Time)
+				inv := o.Invocation
+				got, _ := o.Output.(time.Time)
 				if got.Sub(start) != tc.want {
 					t.Errorf("handler's deadline = start+%v, want start+%v", got.Sub(start), tc.want)
 				}
@@ -100,23 +102,25 @@ func TestOperationAndKernelTimeoutsCapDeadlines(t *testing.T) {
 
 // TestOperationTimeoutReleasesHandler: a caller's 5 s deadline on an
 // operation with TimeoutSeconds 2 ends the blocked handler at 2 s with
-// TIMEOUT; the attributed and original outcomes differ.
+// TIMEOUT, the operation's own deadline binding; the handler's own report
+// of its context's end is the TIMEOUT's cause.
 func TestOperationTimeoutReleasesHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		k := deadlineKernel(t, deadlineConfig)
 		start := time.Now()
-		d, _ := k.Lookup("test.capped")
-		inv := pipeline.NewInvocation(t.Context(), d, "block")
-		inv.SetDeadline(start.Add(5 * time.Second))
-		err := k.Invoke(inv)
-		if pipeline.CodeOf(err) != pipeline.CodeTimeout || inv.Outcome() != err {
-			t.Errorf("Invoke = %v, Outcome() = %v; want %s", err, inv.Outcome(), pipeline.CodeTimeout)
+		in := "block"
+		o := k.Invoke(t.Context(), kernel.Request{Operation: "test.capped", Input: &in, Deadline: start.Add(5 * time.Second)})
+		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+			t.Errorf("Invoke = %v; want %s", o.Err, pipeline.CodeTimeout)
 		}
 		if el := time.Since(start); el != 2*time.Second {
 			t.Errorf("handler released after %v, want 2s", el)
 		}
-		if k := pipeline.KindOf(inv.OriginalOutcome()); k != pipeline.KindCancelled {
-			t.Errorf("OriginalOutcome() = %v (%v), want CANCELLED: the handler reported its own context's end", inv.OriginalOutcome(), k)
+		if src := o.Invocation.DeadlineSource(); src != pipeline.DeadlineOperation {
+			t.Errorf("DeadlineSource() = %v, want operation", src)
+		}
+		if cd, _ := o.Invocation.CallerDeadline(); !cd.Equal(start.Add(5 * time.Second)) {
+			t.Errorf("CallerDeadline() = %v, want start+5s", cd)
 		}
 	})
 }

@@ -5,14 +5,43 @@
 // configuration (JSON, optionally overridden from the environment, read
 // with koanf) and application middleware registered with [UseAt]. New
 // validates everything and compiles one middleware chain per operation; the
-// hot path ([Kernel.Invoke]) has nothing left to validate or allocate for
-// the chain.
+// hot path has nothing left to validate or allocate for the chain.
 //
-// The chain of an operation is, outermost first: the built-in
-// Diagnostics middleware, application Diagnostics middleware, the
-// DeadlineMiddleware and ResilienceMiddleware (unless
-// Sundial.Kernel.UseBuiltInMiddleware is false), application Resilience
-// middleware, Authentication, Tenant and Authorization middleware, the
-// built-in input validation, application Validation and Handle
-// middleware, and finally the operation's handler.
+// # The edge
+//
+// Every call — HTTP, gRPC, CLI or in-process — enters through one path. A
+// protocol hands over what the caller sent as a [Request] (the operation,
+// the decoded input, the caller's deadline, baggage, the idempotency key;
+// cancellation and trace context on the context) and the kernel, once:
+//
+//   - computes the effective deadline, the earliest of the caller's (the
+//     request's, or the context's), now + the operation's TimeoutSeconds
+//     and now + MaxTimeoutSeconds, and which of them binds
+//     ([pipeline.DeadlineSource]);
+//   - makes the read-only [pipeline.Invocation];
+//   - starts its observation (package kernel/telemetry: a span, metrics, an
+//     access-log line, a trace ID) — for every answer, a call the adapter
+//     turned away before the pipeline ([Request.Reject]) included;
+//   - runs the operation's chain and returns the [Outcome].
+//
+// [Kernel.Invoke] (and [Call]) run the chain on the caller's goroutine.
+// [Kernel.Serve] (HTTP) and [Kernel.Handle] (gRPC, the CLI) also guarantee
+// that the answer leaves at the deadline whatever the handler does: a
+// handler that ignores its context keeps running — and keeps its
+// concurrency slot — while the caller gets TIMEOUT (CANCELLED when the
+// caller went away); its late result is logged once, with the trace ID.
+// [Kernel.Wait] waits for such stragglers at shutdown.
+//
+// # The chain
+//
+// The chain of an operation is, outermost first: application Diagnostics
+// middleware; the DeadlineMiddleware, with the operation's
+// ResilienceMiddleware (breaker, rate limit, concurrency limit) inside it
+// (unless Sundial.Kernel.UseBuiltInMiddleware is false); application
+// Resilience middleware, which already runs under the deadline;
+// Authentication, Tenant and Authorization middleware; the built-in input
+// validation and application Validation middleware; Handle middleware;
+// and finally the operation's handler. A panic in the handler is an
+// UNEXPECTED outcome every middleware sees; a panic in a middleware is
+// recovered at the edge.
 package kernel

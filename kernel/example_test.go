@@ -29,10 +29,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	audit := pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
-		err := next(inv)
+	audit := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+		out, err := next(ctx, inv)
 		fmt.Printf("audit: %s -> %s\n", inv.OperationID(), pipeline.KindOf(err))
-		return err
+		return out, err
 	})
 	k, err := kernel.New(
 		kernel.WithRegistry(reg),

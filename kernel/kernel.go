@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
+	"time"
 
-	"github.com/knadh/koanf/v2"
-
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -26,10 +27,6 @@ type stagedMiddleware struct {
 	mw    pipeline.Middleware
 }
 
-// BuiltIn creates the built-in middleware of one stage for one operation
-// (op is nil for the host pipeline). It returns nil to add nothing.
-type BuiltIn func(k *Kernel, op *operations.Descriptor) pipeline.Middleware
-
 type options struct {
 	registry   *operations.Registry
 	configJSON [][]byte
@@ -38,7 +35,6 @@ type options struct {
 	environ    func() []string
 	logger     *slog.Logger
 	app        []stagedMiddleware
-	builtins   [][2]any // {pipeline.Stage, BuiltIn}
 	errs       []error
 	telemetry  telemetryOptions // telemetry_options.go
 }
@@ -73,19 +69,20 @@ func WithConfigFile(path string) Option {
 //	SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT=5
 //
 // Values are read as JSON scalars (numbers, booleans), else as strings.
-// Off by default.
+// Off by default; an empty prefix is a no-op.
 func WithEnv(prefix string) Option {
 	return optionFunc(func(o *options) { o.envPrefix = prefix })
 }
 
-// WithEnviron replaces os.Environ as the source of WithEnv's variables (for
-// tests).
-func WithEnviron(environ func() []string) Option {
+// withEnviron replaces os.Environ as the source of WithEnv's variables
+// (tests; see export_test.go).
+func withEnviron(environ func() []string) Option {
 	return optionFunc(func(o *options) { o.environ = environ })
 }
 
-// WithLogger sets the logger for panics and framework events. The default
-// discards everything: the kernel prints nothing it was not asked to.
+// WithLogger sets the logger for panics, late results and framework
+// events. The default discards everything: the kernel prints nothing it was
+// not asked to. A nil logger is a no-op.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) {
 		if l != nil {
@@ -110,37 +107,31 @@ func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 	})
 }
 
-// WithBuiltIn adds a built-in middleware factory at a stage, ahead of all
-// application middleware of that stage. In the Resilience stage it comes
-// after the kernel's DeadlineMiddleware and limits, which are first there. It is how framework packages (such
-// as telemetry) plug their stage middleware in; applications use UseAt.
-func WithBuiltIn(stage pipeline.Stage, b BuiltIn) Option {
-	return optionFunc(func(o *options) {
-		if !stage.Valid() || b == nil {
-			o.errs = append(o.errs, fmt.Errorf("kernel: WithBuiltIn: invalid stage %d or nil factory", stage))
-			return
-		}
-		o.builtins = append(o.builtins, [2]any{stage, b})
-	})
-}
-
 // Kernel runs invocations through the compiled pipeline. It is safe for
 // concurrent use.
 type Kernel struct {
-	registry   *operations.Registry
-	conf       *koanf.Koanf
-	logger     *slog.Logger
-	settings   Settings
-	resilience resilience.Options
-	ops        map[string]*compiled
-	host       pipeline.Handler
-	limits     map[string]*resilience.OperationLimits // operations with a breaker or limits
+	registry *operations.Registry
+	logger   *slog.Logger
+	settings Settings
+	policies policies
+	ops      map[string]*compiled // fixed at New: read without a lock
+	host     *compiled
+	limits   map[string]*resilience.ResilienceMiddleware // operations with a breaker or limits
+	tel      *telemetry.Telemetry                        // nil: telemetry off
+
+	// running counts guarded invocations (Serve, Handle) whose chain has
+	// not returned, stragglers included; Wait polls it.
+	running atomic.Int64
 }
 
+// compiled is the pipeline of one operation (desc nil: host endpoints).
 type compiled struct {
 	desc    *operations.Descriptor
-	policy  resilience.Policy
-	handler pipeline.Handler
+	timeout time.Duration         // the operation's TimeoutSeconds; 0: none
+	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
+	handler pipeline.Handler      // the chain around the registered handler
+	obs     *telemetry.Op         // nil: telemetry off
+	onPanic func(*pipeline.Invocation, *pipeline.PanicError)
 }
 
 // New builds a kernel. It loads and validates the configuration (every
@@ -175,163 +166,98 @@ func New(opts ...Option) (*Kernel, error) {
 	}
 	k := &Kernel{
 		registry: o.registry,
-		conf:     conf,
 		logger:   o.logger,
 		settings: settings,
 		ops:      make(map[string]*compiled),
 	}
 	if settings.UseBuiltInMiddleware {
-		if k.resilience, err = resilience.ParseOptions(resRaw, "Sundial.Kernel.Resilience"); err != nil {
+		if k.policies, err = parsePolicies(resRaw, "Sundial.Kernel.Resilience"); err != nil {
 			return nil, err
 		}
 	}
-	registerTelemetry(o, k)
+	k.tel = newTelemetry(o, k)
 	// An override for an operation this kernel does not serve is allowed
 	// (one config file may serve several services) but is most likely a
 	// typo that leaves a limit unapplied: say so.
-	for _, id := range k.resilience.OperationIDs() {
+	for _, id := range k.policies.operationIDs() {
 		if _, ok := o.registry.Lookup(id); !ok {
 			k.logger.Warn("kernel: Sundial.Kernel.Resilience.Operations."+id+": no operation with this ID is registered; its policy applies to nothing",
 				"operation", id)
 		}
 	}
 	for _, d := range o.registry.All() {
-		c := &compiled{desc: d, policy: k.PolicyFor(d.ID)}
-		c.handler = k.compile(o, d, c.policy, replaceable(d.Handler()))
-		k.ops[d.ID] = c
+		k.ops[d.ID] = k.compile(o, d, k.PolicyFor(d.ID))
 	}
-	k.host = k.compile(o, nil, resilience.Policy{}, hostTerminal)
+	k.host = k.compile(o, nil, resilience.Policy{})
 	observeLimits(o, k)
 	return k, nil
 }
 
 // compile builds the chain of one operation (d nil: the host pipeline).
-func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy, terminal pipeline.Handler) pipeline.Handler {
-	var mws []pipeline.Middleware
+func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy) *compiled {
+	c := &compiled{desc: d, timeout: p.Timeout}
+	c.onPanic = func(inv *pipeline.Invocation, p *pipeline.PanicError) {
+		k.logger.Error("sundial: panic recovered", "operation", inv.Name(), "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
+	}
+	if d != nil {
+		c.obs = k.tel.Operation(d)
+	}
 	for _, stage := range pipeline.Stages() {
 		if stage == pipeline.StageResilience && k.settings.UseBuiltInMiddleware {
 			// The deadline, then the operation's limits inside it, as one
 			// middleware: a rejection costs no deadline context. It is first
-			// in its stage, so other built-ins there run under the deadline.
-			var limits *resilience.OperationLimits
-			if d != nil {
-				limits = k.newLimits(d.ID, p)
+			// in its stage, so application middleware there runs under the
+			// deadline.
+			var dopts []resilience.DeadlineOption
+			if d != nil && p.Limited() {
+				dopts = append(dopts, resilience.WithLimits(k.newLimits(d.ID, p)))
 			}
-			mws = append(mws, resilience.Stage(resilience.NewDeadlineMiddleware(p.Timeout, k.settings.MaxTimeout), limits))
+			c.mws = append(c.mws, resilience.NewDeadlineMiddleware(dopts...))
 		}
-		for _, b := range o.builtins {
-			if b[0].(pipeline.Stage) == stage {
-				if mw := b[1].(BuiltIn)(k, d); mw != nil {
-					mws = append(mws, mw)
-				}
-			}
-		}
-		switch stage {
-		case pipeline.StageValidation:
-			if d != nil && d.Input != nil && implementsValidator(d) {
-				mws = append(mws, validationMiddleware{})
-			}
+		if stage == pipeline.StageValidation && d != nil && d.Input != nil && implementsValidator(d) {
+			c.mws = append(c.mws, validationMiddleware{})
 		}
 		for _, a := range o.app {
 			if a.stage == stage {
-				mws = append(mws, a.mw)
+				c.mws = append(c.mws, a.mw)
 			}
 		}
 	}
-	onPanic := func(inv *pipeline.Invocation, p *pipeline.PanicError) {
-		k.logger.Error("sundial: panic recovered", "operation", inv.Name(), "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
+	terminal := missingHandler
+	if d != nil {
+		terminal = d.Handler()
 	}
-	return pipeline.Recover(pipeline.Chain(pipeline.Recover(terminal, onPanic), mws...), onPanic)
+	c.handler = c.chain(terminal)
+	return c
 }
 
-// hostTerminal runs the function given to InvokeFunc.
-func hostTerminal(inv *pipeline.Invocation) error {
-	h := inv.Terminal()
-	if h == nil {
-		return pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
-	}
-	return h(inv)
+// chain returns the operation's middleware around terminal. A panic in
+// the terminal becomes its UNEXPECTED outcome, which every middleware
+// sees; a panic in a middleware is recovered at the kernel's edge (run).
+func (c *compiled) chain(terminal pipeline.Handler) pipeline.Handler {
+	return pipeline.Chain(pipeline.Recover(terminal, c.onPanic), c.mws...)
 }
 
-// replaceable returns the terminal of an operation's chain: the registered
-// handler h, or the handler InvokeWith set on this very invocation (an
-// in-process call made from inside it is another invocation and runs its
-// own registered handler).
-func replaceable(h pipeline.Handler) pipeline.Handler {
-	return func(inv *pipeline.Invocation) error {
-		if t := inv.Terminal(); t != nil {
-			return t(inv)
-		}
-		return h(inv)
-	}
-}
-
-// InvokeWith runs inv through the compiled chain of its operation — the
-// same deadline, breaker, limits and middleware as Invoke — with fn as the
-// terminal handler in place of the operation's registered one. Adapters
-// use it to run an application's own handlers (such as generated gRPC
-// services) under an operation's pipeline. A nil fn is Invoke; an
-// operation the kernel does not know is a NOT_FOUND outcome.
-func (k *Kernel) InvokeWith(inv *pipeline.Invocation, fn pipeline.Handler) error {
-	if fn == nil {
-		return k.Invoke(inv)
-	}
-	prev := inv.Terminal()
-	inv.SetTerminal(fn)
-	err := k.Invoke(inv)
-	inv.SetTerminal(prev)
-	return err
-}
-
-// Invoke runs inv through the pipeline of its operation and returns the
-// attributed outcome (also stored with inv.SetOutcome); on success the
-// result is inv.Output(). An invocation without an operation is run
-// through the host pipeline with InvokeFunc instead; an operation the
-// kernel does not know is a NOT_FOUND outcome.
-func (k *Kernel) Invoke(inv *pipeline.Invocation) error {
-	id := inv.OperationID()
-	c, ok := k.ops[id]
-	if !ok {
-		err := notRegistered(id)
-		inv.SetOutcome(err)
-		return err
-	}
-	err := c.handler(inv)
-	inv.SetOutcome(err)
-	return err
-}
-
-// InvokeFunc runs a host endpoint (an invocation without an operation)
-// through the host pipeline: the Diagnostics and Deadline middleware and
-// application middleware apply; the per-operation limits do not. fn is the
-// endpoint's handler.
-func (k *Kernel) InvokeFunc(inv *pipeline.Invocation, fn pipeline.Handler) error {
-	prev := inv.Terminal()
-	inv.SetTerminal(fn)
-	err := k.host(inv)
-	inv.SetTerminal(prev)
-	inv.SetOutcome(err)
-	return err
+// missingHandler is the terminal of a host invocation that came without a
+// handler.
+func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
+	return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
 }
 
 // Call invokes the operation id in-process with a typed input and output.
-// The context is the parent: its cancellation and deadline apply.
+// The context is the parent: its cancellation and deadline apply (its
+// deadline is the caller's). Call runs on the caller's goroutine and
+// returns when the chain does: a handler that ignores its context delays
+// it (the guarded entry points are Serve and Handle).
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
-	// k.ops is fixed at New: reading it takes no lock, unlike the registry.
-	c, ok := k.ops[id]
-	if !ok {
-		return zero, notRegistered(id)
+	o := k.Invoke(ctx, Request{Operation: id, Input: &in})
+	if o.Err != nil {
+		return zero, o.Err
 	}
-	inv := pipeline.NewInvocation(ctx, c.desc, &in)
-	err := c.handler(inv)
-	inv.SetOutcome(err)
-	if err != nil {
-		return zero, err
-	}
-	out, ok := inv.Output().(Out)
-	if !ok && inv.Output() != nil {
-		return zero, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: operation %q returned %T", id, inv.Output())
+	out, ok := o.Output.(Out)
+	if !ok && o.Output != nil {
+		return zero, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: operation %q returned %T", id, o.Output)
 	}
 	return out, nil
 }
@@ -348,10 +274,6 @@ func (k *Kernel) Lookup(id string) (*operations.Descriptor, bool) {
 	return c.desc, true
 }
 
-// Config returns the loaded configuration, for adapters and applications
-// that read sections of their own. Key paths use [Delimiter].
-func (k *Kernel) Config() *koanf.Koanf { return k.conf }
-
 // Logger returns the kernel's logger.
 func (k *Kernel) Logger() *slog.Logger { return k.logger }
 
@@ -364,26 +286,24 @@ func (k *Kernel) PolicyFor(id string) resilience.Policy {
 	if !k.settings.UseBuiltInMiddleware {
 		return resilience.Policy{}
 	}
-	return k.resilience.PolicyFor(id)
+	return k.policies.policyFor(id)
 }
 
 // Limits returns the breaker, rate limit and concurrency limit of the
 // operation id — for observing their state (breaker state, queue depths,
 // calls in flight) — or nil when the operation has none of them (nothing
 // configured, built-in middleware off, or an unknown id). The methods of a
-// nil *OperationLimits report an idle, closed state.
-func (k *Kernel) Limits(id string) *resilience.OperationLimits { return k.limits[id] }
+// nil *ResilienceMiddleware report an idle, closed state.
+func (k *Kernel) Limits(id string) *resilience.ResilienceMiddleware { return k.limits[id] }
 
 // newLimits creates the ResilienceMiddleware of the operation id, once,
-// and keeps it for Limits. It returns nil when p configures no limit.
-func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.OperationLimits {
+// and keeps it for Limits.
+func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.ResilienceMiddleware {
 	l := resilience.NewResilienceMiddleware(id, p)
-	if l != nil {
-		if k.limits == nil {
-			k.limits = make(map[string]*resilience.OperationLimits)
-		}
-		k.limits[id] = l
+	if k.limits == nil {
+		k.limits = make(map[string]*resilience.ResilienceMiddleware)
 	}
+	k.limits[id] = l
 	return l
 }
 
@@ -391,16 +311,16 @@ func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.Operation
 // operations.Validator.
 type validationMiddleware struct{}
 
-func (validationMiddleware) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+func (validationMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	if v, ok := inv.Input().(operations.Validator); ok && v != nil {
 		if err := v.Validate(); err != nil {
-			if pe, ok := errors.AsType[*pipeline.Error](err); ok {
-				return pe
+			if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe != nil {
+				return nil, pe
 			}
-			return pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, err.Error(), err)
+			return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, pipeline.ErrorText(err), err)
 		}
 	}
-	return next(inv)
+	return next(ctx, inv)
 }
 
 func implementsValidator(d *operations.Descriptor) bool {

@@ -44,22 +44,21 @@ func newRegistry(t *testing.T, fn func(context.Context, echoIn) (echoOut, error)
 }
 
 func recorder(trace *[]string, name string) pipeline.Middleware {
-	return pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
+	return pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		*trace = append(*trace, name)
-		return next(inv)
+		return next(ctx, inv)
 	})
 }
 
 func TestStageOrder(t *testing.T) {
 	var trace []string
-	builtinCalls := 0
 	opts := []kernel.Option{kernel.WithRegistry(newRegistry(t, func(_ context.Context, in echoIn) (echoOut, error) {
 		trace = append(trace, "handler")
 		return echoOut(in), nil
 	}))}
-	// Register application middleware in reverse stage order, two per stage,
-	// and a built-in per stage after them: the kernel must still sort by
-	// stage, put built-ins first, and keep registration order within a stage.
+	// Register application middleware in reverse stage order, two per
+	// stage: the kernel must still sort by stage and keep registration
+	// order within a stage.
 	stages := pipeline.Stages()
 	for i := len(stages) - 1; i >= 0; i-- {
 		s := stages[i]
@@ -67,17 +66,10 @@ func TestStageOrder(t *testing.T) {
 			kernel.UseAt(s, recorder(&trace, s.String()+"/app1")),
 			kernel.UseAt(s, recorder(&trace, s.String()+"/app2")))
 	}
-	for _, s := range stages {
-		opts = append(opts, kernel.WithBuiltIn(s, func(_ *kernel.Kernel, op *operations.Descriptor) pipeline.Middleware {
-			builtinCalls++
-			return recorder(&trace, s.String()+"/builtin")
-		}))
-	}
 	k, err := kernel.New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	compiledAt := builtinCalls
 	for call := range 3 {
 		trace = trace[:0]
 		if _, err := kernel.Call[echoIn, echoOut](context.Background(), k, "test.echo", echoIn{Text: "hi"}); err != nil {
@@ -85,17 +77,12 @@ func TestStageOrder(t *testing.T) {
 		}
 		var want []string
 		for _, s := range stages {
-			want = append(want, s.String()+"/builtin", s.String()+"/app1", s.String()+"/app2")
+			want = append(want, s.String()+"/app1", s.String()+"/app2")
 		}
 		want = append(want, "handler")
 		if got := strings.Join(trace, " "); got != strings.Join(want, " ") {
 			t.Errorf("call %d order:\n got %s\nwant %s", call, got, strings.Join(want, " "))
 		}
-	}
-	// One chain per operation plus the host chain, built once at New: calls
-	// do not rebuild it.
-	if builtinCalls != compiledAt || compiledAt != 2*len(stages) {
-		t.Errorf("built-in factories called %d times at New and %d after 3 calls, want %d and unchanged", compiledAt, builtinCalls, 2*len(stages))
 	}
 }
 
@@ -106,24 +93,24 @@ func TestInvokeAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := k.Lookup("test.echo")
 	in := &echoIn{Text: "hi"}
-	inv := pipeline.NewInvocation(context.Background(), d, in)
-	// Output boxing of the handler's result is the only allocation: the
-	// compiled chain itself allocates nothing per call.
-	if n := testing.AllocsPerRun(200, func() { _ = k.Invoke(inv) }); n > 1 {
-		t.Errorf("AllocsPerRun(Invoke) = %v, want at most 1 (the boxed output)", n)
+	ctx := context.Background()
+	req := kernel.Request{Operation: "test.echo", Input: in}
+	// The invocation and the boxing of the handler's result are the only
+	// allocations: the compiled chain itself allocates nothing per call.
+	if n := testing.AllocsPerRun(200, func() { _ = k.Invoke(ctx, req) }); n > 2 {
+		t.Errorf("AllocsPerRun(Invoke) = %v, want at most 2 (the invocation, the boxed output)", n)
 	}
 }
 
 func TestPanicBecomesUnexpected(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
-	boom := pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
+	boom := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		if inv.Input().(*echoIn).Text == "mw" {
 			panic("middleware secret")
 		}
-		return next(inv)
+		return next(ctx, inv)
 	})
 	k, err := kernel.New(kernel.WithLogger(logger), kernel.UseAt(pipeline.StageTenant, boom),
 		kernel.WithRegistry(newRegistry(t, func(_ context.Context, in echoIn) (echoOut, error) {
@@ -135,11 +122,11 @@ func TestPanicBecomesUnexpected(t *testing.T) {
 	for _, text := range []string{"handler", "mw"} {
 		_, err := kernel.Call[echoIn, echoOut](context.Background(), k, "test.echo", echoIn{Text: text})
 		e := pipeline.AsError(err)
-		if e == nil || e.Kind != pipeline.KindUnexpected || e.Code != pipeline.CodeUnexpected {
+		if e == nil || e.Kind() != pipeline.KindUnexpected || e.Code() != pipeline.CodeUnexpected {
 			t.Fatalf("panic in %s: outcome = %v, want UNEXPECTED", text, err)
 		}
-		if strings.Contains(e.SafeMessage(), "secret") || strings.Contains(e.Message, "secret") {
-			t.Errorf("panic in %s leaked its text: %q", text, e.Message)
+		if strings.Contains(e.SafeMessage(), "secret") || strings.Contains(e.Message(), "secret") {
+			t.Errorf("panic in %s leaked its text: %q", text, e.Message())
 		}
 	}
 	if !strings.Contains(logs.String(), "handler secret: handler") || !strings.Contains(logs.String(), "middleware secret") {
@@ -157,7 +144,7 @@ func TestValidationBuiltIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = kernel.Call[echoIn, echoOut](context.Background(), k, "test.echo", echoIn{Text: "invalid"})
-	if e := pipeline.AsError(err); e == nil || e.Kind != pipeline.KindValidation || e.Message != "text must not be 'invalid'" {
+	if e := pipeline.AsError(err); e == nil || e.Kind() != pipeline.KindValidation || e.Message() != "text must not be 'invalid'" {
 		t.Errorf("Call(invalid) = %v, want VALIDATION with the validator's message", err)
 	}
 	if called {
@@ -174,11 +161,11 @@ func TestUnknownOperationAndHost(t *testing.T) {
 	if _, err := kernel.Call[echoIn, echoOut](context.Background(), k, "no.such", echoIn{}); pipeline.KindOf(err) != pipeline.KindNotFound {
 		t.Errorf("Call(unknown) = %v, want NOT_FOUND", err)
 	}
-	inv := pipeline.NewInvocation(context.Background(), nil, nil)
-	inv.SetRoute("GET /healthz")
-	err = k.InvokeFunc(inv, func(inv *pipeline.Invocation) error { inv.SetOutput("ok"); return nil })
-	if err != nil || inv.Output() != "ok" || strings.Join(trace, ",") != "auth" {
-		t.Errorf("InvokeFunc = %v, output %v, trace %v; want the host pipeline with app middleware", err, inv.Output(), trace)
+	o := k.Invoke(context.Background(), kernel.Request{Route: "GET /healthz", Handler: func(context.Context, *pipeline.Invocation) (any, error) {
+		return "ok", nil
+	}})
+	if o.Err != nil || o.Output != "ok" || strings.Join(trace, ",") != "auth" || o.Invocation.Name() != "GET /healthz" {
+		t.Errorf("Invoke(host) = %v, output %v, trace %v; want the host pipeline with app middleware", o.Err, o.Output, trace)
 	}
 }
 
@@ -187,13 +174,12 @@ func TestHostInvocationHasDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := pipeline.NewInvocation(context.Background(), nil, nil)
-	err = k.InvokeFunc(inv, func(inv *pipeline.Invocation) error {
-		<-inv.Context().Done() // released by MaxTimeoutSeconds
-		return inv.Context().Err()
-	})
-	if pipeline.CodeOf(err) != pipeline.CodeTimeout {
-		t.Errorf("host call past MaxTimeoutSeconds = %v, want %s", err, pipeline.CodeTimeout)
+	o := k.Invoke(context.Background(), kernel.Request{Route: "GET /slow", Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+		<-ctx.Done() // released by MaxTimeoutSeconds
+		return nil, ctx.Err()
+	}})
+	if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || o.Invocation.DeadlineSource() != pipeline.DeadlineKernel {
+		t.Errorf("host call past MaxTimeoutSeconds = %v (deadline source %v), want %s (kernel)", o.Err, o.Invocation.DeadlineSource(), pipeline.CodeTimeout)
 	}
 }
 

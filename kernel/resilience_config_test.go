@@ -111,7 +111,7 @@ func TestResilienceRejectsThroughTheKernel(t *testing.T) {
 		}
 		_, err = kernel.Call[string, string](t.Context(), k, "orders.create", "")
 		pe := pipeline.AsError(err)
-		if pe == nil || pe.Code != pipeline.CodeRateLimited || pe.Message != "Operation 'orders.create' is rate limited; retry after 60 seconds." {
+		if pe == nil || pe.Code() != pipeline.CodeRateLimited || pe.Message() != "Operation 'orders.create' is rate limited; retry after 60 seconds." {
 			t.Fatalf("third call = %v, want KERNEL_UNAVAILABLE_002 \"... retry after 60 seconds.\"", err)
 		}
 		if calls != 2 {
@@ -147,12 +147,11 @@ func TestResilienceExpiredOnArrivalDoesNotCount(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, _ := k.Lookup("orders.create")
 		for range 3 {
-			inv := pipeline.NewInvocation(t.Context(), d, "fail")
-			inv.SetDeadline(time.Now().Add(-time.Millisecond))
-			if err := k.Invoke(inv); pipeline.CodeOf(err) != pipeline.CodeTimeout {
-				t.Fatalf("expired on arrival = %v, want %s", err, pipeline.CodeTimeout)
+			in := "fail"
+			o := k.Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: &in, Deadline: time.Now().Add(-time.Millisecond)})
+			if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+				t.Fatalf("expired on arrival = %v, want %s", o.Err, pipeline.CodeTimeout)
 			}
 		}
 		l := k.Limits("orders.create")
@@ -165,23 +164,37 @@ func TestResilienceExpiredOnArrivalDoesNotCount(t *testing.T) {
 	})
 }
 
-func TestResilienceOwnDeadlineIsNotABreakerFailure(t *testing.T) {
+// TestResilienceDeadlineCountsByWhoseDeadline: a handler that honours its
+// context and is ended by the operation's own TimeoutSeconds counts as a
+// breaker failure (a hanging downstream must open the breaker); ended by
+// the caller's earlier deadline, it counts as nothing.
+func TestResilienceDeadlineCountsByWhoseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls int
-		k, err := resKernel(t, wrap(`{"FailureThreshold":1,"TimeoutSeconds":2}`), &calls)
+		k, err := resKernel(t, wrap(`{"FailureThreshold":2,"TimeoutSeconds":2}`), &calls)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = kernel.Call[string, string](t.Context(), k, "orders.create", "block")
-		if pipeline.CodeOf(err) != pipeline.CodeTimeout {
-			t.Fatalf("blocked call = %v, want %s", err, pipeline.CodeTimeout)
+		l := k.Limits("orders.create")
+		for i := range 3 {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			_, err = kernel.Call[string, string](ctx, k, "orders.create", "block")
+			cancel()
+			if pipeline.CodeOf(err) != pipeline.CodeTimeout {
+				t.Fatalf("caller-bound call %d = %v, want %s", i, err, pipeline.CodeTimeout)
+			}
 		}
-		if s := k.Limits("orders.create").BreakerState(); s != resilience.BreakerClosed {
-			t.Fatalf("after the caller's own deadline: breaker %v, want closed", s)
+		if s := l.BreakerState(); s != resilience.BreakerClosed {
+			t.Fatalf("after 3 calls ended by the caller's own deadline: breaker %v, want closed", s)
 		}
-		_, _ = kernel.Call[string, string](t.Context(), k, "orders.create", "fail")
-		if s := k.Limits("orders.create").BreakerState(); s != resilience.BreakerOpen {
-			t.Fatalf("after a real failure: breaker %v, want open", s)
+		for i := range 2 {
+			_, err = kernel.Call[string, string](t.Context(), k, "orders.create", "block")
+			if pipeline.CodeOf(err) != pipeline.CodeTimeout {
+				t.Fatalf("operation-bound call %d = %v, want %s", i, err, pipeline.CodeTimeout)
+			}
+		}
+		if s := l.BreakerState(); s != resilience.BreakerOpen {
+			t.Fatalf("after 2 calls ended by the operation's TimeoutSeconds: breaker %v, want open", s)
 		}
 	})
 }

@@ -7,29 +7,28 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
-	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
 )
 
-// telemetryOptions are the options of the built-in Diagnostics middleware.
+// telemetryOptions are the options of the kernel's telemetry, which
+// observes every invocation at the kernel's edge.
 type telemetryOptions struct {
 	disabled bool
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
 	access   *slog.Logger
-	t        *telemetry.Telemetry // set by registerTelemetry
+	t        *telemetry.Telemetry // set by newTelemetry
 }
 
-// WithTelemetry turns the built-in Diagnostics middleware (package
-// kernel/telemetry: one span per invocation, the invocation metrics, the
-// access log) on or off. It is on by default; with otel's no-op default
+// WithTelemetry turns the kernel's telemetry (package kernel/telemetry: one
+// span per invocation, the invocation metrics, the access log — for every
+// answer, early rejections and answers at the deadline included) on or
+// off. It is on by default; with otel's no-op default
 // providers it costs next to nothing, so turn it off only to replace it.
 func WithTelemetry(enabled bool) Option {
 	return optionFunc(func(o *options) { o.telemetry.disabled = !enabled })
 }
 
-// WithTracerProvider sets the tracer provider of the Diagnostics spans.
+// WithTracerProvider sets the tracer provider of the invocations' spans.
 // The default (and a nil tp) is otel's global provider, read on every
 // call, so one installed with otel.SetTracerProvider after New is used.
 func WithTracerProvider(tp trace.TracerProvider) Option {
@@ -49,11 +48,10 @@ func WithAccessLog(l *slog.Logger) Option {
 	return optionFunc(func(o *options) { o.telemetry.access = l })
 }
 
-// registerTelemetry puts the telemetry Diagnostics middleware first among
-// the built-ins, so it is the outermost middleware of every chain.
-func registerTelemetry(o *options, k *Kernel) {
+// newTelemetry creates the kernel's telemetry, or nil when it is off.
+func newTelemetry(o *options, k *Kernel) *telemetry.Telemetry {
 	if o.telemetry.disabled {
-		return
+		return nil
 	}
 	t := telemetry.New(
 		telemetry.WithTracerProvider(o.telemetry.tp),
@@ -64,25 +62,17 @@ func registerTelemetry(o *options, k *Kernel) {
 	if err := t.Err(); err != nil {
 		k.logger.Warn("sundial: telemetry instruments", "error", err.Error())
 	}
-	b := BuiltIn(func(_ *Kernel, d *operations.Descriptor) pipeline.Middleware {
-		if d == nil {
-			return t.Middleware(nil)
-		}
-		return t.Middleware(d)
-	})
-	o.builtins = append([][2]any{{pipeline.StageDiagnostics, b}}, o.builtins...)
+	return t
 }
 
-// observeLimits lets the telemetry's observable instruments read the
-// limiters, once New has created all of them (collections may run on
-// other goroutines, so they must not see the limiters map being built).
+// observeLimits reports the state of every operation's limits to the
+// telemetry's observable instruments.
 func observeLimits(o *options, k *Kernel) {
 	if t := o.telemetry.t; t != nil {
 		t.ObserveLimits(k.limitState)
 	}
 }
 
-// limitState reports the limiter state of operation id.
 func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
 	l := k.Limits(id)
 	if l == nil {
@@ -90,19 +80,12 @@ func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
 	}
 	p := l.Policy()
 	st := telemetry.LimitState{
-		Breaker:            telemetry.BreakerNone,
+		HasBreaker:         p.FailureThreshold > 0,
 		RateLimited:        p.PermitLimit > 0,
 		ConcurrencyLimited: p.ConcurrencyLimit > 0,
 	}
-	if p.FailureThreshold > 0 {
-		switch l.BreakerState() {
-		case resilience.BreakerOpen:
-			st.Breaker = telemetry.BreakerOpen
-		case resilience.BreakerHalfOpen:
-			st.Breaker = telemetry.BreakerHalfOpen
-		default:
-			st.Breaker = telemetry.BreakerClosed
-		}
+	if st.HasBreaker {
+		st.Breaker = l.BreakerState()
 	}
 	if st.RateLimited {
 		st.RateQueueDepth = l.RateQueueDepth()

@@ -101,16 +101,17 @@ func TestRegister(t *testing.T) {
 	}
 	// The handler accepts a pointer (what adapters decode into) or a value.
 	for _, input := range []any{&in{N: 21}, in{N: 21}} {
-		inv := pipeline.NewInvocation(context.Background(), d, input)
-		if err := d.Handler()(inv); err != nil {
+		inv := pipeline.NewInvocation(pipeline.Spec{Operation: d, Input: input})
+		res, err := d.Handler()(context.Background(), inv)
+		if err != nil {
 			t.Fatalf("handler(%T) = %v", input, err)
 		}
-		if got := inv.Output().(out).N; got != 42 {
+		if got := res.(out).N; got != 42 {
 			t.Errorf("handler(%T) output = %d, want 42", input, got)
 		}
 	}
-	inv := pipeline.NewInvocation(context.Background(), d, "wrong")
-	if err := d.Handler()(inv); pipeline.KindOf(err) != pipeline.KindUnexpected {
+	inv := pipeline.NewInvocation(pipeline.Spec{Operation: d, Input: "wrong"})
+	if _, err := d.Handler()(context.Background(), inv); pipeline.KindOf(err) != pipeline.KindUnexpected {
 		t.Errorf("handler(wrong input type) = %v, want UNEXPECTED", err)
 	}
 	if p, ok := d.NewInput().(*in); !ok || p == nil {

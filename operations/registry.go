@@ -50,7 +50,8 @@ type Descriptor struct {
 func (d *Descriptor) OperationID() string { return d.ID }
 
 // Handler returns the terminal handler that calls the registered function
-// with the invocation's context and input.
+// with the handler's context and the invocation's input, and returns its
+// result.
 func (d *Descriptor) Handler() pipeline.Handler { return d.handler }
 
 // NewInput returns a pointer to a new zero value of the input type, ready
@@ -111,7 +112,7 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 	d.Input = reflect.TypeFor[In]()
 	d.Output = reflect.TypeFor[Out]()
 	id := d.ID
-	d.handler = func(inv *pipeline.Invocation) error {
+	d.handler = func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		var in In
 		switch v := inv.Input().(type) {
 		case *In:
@@ -122,15 +123,14 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 			in = v
 		case nil:
 		default:
-			return pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+			return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
 				"operation %q: input of type %T, want %v", id, v, d.Input)
 		}
-		out, err := fn(inv.Context(), in)
+		out, err := fn(ctx, in)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		inv.SetOutput(out)
-		return nil
+		return out, nil
 	}
 	desc := d // copy: the registry owns its descriptor
 	r.mu.Lock()

@@ -1,17 +1,61 @@
-// Package pipeline runs invocations through ordered stages.
+// Package pipeline defines how an invocation runs through Sundial: the
+// [Invocation], the [Handler] and [Middleware] that run it, and the
+// [*Error] that is its outcome.
 //
-// It is the execution model every other Sundial package speaks: an
-// [Invocation] is one call of an operation (or of a host endpoint), a
-// [Middleware] acts on it before and after the rest of the chain, and the
-// outcome of the call is a plain Go error — nil for success, or an [*Error]
-// carrying a [Kind], a stable code, a message and details.
+// # Context in, outcome out
 //
-// Middleware is composed once, with [Chain], into a single [Handler]; calling
-// that handler allocates nothing for the chain itself. The first middleware
-// given to Chain is the outermost: it acts first on the invocation and last
-// on the outcome.
+// A [Handler] is called with a context and an invocation and returns a
+// result and an outcome:
 //
-// Stages order middleware coarsely (see [Stage]): the kernel sorts the
-// built-in and application middleware by stage and hands the result to
-// Chain.
+//	func(ctx context.Context, inv *pipeline.Invocation) (any, error)
+//
+// The context carries the invocation's cancellation and, once the kernel's
+// deadline middleware has run, its deadline; pass it to every downstream
+// call. The outcome is a plain Go error: nil for success, else ideally an
+// [*Error]. Nothing is stored on the invocation along the way: what a
+// handler produced is what it returns.
+//
+// # The invocation
+//
+// An [Invocation] holds the facts of one call, fixed when the kernel makes
+// it with [NewInvocation]: the operation (nil for a host endpoint), the
+// protocol and route it came through, the decoded input, the caller's
+// deadline and the effective one with its [DeadlineSource], the caller's
+// baggage and idempotency key. It has no setters, so middleware and
+// handlers on any goroutine may read it at any time.
+//
+// # The onion
+//
+// [Chain] composes middleware around a terminal handler once, into a single
+// Handler; calling that handler allocates nothing for the chain itself. The
+// first middleware given to Chain is the outermost: it acts first on the
+// invocation and last on the outcome. Given an outer and an inner
+// middleware, a call runs
+//
+//	outer before → inner before → handler → inner after → outer after
+//
+// A middleware continues the call by calling next, with ctx or a context
+// derived from it, and returns what next returned or an outcome of its own;
+// it may also reject the invocation by not calling next at all. Stages
+// order middleware coarsely (see [Stage]): the kernel sorts the built-in
+// and application middleware by stage and hands the result to Chain.
+// [Recover] turns a handler's panic into an UNEXPECTED outcome.
+//
+// # Outcomes
+//
+// An [*Error] carries a [Kind] from a closed set, a stable code, a message
+// that may reach the caller, details, an optional retry-after and an
+// optional cause that never reaches the caller. Errors are immutable:
+// [Error.WithDetail], [Error.WithCause] and [Error.WithRetryAfter] return
+// changed copies and [Error.Details] returns a copy, so one Error, such as
+// [ErrTimeout], may be shared freely. An UNEXPECTED error shows a caller
+// nothing but [UnexpectedMessage].
+//
+// [KindOf], [AsError] and [CodeOf] classify any error: the *Error in its
+// chain when there is one, TIMEOUT or CANCELLED for a context error, and
+// UNEXPECTED for everything else, nil pointers of any error type included.
+// [ErrorText] returns an error's text without ever panicking; use it to
+// log errors that come from application code.
+//
+// Package pipeline/pipelinetest helps test middleware and handlers.
 package pipeline

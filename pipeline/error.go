@@ -2,21 +2,19 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"math"
-	"strconv"
-	"strings"
+	"reflect"
 	"time"
 )
 
 // Stable codes of the outcomes the framework itself produces. Applications
-// use codes of their own (e.g. "SHOP_UNAVAILABLE_001").
+// use codes of their own (e.g. "SHOP_UNAVAILABLE_001"). The wire spelling
+// of the cancellation code is British ("CANCELLED"); identifiers use Go's.
 const (
 	CodeTimeout            = "KERNEL_TIMEOUT_001"
-	CodeCancelled          = "KERNEL_CANCELLED_001"
+	CodeCanceled           = "KERNEL_CANCELLED_001"
 	CodeUnexpected         = "KERNEL_UNEXPECTED_001"
 	CodeValidation         = "KERNEL_VALIDATION_001"
 	CodeBadDeadline        = "KERNEL_VALIDATION_002"
@@ -30,39 +28,54 @@ const (
 // outcome; the real error goes to the log.
 const UnexpectedMessage = "An unexpected error occurred."
 
-// Error is the outcome of a failed invocation: a Kind, a stable Code, a
-// human Message that may reach the caller, Details (a small map of
-// JSON-encodable values, e.g. "id" and "retryAfter") and an optional wrapped
-// cause that never reaches the caller.
+// DetailRetryAfter is the details key under which adapters write an
+// outcome's retry-after (see [Error.RetryAfter]) on the wire, in whole
+// seconds.
+const DetailRetryAfter = "retryAfter"
+
+// Error is the outcome of a failed invocation: a [Kind], a stable code, a
+// human message that may reach the caller, details (a small map of
+// JSON-encodable values, e.g. "id"), an optional retry-after and an
+// optional wrapped cause that never reaches the caller.
 //
-// Error values are immutable once returned from a constructor's With methods
-// chain; share them freely.
+// An Error cannot be changed once made: the With methods return changed
+// copies, and [Error.Details] returns a copy of the details. Share Error
+// values freely, between goroutines too.
+//
+// Its kind is always one of the closed set of [Kinds] other than KindOK:
+// constructors given any other kind make an UNEXPECTED error. An
+// UNEXPECTED error shows callers nothing of its message, details or cause
+// ([Error.SafeMessage], [Error.SafeDetails]).
 type Error struct {
-	Kind    Kind
-	Code    string
-	Message string
-	Details map[string]any
-	cause   error
+	kind       Kind
+	code       string
+	message    string
+	details    map[string]any // never written after the Error is made
+	retryAfter time.Duration  // < 0: none
+	cause      error
 }
 
 // NewError returns an error of the given kind, code and message.
 func NewError(kind Kind, code, message string) *Error {
-	return &Error{Kind: kind, Code: code, Message: message}
+	if kind == KindOK || kind >= numKinds {
+		kind = KindUnexpected
+	}
+	return &Error{kind: kind, code: code, message: message, retryAfter: -1}
 }
 
 // Errorf is NewError with a formatted message.
 func Errorf(kind Kind, code, format string, args ...any) *Error {
-	return &Error{Kind: kind, Code: code, Message: fmt.Sprintf(format, args...)}
+	return NewError(kind, code, fmt.Sprintf(format, args...))
 }
 
 // Wrap returns an error of the given kind and code that wraps cause, so that
 // errors.Is and errors.As see through it. The cause's text is not part of
-// Message.
+// the message.
 func Wrap(kind Kind, code, message string, cause error) *Error {
-	return &Error{Kind: kind, Code: code, Message: message, cause: cause}
+	e := NewError(kind, code, message)
+	e.cause = cause
+	return e
 }
-
-// Convenience constructors, one per failure kind.
 
 // Validation returns a VALIDATION error.
 func Validation(code, message string) *Error { return NewError(KindValidation, code, message) }
@@ -87,26 +100,97 @@ func Unavailable(code, message string) *Error { return NewError(KindUnavailable,
 // Timeout returns a TIMEOUT error.
 func Timeout(code, message string) *Error { return NewError(KindTimeout, code, message) }
 
-// Cancelled returns a CANCELLED error.
-func Cancelled(code, message string) *Error { return NewError(KindCancelled, code, message) }
+// Canceled returns a CANCELLED error.
+func Canceled(code, message string) *Error { return NewError(KindCanceled, code, message) }
 
-// Error implements error as "CODE: message".
-func (e *Error) Error() string {
-	if e.cause != nil {
-		return e.Code + ": " + e.Message + ": " + e.cause.Error()
+// Kind returns the error's kind (KindUnexpected for a nil *Error).
+func (e *Error) Kind() Kind {
+	if e == nil {
+		return KindUnexpected
 	}
-	return e.Code + ": " + e.Message
+	return e.kind
 }
 
-// Unwrap returns the wrapped cause, if any.
-func (e *Error) Unwrap() error { return e.cause }
+// Code returns the error's stable code.
+func (e *Error) Code() string {
+	if e == nil {
+		return CodeUnexpected
+	}
+	return e.code
+}
 
-// WithDetail returns a copy of e with details[key] = value.
+// Message returns the error's message as made. Use SafeMessage for what may
+// reach a caller.
+func (e *Error) Message() string {
+	if e == nil {
+		return UnexpectedMessage
+	}
+	return e.message
+}
+
+// SafeMessage returns the message a caller may see: [UnexpectedMessage]
+// for an UNEXPECTED error, the message otherwise.
+func (e *Error) SafeMessage() string {
+	if e == nil || e.kind == KindUnexpected {
+		return UnexpectedMessage
+	}
+	return e.message
+}
+
+// Error returns "CODE: message" and, when the error wraps a cause, ": "
+// and the cause's text. A cause whose Error method panics (a typed nil
+// whose method reads its receiver) is shown by its type.
+func (e *Error) Error() string {
+	if e == nil {
+		return CodeUnexpected + ": " + UnexpectedMessage
+	}
+	if e.cause != nil {
+		return e.code + ": " + e.message + ": " + ErrorText(e.cause)
+	}
+	return e.code + ": " + e.message
+}
+
+// Unwrap returns the wrapped cause, or nil.
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.cause
+}
+
+// Details returns a copy of the error's details (nil when it has none).
+func (e *Error) Details() map[string]any {
+	if e == nil || len(e.details) == 0 {
+		return nil
+	}
+	return maps.Clone(e.details)
+}
+
+// SafeDetails returns the details a caller may see: nil for an UNEXPECTED
+// error, a copy of the details otherwise.
+func (e *Error) SafeDetails() map[string]any {
+	if e == nil || e.kind == KindUnexpected {
+		return nil
+	}
+	return e.Details()
+}
+
+// Detail returns the detail key.
+func (e *Error) Detail(key string) (any, bool) {
+	if e == nil {
+		return nil, false
+	}
+	v, ok := e.details[key]
+	return v, ok
+}
+
+// WithDetail returns a copy of e with the detail key set to value. The
+// retry-after is not a detail: set it with WithRetryAfter.
 func (e *Error) WithDetail(key string, value any) *Error {
 	c := *e
-	c.Details = make(map[string]any, len(e.Details)+1)
-	maps.Copy(c.Details, e.Details)
-	c.Details[key] = value
+	c.details = make(map[string]any, len(e.details)+1)
+	maps.Copy(c.details, e.details)
+	c.details[key] = value
 	return &c
 }
 
@@ -117,140 +201,148 @@ func (e *Error) WithCause(cause error) *Error {
 	return &c
 }
 
-// Detail returns details[key].
-func (e *Error) Detail(key string) (any, bool) {
-	v, ok := e.Details[key]
-	return v, ok
+// WithRetryAfter returns a copy of e telling the caller to retry after d
+// (negative: no retry-after). Adapters send it as an HTTP Retry-After
+// header and details.retryAfter, a gRPC google.rpc.RetryInfo and
+// details.retryAfter, in whole seconds rounded up (see
+// [Error.RetryAfterSeconds]).
+func (e *Error) WithRetryAfter(d time.Duration) *Error {
+	c := *e
+	c.retryAfter = max(d, -1)
+	return &c
 }
 
-// SafeMessage returns the message a caller may see: Message, except for
-// UNEXPECTED, which is always [UnexpectedMessage].
-func (e *Error) SafeMessage() string {
-	if e.Kind == KindUnexpected || e.Kind >= numKinds {
-		return UnexpectedMessage
+// RetryAfter returns the retry-after and whether the error has one.
+func (e *Error) RetryAfter() (time.Duration, bool) {
+	if e == nil || e.retryAfter < 0 {
+		return 0, false
 	}
-	return e.Message
+	return e.retryAfter, true
 }
 
-// Timeout and cancellation outcomes are shared values: the hot path does not
-// allocate them.
+// RetryAfterSeconds returns the retry-after in whole seconds, rounded up
+// and at least 1 (what a Retry-After header can say), and whether the
+// error has one.
+func (e *Error) RetryAfterSeconds() (int64, bool) {
+	d, ok := e.RetryAfter()
+	if !ok {
+		return 0, false
+	}
+	return RetryAfterSeconds(d), true
+}
+
+// RetryAfterSeconds rounds d up to whole seconds, at least 1.
+func RetryAfterSeconds(d time.Duration) int64 {
+	if d <= time.Second {
+		return 1
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
 var (
-	errTimeout   = NewError(KindTimeout, CodeTimeout, "The invocation's deadline was exceeded.")
-	errCancelled = NewError(KindCancelled, CodeCancelled, "The caller cancelled the invocation.")
-	errTypedNil  = Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, errors.New("pipeline: a nil *pipeline.Error was returned as a non-nil error"))
+	errTimeout  = NewError(KindTimeout, CodeTimeout, "The invocation's deadline was exceeded.")
+	errCanceled = NewError(KindCanceled, CodeCanceled, "The caller canceled the invocation.")
 )
 
-// ErrTimeout returns the framework's TIMEOUT outcome (KERNEL_TIMEOUT_001).
+// ErrTimeout returns the TIMEOUT outcome of an invocation whose deadline
+// passed (KERNEL_TIMEOUT_001).
 func ErrTimeout() *Error { return errTimeout }
 
-// ErrCancelled returns the framework's CANCELLED outcome (KERNEL_CANCELLED_001).
-func ErrCancelled() *Error { return errCancelled }
+// ErrCanceled returns the CANCELLED outcome of an invocation its caller
+// abandoned (KERNEL_CANCELLED_001).
+func ErrCanceled() *Error { return errCanceled }
 
-// KindOf classifies any error. It is total: nil is OK, an [*Error] anywhere
-// in the chain gives its Kind, context.DeadlineExceeded is TIMEOUT,
-// context.Canceled is CANCELLED, anything else is UNEXPECTED — including a
-// nil *Error returned as a non-nil error.
+// errTypedNil is the outcome of a typed nil returned as an error.
+func errTypedNil(err error) *Error {
+	return Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage,
+		fmt.Errorf("pipeline: a nil %T was returned as a non-nil error", err))
+}
+
+// isTypedNil reports whether err holds a nil pointer (or other nil
+// reference) of some type.
+func isTypedNil(err error) bool {
+	switch v := reflect.ValueOf(err); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// asCoded finds the *Error in err's chain. ok is false when there is none;
+// e is nil when err is, or wraps, a typed nil that could not be read. A
+// panic while walking the chain (an Unwrap reading a nil receiver) counts
+// as a typed nil.
+func asCoded(err error) (e *Error, ok bool) {
+	defer func() {
+		if recover() != nil {
+			e, ok = nil, true
+		}
+	}()
+	if isTypedNil(err) {
+		return nil, true
+	}
+	if pe, found := errors.AsType[*Error](err); found {
+		return pe, true
+	}
+	return nil, false
+}
+
+// KindOf returns the kind of an outcome. It is total: nil is KindOK; an
+// *Error anywhere in err's chain gives its kind; context.DeadlineExceeded
+// is TIMEOUT and context.Canceled CANCELLED; a typed nil of any type, and
+// every other error, is UNEXPECTED.
 func KindOf(err error) Kind {
 	if err == nil {
 		return KindOK
 	}
-	if e, ok := errors.AsType[*Error](err); ok {
-		if e == nil {
-			return KindUnexpected
-		}
-		return e.Kind
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return KindTimeout
-	case errors.Is(err, context.Canceled):
-		return KindCancelled
-	}
-	return KindUnexpected
+	return AsError(err).Kind()
 }
 
-// AsError converts any non-nil error to an [*Error]: an *Error in the chain
-// is returned as it is (an already-coded error is never overwritten);
-// context errors become the framework's TIMEOUT/CANCELLED outcomes wrapping
-// them; anything else becomes UNEXPECTED wrapping it. AsError(nil) is nil.
-// A nil *Error returned as a non-nil error (a typed nil) becomes an
-// UNEXPECTED outcome that does not wrap it (its Error method would
-// dereference nil).
+// AsError returns err as an *Error: nil for nil; the *Error in err's chain
+// when there is one (never overwritten); KERNEL_TIMEOUT_001 or
+// KERNEL_CANCELLED_001 wrapping err for a context error; an UNEXPECTED
+// outcome wrapping err for anything else, a typed nil of any type
+// included.
 func AsError(err error) *Error {
 	if err == nil {
 		return nil
 	}
-	if e, ok := errors.AsType[*Error](err); ok {
-		if e == nil {
-			return errTypedNil
-		}
+	if e, ok := err.(*Error); ok && e != nil {
 		return e
 	}
+	e, ok := asCoded(err)
 	switch {
+	case ok && e != nil:
+		return e
+	case ok:
+		return errTypedNil(err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return errTimeout.WithCause(err)
 	case errors.Is(err, context.Canceled):
-		return errCancelled.WithCause(err)
+		return errCanceled.WithCause(err)
 	}
 	return Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, err)
 }
 
-// CodeOf returns the code of AsError(err), or "" for nil.
+// CodeOf returns the code of an outcome ("" for nil).
 func CodeOf(err error) string {
 	if err == nil {
 		return ""
 	}
-	return AsError(err).Code
+	return AsError(err).Code()
 }
 
-// DetailRetryAfter is the details key of a retry hint: whole seconds after
-// which a retry may succeed (rejections by a rate limit or an open breaker
-// carry it).
-const DetailRetryAfter = "retryAfter"
-
-// RetryAfter reads details["retryAfter"] as a delay. It accepts a number of
-// seconds of any integer or float type, a json.Number, a decimal string or
-// a time.Duration; absent, negative, NaN and absurdly large (over 1e9 s)
-// values report false. Adapters turn it into their protocol's retry hint
-// (HTTP Retry-After, gRPC RetryInfo).
-func (e *Error) RetryAfter() (time.Duration, bool) {
-	v, ok := e.Details[DetailRetryAfter]
-	if !ok {
-		return 0, false
+// ErrorText returns err.Error(), "" for nil, and, when err is a typed nil
+// or its Error method panics, a description of its type instead: logs of
+// foreign errors must not take the process down.
+func ErrorText(err error) (s string) {
+	if err == nil {
+		return ""
 	}
-	var secs float64
-	switch x := v.(type) {
-	case time.Duration:
-		secs = x.Seconds()
-	case int:
-		secs = float64(x)
-	case int64:
-		secs = float64(x)
-	case int32:
-		secs = float64(x)
-	case uint64:
-		secs = float64(x)
-	case float64:
-		secs = x
-	case float32:
-		secs = float64(x)
-	case json.Number:
-		f, err := x.Float64()
-		if err != nil {
-			return 0, false
+	defer func() {
+		if recover() != nil {
+			s = fmt.Sprintf("%T (its Error method panicked)", err)
 		}
-		secs = f
-	case string:
-		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
-		if err != nil {
-			return 0, false
-		}
-		secs = f
-	default:
-		return 0, false
-	}
-	if math.IsNaN(secs) || secs < 0 || secs > 1e9 {
-		return 0, false
-	}
-	return time.Duration(secs * float64(time.Second)), true
+	}()
+	return err.Error()
 }

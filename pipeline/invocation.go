@@ -1,9 +1,6 @@
 package pipeline
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Operation is what the pipeline needs to know of a registered operation.
 // *operations.Descriptor implements it.
@@ -22,6 +19,7 @@ const (
 	ProtocolCLI
 )
 
+// String returns "inprocess", "http", "grpc" or "cli".
 func (p Protocol) String() string {
 	switch p {
 	case ProtocolHTTP:
@@ -38,150 +36,240 @@ func (p Protocol) String() string {
 // idempotency key (see [Invocation.IdempotencyKey]).
 const BaggageIdempotencyKey = "sundial.idempotency-key"
 
+// DeadlineSource says which deadline binds an invocation: the earliest of
+// the caller's, the operation's own (TimeoutSeconds) and the kernel-wide cap
+// (MaxTimeoutSeconds). When two are the same instant, the caller's wins
+// over the operation's, and the operation's over the cap.
+type DeadlineSource uint8
+
+// The deadline sources.
+const (
+	// DeadlineNone: the invocation has no deadline at all (no caller
+	// deadline, no TimeoutSeconds and no cap).
+	DeadlineNone DeadlineSource = iota
+	// DeadlineCaller: the caller's deadline binds (a Sundial-Deadline or
+	// Sundial-Timeout-Ms header, grpc-timeout, --timeout, or the parent
+	// context's deadline of an in-process call).
+	DeadlineCaller
+	// DeadlineOperation: the operation's TimeoutSeconds binds.
+	DeadlineOperation
+	// DeadlineKernel: the kernel-wide MaxTimeoutSeconds binds.
+	DeadlineKernel
+)
+
+// String returns "none", "caller", "operation" or "kernel".
+func (s DeadlineSource) String() string {
+	switch s {
+	case DeadlineCaller:
+		return "caller"
+	case DeadlineOperation:
+		return "operation"
+	case DeadlineKernel:
+		return "kernel"
+	}
+	return "none"
+}
+
+// Spec lists the facts of one invocation, for [NewInvocation]. The kernel
+// fills it from what a protocol received; tests fill it by hand (see
+// pipeline/pipelinetest).
+type Spec struct {
+	// Operation is the operation called; nil for a host endpoint.
+	Operation Operation
+	// Protocol is the entry point.
+	Protocol Protocol
+	// Route is the transport route (e.g. "POST /orders"), or "".
+	Route string
+	// Input is the decoded input, typically a pointer to the operation's
+	// input type.
+	Input any
+	// CallerDeadline is the deadline the caller sent; the zero time: none.
+	CallerDeadline time.Time
+	// Deadline is the effective deadline; the zero time: none. When it is
+	// set and DeadlineSource is DeadlineNone, the source is DeadlineCaller.
+	Deadline time.Time
+	// DeadlineSource says which deadline Deadline is.
+	DeadlineSource DeadlineSource
+	// Baggage is the caller's baggage. NewInvocation keeps the map: the
+	// caller must not change it afterwards.
+	Baggage map[string]string
+	// IdempotencyKey is the caller's idempotency key; when empty, the
+	// baggage's BaggageIdempotencyKey member is used.
+	IdempotencyKey string
+	// Arrival is when the invocation arrived (the kernel's one reading of
+	// the clock for it); the zero time: unknown.
+	Arrival time.Time
+}
+
 // Invocation is one call of an operation (or of a host endpoint) travelling
-// through the pipeline. It carries the per-call facts — the context, the
-// absolute deadline, baggage, the operation, the protocol — and the outcome
-// slot.
+// through the pipeline: the per-call facts, fixed when the invocation is
+// made — the operation, the protocol, the route, the input, the caller's
+// deadline and the effective one, baggage, the idempotency key.
 //
-// An Invocation is used by one call at a time: middleware and the handler
-// run sequentially on it, so its methods are not safe for concurrent use.
-// A handler that starts goroutines must pass them the context, not the
-// Invocation.
+// An Invocation has no setters: the context travels as the first argument
+// of every [Handler], and the outcome is what the handler returns. Its
+// methods are safe for concurrent use. A nil *Invocation reports no
+// operation, no deadline and no baggage.
 type Invocation struct {
-	ctx       context.Context
-	deadline  time.Time // zero: none
-	operation Operation
-	route     string
-	protocol  Protocol
-	input     any
-	output    any
-	baggage   map[string]string
-
-	outcome     error
-	original    error
-	originalSet bool
-	terminal    Handler
-
-	traceID string
+	operation      Operation
+	route          string
+	protocol       Protocol
+	source         DeadlineSource
+	input          any
+	callerDeadline time.Time
+	deadline       time.Time
+	arrival        time.Time
+	baggage        map[string]string
+	idempotencyKey string
 }
 
-// NewInvocation returns an invocation of op (nil for a host endpoint) with
-// the given parent context (the transport's cancellation) and input. A nil
-// ctx is context.Background().
-func NewInvocation(ctx context.Context, op Operation, input any) *Invocation {
-	if ctx == nil {
-		ctx = context.Background()
+// NewInvocation returns the invocation s describes. Times are kept as
+// given, monotonic clock readings included (see Invocation.Deadline).
+func NewInvocation(s Spec) *Invocation {
+	inv := &Invocation{
+		operation:      s.Operation,
+		route:          s.Route,
+		protocol:       s.Protocol,
+		input:          s.Input,
+		baggage:        s.Baggage,
+		idempotencyKey: s.IdempotencyKey,
+		arrival:        s.Arrival,
 	}
-	return &Invocation{ctx: ctx, operation: op, input: input}
-}
-
-// Context returns the invocation's current context. Inside the Resilience
-// stage and below, it carries the invocation's deadline.
-func (inv *Invocation) Context() context.Context { return inv.ctx }
-
-// SetContext replaces the context for the middleware and handler that run
-// after the caller. Middleware that calls it must restore the previous
-// context before returning. A nil ctx is ignored.
-func (inv *Invocation) SetContext(ctx context.Context) {
-	if ctx != nil {
-		inv.ctx = ctx
+	if !s.CallerDeadline.IsZero() {
+		inv.callerDeadline = s.CallerDeadline
 	}
-}
-
-// Deadline returns the invocation's absolute deadline and whether it has
-// one.
-func (inv *Invocation) Deadline() (time.Time, bool) { return inv.deadline, !inv.deadline.IsZero() }
-
-// SetDeadline sets the absolute deadline; the zero time removes it. The
-// deadline is stored in UTC.
-func (inv *Invocation) SetDeadline(d time.Time) {
-	if d.IsZero() {
-		inv.deadline = time.Time{}
-		return
+	if !s.Deadline.IsZero() {
+		inv.deadline = s.Deadline
+		inv.source = s.DeadlineSource
+		if inv.source == DeadlineNone {
+			inv.source = DeadlineCaller
+		}
 	}
-	inv.deadline = d.UTC()
-}
-
-// Remaining returns how long remains until the deadline at now: negative
-// once it has passed, and a very large duration when there is no deadline.
-func (inv *Invocation) Remaining(now time.Time) time.Duration {
-	if inv.deadline.IsZero() {
-		return time.Duration(1<<63 - 1)
+	if inv.idempotencyKey == "" {
+		inv.idempotencyKey = s.Baggage[BaggageIdempotencyKey]
 	}
-	return inv.deadline.Sub(now)
+	return inv
 }
 
-// Expired reports whether the deadline is at or before now. An invocation
-// without a deadline never expires. Expired reads the clock: use it to
-// decide whether to start work, never to tell a timeout from a
-// cancellation (that is the DeadlineMiddleware's job).
-func (inv *Invocation) Expired(now time.Time) bool {
-	return !inv.deadline.IsZero() && !inv.deadline.After(now)
+// Operation returns the operation called, or nil for a host endpoint.
+func (inv *Invocation) Operation() Operation {
+	if inv == nil {
+		return nil
+	}
+	return inv.operation
 }
-
-// Operation returns the invocation's operation, or nil for a host endpoint.
-func (inv *Invocation) Operation() Operation { return inv.operation }
 
 // OperationID returns the operation's ID, or "" for a host endpoint.
 func (inv *Invocation) OperationID() string {
-	if inv.operation == nil {
+	if inv == nil || inv.operation == nil {
 		return ""
 	}
 	return inv.operation.OperationID()
 }
 
-// Route returns the host endpoint's route (e.g. "GET /healthz"), set by the
-// adapter for invocations without an operation.
-func (inv *Invocation) Route() string { return inv.route }
-
-// SetRoute sets the route name used for invocations without an operation.
-func (inv *Invocation) SetRoute(r string) { inv.route = r }
-
-// Name is the operation ID, or the route for a host endpoint.
-func (inv *Invocation) Name() string {
-	if id := inv.OperationID(); id != "" {
-		return id
+// Route returns the transport route, or "".
+func (inv *Invocation) Route() string {
+	if inv == nil {
+		return ""
 	}
 	return inv.route
 }
 
-// Protocol returns the entry point of the call.
-func (inv *Invocation) Protocol() Protocol { return inv.protocol }
+// Name returns the operation ID, or the route of a host endpoint.
+func (inv *Invocation) Name() string {
+	if id := inv.OperationID(); id != "" {
+		return id
+	}
+	return inv.Route()
+}
 
-// SetProtocol records the entry point of the call.
-func (inv *Invocation) SetProtocol(p Protocol) { inv.protocol = p }
+// Protocol returns the entry point the invocation came through.
+func (inv *Invocation) Protocol() Protocol {
+	if inv == nil {
+		return ProtocolInProcess
+	}
+	return inv.protocol
+}
 
-// Input returns the decoded input (for a typed operation, a pointer to its
-// input type).
-func (inv *Invocation) Input() any { return inv.input }
+// Input returns the decoded input.
+func (inv *Invocation) Input() any {
+	if inv == nil {
+		return nil
+	}
+	return inv.input
+}
 
-// SetInput replaces the input.
-func (inv *Invocation) SetInput(in any) { inv.input = in }
+// Deadline returns the effective deadline and whether there is one. Inside
+// the Resilience stage and below, the handler's context ends at this
+// instant. When the kernel computed it from the clock (now plus a timeout)
+// it carries a monotonic reading, so that comparing it with time.Now is
+// immune to changes of the wall clock; use Deadline().UTC() to print or
+// send it.
+func (inv *Invocation) Deadline() (time.Time, bool) {
+	if inv == nil {
+		return time.Time{}, false
+	}
+	return inv.deadline, !inv.deadline.IsZero()
+}
 
-// Output returns what the handler produced; it is meaningful only when the
-// outcome is nil.
-func (inv *Invocation) Output() any { return inv.output }
+// CallerDeadline returns the deadline the caller sent, as it was given,
+// and whether it sent one. It may be later than [Invocation.Deadline].
+func (inv *Invocation) CallerDeadline() (time.Time, bool) {
+	if inv == nil {
+		return time.Time{}, false
+	}
+	return inv.callerDeadline, !inv.callerDeadline.IsZero()
+}
 
-// SetOutput stores the handler's result.
-func (inv *Invocation) SetOutput(out any) { inv.output = out }
+// DeadlineSource says which deadline binds: the caller's, the operation's
+// own or the kernel's cap (DeadlineNone without a deadline).
+func (inv *Invocation) DeadlineSource() DeadlineSource {
+	if inv == nil {
+		return DeadlineNone
+	}
+	return inv.source
+}
 
-// Baggage returns the baggage value for key.
+// Arrival returns when the invocation arrived at the kernel, and whether
+// that is known. The effective deadline was computed at that instant.
+func (inv *Invocation) Arrival() (time.Time, bool) {
+	if inv == nil {
+		return time.Time{}, false
+	}
+	return inv.arrival, !inv.arrival.IsZero()
+}
+
+// Remaining returns the time left before the effective deadline at now
+// (negative once it passed); without a deadline, the largest Duration.
+func (inv *Invocation) Remaining(now time.Time) time.Duration {
+	d, ok := inv.Deadline()
+	if !ok {
+		return time.Duration(1<<63 - 1)
+	}
+	return d.Sub(now)
+}
+
+// Expired reports whether the effective deadline is at or before now.
+func (inv *Invocation) Expired(now time.Time) bool {
+	d, ok := inv.Deadline()
+	return ok && !d.After(now)
+}
+
+// Baggage returns the caller's baggage member key.
 func (inv *Invocation) Baggage(key string) (string, bool) {
+	if inv == nil {
+		return "", false
+	}
 	v, ok := inv.baggage[key]
 	return v, ok
 }
 
-// SetBaggage sets a baggage member. Adapters fill baggage from the
-// transport (W3C baggage header, gRPC metadata).
-func (inv *Invocation) SetBaggage(key, value string) {
-	if inv.baggage == nil {
-		inv.baggage = make(map[string]string, 2)
-	}
-	inv.baggage[key] = value
-}
-
-// RangeBaggage calls f for each baggage member until f returns false.
+// RangeBaggage calls f for each baggage member, in no particular order,
+// until f returns false.
 func (inv *Invocation) RangeBaggage(f func(key, value string) bool) {
+	if inv == nil {
+		return
+	}
 	for k, v := range inv.baggage {
 		if !f(k, v) {
 			return
@@ -189,51 +277,10 @@ func (inv *Invocation) RangeBaggage(f func(key, value string) bool) {
 	}
 }
 
-// IdempotencyKey returns the caller's idempotency key (baggage
-// "sundial.idempotency-key"), or "". A client that retries a
-// non-idempotent call after a TIMEOUT must send one.
-func (inv *Invocation) IdempotencyKey() string { return inv.baggage[BaggageIdempotencyKey] }
-
-// Outcome returns the invocation's final, attributed outcome (nil for
-// success) once the pipeline has run. This is what adapters, logs, traces
-// and metrics report.
-func (inv *Invocation) Outcome() error { return inv.outcome }
-
-// SetOutcome records the final outcome. The kernel calls it when the
-// pipeline returns.
-func (inv *Invocation) SetOutcome(err error) { inv.outcome = err }
-
-// OriginalOutcome returns the outcome as the handler (and the middleware
-// inside the Resilience stage) produced it, before the DeadlineMiddleware
-// attributed it — this is what a circuit breaker counts. When no
-// DeadlineMiddleware ran, it equals Outcome.
-func (inv *Invocation) OriginalOutcome() error {
-	if !inv.originalSet {
-		return inv.outcome
+// IdempotencyKey returns the caller's idempotency key, or "".
+func (inv *Invocation) IdempotencyKey() string {
+	if inv == nil {
+		return ""
 	}
-	return inv.original
+	return inv.idempotencyKey
 }
-
-// SetOriginalOutcome records the unattributed outcome.
-func (inv *Invocation) SetOriginalOutcome(err error) {
-	inv.original, inv.originalSet = err, true
-}
-
-// TraceID returns the W3C trace ID (32 lower-case hex digits) of the
-// invocation's span, or "" when no span was recorded for it. The
-// Diagnostics middleware sets it; adapters report it (Problem Details
-// "traceId", access logs) after the pipeline has returned.
-func (inv *Invocation) TraceID() string { return inv.traceID }
-
-// SetTraceID records the trace ID of the invocation's span.
-func (inv *Invocation) SetTraceID(id string) { inv.traceID = id }
-
-// Terminal returns the handler that runs in place of the operation's
-// registered handler for this invocation (see SetTerminal), or nil.
-func (inv *Invocation) Terminal() Handler { return inv.terminal }
-
-// SetTerminal makes h the end of the chain for this invocation only: the
-// kernel's compiled chain (deadline, limits, middleware) runs as usual and
-// then calls h instead of the operation's registered handler. The kernel's
-// InvokeWith and InvokeFunc use it; a nil h restores the registered one.
-func (inv *Invocation) SetTerminal(h Handler) { inv.terminal = h }

@@ -5,7 +5,7 @@ package pipeline
 // status, gRPC code, CLI exit code) in one function each.
 type Kind uint8
 
-// The kinds, in the order of DESIGN.md's outcome table.
+// The kinds, in the order of the outcome table (docs/pipeline.md).
 const (
 	// KindOK is success: the error is nil.
 	KindOK Kind = iota
@@ -19,8 +19,8 @@ const (
 	KindNotFound
 	// KindConflict: the call conflicts with the current state.
 	KindConflict
-	// KindCancelled: the caller gave up before the deadline fired.
-	KindCancelled
+	// KindCanceled: the caller gave up before the deadline fired.
+	KindCanceled
 	// KindTimeout: the invocation's deadline fired (or a downstream timed
 	// out). Side effects may have happened.
 	KindTimeout
@@ -41,7 +41,7 @@ var kindNames = [numKinds]string{
 	KindForbidden:       "FORBIDDEN",
 	KindNotFound:        "NOT_FOUND",
 	KindConflict:        "CONFLICT",
-	KindCancelled:       "CANCELLED",
+	KindCanceled:        "CANCELLED",
 	KindTimeout:         "TIMEOUT",
 	KindUnavailable:     "UNAVAILABLE",
 	KindUnexpected:      "UNEXPECTED",
@@ -74,11 +74,4 @@ func ParseKind(s string) (Kind, bool) {
 		}
 	}
 	return KindUnexpected, false
-}
-
-// IsBreakerFailure reports whether an outcome of this kind counts as a
-// failure for a circuit breaker: TIMEOUT, UNAVAILABLE and UNEXPECTED do;
-// caller errors (VALIDATION, NOT_FOUND, ...) and CANCELLED do not.
-func (k Kind) IsBreakerFailure() bool {
-	return k == KindTimeout || k == KindUnavailable || k == KindUnexpected || k >= numKinds
 }

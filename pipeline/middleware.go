@@ -1,71 +1,100 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 )
 
-// Handler runs an invocation and returns its outcome: nil for success, an
-// error (ideally an [*Error]) otherwise. A successful handler stores its
-// result with [Invocation.SetOutput].
-type Handler func(inv *Invocation) error
+// Handler runs an invocation under ctx and returns its result and outcome:
+// a nil error for success, else the outcome (ideally an [*Error]). ctx
+// carries the invocation's cancellation and, inside the Resilience stage
+// and below, its deadline: pass it to every downstream call.
+type Handler func(ctx context.Context, inv *Invocation) (any, error)
 
-// Middleware acts on an invocation around the rest of the chain. Invoke must
-// call next at most once; not calling it ends the invocation with the
-// returned outcome (a rejection). Middleware that replaces the invocation's
-// context (see [Invocation.SetContext]) must restore it before returning.
+// Middleware acts on an invocation before and after the rest of the chain.
+// Invoke calls next to continue (with ctx or a context derived from it)
+// and returns what next returned, or an outcome of its own; it may also
+// not call next at all (a rejection).
 type Middleware interface {
-	Invoke(inv *Invocation, next Handler) error
+	Invoke(ctx context.Context, inv *Invocation, next Handler) (any, error)
 }
 
 // MiddlewareFunc adapts a function to [Middleware].
-type MiddlewareFunc func(inv *Invocation, next Handler) error
+type MiddlewareFunc func(ctx context.Context, inv *Invocation, next Handler) (any, error)
 
-// Invoke calls f(inv, next).
-func (f MiddlewareFunc) Invoke(inv *Invocation, next Handler) error { return f(inv, next) }
+// Invoke calls f.
+func (f MiddlewareFunc) Invoke(ctx context.Context, inv *Invocation, next Handler) (any, error) {
+	return f(ctx, inv, next)
+}
 
-// Chain composes middleware around terminal into one Handler. It runs once,
-// when a pipeline is built; calling the result allocates nothing for the
-// chain. The first middleware is the outermost: it acts first on the
-// invocation and last on the outcome. Nil middleware are skipped.
+// Chain composes mws around terminal into one Handler, once: calling it
+// allocates nothing for the chain itself. The first middleware is the
+// outermost: it acts first on the invocation and last on the outcome.
+// Nil middleware — untyped, or a typed nil such as a nil pointer — are
+// skipped.
 func Chain(terminal Handler, mws ...Middleware) Handler {
 	h := terminal
 	for i := len(mws) - 1; i >= 0; i-- {
 		m := mws[i]
-		if m == nil {
+		if isNil(m) {
 			continue
 		}
 		next := h
-		h = func(inv *Invocation) error { return m.Invoke(inv, next) }
+		h = func(ctx context.Context, inv *Invocation) (any, error) { return m.Invoke(ctx, inv, next) }
 	}
 	return h
 }
 
-// PanicError is the cause wrapped by the UNEXPECTED outcome that [Recover]
-// produces. Its Value and Stack are for logs only: the caller sees
-// [UnexpectedMessage].
+// isNil reports whether m is nil or holds a nil pointer, func, map, chan
+// or slice (whose Invoke would most likely dereference it).
+func isNil(m Middleware) bool {
+	if m == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(m); v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// PanicError is the cause of the UNEXPECTED outcome of a recovered panic.
 type PanicError struct {
 	Value any
 	Stack []byte
 }
 
-func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v", p.Value) }
+func (p *PanicError) Error() string {
+	if p == nil {
+		return "panic"
+	}
+	return fmt.Sprintf("panic: %v", p.Value)
+}
 
-// Recover returns a Handler that runs h and turns a panic into an UNEXPECTED
-// outcome wrapping a [*PanicError]. onPanic, if not nil, is called with the
-// invocation and the panic (the kernel logs it there). The process lives on;
-// the panic text never becomes part of the outcome's message.
+// Recover returns h with panics turned into an UNEXPECTED outcome wrapping
+// a [*PanicError] (its text never reaches a caller). onPanic, when not nil,
+// is called with the invocation and the panic first.
 func Recover(h Handler, onPanic func(inv *Invocation, p *PanicError)) Handler {
-	return func(inv *Invocation) (err error) {
+	return func(ctx context.Context, inv *Invocation) (out any, err error) {
 		defer func() {
 			if v := recover(); v != nil {
-				p := &PanicError{Value: v, Stack: debug.Stack()}
-				if onPanic != nil {
-					onPanic(inv, p)
-				}
-				err = Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, p)
+				out, err = nil, Recovered(inv, v, onPanic)
 			}
 		}()
-		return h(inv)
+		return h(ctx, inv)
 	}
+}
+
+// Recovered is the outcome of a panic with value v recovered while running
+// inv: an UNEXPECTED outcome wrapping a *PanicError with the stack. It
+// calls onPanic first when not nil. Use it in a deferred recover of your
+// own.
+func Recovered(inv *Invocation, v any, onPanic func(inv *Invocation, p *PanicError)) *Error {
+	p := &PanicError{Value: v, Stack: debug.Stack()}
+	if onPanic != nil {
+		onPanic(inv, p)
+	}
+	return Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, p)
 }

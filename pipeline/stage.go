@@ -7,8 +7,10 @@ type Stage uint8
 
 // The stages, in execution order.
 const (
-	// StageDiagnostics: tracing, metrics and access logging. It is
-	// outermost so it sees the final, attributed outcome.
+	// StageDiagnostics: application diagnostics (request logging, debug
+	// hooks). It is outermost, outside the deadline, so it sees the final,
+	// attributed outcome. The kernel's own tracing, metrics and access log
+	// observe every invocation at the kernel's edge, around the chain.
 	StageDiagnostics Stage = iota
 	// StageResilience: the deadline, then per-operation breaker, rate limit
 	// and concurrency limit; application limiters (per tenant, ...) after.

@@ -295,13 +295,10 @@ func (e *BudgetExhaustedError) Outcome() *pipeline.Error {
 		msg = fmt.Sprintf("The time budget of '%s' was exhausted%s: %d ms remaining, %d ms allotted.",
 			e.Stage, e.before(), e.Remaining.Milliseconds(), e.Allotted.Milliseconds())
 	}
-	pe := pipeline.Wrap(pipeline.KindTimeout, CodeBudgetExhausted, msg, e)
-	pe.Details = map[string]any{
-		"stage":       e.Stage,
-		"dependency":  e.Dependency,
-		"remainingMs": e.Remaining.Milliseconds(),
-		"allottedMs":  e.Allotted.Milliseconds(),
-		"cut":         e.Cut,
-	}
-	return pe
+	return pipeline.Wrap(pipeline.KindTimeout, CodeBudgetExhausted, msg, e).
+		WithDetail("stage", e.Stage).
+		WithDetail("dependency", e.Dependency).
+		WithDetail("remainingMs", e.Remaining.Milliseconds()).
+		WithDetail("allottedMs", e.Allotted.Milliseconds()).
+		WithDetail("cut", e.Cut)
 }

@@ -32,17 +32,16 @@ func TestBudgetReferenceNumbers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
-				inv := pipeline.NewInvocation(t.Context(), nil, nil)
-				inv.SetDeadline(start.Add(tc.deadline))
-				err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
+				inv := pipeline.NewInvocation(pipeline.Spec{Deadline: start.Add(tc.deadline)})
+				_, err := resilience.NewDeadlineMiddleware().Invoke(t.Context(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 					opts := append([]resilience.BudgetOption{resilience.WithMargin(200 * ms)}, tc.opts...)
-					b, err := resilience.NewBudget(inv.Context(), "orders.submit", opts...)
+					b, err := resilience.NewBudget(ctx, "orders.submit", opts...)
 					if err != nil {
-						return err
+						return nil, err
 					}
-					ictx, cancel, err := b.Context(inv.Context(), resilience.Call{Dependency: "inventory", Reserve: 500 * ms, Cap: 5 * time.Second})
+					ictx, cancel, err := b.Context(ctx, resilience.Call{Dependency: "inventory", Reserve: 500 * ms, Cap: 5 * time.Second})
 					if err != nil {
-						return err
+						return nil, err
 					}
 					if d, _ := ictx.Deadline(); d.Sub(start) != 1300*ms {
 						t.Errorf("inventory deadline = start+%v, want start+1.3s", d.Sub(start))
@@ -53,7 +52,7 @@ func TestBudgetReferenceNumbers(t *testing.T) {
 					if err != nil || got != 800*ms {
 						t.Errorf("Timeout(billing) after 1.0 s = %v, %v; want 800ms", got, err)
 					}
-					return nil
+					return nil, nil
 				})
 				if err != nil {
 					t.Errorf("Invoke = %v, want nil", err)
@@ -89,13 +88,13 @@ func TestBudgetFirstCallCutAtItsAllotment(t *testing.T) {
 			t.Errorf("Err, Cause = %v, %v; want DeadlineExceeded and a cause wrapping it", ictx.Err(), cause)
 		}
 		e := pipeline.AsError(cause)
-		if e.Kind != pipeline.KindTimeout || e.Code != resilience.CodeBudgetExhausted {
+		if e.Kind() != pipeline.KindTimeout || e.Code() != resilience.CodeBudgetExhausted {
 			t.Fatalf("cause = %v, want TIMEOUT %s", cause, resilience.CodeBudgetExhausted)
 		}
 		want := map[string]any{"stage": "orders.submit", "dependency": "inventory", "remainingMs": int64(2000), "allottedMs": int64(1300), "cut": true}
 		for k, v := range want {
-			if e.Details[k] != v {
-				t.Errorf("details[%q] = %v, want %v", k, e.Details[k], v)
+			if e.Details()[k] != v {
+				t.Errorf("details[%q] = %v, want %v", k, e.Details()[k], v)
 			}
 		}
 		// Bounded by the caller's 2 s deadline, not by a cap: the cut is the
@@ -181,8 +180,8 @@ func TestBudgetExhaustedError(t *testing.T) {
 	e := pipeline.AsError(err)
 	want := map[string]any{"stage": "orders.submit", "dependency": "billing", "remainingMs": int64(230), "allottedMs": int64(30), "cut": false}
 	for k, v := range want {
-		if e.Details[k] != v {
-			t.Errorf("details[%q] = %v, want %v", k, e.Details[k], v)
+		if e.Details()[k] != v {
+			t.Errorf("details[%q] = %v, want %v", k, e.Details()[k], v)
 		}
 	}
 	if msg := e.SafeMessage(); !strings.Contains(msg, "'orders.submit'") || !strings.Contains(msg, "'billing'") || !strings.Contains(msg, "230 ms remaining, 30 ms allotted") {
@@ -264,25 +263,23 @@ func TestBudgetBreakerView(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				inv := pipeline.NewInvocation(t.Context(), nil, nil)
-				inv.SetDeadline(time.Now().Add(tc.deadline))
-				err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
-					b, err := resilience.NewBudget(inv.Context(), "orders.submit", tc.opts...)
+				inv := due(tc.deadline, pipeline.DeadlineCaller)
+				var own bool
+				_, err := resilience.NewDeadlineMiddleware().Invoke(t.Context(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+					b, err := resilience.NewBudget(ctx, "orders.submit", tc.opts...)
 					if err != nil {
-						return err
+						own = resilience.IsOwnCancellation(ctx, err)
+						return nil, err
 					}
 					_, err = b.Timeout(tc.call)
-					return err
+					own = resilience.IsOwnCancellation(ctx, err)
+					return nil, err
 				})
 				if pipeline.CodeOf(err) != resilience.CodeBudgetExhausted {
 					t.Fatalf("Invoke = %v, want the exhausted TIMEOUT", err)
 				}
-				wantOrig := pipeline.KindTimeout
-				if tc.own {
-					wantOrig = pipeline.KindCancelled
-				}
-				if k := pipeline.KindOf(inv.OriginalOutcome()); k != wantOrig {
-					t.Errorf("OriginalOutcome() = %v (%v), want %v", inv.OriginalOutcome(), k, wantOrig)
+				if own != tc.own {
+					t.Errorf("IsOwnCancellation(handler ctx, %v) = %v, want %v", err, own, tc.own)
 				}
 			})
 		})

@@ -13,9 +13,11 @@ import (
 //   - bound: the parent context ends at the deadline by itself (an
 //     adapter's or a caller's context.WithDeadline, grpc-go's server
 //     context), so a timer of ours would only duplicate the parent's;
-//   - otherwise the deadline is the kernel-wide cap (MaxTimeout) alone: the
-//     caller sent no earlier deadline and the operation has no Timeout. It
-//     is a backstop that almost no call reaches.
+//   - otherwise nothing ends the parent before the deadline, and either
+//     the deadline is the kernel-wide cap (a backstop that almost no call
+//     reaches) or the parent can never be cancelled (context.Background:
+//     there is no cancellation to order against the deadline); the
+//     deadline's timer is armed on first use.
 //
 // lazyContext arms itself — creates the context a plain DeadlineMiddleware
 // would have created on arrival: context.WithCancel(parent) when bound,
@@ -38,15 +40,16 @@ import (
 // one exception for the cap that only a handler ignoring its context can
 // meet: when the cap has passed and the caller has also gone by the time
 // anything looks, the cap wins (TIMEOUT), whichever came first. A bound
-// context has no such exception: its parent orders the two.
+// context, or one whose parent cannot be cancelled, has no such
+// exception.
 //
 // When the invocation returns, end cancels the armed context; an unarmed
 // one is marked ended, and a later look (a goroutine the handler left
-// behind) finds a context cancelled with context.Canceled, as after a
+// behind) finds a context canceled with context.Canceled, as after a
 // plain cancel.
 type lazyContext struct {
 	parent   context.Context
-	deadline time.Time // for the cap, with a monotonic reading
+	deadline time.Time // with a monotonic reading when not bound
 	bound    bool      // parent ends at deadline by itself
 	st       atomic.Pointer[armedContext]
 }
@@ -95,15 +98,15 @@ func (c *lazyContext) arm() context.Context {
 		var a armedContext
 		switch {
 		case s == lazyEnded:
-			// Looked at after the invocation returned: cancelled, as a
+			// Looked at after the invocation returned: canceled, as a
 			// plain context is by the middleware's deferred cancel.
 			a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(c.parent))
 			a.cancel()
 		case c.bound:
 			a.ctx, a.cancel = context.WithCancel(c.parent)
 		case time.Until(c.deadline) <= 0:
-			// The cap has passed: it ended the context, whatever the
-			// parent did since (see lazyContext).
+			// The deadline has passed: it ended the context, whatever
+			// the parent did since (see lazyContext).
 			a.ctx, a.cancel = context.WithDeadlineCause(context.WithoutCancel(c.parent), c.deadline, ErrDeadline)
 		default:
 			a.ctx, a.cancel = context.WithDeadlineCause(c.parent, c.deadline, ErrDeadline)

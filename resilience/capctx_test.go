@@ -12,11 +12,13 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// capOnly is a DeadlineMiddleware under which a call without a deadline of
-// its own is bounded by the kernel-wide cap alone.
+// capOnly is a DeadlineMiddleware; capped returns an invocation bounded by
+// the kernel-wide cap alone, a minute from now.
 func capOnly() *resilience.DeadlineMiddleware {
-	return resilience.NewDeadlineMiddleware(0, time.Minute)
+	return resilience.NewDeadlineMiddleware()
 }
+
+func capped() *pipeline.Invocation { return due(time.Minute, pipeline.DeadlineKernel) }
 
 // TestCapReleasesBlockedHandlerAsTimeout: a handler waiting on its context
 // under the cap alone is released at the cap exactly, with ErrDeadline as
@@ -25,15 +27,12 @@ func TestCapReleasesBlockedHandlerAsTimeout(t *testing.T) {
 	for _, e := range endings {
 		t.Run(e.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				inv := pipeline.NewInvocation(t.Context(), nil, nil)
-				b, err := invokeBlocked(capOnly(), inv, e.ret)
+				b, err := invokeBlocked(capOnly(), t.Context(), capped(), e.ret)
 				wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 				if b.released != time.Minute || !errors.Is(b.cause, resilience.ErrDeadline) {
 					t.Errorf("handler released after %v with cause %v, want 1m and ErrDeadline", b.released, b.cause)
 				}
-				if k := pipeline.KindOf(inv.OriginalOutcome()); k != e.wantOriginal {
-					t.Errorf("OriginalOutcome() kind = %v, want %v", k, e.wantOriginal)
-				}
+				wantCause(t, err, b.ret)
 			})
 		})
 	}
@@ -44,10 +43,9 @@ func TestCapReleasesBlockedHandlerAsTimeout(t *testing.T) {
 func TestCapCallerCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent, cancel := context.WithCancel(t.Context())
-		inv := pipeline.NewInvocation(parent, nil, nil)
 		time.AfterFunc(time.Second, cancel)
-		b, err := invokeBlocked(capOnly(), inv, context.Context.Err)
-		wantCode(t, "Invoke", err, pipeline.CodeCancelled)
+		b, err := invokeBlocked(capOnly(), parent, capped(), context.Context.Err)
+		wantCode(t, "Invoke", err, pipeline.CodeCanceled)
 		if b.released != time.Second || !errors.Is(b.cause, context.Canceled) {
 			t.Errorf("handler released after %v with cause %v, want 1s and context.Canceled", b.released, b.cause)
 		}
@@ -68,7 +66,7 @@ func TestCapIgnoredContext(t *testing.T) {
 		{"outlives the cap", 61 * time.Second, 0, pipeline.CodeTimeout},
 		{"outlives the cap, caller left after it", 61 * time.Second, 60500 * time.Millisecond, pipeline.CodeTimeout},
 		{"outlives the cap, caller left before it", 61 * time.Second, 30 * time.Second, pipeline.CodeTimeout},
-		{"caller left, returns before the cap", 59 * time.Second, 30 * time.Second, pipeline.CodeCancelled},
+		{"caller left, returns before the cap", 59 * time.Second, 30 * time.Second, pipeline.CodeCanceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -77,14 +75,13 @@ func TestCapIgnoredContext(t *testing.T) {
 				if tc.leave > 0 {
 					time.AfterFunc(tc.leave, cancel)
 				}
-				inv := pipeline.NewInvocation(parent, nil, nil)
-				err := capOnly().Invoke(inv, func(*pipeline.Invocation) error {
+				_, err := capOnly().Invoke(parent, capped(), func(context.Context, *pipeline.Invocation) (any, error) {
 					time.Sleep(tc.run)
-					return nil
+					return nil, nil
 				})
 				wantCode(t, "Invoke", err, tc.want)
-				if orig := inv.OriginalOutcome(); orig != nil {
-					t.Errorf("OriginalOutcome() = %v, want nil (the handler succeeded)", orig)
+				if c := errors.Unwrap(pipeline.AsError(err)); c != nil {
+					t.Errorf("outcome wraps %v, want nothing (the handler succeeded)", c)
 				}
 			})
 		})
@@ -93,7 +90,7 @@ func TestCapIgnoredContext(t *testing.T) {
 
 // TestCapContextBehavesAsAContext: under the cap alone the handler's
 // context reports the cap as its deadline, carries the parent's values,
-// ends its children at the cap, and is cancelled once the invocation has
+// ends its children at the cap, and is canceled once the invocation has
 // returned — whether or not anything waited on it during the call.
 func TestCapContextBehavesAsAContext(t *testing.T) {
 	type key struct{}
@@ -102,11 +99,10 @@ func TestCapContextBehavesAsAContext(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				parent := context.WithValue(t.Context(), key{}, "v")
-				inv := pipeline.NewInvocation(parent, nil, nil)
 				start := time.Now()
 				var ctx context.Context
-				err := capOnly().Invoke(inv, func(inv *pipeline.Invocation) error {
-					ctx = inv.Context()
+				_, err := capOnly().Invoke(parent, capped(), func(hctx context.Context, _ *pipeline.Invocation) (any, error) {
+					ctx = hctx
 					if d, ok := ctx.Deadline(); !ok || !d.Equal(start.Add(time.Minute)) {
 						t.Errorf("ctx.Deadline() = %v, %v; want %v", d, ok, start.Add(time.Minute))
 					}
@@ -123,7 +119,7 @@ func TestCapContextBehavesAsAContext(t *testing.T) {
 					if v := ctx.Value(key{}); v != "v" {
 						t.Errorf("ctx.Value(key) = %v, want the parent's %q", v, "v")
 					}
-					return nil
+					return nil, nil
 				})
 				if err != nil {
 					t.Fatalf("Invoke = %v, want nil", err)
@@ -144,16 +140,15 @@ func TestCapContextBehavesAsAContext(t *testing.T) {
 	}
 	t.Run("child context", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			inv := pipeline.NewInvocation(t.Context(), nil, nil)
 			start := time.Now()
-			err := capOnly().Invoke(inv, func(inv *pipeline.Invocation) error {
-				child, cancel := context.WithCancel(inv.Context())
+			_, err := capOnly().Invoke(t.Context(), capped(), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+				child, cancel := context.WithCancel(ctx)
 				defer cancel()
 				<-child.Done()
 				if e := time.Since(start); e != time.Minute || !errors.Is(context.Cause(child), resilience.ErrDeadline) {
 					t.Errorf("child ended after %v with cause %v, want 1m and ErrDeadline", e, context.Cause(child))
 				}
-				return child.Err()
+				return nil, child.Err()
 			})
 			wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 		})
@@ -164,10 +159,8 @@ func TestCapContextBehavesAsAContext(t *testing.T) {
 // once all see one channel, closed at the cap (run it with -race).
 func TestCapContextConcurrentWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		inv := pipeline.NewInvocation(t.Context(), nil, nil)
 		start := time.Now()
-		err := capOnly().Invoke(inv, func(inv *pipeline.Invocation) error {
-			ctx := inv.Context()
+		_, err := capOnly().Invoke(t.Context(), capped(), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 			var wg sync.WaitGroup
 			chans := make([]<-chan struct{}, 8)
 			for i := range chans {
@@ -185,31 +178,34 @@ func TestCapContextConcurrentWaiters(t *testing.T) {
 			if e := time.Since(start); e != time.Minute {
 				t.Errorf("waiters released after %v, want 1m", e)
 			}
-			return ctx.Err()
+			return nil, ctx.Err()
 		})
 		wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 	})
 }
 
-// TestCapAllocations: a call bounded by the cap alone that does not wait
-// on its context costs one allocation, not a context.WithDeadlineCause;
-// one with its own deadline still gets a real context.
+// TestCapAllocations: a call bounded by the cap alone, or by any deadline
+// under a parent that can never be cancelled, that does not wait on its
+// context costs one allocation, not a context.WithDeadlineCause; one with
+// its own deadline under a cancellable parent still gets a real context
+// (its cancellation and its deadline must be ordered exactly).
 func TestCapAllocations(t *testing.T) {
-	ok := func(*pipeline.Invocation) error { return nil }
-	inv := pipeline.NewInvocation(context.Background(), nil, nil)
+	ok := func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }
+	ctx := context.Background()
 	mw := capOnly()
-	if n := testing.AllocsPerRun(500, func() {
-		inv.SetDeadline(time.Time{})
-		_ = mw.Invoke(inv, ok)
-	}); n > 1 {
+	inv := due(time.Hour, pipeline.DeadlineKernel)
+	if n := testing.AllocsPerRun(500, func() { _, _ = mw.Invoke(ctx, inv, ok) }); n > 1 {
 		t.Errorf("AllocsPerRun(cap only) = %v, want at most 1", n)
 	}
-	withTimeout := resilience.NewDeadlineMiddleware(time.Second, time.Minute)
-	if n := testing.AllocsPerRun(500, func() {
-		inv.SetDeadline(time.Time{})
-		_ = withTimeout.Invoke(inv, ok)
-	}); n < 2 {
-		t.Errorf("AllocsPerRun(operation timeout) = %v, want a real deadline context (at least 2)", n)
+	withTimeout := due(time.Hour, pipeline.DeadlineOperation)
+	if n := testing.AllocsPerRun(500, func() { _, _ = mw.Invoke(ctx, withTimeout, ok) }); n > 1 {
+		t.Errorf("AllocsPerRun(operation timeout, uncancellable parent) = %v, want at most 1", n)
+	}
+	cancellable, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_ = cancellable.Done() // its channel exists already, as a server's request context's does
+	if n := testing.AllocsPerRun(500, func() { _, _ = mw.Invoke(cancellable, withTimeout, ok) }); n < 2 {
+		t.Errorf("AllocsPerRun(operation timeout, cancellable parent) = %v, want a real deadline context (at least 2)", n)
 	}
 }
 
@@ -227,10 +223,10 @@ func TestParentBoundDeadline(t *testing.T) {
 		wantReleased time.Duration
 	}{
 		{"waits, deadline", true, 0, 0, pipeline.CodeTimeout, time.Second},
-		{"waits, caller leaves first", true, 0, 500 * time.Millisecond, pipeline.CodeCancelled, 500 * time.Millisecond},
+		{"waits, caller leaves first", true, 0, 500 * time.Millisecond, pipeline.CodeCanceled, 500 * time.Millisecond},
 		{"ignores, returns in time", false, 900 * time.Millisecond, 0, "", 0},
 		{"ignores, outlives the deadline, caller leaves after it", false, 1500 * time.Millisecond, 1200 * time.Millisecond, pipeline.CodeTimeout, 0},
-		{"ignores, caller leaves before the deadline", false, 1500 * time.Millisecond, 500 * time.Millisecond, pipeline.CodeCancelled, 0},
+		{"ignores, caller leaves before the deadline", false, 1500 * time.Millisecond, 500 * time.Millisecond, pipeline.CodeCanceled, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -242,20 +238,19 @@ func TestParentBoundDeadline(t *testing.T) {
 				if tc.leave > 0 {
 					time.AfterFunc(tc.leave, cancel)
 				}
-				inv := pipeline.NewInvocation(parent, nil, nil)
+				inv := pipeline.NewInvocation(pipeline.Spec{Deadline: start.Add(time.Second), DeadlineSource: pipeline.DeadlineCaller})
 				var released time.Duration
-				err := capOnly().Invoke(inv, func(inv *pipeline.Invocation) error {
-					ctx := inv.Context()
+				_, err := capOnly().Invoke(parent, inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 					if d, ok := ctx.Deadline(); !ok || !d.Equal(start.Add(time.Second)) {
 						t.Errorf("ctx.Deadline() = %v, %v; want the parent's, %v", d, ok, start.Add(time.Second))
 					}
 					if !tc.wait {
 						time.Sleep(tc.run)
-						return nil
+						return nil, nil
 					}
 					<-ctx.Done()
 					released = time.Since(start)
-					return ctx.Err()
+					return nil, ctx.Err()
 				})
 				wantCode(t, "Invoke", err, tc.want)
 				if released != tc.wantReleased {
@@ -271,13 +266,38 @@ func TestParentBoundDeadline(t *testing.T) {
 func TestParentBoundAllocations(t *testing.T) {
 	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	inv := pipeline.NewInvocation(parent, nil, nil)
+	d, _ := parent.Deadline()
+	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: d, DeadlineSource: pipeline.DeadlineCaller})
 	mw := capOnly()
-	ok := func(*pipeline.Invocation) error { return nil }
-	if n := testing.AllocsPerRun(500, func() {
-		inv.SetDeadline(time.Time{})
-		_ = mw.Invoke(inv, ok)
-	}); n > 1 {
+	ok := func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }
+	if n := testing.AllocsPerRun(500, func() { _, _ = mw.Invoke(parent, inv, ok) }); n > 1 {
 		t.Errorf("AllocsPerRun(parent-bound deadline) = %v, want at most 1", n)
 	}
+}
+
+// TestUncancellableParentDeadline: under a parent that can never be
+// cancelled, an operation's deadline armed lazily still ends a handler
+// blocked on its context at the deadline exactly, and a handler that
+// ignored its context and returns after the deadline is TIMEOUT.
+func TestUncancellableParentDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mw := resilience.NewDeadlineMiddleware()
+		start := time.Now()
+		var released time.Duration
+		var cause error
+		_, err := mw.Invoke(context.Background(), due(time.Second, pipeline.DeadlineOperation), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			<-ctx.Done()
+			released, cause = time.Since(start), context.Cause(ctx)
+			return nil, ctx.Err()
+		})
+		wantCode(t, "blocked handler", err, pipeline.CodeTimeout)
+		if released != time.Second || cause != resilience.ErrDeadline {
+			t.Errorf("handler released after %v with cause %v, want 1s and ErrDeadline", released, cause)
+		}
+		_, err = mw.Invoke(context.Background(), due(time.Second, pipeline.DeadlineOperation), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			time.Sleep(2 * time.Second) // never looks at ctx
+			return "late", nil
+		})
+		wantCode(t, "handler ignoring its context", err, pipeline.CodeTimeout)
+	})
 }

@@ -2,15 +2,17 @@
 // operation from overload.
 //
 // [DeadlineMiddleware] is the first built-in of the Resilience stage: it
-// derives the handler's context from the invocation's absolute deadline,
-// cancels everything below it when the deadline fires, and attributes the
-// outcome truthfully — TIMEOUT when the deadline token fired, CANCELLED when
-// the caller gave up first.
+// derives the handler's context from the invocation's effective deadline
+// (computed once by the kernel), cancels everything below it when the
+// deadline fires, and attributes the outcome truthfully — TIMEOUT when the
+// deadline ended the handler's context, CANCELLED when the caller gave up
+// first ([Attribute] is that decision, for whoever else needs it).
 //
-// The ResilienceMiddleware sits right inside it and applies one circuit
+// The [ResilienceMiddleware] sits right inside it and applies one circuit
 // breaker, one fixed-window rate limiter and one concurrency limiter per
-// operation ID, configured by a [Policy] (see [ParseOptions] for the JSON
-// keys). Budget splits what remains of a deadline across outbound calls.
+// operation ID, configured by a [Policy] (the kernel reads it from the
+// configuration). [Budget] splits what remains of a deadline across
+// outbound calls.
 //
-// The package knows nothing of HTTP, gRPC or the CLI.
+// The package knows nothing of HTTP, gRPC, the CLI or the configuration.
 package resilience

@@ -31,7 +31,7 @@ func ExampleBudget() {
 
 	_, err = b.TimeoutAt(start.Add(1900*time.Millisecond), resilience.Call{Dependency: "email"})
 	e := pipeline.AsError(err)
-	fmt.Println(e.Kind, e.Code, e.Details)
+	fmt.Println(e.Kind(), e.Code(), e.Details())
 	// Output:
 	// inventory: 1.3s
 	// billing: 800ms

@@ -2,6 +2,7 @@ package resilience_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,32 +11,34 @@ import (
 )
 
 // A handler waiting on a slow dependency is released at the operation's
-// 20 ms timeout. The world sees TIMEOUT; the breaker inside sees the
-// handler's own context ending, a cancellation.
+// 20 ms timeout. The world sees TIMEOUT; the outcome wraps what the
+// handler returned.
 func ExampleDeadlineMiddleware() {
-	mw := resilience.NewDeadlineMiddleware(20*time.Millisecond, time.Minute)
-	inv := pipeline.NewInvocation(context.Background(), nil, nil)
-	err := mw.Invoke(inv, func(inv *pipeline.Invocation) error {
-		<-inv.Context().Done() // a call that never answers
-		return fmt.Errorf("inventory: %w", inv.Context().Err())
+	mw := resilience.NewDeadlineMiddleware()
+	inv := pipeline.NewInvocation(pipeline.Spec{
+		Deadline:       time.Now().Add(20 * time.Millisecond),
+		DeadlineSource: pipeline.DeadlineOperation,
+	})
+	_, err := mw.Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+		<-ctx.Done() // a call that never answers
+		return nil, fmt.Errorf("inventory: %w", ctx.Err())
 	})
 	fmt.Println("attributed:", pipeline.CodeOf(err))
-	fmt.Println("original:", pipeline.KindOf(inv.OriginalOutcome()))
+	fmt.Println("original:", errors.Unwrap(err))
 	// Output:
 	// attributed: KERNEL_TIMEOUT_001
-	// original: CANCELLED
+	// original: inventory: context deadline exceeded
 }
 
 // The caller goes away before the deadline: CANCELLED, however the handler
 // reports it — here as a TIMEOUT of its own.
 func ExampleDeadlineMiddleware_callerCancels() {
 	caller, hangUp := context.WithCancel(context.Background())
-	inv := pipeline.NewInvocation(caller, nil, nil)
-	inv.SetDeadline(time.Now().Add(time.Minute))
-	err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(inv *pipeline.Invocation) error {
+	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: time.Now().Add(time.Minute)})
+	_, err := resilience.NewDeadlineMiddleware().Invoke(caller, inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		hangUp() // the client disconnects
-		<-inv.Context().Done()
-		return pipeline.Timeout("SHOP_TIMEOUT_001", "Inventory did not answer.")
+		<-ctx.Done()
+		return nil, pipeline.Timeout("SHOP_TIMEOUT_001", "Inventory did not answer.")
 	})
 	fmt.Println(pipeline.CodeOf(err))
 	// Output:
@@ -45,11 +48,10 @@ func ExampleDeadlineMiddleware_callerCancels() {
 // A deadline already past on arrival ends the invocation before the handler
 // runs.
 func ExampleDeadlineMiddleware_pastDeadline() {
-	inv := pipeline.NewInvocation(context.Background(), nil, nil)
-	inv.SetDeadline(time.Now().Add(-time.Second))
-	err := resilience.NewDeadlineMiddleware(0, time.Minute).Invoke(inv, func(*pipeline.Invocation) error {
+	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: time.Now().Add(-time.Second)})
+	_, err := resilience.NewDeadlineMiddleware().Invoke(context.Background(), inv, func(context.Context, *pipeline.Invocation) (any, error) {
 		fmt.Println("never printed")
-		return nil
+		return nil, nil
 	})
 	fmt.Println(pipeline.CodeOf(err))
 	// Output:

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -34,56 +32,50 @@ func NewTenantRateLimit(permits int, window time.Duration) (*TenantRateLimit, er
 }
 
 // Invoke implements pipeline.Middleware.
-func (m *TenantRateLimit) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+func (m *TenantRateLimit) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	tenant, ok := inv.Baggage("tenant")
 	if !ok {
 		tenant = "anonymous"
 	}
-	retryAfter, err := m.limits.Wait(inv.Context(), tenant)
+	retryAfter, err := m.limits.Wait(ctx, tenant)
 	switch {
 	case errors.Is(err, resilience.ErrLimited):
-		// KERNEL_UNAVAILABLE_002: a 503 with Retry-After on HTTP, and not
-		// a failure for the operation's circuit breaker — one noisy
-		// tenant must not open it for everybody.
-		return resilience.RateLimited(inv.OperationID(), retryAfter).WithDetail("tenant", tenant)
+		// KERNEL_UNAVAILABLE_002: a 503 with Retry-After on HTTP, and
+		// neutral for the operation's circuit breaker — one noisy tenant
+		// must not open it for everybody.
+		return nil, resilience.RateLimited(inv.OperationID(), retryAfter).WithDetail("tenant", tenant)
 	case err != nil:
-		return err // the invocation's context ended; the DeadlineMiddleware says why
+		return nil, err // the invocation's context ended; the DeadlineMiddleware says why
 	}
-	return next(inv)
+	return next(ctx, inv)
 }
 
-// Example_tenantRateLimit registers TenantRateLimit at the end of the
-// Resilience stage — after the built-in deadline, breaker and limits — and
-// lets two tenants call the same operation.
+// Example_tenantRateLimit places TenantRateLimit after the built-in
+// deadline, breaker and limits of the Resilience stage — where the kernel
+// puts middleware registered with UseAt(pipeline.StageResilience, ...) —
+// and lets two tenants call the same operation.
 func Example_tenantRateLimit() {
-	reg := operations.NewRegistry()
-	_ = operations.Register(reg, operations.Descriptor{ID: "orders.create"},
-		func(context.Context, string) (string, error) { return "created", nil })
-
 	perTenant, err := NewTenantRateLimit(2, time.Minute)
 	if err != nil {
 		panic(err)
 	}
-	k, err := kernel.New(
-		kernel.WithRegistry(reg),
-		kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{
-			"Operations":{"orders.create":{"PermitLimit":100,"WindowSeconds":60}}}}}}`)),
-		kernel.UseAt(pipeline.StageResilience, perTenant),
-	)
-	if err != nil {
-		panic(err)
-	}
-	d, _ := k.Lookup("orders.create")
+	limits := resilience.NewResilienceMiddleware("orders.create", resilience.Policy{PermitLimit: 100, Window: time.Minute})
+	create := pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) { return "created", nil },
+		resilience.NewDeadlineMiddleware(resilience.WithLimits(limits)), perTenant)
 	for _, tenant := range []string{"acme", "acme", "acme", "globex"} {
-		inv := pipeline.NewInvocation(context.Background(), d, "widget")
-		inv.SetBaggage("tenant", tenant)
-		if err := k.Invoke(inv); err != nil {
+		inv := pipeline.NewInvocation(pipeline.Spec{
+			Operation: op("orders.create"),
+			Input:     "widget",
+			Baggage:   map[string]string{"tenant": tenant},
+		})
+		out, err := create(context.Background(), inv)
+		if err != nil {
 			e := pipeline.AsError(err)
 			t, _ := e.Detail("tenant")
-			fmt.Printf("%s: %s %s (tenant %v)\n", tenant, e.Kind, e.Code, t)
+			fmt.Printf("%s: %s %s (tenant %v)\n", tenant, e.Kind(), e.Code(), t)
 			continue
 		}
-		fmt.Printf("%s: %v\n", tenant, inv.Output())
+		fmt.Printf("%s: %v\n", tenant, out)
 	}
 	// Output:
 	// acme: created
@@ -96,16 +88,21 @@ func Example_tenantRateLimit() {
 // one call at a time, nobody waiting.
 func ExampleNewResilienceMiddleware() {
 	limits := resilience.NewResilienceMiddleware("reports.export", resilience.Policy{ConcurrencyLimit: 1})
-	chain := pipeline.Chain(func(inv *pipeline.Invocation) error {
+	chain := pipeline.Chain(func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		// While the first export runs, a second one arrives.
-		second := pipeline.NewInvocation(context.Background(), inv.Operation(), nil)
-		err := limits.Invoke(second, func(*pipeline.Invocation) error { return nil })
-		fmt.Println("second export:", pipeline.AsError(err).Message)
+		second := pipeline.NewInvocation(pipeline.Spec{Operation: inv.Operation()})
+		_, err := limits.Invoke(ctx, second, func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil })
+		fmt.Println("second export:", pipeline.AsError(err).Message())
 		fmt.Println("in flight:", limits.InFlight())
-		return nil
-	}, resilience.NewDeadlineMiddleware(time.Minute, 0), limits)
+		return nil, nil
+	}, resilience.NewDeadlineMiddleware(), limits)
 
-	err := chain(pipeline.NewInvocation(context.Background(), op("reports.export"), nil))
+	inv := pipeline.NewInvocation(pipeline.Spec{
+		Operation:      op("reports.export"),
+		Deadline:       time.Now().Add(time.Minute),
+		DeadlineSource: pipeline.DeadlineOperation,
+	})
+	_, err := chain(context.Background(), inv)
 	fmt.Println("first export:", err, "- in flight after:", limits.InFlight())
 	// Output:
 	// second export: Operation 'reports.export' has too many calls in progress; retry later.

@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -11,25 +10,28 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
 )
 
-// OperationLimits is the ResilienceMiddleware of one operation: the second
-// built-in of the Resilience stage, right inside [DeadlineMiddleware].
-// Create it with [NewResilienceMiddleware], once per operation ID per
-// process; the kernel does this at kernel.New.
+// ResilienceMiddleware applies the limits of one operation: the second
+// built-in of the Resilience stage, right inside [DeadlineMiddleware] (the
+// kernel runs both as one middleware, see [WithLimits]). Create it with
+// [NewResilienceMiddleware], once per operation ID per process; the kernel
+// does this at kernel.New.
 //
 // Each invocation meets, in this order:
 //
 //  1. the circuit breaker (FailureThreshold, BreakSeconds). It opens after
 //     FailureThreshold consecutive failures and rejects every call for
-//     BreakSeconds with KERNEL_UNAVAILABLE_004 and details.retryAfter, the
-//     seconds until it half-opens. Then exactly one call — the probe —
-//     goes through while the others are rejected; the probe's success
-//     closes the breaker, its failure re-opens it, and a probe that did
-//     not finish (its caller left, its deadline fired, a limiter turned
-//     it away) frees the half-open slot so that the next call probes: a
-//     lost probe never leaves the breaker stuck half-open.
+//     BreakSeconds with KERNEL_UNAVAILABLE_004 and a retry-after, the time
+//     until it half-opens. Then exactly one call — the probe — goes
+//     through while the others are rejected; the probe's success closes
+//     the breaker, its failure re-opens it, and a probe that says nothing
+//     about the operation's health (its caller left, a limiter turned it
+//     away, the caller was at fault) frees the half-open slot so that the
+//     next call probes: a lost probe never leaves the breaker stuck
+//     half-open. A probe whose handler ignores its context is judged at
+//     its deadline, and its slot freed then, not when the handler returns.
 //  2. the fixed-window rate limit (PermitLimit, WindowSeconds,
 //     QueueLimit); see [FixedWindow]. Rejection: KERNEL_UNAVAILABLE_002
-//     with details.retryAfter, the seconds until the next window.
+//     with a retry-after, the time until the next window.
 //  3. the concurrency limit (ConcurrencyLimit, ConcurrencyQueueLimit); see
 //     [ConcurrencyLimiter]. Rejection: KERNEL_UNAVAILABLE_003. The slot is
 //     released on every exit path, panics included.
@@ -41,33 +43,41 @@ import (
 // (KERNEL_TIMEOUT_001) or when the caller cancels (KERNEL_CANCELLED_001),
 // and leaves nothing behind.
 //
-// What the breaker counts is the outcome the handler (and the middleware
-// inside this one) returned, before the DeadlineMiddleware attributed it:
+// The breaker counts what says something about the operation's health,
+// and nothing else:
 //
-//   - success, and outcomes that are the caller's fault (VALIDATION,
-//     NOT_FOUND, FORBIDDEN, UNAUTHENTICATED, CONFLICT), count as
-//     successes: they reset the failure count and close a half-open
-//     breaker;
-//   - TIMEOUT, UNAVAILABLE, UNEXPECTED, any error that is not a
-//     *pipeline.Error, and panics count as failures;
-//   - CANCELLED, and a TIMEOUT or CANCELLED returned after the
-//     invocation's own context ended (see [IsOwnCancellation]: the
-//     caller's deadline or departure, not the operation's failure), count
-//     as nothing. A TIMEOUT the handler reports while its context is still
-//     alive — a downstream call timed out — is a failure;
-//   - a rejection by a limiter (KERNEL_UNAVAILABLE_002 or _003, including
-//     those of application limiters built on [RateLimited] and
-//     [ConcurrencyLimited]) counts as nothing: the operation did not run,
-//     and a per-tenant limit must not open the breaker for every tenant.
+//   - success closes a half-open breaker and resets the run of failures;
+//   - TIMEOUT returned while the handler's context is live (a downstream's
+//     504), UNAVAILABLE other than a throttling rejection, UNEXPECTED, any
+//     error that is not a *pipeline.Error, and panics are failures;
+//   - an invocation whose deadline ended its context is a failure when
+//     that deadline was the operation's own (TimeoutSeconds) or the
+//     kernel's cap — the operation did not finish in the time it is
+//     given — and neutral when it was the caller's: a caller's short
+//     deadline must not open the breaker for everyone. This holds whatever
+//     the handler returned;
+//   - caller faults (VALIDATION, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
+//     CONFLICT), throttling rejections (KERNEL_UNAVAILABLE_002 and _003,
+//     including those of application limiters built on [RateLimited] and
+//     [ConcurrencyLimited]) and cancellations are neutral: they neither
+//     count, nor reset the run of failures, nor close a half-open breaker.
+//     A bad request says nothing of the operation's health — it must
+//     neither keep the breaker closed while valid calls fail nor close an
+//     open one as a probe — and a per-tenant limit must not open the
+//     breaker for every tenant.
 //
 // Calls still running when the breaker changed state do not change it when
 // they finish. An invocation whose deadline had passed on arrival is ended
 // by the DeadlineMiddleware and never reaches the breaker.
 //
+// Invoke receives the handler's context, bounded by the invocation's
+// deadline: the ResilienceMiddleware must run inside a DeadlineMiddleware.
+//
 // The limits are per process: with N replicas an operation admits N times
-// PermitLimit calls per window. OperationLimits is safe for concurrent use;
-// a nil *OperationLimits reports a closed breaker and empty queues.
-type OperationLimits struct {
+// PermitLimit calls per window. ResilienceMiddleware is safe for
+// concurrent use; a nil *ResilienceMiddleware reports a closed breaker and
+// empty queues.
+type ResilienceMiddleware struct {
 	id      string
 	policy  Policy
 	breaker *breaker.Breaker    // nil: no breaker
@@ -80,15 +90,12 @@ type OperationLimits struct {
 }
 
 // NewResilienceMiddleware returns the ResilienceMiddleware of the
-// operation id under policy p, or nil when p configures no breaker, rate
-// limit or concurrency limit: such an operation passes straight through
-// and the kernel adds no middleware for it. Values ParseOptions would
-// refuse (a non-positive window or break, a negative queue) are replaced
-// by their defaults.
-func NewResilienceMiddleware(id string, p Policy) *OperationLimits {
-	if !p.Limited() {
-		return nil
-	}
+// operation id under policy p. It never returns nil: when p configures no
+// breaker, rate limit or concurrency limit, the middleware passes every
+// call straight through. Values the configuration would refuse (a
+// non-positive window or break, a negative queue) are replaced by their
+// defaults.
+func NewResilienceMiddleware(id string, p Policy) *ResilienceMiddleware {
 	if p.Window <= 0 {
 		p.Window = DefaultWindow
 	}
@@ -97,13 +104,13 @@ func NewResilienceMiddleware(id string, p Policy) *OperationLimits {
 	}
 	p.QueueLimit = max(p.QueueLimit, 0)
 	p.ConcurrencyQueueLimit = max(p.ConcurrencyQueueLimit, 0)
-	l := &OperationLimits{
-		id:           id,
-		policy:       p,
-		rateLimited:  newRejections(id, RateLimited, p.Window),
-		circuitOpen:  newRejections(id, CircuitOpen, p.BreakDuration),
-		concLimitErr: ConcurrencyLimited(id),
+	l := &ResilienceMiddleware{id: id, policy: p}
+	if !p.Limited() {
+		return l
 	}
+	l.rateLimited = newRejections(id, RateLimited, p.Window)
+	l.circuitOpen = newRejections(id, CircuitOpen, p.BreakDuration)
+	l.concLimitErr = ConcurrencyLimited(id)
 	if p.FailureThreshold > 0 {
 		l.breaker = breaker.New(p.FailureThreshold, p.BreakDuration)
 	}
@@ -116,15 +123,23 @@ func NewResilienceMiddleware(id string, p Policy) *OperationLimits {
 	return l
 }
 
-// Invoke implements pipeline.Middleware. It reads the deadline-bounded
-// context from inv.Context(), so it must run inside the DeadlineMiddleware
-// (or use [Stage], which runs both as one).
-func (l *OperationLimits) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
-	a, rejected := l.admitNow()
-	if rejected != nil {
-		return rejected
+// limited reports whether l has any limit to apply.
+func (l *ResilienceMiddleware) limited() bool {
+	return l != nil && (l.breaker != nil || l.window != nil || l.conc != nil)
+}
+
+// Invoke implements pipeline.Middleware. ctx must be the handler's
+// context, bounded by the invocation's deadline: run it inside a
+// [DeadlineMiddleware] (or with [WithLimits]).
+func (l *ResilienceMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	if !l.limited() {
+		return next(ctx, inv)
 	}
-	return l.proceed(inv, next, a)
+	a, rejected := l.admitNow(inv)
+	if rejected != nil {
+		return nil, rejected
+	}
+	return l.proceed(ctx, inv, next, a)
 }
 
 // admission is what the limits hold for one call.
@@ -141,7 +156,10 @@ type admission struct {
 // without a queue. It stops at the first limit with a queue, which
 // proceed waits on with the call's context, and returns the rejection of
 // a limit that turns the call away.
-func (l *OperationLimits) admitNow() (a admission, rejected error) {
+//
+// The window counts the call at its arrival (the kernel's reading of the
+// clock, [pipeline.Invocation.Arrival]; the clock when it is not known).
+func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, rejected error) {
 	if l.breaker != nil {
 		var ok bool
 		var retry time.Duration
@@ -153,7 +171,11 @@ func (l *OperationLimits) admitNow() (a admission, rejected error) {
 		if l.window.nq == nil {
 			return a, nil
 		}
-		ok, retry := l.window.nq.take(time.Since(l.window.origin))
+		now, known := inv.Arrival()
+		if !known {
+			now = time.Now()
+		}
+		ok, retry := l.window.nq.take(max(now.Sub(l.window.origin), 0))
 		if !ok {
 			l.neutral(a.ticket)
 			return a, l.rateLimited.get(retry)
@@ -173,25 +195,28 @@ func (l *OperationLimits) admitNow() (a admission, rejected error) {
 
 // proceed waits in the queues admitNow left, with the call's context, then
 // runs next and releases what the call holds.
-func (l *OperationLimits) proceed(inv *pipeline.Invocation, next pipeline.Handler, a admission) (err error) {
-	ctx := inv.Context()
+func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, a admission) (out any, err error) {
 	if l.window != nil && !a.window {
 		if _, retry, werr := l.window.wait(ctx); werr != nil {
 			l.neutral(a.ticket)
 			if werr == ErrLimited {
-				return l.rateLimited.get(retry)
+				return nil, l.rateLimited.get(retry)
 			}
-			return attributeDone(ctx)
+			return nil, Attribute(ctx)
 		}
 	}
 	if l.conc != nil && !a.conc {
 		if cerr := l.conc.Acquire(ctx); cerr != nil {
 			l.neutral(a.ticket)
 			if cerr == ErrLimited {
-				return l.concLimitErr
+				return nil, l.concLimitErr
 			}
-			return attributeDone(ctx)
+			return nil, Attribute(ctx)
 		}
+	}
+	var probe *probeWatch
+	if l.breaker != nil && a.ticket.Probe() {
+		probe = l.watchProbe(ctx, inv, a.ticket)
 	}
 	finished := false
 	defer func() {
@@ -201,45 +226,134 @@ func (l *OperationLimits) proceed(inv *pipeline.Invocation, next pipeline.Handle
 		if l.breaker != nil {
 			r := breaker.Failure // next panicked
 			if finished {
-				r = breakerResult(ctx, err)
+				r = breakerResult(ctx, inv, err)
 			}
-			l.breaker.Done(a.ticket, r)
+			if probe == nil || probe.claim() {
+				l.breaker.Done(a.ticket, r)
+			}
 		}
 	}()
-	err = next(inv)
+	out, err = next(ctx, inv)
 	finished = true
-	return err
+	return out, err
 }
 
-func (l *OperationLimits) neutral(t breaker.Ticket) {
+// probeWatch judges a half-open probe at the end of its context, when that
+// comes before its handler returns: a probe whose handler ignores its
+// context must not hold the half-open slot — and keep every other call
+// rejected — until it returns. Done is called once per ticket, by
+// whichever of the two comes first.
+type probeWatch struct {
+	claimed atomic.Bool
+	stop    func() bool
+}
+
+// watchProbe arms a probeWatch for the probe t running under ctx.
+func (l *ResilienceMiddleware) watchProbe(ctx context.Context, inv *pipeline.Invocation, t breaker.Ticket) *probeWatch {
+	w := new(probeWatch)
+	w.stop = context.AfterFunc(ctx, func() {
+		if w.claimed.CompareAndSwap(false, true) {
+			l.breaker.Done(t, endedResult(ctx, inv))
+		}
+	})
+	return w
+}
+
+// claim stops the watch and reports whether the caller is the one to call
+// Done (false: the watch did, at the end of the context).
+func (w *probeWatch) claim() bool {
+	w.stop()
+	return w.claimed.CompareAndSwap(false, true)
+}
+
+func (l *ResilienceMiddleware) neutral(t breaker.Ticket) {
 	if l.breaker != nil {
 		l.breaker.Done(t, breaker.Neutral)
 	}
 }
 
-// breakerResult classifies an outcome for the breaker (see
-// OperationLimits).
-func breakerResult(ctx context.Context, err error) breaker.Result {
+// breakerResult classifies the outcome err of an invocation inv that ran
+// under the handler's context ctx, for the circuit breaker. The breaker
+// counts what says something about the operation's health, and nothing
+// else:
+//
+//   - A context that has ended is judged by how it ended, whatever the
+//     handler returned, success included (what the caller sees is the
+//     TIMEOUT or CANCELLED the DeadlineMiddleware attributes; a half-open
+//     probe whose handler ignores its context is judged the same way at
+//     the end of its context): at the invocation's deadline, a
+//     failure when the binding deadline was the operation's own
+//     ([pipeline.DeadlineOperation] or [pipeline.DeadlineKernel]: the
+//     operation did not finish in the time it is given, e.g. a downstream
+//     that hangs while handlers honour their context), neutral when it was
+//     the caller's ([pipeline.DeadlineCaller]: a caller's short deadline
+//     must not open the breaker for everyone); by cancellation, neutral.
+//     The same holds for a [BudgetExhaustedError] bounded by the
+//     invocation's deadline: the handler stopped early for the reason the
+//     deadline would have stopped it.
+//   - Success (err is nil) closes a half-open breaker and resets the run
+//     of failures: the operation worked.
+//   - Neutral — neither counted, nor resetting the run of failures, nor
+//     closing a half-open breaker (a neutral probe frees the slot for the
+//     next call): throttling rejections (KERNEL_UNAVAILABLE_002 and _003,
+//     including those of application limiters built on [RateLimited] and
+//     [ConcurrencyLimited]: the operation did not run, and a per-tenant
+//     limit must not open the breaker for every tenant); caller faults
+//     (VALIDATION, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND, CONFLICT: a bad
+//     request says nothing of the operation's health, so it must neither
+//     keep a breaker closed while valid calls fail nor close an open one as
+//     a probe); CANCELLED (the caller left).
+//   - Failure: TIMEOUT returned while the context is still live (a
+//     downstream's 504), UNAVAILABLE other than throttling, UNEXPECTED,
+//     any error that is not a *pipeline.Error (typed nils included), and
+//     panics (the caller of breakerResult counts those).
+func breakerResult(ctx context.Context, inv *pipeline.Invocation, err error) breaker.Result {
+	if ctx.Err() != nil {
+		return endedResult(ctx, inv)
+	}
 	if err == nil {
 		return breaker.Success
 	}
-	if IsOwnCancellation(ctx, err) {
+	e := pipeline.AsError(err)
+	switch e.Code() {
+	case pipeline.CodeRateLimited, pipeline.CodeConcurrencyLimited:
 		return breaker.Neutral
 	}
-	if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe != nil && (pe.Code == pipeline.CodeRateLimited || pe.Code == pipeline.CodeConcurrencyLimited) {
+	switch e.Kind() {
+	case pipeline.KindValidation, pipeline.KindUnauthenticated, pipeline.KindForbidden,
+		pipeline.KindNotFound, pipeline.KindConflict, pipeline.KindCanceled:
 		return breaker.Neutral
+	case pipeline.KindTimeout:
+		if callerBoundBudget(err) {
+			return deadlineResult(inv)
+		}
 	}
-	switch k := pipeline.KindOf(err); {
-	case k == pipeline.KindCancelled:
-		return breaker.Neutral
-	case k.IsBreakerFailure():
+	return breaker.Failure
+}
+
+// endedResult classifies an invocation whose context ctx has ended (see
+// breakerResult): by its deadline, as deadlineResult says; by
+// cancellation, neutral.
+func endedResult(ctx context.Context, inv *pipeline.Invocation) breaker.Result {
+	if Attribute(ctx).Kind() == pipeline.KindTimeout {
+		return deadlineResult(inv)
+	}
+	return breaker.Neutral
+}
+
+// deadlineResult classifies an invocation stopped by its deadline: a
+// failure when the deadline was the operation's own or the kernel's cap,
+// neutral when it was the caller's.
+func deadlineResult(inv *pipeline.Invocation) breaker.Result {
+	switch inv.DeadlineSource() {
+	case pipeline.DeadlineOperation, pipeline.DeadlineKernel:
 		return breaker.Failure
 	}
-	return breaker.Success
+	return breaker.Neutral
 }
 
 // ID returns the operation ID.
-func (l *OperationLimits) ID() string {
+func (l *ResilienceMiddleware) ID() string {
 	if l == nil {
 		return ""
 	}
@@ -247,7 +361,7 @@ func (l *OperationLimits) ID() string {
 }
 
 // Policy returns the policy the limits were built from.
-func (l *OperationLimits) Policy() Policy {
+func (l *ResilienceMiddleware) Policy() Policy {
 	if l == nil {
 		return Policy{}
 	}
@@ -257,7 +371,7 @@ func (l *OperationLimits) Policy() Policy {
 // BreakerState returns the state of the operation's circuit breaker:
 // BreakerClosed when it has none. An open breaker whose break is over
 // reports BreakerHalfOpen (the next call probes).
-func (l *OperationLimits) BreakerState() BreakerState {
+func (l *ResilienceMiddleware) BreakerState() BreakerState {
 	if l == nil || l.breaker == nil {
 		return BreakerClosed
 	}
@@ -266,7 +380,7 @@ func (l *OperationLimits) BreakerState() BreakerState {
 
 // RateQueueDepth returns the number of calls waiting for the next rate
 // limit window.
-func (l *OperationLimits) RateQueueDepth() int {
+func (l *ResilienceMiddleware) RateQueueDepth() int {
 	if l == nil || l.window == nil {
 		return 0
 	}
@@ -275,7 +389,7 @@ func (l *OperationLimits) RateQueueDepth() int {
 
 // ConcurrencyQueueDepth returns the number of calls waiting for a
 // concurrency slot.
-func (l *OperationLimits) ConcurrencyQueueDepth() int {
+func (l *ResilienceMiddleware) ConcurrencyQueueDepth() int {
 	if l == nil || l.conc == nil {
 		return 0
 	}
@@ -284,7 +398,7 @@ func (l *OperationLimits) ConcurrencyQueueDepth() int {
 
 // InFlight returns the number of calls holding a concurrency slot, or 0
 // when the operation has no concurrency limit.
-func (l *OperationLimits) InFlight() int {
+func (l *ResilienceMiddleware) InFlight() int {
 	if l == nil || l.conc == nil {
 		return 0
 	}
@@ -292,57 +406,42 @@ func (l *OperationLimits) InFlight() int {
 }
 
 // RateLimited returns the outcome of a call turned away by a rate limit:
-// UNAVAILABLE, KERNEL_UNAVAILABLE_002, details "id" (the operation ID) and
-// "retryAfter" (retryAfter in whole seconds, rounded up, at least 1), e.g.
-// "Operation 'orders.create' is rate limited; retry after 60 seconds.".
-// The breaker does not count it as a failure.
+// UNAVAILABLE, KERNEL_UNAVAILABLE_002, detail "id" (the operation ID) and
+// a retry-after of retryAfter rounded up to whole seconds (at least 1),
+// e.g. "Operation 'orders.create' is rate limited; retry after 60
+// seconds.". The breaker does not count it.
 func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
-	n := RetryAfterSeconds(retryAfter)
+	n := pipeline.RetryAfterSeconds(retryAfter)
 	return rejection(pipeline.CodeRateLimited, id, n,
 		fmt.Sprintf("Operation '%s' is rate limited; retry after %s.", id, seconds(n)))
 }
 
 // CircuitOpen returns the outcome of a call turned away by an open circuit
-// breaker: UNAVAILABLE, KERNEL_UNAVAILABLE_004, details "id" and
-// "retryAfter" (seconds until the breaker half-opens, rounded up, at least
-// 1).
+// breaker: UNAVAILABLE, KERNEL_UNAVAILABLE_004, detail "id" and a
+// retry-after of retryAfter (the time until the breaker half-opens)
+// rounded up to whole seconds (at least 1).
 func CircuitOpen(id string, retryAfter time.Duration) *pipeline.Error {
-	n := RetryAfterSeconds(retryAfter)
+	n := pipeline.RetryAfterSeconds(retryAfter)
 	return rejection(pipeline.CodeCircuitOpen, id, n,
 		fmt.Sprintf("Operation '%s' is unavailable: its circuit breaker is open; retry after %s.", id, seconds(n)))
 }
 
 // ConcurrencyLimited returns the outcome of a call turned away by a
-// concurrency limit: UNAVAILABLE, KERNEL_UNAVAILABLE_003, details "id".
-// The breaker does not count it as a failure.
+// concurrency limit: UNAVAILABLE, KERNEL_UNAVAILABLE_003, detail "id".
+// The breaker does not count it.
 func ConcurrencyLimited(id string) *pipeline.Error {
-	return &pipeline.Error{
-		Kind:    pipeline.KindUnavailable,
-		Code:    pipeline.CodeConcurrencyLimited,
-		Message: fmt.Sprintf("Operation '%s' has too many calls in progress; retry later.", id),
-		Details: map[string]any{"id": id},
-	}
+	return pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeConcurrencyLimited,
+		fmt.Sprintf("Operation '%s' has too many calls in progress; retry later.", id)).
+		WithDetail("id", id)
 }
 
-func rejection(code, id string, retryAfter int, msg string) *pipeline.Error {
-	return &pipeline.Error{
-		Kind:    pipeline.KindUnavailable,
-		Code:    code,
-		Message: msg,
-		Details: map[string]any{"id": id, "retryAfter": retryAfter},
-	}
+func rejection(code, id string, retryAfter int64, msg string) *pipeline.Error {
+	return pipeline.NewError(pipeline.KindUnavailable, code, msg).
+		WithDetail("id", id).
+		WithRetryAfter(time.Duration(retryAfter) * time.Second)
 }
 
-// RetryAfterSeconds rounds d up to whole seconds, at least 1: the
-// retryAfter of a rejection.
-func RetryAfterSeconds(d time.Duration) int {
-	if d <= time.Second {
-		return 1
-	}
-	return int((d + time.Second - 1) / time.Second)
-}
-
-func seconds(n int) string {
+func seconds(n int64) string {
 	if n == 1 {
 		return "1 second"
 	}
@@ -354,7 +453,7 @@ const maxCachedRetry = 120
 
 // rejections caches the rejection outcomes of one operation by retryAfter
 // second, so that a rejection allocates only the first time its value
-// occurs. Values beyond maxCachedRetry share one slot holding the latest:
+// occurs (an *pipeline.Error cannot change, so sharing it is safe). Values beyond maxCachedRetry share one slot holding the latest:
 // they change once a second at most.
 type rejections struct {
 	id    string
@@ -364,17 +463,17 @@ type rejections struct {
 }
 
 type lastRejection struct {
-	seconds int
+	seconds int64
 	err     *pipeline.Error
 }
 
 func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, longest time.Duration) rejections {
-	return rejections{id: id, make: mk, cache: make([]atomic.Pointer[pipeline.Error], min(RetryAfterSeconds(longest), maxCachedRetry)+1)}
+	return rejections{id: id, make: mk, cache: make([]atomic.Pointer[pipeline.Error], min(pipeline.RetryAfterSeconds(longest), maxCachedRetry)+1)}
 }
 
 func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
-	n := RetryAfterSeconds(retryAfter)
-	if n >= len(r.cache) {
+	n := pipeline.RetryAfterSeconds(retryAfter)
+	if n >= int64(len(r.cache)) {
 		if l := r.last.Load(); l != nil && l.seconds == n {
 			return l.err
 		}

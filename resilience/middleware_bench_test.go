@@ -25,26 +25,27 @@ var (
 	}
 )
 
-func benchOK(*pipeline.Invocation) error { return nil }
+func benchOK(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }
 
 // rejecting returns limits for id that reject every call from now on, and
 // a release to call when done (the concurrency case holds its only slot).
-func rejecting(b testing.TB, kind string) (*resilience.OperationLimits, func()) {
+func rejecting(b testing.TB, kind string) (*resilience.ResilienceMiddleware, func()) {
 	l := resilience.NewResilienceMiddleware(opID, benchRejects[kind])
-	inv := pipeline.NewInvocation(context.Background(), op(opID), nil)
+	ctx := context.Background()
+	inv := newInv(nil)
 	release := func() {}
 	switch kind {
 	case "rate":
-		_ = l.Invoke(inv, benchOK)
+		_, _ = l.Invoke(ctx, inv, benchOK)
 	case "breaker":
-		_ = l.Invoke(inv, func(*pipeline.Invocation) error { return errors.New("down") })
+		_, _ = l.Invoke(ctx, inv, func(context.Context, *pipeline.Invocation) (any, error) { return nil, errors.New("down") })
 	case "concurrency":
 		held, done := make(chan struct{}), make(chan struct{})
 		go func() {
-			_ = l.Invoke(pipeline.NewInvocation(context.Background(), op(opID), nil), func(*pipeline.Invocation) error {
+			_, _ = l.Invoke(ctx, newInv(nil), func(context.Context, *pipeline.Invocation) (any, error) {
 				close(held)
 				<-done
-				return nil
+				return nil, nil
 			})
 		}()
 		<-held
@@ -55,7 +56,7 @@ func rejecting(b testing.TB, kind string) (*resilience.OperationLimits, func()) 
 			}
 		}
 	}
-	if err := l.Invoke(inv, benchOK); pipeline.KindOf(err) != pipeline.KindUnavailable {
+	if _, err := l.Invoke(ctx, inv, benchOK); pipeline.KindOf(err) != pipeline.KindUnavailable {
 		b.Fatalf("%s: call = %v, want a rejection", kind, err)
 	}
 	return l, release
@@ -64,52 +65,53 @@ func rejecting(b testing.TB, kind string) (*resilience.OperationLimits, func()) 
 // BenchmarkResilience measures the built-in Resilience stage per call:
 // the bare cost of context.WithTimeout (what any deadline costs), the
 // DeadlineMiddleware alone, the whole stack (deadline, breaker, rate and
-// concurrency limits) when nothing is rejected, the limits alone, and
-// each kind of rejection.
+// concurrency limits) when nothing is rejected, as one middleware
+// (WithLimits) and as a chain of two, the limits alone, and each kind of
+// rejection.
 func BenchmarkResilience(b *testing.B) {
-	inv := pipeline.NewInvocation(context.Background(), op(opID), nil)
+	ctx := context.Background()
+	inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(time.Hour), DeadlineSource: pipeline.DeadlineOperation})
 	b.Run("bare-WithTimeout", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			inv.SetContext(ctx)
-			_ = benchOK(inv)
+			_, _ = benchOK(ctx, inv)
 			cancel()
 		}
 	})
-	// The DeadlineMiddleware stores the deadline on the invocation: clear
-	// it before each reuse, as a fresh invocation would be.
-	fresh := func(inv *pipeline.Invocation) *pipeline.Invocation {
-		inv.SetDeadline(time.Time{})
-		return inv
-	}
-	deadline := resilience.NewDeadlineMiddleware(time.Second, time.Minute)
+	deadline := resilience.NewDeadlineMiddleware()
 	b.Run("deadline", func(b *testing.B) {
 		b.ReportAllocs()
-		inv.SetContext(context.Background())
 		for b.Loop() {
-			if err := deadline.Invoke(fresh(inv), benchOK); err != nil {
+			if _, err := deadline.Invoke(ctx, inv, benchOK); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("stack-admitted", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, deadline, resilience.NewResilienceMiddleware(opID, benchNeverRejects))
-		inv.SetContext(context.Background())
+		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewResilienceMiddleware(opID, benchNeverRejects))))
 		for b.Loop() {
-			if err := h(fresh(inv)); err != nil {
+			if _, err := h(ctx, inv); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("chain-admitted", func(b *testing.B) {
+		b.ReportAllocs()
+		h := pipeline.Chain(benchOK, deadline, resilience.NewResilienceMiddleware(opID, benchNeverRejects))
+		for b.Loop() {
+			if _, err := h(ctx, inv); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("stack-admitted-parallel", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, deadline, resilience.NewResilienceMiddleware(opID, benchNeverRejects))
+		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewResilienceMiddleware(opID, benchNeverRejects))))
 		b.RunParallel(func(pb *testing.PB) {
-			inv := pipeline.NewInvocation(context.Background(), op(opID), nil)
 			for pb.Next() {
-				if err := h(fresh(inv)); err != nil {
+				if _, err := h(ctx, inv); err != nil {
 					b.Error(err)
 					return
 				}
@@ -119,9 +121,8 @@ func BenchmarkResilience(b *testing.B) {
 	b.Run("limits-admitted", func(b *testing.B) {
 		b.ReportAllocs()
 		l := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
-		inv.SetContext(context.Background())
 		for b.Loop() {
-			_ = l.Invoke(inv, benchOK)
+			_, _ = l.Invoke(ctx, inv, benchOK)
 		}
 	})
 	for _, kind := range []string{"breaker", "rate", "concurrency"} {
@@ -129,25 +130,25 @@ func BenchmarkResilience(b *testing.B) {
 			b.ReportAllocs()
 			l, release := rejecting(b, kind)
 			defer release()
-			inv.SetContext(context.Background())
 			for b.Loop() {
-				_ = l.Invoke(inv, benchOK)
+				_, _ = l.Invoke(ctx, inv, benchOK)
 			}
 		})
 	}
 }
 
 // TestLimitsAllocateNothing: neither an admitted call nor a rejection
-// (once its retryAfter value has occurred) allocates.
+// (once its retry-after value has occurred) allocates.
 func TestLimitsAllocateNothing(t *testing.T) {
-	inv := pipeline.NewInvocation(context.Background(), op(opID), nil)
+	ctx := context.Background()
+	inv := newInv(nil)
 	admitted := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
-	if n := testing.AllocsPerRun(500, func() { _ = admitted.Invoke(inv, benchOK) }); n != 0 {
+	if n := testing.AllocsPerRun(500, func() { _, _ = admitted.Invoke(ctx, inv, benchOK) }); n != 0 {
 		t.Errorf("admitted call: %v allocations, want 0", n)
 	}
 	for _, kind := range []string{"breaker", "rate", "concurrency"} {
 		l, release := rejecting(t, kind)
-		if n := testing.AllocsPerRun(500, func() { _ = l.Invoke(inv, benchOK) }); n != 0 {
+		if n := testing.AllocsPerRun(500, func() { _, _ = l.Invoke(ctx, inv, benchOK) }); n != 0 {
 			t.Errorf("%s rejection: %v allocations, want 0", kind, n)
 		}
 		release()

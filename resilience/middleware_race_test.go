@@ -1,6 +1,7 @@
 package resilience_test
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -19,8 +20,8 @@ type burst struct {
 	byCode                        sync.Map // code -> *atomic.Int64
 }
 
-func (b *burst) handler(work func(*pipeline.Invocation) error) pipeline.Handler {
-	return func(inv *pipeline.Invocation) error {
+func (b *burst) handler(work func(context.Context, *pipeline.Invocation) error) pipeline.Handler {
+	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		b.admitted.Add(1)
 		n := b.running.Add(1)
 		for {
@@ -30,15 +31,15 @@ func (b *burst) handler(work func(*pipeline.Invocation) error) pipeline.Handler 
 			}
 		}
 		defer b.running.Add(-1)
-		return work(inv)
+		return nil, work(ctx, inv)
 	}
 }
 
-func (b *burst) send(h pipeline.Handler, n int, ctx func() *pipeline.Invocation) {
+func (b *burst) send(ctx context.Context, h pipeline.Handler, n int) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			code := pipeline.CodeOf(h(ctx()))
+			code := pipeline.CodeOf(call(h, ctx, nil))
 			c, _ := b.byCode.LoadOrStore(code, new(atomic.Int64))
 			c.(*atomic.Int64).Add(1)
 		})
@@ -69,8 +70,8 @@ func TestThousandConcurrentCallsDeterministic(t *testing.T) {
 		const sent = 1000
 		var b burst
 		h, l := limitStack(t, resilience.Policy{PermitLimit: 300, Window: time.Hour, ConcurrencyLimit: 50, ConcurrencyQueueLimit: 100},
-			b.handler(func(*pipeline.Invocation) error { time.Sleep(10 * time.Millisecond); return nil }))
-		b.send(h, sent, func() *pipeline.Invocation { return pipeline.NewInvocation(t.Context(), op(opID), nil) })
+			b.handler(func(context.Context, *pipeline.Invocation) error { time.Sleep(10 * time.Millisecond); return nil }))
+		b.send(t.Context(), h, sent)
 
 		ok, rate, conc := b.count(""), b.count(pipeline.CodeRateLimited), b.count(pipeline.CodeConcurrencyLimited)
 		if ok != 150 || rate != 700 || conc != 150 {
@@ -104,14 +105,14 @@ func TestThousandConcurrentCalls(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			const sent = 1000
 			var b burst
-			h, l := limitStack(t, tt.p, b.handler(func(*pipeline.Invocation) error {
+			h, l := limitStack(t, tt.p, b.handler(func(context.Context, *pipeline.Invocation) error {
 				runtime.Gosched()
 				if tt.fail {
 					return pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
 				}
 				return nil
 			}))
-			b.send(h, sent, func() *pipeline.Invocation { return pipeline.NewInvocation(t.Context(), op(opID), nil) })
+			b.send(t.Context(), h, sent)
 
 			admitted := b.admitted.Load()
 			if admitted+b.rejected() != sent {

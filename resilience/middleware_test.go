@@ -20,32 +20,63 @@ type op string
 func (o op) OperationID() string { return string(o) }
 
 // limitStack builds the built-in Resilience stage for one operation around
-// h, as the kernel does: the Stage of the DeadlineMiddleware (with the
-// policy's Timeout) and the operation's limits; panics become UNEXPECTED
-// outside both. (TestStageMatchesTheChain compares it with the plain
-// chain of the two.)
-func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...pipeline.Middleware) (pipeline.Handler, *resilience.OperationLimits) {
+// h, as the kernel does: the DeadlineMiddleware with the operation's limits
+// (WithLimits); panics become UNEXPECTED outside it. The returned handler
+// stands for the kernel too: an invocation without a deadline gets the
+// effective one computed from the caller's context and the policy's
+// Timeout (see withDeadline). (TestWithLimitsMatchesTheChain compares it
+// with the plain chain of the two.)
+func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...pipeline.Middleware) (pipeline.Handler, *resilience.ResilienceMiddleware) {
 	t.Helper()
 	l := resilience.NewResilienceMiddleware(opID, p)
-	if l == nil {
-		t.Fatalf("NewResilienceMiddleware(%q, %+v) = nil, want limits", opID, p)
+	mws := append([]pipeline.Middleware{resilience.NewDeadlineMiddleware(resilience.WithLimits(l))}, inner...)
+	chain := pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil)
+	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+		return chain(ctx, withDeadline(ctx, inv, p.Timeout))
+	}, l
+}
+
+// withDeadline returns inv with the effective deadline the kernel would
+// give it — the earliest of the caller's (ctx's deadline) and now +
+// timeout, with its source — or inv itself when it has a deadline already
+// or there is none.
+func withDeadline(ctx context.Context, inv *pipeline.Invocation, timeout time.Duration) *pipeline.Invocation {
+	if _, ok := inv.Deadline(); ok {
+		return inv
 	}
-	mws := append([]pipeline.Middleware{resilience.Stage(resilience.NewDeadlineMiddleware(p.Timeout, 0), l)}, inner...)
-	return pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil), l
+	s := pipeline.Spec{Operation: inv.Operation(), Input: inv.Input()}
+	if d, ok := ctx.Deadline(); ok {
+		s.CallerDeadline, s.Deadline, s.DeadlineSource = d, d, pipeline.DeadlineCaller
+	}
+	if timeout > 0 {
+		if d := time.Now().Add(timeout); s.Deadline.IsZero() || d.Before(s.Deadline) {
+			s.Deadline, s.DeadlineSource = d, pipeline.DeadlineOperation
+		}
+	}
+	if s.Deadline.IsZero() {
+		return inv
+	}
+	return pipeline.NewInvocation(s)
+}
+
+// newInv returns an invocation of the operation with input.
+func newInv(input any) *pipeline.Invocation {
+	return pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Input: input})
 }
 
 func callLimited(ctx context.Context, h pipeline.Handler) error {
-	return h(pipeline.NewInvocation(ctx, op(opID), nil))
+	_, err := h(ctx, newInv(nil))
+	return err
 }
 
-// calls starts f in a goroutine; the result arrives on the channel.
+// goLimited calls h in a goroutine; the outcome arrives on the channel.
 func goLimited(ctx context.Context, h pipeline.Handler) <-chan error {
 	ch := make(chan error, 1)
 	go func() { ch <- callLimited(ctx, h) }()
 	return ch
 }
 
-func okHandler(*pipeline.Invocation) error { return nil }
+func okHandler(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }
 
 // wantCode fails unless err has the code (""; success).
 func expectCode(t *testing.T, what string, err error, code string) {
@@ -55,7 +86,7 @@ func expectCode(t *testing.T, what string, err error, code string) {
 	}
 }
 
-func TestNothingConfiguredPassesStraightThrough(t *testing.T) {
+func TestNewResilienceMiddlewareEmptyPolicyIsUsable(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -65,22 +96,45 @@ func TestNothingConfiguredPassesStraightThrough(t *testing.T) {
 		{"defaults and a timeout only", resilience.Policy{Window: time.Second, BreakDuration: 30 * time.Second, QueueLimit: 3, ConcurrencyQueueLimit: 2, Timeout: time.Second}},
 	}
 	for _, tt := range tests {
-		if l := resilience.NewResilienceMiddleware(opID, tt.p); l != nil {
-			t.Errorf("%s: NewResilienceMiddleware = %v, want nil", tt.name, l)
+		l := resilience.NewResilienceMiddleware(opID, tt.p)
+		if l == nil {
+			t.Fatalf("%s: NewResilienceMiddleware = nil, want a pass-through middleware", tt.name)
+		}
+		if l.ID() != opID || l.BreakerState() != resilience.BreakerClosed || l.InFlight() != 0 {
+			t.Errorf("%s: ID, BreakerState, InFlight = %q, %v, %d; want %q, closed, 0", tt.name, l.ID(), l.BreakerState(), l.InFlight(), opID)
+		}
+		// Usable on its own, in a chain, and inside a DeadlineMiddleware.
+		for name, h := range map[string]pipeline.Handler{
+			"Chain":       pipeline.Chain(okResult, l),
+			"WithLimits":  pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(resilience.WithLimits(l))),
+			"both chains": pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(), l),
+		} {
+			for range 3 {
+				if out, err := h(context.Background(), newInv(nil)); out != "ok" || err != nil {
+					t.Errorf("%s: %s(call) = %v, %v; want ok, nil", tt.name, name, out, err)
+				}
+			}
 		}
 	}
-	var l *resilience.OperationLimits
-	if l.BreakerState() != resilience.BreakerClosed || l.RateQueueDepth() != 0 || l.ConcurrencyQueueDepth() != 0 || l.InFlight() != 0 || l.ID() != "" {
-		t.Errorf("nil *OperationLimits does not report an idle, closed state")
+	var l *resilience.ResilienceMiddleware
+	if l.BreakerState() != resilience.BreakerClosed || l.RateQueueDepth() != 0 || l.ConcurrencyQueueDepth() != 0 || l.InFlight() != 0 || l.ID() != "" || l.Policy() != (resilience.Policy{}) {
+		t.Errorf("nil *ResilienceMiddleware does not report an idle, closed state")
+	}
+	if h := pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(resilience.WithLimits(nil))); true {
+		if out, err := h(context.Background(), newInv(nil)); out != "ok" || err != nil {
+			t.Errorf("WithLimits(nil): call = %v, %v; want ok, nil", out, err)
+		}
 	}
 }
+
+func okResult(context.Context, *pipeline.Invocation) (any, error) { return "ok", nil }
 
 func TestRateLimitRejection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reached := 0
-		h, l := limitStack(t, resilience.Policy{PermitLimit: 2, Window: 60 * time.Second}, func(*pipeline.Invocation) error {
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 2, Window: 60 * time.Second}, func(context.Context, *pipeline.Invocation) (any, error) {
 			reached++
-			return nil
+			return nil, nil
 		})
 		expectCode(t, "call 1", callLimited(t.Context(), h), "")
 		expectCode(t, "call 2", callLimited(t.Context(), h), "")
@@ -92,20 +146,20 @@ func TestRateLimitRejection(t *testing.T) {
 		}
 		var pe *pipeline.Error
 		errors.As(err, &pe)
-		if pe.Kind != pipeline.KindUnavailable {
-			t.Errorf("rejection kind = %v, want UNAVAILABLE", pe.Kind)
+		if pe.Kind() != pipeline.KindUnavailable {
+			t.Errorf("rejection kind = %v, want UNAVAILABLE", pe.Kind())
 		}
-		if want := "Operation 'orders.create' is rate limited; retry after 60 seconds."; pe.Message != want {
-			t.Errorf("rejection message = %q, want %q", pe.Message, want)
+		if want := "Operation 'orders.create' is rate limited; retry after 60 seconds."; pe.Message() != want {
+			t.Errorf("rejection message = %q, want %q", pe.Message(), want)
 		}
 		if id, _ := pe.Detail("id"); id != opID {
 			t.Errorf("details.id = %v, want %q", id, opID)
 		}
-		if ra, _ := pe.Detail("retryAfter"); ra != 60 { // 59.5 s rounded up
+		if ra, _ := pe.RetryAfterSeconds(); ra != 60 { // 59.5 s rounded up
 			t.Errorf("details.retryAfter = %v (%T), want 60", ra, ra)
 		}
 		time.Sleep(59 * time.Second)
-		if ra, _ := pipeline.AsError(callLimited(t.Context(), h)).Detail("retryAfter"); ra != 1 { // 0.5 s rounded up
+		if ra, _ := pipeline.AsError(callLimited(t.Context(), h)).RetryAfterSeconds(); ra != 1 { // 0.5 s rounded up
 			t.Errorf("retryAfter half a second before the window = %v, want 1", ra)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -120,7 +174,7 @@ func TestRetryAfterRounding(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		d    time.Duration
-		want int
+		want int64
 		msg  string
 	}{
 		{0, 1, "retry after 1 second."},
@@ -132,15 +186,15 @@ func TestRetryAfterRounding(t *testing.T) {
 		{90 * time.Minute, 5400, "retry after 5400 seconds."},
 	}
 	for _, tt := range tests {
-		if got := resilience.RetryAfterSeconds(tt.d); got != tt.want {
-			t.Errorf("RetryAfterSeconds(%v) = %d, want %d", tt.d, got, tt.want)
-		}
 		e := resilience.RateLimited(opID, tt.d)
-		if ra, _ := e.Detail("retryAfter"); ra != tt.want {
-			t.Errorf("RateLimited(%v) retryAfter = %v, want %d", tt.d, ra, tt.want)
+		if ra, ok := e.RetryAfterSeconds(); !ok || ra != tt.want {
+			t.Errorf("RateLimited(%v).RetryAfterSeconds() = %v, %v; want %d", tt.d, ra, ok, tt.want)
 		}
-		if want := "Operation 'orders.create' is rate limited; " + tt.msg; e.Message != want {
-			t.Errorf("RateLimited(%v).Message = %q, want %q", tt.d, e.Message, want)
+		if _, ok := e.Detail(pipeline.DetailRetryAfter); ok {
+			t.Errorf("RateLimited(%v) has a retryAfter detail; the retry-after is typed", tt.d)
+		}
+		if want := "Operation 'orders.create' is rate limited; " + tt.msg; e.Message() != want {
+			t.Errorf("RateLimited(%v).Message = %q, want %q", tt.d, e.Message(), want)
 		}
 	}
 }
@@ -149,15 +203,15 @@ func TestRateQueueWaitsForTheNextWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var order []int
 		var mu sync.Mutex
-		h, l := limitStack(t, resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 2}, func(inv *pipeline.Invocation) error {
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 2}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 			mu.Lock()
 			order = append(order, inv.Input().(int))
 			mu.Unlock()
-			return nil
+			return nil, nil
 		})
 		run := func(n int) <-chan error {
 			ch := make(chan error, 1)
-			go func() { ch <- h(pipeline.NewInvocation(t.Context(), op(opID), n)) }()
+			go func() { ch <- call(h, t.Context(), n) }()
 			synctest.Wait()
 			return ch
 		}
@@ -186,9 +240,9 @@ func TestRateQueueWaitsForTheNextWindow(t *testing.T) {
 func TestRateQueueRejectsCallsThatWouldTimeOutThere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reached := 0
-		h, l := limitStack(t, resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 5}, func(*pipeline.Invocation) error {
+		h, l := limitStack(t, resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 5}, func(context.Context, *pipeline.Invocation) (any, error) {
 			reached++
-			return nil
+			return nil, nil
 		})
 		expectCode(t, "call 1", callLimited(t.Context(), h), "")
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -199,7 +253,7 @@ func TestRateQueueRejectsCallsThatWouldTimeOutThere(t *testing.T) {
 		if waited := time.Since(start); waited != 0 {
 			t.Errorf("rejected after %v, want at once", waited)
 		}
-		if ra, _ := pipeline.AsError(err).Detail("retryAfter"); ra != 10 {
+		if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 10 {
 			t.Errorf("retryAfter = %v, want 10", ra)
 		}
 		if reached != 1 || l.RateQueueDepth() != 0 {
@@ -220,7 +274,7 @@ func TestRateQueueWaitCancelled(t *testing.T) {
 		}
 		time.Sleep(3 * time.Second)
 		cancel()
-		expectCode(t, "queued call whose caller left", <-ch, pipeline.CodeCancelled)
+		expectCode(t, "queued call whose caller left", <-ch, pipeline.CodeCanceled)
 		if l.RateQueueDepth() != 0 {
 			t.Fatalf("after the cancel: RateQueueDepth() = %d, want 0 (place given back)", l.RateQueueDepth())
 		}
@@ -236,17 +290,17 @@ func TestConcurrencyLimit(t *testing.T) {
 		release := make(chan struct{})
 		var order []int
 		var mu sync.Mutex
-		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 2}, func(inv *pipeline.Invocation) error {
+		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 2}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 			mu.Lock()
 			order = append(order, inv.Input().(int))
 			mu.Unlock()
 			<-release
-			return nil
+			return nil, nil
 		})
 		var chans []<-chan error
 		for i := range 4 {
 			ch := make(chan error, 1)
-			go func() { ch <- h(pipeline.NewInvocation(t.Context(), op(opID), i)) }()
+			go func() { ch <- call(h, t.Context(), i) }()
 			synctest.Wait() // arrival order = i
 			chans = append(chans, ch)
 		}
@@ -256,10 +310,10 @@ func TestConcurrencyLimit(t *testing.T) {
 		err := callLimited(t.Context(), h)
 		expectCode(t, "fifth call", err, pipeline.CodeConcurrencyLimited)
 		pe := pipeline.AsError(err)
-		if id, _ := pe.Detail("id"); id != opID || pe.Kind != pipeline.KindUnavailable {
-			t.Errorf("rejection = %v, details %v; want UNAVAILABLE with id", pe, pe.Details)
+		if id, _ := pe.Detail("id"); id != opID || pe.Kind() != pipeline.KindUnavailable {
+			t.Errorf("rejection = %v, details %v; want UNAVAILABLE with id", pe, pe.Details())
 		}
-		if _, has := pe.Detail("retryAfter"); has {
+		if _, has := pe.RetryAfter(); has {
 			t.Errorf("concurrency rejection has retryAfter; want none")
 		}
 		release <- struct{}{} // one of 0, 1 finishes; 2 starts
@@ -283,11 +337,11 @@ func TestConcurrencyLimit(t *testing.T) {
 }
 
 func TestConcurrencySlotReleasedOnEveryExitPath(t *testing.T) {
-	boom := pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
+	boom := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		if inv.Input() == "panic in middleware" {
 			panic("boom")
 		}
-		return next(inv)
+		return next(ctx, inv)
 	})
 	tests := []struct {
 		name  string
@@ -303,7 +357,7 @@ func TestConcurrencySlotReleasedOnEveryExitPath(t *testing.T) {
 			ctx, cancel := context.WithCancel(ctx)
 			go func() { time.Sleep(time.Second); cancel() }()
 			return ctx, cancel
-		}, pipeline.CodeCancelled},
+		}, pipeline.CodeCanceled},
 		{"deadline", "block", func(ctx context.Context) (context.Context, context.CancelFunc) {
 			return context.WithTimeout(ctx, time.Second)
 		}, pipeline.CodeTimeout},
@@ -311,17 +365,17 @@ func TestConcurrencySlotReleasedOnEveryExitPath(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1}, func(inv *pipeline.Invocation) error {
+				h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 					switch inv.Input() {
 					case "error":
-						return errors.New("db down")
+						return nil, errors.New("db down")
 					case "panic":
 						panic("boom")
 					case "block":
-						<-inv.Context().Done()
-						return inv.Context().Err()
+						<-ctx.Done()
+						return nil, ctx.Err()
 					}
-					return nil
+					return nil, nil
 				}, boom)
 				ctx := t.Context()
 				if tt.ctx != nil {
@@ -329,11 +383,11 @@ func TestConcurrencySlotReleasedOnEveryExitPath(t *testing.T) {
 					ctx, cancel = tt.ctx(ctx)
 					defer cancel()
 				}
-				expectCode(t, tt.name, h(pipeline.NewInvocation(ctx, op(opID), tt.input)), tt.code)
+				expectCode(t, tt.name, call(h, ctx, tt.input), tt.code)
 				if l.InFlight() != 0 {
 					t.Fatalf("after %s: InFlight() = %d, want 0", tt.name, l.InFlight())
 				}
-				expectCode(t, "next call", h(pipeline.NewInvocation(t.Context(), op(opID), "ok")), "")
+				expectCode(t, "next call", call(h, t.Context(), "ok"), "")
 			})
 		})
 	}
@@ -351,21 +405,21 @@ func TestQueueWaitsEndAtDeadlineOrCancel(t *testing.T) {
 	}{
 		{"concurrency queue, deadline", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1}, 3 * time.Second, 0, pipeline.CodeTimeout, 3 * time.Second, ""},
 		{"concurrency queue, operation timeout", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1, Timeout: 4 * time.Second}, 0, 0, pipeline.CodeTimeout, 4 * time.Second, pipeline.CodeTimeout},
-		{"concurrency queue, cancelled", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1}, 5 * time.Second, 2 * time.Second, pipeline.CodeCancelled, 2 * time.Second, ""},
-		{"rate queue, cancelled", resilience.Policy{PermitLimit: 1, Window: time.Minute, QueueLimit: 1}, 2 * time.Minute, 2 * time.Second, pipeline.CodeCancelled, 2 * time.Second, ""},
+		{"concurrency queue, cancelled", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1}, 5 * time.Second, 2 * time.Second, pipeline.CodeCanceled, 2 * time.Second, ""},
+		{"rate queue, cancelled", resilience.Policy{PermitLimit: 1, Window: time.Minute, QueueLimit: 1}, 2 * time.Minute, 2 * time.Second, pipeline.CodeCanceled, 2 * time.Second, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				hold := make(chan struct{})
-				h, l := limitStack(t, tt.p, func(inv *pipeline.Invocation) error {
+				h, l := limitStack(t, tt.p, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 					if inv.Input() == "holder" {
 						<-hold
 					}
-					return nil
+					return nil, nil
 				})
 				holder := make(chan error, 1)
-				go func() { holder <- h(pipeline.NewInvocation(t.Context(), op(opID), "holder")) }()
+				go func() { holder <- call(h, t.Context(), "holder") }()
 				time.Sleep(time.Second) // the holder has started and holds the slot or permit
 
 				ctx := t.Context()
@@ -399,7 +453,7 @@ func TestQueueWaitsEndAtDeadlineOrCancel(t *testing.T) {
 }
 
 // expectBreaker fails unless l's breaker is in state want.
-func expectBreaker(t *testing.T, when string, l *resilience.OperationLimits, want resilience.BreakerState) {
+func expectBreaker(t *testing.T, when string, l *resilience.ResilienceMiddleware, want resilience.BreakerState) {
 	t.Helper()
 	if got := l.BreakerState(); got != want {
 		t.Fatalf("%s: BreakerState() = %v, want %v", when, got, want)
@@ -408,7 +462,7 @@ func expectBreaker(t *testing.T, when string, l *resilience.OperationLimits, wan
 
 // breakerStack is a stack with a breaker of threshold 1 and a long break;
 // its handler returns whatever the invocation's input says.
-func breakerStack(t *testing.T, p resilience.Policy) (pipeline.Handler, *resilience.OperationLimits) {
+func breakerStack(t *testing.T, p resilience.Policy) (pipeline.Handler, *resilience.ResilienceMiddleware) {
 	t.Helper()
 	if p.FailureThreshold == 0 {
 		p.FailureThreshold = 1
@@ -416,33 +470,34 @@ func breakerStack(t *testing.T, p resilience.Policy) (pipeline.Handler, *resilie
 	if p.BreakDuration == 0 {
 		p.BreakDuration = 30 * time.Second
 	}
-	return limitStack(t, p, func(inv *pipeline.Invocation) error {
+	return limitStack(t, p, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		switch in := inv.Input().(type) {
 		case error:
-			return in
-		case func(*pipeline.Invocation) error:
-			return in(inv)
+			return nil, in
+		case func(context.Context, *pipeline.Invocation) (any, error):
+			return in(ctx, inv)
 		case string:
 			if in == "panic" {
 				panic("boom")
 			}
 		}
-		return nil
+		return nil, nil
 	})
 }
 
 func invokeLimited(ctx context.Context, h pipeline.Handler, input any) error {
-	return h(pipeline.NewInvocation(ctx, op(opID), input))
+	_, err := h(ctx, newInv(input))
+	return err
 }
 
 func TestBreakerFailureClassification(t *testing.T) {
-	waitOwnDeadline := func(inv *pipeline.Invocation) error {
-		<-inv.Context().Done()
-		return inv.Context().Err()
+	waitOwnDeadline := func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
-	waitOwnDeadlineCoded := func(inv *pipeline.Invocation) error {
-		<-inv.Context().Done()
-		return pipeline.ErrTimeout()
+	waitOwnDeadlineCoded := func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+		<-ctx.Done()
+		return nil, pipeline.ErrTimeout()
 	}
 	tests := []struct {
 		name     string
@@ -456,7 +511,7 @@ func TestBreakerFailureClassification(t *testing.T) {
 		{"FORBIDDEN", pipeline.Forbidden("SHOP_FORBIDDEN_001", "no"), 0, false},
 		{"UNAUTHENTICATED", pipeline.Unauthenticated("SHOP_UNAUTHENTICATED_001", "who"), 0, false},
 		{"CONFLICT", pipeline.Conflict("SHOP_CONFLICT_001", "exists"), 0, false},
-		{"CANCELLED", pipeline.ErrCancelled(), 0, false},
+		{"CANCELLED", pipeline.ErrCanceled(), 0, false},
 		{"context.Canceled", context.Canceled, 0, false},
 		{"UNAVAILABLE", pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down"), 0, true},
 		{"downstream TIMEOUT, own context alive", pipeline.Timeout("SHOP_TIMEOUT_001", "payment gateway timed out"), 0, true},
@@ -464,8 +519,8 @@ func TestBreakerFailureClassification(t *testing.T) {
 		{"UNEXPECTED", pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected, "bug"), 0, true},
 		{"unhandled error", errors.New("nil pointer"), 0, true},
 		{"panic", "panic", 0, true},
-		{"own deadline fired while the handler waited", waitOwnDeadline, time.Second, false},
-		{"own deadline fired, handler wrote TIMEOUT itself", waitOwnDeadlineCoded, time.Second, false},
+		{"operation's deadline fired while the handler waited", waitOwnDeadline, time.Second, true},
+		{"operation's deadline fired, handler wrote TIMEOUT itself", waitOwnDeadlineCoded, time.Second, true},
 		{"an inner rate limit rejection", resilience.RateLimited("tenant.acme", time.Second), 0, false},
 		{"an inner concurrency rejection", resilience.ConcurrencyLimited("tenant.acme"), 0, false},
 		{"a dependency's open breaker", resilience.CircuitOpen("payments.charge", time.Second), 0, true},
@@ -497,7 +552,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 	}{
 		{"probe success closes", nil, resilience.BreakerClosed, true},
 		{"probe failure re-opens", fail, resilience.BreakerOpen, false},
-		{"caller error closes (the operation answered)", pipeline.Validation("V", "bad"), resilience.BreakerClosed, true},
+		{"caller error frees the slot (it says nothing of the operation)", pipeline.Validation("V", "bad"), resilience.BreakerHalfOpen, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -510,30 +565,30 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 				err := invokeLimited(t.Context(), h, nil)
 				expectCode(t, "call while open", err, pipeline.CodeCircuitOpen)
 				pe := pipeline.AsError(err)
-				if ra, _ := pe.Detail("retryAfter"); ra != 8 { // 7.5 s rounded up
+				if ra, _ := pe.RetryAfterSeconds(); ra != 8 { // 7.5 s rounded up
 					t.Errorf("retryAfter = %v, want 8", ra)
 				}
-				if want := "Operation 'orders.create' is unavailable: its circuit breaker is open; retry after 8 seconds."; pe.Message != want {
-					t.Errorf("message = %q, want %q", pe.Message, want)
+				if want := "Operation 'orders.create' is unavailable: its circuit breaker is open; retry after 8 seconds."; pe.Message() != want {
+					t.Errorf("message = %q, want %q", pe.Message(), want)
 				}
 				time.Sleep(7500 * time.Millisecond)
 				expectBreaker(t, "after the break", l, resilience.BreakerHalfOpen)
 				release := make(chan struct{})
 				probe := make(chan error, 1)
 				go func() {
-					probe <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error {
+					probe <- invokeLimited(t.Context(), h, func(context.Context, *pipeline.Invocation) (any, error) {
 						<-release
 						if e, isErr := tt.probe.(error); isErr {
-							return e
+							return nil, e
 						}
-						return nil
+						return nil, nil
 					})
 				}()
 				synctest.Wait()
 				for i := range 3 {
 					err := invokeLimited(t.Context(), h, nil)
 					expectCode(t, fmt.Sprintf("call %d while the probe runs", i), err, pipeline.CodeCircuitOpen)
-					if ra, _ := pipeline.AsError(err).Detail("retryAfter"); ra != 1 {
+					if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 1 {
 						t.Errorf("retryAfter while probing = %v, want 1", ra)
 					}
 				}
@@ -547,7 +602,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 					t.Fatalf("call after the probe = %v, want success %v", err, tt.wantNextOK)
 				}
 				if !tt.wantNextOK {
-					if ra, _ := pipeline.AsError(err).Detail("retryAfter"); ra != 10 {
+					if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 10 {
 						t.Errorf("re-opened: retryAfter = %v, want a full break of 10", ra)
 					}
 				}
@@ -560,7 +615,7 @@ func TestBreakerIgnoresCallsRunningWhenItOpened(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, l := breakerStack(t, resilience.Policy{FailureThreshold: 1, BreakDuration: 10 * time.Second})
 		release := make(chan error)
-		slow := func(*pipeline.Invocation) error { return <-release }
+		slow := func(context.Context, *pipeline.Invocation) (any, error) { return nil, <-release }
 		running := make(chan error, 3) // outcomes of the calls admitted while closed, in finishing order
 		for range 3 {
 			go func() { running <- invokeLimited(t.Context(), h, slow) }()
@@ -578,7 +633,7 @@ func TestBreakerIgnoresCallsRunningWhenItOpened(t *testing.T) {
 		probe := make(chan error, 1)
 		block := make(chan struct{})
 		go func() {
-			probe <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { <-block; return nil })
+			probe <- invokeLimited(t.Context(), h, func(context.Context, *pipeline.Invocation) (any, error) { <-block; return nil, nil })
 		}()
 		synctest.Wait()
 		release <- nil // an old success during half-open must not close it
@@ -600,17 +655,17 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 		{"caller cancels", func(t *testing.T, h pipeline.Handler) string {
 			ctx, cancel := context.WithCancel(t.Context())
 			time.AfterFunc(time.Second, cancel)
-			return pipeline.CodeOf(invokeLimited(ctx, h, func(inv *pipeline.Invocation) error {
-				<-inv.Context().Done()
-				return inv.Context().Err()
+			return pipeline.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
 			}))
 		}},
 		{"probe's own deadline fires", func(t *testing.T, h pipeline.Handler) string {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
-			return pipeline.CodeOf(invokeLimited(ctx, h, func(inv *pipeline.Invocation) error {
-				<-inv.Context().Done()
-				return pipeline.ErrCancelled() // the handler's own words; attribution says TIMEOUT
+			return pipeline.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+				<-ctx.Done()
+				return nil, pipeline.ErrCanceled() // the handler's own words; attribution says TIMEOUT
 			}))
 		}},
 	}
@@ -621,7 +676,7 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 				expectCode(t, "failure", invokeLimited(t.Context(), h, errors.New("db down")), pipeline.CodeUnexpected)
 				time.Sleep(10 * time.Second)
 				code := tt.lose(t, h)
-				if code != pipeline.CodeCancelled && code != pipeline.CodeTimeout {
+				if code != pipeline.CodeCanceled && code != pipeline.CodeTimeout {
 					t.Fatalf("lost probe outcome = %q, want CANCELLED or TIMEOUT", code)
 				}
 				expectBreaker(t, "after a lost probe", l, resilience.BreakerHalfOpen)
@@ -638,11 +693,11 @@ func TestBreakerProbeCancelledInTheConcurrencyQueue(t *testing.T) {
 		first, second := make(chan error), make(chan error)
 		firstDone, secondDone := make(chan error, 1), make(chan error, 1)
 		go func() {
-			firstDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-first })
+			firstDone <- invokeLimited(t.Context(), h, func(context.Context, *pipeline.Invocation) (any, error) { return nil, <-first })
 		}()
 		synctest.Wait()
 		go func() {
-			secondDone <- invokeLimited(t.Context(), h, func(*pipeline.Invocation) error { return <-second })
+			secondDone <- invokeLimited(t.Context(), h, func(context.Context, *pipeline.Invocation) (any, error) { return nil, <-second })
 		}()
 		synctest.Wait() // second waits for the slot
 		first <- errors.New("db down")
@@ -654,7 +709,7 @@ func TestBreakerProbeCancelledInTheConcurrencyQueue(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(time.Second, cancel)
-		expectCode(t, "probe cancelled in the queue", invokeLimited(ctx, h, nil), pipeline.CodeCancelled)
+		expectCode(t, "probe cancelled in the queue", invokeLimited(ctx, h, nil), pipeline.CodeCanceled)
 		expectBreaker(t, "after the lost probe", l, resilience.BreakerHalfOpen)
 		second <- nil
 		expectCode(t, "second", <-secondDone, "")
@@ -680,13 +735,13 @@ func TestProbeRejectedByARateLimitFreesTheSlot(t *testing.T) {
 func TestExpiredOnArrivalNeverReachesTheLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reached := 0
-		h, l := limitStack(t, resilience.Policy{FailureThreshold: 1, PermitLimit: 1, Window: time.Hour, ConcurrencyLimit: 1}, func(*pipeline.Invocation) error {
+		h, l := limitStack(t, resilience.Policy{FailureThreshold: 1, PermitLimit: 1, Window: time.Hour, ConcurrencyLimit: 1}, func(context.Context, *pipeline.Invocation) (any, error) {
 			reached++
-			return nil
+			return nil, nil
 		})
-		inv := pipeline.NewInvocation(t.Context(), op(opID), nil)
-		inv.SetDeadline(time.Now().Add(-time.Second))
-		expectCode(t, "expired on arrival", h(inv), pipeline.CodeTimeout)
+		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(-time.Second), DeadlineSource: pipeline.DeadlineOperation})
+		_, err := h(t.Context(), inv)
+		expectCode(t, "expired on arrival", err, pipeline.CodeTimeout)
 		if reached != 0 || l.BreakerState() != resilience.BreakerClosed {
 			t.Fatalf("reached %d, breaker %v; want 0, closed", reached, l.BreakerState())
 		}
@@ -696,11 +751,17 @@ func TestExpiredOnArrivalNeverReachesTheLimits(t *testing.T) {
 
 func TestPanicThroughTheLimitsCountsAsFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		panicky := pipeline.MiddlewareFunc(func(*pipeline.Invocation, pipeline.Handler) error { panic("boom") })
+		panicky := pipeline.MiddlewareFunc(func(context.Context, *pipeline.Invocation, pipeline.Handler) (any, error) { panic("boom") })
 		h, l := limitStack(t, resilience.Policy{FailureThreshold: 1, ConcurrencyLimit: 1}, okHandler, panicky)
 		expectCode(t, "panicking middleware", callLimited(t.Context(), h), pipeline.CodeUnexpected)
 		if l.BreakerState() != resilience.BreakerOpen || l.InFlight() != 0 {
 			t.Fatalf("after a panic inside the limits: breaker %v, in flight %d; want open, 0", l.BreakerState(), l.InFlight())
 		}
 	})
+}
+
+// call runs h on a new invocation of the operation with input.
+func call(h pipeline.Handler, ctx context.Context, input any) error {
+	_, err := h(ctx, newInv(input))
+	return err
 }

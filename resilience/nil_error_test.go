@@ -1,6 +1,7 @@
 package resilience_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -12,9 +13,9 @@ import (
 
 // nilPipelineError is the classic typed nil: a nil *pipeline.Error returned
 // as a non-nil error.
-func nilPipelineError(*pipeline.Invocation) error {
+func nilPipelineError(context.Context, *pipeline.Invocation) (any, error) {
 	var e *pipeline.Error
-	return e
+	return nil, e
 }
 
 // TestTypedNilErrorProbeDoesNotWedgeTheBreaker: a half-open probe whose

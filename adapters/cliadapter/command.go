@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
@@ -21,8 +24,10 @@ import (
 
 // KernelFunc returns the kernel an operation command runs on. An operation
 // command calls it once per execution, after its flags are parsed, so it
-// may read flags such as the application's --config. An error is reported
-// like a usage error (exit code 2).
+// may read flags such as the application's --config; when they do not
+// parse it is called too, to observe the usage error, and its own error is
+// then ignored. An error, or a nil kernel, is reported like a usage error
+// (exit code 2).
 type KernelFunc func() (*kernel.Kernel, error)
 
 // Option configures AddCommands.
@@ -41,15 +46,17 @@ type options struct {
 
 // WithSignals sets the signals that cancel a running operation. The
 // default is os.Interrupt (Ctrl-C) and syscall.SIGTERM. The first signal
-// cancels the invocation's parent context — the operation ends CANCELLED
-// (exit code 8), or TIMEOUT (7) when its deadline had already fired — and a
-// second one exits the process at once (see WithExit). WithSignals() with
-// no signals leaves signal handling to the host.
+// cancels the invocation's parent context: the command reports CANCELLED
+// (exit code 8) at once, even when the handler ignores its context, or
+// TIMEOUT (7) when the deadline had already fired. A second signal while
+// the command still runs (reading --input - from a terminal, building the
+// kernel) exits the process at once (see WithExit). WithSignals() with no
+// signals leaves signal handling to the host.
 func WithSignals(sigs ...os.Signal) Option {
 	return optionFunc(func(o *options) { o.signals = slices.Clone(sigs) })
 }
 
-// WithExit sets the function called with ExitCancelled when a second
+// WithExit sets the function called with ExitCanceled when a second
 // signal arrives while an operation is still running. The default is
 // os.Exit. A nil function is ignored.
 func WithExit(exit func(code int)) Option {
@@ -71,7 +78,7 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // "orders.create" becomes "root orders create" and "inventory.v2.reserve"
 // becomes "root inventory v2.reserve". The descriptors of reg give the
 // commands' help and flags; the operations run on the kernel newKernel
-// returns, looked up by ID.
+// returns, by ID (an ID the kernel does not serve is NOT_FOUND, exit 3).
 //
 // Each operation command has:
 //
@@ -88,11 +95,24 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 //     operation's TimeoutSeconds and Sundial.Kernel.MaxTimeoutSeconds) and
 //     --output json|text (the result's format on stdout, JSON by default).
 //
+// The command only decodes and encodes: it hands the decoded input, the
+// --timeout deadline and a context that SIGINT and SIGTERM cancel to the
+// kernel (kernel.Kernel.Handle, protocol CLI), which computes the effective
+// deadline, runs the operation's pipeline and observes the call. The
+// outcome is reported by the deadline whatever the handler does: the
+// command fails with TIMEOUT (exit code 7) at the deadline, or CANCELLED
+// (8) at the first signal, while a handler that ignores its context runs
+// on until it returns or the process exits (see kernel.Kernel.Wait). An
+// input that does not decode and a malformed flag or argument are handed
+// to the kernel as rejections (kernel.Request.Reject), so that they too
+// are observed (span, metrics, access log) before they are reported.
+//
 // A success writes the result to the command's stdout and returns nil. A
 // failure writes RFC 9457 Problem Details JSON and a human line to stderr
 // (only the line with --output text) and returns an *ExitError whose Code
-// is ExitCodeFor the outcome's kind. Run the root with Execute to turn
-// errors into exit codes.
+// is ExitCodeFor the outcome's kind. Usage errors (an unknown or malformed
+// flag, a positional argument) are returned as they are, for Execute to
+// print. Run the root with Execute to turn errors into exit codes.
 //
 // AddCommands returns an error, adding nothing, when a group's name is
 // already a command of root. Like any cobra tree, the commands keep the
@@ -179,8 +199,20 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 	cmd := &cobra.Command{
 		Use:   name + " [flags]",
 		Short: d.Summary,
-		Args:  cobra.NoArgs,
 	}
+	// Usage errors of an operation command are rejected through the kernel,
+	// so that they are observed, and then reported by Execute as usual.
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if err := cobra.NoArgs(c, args); err != nil {
+			rejectUsage(c, d.ID, newKernel, err)
+			return err
+		}
+		return nil
+	}
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		rejectUsage(c, d.ID, newKernel, err)
+		return err
+	})
 	inputJSON := cmd.Flags().String("input", "", "the whole input as a JSON `object`, or - to read it from standard input; flags given too override its fields")
 	fields := newInputFlags(d.Input, cmd.Flags())
 	cmd.Long = operationHelp(d, fields)
@@ -234,7 +266,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	r.stderr = &syncWriter{w: r.cmd.ErrOrStderr()}
 	onSecond := func(sig os.Signal) {
 		fmt.Fprintf(r.stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
-		o.exit(ExitCancelled)
+		o.exit(ExitCanceled)
 	}
 	var in *interrupts
 	if o.signalCh != nil {
@@ -244,44 +276,82 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	}
 	defer in.stop()
 
-	k, err := newKernel()
+	k, err := kernelOf(newKernel)
 	if err != nil {
 		return err
 	}
-	desc, ok := k.Lookup(r.desc.ID)
-	if !ok {
-		desc = r.desc // Invoke reports NOT_FOUND
-	}
+	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI}
 	var raw []byte
 	if r.cmd.Flags().Changed("input") {
 		if raw, err = readInput(inputJSON, r.cmd.InOrStdin()); err != nil {
-			return r.fail(inputFailure(err))
+			req.Reject = inputFailure(err)
 		}
 	}
-	input, err := fields.decode(r.cmd.Flags(), raw)
-	if err != nil {
-		return r.fail(inputFailure(err))
+	if req.Reject == nil {
+		if req.Input, err = fields.decode(r.cmd.Flags(), raw); err != nil {
+			req.Reject = inputFailure(err)
+		}
 	}
-	inv := pipeline.NewInvocation(in.ctx, desc, input)
-	inv.SetProtocol(pipeline.ProtocolCLI)
 	if timeout.set {
-		inv.SetDeadline(time.Now().Add(timeout.d))
+		req.Deadline = time.Now().Add(timeout.d)
 	}
-	if err := k.Invoke(inv); err != nil {
-		return r.fail(err)
+	out := k.Handle(in.ctx, req)
+	if out.Err != nil {
+		return r.fail(out.Err, out.TraceID)
 	}
-	if err := writeResult(r.cmd.OutOrStdout(), r.format, inv.Output()); err != nil {
+	if err := writeResult(r.cmd.OutOrStdout(), r.format, out.Output); err != nil {
 		return r.fail(pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
-			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)))
+			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)), out.TraceID)
 	}
 	return nil
+}
+
+// kernelOf calls newKernel, turning a nil kernel, and a typed nil
+// returned as its error (which cobra could not inspect safely), into an
+// error of our own.
+func kernelOf(newKernel KernelFunc) (*kernel.Kernel, error) {
+	k, err := newKernel()
+	switch {
+	case err != nil && isNil(err):
+		return nil, fmt.Errorf("cliadapter: the kernel function returned a nil %T as its error", err)
+	case err != nil:
+		return nil, err
+	case k == nil:
+		return nil, errors.New("cliadapter: the kernel function returned no kernel")
+	}
+	return k, nil
+}
+
+// rejectUsage hands the usage error err of the operation command cmd (a
+// malformed flag, a positional argument) to the kernel as a rejected call
+// of the operation id, so that it is observed like any other outcome. The
+// caller reports err itself, as a usage error. When the kernel cannot be
+// built, nothing is observed: the usage error is reported all the same.
+func rejectUsage(cmd *cobra.Command, id string, newKernel KernelFunc, err error) {
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	k, kerr := kernelOf(newKernel)
+	if kerr != nil {
+		return
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	k.Handle(ctx, kernel.Request{Operation: id, Protocol: pipeline.ProtocolCLI, Reject: usageFailure(err)})
+}
+
+// usageFailure turns a usage error into a VALIDATION outcome (CodeUsage).
+func usageFailure(err error) *pipeline.Error {
+	return pipeline.Wrap(pipeline.KindValidation, CodeUsage, strings.TrimPrefix(pipeline.ErrorText(err), "cliadapter: "), err)
 }
 
 // inputFailure turns a --input decoding error into a VALIDATION outcome
 // (CodeMalformedInput or CodeWrongInput).
 func inputFailure(err error) *pipeline.Error {
-	var ie *InputError
-	if !errors.As(err, &ie) {
+	ie, ok := errors.AsType[*InputError](err)
+	if !ok || ie == nil {
 		return pipeline.Wrap(pipeline.KindValidation, CodeMalformedInput, "The --input document is malformed.", err)
 	}
 	code := CodeMalformedInput
@@ -297,40 +367,74 @@ func inputFailure(err error) *pipeline.Error {
 
 // fail reports a failed invocation on stderr and returns the *ExitError
 // for it.
-func (r *runner) fail(err error) error {
+func (r *runner) fail(err error, traceID string) error {
 	pe := pipeline.AsError(err)
-	code := ExitCodeFor(pe.Kind)
-	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe)
-	return &ExitError{Code: code, Err: err}
+	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe, traceID)
+	return &ExitError{Code: ExitCodeFor(pe.Kind()), Err: pe}
 }
 
 // ExitError is returned by an operation command whose invocation failed.
 // The failure has already been written to stderr; Code is the process exit
-// code (ExitCodeFor the outcome's kind) and Err the outcome.
+// code (ExitCodeFor the outcome's kind) and Err the outcome, a
+// *pipeline.Error.
 type ExitError struct {
 	Code int
 	Err  error
 }
 
 func (e *ExitError) Error() string {
-	return fmt.Sprintf("cliadapter: exit code %d: %v", e.Code, e.Err)
+	if e == nil {
+		return "cliadapter: exit code " + strconv.Itoa(ExitUnexpected)
+	}
+	return "cliadapter: exit code " + strconv.Itoa(e.Code) + ": " + pipeline.ErrorText(e.Err)
 }
 
 // Unwrap returns the outcome.
-func (e *ExitError) Unwrap() error { return e.Err }
+func (e *ExitError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
+
+// exitErrorOf finds the *ExitError in err's chain. A nil *ExitError, and
+// an error chain that cannot be walked (an Unwrap method that panics), is
+// none.
+func exitErrorOf(err error) (ee *ExitError, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ee, ok = nil, false
+		}
+	}()
+	ee, ok = errors.AsType[*ExitError](err)
+	return ee, ok && ee != nil
+}
 
 // ExitCode returns the exit code for an error returned by executing a
 // command tree built with AddCommands: ExitOK for nil, the Code of an
-// *ExitError, and ExitValidation (a usage error) for anything else.
+// *ExitError, ExitUnexpected for a nil *ExitError or any other typed nil,
+// and ExitValidation (a usage error) for anything else. It never panics.
 func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
 	}
-	var ee *ExitError
-	if errors.As(err, &ee) {
+	if ee, ok := exitErrorOf(err); ok {
 		return ee.Code
 	}
+	if isNil(err) {
+		return ExitUnexpected
+	}
 	return ExitValidation
+}
+
+// isNil reports whether err holds a nil pointer (or another nil
+// reference) of some type.
+func isNil(err error) bool {
+	switch v := reflect.ValueOf(err); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Execute runs root with ctx as the commands' parent context and returns
@@ -339,27 +443,36 @@ func ExitCode(err error) int {
 // ExitValidation for any other error — an unknown command or flag, a
 // malformed flag value, a config that does not load — which Execute
 // writes to root's stderr as "<root>: <error>" (the prefix only once),
-// followed by a pointer to the command's --help. Other commands of the
-// tree that report a run-time failure themselves return an *ExitError
-// with the code they want (e.g. ExitUnexpected). Execute silences cobra's
-// own error and usage printing.
+// followed by a pointer to the command's --help. A typed nil returned as
+// an error is ExitUnexpected, written without the pointer. Other commands
+// of the tree that report a run-time failure themselves return an
+// *ExitError with the code they want (e.g. ExitUnexpected). Execute
+// silences cobra's own error and usage printing, and prints errors with
+// pipeline.ErrorText, so that one whose Error method panics does not take
+// the process down.
 func Execute(ctx context.Context, root *cobra.Command) int {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	cmd, err := root.ExecuteContextC(ctx)
-	var ee *ExitError
-	if err != nil && !errors.As(err, &ee) {
-		w := root.ErrOrStderr()
-		msg := err.Error()
-		if !strings.HasPrefix(msg, root.Name()+": ") {
-			msg = root.Name() + ": " + msg
-		}
-		fmt.Fprintln(w, msg)
+	if err == nil {
+		return ExitOK
+	}
+	if _, ok := exitErrorOf(err); ok {
+		return ExitCode(err)
+	}
+	code := ExitCode(err)
+	w := root.ErrOrStderr()
+	msg := pipeline.ErrorText(err)
+	if !strings.HasPrefix(msg, root.Name()+": ") {
+		msg = root.Name() + ": " + msg
+	}
+	fmt.Fprintln(w, msg)
+	if code == ExitValidation {
 		if cmd == nil {
 			cmd = root
 		}
 		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
-	return ExitCode(err)
+	return code
 }
 
 // writeStr writes s to w, ignoring errors: stderr has nowhere to report

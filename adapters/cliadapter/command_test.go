@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -14,10 +16,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 type echoIn struct {
@@ -30,8 +34,20 @@ type sleepIn struct {
 }
 
 type failIn struct {
-	Kind string `json:"kind"`
+	Kind         string `json:"kind"`
+	RetryAfterMs int    `json:"retryAfterMs"`
 }
+
+// nilErr is a foreign error type whose Error method reads its receiver: a
+// typed nil of it panics when printed.
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg }
+
+// badJSON is an output whose encoding panics.
+type badJSON struct{}
+
+func (badJSON) MarshalJSON() ([]byte, error) { panic("secret encoder text") }
 
 // testRegistry registers the operations the command tests run:
 //
@@ -39,9 +55,12 @@ type failIn struct {
 //   - test.sleep works delayMs, stopping when its context ends;
 //   - test.stubborn works delayMs ignoring its context (a handler that
 //     does not cooperate with cancellation);
-//   - test.fail fails with the kind named by its input (PANIC panics,
-//     PLAIN returns a foreign error with internal text);
-//   - other.ping answers "pong".
+//   - test.fail fails with the kind named by its input, with the
+//     retry-after retryAfterMs when it is set (PANIC panics, PLAIN returns
+//     a foreign error with internal text, NIL a nil *pipeline.Error and
+//     NILFOREIGN a nil *nilErr, both as non-nil errors);
+//   - other.ping answers "pong";
+//   - other.badjson answers a value whose JSON encoding panics.
 func testRegistry(t testing.TB) *operations.Registry {
 	t.Helper()
 	reg := operations.NewRegistry()
@@ -71,12 +90,24 @@ func testRegistry(t testing.TB) *operations.Registry {
 					panic("secret panic text")
 				case "PLAIN":
 					return struct{}{}, errors.New("secret database password")
+				case "NIL":
+					var e *pipeline.Error
+					return struct{}{}, e
+				case "NILFOREIGN":
+					var e *nilErr
+					return struct{}{}, e
 				}
 				k, _ := pipeline.ParseKind(in.Kind)
-				return struct{}{}, pipeline.NewError(k, "TEST_"+in.Kind, "failed as "+in.Kind).WithDetail("kind", in.Kind)
+				e := pipeline.NewError(k, "TEST_"+in.Kind, "failed as "+in.Kind).WithDetail("kind", in.Kind)
+				if in.RetryAfterMs > 0 {
+					e = e.WithRetryAfter(time.Duration(in.RetryAfterMs) * time.Millisecond)
+				}
+				return struct{}{}, e
 			}),
 		operations.Register(reg, operations.Descriptor{ID: "other.ping", Summary: "Ping."},
 			func(context.Context, struct{}) (string, error) { return "pong", nil }),
+		operations.Register(reg, operations.Descriptor{ID: "other.badjson", Summary: "Answer what does not encode."},
+			func(context.Context, struct{}) (badJSON, error) { return badJSON{}, nil }),
 	}
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -87,16 +118,54 @@ func testRegistry(t testing.TB) *operations.Registry {
 // testKernel returns a KernelFunc building a kernel over testRegistry and
 // the given config documents.
 func testKernel(t testing.TB, configs ...string) KernelFunc {
-	return func() (*kernel.Kernel, error) {
-		opts := []kernel.Option{kernel.WithRegistry(testRegistry(t))}
-		for _, c := range configs {
-			if c == "" {
-				continue
-			}
+	var opts []kernel.Option
+	for _, c := range configs {
+		if c != "" {
 			opts = append(opts, kernel.WithConfigJSON([]byte(c)))
 		}
-		return kernel.New(opts...)
 	}
+	return kernelOn(testRegistry(t), opts...)
+}
+
+// kernelOn returns a KernelFunc building a kernel over reg with opts.
+func kernelOn(reg *operations.Registry, opts ...kernel.Option) KernelFunc {
+	return func() (*kernel.Kernel, error) {
+		return kernel.New(append([]kernel.Option{kernel.WithRegistry(reg)}, opts...)...)
+	}
+}
+
+// tracked wraps kf and returns, with it, a function that waits until every
+// invocation still running on a kernel it built has returned: the
+// stragglers a handler that ignores its context leaves behind. A synctest
+// bubble must end with none.
+func tracked(kf KernelFunc) (KernelFunc, func(testing.TB)) {
+	var (
+		mu sync.Mutex
+		ks []*kernel.Kernel
+	)
+	track := func() (*kernel.Kernel, error) {
+		k, err := kf()
+		if k != nil {
+			mu.Lock()
+			ks = append(ks, k)
+			mu.Unlock()
+		}
+		return k, err
+	}
+	wait := func(t testing.TB) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range ks {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := k.Wait(ctx)
+			cancel()
+			if err != nil {
+				t.Errorf("stragglers: %v", err)
+			}
+		}
+	}
+	return track, wait
 }
 
 type result struct {
@@ -104,17 +173,24 @@ type result struct {
 	stdout, stderr string
 }
 
-// execute runs `app args...` on a fresh command tree, without OS signal
-// handling unless opts say otherwise.
+// execute runs `app args...` on a fresh command tree over testRegistry,
+// without OS signal handling unless opts say otherwise.
 func execute(t testing.TB, kf KernelFunc, opts []Option, stdin string, args ...string) result {
 	t.Helper()
+	return executeOn(t, testRegistry(t), kf, opts, strings.NewReader(stdin), args...)
+}
+
+// executeOn runs `app args...` on a fresh command tree over reg, reading
+// standard input from stdin.
+func executeOn(t testing.TB, reg *operations.Registry, kf KernelFunc, opts []Option, stdin io.Reader, args ...string) result {
+	t.Helper()
 	root := &cobra.Command{Use: "app"}
-	if err := AddCommands(root, testRegistry(t), kf, append([]Option{WithSignals()}, opts...)...); err != nil {
+	if err := AddCommands(root, reg, kf, append([]Option{WithSignals()}, opts...)...); err != nil {
 		t.Fatalf("AddCommands: %v", err)
 	}
 	var stdout, stderr bytes.Buffer
 	root.SetArgs(args)
-	root.SetIn(strings.NewReader(stdin))
+	root.SetIn(stdin)
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
 	code := Execute(context.Background(), root)
@@ -154,7 +230,7 @@ func TestCommandTree(t *testing.T) {
 		{name: "group help", args: []string{"test"},
 			stdout: []string{"Operations test.*: echo, fail, sleep, stubborn.", "echo", "stubborn"}},
 		{name: "root help lists groups", args: []string{"--help"},
-			stdout: []string{"other", "Operations other.*: ping.", "test"}},
+			stdout: []string{"other", "Operations other.*: badjson, ping.", "test"}},
 		{name: "unknown command in group", args: []string{"test", "ehco"}, code: 2, noStdout: true,
 			stderr: []string{`app: unknown command "ehco" for "app test"; did you mean echo?`, "Run 'app test --help' for usage."}},
 		{name: "unknown flag", args: []string{"test", "echo", "--nmae", "a"}, code: 2, noStdout: true,
@@ -279,6 +355,15 @@ func TestFailureReports(t *testing.T) {
 	}{
 		{name: "plain error", args: []string{"test", "fail", "--kind", "PLAIN"}, code: 1, errCode: pipeline.CodeUnexpected, details: map[string]any{}},
 		{name: "panic", args: []string{"test", "fail", "--kind", "PANIC"}, code: 1, errCode: pipeline.CodeUnexpected, details: map[string]any{}},
+		{name: "typed-nil *pipeline.Error", args: []string{"test", "fail", "--kind", "NIL"}, code: 1, errCode: pipeline.CodeUnexpected, details: map[string]any{}},
+		{name: "typed-nil foreign error", args: []string{"test", "fail", "--kind", "NILFOREIGN"}, code: 1, errCode: pipeline.CodeUnexpected, details: map[string]any{}},
+		{name: "output that does not encode", args: []string{"other", "badjson"}, code: 1, errCode: pipeline.CodeUnexpected, details: map[string]any{}},
+		{name: "retry-after", args: []string{"test", "fail", "--kind", "UNAVAILABLE", "--retry-after-ms", "1500"}, code: 6,
+			errCode: "TEST_UNAVAILABLE", details: map[string]any{"kind": "UNAVAILABLE", "retryAfter": 2}},
+		{name: "retry-after of UNEXPECTED", args: []string{"test", "fail", "--kind", "UNEXPECTED", "--retry-after-ms", "1500"}, code: 1,
+			errCode: "TEST_UNEXPECTED", details: map[string]any{}},
+		{name: "retry-after text", args: []string{"test", "fail", "--kind", "UNAVAILABLE", "--retry-after-ms", "100", "--output", "text"}, code: 6,
+			stderr: "app test fail: UNAVAILABLE TEST_UNAVAILABLE: failed as UNAVAILABLE\n  kind: UNAVAILABLE\n  retryAfter: 1\n"},
 		{name: "malformed input", args: []string{"test", "echo", "--input", `{"name":`}, code: 2, errCode: CodeMalformedInput, details: map[string]any{}},
 		{name: "unknown input field", args: []string{"test", "echo", "--input", `{"nmae":"a"}`}, code: 2, errCode: CodeWrongInput, details: map[string]any{"field": "nmae"}},
 		{name: "input of the wrong type", args: []string{"test", "echo", "--input", `{"count":"x"}`}, code: 2, errCode: CodeWrongInput, details: map[string]any{"field": "count"}},
@@ -290,6 +375,9 @@ func TestFailureReports(t *testing.T) {
 			r := execute(t, kf, nil, "", tc.args...)
 			if r.code != tc.code {
 				t.Errorf("app %q exit code = %d, want %d", tc.args, r.code, tc.code)
+			}
+			if r.stdout != "" {
+				t.Errorf("app %q stdout = %q, want nothing", tc.args, r.stdout)
 			}
 			if strings.Contains(r.stderr, "secret") {
 				t.Errorf("app %q stderr leaks internal text: %q", tc.args, r.stderr)
@@ -310,10 +398,23 @@ func TestFailureReports(t *testing.T) {
 
 func TestKernelError(t *testing.T) {
 	t.Parallel()
+	var nilForeign *nilErr
+	for _, kf := range []KernelFunc{
+		func() (*kernel.Kernel, error) { return nil, nil },
+		func() (*kernel.Kernel, error) { return nil, nilForeign },
+	} {
+		if r := execute(t, kf, nil, "", "test", "echo"); r.code != 2 || !strings.HasPrefix(r.stderr, "app: cliadapter: the kernel function returned") {
+			t.Errorf("app test echo with a nil kernel = exit %d, stderr %q; want exit 2 saying so", r.code, r.stderr)
+		}
+	}
 	kf := func() (*kernel.Kernel, error) { return nil, errors.New("kernel: config file: no such file") }
 	r := execute(t, kf, nil, "", "test", "echo")
 	if r.code != 2 || !strings.Contains(r.stderr, "app: kernel: config file: no such file") {
 		t.Errorf("app test echo with a failing kernel = exit %d, stderr %q; want exit 2 naming the error", r.code, r.stderr)
+	}
+	if r := execute(t, kf, nil, "", "test", "echo", "--count", "two"); r.code != 2 || !strings.Contains(r.stderr, `invalid argument "two" for "--count" flag`) ||
+		strings.Contains(r.stderr, "config file") {
+		t.Errorf("app test echo --count two with a failing kernel = exit %d, stderr %q; want exit 2 naming the flag, not the kernel", r.code, r.stderr)
 	}
 	prefixed := func() (*kernel.Kernel, error) { return nil, errors.New("app: already prefixed") }
 	if r := execute(t, prefixed, nil, "", "test", "echo"); !strings.HasPrefix(r.stderr, "app: already prefixed\n") {
@@ -340,13 +441,20 @@ func TestAddCommandsErrors(t *testing.T) {
 	}
 }
 
+// settleBound bounds how late after the deadline (or a signal) the answer
+// to a handler that ignores its context leaves: the kernel's settle window
+// (a few milliseconds) and some slack.
+const settleBound = 10 * time.Millisecond
+
 // The deadline tests run in a synctest bubble: the clock is fake, so the
-// times asserted are exact.
+// times asserted are exact (for a handler that ignores its context: within
+// the kernel's settle window).
 
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
+		op      string // default "sleep"
 		config  string
 		args    []string
 		elapsed time.Duration
@@ -359,17 +467,28 @@ func TestTimeout(t *testing.T) {
 			args:   []string{"--timeout", "1"}, elapsed: 200 * time.Millisecond},
 		{name: "no --timeout: MaxTimeoutSeconds", config: `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":1.5}}}`,
 			elapsed: 1500 * time.Millisecond},
+		{name: "handler ignoring its context: --timeout", op: "stubborn", args: []string{"--timeout", "0.3"},
+			elapsed: 300 * time.Millisecond},
+		{name: "handler ignoring its context: TimeoutSeconds", op: "stubborn",
+			config:  `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.stubborn":{"TimeoutSeconds":0.2}}}}}}`,
+			elapsed: 200 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
+				op, late := "sleep", time.Duration(0)
+				if tc.op != "" {
+					op, late = tc.op, settleBound
+				}
+				kf, wait := tracked(testKernel(t, tc.config))
+				defer wait(t)
 				start := time.Now()
-				args := append([]string{"test", "sleep", "--delay-ms", "3000"}, tc.args...)
-				r := execute(t, testKernel(t, tc.config), nil, "", args...)
-				if r.code != ExitTimeout || !strings.Contains(r.stderr, pipeline.CodeTimeout) {
+				args := append([]string{"test", op, "--delay-ms", "3000"}, tc.args...)
+				r := execute(t, kf, nil, "", args...)
+				if r.code != ExitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
 					t.Errorf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
 				}
-				if got := time.Since(start); got != tc.elapsed {
-					t.Errorf("app %q ended after %v, want %v", args, got, tc.elapsed)
+				if got := time.Since(start); got < tc.elapsed || got > tc.elapsed+late {
+					t.Errorf("app %q ended after %v, want %v (+ up to %v)", args, got, tc.elapsed, late)
 				}
 			})
 		})
@@ -395,27 +514,31 @@ func TestSignals(t *testing.T) {
 		sig os.Signal
 	}
 	for _, tc := range []struct {
-		name    string
-		op      string
-		args    []string
-		sends   []send
-		code    int
-		errCode string
-		elapsed time.Duration
-		exits   []int // WithExit calls
+		name     string
+		op       string
+		args     []string
+		stdinAt  time.Duration // > 0: --input - from a pipe written then
+		sends    []send
+		code     int
+		errCode  string
+		elapsed  time.Duration
+		stubborn bool  // the answer may leave up to settleBound later
+		exits    []int // WithExit calls
 	}{
 		{name: "SIGINT cancels", op: "sleep", sends: []send{{200 * time.Millisecond, os.Interrupt}},
-			code: 8, errCode: pipeline.CodeCancelled, elapsed: 200 * time.Millisecond},
+			code: 8, errCode: pipeline.CodeCanceled, elapsed: 200 * time.Millisecond},
 		{name: "SIGTERM cancels", op: "sleep", sends: []send{{50 * time.Millisecond, syscall.SIGTERM}},
-			code: 8, errCode: pipeline.CodeCancelled, elapsed: 50 * time.Millisecond},
+			code: 8, errCode: pipeline.CodeCanceled, elapsed: 50 * time.Millisecond},
 		{name: "SIGINT before the deadline", op: "sleep", args: []string{"--timeout", "0.3"}, sends: []send{{200 * time.Millisecond, os.Interrupt}},
-			code: 8, errCode: pipeline.CodeCancelled, elapsed: 200 * time.Millisecond},
-		{name: "SIGINT after the deadline fired", op: "stubborn", args: []string{"--timeout", "0.3"}, sends: []send{{500 * time.Millisecond, os.Interrupt}},
-			code: 7, errCode: pipeline.CodeTimeout, elapsed: 1000 * time.Millisecond},
-		{name: "stubborn handler: cancelled when it returns", op: "stubborn", sends: []send{{100 * time.Millisecond, os.Interrupt}},
-			code: 8, errCode: pipeline.CodeCancelled, elapsed: 1000 * time.Millisecond},
-		{name: "second signal exits at once", op: "stubborn", sends: []send{{100 * time.Millisecond, os.Interrupt}, {250 * time.Millisecond, os.Interrupt}},
-			code: 8, errCode: pipeline.CodeCancelled, elapsed: 1000 * time.Millisecond, exits: []int{8}},
+			code: 8, errCode: pipeline.CodeCanceled, elapsed: 200 * time.Millisecond},
+		{name: "stubborn handler: canceled at the signal", op: "stubborn", sends: []send{{100 * time.Millisecond, os.Interrupt}},
+			code: 8, errCode: pipeline.CodeCanceled, elapsed: 100 * time.Millisecond, stubborn: true},
+		{name: "stubborn handler: SIGINT after the deadline fired", op: "stubborn", args: []string{"--timeout", "0.3"},
+			sends: []send{{301 * time.Millisecond, os.Interrupt}},
+			code:  7, errCode: pipeline.CodeTimeout, elapsed: 300 * time.Millisecond, stubborn: true},
+		{name: "second signal exits at once", op: "sleep", args: []string{"--input", "-"}, stdinAt: 300 * time.Millisecond,
+			sends: []send{{100 * time.Millisecond, os.Interrupt}, {250 * time.Millisecond, os.Interrupt}},
+			code:  8, errCode: pipeline.CodeCanceled, elapsed: 300 * time.Millisecond, exits: []int{8}},
 		{name: "no signal", op: "sleep", code: 0, elapsed: 1000 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -425,6 +548,16 @@ func TestSignals(t *testing.T) {
 				for _, snd := range tc.sends {
 					s.at(snd.at, snd.sig)
 				}
+				var stdin io.Reader = strings.NewReader("")
+				if tc.stdinAt > 0 {
+					pr, pw := io.Pipe()
+					stdin = pr
+					go func() {
+						time.Sleep(tc.stdinAt)
+						_, _ = io.WriteString(pw, `{"delayMs":1000}`)
+						pw.Close()
+					}()
+				}
 				var mu sync.Mutex
 				var exits []int
 				var exitAt time.Duration
@@ -433,16 +566,22 @@ func TestSignals(t *testing.T) {
 					defer mu.Unlock()
 					exits, exitAt = append(exits, code), time.Since(start)
 				}
+				kf, wait := tracked(testKernel(t))
+				defer wait(t)
 				args := append([]string{"test", tc.op, "--delay-ms", "1000"}, tc.args...)
-				r := execute(t, testKernel(t), []Option{withSignalChannel(s.ch), WithExit(exit)}, "", args...)
+				r := executeOn(t, testRegistry(t), kf, []Option{withSignalChannel(s.ch), WithExit(exit)}, stdin, args...)
 				if r.code != tc.code {
 					t.Errorf("app %q with signals %v = exit %d, want %d (stderr %q)", args, tc.sends, r.code, tc.code, r.stderr)
 				}
 				if tc.errCode != "" && problemOf(t, r.stderr).Code != tc.errCode {
 					t.Errorf("app %q with signals %v stderr = %q, want %s", args, tc.sends, r.stderr, tc.errCode)
 				}
-				if got := time.Since(start); got != tc.elapsed {
-					t.Errorf("app %q with signals %v ended after %v, want %v", args, tc.sends, got, tc.elapsed)
+				late := time.Duration(0)
+				if tc.stubborn {
+					late = settleBound
+				}
+				if got := time.Since(start); got < tc.elapsed || got > tc.elapsed+late {
+					t.Errorf("app %q with signals %v ended after %v, want %v (+ up to %v)", args, tc.sends, got, tc.elapsed, late)
 				}
 				synctest.Wait()
 				mu.Lock()
@@ -454,11 +593,300 @@ func TestSignals(t *testing.T) {
 					if last := tc.sends[len(tc.sends)-1].at; exitAt != last {
 						t.Errorf("exit called after %v, want at the second signal, %v", exitAt, last)
 					}
-					if !strings.Contains(r.stderr, "app test stubborn: interrupt again, exiting at once") {
-						t.Errorf("stderr = %q, want the second-signal line", r.stderr)
+					if want := "app test " + tc.op + ": interrupt again, exiting at once"; !strings.Contains(r.stderr, want) {
+						t.Errorf("stderr = %q, want the second-signal line %q", r.stderr, want)
 					}
 				}
 			})
+		})
+	}
+}
+
+// TestContextIgnoringHandlerAnswersAtDeadline runs, on the real clock, an
+// operation whose handler ignores its context and blocks until the test
+// ends: the command must report TIMEOUT (exit 7) at the deadline, not when
+// the handler returns. It is timed on the real clock, so it runs alone
+// (not in parallel with other tests).
+func TestContextIgnoringHandlerAnswersAtDeadline(t *testing.T) {
+	const deadline = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		config string
+		args   []string
+	}{
+		{name: "TimeoutSeconds", config: `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"slow.block":{"TimeoutSeconds":0.2}}}}}}`},
+		{name: "--timeout", args: []string{"--timeout", "0.2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The handler is released when the test ends, or after a few
+			// seconds should the command wait for it (the failure this
+			// test is about), so that the test fails rather than hangs.
+			release := make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			watchdog := time.AfterFunc(5*time.Second, free)
+			started := make(chan time.Time, 1)
+			reg := operations.NewRegistry()
+			err := operations.Register(reg, operations.Descriptor{ID: "slow.block", Summary: "Block until released, ignoring the context."},
+				func(context.Context, struct{}) (struct{}, error) {
+					started <- time.Now()
+					<-release
+					return struct{}{}, nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := []kernel.Option{kernel.WithRegistry(reg)}
+			if tc.config != "" {
+				opts = append(opts, kernel.WithConfigJSON([]byte(tc.config)))
+			}
+			var k *kernel.Kernel
+			kf := func() (*kernel.Kernel, error) {
+				k, err = kernel.New(opts...)
+				return k, err
+			}
+			t.Cleanup(func() {
+				watchdog.Stop()
+				free()
+				if k == nil {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := k.Wait(ctx); err != nil {
+					t.Errorf("the blocked handler did not return once released: %v", err)
+				}
+			})
+			start := time.Now()
+			args := append([]string{"slow", "block"}, tc.args...)
+			r := executeOn(t, reg, kf, nil, strings.NewReader(""), args...)
+			end := time.Now()
+			if r.code != ExitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
+				t.Errorf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
+			}
+			select {
+			case at := <-started:
+				if got := end.Sub(at); got > deadline+100*time.Millisecond {
+					t.Errorf("app %q answered %v after the handler started, want within %v", args, got, deadline+100*time.Millisecond)
+				}
+			default:
+				t.Errorf("app %q: the handler never ran", args)
+			}
+			if got := end.Sub(start); got < deadline {
+				t.Errorf("app %q answered after %v, before the deadline %v", args, got, deadline)
+			}
+		})
+	}
+}
+
+// TestTypedNilErrorsWithLoggers runs handlers that return a typed nil as
+// their error, ours and a foreign one whose Error method panics, with the
+// kernel's logger and access log on: UNEXPECTED (exit 1), never a panic.
+func TestTypedNilErrorsWithLoggers(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"NIL", "NILFOREIGN"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			logs, access := pipelinetest.NewLogSink(), pipelinetest.NewLogSink()
+			kf := kernelOn(testRegistry(t), kernel.WithLogger(logs.Logger()), kernel.WithAccessLog(access.Logger()))
+			r := execute(t, kf, nil, "", "test", "fail", "--kind", kind)
+			if r.code != ExitUnexpected {
+				t.Errorf("fail --kind %s exit code = %d, want %d (stderr %q)", kind, r.code, ExitUnexpected, r.stderr)
+			}
+			p := problemOf(t, r.stderr)
+			want := Problem{Type: TypePrefix + pipeline.CodeUnexpected, Title: "UNEXPECTED", Detail: pipeline.UnexpectedMessage,
+				Code: pipeline.CodeUnexpected, Operation: "test.fail", ExitCode: ExitUnexpected, Details: map[string]any{}}
+			if !equalJSON(p, want) {
+				t.Errorf("fail --kind %s problem = %+v, want %+v", kind, p, want)
+			}
+			recs := access.Find("sundial: invocation")
+			if len(recs) != 1 || recs[0].Attrs["kind"] != "UNEXPECTED" || recs[0].Attrs["code"] != pipeline.CodeUnexpected {
+				t.Errorf("fail --kind %s access log = %+v, want one UNEXPECTED record", kind, recs)
+			}
+		})
+	}
+}
+
+// TestRejectionsObserved checks that calls the adapter turns away before
+// the operation runs — an input that does not decode, a malformed flag or
+// argument — go through the kernel like calls that run: each has exactly
+// one access-log record and a trace ID, which the Problem Details report.
+func TestRejectionsObserved(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		code    int
+		errCode string // the observed code
+		usage   bool   // a usage error: no Problem Details
+		none    bool   // nothing is observed
+	}{
+		{name: "malformed input", args: []string{"test", "echo", "--input", `{"name":`}, code: 2, errCode: CodeMalformedInput},
+		{name: "input of the wrong type", args: []string{"test", "echo", "--input", `{"count":"x"}`}, code: 2, errCode: CodeWrongInput},
+		{name: "empty input", args: []string{"test", "echo", "--input", ""}, code: 2, errCode: CodeMalformedInput},
+		{name: "flag of the wrong type", args: []string{"test", "echo", "--count", "two"}, code: 2, errCode: CodeUsage, usage: true},
+		{name: "unknown flag", args: []string{"test", "echo", "--nmae", "a"}, code: 2, errCode: CodeUsage, usage: true},
+		{name: "malformed --timeout", args: []string{"test", "--timeout", "x", "echo"}, code: 2, errCode: CodeUsage, usage: true},
+		{name: "positional argument", args: []string{"test", "echo", "extra"}, code: 2, errCode: CodeUsage, usage: true},
+		{name: "success", args: []string{"test", "echo", "--input", `{"name":"a"}`, "--count", "1"}, code: 0},
+		{name: "help", args: []string{"test", "echo", "--help"}, none: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tp := sdktrace.NewTracerProvider()
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			access := pipelinetest.NewLogSink()
+			kf := kernelOn(testRegistry(t), kernel.WithTracerProvider(tp), kernel.WithAccessLog(access.Logger()))
+			r := execute(t, kf, nil, "", tc.args...)
+			if r.code != tc.code {
+				t.Errorf("app %q exit code = %d, want %d (stderr %q)", tc.args, r.code, tc.code, r.stderr)
+			}
+			recs := access.Find("sundial: invocation")
+			if tc.none {
+				if len(recs) != 0 {
+					t.Errorf("app %q access log = %+v, want no record", tc.args, recs)
+				}
+				return
+			}
+			if len(recs) != 1 {
+				t.Fatalf("app %q access log = %+v, want one record", tc.args, recs)
+			}
+			rec := recs[0]
+			if code, _ := rec.Attrs["code"].(string); rec.Attrs["operation"] != "test.echo" || rec.Attrs["protocol"] != "cli" || code != tc.errCode {
+				t.Errorf("app %q access log record = %v, want operation test.echo, protocol cli, code %q", tc.args, rec.Attrs, tc.errCode)
+			}
+			traceID, _ := rec.Attrs["trace_id"].(string)
+			if len(traceID) != 32 {
+				t.Errorf("app %q access log trace_id = %q, want a trace ID", tc.args, traceID)
+			}
+			if tc.errCode == "" || tc.usage {
+				return
+			}
+			if p := problemOf(t, r.stderr); p.Code != tc.errCode || p.TraceID != traceID {
+				t.Errorf("app %q problem = %+v, want code %s and traceId %s", tc.args, p, tc.errCode, traceID)
+			}
+		})
+	}
+}
+
+// TestTextTraceID checks that --output text reports the trace ID after the
+// details.
+func TestTextTraceID(t *testing.T) {
+	t.Parallel()
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	r := execute(t, kernelOn(testRegistry(t), kernel.WithTracerProvider(tp)), nil, "", "test", "fail", "--kind", "CONFLICT", "--output", "text")
+	head := "app test fail: CONFLICT TEST_CONFLICT: failed as CONFLICT\n  kind: CONFLICT\n  traceId: "
+	id, ok := strings.CutPrefix(r.stderr, head)
+	if r.code != ExitConflict || !ok || len(strings.TrimSuffix(id, "\n")) != 32 || !strings.HasSuffix(id, "\n") {
+		t.Errorf("fail --kind CONFLICT --output text = exit %d, stderr %q; want exit %d, %q and a trace ID", r.code, r.stderr, ExitConflict, head)
+	}
+}
+
+// TestRequest checks what the kernel is handed: the operation, protocol
+// CLI, the decoded input and --timeout as the caller's deadline.
+func TestRequest(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		deadline time.Duration // 0: no caller deadline
+	}{
+		{name: "no --timeout", args: []string{"--name", "a", "--count", "2"}},
+		{name: "--timeout", args: []string{"--input", `{"name":"a","count":2}`, "--timeout", "0.5"}, deadline: 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := pipelinetest.NewRecorder()
+				kf := kernelOn(testRegistry(t), kernel.UseAt(pipeline.StageHandle, rec))
+				start := time.Now()
+				r := execute(t, kf, nil, "", append([]string{"test", "echo"}, tc.args...)...)
+				if r.code != 0 {
+					t.Fatalf("exit code = %d, want 0 (stderr %q)", r.code, r.stderr)
+				}
+				c, ok := rec.Last()
+				if !ok {
+					t.Fatal("the operation's pipeline did not run")
+				}
+				inv := c.Invocation
+				if inv.OperationID() != "test.echo" || inv.Protocol() != pipeline.ProtocolCLI {
+					t.Errorf("invocation of %s over %s, want test.echo over cli", inv.OperationID(), inv.Protocol())
+				}
+				if in, ok := inv.Input().(*echoIn); !ok || *in != (echoIn{Name: "a", Count: 2}) {
+					t.Errorf("input = %#v, want &echoIn{Name: \"a\", Count: 2}", inv.Input())
+				}
+				d, ok := inv.CallerDeadline()
+				switch {
+				case tc.deadline == 0 && ok:
+					t.Errorf("caller deadline = %v, want none", d)
+				case tc.deadline > 0 && (!ok || !d.Equal(start.Add(tc.deadline)) || inv.DeadlineSource() != pipeline.DeadlineCaller):
+					t.Errorf("caller deadline = %v, %v (source %v), want start + %v (caller)", d, ok, inv.DeadlineSource(), tc.deadline)
+				}
+			})
+		})
+	}
+}
+
+// panicUnwrap is an error whose Unwrap panics.
+type panicUnwrap struct{}
+
+func (panicUnwrap) Error() string { return "panicUnwrap" }
+func (panicUnwrap) Unwrap() error { panic("unwrap") }
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	var nilExit *ExitError
+	var nilForeign *nilErr
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, ExitOK},
+		{"exit error", &ExitError{Code: ExitConflict}, ExitConflict},
+		{"wrapped exit error", fmt.Errorf("run: %w", &ExitError{Code: ExitTimeout}), ExitTimeout},
+		{"nil *ExitError", nilExit, ExitUnexpected},
+		{"typed-nil foreign error", nilForeign, ExitUnexpected},
+		{"usage error", errors.New("unknown flag"), ExitValidation},
+		{"Unwrap panics", panicUnwrap{}, ExitValidation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ExitCode(tc.err); got != tc.want {
+				t.Errorf("ExitCode(%v) = %d, want %d", pipeline.ErrorText(tc.err), got, tc.want)
+			}
+		})
+	}
+	if s := nilExit.Error(); s == "" {
+		t.Error("(*ExitError)(nil).Error() is empty")
+	}
+	if s := (&ExitError{Code: 1, Err: nilForeign}).Error(); !strings.Contains(s, "nilErr") {
+		t.Errorf("ExitError{Err: (*nilErr)(nil)}.Error() = %q, want the type named", s)
+	}
+}
+
+// TestExecuteForeignErrors runs commands of the tree, not built by
+// AddCommands, that fail with errors that cannot be printed.
+func TestExecuteForeignErrors(t *testing.T) {
+	t.Parallel()
+	var nilForeign *nilErr
+	for _, tc := range []struct {
+		name   string
+		err    error
+		code   int
+		stderr string
+	}{
+		{"typed-nil foreign error", nilForeign, ExitUnexpected, "app: *cliadapter.nilErr (its Error method panicked)\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := &cobra.Command{Use: "app"}
+			root.AddCommand(&cobra.Command{Use: "run", RunE: func(*cobra.Command, []string) error { return tc.err }})
+			var stderr bytes.Buffer
+			root.SetArgs([]string{"run"})
+			root.SetOut(io.Discard)
+			root.SetErr(&stderr)
+			if code := Execute(context.Background(), root); code != tc.code || stderr.String() != tc.stderr {
+				t.Errorf("Execute = %d, stderr %q; want %d, %q", code, stderr.String(), tc.code, tc.stderr)
+			}
 		})
 	}
 }

@@ -84,7 +84,7 @@ func ExampleParseTimeout() {
 }
 
 func ExampleExitCodeFor() {
-	for _, k := range []pipeline.Kind{pipeline.KindOK, pipeline.KindValidation, pipeline.KindTimeout, pipeline.KindCancelled} {
+	for _, k := range []pipeline.Kind{pipeline.KindOK, pipeline.KindValidation, pipeline.KindTimeout, pipeline.KindCanceled} {
 		fmt.Println(k, cliadapter.ExitCodeFor(k))
 	}
 	// Output:

@@ -2,7 +2,8 @@ package cliadapter
 
 import "github.com/sundial-go/sundial/pipeline"
 
-// Exit codes of the command line (DESIGN.md's outcome table).
+// Exit codes of the command line, one per outcome kind (the outcome table
+// of docs/pipeline.md, shared with the HTTP status and the gRPC code).
 const (
 	ExitOK          = 0
 	ExitUnexpected  = 1
@@ -12,10 +13,11 @@ const (
 	ExitConflict    = 5
 	ExitUnavailable = 6
 	ExitTimeout     = 7
-	ExitCancelled   = 8
+	ExitCanceled    = 8 // CANCELLED
 )
 
-// ExitCodeFor returns the process exit code of an outcome kind.
+// ExitCodeFor returns the process exit code of an outcome kind. A kind
+// outside the closed set is UNEXPECTED.
 func ExitCodeFor(k pipeline.Kind) int {
 	switch k {
 	case pipeline.KindOK:
@@ -28,8 +30,8 @@ func ExitCodeFor(k pipeline.Kind) int {
 		return ExitNotFound
 	case pipeline.KindConflict:
 		return ExitConflict
-	case pipeline.KindCancelled:
-		return ExitCancelled
+	case pipeline.KindCanceled:
+		return ExitCanceled
 	case pipeline.KindTimeout:
 		return ExitTimeout
 	case pipeline.KindUnavailable:

@@ -45,8 +45,15 @@ func (v *outputValue) get() string {
 // writeResult writes an operation's output: indented JSON, or with
 // OutputText one "name  value" line per top-level field of a JSON object
 // (strings unquoted, other values as compact JSON) and a JSON string's
-// text or any other value's JSON as one line.
-func writeResult(w io.Writer, format string, out any) error {
+// text or any other value's JSON as one line. An output that does not
+// encode — its MarshalJSON panicking included — is an error, and nothing
+// is written.
+func writeResult(w io.Writer, format string, out any) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("cliadapter: encoding a %T panicked: %v", out, v)
+		}
+	}()
 	b, err := json.Marshal(out)
 	if err != nil {
 		return err
@@ -108,15 +115,20 @@ const (
 	// CodeWrongInput: the --input document is JSON but does not fit the
 	// operation's input (an unknown field or a value of the wrong type).
 	CodeWrongInput = "CLI_VALIDATION_002"
+	// CodeUsage: a flag of an operation command is unknown or malformed, or
+	// the command was given a positional argument. It is the code the
+	// kernel observes for such a call; the command reports a usage error
+	// (exit code 2) without Problem Details.
+	CodeUsage = "CLI_VALIDATION_003"
 )
 
 // Problem is the RFC 9457 Problem Details document an operation command
 // writes to stderr when its invocation fails. It carries the same type,
-// title, detail, code and details as the HTTP adapter's body; instead of an
-// HTTP status it has the process exit code, and the operation ID instead of
-// a request path.
+// title, detail, code, trace ID and details as the HTTP adapter's body;
+// instead of an HTTP status it has the process exit code, and the operation
+// ID instead of a request path.
 type Problem struct {
-	// Type is "urn:sundial:error:" + Code.
+	// Type is TypePrefix + Code.
 	Type string `json:"type"`
 	// Title is the outcome kind, e.g. "TIMEOUT".
 	Title string `json:"title"`
@@ -128,24 +140,38 @@ type Problem struct {
 	Operation string `json:"operation"`
 	// ExitCode is the process exit code, ExitCodeFor the kind.
 	ExitCode int `json:"exitCode"`
-	// Details are the outcome's details, e.g. {"field": "amount"}; an
-	// empty object when there are none, and always for UNEXPECTED.
+	// TraceID is the trace ID of the invocation (its span's when a tracer
+	// is installed), or "".
+	TraceID string `json:"traceId"`
+	// Details are the outcome's details, e.g. {"field": "amount"}, and its
+	// retry-after in whole seconds under "retryAfter"; an empty object when
+	// there are none, and always for UNEXPECTED.
 	Details map[string]any `json:"details"`
 }
 
-// NewProblem returns the Problem Details of a failure of the operation id.
-func NewProblem(id string, e *pipeline.Error) Problem {
+// TypePrefix prefixes a code to make a Problem's type.
+const TypePrefix = "urn:sundial:error:"
+
+// NewProblem returns the Problem Details of a failure of the operation id
+// whose trace ID is traceID. An UNEXPECTED outcome (a nil e included)
+// shows only pipeline.UnexpectedMessage and no details.
+func NewProblem(id string, e *pipeline.Error, traceID string) Problem {
+	kind := e.Kind()
 	p := Problem{
-		Type:      "urn:sundial:error:" + e.Code,
-		Title:     e.Kind.String(),
+		Type:      TypePrefix + e.Code(),
+		Title:     kind.String(),
 		Detail:    e.SafeMessage(),
-		Code:      e.Code,
+		Code:      e.Code(),
 		Operation: id,
-		ExitCode:  ExitCodeFor(e.Kind),
-		Details:   map[string]any{},
+		ExitCode:  ExitCodeFor(kind),
+		TraceID:   traceID,
+		Details:   e.SafeDetails(), // a copy: ours to change
 	}
-	if e.Kind != pipeline.KindUnexpected && len(e.Details) > 0 {
-		p.Details = maps.Clone(e.Details)
+	if p.Details == nil {
+		p.Details = map[string]any{}
+	}
+	if s, ok := e.RetryAfterSeconds(); ok && kind != pipeline.KindUnexpected {
+		p.Details[pipeline.DetailRetryAfter] = s
 	}
 	return p
 }
@@ -153,9 +179,9 @@ func NewProblem(id string, e *pipeline.Error) Problem {
 // writeProblem writes a failure to stderr: the Problem Details JSON (not
 // with OutputText) and then one human line, "<command path>: <TITLE>
 // <code>: <detail>", followed with OutputText by "  key: value" lines of
-// the details.
-func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error) {
-	p := NewProblem(id, e)
+// the details and, when there is a trace ID, a "  traceId: ..." line.
+func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error, traceID string) {
+	p := NewProblem(id, e, traceID)
 	var b strings.Builder
 	if format != OutputText {
 		j, err := json.Marshal(p)
@@ -171,6 +197,9 @@ func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error) {
 		for _, k := range slices.Sorted(maps.Keys(p.Details)) {
 			v, _ := json.Marshal(p.Details[k])
 			fmt.Fprintf(&b, "  %s: %s\n", k, textOf(v))
+		}
+		if p.TraceID != "" {
+			fmt.Fprintf(&b, "  traceId: %s\n", p.TraceID)
 		}
 	}
 	writeStr(w, b.String())

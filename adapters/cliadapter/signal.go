@@ -8,7 +8,7 @@ import (
 	"sync"
 )
 
-// SignalError is the cause of an invocation context cancelled by a signal
+// SignalError is the cause of an invocation context canceled by a signal
 // (see context.Cause). It is a cancellation, not a deadline: the kernel
 // attributes it as CANCELLED unless the deadline had fired first.
 type SignalError struct{ Signal os.Signal }
@@ -18,9 +18,9 @@ func (e *SignalError) Error() string {
 }
 
 // interrupts is like signal.NotifyContext with a second stage: the first
-// signal cancels the context (cause *SignalError) and leaves the handler
-// time to stop; a second signal calls onSecond, which exits the process at
-// once. stop releases the signals and waits for the watcher goroutine.
+// signal cancels the context (cause *SignalError); a second signal calls
+// onSecond, which exits the process at once. stop releases the signals and
+// waits for the watcher goroutine.
 //
 // It reads signals from a channel so that tests can feed it without
 // signalling the process; notify fills that channel from the OS.

@@ -25,7 +25,7 @@ func TestNotifyOSSignal(t *testing.T) {
 	select {
 	case <-in.ctx.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("context not cancelled 10 s after SIGUSR1")
+		t.Fatal("context not canceled 10 s after SIGUSR1")
 	}
 	var se *SignalError
 	if cause := context.Cause(in.ctx); !errors.As(cause, &se) || se.Signal != syscall.SIGUSR1 {

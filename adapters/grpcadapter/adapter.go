@@ -1,6 +1,7 @@
 package grpcadapter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/baggage"
-	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -345,16 +345,10 @@ func (a *Adapter) Files() *protoregistry.Files { return a.files }
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 	req := dynamicpb.NewMessage(m.in.desc)
 	if err := decodeRequest(dec, req); err != nil {
-		// For a malformed message grpc-go has already answered (Internal)
-		// with a status of its own; what is returned here is then only
-		// logged by it.
-		m.a.logger.LogAttrs(ctx, slog.LevelInfo, "grpc call",
-			slog.String("operation", m.desc.ID),
-			slog.String("method", m.full),
-			slog.String("grpcCode", status.Code(err).String()),
-			slog.String("code", ""),
-			slog.String("error", err.Error()))
-		return nil, err
+		// A request that is not valid protobuf is answered with the
+		// decoder's own status (grpc-go's Internal, or InvalidArgument for
+		// a decoder panic).
+		return nil, m.reject(ctx, fromHandler(err))
 	}
 	if icpt == nil {
 		return m.call(ctx, req)
@@ -363,11 +357,19 @@ func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt 
 	return icpt(ctx, req, info, func(ctx context.Context, req any) (any, error) {
 		msg, ok := req.(*dynamicpb.Message)
 		if !ok {
-			return nil, Status(pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-				"grpcadapter: an interceptor replaced the request of %s with %T", m.full, req), m.a.cfg.domain).Err()
+			return nil, m.reject(ctx, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+				"grpcadapter: an interceptor replaced the request of %s with %T", m.full, req))
 		}
 		return m.call(ctx, msg)
 	})
+}
+
+// reject answers a call the adapter turns away before the pipeline with
+// the status of outcome, which the kernel observes as a rejection.
+func (m *method) reject(ctx context.Context, outcome error) error {
+	start := time.Now()
+	o := m.a.invoke(ctx, m.full, kernel.Request{Operation: m.desc.ID, Reject: outcome})
+	return m.a.answer(ctx, m.full, o, start)
 }
 
 // decodeRequest runs grpc-go's decoder into req. protobuf-go's generic
@@ -383,43 +385,46 @@ func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
 	return dec(req)
 }
 
-// call decodes the request, invokes the operation and encodes the
-// outcome.
+// call converts the request to the operation's input, runs the operation
+// through the kernel and converts its outcome to the response.
 func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) {
 	a := m.a
 	start := time.Now()
-	in, err := m.decodeInput(req)
-	if err != nil {
-		a.logCall(ctx, m.full, m.desc.ID, err, start, "")
-		return nil, Status(err, a.cfg.domain).Err()
+	r := kernel.Request{Operation: m.desc.ID}
+	if in, err := m.decodeInput(req); err != nil {
+		r.Reject = err
+	} else {
+		r.Input = in
 	}
-	parent, deadline, stop := a.inbound(ctx)
-	defer stop()
-	inv := pipeline.NewInvocation(parent, m.desc, in)
-	inv.SetProtocol(pipeline.ProtocolGRPC)
-	inv.SetDeadline(deadline)
-	a.setBaggage(ctx, inv)
-	err = a.k.Invoke(inv)
-	a.logCall(ctx, m.full, m.desc.ID, err, start, inv.TraceID())
-	if err != nil {
-		return nil, Status(err, a.cfg.domain).Err()
+	o := a.invoke(ctx, m.full, r)
+	var resp any
+	if o.Err == nil {
+		resp, o.Err = m.encodeOutput(o.Output)
 	}
+	if err := a.answer(ctx, m.full, o, start); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// encodeOutput converts the operation's result to the response message.
+func (m *method) encodeOutput(v any) (*dynamicpb.Message, error) {
 	out := dynamicpb.NewMessage(m.out.desc)
-	if v := reflect.ValueOf(inv.Output()); v.IsValid() {
-		if v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return out, nil
-			}
-			v = v.Elem()
-		}
-		if v.Type() != m.out.goType && !m.out.empty {
-			err := pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-				"grpcadapter: operation %q returned %v, want %v", m.desc.ID, v.Type(), m.out.goType)
-			a.logger.LogAttrs(ctx, slog.LevelError, "grpcadapter: output dropped", slog.String("operation", m.desc.ID), slog.String("error", err.Error()))
-			return nil, Status(err, a.cfg.domain).Err()
-		}
-		m.out.encode(v, out)
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() {
+		return out, nil
 	}
+	if rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return out, nil
+		}
+		rv = rv.Elem()
+	}
+	if rv.Type() != m.out.goType && !m.out.empty {
+		return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+			"grpcadapter: operation %q returned %v, want %v", m.desc.ID, rv.Type(), m.out.goType)
+	}
+	m.out.encode(rv, out)
 	return out, nil
 }
 
@@ -436,8 +441,7 @@ func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
 		return p.Interface(), nil
 	}
 	if err := m.in.decode(req.ProtoReflect(), target); err != nil {
-		var fe *fieldError
-		if errors.As(err, &fe) {
+		if fe, ok := errors.AsType[*fieldError](err); ok {
 			return nil, pipeline.Errorf(pipeline.KindValidation, pipeline.CodeValidation, "Field '%s': %s.", fe.Path(), fe.msg).
 				WithDetail("field", fe.Path())
 		}
@@ -446,21 +450,50 @@ func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
 	return p.Interface(), nil
 }
 
-// inbound returns the invocation's parent context and deadline for a call
-// whose server context is ctx.
+// invoke runs one call, whose server context is ctx, through the kernel:
+// r with the protocol, the route (the full method name) and the caller's
+// idempotency key filled in, under the invocation's parent context (see
+// inbound) carrying the trace context and baggage of the request
+// metadata. The kernel returns the outcome by the invocation's deadline,
+// whatever the handler does; a call r rejects (r.Reject) runs nothing.
+func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) kernel.Outcome {
+	parent, stop := a.inbound(ctx)
+	defer stop()
+	md := a.metadata(ctx, r.Operation, full)
+	parent = a.extract(parent, md)
+	r.Protocol = pipeline.ProtocolGRPC
+	if r.Route == "" {
+		r.Route = full
+	}
+	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 && len(vs[0]) <= maxIdempotencyKey {
+		r.IdempotencyKey = vs[0]
+	}
+	return a.k.Handle(parent, r)
+}
+
+// answer writes the call log record of one call and returns the status
+// error of its outcome (nil on success).
+func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, start time.Time) error {
+	st := Status(o.Err, a.cfg.domain)
+	a.logCall(ctx, full, o, st, start)
+	return st.Err()
+}
+
+// inbound returns the invocation's parent context for a call whose server
+// context is ctx. The kernel reads the caller's deadline from it.
 //
 // Without a deadline the parent is ctx itself. With one, the parent keeps
 // ctx's values but not its cancellation: when ctx ends, the parent ends
 // with a cause that says which token fired — the deadline when ctx's own
 // deadline fired or when the cancellation arrived no earlier than the
 // tolerance before the deadline (a client's deadline timer, seen from the
-// server), the caller's cancellation otherwise. The DeadlineMiddleware
-// attributes the outcome from that cause. stop releases the parent; call
-// it when the invocation has returned.
-func (a *Adapter) inbound(ctx context.Context) (parent context.Context, deadline time.Time, stop func()) {
+// server), the caller's cancellation otherwise. The kernel attributes the
+// outcome from that cause. stop releases the parent; call it once the
+// kernel has answered.
+func (a *Adapter) inbound(ctx context.Context) (parent context.Context, stop func()) {
 	d, ok := ctx.Deadline()
 	if !ok {
-		return ctx, time.Time{}, func() {}
+		return ctx, func() {}
 	}
 	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	withDeadline, cancelDeadline := context.WithDeadline(base, d)
@@ -472,7 +505,7 @@ func (a *Adapter) inbound(ctx context.Context) (parent context.Context, deadline
 		}
 		cancel(context.Cause(ctx))
 	})
-	return withDeadline, d, func() {
+	return withDeadline, func() {
 		after()
 		cancelDeadline()
 		cancel(nil)
@@ -481,20 +514,37 @@ func (a *Adapter) inbound(ctx context.Context) (parent context.Context, deadline
 
 // errCallerDeadline is the cause of a parent context ended by the
 // caller's deadline. It wraps context.DeadlineExceeded, which is what the
-// DeadlineMiddleware looks for.
+// kernel attributes as TIMEOUT.
 var errCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %w", context.DeadlineExceeded)
+
+// Metadata keys the adapter reads.
+const (
+	mdBaggage        = "baggage"
+	mdIdempotencyKey = "idempotency-key"
+)
 
 // incomingMD reads the incoming metadata of a server context key by key,
 // as a propagation.TextMapCarrier for Extract: on every call
 // metadata.FromIncomingContext copies every key and value, which costs
 // more than the rest of the adapter's per-call work; a call reads only a
-// few keys, most of them absent.
-type incomingMD struct{ ctx context.Context }
+// few keys, most of them absent. With noBaggage set it hides the baggage
+// metadata.
+type incomingMD struct {
+	ctx       context.Context
+	noBaggage bool
+}
 
-func (m incomingMD) values(key string) []string { return metadata.ValueFromIncomingContext(m.ctx, key) }
+// Values returns the values of key (propagation.ValuesGetter: the W3C
+// baggage propagator reads every baggage value through it).
+func (m incomingMD) Values(key string) []string {
+	if m.noBaggage && key == mdBaggage {
+		return nil
+	}
+	return metadata.ValueFromIncomingContext(m.ctx, key)
+}
 
 func (m incomingMD) Get(key string) string {
-	if vs := m.values(key); len(vs) > 0 {
+	if vs := m.Values(key); len(vs) > 0 {
 		return vs[0]
 	}
 	return ""
@@ -505,62 +555,54 @@ func (incomingMD) Set(string, string) {}
 
 func (m incomingMD) Keys() []string {
 	md, _ := metadata.FromIncomingContext(m.ctx)
-	return mdCarrier(md).Keys()
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		if !m.noBaggage || k != mdBaggage {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
-// mdCarrier reads gRPC metadata as a propagation.TextMapCarrier.
-type mdCarrier metadata.MD
-
-func (c mdCarrier) Get(key string) string {
-	if v := metadata.MD(c).Get(key); len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-func (c mdCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
-func (c mdCarrier) Keys() []string {
-	out := make([]string, 0, len(c))
-	for k := range c {
-		out = append(out, k)
-	}
-	return out
-}
-
-// setBaggage copies the W3C "baggage" metadata and "idempotency-key" into
-// the invocation's baggage, and extracts trace context when a propagator
-// is configured.
-func (a *Adapter) setBaggage(ctx context.Context, inv *pipeline.Invocation) {
-	md := incomingMD{ctx}
-	if a.cfg.propagator != nil {
-		inv.SetContext(a.cfg.propagator.Extract(inv.Context(), md))
-	}
-	if vs := md.values("baggage"); len(vs) > 0 {
+// metadata returns the incoming metadata of the server context ctx as a
+// carrier, with baggage over the WithBaggageLimit hidden (and a warning
+// logged).
+func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
+	md := incomingMD{ctx: ctx}
+	if vs := md.Values(mdBaggage); len(vs) > 0 {
 		size := 0
 		for _, v := range vs {
 			size += len(v)
 		}
 		if size > a.cfg.baggageLimit {
+			md.noBaggage = true
 			a.logger.LogAttrs(ctx, slog.LevelWarn, "grpcadapter: baggage metadata dropped",
-				slog.String("operation", inv.Name()), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
-		} else {
-			b, err := baggage.Parse(strings.Join(vs, ","))
-			// Bounded copy (telemetry.MaxBaggageMembers/Bytes), logged.
-			telemetry.CopyBaggage(baggage.ContextWithBaggage(ctx, b), inv, a.logger)
-			if err != nil {
-				a.logger.LogAttrs(ctx, slog.LevelDebug, "grpcadapter: baggage metadata partly invalid",
-					slog.String("operation", inv.Name()), slog.String("error", err.Error()))
-			}
+				slog.String("operation", cmp.Or(op, full)), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
 		}
 	}
-	if vs := md.values("idempotency-key"); len(vs) > 0 && vs[0] != "" && len(vs[0]) <= maxIdempotencyKey {
-		inv.SetBaggage(pipeline.BaggageIdempotencyKey, vs[0])
-	}
+	return md
 }
 
-// logCall writes the call log record of one call: Info, or Error for an
-// UNEXPECTED outcome (whose internal text is logged, never sent).
-func (a *Adapter) logCall(ctx context.Context, full, name string, err error, start time.Time, traceID string) {
-	kind := pipeline.KindOf(err)
+// extract returns parent carrying the W3C baggage of md, which the kernel
+// copies into the invocation, and what the propagator extracts from it
+// (by default the W3C trace context, which the invocation's span
+// continues).
+func (a *Adapter) extract(parent context.Context, md incomingMD) context.Context {
+	if a.cfg.defaultPropagator {
+		return telemetry.Propagator().Extract(parent, md) // trace context and baggage
+	}
+	parent = propagation.Baggage{}.Extract(parent, md)
+	if p := a.cfg.propagator; p != nil {
+		parent = p.Extract(parent, md)
+	}
+	return parent
+}
+
+// logCall writes the call log record of one call, answered with status st:
+// Info, or Error for an UNEXPECTED outcome (whose internal text is logged,
+// never sent).
+func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time) {
+	kind := pipeline.KindOf(o.Err)
 	level := slog.LevelInfo
 	if kind == pipeline.KindUnexpected {
 		level = slog.LevelError
@@ -568,22 +610,17 @@ func (a *Adapter) logCall(ctx context.Context, full, name string, err error, sta
 	if !a.logger.Enabled(ctx, level) {
 		return
 	}
-	if traceID == "" {
-		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-			traceID = sc.TraceID().String()
-		}
-	}
-	attrs := make([]slog.Attr, 0, 8)
+	attrs := make([]slog.Attr, 0, 7)
 	attrs = append(attrs,
-		slog.String("operation", name),
+		slog.String("operation", cmp.Or(o.Invocation.Name(), full)),
 		slog.String("method", full),
-		slog.String("grpcCode", CodeFor(kind).String()),
-		slog.String("code", pipeline.CodeOf(err)),
+		slog.String("grpcCode", st.Code().String()),
+		slog.String("code", pipeline.CodeOf(o.Err)),
 		slog.Float64("durationMs", float64(time.Since(start).Microseconds())/1000),
-		slog.String("traceId", traceID),
+		slog.String("traceId", o.TraceID),
 	)
 	if kind == pipeline.KindUnexpected {
-		attrs = append(attrs, slog.String("error", err.Error()))
+		attrs = append(attrs, slog.String("error", pipeline.ErrorText(o.Err)))
 	}
 	a.logger.LogAttrs(ctx, level, "grpc call", attrs...)
 }

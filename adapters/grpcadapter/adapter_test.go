@@ -16,6 +16,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -157,7 +158,7 @@ func TestCallOK(t *testing.T) {
 	if out != `{"rows":"1"}` {
 		t.Errorf("Run = %s, want {\"rows\":\"1\"}", out)
 	}
-	h.log.waitFor(t, `msg="grpc call"`, "operation=work.run", "method=/test.v1.Work/Run", "grpcCode=OK", `code=""`)
+	h.waitLog(t, "grpc call", "operation=work.run", "method=/test.v1.Work/Run", "grpcCode=OK", "code=", "level=INFO")
 }
 
 // TestStatusOverTheWire checks every failure kind as the client sees it.
@@ -218,7 +219,7 @@ func TestUnexpectedNeverLeaks(t *testing.T) {
 			}
 		})
 	}
-	h.log.waitFor(t, "level=ERROR", "code=KERNEL_UNEXPECTED_001", "refused")
+	h.waitLog(t, "grpc call", "level=ERROR", "code=KERNEL_UNEXPECTED_001", "error~refused")
 }
 
 func TestRateLimitedCallCarriesRetryInfo(t *testing.T) {
@@ -266,7 +267,7 @@ func TestDeadlineFromGRPCTimeout(t *testing.T) {
 	}
 	// The server attributes the call to the deadline, not to the client's
 	// cancellation that races it.
-	h.log.waitFor(t, "operation=work.run", "grpcCode=DeadlineExceeded", "code=KERNEL_TIMEOUT_001")
+	h.waitLog(t, "grpc call", "operation=work.run", "grpcCode=DeadlineExceeded", "code=KERNEL_TIMEOUT_001")
 }
 
 func TestTimeoutSecondsCapsInboundDeadline(t *testing.T) {
@@ -306,7 +307,7 @@ func TestClientCancelIsCancelled(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the handler's context never ended")
 		}
-		h.log.waitFor(t, "operation=work.run", "grpcCode=Canceled", "code=KERNEL_CANCELLED_001")
+		h.waitLog(t, "grpc call", "operation=work.run", "grpcCode=Canceled", "code=KERNEL_CANCELLED_001")
 	}
 }
 
@@ -329,14 +330,17 @@ func TestOverflowIsValidation(t *testing.T) {
 func TestBaggageFromMetadata(t *testing.T) {
 	t.Parallel()
 	seen := make(chan map[string]string, 1)
-	capture := pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
+	capture := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		if inv.OperationID() == "work.baggage" {
 			m := map[string]string{}
 			inv.RangeBaggage(func(k, v string) bool { m[k] = v; return true })
 			m["protocol"] = inv.Protocol().String()
+			m["route"] = inv.Route()
+			m["key"] = inv.IdempotencyKey()
+			m["ctx"] = telemetry.IdempotencyKey(ctx)
 			seen <- m
 		}
-		return next(inv)
+		return next(ctx, inv)
 	})
 	h := newHarness(t, harnessOpt{kernel: []kernel.Option{kernel.UseAt(pipeline.StageHandle, capture)}})
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "baggage", "tenant=acme,user=u%201", "idempotency-key", "k-42")
@@ -344,12 +348,42 @@ func TestBaggageFromMetadata(t *testing.T) {
 		t.Fatalf("Baggage = %v, want OK", st)
 	}
 	got := <-seen
-	want := map[string]string{"tenant": "acme", "user": "u 1", pipeline.BaggageIdempotencyKey: "k-42", "protocol": "grpc"}
+	want := map[string]string{"tenant": "acme", "user": "u 1", "protocol": "grpc", "route": "/test.v1.Work/Baggage", "key": "k-42", "ctx": "k-42"}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("baggage[%q] = %q, want %q (all: %v)", k, got[k], v, got)
 		}
 	}
+}
+
+// TestBaggageOverTheLimit checks that baggage metadata over
+// WithBaggageLimit is dropped whole, with a warning, and that the call and
+// its idempotency key go on.
+func TestBaggageOverTheLimit(t *testing.T) {
+	t.Parallel()
+	seen := make(chan *pipeline.Invocation, 1)
+	capture := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+		if inv.OperationID() == "work.baggage" {
+			seen <- inv
+		}
+		return next(ctx, inv)
+	})
+	h := newHarness(t, harnessOpt{
+		kernel:  []kernel.Option{kernel.UseAt(pipeline.StageHandle, capture)},
+		adapter: []grpcadapter.Option{grpcadapter.WithBaggageLimit(16)},
+	})
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "baggage", "tenant=acme", "baggage", "user=someone-long", "idempotency-key", "k-7")
+	if _, st := h.call(ctx, t, "/test.v1.Work/Baggage", `{}`); st != nil {
+		t.Fatalf("Baggage = %v, want OK", st)
+	}
+	inv := <-seen
+	if v, ok := inv.Baggage("tenant"); ok {
+		t.Errorf("baggage tenant = %q, want the baggage dropped", v)
+	}
+	if got := inv.IdempotencyKey(); got != "k-7" {
+		t.Errorf("idempotency key = %q, want k-7", got)
+	}
+	h.waitLog(t, "grpcadapter: baggage metadata dropped", "operation=work.baggage", "bytes=28", "limit=16", "level=WARN")
 }
 
 // TestMalformedRequest checks that a message that is not valid protobuf
@@ -363,7 +397,7 @@ func TestMalformedRequest(t *testing.T) {
 	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "unmarshal") {
 		t.Errorf("Run(malformed) = %v, want grpc-go's Internal unmarshal error", st)
 	}
-	h.log.waitFor(t, "operation=work.run", "grpcCode=Internal", "invalid wire-format")
+	h.waitLog(t, "grpc call", "operation=work.run", "grpcCode=Internal", "error~invalid wire-format")
 	if _, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{}`); st != nil {
 		t.Errorf("Run after a malformed request = %v, want OK", st)
 	}

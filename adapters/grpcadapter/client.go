@@ -20,18 +20,19 @@ import (
 // deadline downstream. The client interceptors add a per-call cap and turn
 // failures into outcomes.
 
-// CallTimeout returns a call option that caps one call at d, overriding the
-// interceptor's per-call timeout for that call. d <= 0 removes the cap for
-// the call (the context's deadline still applies). It has an effect only
-// with UnaryClientInterceptor or StreamClientInterceptor installed.
-func CallTimeout(d time.Duration) grpc.CallOption { return callTimeout{d: d} }
+// WithCallTimeout returns a call option that caps one call at d,
+// overriding the interceptor's per-call timeout for that call. d <= 0
+// removes the cap for the call (the context's deadline still applies). It
+// has an effect only with UnaryClientInterceptor or
+// StreamClientInterceptor installed.
+func WithCallTimeout(d time.Duration) grpc.CallOption { return callTimeout{d: d} }
 
 type callTimeout struct {
 	grpc.EmptyCallOption
 	d time.Duration
 }
 
-// capFor returns the per-call timeout of one call: the last CallTimeout
+// capFor returns the per-call timeout of one call: the last WithCallTimeout
 // among opts, else def.
 func capFor(def time.Duration, opts []grpc.CallOption) time.Duration {
 	for _, o := range opts {
@@ -60,7 +61,7 @@ func capped(ctx context.Context, timeout time.Duration) (context.Context, contex
 // status to an outcome with FromStatus, so that the handler making the
 // call can return the error as it is: a downstream DeadlineExceeded is a
 // TIMEOUT, an Unavailable an UNAVAILABLE (with the downstream's retry hint
-// as details.retryAfter). timeout <= 0 adds no cap; CallTimeout overrides
+// as its retry-after). timeout <= 0 adds no cap; WithCallTimeout overrides
 // it per call.
 //
 // grpc-go sends the resulting deadline downstream as grpc-timeout; the

@@ -33,9 +33,9 @@ func TestUnaryClientInterceptorCaps(t *testing.T) {
 		{name: "cap without a parent deadline", parent: none, timeout: time.Second, want: time.Second},
 		{name: "no cap, no deadline", parent: none, timeout: 0, want: none, sameCtx: true},
 		{name: "no cap keeps the parent's", parent: 5 * time.Second, timeout: 0, want: 5 * time.Second, sameCtx: true},
-		{name: "per-call override shortens", parent: 2 * time.Second, timeout: time.Second, opts: []grpc.CallOption{grpcadapter.CallTimeout(50 * time.Millisecond)}, want: 50 * time.Millisecond},
-		{name: "per-call override cannot extend", parent: 2 * time.Second, timeout: time.Second, opts: []grpc.CallOption{grpcadapter.CallTimeout(time.Hour)}, want: 2 * time.Second, sameCtx: true},
-		{name: "per-call zero removes the cap", parent: none, timeout: time.Second, opts: []grpc.CallOption{grpcadapter.CallTimeout(0)}, want: none, sameCtx: true},
+		{name: "per-call override shortens", parent: 2 * time.Second, timeout: time.Second, opts: []grpc.CallOption{grpcadapter.WithCallTimeout(50 * time.Millisecond)}, want: 50 * time.Millisecond},
+		{name: "per-call override cannot extend", parent: 2 * time.Second, timeout: time.Second, opts: []grpc.CallOption{grpcadapter.WithCallTimeout(time.Hour)}, want: 2 * time.Second, sameCtx: true},
+		{name: "per-call zero removes the cap", parent: none, timeout: time.Second, opts: []grpc.CallOption{grpcadapter.WithCallTimeout(0)}, want: none, sameCtx: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,8 +88,8 @@ func TestUnaryClientInterceptorTimeout(t *testing.T) {
 		if took := time.Since(start); took != 200*time.Millisecond {
 			t.Errorf("call took %v, want 200ms", took)
 		}
-		if e := pipeline.AsError(err); e.Kind != pipeline.KindTimeout || e.Code != "GRPC_DEADLINE_EXCEEDED" || status.Code(err) != codes.DeadlineExceeded {
-			t.Errorf("call = %v (%s), want TIMEOUT GRPC_DEADLINE_EXCEEDED with status DeadlineExceeded", err, e.Kind)
+		if e := pipeline.AsError(err); e.Kind() != pipeline.KindTimeout || e.Code() != "GRPC_DEADLINE_EXCEEDED" || status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("call = %v (%s), want TIMEOUT GRPC_DEADLINE_EXCEEDED with status DeadlineExceeded", err, e.Kind())
 		}
 		if ctx.Err() != nil {
 			t.Errorf("the caller's context ended: %v", ctx.Err())

@@ -6,8 +6,9 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// CodeFor returns the gRPC status code of an outcome kind (DESIGN.md's
-// outcome table). CONFLICT maps to AlreadyExists.
+// CodeFor returns the gRPC status code of an outcome kind, as the outcome
+// table of docs/pipeline.md gives it. CONFLICT maps to AlreadyExists;
+// UNEXPECTED, and any value outside the closed set of kinds, to Internal.
 func CodeFor(k pipeline.Kind) codes.Code {
 	switch k {
 	case pipeline.KindOK:
@@ -22,7 +23,7 @@ func CodeFor(k pipeline.Kind) codes.Code {
 		return codes.NotFound
 	case pipeline.KindConflict:
 		return codes.AlreadyExists
-	case pipeline.KindCancelled:
+	case pipeline.KindCanceled:
 		return codes.Canceled
 	case pipeline.KindTimeout:
 		return codes.DeadlineExceeded

@@ -9,17 +9,25 @@
 // (and every other service on the server) visible to reflection clients
 // such as grpcurl.
 //
-// Each call becomes one invocation: the server context's deadline (the
-// caller's grpc-timeout) is the invocation's deadline, the kernel's
-// pipeline runs, and the outcome goes back as a status built by [Status]:
-// the code of [CodeFor], a google.rpc.ErrorInfo whose reason is the
-// outcome's stable code, and a google.rpc.RetryInfo when the outcome has a
-// retry hint. UNEXPECTED outcomes never carry internal text.
+// The adapter decodes and encodes; the kernel does the rest. Each call
+// becomes one kernel.Request handed to the kernel's Handle: the server
+// context's deadline (the caller's grpc-timeout) is the caller's deadline,
+// the W3C trace context and baggage of the metadata travel on the context,
+// and the kernel computes the effective deadline, runs the pipeline,
+// observes the call and returns the outcome by that deadline whatever the
+// handler does. A request the adapter cannot decode is handed over as a
+// rejection, so it is observed too. The outcome goes back as a status
+// built by [Status]: the code of [CodeFor], a google.rpc.ErrorInfo whose
+// reason is the outcome's stable code, and a google.rpc.RetryInfo when the
+// outcome has a retry-after. UNEXPECTED outcomes — typed nils of any type
+// included — never carry internal text. Each call writes one call log
+// record, with the trace ID the kernel reports.
 //
 // For an application's own generated services, the server interceptors
 // ([Adapter.UnaryServerInterceptor], [Adapter.StreamServerInterceptor])
 // run each call under an operation's pipeline — its deadline, breaker and
-// limits. For outbound calls, [UnaryClientInterceptor] and
+// limits — with the application's handler in place of the registered one.
+// For outbound calls, [UnaryClientInterceptor] and
 // [StreamClientInterceptor] cap each call's deadline and turn failures into
 // outcomes with [FromStatus].
 //

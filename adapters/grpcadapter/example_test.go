@@ -66,10 +66,10 @@ func ExampleNew() {
 }
 
 // ExampleStatus shows the status of a rate-limited call: the outcome's
-// code is the ErrorInfo reason, and its retryAfter the RetryInfo delay.
+// code is the ErrorInfo reason, and its retry-after the RetryInfo delay.
 func ExampleStatus() {
 	outcome := pipeline.Unavailable(pipeline.CodeRateLimited, "Too many calls of 'orders.create'.").
-		WithDetail("id", "orders.create").WithDetail("retryAfter", 42)
+		WithDetail("id", "orders.create").WithRetryAfter(42 * time.Second)
 	st := grpcadapter.Status(outcome, "")
 	fmt.Println(st.Code(), st.Message())
 	for _, d := range st.Details() {
@@ -101,6 +101,6 @@ func ExampleUnaryClientInterceptor() {
 	// In a handler: ctx is the invocation's context, so the call never
 	// outlives the invocation; a timeout comes back as a TIMEOUT outcome.
 	_ = func(ctx context.Context, req, reply any) error {
-		return conn.Invoke(ctx, "/billing.v1.Billing/Charge", req, reply, grpcadapter.CallTimeout(300*time.Millisecond))
+		return conn.Invoke(ctx, "/billing.v1.Billing/Charge", req, reply, grpcadapter.WithCallTimeout(300*time.Millisecond))
 	}
 }

@@ -1,11 +1,9 @@
 package grpcadapter_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // Test operations.
@@ -109,7 +108,7 @@ func (ta *testApp) register(t testing.TB, reg *operations.Registry) {
 		}
 		e := pipeline.NewError(k, in.Code, in.Message).WithDetail("id", "work.fail")
 		if in.Retry > 0 {
-			e = e.WithDetail("retryAfter", in.Retry)
+			e = e.WithRetryAfter(time.Duration(in.Retry) * time.Second)
 		}
 		return struct{}{}, e
 	}))
@@ -129,44 +128,54 @@ const testConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":{"
 	"work.capped":{"TimeoutSeconds":0.2}
 }}}}}`
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// waitFor polls the log until it contains every part or the time is up.
-func (s *syncBuffer) waitFor(t *testing.T, parts ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		out := s.String()
-		for _, line := range strings.Split(out, "\n") {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(line, p)
-			}
-			if ok && line != "" {
-				return line
-			}
+// matches reports whether r has every attribute of want, each written
+// "key=value" (the value printed with fmt.Sprint; "level=ERROR" matches
+// the record's level) or "key~text" (the value contains text).
+func matches(r pipelinetest.Record, want ...string) bool {
+	for _, w := range want {
+		i := strings.IndexAny(w, "=~")
+		if i < 0 {
+			panic("matches: " + w + " is neither key=value nor key~text")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line contains all of %q; log:\n%s", parts, out)
+		key, val := w[:i], w[i+1:]
+		got, ok := r.Attrs[key]
+		s := fmt.Sprint(got)
+		if key == "level" {
+			ok, s = true, r.Level.String()
 		}
-		time.Sleep(5 * time.Millisecond)
+		switch {
+		case !ok:
+			return false
+		case w[i] == '=' && s != val:
+			return false
+		case w[i] == '~' && !strings.Contains(s, val):
+			return false
+		}
 	}
+	return true
+}
+
+// waitLog waits for a record whose message is msg and whose attributes
+// match want (see matches), and returns it.
+func (h *harness) waitLog(t testing.TB, msg string, want ...string) pipelinetest.Record {
+	t.Helper()
+	r, ok := h.logs.WaitFunc(5*time.Second, func(r pipelinetest.Record) bool {
+		return r.Message == msg && matches(r, want...)
+	})
+	if !ok {
+		var b strings.Builder
+		for _, r := range h.logs.Records() {
+			fmt.Fprintf(&b, "%s %s %v\n", r.Level, r.Message, r.Attrs)
+		}
+		t.Fatalf("no %q record has %q; log:\n%s", msg, want, b.String())
+	}
+	return r
+}
+
+// findLog returns the records logged so far whose message is msg and
+// whose attributes match want.
+func (h *harness) findLog(msg string, want ...string) []pipelinetest.Record {
+	return h.logs.FindFunc(func(r pipelinetest.Record) bool { return r.Message == msg && matches(r, want...) })
 }
 
 // harness is one kernel served over bufconn.
@@ -176,7 +185,7 @@ type harness struct {
 	adapter *grpcadapter.Adapter
 	server  *grpc.Server
 	conn    *grpc.ClientConn
-	log     *syncBuffer
+	logs    *pipelinetest.LogSink // the adapter's and the kernel's logs
 }
 
 type harnessOpt struct {
@@ -190,15 +199,15 @@ type harnessOpt struct {
 
 func newHarness(t testing.TB, ho harnessOpt) *harness {
 	t.Helper()
-	h := &harness{app: newTestApp(), log: &syncBuffer{}}
+	h := &harness{app: newTestApp(), logs: pipelinetest.NewLogSink()}
 	reg := operations.NewRegistry()
 	h.app.register(t, reg)
 	if ho.register != nil {
 		ho.register(t, reg)
 	}
-	logger := slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := h.logs.Logger()
 	kopts := append([]kernel.Option{
-		kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(testConfig)),
+		kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(testConfig)), kernel.WithLogger(logger),
 	}, ho.kernel...)
 	k, err := kernel.New(kopts...)
 	if err != nil {
@@ -236,6 +245,13 @@ func newHarness(t testing.TB, ho harnessOpt) *harness {
 		h.conn.Close()
 		h.server.Stop()
 		<-served
+		// Handlers the kernel answered for at their deadline may still
+		// run: wait for them (goleak checks).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := k.Wait(ctx); err != nil {
+			t.Error(err)
+		}
 	})
 	return h
 }

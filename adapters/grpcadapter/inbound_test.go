@@ -8,13 +8,13 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
 )
 
-// TestInboundAttribution runs the inbound context through the kernel's
-// DeadlineMiddleware, as a served call does, with the server context
-// ending in each of the ways grpc-go ends it.
+// TestInboundAttribution runs a host call through the kernel under the
+// inbound context, as a served call does, with the server context ending
+// in each of the ways grpc-go ends it.
 func TestInboundAttribution(t *testing.T) {
 	t.Parallel()
 	const deadline = time.Second
@@ -24,45 +24,57 @@ func TestInboundAttribution(t *testing.T) {
 		cancelAt  time.Duration // when the client's RST_STREAM arrives; 0: never
 		want      string
 	}{
-		{"cancel mid-call", DefaultDeadlineTolerance, 300 * time.Millisecond, pipeline.CodeCancelled},
-		{"cancel just outside the tolerance", DefaultDeadlineTolerance, deadline - DefaultDeadlineTolerance - time.Millisecond, pipeline.CodeCancelled},
+		{"cancel mid-call", DefaultDeadlineTolerance, 300 * time.Millisecond, pipeline.CodeCanceled},
+		{"cancel just outside the tolerance", DefaultDeadlineTolerance, deadline - DefaultDeadlineTolerance - time.Millisecond, pipeline.CodeCanceled},
 		{"cancel within the tolerance", DefaultDeadlineTolerance, deadline - DefaultDeadlineTolerance, pipeline.CodeTimeout},
 		{"cancel just before the deadline", DefaultDeadlineTolerance, deadline - time.Millisecond, pipeline.CodeTimeout},
-		{"no tolerance", 0, deadline - time.Millisecond, pipeline.CodeCancelled},
+		{"no tolerance", 0, deadline - time.Millisecond, pipeline.CodeCanceled},
 		{"the deadline fires", DefaultDeadlineTolerance, 0, pipeline.CodeTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				a := &Adapter{cfg: defaultConfig()}
+				k, err := kernel.New(kernel.WithTelemetry(false))
+				if err != nil {
+					t.Fatal(err)
+				}
+				a := &Adapter{k: k, cfg: defaultConfig()}
 				a.cfg.tolerance = tt.tolerance
-				// grpc-go's server context: WithTimeout, cancelled with
+				// grpc-go's server context: WithTimeout, canceled with
 				// context.Canceled when the client's RST_STREAM arrives.
 				server, cancelServer := context.WithTimeout(context.Background(), deadline)
 				defer cancelServer()
 				if tt.cancelAt > 0 {
 					time.AfterFunc(tt.cancelAt, cancelServer)
 				}
-				parent, d, stop := a.inbound(server)
+				parent, stop := a.inbound(server)
 				defer stop()
 				start := time.Now()
-				if want := start.Add(deadline); !d.Equal(want) {
-					t.Errorf("inbound deadline = %v, want %v", d, want)
-				}
-				inv := pipeline.NewInvocation(parent, nil, nil)
-				inv.SetDeadline(d)
 				var ended time.Duration
-				err := resilience.NewDeadlineMiddleware(0, 0).Invoke(inv, func(inv *pipeline.Invocation) error {
-					<-inv.Context().Done()
-					ended = time.Since(start)
-					return inv.Context().Err()
+				o := k.Handle(parent, kernel.Request{
+					Protocol: pipeline.ProtocolGRPC,
+					Route:    "/x.v1.S/M",
+					Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+						<-ctx.Done()
+						ended = time.Since(start)
+						return nil, ctx.Err()
+					},
 				})
-				if got := pipeline.CodeOf(err); got != tt.want {
+				if got := pipeline.CodeOf(o.Err); got != tt.want {
 					t.Errorf("outcome = %s (ended at %v), want %s", got, ended, tt.want)
+				}
+				if o.Expired {
+					t.Error("the outcome is the guard's, want the chain's")
 				}
 				if want := cmp.Or(tt.cancelAt, deadline); ended != want {
 					t.Errorf("handler context ended at %v, want %v", ended, want)
+				}
+				if d, ok := o.Invocation.CallerDeadline(); !ok || !d.Equal(start.Add(deadline)) {
+					t.Errorf("caller's deadline = %v, %v; want %v", d, ok, start.Add(deadline))
+				}
+				if src := o.Invocation.DeadlineSource(); src != pipeline.DeadlineCaller {
+					t.Errorf("deadline source = %v, want caller", src)
 				}
 			})
 		})
@@ -73,10 +85,10 @@ func TestInboundWithoutDeadline(t *testing.T) {
 	t.Parallel()
 	a := &Adapter{cfg: defaultConfig()}
 	ctx, cancel := context.WithCancel(context.Background())
-	parent, d, stop := a.inbound(ctx)
+	parent, stop := a.inbound(ctx)
 	defer stop()
-	if parent != ctx || !d.IsZero() {
-		t.Errorf("inbound(no deadline) = %v, %v; want the server context itself and no deadline", parent, d)
+	if parent != ctx {
+		t.Errorf("inbound(no deadline) = %v, want the server context itself", parent)
 	}
 	cancel()
 	if !errors.Is(context.Cause(parent), context.Canceled) {

@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -91,8 +96,8 @@ func passThrough(full string) bool { return strings.HasPrefix(full, "/grpc.") }
 
 // UnaryServerInterceptor returns an interceptor that runs the
 // application's own unary methods (generated from .proto files and
-// registered on the same *grpc.Server) through the kernel's pipeline, so
-// they get the same deadline, attribution, breaker, limits, middleware and
+// registered on the same *grpc.Server) through the kernel, so they get the
+// same deadline, attribution, breaker, limits, middleware, telemetry and
 // call log as the adapter's methods.
 //
 // A method runs under an operation's pipeline — that operation's
@@ -101,16 +106,20 @@ func passThrough(full string) bool { return strings.HasPrefix(full, "/grpc.") }
 // its service and method name, read backwards through the naming
 // convention, are a registered operation (/acme.v1.Orders/Create, in any
 // package, runs under orders.create). Any other method runs through the
-// kernel's host pipeline (deadline, Diagnostics and application
-// middleware; no per-operation limits), named by its full method name.
-// The adapter's own methods and gRPC's infrastructure services (health,
-// reflection: package "grpc.*") pass straight through.
+// kernel's host pipeline (deadline and application middleware; no
+// per-operation limits), named by its full method name. The adapter's own
+// methods and gRPC's infrastructure services (health, reflection: package
+// "grpc.*") pass straight through.
 //
 // The handler receives the invocation's context, which carries the
-// effective deadline. An error it returns with a gRPC status goes back to
-// the client unchanged unless the pipeline replaced the outcome (a
-// deadline, a cancellation); its code also decides the outcome's kind
-// (see KindFor), so an Unavailable counts as a breaker failure. Any other
+// effective deadline, and middleware sees the request message as the
+// invocation's input. The answer leaves by that deadline whatever the
+// handler does: a handler that ignores its context is answered
+// DeadlineExceeded at the deadline and runs on, and the kernel logs its
+// late result. An error the handler returns with a gRPC status goes back
+// to the client unchanged unless the pipeline replaced the outcome (a
+// deadline, a cancellation); its code also decides the outcome's kind (see
+// KindFor), so an Unavailable counts as a breaker failure. Any other
 // outcome is converted with Status.
 func (a *Adapter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -121,27 +130,31 @@ func (a *Adapter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if d == nil && passThrough(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		var resp any
-		err := a.intercept(ctx, info.FullMethod, d, req, func(inv *pipeline.Invocation) error {
-			r, err := handler(inv.Context(), req)
-			if err != nil {
-				return fromHandler(err)
-			}
-			resp = r
-			inv.SetOutput(r)
-			return nil
+		start := time.Now()
+		o := a.invoke(ctx, info.FullMethod, kernel.Request{
+			Operation: operationID(d),
+			Input:     req,
+			Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+				resp, err := handler(ctx, req)
+				if err != nil {
+					return nil, fromHandler(err)
+				}
+				return resp, nil
+			},
 		})
-		if err != nil {
+		if err := a.answer(ctx, info.FullMethod, o, start); err != nil {
 			return nil, err
 		}
-		return resp, nil
+		return o.Output, nil
 	}
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streaming methods.
 // The whole stream is one invocation: the deadline, breaker and limits of
 // its operation apply to the stream as a whole, and the handler's stream
-// reports the invocation's context from Context.
+// reports the invocation's context from Context. Once the call has been
+// answered — at the deadline, for a handler that ignores its context — the
+// handler's stream refuses to send or receive.
 func (a *Adapter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if _, own := srv.(*service); own {
@@ -151,45 +164,74 @@ func (a *Adapter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if d == nil && passThrough(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		return a.intercept(ss.Context(), info.FullMethod, d, nil, func(inv *pipeline.Invocation) error {
-			return fromHandler(handler(srv, &stream{ServerStream: ss, ctx: inv.Context()}))
+		start := time.Now()
+		s := &stream{ServerStream: ss}
+		o := a.invoke(ss.Context(), info.FullMethod, kernel.Request{
+			Operation: operationID(d),
+			Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+				s.ctx = ctx
+				return nil, fromHandler(handler(srv, s))
+			},
 		})
+		s.answered.Store(true)
+		return a.answer(ss.Context(), info.FullMethod, o, start)
 	}
 }
 
-// stream is a ServerStream whose context is the invocation's.
+// operationID returns d's ID, or "" (a host call) for nil.
+func operationID(d *operations.Descriptor) string {
+	if d == nil {
+		return ""
+	}
+	return d.ID
+}
+
+// stream is a ServerStream whose context is the invocation's. Once the
+// interceptor has returned, grpc-go ends the stream: a handler still
+// running (one that ignored its context) must not use it any more, and
+// gets an error instead.
 type stream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx      context.Context // set before the handler runs, on its goroutine
+	answered atomic.Bool
 }
 
 func (s *stream) Context() context.Context { return s.ctx }
 
-// intercept runs run as the handler of one intercepted call and returns
-// the status error of its outcome (nil on success).
-func (a *Adapter) intercept(ctx context.Context, full string, d *operations.Descriptor, req any, run pipeline.Handler) error {
-	start := time.Now()
-	parent, deadline, stop := a.inbound(ctx)
-	defer stop()
-	var inv *pipeline.Invocation
-	if d != nil {
-		inv = pipeline.NewInvocation(parent, d, req)
-	} else {
-		inv = pipeline.NewInvocation(parent, nil, req)
-		inv.SetRoute(full)
+// errAnswered is what a stream's methods return once the call has been
+// answered.
+var errAnswered = status.Error(codes.Canceled, "grpcadapter: the call has been answered; the stream is closed")
+
+func (s *stream) SendMsg(m any) error {
+	if s.answered.Load() {
+		return errAnswered
 	}
-	inv.SetProtocol(pipeline.ProtocolGRPC)
-	inv.SetDeadline(deadline)
-	a.setBaggage(ctx, inv)
-	var err error
-	if d != nil {
-		err = a.k.InvokeWith(inv, run)
-	} else {
-		err = a.k.InvokeFunc(inv, run)
+	return s.ServerStream.SendMsg(m)
+}
+
+func (s *stream) RecvMsg(m any) error {
+	if s.answered.Load() {
+		return errAnswered
 	}
-	a.logCall(ctx, full, inv.Name(), err, start, inv.TraceID())
-	if err != nil {
-		return Status(err, a.cfg.domain).Err()
+	return s.ServerStream.RecvMsg(m)
+}
+
+func (s *stream) SetHeader(md metadata.MD) error {
+	if s.answered.Load() {
+		return errAnswered
 	}
-	return nil
+	return s.ServerStream.SetHeader(md)
+}
+
+func (s *stream) SendHeader(md metadata.MD) error {
+	if s.answered.Load() {
+		return errAnswered
+	}
+	return s.ServerStream.SendHeader(md)
+}
+
+func (s *stream) SetTrailer(md metadata.MD) {
+	if !s.answered.Load() {
+		s.ServerStream.SetTrailer(md)
+	}
 }

@@ -2,7 +2,7 @@ package grpcadapter_test
 
 import (
 	"context"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +23,13 @@ import (
 // would generate it, with wrapperspb messages.
 type acme struct {
 	deadlines chan time.Time // Slow: the handler context's deadline
+	release   chan struct{}  // Stuck: returns when it is closed (unblock)
+	started   chan struct{}  // Stuck: one send per call (buffered)
+	once      sync.Once
 }
+
+// unblock lets every Stuck call return.
+func (a *acme) unblock() { a.once.Do(func() { close(a.release) }) }
 
 type unaryFunc func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
 
@@ -54,6 +60,21 @@ func (a *acme) desc() *grpc.ServiceDesc {
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+	// stuck ignores its context.
+	stuck := func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		a.started <- struct{}{}
+		<-a.release
+		return wrapperspb.String("too late"), nil
+	}
+	// nilOurs and nilForeign return typed nils as their error.
+	nilOurs := func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		var e *pipeline.Error
+		return nil, e
+	}
+	nilForeign := func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		var e *fragileError
+		return nil, e
+	}
 	fail := func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		st, _ := status.New(codes.NotFound, "no such widget").WithDetails(&errdetails.ErrorInfo{Reason: "ACME_NOT_FOUND", Domain: "acme.example"})
 		return nil, st.Err()
@@ -66,6 +87,9 @@ func (a *acme) desc() *grpc.ServiceDesc {
 			{MethodName: "Echo", Handler: unary("/acme.v1.Work/Echo", echo)},
 			{MethodName: "Slow", Handler: unary("/acme.v1.Work/Slow", slow)},
 			{MethodName: "Fail", Handler: unary("/acme.v1.Work/Fail", fail)},
+			{MethodName: "Stuck", Handler: unary("/acme.v1.Work/Stuck", stuck)},
+			{MethodName: "NilOurs", Handler: unary("/acme.v1.Work/NilOurs", nilOurs)},
+			{MethodName: "NilForeign", Handler: unary("/acme.v1.Work/NilForeign", nilForeign)},
 		},
 		Streams: []grpc.StreamDesc{{
 			StreamName:    "Watch",
@@ -89,19 +113,26 @@ func newAcmeHarness(t *testing.T) (*harness, *acme) {
 // newAcmeHarnessWith is newAcmeHarness with more operations.
 func newAcmeHarnessWith(t *testing.T, register func(testing.TB, *operations.Registry)) (*harness, *acme) {
 	t.Helper()
-	svc := &acme{deadlines: make(chan time.Time, 4)}
-	h := newHarness(t, harnessOpt{
-		register: register,
-		adapter: []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{
-			"/acme.v1.Work/Slow":  "work.capped",
-			"/acme.v1.Work/Watch": "work.capped",
-		})},
-		services: func(s *grpc.Server) {
-			s.RegisterService(svc.desc(), svc)
-			hs := health.NewServer()
-			healthpb.RegisterHealthServer(s, hs)
-		},
-	})
+	return newAcmeHarnessOpt(t, harnessOpt{register: register})
+}
+
+// newAcmeHarnessOpt is newAcmeHarness with the acme service and the
+// health service added to ho.
+func newAcmeHarnessOpt(t *testing.T, ho harnessOpt) (*harness, *acme) {
+	t.Helper()
+	svc := &acme{deadlines: make(chan time.Time, 4), release: make(chan struct{}), started: make(chan struct{}, 4)}
+	ho.adapter = append(ho.adapter, grpcadapter.WithMethodOperations(map[string]string{
+		"/acme.v1.Work/Slow":  "work.capped",
+		"/acme.v1.Work/Watch": "work.capped",
+		"/acme.v1.Work/Stuck": "work.capped",
+	}))
+	ho.services = func(s *grpc.Server) {
+		s.RegisterService(svc.desc(), svc)
+		hs := health.NewServer()
+		healthpb.RegisterHealthServer(s, hs)
+	}
+	h := newHarness(t, ho)
+	t.Cleanup(svc.unblock) // before the harness's cleanup waits for the handlers
 	return h, svc
 }
 
@@ -125,7 +156,7 @@ func TestInterceptorSharesTheOperationsLimits(t *testing.T) {
 	if st.Code() != codes.Unavailable || errorInfo(t, st).GetReason() != pipeline.CodeRateLimited || retryInfo(st) == nil {
 		t.Fatalf("/acme.v1.Work/Limited after the limit = %v, want Unavailable KERNEL_UNAVAILABLE_002 with RetryInfo", st)
 	}
-	h.log.waitFor(t, "operation=work.limited", "method=/acme.v1.Work/Limited", "code=KERNEL_UNAVAILABLE_002")
+	h.waitLog(t, "grpc call", "operation=work.limited", "method=/acme.v1.Work/Limited", "code=KERNEL_UNAVAILABLE_002")
 }
 
 func TestInterceptorAppliesTheOperationsDeadline(t *testing.T) {
@@ -163,7 +194,7 @@ func TestInterceptorHostPipeline(t *testing.T) {
 	if err != nil || out.GetValue() != "echo: hi" {
 		t.Fatalf("/acme.v1.Work/Echo = %v, %v; want echo: hi", out, err)
 	}
-	h.log.waitFor(t, "operation=/acme.v1.Work/Echo", "grpcCode=OK")
+	h.waitLog(t, "grpc call", "operation=/acme.v1.Work/Echo", "grpcCode=OK")
 }
 
 func TestStreamInterceptor(t *testing.T) {
@@ -204,14 +235,13 @@ func TestInterceptorLeavesInfrastructureAlone(t *testing.T) {
 	if _, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{}`); st != nil {
 		t.Fatal(st)
 	}
-	h.log.waitFor(t, "method=/test.v1.Work/Run")
+	h.waitLog(t, "grpc call", "method=/test.v1.Work/Run")
 	// The adapter's own method is logged once (not again by the
 	// interceptor), and the health check not at all.
-	log := h.log.String()
-	if n := strings.Count(log, "method=/test.v1.Work/Run"); n != 1 {
-		t.Errorf("the log has %d records of /test.v1.Work/Run, want 1:\n%s", n, log)
+	if n := len(h.findLog("grpc call", "method=/test.v1.Work/Run")); n != 1 {
+		t.Errorf("the log has %d records of /test.v1.Work/Run, want 1: %v", n, h.logs.Records())
 	}
-	if strings.Contains(log, "grpc.health") {
-		t.Errorf("the health check went through the pipeline:\n%s", log)
+	if recs := h.findLog("grpc call", "method~grpc.health"); len(recs) != 0 {
+		t.Errorf("the health check went through the pipeline: %v", recs)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
-
-	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // DefaultPackage is the proto package of the generated services when
@@ -18,13 +16,13 @@ const DefaultPackage = "sundial.v1"
 // WithDeadlineTolerance is not given.
 const DefaultDeadlineTolerance = 10 * time.Millisecond
 
-// DefaultBaggageLimit is the largest W3C baggage metadata value copied into
-// an invocation's baggage when WithBaggageLimit is not given: 8192 bytes,
-// the W3C limit.
+// DefaultBaggageLimit is the largest W3C baggage metadata (all values
+// together) extracted for an invocation when WithBaggageLimit is not given:
+// 8192 bytes, the W3C limit.
 const DefaultBaggageLimit = 8192
 
-// maxIdempotencyKey bounds the idempotency-key metadata copied into
-// baggage.
+// maxIdempotencyKey bounds the idempotency-key metadata handed to the
+// kernel; a longer key is ignored.
 const maxIdempotencyKey = 255
 
 // Option configures New. Every option may be given to New once; a later
@@ -41,17 +39,20 @@ type config struct {
 	logger       *slog.Logger
 	tolerance    time.Duration
 	methodOps    map[string]string
-	propagator   propagation.TextMapPropagator
+	propagator   propagation.TextMapPropagator // with defaultPropagator false
 	baggageLimit int
+	// defaultPropagator: extract with telemetry.Propagator(), which
+	// carries the baggage too.
+	defaultPropagator bool
 }
 
 func defaultConfig() config {
 	return config{
-		pkg:          DefaultPackage,
-		domain:       DefaultDomain,
-		tolerance:    DefaultDeadlineTolerance,
-		baggageLimit: DefaultBaggageLimit,
-		propagator:   telemetry.Propagator(),
+		pkg:               DefaultPackage,
+		domain:            DefaultDomain,
+		tolerance:         DefaultDeadlineTolerance,
+		baggageLimit:      DefaultBaggageLimit,
+		defaultPropagator: true,
 	}
 }
 
@@ -85,7 +86,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithDeadlineTolerance sets how close to the inbound deadline a client's
-// cancellation may arrive and still be attributed to the deadline. gRPC
+// cancellation may arrive and still be attributed to the deadline
+// (TIMEOUT rather than CANCELLED). gRPC
 // gives the server no reason with a cancellation (a client whose deadline
 // expires sends the same RST_STREAM CANCEL as one that gives up), and the
 // client's timer fires a network hop before the server's, so without a
@@ -104,7 +106,8 @@ func WithDeadlineTolerance(d time.Duration) Option {
 // own services ("/acme.orders.v1.Orders/Place") to operation IDs
 // ("orders.create"), for the server interceptors: such a method runs under
 // that operation's pipeline — its deadline, breaker and limits — with the
-// application's handler in place of the registered one. Methods not in the
+// application's handler in place of the registered one
+// (kernel.Request.Handler). Methods not in the
 // map are resolved by convention (see Adapter.UnaryServerInterceptor). New
 // fails when a method name is malformed or an ID is not registered. Later
 // calls add to the map.
@@ -119,19 +122,23 @@ func WithMethodOperations(m map[string]string) Option {
 	})
 }
 
-// WithPropagator extracts trace context (and whatever else p carries) from
-// the request metadata into the invocation's parent context. The default
-// is telemetry.Propagator(): W3C traceparent, tracestate and baggage, so
-// the invocation's span continues the caller's trace. A nil p extracts
-// nothing (for a server whose otelgrpc stats handler does it instead).
+// WithPropagator sets what extracts trace context (and whatever else p
+// carries) from the request metadata into the invocation's parent context,
+// under which the kernel starts the invocation's span. The default is
+// telemetry.Propagator(): W3C traceparent, tracestate and baggage, so the
+// span continues the caller's trace. A nil p extracts no trace context
+// (for a server whose otelgrpc stats handler does it instead). The W3C
+// "baggage" metadata is extracted whatever p is; the kernel copies it into
+// the invocation's baggage.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return optionFunc(func(c *config) { c.propagator = p })
+	return optionFunc(func(c *config) { c.propagator, c.defaultPropagator = p, false })
 }
 
-// WithBaggageLimit sets the largest W3C "baggage" metadata, in bytes, that
-// is copied into the invocation's baggage; a larger one is dropped whole,
-// with a warning in the log. The default is DefaultBaggageLimit; n <= 0
-// keeps it.
+// WithBaggageLimit sets the largest W3C "baggage" metadata, in bytes (all
+// its values together), that is extracted for an invocation; a larger one
+// is dropped whole, with a warning in the log. The kernel then bounds the
+// members it copies (see telemetry.Baggage). The default is
+// DefaultBaggageLimit; n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {

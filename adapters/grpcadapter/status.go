@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -22,48 +21,53 @@ import (
 // adapter writes when WithDomain is not given.
 const DefaultDomain = "sundial"
 
-// DetailRetryAfter is the details key whose value (whole seconds) becomes a
-// google.rpc.RetryInfo.
-const DetailRetryAfter = pipeline.DetailRetryAfter
-
 // Status returns the gRPC status of an outcome: nil for a nil outcome (OK),
 // otherwise the code of [CodeFor] for the outcome's kind, the outcome's
 // safe message, a google.rpc.ErrorInfo whose reason is the outcome's stable
 // code, whose domain is domain (DefaultDomain when empty) and whose
 // metadata are the outcome's details as strings (see [DetailString]), and,
-// when the details hold "retryAfter" (seconds), a google.rpc.RetryInfo
-// with that delay.
+// when the outcome has a retry-after ([pipeline.Error.RetryAfter]), a
+// google.rpc.RetryInfo with that delay and the metadata entry
+// [pipeline.DetailRetryAfter], both in whole seconds rounded up.
 //
-// An UNEXPECTED outcome carries only [pipeline.UnexpectedMessage] and its
-// code: neither the wrapped error's text nor its details reach the caller.
+// Any error is an outcome: err is read with [pipeline.AsError], so a
+// context error is TIMEOUT or CANCELLED, and a foreign error — a typed nil
+// of any type included — is UNEXPECTED. An UNEXPECTED outcome carries only
+// [pipeline.UnexpectedMessage] and its code: neither the wrapped error's
+// text nor its details nor a retry-after reach the caller.
+//
+// A status that an application's own gRPC handler returned (see
+// [Adapter.UnaryServerInterceptor]) goes back as the handler wrote it,
+// unless the pipeline replaced the outcome.
 func Status(err error, domain string) *status.Status {
 	if err == nil {
 		return nil
 	}
+	e := pipeline.AsError(err)
+	if hs, ok := e.Unwrap().(*handlerStatus); ok && hs != nil {
+		// A status returned by a user's own gRPC handler (fromHandler)
+		// that no middleware replaced.
+		return hs.st
+	}
 	if domain == "" {
 		domain = DefaultDomain
 	}
-	var hs *handlerStatus
-	if errors.As(err, &hs) && pipeline.AsError(err).Unwrap() == hs {
-		// A status returned by a user's own gRPC handler (see
-		// UnaryServerInterceptor) that no middleware replaced: it goes
-		// back as the handler wrote it.
-		return hs.st
-	}
-	e := pipeline.AsError(err)
-	st := status.New(CodeFor(e.Kind), e.SafeMessage())
-	info := &errdetails.ErrorInfo{Reason: e.Code, Domain: domain}
-	unexpected := CodeFor(e.Kind) == codes.Internal
-	if !unexpected && len(e.Details) > 0 {
-		info.Metadata = make(map[string]string, len(e.Details))
-		for k, v := range e.Details {
-			info.Metadata[k] = DetailString(v)
-		}
-	}
+	kind := e.Kind()
+	st := status.New(CodeFor(kind), e.SafeMessage())
+	info := &errdetails.ErrorInfo{Reason: e.Code(), Domain: domain}
 	details := []protoadapt.MessageV1{info}
-	if !unexpected {
-		if d, ok := e.RetryAfter(); ok {
-			details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+	if kind != pipeline.KindUnexpected {
+		safe := e.SafeDetails()
+		secs, retry := e.RetryAfterSeconds()
+		if len(safe) > 0 || retry {
+			info.Metadata = make(map[string]string, len(safe)+1)
+			for k, v := range safe {
+				info.Metadata[k] = DetailString(v)
+			}
+		}
+		if retry {
+			info.Metadata[pipeline.DetailRetryAfter] = strconv.FormatInt(secs, 10)
+			details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)})
 		}
 	}
 	if ws, err := st.WithDetails(details...); err == nil {
@@ -127,7 +131,7 @@ func KindFor(c codes.Code) pipeline.Kind {
 	case codes.AlreadyExists, codes.Aborted:
 		return pipeline.KindConflict
 	case codes.Canceled:
-		return pipeline.KindCancelled
+		return pipeline.KindCanceled
 	case codes.DeadlineExceeded:
 		return pipeline.KindTimeout
 	case codes.Unavailable, codes.ResourceExhausted:
@@ -144,10 +148,12 @@ const CodePrefix = "GRPC_"
 // nil, an error without a gRPC status (or already a *pipeline.Error) is
 // returned as it is, and a status error becomes a *pipeline.Error of
 // KindFor(code) with code "GRPC_<CODE>" (e.g. GRPC_UNAVAILABLE), the
-// status message, and details "grpcCode" and, when the status carries
-// them, "reason" and "domain" (from google.rpc.ErrorInfo) and "retryAfter"
-// (whole seconds, from google.rpc.RetryInfo). The result wraps the status
-// error, so status.Code(err) still works on it.
+// status message, details "grpcCode" and, when the status carries a
+// google.rpc.ErrorInfo, "reason" and "domain", and, when it carries a
+// google.rpc.RetryInfo, that delay as its retry-after
+// ([pipeline.Error.WithRetryAfter]). The result wraps the status error, so
+// status.Code(err) still works on it. FromStatus never panics: an error
+// whose methods do (a typed nil) is returned as it is.
 //
 // The client interceptors apply FromStatus to every failed call, so a
 // downstream timeout is a TIMEOUT outcome and a downstream that is down is
@@ -157,16 +163,15 @@ func FromStatus(err error) error {
 	if !ok {
 		return err
 	}
-	kind := KindFor(st.Code())
-	code := CodePrefix + codeName(st.Code())
-	out := pipeline.Wrap(kind, code, st.Message(), err).WithDetail("grpcCode", st.Code().String())
+	out := pipeline.Wrap(KindFor(st.Code()), CodePrefix+codeName(st.Code()), st.Message(), err).
+		WithDetail("grpcCode", st.Code().String())
 	for _, d := range st.Details() {
 		switch x := d.(type) {
 		case *errdetails.ErrorInfo:
 			out = out.WithDetail("reason", x.GetReason()).WithDetail("domain", x.GetDomain())
 		case *errdetails.RetryInfo:
 			if rd := x.GetRetryDelay(); rd != nil && rd.IsValid() && rd.AsDuration() >= 0 {
-				out = out.WithDetail(DetailRetryAfter, int64(math.Ceil(rd.AsDuration().Seconds())))
+				out = out.WithRetryAfter(rd.AsDuration())
 			}
 		}
 	}
@@ -218,19 +223,24 @@ func (h *handlerStatus) GRPCStatus() *status.Status { return h.st }
 func fromHandler(err error) error {
 	st, ok := foreignStatus(err)
 	if !ok {
-		return err // nil, an outcome, a plain error (UNEXPECTED) or a context error
+		return err // nil, an outcome, a plain error (UNEXPECTED), a context error or a typed nil
 	}
 	return pipeline.Wrap(KindFor(st.Code()), CodePrefix+codeName(st.Code()), st.Message(), &handlerStatus{st: st})
 }
 
 // foreignStatus returns the gRPC status of err when err carries one and is
-// not already an outcome.
-func foreignStatus(err error) (*status.Status, bool) {
+// not already an outcome. An error whose methods panic (a typed nil whose
+// Unwrap, GRPCStatus or Error reads its receiver) carries none.
+func foreignStatus(err error) (st *status.Status, ok bool) {
 	if err == nil {
 		return nil, false
 	}
-	var pe *pipeline.Error
-	if errors.As(err, &pe) {
+	defer func() {
+		if recover() != nil {
+			st, ok = nil, false
+		}
+	}()
+	if _, outcome := errors.AsType[*pipeline.Error](err); outcome {
 		return nil, false
 	}
 	return status.FromError(err)

@@ -17,10 +17,22 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
+// fragileError is a foreign error whose methods read their receiver: a
+// typed nil of it panics when they are called.
+type fragileError struct{ msg string }
+
+func (e *fragileError) Error() string { return "fragile: " + e.msg }
+
+// fragileWrapper is a foreign error whose Unwrap reads its receiver.
+type fragileWrapper struct{ err error }
+
+func (w *fragileWrapper) Error() string { return "wrapper" }
+func (w *fragileWrapper) Unwrap() error { return w.err }
+
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	rate := pipeline.Unavailable(pipeline.CodeRateLimited, "Too many calls.").
-		WithDetail("id", "orders.create").WithDetail("retryAfter", 42)
+		WithDetail("id", "orders.create").WithRetryAfter(42 * time.Second)
 	tests := []struct {
 		name     string
 		err      error
@@ -33,7 +45,7 @@ func TestStatus(t *testing.T) {
 		{"rate limited", rate, codes.Unavailable, "Too many calls.", pipeline.CodeRateLimited,
 			map[string]string{"id": "orders.create", "retryAfter": "42"}, 42 * time.Second},
 		{"timeout", pipeline.ErrTimeout(), codes.DeadlineExceeded, "The invocation's deadline was exceeded.", pipeline.CodeTimeout, nil, -1},
-		{"cancelled", pipeline.ErrCancelled(), codes.Canceled, "The caller cancelled the invocation.", pipeline.CodeCancelled, nil, -1},
+		{"canceled", pipeline.ErrCanceled(), codes.Canceled, "The caller canceled the invocation.", pipeline.CodeCanceled, nil, -1},
 		{"context deadline", context.DeadlineExceeded, codes.DeadlineExceeded, "The invocation's deadline was exceeded.", pipeline.CodeTimeout, nil, -1},
 		{"wrapped outcome", fmt.Errorf("while charging: %w", pipeline.NotFound("SHOP_NOT_FOUND_001", "No such order.")),
 			codes.NotFound, "No such order.", "SHOP_NOT_FOUND_001", nil, -1},
@@ -41,14 +53,26 @@ func TestStatus(t *testing.T) {
 			WithDetail("list", []string{"a", "b"}).WithDetail("nil", nil).WithDetail("wait", 1500*time.Millisecond),
 			codes.AlreadyExists, "Taken.", "C_001",
 			map[string]string{"n": "1.5", "ok": "true", "list": `["a","b"]`, "nil": "", "wait": "1.5"}, -1},
-		{"fractional retry", pipeline.Unavailable("X_001", "Later.").WithDetail("retryAfter", 0.25),
-			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "0.25"}, 250 * time.Millisecond},
-		{"negative retry ignored", pipeline.Unavailable("X_001", "Later.").WithDetail("retryAfter", -3),
-			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "-3"}, -1},
+		{"fractional retry rounds up", pipeline.Unavailable("X_001", "Later.").WithRetryAfter(250 * time.Millisecond),
+			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "1"}, time.Second},
+		{"retry rounds up to whole seconds", pipeline.Unavailable("X_001", "Later.").WithRetryAfter(2500 * time.Millisecond),
+			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "3"}, 3 * time.Second},
+		{"negative retry is none", pipeline.Unavailable("X_001", "Later.").WithRetryAfter(-3 * time.Second),
+			codes.Unavailable, "Later.", "X_001", nil, -1},
+		{"a retryAfter detail is only a detail", pipeline.Unavailable("X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5),
+			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "5"}, -1},
+		{"the retry-after wins over a detail", pipeline.Unavailable("X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5).WithRetryAfter(9 * time.Second),
+			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "9"}, 9 * time.Second},
 		{"plain error", errors.New("secret: disk /dev/sda1 on fire"), codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
 		{"unexpected with details", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "secret text", errors.New("secret")).
-			WithDetail("query", "secret SELECT").WithDetail("retryAfter", 1),
+			WithDetail("query", "secret SELECT").WithRetryAfter(time.Second),
 			codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
+		{"unknown kind", pipeline.NewError(pipeline.Kind(200), "X_ODD_001", "secret text").WithDetail("dsn", "secret dsn").WithRetryAfter(time.Second),
+			codes.Internal, pipeline.UnexpectedMessage, "X_ODD_001", nil, -1},
+		{"typed nil outcome", (*pipeline.Error)(nil), codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
+		{"typed nil foreign error", (*fragileError)(nil), codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
+		{"typed nil in a chain", fmt.Errorf("calling: %w", (*fragileWrapper)(nil)), codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
+		{"foreign wrapper of a typed nil", &fragileWrapper{err: (*fragileError)(nil)}, codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,10 +145,10 @@ func TestFromStatus(t *testing.T) {
 		details map[string]any
 	}{
 		{"unavailable with details", down.Err(), pipeline.KindUnavailable, "GRPC_UNAVAILABLE",
-			map[string]any{"grpcCode": "Unavailable", "reason": "KERNEL_UNAVAILABLE_002", "domain": "sundial", "retryAfter": int64(3)}},
+			map[string]any{"grpcCode": "Unavailable", "reason": "KERNEL_UNAVAILABLE_002", "domain": "sundial"}},
 		{"deadline", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), pipeline.KindTimeout, "GRPC_DEADLINE_EXCEEDED",
 			map[string]any{"grpcCode": "DeadlineExceeded"}},
-		{"cancelled", status.Error(codes.Canceled, "context canceled"), pipeline.KindCancelled, "GRPC_CANCELLED", nil},
+		{"canceled", status.Error(codes.Canceled, "context canceled"), pipeline.KindCanceled, "GRPC_CANCELLED", nil},
 		{"internal", status.Error(codes.Internal, "boom"), pipeline.KindUnexpected, "GRPC_INTERNAL", nil},
 	}
 	for _, tt := range tests {
@@ -132,8 +156,8 @@ func TestFromStatus(t *testing.T) {
 			t.Parallel()
 			got := grpcadapter.FromStatus(tt.err)
 			e := pipeline.AsError(got)
-			if e.Kind != tt.kind || e.Code != tt.code {
-				t.Errorf("FromStatus(%v) = %s %s, want %s %s", tt.err, e.Kind, e.Code, tt.kind, tt.code)
+			if e.Kind() != tt.kind || e.Code() != tt.code {
+				t.Errorf("FromStatus(%v) = %s %s, want %s %s", tt.err, e.Kind(), e.Code(), tt.kind, tt.code)
 			}
 			for k, v := range tt.details {
 				if d, _ := e.Detail(k); d != v {
@@ -145,9 +169,15 @@ func TestFromStatus(t *testing.T) {
 			}
 		})
 	}
+	if d, ok := pipeline.AsError(grpcadapter.FromStatus(down.Err())).RetryAfter(); !ok || d != 2500*time.Millisecond {
+		t.Errorf("FromStatus(RetryInfo 2.5s).RetryAfter() = %v, %v; want 2.5s", d, ok)
+	}
+	if _, ok := pipeline.AsError(grpcadapter.FromStatus(status.Error(codes.Unavailable, "down"))).RetryAfter(); ok {
+		t.Error("FromStatus(no RetryInfo) has a retry-after")
+	}
 	plain := errors.New("not a status")
 	outcome := pipeline.NotFound("X_001", "gone")
-	for _, err := range []error{nil, plain, outcome, context.Canceled} {
+	for _, err := range []error{nil, plain, outcome, context.Canceled, (*pipeline.Error)(nil), (*fragileError)(nil), (*fragileWrapper)(nil)} {
 		if got := grpcadapter.FromStatus(err); got != err {
 			t.Errorf("FromStatus(%v) = %v, want it unchanged", err, got)
 		}

@@ -12,17 +12,14 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
 )
 
 // Adapter serves a kernel's operations on an echo instance. Create it with
@@ -31,27 +28,23 @@ type Adapter struct {
 	k      *kernel.Kernel
 	cfg    config
 	logger *slog.Logger
-
-	// guard watches the deadline of invocations that have one, so that
-	// the response can leave at the deadline even when the handler ignores
-	// its context (see invokeGuarded). Always true outside benchmarks.
-	guard bool
-
-	inflight inflight // invocations not yet returned
 }
 
 // Mount mounts every operation of k that has an HTTP Method and Path on e,
 // which the application owns: its own middleware and routes stay as they
-// are. Unless WithoutErrorHandler is given, it also installs the adapter's
-// HTTPErrorHandler on e.
+// are. Unless WithErrorHandler(false) is given, it also installs the
+// adapter's HTTPErrorHandler on e.
 //
 // Each route reads the caller's deadline (see ParseDeadline and
 // WithRelativeDeadlineHeader), reads the body to its end within the body
 // limit, binds the JSON body, path parameters and (for GET, HEAD and
-// DELETE) query parameters into the operation's input, runs the
-// invocation through k, and writes the outcome: the descriptor's success
-// status with the JSON output, or Problem Details. It logs one access
-// record per request.
+// DELETE) query parameters into the operation's input, hands the call to
+// k (kernel.Kernel.Serve), and writes the outcome: the descriptor's
+// success status with the JSON output, or Problem Details. A request the
+// adapter turns away before the pipeline — a malformed deadline header, a
+// body that does not decode or is too large — goes through k too, as a
+// rejection, so that it is observed like any other call. Each request
+// leaves one access log record.
 //
 // Mount fails, naming the operation, when two operations share a method
 // and path, or when a path parameter has no field in the input to go to.
@@ -65,7 +58,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 			o.apply(&cfg)
 		}
 	}
-	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, guard: true}
+	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger}
 	if a.logger == nil {
 		a.logger = k.Logger()
 	}
@@ -102,8 +95,8 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 type route struct {
 	a       *Adapter
 	desc    *operations.Descriptor
+	name    string // "METHOD /path"
 	binder  *binder
-	dm      *resilience.DeadlineMiddleware // computes the effective deadline
 	success int
 }
 
@@ -112,11 +105,7 @@ func (a *Adapter) newRoute(d *operations.Descriptor) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := &route{a: a, desc: d, binder: b, success: successStatus(d)}
-	if s := a.k.Settings(); s.UseBuiltInMiddleware {
-		rt.dm = resilience.NewDeadlineMiddleware(a.k.PolicyFor(d.ID).Timeout, s.MaxTimeout)
-	}
-	return rt, nil
+	return &route{a: a, desc: d, name: d.Method + " " + d.Path, binder: b, success: successStatus(d)}, nil
 }
 
 // pathParams returns the parameter names of an echo path: ":id" segments
@@ -148,113 +137,74 @@ func successStatus(d *operations.Descriptor) int {
 	return http.StatusOK
 }
 
-// exchange is what the access log needs to know of one request.
-type exchange struct {
-	start   time.Time
-	name    string // operation ID or host route
-	traceID string
-	status  int
-	err     *pipeline.Error // nil on success
-}
-
 // serve handles one request of an operation route. It writes the response
-// itself and returns nil, so echo's error handler never sees its outcomes.
+// itself, in the exchange's answer, and returns nil, so echo's error
+// handler never sees its outcomes.
 func (rt *route) serve(c echo.Context) error {
 	a := rt.a
 	r := c.Request()
-	x := exchange{start: time.Now(), name: rt.desc.ID}
+	x := a.newExchange(c)
+	defer x.release()
+	x.name, x.success = rt.desc.ID, rt.success
 	ctx := a.requestContext(r, rt.desc.ID)
-	x.traceID = traceIDOf(trace.SpanContextFromContext(ctx))
-
-	var deadline time.Time
+	req := kernel.Request{
+		Operation:      rt.desc.ID,
+		Protocol:       pipeline.ProtocolHTTP,
+		Route:          rt.name,
+		Arrival:        x.start,
+		IdempotencyKey: idempotencyKey(r),
+	}
 	if a.cfg.callerDeadlines {
 		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
 		if err != nil {
-			a.fail(c, &x, badDeadline(header), 0)
+			req.Reject = badDeadline(header)
+			a.k.Serve(ctx, req, x.answer)
 			return nil
 		}
-		deadline = d
+		req.Deadline = d
 	}
-	if rt.dm != nil {
-		pd, _ := ctx.Deadline()
-		deadline = rt.dm.Effective(x.start, deadline, pd)
-	}
+	req.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
+	a.k.Serve(ctx, req, x.answer)
+	return nil
+}
 
-	buf, perr, status := a.readBody(c, deadline)
+// decode reads the request body, bounded by the invocation's effective
+// deadline (which the kernel computed and hands over: a dribbled body gets
+// its answer at the deadline), and binds it with the path and query
+// parameters into a new input.
+func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, error) {
+	buf, perr, status := rt.a.readBody(c, deadline)
 	if perr != nil {
-		a.fail(c, &x, perr, status)
-		return nil
+		x.reject(perr, status)
+		return nil, perr
 	}
 	in := rt.desc.NewInput()
+	r := c.Request()
 	perr = rt.binder.bind(r, c.ParamNames(), c.ParamValues(), buf.Bytes(), in)
 	buf.Reset()
 	bufPool.Put(buf)
 	if perr != nil {
-		a.fail(c, &x, perr, 0)
-		return nil
+		return nil, perr
 	}
-
-	var res result
-	a.inflight.add()
-	if deadline.IsZero() || !a.guard || !deadline.After(x.start) {
-		// No deadline, no guard, or a deadline already past (the kernel
-		// answers TIMEOUT at once without running the handler): nothing
-		// to watch.
-		inv := a.newInvocation(ctx, rt.desc, in, deadline, r)
-		err := a.k.Invoke(inv)
-		res = result{err, inv.Output(), telemetry.TraceID(inv)}
-	} else {
-		var owned bool
-		res, owned = a.invokeGuarded(c, &x, ctx, rt.desc, in, deadline)
-		if !owned {
-			// The deadline's callback answered; the late result is
-			// logged and nothing more may be written.
-			a.inflight.done()
-			return nil
-		}
-	}
-	a.inflight.done()
-	if res.traceID != "" {
-		x.traceID = res.traceID
-	}
-	err, out := res.err, res.out
-	if err != nil {
-		a.fail(c, &x, pipeline.AsError(err), 0)
-		return nil
-	}
-	x.status = rt.success
-	if x.status == http.StatusNoContent {
-		c.Response().WriteHeader(x.status)
-		a.logExchange(r, &x, nil)
-		return nil
-	}
-	body, merr := json.Marshal(out)
-	if merr != nil {
-		a.fail(c, &x, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
-			fmt.Errorf("httpadapter: encoding the output of %q: %w", rt.desc.ID, merr)), 0)
-		return nil
-	}
-	if werr := c.JSONBlob(x.status, body); werr != nil {
-		a.logExchange(r, &x, werr)
-		return nil
-	}
-	a.logExchange(r, &x, nil)
-	return nil
+	return in, nil
 }
 
-func (a *Adapter) newInvocation(ctx context.Context, d *operations.Descriptor, in any, deadline time.Time, r *http.Request) *pipeline.Invocation {
-	inv := pipeline.NewInvocation(ctx, d, in)
-	inv.SetProtocol(pipeline.ProtocolHTTP)
-	inv.SetDeadline(deadline)
-	a.setBaggage(inv, r)
-	return inv
+// idempotencyKey returns the Idempotency-Key header, or "" when it is
+// absent or longer than maxIdempotencyKey bytes.
+func idempotencyKey(r *http.Request) string {
+	vs := r.Header["Idempotency-Key"]
+	if len(vs) == 0 || len(vs[0]) > maxIdempotencyKey {
+		return ""
+	}
+	return vs[0]
 }
 
 // requestContext is the invocation's parent context: the request's (which
 // ends when the client goes away), carrying the caller's W3C trace context
 // and baggage (telemetry.ExtractHTTP), so that the invocation's span
-// continues the caller's trace. A baggage header over the limit is
-// dropped whole, with a warning, before anything parses it.
+// continues the caller's trace and the kernel finds the baggage. A baggage
+// header over the limit is dropped whole, with a warning, before anything
+// parses it.
 func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 	h := r.Header
 	bag, hasTrace := h["Baggage"], len(h["Traceparent"]) > 0
@@ -299,7 +249,7 @@ func deadlineFormat(header string) string {
 // only starts watching the connection for a vanished client — and cancels
 // the request's context when it goes — once the body has been read to EOF.
 //
-// The read is bounded by the invocation's deadline (when the connection
+// The read is bounded by deadline (when it is not zero and the connection
 // supports read deadlines): a client that sends its headers and then
 // dribbles the body gets a 504 at the deadline instead of holding the
 // server for as long as it likes.
@@ -332,8 +282,7 @@ func (a *Adapter) readBody(c echo.Context, deadline time.Time) (*bytes.Buffer, *
 		c.Response().Header().Set(echo.HeaderConnection, "close")
 		buf.Reset()
 		bufPool.Put(buf)
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, bodyTooLarge(limit), http.StatusRequestEntityTooLarge
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -353,31 +302,124 @@ func bodyTooLarge(limit int64) *pipeline.Error {
 		"The request body is larger than %d bytes.", limit).WithDetail("limit", limit)
 }
 
-// setBaggage copies the baggage extracted by requestContext onto the
-// invocation (bounded: see telemetry.CopyBaggage), and the Idempotency-Key
-// header, when the baggage carries no idempotency key.
-func (a *Adapter) setBaggage(inv *pipeline.Invocation, r *http.Request) {
-	telemetry.CopyBaggage(inv.Context(), inv, a.logger)
-	if k := r.Header.Get("Idempotency-Key"); k != "" && len(k) <= maxIdempotencyKey && inv.IdempotencyKey() == "" {
-		inv.SetBaggage(pipeline.BaggageIdempotencyKey, k)
+// exchange is one request between its arrival and its access log record:
+// what the answer needs to write the response and log it. Exchanges are
+// pooled; answer is bound once, so that handing it to the kernel costs
+// nothing.
+type exchange struct {
+	a       *Adapter
+	c       echo.Context
+	start   time.Time
+	name    string // the access log's "operation": operation ID, host route or ""
+	success int    // an operation's success status; 0: a host endpoint, which wrote its own
+	// status, when not 0, is the status of the outcome rejected (the
+	// rejection itself, compared by pointer): 413, or an *echo.HTTPError's.
+	status   int
+	rejected *pipeline.Error
+	answer   func(kernel.Outcome) // x.respond, bound once
+}
+
+var exchangePool = sync.Pool{New: func() any {
+	x := &exchange{}
+	x.answer = x.respond
+	return x
+}}
+
+func (a *Adapter) newExchange(c echo.Context) *exchange {
+	x := exchangePool.Get().(*exchange)
+	x.a, x.c, x.start = a, c, time.Now()
+	return x
+}
+
+// release returns x to the pool. The kernel has returned from Serve (or
+// Invoke), so nothing calls x.answer any more.
+func (x *exchange) release() {
+	x.a, x.c, x.name, x.success, x.status, x.rejected = nil, nil, "", 0, 0, nil
+	exchangePool.Put(x)
+}
+
+// reject records that e, when it is the outcome, is answered with status
+// rather than its kind's.
+func (x *exchange) reject(e *pipeline.Error, status int) {
+	if status != 0 {
+		x.status, x.rejected = status, e
 	}
 }
 
-// fail writes e as Problem Details (status 0: the kind's) and logs the
-// exchange.
-func (a *Adapter) fail(c echo.Context, x *exchange, e *pipeline.Error, status int) {
-	if status == 0 {
-		status = StatusFor(e.Kind)
+// respond writes the outcome of the call and its access log record. The
+// kernel calls it exactly once: on the request's goroutine, or — when the
+// answer leaves at the deadline while the handler runs on (o.Expired) —
+// on another, while the request's goroutine waits in the kernel. It then
+// asks an HTTP/1 client to close the connection (the request's goroutine
+// stays busy with the handler, so the connection cannot serve another
+// request before it returns; an HTTP/2 stream holds no one else up, and
+// Connection: close there would make the server drain the whole
+// connection), and flushes, so that the client has the whole response at
+// once.
+func (x *exchange) respond(o kernel.Outcome) {
+	c := x.c
+	if o.Expired && c.Request().ProtoMajor < 2 {
+		c.Response().Header().Set(echo.HeaderConnection, "close")
 	}
-	x.status, x.err = status, e
-	werr := writeProblem(c, e, status, x.traceID)
-	a.logExchange(c.Request(), x, werr)
+	switch {
+	case o.Err != nil:
+		x.fail(pipeline.AsError(o.Err), o.TraceID)
+	case x.success == 0:
+		// A host endpoint wrote its own response.
+		x.log(c.Response().Status, nil, o.TraceID, nil)
+	default:
+		x.succeed(o.Output, o.TraceID)
+	}
+	if o.Expired {
+		// Logged first, as on the request's goroutine, where the server
+		// flushes after the handler returns: the access log keeps the
+		// order in which clients saw their responses. A flush error means
+		// the client is gone; there is nobody left to tell.
+		_ = http.NewResponseController(c.Response()).Flush()
+	}
 }
 
-// logExchange writes the access log record of one request.
-func (a *Adapter) logExchange(r *http.Request, x *exchange, writeErr error) {
+// succeed writes an operation's output with its success status.
+func (x *exchange) succeed(out any, traceID string) {
+	c := x.c
+	status := x.success
+	if status == http.StatusNoContent {
+		c.Response().WriteHeader(status)
+		x.log(status, nil, traceID, nil)
+		return
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		x.fail(pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
+			fmt.Errorf("httpadapter: encoding the output of %q: %w", x.name, err)), traceID)
+		return
+	}
+	x.log(status, nil, traceID, c.JSONBlob(status, body))
+}
+
+// fail writes e as Problem Details — with the rejection's status when e is
+// the rejection, else its kind's — and logs the request. When the
+// response is already committed (a host endpoint or an application route
+// wrote it) it only logs.
+func (x *exchange) fail(e *pipeline.Error, traceID string) {
+	status := StatusFor(e.Kind())
+	if x.status != 0 && e == x.rejected {
+		status = x.status
+	}
+	if w := x.c.Response(); w.Committed {
+		x.log(w.Status, e, traceID, errResponseCommitted)
+		return
+	}
+	x.log(status, e, traceID, writeProblem(x.c, e, status, traceID))
+}
+
+var errResponseCommitted = errors.New("httpadapter: response already committed")
+
+// log writes the access log record of the request.
+func (x *exchange) log(status int, e *pipeline.Error, traceID string, writeErr error) {
+	a, r := x.a, x.c.Request()
 	level := slog.LevelInfo
-	if x.err != nil && x.err.Kind == pipeline.KindUnexpected {
+	if e != nil && e.Kind() == pipeline.KindUnexpected {
 		level = slog.LevelError
 	}
 	ctx := r.Context()
@@ -385,221 +427,24 @@ func (a *Adapter) logExchange(r *http.Request, x *exchange, writeErr error) {
 		return
 	}
 	code := ""
-	if x.err != nil {
-		code = x.err.Code
+	if e != nil {
+		code = e.Code()
 	}
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs,
 		slog.String("operation", x.name),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
-		slog.Int("status", x.status),
+		slog.Int("status", status),
 		slog.String("code", code),
 		slog.Float64("durationMs", float64(time.Since(x.start).Microseconds())/1000),
-		slog.String("traceId", x.traceID),
+		slog.String("traceId", traceID),
 	)
-	if x.err != nil && x.err.Kind == pipeline.KindUnexpected {
-		attrs = append(attrs, slog.String("error", x.err.Error()))
+	if level == slog.LevelError {
+		attrs = append(attrs, slog.String("error", pipeline.ErrorText(e)))
 	}
 	if writeErr != nil {
-		attrs = append(attrs, slog.String("writeError", writeErr.Error()))
+		attrs = append(attrs, slog.String("writeError", pipeline.ErrorText(writeErr)))
 	}
 	a.logger.LogAttrs(ctx, level, "http request", attrs...)
-}
-
-type result struct {
-	err     error
-	out     any
-	traceID string // the invocation's span, if the Diagnostics stage recorded one
-}
-
-// lateWarnAfter is how late after the response a discarded result must be
-// for its log record to be a warning rather than information: a handler
-// that honours its context returns within microseconds of the deadline,
-// one that ignores it does not.
-const lateWarnAfter = 10 * time.Millisecond
-
-// settleWindow is how long the adapter waits, once the invocation's
-// context has ended, for the kernel's outcome before it answers without it
-// (a handler that ignores its context). It bounds how late after the
-// deadline a 504 can leave.
-const settleWindow = 5 * time.Millisecond
-
-// Who owns the response of a guarded invocation. It starts armed; the
-// request's goroutine (the outcome came first) or the deadline's callback
-// (it did not come within the settle window) claims it with a CAS, and
-// only the winner touches the ResponseWriter and logs the access record.
-const (
-	watchArmed    int32 = iota
-	watchOutcome        // the request's goroutine writes the kernel's outcome
-	watchDeadline       // the callback wrote 504 (408) without it
-)
-
-// watch is the deadline's side of one guarded invocation. The request's
-// goroutine recycles it when it stopped the callback before it started;
-// once the callback has started, the watch is left to the garbage
-// collector, since the callback may still read it after serve returned.
-type watch struct {
-	state atomic.Int32
-	// mu is held by the callback from its CAS until it has written,
-	// logged and flushed the response: the request's goroutine, having
-	// lost the CAS, takes it to wait until the ResponseWriter is no longer
-	// in use before serve returns.
-	mu     sync.Mutex
-	gaveUp time.Time // when the callback answered; under mu
-
-	a    *Adapter
-	c    echo.Context
-	ctx  context.Context // the invocation's parent: ends at the deadline or with the client
-	x    exchange        // the access record as it stood when the watch was armed
-	fire func()          // w.respond, bound once
-}
-
-var watchPool = sync.Pool{New: func() any {
-	w := &watch{}
-	w.fire = w.respond
-	return w
-}}
-
-func (w *watch) recycle() {
-	w.state.Store(watchArmed)
-	w.a, w.c, w.ctx, w.x, w.gaveUp = nil, nil, nil, exchange{}, time.Time{}
-	watchPool.Put(w)
-}
-
-// invokeGuarded runs inv on the request's goroutine under a parent context
-// that ends at the deadline (or when the client goes away), with a
-// context.AfterFunc armed on that parent. Because the kernel's
-// DeadlineMiddleware derives the handler's context from the same parent,
-// the adapter and the kernel read the same token.
-//
-// When the invocation returns first — the usual case — the callback is
-// stopped before it ever runs: no goroutine, no timer beyond the parent's
-// own, and invokeGuarded returns the outcome with owned true.
-//
-// When the parent ends first, the callback waits settleWindow for the
-// outcome (a handler that honours its context returns within microseconds
-// of the deadline, and its outcome carries its span's trace ID), then, if
-// the request's goroutine has not claimed the response meanwhile, claims it
-// and writes 504 TIMEOUT (408 CANCELLED when the client is gone), with
-// Connection: close over HTTP/1, logs the access record, and flushes it so
-// that the client has it at once. The invocation runs on until the handler
-// returns, keeping its concurrency slot — and its request's goroutine, so
-// that http.Server.Shutdown waits for it like any other request — and
-// invokeGuarded then discards and logs its result and returns owned
-// false: the caller must write nothing.
-func (a *Adapter) invokeGuarded(c echo.Context, x *exchange, ctx context.Context, d *operations.Descriptor, in any, deadline time.Time) (result, bool) {
-	r := c.Request()
-	dctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	inv := a.newInvocation(dctx, d, in, deadline, r)
-	w := watchPool.Get().(*watch)
-	w.a, w.c, w.ctx, w.x = a, c, dctx, *x
-	stop := context.AfterFunc(dctx, w.fire)
-	err := a.k.Invoke(inv)
-	if stop() {
-		w.recycle()
-		return result{err, inv.Output(), telemetry.TraceID(inv)}, true
-	}
-	if w.state.CompareAndSwap(watchArmed, watchOutcome) {
-		// Within the settle window: the kernel's outcome wins.
-		return result{err, inv.Output(), telemetry.TraceID(inv)}, true
-	}
-	w.mu.Lock() // the callback owns the response: wait until it is done with it
-	gaveUp := w.gaveUp
-	w.mu.Unlock()
-	a.logLate(inv.Name(), r.Method, r.URL.Path, gaveUp, err, inv.OriginalOutcome())
-	return result{}, false
-}
-
-// respond is the callback of a guarded invocation whose parent context
-// ended before the invocation returned.
-func (w *watch) respond() {
-	time.Sleep(settleWindow) // only ever after the deadline: no timer on the common path
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.state.CompareAndSwap(watchArmed, watchDeadline) {
-		return // the outcome came in time; w may already belong to nobody
-	}
-	w.gaveUp = time.Now()
-	e := pipeline.ErrCancelled()
-	if w.ctx.Err() == context.DeadlineExceeded {
-		e = pipeline.ErrTimeout()
-	}
-	c, x := w.c, &w.x
-	// The request's goroutine stays busy with the handler: an HTTP/1
-	// connection cannot serve another request before it returns, so end it
-	// after this response rather than leave the client's next request
-	// waiting. (An HTTP/2 stream holds no one else up, and Connection:
-	// close there would make the server drain the whole connection.)
-	if c.Request().ProtoMajor < 2 {
-		c.Response().Header().Set(echo.HeaderConnection, "close")
-	}
-	x.status, x.err = StatusFor(e.Kind), e
-	w.a.logExchange(c.Request(), x, writeProblem(c, e, x.status, x.traceID))
-	// Logged first, as on the request's goroutine, where the server
-	// flushes after serve returns: the access log keeps the order in which
-	// clients saw their responses. A flush error means the client is gone;
-	// there is nobody left to tell.
-	_ = http.NewResponseController(c.Response()).Flush()
-}
-
-func (a *Adapter) logLate(name, method, path string, gaveUp time.Time, err, original error) {
-	late := time.Since(gaveUp)
-	level := slog.LevelInfo
-	if late >= lateWarnAfter {
-		level = slog.LevelWarn
-	}
-	a.logger.LogAttrs(context.Background(), level, "httpadapter: late result discarded",
-		slog.String("operation", name),
-		slog.String("method", method),
-		slog.String("path", path),
-		slog.Float64("lateByMs", float64(late.Microseconds())/1000),
-		slog.String("code", pipeline.CodeOf(err)),
-		slog.String("handlerCode", pipeline.CodeOf(original)),
-	)
-}
-
-// inflight counts invocations that have not returned yet. It is a bare
-// counter so that the hot path pays one atomic add; Wait polls it.
-type inflight struct {
-	n atomic.Int64
-}
-
-func (f *inflight) add()  { f.n.Add(1) }
-func (f *inflight) done() { f.n.Add(-1) }
-
-// waitPoll is how often Wait looks at the counter.
-const waitPoll = 5 * time.Millisecond
-
-// Wait blocks until every invocation the adapter has started has returned
-// — including handlers that outlived their response because they ignored
-// their context — or ctx ends, and returns an error wrapping ctx's in the
-// latter case.
-//
-// Invocations run on their request's goroutine, so http.Server.Shutdown
-// already waits for them, stragglers included: a straggler's connection
-// stays active until its handler returns, and is closed then (its
-// response said Connection: close). Wait matters when Shutdown gave up —
-// its context ended, or Server.Close cut the connections, which does not
-// stop handlers — and for servers that do not wait at all. Call it after
-// Shutdown, within the same grace period, so that a shutdown does not cut
-// stragglers off silently. It polls every few milliseconds: it is meant
-// for shutdown, not for the hot path.
-func (a *Adapter) Wait(ctx context.Context) error {
-	if a.inflight.n.Load() == 0 {
-		return nil
-	}
-	t := time.NewTicker(waitPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			if a.inflight.n.Load() == 0 {
-				return nil
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("httpadapter: %d invocations still running: %w", a.inflight.n.Load(), ctx.Err())
-		}
-	}
 }

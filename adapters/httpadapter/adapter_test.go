@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 func TestServeSuccess(t *testing.T) {
@@ -183,7 +185,7 @@ func TestServeUnexpectedSaysNothing(t *testing.T) {
 		t.Errorf("after a panic, POST /items = %d, want 201", r.status)
 	}
 	rec := s.logs.waitRecord(t, "http request", "path", "/fail", 0)
-	if rec["level"] != "ERROR" || !strings.Contains(rec["error"].(string), "hunter2") {
+	if msg, _ := rec.Attrs["error"].(string); rec.Level != slog.LevelError || !strings.Contains(msg, "hunter2") {
 		t.Errorf("access record of /fail = %v, want level ERROR with the internal error", rec)
 	}
 }
@@ -223,10 +225,10 @@ func TestEchoErrorsAreProblems(t *testing.T) {
 	if r := s.do(t, "PUT", "/items", "", nil); !strings.Contains(r.header.Get("Allow"), "POST") {
 		t.Errorf("405 Allow = %q, want it to list POST", r.header.Get("Allow"))
 	}
-	if rec := s.logs.waitRecord(t, "http request", "path", "/nope", 0); rec["status"] != float64(404) || rec["code"] != httpadapter.CodeRouteNotFound || rec["operation"] != "" {
+	if rec := s.logs.waitRecord(t, "http request", "path", "/nope", 0); rec.Attrs["status"] != int64(404) || rec.Attrs["code"] != httpadapter.CodeRouteNotFound || rec.Attrs["operation"] != "" {
 		t.Errorf("access record of /nope = %v, want status 404, code %s, no operation", rec, httpadapter.CodeRouteNotFound)
 	}
-	if rec := s.logs.waitRecord(t, "http request", "path", "/broken", 0); rec["operation"] != "GET /broken" || rec["level"] != "ERROR" {
+	if rec := s.logs.waitRecord(t, "http request", "path", "/broken", 0); rec.Attrs["operation"] != "GET /broken" || rec.Level != slog.LevelError {
 		t.Errorf("access record of /broken = %v, want operation \"GET /broken\" at level ERROR", rec)
 	}
 }
@@ -290,8 +292,8 @@ func TestWrapHostEndpoint(t *testing.T) {
 	checkProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/healthz")
 	r = s.do(t, "GET", "/teapot", "", nil)
 	checkProblem(t, r, 418, "VALIDATION", httpadapter.CodeBadRequest, "/teapot")
-	if rec := s.logs.waitRecord(t, "http request", "path", "/teapot", 0); rec["operation"] != "GET /teapot" {
-		t.Errorf("access record operation = %v, want the host route %q", rec["operation"], "GET /teapot")
+	if rec := s.logs.waitRecord(t, "http request", "path", "/teapot", 0); rec.Attrs["operation"] != "GET /teapot" || rec.Attrs["status"] != int64(418) {
+		t.Errorf("access record = %v, want the host route %q, status 418", rec.Attrs, "GET /teapot")
 	}
 }
 
@@ -302,7 +304,7 @@ func TestAccessLog(t *testing.T) {
 	tests := []struct {
 		path   string
 		op     string
-		status float64
+		status int64
 		code   string
 	}{
 		{"/items", "items.create", 201, ""},
@@ -310,13 +312,19 @@ func TestAccessLog(t *testing.T) {
 	}
 	for _, tt := range tests {
 		rec := s.logs.waitRecord(t, "http request", "path", tt.path, 0)
-		for _, k := range []string{"time", "level", "msg", "operation", "method", "path", "status", "code", "durationMs", "traceId"} {
-			if _, ok := rec[k]; !ok {
-				t.Errorf("access record of %s lacks %q: %v", tt.path, k, rec)
+		if rec.Time.IsZero() || rec.Level != slog.LevelInfo {
+			t.Errorf("access record of %s: time %v, level %v, want a time and INFO", tt.path, rec.Time, rec.Level)
+		}
+		for _, k := range []string{"operation", "method", "path", "status", "code", "durationMs", "traceId"} {
+			if _, ok := rec.Attrs[k]; !ok {
+				t.Errorf("access record of %s lacks %q: %v", tt.path, k, rec.Attrs)
 			}
 		}
-		if rec["operation"] != tt.op || rec["status"] != tt.status || rec["code"] != tt.code {
-			t.Errorf("access record of %s = %v, want operation %s status %v code %q", tt.path, rec, tt.op, tt.status, tt.code)
+		if rec.Attrs["operation"] != tt.op || rec.Attrs["status"] != tt.status || rec.Attrs["code"] != tt.code {
+			t.Errorf("access record of %s = %v, want operation %s status %v code %q", tt.path, rec.Attrs, tt.op, tt.status, tt.code)
+		}
+		if n := len(s.logs.FindFunc(func(r pipelinetest.Record) bool { return r.Message == "http request" && r.Attrs["path"] == tt.path })); n != 1 {
+			t.Errorf("%d access records of %s, want 1", n, tt.path)
 		}
 	}
 }
@@ -329,10 +337,13 @@ func TestBaggage(t *testing.T) {
 		t.Fatalf("POST /baggage = %d %s", r.status, r.body)
 	}
 	app.mu.Lock()
-	got := app.baggage
+	got, key, ctxKey := app.baggage, app.idemKey, app.ctxIdemKey
 	app.mu.Unlock()
-	if got["tenant"] != "acme" || got["region"] != "eu" || got[pipeline.BaggageIdempotencyKey] != "k-1" {
-		t.Errorf("baggage = %v, want tenant, region and the idempotency key", got)
+	if got["tenant"] != "acme" || got["region"] != "eu" {
+		t.Errorf("baggage = %v, want tenant and region", got)
+	}
+	if key != "k-1" || ctxKey != "k-1" {
+		t.Errorf("idempotency key = %q, in the handler's context %q; want the header's k-1 in both", key, ctxKey)
 	}
 
 	r = s.do(t, "POST", "/baggage", "", map[string]string{"Baggage": "tenant=" + strings.Repeat("x", 100)})
@@ -346,8 +357,8 @@ func TestBaggage(t *testing.T) {
 		t.Errorf("oversized baggage reached the invocation: %v", got)
 	}
 	rec := s.logs.waitRecord(t, "httpadapter: baggage header dropped", "operation", "work.baggage", 0)
-	if rec["bytes"] != float64(107) || rec["limit"] != float64(64) {
-		t.Errorf("dropped-baggage record = %v, want bytes 107 limit 64", rec)
+	if rec.Attrs["bytes"] != int64(107) || rec.Attrs["limit"] != int64(64) {
+		t.Errorf("dropped-baggage record = %v, want bytes 107 limit 64", rec.Attrs)
 	}
 }
 
@@ -359,8 +370,8 @@ func TestTraceIDFromTraceparent(t *testing.T) {
 	if r.problem["traceId"] != traceID {
 		t.Errorf("traceId = %v, want the caller's %s", r.problem["traceId"], traceID)
 	}
-	if rec := s.logs.waitRecord(t, "http request", "path", "/items/404", 0); rec["traceId"] != traceID {
-		t.Errorf("access record traceId = %v, want %s", rec["traceId"], traceID)
+	if rec := s.logs.waitRecord(t, "http request", "path", "/items/404", 0); rec.Attrs["traceId"] != traceID {
+		t.Errorf("access record traceId = %v, want %s", rec.Attrs["traceId"], traceID)
 	}
 	if r := s.do(t, "GET", "/items/404", "", nil); r.problem["traceId"] != "" {
 		t.Errorf("without a trace: traceId = %v, want \"\"", r.problem["traceId"])

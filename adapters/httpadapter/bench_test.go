@@ -23,11 +23,10 @@ type benchOut struct {
 	Amount int    `json:"amount"`
 }
 
-// BenchmarkServe measures one request through the adapter and the kernel
-// (in process, no network): the cost of guarding the response of an
-// invocation that has a deadline ("guarded", what the adapter does: a
-// context.AfterFunc on the deadline, stopped when the invocation returns
-// first) against running it with no watch on its deadline ("unguarded").
+// BenchmarkServe measures one request through echo, the adapter and the
+// kernel (in process, no network): with a deadline on every call (the
+// kernel's default MaxTimeoutSeconds; the kernel guards the answer) and,
+// for comparison, with the built-in middleware off.
 func BenchmarkServe(b *testing.B) {
 	reg := operations.NewRegistry()
 	if err := operations.Register(reg, operations.Descriptor{ID: "orders.create", Method: "POST", Path: "/orders"},
@@ -36,21 +35,26 @@ func BenchmarkServe(b *testing.B) {
 		}); err != nil {
 		b.Fatal(err)
 	}
-	k, err := kernel.New(kernel.WithRegistry(reg)) // MaxTimeoutSeconds gives every call a deadline
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, mode := range []struct {
-		name  string
-		guard bool
-	}{{"unguarded", false}, {"guarded", true}} {
+		name   string
+		config string
+	}{
+		{"deadline", ""},
+		{"builtin-off", `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false}}}`},
+	} {
 		b.Run(mode.name, func(b *testing.B) {
-			e := echo.New()
-			a, err := Mount(e, k)
+			opts := []kernel.Option{kernel.WithRegistry(reg)}
+			if mode.config != "" {
+				opts = append(opts, kernel.WithConfigJSON([]byte(mode.config)))
+			}
+			k, err := kernel.New(opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
-			a.guard = mode.guard
+			e := echo.New()
+			if _, err := Mount(e, k); err != nil {
+				b.Fatal(err)
+			}
 			const body = `{"name":"widget","amount":3}`
 			b.ReportAllocs()
 			for b.Loop() {

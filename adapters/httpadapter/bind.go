@@ -315,14 +315,19 @@ func article(w string) string {
 
 // bodyError turns a json.Unmarshal error into a VALIDATION outcome that
 // names the field when one can be found. Go type names never reach the
-// caller.
-func bodyError(err error, body []byte, t reflect.Type) *pipeline.Error {
-	var pe *pipeline.Error
-	if errors.As(err, &pe) {
-		return pe // an input's UnmarshalJSON spoke for itself
+// caller. An error chain that cannot be walked (an input's UnmarshalJSON
+// returned a typed nil whose methods panic) is a body that could not be
+// decoded.
+func bodyError(err error, body []byte, t reflect.Type) (e *pipeline.Error) {
+	defer func() {
+		if recover() != nil || e == nil {
+			e = errUndecodable
+		}
+	}()
+	if pe, ok := errors.AsType[*pipeline.Error](err); ok {
+		return pe // an input's UnmarshalJSON spoke for itself (nil: see above)
 	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te != nil {
 		field := te.Field
 		if field == "" {
 			e := pipeline.Errorf(pipeline.KindValidation, CodeWrongType,
@@ -334,8 +339,7 @@ func bodyError(err error, body []byte, t reflect.Type) *pipeline.Error {
 			"The field '%s' must be %s %s; got %s.", clip(field), article(want), want, clip(te.Value)).
 			WithDetail("field", clip(field)).WithDetail("expected", want)
 	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok && se != nil {
 		e := pipeline.Errorf(pipeline.KindValidation, CodeMalformedBody,
 			"The request body is not valid JSON: %s (at byte %d).", strings.TrimPrefix(se.Error(), "json: "), se.Offset).
 			WithDetail("offset", se.Offset)
@@ -346,8 +350,10 @@ func bodyError(err error, body []byte, t reflect.Type) *pipeline.Error {
 	}
 	// An input type's own UnmarshalJSON failed, or something else: say
 	// what, without its text.
-	return pipeline.NewError(pipeline.KindValidation, CodeMalformedBody, "The request body could not be decoded.")
+	return errUndecodable
 }
+
+var errUndecodable = pipeline.NewError(pipeline.KindValidation, CodeMalformedBody, "The request body could not be decoded.")
 
 // fieldAt returns the dotted path of the object member being read, or
 // just read, at byte off of body ("items.qty"; array indexes are left out,

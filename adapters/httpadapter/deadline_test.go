@@ -341,8 +341,8 @@ func TestSlowBodyEndsAtTheDeadline(t *testing.T) {
 	if n := app.calls.Load(); n != 0 {
 		t.Errorf("the handler ran %d times for a body that never arrived", n)
 	}
-	if rec := s.logs.waitRecord(t, "http request", "operation", "work.run", time.Second); rec["code"] != pipeline.CodeTimeout {
-		t.Errorf("access record = %v, want code %s", rec, pipeline.CodeTimeout)
+	if rec := s.logs.waitRecord(t, "http request", "operation", "work.run", time.Second); rec.Attrs["code"] != pipeline.CodeTimeout || rec.Attrs["status"] != int64(504) {
+		t.Errorf("access record = %v, want status 504, code %s", rec.Attrs, pipeline.CodeTimeout)
 	}
 }
 
@@ -362,17 +362,18 @@ func TestStragglerDoesNotHoldTheResponse(t *testing.T) {
 
 	time.Sleep(20 * time.Millisecond) // so that the late result is late enough to warn
 	app.unblock()
-	rec := s.logs.waitRecord(t, "httpadapter: late result discarded", "operation", "work.run", 5*time.Second)
-	if rec["level"] != "WARN" || rec["code"] != pipeline.CodeTimeout || rec["handlerCode"] != "" || rec["lateByMs"].(float64) < 20 {
-		t.Errorf("late-result record = %v, want WARN, code %s, handlerCode \"\" (it succeeded), lateByMs >= 20", rec, pipeline.CodeTimeout)
+	rec := s.logs.waitRecord(t, "kernel: late result discarded", "operation", "work.run", 5*time.Second)
+	if late, _ := rec.Attrs["lateByMs"].(float64); rec.Level != slog.LevelWarn || rec.Attrs["code"] != pipeline.CodeTimeout || late < 20 {
+		t.Errorf("late-result record = %v at %v, want WARN, code %s, lateByMs >= 20", rec.Attrs, rec.Level, pipeline.CodeTimeout)
 	}
 	// Slot given back once the handler returned.
 	if r := s.do(t, "POST", "/work", `{"delayMs":0}`, nil); r.status != 200 {
 		t.Errorf("after the straggler returned: status %d %s, want 200", r.status, r.body)
 	}
-	access := s.logs.records(t, "http request")
-	if len(access) < 1 || access[0]["status"] != float64(504) || access[0]["code"] != pipeline.CodeTimeout {
-		t.Errorf("first access record = %v, want status 504 code %s", access, pipeline.CodeTimeout)
+	access := s.logs.records("http request")
+	if len(access) != 3 || access[0].Attrs["status"] != int64(504) || access[0].Attrs["code"] != pipeline.CodeTimeout ||
+		access[0].Attrs["traceId"] != rec.Attrs["traceId"] {
+		t.Errorf("access records = %v, want three, the first with status 504, code %s and the late record's trace ID", access, pipeline.CodeTimeout)
 	}
 }
 
@@ -381,8 +382,8 @@ func TestClientDisconnectCancels(t *testing.T) {
 		name   string
 		config string
 	}{
-		{"invocation with a deadline (guarded)", ""},
-		{"invocation without a deadline (unguarded)", `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false}}}`},
+		{"invocation with a deadline", ""},
+		{"invocation without a deadline", `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,16 +411,16 @@ func TestClientDisconnectCancels(t *testing.T) {
 				t.Fatal("the handler's context did not end after the client left")
 			}
 			rec := s.logs.waitRecord(t, "http request", "operation", "work.run", 2*time.Second)
-			if rec["code"] != pipeline.CodeCancelled || rec["status"] != float64(408) {
-				t.Errorf("access record = %v, want code %s status 408", rec, pipeline.CodeCancelled)
+			if rec.Attrs["code"] != pipeline.CodeCanceled || rec.Attrs["status"] != int64(408) {
+				t.Errorf("access record = %v, want code %s status 408", rec.Attrs, pipeline.CodeCanceled)
 			}
 		})
 	}
 }
 
-// flushRecorder is a ResponseRecorder that reports each Flush: only the
-// deadline's callback flushes, so a report means the response left while
-// the handler was still running.
+// flushRecorder is a ResponseRecorder that reports each Flush: only an
+// answer given at the deadline is flushed by the adapter, so a report
+// means the response left while the handler was still running.
 type flushRecorder struct {
 	*httptest.ResponseRecorder
 	flushed chan struct{}
@@ -430,12 +431,13 @@ func (f *flushRecorder) Flush() {
 	f.flushed <- struct{}{}
 }
 
-// TestResponseOwnerAtTheDeadline checks, on a fake clock, who writes the
-// response once a guarded invocation's parent context ends: the request's
-// goroutine with the kernel's own outcome when the handler honours its
-// context, else the deadline's callback 5 ms later (Connection: close,
-// flushed while the handler runs on), after which the late result is
-// discarded and logged and nothing more is written.
+// TestResponseOwnerAtTheDeadline checks, on a fake clock, who answers once
+// an invocation's context ends: the chain's own outcome, on the request's
+// goroutine, when the handler honours its context; else the kernel's
+// TIMEOUT or CANCELLED 5 ms later (Outcome.Expired), which the adapter
+// writes with Connection: close and flushes while the handler runs on,
+// after which the kernel logs the late result once and nothing more is
+// written or logged by the adapter.
 func TestResponseOwnerAtTheDeadline(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -444,25 +446,24 @@ func TestResponseOwnerAtTheDeadline(t *testing.T) {
 		wantStatus  int
 		wantCode    string
 		wantAt      time.Duration // when the response leaves
-		wantLate    bool          // written by the callback, late result logged
+		wantLate    bool          // answered at the deadline, late result logged
 	}{
-		{"handler honours its context: the kernel's 504", `{"delayMs":5000}`, 0, 504, pipeline.CodeTimeout, 100 * time.Millisecond, false},
-		{"handler ignores its context: the adapter's 504", `{"ignoreCtx":true}`, 0, 504, pipeline.CodeTimeout, 105 * time.Millisecond, true},
-		{"client gone, handler honours its context", `{"delayMs":5000}`, 40 * time.Millisecond, 408, pipeline.CodeCancelled, 40 * time.Millisecond, false},
-		{"client gone, handler ignores its context", `{"ignoreCtx":true}`, 40 * time.Millisecond, 408, pipeline.CodeCancelled, 45 * time.Millisecond, true},
+		{"handler honours its context: the chain's 504", `{"delayMs":5000}`, 0, 504, pipeline.CodeTimeout, 100 * time.Millisecond, false},
+		{"handler ignores its context: the guard's 504", `{"ignoreCtx":true}`, 0, 504, pipeline.CodeTimeout, 105 * time.Millisecond, true},
+		{"client gone, handler honours its context", `{"delayMs":5000}`, 40 * time.Millisecond, 408, pipeline.CodeCanceled, 40 * time.Millisecond, false},
+		{"client gone, handler ignores its context", `{"ignoreCtx":true}`, 40 * time.Millisecond, 408, pipeline.CodeCanceled, 45 * time.Millisecond, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				app := newTestApp()
-				logs := &syncBuffer{}
-				logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-				k, err := kernel.New(kernel.WithRegistry(app.register(t)), kernel.WithConfigJSON([]byte(testConfig)), kernel.WithLogger(logger))
+				logs := newLogSink()
+				k, err := kernel.New(kernel.WithRegistry(app.register(t)), kernel.WithConfigJSON([]byte(testConfig)), kernel.WithLogger(logs.Logger()))
 				if err != nil {
 					t.Fatal(err)
 				}
 				e := echo.New()
-				if _, err := httpadapter.Mount(e, k, httpadapter.WithLogger(logger)); err != nil {
+				if _, err := httpadapter.Mount(e, k, httpadapter.WithLogger(logs.Logger())); err != nil {
 					t.Fatal(err)
 				}
 				ctx, cancel := context.WithCancel(context.Background())
@@ -481,23 +482,26 @@ func TestResponseOwnerAtTheDeadline(t *testing.T) {
 					e.ServeHTTP(rec, req)
 				}()
 
-				byCallback := false
+				atDeadline := false
 				select {
 				case <-served:
 				case <-rec.flushed:
-					byCallback = true
+					atDeadline = true
 				}
 				if at := time.Since(start); at != tt.wantAt {
 					t.Errorf("the response left at %v, want %v", at, tt.wantAt)
 				}
-				if byCallback != tt.wantLate {
-					t.Errorf("written by the deadline's callback = %v, want %v", byCallback, tt.wantLate)
+				if atDeadline != tt.wantLate {
+					t.Errorf("answered at the deadline = %v, want %v", atDeadline, tt.wantLate)
 				}
-				if byCallback {
+				if atDeadline {
 					select {
 					case <-served:
 						t.Error("ServeHTTP returned before the handler did")
 					default:
+					}
+					if n := k.Running(); n != 1 {
+						t.Errorf("kernel.Running() = %d with the straggler running, want 1", n)
 					}
 				}
 				if rec.Code != tt.wantStatus {
@@ -515,19 +519,22 @@ func TestResponseOwnerAtTheDeadline(t *testing.T) {
 				if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Code != tt.wantCode || p.Status != tt.wantStatus {
 					t.Errorf("body = %s (%v), want exactly one problem with code %s", rec.Body, err, tt.wantCode)
 				}
-				access := logs.records(t, "http request")
-				if len(access) != 1 || access[0]["status"] != float64(tt.wantStatus) || access[0]["code"] != tt.wantCode {
+				access := logs.records("http request")
+				if len(access) != 1 || access[0].Attrs["status"] != int64(tt.wantStatus) || access[0].Attrs["code"] != tt.wantCode {
 					t.Errorf("access records = %v, want one with status %d code %s", access, tt.wantStatus, tt.wantCode)
 				}
-				late := logs.records(t, "httpadapter: late result discarded")
+				late := logs.records("kernel: late result discarded")
 				switch {
 				case !tt.wantLate && len(late) != 0:
 					t.Errorf("late-result records = %v, want none", late)
-				case tt.wantLate && (len(late) != 1 || late[0]["level"] != "WARN" || late[0]["lateByMs"] != float64(20) ||
-					late[0]["code"] != tt.wantCode || late[0]["handlerCode"] != ""):
-					t.Errorf("late-result records = %v, want one WARN with lateByMs 20, code %s, handlerCode \"\"", late, tt.wantCode)
+				case tt.wantLate && (len(late) != 1 || late[0].Level != slog.LevelWarn || late[0].Attrs["lateByMs"] != float64(20) ||
+					late[0].Attrs["code"] != tt.wantCode || late[0].Attrs["operation"] != "work.run" || late[0].Attrs["protocol"] != "http"):
+					t.Errorf("late-result records = %v, want one WARN for work.run over http with lateByMs 20, code %s", late, tt.wantCode)
 				}
-				time.Sleep(10 * time.Millisecond) // the callback's settle window ends
+				if n := k.Running(); n != 0 {
+					t.Errorf("kernel.Running() = %d after ServeHTTP returned, want 0", n)
+				}
+				time.Sleep(10 * time.Millisecond) // the guard's settle window ends
 			})
 		})
 	}

@@ -1,15 +1,14 @@
 package httpadapter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -22,35 +21,65 @@ import (
 // status), and any other error (500 UNEXPECTED; its text goes to the log
 // only). Nothing is written when the response is already committed.
 //
-// Mount installs it on the echo instance unless WithoutErrorHandler is
+// Each such error is handed to the kernel's host pipeline as a rejection
+// (kernel.Request.Reject), named "METHOD /route" — "METHOD (unmatched)"
+// for echo's 404 and 405, whatever the path, so that a scan cannot use up
+// the telemetry's bounded route names — so that it gets a span, metrics and
+// a trace ID like any other call; nothing runs.
+//
+// Mount installs it on the echo instance unless WithErrorHandler(false) is
 // given.
 func (a *Adapter) HTTPErrorHandler(err error, c echo.Context) {
-	x := exchange{start: time.Now()}
 	r := c.Request()
-	x.traceID = traceIDOf(trace.SpanContextFromContext(r.Context()))
-	e, status := a.problemOf(err)
-	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed && c.Path() != "" {
-		x.name = r.Method + " " + c.Path() // an application route, named like a host endpoint
+	x := a.newExchange(c)
+	defer x.release()
+	e, status := problemOf(err)
+	route := c.Path()
+	if status == http.StatusNotFound || status == http.StatusMethodNotAllowed || route == "" {
+		// One name for every unmatched path: a scan of random paths must
+		// not use up the telemetry's bounded set of route names (the
+		// access-log line has the path).
+		route = unmatchedRoute
+	} else {
+		x.name = r.Method + " " + route // an application route, named like a host endpoint
 	}
-	if c.Response().Committed {
-		x.status, x.err = c.Response().Status, e
-		a.logExchange(r, &x, errors.New("httpadapter: response already committed"))
-		return
-	}
-	a.fail(c, &x, e, status)
+	route = r.Method + " " + route
+	x.reject(e, status)
+	a.k.Serve(a.requestContext(r, route), kernel.Request{
+		Protocol: pipeline.ProtocolHTTP,
+		Route:    route,
+		Reject:   e,
+	}, x.answer)
 }
 
+// unmatchedRoute names the invocations of requests that matched no route.
+const unmatchedRoute = "(unmatched)"
+
 // problemOf maps an error returned to echo to an outcome and a status.
-func (a *Adapter) problemOf(err error) (*pipeline.Error, int) {
-	var he *echo.HTTPError
-	if errors.As(err, &he) {
-		if inner, ok := he.Internal.(*echo.HTTPError); ok {
-			he = inner
-		}
+func problemOf(err error) (*pipeline.Error, int) {
+	if he := asHTTPError(err); he != nil {
 		return echoProblem(he), he.Code
 	}
 	e := pipeline.AsError(err)
-	return e, StatusFor(e.Kind)
+	return e, StatusFor(e.Kind())
+}
+
+// asHTTPError returns the *echo.HTTPError in err's chain (the innermost of
+// two nested ones), or nil. A chain that cannot be walked — an Unwrap
+// method that panics on a typed nil — has none.
+func asHTTPError(err error) (he *echo.HTTPError) {
+	defer func() {
+		if recover() != nil {
+			he = nil
+		}
+	}()
+	he, _ = errors.AsType[*echo.HTTPError](err)
+	if he != nil {
+		if inner, ok := he.Internal.(*echo.HTTPError); ok && inner != nil {
+			he = inner
+		}
+	}
+	return he
 }
 
 // echoProblem translates an *echo.HTTPError: its status is kept, its kind
@@ -97,55 +126,53 @@ func echoProblem(he *echo.HTTPError) *pipeline.Error {
 }
 
 // Wrap runs an application's own echo handler — a host endpoint, such as
-// a health check — through the kernel's host pipeline, so that it gets
-// the caller's deadline (its request context ends at it), the Diagnostics
-// and application middleware, Problem Details for its errors, and an
-// access log record named "METHOD /path". Per-operation limits do not
-// apply. Unlike operation routes, a host handler writes its own response,
-// so it runs on the request's goroutine: a handler that ignores its
-// context holds its response until it returns.
+// a health check — through the kernel's host pipeline
+// (kernel.Request.Handler with no operation), so that it gets the caller's
+// deadline (its request context ends at it), the application middleware,
+// a span, metrics and a trace ID, Problem Details for its errors, and an
+// access log record named "METHOD /route". Per-operation limits do not
+// apply. Unlike an operation's, a host handler writes its own response, so
+// nothing can answer for it at the deadline: it runs on the request's
+// goroutine (kernel.Kernel.Invoke), and a handler that ignores its context
+// holds its response until it returns.
 func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		x := exchange{start: time.Now()}
+		x := a.newExchange(c)
+		defer x.release()
 		x.name = r.Method + " " + c.Path()
 		ctx := a.requestContext(r, x.name)
-		x.traceID = traceIDOf(trace.SpanContextFromContext(ctx))
-		inv := pipeline.NewInvocation(ctx, nil, nil)
-		inv.SetRoute(x.name)
-		inv.SetProtocol(pipeline.ProtocolHTTP)
+		req := kernel.Request{
+			Protocol:       pipeline.ProtocolHTTP,
+			Route:          x.name,
+			Arrival:        x.start,
+			IdempotencyKey: idempotencyKey(r),
+		}
 		if a.cfg.callerDeadlines {
 			d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
 			if err != nil {
-				a.fail(c, &x, badDeadline(header), 0)
+				req.Reject = badDeadline(header)
+				x.respond(a.k.Invoke(ctx, req))
 				return nil
 			}
-			inv.SetDeadline(d)
+			req.Deadline = d
 		}
-		a.setBaggage(inv, r)
-		var herr error
-		err := a.k.InvokeFunc(inv, func(inv *pipeline.Invocation) error {
-			c.SetRequest(r.WithContext(inv.Context()))
+		req.Handler = func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			c.SetRequest(r.WithContext(ctx))
 			defer c.SetRequest(r)
-			herr = h(c)
-			return herr
-		})
-		if tid := telemetry.TraceID(inv); tid != "" {
-			x.traceID = tid
+			err := h(c)
+			if err == nil {
+				return nil, nil
+			}
+			if he := asHTTPError(err); he != nil {
+				// Its status is kept; the pipeline sees the nearest kind.
+				e := echoProblem(he)
+				x.reject(e, he.Code)
+				return nil, e
+			}
+			return nil, err
 		}
-		switch {
-		case err == nil:
-			x.status = c.Response().Status
-			a.logExchange(r, &x, nil)
-		case c.Response().Committed:
-			x.status, x.err = c.Response().Status, pipeline.AsError(err)
-			a.logExchange(r, &x, nil)
-		case herr != nil && errors.Is(err, herr):
-			e, status := a.problemOf(herr)
-			a.fail(c, &x, e, status)
-		default:
-			a.fail(c, &x, pipeline.AsError(err), 0)
-		}
+		x.respond(a.k.Invoke(ctx, req))
 		return nil
 	}
 }

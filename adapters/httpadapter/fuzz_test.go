@@ -54,18 +54,18 @@ func FuzzBind(f *testing.F) {
 			}
 			return
 		}
-		if perr.Kind != pipeline.KindValidation {
-			t.Fatalf("bind() = %v (kind %v), want VALIDATION", perr, perr.Kind)
+		if perr.Kind() != pipeline.KindValidation {
+			t.Fatalf("bind() = %v (kind %v), want VALIDATION", perr, perr.Kind())
 		}
 		_, hasField := perr.Detail("field")
 		_, hasOffset := perr.Detail("offset")
-		if perr.Code != CodeMalformedBody && !hasField {
-			t.Fatalf("bind() = %v with details %v, want a field", perr, perr.Details)
+		if perr.Code() != CodeMalformedBody && !hasField {
+			t.Fatalf("bind() = %v with details %v, want a field", perr, perr.Details())
 		}
-		if perr.Code == CodeMalformedBody && !hasOffset && !hasField && perr.Message != "The request body could not be decoded." {
-			t.Fatalf("bind() = %v with details %v, want an offset", perr, perr.Details)
+		if perr.Code() == CodeMalformedBody && !hasOffset && !hasField && perr.Message() != "The request body could not be decoded." {
+			t.Fatalf("bind() = %v with details %v, want an offset", perr, perr.Details())
 		}
-		if _, err := json.Marshal(perr.Details); err != nil {
+		if _, err := json.Marshal(perr.Details()); err != nil {
 			t.Fatalf("details do not encode: %v", err)
 		}
 	})

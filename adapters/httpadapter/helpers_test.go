@@ -1,12 +1,10 @@
 package httpadapter_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -19,8 +17,10 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // Test operations. Each test builds its own app, so counters never leak
@@ -62,6 +62,23 @@ type done struct {
 	Rows int `json:"rows"`
 }
 
+type typedNilIn struct {
+	Pipeline bool `json:"pipeline"` // a typed-nil *pipeline.Error rather than a foreign one
+}
+
+// brokenErr is an application error whose methods read their receiver:
+// a typed nil of it panics in Error and Unwrap.
+type brokenErr struct{ cause error }
+
+func (e *brokenErr) Error() string { return "broken: " + e.cause.Error() }
+func (e *brokenErr) Unwrap() error { return e.cause }
+
+// typedNil returns a nil *brokenErr as a non-nil error.
+func typedNil() error {
+	var e *brokenErr
+	return e
+}
+
 // testApp records what its handlers saw.
 type testApp struct {
 	calls       atomic.Int64   // handler entries, all operations
@@ -71,10 +88,12 @@ type testApp struct {
 	flaky       atomic.Int64   // work.flaky: calls so far
 	releaseOnce sync.Once
 
-	mu        sync.Mutex // guards the fields below
-	lastGet   getItem
-	baggage   map[string]string
-	deadlines []time.Time // work.run: ctx deadlines seen
+	mu         sync.Mutex // guards the fields below
+	lastGet    getItem
+	baggage    map[string]string
+	idemKey    string      // work.baggage: the invocation's idempotency key
+	ctxIdemKey string      // work.baggage: the key in its context's baggage
+	deadlines  []time.Time // work.run: ctx deadlines seen
 }
 
 // unblock lets every work.run call that ignores its context return.
@@ -164,22 +183,33 @@ func (app *testApp) register(t *testing.T) *operations.Registry {
 		}))
 	must(operations.Register(reg, operations.Descriptor{ID: "work.baggage", Method: "POST", Path: "/baggage"},
 		func(ctx context.Context, in struct{}) (done, error) { return done{}, nil }))
+	must(operations.Register(reg, operations.Descriptor{ID: "work.typednil", Method: "POST", Path: "/typednil"},
+		func(ctx context.Context, in typedNilIn) (done, error) {
+			app.calls.Add(1)
+			if in.Pipeline {
+				var e *pipeline.Error
+				return done{}, e
+			}
+			return done{}, typedNil()
+		}))
 	must(operations.Register(reg, operations.Descriptor{ID: "work.internal"}, // no HTTP route
 		func(ctx context.Context, in struct{}) (done, error) { return done{}, nil }))
 	return reg
 }
 
-// baggageProbe records the invocation's baggage (application middleware).
+// baggageProbe records the invocation's baggage and idempotency key, and
+// the key its handler's context carries (application middleware).
 func (app *testApp) baggageProbe() pipeline.Middleware {
-	return pipeline.MiddlewareFunc(func(inv *pipeline.Invocation, next pipeline.Handler) error {
+	return pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		if inv.OperationID() == "work.baggage" {
 			m := map[string]string{}
 			inv.RangeBaggage(func(k, v string) bool { m[k] = v; return true })
 			app.mu.Lock()
 			app.baggage = m
+			app.idemKey, app.ctxIdemKey = inv.IdempotencyKey(), telemetry.IdempotencyKey(ctx)
 			app.mu.Unlock()
 		}
-		return next(inv)
+		return next(ctx, inv)
 	})
 }
 
@@ -188,61 +218,30 @@ const testConfig = `{"Sundial": {"Kernel": {"MaxTimeoutSeconds": 10, "Resilience
 	"items.create": {"PermitLimit": 3, "WindowSeconds": 60}
 }}}}}`
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// logSink keeps the log records of a test.
+type logSink struct{ *pipelinetest.LogSink }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+func newLogSink() logSink { return logSink{pipelinetest.NewLogSink()} }
 
-// records returns the JSON log records whose msg is msg.
-func (b *syncBuffer) records(t *testing.T, msg string) []map[string]any {
+// records returns the records whose message is msg.
+func (l logSink) records(msg string) []pipelinetest.Record { return l.Find(msg) }
+
+// waitRecord waits for a record with message msg whose attribute key
+// equals want.
+func (l logSink) waitRecord(t *testing.T, msg, key string, want any, within time.Duration) pipelinetest.Record {
 	t.Helper()
-	b.mu.Lock()
-	data := b.buf.String()
-	b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(data), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q: %v", line, err)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
+	r, ok := l.WaitFunc(within, func(r pipelinetest.Record) bool { return r.Message == msg && r.Attrs[key] == want })
+	if !ok {
+		t.Fatalf("no log record %q with %s=%v within %v; have %v", msg, key, want, within, l.records(msg))
 	}
-	return out
-}
-
-// waitRecord polls for a log record with msg whose key equals want.
-func (b *syncBuffer) waitRecord(t *testing.T, msg, key string, want any, within time.Duration) map[string]any {
-	t.Helper()
-	end := time.Now().Add(within)
-	for {
-		for _, r := range b.records(t, msg) {
-			if r[key] == want {
-				return r
-			}
-		}
-		if time.Now().After(end) {
-			t.Fatalf("no log record %q with %s=%v within %v; have %v", msg, key, want, within, b.records(t, msg))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return r
 }
 
 // server is a running test server on a real 127.0.0.1 listener.
 type server struct {
 	url     string
-	logs    *syncBuffer
+	logs    logSink
+	k       *kernel.Kernel
 	adapter *httpadapter.Adapter
 	echo    *echo.Echo
 	client  *http.Client
@@ -257,8 +256,8 @@ type serverOpts struct {
 
 func startServer(t *testing.T, app *testApp, so serverOpts) *server {
 	t.Helper()
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logs := newLogSink()
+	logger := logs.Logger()
 	cfg := so.config
 	if cfg == "" {
 		cfg = testConfig
@@ -284,12 +283,12 @@ func startServer(t *testing.T, app *testApp, so serverOpts) *server {
 	}
 	t.Cleanup(app.unblock) // runs before serveEcho's cleanup: stragglers return
 	srv := serveEcho(t, e)
-	srv.logs, srv.adapter = logs, a
+	srv.logs, srv.k, srv.adapter = logs, k, a
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := a.Wait(ctx); err != nil {
-			t.Errorf("Adapter.Wait: %v", err)
+		if err := k.Wait(ctx); err != nil {
+			t.Errorf("Kernel.Wait: %v", err)
 		}
 	})
 	return srv

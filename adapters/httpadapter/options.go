@@ -13,7 +13,8 @@ const DefaultBodyLimit = 1 << 20
 // WithBaggageLimit is not given: 8192 bytes, the W3C limit.
 const DefaultBaggageLimit = 8192
 
-// maxIdempotencyKey bounds the Idempotency-Key header copied into baggage.
+// maxIdempotencyKey bounds the Idempotency-Key header: a longer one is
+// ignored.
 const maxIdempotencyKey = 255
 
 // Option configures Mount.
@@ -43,8 +44,9 @@ func defaultConfig() config {
 }
 
 // WithLogger sets the logger of the access log (one record per request,
-// message "http request") and of the adapter's own events (late results,
-// dropped baggage). The default is the kernel's logger. A nil logger is
+// message "http request") and of the adapter's own events (dropped
+// baggage). The default is the kernel's logger, which also has the
+// kernel's own records, such as a straggler's late result. A nil logger is
 // ignored. Give it a slog.JSONHandler for JSON lines.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
@@ -93,8 +95,8 @@ func WithCallerDeadlines(trust bool) Option {
 // WithBaggageLimit sets the largest W3C baggage header, in bytes, that is
 // read at all. A larger header is dropped whole, before it is parsed, with
 // a warning in the log; the request goes on without baggage. What is read
-// is copied onto the invocation within telemetry.CopyBaggage's bounds (32
-// members, 4096 bytes). The default is DefaultBaggageLimit (8192, the W3C
+// is copied onto the invocation by the kernel, within telemetry.Baggage's
+// bounds (32 members, 4096 bytes). The default is DefaultBaggageLimit (8192, the W3C
 // limit); n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {
 	return optionFunc(func(c *config) {
@@ -104,11 +106,11 @@ func WithBaggageLimit(n int) Option {
 	})
 }
 
-// WithoutErrorHandler leaves echo's HTTPErrorHandler alone. By default
-// Mount installs the adapter's, so that echo's own errors (no route, 405,
-// errors returned by the application's echo handlers) are Problem Details
-// too; an application with its own handler can call
-// Adapter.HTTPErrorHandler from it.
-func WithoutErrorHandler() Option {
-	return optionFunc(func(c *config) { c.errorHandler = false })
+// WithErrorHandler says whether Mount installs the adapter's
+// HTTPErrorHandler on the echo instance (the default, true), so that
+// echo's own errors (no route, 405, errors returned by the application's
+// echo handlers) are Problem Details too. Pass false to keep echo's
+// handler, or one of your own, which can call Adapter.HTTPErrorHandler.
+func WithErrorHandler(install bool) Option {
+	return optionFunc(func(c *config) { c.errorHandler = install })
 }

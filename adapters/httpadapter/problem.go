@@ -2,12 +2,10 @@ package httpadapter
 
 import (
 	"encoding/json"
-	"math"
 	"net/http"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -40,8 +38,8 @@ const (
 
 // Problem is an RFC 9457 Problem Details body, as the adapter writes it for
 // every failure. Members always appear, in this order; Details is an empty
-// object when the outcome has none, and TraceID is empty when the request
-// carries no valid trace context.
+// object when the outcome has none, and TraceID is empty when neither a
+// tracer nor the caller gave the call a trace.
 type Problem struct {
 	// Type is "urn:sundial:error:" followed by Code.
 	Type string `json:"type"`
@@ -56,7 +54,8 @@ type Problem struct {
 	Instance string `json:"instance"`
 	// Code is the outcome's stable code, e.g. "KERNEL_UNAVAILABLE_002".
 	Code string `json:"code"`
-	// TraceID is the W3C trace ID of the request's span, or "".
+	// TraceID is the W3C trace ID of the invocation's span when a tracer
+	// is installed, else the caller's (an incoming traceparent), else "".
 	TraceID string `json:"traceId"`
 	// Details are the outcome's details, e.g. {"id": ..., "retryAfter": 60}.
 	// UNEXPECTED outcomes never carry any.
@@ -68,43 +67,51 @@ const TypePrefix = "urn:sundial:error:"
 
 var emptyDetails = map[string]any{}
 
-// newProblem builds the Problem of a failure with the given status.
+// newProblem builds the Problem of a failure with the given status. An
+// UNEXPECTED outcome (unknown kinds included) shows nothing of its message
+// or details; an outcome with a retry-after has it as details.retryAfter,
+// in whole seconds.
 func newProblem(e *pipeline.Error, status int, instance, traceID string) *Problem {
-	details := e.Details
-	if details == nil || e.Kind == pipeline.KindUnexpected {
+	details := e.SafeDetails()
+	if s, ok := e.RetryAfterSeconds(); ok && e.Kind() != pipeline.KindUnexpected {
+		if details == nil {
+			details = make(map[string]any, 1)
+		}
+		details[pipeline.DetailRetryAfter] = s
+	}
+	if details == nil {
 		details = emptyDetails
 	}
 	return &Problem{
-		Type:     TypePrefix + e.Code,
-		Title:    e.Kind.String(),
+		Type:     TypePrefix + e.Code(),
+		Title:    e.Kind().String(),
 		Status:   status,
 		Detail:   e.SafeMessage(),
 		Instance: instance,
-		Code:     e.Code,
+		Code:     e.Code(),
 		TraceID:  traceID,
 		Details:  details,
 	}
 }
 
 // writeProblem writes e as Problem Details with the given status (0: the
-// kind's status). A 503 whose details carry retryAfter also gets a
-// Retry-After header. For HEAD requests only the headers are written.
+// kind's status). An outcome with a retry-after also gets a Retry-After
+// header, in whole seconds. For HEAD requests only the headers are
+// written.
 func writeProblem(c echo.Context, e *pipeline.Error, status int, traceID string) error {
 	if status == 0 {
-		status = StatusFor(e.Kind)
+		status = StatusFor(e.Kind())
 	}
 	r := c.Request()
 	h := c.Response().Header()
-	if status == http.StatusServiceUnavailable {
-		if ra, ok := retryAfter(e); ok {
-			h.Set("Retry-After", ra)
-		}
+	if s, ok := e.RetryAfterSeconds(); ok && e.Kind() != pipeline.KindUnexpected {
+		h.Set("Retry-After", strconv.FormatInt(s, 10))
 	}
-	body, err := json.Marshal(newProblem(e, status, r.URL.Path, traceID))
+	p := newProblem(e, status, r.URL.Path, traceID)
+	body, err := json.Marshal(p)
 	if err != nil {
 		// Details that do not encode: send the problem without them
 		// rather than fail the response.
-		p := newProblem(e, status, r.URL.Path, traceID)
 		p.Details = emptyDetails
 		body, _ = json.Marshal(p)
 	}
@@ -117,22 +124,4 @@ func writeProblem(c echo.Context, e *pipeline.Error, status int, traceID string)
 	c.Response().WriteHeader(status)
 	_, err = c.Response().Write(body)
 	return err
-}
-
-// retryAfter formats details.retryAfter (whole seconds, rounded up, at
-// least 1) for the Retry-After header.
-func retryAfter(e *pipeline.Error) (string, bool) {
-	d, ok := e.RetryAfter()
-	if !ok {
-		return "", false
-	}
-	return strconv.FormatInt(max(int64(math.Ceil(d.Seconds())), 1), 10), true
-}
-
-// traceIDOf returns the trace ID of the span in ctx, or "".
-func traceIDOf(sc trace.SpanContext) string {
-	if !sc.HasTraceID() {
-		return ""
-	}
-	return sc.TraceID().String()
 }

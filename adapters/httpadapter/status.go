@@ -6,9 +6,10 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// StatusFor returns the HTTP status of a failure kind (DESIGN.md's outcome
-// table). KindOK maps to 200; the success status of an operation is chosen
-// by its descriptor.
+// StatusFor returns the HTTP status of a failure kind (the outcome table
+// of docs/pipeline.md). KindOK maps to 200, and an unknown kind, like
+// UNEXPECTED, to 500; the success status of an operation is chosen by its
+// descriptor.
 func StatusFor(k pipeline.Kind) int {
 	switch k {
 	case pipeline.KindOK:
@@ -23,7 +24,7 @@ func StatusFor(k pipeline.Kind) int {
 		return http.StatusNotFound
 	case pipeline.KindConflict:
 		return http.StatusConflict
-	case pipeline.KindCancelled:
+	case pipeline.KindCanceled:
 		return http.StatusRequestTimeout
 	case pipeline.KindTimeout:
 		return http.StatusGatewayTimeout

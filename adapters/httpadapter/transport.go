@@ -28,7 +28,7 @@ import (
 //
 // Deadlines, trace context and baggage are the caller's business: give a
 // Transport only to clients of internal services, or restrict it with
-// OnlyHosts; requests to other hosts go out exactly as they came.
+// WithHosts; requests to other hosts go out exactly as they came.
 //
 // Create it with NewTransport. It is safe for concurrent use. It never
 // modifies the caller's request (it sends a clone when it adds headers).
@@ -46,11 +46,11 @@ type transportOptionFunc func(*Transport)
 
 func (f transportOptionFunc) applyTransport(t *Transport) { f(t) }
 
-// OnlyHosts restricts the Transport to requests whose URL host — "name"
+// WithHosts restricts the Transport to requests whose URL host — "name"
 // or "name:port", compared case-insensitively — is in hosts: requests to
 // other hosts go out unchanged, with no deadline, trace context or
 // baggage. Without it every request gets them.
-func OnlyHosts(hosts ...string) TransportOption {
+func WithHosts(hosts ...string) TransportOption {
 	return transportOptionFunc(func(t *Transport) {
 		if t.hosts == nil {
 			t.hosts = make(map[string]bool, len(hosts))
@@ -61,10 +61,10 @@ func OnlyHosts(hosts ...string) TransportOption {
 	})
 }
 
-// RelativeHeader sets the name of the relative header the Transport
+// WithRelativeHeader sets the name of the relative header the Transport
 // writes (default DefaultRelativeDeadlineHeader); the empty name writes
 // none. Match the server's WithRelativeDeadlineHeader.
-func RelativeHeader(name string) TransportOption {
+func WithRelativeHeader(name string) TransportOption {
 	return transportOptionFunc(func(t *Transport) {
 		if name != "" {
 			name = http.CanonicalHeaderKey(name)
@@ -73,11 +73,12 @@ func RelativeHeader(name string) TransportOption {
 	})
 }
 
-// WithoutAbsoluteHeader stops the Transport from writing Sundial-Deadline,
-// for servers whose clocks cannot be trusted to agree with the caller's;
-// only the relative header is written.
-func WithoutAbsoluteHeader() TransportOption {
-	return transportOptionFunc(func(t *Transport) { t.absolute = false })
+// WithAbsoluteHeader says whether the Transport writes Sundial-Deadline
+// (the default, true). Pass false for servers whose clocks cannot be
+// trusted to agree with the caller's: only the relative header is then
+// written.
+func WithAbsoluteHeader(write bool) TransportOption {
+	return transportOptionFunc(func(t *Transport) { t.absolute = write })
 }
 
 // NewTransport returns a Transport sending requests through base (nil:

@@ -130,12 +130,12 @@ func TestTransportHeaders(t *testing.T) {
 	}{
 		{"no deadline, no headers", nil, "http://svc.internal/x", 0, false, ""},
 		{"both headers by default", nil, "http://svc.internal/x", time.Second, true, httpadapter.DefaultRelativeDeadlineHeader},
-		{"allowed host", []httpadapter.TransportOption{httpadapter.OnlyHosts("svc.internal")}, "http://svc.internal:8080/x", time.Second, true, httpadapter.DefaultRelativeDeadlineHeader},
-		{"allowed host and port", []httpadapter.TransportOption{httpadapter.OnlyHosts("SVC.internal:8080")}, "http://svc.internal:8080/x", time.Second, true, httpadapter.DefaultRelativeDeadlineHeader},
-		{"third party gets nothing", []httpadapter.TransportOption{httpadapter.OnlyHosts("svc.internal")}, "https://api.example.com/x", time.Second, false, ""},
-		{"relative header renamed", []httpadapter.TransportOption{httpadapter.RelativeHeader("x-deadline-ms")}, "http://svc.internal/x", time.Second, true, "X-Deadline-Ms"},
-		{"relative only", []httpadapter.TransportOption{httpadapter.WithoutAbsoluteHeader()}, "http://svc.internal/x", time.Second, false, httpadapter.DefaultRelativeDeadlineHeader},
-		{"absolute only", []httpadapter.TransportOption{httpadapter.RelativeHeader("")}, "http://svc.internal/x", time.Second, true, ""},
+		{"allowed host", []httpadapter.TransportOption{httpadapter.WithHosts("svc.internal")}, "http://svc.internal:8080/x", time.Second, true, httpadapter.DefaultRelativeDeadlineHeader},
+		{"allowed host and port", []httpadapter.TransportOption{httpadapter.WithHosts("SVC.internal:8080")}, "http://svc.internal:8080/x", time.Second, true, httpadapter.DefaultRelativeDeadlineHeader},
+		{"third party gets nothing", []httpadapter.TransportOption{httpadapter.WithHosts("svc.internal")}, "https://api.example.com/x", time.Second, false, ""},
+		{"relative header renamed", []httpadapter.TransportOption{httpadapter.WithRelativeHeader("x-deadline-ms")}, "http://svc.internal/x", time.Second, true, "X-Deadline-Ms"},
+		{"relative only", []httpadapter.TransportOption{httpadapter.WithAbsoluteHeader(false)}, "http://svc.internal/x", time.Second, false, httpadapter.DefaultRelativeDeadlineHeader},
+		{"absolute only", []httpadapter.TransportOption{httpadapter.WithRelativeHeader("")}, "http://svc.internal/x", time.Second, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,7 +193,7 @@ func TestTransportTraceContext(t *testing.T) {
 	for _, tt := range tests {
 		fake := &fakeRoundTripper{}
 		req, _ := http.NewRequestWithContext(ctx, "GET", tt.url, nil)
-		resp, err := httpadapter.NewTransport(fake, httpadapter.OnlyHosts("svc.internal")).RoundTrip(req)
+		resp, err := httpadapter.NewTransport(fake, httpadapter.WithHosts("svc.internal")).RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,11 +33,15 @@ const (
 	otherCode = "OTHER"
 )
 
-// opTelemetry is everything about one operation (or host route) that can
-// be computed once: span start options and, lazily, the attribute sets of
-// each outcome, so that a call allocates no attribute slices.
-type opTelemetry struct {
+// Op is the telemetry of one operation, or of one host route: what can be
+// computed once — span start options and, lazily, the attribute sets of
+// each outcome — so that an observed call allocates no attribute slices.
+// Get one from [Telemetry.Operation] or [Telemetry.Route]; a nil *Op
+// observes nothing. It is safe for concurrent use.
+type Op struct {
+	t       *Telemetry
 	name    string
+	route   bool               // a host route (or an unknown operation ID)
 	idAttr  attribute.KeyValue // span: sundial.operation.id or sundial.route
 	idMAttr attribute.KeyValue // metrics: operation or route
 
@@ -87,8 +91,8 @@ func init() {
 	}
 }
 
-func newOpTelemetry(name string, route bool) *opTelemetry {
-	o := &opTelemetry{name: name}
+func newOp(t *Telemetry, name string, route bool) *Op {
+	o := &Op{t: t, name: name, route: route}
 	if route {
 		o.idAttr = attribute.String(AttrRoute, name)
 		o.idMAttr = attribute.String(MetricAttrRoute, name)
@@ -114,7 +118,7 @@ func newOpTelemetry(name string, route bool) *opTelemetry {
 
 // outcome returns the attributes of an outcome of kind k and code (""
 // for OK) on protocol slot p, computing them on first use.
-func (o *opTelemetry) outcome(p int, k pipeline.Kind, code string) *outcomeAttrs {
+func (o *Op) outcome(p int, k pipeline.Kind, code string) *outcomeAttrs {
 	key := outcomeKey{k, code}
 	if m := o.outcomes[p].Load(); m != nil {
 		if a, ok := (*m)[key]; ok {

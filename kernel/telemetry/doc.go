@@ -1,30 +1,34 @@
 // Package telemetry observes Sundial invocations with OpenTelemetry.
 //
-// Its [Telemetry.Middleware] is the kernel's built-in Diagnostics-stage
-// middleware. The Diagnostics stage is the outermost, so the middleware
-// sees each invocation's final, attributed outcome — TIMEOUT when the
-// deadline fired, even if the handler then returned a cancellation — while
-// the original outcome (what the circuit breaker counted) is reported
-// beside it. For every invocation it
+// The kernel drives it at the edge of every invocation: it gets an [Op]
+// for each operation once ([Telemetry.Operation]; [Telemetry.Route] for
+// host endpoints and unknown operation IDs), calls [Op.Start] when an
+// invocation arrives and [Call.End] with the outcome its caller is told.
+// Every response gets observed that way — early rejections and the
+// TIMEOUT of a handler still running at its deadline included — so End
+// sees the attributed outcome (TIMEOUT when the deadline fired, even if
+// the handler then returned a cancellation), while the original outcome
+// (what the circuit breaker counted) is reported beside it. For every
+// invocation it
 //
 //   - starts one span named after the operation ID (or the route of a host
 //     endpoint), with the outcome's kind and code as attributes, status
 //     Error for failures, an event for a rejection (which limit, and the
 //     retry hint) and an event at the instant the deadline fired;
 //   - records the invocation count and duration by operation and outcome,
-//     rejections by operation and reason, and the deadline budget the call
-//     arrived with; observable instruments report each operation's breaker
+//     rejections by operation and reason, and the deadline budget the
+//     caller sent; observable instruments report each operation's breaker
 //     state, queue depths and calls in flight;
 //   - optionally writes one access-log line with the same facts.
 //
 // The package uses the OpenTelemetry API only. With no SDK installed (the
-// API's no-op default) the middleware does no tracing or metric work at
-// all: it checks, per call and without allocating, whether a tracer
-// provider has been installed and whether the instruments are enabled.
+// API's no-op default) it does no tracing or metric work at all: Start
+// checks, per call and without allocating, whether a tracer provider has
+// been installed and whether the instruments are enabled.
 //
 // The propagation helpers ([ExtractHTTP], [InjectHTTP], [ExtractGRPC],
 // [InjectGRPC]) carry the W3C trace context and baggage across HTTP and
-// gRPC hops; [CopyBaggage] copies the extracted baggage, bounded, onto the
+// gRPC hops; [Baggage] returns the extracted baggage, bounded, for the
 // invocation, where middleware reads it (see
 // [pipeline.Invocation.IdempotencyKey]); typed handlers read the caller's
 // idempotency key from their context with [IdempotencyKey].

@@ -4,46 +4,42 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/telemetry"
-	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// The kernel registers the Diagnostics middleware by default; give it an
-// SDK tracer provider (here one that records in memory) and every
-// invocation becomes a span named by its operation, carrying the
-// attributed outcome.
+// The kernel observes every invocation this way: Start when it arrives,
+// End with the outcome its caller is told. Given an SDK tracer provider
+// (here one that records in memory) every invocation becomes a span named
+// by its operation, carrying the attributed outcome.
 func Example() {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer tp.Shutdown(context.Background())
 
-	reg := operations.NewRegistry()
-	_ = operations.Register(reg, operations.Descriptor{ID: "orders.get"}, func(_ context.Context, id string) (string, error) {
-		return "", pipeline.NotFound("SHOP_NOT_FOUND_001", "Order '"+id+"' does not exist.")
-	})
-	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithTracerProvider(tp))
-	if err != nil {
-		panic(err)
-	}
-	_, err = kernel.Call[string, string](context.Background(), k, "orders.get", "ord-9")
-	fmt.Println("outcome:", pipeline.CodeOf(err))
+	tel := telemetry.New(telemetry.WithTracerProvider(tp))
+	o := tel.Operation(op("orders.get")) // once per operation
+
+	inv := pipeline.NewInvocation(pipeline.Spec{Operation: op("orders.get")})
+	ctx, call := o.Start(context.Background(), inv, time.Now())
+	_ = ctx // the handler runs under ctx
+	err := pipeline.NotFound("SHOP_NOT_FOUND_001", "Order 'ord-9' does not exist.")
+	call.End(err, time.Now())
+	fmt.Println("trace ID recorded:", call.TraceID() != "")
 
 	s := spans.Ended()[0]
 	fmt.Println("span:", s.Name(), s.Status().Code)
 	for _, a := range s.Attributes() {
-		if a.Key == telemetry.AttrDeadline {
-			continue // the effective deadline: now + the kernel's 5-minute cap
-		}
 		fmt.Printf("  %s = %s\n", a.Key, a.Value.Emit())
 	}
 	// Output:
-	// outcome: SHOP_NOT_FOUND_001
+	// trace ID recorded: true
 	// span: orders.get Error
 	//   sundial.operation.id = orders.get
 	//   sundial.protocol = inprocess
@@ -51,19 +47,18 @@ func Example() {
 	//   sundial.outcome.code = SHOP_NOT_FOUND_001
 }
 
-// An adapter extracts the caller's trace context and baggage before it
-// builds the invocation, so the invocation's span continues the caller's
-// trace and handlers read the baggage from the invocation.
+// An adapter extracts the caller's trace context and baggage before the
+// kernel makes the invocation, so the invocation's span continues the
+// caller's trace and middleware reads the baggage from the invocation.
 func ExampleExtractHTTP() {
 	h := http.Header{}
 	h.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	h.Set("baggage", "sundial.idempotency-key=order-42")
 
 	ctx := telemetry.ExtractHTTP(context.Background(), h)
-	inv := pipeline.NewInvocation(ctx, nil, nil)
-	telemetry.CopyBaggage(ctx, inv, nil)
+	inv := pipeline.NewInvocation(pipeline.Spec{Baggage: telemetry.Baggage(ctx, nil)})
 
-	fmt.Println("trace:", telemetry.TraceID(inv))
+	fmt.Println("trace:", trace.SpanContextFromContext(ctx).TraceID())
 	fmt.Println("idempotency key:", inv.IdempotencyKey())
 	// Output:
 	// trace: 4bf92f3577b34da6a3ce929d0e0e4736

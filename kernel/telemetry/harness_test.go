@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -15,11 +16,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/pipeline"
 )
 
-// harness is a kernel observed by the otel SDK: an in-memory span
+// harness is a Telemetry observed by the otel SDK: an in-memory span
 // recorder, a manual metric reader and a JSON access log.
 type harness struct {
 	spans  *tracetest.SpanRecorder
@@ -27,9 +28,10 @@ type harness struct {
 	tp     *sdktrace.TracerProvider
 	mp     *sdkmetric.MeterProvider
 	log    *bytes.Buffer
+	tel    *telemetry.Telemetry
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, opts ...telemetry.Option) *harness {
 	t.Helper()
 	h := &harness{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), log: &bytes.Buffer{}}
 	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans))
@@ -38,29 +40,44 @@ func newHarness(t *testing.T) *harness {
 		_ = h.tp.Shutdown(context.Background())
 		_ = h.mp.Shutdown(context.Background())
 	})
+	h.tel = telemetry.New(append([]telemetry.Option{
+		telemetry.WithTracerProvider(h.tp),
+		telemetry.WithMeterProvider(h.mp),
+		telemetry.WithAccessLog(slog.New(slog.NewJSONHandler(h.log, nil))),
+	}, opts...)...)
 	return h
 }
 
-// options returns the kernel options that wire the harness in.
-func (h *harness) options() []kernel.Option {
-	return []kernel.Option{
-		kernel.WithTracerProvider(h.tp),
-		kernel.WithMeterProvider(h.mp),
-		kernel.WithAccessLog(slog.New(slog.NewJSONHandler(h.log, nil))),
+// op is a pipeline.Operation named by its ID.
+type op string
+
+func (o op) OperationID() string { return string(o) }
+
+// t0 is the instant the test invocations arrive at.
+var t0 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// httpInv returns an HTTP invocation of id (a host endpoint when id is
+// "") with the caller's deadline callerDeadline after t0 (0: none), which
+// is also the effective deadline.
+func httpInv(id string, callerDeadline time.Duration) *pipeline.Invocation {
+	s := pipeline.Spec{Protocol: pipeline.ProtocolHTTP}
+	if id != "" {
+		s.Operation = op(id)
 	}
+	if callerDeadline != 0 {
+		s.CallerDeadline = t0.Add(callerDeadline)
+		s.Deadline = s.CallerDeadline
+		s.DeadlineSource = pipeline.DeadlineCaller
+	}
+	return pipeline.NewInvocation(s)
 }
 
-func (h *harness) kernel(t *testing.T, reg *operations.Registry, config string, opts ...kernel.Option) *kernel.Kernel {
-	t.Helper()
-	all := append(h.options(), kernel.WithRegistry(reg))
-	if config != "" {
-		all = append(all, kernel.WithConfigJSON([]byte(config)))
-	}
-	k, err := kernel.New(append(all, opts...)...)
-	if err != nil {
-		t.Fatalf("kernel.New: %v", err)
-	}
-	return k
+// observe runs one invocation the way the kernel does: Start at start,
+// End with err at end. It returns the Call.
+func observe(o *telemetry.Op, ctx context.Context, inv *pipeline.Invocation, start, end time.Time, err error) *telemetry.Call {
+	_, c := o.Start(ctx, inv, start)
+	c.End(err, end)
+	return c
 }
 
 // onlySpan returns the one span ended so far.

@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // Histogram bucket boundaries, in seconds. Durations use the boundaries
@@ -78,8 +80,8 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 		if !ok {
 			continue
 		}
-		if st.Breaker != BreakerNone {
-			o.ObserveInt64(in.breaker, int64(st.Breaker), op.observe...)
+		if st.HasBreaker {
+			o.ObserveInt64(in.breaker, breakerValue(st.Breaker), op.observe...)
 		}
 		if st.RateLimited {
 			o.ObserveInt64(in.queue, int64(st.RateQueueDepth), op.observeRate...)
@@ -89,4 +91,16 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 			o.ObserveInt64(in.active, int64(st.InFlight), op.observe...)
 		}
 	}
+}
+
+// breakerValue is the value MetricBreakerState reports for s: 0 closed,
+// 1 half-open, 2 open.
+func breakerValue(s resilience.BreakerState) int64 {
+	switch s {
+	case resilience.BreakerHalfOpen:
+		return 1
+	case resilience.BreakerOpen:
+		return 2
+	}
+	return 0
 }

@@ -102,8 +102,8 @@ const (
 	// AttrRejectionLimit is the limit that rejected: "rate",
 	// "concurrency" or "breaker".
 	AttrRejectionLimit = "sundial.rejection.limit"
-	// AttrRetryAfter is the rejection's retry hint in whole seconds
-	// (details.retryAfter); absent when the limit gives none.
+	// AttrRetryAfter is the rejection's retry hint (its retry-after) in
+	// whole seconds, rounded up; absent when the limit gives none.
 	AttrRetryAfter = "sundial.rejection.retry_after_s"
 	// EventDeadlineExceeded is added, with the deadline's instant as its
 	// timestamp, when the invocation's deadline fired.

@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -26,9 +25,8 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 func Propagator() propagation.TextMapPropagator { return propagator }
 
 // ExtractHTTP returns ctx carrying the remote span context and the baggage
-// of the request headers h (traceparent, tracestate, baggage). The span the
-// Diagnostics middleware starts under that context continues the caller's
-// trace. Malformed headers are ignored; baggage beyond the W3C limits (64
+// of the request headers h (traceparent, tracestate, baggage). The span
+// [Op.Start] starts under that context continues the caller's trace. Malformed headers are ignored; baggage beyond the W3C limits (64
 // members, 8192 bytes) is cut by otel's parser.
 func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
 	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
@@ -76,7 +74,7 @@ func (c mdCarrier) Keys() []string {
 	return keys
 }
 
-// Bounds on the baggage CopyBaggage copies onto an invocation. They are
+// Bounds on the baggage [Baggage] copies from a context. They are
 // tighter than W3C's (64 members, 8192 bytes) because every member is kept
 // for the whole call and may be logged.
 const (
@@ -87,20 +85,21 @@ const (
 	MaxBaggageBytes = 4096
 )
 
-// CopyBaggage copies the W3C baggage of ctx (see ExtractHTTP and
-// ExtractGRPC) onto inv with inv.SetBaggage, so handlers and middleware
-// read it from the invocation — the idempotency key among it
-// (pipeline.BaggageIdempotencyKey, read by inv.IdempotencyKey).
+// Baggage returns the W3C baggage of ctx (see ExtractHTTP and
+// ExtractGRPC) as a map, bounded, for the invocation's
+// [pipeline.Spec.Baggage] — the idempotency key among it
+// (pipeline.BaggageIdempotencyKey, read by
+// [pipeline.Invocation.IdempotencyKey]). It returns nil when ctx carries
+// no baggage.
 //
 // At most MaxBaggageMembers members and MaxBaggageBytes bytes are copied:
 // the idempotency key first, then the other members in key order. Members
 // that do not fit are dropped — the rest are still copied — and one Warn
-// line on logger (nil: nothing is logged) names how many and which. It
-// returns the number of members dropped.
-func CopyBaggage(ctx context.Context, inv *pipeline.Invocation, logger *slog.Logger) int {
+// line on logger (nil: nothing is logged) names how many and which.
+func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 	members := baggage.FromContext(ctx).Members()
 	if len(members) == 0 {
-		return 0
+		return nil
 	}
 	slices.SortFunc(members, func(a, b baggage.Member) int {
 		ai, bi := a.Key() == pipeline.BaggageIdempotencyKey, b.Key() == pipeline.BaggageIdempotencyKey
@@ -112,16 +111,16 @@ func CopyBaggage(ctx context.Context, inv *pipeline.Invocation, logger *slog.Log
 		}
 		return cmp.Compare(a.Key(), b.Key())
 	})
+	out := make(map[string]string, min(len(members), MaxBaggageMembers))
 	var dropped []string
-	n, size := 0, 0
+	size := 0
 	for _, m := range members {
 		sz := len(m.Key()) + len(m.Value())
-		if n >= MaxBaggageMembers || size+sz > MaxBaggageBytes {
+		if len(out) >= MaxBaggageMembers || size+sz > MaxBaggageBytes {
 			dropped = append(dropped, m.Key())
 			continue
 		}
-		inv.SetBaggage(m.Key(), m.Value())
-		n++
+		out[m.Key()] = m.Value()
 		size += sz
 	}
 	if len(dropped) > 0 && logger != nil {
@@ -130,34 +129,19 @@ func CopyBaggage(ctx context.Context, inv *pipeline.Invocation, logger *slog.Log
 			shown = shown[:8]
 		}
 		logger.LogAttrs(ctx, slog.LevelWarn, "sundial: baggage over the limit; members dropped",
-			slog.String("operation", inv.Name()),
 			slog.Int("dropped", len(dropped)),
 			slog.String("keys", strings.Join(shown, ",")),
 			slog.Int("max_members", MaxBaggageMembers),
 			slog.Int("max_bytes", MaxBaggageBytes))
 	}
-	return len(dropped)
-}
-
-// TraceID returns the trace ID to report for inv (Problem Details
-// "traceId", access logs): the Diagnostics span's, or — when no span was
-// recorded, as with otel's no-op default — the caller's trace ID carried by
-// inv's context (an incoming traceparent), or "".
-func TraceID(inv *pipeline.Invocation) string {
-	if id := inv.TraceID(); id != "" {
-		return id
-	}
-	if sc := trace.SpanContextFromContext(inv.Context()); sc.HasTraceID() {
-		return sc.TraceID().String()
-	}
-	return ""
+	return out
 }
 
 // IdempotencyKey returns the caller's idempotency key as a handler sees it
 // from its context: the W3C baggage member sundial.idempotency-key, or "".
-// The Diagnostics middleware puts the invocation's key
-// (pipeline.Invocation.IdempotencyKey, whatever header it came from) into
-// the baggage of the handler's context, so a typed handler —
+// The kernel puts the invocation's key (pipeline.Invocation.IdempotencyKey,
+// whatever header it came from) into the baggage of the handler's context,
+// so a typed handler —
 // func(context.Context, In) (Out, error) — reads it here:
 //
 //	if key := telemetry.IdempotencyKey(ctx); key != "" {

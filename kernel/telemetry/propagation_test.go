@@ -94,27 +94,31 @@ func TestExtractIgnoresMalformed(t *testing.T) {
 	}
 }
 
-// TestCopyBaggage: the extracted baggage reaches the invocation, the
+// TestBaggage: the extracted baggage reaches the invocation, the
 // idempotency key among it.
-func TestCopyBaggage(t *testing.T) {
+func TestBaggage(t *testing.T) {
 	ctx := telemetry.ExtractGRPC(context.Background(), map[string][]string{
 		"baggage": {"sundial.idempotency-key=order-42,tenant=acme%20corp"},
 	})
-	inv := pipeline.NewInvocation(ctx, nil, nil)
-	if n := telemetry.CopyBaggage(ctx, inv, nil); n != 0 {
-		t.Errorf("CopyBaggage dropped %d, want 0", n)
+	b := telemetry.Baggage(ctx, nil)
+	if len(b) != 2 {
+		t.Errorf("Baggage = %v, want 2 members", b)
 	}
+	inv := pipeline.NewInvocation(pipeline.Spec{Baggage: b})
 	if got := inv.IdempotencyKey(); got != "order-42" {
 		t.Errorf("IdempotencyKey() = %q, want order-42", got)
 	}
 	if v, _ := inv.Baggage("tenant"); v != "acme corp" {
 		t.Errorf("Baggage(tenant) = %q, want the decoded \"acme corp\"", v)
 	}
+	if b := telemetry.Baggage(context.Background(), nil); b != nil {
+		t.Errorf("Baggage without baggage = %v, want nil", b)
+	}
 }
 
-// TestCopyBaggageBound: members past MaxBaggageMembers or MaxBaggageBytes
+// TestBaggageBound: members past MaxBaggageMembers or MaxBaggageBytes
 // are dropped with one log line, and the idempotency key is kept first.
-func TestCopyBaggageBound(t *testing.T) {
+func TestBaggageBound(t *testing.T) {
 	big := strings.Repeat("x", 1000)
 	tests := []struct {
 		name        string
@@ -133,15 +137,12 @@ func TestCopyBaggageBound(t *testing.T) {
 			members := append([]string{"sundial.idempotency-key=k1"}, tt.members...)
 			ctx := remoteContext(t, members...)
 			var log bytes.Buffer
-			inv := pipeline.NewInvocation(ctx, nil, nil)
-			n := telemetry.CopyBaggage(ctx, inv, slog.New(slog.NewTextHandler(&log, nil)))
-			kept := 0
-			inv.RangeBaggage(func(string, string) bool { kept++; return true })
-			if n != tt.wantDropped || kept != tt.wantKept {
-				t.Errorf("CopyBaggage = dropped %d, kept %d; want dropped %d, kept %d", n, kept, tt.wantDropped, tt.wantKept)
+			b := telemetry.Baggage(ctx, slog.New(slog.NewTextHandler(&log, nil)))
+			if len(b) != tt.wantKept {
+				t.Errorf("Baggage kept %d, want %d", len(b), tt.wantKept)
 			}
-			if inv.IdempotencyKey() != "k1" {
-				t.Errorf("IdempotencyKey() = %q, want k1 (it is copied first)", inv.IdempotencyKey())
+			if b[pipeline.BaggageIdempotencyKey] != "k1" {
+				t.Errorf("idempotency key = %q, want k1 (it is copied first)", b[pipeline.BaggageIdempotencyKey])
 			}
 			lines := strings.Count(log.String(), "\n")
 			if want := min(tt.wantDropped, 1); lines != want || (want == 1 && !strings.Contains(log.String(), fmt.Sprintf("dropped=%d", tt.wantDropped))) {

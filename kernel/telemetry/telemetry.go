@@ -14,6 +14,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // Option configures a Telemetry.
@@ -35,7 +36,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithMeterProvider sets the meter provider. The default (and a nil mp) is
 // the global one; instruments made from it start recording once an SDK is
 // installed with otel.SetMeterProvider. With a no-op provider the
-// instruments are disabled and the middleware records nothing.
+// instruments are disabled and nothing is recorded.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(t *Telemetry) { t.mp = mp })
 }
@@ -53,8 +54,12 @@ func WithAccessLog(l *slog.Logger) Option {
 // each collection, to read the state of every operation's limiters. Until
 // it is called (and after it is called with nil) the breaker state, queue
 // depth and concurrency instruments report nothing. The kernel calls it
-// once every operation's limiters exist.
+// once every operation's limiters exist. On a nil Telemetry it does
+// nothing.
 func (t *Telemetry) ObserveLimits(f LimitsFunc) {
+	if t == nil {
+		return
+	}
 	if f == nil {
 		t.limits.Store(nil)
 		return
@@ -62,37 +67,13 @@ func (t *Telemetry) ObserveLimits(f LimitsFunc) {
 	t.limits.Store(&f)
 }
 
-// BreakerState is a circuit breaker's state as reported by
-// MetricBreakerState.
-type BreakerState int8
-
-// The breaker states. BreakerNone marks an operation without a breaker.
-const (
-	BreakerNone     BreakerState = -1
-	BreakerClosed   BreakerState = 0
-	BreakerHalfOpen BreakerState = 1
-	BreakerOpen     BreakerState = 2
-)
-
-// String returns "closed", "half-open", "open" or "none".
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerHalfOpen:
-		return "half-open"
-	case BreakerOpen:
-		return "open"
-	}
-	return "none"
-}
-
 // LimitState is a snapshot of one operation's limiters, as the observable
 // instruments report it.
 type LimitState struct {
-	// Breaker is the breaker's state; BreakerNone when the operation has
-	// no breaker.
-	Breaker BreakerState
+	// HasBreaker reports whether the operation has a circuit breaker;
+	// Breaker is its state.
+	HasBreaker bool
+	Breaker    resilience.BreakerState
 	// RateLimited reports whether a rate limit is configured;
 	// RateQueueDepth is the number of calls waiting for the next window.
 	RateLimited    bool
@@ -111,8 +92,8 @@ type LimitState struct {
 type LimitsFunc func(id string) (LimitState, bool)
 
 // Telemetry holds the tracer, the instruments and the access log shared by
-// the Diagnostics middleware of every operation of one kernel. Create it
-// with New; it is safe for concurrent use.
+// every operation of one kernel. Create it with New; it is safe for
+// concurrent use.
 type Telemetry struct {
 	tp     trace.TracerProvider // nil: the global provider, read per call
 	mp     metric.MeterProvider
@@ -125,8 +106,8 @@ type Telemetry struct {
 	inst *instruments // nil when the meter provider is a no-op
 
 	mu     sync.Mutex // guards ops and routes' writers
-	ops    []*opTelemetry
-	routes atomic.Pointer[map[string]*opTelemetry]
+	ops    []*Op
+	routes atomic.Pointer[map[string]*Op]
 }
 
 // New returns a Telemetry configured by opts. It creates the instruments
@@ -211,26 +192,36 @@ func isGlobalDefault(v any) bool {
 	return rt != nil && rt.PkgPath() == globalPkg
 }
 
-// Middleware returns the Diagnostics middleware for op, or for the host
-// endpoints when op is nil (their spans and metrics are named by the
-// invocation's route).
-func (t *Telemetry) Middleware(op pipeline.Operation) pipeline.Middleware {
-	if op == nil {
-		return &middleware{t: t}
+// Operation returns the telemetry of op, whose spans and metrics are named
+// by its operation ID. Call it once per operation (the kernel does, when
+// it is made) and keep the result: the observable instruments report the
+// limiters of every operation it was called for. It returns nil when t or
+// op is nil.
+func (t *Telemetry) Operation(op pipeline.Operation) *Op {
+	if t == nil || op == nil {
+		return nil
 	}
-	o := newOpTelemetry(op.OperationID(), false)
+	o := newOp(t, op.OperationID(), false)
 	t.mu.Lock()
 	t.ops = append(t.ops, o)
 	t.mu.Unlock()
-	return &middleware{t: t, op: o}
+	return o
 }
 
 // maxRoutes bounds the distinct host routes given their own metric
 // attributes; further routes share the route name "other".
 const maxRoutes = 256
 
-// route returns the cached attributes of a host route.
-func (t *Telemetry) route(name string) *opTelemetry {
+// Route returns the telemetry of a host endpoint, or of a call to an
+// unknown operation ID, whose spans and metrics are named by name (a route
+// such as "GET /healthz", or the ID). Results are cached by name; past
+// 256 distinct names, further ones share the metric attributes of the
+// name "other" (spans keep the invocation's own name). It returns nil when
+// t is nil.
+func (t *Telemetry) Route(name string) *Op {
+	if t == nil {
+		return nil
+	}
 	if m := t.routes.Load(); m != nil {
 		if o, ok := (*m)[name]; ok {
 			return o
@@ -244,7 +235,7 @@ func (t *Telemetry) route(name string) *opTelemetry {
 			return o
 		}
 	}
-	var m map[string]*opTelemetry
+	var m map[string]*Op
 	if old != nil {
 		if len(*old) >= maxRoutes {
 			if o, ok := (*old)["other"]; ok {
@@ -252,21 +243,21 @@ func (t *Telemetry) route(name string) *opTelemetry {
 			}
 			name = "other"
 		}
-		m = make(map[string]*opTelemetry, len(*old)+1)
+		m = make(map[string]*Op, len(*old)+1)
 		for k, v := range *old {
 			m[k] = v
 		}
 	} else {
-		m = make(map[string]*opTelemetry, 1)
+		m = make(map[string]*Op, 1)
 	}
-	o := newOpTelemetry(name, true)
+	o := newOp(t, name, true)
 	m[name] = o
 	t.routes.Store(&m)
 	return o
 }
 
 // operations returns the operations registered so far.
-func (t *Telemetry) operations() []*opTelemetry {
+func (t *Telemetry) operations() []*Op {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return slices.Clip(t.ops)
@@ -275,7 +266,7 @@ func (t *Telemetry) operations() []*opTelemetry {
 // Err reports errors the meter returned while New created the instruments
 // (an instrument that failed is a no-op). It is nil when all went well.
 func (t *Telemetry) Err() error {
-	if t.inst == nil {
+	if t == nil || t.inst == nil {
 		return nil
 	}
 	return t.inst.err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -88,7 +89,8 @@ func transportError(dep string, err error) error {
 
 // problemError converts a failure response to an outcome: the Problem
 // Details' kind (its title), code, detail and details, or, for a body that
-// is not Problem Details, the kind of the status.
+// is not Problem Details, the kind of the status. A details.retryAfter in
+// whole seconds becomes the outcome's retry-after, not a detail.
 func problemError(status int, contentType string, body []byte) *pipeline.Error {
 	var p httpadapter.Problem
 	if strings.HasPrefix(contentType, httpadapter.ContentTypeProblem) && json.Unmarshal(body, &p) == nil && p.Code != "" {
@@ -98,6 +100,12 @@ func problemError(status int, contentType string, body []byte) *pipeline.Error {
 		}
 		e := pipeline.NewError(kind, p.Code, p.Detail)
 		for k, v := range p.Details {
+			if k == pipeline.DetailRetryAfter {
+				if secs, ok := v.(float64); ok && secs >= 0 && secs <= math.MaxInt64/float64(time.Second) {
+					e = e.WithRetryAfter(time.Duration(secs * float64(time.Second)))
+					continue
+				}
+			}
 			e = e.WithDetail(k, v)
 		}
 		return e.WithDetail("status", status)
@@ -168,5 +176,5 @@ func describe(err error) string {
 		return "OK"
 	}
 	pe := pipeline.AsError(err)
-	return fmt.Sprintf("%s %s", pe.Kind, pe.Code)
+	return fmt.Sprintf("%s %s", pe.Kind(), pe.Code())
 }

@@ -25,7 +25,7 @@ func TestTransportError(t *testing.T) {
 		wantCode string // "" : the error passes unchanged
 	}{
 		{"context deadline passes", fmt.Errorf("Get: %w", context.DeadlineExceeded), pipeline.KindTimeout, ""},
-		{"context cancel passes", fmt.Errorf("Get: %w", context.Canceled), pipeline.KindCancelled, ""},
+		{"context cancel passes", fmt.Errorf("Get: %w", context.Canceled), pipeline.KindCanceled, ""},
 		{"budget cut passes", fmt.Errorf("Get: %w", budgetCut), pipeline.KindTimeout, ""},
 		{"per-read timeout", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, pipeline.KindTimeout, "CHAIN_TIMEOUT_001"},
 		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, pipeline.KindUnavailable, "CHAIN_UNAVAILABLE_001"},
@@ -43,8 +43,8 @@ func TestTransportError(t *testing.T) {
 				return
 			}
 			pe := pipeline.AsError(got)
-			if pe.Code != tc.wantCode || pe.Details["dependency"] != "inventory" || !errors.Is(got, tc.err) {
-				t.Errorf("transportError(%v) = %v %v, want %s naming inventory and wrapping the cause", tc.err, pe.Code, pe.Details, tc.wantCode)
+			if dep, _ := pe.Detail("dependency"); pe.Code() != tc.wantCode || dep != "inventory" || !errors.Is(got, tc.err) {
+				t.Errorf("transportError(%v) = %v %v, want %s naming inventory and wrapping the cause", tc.err, pe.Code(), pe.Details(), tc.wantCode)
 			}
 		})
 	}
@@ -53,26 +53,37 @@ func TestTransportError(t *testing.T) {
 func TestProblemError(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name        string
-		status      int
-		contentType string
-		body        string
-		wantKind    pipeline.Kind
-		wantCode    string
+		name           string
+		status         int
+		contentType    string
+		body           string
+		wantKind       pipeline.Kind
+		wantCode       string
+		wantRetryAfter time.Duration // 0: none
 	}{
 		{"problem details", 504, "application/problem+json",
 			`{"type":"urn:sundial:error:BILLING_TIMEOUT_001","title":"TIMEOUT","status":504,"detail":"no time","code":"BILLING_TIMEOUT_001","details":{"remainingMs":12}}`,
-			pipeline.KindTimeout, "BILLING_TIMEOUT_001"},
+			pipeline.KindTimeout, "BILLING_TIMEOUT_001", 0},
+		{"retry-after is typed, not a detail", 503, "application/problem+json",
+			`{"title":"UNAVAILABLE","status":503,"code":"KERNEL_UNAVAILABLE_002","details":{"id":"inventory.stock","retryAfter":3}}`,
+			pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_002", 3 * time.Second},
 		{"unknown title falls back to the status", 503, "application/problem+json",
-			`{"title":"SOMETHING","code":"X_UNAVAILABLE_001"}`, pipeline.KindUnavailable, "X_UNAVAILABLE_001"},
-		{"not problem details", 503, "text/plain", `busy`, pipeline.KindUnavailable, "CHAIN_UNEXPECTED_001"},
-		{"garbage", 504, "application/problem+json", `{`, pipeline.KindTimeout, "CHAIN_UNEXPECTED_001"},
-		{"status without a kind", 502, "text/html", `<html>`, pipeline.KindUnexpected, "CHAIN_UNEXPECTED_001"},
+			`{"title":"SOMETHING","code":"X_UNAVAILABLE_001"}`, pipeline.KindUnavailable, "X_UNAVAILABLE_001", 0},
+		{"not problem details", 503, "text/plain", `busy`, pipeline.KindUnavailable, "CHAIN_UNEXPECTED_001", 0},
+		{"garbage", 504, "application/problem+json", `{`, pipeline.KindTimeout, "CHAIN_UNEXPECTED_001", 0},
+		{"status without a kind", 502, "text/html", `<html>`, pipeline.KindUnexpected, "CHAIN_UNEXPECTED_001", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := problemError(tc.status, tc.contentType, []byte(tc.body))
-			if got.Kind != tc.wantKind || got.Code != tc.wantCode || got.Details["status"] != tc.status {
-				t.Errorf("problemError(%d, %q, %s) = %v %s %v, want %v %s with details.status", tc.status, tc.contentType, tc.body, got.Kind, got.Code, got.Details, tc.wantKind, tc.wantCode)
+			if st, _ := got.Detail("status"); got.Kind() != tc.wantKind || got.Code() != tc.wantCode || st != tc.status {
+				t.Errorf("problemError(%d, %q, %s) = %v %s %v, want %v %s with details.status", tc.status, tc.contentType, tc.body, got.Kind(), got.Code(), got.Details(), tc.wantKind, tc.wantCode)
+			}
+			ra, ok := got.RetryAfter()
+			if ok != (tc.wantRetryAfter != 0) || ra != tc.wantRetryAfter {
+				t.Errorf("problemError(%s).RetryAfter() = %v, %v; want %v", tc.body, ra, ok, tc.wantRetryAfter)
+			}
+			if _, ok := got.Detail(pipeline.DetailRetryAfter); ok {
+				t.Errorf("problemError(%s) kept details.%s: %v", tc.body, pipeline.DetailRetryAfter, got.Details())
 			}
 		})
 	}
@@ -90,7 +101,7 @@ func TestDependencyDown(t *testing.T) {
 	ln.Close() // nothing listens there any more
 	o := NewOrders(OrdersConfig{Inventory: down, Backoff: time.Millisecond}, newJournal("orders", nil), newServiceClient(time.Second), nil)
 	_, err = o.Stock(context.Background(), StockCheck{Item: "book"})
-	if pe := pipeline.AsError(err); pe.Kind != pipeline.KindUnavailable || pe.Code != "ORDERS_UNAVAILABLE_002" {
+	if pe := pipeline.AsError(err); pe.Kind() != pipeline.KindUnavailable || pe.Code() != "ORDERS_UNAVAILABLE_002" {
 		t.Errorf("Stock with Inventory down = %v, want UNAVAILABLE ORDERS_UNAVAILABLE_002", err)
 	}
 	if n := o.Journal().Count("stock-attempt"); n != 3 {

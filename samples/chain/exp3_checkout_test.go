@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // Experiment 3: the gateway gives Orders 2 s (TimeoutSeconds of
@@ -57,7 +58,7 @@ func TestExperiment3FreshTimeoutsVersusPropagation(t *testing.T) {
 
 	t.Run("propagated deadline: Billing refuses, nothing is charged, the reservation is released", func(t *testing.T) {
 		t.Parallel()
-		logs := &logBuffer{}
+		logs := pipelinetest.NewLogSink()
 		c := startCluster(t, cfg, logs)
 		r := call(context.Background(), http.MethodPost, c.URL("gateway")+"/checkout", fmt.Sprintf(checkout, StrategyPropagate), nil)
 		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != "ORDERS_TIMEOUT_001" {
@@ -111,9 +112,9 @@ func TestExperiment3FreshTimeoutsVersusPropagation(t *testing.T) {
 			if op == "billing.charge" {
 				msg = "grpc call"
 			}
-			rec := logs.wait(t, map[string]any{"msg": msg, "operation": op}, 2*time.Second)
-			if rec["traceId"] != trace {
-				t.Errorf("%s logged trace %v, want %s", op, rec["traceId"], trace)
+			rec := waitLog(t, logs, msg, map[string]any{"operation": op}, 2*time.Second)
+			if rec.Attrs["traceId"] != trace {
+				t.Errorf("%s logged trace %v, want %s", op, rec.Attrs["traceId"], trace)
 			}
 		}
 		t.Logf("one trace, %s, crosses gateway, orders, inventory (reserve and release) and billing", trace)

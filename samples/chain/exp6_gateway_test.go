@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -16,7 +17,7 @@ import (
 // then. A share under 20 ms is not worth a call.
 func TestExperiment6GatewayBudget(t *testing.T) {
 	t.Parallel()
-	logs := &logBuffer{}
+	logs := pipelinetest.NewLogSink()
 	c := startCluster(t, ClusterConfig{}, logs)
 	slowCalls := func() int { return c.Inventory.Journal().Count("started") }
 
@@ -51,12 +52,12 @@ func TestExperiment6GatewayBudget(t *testing.T) {
 		if n := slowCalls() - before; n != 0 {
 			t.Errorf("dependency calls = %d, want 0", n)
 		}
-		rec := logs.wait(t, map[string]any{"msg": "http request", "role": "gateway", "operation": "gateway.order", "status": float64(http.StatusGatewayTimeout)}, 2*time.Second)
-		if ms, _ := rec["durationMs"].(float64); ms >= rem {
+		rec := waitLog(t, logs, "http request", map[string]any{"role": "gateway", "operation": "gateway.order", "status": int64(http.StatusGatewayTimeout)}, 2*time.Second)
+		if ms, _ := rec.Attrs["durationMs"].(float64); ms >= rem {
 			t.Errorf("the gateway took %v ms to answer, want less than the %v ms it had: it must not wait for anything", ms, rem)
 		}
 		t.Logf("20 ms: 504 %s, reason %q, remainingMs %v; the gateway answered in %v ms (the client saw %v)",
-			r.Problem.Code, d["reason"], d["remainingMs"], rec["durationMs"], r.Elapsed.Round(100*time.Microsecond))
+			r.Problem.Code, d["reason"], d["remainingMs"], rec.Attrs["durationMs"], r.Elapsed.Round(100*time.Microsecond))
 	})
 
 	t.Run("150 ms: the primary's share is below its 120 ms latency", func(t *testing.T) {

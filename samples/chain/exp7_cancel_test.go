@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // Experiment 7 (cancellation-propagation): the gateway fans out to two
@@ -26,8 +27,8 @@ func TestExperiment7CancellationPropagation(t *testing.T) {
 	// run starts a cluster, fans out with each dependency working
 	// delayMs, disconnects the client at 1.5 s and returns what each
 	// dependency did, with the instant of the disconnect.
-	run := func(t *testing.T, cfg ClusterConfig, delayMs string) (map[string]observation, time.Time, *logBuffer) {
-		logs := &logBuffer{}
+	run := func(t *testing.T, cfg ClusterConfig, delayMs string) (map[string]observation, time.Time, *pipelinetest.LogSink) {
+		logs := pipelinetest.NewLogSink()
 		c := startCluster(t, cfg, logs)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -44,11 +45,11 @@ func TestExperiment7CancellationPropagation(t *testing.T) {
 			"billing":   observe(t, c.Billing.Journal(), 5*time.Second),
 		}
 		// The gateway's access log attributes the outcome to the caller.
-		rec := logs.wait(t, map[string]any{"msg": "http request", "role": "gateway", "operation": "gateway.fanout"}, 2*time.Second)
-		if rec["code"] != pipeline.CodeCancelled || rec["status"] != float64(http.StatusRequestTimeout) {
-			t.Errorf("gateway access log: code %v, status %v; want %s, 408", rec["code"], rec["status"], pipeline.CodeCancelled)
+		rec := waitLog(t, logs, "http request", map[string]any{"role": "gateway", "operation": "gateway.fanout"}, 2*time.Second)
+		if rec.Attrs["code"] != pipeline.CodeCanceled || rec.Attrs["status"] != int64(http.StatusRequestTimeout) {
+			t.Errorf("gateway access log: code %v, status %v; want %s, 408", rec.Attrs["code"], rec.Attrs["status"], pipeline.CodeCanceled)
 		} else {
-			t.Logf("gateway log: %q operation=%v status=%v code=%v", rec["msg"], rec["operation"], rec["status"], rec["code"])
+			t.Logf("gateway log: %q operation=%v status=%v code=%v", rec.Message, rec.Attrs["operation"], rec.Attrs["status"], rec.Attrs["code"])
 		}
 		return obs, disconnected, logs
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -234,7 +233,7 @@ func (g *Gateway) Fanout(ctx context.Context, in Slow) (Fanout, error) {
 	})
 	wg.Wait()
 	err := firstErr(invErr, billErr)
-	g.journal.Record(ctx, "fanout-ended", "outcome", describe(err), "cause", fmt.Sprint(context.Cause(ctx)))
+	g.journal.Record(ctx, "fanout-ended", "outcome", describe(err), "cause", pipeline.ErrorText(context.Cause(ctx)))
 	return out, err
 }
 
@@ -249,13 +248,12 @@ type gatewayMinimum struct {
 }
 
 // Invoke implements pipeline.Middleware.
-func (m gatewayMinimum) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
-	ctx := inv.Context()
-	if _, ok := ctx.Deadline(); ok {
+func (m gatewayMinimum) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	if _, ok := inv.Deadline(); ok {
 		if _, err := resilience.NewBudget(ctx, "gateway", resilience.WithMargin(m.min)); err != nil {
 			m.journal.Record(ctx, "budget-exhausted", "operation", inv.Name(), "reason", ReasonGatewayMinimum)
-			return pipeline.AsError(budgetFailure(err, ReasonGatewayMinimum)).WithDetail("minimumMs", m.min.Milliseconds())
+			return nil, pipeline.AsError(budgetFailure(err, ReasonGatewayMinimum)).WithDetail("minimumMs", m.min.Milliseconds())
 		}
 	}
-	return next(inv)
+	return next(ctx, inv)
 }

@@ -14,14 +14,16 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // startCluster starts the four roles on 127.0.0.1 for one test and stops
-// them when it ends. logs, if not nil, receives every role's log records.
-func startCluster(t *testing.T, cfg ClusterConfig, logs *logBuffer) *Cluster {
+// them when it ends. logs, if not nil, receives every role's log records,
+// each with a "role" attribute.
+func startCluster(t *testing.T, cfg ClusterConfig, logs *pipelinetest.LogSink) *Cluster {
 	t.Helper()
 	if logs != nil {
-		cfg.Logger = func(role string) *slog.Logger { return logs.logger().With("role", role) }
+		cfg.Logger = func(role string) *slog.Logger { return logs.Logger().With("role", role) }
 	}
 	c, err := StartCluster(cfg)
 	if err != nil {
@@ -110,15 +112,37 @@ func waitEvents(t *testing.T, j *Journal, n int, limit time.Duration, kinds ...s
 	return evs
 }
 
-// logBuffer collects JSON log records from several goroutines and lets a
-// test wait for one.
-type logBuffer struct {
+// waitLog returns the first record logged to logs with message msg and
+// every attribute in attrs, waiting up to limit for one. Attribute values
+// are as pipelinetest.Record holds them: an slog.Int is an int64.
+func waitLog(t *testing.T, logs *pipelinetest.LogSink, msg string, attrs map[string]any, limit time.Duration) pipelinetest.Record {
+	t.Helper()
+	rec, ok := logs.WaitFunc(limit, func(r pipelinetest.Record) bool {
+		if r.Message != msg {
+			return false
+		}
+		for k, v := range attrs {
+			if r.Attrs[k] != v {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("no log record %q with %v within %v", msg, attrs, limit)
+	}
+	return rec
+}
+
+// outputBuffer collects what a command writes to its standard output or
+// error from several goroutines and lets a test wait for the next write.
+type outputBuffer struct {
 	mu      sync.Mutex // guards buf and waiters
 	buf     bytes.Buffer
 	waiters []chan struct{}
 }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
+func (b *outputBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	n, err := b.buf.Write(p)
 	ws := b.waiters
@@ -131,14 +155,14 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 }
 
 // String returns everything written so far.
-func (b *logBuffer) String() string {
+func (b *outputBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
 // waitWrite waits up to limit for the next write.
-func (b *logBuffer) waitWrite(limit time.Duration) {
+func (b *outputBuffer) waitWrite(limit time.Duration) {
 	b.mu.Lock()
 	w := make(chan struct{})
 	b.waiters = append(b.waiters, w)
@@ -148,55 +172,5 @@ func (b *logBuffer) waitWrite(limit time.Duration) {
 	select {
 	case <-w:
 	case <-t.C:
-	}
-}
-
-func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(b, nil)) }
-
-// records returns the records logged so far whose attributes include every
-// key/value in match.
-func (b *logBuffer) records(match map[string]any) []map[string]any {
-	b.mu.Lock()
-	data := append([]byte(nil), b.buf.Bytes()...)
-	b.mu.Unlock()
-	var out []map[string]any
-	for line := range bytes.SplitSeq(data, []byte("\n")) {
-		var rec map[string]any
-		if json.Unmarshal(line, &rec) != nil {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if rec[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-// wait returns the first record matching match, waiting up to limit for it.
-func (b *logBuffer) wait(t *testing.T, match map[string]any, limit time.Duration) map[string]any {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	for {
-		b.mu.Lock()
-		w := make(chan struct{})
-		b.waiters = append(b.waiters, w)
-		b.mu.Unlock()
-		if recs := b.records(match); len(recs) > 0 {
-			return recs[0]
-		}
-		select {
-		case <-w:
-		case <-deadline.C:
-			t.Fatalf("no log record matching %v within %v", match, limit)
-			return nil
-		}
 	}
 }

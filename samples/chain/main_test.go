@@ -14,7 +14,7 @@ import (
 // that yields its exit code.
 func startRun(t *testing.T, ctx context.Context, want int, args ...string) (map[string]string, <-chan int) {
 	t.Helper()
-	out, errOut := &logBuffer{}, &logBuffer{}
+	out, errOut := &outputBuffer{}, &outputBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, out, errOut) }()
 	addrs := map[string]string{}

@@ -276,16 +276,16 @@ func (s *Orders) compensate(ctx context.Context, reservation string) {
 // of the same kind, naming the dependency and the released reservation.
 func orderFailed(err error, dep, released string) error {
 	pe := pipeline.AsError(err)
-	kind, code := pe.Kind, "ORDERS_UNAVAILABLE_001"
+	kind, code := pe.Kind(), "ORDERS_UNAVAILABLE_001"
 	if kind == pipeline.KindTimeout {
 		code = "ORDERS_TIMEOUT_001"
 	}
-	if kind == pipeline.KindUnexpected || kind == pipeline.KindCancelled {
+	if kind == pipeline.KindUnexpected || kind == pipeline.KindCanceled {
 		return err
 	}
-	return pipeline.Wrap(kind, code, fmt.Sprintf("The order failed at %s (%s); its reservation was released.", dep, pe.Code), err).
+	return pipeline.Wrap(kind, code, fmt.Sprintf("The order failed at %s (%s); its reservation was released.", dep, pe.Code()), err).
 		WithDetail("dependency", dep).
-		WithDetail("dependencyCode", pe.Code).
+		WithDetail("dependencyCode", pe.Code()).
 		WithDetail("released", released)
 }
 

@@ -73,8 +73,7 @@ type server struct {
 func serveHTTP(name string, ln net.Listener, k *kernel.Kernel, logger *slog.Logger, routes func(*echo.Echo)) (*server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	a, err := httpadapter.Mount(e, k, httpadapter.WithLogger(logger))
-	if err != nil {
+	if _, err := httpadapter.Mount(e, k, httpadapter.WithLogger(logger)); err != nil {
 		return nil, err
 	}
 	if routes != nil {
@@ -91,7 +90,8 @@ func serveHTTP(name string, ln net.Listener, k *kernel.Kernel, logger *slog.Logg
 		if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
 			err = errors.Join(err, serr)
 		}
-		return errors.Join(err, a.Wait(ctx))
+		// Invocations answered at their deadline may still be running.
+		return errors.Join(err, k.Wait(ctx))
 	}}, nil
 }
 
@@ -102,7 +102,7 @@ func serveGRPC(name string, ln net.Listener, k *kernel.Kernel, logger *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.UnknownServiceHandler(a.UnknownServiceHandler))
 	a.Register(gs)
 	reflection.Register(gs)
 	done := make(chan error, 1)
@@ -121,6 +121,8 @@ func serveGRPC(name string, ln net.Listener, k *kernel.Kernel, logger *slog.Logg
 		if serr := <-done; serr != nil && !errors.Is(serr, grpc.ErrServerStopped) {
 			err = errors.Join(err, serr)
 		}
-		return err
+		// A call answered at its deadline (or when its caller left) may
+		// still be running its handler.
+		return errors.Join(err, k.Wait(ctx))
 	}}, nil
 }

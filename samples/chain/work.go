@@ -58,12 +58,12 @@ func refuseIfShort(ctx context.Context, j *Journal, code, what string, need time
 func work(ctx context.Context, j *Journal, what string, d time.Duration, swallow bool) error {
 	j.Record(ctx, "started", "what", what)
 	stopWatch := context.AfterFunc(ctx, func() {
-		j.Record(ctx, "ctx-done", "what", what, "cause", fmt.Sprint(context.Cause(ctx)))
+		j.Record(ctx, "ctx-done", "what", what, "cause", pipeline.ErrorText(context.Cause(ctx)))
 	})
 	defer stopWatch()
 	if swallow {
 		time.Sleep(d) // the bug: the cancellation is never observed
-		j.Record(ctx, "finished", "what", what, "ctxErr", fmt.Sprint(ctx.Err()))
+		j.Record(ctx, "finished", "what", what, "ctxErr", pipeline.ErrorText(ctx.Err()))
 		return nil
 	}
 	t := time.NewTimer(d)
@@ -73,7 +73,7 @@ func work(ctx context.Context, j *Journal, what string, d time.Duration, swallow
 		j.Record(ctx, "finished", "what", what)
 		return nil
 	case <-ctx.Done():
-		j.Record(ctx, "stopped", "what", what, "cause", fmt.Sprint(context.Cause(ctx)))
+		j.Record(ctx, "stopped", "what", what, "cause", pipeline.ErrorText(context.Cause(ctx)))
 		return ctx.Err()
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/cliadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/samples/shop/app"
 )
 
@@ -123,7 +126,7 @@ func TestCLI(t *testing.T) {
 			}
 			code := p.wait(t)
 			sinceSignal := time.Since(sent)
-			if code != cliadapter.ExitCancelled {
+			if code != cliadapter.ExitCanceled {
 				t.Errorf("shop reports export --delay-ms 3000 after %v: exit code = %d, want 8 (stderr %q)", sig, code, p.stderr.String())
 			}
 			if sinceSignal > 500*time.Millisecond {
@@ -216,61 +219,98 @@ func TestCLIInProcess(t *testing.T) {
 // cliCaller is the conformance table's CLI column: it runs the shop's
 // operation commands in-process, `shop <group> <name> --input JSON
 // [--timeout SECONDS]`, exactly as the binary parses and reports them, and
-// checks that the exit code is the one DESIGN.md's table gives for the
-// outcome's kind. All calls of a scenario share one kernel: the binary
-// builds a kernel per process, and a scenario is the calls of one shop
-// (its orders, its rate limit, its breaker).
+// checks that the exit code is the one the outcome table of
+// docs/pipeline.md gives for the outcome's kind. All calls of a scenario
+// share one kernel: the binary builds a kernel per process, and a scenario
+// is the calls of one shop (its orders, its rate limit, its breaker). The
+// kernel writes its access log (the CLI adapter writes none) and its own
+// records to logs.
 type cliCaller struct {
 	k     *kernel.Kernel
+	reg   *operations.Registry
 	probe *probe
+	logs  shopLogs
 }
 
-func newCLICaller(t *testing.T) *cliCaller {
+func newCLICaller(t *testing.T, env *shopEnv) *cliCaller {
 	t.Helper()
-	c := &cliCaller{probe: newProbe()}
+	c := &cliCaller{probe: newProbe(), logs: newShopLogs(), reg: env.reg}
+	opts := append(env.kernelOptions(),
+		kernel.UseAt(pipeline.StageHandle, c.probe),
+		kernel.WithLogger(c.logs.Logger()),
+		kernel.WithAccessLog(c.logs.Logger()))
 	var err error
-	c.k, err = newKernel("", kernel.UseAt(pipeline.StageHandle, c.probe), kernel.WithEnviron(func() []string { return nil }))
-	if err != nil {
+	if c.k, err = newKernel("", opts...); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// Handlers that ignored their context and outlived their answer.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := c.k.Wait(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 	return c
 }
 
 func (c *cliCaller) started() <-chan string { return c.probe.started }
 
-// call may run on a goroutine of its own (background steps): it reports
-// with t.Errorf, never t.Fatal.
-func (c *cliCaller) call(t *testing.T, op, input string, timeout time.Duration) string {
-	root := &cobra.Command{Use: "shop"}
-	reg, err := newRegistry()
-	if err == nil {
-		err = cliadapter.AddCommands(root, reg, func() (*kernel.Kernel, error) { return c.k, nil }, cliadapter.WithSignals())
-	}
-	if err != nil {
-		t.Errorf("CLI commands: %v", err)
-		return ""
-	}
+func (c *cliCaller) statusFor(k pipeline.Kind) string {
+	return "exit " + strconv.Itoa(cliadapter.ExitCodeFor(k))
+}
+
+func (c *cliCaller) access() accessLog {
+	return accessLog{shopLogs: c.logs, msg: "sundial: invocation", traceKey: "trace_id"}
+}
+
+func (c *cliCaller) do(t *testing.T, op, input string, timeout time.Duration) answer {
 	group, name, _ := strings.Cut(op, ".")
 	args := []string{group, name, "--input", input}
 	if timeout > 0 {
 		args = append(args, "--timeout", strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64))
 	}
+	return c.run(t, op, args...)
+}
+
+// run runs `shop args...` for the operation op and returns what came
+// back, with its access record.
+func (c *cliCaller) run(t *testing.T, op string, args ...string) answer {
+	root := &cobra.Command{Use: "shop"}
+	if err := cliadapter.AddCommands(root, c.reg, func() (*kernel.Kernel, error) { return c.k, nil }, cliadapter.WithSignals()); err != nil {
+		t.Errorf("CLI commands: %v", err)
+		return answer{}
+	}
 	var stdout, stderr bytes.Buffer
 	root.SetArgs(args)
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
+	log := c.access()
+	n := len(log.records())
+	start := time.Now()
 	exit := cliadapter.Execute(t.Context(), root)
-	if exit == cliadapter.ExitOK {
-		return "OK"
+	a := answer{code: "OK", status: "exit " + strconv.Itoa(exit), elapsed: time.Since(start)}
+	if exit != cliadapter.ExitOK {
+		line, _, _ := strings.Cut(stderr.String(), "\n")
+		var p cliadapter.Problem
+		if err := json.Unmarshal([]byte(line), &p); err != nil {
+			t.Errorf("shop %q: exit %d, stderr %q without Problem Details", args, exit, stderr.String())
+			return a
+		}
+		if kind, ok := pipeline.ParseKind(p.Title); !ok || cliadapter.ExitCodeFor(kind) != exit || p.ExitCode != exit {
+			t.Errorf("shop %q: exit code %d for a %s outcome (problem exitCode %d), want %d", args, exit, p.Title, p.ExitCode, cliadapter.ExitCodeFor(kind))
+		}
+		a.code, a.traceID, a.problem = p.Code, p.TraceID, true
 	}
-	line, _, _ := strings.Cut(stderr.String(), "\n")
-	var p cliadapter.Problem
-	if err := json.Unmarshal([]byte(line), &p); err != nil {
-		t.Errorf("shop %q: exit %d, stderr %q without Problem Details", args, exit, stderr.String())
-		return ""
+	var ok bool
+	if a.access, ok = log.after(n, func(r pipelinetest.Record) bool { return r.Attrs["operation"] == op }); !ok {
+		t.Errorf("shop %q: no access record:\n%s", args, c.logs)
 	}
-	if kind, ok := pipeline.ParseKind(p.Title); !ok || cliadapter.ExitCodeFor(kind) != exit || p.ExitCode != exit {
-		t.Errorf("shop %q: exit code %d for a %s outcome (problem exitCode %d), want %d", args, exit, p.Title, p.ExitCode, cliadapter.ExitCodeFor(kind))
+	return a
+}
+
+func (c *cliCaller) early(t *testing.T) map[string]answer {
+	return map[string]answer{
+		"--input that is not JSON": c.run(t, "orders.create", "orders", "create", "--input", `{"name":`),
 	}
-	return p.Code
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -75,7 +77,7 @@ type inventoryClient struct {
 func newInventoryClient(internal, external *fakeDownstream, refused string) *inventoryClient {
 	return &inventoryClient{
 		internal: "http://" + internal.addr, external: "http://" + external.addr, refused: "http://" + refused,
-		hc: &http.Client{Transport: httpadapter.NewTransport(&http.Transport{}, httpadapter.OnlyHosts(internal.addr))},
+		hc: &http.Client{Transport: httpadapter.NewTransport(&http.Transport{}, httpadapter.WithHosts(internal.addr))},
 	}
 }
 
@@ -301,7 +303,7 @@ func TestFaultHandlerPanics(t *testing.T) {
 	}
 	n := retryAfterOf(t, r, 30)
 	wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeCircuitOpen, "/faults/panic",
-		resilience.CircuitOpen("faults.panic", time.Duration(n)*time.Second).Message, map[string]any{"id": "faults.panic", "retryAfter": n})
+		resilience.CircuitOpen("faults.panic", time.Duration(n)*time.Second).Message(), map[string]any{"id": "faults.panic", "retryAfter": n})
 
 	// The process is alive and its other operations unaffected.
 	if r := s.call(t, "POST", "/orders", `{"name":"widget","amount":1}`, nil); r.status != 201 {
@@ -311,12 +313,12 @@ func TestFaultHandlerPanics(t *testing.T) {
 		t.Errorf("GET /healthz after the panics = %d %s, want 200", r.status, r.body)
 	}
 	// What the caller did not get is in the log, with the stack.
-	rec := s.logs.waitWhere(t, func(m map[string]any) bool { return m["msg"] == "sundial: panic recovered" })
-	if rec["level"] != "ERROR" || rec["operation"] != "faults.panic" || rec["panic"] != secretPanic || !strings.Contains(fmt.Sprint(rec["stack"]), "fault_test.go") {
-		t.Errorf("panic record = %v, want ERROR for faults.panic with the panic value and a stack through fault_test.go", rec)
+	rec := s.logs.waitWhere(t, func(r pipelinetest.Record) bool { return r.Message == "sundial: panic recovered" })
+	if rec.Level != slog.LevelError || rec.Attrs["operation"] != "faults.panic" || rec.Attrs["panic"] != secretPanic || !strings.Contains(fmt.Sprint(rec.Attrs["stack"]), "fault_test.go") {
+		t.Errorf("panic record = %v %v, want ERROR for faults.panic with the panic value and a stack through fault_test.go", rec.Level, rec.Attrs)
 	}
-	if rec := s.logs.waitRecord(t, "faults.panic", pipeline.CodeUnexpected); rec["level"] != "ERROR" || rec["status"] != float64(500) {
-		t.Errorf("access record = %v, want level ERROR status 500", rec)
+	if rec := s.logs.waitRecord(t, "faults.panic", pipeline.CodeUnexpected); rec.Level != slog.LevelError || rec.Attrs["status"] != int64(500) {
+		t.Errorf("access record = %v %v, want level ERROR status 500", rec.Level, rec.Attrs)
 	}
 }
 
@@ -401,9 +403,9 @@ func TestFaultOversizedHeaders(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("10 KiB baggage: %d %s, want 200 without the baggage", r.status, r.body)
 	}
-	rec := s.logs.waitWhere(t, func(m map[string]any) bool { return m["msg"] == "httpadapter: baggage header dropped" })
-	if rec["level"] != "WARN" || rec["bytes"] != float64(len(big)) || rec["limit"] != float64(httpadapter.DefaultBaggageLimit) {
-		t.Errorf("dropped-baggage record = %v, want WARN, bytes %d, limit %d", rec, len(big), httpadapter.DefaultBaggageLimit)
+	rec := s.logs.waitWhere(t, func(r pipelinetest.Record) bool { return r.Message == "httpadapter: baggage header dropped" })
+	if rec.Level != slog.LevelWarn || rec.Attrs["bytes"] != int64(len(big)) || rec.Attrs["limit"] != int64(httpadapter.DefaultBaggageLimit) {
+		t.Errorf("dropped-baggage record = %v %v, want WARN, bytes %d, limit %d", rec.Level, rec.Attrs, len(big), httpadapter.DefaultBaggageLimit)
 	}
 
 	req, _ := http.NewRequest("POST", s.url+"/reports/export", strings.NewReader(`{"delayMs":0}`))
@@ -426,19 +428,19 @@ func TestFaultOversizedHeaders(t *testing.T) {
 // window per tenant named in the caller's baggage.
 type tenantLimit struct{ limits *resilience.KeyedFixedWindow }
 
-func (m *tenantLimit) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+func (m *tenantLimit) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	tenant, ok := inv.Baggage("tenant")
 	if !ok {
 		tenant = "anonymous"
 	}
-	retryAfter, err := m.limits.Wait(inv.Context(), tenant)
+	retryAfter, err := m.limits.Wait(ctx, tenant)
 	switch {
 	case errors.Is(err, resilience.ErrLimited):
-		return resilience.RateLimited(inv.OperationID(), retryAfter)
+		return nil, resilience.RateLimited(inv.OperationID(), retryAfter)
 	case err != nil:
-		return err
+		return nil, err
 	}
-	return next(inv)
+	return next(ctx, inv)
 }
 
 // A flood of distinct tenant values, each in the caller's baggage, against

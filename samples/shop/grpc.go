@@ -29,7 +29,7 @@ const grpcPackage = "shop.v1"
 // Draining starts as soon as ctx ends (the shutdown signal), alongside the
 // HTTP server's: health turns NOT_SERVING, new calls are refused, and
 // in-flight calls run on. stop waits for them until its own context ends,
-// then cancels what is left (those handlers see their context cancelled)
+// then cancels what is left (those handlers see their context canceled)
 // and reports that the grace period ran out.
 func startGRPC(ctx context.Context, k *kernel.Kernel, addr string, logger *slog.Logger, stdout io.Writer) (stop func(context.Context) error, err error) {
 	a, err := grpcadapter.New(k, grpcadapter.WithPackage(grpcPackage), grpcadapter.WithLogger(logger))
@@ -45,6 +45,9 @@ func startGRPC(ctx context.Context, k *kernel.Kernel, addr string, logger *slog.
 		// them through the kernel like the operations.
 		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(a.StreamServerInterceptor()),
+		// Calls to unknown methods are answered through the kernel too:
+		// observed like every other answer.
+		grpc.UnknownServiceHandler(a.UnknownServiceHandler),
 	)
 	a.Register(srv)
 	a.RegisterReflection(srv)
@@ -79,7 +82,7 @@ func startGRPC(ctx context.Context, k *kernel.Kernel, addr string, logger *slog.
 		case <-sctx.Done():
 			srv.Stop()
 			<-drained
-			err = fmt.Errorf("grace period over: in-flight calls were cancelled: %w", sctx.Err())
+			err = fmt.Errorf("grace period over: in-flight calls were canceled: %w", sctx.Err())
 		}
 		if serr := <-served; serr != nil && !errors.Is(serr, grpc.ErrServerStopped) {
 			err = errors.Join(err, serr)

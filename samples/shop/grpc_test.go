@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // grpcShop is `shop serve` in-process on 127.0.0.1, seen from gRPC.
@@ -47,7 +47,7 @@ type grpcShop struct {
 // grpcurl gets them.
 func startShopGRPC(t *testing.T, o serveOptions) *grpcShop {
 	t.Helper()
-	out := &logSink{}
+	out := &syncBuffer{}
 	o.stdout = out
 	s := startShopHTTP(t, o) // returns once both listeners are up
 	g := &grpcShop{shopServer: s, addr: grpcAddrOf(t, out)}
@@ -183,17 +183,16 @@ func retryInfoOf(st *status.Status) *errdetails.RetryInfo {
 	return nil
 }
 
-// waitGRPCRecord polls the log for the call record of op with code.
-func (l *logSink) waitGRPCRecord(t *testing.T, op, code string) map[string]any {
+// waitGRPCRecord waits for the call record of op with code.
+func (l shopLogs) waitGRPCRecord(t *testing.T, op, code string) pipelinetest.Record {
 	t.Helper()
-	return l.waitGRPCRecordWhere(t, func(m map[string]any) bool { return m["operation"] == op && m["code"] == code })
+	return l.waitGRPCRecordWhere(t, func(r pipelinetest.Record) bool { return r.Attrs["operation"] == op && r.Attrs["code"] == code })
 }
 
-// waitGRPCRecordWhere polls the log for a gRPC call record that match
-// accepts.
-func (l *logSink) waitGRPCRecordWhere(t *testing.T, match func(map[string]any) bool) map[string]any {
+// waitGRPCRecordWhere waits for a gRPC call record that match accepts.
+func (l shopLogs) waitGRPCRecordWhere(t *testing.T, match func(pipelinetest.Record) bool) pipelinetest.Record {
 	t.Helper()
-	return l.waitWhere(t, func(m map[string]any) bool { return m["msg"] == "grpc call" && match(m) })
+	return l.waitWhere(t, func(r pipelinetest.Record) bool { return r.Message == "grpc call" && match(r) })
 }
 
 // The README's quickstart over gRPC: orders.create admits 2 calls per 60 s.
@@ -244,8 +243,8 @@ func TestShopGRPCDeadlineCutsLongCall(t *testing.T) {
 		t.Fatal("the handler's context did not end")
 	}
 	rec := g.logs.waitGRPCRecord(t, "reports.export", pipeline.CodeTimeout)
-	if rec["grpcCode"] != "DeadlineExceeded" {
-		t.Errorf("log record = %v, want grpcCode DeadlineExceeded", rec)
+	if rec.Attrs["grpcCode"] != "DeadlineExceeded" {
+		t.Errorf("log record = %v, want grpcCode DeadlineExceeded", rec.Attrs)
 	}
 }
 
@@ -263,16 +262,16 @@ func TestShopGRPCClientCancel(t *testing.T) {
 	}()
 	_, st := g.call(ctx, t, "shop.v1.Reports", "Export", `{"delayMs":5000}`)
 	if st.Code() != codes.Canceled {
-		t.Fatalf("Export cancelled by the client = %v, want Canceled", st)
+		t.Fatalf("Export canceled by the client = %v, want Canceled", st)
 	}
 	select {
 	case <-g.probe.ctxEnded:
 	case <-time.After(3 * time.Second):
 		t.Fatal("the handler's context did not end")
 	}
-	rec := g.logs.waitGRPCRecord(t, "reports.export", pipeline.CodeCancelled)
-	if rec["grpcCode"] != "Canceled" {
-		t.Errorf("log record = %v, want grpcCode Canceled", rec)
+	rec := g.logs.waitGRPCRecord(t, "reports.export", pipeline.CodeCanceled)
+	if rec.Attrs["grpcCode"] != "Canceled" {
+		t.Errorf("log record = %v, want grpcCode Canceled", rec.Attrs)
 	}
 }
 
@@ -365,7 +364,7 @@ func TestShopGRPCMalformedTimeout(t *testing.T) {
 }
 
 // TestShopGRPCGracefulShutdown stops serve while a call is in flight:
-// within the grace period the call finishes; past it, it is cancelled and
+// within the grace period the call finishes; past it, it is canceled and
 // serve reports the exhausted grace.
 func TestShopGRPCGracefulShutdown(t *testing.T) {
 	tests := []struct {
@@ -380,13 +379,13 @@ func TestShopGRPCGracefulShutdown(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, logs := &logSink{}, &logSink{}
+			out, logs := &syncBuffer{}, pipelinetest.NewLogSink()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			o := serveOptions{httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", grace: tt.grace, stdout: out}
 			p := newProbe()
-			o.logger = slog.New(slog.NewJSONHandler(logs, nil))
-			o.kernelOpts = []kernel.Option{kernel.UseAt(pipeline.StageHandle, p), kernel.WithEnviron(func() []string { return nil })}
+			o.logger = logs.Logger()
+			o.kernelOpts = []kernel.Option{kernel.UseAt(pipeline.StageHandle, p)}
 			ready := make(chan struct{})
 			o.ready = func(string) { close(ready) }
 			done := make(chan error, 1)
@@ -429,11 +428,9 @@ func TestShopGRPCGracefulShutdown(t *testing.T) {
 }
 
 // grpcAddrOf reads the gRPC address from serve's stdout.
-func grpcAddrOf(t *testing.T, out *logSink) string {
+func grpcAddrOf(t *testing.T, out *syncBuffer) string {
 	t.Helper()
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	sc := bufio.NewScanner(strings.NewReader(out.buf.String()))
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
 	for sc.Scan() {
 		if a, ok := strings.CutPrefix(sc.Text(), "shop: serving gRPC on "); ok {
 			if !strings.HasPrefix(a, "127.0.0.1:") {
@@ -442,6 +439,70 @@ func grpcAddrOf(t *testing.T, out *logSink) string {
 			return a
 		}
 	}
-	t.Fatalf("serve printed no gRPC address:\n%s", out.buf.String())
+	t.Fatalf("serve printed no gRPC address:\n%s", out)
 	return ""
+}
+
+// TestShopShutdownWaitsForStragglers stops serve while a handler that
+// ignores its context still runs after its answer left at the deadline:
+// serve waits for it within the grace period, and past it reports the
+// invocations still running.
+func TestShopShutdownWaitsForStragglers(t *testing.T) {
+	tests := []struct {
+		name    string
+		grace   time.Duration
+		release bool // release the handler once the shutdown started
+	}{
+		{"straggler returns within the grace period", 5 * time.Second, true},
+		{"grace exhausted", 300 * time.Millisecond, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newShopEnv(t, `{"TimeoutSeconds": 0.2}`)
+			defer env.releaseStalled()
+			out, logs := &syncBuffer{}, newShopLogs()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			o := serveOptions{httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", grace: tt.grace, stdout: out,
+				logger: logs.Logger(), kernelOpts: env.kernelOptions()}
+			ready := make(chan struct{})
+			o.ready = func(string) { close(ready) }
+			done := make(chan error, 1)
+			go func() { done <- serve(ctx, o) }()
+			select {
+			case <-ready:
+			case err := <-done:
+				t.Fatalf("serve() = %v before listening", err)
+			}
+			conn, err := grpc.NewClient(grpcAddrOf(t, out), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			g := &grpcShop{conn: conn, files: reflectServer(t, conn)}
+			if _, st := g.call(t.Context(), t, "shop.v1.Tests", "Flaky", `{"mode":"stall"}`); st.Code() != codes.DeadlineExceeded {
+				t.Fatalf("a stalled call under TimeoutSeconds 0.2 = %v, want DeadlineExceeded", st)
+			}
+			signalled := time.Now()
+			cancel()
+			if tt.release {
+				env.releaseStalled()
+			}
+			err = <-done
+			took := time.Since(signalled)
+			late := logs.Find("kernel: late result discarded")
+			if tt.release {
+				if err != nil || len(late) != 1 {
+					t.Errorf("serve() = %v with %d late-result records, want nil after the straggler returned and logged its result", err, len(late))
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "still running") {
+				t.Errorf("serve() = %v, want the invocations still running", err)
+			}
+			if took < tt.grace || took > tt.grace+2*time.Second {
+				t.Errorf("serve returned %v after the signal, want at the end of the grace period %v", took, tt.grace)
+			}
+		})
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -22,50 +21,59 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// logSink is a goroutine-safe buffer for the shop's JSON log.
-type logSink struct {
+// syncBuffer is a goroutine-safe buffer, for serve's stdout.
+type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
 }
 
-// waitRecord polls the log for an access record of operation op whose
-// code is code.
-func (l *logSink) waitRecord(t *testing.T, op, code string) map[string]any {
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// shopLogs is the shop's log: everything its logger wrote.
+type shopLogs struct{ *pipelinetest.LogSink }
+
+func newShopLogs() shopLogs { return shopLogs{pipelinetest.NewLogSink()} }
+
+// waitRecord waits for an HTTP access record of operation op whose code
+// is code.
+func (l shopLogs) waitRecord(t *testing.T, op, code string) pipelinetest.Record {
 	t.Helper()
-	return l.waitWhere(t, func(m map[string]any) bool {
-		return m["msg"] == "http request" && m["operation"] == op && m["code"] == code
+	return l.waitWhere(t, func(r pipelinetest.Record) bool {
+		return r.Message == "http request" && r.Attrs["operation"] == op && r.Attrs["code"] == code
 	})
 }
 
-// waitWhere polls the log, for up to 3 s, for a JSON record that match
-// accepts.
-func (l *logSink) waitWhere(t *testing.T, match func(map[string]any) bool) map[string]any {
+// waitWhere waits up to 3 s for a record that match accepts.
+func (l shopLogs) waitWhere(t *testing.T, match func(pipelinetest.Record) bool) pipelinetest.Record {
 	t.Helper()
-	end := time.Now().Add(3 * time.Second)
-	for {
-		l.mu.Lock()
-		data := l.buf.String()
-		l.mu.Unlock()
-		for line := range strings.SplitSeq(data, "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && match(m) {
-				return m
-			}
-		}
-		if time.Now().After(end) {
-			t.Fatalf("no matching record in the log:\n%s", data)
-		}
-		time.Sleep(5 * time.Millisecond)
+	r, ok := l.WaitFunc(3*time.Second, match)
+	if !ok {
+		t.Fatalf("no matching record in the log:\n%s", l)
 	}
+	return r
+}
+
+// String returns the records, one a line, for failure messages.
+func (l shopLogs) String() string {
+	var b strings.Builder
+	for _, r := range l.Records() {
+		fmt.Fprintf(&b, "%s %q %v\n", r.Level, r.Message, r.Attrs)
+	}
+	return b.String()
 }
 
 // probe is application middleware at the Handle stage: it sees each call
@@ -83,16 +91,15 @@ func newProbe() *probe {
 	return &probe{started: make(chan string, 64), ctxEnded: make(chan time.Time, 64)}
 }
 
-func (p *probe) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+func (p *probe) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	switch inv.OperationID() {
 	case "billing.charge":
 		p.mu.Lock()
 		p.remaining = append(p.remaining, inv.Remaining(time.Now()))
 		p.mu.Unlock()
 	case "reports.export":
-		ctx := inv.Context()
 		go func() {
-			<-ctx.Done() // the DeadlineMiddleware ends it when the call returns, at the latest
+			<-ctx.Done() // the kernel ends it when the call returns, at the latest
 			p.ctxEnded <- time.Now()
 		}()
 	}
@@ -100,13 +107,13 @@ func (p *probe) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
 	case p.started <- inv.OperationID():
 	default:
 	}
-	return next(inv)
+	return next(ctx, inv)
 }
 
 // shopServer is `shop serve` running in-process on 127.0.0.1.
 type shopServer struct {
 	url    string
-	logs   *logSink
+	logs   shopLogs
 	probe  *probe
 	client *http.Client
 }
@@ -115,10 +122,10 @@ type shopServer struct {
 // until the test ends, then checks that it shut down cleanly.
 func startShopHTTP(t *testing.T, o serveOptions) *shopServer {
 	t.Helper()
-	s := &shopServer{logs: &logSink{}, probe: newProbe(), client: &http.Client{Transport: &http.Transport{}}}
+	s := &shopServer{logs: newShopLogs(), probe: newProbe(), client: &http.Client{Transport: &http.Transport{}}}
 	o.httpAddr, o.grpcAddr = "127.0.0.1:0", "127.0.0.1:0"
-	o.logger = slog.New(slog.NewJSONHandler(s.logs, nil))
-	o.kernelOpts = append(o.kernelOpts, kernel.UseAt(pipeline.StageHandle, s.probe), kernel.WithEnviron(func() []string { return nil }))
+	o.logger = s.logs.Logger()
+	o.kernelOpts = append(o.kernelOpts, kernel.UseAt(pipeline.StageHandle, s.probe))
 	addr := make(chan string, 1)
 	o.ready = func(a string) { addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,7 +243,7 @@ func TestShopThreeOrders(t *testing.T) {
 	}
 	n := retryAfterOf(t, r, 60)
 	wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeRateLimited, "/orders",
-		resilience.RateLimited("orders.create", time.Duration(n)*time.Second).Message,
+		resilience.RateLimited("orders.create", time.Duration(n)*time.Second).Message(),
 		map[string]any{"id": "orders.create", "retryAfter": n})
 	t.Logf("order 3: %d Retry-After: %s\n%s", r.status, r.header.Get("Retry-After"), r.body)
 }
@@ -245,7 +252,7 @@ func TestShopPastDeadlineNeverRuns(t *testing.T) {
 	s := startShopHTTP(t, serveOptions{})
 	past := time.Now().Add(-time.Second).UTC().Format("2006-01-02T15:04:05.000Z")
 	r := s.call(t, "POST", "/orders", `{"name":"widget","amount":1}`, map[string]string{httpadapter.HeaderDeadline: past})
-	wantProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/orders", pipeline.ErrTimeout().Message, map[string]any{})
+	wantProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/orders", pipeline.ErrTimeout().Message(), map[string]any{})
 	select {
 	case op := <-s.probe.started:
 		t.Fatalf("the handler of %s ran for a past deadline", op)
@@ -319,8 +326,8 @@ func TestShopClientDisconnect(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the handler's context did not end after the client left")
 	}
-	if rec := s.logs.waitRecord(t, "reports.export", pipeline.CodeCancelled); rec["status"] != float64(408) {
-		t.Errorf("access record = %v, want status 408", rec)
+	if rec := s.logs.waitRecord(t, "reports.export", pipeline.CodeCanceled); rec.Attrs["status"] != int64(408) {
+		t.Errorf("access record = %v, want status 408", rec.Attrs)
 	}
 }
 
@@ -340,7 +347,7 @@ func TestShopBreakerOpens(t *testing.T) {
 		}
 		n := retryAfterOf(t, r, 30)
 		wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeCircuitOpen, "/billing/charge",
-			resilience.CircuitOpen("billing.charge", time.Duration(n)*time.Second).Message,
+			resilience.CircuitOpen("billing.charge", time.Duration(n)*time.Second).Message(),
 			map[string]any{"id": "billing.charge", "retryAfter": n})
 	}
 }
@@ -349,7 +356,7 @@ func TestShopBreakerOpens(t *testing.T) {
 // budget: the shop sees less time left on every attempt.
 func TestShopTransportRetriesOneBudget(t *testing.T) {
 	s := startShopHTTP(t, serveOptions{})
-	client := &http.Client{Transport: httpadapter.NewTransport(&http.Transport{}, httpadapter.OnlyHosts("127.0.0.1"))}
+	client := &http.Client{Transport: httpadapter.NewTransport(&http.Transport{}, httpadapter.WithHosts("127.0.0.1"))}
 	defer client.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

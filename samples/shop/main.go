@@ -7,7 +7,8 @@
 //	shop reports export --input '{"delayMs": 500}'
 //
 // The operation commands run in-process on the same kernel and config as
-// serve; their exit codes follow DESIGN.md's outcome table (docs/cli.md).
+// serve; their exit codes follow the outcome table of docs/pipeline.md
+// (docs/cli.md).
 package main
 
 import (

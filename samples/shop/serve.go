@@ -166,7 +166,7 @@ func serve(ctx context.Context, o serveOptions) error {
 	var errs []error
 	if err := srv.Shutdown(sctx); err != nil {
 		// Grace exhausted: cut the remaining connections; their calls
-		// see their context cancelled.
+		// see their context canceled.
 		srv.Close()
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}
@@ -176,8 +176,10 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err := stopGRPC(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("grpc shutdown: %w", err))
 	}
-	// Handlers that ignored their context and outlived their response.
-	if err := a.Wait(sctx); err != nil {
+	// Handlers that ignored their context and outlived their answer
+	// (the kernel answered at their deadline) get what is left of the
+	// grace period to return.
+	if err := k.Wait(sctx); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -76,9 +76,9 @@ type admissions struct {
 	maxIn    atomic.Int64
 }
 
-func (a *admissions) Invoke(inv *pipeline.Invocation, next pipeline.Handler) error {
+func (a *admissions) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	if inv.OperationID() != "reports.export" {
-		return next(inv)
+		return next(ctx, inv)
 	}
 	now := time.Since(a.t0)
 	a.mu.Lock()
@@ -88,7 +88,7 @@ func (a *admissions) Invoke(inv *pipeline.Invocation, next pipeline.Handler) err
 	for m := a.maxIn.Load(); n > m && !a.maxIn.CompareAndSwap(m, n); m = a.maxIn.Load() {
 	}
 	defer a.inFlight.Add(-1)
-	return next(inv)
+	return next(ctx, inv)
 }
 
 // maxPerWindow returns the largest number of admissions in one window,
@@ -203,7 +203,6 @@ func TestStressShop(t *testing.T) {
 			logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), // the real access log, written nowhere
 			kernelOpts: []kernel.Option{
 				kernel.UseAt(pipeline.StageResilience, adm),
-				kernel.WithEnviron(func() []string { return nil }),
 			},
 			ready: func(a string) { hi = time.Since(adm.t0); addr <- a },
 		})

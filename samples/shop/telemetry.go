@@ -81,8 +81,8 @@ func startTelemetry(ctx context.Context, getenv func(string) string) (*shopTelem
 	}, nil
 }
 
-// kernelOptions hands the providers to the kernel's Diagnostics
-// middleware.
+// kernelOptions hands the providers to the kernel, which observes every
+// invocation with them.
 func (t *shopTelemetry) kernelOptions() []kernel.Option {
 	return []kernel.Option{kernel.WithTracerProvider(t.tp), kernel.WithMeterProvider(t.mp)}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -50,8 +49,6 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "")
 }
 
-var traceIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
 // TestShopTraceIDs: with the SDK installed every Problem Details traceId
 // is a real W3C trace ID, equal to the access log's; an incoming
 // traceparent is continued, not replaced.
@@ -62,8 +59,8 @@ func TestShopTraceIDs(t *testing.T) {
 	if r.status != http.StatusNotFound || !traceIDPattern.MatchString(id) || id == strings.Repeat("0", 32) {
 		t.Fatalf("GET /orders/nope = %d, traceId %q; want 404 with a W3C trace ID", r.status, id)
 	}
-	if rec := s.logs.waitRecord(t, "orders.get", "SHOP_NOT_FOUND_001"); rec["traceId"] != id {
-		t.Errorf("access log traceId = %v, want the Problem Details one %s", rec["traceId"], id)
+	if rec := s.logs.waitRecord(t, "orders.get", "SHOP_NOT_FOUND_001"); rec.Attrs["traceId"] != id {
+		t.Errorf("access log traceId = %v, want the Problem Details one %s", rec.Attrs["traceId"], id)
 	}
 
 	const caller = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -96,9 +93,9 @@ func TestShopExportsOTLPWhenConfigured(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	var logs bytes.Buffer
+	logs := newShopLogs()
 	o := serveOptions{httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", ready: func(a string) { addr <- a },
-		logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+		logger: logs.Logger()}
 	go func() { done <- serve(ctx, o) }()
 	var url string
 	select {
@@ -123,6 +120,6 @@ func TestShopExportsOTLPWhenConfigured(t *testing.T) {
 	defer mu.Unlock()
 	all := bytes.Join(bodies, nil)
 	if !bytes.Contains(all, []byte("orders.create")) || !bytes.Contains(all, []byte("sundial.outcome.kind")) {
-		t.Errorf("collector received %d trace exports without the orders.create span; log:\n%s", len(bodies), logs.String())
+		t.Errorf("collector received %d trace exports without the orders.create span; log:\n%s", len(bodies), logs)
 	}
 }

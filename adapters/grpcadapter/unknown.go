@@ -1,0 +1,54 @@
+package grpcadapter
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// CodeUnknownMethod is the code of a call to a method the server does not
+// serve.
+const CodeUnknownMethod = "GRPC_NOT_FOUND_001"
+
+// UnknownServiceHandler answers calls to methods no service registered on
+// the server implements — as grpc-go does by default, codes.Unimplemented
+// with "unknown service …" or "unknown method …" — through the kernel as
+// a rejection (kernel.Request.Reject, a NOT_FOUND outcome with code
+// GRPC_NOT_FOUND_001 and detail "method"), so that like every other answer
+// it gets a span, metrics, a trace ID and a call log record. Install it
+// with grpc.UnknownServiceHandler:
+//
+//	srv := grpc.NewServer(grpc.UnknownServiceHandler(a.UnknownServiceHandler))
+//
+// The invocations are named "(unknown)", whatever the method, so that a
+// scan of random method names cannot use up the telemetry's bounded set
+// of route names; the call log record has the method.
+func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
+	start := time.Now()
+	ctx := stream.Context()
+	full, ok := grpc.MethodFromServerStream(stream)
+	if !ok {
+		full = "(unknown)"
+	}
+	svc, _ := splitFull(full)
+	msg := fmt.Sprintf("unknown service %s", svc)
+	for _, sd := range a.services {
+		if sd.ServiceName == svc {
+			msg = fmt.Sprintf("unknown method %s", full)
+		}
+	}
+	e := pipeline.NotFound(CodeUnknownMethod, msg).WithDetail("method", full)
+	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e})
+	st := status.New(codes.Unimplemented, msg)
+	a.logCall(ctx, full, o, st, start)
+	return st.Err()
+}
+
+// unknownRoute names the invocations of calls to unknown methods.
+const unknownRoute = "(unknown)"

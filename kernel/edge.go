@@ -1,0 +1,505 @@
+package kernel
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+// Request is what a protocol hands the kernel for one call: what the
+// caller sent, decoded. Cancellation and trace context travel on the
+// context given with it (adapters extract W3C trace context and baggage
+// into it with telemetry.Propagator); everything else is here.
+type Request struct {
+	// Operation is the ID of the operation called; "" for a host endpoint,
+	// which runs Handler through the host pipeline (no per-operation
+	// limits).
+	Operation string
+	// Protocol is the entry point; Route the transport route (e.g.
+	// "POST /orders"), or "".
+	Protocol pipeline.Protocol
+	Route    string
+	// Input is the decoded input, typically a pointer to the operation's
+	// input type.
+	Input any
+	// Decode, when not nil, decodes the input instead: the kernel calls it
+	// once, after computing the effective deadline (the zero time: none),
+	// which bounds a read of the input (an HTTP body), and before anything
+	// runs. A non-nil error is the call's outcome, observed like Reject.
+	Decode func(deadline time.Time) (any, error)
+	// Deadline is the deadline the caller sent; the zero time: none. The
+	// context's deadline, when earlier, counts as the caller's too.
+	Deadline time.Time
+	// Arrival is when the call arrived, as the protocol read the clock
+	// (e.g. to turn a relative timeout into Deadline); the zero time: the
+	// kernel reads the clock itself. The invocation's deadline, budget and
+	// duration are measured from it.
+	Arrival time.Time
+	// Baggage is baggage the protocol received outside the context's W3C
+	// baggage (which the kernel copies itself); members here win.
+	Baggage map[string]string
+	// IdempotencyKey is the caller's idempotency key from a protocol
+	// header; when empty, the baggage's sundial.idempotency-key member is
+	// used. The kernel puts it into the handler's context's baggage, so
+	// that downstream calls carry it.
+	IdempotencyKey string
+	// Handler, when not nil, runs at the end of the operation's chain in
+	// place of its registered handler — an application's own gRPC service
+	// method under the operation's pipeline — or, for a host endpoint, is
+	// the endpoint.
+	Handler pipeline.Handler
+	// Reject, when not nil, is the outcome of a call the adapter turned
+	// away before the pipeline (a malformed deadline header, a body that
+	// does not decode, an unknown route): the kernel observes it like any
+	// other response — span, metrics, trace ID — and returns it without
+	// running anything.
+	Reject error
+}
+
+// Outcome is what the kernel hands back for one call.
+type Outcome struct {
+	// Output is the handler's result (nil on failure).
+	Output any
+	// Err is nil on success, else always a non-nil *pipeline.Error: a
+	// typed nil or a foreign error the handler returned is UNEXPECTED.
+	Err error
+	// TraceID is the trace ID to report (Problem Details "traceId", access
+	// logs): the invocation's span's when an SDK tracer is installed, else
+	// the caller's (an incoming traceparent), else "".
+	TraceID string
+	// Invocation is the invocation that ran (never nil).
+	Invocation *pipeline.Invocation
+	// Expired reports an answer given at the deadline (or when the caller
+	// went away) without the chain's outcome: the handler ignored its
+	// context and still runs. Err is then TIMEOUT or CANCELLED. An HTTP/1
+	// adapter closes the connection after such an answer.
+	Expired bool
+}
+
+// settleWindow is how long the guard waits, once the invocation's context
+// has ended, for the chain's own outcome before it answers without it (a
+// handler that ignores its context). A handler that honours its context
+// returns within microseconds, and its outcome carries more than the
+// guard's. It bounds how late after the deadline the answer can leave.
+const settleWindow = 5 * time.Millisecond
+
+// lateWarnAfter is how late after the answer a discarded result must be
+// for its log record to be a warning rather than information.
+const lateWarnAfter = 10 * time.Millisecond
+
+// edge is one invocation at the kernel's edge, between its arrival and
+// its answer.
+type edge struct {
+	ctx     context.Context // the caller's, with the invocation's span
+	inv     *pipeline.Invocation
+	h       pipeline.Handler // the chain to run; nil when rejected
+	obs     *telemetry.Call  // nil: not observed
+	reject  error            // the outcome when nothing runs
+	traceID string
+}
+
+// begin does what every entry point does on arrival, once: it finds the
+// operation, computes the effective deadline and its source, copies the
+// baggage, makes the invocation and starts its observation.
+func (k *Kernel) begin(ctx context.Context, req *Request) edge {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	now := req.Arrival
+	if now.IsZero() {
+		now = time.Now()
+	}
+	var (
+		c    *compiled
+		op   pipeline.Operation
+		e    edge
+		name = req.Operation
+	)
+	switch {
+	case req.Operation == "":
+		c, name = k.host, req.Route
+	default:
+		var ok bool
+		if c, ok = k.ops[req.Operation]; ok {
+			op = c.desc
+		} else {
+			e.reject = notRegistered(req.Operation)
+		}
+	}
+	if req.Reject != nil {
+		e.reject = pipeline.AsError(req.Reject)
+	}
+	caller := req.Deadline
+	if pd, ok := ctx.Deadline(); ok && (caller.IsZero() || pd.Before(caller)) {
+		caller = pd
+	}
+	deadline, source := caller, pipeline.DeadlineNone
+	if !caller.IsZero() {
+		source = pipeline.DeadlineCaller
+	}
+	if k.settings.UseBuiltInMiddleware {
+		if c != nil && c.timeout > 0 {
+			if t := now.Add(c.timeout); deadline.IsZero() || t.Before(deadline) {
+				deadline, source = t, pipeline.DeadlineOperation
+			}
+		}
+		if m := k.settings.MaxTimeout; m > 0 {
+			if t := now.Add(m); deadline.IsZero() || t.Before(deadline) {
+				deadline, source = t, pipeline.DeadlineKernel
+			}
+		}
+	}
+	input := req.Input
+	if req.Decode != nil && e.reject == nil {
+		var err error
+		if input, err = req.Decode(deadline); err != nil {
+			e.reject = pipeline.AsError(err)
+		}
+	}
+	bag, key := k.baggage(ctx, req)
+	if key != "" && baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != key {
+		ctx = withBaggageMember(ctx, pipeline.BaggageIdempotencyKey, key)
+	}
+	e.inv = pipeline.NewInvocation(pipeline.Spec{
+		Operation:      op,
+		Protocol:       req.Protocol,
+		Route:          req.Route,
+		Input:          input,
+		CallerDeadline: caller,
+		Deadline:       deadline,
+		DeadlineSource: source,
+		Baggage:        bag,
+		IdempotencyKey: key,
+		Arrival:        now,
+	})
+	var o *telemetry.Op
+	if c != nil && c.obs != nil {
+		o = c.obs
+	} else if k.tel != nil {
+		o = k.tel.Route(name)
+	}
+	e.ctx = ctx
+	if o != nil {
+		e.ctx, e.obs = o.Start(ctx, e.inv, now)
+	}
+	if e.reject == nil {
+		switch {
+		case req.Handler != nil:
+			e.h = c.chain(req.Handler)
+		default:
+			e.h = c.handler
+		}
+	}
+	return e
+}
+
+// baggage returns the invocation's baggage — the context's W3C baggage
+// (bounded; see telemetry.Baggage) and req.Baggage over it — and the
+// idempotency key.
+func (k *Kernel) baggage(ctx context.Context, req *Request) (map[string]string, string) {
+	bag := telemetry.Baggage(ctx, k.logger)
+	if len(req.Baggage) > 0 {
+		if bag == nil {
+			bag = make(map[string]string, len(req.Baggage))
+		}
+		for key, v := range req.Baggage {
+			bag[key] = v
+		}
+	}
+	key := req.IdempotencyKey
+	if key == "" {
+		key = bag[pipeline.BaggageIdempotencyKey]
+	}
+	return bag, key
+}
+
+// withBaggageMember returns ctx with the W3C baggage member key=value set
+// (ctx unchanged when the value cannot be a baggage member).
+func withBaggageMember(ctx context.Context, key, value string) context.Context {
+	m, err := baggage.NewMemberRaw(key, value)
+	if err != nil {
+		return ctx
+	}
+	b, err := baggage.FromContext(ctx).SetMember(m)
+	if err != nil {
+		return ctx
+	}
+	return baggage.ContextWithBaggage(ctx, b)
+}
+
+// run runs the chain under ctx. A panic in a middleware (the handler's own
+// are recovered inside the chain) becomes an UNEXPECTED outcome here.
+func (k *Kernel) run(ctx context.Context, e *edge) (out any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			out, err = nil, pipeline.Recovered(e.inv, v, k.host.onPanic)
+		}
+	}()
+	return e.h(ctx, e.inv)
+}
+
+// end ends the observation of e with err, at the time given or (the zero
+// time) now, and returns the outcome.
+func (e *edge) end(out any, err error, at time.Time) Outcome {
+	var pe error
+	if err != nil {
+		pe = pipeline.AsError(err)
+		out = nil
+	}
+	if e.obs != nil {
+		if at.IsZero() {
+			at = time.Now() // the clock is read only for an observed call
+		}
+		e.obs.End(pe, at)
+	}
+	return Outcome{Output: out, Err: pe, TraceID: e.trace(), Invocation: e.inv}
+}
+
+// trace returns the trace ID to report for e.
+func (e *edge) trace() string {
+	if e.traceID == "" {
+		if id := e.obs.TraceID(); id != "" {
+			e.traceID = id
+		} else if sc := trace.SpanContextFromContext(e.ctx); sc.HasTraceID() {
+			e.traceID = sc.TraceID().String()
+		}
+	}
+	return e.traceID
+}
+
+// Invoke runs one call in-process, on the caller's goroutine, and returns
+// its outcome: the effective deadline is computed, the chain of the
+// operation runs under it, the call is observed. It returns when the chain
+// does: a handler that ignores its context delays it (its context still
+// ends at the deadline, and the outcome is TIMEOUT). Adapters use Serve or
+// Handle, which answer at the deadline whatever the handler does.
+func (k *Kernel) Invoke(ctx context.Context, req Request) Outcome {
+	e := k.begin(ctx, &req)
+	if e.h == nil {
+		return e.end(nil, e.reject, time.Time{})
+	}
+	out, err := k.run(e.ctx, &e)
+	return e.end(out, err, time.Time{})
+}
+
+// Handle runs one call for a protocol that answers when Handle returns
+// (gRPC, the CLI) and returns its outcome by the invocation's deadline
+// whatever the handler does: the chain runs on a goroutine of its own, and
+// when the deadline passes (or the caller goes away) with the chain still
+// running, Handle returns TIMEOUT (CANCELLED) after a settle window of a
+// few milliseconds while the chain runs on, keeping its concurrency slot,
+// until its handler returns; its late result is then logged once, with the
+// trace ID. Wait waits for such stragglers.
+func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
+	e := k.begin(ctx, &req)
+	if e.h == nil {
+		return e.end(nil, e.reject, time.Time{})
+	}
+	ch := make(chan Outcome, 1)
+	k.running.Add(1)
+	go k.serve(&e, func(o Outcome) { ch <- o })
+	return <-ch
+}
+
+// Serve runs one call for a protocol that can answer from another
+// goroutine (HTTP): the chain runs on the calling goroutine, and respond is
+// called exactly once with the outcome — when the chain returns, or, when
+// the invocation's context has ended (its deadline, or the caller went
+// away) and the chain has not returned within a settle window of a few
+// milliseconds, with TIMEOUT (CANCELLED) from another goroutine while the
+// chain runs on. Serve returns when the chain has returned and respond has
+// returned; after a straggler's early answer it logs the late result once,
+// with the trace ID.
+//
+// respond must not block for long: on the guard's goroutine it delays
+// nothing else, but on the calling goroutine it delays Serve's return.
+func (k *Kernel) Serve(ctx context.Context, req Request, respond func(Outcome)) {
+	e := k.begin(ctx, &req)
+	if e.h == nil {
+		respond(e.end(nil, e.reject, time.Time{}))
+		return
+	}
+	k.running.Add(1)
+	k.serve(&e, respond)
+}
+
+// serve is Serve once the call was admitted to run; the caller has
+// counted it in k.running.
+func (k *Kernel) serve(e *edge, respond func(Outcome)) {
+	defer k.running.Add(-1)
+	gctx := e.ctx
+	if d, ok := e.inv.Deadline(); ok {
+		// One timer for the guard and the handler's context: the
+		// DeadlineMiddleware sees a parent that ends at the deadline and
+		// derives no timer of its own.
+		if pd, pok := gctx.Deadline(); !pok || !pd.Equal(d) {
+			var cancel context.CancelFunc
+			gctx, cancel = context.WithDeadline(gctx, d)
+			defer cancel()
+		}
+	}
+	if gctx.Done() == nil {
+		// Nothing can end the call but the handler.
+		out, err := k.run(gctx, e)
+		respond(e.end(out, err, time.Time{}))
+		return
+	}
+	g := guardPool.Get().(*guard)
+	g.e, g.ctx, g.respond = e, gctx, respond
+	stop := context.AfterFunc(gctx, g.fire)
+	out, err := k.run(gctx, e)
+	if stop() || g.state.CompareAndSwap(guardArmed, guardOutcome) {
+		// The chain came first (or within the settle window): its outcome
+		// is the answer. When stop succeeded the callback never runs and
+		// the guard can be reused.
+		recycle := g.state.Load() == guardArmed
+		respond(e.end(out, err, time.Time{}))
+		if recycle {
+			g.recycle()
+		}
+		return
+	}
+	g.mu.Lock() // the callback answered: wait until respond has returned
+	answered, sent := g.answered, g.sent
+	g.mu.Unlock()
+	k.logLate(e, answered, sent, err)
+}
+
+// The states of a guard: armed, then claimed by whoever answers.
+const (
+	guardArmed   int32 = iota
+	guardOutcome       // the chain's outcome is the answer
+	guardExpired       // the callback answered without it
+)
+
+// guard is the deadline's side of one guarded invocation.
+type guard struct {
+	state atomic.Int32
+	// mu is held by the callback from its claim until respond has
+	// returned; the calling goroutine, having lost the claim, takes it so
+	// that Serve does not return while respond runs.
+	mu       sync.Mutex
+	answered time.Time // under mu
+	sent     error     // under mu
+
+	e       *edge
+	ctx     context.Context
+	respond func(Outcome)
+	fire    func() // g.expire, bound once
+}
+
+var guardPool = sync.Pool{New: func() any {
+	g := &guard{}
+	g.fire = g.expire
+	return g
+}}
+
+func (g *guard) recycle() {
+	g.state.Store(guardArmed)
+	g.e, g.ctx, g.respond, g.answered, g.sent = nil, nil, nil, time.Time{}, nil
+	guardPool.Put(g)
+}
+
+// expire runs when the invocation's context ended before the chain
+// returned: it arms a timer for the settle window, after which claim
+// answers unless the chain's outcome came in the meantime.
+func (g *guard) expire() {
+	if g.state.Load() == guardArmed {
+		time.AfterFunc(settleWindow, g.claim) // only ever after the context ended: no timer on the common path
+	}
+}
+
+// claim answers TIMEOUT or CANCELLED — decided as the DeadlineMiddleware
+// decides it (resilience.Attribute) — and ends the observation, unless
+// the chain's outcome was claimed first. The guard is then left to the
+// garbage collector.
+func (g *guard) claim() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.state.CompareAndSwap(guardArmed, guardExpired) {
+		return
+	}
+	g.answered = time.Now()
+	g.sent = resilience.Attribute(g.ctx)
+	o := g.e.end(nil, g.sent, g.answered)
+	o.Expired = true
+	g.respond(o)
+}
+
+// logLate logs, once, the result of a straggler whose answer left without
+// it.
+func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
+	own := handlerOutcome(got)
+	late := time.Since(answered)
+	level := slog.LevelInfo
+	if late >= lateWarnAfter {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String("operation", e.inv.Name()),
+		slog.String("protocol", e.inv.Protocol().String()),
+		slog.String("traceId", e.trace()),
+		slog.Float64("lateByMs", float64(late.Microseconds())/1000),
+		slog.String("code", pipeline.CodeOf(sent)),
+		slog.String("handlerCode", pipeline.CodeOf(own)),
+	}
+	if own != nil && pipeline.KindOf(own) == pipeline.KindUnexpected {
+		attrs = append(attrs, slog.String("error", pipeline.ErrorText(own)))
+	}
+	k.logger.LogAttrs(context.Background(), level, "kernel: late result discarded", attrs...)
+}
+
+// handlerOutcome returns what the handler of a chain that returned got
+// reported: the cause the DeadlineMiddleware wrapped when it attributed
+// the outcome (nil: the handler succeeded, or reported the attributed
+// outcome itself), or got when nothing was attributed.
+func handlerOutcome(got error) error {
+	e := pipeline.AsError(got)
+	if e == nil {
+		return nil
+	}
+	if e.Code() == pipeline.CodeTimeout || e.Code() == pipeline.CodeCanceled {
+		return e.Unwrap()
+	}
+	return got
+}
+
+// waitPoll is how often Wait looks at the count of running invocations.
+const waitPoll = 5 * time.Millisecond
+
+// Running returns the number of guarded invocations (Serve, Handle) whose
+// chain has not returned yet, stragglers included.
+func (k *Kernel) Running() int { return int(k.running.Load()) }
+
+// Wait blocks until every guarded invocation (Serve, Handle) has returned —
+// stragglers whose answer left at their deadline included — or ctx ends,
+// and then returns an error wrapping ctx's. Call it at shutdown, after the
+// servers stopped accepting calls, within the same grace period. It polls
+// every few milliseconds: it is meant for shutdown, not the hot path.
+func (k *Kernel) Wait(ctx context.Context) error {
+	if k.running.Load() == 0 {
+		return nil
+	}
+	t := time.NewTicker(waitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if k.running.Load() == 0 {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("kernel: %d invocations still running: %w", k.running.Load(), ctx.Err())
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package kernel_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.opentelemetry.io/otel/baggage"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+)
+
+// stragglerKernel serves test.slow, whose handler ignores its context and
+// returns only when release is closed (or at once for input "quick"),
+// under config; its logs go to the returned sink.
+func stragglerKernel(t *testing.T, config string, release <-chan struct{}) (*kernel.Kernel, *pipelinetest.LogSink) {
+	t.Helper()
+	reg := operations.NewRegistry()
+	err := operations.Register(reg, operations.Descriptor{ID: "test.slow"}, func(ctx context.Context, in string) (string, error) {
+		switch in {
+		case "quick":
+			return "quick", nil
+		case "honour":
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		<-release
+		return "late", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := pipelinetest.NewLogSink()
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithLogger(sink.Logger()), kernel.WithConfigJSON([]byte(config)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, sink
+}
+
+const slowConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.slow":{"TimeoutSeconds":0.5,"ConcurrencyLimit":1}}}}}}`
+
+// TestHandleAnswersAtTheDeadline: a handler that ignores its context does
+// not hold its caller: Handle answers TIMEOUT at the deadline plus the
+// settle window, the straggler keeps its concurrency slot until it
+// returns, and its late result is logged once, with the operation.
+func TestHandleAnswersAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		k, sink := stragglerKernel(t, slowConfig, release)
+		start := time.Now()
+		in := "ignore"
+		o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Protocol: pipeline.ProtocolGRPC, Input: &in})
+		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || !o.Expired || o.Output != nil {
+			t.Fatalf("Handle = %v (expired %v, output %v), want %s at the deadline", o.Err, o.Expired, o.Output, pipeline.CodeTimeout)
+		}
+		if el := time.Since(start); el != 500*time.Millisecond+5*time.Millisecond {
+			t.Errorf("answered after %v, want the deadline (500ms) plus the 5ms settle window", el)
+		}
+		if n := k.Running(); n != 1 {
+			t.Errorf("Running() = %d while the straggler runs, want 1", n)
+		}
+		quick := "quick"
+		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
+			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, pipeline.CodeConcurrencyLimited)
+		}
+		if len(sink.Find("kernel: late result discarded")) != 0 {
+			t.Error("late result logged before the handler returned")
+		}
+		time.Sleep(time.Second)
+		close(release)
+		if err := k.Wait(t.Context()); err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+		recs := sink.Find("kernel: late result discarded")
+		if len(recs) != 1 {
+			t.Fatalf("late result logged %d times, want once", len(recs))
+		}
+		r := recs[0]
+		if r.Attrs["operation"] != "test.slow" || r.Attrs["protocol"] != "grpc" || r.Attrs["code"] != pipeline.CodeTimeout || r.Attrs["handlerCode"] != "" {
+			t.Errorf("late result record = %v, want operation test.slow, protocol grpc, code %s and the handler's own success (handlerCode \"\")", r.Attrs, pipeline.CodeTimeout)
+		}
+		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); o.Err != nil || o.Output != "quick" {
+			t.Errorf("call after the straggler returned = %v, %v; want its slot back", o.Output, o.Err)
+		}
+	})
+}
+
+// TestServeHonouringHandlerAnswersItself: a handler that honours its
+// context returns at the deadline, within the settle window, and its own
+// (attributed) outcome is the answer, given once, on the calling
+// goroutine, with nothing logged as late.
+func TestServeHonouringHandlerAnswersItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k, sink := stragglerKernel(t, slowConfig, nil)
+		start := time.Now()
+		in := "honour"
+		var got []kernel.Outcome
+		k.Serve(t.Context(), kernel.Request{Operation: "test.slow", Input: &in}, func(o kernel.Outcome) { got = append(got, o) })
+		if len(got) != 1 {
+			t.Fatalf("respond called %d times, want once", len(got))
+		}
+		if o := got[0]; pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || o.Expired {
+			t.Errorf("Serve = %v (expired %v), want %s from the chain", o.Err, o.Expired, pipeline.CodeTimeout)
+		}
+		if el := time.Since(start); el != 500*time.Millisecond {
+			t.Errorf("answered after %v, want 500ms", el)
+		}
+		if len(sink.Records()) != 0 {
+			t.Errorf("logs = %v, want none", sink.Records())
+		}
+	})
+}
+
+// TestHandleCallerCancels: a caller that goes away while a handler that
+// ignores its context runs gets CANCELLED after the settle window.
+func TestHandleCallerCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		k, _ := stragglerKernel(t, slowConfig, release)
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		start := time.Now()
+		in := "ignore"
+		o := k.Handle(ctx, kernel.Request{Operation: "test.slow", Input: &in})
+		if pipeline.CodeOf(o.Err) != pipeline.CodeCanceled || !o.Expired {
+			t.Errorf("Handle = %v (expired %v), want %s", o.Err, o.Expired, pipeline.CodeCanceled)
+		}
+		if el := time.Since(start); el != 105*time.Millisecond {
+			t.Errorf("answered after %v, want 105ms", el)
+		}
+		close(release)
+		if err := k.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestRejectIsObserved: a call an adapter turned away before the pipeline
+// runs nothing, yet gets a span and a real trace ID, like every answer.
+func TestRejectIsObserved(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	ran := false
+	k, err := kernel.New(kernel.WithTracerProvider(tp), kernel.WithRegistry(newRegistry(t, func(_ context.Context, in echoIn) (echoOut, error) {
+		ran = true
+		return echoOut(in), nil
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := pipeline.Validation(pipeline.CodeBadDeadline, "malformed deadline")
+	for _, req := range []kernel.Request{
+		{Operation: "test.echo", Protocol: pipeline.ProtocolHTTP, Reject: bad},
+		{Route: "GET /nowhere", Protocol: pipeline.ProtocolHTTP, Reject: pipeline.NotFound(pipeline.CodeNotFound, "no route")},
+		{Operation: "no.such", Protocol: pipeline.ProtocolHTTP},
+	} {
+		var o kernel.Outcome
+		k.Serve(context.Background(), req, func(out kernel.Outcome) { o = out })
+		if o.Err == nil || o.TraceID == "" || len(o.TraceID) != 32 {
+			t.Errorf("Serve(%+v) = %v, trace ID %q; want the rejection with a trace ID", req, o.Err, o.TraceID)
+		}
+	}
+	if ran {
+		t.Error("the handler ran for a rejected call")
+	}
+	if n := len(rec.Ended()); n != 3 {
+		t.Errorf("%d spans ended, want 3 (one per rejection)", n)
+	}
+}
+
+type nilReader struct{ msg string }
+
+func (e *nilReader) Error() string { return e.msg } // reads its receiver: panics on a nil one
+
+// TestTypedNilOutcomes: a handler returning a typed nil — ours or a
+// foreign type whose Error method reads its receiver — gives UNEXPECTED,
+// never a panic, with the logger on.
+func TestTypedNilOutcomes(t *testing.T) {
+	for name, fn := range map[string]func(context.Context, echoIn) (echoOut, error){
+		"pipeline": func(context.Context, echoIn) (echoOut, error) { var e *pipeline.Error; return echoOut{}, e },
+		"foreign":  func(context.Context, echoIn) (echoOut, error) { var e *nilReader; return echoOut{}, e },
+	} {
+		t.Run(name, func(t *testing.T) {
+			sink := pipelinetest.NewLogSink()
+			k, err := kernel.New(kernel.WithRegistry(newRegistry(t, fn)), kernel.WithLogger(sink.Logger()), kernel.WithAccessLog(sink.Logger()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := k.Handle(context.Background(), kernel.Request{Operation: "test.echo", Input: &echoIn{}})
+			e, ok := o.Err.(*pipeline.Error)
+			if !ok || e == nil || e.Kind() != pipeline.KindUnexpected || e.SafeMessage() != pipeline.UnexpectedMessage {
+				t.Fatalf("Handle = %#v, want a non-nil UNEXPECTED *pipeline.Error", o.Err)
+			}
+			_ = e.Error()
+			if len(sink.Records()) == 0 {
+				t.Error("no access-log record")
+			}
+		})
+	}
+}
+
+// TestBaggageAndIdempotencyKey: the context's W3C baggage is copied onto
+// the invocation, and an idempotency key from a protocol header reaches
+// the handler's context as baggage, so downstream calls carry it.
+func TestBaggageAndIdempotencyKey(t *testing.T) {
+	var mu sync.Mutex
+	var seen string
+	var inv *pipeline.Invocation
+	k, err := kernel.New(kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(func(ctx context.Context, i *pipeline.Invocation, next pipeline.Handler) (any, error) {
+		mu.Lock()
+		seen, inv = baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value(), i
+		mu.Unlock()
+		return next(ctx, i)
+	})), kernel.WithRegistry(newRegistry(t, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := baggage.NewMemberRaw("tenant", "acme")
+	b, _ := baggage.New(m)
+	ctx := baggage.ContextWithBaggage(context.Background(), b)
+	o := k.Handle(ctx, kernel.Request{Operation: "test.echo", Input: &echoIn{}, IdempotencyKey: "key-1"})
+	if o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if v, _ := inv.Baggage("tenant"); v != "acme" || inv.IdempotencyKey() != "key-1" || seen != "key-1" {
+		t.Errorf("baggage tenant = %q, IdempotencyKey() = %q, context's key = %q; want acme, key-1, key-1", v, inv.IdempotencyKey(), seen)
+	}
+}
+
+// TestMiddlewarePanicRecoveredAtTheEdge: a panic in a middleware run by
+// Handle (on the guard's goroutine) becomes UNEXPECTED instead of taking
+// the process down.
+func TestMiddlewarePanicRecoveredAtTheEdge(t *testing.T) {
+	k, err := kernel.New(kernel.WithRegistry(newRegistry(t, nil)), kernel.UseAt(pipeline.StageTenant,
+		pipeline.MiddlewareFunc(func(context.Context, *pipeline.Invocation, pipeline.Handler) (any, error) {
+			panic(errors.New("tenant middleware"))
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := k.Handle(context.Background(), kernel.Request{Operation: "test.echo", Input: &echoIn{}})
+	if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
+		t.Errorf("Handle = %v, want UNEXPECTED", o.Err)
+	}
+}

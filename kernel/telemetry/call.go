@@ -1,0 +1,259 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// Call is one observed invocation, from [Op.Start] to [Call.End]. A nil
+// *Call is an invocation nothing observes: its methods do nothing.
+type Call struct {
+	o         *Op
+	inv       *pipeline.Invocation
+	in        *instruments // nil: metrics disabled
+	proto     int
+	parent    context.Context
+	ctx       context.Context // parent with the span, if any
+	span      trace.Span      // nil without a tracer
+	start     time.Time
+	budget    time.Duration
+	hasBudget bool
+	ended     atomic.Bool
+}
+
+// Start starts observing inv, which arrived at start. When a tracer is
+// installed it starts the invocation's span, a child of ctx's span context
+// (a local span, or a caller's extracted with [ExtractHTTP] or
+// [ExtractGRPC]), and returns ctx carrying it: run the invocation under
+// that context so that outbound calls continue its trace. End the returned
+// Call with the invocation's outcome.
+//
+// When nothing observes the invocation — no tracer, the instruments
+// disabled (as with otel's no-op default) and no access log — or o is nil,
+// Start returns ctx and a nil *Call, and allocates nothing.
+func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Time) (context.Context, *Call) {
+	if o == nil {
+		return ctx, nil
+	}
+	tracer := o.t.tracer()
+	in := o.t.inst
+	if !in.enabled(ctx) {
+		in = nil
+	}
+	if tracer == nil && in == nil && o.t.access == nil {
+		return ctx, nil
+	}
+	c := &Call{o: o, inv: inv, in: in, proto: protoSlot(inv.Protocol()), parent: ctx, ctx: ctx, start: start}
+	if d, ok := inv.CallerDeadline(); ok {
+		c.budget, c.hasBudget = d.Sub(start), true
+	}
+	if tracer != nil {
+		name := inv.Name()
+		if name == "" {
+			name = o.name
+		}
+		opts := make([]trace.SpanStartOption, 0, len(o.start[c.proto])+1)
+		opts = append(opts, o.start[c.proto]...)
+		opts = append(opts, trace.WithTimestamp(start))
+		c.ctx, c.span = tracer.Start(ctx, name, opts...)
+	}
+	return c.ctx, c
+}
+
+// TraceID returns the trace ID to report for the invocation (Problem
+// Details "traceId", logs): its span's, or — when no span was recorded —
+// the caller's, carried by the context given to Start (an incoming
+// traceparent), or "". It returns "" for a nil Call.
+func (c *Call) TraceID() string {
+	if c == nil {
+		return ""
+	}
+	if sc := trace.SpanContextFromContext(c.ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// End finishes observing the invocation, whose attributed outcome — what
+// its caller is told — is err (nil for success), at end: it ends the span,
+// records the metrics and writes the access-log line. Only the first call
+// of End has an effect; on a nil Call it does nothing.
+//
+// When err is the TIMEOUT or CANCELLED outcome the kernel attributed over
+// another one (which it wraps as its cause), the span and the access log
+// report that original outcome beside the attributed one.
+func (c *Call) End(err error, end time.Time) {
+	if c == nil || !c.ended.CompareAndSwap(false, true) {
+		return
+	}
+	inv := c.inv
+	perr := pipeline.AsError(err)
+	kind := pipeline.KindOf(err)
+	code := ""
+	if perr != nil {
+		code = perr.Code()
+	}
+	a := c.o.outcome(c.proto, kind, code)
+	reason := -1
+	if kind == pipeline.KindUnavailable {
+		reason = rejectionReason(code)
+	}
+	orig := original(perr)
+	deadline, hasDeadline := inv.Deadline()
+	fired := kind == pipeline.KindTimeout && code == pipeline.CodeTimeout && hasDeadline && !deadline.After(end)
+
+	if c.span != nil {
+		if c.span.IsRecording() {
+			c.annotate(a, perr, orig, reason, fired, deadline, hasDeadline, end)
+		}
+		c.span.End(trace.WithTimestamp(end))
+	}
+	if in := c.in; in != nil {
+		in.count.Add(c.ctx, 1, a.add...)
+		in.duration.Record(c.ctx, end.Sub(c.start).Seconds(), a.rec...)
+		if reason >= 0 {
+			in.rejected.Add(c.ctx, 1, c.o.rejected[reason]...)
+		}
+		if c.hasBudget {
+			in.remaining.Record(c.ctx, max(c.budget, 0).Seconds(), c.o.remaining[c.proto]...)
+		}
+	}
+	if l := c.o.t.access; l != nil {
+		c.log(l, kind, perr, orig, end)
+	}
+}
+
+// original returns the outcome the kernel's deadline attribution replaced
+// with perr — the cause of a KERNEL_TIMEOUT_001 or KERNEL_CANCELLED_001
+// outcome, as the handler returned it and the breaker classified it — or
+// nil when perr is no such outcome or its cause has the same code.
+func original(perr *pipeline.Error) *pipeline.Error {
+	if perr == nil {
+		return nil
+	}
+	code := perr.Code()
+	if code != pipeline.CodeTimeout && code != pipeline.CodeCanceled {
+		return nil
+	}
+	cause := errors.Unwrap(perr)
+	if cause == nil {
+		return nil
+	}
+	if o := pipeline.AsError(cause); o.Code() != code {
+		return o
+	}
+	return nil
+}
+
+// annotate adds the outcome's attributes, events and status to a recording
+// span.
+func (c *Call) annotate(a *outcomeAttrs, perr, orig *pipeline.Error, reason int, fired bool, deadline time.Time, hasDeadline bool, end time.Time) {
+	span := c.span
+	attrs := make([]attribute.KeyValue, 0, len(a.span)+6)
+	attrs = append(attrs, a.span...)
+	if orig != nil {
+		attrs = append(attrs, attribute.String(AttrOriginalKind, orig.Kind().String()), attribute.String(AttrOriginalCode, orig.Code()))
+	}
+	if hasDeadline {
+		attrs = append(attrs, attribute.String(AttrDeadline, deadline.UTC().Format(time.RFC3339Nano)))
+	}
+	if c.hasBudget {
+		attrs = append(attrs, attribute.Int64(AttrDeadlineBudgetMs, c.budget.Milliseconds()))
+	}
+	if c.inv.IdempotencyKey() != "" {
+		attrs = append(attrs, attribute.Bool(AttrIdempotencyKey, true))
+	}
+	span.SetAttributes(attrs...)
+	if reason >= 0 {
+		ev := []attribute.KeyValue{attribute.String(AttrRejectionLimit, reasons[reason])}
+		if s, ok := perr.RetryAfterSeconds(); ok {
+			ev = append(ev, attribute.Int64(AttrRetryAfter, s))
+		}
+		span.AddEvent(EventRejection, trace.WithAttributes(ev...), trace.WithTimestamp(end))
+	}
+	if fired {
+		at := deadline
+		onArrival := !deadline.After(c.start)
+		if onArrival {
+			at = c.start
+		}
+		span.AddEvent(EventDeadlineExceeded, trace.WithTimestamp(at), trace.WithAttributes(
+			attribute.String(AttrDeadline, deadline.UTC().Format(time.RFC3339Nano)),
+			attribute.Bool(AttrDeadlineOnArrival, onArrival)))
+	}
+	if perr != nil {
+		span.SetStatus(codes.Error, perr.Code()+": "+perr.SafeMessage())
+		if cause := perr.Unwrap(); perr.Kind() == pipeline.KindUnexpected && cause != nil {
+			// Operators, not callers, read traces: the real error helps.
+			// This is span.RecordError, with the text read by
+			// pipeline.ErrorText: an Error method that panics must not
+			// take the process down.
+			span.AddEvent("exception", trace.WithTimestamp(end), trace.WithAttributes(
+				attribute.String("exception.type", typeName(cause)),
+				attribute.String("exception.message", pipeline.ErrorText(cause))))
+		}
+	}
+}
+
+// typeName returns the package path and name of v's type, as the SDK's
+// RecordError reports it.
+func typeName(v any) string {
+	t := reflect.TypeOf(v)
+	if t.PkgPath() == "" && t.Name() == "" {
+		return t.String() // a pointer or another unnamed type
+	}
+	return t.PkgPath() + "." + t.Name()
+}
+
+// log writes the access-log line of the invocation.
+func (c *Call) log(l *slog.Logger, kind pipeline.Kind, perr, orig *pipeline.Error, end time.Time) {
+	level := slog.LevelInfo
+	if kind == pipeline.KindUnexpected {
+		level = slog.LevelError
+	}
+	ctx := c.parent
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	if !c.o.route {
+		attrs = append(attrs, slog.String("operation", c.o.name))
+	} else {
+		route := c.inv.Name()
+		if route == "" {
+			route = c.o.name
+		}
+		attrs = append(attrs, slog.String("route", route))
+	}
+	attrs = append(attrs,
+		slog.String("protocol", c.inv.Protocol().String()),
+		slog.String("kind", kind.String()))
+	if perr != nil {
+		attrs = append(attrs, slog.String("code", perr.Code()))
+	}
+	if orig != nil {
+		attrs = append(attrs, slog.String("original_kind", orig.Kind().String()), slog.String("original_code", orig.Code()))
+	}
+	if s, ok := perr.RetryAfterSeconds(); ok {
+		attrs = append(attrs, slog.Int64("retry_after_s", s))
+	}
+	attrs = append(attrs, slog.Duration("duration", end.Sub(c.start)))
+	sc := trace.SpanContextFromContext(c.ctx)
+	if sc.HasTraceID() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+	}
+	if sc.HasSpanID() {
+		attrs = append(attrs, slog.String("span_id", sc.SpanID().String()))
+	}
+	l.LogAttrs(ctx, level, "sundial: invocation", attrs...)
+}

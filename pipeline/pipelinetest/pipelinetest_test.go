@@ -1,0 +1,456 @@
+package pipelinetest_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/slogtest"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+)
+
+func TestNewInvocationDefaults(t *testing.T) {
+	inv := pipelinetest.NewInvocation()
+	if inv.Operation() != nil || inv.Protocol() != pipeline.ProtocolInProcess || inv.Route() != "" ||
+		inv.Input() != nil || inv.IdempotencyKey() != "" || inv.DeadlineSource() != pipeline.DeadlineNone {
+		t.Errorf("NewInvocation() = %+v, want an empty in-process invocation", inv)
+	}
+	if _, has := inv.Deadline(); has {
+		t.Error("NewInvocation() has a deadline")
+	}
+	if _, has := inv.CallerDeadline(); has {
+		t.Error("NewInvocation() has a caller deadline")
+	}
+	if _, found := inv.Baggage("k"); found {
+		t.Error("NewInvocation() has baggage")
+	}
+}
+
+func TestNewInvocationOptions(t *testing.T) {
+	in := &struct{ N int }{1}
+	inv := pipelinetest.NewInvocation(
+		pipelinetest.WithOperation("orders.create"),
+		pipelinetest.WithProtocol(pipeline.ProtocolHTTP),
+		pipelinetest.WithRoute("POST /orders"),
+		pipelinetest.WithInput(in),
+		pipelinetest.WithBaggage("tenant", "acme"),
+		pipelinetest.WithBaggage("region", "eu"),
+		pipelinetest.WithIdempotencyKey("key-1"),
+		nil, // ignored
+	)
+	if inv.OperationID() != "orders.create" || inv.Operation() != pipelinetest.Operation("orders.create") {
+		t.Errorf("operation = %v", inv.Operation())
+	}
+	if inv.Protocol() != pipeline.ProtocolHTTP || inv.Route() != "POST /orders" || inv.Input() != in {
+		t.Errorf("protocol %v, route %q, input %v", inv.Protocol(), inv.Route(), inv.Input())
+	}
+	if v, _ := inv.Baggage("tenant"); v != "acme" {
+		t.Errorf("Baggage(tenant) = %q, want acme", v)
+	}
+	if v, _ := inv.Baggage("region"); v != "eu" {
+		t.Errorf("Baggage(region) = %q, want eu", v)
+	}
+	if inv.IdempotencyKey() != "key-1" {
+		t.Errorf("IdempotencyKey() = %q, want key-1", inv.IdempotencyKey())
+	}
+
+	host := pipelinetest.NewInvocation(pipelinetest.WithOperation("a.b"), pipelinetest.WithOperation(""), pipelinetest.WithRoute("GET /healthz"))
+	if host.Operation() != nil || host.Name() != "GET /healthz" {
+		t.Errorf("WithOperation(\"\"): operation %v, name %q; want none, the route", host.Operation(), host.Name())
+	}
+
+	idem := pipelinetest.NewInvocation(pipelinetest.WithBaggage(pipeline.BaggageIdempotencyKey, "from-baggage"))
+	if idem.IdempotencyKey() != "from-baggage" {
+		t.Errorf("IdempotencyKey() = %q, want the baggage's", idem.IdempotencyKey())
+	}
+}
+
+// TestOptionsAreReusable: an option applied to several invocations does not
+// share state between them.
+func TestOptionsAreReusable(t *testing.T) {
+	tenant := pipelinetest.WithBaggage("tenant", "acme")
+	first := pipelinetest.NewInvocation(tenant, pipelinetest.WithBaggage("extra", "1"))
+	second := pipelinetest.NewInvocation(tenant)
+	if _, found := second.Baggage("extra"); found {
+		t.Error("baggage of one invocation leaked into another made with the same option")
+	}
+	if v, _ := first.Baggage("tenant"); v != "acme" {
+		t.Errorf("first.Baggage(tenant) = %q", v)
+	}
+}
+
+func TestCustomOption(t *testing.T) {
+	type descriptor struct{ pipelinetest.Operation }
+	desc := &descriptor{"orders.get"}
+	inv := pipelinetest.NewInvocation(pipelinetest.Option(func(s *pipeline.Spec) { s.Operation = desc }))
+	if inv.Operation() != desc || inv.OperationID() != "orders.get" {
+		t.Errorf("custom option: operation %v", inv.Operation())
+	}
+}
+
+func TestWithTimeout(t *testing.T) {
+	before := time.Now()
+	inv := pipelinetest.NewInvocation(pipelinetest.WithTimeout(2 * time.Second))
+	after := time.Now()
+	d, has := inv.Deadline()
+	if !has || d.Before(before.Add(2*time.Second)) || d.After(after.Add(2*time.Second)) {
+		t.Errorf("Deadline() = %v, %v; want 2s after NewInvocation", d, has)
+	}
+	if inv.DeadlineSource() != pipeline.DeadlineOperation {
+		t.Errorf("DeadlineSource() = %v, want operation", inv.DeadlineSource())
+	}
+	if _, has := inv.CallerDeadline(); has {
+		t.Error("WithTimeout set a caller deadline")
+	}
+}
+
+func TestDeadlines(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return now.Add(time.Duration(s) * time.Second) }
+	tests := []struct {
+		name       string
+		opts       []pipelinetest.Option
+		deadline   time.Time // zero: none
+		source     pipeline.DeadlineSource
+		callerDead time.Time // zero: none
+	}{
+		{"none", nil, time.Time{}, pipeline.DeadlineNone, time.Time{}},
+		{"caller only",
+			[]pipelinetest.Option{pipelinetest.WithCallerDeadline(at(5))},
+			at(5), pipeline.DeadlineCaller, at(5)},
+		{"caller earlier than the operation's",
+			[]pipelinetest.Option{pipelinetest.WithCallerDeadline(at(5)), pipelinetest.WithDeadline(at(10), pipeline.DeadlineOperation)},
+			at(5), pipeline.DeadlineCaller, at(5)},
+		{"caller later than the operation's",
+			[]pipelinetest.Option{pipelinetest.WithCallerDeadline(at(10)), pipelinetest.WithDeadline(at(5), pipeline.DeadlineOperation)},
+			at(5), pipeline.DeadlineOperation, at(10)},
+		{"caller equal to the kernel's",
+			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineKernel), pipelinetest.WithCallerDeadline(at(5))},
+			at(5), pipeline.DeadlineCaller, at(5)},
+		{"kernel",
+			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineKernel)},
+			at(5), pipeline.DeadlineKernel, time.Time{}},
+		{"deadline of the caller",
+			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineCaller)},
+			at(5), pipeline.DeadlineCaller, at(5)},
+		{"deadline without a source",
+			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineNone)},
+			at(5), pipeline.DeadlineCaller, at(5)},
+		{"deadline removed",
+			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineKernel), pipelinetest.WithDeadline(time.Time{}, pipeline.DeadlineKernel)},
+			time.Time{}, pipeline.DeadlineNone, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inv := pipelinetest.NewInvocation(tt.opts...)
+			d, has := inv.Deadline()
+			if has != !tt.deadline.IsZero() || !d.Equal(tt.deadline) || inv.DeadlineSource() != tt.source {
+				t.Errorf("Deadline() = %v, %v, %v; want %v, %v", d, has, inv.DeadlineSource(), tt.deadline, tt.source)
+			}
+			c, has := inv.CallerDeadline()
+			if has != !tt.callerDead.IsZero() || !c.Equal(tt.callerDead) {
+				t.Errorf("CallerDeadline() = %v, %v; want %v", c, has, tt.callerDead)
+			}
+		})
+	}
+}
+
+func TestHandler(t *testing.T) {
+	want := errors.New("x")
+	out, err := pipelinetest.Handler(42, want)(context.Background(), nil)
+	if out != 42 || err != want {
+		t.Errorf("Handler(42, x)() = %v, %v", out, err)
+	}
+	if out, err := pipelinetest.Handler(nil, nil)(context.Background(), pipelinetest.NewInvocation()); out != nil || err != nil {
+		t.Errorf("Handler(nil, nil)() = %v, %v", out, err)
+	}
+}
+
+func TestRecorder(t *testing.T) {
+	rec := pipelinetest.NewRecorder()
+	if _, found := rec.Last(); found || len(rec.Calls()) != 0 {
+		t.Fatal("a new Recorder has calls")
+	}
+	notFound := pipeline.NotFound("X_NOT_FOUND_001", "no")
+	h := pipeline.Chain(pipelinetest.Handler("out", notFound), rec)
+
+	// A live context with a deadline.
+	deadline := time.Now().Add(time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("a.b"))
+	if out, err := h(ctx, inv); out != "out" || err != notFound {
+		t.Errorf("chain = %v, %v; want what the handler returned", out, err)
+	}
+	// An ended context without a deadline.
+	ended, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	inv2 := pipelinetest.NewInvocation()
+	_, _ = h(ended, inv2)
+
+	calls := rec.Calls()
+	if len(calls) != 2 {
+		t.Fatalf("Calls() = %d calls, want 2", len(calls))
+	}
+	c := calls[0]
+	if c.Invocation != inv || c.Context != ctx || !c.HasDeadline || !c.Deadline.Equal(deadline) || c.ContextErr != nil {
+		t.Errorf("first call = %+v; want inv, ctx, its deadline, no ctx error", c)
+	}
+	if !c.Returned || c.Result != "out" || c.Err != notFound {
+		t.Errorf("first call outcome = %v, %v, %v", c.Returned, c.Result, c.Err)
+	}
+	last, found := rec.Last()
+	if !found || last.Invocation != inv2 || last.HasDeadline || !errors.Is(last.ContextErr, context.Canceled) {
+		t.Errorf("Last() = %+v, %v; want the second call, no deadline, context.Canceled", last, found)
+	}
+
+	calls[0].Result = "changed"
+	if rec.Calls()[0].Result != "out" {
+		t.Error("changing what Calls returned changed the Recorder")
+	}
+	rec.Reset()
+	if _, found := rec.Last(); found {
+		t.Error("Last() after Reset found a call")
+	}
+}
+
+func TestRecorderPanicAndReset(t *testing.T) {
+	var rec pipelinetest.Recorder // the zero Recorder is ready
+	h := pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) { panic("boom") }, &rec)
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = h(context.Background(), nil)
+	}()
+	if c, found := rec.Last(); !found || c.Returned {
+		t.Errorf("a call that panicked: Last() = %+v, %v; want Returned false", c, found)
+	}
+
+	// A Reset while a call runs: the old call's return is not recorded over a
+	// newer one.
+	rec.Reset()
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	slow := pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) {
+		close(entered)
+		<-release
+		return "slow", nil
+	}, &rec)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = slow(context.Background(), nil)
+	}()
+	<-entered
+	rec.Reset()
+	_, _ = pipeline.Chain(pipelinetest.Handler("fast", nil), &rec)(context.Background(), nil)
+	close(release)
+	<-done
+	calls := rec.Calls()
+	if len(calls) != 1 || calls[0].Result != "fast" {
+		t.Errorf("Calls() after Reset = %+v, want only the fast call", calls)
+	}
+}
+
+func TestRecorderConcurrent(t *testing.T) {
+	rec := pipelinetest.NewRecorder()
+	h := pipeline.Chain(pipelinetest.Handler(nil, nil), rec)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			_, _ = h(context.Background(), pipelinetest.NewInvocation())
+			_ = rec.Calls()
+			_, _ = rec.Last()
+		})
+	}
+	wg.Wait()
+	calls := rec.Calls()
+	if len(calls) != 16 {
+		t.Fatalf("Calls() = %d, want 16", len(calls))
+	}
+	for i, c := range calls {
+		if !c.Returned {
+			t.Errorf("call %d did not return", i)
+		}
+	}
+}
+
+type secret string
+
+func (secret) LogValue() slog.Value { return slog.StringValue("***") }
+
+func TestLogSink(t *testing.T) {
+	sink := pipelinetest.NewLogSink()
+	logger := sink.Logger()
+	logger.Debug("debug kept", "n", 1)
+	logger.With("svc", "shop").WithGroup("req").With("id", 7).Warn("access",
+		"status", 504, slog.Group("deadline", "source", "caller", "ms", 1500*time.Millisecond),
+		"password", secret("hunter2"), slog.Group("", "inline", true), slog.Attr{})
+	logger.Error("access", "err", errors.New("boom"))
+
+	recs := sink.Records()
+	if len(recs) != 3 {
+		t.Fatalf("Records() = %d records, want 3", len(recs))
+	}
+	if recs[0].Level != slog.LevelDebug || recs[0].Message != "debug kept" || recs[0].Attrs["n"] != int64(1) || recs[0].Time.IsZero() {
+		t.Errorf("first record = %+v", recs[0])
+	}
+	got := recs[1]
+	want := map[string]any{
+		"svc":                 "shop",
+		"req.id":              int64(7),
+		"req.status":          int64(504),
+		"req.deadline.source": "caller",
+		"req.deadline.ms":     1500 * time.Millisecond,
+		"req.password":        "***",
+		"req.inline":          true,
+	}
+	if got.Level != slog.LevelWarn || got.Message != "access" || len(got.Attrs) != len(want) {
+		t.Errorf("second record = %v %q %v; want WARN access %v", got.Level, got.Message, got.Attrs, want)
+	}
+	for k, v := range want {
+		if got.Attrs[k] != v {
+			t.Errorf("Attrs[%q] = %#v, want %#v", k, got.Attrs[k], v)
+		}
+	}
+
+	found := sink.Find("access")
+	if len(found) != 2 || found[1].Level != slog.LevelError {
+		t.Fatalf("Find(access) = %v, want the 2 access records", found)
+	}
+	if err, _ := found[1].Attrs["err"].(error); err == nil || err.Error() != "boom" {
+		t.Errorf("err attr = %#v, want the error", found[1].Attrs["err"])
+	}
+	if n := len(sink.FindFunc(func(r pipelinetest.Record) bool { return r.Level >= slog.LevelWarn })); n != 2 {
+		t.Errorf("FindFunc(>= WARN) = %d records, want 2", n)
+	}
+	if len(sink.Find("nothing")) != 0 {
+		t.Error("Find(nothing) found records")
+	}
+
+	found[0].Attrs["svc"] = "changed"
+	if sink.Find("access")[0].Attrs["svc"] != "shop" {
+		t.Error("changing a returned record changed the sink")
+	}
+
+	sink.Reset()
+	if len(sink.Records()) != 0 {
+		t.Error("Records() after Reset is not empty")
+	}
+	logger.Info("after reset")
+	if len(sink.Records()) != 1 {
+		t.Error("the sink does not keep records after Reset")
+	}
+}
+
+func TestLogSinkZeroValue(t *testing.T) {
+	var sink pipelinetest.LogSink
+	slog.New(&sink).Info("hello", "k", "v")
+	if r := sink.Find("hello"); len(r) != 1 || r[0].Attrs["k"] != "v" {
+		t.Errorf("zero LogSink kept %v", r)
+	}
+}
+
+// TestLogSinkIsAHandler runs the standard library's conformance tests for
+// slog handlers.
+func TestLogSinkIsAHandler(t *testing.T) {
+	var sink *pipelinetest.LogSink
+	slogtest.Run(t, func(*testing.T) slog.Handler {
+		sink = pipelinetest.NewLogSink()
+		return sink
+	}, func(t *testing.T) map[string]any {
+		recs := sink.Records()
+		if len(recs) != 1 {
+			t.Fatalf("got %d records, want 1", len(recs))
+		}
+		return nested(recs[0])
+	})
+}
+
+// nested turns a record into the nested map slogtest expects.
+func nested(r pipelinetest.Record) map[string]any {
+	m := map[string]any{slog.LevelKey: r.Level, slog.MessageKey: r.Message}
+	if !r.Time.IsZero() {
+		m[slog.TimeKey] = r.Time
+	}
+	for k, v := range r.Attrs {
+		parts := strings.Split(k, ".")
+		at := m
+		for _, p := range parts[:len(parts)-1] {
+			sub, ok := at[p].(map[string]any)
+			if !ok {
+				sub = map[string]any{}
+				at[p] = sub
+			}
+			at = sub
+		}
+		at[parts[len(parts)-1]] = v
+	}
+	return m
+}
+
+func TestLogSinkWaitFor(t *testing.T) {
+	sink := pipelinetest.NewLogSink()
+	logger := sink.Logger()
+	logger.Info("early")
+	if r, found := sink.WaitFor("early", 0); !found || r.Message != "early" {
+		t.Errorf("WaitFor(early) = %v, %v; want the record already kept", r, found)
+	}
+
+	start := time.Now()
+	if _, found := sink.WaitFor("never", 20*time.Millisecond); found {
+		t.Error("WaitFor(never) found a record")
+	}
+	if time.Since(start) < 20*time.Millisecond {
+		t.Error("WaitFor(never) returned before its timeout")
+	}
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(10 * time.Millisecond)
+		logger.Info("noise")
+		logger.Info("late", "n", 1)
+		logger.Info("late", "n", 2)
+	}()
+	r, found := sink.WaitFunc(5*time.Second, func(r pipelinetest.Record) bool {
+		return r.Message == "late" && r.Attrs["n"] == int64(2)
+	})
+	<-done
+	if !found || r.Attrs["n"] != int64(2) {
+		t.Errorf("WaitFunc(late, n=2) = %v, %v", r, found)
+	}
+	if r, found := sink.WaitFor("late", time.Second); !found || r.Attrs["n"] != int64(1) {
+		t.Errorf("WaitFor(late) = %v, %v; want the first late record", r, found)
+	}
+}
+
+func TestLogSinkConcurrent(t *testing.T) {
+	sink := pipelinetest.NewLogSink()
+	logger := sink.Logger().With("shared", 1)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 50 {
+				logger.Info("msg", "i", i)
+				_ = sink.Find("msg")
+			}
+		})
+	}
+	waited := make(chan bool)
+	go func() {
+		_, found := sink.WaitFunc(5*time.Second, func(r pipelinetest.Record) bool { return len(sink.Find("msg")) >= 400 })
+		waited <- found
+	}()
+	wg.Wait()
+	if !<-waited {
+		t.Error("WaitFunc did not see the 400th record")
+	}
+	if n := len(sink.Records()); n != 400 {
+		t.Errorf("Records() = %d, want 400", n)
+	}
+}
