@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
 )
 
 // Request is what a protocol hands the kernel for one call: what the
@@ -307,7 +304,7 @@ func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
 	}
 	ch := make(chan Outcome, 1)
 	k.running.Add(1)
-	go k.serve(&e, func(o Outcome) { ch <- o })
+	go k.serve(e, func(o Outcome) { ch <- o })
 	return <-ch
 }
 
@@ -330,110 +327,32 @@ func (k *Kernel) Serve(ctx context.Context, req Request, respond func(Outcome)) 
 		return
 	}
 	k.running.Add(1)
-	k.serve(&e, respond)
+	k.serve(e, respond)
 }
 
 // serve is Serve once the call was admitted to run; the caller has
 // counted it in k.running.
-func (k *Kernel) serve(e *edge, respond func(Outcome)) {
+func (k *Kernel) serve(e edge, respond func(Outcome)) {
 	defer k.running.Add(-1)
-	gctx := e.ctx
-	if d, ok := e.inv.Deadline(); ok {
-		// One timer for the guard and the handler's context: the
-		// DeadlineMiddleware sees a parent that ends at the deadline and
-		// derives no timer of its own.
-		if pd, pok := gctx.Deadline(); !pok || !pd.Equal(d) {
-			var cancel context.CancelFunc
-			gctx, cancel = context.WithDeadline(gctx, d)
-			defer cancel()
-		}
-	}
-	if gctx.Done() == nil {
+	g := &guard{e: e, respond: respond}
+	if !g.arm() {
 		// Nothing can end the call but the handler.
-		out, err := k.run(gctx, e)
-		respond(e.end(out, err, time.Time{}))
+		out, err := k.run(g.e.ctx, &g.e)
+		respond(g.e.end(out, err, time.Time{}))
 		return
 	}
-	g := guardPool.Get().(*guard)
-	g.e, g.ctx, g.respond = e, gctx, respond
-	stop := context.AfterFunc(gctx, g.fire)
-	out, err := k.run(gctx, e)
-	if stop() || g.state.CompareAndSwap(guardArmed, guardOutcome) {
+	out, err := k.run(g, &g.e)
+	if g.state.CompareAndSwap(guardArmed, guardOutcome) {
 		// The chain came first (or within the settle window): its outcome
-		// is the answer. When stop succeeded the callback never runs and
-		// the guard can be reused.
-		recycle := g.state.Load() == guardArmed
-		respond(e.end(out, err, time.Time{}))
-		if recycle {
-			g.recycle()
-		}
+		// is the answer.
+		g.cancel(context.Canceled)
+		respond(g.e.end(out, err, time.Time{}))
 		return
 	}
-	g.mu.Lock() // the callback answered: wait until respond has returned
+	g.amu.Lock() // the guard answered: wait until respond has returned
 	answered, sent := g.answered, g.sent
-	g.mu.Unlock()
-	k.logLate(e, answered, sent, err)
-}
-
-// The states of a guard: armed, then claimed by whoever answers.
-const (
-	guardArmed   int32 = iota
-	guardOutcome       // the chain's outcome is the answer
-	guardExpired       // the callback answered without it
-)
-
-// guard is the deadline's side of one guarded invocation.
-type guard struct {
-	state atomic.Int32
-	// mu is held by the callback from its claim until respond has
-	// returned; the calling goroutine, having lost the claim, takes it so
-	// that Serve does not return while respond runs.
-	mu       sync.Mutex
-	answered time.Time // under mu
-	sent     error     // under mu
-
-	e       *edge
-	ctx     context.Context
-	respond func(Outcome)
-	fire    func() // g.expire, bound once
-}
-
-var guardPool = sync.Pool{New: func() any {
-	g := &guard{}
-	g.fire = g.expire
-	return g
-}}
-
-func (g *guard) recycle() {
-	g.state.Store(guardArmed)
-	g.e, g.ctx, g.respond, g.answered, g.sent = nil, nil, nil, time.Time{}, nil
-	guardPool.Put(g)
-}
-
-// expire runs when the invocation's context ended before the chain
-// returned: it arms a timer for the settle window, after which claim
-// answers unless the chain's outcome came in the meantime.
-func (g *guard) expire() {
-	if g.state.Load() == guardArmed {
-		time.AfterFunc(settleWindow, g.claim) // only ever after the context ended: no timer on the common path
-	}
-}
-
-// claim answers TIMEOUT or CANCELLED — decided as the DeadlineMiddleware
-// decides it (resilience.Attribute) — and ends the observation, unless
-// the chain's outcome was claimed first. The guard is then left to the
-// garbage collector.
-func (g *guard) claim() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.state.CompareAndSwap(guardArmed, guardExpired) {
-		return
-	}
-	g.answered = time.Now()
-	g.sent = resilience.Attribute(g.ctx)
-	o := g.e.end(nil, g.sent, g.answered)
-	o.Expired = true
-	g.respond(o)
+	g.amu.Unlock()
+	k.logLate(&g.e, answered, sent, err)
 }
 
 // logLate logs, once, the result of a straggler whose answer left without
