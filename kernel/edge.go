@@ -302,10 +302,10 @@ func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
 	if e.h == nil {
 		return e.end(nil, e.reject, time.Time{})
 	}
-	ch := make(chan Outcome, 1)
+	g := &guard{e: e, result: make(chan Outcome, 1)}
 	k.running.Add(1)
-	go k.serve(e, func(o Outcome) { ch <- o })
-	return <-ch
+	k.dispatch(g)
+	return <-g.result
 }
 
 // Serve runs one call for a protocol that can answer from another
@@ -327,18 +327,17 @@ func (k *Kernel) Serve(ctx context.Context, req Request, respond func(Outcome)) 
 		return
 	}
 	k.running.Add(1)
-	k.serve(e, respond)
+	k.serve(&guard{e: e, respond: respond})
 }
 
-// serve is Serve once the call was admitted to run; the caller has
-// counted it in k.running.
-func (k *Kernel) serve(e edge, respond func(Outcome)) {
+// serve runs the chain of g's invocation and answers it, once (see
+// Serve); the caller has counted it in k.running.
+func (k *Kernel) serve(g *guard) {
 	defer k.running.Add(-1)
-	g := &guard{e: e, respond: respond}
 	if !g.arm() {
 		// Nothing can end the call but the handler.
 		out, err := k.run(g.e.ctx, &g.e)
-		respond(g.e.end(out, err, time.Time{}))
+		g.answer(g.e.end(out, err, time.Time{}))
 		return
 	}
 	out, err := k.run(g, &g.e)
@@ -346,14 +345,17 @@ func (k *Kernel) serve(e edge, respond func(Outcome)) {
 		// The chain came first (or within the settle window): its outcome
 		// is the answer.
 		g.cancel(context.Canceled)
-		respond(g.e.end(out, err, time.Time{}))
+		g.answer(g.e.end(out, err, time.Time{}))
 		return
 	}
-	g.amu.Lock() // the guard answered: wait until respond has returned
+	g.amu.Lock() // the guard answered: wait until it is done answering
 	answered, sent := g.answered, g.sent
 	g.amu.Unlock()
 	k.logLate(&g.e, answered, sent, err)
 }
+
+// dispatch runs g on a goroutine of its own.
+func (k *Kernel) dispatch(g *guard) { go k.serve(g) }
 
 // logLate logs, once, the result of a straggler whose answer left without
 // it.

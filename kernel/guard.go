@@ -39,15 +39,25 @@ type guard struct {
 	stopParent func() bool
 
 	state atomic.Int32
-	// amu is held by claim from its claim until respond has returned; the
-	// calling goroutine, having lost the claim, takes it so that Serve
+	// amu is held by claim from its claim until the answer is given; the
+	// chain's goroutine, having lost the claim, takes it so that Serve
 	// does not return while respond runs.
 	amu      sync.Mutex
 	answered time.Time // under amu
 	sent     error     // under amu
 
 	e       edge
-	respond func(Outcome)
+	respond func(Outcome) // Serve's; nil: send to result (Handle's)
+	result  chan Outcome
+}
+
+// answer hands the outcome to whoever waits for it.
+func (g *guard) answer(o Outcome) {
+	if g.respond != nil {
+		g.respond(o)
+		return
+	}
+	g.result <- o
 }
 
 // guardFunc is a function registered with AfterFunc.
@@ -196,5 +206,5 @@ func (g *guard) claim() {
 	g.sent = resilience.Attribute(g)
 	o := g.e.end(nil, g.sent, g.answered)
 	o.Expired = true
-	g.respond(o)
+	g.answer(o)
 }
