@@ -28,8 +28,8 @@ import (
 //   - full: TimeoutSeconds 1 plus a breaker, a fixed-window rate limit and
 //     a concurrency limit, all high enough never to reject.
 //
-// The kernel runs with its defaults otherwise: the Diagnostics middleware
-// is on, with otel's global no-op providers (BenchmarkTelemetry measures
+// The kernel runs with its defaults otherwise: its telemetry is on, with
+// otel's global no-op providers (BenchmarkTelemetry measures
 // it with the SDK). The names are stable so that runs compare with
 // benchstat; see docs/performance.md.
 
@@ -225,8 +225,8 @@ type nopExporter struct{}
 func (nopExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (nopExporter) Shutdown(context.Context) error                             { return nil }
 
-// BenchmarkTelemetry measures the full case with the Diagnostics
-// middleware disabled (kernel.WithTelemetry(false)), with observability
+// BenchmarkTelemetry measures the full case with the kernel's telemetry
+// disabled (kernel.WithTelemetry(false)), with observability
 // off (otel's global no-op providers, the kernel's default) and on (the
 // OpenTelemetry SDK: every span sampled and handed to an exporter that
 // drops it, metrics aggregated by the SDK's meter provider for a reader

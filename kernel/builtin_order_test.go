@@ -36,6 +36,6 @@ func TestDeadlineFirstInResilienceStage(t *testing.T) {
 		t.Errorf("Resilience middleware ran = %v, its context had a deadline = %v; want true, true (inside the DeadlineMiddleware)", ran, hasDeadline)
 	}
 	if outsideHasDeadline {
-		t.Error("Diagnostics middleware's context had a deadline; want none (it runs outside the DeadlineMiddleware)")
+		t.Error("Diagnostics middleware's context had a deadline under Call; want none (it runs outside the DeadlineMiddleware, and Call has no guard)")
 	}
 }

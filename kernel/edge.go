@@ -42,9 +42,6 @@ type Request struct {
 	// kernel reads the clock itself. The invocation's deadline, budget and
 	// duration are measured from it.
 	Arrival time.Time
-	// Baggage is baggage the protocol received outside the context's W3C
-	// baggage (which the kernel copies itself); members here win.
-	Baggage map[string]string
 	// IdempotencyKey is the caller's idempotency key from a protocol
 	// header; when empty, the baggage's sundial.idempotency-key member is
 	// used. The kernel puts it into the handler's context's baggage, so
@@ -163,7 +160,12 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 			e.reject = pipeline.AsError(err)
 		}
 	}
-	bag, key := k.baggage(ctx, req)
+	// The invocation's baggage is the context's W3C baggage, bounded; an
+	// idempotency key from a protocol header goes into the context's
+	// baggage too, so that downstream calls carry it (the invocation takes
+	// a key from the baggage itself when no header sent one).
+	bag := telemetry.Baggage(ctx, k.logger)
+	key := req.IdempotencyKey
 	if key != "" && baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != key {
 		ctx = withBaggageMember(ctx, pipeline.BaggageIdempotencyKey, key)
 	}
@@ -198,26 +200,6 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		}
 	}
 	return e
-}
-
-// baggage returns the invocation's baggage — the context's W3C baggage
-// (bounded; see telemetry.Baggage) and req.Baggage over it — and the
-// idempotency key.
-func (k *Kernel) baggage(ctx context.Context, req *Request) (map[string]string, string) {
-	bag := telemetry.Baggage(ctx, k.logger)
-	if len(req.Baggage) > 0 {
-		if bag == nil {
-			bag = make(map[string]string, len(req.Baggage))
-		}
-		for key, v := range req.Baggage {
-			bag[key] = v
-		}
-	}
-	key := req.IdempotencyKey
-	if key == "" {
-		key = bag[pipeline.BaggageIdempotencyKey]
-	}
-	return bag, key
 }
 
 // withBaggageMember returns ctx with the W3C baggage member key=value set

@@ -3,6 +3,7 @@ package kernel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -180,6 +181,12 @@ func TestRejectIsObserved(t *testing.T) {
 
 type nilReader struct{ msg string }
 
+// nilIs is an error whose Is method reads its receiver.
+type nilIs struct{ target error }
+
+func (e *nilIs) Error() string        { return "nilIs" }
+func (e *nilIs) Is(target error) bool { return e.target == target }
+
 func (e *nilReader) Error() string { return e.msg } // reads its receiver: panics on a nil one
 
 // TestTypedNilOutcomes: a handler returning a typed nil — ours or a
@@ -189,6 +196,10 @@ func TestTypedNilOutcomes(t *testing.T) {
 	for name, fn := range map[string]func(context.Context, echoIn) (echoOut, error){
 		"pipeline": func(context.Context, echoIn) (echoOut, error) { var e *pipeline.Error; return echoOut{}, e },
 		"foreign":  func(context.Context, echoIn) (echoOut, error) { var e *nilReader; return echoOut{}, e },
+		"foreign Is, wrapped": func(context.Context, echoIn) (echoOut, error) {
+			return echoOut{}, fmt.Errorf("x: %w", (*nilIs)(nil))
+		},
+		"zero Error": func(context.Context, echoIn) (echoOut, error) { return echoOut{}, new(pipeline.Error) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			sink := pipelinetest.NewLogSink()

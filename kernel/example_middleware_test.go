@@ -1,6 +1,8 @@
 package kernel_test
 
 import (
+	"go.opentelemetry.io/otel/baggage"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -87,11 +89,14 @@ func Example_middleware() {
 		panic(err)
 	}
 	for _, token := range []string{"Bearer t-ada", "Bearer stolen", ""} {
-		o := k.Invoke(context.Background(), kernel.Request{
-			Operation: "orders.get",
-			Input:     &GetOrder{ID: "ord-1"},
-			Baggage:   map[string]string{"authorization": token},
-		})
+		// Over HTTP and gRPC the adapters extract the W3C baggage header
+		// into the context; in-process, the caller puts it there.
+		ctx := context.Background()
+		if m, err := baggage.NewMemberRaw("authorization", token); err == nil && token != "" {
+			b, _ := baggage.New(m)
+			ctx = baggage.ContextWithBaggage(ctx, b)
+		}
+		o := k.Invoke(ctx, kernel.Request{Operation: "orders.get", Input: &GetOrder{ID: "ord-1"}})
 		fmt.Println(pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err), o.Output)
 	}
 	for _, r := range logs.Find("audit") {

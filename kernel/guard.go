@@ -115,10 +115,13 @@ func (g *guard) Value(key any) any { return g.e.ctx.Value(key) }
 // String names the context, as the context package's own do.
 func (g *guard) String() string { return "kernel.guard" }
 
-// AfterFunc arranges for f to run in its own goroutine once the guard has
-// ended (at once if it has), as context.AfterFunc does; stop reports
-// whether it stopped f from running. The context package calls it for
-// contexts derived from the guard.
+// AfterFunc arranges for f to run once the guard has ended — in a
+// goroutine of its own when it has already ended, else on the goroutine
+// that ends it, so f must not block — and stop reports whether it stopped
+// f from running. The context package calls it for contexts derived from
+// the guard, with a function that cancels the derived context; its
+// context.AfterFunc, given the guard, registers one that starts a
+// goroutine.
 func (g *guard) AfterFunc(f func()) (stop func() bool) {
 	g.mu.Lock()
 	if g.err != nil {
@@ -163,8 +166,13 @@ func (g *guard) cancel(err error) bool {
 	if stop != nil {
 		stop()
 	}
+	// Called here rather than each in a goroutine of its own: the context
+	// package registers the cancellation of a derived context (quick, and
+	// safe to call here), and context.AfterFunc starts its own goroutine;
+	// a handler waiting on its context learns of the end without a
+	// scheduling hop that would race the settle window.
 	for _, gf := range funcs {
-		go gf.f()
+		gf.f()
 	}
 	return true
 }

@@ -51,7 +51,8 @@ type Error struct {
 	code       string
 	message    string
 	details    map[string]any // never written after the Error is made
-	retryAfter time.Duration  // < 0: none
+	retryAfter time.Duration
+	hasRetry   bool
 	cause      error
 }
 
@@ -60,7 +61,7 @@ func NewError(kind Kind, code, message string) *Error {
 	if kind == KindOK || kind >= numKinds {
 		kind = KindUnexpected
 	}
-	return &Error{kind: kind, code: code, message: message, retryAfter: -1}
+	return &Error{kind: kind, code: code, message: message}
 }
 
 // Errorf is NewError with a formatted message.
@@ -103,17 +104,20 @@ func Timeout(code, message string) *Error { return NewError(KindTimeout, code, m
 // Canceled returns a CANCELLED error.
 func Canceled(code, message string) *Error { return NewError(KindCanceled, code, message) }
 
-// Kind returns the error's kind (KindUnexpected for a nil *Error).
+// Kind returns the error's kind: KindUnexpected for a nil *Error and for
+// one not made by a constructor (the zero Error, new(pipeline.Error)),
+// whose kind would otherwise read as success.
 func (e *Error) Kind() Kind {
-	if e == nil {
+	if e == nil || e.kind == KindOK || e.kind >= numKinds {
 		return KindUnexpected
 	}
 	return e.kind
 }
 
-// Code returns the error's stable code.
+// Code returns the error's stable code (KERNEL_UNEXPECTED_001 for a nil
+// *Error and for one without a code).
 func (e *Error) Code() string {
-	if e == nil {
+	if e == nil || e.code == "" {
 		return CodeUnexpected
 	}
 	return e.code
@@ -131,7 +135,7 @@ func (e *Error) Message() string {
 // SafeMessage returns the message a caller may see: [UnexpectedMessage]
 // for an UNEXPECTED error, the message otherwise.
 func (e *Error) SafeMessage() string {
-	if e == nil || e.kind == KindUnexpected {
+	if e.Kind() == KindUnexpected {
 		return UnexpectedMessage
 	}
 	return e.message
@@ -169,7 +173,7 @@ func (e *Error) Details() map[string]any {
 // SafeDetails returns the details a caller may see: nil for an UNEXPECTED
 // error, a copy of the details otherwise.
 func (e *Error) SafeDetails() map[string]any {
-	if e == nil || e.kind == KindUnexpected {
+	if e.Kind() == KindUnexpected {
 		return nil
 	}
 	return e.Details()
@@ -208,13 +212,13 @@ func (e *Error) WithCause(cause error) *Error {
 // [Error.RetryAfterSeconds]).
 func (e *Error) WithRetryAfter(d time.Duration) *Error {
 	c := *e
-	c.retryAfter = max(d, -1)
+	c.retryAfter, c.hasRetry = max(d, 0), d >= 0
 	return &c
 }
 
 // RetryAfter returns the retry-after and whether the error has one.
 func (e *Error) RetryAfter() (time.Duration, bool) {
-	if e == nil || e.retryAfter < 0 {
+	if e == nil || !e.hasRetry {
 		return 0, false
 	}
 	return e.retryAfter, true
@@ -268,23 +272,30 @@ func isTypedNil(err error) bool {
 	return false
 }
 
-// asCoded finds the *Error in err's chain. ok is false when there is none;
-// e is nil when err is, or wraps, a typed nil that could not be read. A
-// panic while walking the chain (an Unwrap reading a nil receiver) counts
-// as a typed nil.
-func asCoded(err error) (e *Error, ok bool) {
+// classify walks err's chain once: it finds the *Error in it (coded; nil
+// with found when err is, or wraps, a typed nil that could not be read)
+// or, failing that, whether it is a context error. A panic while walking
+// the chain — an Unwrap, Is or As method reading a nil receiver — counts
+// as a typed nil: a foreign error must not take the process down.
+func classify(err error) (coded *Error, found bool, ctxErr *Error) {
 	defer func() {
 		if recover() != nil {
-			e, ok = nil, true
+			coded, found, ctxErr = nil, true, nil
 		}
 	}()
 	if isTypedNil(err) {
-		return nil, true
+		return nil, true, nil
 	}
-	if pe, found := errors.AsType[*Error](err); found {
-		return pe, true
+	if pe, ok := errors.AsType[*Error](err); ok {
+		return pe, true, nil
 	}
-	return nil, false
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, false, errTimeout
+	case errors.Is(err, context.Canceled):
+		return nil, false, errCanceled
+	}
+	return nil, false, nil
 }
 
 // KindOf returns the kind of an outcome. It is total: nil is KindOK; an
@@ -310,16 +321,14 @@ func AsError(err error) *Error {
 	if e, ok := err.(*Error); ok && e != nil {
 		return e
 	}
-	e, ok := asCoded(err)
+	e, found, ctxErr := classify(err)
 	switch {
-	case ok && e != nil:
+	case found && e != nil:
 		return e
-	case ok:
+	case found:
 		return errTypedNil(err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return errTimeout.WithCause(err)
-	case errors.Is(err, context.Canceled):
-		return errCanceled.WithCause(err)
+	case ctxErr != nil:
+		return ctxErr.WithCause(err)
 	}
 	return Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, err)
 }

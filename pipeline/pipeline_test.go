@@ -737,3 +737,39 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+// isReader is a foreign error whose Is method reads its receiver.
+type isReader struct{ target error }
+
+func (e *isReader) Error() string        { return "isReader" }
+func (e *isReader) Is(target error) bool { return e.target == target }
+
+// TestForeignMethodsThatPanic: an error whose Is method panics on a nil
+// receiver, wrapped, is UNEXPECTED for KindOf, AsError and CodeOf, never
+// a panic.
+func TestForeignMethodsThatPanic(t *testing.T) {
+	err := fmt.Errorf("x: %w", (*isReader)(nil))
+	if got := pipeline.KindOf(err); got != pipeline.KindUnexpected {
+		t.Errorf("KindOf = %v, want UNEXPECTED", got)
+	}
+	if e := pipeline.AsError(err); e == nil || e.Kind() != pipeline.KindUnexpected || e.Code() != pipeline.CodeUnexpected {
+		t.Errorf("AsError = %v, want UNEXPECTED", e)
+	}
+	_ = pipeline.ErrorText(err)
+}
+
+// TestZeroError: an Error not made by a constructor — the zero value —
+// reads as UNEXPECTED with no retry-after, never as a success.
+func TestZeroError(t *testing.T) {
+	for name, e := range map[string]*pipeline.Error{"new": new(pipeline.Error), "literal": {}} {
+		if e.Kind() != pipeline.KindUnexpected || e.Code() != pipeline.CodeUnexpected || e.SafeMessage() != pipeline.UnexpectedMessage || e.SafeDetails() != nil {
+			t.Errorf("%s: Kind %v, Code %q, SafeMessage %q; want the UNEXPECTED outcome", name, e.Kind(), e.Code(), e.SafeMessage())
+		}
+		if _, ok := e.RetryAfter(); ok {
+			t.Errorf("%s: RetryAfter reports one", name)
+		}
+		if got := pipeline.KindOf(e); got != pipeline.KindUnexpected {
+			t.Errorf("%s: KindOf = %v, want UNEXPECTED", name, got)
+		}
+	}
+}

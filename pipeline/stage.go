@@ -8,8 +8,8 @@ type Stage uint8
 // The stages, in execution order.
 const (
 	// StageDiagnostics: application diagnostics (request logging, debug
-	// hooks). It is outermost, outside the deadline, so it sees the final,
-	// attributed outcome. The kernel's own tracing, metrics and access log
+	// hooks). It is outermost, outside the DeadlineMiddleware, so it sees
+	// the final, attributed outcome. The kernel's own tracing, metrics and access log
 	// observe every invocation at the kernel's edge, around the chain.
 	StageDiagnostics Stage = iota
 	// StageResilience: the deadline, then per-operation breaker, rate limit

@@ -289,7 +289,14 @@ func IsOwnCancellation(ctx context.Context, err error) bool {
 
 // callerBoundBudget reports whether err is a BudgetExhaustedError whose
 // allotment was bounded by the invocation's deadline.
-func callerBoundBudget(err error) bool {
+// A foreign error whose methods panic while the chain is walked is not
+// one.
+func callerBoundBudget(err error) (bound bool) {
+	defer func() {
+		if recover() != nil {
+			bound = false
+		}
+	}()
 	be, ok := errors.AsType[*BudgetExhaustedError](err)
 	return ok && be != nil && be.callerBound
 }
