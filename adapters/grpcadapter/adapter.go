@@ -476,8 +476,16 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, start time.Time) error {
 	st := Status(o.Err, a.cfg.domain)
 	a.logCall(ctx, full, o, st, start)
+	if st != nil && o.TraceID != "" {
+		// A failure names its trace, as an HTTP problem's traceId does.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataTraceID, o.TraceID))
+	}
 	return st.Err()
 }
+
+// MetadataTraceID is the trailer key under which a failed call's trace ID
+// goes back to the client (as an HTTP problem's "traceId" does).
+const MetadataTraceID = "sundial-trace-id"
 
 // inbound returns the invocation's parent context for a call whose server
 // context is ctx. The kernel reads the caller's deadline from it.

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
@@ -266,7 +267,8 @@ func TestEveryAnswerIsObserved(t *testing.T) {
 	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{"n": 1}`); st != nil {
 		t.Fatalf("Tiny(1) = %v, want OK", st)
 	}
-	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{"n": 300}`); st.Code() != codes.InvalidArgument {
+	var trailer metadata.MD
+	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{"n": 300}`, grpc.Trailer(&trailer)); st.Code() != codes.InvalidArgument {
 		t.Fatalf("Tiny(300) = %v, want InvalidArgument", st)
 	}
 	err := h.conn.Invoke(t.Context(), "/test.v1.Work/Tiny", &rawBytes{0x08}, new(rawBytes), grpc.ForceCodec(rawCodec{}))
@@ -280,6 +282,11 @@ func TestEveryAnswerIsObserved(t *testing.T) {
 	} {
 		rec := h.waitLog(t, "grpc call", append([]string{"method=/test.v1.Work/Tiny", "operation=work.tiny"}, want...)...)
 		id, _ := rec.Attrs["traceId"].(string)
+		if want[0] == "grpcCode=InvalidArgument" {
+			if got := trailer.Get(grpcadapter.MetadataTraceID); len(got) != 1 || got[0] != id {
+				t.Errorf("trailer %s = %v, want the call's trace ID %q", grpcadapter.MetadataTraceID, got, id)
+			}
+		}
 		if id == "" {
 			t.Errorf("call log %v has no trace ID", rec.Attrs)
 			continue

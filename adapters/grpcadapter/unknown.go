@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/kernel"
@@ -47,6 +48,9 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e})
 	st := status.New(codes.Unimplemented, msg)
 	a.logCall(ctx, full, o, st, start)
+	if o.TraceID != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataTraceID, o.TraceID))
+	}
 	return st.Err()
 }
 
