@@ -484,7 +484,14 @@ func (h *httpCaller) send(t *testing.T, method, path, body string, header map[st
 		a.traceID, _ = r.problem["traceId"].(string)
 		a.problem = true
 		title, _ := r.problem["title"].(string)
-		if kind, ok := pipeline.ParseKind(title); !ok || httpadapter.StatusFor(kind) != r.status {
+		// The adapter's own rejections keep the status HTTP has for them
+		// (405 with Allow, 413); every other answer's is its kind's.
+		own := map[string]int{httpadapter.CodeMethodNotAllowed: 405, httpadapter.CodeBodyTooLarge: 413}
+		if want, mine := own[a.code]; mine {
+			if r.status != want {
+				t.Errorf("%s %s: HTTP %d for %s, want %d", method, path, r.status, a.code, want)
+			}
+		} else if kind, ok := pipeline.ParseKind(title); !ok || httpadapter.StatusFor(kind) != r.status {
 			t.Errorf("%s %s: HTTP %d for a %s outcome, want %d", method, path, r.status, title, httpadapter.StatusFor(kind))
 		}
 	}
@@ -504,6 +511,9 @@ func (h *httpCaller) early(t *testing.T) map[string]answer {
 			map[string]string{httpadapter.HeaderDeadline: "in five seconds"}),
 		"body that is not JSON": h.send(t, "POST", "/orders", `{"name":"widget","amount":}`, nil),
 		"unknown route":         h.send(t, "GET", "/nope", "", nil),
+		"method not allowed":    h.send(t, "DELETE", "/orders", "", nil),
+		"body over the limit": h.send(t, "POST", "/orders",
+			`{"name":"`+strings.Repeat("x", httpadapter.DefaultBodyLimit)+`"}`, nil),
 	}
 }
 
@@ -579,26 +589,33 @@ func (rawCodec) Name() string { return "proto" }
 
 func (c *grpcCaller) early(t *testing.T) map[string]answer {
 	t.Helper()
-	// The adapter's methods reject a request that is not protobuf
-	// (grpc-go answers calls of methods the server does not have itself,
-	// before any interceptor runs: the adapter never sees them).
-	log := c.access()
-	n := len(log.records())
-	var resp []byte
-	err := c.g.conn.Invoke(t.Context(), "/shop.v1.Orders/Create", []byte{0xff, 0xff, 0xff}, &resp, grpc.ForceCodec(rawCodec{}))
-	st := status.Convert(err)
-	a := answer{status: st.Code().String()}
-	if err == nil {
-		t.Errorf("a request that is not protobuf was answered OK")
+	// The adapter's methods reject a request that is not protobuf, and its
+	// UnknownServiceHandler (which the shop installs) answers a method the
+	// server does not have.
+	out := map[string]answer{}
+	for _, tc := range []struct{ name, method string }{
+		{"request that is not protobuf", "/shop.v1.Orders/Create"},
+		{"unknown method", "/shop.v1.Orders/Nope"},
+	} {
+		log := c.access()
+		n := len(log.records())
+		var resp []byte
+		err := c.g.conn.Invoke(t.Context(), tc.method, []byte{0xff, 0xff, 0xff}, &resp, grpc.ForceCodec(rawCodec{}))
+		st := status.Convert(err)
+		a := answer{status: st.Code().String()}
+		if err == nil {
+			t.Errorf("%s was answered OK", tc.name)
+		}
+		var ok bool
+		if a.access, ok = log.after(n, func(r pipelinetest.Record) bool { return r.Attrs["method"] == tc.method }); !ok {
+			t.Errorf("%s left no call record:\n%s", tc.name, c.g.logs)
+		}
+		// grpc-go's decoder status and Unimplemented go back without
+		// ErrorInfo: the outcome's code is in the call record.
+		a.code, _ = a.access.Attrs["code"].(string)
+		out[tc.name] = a
 	}
-	var ok bool
-	if a.access, ok = log.after(n, func(r pipelinetest.Record) bool { return r.Attrs["method"] == "/shop.v1.Orders/Create" }); !ok {
-		t.Errorf("the malformed request left no call record:\n%s", c.g.logs)
-	}
-	// grpc-go's decoder status goes back as it is, without ErrorInfo: the
-	// outcome's code is in the call record.
-	a.code, _ = a.access.Attrs["code"].(string)
-	return map[string]answer{"request that is not protobuf": a}
+	return out
 }
 
 // kindOfCode reads the outcome kind from a stable code, which is
