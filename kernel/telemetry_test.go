@@ -123,4 +123,3 @@ func sumOf(rm metricdata.ResourceMetrics, name string) int64 {
 	}
 	return n
 }
-
