@@ -230,6 +230,14 @@ func (k *Kernel) run(ctx context.Context, e *edge) (out any, err error) {
 // end ends the observation of e with err, at the time given or (the zero
 // time) now, and returns the outcome.
 func (e *edge) end(out any, err error, at time.Time) Outcome {
+	out, err = e.finish(out, err, at)
+	return Outcome{Output: out, Err: err, TraceID: e.trace(), Invocation: e.inv}
+}
+
+// finish ends the observation of e with err (see end) and returns the
+// result and the outcome as a caller gets them: the error, when there is
+// one, as a non-nil *pipeline.Error.
+func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 	var pe error
 	if err != nil {
 		pe = pipeline.AsError(err)
@@ -241,7 +249,17 @@ func (e *edge) end(out any, err error, at time.Time) Outcome {
 		}
 		e.obs.End(pe, at)
 	}
-	return Outcome{Output: out, Err: pe, TraceID: e.trace(), Invocation: e.inv}
+	return out, pe
+}
+
+// call is Invoke for Call, which needs no trace ID and no Outcome.
+func (k *Kernel) call(ctx context.Context, req *Request) (any, error) {
+	e := k.begin(ctx, req)
+	if e.h == nil {
+		return e.finish(nil, e.reject, time.Time{})
+	}
+	out, err := k.run(e.ctx, &e)
+	return e.finish(out, err, time.Time{})
 }
 
 // trace returns the trace ID to report for e.

@@ -251,13 +251,14 @@ func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
 // it (the guarded entry points are Serve and Handle).
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
-	o := k.Invoke(ctx, Request{Operation: id, Input: &in})
-	if o.Err != nil {
-		return zero, o.Err
+	req := Request{Operation: id, Input: &in}
+	res, err := k.call(ctx, &req)
+	if err != nil {
+		return zero, err
 	}
-	out, ok := o.Output.(Out)
-	if !ok && o.Output != nil {
-		return zero, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: operation %q returned %T", id, o.Output)
+	out, ok := res.(Out)
+	if !ok && res != nil {
+		return zero, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: operation %q returned %T", id, res)
 	}
 	return out, nil
 }
