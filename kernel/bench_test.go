@@ -262,8 +262,9 @@ func BenchmarkTelemetry(b *testing.B) {
 // case: Invoke (in-process, on the caller's goroutine, unguarded), Serve
 // (the HTTP adapter's: guarded, on the caller's goroutine, answering
 // through a callback) and Handle (the gRPC and CLI adapters': guarded, the
-// chain on a goroutine of its own). Serve and Handle add the guard that
-// answers at the deadline whatever the handler does.
+// chain on a goroutine of its own; handle-workers with kernel.WithWorkers).
+// Serve and Handle add the guard that answers at the deadline whatever the
+// handler does.
 func BenchmarkEdge(b *testing.B) {
 	k := newBenchKernel(b, benchConfigs["deadline"], benchHandler)
 	in := &benchIn{}
@@ -292,6 +293,16 @@ func BenchmarkEdge(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if o := k.Handle(ctx, req); o.Err != nil {
+				b.Fatal(o.Err)
+			}
+		}
+	})
+	kw := newBenchKernel(b, benchConfigs["deadline"], benchHandler, kernel.WithWorkers(time.Second))
+	defer func() { _ = kw.Wait(ctx) }()
+	b.Run("handle-workers", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if o := kw.Handle(ctx, req); o.Err != nil {
 				b.Fatal(o.Err)
 			}
 		}

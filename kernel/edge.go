@@ -354,8 +354,41 @@ func (k *Kernel) serve(g *guard) {
 	k.logLate(&g.e, answered, sent, err)
 }
 
-// dispatch runs g on a goroutine of its own.
-func (k *Kernel) dispatch(g *guard) { go k.serve(g) }
+// dispatch runs g on a goroutine of its own or, with WithWorkers, on a
+// worker: an idle one when there is one, else a new one.
+func (k *Kernel) dispatch(g *guard) {
+	if k.workerIdle <= 0 {
+		go k.serve(g)
+		return
+	}
+	select {
+	case k.jobs <- g:
+	default:
+		k.workers.Add(1)
+		go k.work(g)
+	}
+}
+
+// work serves g, then the calls dispatch hands it, until it has been idle
+// for k.workerIdle or Wait hands it nil.
+func (k *Kernel) work(g *guard) {
+	defer k.workers.Add(-1)
+	k.serve(g)
+	idle := time.NewTimer(k.workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case g = <-k.jobs:
+			if g == nil {
+				return
+			}
+			k.serve(g)
+			idle.Reset(k.workerIdle)
+		case <-idle.C:
+			return
+		}
+	}
+}
 
 // logLate logs, once, the result of a straggler whose answer left without
 // it.
@@ -403,24 +436,33 @@ const waitPoll = 5 * time.Millisecond
 func (k *Kernel) Running() int { return int(k.running.Load()) }
 
 // Wait blocks until every guarded invocation (Serve, Handle) has returned —
-// stragglers whose answer left at their deadline included — or ctx ends,
-// and then returns an error wrapping ctx's. Call it at shutdown, after the
+// stragglers whose answer left at their deadline included — and the idle
+// workers of WithWorkers have exited, or ctx ends, and then returns an
+// error wrapping ctx's. Call it at shutdown, after the
 // servers stopped accepting calls, within the same grace period. It polls
 // every few milliseconds: it is meant for shutdown, not the hot path.
 func (k *Kernel) Wait(ctx context.Context) error {
-	if k.running.Load() == 0 {
+	if k.running.Load() == 0 && k.workers.Load() == 0 {
 		return nil
 	}
 	t := time.NewTicker(waitPoll)
 	defer t.Stop()
-	for {
+	for k.running.Load() != 0 {
 		select {
 		case <-t.C:
-			if k.running.Load() == 0 {
-				return nil
-			}
 		case <-ctx.Done():
 			return fmt.Errorf("kernel: %d invocations still running: %w", k.running.Load(), ctx.Err())
 		}
 	}
+	// Nothing runs: dismiss the idle workers (WithWorkers); a later call
+	// starts anew.
+	for k.workers.Load() > 0 {
+		select {
+		case k.jobs <- nil:
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("kernel: %d idle workers still running: %w", k.workers.Load(), ctx.Err())
+		}
+	}
+	return nil
 }

@@ -123,10 +123,11 @@ func benchPair(b *testing.B, conns int, run func(b *testing.B, sundial bool) loa
 // newBenchKernel returns the shop's kernel under benchShopConfig.
 func newBenchKernel(b *testing.B) *kernel.Kernel {
 	b.Helper()
-	k, err := newKernel("", kernel.WithConfigJSON([]byte(benchShopConfig)))
+	k, err := newKernel("", kernel.WithConfigJSON([]byte(benchShopConfig)), kernel.WithWorkers(serveWorkerIdle)) // as serve
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { _ = k.Wait(context.Background()) })
 	return k
 }
 

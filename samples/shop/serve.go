@@ -118,7 +118,7 @@ func serve(ctx context.Context, o serveOptions) error {
 		return &serveError{fmt.Errorf("telemetry: %w", err)}
 	}
 	defer tel.shutdown(o.logger)
-	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger)}, tel.kernelOptions()...), o.kernelOpts...)...)
+	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...), o.kernelOpts...)...)
 	if err != nil {
 		return err
 	}
@@ -205,3 +205,8 @@ func newHTTPServer(h http.Handler, o serveOptions) *http.Server {
 	}
 	return srv
 }
+
+// serveWorkerIdle is how long a gRPC worker goroutine of the served kernel
+// waits for its next call (kernel.WithWorkers); the shutdown's k.Wait
+// dismisses them.
+const serveWorkerIdle = time.Second
