@@ -11,6 +11,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // Request is what a protocol hands the kernel for one call: what the
@@ -393,7 +394,7 @@ func (k *Kernel) work(g *guard) {
 // logLate logs, once, the result of a straggler whose answer left without
 // it.
 func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
-	own := handlerOutcome(got)
+	own := resilience.Original(got)
 	late := time.Since(answered)
 	level := slog.LevelInfo
 	if late >= lateWarnAfter {
@@ -411,21 +412,6 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 		attrs = append(attrs, slog.String("error", pipeline.ErrorText(own)))
 	}
 	k.logger.LogAttrs(context.Background(), level, "kernel: late result discarded", attrs...)
-}
-
-// handlerOutcome returns what the handler of a chain that returned got
-// reported: the cause the DeadlineMiddleware wrapped when it attributed
-// the outcome (nil: the handler succeeded, or reported the attributed
-// outcome itself), or got when nothing was attributed.
-func handlerOutcome(got error) error {
-	e := pipeline.AsError(got)
-	if e == nil {
-		return nil
-	}
-	if e.Code() == pipeline.CodeTimeout || e.Code() == pipeline.CodeCanceled {
-		return e.Unwrap()
-	}
-	return got
 }
 
 // waitPoll is how often Wait looks at the count of running invocations.

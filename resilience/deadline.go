@@ -250,6 +250,23 @@ func attribute(ctx context.Context, out any, err error) (any, error) {
 	return nil, e
 }
 
+// Original returns what the chain returned under an outcome the
+// DeadlineMiddleware attributed: the cause it wrapped into a
+// KERNEL_TIMEOUT_001 or KERNEL_CANCELLED_001 outcome (nil when there is
+// none: the handler succeeded, or returned the attributed outcome itself),
+// or err unchanged when err is no such outcome. Telemetry reports it as
+// the original outcome and the kernel logs it as a straggler's own.
+func Original(err error) error {
+	e := pipeline.AsError(err)
+	if e == nil {
+		return nil
+	}
+	if c := e.Code(); c == pipeline.CodeTimeout || c == pipeline.CodeCanceled {
+		return e.Unwrap()
+	}
+	return err
+}
+
 // Attribute returns the outcome of an invocation whose context ctx has
 // ended: TIMEOUT (KERNEL_TIMEOUT_001) when it ended by a deadline — its
 // error, or its cause, is context.DeadlineExceeded: this middleware's

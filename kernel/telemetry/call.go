@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"reflect"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // Call is one observed invocation, from [Op.Start] to [Call.End]. A nil
@@ -141,15 +141,11 @@ func original(perr *pipeline.Error) *pipeline.Error {
 	if perr == nil {
 		return nil
 	}
-	code := perr.Code()
-	if code != pipeline.CodeTimeout && code != pipeline.CodeCanceled {
+	cause := resilience.Original(perr)
+	if cause == nil || cause == error(perr) {
 		return nil
 	}
-	cause := errors.Unwrap(perr)
-	if cause == nil {
-		return nil
-	}
-	if o := pipeline.AsError(cause); o.Code() != code {
+	if o := pipeline.AsError(cause); o.Code() != perr.Code() {
 		return o
 	}
 	return nil
