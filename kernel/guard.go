@@ -109,7 +109,11 @@ func (g *guard) Err() error {
 	return g.err
 }
 
-// Value returns the parent's value for key.
+// Value returns the parent's value for key. context.Cause reads through it,
+// so the guard's cause is the parent's: after the guard ended on its own
+// deadline, a parent cancelled later makes Cause report the parent's
+// cancellation while Err reports DeadlineExceeded (attribution reads Err
+// first, so the outcome is still TIMEOUT; see docs/deadlines.md).
 func (g *guard) Value(key any) any { return g.e.ctx.Value(key) }
 
 // String names the context, as the context package's own do.

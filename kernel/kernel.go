@@ -101,7 +101,10 @@ func WithLogger(l *slog.Logger) Option {
 // under load (the shop's gRPC benchmark at 64 connections: 0.89x bare
 // grpc-go with a goroutine per call, 0.93-1.00x with workers).
 //
-// Idle workers outlive the calls that started them: Kernel.Wait, which a
+// A worker serves one call after another: goroutine state a handler
+// leaves changed (pprof labels, runtime.LockOSThread without an unlock)
+// carries over to later calls, as with grpc-go's workers. Idle workers
+// outlive the calls that started them: Kernel.Wait, which a
 // server calls at shutdown, dismisses them, and so must a test under
 // testing/synctest before its bubble ends. The default, and 0 or a
 // negative idle, is a goroutine per call.
