@@ -124,6 +124,11 @@ func inboundDeadline(h http.Header, relName string, now time.Time) (time.Time, s
 		if err != nil {
 			return time.Time{}, HeaderDeadline, err
 		}
+		if t.IsZero() {
+			// 0001-01-01T00:00:00Z is a deadline long past, not "none":
+			// the zero time means no deadline to the kernel.
+			t = t.Add(time.Nanosecond)
+		}
 		d = t
 	}
 	if relName != "" {

@@ -539,3 +539,17 @@ func TestResponseOwnerAtTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroTimeDeadlineIsPast: Sundial-Deadline 0001-01-01T00:00:00Z — the
+// zero time.Time, which means "no deadline" inside the kernel — is a
+// deadline long past: 504 at once, the handler never runs.
+func TestZeroTimeDeadlineIsPast(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	start := time.Now()
+	r := s.do(t, "POST", "/work", `{"delayMs":1500}`, map[string]string{httpadapter.HeaderDeadline: "0001-01-01T00:00:00Z"})
+	checkProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/work")
+	if took := time.Since(start); took > time.Second || app.calls.Load() != 0 {
+		t.Errorf("answered after %v with %d handler calls, want at once and none", took, app.calls.Load())
+	}
+}
