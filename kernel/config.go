@@ -19,8 +19,8 @@ import (
 
 // Delimiter separates key path segments inside the kernel's koanf
 // instance. It is not "." because operation IDs contain dots
-// ("orders.create") and must stay one key. Use it with [Kernel.Config]:
-// k.Config().Get("Sundial" + kernel.Delimiter + "Http").
+// ("orders.create") and must stay one key; a config key containing it is
+// refused.
 const Delimiter = "::"
 
 // DefaultMaxTimeout is Sundial.Kernel.MaxTimeoutSeconds when the config does
@@ -37,9 +37,20 @@ type Settings struct {
 	// ResilienceMiddleware (key UseBuiltInMiddleware, boolean, default
 	// true). When false, the Resilience section is not read.
 	UseBuiltInMiddleware bool
+	// MaxStragglers bounds the invocations still running after their
+	// answer left at the deadline (handlers that ignore their context; key
+	// MaxStragglers, integer > 0, default DefaultMaxStragglers). While
+	// that many run, every new call is answered 503
+	// KERNEL_UNAVAILABLE_005 with a retry-after of 1 second, and runs
+	// nothing.
+	MaxStragglers int
 }
 
-var kernelKeys = []string{"MaxTimeoutSeconds", "UseBuiltInMiddleware", "Resilience"}
+// DefaultMaxStragglers is Sundial.Kernel.MaxStragglers when the config
+// does not set it.
+const DefaultMaxStragglers = 1000
+
+var kernelKeys = []string{"MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware", "Resilience"}
 
 // loadConfig builds the koanf instance: embedded/default JSON, then the
 // config file, then environment overrides.
@@ -82,7 +93,7 @@ func loadConfig(o *options) (*koanf.Koanf, error) {
 // knownNames are canonical spellings that environment variable names are
 // mapped to, case-insensitively.
 var knownNames = []string{
-	"Sundial", "Kernel", "Resilience", "Operations", "MaxTimeoutSeconds", "UseBuiltInMiddleware",
+	"Sundial", "Kernel", "Resilience", "Operations", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
 	"PermitLimit", "WindowSeconds", "QueueLimit", "ConcurrencyLimit", "ConcurrencyQueueLimit",
 	"FailureThreshold", "BreakSeconds", "TimeoutSeconds",
 }
@@ -144,7 +155,7 @@ func envValue(v string) any {
 
 // parseSettings validates the section Sundial.Kernel.
 func parseSettings(raw any) (Settings, any, error) {
-	s := Settings{MaxTimeout: DefaultMaxTimeout, UseBuiltInMiddleware: true}
+	s := Settings{MaxTimeout: DefaultMaxTimeout, UseBuiltInMiddleware: true, MaxStragglers: DefaultMaxStragglers}
 	if raw == nil {
 		return s, nil, nil
 	}
@@ -165,6 +176,15 @@ func parseSettings(raw any) (Settings, any, error) {
 				return s, nil, fmt.Errorf("kernel: %s: must be greater than 0 and at most 1e9, got %v", path, f)
 			}
 			s.MaxTimeout = time.Duration(f * float64(time.Second))
+		case "MaxStragglers":
+			f, ok := v.(float64)
+			if !ok {
+				return s, nil, fmt.Errorf("kernel: %s: want an integer, got %T", path, v)
+			}
+			if f != math.Trunc(f) || f < 1 || f > math.MaxInt32 {
+				return s, nil, fmt.Errorf("kernel: %s: must be an integer from 1 to %d, got %v", path, math.MaxInt32, f)
+			}
+			s.MaxStragglers = int(f)
 		case "UseBuiltInMiddleware":
 			b, ok := v.(bool)
 			if !ok {

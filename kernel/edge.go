@@ -81,6 +81,11 @@ type Outcome struct {
 	Expired bool
 }
 
+// errOverloaded is the answer to every call while MaxStragglers
+// invocations still run after their answer left.
+var errOverloaded = pipeline.Unavailable(pipeline.CodeOverloaded,
+	"The server has too many calls still running after their deadline; retry after 1 second.").WithRetryAfter(time.Second)
+
 // settleWindow is how long the guard waits, once the invocation's context
 // has ended, for the chain's own outcome before it answers without it (a
 // handler that ignores its context). A handler that honours its context
@@ -133,6 +138,10 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	}
 	if req.Reject != nil {
 		e.reject = pipeline.AsError(req.Reject)
+	} else if k.stragglers.Load() >= int64(k.settings.MaxStragglers) {
+		// Too many handlers still run after their answer left: shed new
+		// calls until some return, rather than pile up more.
+		e.reject = errOverloaded
 	}
 	caller := req.Deadline
 	if pd, ok := ctx.Deadline(); ok && (caller.IsZero() || pd.Before(caller)) {
@@ -303,7 +312,7 @@ func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
 	if e.h == nil {
 		return e.end(nil, e.reject, time.Time{})
 	}
-	g := &guard{e: e, result: make(chan Outcome, 1)}
+	g := &guard{e: e, result: make(chan Outcome, 1), stragglers: &k.stragglers}
 	k.running.Add(1)
 	k.dispatch(g)
 	return <-g.result
@@ -328,7 +337,7 @@ func (k *Kernel) Serve(ctx context.Context, req Request, respond func(Outcome)) 
 		return
 	}
 	k.running.Add(1)
-	k.serve(&guard{e: e, respond: respond})
+	k.serve(&guard{e: e, respond: respond, stragglers: &k.stragglers})
 }
 
 // serve runs the chain of g's invocation and answers it, once (see
@@ -352,6 +361,7 @@ func (k *Kernel) serve(g *guard) {
 	g.amu.Lock() // the guard answered: wait until it is done answering
 	answered, sent := g.answered, g.sent
 	g.amu.Unlock()
+	k.stragglers.Add(-1) // counted by claim
 	k.logLate(&g.e, answered, sent, err)
 }
 
@@ -416,6 +426,10 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 
 // waitPoll is how often Wait looks at the count of running invocations.
 const waitPoll = 5 * time.Millisecond
+
+// Stragglers returns the number of invocations still running after their
+// answer left at the deadline (or when their caller went away).
+func (k *Kernel) Stragglers() int { return int(k.stragglers.Load()) }
 
 // Running returns the number of guarded invocations (Serve, Handle) whose
 // chain has not returned yet, stragglers included.

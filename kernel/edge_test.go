@@ -266,3 +266,39 @@ func TestMiddlewarePanicRecoveredAtTheEdge(t *testing.T) {
 		t.Errorf("Handle = %v, want UNEXPECTED", o.Err)
 	}
 }
+
+// TestStragglersBounded: with MaxStragglers 2, two handlers that ignore
+// their context and outlive their deadline make the kernel shed every new
+// call with 503 KERNEL_UNAVAILABLE_005 and a retry-after of 1 second,
+// running nothing, until one returns; the count is Stragglers().
+func TestStragglersBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		k, _ := stragglerKernel(t, `{"Sundial":{"Kernel":{"MaxStragglers":2,"Resilience":{"Operations":{"test.slow":{"TimeoutSeconds":0.5}}}}}}`, release)
+		ignore, quick := "ignore", "quick"
+		for i := range 2 {
+			if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &ignore}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+				t.Fatalf("straggler %d = %v, want %s", i, o.Err, pipeline.CodeTimeout)
+			}
+		}
+		if n := k.Stragglers(); n != 2 {
+			t.Fatalf("Stragglers() = %d, want 2", n)
+		}
+		o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick})
+		e := pipeline.AsError(o.Err)
+		retry, ok := e.RetryAfter()
+		if e.Code() != pipeline.CodeOverloaded || e.Kind() != pipeline.KindUnavailable || !ok || retry != time.Second {
+			t.Fatalf("call at the bound = %v (retry %v, %v), want %s with a retry-after of 1s", o.Err, retry, ok, pipeline.CodeOverloaded)
+		}
+		close(release)
+		if err := k.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := k.Stragglers(); n != 0 {
+			t.Errorf("Stragglers() after they returned = %d, want 0", n)
+		}
+		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); o.Err != nil {
+			t.Errorf("call after the stragglers returned = %v, want success", o.Err)
+		}
+	})
+}

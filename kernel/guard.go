@@ -46,9 +46,10 @@ type guard struct {
 	answered time.Time // under amu
 	sent     error     // under amu
 
-	e       edge
-	respond func(Outcome) // Serve's; nil: send to result (Handle's)
-	result  chan Outcome
+	e          edge
+	stragglers *atomic.Int64 // the kernel's count, raised when the guard answers
+	respond    func(Outcome) // Serve's; nil: send to result (Handle's)
+	result     chan Outcome
 }
 
 // answer hands the outcome to whoever waits for it.
@@ -215,6 +216,7 @@ func (g *guard) claim() {
 		return
 	}
 	g.answered = time.Now()
+	g.stragglers.Add(1) // the chain runs on without its caller; serve lowers it
 	g.sent = resilience.Attribute(g)
 	o := g.e.end(nil, g.sent, g.answered)
 	o.Expired = true

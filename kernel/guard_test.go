@@ -17,8 +17,9 @@ import (
 func newTestGuard(t *testing.T, parent context.Context, d time.Time) *guard {
 	t.Helper()
 	g := &guard{
-		e:       edge{ctx: parent, inv: pipeline.NewInvocation(pipeline.Spec{Deadline: d, DeadlineSource: pipeline.DeadlineOperation})},
-		respond: func(Outcome) {},
+		e:          edge{ctx: parent, inv: pipeline.NewInvocation(pipeline.Spec{Deadline: d, DeadlineSource: pipeline.DeadlineOperation})},
+		respond:    func(Outcome) {},
+		stragglers: new(atomic.Int64),
 	}
 	if !g.arm() {
 		t.Fatal("arm() = false, want a guard that can end")

@@ -143,6 +143,9 @@ type Kernel struct {
 	// running counts guarded invocations (Serve, Handle) whose chain has
 	// not returned, stragglers included; Wait polls it.
 	running atomic.Int64
+	// stragglers counts invocations still running after their answer left
+	// (see Settings.MaxStragglers).
+	stragglers atomic.Int64
 
 	// With WithWorkers, Handle's chains run on workers: jobs hands a call
 	// to an idle one, workers counts the live ones (see dispatch).

@@ -70,6 +70,7 @@ func newTelemetry(o *options, k *Kernel) *telemetry.Telemetry {
 func observeLimits(o *options, k *Kernel) {
 	if t := o.telemetry.t; t != nil {
 		t.ObserveLimits(k.limitState)
+		t.ObserveStragglers(k.stragglers.Load)
 	}
 }
 

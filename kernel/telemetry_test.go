@@ -123,3 +123,45 @@ func sumOf(rm metricdata.ResourceMetrics, name string) int64 {
 	}
 	return n
 }
+
+// TestStragglersMetric: the count of stragglers is the sundial.stragglers
+// instrument, and a call shed at MaxStragglers is a rejection with reason
+// "overloaded".
+func TestStragglersMetric(t *testing.T) {
+	release := make(chan struct{})
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "test.stall"}, func(context.Context, echoIn) (string, error) {
+		<-release
+		return "late", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithMeterProvider(mp),
+		kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"MaxStragglers":1,"Resilience":{"TimeoutSeconds":0.05}}}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(release)
+		_ = k.Wait(context.Background())
+	}()
+	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+		t.Fatalf("stalled call = %v, want TIMEOUT", o.Err)
+	}
+	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeOverloaded {
+		t.Fatalf("call at the bound = %v, want %s", o.Err, pipeline.CodeOverloaded)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if got := sumOf(rm, telemetry.MetricStragglers); got != 1 {
+		t.Errorf("%s = %d, want 1", telemetry.MetricStragglers, got)
+	}
+	if got := sumOf(rm, telemetry.MetricRejectionCount); got != 1 {
+		t.Errorf("%s = %d, want 1 (the shed call)", telemetry.MetricRejectionCount, got)
+	}
+}

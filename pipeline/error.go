@@ -22,6 +22,7 @@ const (
 	CodeRateLimited        = "KERNEL_UNAVAILABLE_002"
 	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"
 	CodeCircuitOpen        = "KERNEL_UNAVAILABLE_004"
+	CodeOverloaded         = "KERNEL_UNAVAILABLE_005"
 )
 
 // UnexpectedMessage is the only text a caller ever sees for an UNEXPECTED

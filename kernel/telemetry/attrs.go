@@ -167,7 +167,7 @@ func newOutcomeAttrs(id, proto attribute.KeyValue, k pipeline.Kind, code string)
 
 // reasons are the rejection reasons, indexed as rejectionReason returns
 // them.
-var reasons = [...]string{ReasonRate, ReasonConcurrency, ReasonBreaker}
+var reasons = [...]string{ReasonRate, ReasonConcurrency, ReasonBreaker, ReasonOverloaded}
 
 // rejectionReason returns the index in reasons of the limit named by a
 // rejection's code, or -1 when code is not a rejection.
@@ -179,6 +179,8 @@ func rejectionReason(code string) int {
 		return 1
 	case pipeline.CodeCircuitOpen:
 		return 2
+	case pipeline.CodeOverloaded:
+		return 3
 	}
 	return -1
 }

@@ -27,13 +27,14 @@ type instruments struct {
 	breaker metric.Int64ObservableGauge
 	queue   metric.Int64ObservableUpDownCounter
 	active  metric.Int64ObservableUpDownCounter
+	late    metric.Int64ObservableUpDownCounter
 
 	err error // instrument creation errors (the instruments are then no-ops)
 }
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [8]error
+	var errs [9]error
 	in.count, errs[0] = m.Int64Counter(MetricInvocationCount,
 		metric.WithDescription("Finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("{invocation}"))
@@ -55,10 +56,13 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.active, errs[6] = m.Int64ObservableUpDownCounter(MetricConcurrencyActive,
 		metric.WithDescription("Invocations holding a slot of an operation's concurrency limit."),
 		metric.WithUnit("{invocation}"))
+	in.late, errs[8] = m.Int64ObservableUpDownCounter(MetricStragglers,
+		metric.WithDescription("Invocations still running after their answer left at the deadline (handlers that ignore their context)."),
+		metric.WithUnit("{invocation}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		return nil
-	}, in.breaker, in.queue, in.active)
+	}, in.breaker, in.queue, in.active, in.late)
 	in.err = errors.Join(errs[:]...)
 	return in
 }
@@ -71,6 +75,9 @@ func (in *instruments) enabled(ctx context.Context) bool {
 
 // observe reports every operation's limiter state.
 func (in *instruments) observe(t *Telemetry, o metric.Observer) {
+	if s := t.stragglers.Load(); s != nil {
+		o.ObserveInt64(in.late, (*s)())
+	}
 	f := t.limits.Load()
 	if f == nil {
 		return

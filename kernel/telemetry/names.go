@@ -36,6 +36,11 @@ const (
 	// of an operation's concurrency limit (Int64ObservableUpDownCounter),
 	// by operation. Only operations with a concurrency limit are reported.
 	MetricConcurrencyActive = "sundial.concurrency.active"
+	// MetricStragglers is the number of invocations still running after
+	// their answer left at the deadline — handlers that ignore their
+	// context (Int64ObservableUpDownCounter). At the kernel's MaxStragglers
+	// new calls are shed (reason "overloaded").
+	MetricStragglers = "sundial.stragglers"
 )
 
 // Metric attribute keys. They are short because the metric names are
@@ -118,4 +123,7 @@ const (
 	ReasonRate        = "rate"
 	ReasonConcurrency = "concurrency"
 	ReasonBreaker     = "breaker"
+	// ReasonOverloaded: the kernel shed the call while MaxStragglers
+	// invocations still ran after their answer (KERNEL_UNAVAILABLE_005).
+	ReasonOverloaded = "overloaded"
 )

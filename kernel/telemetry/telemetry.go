@@ -67,6 +67,16 @@ func (t *Telemetry) ObserveLimits(f LimitsFunc) {
 	t.limits.Store(&f)
 }
 
+// ObserveStragglers sets the function the stragglers instrument
+// (MetricStragglers) calls at each collection. Until it is called the
+// instrument reports nothing. On a nil Telemetry it does nothing.
+func (t *Telemetry) ObserveStragglers(f func() int64) {
+	if t == nil || f == nil {
+		return
+	}
+	t.stragglers.Store(&f)
+}
+
 // LimitState is a snapshot of one operation's limiters, as the observable
 // instruments report it.
 type LimitState struct {
@@ -99,6 +109,8 @@ type Telemetry struct {
 	mp     metric.MeterProvider
 	access *slog.Logger
 	limits atomic.Pointer[LimitsFunc]
+	// stragglers reads the kernel's count of stragglers (ObserveStragglers).
+	stragglers atomic.Pointer[func() int64]
 
 	fixed   *tracerState                // the resolved tp, when tp is not nil
 	current atomic.Pointer[tracerState] // the last global provider seen
