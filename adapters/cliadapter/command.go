@@ -48,10 +48,11 @@ type options struct {
 // default is os.Interrupt (Ctrl-C) and syscall.SIGTERM. The first signal
 // cancels the invocation's parent context: the command reports CANCELLED
 // (exit code 8) at once, even when the handler ignores its context, or
-// TIMEOUT (7) when the deadline had already fired. A second signal while
-// the command still runs (reading --input - from a terminal, building the
-// kernel) exits the process at once (see WithExit). WithSignals() with no
-// signals leaves signal handling to the host.
+// TIMEOUT (7) when the deadline had already fired; a command reading
+// --input - stops waiting for standard input at the first signal too. A
+// second signal while the command still runs (building the kernel, say)
+// exits the process at once (see WithExit). WithSignals() with no signals
+// leaves signal handling to the host.
 func WithSignals(sigs ...os.Signal) Option {
 	return optionFunc(func(o *options) { o.signals = slices.Clone(sigs) })
 }
@@ -89,23 +90,30 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 //   - --input JSON, the whole input as a JSON object, or --input - to read
 //     it from standard input. The document is decoded first and the flags
 //     given explicitly then override the fields they name. Unknown fields,
-//     trailing data and type mismatches are VALIDATION failures (exit 2);
+//     trailing data and type mismatches are VALIDATION failures (exit 2).
+//     Standard input is read within the invocation's effective deadline
+//     and until the first signal: a stdin that has not ended by then fails
+//     the call with TIMEOUT (exit 7) or CANCELLED (8), while the read,
+//     which cannot be interrupted, stays blocked on a goroutine of its own
+//     until stdin yields or the process exits;
 //   - the group's persistent flags --timeout SECONDS (the invocation's
 //     deadline, see ParseTimeout; capped like every inbound deadline by the
 //     operation's TimeoutSeconds and Sundial.Kernel.MaxTimeoutSeconds) and
 //     --output json|text (the result's format on stdout, JSON by default).
 //
-// The command only decodes and encodes: it hands the decoded input, the
-// --timeout deadline and a context that SIGINT and SIGTERM cancel to the
-// kernel (kernel.Kernel.Handle, protocol CLI), which computes the effective
-// deadline, runs the operation's pipeline and observes the call. The
-// outcome is reported by the deadline whatever the handler does: the
-// command fails with TIMEOUT (exit code 7) at the deadline, or CANCELLED
-// (8) at the first signal, while a handler that ignores its context runs
-// on until it returns or the process exits (see kernel.Kernel.Wait). An
-// input that does not decode and a malformed flag or argument are handed
-// to the kernel as rejections (kernel.Request.Reject), so that they too
-// are observed (span, metrics, access log) before they are reported.
+// The command only decodes and encodes: it hands the decoded input (for
+// --input -, a decoder the kernel calls once it has computed the effective
+// deadline, kernel.Request.Decode), the --timeout deadline and a context
+// that SIGINT and SIGTERM cancel to the kernel (kernel.Kernel.Handle,
+// protocol CLI), which computes the effective deadline, runs the
+// operation's pipeline and observes the call. The outcome is reported by
+// the deadline whatever the handler does: the command fails with TIMEOUT
+// (exit code 7) at the deadline, or CANCELLED (8) at the first signal,
+// while a handler that ignores its context runs on until it returns or the
+// process exits (see kernel.Kernel.Wait). An input that does not decode
+// and a malformed flag or argument are handed to the kernel as rejections
+// (kernel.Request.Reject), so that they too are observed (span, metrics,
+// access log) before they are reported.
 //
 // A success writes the result to the command's stdout and returns nil. A
 // failure writes RFC 9457 Problem Details JSON and a human line to stderr
@@ -280,20 +288,45 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	if err != nil {
 		return err
 	}
-	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI}
-	var raw []byte
-	if r.cmd.Flags().Changed("input") {
-		if raw, err = readInput(inputJSON, r.cmd.InOrStdin()); err != nil {
-			req.Reject = inputFailure(err)
-		}
-	}
-	if req.Reject == nil {
-		if req.Input, err = fields.decode(r.cmd.Flags(), raw); err != nil {
-			req.Reject = inputFailure(err)
-		}
-	}
+	now := time.Now()
+	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
 	if timeout.set {
-		req.Deadline = time.Now().Add(timeout.d)
+		req.Deadline = now.Add(timeout.d)
+	}
+	switch {
+	case r.cmd.Flags().Changed("input") && inputJSON == "-":
+		// Standard input is read when the kernel decodes the call, bounded
+		// by the effective deadline it computed (--timeout capped by the
+		// operation's TimeoutSeconds and the kernel's maximum) and by the
+		// first signal: a stdin that never ends is TIMEOUT or CANCELLED,
+		// observed like any other outcome.
+		stdin, flags := r.cmd.InOrStdin(), r.cmd.Flags()
+		req.Decode = func(deadline time.Time) (any, error) {
+			raw, err := readStdin(in.ctx, stdin, deadline)
+			if err != nil {
+				if pe, ok := err.(*pipeline.Error); ok {
+					return nil, pe
+				}
+				return nil, inputFailure(err)
+			}
+			input, err := fields.decode(flags, raw)
+			if err != nil {
+				return nil, inputFailure(err)
+			}
+			return input, nil
+		}
+	default:
+		var raw []byte
+		if r.cmd.Flags().Changed("input") {
+			if raw, err = readInput(inputJSON, nil); err != nil {
+				req.Reject = inputFailure(err)
+			}
+		}
+		if req.Reject == nil {
+			if req.Input, err = fields.decode(r.cmd.Flags(), raw); err != nil {
+				req.Reject = inputFailure(err)
+			}
+		}
 	}
 	out := k.Handle(in.ctx, req)
 	if out.Err != nil {

@@ -517,7 +517,7 @@ func TestSignals(t *testing.T) {
 		name     string
 		op       string
 		args     []string
-		stdinAt  time.Duration // > 0: --input - from a pipe written then
+		buildFor time.Duration // > 0: building the kernel takes that long
 		sends    []send
 		code     int
 		errCode  string
@@ -536,7 +536,7 @@ func TestSignals(t *testing.T) {
 		{name: "stubborn handler: SIGINT after the deadline fired", op: "stubborn", args: []string{"--timeout", "0.3"},
 			sends: []send{{301 * time.Millisecond, os.Interrupt}},
 			code:  7, errCode: pipeline.CodeTimeout, elapsed: 300 * time.Millisecond, stubborn: true},
-		{name: "second signal exits at once", op: "sleep", args: []string{"--input", "-"}, stdinAt: 300 * time.Millisecond,
+		{name: "second signal exits at once", op: "sleep", buildFor: 300 * time.Millisecond,
 			sends: []send{{100 * time.Millisecond, os.Interrupt}, {250 * time.Millisecond, os.Interrupt}},
 			code:  8, errCode: pipeline.CodeCanceled, elapsed: 300 * time.Millisecond, exits: []int{8}},
 		{name: "no signal", op: "sleep", code: 0, elapsed: 1000 * time.Millisecond},
@@ -548,16 +548,6 @@ func TestSignals(t *testing.T) {
 				for _, snd := range tc.sends {
 					s.at(snd.at, snd.sig)
 				}
-				var stdin io.Reader = strings.NewReader("")
-				if tc.stdinAt > 0 {
-					pr, pw := io.Pipe()
-					stdin = pr
-					go func() {
-						time.Sleep(tc.stdinAt)
-						_, _ = io.WriteString(pw, `{"delayMs":1000}`)
-						pw.Close()
-					}()
-				}
 				var mu sync.Mutex
 				var exits []int
 				var exitAt time.Duration
@@ -568,8 +558,15 @@ func TestSignals(t *testing.T) {
 				}
 				kf, wait := tracked(testKernel(t))
 				defer wait(t)
+				build := kf
+				if tc.buildFor > 0 {
+					build = func() (*kernel.Kernel, error) {
+						time.Sleep(tc.buildFor)
+						return kf()
+					}
+				}
 				args := append([]string{"test", tc.op, "--delay-ms", "1000"}, tc.args...)
-				r := executeOn(t, testRegistry(t), kf, []Option{withSignalChannel(s.ch), WithExit(exit)}, stdin, args...)
+				r := executeOn(t, testRegistry(t), build, []Option{withSignalChannel(s.ch), WithExit(exit)}, strings.NewReader(""), args...)
 				if r.code != tc.code {
 					t.Errorf("app %q with signals %v = exit %d, want %d (stderr %q)", args, tc.sends, r.code, tc.code, r.stderr)
 				}

@@ -2,6 +2,7 @@ package cliadapter
 
 import (
 	"bytes"
+	"context"
 	"encoding"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"unicode"
 
 	"github.com/spf13/pflag"
+
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // MaxInputBytes bounds the JSON document read by --input (from the flag's
@@ -368,4 +371,72 @@ func readInput(value string, stdin io.Reader) ([]byte, error) {
 		return nil, &InputError{Msg: fmt.Sprintf("document larger than %d bytes", MaxInputBytes)}
 	}
 	return b, nil
+}
+
+// readStdin reads the --input - document from stdin (see readInput), and
+// waits for it until the deadline (the zero time: none) or until ctx ends
+// (the first SIGINT or SIGTERM), whichever comes first. It then returns
+// TIMEOUT (KERNEL_TIMEOUT_001) or CANCELLED (KERNEL_CANCELLED_001, with
+// the context's cause, a *SignalError for a signal), as a *pipeline.Error;
+// a document that cannot be read returns an *InputError. A deadline that
+// has passed, or a context that has ended, before the read starts returns
+// at once without reading.
+//
+// A read from an *os.File (a terminal, a pipe the writer keeps open)
+// cannot be interrupted portably, so the read runs on a goroutine of its
+// own and readStdin stops waiting for it: that goroutine stays blocked on
+// the read until stdin yields data, an error or end of file — for the
+// process's own stdin, until the process exits, which a command does
+// right after reporting the outcome. Whatever it reads then is discarded.
+// An in-process caller that executes commands on a reader of its own must
+// therefore not hand the same reader to a later command before closing it.
+func readStdin(ctx context.Context, stdin io.Reader, deadline time.Time) ([]byte, error) {
+	if err := stopped(ctx, deadline); err != nil {
+		return nil, err
+	}
+	type read struct {
+		b   []byte
+		err error
+	}
+	done := make(chan read, 1) // buffered: the reader never waits for us
+	go func() {
+		b, err := readInput("-", stdin)
+		done <- read{b, err}
+	}()
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-expired:
+		return nil, pipeline.ErrTimeout()
+	case <-ctx.Done():
+		return nil, ctxOutcome(ctx)
+	}
+}
+
+// stopped returns the outcome of a read that must not start: TIMEOUT when
+// the deadline has passed, CANCELLED (or TIMEOUT) when ctx has ended; nil
+// otherwise.
+func stopped(ctx context.Context, deadline time.Time) error {
+	switch {
+	case !deadline.IsZero() && !time.Now().Before(deadline):
+		return pipeline.ErrTimeout()
+	case ctx.Err() != nil:
+		return ctxOutcome(ctx)
+	}
+	return nil
+}
+
+// ctxOutcome is the outcome of a wait that ctx ended: TIMEOUT when ctx's
+// own deadline passed, else CANCELLED wrapping the context's cause.
+func ctxOutcome(ctx context.Context) *pipeline.Error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return pipeline.ErrTimeout()
+	}
+	return pipeline.ErrCanceled().WithCause(context.Cause(ctx))
 }
