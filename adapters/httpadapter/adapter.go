@@ -46,6 +46,14 @@ type Adapter struct {
 // rejection, so that it is observed like any other call. Each request
 // leaves one access log record.
 //
+// Every response of e to an HTTP/1.x request with a chunked body — on
+// the operations' routes, the application's own and echo's 404 and 405 —
+// says Connection: close, and the server closes the connection after it:
+// Go's server hides whether such a request also carried Content-Length,
+// which RFC 9112 §6.1 requires closing the connection for (request
+// smuggling). Mount adds a Pre middleware to e for this; Wrap and
+// HTTPErrorHandler do it too wherever they are used.
+//
 // Mount fails, naming the operation, when two operations share a method
 // and path, or when a path parameter has no field in the input to go to.
 func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
@@ -82,6 +90,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 		}
 		routes = append(routes, rt)
 	}
+	e.Pre(closeAfterChunkedMiddleware)
 	for _, rt := range routes {
 		e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
 	}
@@ -328,6 +337,7 @@ var exchangePool = sync.Pool{New: func() any {
 func (a *Adapter) newExchange(c echo.Context) *exchange {
 	x := exchangePool.Get().(*exchange)
 	x.a, x.c, x.start = a, c, time.Now()
+	closeAfterChunked(c) // every path the adapter serves (framing.go)
 	return x
 }
 

@@ -31,6 +31,13 @@
 // slot, until it returns; the kernel logs its late result. Call
 // kernel.Kernel.Wait at shutdown to wait for such stragglers.
 //
+// An HTTP/1.x request with a chunked body is answered with Connection:
+// close, on every route of the echo instance, and its connection is closed
+// after the response: Go's server strips Content-Length from a request that
+// also carries Transfer-Encoding: chunked, so the adapter cannot tell such
+// a request — a request smuggling vector that RFC 9112 §6.1 requires
+// closing the connection after — from any other chunked one.
+//
 // [Transport] is the outbound half: an http.RoundTripper that writes what
 // remains of the request context's deadline on every request, so that the
 // attempts, back-offs and local work of a retry loop all spend one budget.

@@ -1,6 +1,12 @@
 // Package app is the shop sample's application: its operations, its
-// in-memory store and its embedded default configuration. The shop binary
+// order store and its embedded default configuration. The shop binary
 // (samples/shop) serves it over HTTP, gRPC and the CLI.
+//
+// The shop keeps its orders in memory only, in a map in the process: they
+// are lost when the process stops, and each process has its own, so two
+// replicas behind one load balancer do not see each other's orders. That
+// keeps the sample self-contained; a real service keeps its orders in a
+// database.
 package app
 
 import (
@@ -59,13 +65,25 @@ func (g *GetOrder) Validate() error {
 
 // ExportReport is the input of reports.export.
 type ExportReport struct {
-	DelayMs int `json:"delayMs"`
+	DelayMs int `json:"delayMs"` // 0 to MaxDelayMs
 }
+
+// MaxDelayMs is the largest delayMs reports.export accepts: one hour,
+// longer than any deadline the shop allows (MaxTimeoutSeconds), and far
+// below the 2^63 ns a time.Duration holds, so that the delay computation
+// cannot overflow (a delayMs near 2^63 would otherwise wrap to a negative
+// duration and answer at once).
+const MaxDelayMs = 3_600_000
 
 // Validate implements operations.Validator.
 func (e *ExportReport) Validate() error {
 	if e.DelayMs < 0 {
 		return invalid("delayMs", "delayMs must not be negative")
+	}
+	if e.DelayMs > MaxDelayMs {
+		return pipeline.Validation("SHOP_VALIDATION_001",
+			fmt.Sprintf("delayMs must be at most %d (one hour); got %d.", MaxDelayMs, e.DelayMs)).
+			WithDetail("field", "delayMs").WithDetail("max", MaxDelayMs)
 	}
 	return nil
 }
@@ -99,7 +117,8 @@ func invalid(field, msg string) error {
 	return pipeline.Validation("SHOP_VALIDATION_001", msg).WithDetail("field", field)
 }
 
-// Shop is the application state: an in-memory order store.
+// Shop is the application state: its orders, kept in memory only (see the
+// package comment): a restart loses them.
 type Shop struct {
 	mu     sync.Mutex // guards orders and next
 	orders map[string]Order
@@ -150,9 +169,11 @@ func (s *Shop) GetOrder(_ context.Context, in GetOrder) (Order, error) {
 
 // ExportReport works for about DelayMs milliseconds, stopping at once when
 // its context ends (it then returns the context's error, which the
-// DeadlineMiddleware attributes).
+// DeadlineMiddleware attributes). The pipeline has validated DelayMs
+// (0 to MaxDelayMs); a direct call with a larger one is clamped to
+// MaxDelayMs rather than overflow.
 func (s *Shop) ExportReport(ctx context.Context, in ExportReport) (Report, error) {
-	t := time.NewTimer(time.Duration(in.DelayMs) * time.Millisecond)
+	t := time.NewTimer(time.Duration(min(max(in.DelayMs, 0), MaxDelayMs)) * time.Millisecond)
 	defer t.Stop()
 	select {
 	case <-t.C:
