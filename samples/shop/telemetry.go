@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -52,6 +53,10 @@ func startTelemetry(ctx context.Context, getenv func(string) string) (*shopTelem
 		return nil, fmt.Errorf("resource: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	// Go runtime and process metrics (go_goroutines, go_memstats_*,
+	// process_resident_memory_bytes, process_open_fds) beside Sundial's:
+	// an operator sees stragglers pile up as goroutines and memory too.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pexp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)

@@ -13,8 +13,9 @@ import (
 )
 
 // TestShopMetricsEndpoint: /metrics on the HTTP port lists the invocation
-// counter per operation after a call, and the breaker state of the
-// operation that has a breaker.
+// counter per operation after a call, the breaker state of the operation
+// that has a breaker, the count of stragglers, and Go's runtime metrics
+// (goroutines, memory).
 func TestShopMetricsEndpoint(t *testing.T) {
 	s := startShopHTTP(t, serveOptions{})
 	if r := s.call(t, "POST", "/orders", `{"name":"widget","amount":1}`, nil); r.status != http.StatusCreated {
@@ -29,6 +30,9 @@ func TestShopMetricsEndpoint(t *testing.T) {
 		regexp.MustCompile(`(?m)^sundial_invocation_duration_seconds_count\{[^}]*operation="orders.create"[^}]*\} 1$`),
 		regexp.MustCompile(`(?m)^sundial_breaker_state\{[^}]*operation="billing.charge"[^}]*\} 0$`),
 		regexp.MustCompile(`(?m)^sundial_queue_depth\{[^}]*operation="orders.create"[^}]*queue="rate"[^}]*\} 0$`),
+		regexp.MustCompile(`(?m)^sundial_stragglers(_total)?\{[^}]*\} 0$|(?m)^sundial_stragglers(_total)? 0$`),
+		regexp.MustCompile(`(?m)^go_goroutines [0-9]+$`),
+		regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes [0-9.e+]+$`),
 	} {
 		if !want.MatchString(r.body) {
 			t.Errorf("GET /metrics has no line matching %s; got:\n%s", want, grepLines(r.body, "sundial_"))
