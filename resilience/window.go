@@ -19,7 +19,9 @@ var ErrLimited = errors.New("resilience: limit reached")
 // FixedWindow is a fixed-window rate limiter with a FIFO queue: at most
 // permitLimit calls are admitted per window; when a window is used up, up
 // to queueLimit calls wait for a later one (oldest first), and the rest
-// are turned away at once with the time until the next window.
+// are turned away at once with the time until the next window. When a
+// waiting call gives up, those behind it move up: a later arrival never
+// takes the freed permit ahead of them.
 //
 // Windows are aligned to the moment the limiter was created and follow
 // each other back to back; unused permits do not carry over. State is
@@ -104,8 +106,11 @@ func (l *FixedWindow) wait(ctx context.Context) (evicted bool, retryAfter time.D
 		l.mu.Unlock()
 		return true, 0, nil
 	}
-	dec, win, retry := l.st.Reserve(now, deadline, true)
-	start := l.st.Start(win)
+	dec, wt, retry := l.st.Reserve(now, deadline, true)
+	var start time.Duration
+	if wt != nil {
+		start = l.st.Start(wt.Win())
+	}
 	l.mu.Unlock()
 	switch dec {
 	case window.Admit:
@@ -113,22 +118,30 @@ func (l *FixedWindow) wait(ctx context.Context) (evicted bool, retryAfter time.D
 	case window.Reject:
 		return false, retry, ErrLimited
 	}
-	return false, 0, l.sleep(ctx, win, start-now)
+	return false, 0, l.sleep(ctx, wt, start-now)
 }
 
-// sleep waits d for window win to open, or gives its permit back when ctx
-// ends first.
-func (l *FixedWindow) sleep(ctx context.Context, win int64, d time.Duration) error {
+// sleep waits d for the window of wt to open, or gives its permit back
+// when ctx ends first. When a waiter ahead leaves, wt moves to an earlier
+// window and sleep waits for that one instead.
+func (l *FixedWindow) sleep(ctx context.Context, wt *window.Waiter, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		l.mu.Lock()
-		l.st.Cancel(time.Since(l.origin), win)
-		l.mu.Unlock()
-		return ctx.Err()
+	for {
+		select {
+		case <-t.C:
+			return nil // its window has opened: a window only ever moves earlier
+		case <-wt.Moved:
+			l.mu.Lock()
+			start := l.st.Start(wt.Win())
+			l.mu.Unlock()
+			t.Reset(start - time.Since(l.origin))
+		case <-ctx.Done():
+			l.mu.Lock()
+			l.st.Cancel(time.Since(l.origin), wt)
+			l.mu.Unlock()
+			return ctx.Err()
+		}
 	}
 }
 
@@ -170,11 +183,11 @@ func (l *FixedWindow) evictIfIdle(now time.Time) bool {
 // The number of limiters is also capped (WithMaxKeys, default
 // DefaultMaxKeys), so that a flood of distinct keys — one new tenant value
 // per request — cannot make it allocate without bound within one window.
-// When every limiter is in use, a call for a key that has none is turned
-// away with [ErrLimited] until a sweep finds an idle one; sweeps of a full
-// set run at most every 100 ms, so the flood costs at most one pass over
-// the limiters per 100 ms. Keys that already have a limiter keep it and
-// their limits.
+// When that many keys have a limiter, a call for a key that has none is
+// turned away with [ErrLimited] until a sweep finds an idle one; a full
+// set is swept at most once per 100 ms, however fast new keys arrive, so
+// the flood costs at most one pass over the limiters per 100 ms. Keys
+// that already have a limiter keep it and their limits.
 //
 // It is safe for concurrent use and starts no goroutine.
 type KeyedFixedWindow struct {
@@ -182,10 +195,12 @@ type KeyedFixedWindow struct {
 	length                  time.Duration
 	maxKeys                 int
 
-	mu        sync.RWMutex // guards parts, sweepAt and fullUntil
-	parts     map[string]*FixedWindow
-	sweepAt   int       // sweep idle limiters when parts grows to this size
-	fullUntil time.Time // full at the last sweep: no new key, and no sweep, before then
+	mu            sync.RWMutex // guards parts, sweepAt and nextFullSweep
+	parts         map[string]*FixedWindow
+	sweepAt       int       // sweep idle limiters when parts grows to this size
+	nextFullSweep time.Time // no sweep of a full set, so no new key while full, before then
+
+	onSweep func(keys int) // test hook: called at each sweep, under mu
 }
 
 // DefaultMaxKeys is the largest number of keys a KeyedFixedWindow holds a
@@ -193,8 +208,8 @@ type KeyedFixedWindow struct {
 // bytes, so the default bounds a keyed limiter to a few megabytes.
 const DefaultMaxKeys = 10_000
 
-// fullSweepInterval is how often a KeyedFixedWindow whose limiters are all
-// in use looks again for idle ones.
+// fullSweepInterval is the least time between two sweeps of a
+// KeyedFixedWindow holding its maximum number of keys.
 const fullSweepInterval = 100 * time.Millisecond
 
 // KeyedOption configures NewKeyedFixedWindow.
@@ -239,8 +254,8 @@ func NewKeyedFixedWindow(permitLimit int, length time.Duration, queueLimit int, 
 const minSweep = 64
 
 // Wait is [FixedWindow.Wait] on key's limiter. When key has no limiter and
-// the maximum number of keys have one in use, it returns [ErrLimited] at
-// once, with the time until the next look for idle limiters.
+// the maximum number of keys have one, it returns [ErrLimited] at once,
+// with the time until the next look for idle limiters (at most 100 ms).
 func (k *KeyedFixedWindow) Wait(ctx context.Context, key string) (retryAfter time.Duration, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -280,8 +295,18 @@ func (k *KeyedFixedWindow) get(key string) (*FixedWindow, time.Duration) {
 	}
 	if len(k.parts) >= k.sweepAt {
 		now := time.Now()
-		if len(k.parts) >= k.maxKeys && now.Before(k.fullUntil) {
-			return nil, k.fullUntil.Sub(now)
+		full := len(k.parts) >= k.maxKeys
+		if full {
+			// A sweep of a full set visits every limiter: at most one per
+			// fullSweepInterval, however many new keys arrive (and whether
+			// or not the last one freed any). Until then new keys are turned away.
+			if now.Before(k.nextFullSweep) {
+				return nil, k.nextFullSweep.Sub(now)
+			}
+			k.nextFullSweep = now.Add(fullSweepInterval)
+		}
+		if k.onSweep != nil {
+			k.onSweep(len(k.parts))
 		}
 		for key, l := range k.parts {
 			if l.evictIfIdle(now) {
@@ -290,8 +315,7 @@ func (k *KeyedFixedWindow) get(key string) (*FixedWindow, time.Duration) {
 		}
 		k.sweepAt = min(max(2*len(k.parts), minSweep), k.maxKeys)
 		if len(k.parts) >= k.maxKeys {
-			k.fullUntil = now.Add(fullSweepInterval)
-			return nil, fullSweepInterval
+			return nil, k.nextFullSweep.Sub(now)
 		}
 	}
 	l = newFixedWindow(k.permitLimit, k.length, k.queueLimit)

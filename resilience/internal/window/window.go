@@ -5,17 +5,19 @@
 // [i*Length, (i+1)*Length). Nothing here reads the clock, sleeps or locks:
 // the caller serialises access and waits (see resilience.FixedWindow).
 //
-// A call that finds the current window used up reserves a permit in a
-// future window and waits for that window to open. Reservations fill
-// windows in arrival order, so the oldest waiter is admitted first and
-// none is ever admitted later than the window it was promised. A waiter
-// that gives up frees its permit: when it held the last reservation it is
-// simply removed, otherwise its window keeps a hole that the next arrival
-// fills (no older waiter is delayed by that). At most Limit permits are
-// ever taken in one window.
+// A call that finds the current window used up joins a FIFO queue and
+// waits for a later window. The queue is packed: its i-th waiter holds a
+// permit in window cur+1+i/Limit, so the oldest waiter is admitted first.
+// A waiter that gives up leaves the queue and every waiter behind it moves
+// up one place — into an earlier window when it crosses a window boundary,
+// which its Moved channel reports — so a later arrival never takes a freed
+// permit ahead of an older waiter. A waiter only ever moves to an earlier
+// window, so none is admitted later than the window it was first given.
+// At most Limit permits are ever taken in one window.
 package window
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -25,20 +27,35 @@ import (
 type Window struct {
 	length time.Duration
 	limit  int64
-	queue  int64 // most reservations waiting in future windows
+	queue  int // most waiters
 
-	cur   int64   // index of the current window, as of the last Advance
-	used  int64   // permits taken in cur
-	tail  int64   // last window holding a reservation; tail <= cur: none
-	tailN int64   // reservations in tail (1..limit)
-	holes []int64 // windows in (cur, tail] holding one freed permit each, ascending
+	cur  int64     // index of the current window, as of the last Advance
+	used int64     // permits taken in cur; limit whenever q is not empty
+	q    []*Waiter // waiting for later windows, oldest first; q[i] holds a permit in cur+1+i/limit
+	seq  uint64    // of the last waiter queued
 }
+
+// A Waiter is a call queued for a later window by Reserve.
+type Waiter struct {
+	// Moved receives a value when the waiter is moved to an earlier window
+	// (a waiter ahead of it left): it should read Win again and wait for
+	// that window instead.
+	Moved chan struct{}
+
+	win    int64  // the window it holds a permit in
+	seq    uint64 // order of arrival: q is sorted by it
+	queued bool   // in q: its window has not opened and it has not left
+}
+
+// Win returns the window the waiter holds a permit in. It only ever
+// decreases.
+func (wt *Waiter) Win() int64 { return wt.win }
 
 // New returns a window state admitting limit calls per length, with up to
 // queue calls waiting for later windows. limit and length must be
 // positive and queue non-negative (the caller validates).
 func New(limit int, length time.Duration, queue int) *Window {
-	return &Window{length: length, limit: int64(limit), queue: int64(queue)}
+	return &Window{length: length, limit: int64(limit), queue: queue}
 }
 
 // Index returns the index of the window containing now.
@@ -47,43 +64,33 @@ func (w *Window) Index(now time.Duration) int64 { return int64(now / w.length) }
 // Start returns the offset at which window i opens.
 func (w *Window) Start(i int64) time.Duration { return time.Duration(i) * w.length }
 
-// Advance moves the state to the window containing now. Permits reserved
-// for that window become used; holes in past windows are dropped.
+// Advance moves the state to the window containing now. Waiters whose
+// window has opened leave the queue; those holding a permit in that window
+// count as used.
 func (w *Window) Advance(now time.Duration) {
 	i := w.Index(now)
 	if i <= w.cur {
 		return
 	}
-	w.cur = i
-	switch {
-	case i < w.tail:
-		w.used = w.limit
-	case i == w.tail:
-		w.used = w.tailN
-	default:
-		w.used = 0
-	}
+	w.cur, w.used = i, 0
 	n := 0
-	for n < len(w.holes) && w.holes[n] <= i {
-		if w.holes[n] == i {
-			w.used--
+	for n < len(w.q) && w.q[n].win <= i {
+		if w.q[n].win == i {
+			w.used++
 		}
+		w.q[n].queued = false
 		n++
 	}
-	w.holes = slices.Delete(w.holes, 0, n)
+	w.q = slices.Delete(w.q, 0, n)
 }
 
 // Used returns the permits taken in the current window (as of the last
 // Advance).
 func (w *Window) Used() int64 { return w.used }
 
-// Queued returns the number of reservations waiting for a future window.
-func (w *Window) Queued() int64 {
-	if w.tail <= w.cur {
-		return 0
-	}
-	return (w.tail-w.cur-1)*w.limit + w.tailN - int64(len(w.holes))
-}
+// Queued returns the number of calls waiting for a later window (as of the
+// last Advance).
+func (w *Window) Queued() int64 { return int64(len(w.q)) }
 
 // Decision is the result of Reserve.
 type Decision uint8
@@ -92,7 +99,7 @@ type Decision uint8
 const (
 	// Admit: a permit in the current window was taken.
 	Admit Decision = iota
-	// Wait: a permit in a future window was reserved; wait until it opens.
+	// Wait: the call joined the queue; wait until its window opens.
 	Wait
 	// Reject: the window is used up and the queue is full, or the call's
 	// deadline comes before the window it would wait for.
@@ -101,64 +108,78 @@ const (
 
 // Reserve takes a permit for a call arriving at now whose deadline is at
 // offset deadline (deadline <= 0: none). On Admit the call proceeds; on
-// Wait it must wait until Start(win) and then proceed, or give the permit
-// back with Cancel. On Reject, retryAfter is the time until the next
-// window opens. With mayWait false the call is never queued.
-func (w *Window) Reserve(now, deadline time.Duration, mayWait bool) (d Decision, win int64, retryAfter time.Duration) {
+// Wait it has joined the queue as wt and must wait until Start(wt.Win())
+// (reading Win again whenever wt.Moved fires) and then proceed, or leave
+// with Cancel. On Reject, retryAfter is the time until the next window
+// opens. With mayWait false the call is never queued.
+func (w *Window) Reserve(now, deadline time.Duration, mayWait bool) (d Decision, wt *Waiter, retryAfter time.Duration) {
 	w.Advance(now)
-	if w.used < w.limit {
+	if w.used < w.limit { // then nobody is queued: admitting is not overtaking
 		w.used++
-		return Admit, w.cur, 0
+		return Admit, nil, 0
 	}
 	retryAfter = w.Start(w.cur+1) - now
-	if !mayWait || w.Queued() >= w.queue {
-		return Reject, 0, retryAfter
+	if !mayWait || len(w.q) >= w.queue {
+		return Reject, nil, retryAfter
 	}
-	hole := len(w.holes) > 0
-	switch {
-	case hole:
-		win = w.holes[0]
-	case w.tail <= w.cur:
-		win = w.cur + 1
-	case w.tailN < w.limit:
-		win = w.tail
-	default:
-		win = w.tail + 1
-	}
+	win := w.winAt(len(w.q))
 	if deadline > 0 && deadline <= w.Start(win) {
-		return Reject, 0, retryAfter
+		return Reject, nil, retryAfter
 	}
-	switch {
-	case hole:
-		w.holes = w.holes[1:]
-	case win == w.tail:
-		w.tailN++
-	default:
-		w.tail, w.tailN = win, 1
-	}
-	return Wait, win, 0
+	w.seq++
+	wt = &Waiter{Moved: make(chan struct{}, 1), win: win, seq: w.seq, queued: true}
+	w.q = append(w.q, wt)
+	return Wait, wt, 0
 }
 
-// Cancel gives back the permit a call reserved in window win (a Wait
-// decision) and did not use. A permit of a window that has already ended
-// is gone and Cancel does nothing.
-func (w *Window) Cancel(now time.Duration, win int64) {
+// winAt returns the window of the waiter at place i of the queue.
+func (w *Window) winAt(i int) int64 { return w.cur + 1 + int64(i)/w.limit }
+
+// Cancel gives back the permit of a waiter (a Wait decision) that did not
+// use it, at now. Every waiter behind it moves up one place; so does the
+// oldest waiter, into the current window, when the permit given back is
+// the current window's. A permit of a window that has already ended is
+// gone and Cancel does nothing. Cancelling a waiter twice does nothing.
+func (w *Window) Cancel(now time.Duration, wt *Waiter) {
 	w.Advance(now)
 	switch {
-	case win < w.cur:
-	case win == w.cur:
+	case wt.queued:
+		i, _ := slices.BinarySearchFunc(w.q, wt.seq, func(q *Waiter, seq uint64) int {
+			return cmp.Compare(q.seq, seq)
+		})
+		wt.queued = false
+		w.q = slices.Delete(w.q, i, i+1)
+		w.moveUp(i)
+	case wt.win == w.cur && w.used > 0:
+		wt.win = -1 // given back: a second Cancel does nothing
 		w.used--
-	case win == w.tail:
-		w.tailN--
-		if w.tailN == 0 {
-			w.tail--
-			w.tailN = w.limit
-			// The new tail may be the current window (no reservations
-			// left) or end in holes; holes at the old tail cannot exist
-			// since the tail's permits were just counted down.
+		if len(w.q) == 0 {
+			return
 		}
-	default:
-		i, _ := slices.BinarySearch(w.holes, win)
-		w.holes = slices.Insert(w.holes, i, win)
+		head := w.q[0]
+		head.queued, head.win = false, w.cur
+		w.used++
+		notify(head)
+		w.q = slices.Delete(w.q, 0, 1)
+		w.moveUp(0)
+	}
+}
+
+// moveUp gives each waiter from place i on the window of its place, after
+// the waiter ahead of it left, and tells those whose window changed.
+func (w *Window) moveUp(i int) {
+	for ; i < len(w.q); i++ {
+		if win := w.winAt(i); win != w.q[i].win {
+			w.q[i].win = win
+			notify(w.q[i])
+		}
+	}
+}
+
+// notify tells wt that its window moved.
+func notify(wt *Waiter) {
+	select {
+	case wt.Moved <- struct{}{}:
+	default: // already told; it reads Win afresh
 	}
 }

@@ -1,0 +1,5 @@
+package resilience
+
+// OnSweepForTest makes k call f, under its lock, each time it sweeps its
+// limiters for idle ones, with the number of keys swept.
+func (k *KeyedFixedWindow) OnSweepForTest(f func(keys int)) { k.onSweep = f }
