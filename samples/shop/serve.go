@@ -19,6 +19,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/cliadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/asynclog"
 )
 
 // Server defaults of `shop serve`. The read-header and idle timeouts keep
@@ -79,8 +80,15 @@ to --grace to finish, then closes what is left and exits.`,
 		defer stop()
 		o.configFile = *configFile
 		o.stdout = cmd.OutOrStdout()
-		o.logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+		// Logs go through a bounded queue to one writer goroutine: a
+		// blocked stderr drops (and counts) records instead of stalling
+		// responses, the 504 at a deadline included.
+		alog := asynclog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+		o.logger = slog.New(alog)
 		err := serve(ctx, o)
+		flushCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = alog.Close(flushCtx) // a stderr still blocked after a second loses the rest
+		cancel()
 		var se *serveError
 		if errors.As(err, &se) {
 			// A failure at run time, not a usage error: report it here and
