@@ -344,7 +344,12 @@ func (a *Adapter) Files() *protoregistry.Files { return a.files }
 // handle is the grpc.MethodDesc handler of one operation.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 	req := dynamicpb.NewMessage(m.in.desc)
-	if err := decodeRequest(dec, req); err != nil {
+	if err := m.a.receive(dec, req); err != nil {
+		if err == errRecvTimeout {
+			// The message did not arrive within WithRecvTimeout: the
+			// answer closes the stream, which ends the read.
+			return nil, m.reject(ctx, pipeline.ErrTimeout())
+		}
 		// A request that is not valid protobuf is answered with the
 		// decoder's own status (grpc-go's Internal, or InvalidArgument for
 		// a decoder panic).
@@ -370,6 +375,32 @@ func (m *method) reject(ctx context.Context, outcome error) error {
 	start := time.Now()
 	o := m.a.invoke(ctx, m.full, kernel.Request{Operation: m.desc.ID, Reject: outcome})
 	return m.a.answer(ctx, m.full, o, start)
+}
+
+// errRecvTimeout reports a request message that did not arrive within
+// WithRecvTimeout.
+var errRecvTimeout = errors.New("grpcadapter: request message not received in time")
+
+// receive decodes the request message into req, waiting at most
+// WithRecvTimeout for it (see there). dec is grpc-go's, the stream's
+// RecvMsg: it returns when the message is complete or the stream's context
+// ends, so when the bound fires the decoding goroutine ends as soon as the
+// answer closes the stream; req is then never touched again.
+func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
+	d := a.cfg.recvTimeout
+	if d <= 0 {
+		return decodeRequest(dec, req)
+	}
+	done := make(chan error, 1)
+	go func() { done <- decodeRequest(dec, req) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errRecvTimeout
+	}
 }
 
 // decodeRequest runs grpc-go's decoder into req. protobuf-go's generic

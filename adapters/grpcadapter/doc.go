@@ -31,6 +31,11 @@
 // [StreamClientInterceptor] cap each call's deadline and turn failures into
 // outcomes with [FromStatus].
 //
+// [ServerOptions] returns the recommended bounds of the listener — calls per
+// connection, metadata and message sizes, keepalive, idle and age limits —
+// to pass to grpc.NewServer; [WithRecvTimeout] bounds the time a request
+// message may take to arrive.
+//
 // The guide's chapter docs/grpc.md describes the naming convention, the
 // Go-to-protobuf type mapping and the deadline rules in full.
 package grpcadapter

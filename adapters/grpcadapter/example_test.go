@@ -49,10 +49,10 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append(grpcadapter.ServerOptions(), // the listener's bounds
 		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(a.StreamServerInterceptor()),
-	)
+	)...)
 	a.Register(srv)
 	a.RegisterReflection(srv)
 	// srv.Serve(listener) ...

@@ -186,6 +186,7 @@ type harness struct {
 	server  *grpc.Server
 	conn    *grpc.ClientConn
 	logs    *pipelinetest.LogSink // the adapter's and the kernel's logs
+	addr    string                // the TCP listener's address (harnessOpt.tcp)
 }
 
 type harnessOpt struct {
@@ -195,6 +196,8 @@ type harnessOpt struct {
 	server   []grpc.ServerOption
 	// services registers the application's own services.
 	services func(*grpc.Server)
+	// tcp serves on a 127.0.0.1 listener instead of bufconn.
+	tcp bool
 }
 
 func newHarness(t testing.TB, ho harnessOpt) *harness {
@@ -229,15 +232,26 @@ func newHarness(t testing.TB, ho harnessOpt) *harness {
 	if ho.services != nil {
 		ho.services(h.server)
 	}
-	lis := bufconn.Listen(1 << 20)
+	var lis net.Listener
+	target := "passthrough:///bufnet"
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if ho.tcp {
+		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		target = lis.Addr().String()
+		h.addr = target
+	} else {
+		bl := bufconn.Listen(1 << 20)
+		lis = bl
+		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }))
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		_ = h.server.Serve(lis)
 	}()
-	h.conn, err = grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	h.conn, err = grpc.NewClient(target, dial...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ type config struct {
 	methodOps    map[string]string
 	propagator   propagation.TextMapPropagator // with defaultPropagator false
 	baggageLimit int
+	recvTimeout  time.Duration
 	// defaultPropagator: extract with telemetry.Propagator(), which
 	// carries the baggage too.
 	defaultPropagator bool
@@ -52,6 +53,7 @@ func defaultConfig() config {
 		domain:            DefaultDomain,
 		tolerance:         DefaultDeadlineTolerance,
 		baggageLimit:      DefaultBaggageLimit,
+		recvTimeout:       DefaultRecvTimeout,
 		defaultPropagator: true,
 	}
 }
@@ -143,6 +145,33 @@ func WithBaggageLimit(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {
 			c.baggageLimit = n
+		}
+	})
+}
+
+// WithRecvTimeout bounds the time the request message of one of the
+// adapter's methods may take to arrive, counted from when grpc-go hands the
+// call to the adapter (its headers have arrived): a call whose message is
+// not complete by then is answered DeadlineExceeded / KERNEL_TIMEOUT_001,
+// observed by the kernel as a rejection (no permit spent), and its stream
+// is closed. The caller's own deadline (grpc-timeout) ends the wait earlier
+// when it is shorter. The default is DefaultRecvTimeout (5s); 0 turns the
+// bound off (the wait then lasts until the caller's deadline or the
+// connection's keepalive ends it); a negative d keeps the default.
+//
+// grpc-go (v1.85) reads a unary request inside the method handler: the
+// handler's dec is the stream's RecvMsg (server.go, wrapUnaryHandler),
+// which waits until the whole message has arrived or the stream's context
+// ends. The adapter therefore waits for dec for at most d; when the bound
+// fires, grpc-go writes the status and closes the stream, which cancels the
+// stream's context and ends the read. The bound costs one goroutine and
+// one timer per call. Your own services' generated handlers call dec
+// themselves, before any interceptor runs: for them the bound is
+// ServerOptions' MaxConcurrentStreams per connection and its keepalive.
+func WithRecvTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d >= 0 {
+			c.recvTimeout = d
 		}
 	})
 }

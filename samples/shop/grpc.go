@@ -40,7 +40,7 @@ func startGRPC(ctx context.Context, k *kernel.Kernel, addr string, logger *slog.
 	if err != nil {
 		return nil, err
 	}
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append(grpcadapter.ServerOptions(), // the recommended listener bounds (docs/grpc.md)
 		// The shop has no services of its own; the interceptors would run
 		// them through the kernel like the operations.
 		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),
@@ -48,7 +48,7 @@ func startGRPC(ctx context.Context, k *kernel.Kernel, addr string, logger *slog.
 		// Calls to unknown methods are answered through the kernel too:
 		// observed like every other answer.
 		grpc.UnknownServiceHandler(a.UnknownServiceHandler),
-	)
+	)...)
 	a.Register(srv)
 	a.RegisterReflection(srv)
 	hs := health.NewServer()

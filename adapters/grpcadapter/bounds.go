@@ -1,0 +1,182 @@
+package grpcadapter
+
+import (
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// The recommended bounds of a gRPC listener, which ServerOptions applies.
+// grpc-go's own defaults are in parentheses.
+const (
+	// DefaultMaxConcurrentStreams is the most streams (calls) one client
+	// connection may have open at once (unlimited). A client past it is
+	// told by the HTTP/2 SETTINGS to wait: grpc-go's client queues the
+	// excess calls; a client that opens them anyway gets RST_STREAM
+	// REFUSED_STREAM. It bounds what stalled calls can hold per
+	// connection, and a rapid-reset flood to that many handlers at once.
+	DefaultMaxConcurrentStreams = 256
+	// DefaultMaxHeaderListSize is the largest header list (metadata) of a
+	// call, in bytes, as HPACK counts it (16 MiB): the HTTP server's
+	// MaxHeaderBytes. A larger one is refused (the client fails the call
+	// before sending; a raw client gets RST_STREAM), and the server does
+	// not keep what it read past the limit. It holds DefaultBaggageLimit.
+	DefaultMaxHeaderListSize = 64 << 10
+	// DefaultMaxRecvMsgSize is the largest request message, in bytes
+	// (4 MiB): the HTTP adapter's body limit (httpadapter.DefaultBodyLimit,
+	// 1 MiB), so that a request has the same bound over HTTP and gRPC. A
+	// larger one is answered ResourceExhausted.
+	DefaultMaxRecvMsgSize = 1 << 20
+	// DefaultConnectionTimeout bounds the connection's set-up, HTTP/2
+	// preface and SETTINGS included (120s): the HTTP server's
+	// ReadHeaderTimeout.
+	DefaultConnectionTimeout = 5 * time.Second
+	// DefaultKeepaliveMinTime is the shortest interval at which a client
+	// may ping (5m); a client pinging more often is sent GOAWAY
+	// ENHANCE_YOUR_CALM and disconnected. 10s is the shortest keepalive
+	// grpc-go's client allows, so any client grpc-go lets configure passes.
+	// Pings without an open call are not permitted (as grpc-go's default).
+	DefaultKeepaliveMinTime = 10 * time.Second
+	// DefaultMaxConnectionIdle closes a connection that has had no call for
+	// this long with a GOAWAY (infinite): the HTTP server's IdleTimeout.
+	DefaultMaxConnectionIdle = 2 * time.Minute
+	// DefaultMaxConnectionAge sends a connection GOAWAY after this long,
+	// give or take 10% (infinite), so that clients rebalance and no
+	// connection holds resources for ever; the calls in flight then have
+	// DefaultMaxConnectionAgeGrace (infinite) to finish before the
+	// connection is closed.
+	DefaultMaxConnectionAge      = 30 * time.Minute
+	DefaultMaxConnectionAgeGrace = 30 * time.Second
+	// DefaultKeepaliveTime is how long a connection may be silent before
+	// the server pings it (2h), and DefaultKeepaliveTimeout how long the
+	// server waits for the ack before closing it (20s): a client that
+	// vanished without closing — and every call it held — is gone within
+	// 80s.
+	DefaultKeepaliveTime    = time.Minute
+	DefaultKeepaliveTimeout = 20 * time.Second
+	// DefaultRecvTimeout is WithRecvTimeout's default: the time the
+	// request message of an adapter method may take to arrive once its
+	// headers have. It is the HTTP server's ReadHeaderTimeout.
+	DefaultRecvTimeout = 5 * time.Second
+)
+
+// Bounds are the resource bounds of a gRPC listener that ServerOptions
+// turns into grpc.ServerOptions. DefaultBounds returns the recommended
+// ones; a zero field leaves grpc-go's default for it.
+type Bounds struct {
+	MaxConcurrentStreams uint32        // grpc.MaxConcurrentStreams
+	MaxHeaderListSize    uint32        // grpc.MaxHeaderListSize
+	MaxRecvMsgSize       int           // grpc.MaxRecvMsgSize
+	ConnectionTimeout    time.Duration // grpc.ConnectionTimeout
+	// Keepalive and Enforcement are given to grpc.KeepaliveParams and
+	// grpc.KeepaliveEnforcementPolicy as they are (a zero struct: grpc-go's
+	// defaults).
+	Keepalive   keepalive.ServerParameters
+	Enforcement keepalive.EnforcementPolicy
+}
+
+// DefaultBounds returns the recommended bounds (the Default* constants).
+func DefaultBounds() Bounds {
+	return Bounds{
+		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
+		MaxHeaderListSize:    DefaultMaxHeaderListSize,
+		MaxRecvMsgSize:       DefaultMaxRecvMsgSize,
+		ConnectionTimeout:    DefaultConnectionTimeout,
+		Keepalive: keepalive.ServerParameters{
+			MaxConnectionIdle:     DefaultMaxConnectionIdle,
+			MaxConnectionAge:      DefaultMaxConnectionAge,
+			MaxConnectionAgeGrace: DefaultMaxConnectionAgeGrace,
+			Time:                  DefaultKeepaliveTime,
+			Timeout:               DefaultKeepaliveTimeout,
+		},
+		Enforcement: keepalive.EnforcementPolicy{
+			MinTime:             DefaultKeepaliveMinTime,
+			PermitWithoutStream: false,
+		},
+	}
+}
+
+// BoundsOption changes one of the bounds ServerOptions applies.
+type BoundsOption func(*Bounds)
+
+// WithMaxConcurrentStreams sets the streams per connection (default 256).
+func WithMaxConcurrentStreams(n uint32) BoundsOption {
+	return func(b *Bounds) { b.MaxConcurrentStreams = n }
+}
+
+// WithMaxHeaderListSize sets the largest header list in bytes (default
+// 64 KiB).
+func WithMaxHeaderListSize(n uint32) BoundsOption {
+	return func(b *Bounds) { b.MaxHeaderListSize = n }
+}
+
+// WithMaxRecvMsgSize sets the largest request message in bytes (default
+// 1 MiB); give the HTTP adapter's WithBodyLimit value when you change that.
+func WithMaxRecvMsgSize(n int) BoundsOption {
+	return func(b *Bounds) { b.MaxRecvMsgSize = n }
+}
+
+// WithConnectionTimeout sets the connection set-up bound (default 5s).
+func WithConnectionTimeout(d time.Duration) BoundsOption {
+	return func(b *Bounds) { b.ConnectionTimeout = d }
+}
+
+// WithKeepalive replaces the keepalive server parameters.
+func WithKeepalive(p keepalive.ServerParameters) BoundsOption {
+	return func(b *Bounds) { b.Keepalive = p }
+}
+
+// WithKeepaliveEnforcement replaces the keepalive enforcement policy.
+func WithKeepaliveEnforcement(p keepalive.EnforcementPolicy) BoundsOption {
+	return func(b *Bounds) { b.Enforcement = p }
+}
+
+// ServerOptions returns the recommended bounds of a gRPC listener
+// (DefaultBounds, changed by opts) as server options, to pass to
+// grpc.NewServer with the application's own:
+//
+//	srv := grpc.NewServer(append(grpcadapter.ServerOptions(),
+//		grpc.UnknownServiceHandler(a.UnknownServiceHandler))...)
+//
+// With them, one connection holds at most 256 calls, whose metadata is at
+// most 64 KiB each and whose request message at most 1 MiB; an adapter
+// method's request message must arrive within WithRecvTimeout (5s) of its
+// headers (the adapter's own bound, an Option of New); an idle connection
+// is closed after 2 minutes and a silent one after 80 seconds; and every
+// connection is recycled after 30 minutes. A later option given to
+// grpc.NewServer replaces the one returned here.
+func ServerOptions(opts ...BoundsOption) []grpc.ServerOption {
+	b := DefaultBounds()
+	for _, o := range opts {
+		if o != nil {
+			o(&b)
+		}
+	}
+	return b.ServerOptions()
+}
+
+// ServerOptions returns b as server options; a zero field gives none (and
+// grpc-go's default stands).
+func (b Bounds) ServerOptions() []grpc.ServerOption {
+	var out []grpc.ServerOption
+	if b.MaxConcurrentStreams > 0 {
+		out = append(out, grpc.MaxConcurrentStreams(b.MaxConcurrentStreams))
+	}
+	if b.MaxHeaderListSize > 0 {
+		out = append(out, grpc.MaxHeaderListSize(b.MaxHeaderListSize))
+	}
+	if b.MaxRecvMsgSize > 0 {
+		out = append(out, grpc.MaxRecvMsgSize(b.MaxRecvMsgSize))
+	}
+	if b.ConnectionTimeout > 0 {
+		out = append(out, grpc.ConnectionTimeout(b.ConnectionTimeout))
+	}
+	if b.Keepalive != (keepalive.ServerParameters{}) {
+		out = append(out, grpc.KeepaliveParams(b.Keepalive))
+	}
+	if b.Enforcement != (keepalive.EnforcementPolicy{}) {
+		out = append(out, grpc.KeepaliveEnforcementPolicy(b.Enforcement))
+	}
+	return out
+}
