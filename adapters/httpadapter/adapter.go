@@ -51,7 +51,14 @@ type Adapter struct {
 // says Connection: close, and the server closes the connection after it:
 // Go's server hides whether such a request also carried Content-Length,
 // which RFC 9112 §6.1 requires closing the connection for (request
-// smuggling). Mount adds a Pre middleware to e for this; Wrap and
+// smuggling). Every response of e to an HTTP/1.x request whose body has
+// not been read to its end when the response is written — echo's 404 and
+// 405, a host endpoint, an operation's rejection before its body is read,
+// an application route that ignores the body — says Connection: close,
+// and the server sends it without reading the rest of the body and then
+// closes the connection: a client that dribbles a body the server does
+// not want gets its answer at once, and holds neither a goroutine nor
+// Server.Shutdown. Mount adds a Pre middleware to e for both; Wrap and
 // HTTPErrorHandler do it too wherever they are used.
 //
 // Mount fails, naming the operation, when two operations share a method
@@ -90,7 +97,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 		}
 		routes = append(routes, rt)
 	}
-	e.Pre(closeAfterChunkedMiddleware)
+	e.Pre(framingMiddleware)
 	for _, rt := range routes {
 		e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
 	}

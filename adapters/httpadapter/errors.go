@@ -30,6 +30,10 @@ import (
 // Mount installs it on the echo instance unless WithErrorHandler(false) is
 // given.
 func (a *Adapter) HTTPErrorHandler(err error, c echo.Context) {
+	// The response must not wait on an unread body (framing.go); where
+	// Mount's Pre middleware did not watch it, nobody knows whether it
+	// was read, and the connection is closed.
+	settleBody(c)
 	r := c.Request()
 	x := a.newExchange(c)
 	defer x.release()
@@ -137,6 +141,11 @@ func echoProblem(he *echo.HTTPError) *pipeline.Error {
 // holds its response until it returns.
 func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		// Watched here unless Mount's Pre middleware does (framing.go).
+		if w := watchBody(c); w != nil {
+			defer w.unwatch()
+			defer settleBody(c)
+		}
 		r := c.Request()
 		x := a.newExchange(c)
 		defer x.release()

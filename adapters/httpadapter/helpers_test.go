@@ -245,6 +245,7 @@ type server struct {
 	adapter *httpadapter.Adapter
 	echo    *echo.Echo
 	client  *http.Client
+	http    *http.Server
 }
 
 type serverOpts struct {
@@ -317,7 +318,7 @@ func serveEcho(t *testing.T, e *echo.Echo) *server {
 		<-served
 		client.CloseIdleConnections()
 	})
-	return &server{url: "http://" + ln.Addr().String(), echo: e, client: client}
+	return &server{url: "http://" + ln.Addr().String(), echo: e, client: client, http: srv}
 }
 
 // response is a decoded response.
