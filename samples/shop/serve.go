@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +33,9 @@ const (
 	defaultIdleTimeout       = 2 * time.Minute
 	defaultMaxHeaderBytes    = 64 << 10
 	defaultGrace             = 10 * time.Second
+	// defaultLameDuck is how long `shop serve` keeps serving after the
+	// signal while failing readiness, before it stops accepting.
+	defaultLameDuck = time.Second
 )
 
 // serveOptions are the settings of one `shop serve` run.
@@ -42,6 +46,12 @@ type serveOptions struct {
 	// grace bounds the graceful shutdown: in-flight calls get this long
 	// to finish once a signal arrives.
 	grace time.Duration
+	// lameDuck is how long the shop keeps serving once the signal arrived
+	// while it fails readiness (/healthz 503, gRPC health NOT_SERVING) and
+	// closes every HTTP connection after its next response, so that load
+	// balancers and keep-alive clients go elsewhere before it stops
+	// accepting. Zero (tests): no lame-duck period.
+	lameDuck time.Duration
 	// readHeaderTimeout and idleTimeout override the server defaults
 	// (zero: the default).
 	readHeaderTimeout time.Duration
@@ -67,14 +77,18 @@ func newServeCommand(configFile *string) *cobra.Command {
 		Long: `Serve the shop's operations over HTTP (--http) and gRPC (--grpc).
 
 Each request leaves one JSON access log line on stderr. On SIGINT or
-SIGTERM the shop stops accepting connections and gives in-flight calls up
-to --grace to finish, then closes what is left and exits.`,
+SIGTERM the shop first fails readiness for --lame-duck (GET /healthz
+answers 503, gRPC health NOT_SERVING, every HTTP response closes its
+connection) while still serving; then it stops accepting connections,
+gives in-flight calls up to --grace to finish, closes what is left and
+exits. A request is either answered or never read.`,
 		Args: cobra.NoArgs,
 	}
 	o := serveOptions{}
 	cmd.Flags().StringVar(&o.httpAddr, "http", ":5000", "HTTP listen `address`")
 	cmd.Flags().StringVar(&o.grpcAddr, "grpc", ":5001", "gRPC listen `address`")
 	cmd.Flags().DurationVar(&o.grace, "grace", defaultGrace, "how long in-flight calls may take to finish on shutdown")
+	cmd.Flags().DurationVar(&o.lameDuck, "lame-duck", defaultLameDuck, "how long to keep serving after the signal while failing readiness, before draining (0: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -136,7 +150,13 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// draining is set when the signal arrives: readiness fails from then
+	// on.
+	var draining atomic.Bool
 	e.GET("/healthz", a.Wrap(func(c echo.Context) error {
+		if draining.Load() {
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	e.GET("/metrics", echo.WrapHandler(tel.metrics)) // Prometheus (telemetry.go)
@@ -145,11 +165,11 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return &serveError{fmt.Errorf("http: %w", err)}
 	}
-	srv := newHTTPServer(e, o)
+	srv := newHTTPServer(closeWhenDraining(e, &draining), o)
 
 	// Call point of the gRPC adapter (grpc.go): it starts serving on
-	// --grpc and returns how to stop it gracefully.
-	stopGRPC, err := startGRPC(ctx, k, o.grpcAddr, o.logger, o.stdout)
+	// --grpc; the shutdown below drives its steps.
+	g, err := startGRPC(k, o.grpcAddr, o.logger, o.stdout)
 	if err != nil {
 		ln.Close()
 		return &serveError{fmt.Errorf("grpc: %w", err)}
@@ -168,7 +188,19 @@ func serve(ctx context.Context, o serveOptions) error {
 	case serveErr = <-served:
 		served <- serveErr // for the shutdown below
 	}
-	o.logger.Info("shop: shutting down", "grace", o.grace.String())
+	o.logger.Info("shop: shutting down", "grace", o.grace.String(), "lameDuck", o.lameDuck.String())
+	// Lame duck: fail readiness and keep serving, each HTTP response
+	// closing its connection, so that balancers and pooled clients move
+	// away while every request sent still gets its answer.
+	draining.Store(true)
+	g.notServing()
+	if o.lameDuck > 0 && serveErr == nil {
+		time.Sleep(o.lameDuck)
+	}
+	// Drain: stop accepting; in-flight calls (requests read) run on
+	// within the grace period. Shutdown closes only idle connections
+	// (never one whose request was read), gRPC sends GOAWAY.
+	g.drain()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
 	defer cancel()
 	var errs []error
@@ -181,19 +213,41 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errs = append(errs, fmt.Errorf("http: %w", err))
 	}
-	if err := stopGRPC(sctx); err != nil {
+	if err := g.stop(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("grpc shutdown: %w", err))
 	}
 	// Handlers that ignored their context and outlived their answer
 	// (the kernel answered at their deadline) get what is left of the
-	// grace period to return.
-	if err := k.Wait(sctx); err != nil {
+	// grace period to return. With nothing running, Wait only dismisses
+	// idle workers: it gets a context of its own then, since one already
+	// expired (an HTTP shutdown that used the grace) would race that
+	// dismissal and report idle workers as an error.
+	wctx := sctx
+	if sctx.Err() != nil && k.Running() == 0 {
+		var wcancel context.CancelFunc
+		wctx, wcancel = context.WithTimeout(context.Background(), time.Second)
+		defer wcancel()
+	}
+	if err := k.Wait(wctx); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return &serveError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// closeWhenDraining answers through h and, once draining is set, asks
+// for the connection to be closed after the response (Connection: close):
+// a keep-alive client then sends its next request on a new connection
+// instead of on one the shutdown could close as the request arrives.
+func closeWhenDraining(h http.Handler, draining *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // newHTTPServer returns the shop's http.Server, with timeouts that keep

@@ -4,8 +4,13 @@ package main
 
 // The shop under load (make stress): 20,000 requests from 200 concurrent
 // clients over 127.0.0.1, against `shop serve` running in this process,
-// with reports.export rate- and concurrency-limited and orders.get free.
-// It stops by itself, and prints its figures.
+// with reports.export rate- and concurrency-limited and orders.get free;
+// then a straggler flood (2,000 calls to a handler that ignores its
+// context, against the kernel's MaxStragglers) and a gRPC stall flood
+// (1,000 calls that never send their request message, against the gRPC
+// listener's bounds), each followed by the process's return to its
+// goroutine count and RSS from before it. It stops by itself, and prints
+// its figures.
 
 import (
 	"bytes"
@@ -19,7 +24,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +35,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
@@ -53,17 +68,52 @@ const (
 	// never another call.
 	baselineSamples = 2000
 	baselinePace    = 4 * time.Millisecond
+
+	// The straggler flood: tests.flaky in mode "stall" ignores its
+	// context and returns only when the test releases it; under
+	// stragglerTimeout and no concurrency limit, every call it answers at
+	// the deadline leaves a straggler, until maxStragglers of them make
+	// the kernel shed every new call (503 KERNEL_UNAVAILABLE_005).
+	stragglerCalls   = 2000
+	stragglerClients = 50
+	stragglerTimeout = 200 * time.Millisecond
+	maxStragglers    = 500
+
+	// The gRPC stall flood: calls to /shop.v1.Orders/Get that send their
+	// headers and never their message, spread over stallConns connections.
+	// The listener holds grpcadapter.DefaultMaxConcurrentStreams of them
+	// per connection (the client queues the rest), and answers each
+	// DeadlineExceeded when its message has not come within
+	// grpcadapter.DefaultRecvTimeout.
+	stallStreams = 1000
+	stallConns   = 2
+	stallMethod  = "/shop.v1.Orders/Get"
+
+	// After a flood, the process is back at its baseline when it runs no
+	// more goroutines than before it and its RSS (after a GC that returns
+	// free memory to the OS, as before it) is at most rssMarginMiB above
+	// what it was; it has recoverWithin to get there.
+	rssMarginMiB = 12
+	// stragglerGoroutines bounds the goroutines one stalled call keeps
+	// (its handler's, the kernel's around it) and one client uses.
+	stragglerGoroutines = 3
+	recoverWithin       = 15 * time.Second
 )
 
 // stressConfig limits reports.export and nothing else: the shop's default
 // of 1,000 calls per second for every operation is raised out of reach,
 // so orders.get is unlimited for this run.
-var stressConfig = fmt.Sprintf(`{"Sundial":{"Kernel":{"Resilience":{
+//
+// It also bounds the stragglers at maxStragglers, and gives tests.flaky
+// (the straggler flood's operation) its short timeout and no concurrency
+// limit.
+var stressConfig = fmt.Sprintf(`{"Sundial":{"Kernel":{"MaxStragglers": %d, "Resilience":{
 	"PermitLimit": 100000000,
 	"Operations": {
-		"reports.export": {"PermitLimit": %d, "WindowSeconds": %g, "QueueLimit": 0, "ConcurrencyLimit": %d, "ConcurrencyQueueLimit": 0}
+		"reports.export": {"PermitLimit": %d, "WindowSeconds": %g, "QueueLimit": 0, "ConcurrencyLimit": %d, "ConcurrencyQueueLimit": 0},
+		"tests.flaky": {"TimeoutSeconds": %g}
 	}
-}}}}`, limitedPermits, limitedWindow.Seconds(), limitedConcurrency)
+}}}}`, maxStragglers, limitedPermits, limitedWindow.Seconds(), limitedConcurrency, stragglerTimeout.Seconds())
 
 // admissions records when reports.export calls got past the limits, and
 // how many ran at once. It sits at the end of the Resilience stage, right
@@ -197,11 +247,16 @@ func TestStressShop(t *testing.T) {
 	var hi time.Duration
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
+	stall := &stallingHandler{release: make(chan struct{})}
+	stdout := &syncBuffer{}
+	reg := flakyRegistry(t, stall.handle) // the shop's operations and tests.flaky
 	go func() {
 		served <- serve(ctx, serveOptions{
 			configFile: cfg, httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0",
 			logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), // the real access log, written nowhere
+			stdout: stdout,
 			kernelOpts: []kernel.Option{
+				kernel.WithRegistry(reg),
 				kernel.UseAt(pipeline.StageResilience, adm),
 			},
 			ready: func(a string) { hi = time.Since(adm.t0); addr <- a },
@@ -220,6 +275,8 @@ func TestStressShop(t *testing.T) {
 			t.Errorf("serve() after shutdown = %v, want nil", err)
 		}
 	}()
+	defer stall.free() // before the shutdown, should the test stop early
+	grpcAddr := grpcAddrOf(t, stdout)
 
 	// The order orders.get will read (orders.create: 2 per minute).
 	setup := &http.Client{Transport: &http.Transport{}}
@@ -266,6 +323,7 @@ func TestStressShop(t *testing.T) {
 
 	runtime.GC()
 	goroutinesBase := waitGoroutines(0, 0)
+	rssBase := settledRSS()
 
 	// The load: every client sends its share on its own connection, one
 	// request per stressPace from a random offset, alternating the two
@@ -289,8 +347,26 @@ func TestStressShop(t *testing.T) {
 	for _, c := range clients {
 		c.CloseIdleConnections()
 	}
-	goroutinesAfter := waitGoroutines(goroutinesBase, 5*time.Second) // the sampler counts on both sides
+	// The sampler counts on both sides. The test's own figures of the load
+	// (20,000 outcomes) stay in memory, within the margin.
+	goroutinesAfter, rssAfter, loadRecovered := backToBaseline(goroutinesBase, rssBase)
+
+	// The floods, one after the other, each from the process as the one
+	// before left it.
+	watch.setPhase(2)
+	sf := stragglerFlood(t, url, stall)
+	sf.peakGoroutines, sf.peakRSS = watch.peaks(2)
+	watch.setPhase(3)
+	gf := stallFlood(t, grpcAddr)
+	gf.peakGoroutines, gf.peakRSS = watch.peaks(3)
 	watch.stop()
+	resp, err = setup.Get(url + "/orders/ord-1")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("GET /orders/ord-1 after the floods = %v, %v; want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	setup.CloseIdleConnections()
 
 	// Tally.
 	type tally struct {
@@ -373,8 +449,28 @@ func TestStressShop(t *testing.T) {
 	row("max admitted per window", "-", fmt.Sprintf("%d (limit %d per %v, %d windows)", perWindow, limitedPermits, limitedWindow, windows))
 	row("max running at once", "-", fmt.Sprintf("%d (limit %d)", adm.maxIn.Load(), limitedConcurrency))
 	row("goroutines before / peak / after", fmt.Sprintf("%d / %d / %d", goroutinesBase, watch.peak[1], goroutinesAfter), "")
+	row("RSS before / peak / after (MiB)", fmt.Sprintf("%s / %s / %s", mib(rssBase), mib(watch.rss[1]), mib(rssAfter)), "")
+	row(fmt.Sprintf("back to baseline after (goroutines <= before, RSS <= before + %d MiB)", rssMarginMiB), recovery(loadRecovered), "")
 	row("10 ms ticker late by, at most (unloaded / load)", ms(watch.late[0])+" / "+ms(watch.late[1]), "")
 	row("load average before / after", loadBefore, loadAverage())
+	tw.Flush()
+	fmt.Fprintf(&tab, "\nstraggler flood: %d calls to tests.flaky (ignores its context, TimeoutSeconds %g, no concurrency limit) from %d clients in %v, MaxStragglers %d\n",
+		stragglerCalls, stragglerTimeout.Seconds(), stragglerClients, sf.took.Round(time.Millisecond), maxStragglers)
+	fmt.Fprintf(&tab, "gRPC stall flood: %d calls to %s that never send their message, on %d connections (MaxConcurrentStreams %d, recv bound %v)\n",
+		stallStreams, stallMethod, stallConns, grpcadapter.DefaultMaxConcurrentStreams, grpcadapter.DefaultRecvTimeout)
+	row("", "straggler flood", "gRPC stall flood")
+	row("answered", fmt.Sprintf("%d 504 %s + %d 503 %s", sf.codes[pipeline.CodeTimeout], pipeline.CodeTimeout, sf.codes[pipeline.CodeOverloaded], pipeline.CodeOverloaded),
+		fmt.Sprintf("%d DeadlineExceeded", gf.codes[codes.DeadlineExceeded.String()]))
+	row("other answers / lost", fmt.Sprintf("%d / %d", sf.other, sf.lost), fmt.Sprintf("%d / %d", gf.other, gf.lost))
+	row("handlers held at once, at most", fmt.Sprintf("%d stalled (bound %d + %d clients); kernel stragglers %s", sf.heldPeak, maxStragglers, stragglerClients, sf.kernelStragglers),
+		fmt.Sprintf("%d stalled calls (bound %d x %d connections)", gf.heldPeak, grpcadapter.DefaultMaxConcurrentStreams, stallConns))
+	row("server goroutines, at most", "-", fmt.Sprintf("%d (%d before)", gf.serverPeak, gf.serverBefore))
+	row("answered after (first / last)", "-", fmt.Sprintf("%v / %v", gf.first.Round(time.Millisecond), gf.last.Round(time.Millisecond)))
+	row("goroutines before / peak / after", fmt.Sprintf("%d / %d / %d", sf.goroutinesBefore, sf.peakGoroutines, sf.goroutinesAfter),
+		fmt.Sprintf("%d / %d / %d", gf.goroutinesBefore, gf.peakGoroutines, gf.goroutinesAfter))
+	row("RSS before / peak / after (MiB)", fmt.Sprintf("%s / %s / %s", mib(sf.rssBefore), mib(sf.peakRSS), mib(sf.rssAfter)),
+		fmt.Sprintf("%s / %s / %s", mib(gf.rssBefore), mib(gf.peakRSS), mib(gf.rssAfter)))
+	row(fmt.Sprintf("back to baseline after (goroutines <= before, RSS <= before + %d MiB)", rssMarginMiB), recovery(sf.recovered), recovery(gf.recovered))
 	tw.Flush()
 	t.Log("\n" + tab.String())
 
@@ -414,9 +510,12 @@ func TestStressShop(t *testing.T) {
 	if loadP99 > 2*baseP99 {
 		t.Errorf("orders.get p99 under load %v, want at most 2x its unloaded p99 %v", loadP99, baseP99)
 	}
-	if goroutinesAfter > goroutinesBase {
-		t.Errorf("goroutines: %d after the load, want back to the %d before it", goroutinesAfter, goroutinesBase)
+	if loadRecovered < 0 {
+		t.Errorf("not back to the baseline within %v of the load: goroutines %d (before %d), RSS %s MiB (before %s, margin %d)",
+			recoverWithin, goroutinesAfter, goroutinesBase, mib(rssAfter), mib(rssBase), rssMarginMiB)
 	}
+	sf.check(t)
+	gf.check(t)
 }
 
 // runClient sends n requests, one per stressPace from first, alternating
@@ -486,16 +585,17 @@ func waitGoroutines(want int, timeout time.Duration) int {
 }
 
 // sampler watches the process while the test runs: its goroutine count,
-// and how late a 10 ms ticker fires. A tick late by tens of milliseconds
-// means the process got no CPU — on a shared machine, because other
-// processes had it — and the latency figures of that phase carry it.
+// its RSS, and how late a 10 ms ticker fires. A tick late by tens of
+// milliseconds means the process got no CPU — on a shared machine, because
+// other processes had it — and the latency figures of that phase carry it.
 type sampler struct {
 	quit, done chan struct{}
 	once       sync.Once
-	mu         sync.Mutex // guards phase, peak and late
-	phase      int        // 0: unloaded, 1: under load
-	peak       [2]int
-	late       [2]time.Duration
+	mu         sync.Mutex // guards phase, peak, rss and late
+	phase      int        // 0: unloaded, 1: under load, 2: straggler flood, 3: gRPC stall flood
+	peak       [4]int
+	rss        [4]int64
+	late       [4]time.Duration
 }
 
 func startSampler() *sampler {
@@ -514,8 +614,10 @@ func startSampler() *sampler {
 				late := now.Sub(prev) - every
 				prev = now
 				n := runtime.NumGoroutine()
+				rss := readRSS()
 				s.mu.Lock()
 				s.peak[s.phase] = max(s.peak[s.phase], n)
+				s.rss[s.phase] = max(s.rss[s.phase], rss)
 				s.late[s.phase] = max(s.late[s.phase], late)
 				s.mu.Unlock()
 			}
@@ -528,6 +630,13 @@ func (s *sampler) setPhase(p int) {
 	s.mu.Lock()
 	s.phase = p
 	s.mu.Unlock()
+}
+
+// peaks returns the largest goroutine count and RSS seen so far in phase p.
+func (s *sampler) peaks(p int) (goroutines int, rss int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak[p], s.rss[p]
 }
 
 // stop ends the sampling; the figures may be read once it returns.
@@ -543,4 +652,340 @@ func loadAverage() string {
 		return f[0]
 	}
 	return "?"
+}
+
+// readRSS returns the process's resident set (VmRSS of /proc/self/status)
+// in bytes, or 0 when it cannot be read.
+func readRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v) // "123456 kB"
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// settledRSS returns the RSS once the garbage is collected and the free
+// memory returned to the OS: what the process holds, not what the Go
+// runtime keeps for later.
+func settledRSS() int64 {
+	debug.FreeOSMemory()
+	return readRSS()
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+
+func recovery(d time.Duration) string {
+	if d < 0 {
+		return fmt.Sprintf("not within %v", recoverWithin)
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// backToBaseline waits, up to recoverWithin, for the process to run at
+// most goroutines goroutines and hold at most rss + rssMarginMiB, and
+// returns the goroutine count and RSS it ended at and how long that took
+// (-1: it did not get there).
+func backToBaseline(goroutines int, rss int64) (int, int64, time.Duration) {
+	start := time.Now()
+	for {
+		n, r := runtime.NumGoroutine(), settledRSS()
+		if n <= goroutines && r <= rss+rssMarginMiB<<20 {
+			return n, r, time.Since(start)
+		}
+		if time.Since(start) > recoverWithin {
+			return n, r, -1
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stallingHandler serves tests.flaky: in mode "stall" it ignores its
+// context and returns only once the test frees it; it counts the calls
+// it holds.
+type stallingHandler struct {
+	release       chan struct{}
+	once          sync.Once
+	held, maxHeld atomic.Int64
+}
+
+func (s *stallingHandler) handle(_ context.Context, in flakyInput) (flakyOutput, error) {
+	if in.Mode == "stall" {
+		n := s.held.Add(1)
+		for m := s.maxHeld.Load(); n > m && !s.maxHeld.CompareAndSwap(m, n); m = s.maxHeld.Load() {
+		}
+		defer s.held.Add(-1)
+		<-s.release
+	}
+	return flakyOutput{Mode: in.Mode}, nil
+}
+
+// free makes the stalled handlers return, and every later one too.
+func (s *stallingHandler) free() { s.once.Do(func() { close(s.release) }) }
+
+// flood is what one flood showed.
+type flood struct {
+	name                                              string
+	took                                              time.Duration
+	codes                                             map[string]int // outcome code (HTTP) or gRPC status code
+	other, lost                                       int            // answers of another kind; calls with no answer
+	heldPeak                                          int64          // calls held by the server at once
+	kernelStragglers                                  string         // sundial_stragglers at the peak (straggler flood)
+	serverBefore, serverPeak                          int            // server goroutines (gRPC stall flood)
+	first, last                                       time.Duration  // earliest and latest answer, from the call (gRPC)
+	goroutinesBefore, peakGoroutines, goroutinesAfter int
+	rssBefore, peakRSS, rssAfter                      int64
+	growthLimit                                       int           // bound on peakGoroutines - goroutinesBefore
+	recovered                                         time.Duration // -1: not back to the baseline
+	problems                                          []string
+}
+
+// problem records what the flood got wrong (reported by check).
+func (f *flood) problem(format string, args ...any) {
+	f.problems = append(f.problems, fmt.Sprintf(f.name+": "+format, args...))
+}
+
+// check fails t with the flood's problems, and unless the process came
+// back to its baseline.
+func (f *flood) check(t *testing.T) {
+	t.Helper()
+	for _, p := range f.problems {
+		t.Error(p)
+	}
+	if grew := f.peakGoroutines - f.goroutinesBefore; grew > f.growthLimit {
+		t.Errorf("%s: goroutines grew by %d (%d → %d), want at most %d", f.name, grew, f.goroutinesBefore, f.peakGoroutines, f.growthLimit)
+	}
+	if f.recovered < 0 {
+		t.Errorf("%s: not back to the baseline within %v: goroutines %d (before %d), RSS %s MiB (before %s, margin %d)",
+			f.name, recoverWithin, f.goroutinesAfter, f.goroutinesBefore, mib(f.rssAfter), mib(f.rssBefore), rssMarginMiB)
+	}
+}
+
+// stragglerFlood sends stragglerCalls calls of tests.flaky in mode
+// "stall" from stragglerClients clients, each call after the previous
+// one's answer; holds the stalled handlers until every call is answered;
+// then frees them and waits for the process to come back to where it was.
+func stragglerFlood(t *testing.T, url string, stall *stallingHandler) *flood {
+	f := &flood{name: "straggler flood", codes: map[string]int{}}
+	runtime.GC()
+	f.goroutinesBefore = waitGoroutines(0, 0)
+	f.rssBefore = settledRSS()
+	var (
+		next atomic.Int64
+		mu   sync.Mutex // guards f's tallies
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for range stragglerClients {
+		wg.Go(func() {
+			hc := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+			defer hc.CloseIdleConnections()
+			for next.Add(1) <= stragglerCalls {
+				req, _ := http.NewRequest("POST", url+"/tests/flaky", strings.NewReader(`{"mode":"stall"}`))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := hc.Do(req)
+				if err != nil {
+					mu.Lock()
+					f.lost++
+					if f.lost <= 3 {
+						f.problem("no answer: %v", err)
+					}
+					mu.Unlock()
+					continue
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				code, problem := checkResponse(resp, body)
+				mu.Lock()
+				switch {
+				case err != nil:
+					f.lost++
+					f.problem("%d: reading the body: %v", resp.StatusCode, err)
+				case problem != "":
+					f.other++
+					f.problem("%s", problem)
+				case resp.StatusCode == http.StatusGatewayTimeout && code == pipeline.CodeTimeout,
+					resp.StatusCode == http.StatusServiceUnavailable && code == pipeline.CodeOverloaded && resp.Header.Get("Retry-After") != "":
+					f.codes[code]++
+				default:
+					f.other++
+					if f.other <= 3 {
+						f.problem("answered %d %s (Retry-After %q), want 504 %s or 503 %s with Retry-After",
+							resp.StatusCode, code, resp.Header.Get("Retry-After"), pipeline.CodeTimeout, pipeline.CodeOverloaded)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	f.took = time.Since(start)
+	// Every call is answered and the stalled handlers still run: the
+	// kernel's count, as an operator sees it.
+	f.kernelStragglers = metricValue(url, "sundial_stragglers")
+	f.heldPeak = stall.maxHeld.Load()
+	stall.free()
+	f.goroutinesAfter, f.rssAfter, f.recovered = backToBaseline(f.goroutinesBefore, f.rssBefore)
+
+	ran := f.codes[pipeline.CodeTimeout] // each answered at its deadline, its handler stalled
+	if f.heldPeak > maxStragglers+stragglerClients {
+		f.problem("%d handlers stalled at once, want at most MaxStragglers %d + the %d calls in flight when it was reached",
+			f.heldPeak, maxStragglers, stragglerClients)
+	}
+	if ran < maxStragglers || f.codes[pipeline.CodeOverloaded] == 0 {
+		f.problem("%d calls timed out and %d were shed: the flood never reached MaxStragglers %d", ran, f.codes[pipeline.CodeOverloaded], maxStragglers)
+	}
+	if n := f.codes[pipeline.CodeTimeout] + f.codes[pipeline.CodeOverloaded] + f.other + f.lost; n != stragglerCalls {
+		f.problem("%d calls accounted for, want %d", n, stragglerCalls)
+	}
+	// Unbounded, every call would leave its handler's goroutines behind;
+	// bounded, the peak is that of the stragglers and the clients.
+	f.growthLimit = stragglerGoroutines * (maxStragglers + stragglerClients)
+	if n := stall.held.Load(); n != 0 {
+		f.problem("%d handlers still stalled after the release", n)
+	}
+	return f
+}
+
+// metricValue returns the value of the first sample of metric on the
+// shop's /metrics, or "?".
+func metricValue(url, metric string) string {
+	hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections() // no connection left to count against the baseline
+	resp, err := hc.Get(url + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for line := range strings.Lines(string(b)) {
+		if name, rest, ok := strings.Cut(line, " "); ok && (name == metric || strings.HasPrefix(name, metric+"{")) {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return "?"
+}
+
+// stallFlood opens stallStreams calls to stallMethod over stallConns new
+// connections, none of which ever sends its request message, and waits
+// for their answers (the listener's recv bound), watching the server's
+// goroutines; then closes the connections and waits for the process to
+// come back to where it was.
+func stallFlood(t *testing.T, addr string) *flood {
+	f := &flood{name: "gRPC stall flood", codes: map[string]int{}}
+	runtime.GC()
+	f.goroutinesBefore = waitGoroutines(0, 0)
+	f.rssBefore = settledRSS()
+	f.serverBefore, _ = serverGoroutines()
+	conns := make([]*grpc.ClientConn, stallConns)
+	for i := range conns {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	// No client deadline: the server's own bound is what answers. The
+	// calls still open at the end are cancelled (and counted lost).
+	ctx, cancel := context.WithTimeout(context.Background(), 4*grpcadapter.DefaultRecvTimeout)
+	defer cancel()
+	var (
+		mu        sync.Mutex // guards f's tallies
+		wg        sync.WaitGroup
+		first     = time.Duration(1 << 62)
+		answering atomic.Int64
+	)
+	start := time.Now()
+	for i := range stallStreams {
+		answering.Add(1)
+		wg.Go(func() {
+			defer answering.Add(-1)
+			s, err := conns[i%stallConns].NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, stallMethod)
+			if err == nil {
+				err = s.RecvMsg(new(emptypb.Empty)) // never sent a message; the server answers
+			}
+			took := time.Since(start)
+			st := status.Convert(err)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case ctx.Err() != nil:
+				f.lost++
+			case st.Code() == codes.DeadlineExceeded:
+				f.codes[st.Code().String()]++
+				first, f.last = min(first, took), max(f.last, took)
+			default:
+				f.other++
+				if f.other <= 3 {
+					f.problem("answered %v, want DeadlineExceeded", st)
+				}
+			}
+		})
+	}
+	// The server's goroutines, and the calls it holds, while the streams
+	// are open.
+	for answering.Load() > 0 && ctx.Err() == nil {
+		n, held := serverGoroutines()
+		f.serverPeak = max(f.serverPeak, n)
+		f.heldPeak = max(f.heldPeak, int64(held))
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	cancel()
+	f.took = time.Since(start)
+	f.first = first
+	for _, c := range conns {
+		c.Close()
+	}
+	f.goroutinesAfter, f.rssAfter, f.recovered = backToBaseline(f.goroutinesBefore, f.rssBefore)
+
+	bound := int64(grpcadapter.DefaultMaxConcurrentStreams * stallConns)
+	if f.heldPeak > bound {
+		f.problem("the server held %d stalled calls at once, want at most %d", f.heldPeak, bound)
+	}
+	if f.heldPeak < bound/2 {
+		f.problem("the server held at most %d stalled calls: the flood never reached the stream bound %d", f.heldPeak, bound)
+	}
+	if f.codes[codes.DeadlineExceeded.String()] != stallStreams {
+		f.problem("%d of %d stalled calls answered DeadlineExceeded (%d other, %d cancelled at the end)",
+			f.codes[codes.DeadlineExceeded.String()], stallStreams, f.other, f.lost)
+	}
+	if f.first < grpcadapter.DefaultRecvTimeout {
+		f.problem("a stalled call was answered after %v, before the recv bound %v", f.first, grpcadapter.DefaultRecvTimeout)
+	}
+	// Per held call: its stream's goroutine and the one waiting for its
+	// message; per connection, a few.
+	if grew := int64(f.serverPeak - f.serverBefore); grew > 2*bound+10*stallConns {
+		f.problem("server goroutines grew by %d (%d → %d), want at most %d", grew, f.serverBefore, f.serverPeak, 2*bound+10*stallConns)
+	}
+	// Both ends run in this process: the client's goroutines count too
+	// (one per call, and its streams), so the process-wide bound is looser.
+	f.growthLimit = 4*stallStreams + 2*int(bound)
+	return f
+}
+
+// serverGoroutines counts the goroutines running grpc-go's server or the
+// gRPC adapter (the client's are left out: both run in this process), and
+// of them the calls waiting in the adapter for their request message.
+func serverGoroutines() (n, waiting int) {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	for g := range strings.SplitSeq(b.String(), "\n\n") {
+		if strings.Contains(g, "grpc.(*Server)") || strings.Contains(g, "transport.(*http2Server)") ||
+			strings.Contains(g, "grpcadapter.") || strings.Contains(g, "transport.NewServerTransport") {
+			n++
+		}
+		if strings.Contains(g, "grpcadapter.(*method).handle") {
+			waiting++
+		}
+	}
+	return n, waiting
 }

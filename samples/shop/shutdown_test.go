@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// runningShop is serve on 127.0.0.1 in the background, stopped by stop.
+type runningShop struct {
+	url, grpcAddr string
+	logs          shopLogs
+	cancel        context.CancelFunc
+	done          chan error
+}
+
+// startServe runs serve(o) on 127.0.0.1 until stop (or the end of the test).
+func startServe(t *testing.T, o serveOptions) *runningShop {
+	t.Helper()
+	out := &syncBuffer{}
+	s := &runningShop{logs: newShopLogs(), done: make(chan error, 1)}
+	o.httpAddr, o.grpcAddr, o.stdout, o.logger = "127.0.0.1:0", "127.0.0.1:0", out, s.logs.Logger()
+	addr := make(chan string, 1)
+	o.ready = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.done <- serve(ctx, o) }()
+	select {
+	case a := <-addr:
+		s.url = "http://" + a
+	case err := <-s.done:
+		cancel()
+		t.Fatalf("serve() = %v before listening", err)
+	}
+	s.grpcAddr = grpcAddrOf(t, out)
+	t.Cleanup(cancel)
+	return s
+}
+
+// stop cancels serve's context (what SIGTERM does) and returns serve's
+// result and how long it took, failing the test past max.
+func (s *runningShop) stop(t *testing.T, max time.Duration) (error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	s.cancel()
+	select {
+	case err := <-s.done:
+		return err, time.Since(start)
+	case <-time.After(max + 5*time.Second):
+		t.Fatalf("serve did not return within %v of the signal", max+5*time.Second)
+		return nil, 0
+	}
+}
+
+// errorRecords returns the log records at level ERROR or WARN.
+func (s *runningShop) errorRecords() []string {
+	var out []string
+	for _, line := range strings.Split(s.logs.String(), "\n") {
+		if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"level":"WARN"`) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestShutdownEndsInfrastructureStreams: an open health Watch or reflection
+// stream no longer holds the graceful stop for the whole grace period: serve
+// returns nil well within a second, the watcher is told NOT_SERVING before
+// its stream ends with Unavailable.
+func TestShutdownEndsInfrastructureStreams(t *testing.T) {
+	for _, kind := range []string{"health Watch", "reflection", "both"} {
+		t.Run(kind, func(t *testing.T) {
+			s := startServe(t, serveOptions{grace: 5 * time.Second})
+			conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx := t.Context()
+			var watch grpc.ServerStreamingClient[healthpb.HealthCheckResponse]
+			if kind != "reflection" {
+				watch, err = healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r, err := watch.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					t.Fatalf("first Watch status = %v, %v; want SERVING", r, err)
+				}
+			}
+			var refl grpc.BidiStreamingClient[reflectionpb.ServerReflectionRequest, reflectionpb.ServerReflectionResponse]
+			if kind != "health Watch" {
+				refl, err = reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := refl.Recv(); err != nil {
+					t.Fatal(err)
+				}
+				// The stream stays open: the client neither sends nor
+				// closes its side.
+			}
+			err, took := s.stop(t, time.Second)
+			t.Logf("serve() = %v, %v after the signal (grace 5s)", err, took)
+			if err != nil || took > time.Second {
+				t.Errorf("serve() = %v after %v with an open %s stream, want nil within 1s", err, took, kind)
+			}
+			if recs := s.errorRecords(); len(recs) > 0 {
+				t.Errorf("error records at shutdown:\n%s", strings.Join(recs, "\n"))
+			}
+			if watch != nil {
+				r, err := watch.Recv()
+				if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+					t.Errorf("Watch after the signal = %v, %v; want NOT_SERVING", r, err)
+				}
+				if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
+					t.Errorf("Watch end = %v, want Unavailable", err)
+				}
+			}
+			if refl != nil {
+				if _, err := refl.Recv(); status.Code(err) != codes.Unavailable {
+					t.Errorf("reflection stream end = %v, want Unavailable", err)
+				}
+			}
+		})
+	}
+}
+
+// TestShutdownWithoutTrafficIsClean stops an idle shop ten times: serve
+// returns nil every time, with no error record.
+func TestShutdownWithoutTrafficIsClean(t *testing.T) {
+	var slowest time.Duration
+	for i := range 10 {
+		s := startServe(t, serveOptions{grace: 2 * time.Second})
+		err, took := s.stop(t, time.Second)
+		if err != nil {
+			t.Errorf("shutdown %d: serve() = %v, want nil", i+1, err)
+		}
+		if recs := s.errorRecords(); len(recs) > 0 {
+			t.Errorf("shutdown %d: error records:\n%s", i+1, strings.Join(recs, "\n"))
+		}
+		slowest = max(slowest, took)
+	}
+	t.Logf("10 shutdowns without traffic: 0 errors expected, slowest %v", slowest)
+}
+
+// TestShutdownGRPCNotBlamedForHTTPGrace exhausts the grace period with an
+// HTTP call: serve reports the HTTP shutdown, and the gRPC server, drained
+// long before, is not reported as having canceled calls (the select between
+// "drained" and "grace over", both ready, used to pick at random).
+func TestShutdownGRPCNotBlamedForHTTPGrace(t *testing.T) {
+	for i := range 6 {
+		p := newProbe()
+		s := startServe(t, serveOptions{grace: 200 * time.Millisecond, kernelOpts: []kernel.Option{kernel.UseAt(pipeline.StageHandle, p)}})
+		go func() {
+			resp, err := http.Post(s.url+"/reports/export", "application/json", strings.NewReader(`{"delayMs":5000}`))
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		<-p.started // the call runs
+		err, _ := s.stop(t, time.Second)
+		if err == nil || !strings.Contains(err.Error(), "http shutdown") {
+			t.Errorf("run %d: serve() = %v, want the HTTP shutdown's exhausted grace", i+1, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "grpc") {
+			t.Errorf("run %d: serve() = %v, want no gRPC error (no gRPC call ran)", i+1, err)
+		}
+	}
+}
+
+// ordersCounter counts the orders.create calls that reached the handler:
+// requests the server read and ran.
+type ordersCounter struct{ n atomic.Int64 }
+
+func (c *ordersCounter) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	if inv.OperationID() == "orders.create" {
+		c.n.Add(1)
+	}
+	return next(ctx, inv)
+}
+
+// loadCounts are the outcomes of the clients' requests.
+type loadCounts struct {
+	answered     atomic.Int64 // a complete response
+	answeredPost atomic.Int64 // ... to POST /orders with 201
+	refused      atomic.Int64 // no connection: never read
+	freshLost    atomic.Int64 // EOF/RST on a new connection (in the listener's backlog when it closed: never accepted)
+	reusedLost   atomic.Int64 // EOF/RST on an accepted keep-alive connection after the full request was written
+	other        atomic.Int64
+}
+
+// TestShutdownUnderLoadAnswersEveryReadRequest stops the shop while 20
+// clients POST /orders in a loop on keep-alive connections: with a lame
+// duck period, every request written on an accepted keep-alive connection
+// gets a complete response, and every order the server ran was answered.
+func TestShutdownUnderLoadAnswersEveryReadRequest(t *testing.T) {
+	const clients = 20
+	limits := kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"PermitLimit":100000000,
+		"Operations":{"orders.create":{"PermitLimit":100000000,"WindowSeconds":1,"ConcurrencyLimit":1000}}}}}}`))
+	for _, lameDuck := range []time.Duration{0, 300 * time.Millisecond} {
+		t.Run(fmt.Sprintf("lame duck %v", lameDuck), func(t *testing.T) {
+			ran := &ordersCounter{}
+			s := startServe(t, serveOptions{grace: 5 * time.Second, lameDuck: lameDuck,
+				kernelOpts: []kernel.Option{limits, kernel.UseAt(pipeline.StageHandle, ran)}})
+			var c loadCounts
+			var stopClients atomic.Bool
+			var wg sync.WaitGroup
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					tr := &http.Transport{MaxIdleConnsPerHost: 1}
+					defer tr.CloseIdleConnections()
+					client := &http.Client{Transport: tr}
+					for !stopClients.Load() {
+						loadOnce(client, s.url, &c)
+					}
+				}()
+			}
+			time.Sleep(300 * time.Millisecond) // under load
+			before := c.answered.Load()
+			err, took := s.stop(t, 5*time.Second)
+			time.Sleep(50 * time.Millisecond) // clients see the closed listener
+			stopClients.Store(true)
+			wg.Wait()
+			t.Logf("lame duck %v: serve() = %v after %v; %d answered before the signal, %d in all (%d POST /orders 201, %d orders run by the server); "+
+				"%d refused, %d lost on a fresh connection (never accepted), %d lost on an accepted keep-alive connection, %d other errors",
+				lameDuck, err, took, before, c.answered.Load(), c.answeredPost.Load(), ran.n.Load(),
+				c.refused.Load(), c.freshLost.Load(), c.reusedLost.Load(), c.other.Load())
+			if err != nil {
+				t.Errorf("serve() = %v, want nil", err)
+			}
+			if ran.n.Load() != c.answeredPost.Load() {
+				t.Errorf("the server ran %d orders, the clients got %d answers: a request was read and not answered", ran.n.Load(), c.answeredPost.Load())
+			}
+			if lameDuck > 0 && c.reusedLost.Load() != 0 {
+				t.Errorf("%d requests written on accepted keep-alive connections got EOF/RST, want 0", c.reusedLost.Load())
+			}
+			if c.other.Load() != 0 {
+				t.Errorf("%d requests failed otherwise", c.other.Load())
+			}
+		})
+	}
+}
+
+// loadOnce sends one POST /orders and counts its outcome.
+func loadOnce(client *http.Client, url string, c *loadCounts) {
+	var reused, wrote atomic.Bool
+	trace := &httptrace.ClientTrace{
+		GotConn:      func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
+		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote.Store(i.Err == nil) },
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+		"POST", url+"/orders", strings.NewReader(`{"name":"widget","amount":1}`))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			c.answered.Add(1)
+			if resp.StatusCode == http.StatusCreated {
+				c.answeredPost.Add(1)
+			}
+			return
+		}
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		c.refused.Add(1)
+		time.Sleep(time.Millisecond)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || isClosedConn(err):
+		if reused.Load() && wrote.Load() {
+			c.reusedLost.Add(1)
+		} else {
+			c.freshLost.Add(1)
+		}
+	default:
+		c.other.Add(1)
+	}
+}
+
+func isClosedConn(err error) bool {
+	var ne *net.OpError
+	return errors.As(err, &ne) || strings.Contains(err.Error(), "server closed idle connection")
+}
