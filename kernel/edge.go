@@ -457,6 +457,13 @@ func (k *Kernel) Wait(ctx context.Context) error {
 	// Nothing runs: dismiss the idle workers (WithWorkers); a later call
 	// starts anew.
 	for k.workers.Load() > 0 {
+		// An idle worker ready to take its dismissal wins over an ended
+		// ctx: a select between ready cases would pick at random.
+		select {
+		case k.jobs <- nil:
+			continue
+		default:
+		}
 		select {
 		case k.jobs <- nil:
 		case <-t.C:
