@@ -1,5 +1,6 @@
 # Sundial — build, test and benchmark targets. Everything runs with the Go
-# toolchain alone; `make test` is what CI runs.
+# toolchain and three Debian packages the tests start themselves (redis-server,
+# protoc, chromium: `make deps`); `make test` is what CI runs.
 GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
@@ -7,7 +8,7 @@ BENCH     ?= .
 BENCHPKGS ?= ./kernel ./samples/shop
 FUZZTIME  ?= 10s
 
-.PHONY: all run test vet fmtcheck build bench fuzz stress generate clean
+.PHONY: all run test deps vet fmtcheck build bench fuzz stress generate clean
 
 all: test
 
@@ -15,9 +16,15 @@ all: test
 run:
 	$(GO) run ./samples/shop serve
 
-## test: vet, gofmt check, and every test with the race detector
-test: vet fmtcheck
+## test: vet, gofmt check, and every test with the race detector (first
+## installs redis-server, protoc and chromium with apt-get when they are
+## missing and it can; see .ci/deps)
+test: deps vet fmtcheck
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+## deps: the system programs the tests need (redis-server, protoc, chromium)
+deps:
+	@.ci/deps
 
 vet:
 	$(GO) vet $(PKGS)

@@ -1,0 +1,168 @@
+// Package redistest starts a real redis-server for tests: on a free
+// loopback port, with persistence off, stopped when the test ends. Faults
+// are real too: [Server.Kill] sends SIGKILL, [Server.Restart] starts the
+// server again on the same port, [Server.Pause] runs CLIENT PAUSE.
+//
+// When redis-server is not on PATH the test fails with the command that
+// installs it (`make deps`, or apt-get install redis-server); outside CI
+// (CI unset) it is skipped instead, so that `go test` in one package works
+// on a laptop without Redis. `make test` installs it first.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Server is one redis-server process owned by a test.
+type Server struct {
+	tb   testing.TB
+	bin  string
+	dir  string
+	port int
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Start starts a redis-server on a free 127.0.0.1 port and registers its
+// end with tb.Cleanup.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		msg := "redistest: redis-server not found; run `make deps` (or: apt-get install -y redis-server)"
+		if os.Getenv("CI") != "" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	s := &Server{tb: tb, bin: bin, dir: tb.TempDir(), port: freePort(tb)}
+	if err := s.start(); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(s.stop)
+	return s
+}
+
+// Addr is host:port of the server.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Port is the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--protected-mode", "yes", "--loglevel", "warning",
+		"--enable-debug-command", "local",
+	)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := s.do("PING"); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return fmt.Errorf("redis-server on %s did not answer PING within 10s", s.Addr())
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// Kill ends the server with SIGKILL and waits for it to exit.
+func (s *Server) Kill() { s.stop() }
+
+// Restart starts the server again on the same port (after [Server.Kill]);
+// its data is gone.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.stop()
+	if err := s.start(); err != nil {
+		s.tb.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// Pause runs CLIENT PAUSE for d: the server accepts connections and
+// commands but answers none until d has passed.
+func (s *Server) Pause(d time.Duration) {
+	s.tb.Helper()
+	if _, err := s.do("CLIENT", "PAUSE", strconv.FormatInt(d.Milliseconds(), 10), "ALL"); err != nil {
+		s.tb.Fatalf("redistest: CLIENT PAUSE: %v", err)
+	}
+}
+
+// Do sends one command over a fresh connection and returns the first line
+// of the reply (without its type byte). It is meant for setup and
+// inspection (FLUSHALL, KEYS, GET), not for load.
+func (s *Server) Do(args ...string) (string, error) { return s.do(args...) }
+
+func (s *Server) do(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", s.Addr())
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", fmt.Errorf("empty reply")
+	}
+	if line[0] == '-' {
+		return "", fmt.Errorf("redis: %s", line[1:])
+	}
+	return line[1:], nil
+}
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("redistest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,25 @@
+package redistest_test
+
+import (
+	"testing"
+
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+)
+
+func TestStartKillRestart(t *testing.T) {
+	s := redistest.Start(t)
+	if got, err := s.Do("SET", "k", "v"); err != nil || got != "OK" {
+		t.Fatalf("SET = %q, %v", got, err)
+	}
+	s.Kill()
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatal("PING answered after Kill")
+	}
+	s.Restart()
+	if got, err := s.Do("PING"); err != nil || got != "PONG" {
+		t.Fatalf("PING after Restart = %q, %v", got, err)
+	}
+	if got, _ := s.Do("EXISTS", "k"); got != "0" {
+		t.Fatalf("data survived a restart with persistence off: EXISTS = %s", got)
+	}
+}
