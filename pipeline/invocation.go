@@ -121,6 +121,7 @@ type Invocation struct {
 	arrival        time.Time
 	baggage        map[string]string
 	idempotencyKey string
+	quota          quotaSlot
 }
 
 // NewInvocation returns the invocation s describes. Times are kept as

@@ -73,8 +73,10 @@ import (
 // Invoke receives the handler's context, bounded by the invocation's
 // deadline: the ResilienceMiddleware must run inside a DeadlineMiddleware.
 //
-// The limits are per process: with N replicas an operation admits N times
-// PermitLimit calls per window. ResilienceMiddleware is safe for
+// The limits are per process — with N replicas an operation admits N
+// times PermitLimit calls per window — unless the kernel hands a shared
+// window and shared slots (Policy.Scope cluster; [WithSharedWindow],
+// [WithSharedSlots]). The breaker is always per process. ResilienceMiddleware is safe for
 // concurrent use; a nil *ResilienceMiddleware reports a closed breaker and
 // empty queues.
 type ResilienceMiddleware struct {
@@ -83,6 +85,11 @@ type ResilienceMiddleware struct {
 	breaker *breaker.Breaker    // nil: no breaker
 	window  *FixedWindow        // nil: no rate limit
 	conc    *ConcurrencyLimiter // nil: no concurrency limit
+
+	// With Scope cluster, the window and the slots are counted elsewhere
+	// (WithSharedWindow, WithSharedSlots) and window/conc stay nil.
+	sharedWindow SharedWindow
+	sharedSlots  SharedSlots
 
 	rateLimited  rejections
 	circuitOpen  rejections
@@ -94,8 +101,9 @@ type ResilienceMiddleware struct {
 // breaker, rate limit or concurrency limit, the middleware passes every
 // call straight through. Values the configuration would refuse (a
 // non-positive window or break, a negative queue) are replaced by their
-// defaults.
-func NewResilienceMiddleware(id string, p Policy) *ResilienceMiddleware {
+// defaults. Options hand in a window and slots counted outside the
+// process (Scope cluster).
+func NewResilienceMiddleware(id string, p Policy, opts ...Option) *ResilienceMiddleware {
 	if p.Window <= 0 {
 		p.Window = DefaultWindow
 	}
@@ -108,16 +116,27 @@ func NewResilienceMiddleware(id string, p Policy) *ResilienceMiddleware {
 	if !p.Limited() {
 		return l
 	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(l)
+		}
+	}
+	if p.PermitLimit == 0 {
+		l.sharedWindow = nil
+	}
+	if p.ConcurrencyLimit == 0 {
+		l.sharedSlots = nil
+	}
 	l.rateLimited = newRejections(id, RateLimited, p.Window)
 	l.circuitOpen = newRejections(id, CircuitOpen, p.BreakDuration)
 	l.concLimitErr = ConcurrencyLimited(id)
 	if p.FailureThreshold > 0 {
 		l.breaker = breaker.New(p.FailureThreshold, p.BreakDuration)
 	}
-	if p.PermitLimit > 0 {
+	if p.PermitLimit > 0 && l.sharedWindow == nil {
 		l.window = newOperationWindow(p.PermitLimit, p.Window, p.QueueLimit)
 	}
-	if p.ConcurrencyLimit > 0 {
+	if p.ConcurrencyLimit > 0 && l.sharedSlots == nil {
 		l.conc = newConcurrencyLimiter(p.ConcurrencyLimit, p.ConcurrencyQueueLimit)
 	}
 	return l
@@ -125,7 +144,7 @@ func NewResilienceMiddleware(id string, p Policy) *ResilienceMiddleware {
 
 // limited reports whether l has any limit to apply.
 func (l *ResilienceMiddleware) limited() bool {
-	return l != nil && (l.breaker != nil || l.window != nil || l.conc != nil)
+	return l != nil && (l.breaker != nil || l.window != nil || l.conc != nil || l.sharedWindow != nil || l.sharedSlots != nil)
 }
 
 // Invoke implements pipeline.Middleware. ctx must be the handler's
@@ -167,6 +186,9 @@ func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, 
 			return a, l.circuitOpen.get(retry)
 		}
 	}
+	if l.sharedWindow != nil {
+		return a, nil // proceed takes it, then the slot
+	}
 	if l.window != nil {
 		if l.window.nq == nil {
 			return a, nil
@@ -175,7 +197,11 @@ func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, 
 		if !known {
 			now = time.Now()
 		}
-		ok, retry := l.window.nq.take(max(now.Sub(l.window.origin), 0))
+		since := max(now.Sub(l.window.origin), 0)
+		ok, retry := l.window.nq.take(since)
+		if l.policy.RateLimitHeaders {
+			inv.SetQuota(l.window.nq.quota(since))
+		}
 		if !ok {
 			l.neutral(a.ticket)
 			return a, l.rateLimited.get(retry)
@@ -197,12 +223,44 @@ func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, 
 // runs next and releases what the call holds.
 func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, a admission) (out any, err error) {
 	if l.window != nil && !a.window {
-		if _, retry, werr := l.window.wait(ctx); werr != nil {
+		_, retry, werr := l.window.wait(ctx)
+		if l.policy.RateLimitHeaders {
+			inv.SetQuota(l.window.quota())
+		}
+		if werr != nil {
 			l.neutral(a.ticket)
 			if werr == ErrLimited {
 				return nil, l.rateLimited.get(retry)
 			}
 			return nil, Attribute(ctx)
+		}
+	}
+	if l.sharedWindow != nil {
+		q, werr := l.sharedWindow.Take(ctx, inv)
+		if l.policy.RateLimitHeaders {
+			inv.SetQuota(q)
+		}
+		if werr != nil {
+			l.neutral(a.ticket)
+			if ctx.Err() != nil {
+				return nil, Attribute(ctx)
+			}
+			retry := l.policy.Window
+			if le, ok := werr.(*LimitedError); ok {
+				retry = le.RetryAfter
+			}
+			return nil, l.rateLimited.get(retry)
+		}
+	}
+	var release func()
+	if l.sharedSlots != nil {
+		var cerr error
+		if release, cerr = l.sharedSlots.Acquire(ctx, inv); cerr != nil {
+			l.neutral(a.ticket)
+			if ctx.Err() != nil {
+				return nil, Attribute(ctx)
+			}
+			return nil, l.concLimitErr
 		}
 	}
 	if l.conc != nil && !a.conc {
@@ -222,6 +280,9 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 	defer func() {
 		if l.conc != nil {
 			l.conc.Release()
+		}
+		if release != nil {
+			release()
 		}
 		if l.breaker != nil {
 			r := breaker.Failure // next panicked

@@ -27,6 +27,25 @@ type Policy struct {
 	// Timeout is the operation's default deadline when the caller sends
 	// none, and a cap on what a caller sends; 0 means none.
 	Timeout time.Duration
+
+	// Scope is where the rate and concurrency limits are counted: this
+	// process ("" or ScopeProcess) or every process sharing a store
+	// (ScopeCluster; the kernel hands the shared window and slots).
+	Scope Scope
+	// StoreTimeout bounds every call to the shared store (Scope cluster);
+	// 0 means the store's default.
+	StoreTimeout time.Duration
+	// OnStoreError is what a cluster-scoped limit does while its store is
+	// slow or unreachable: "local" (enforce this replica's share, the
+	// default), "open" (admit) or "closed" (reject).
+	OnStoreError string
+	// ExpectedReplicas, when positive, is the replica count the "local"
+	// share is computed with instead of the live count the store learns.
+	ExpectedReplicas int
+	// RateLimitHeaders publishes the rate limit's quota on each call
+	// (pipeline.Invocation.Quota), for the RateLimit-Policy and RateLimit
+	// response fields.
+	RateLimitHeaders bool
 }
 
 // Limited reports whether the policy configures a breaker, a rate limit or

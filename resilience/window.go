@@ -145,6 +145,21 @@ func (l *FixedWindow) sleep(ctx context.Context, wt *window.Waiter, d time.Durat
 	}
 }
 
+// quota reports the current window as a Quota.
+func (l *FixedWindow) quota() Quota {
+	now := time.Since(l.origin)
+	if l.nq != nil {
+		return l.nq.quota(now)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st.Advance(now)
+	limit := l.st.Limit()
+	length := l.st.Length()
+	i := l.st.Index(now)
+	return Quota{Limit: limit, Window: length, Remaining: max(limit-int(l.st.Used()), 0), Reset: l.st.Start(i+1) - now}
+}
+
 // QueueDepth returns the number of calls waiting for a later window.
 func (l *FixedWindow) QueueDepth() int {
 	if l.nq != nil {

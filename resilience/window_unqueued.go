@@ -57,6 +57,16 @@ func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration) {
 	}
 }
 
+// quota reports the window containing now as a Quota.
+func (u *unqueued) quota(now time.Duration) Quota {
+	i := int64(now / u.length)
+	used := int64(0)
+	if c := u.cur.Load(); c.index == i {
+		used = min(c.asked.Load(), u.limit)
+	}
+	return Quota{Limit: int(u.limit), Window: u.length, Remaining: int(u.limit - used), Reset: time.Duration(i+1)*u.length - now}
+}
+
 // newOperationWindow returns a FixedWindow that takes the lock-free path
 // when it has no queue. (A KeyedFixedWindow's limiters keep the mutex:
 // evicting an idle one must be atomic with its permits.)

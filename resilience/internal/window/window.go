@@ -58,6 +58,12 @@ func New(limit int, length time.Duration, queue int) *Window {
 	return &Window{length: length, limit: int64(limit), queue: queue}
 }
 
+// Limit returns the permits per window.
+func (w *Window) Limit() int { return int(w.limit) }
+
+// Length returns the window's length.
+func (w *Window) Length() time.Duration { return w.length }
+
 // Index returns the index of the window containing now.
 func (w *Window) Index(now time.Duration) int64 { return int64(now / w.length) }
 

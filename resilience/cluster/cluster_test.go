@@ -1,0 +1,413 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/cluster"
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// replica is one process's store on the shared server.
+type replica struct {
+	rdb   *redis.Client
+	store *cluster.Store
+	calls atomic.Int64 // scripts run (hook): store round trips of the limits and heartbeats
+}
+
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func newReplica(t *testing.T, srv *redistest.Server, cfg cluster.Config) *replica {
+	t.Helper()
+	r := &replica{rdb: cluster.NewClient(&redis.Options{Addr: srv.Addr()})}
+	r.rdb.AddHook(countHook{&r.calls})
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(tlog{t}, nil))
+	}
+	r.store = cluster.New(r.rdb, cfg)
+	t.Cleanup(func() { r.store.Close(); r.rdb.Close() })
+	if err := r.store.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func inv() *pipeline.Invocation { return pipeline.NewInvocation(pipeline.Spec{}) }
+
+// alignToWindow waits, on the server's clock, until at least margin is left
+// in the current window of length, so that a burst lands in one window.
+func alignToWindow(t *testing.T, r *replica, length, margin time.Duration) {
+	t.Helper()
+	now, err := r.rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	into := time.Duration(now.UnixMicro()%length.Microseconds()) * time.Microsecond
+	if length-into < margin {
+		time.Sleep(length - into + time.Millisecond)
+	}
+}
+
+// TestWindowSharedAcrossReplicas: three replicas share PermitLimit 10;
+// 30 calls in one window admit exactly 10, and each admission is one
+// round trip.
+func TestWindowSharedAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	p := resilience.Policy{PermitLimit: 10, Window: 10 * time.Second, Scope: resilience.ScopeCluster, StoreTimeout: 2 * time.Second}
+	var ws []*cluster.Window
+	var rs []*replica
+	for range 3 {
+		r := newReplica(t, srv, cluster.Config{KeyPrefix: "t1"})
+		w, err := r.store.Window("orders.create", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, ws = append(rs, r), append(ws, w)
+	}
+	alignToWindow(t, rs[0], p.Window, 5*time.Second)
+	before := rs[0].calls.Load()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Go(func() {
+			q, err := ws[i%3].Take(t.Context(), inv())
+			if err == nil {
+				admitted.Add(1)
+				if q.Limit != 10 || q.Remaining < 0 || q.Remaining > 9 {
+					t.Errorf("quota %+v", q)
+				}
+				return
+			}
+			var le *resilience.LimitedError
+			if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > p.Window {
+				t.Errorf("rejection %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 10 {
+		t.Fatalf("admitted %d of 30 across 3 replicas, want exactly 10", got)
+	}
+	// Replica 0 saw 10 calls: at most one round trip each (after its first
+	// rejection, the window is known to be exhausted and costs none).
+	if n := rs[0].calls.Load() - before; n > 10 {
+		t.Fatalf("replica 0 made %d store calls for 10 admissions", n)
+	}
+	t.Logf("admitted 10 of 30 across 3 replicas; replica 0: %d round trips for 10 calls", rs[0].calls.Load()-before)
+}
+
+// TestExhaustedWindowCostsNoRoundTrip: once a window is known to be used
+// up with its queue full, a rejection is answered locally.
+func TestExhaustedWindowCostsNoRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "t2"})
+	p := resilience.Policy{PermitLimit: 2, Window: 10 * time.Second, StoreTimeout: 2 * time.Second}
+	w, _ := r.store.Window("a.b", p)
+	alignToWindow(t, r, p.Window, 5*time.Second)
+	for range 3 {
+		_, _ = w.Take(t.Context(), inv())
+	}
+	before := r.calls.Load()
+	for range 100 {
+		if _, err := w.Take(t.Context(), inv()); !errors.Is(err, resilience.ErrLimited) {
+			t.Fatalf("Take = %v, want ErrLimited", err)
+		}
+	}
+	if n := r.calls.Load() - before; n != 0 {
+		t.Fatalf("100 rejections of an exhausted window made %d store calls, want 0", n)
+	}
+}
+
+// TestQueueReservesLaterWindowWithinDeadline: a call finding the window
+// used up reserves a permit of the next one while the queue has room and
+// only if that window opens before its deadline.
+func TestQueueReservesLaterWindowWithinDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "t3"})
+	p := resilience.Policy{PermitLimit: 1, Window: 500 * time.Millisecond, QueueLimit: 1, StoreTimeout: time.Second}
+	w, _ := r.store.Window("a.b", p)
+	alignToWindow(t, r, p.Window, 400*time.Millisecond)
+	if _, err := w.Take(t.Context(), inv()); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	// A deadline shorter than the wait: rejected at once, queue untouched.
+	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	start := time.Now()
+	_, err := w.Take(short, inv())
+	cancel()
+	if !errors.Is(err, resilience.ErrLimited) || time.Since(start) > 15*time.Millisecond {
+		t.Fatalf("call whose deadline ends before the next window: %v after %v, want ErrLimited at once", err, time.Since(start))
+	}
+	// Room in the queue: waits for the next window.
+	done := make(chan time.Duration, 1)
+	go func() {
+		s := time.Now()
+		if _, err := w.Take(t.Context(), inv()); err != nil {
+			t.Errorf("queued call: %v", err)
+		}
+		done <- time.Since(s)
+	}()
+	time.Sleep(20 * time.Millisecond) // let it reserve
+	// The queue (1) is full now.
+	if _, err := w.Take(t.Context(), inv()); !errors.Is(err, resilience.ErrLimited) {
+		t.Fatalf("call past the queue limit: %v, want ErrLimited", err)
+	}
+	waited := <-done
+	if waited <= 0 || waited > p.Window+50*time.Millisecond {
+		t.Fatalf("queued call waited %v, want until the next window (< %v)", waited, p.Window)
+	}
+	t.Logf("queued call admitted after %v in a %v window", waited, p.Window)
+}
+
+// TestSlotsSharedAcrossReplicas: ConcurrencyLimit 2 across three replicas,
+// counted from the handlers; queued calls run as slots free.
+func TestSlotsSharedAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	p := resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 4, StoreTimeout: 2 * time.Second}
+	var ss []*cluster.Slots
+	for range 3 {
+		r := newReplica(t, srv, cluster.Config{KeyPrefix: "t4", PollInterval: 5 * time.Millisecond})
+		s, err := r.store.Slots("a.b", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	var running, peak, done, limited atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			rel, err := ss[i%3].Acquire(ctx, inv())
+			if err != nil {
+				if errors.Is(err, resilience.ErrLimited) {
+					limited.Add(1)
+					return
+				}
+				t.Errorf("Acquire: %v", err)
+				return
+			}
+			n := running.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			running.Add(-1)
+			rel()
+			done.Add(1)
+		})
+	}
+	wg.Wait()
+	if peak.Load() > 2 {
+		t.Fatalf("%d ran at once across 3 replicas, limit 2", peak.Load())
+	}
+	if done.Load()+limited.Load() != 12 || done.Load() < 6 {
+		t.Fatalf("done %d, limited %d of 12", done.Load(), limited.Load())
+	}
+	t.Logf("peak %d running across 3 replicas; %d ran, %d turned away", peak.Load(), done.Load(), limited.Load())
+}
+
+// TestLeaseOfDeadHolderExpires: a replica that dies holding a slot (it
+// never releases) gives it back by itself after its deadline plus the
+// grace.
+func TestLeaseOfDeadHolderExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := cluster.Config{KeyPrefix: "t5", LeaseGrace: 200 * time.Millisecond, PollInterval: 5 * time.Millisecond}
+	p := resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1, StoreTimeout: time.Second}
+	dead := newReplica(t, srv, cfg)
+	ds, _ := dead.store.Slots("a.b", p)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := ds.Acquire(ctx, inv()); err != nil {
+		t.Fatal(err)
+	}
+	// The holder is gone: never released.
+	live := newReplica(t, srv, cfg)
+	ls, _ := live.store.Slots("a.b", p)
+	wctx, wcancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer wcancel()
+	rel, err := ls.Acquire(wctx, inv())
+	if err != nil {
+		t.Fatalf("slot of a dead holder not given back: %v", err)
+	}
+	rel()
+	got := time.Since(start)
+	if got < 450*time.Millisecond || got > 1500*time.Millisecond {
+		t.Fatalf("slot free after %v, want about deadline (300ms) + grace (200ms)", got)
+	}
+	t.Logf("dead holder's slot free after %v (deadline 300ms + grace 200ms)", got)
+}
+
+// TestStoreDownModes: with Redis killed, each OnStoreError mode does what
+// it says, the operation is degraded (one transition), and it recovers
+// by itself once Redis is back.
+func TestStoreDownModes(t *testing.T) {
+	srv := redistest.Start(t)
+	var transitions sync.Map
+	cfg := cluster.Config{KeyPrefix: "t6", RetryInterval: 30 * time.Millisecond,
+		OnTransition: func(id string, degraded bool) {
+			v, _ := transitions.LoadOrStore(id, new(atomic.Int64))
+			v.(*atomic.Int64).Add(1)
+		}}
+	r := newReplica(t, srv, cfg)
+	p := resilience.Policy{PermitLimit: 4, Window: time.Hour, ExpectedReplicas: 2}
+	local, _ := r.store.Window("m.local", p)
+	p.OnStoreError = "open"
+	open, _ := r.store.Window("m.open", p)
+	p.OnStoreError = "closed"
+	closed, _ := r.store.Window("m.closed", p)
+	srv.Kill()
+
+	count := func(w *cluster.Window, n int) (ok int) {
+		for range n {
+			if _, err := w.Take(t.Context(), inv()); err == nil {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got := count(local, 10); got != 2 {
+		t.Fatalf("local: admitted %d of 10 with Redis down, want the share ceil(4/2) = 2", got)
+	}
+	if got := count(open, 10); got != 10 {
+		t.Fatalf("open: admitted %d of 10, want 10", got)
+	}
+	if got := count(closed, 10); got != 0 {
+		t.Fatalf("closed: admitted %d of 10, want 0", got)
+	}
+	for _, id := range []string{"m.local", "m.open", "m.closed"} {
+		if !r.store.Degraded(id) {
+			t.Fatalf("%s not degraded with Redis down", id)
+		}
+	}
+	srv.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	start := time.Now()
+	for r.store.Degraded("m.closed") && time.Now().Before(deadline) {
+		_, _ = closed.Take(t.Context(), inv())
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r.store.Degraded("m.closed") {
+		t.Fatal("not recovered 5 s after Redis came back")
+	}
+	if _, err := closed.Take(t.Context(), inv()); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+	v, _ := transitions.Load("m.closed")
+	if n := v.(*atomic.Int64).Load(); n != 2 {
+		t.Fatalf("m.closed had %d transitions, want 2 (degraded, recovered)", n)
+	}
+	t.Logf("recovered %v after Redis restarted", time.Since(start))
+}
+
+// TestPausedStoreCostsAtMostStoreTimeout: a paused Redis costs a call at
+// most StoreTimeout, and is not the call's TIMEOUT.
+func TestPausedStoreCostsAtMostStoreTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "t7", RetryInterval: time.Hour})
+	p := resilience.Policy{PermitLimit: 100, Window: time.Hour, StoreTimeout: 30 * time.Millisecond}
+	w, _ := r.store.Window("a.b", p)
+	if _, err := w.Take(t.Context(), inv()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(2 * time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := w.Take(ctx, inv())
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Take with a paused store: %v, want the local fallback to admit", err)
+	}
+	if took > 30*time.Millisecond+40*time.Millisecond {
+		t.Fatalf("paused store cost %v, want <= StoreTimeout (30ms) + margin", took)
+	}
+	if !r.store.Degraded("a.b") {
+		t.Fatal("not degraded")
+	}
+	t.Logf("paused Redis cost %v for StoreTimeout 30ms", took)
+}
+
+// TestStoreCallBoundedByCallerDeadline: when the caller's deadline is
+// nearer than StoreTimeout, the store call ends at it and the caller's
+// context error is returned (the operation's TIMEOUT, truthfully).
+func TestStoreCallBoundedByCallerDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "t8"})
+	w, _ := r.store.Window("a.b", resilience.Policy{PermitLimit: 1, Window: time.Hour, StoreTimeout: time.Second})
+	srv.Pause(time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := w.Take(ctx, inv())
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 200*time.Millisecond {
+		t.Fatalf("Take = %v after %v, want the caller's deadline at ~20ms", err, time.Since(start))
+	}
+	if r.store.Degraded("a.b") {
+		t.Fatal("the caller's own deadline degraded the operation")
+	}
+}
+
+// TestReplicaCount: replicas announce themselves; Close removes one.
+func TestReplicaCount(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := cluster.Config{KeyPrefix: "t9", Heartbeat: 20 * time.Millisecond}
+	a := newReplica(t, srv, cfg)
+	b := newReplica(t, srv, cfg)
+	_ = b
+	deadline := time.Now().Add(2 * time.Second)
+	for a.store.Replicas() != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if a.store.Replicas() != 2 {
+		t.Fatalf("replicas = %d, want 2", a.store.Replicas())
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for in, want := range map[string]cluster.Mode{"": cluster.Local, "local": cluster.Local, "open": cluster.Open, "closed": cluster.Closed} {
+		if got, err := cluster.ParseMode(in); err != nil || got != want {
+			t.Errorf("ParseMode(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := cluster.ParseMode("Local"); err == nil {
+		t.Error("ParseMode(Local) accepted a wrong case")
+	}
+}
+
+var _ = net.Dial
+
+type tlog struct{ t *testing.T }
+
+func (w tlog) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }

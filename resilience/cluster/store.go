@@ -1,0 +1,373 @@
+// Package cluster counts an operation's fixed window and concurrency limit
+// across every process that shares one Redis (Policy.Scope "cluster"),
+// through github.com/redis/go-redis/v9.
+//
+// It is written here rather than taken from a library because none has the
+// semantics Sundial promises for the process scope: a fixed window with a
+// bounded queue whose callers reserve a permit of a later window only when
+// that window opens before their own deadline, and concurrency leases that
+// expire by themselves shortly after their holder's deadline. go-zero's and
+// go-redis/redis_rate's limiters have no queue and no deadline; see
+// docs/cluster.md.
+//
+// Every store call is one Lua script (one round trip), runs on the
+// server's clock (TIME), and is bounded by the policy's StoreTimeout and
+// by the invocation's remaining deadline. When the store is slow or gone
+// an operation is "degraded" and does what its OnStoreError says: "local"
+// (this replica's share of the limit, ceil(limit / replicas)), "open" or
+// "closed"; it tries the store again after RetryInterval and recovers by
+// itself.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sundial-go/sundial/resilience"
+)
+
+// Mode is what a cluster-scoped limit does while its store is unreachable.
+type Mode string
+
+const (
+	// Local enforces this replica's share of the limit:
+	// ceil(limit / replicas). The default.
+	Local Mode = "local"
+	// Open admits every call (the limit is off while degraded).
+	Open Mode = "open"
+	// Closed rejects every call while degraded.
+	Closed Mode = "closed"
+)
+
+// ParseMode returns the Mode named s ("" is Local).
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case "", Local:
+		return Local, nil
+	case Open, Closed:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("unknown OnStoreError %q (want \"local\", \"open\" or \"closed\")", s)
+}
+
+// Defaults of Config.
+const (
+	DefaultStoreTimeout  = 50 * time.Millisecond
+	DefaultLeaseGrace    = 2 * time.Second
+	DefaultLease         = 60 * time.Second
+	DefaultRetryInterval = time.Second
+	DefaultPollInterval  = 10 * time.Millisecond
+	DefaultHeartbeat     = time.Second
+	DefaultKeyPrefix     = "sundial"
+)
+
+// Config tunes a Store. Zero values take the defaults above.
+type Config struct {
+	// KeyPrefix starts every key ("sundial"): keys of operation id are
+	// "{<prefix>:<id>}:w" and "{<prefix>:<id>}:c", one hash slot per
+	// operation.
+	KeyPrefix string
+	// LeaseGrace is how long after its holder's deadline a concurrency
+	// lease expires by itself.
+	LeaseGrace time.Duration
+	// DefaultLease is the lease of a call without a deadline.
+	DefaultLease time.Duration
+	// RetryInterval is how long a degraded operation waits before it tries
+	// the store again (one call tries; the others keep the fallback).
+	RetryInterval time.Duration
+	// PollInterval is how often the head of a local concurrency queue asks
+	// the store for a slot (a release in this process asks at once).
+	PollInterval time.Duration
+	// Heartbeat is how often the replica announces itself; a replica not
+	// heard of for three heartbeats is no longer counted.
+	Heartbeat time.Duration
+	// Logger receives one line per degraded/recovered transition.
+	Logger *slog.Logger
+	// OnTransition, when set, is called on each transition (tests, metrics).
+	OnTransition func(id string, degraded bool)
+}
+
+// Store is the shared state of one process's cluster-scoped limits.
+// Create it once per process with New, and Close it at shutdown.
+type Store struct {
+	rdb      redis.UniversalClient
+	cfg      Config
+	instance string
+
+	replicas atomic.Int64 // live replicas last counted (>= 1)
+
+	mu  sync.Mutex
+	ops map[string]*opState
+
+	bg     sync.WaitGroup
+	stop   chan struct{}
+	closed atomic.Bool
+}
+
+// New returns a Store on rdb. It starts the replica heartbeat; Close stops
+// it. The client should have context timeouts on and no retries (see
+// NewClient).
+func New(rdb redis.UniversalClient, cfg Config) *Store {
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultKeyPrefix
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.LeaseGrace, DefaultLeaseGrace)
+	def(&cfg.DefaultLease, DefaultLease)
+	def(&cfg.RetryInterval, DefaultRetryInterval)
+	def(&cfg.PollInterval, DefaultPollInterval)
+	def(&cfg.Heartbeat, DefaultHeartbeat)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	s := &Store{rdb: rdb, cfg: cfg, instance: hex.EncodeToString(b), ops: make(map[string]*opState), stop: make(chan struct{})}
+	s.replicas.Store(1)
+	s.bg.Add(1)
+	go s.heartbeat()
+	return s
+}
+
+// Load loads the scripts into the server (they are also loaded on demand:
+// go-redis retries a NOSCRIPT with EVAL). Call it at start-up to fail fast
+// on a wrong address or credentials.
+func (s *Store) Load(ctx context.Context) error {
+	for _, sc := range []*redis.Script{windowScript, giveBackScript, acquireScript, heartbeatScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("cluster: load scripts: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close stops the heartbeat, removes this replica from the count, and
+// waits for background store calls (give-backs, releases), each bounded
+// by its timeout. It does not close the client.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(s.stop)
+	s.bg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultStoreTimeout)
+	defer cancel()
+	_ = s.rdb.ZRem(ctx, s.replicaKey(), s.instance).Err()
+	return nil
+}
+
+// Replicas returns the number of live replicas last counted (at least 1).
+func (s *Store) Replicas() int { return int(s.replicas.Load()) }
+
+// Instance returns this replica's ID in the store.
+func (s *Store) Instance() string { return s.instance }
+
+// Degraded reports whether operation id is using its OnStoreError fallback.
+func (s *Store) Degraded(id string) bool {
+	s.mu.Lock()
+	st := s.ops[id]
+	s.mu.Unlock()
+	return st != nil && st.degraded.Load()
+}
+
+// DegradedOperations returns the IDs of the operations now degraded.
+func (s *Store) DegradedOperations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id, st := range s.ops {
+		if st.degraded.Load() {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (s *Store) replicaKey() string { return "{" + s.cfg.KeyPrefix + "}:replicas" }
+
+func (s *Store) opKey(id, suffix string) string {
+	return "{" + s.cfg.KeyPrefix + ":" + id + "}:" + suffix
+}
+
+// heartbeatScript announces a replica until now+ttl and returns the count
+// of replicas whose announcement is still valid.
+var heartbeatScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000))
+return redis.call('ZCARD', KEYS[1])
+`)
+
+func (s *Store) heartbeat() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		s.beat()
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) beat() {
+	ctx, cancel := context.WithTimeout(context.Background(), max(DefaultStoreTimeout, s.cfg.Heartbeat/2))
+	defer cancel()
+	ttl := 3 * s.cfg.Heartbeat.Microseconds()
+	n, err := heartbeatScript.Run(ctx, s.rdb, []string{s.replicaKey()}, s.instance, ttl).Int64()
+	if err == nil && n > 0 {
+		s.replicas.Store(n)
+	}
+}
+
+// opState is the degraded state of one operation, shared by its window and
+// its slots.
+type opState struct {
+	s       *Store
+	id      string
+	mode    Mode
+	timeout time.Duration
+
+	degraded atomic.Bool
+	nextTry  atomic.Int64 // unix nanos: when a degraded op tries the store again
+	trying   atomic.Bool  // one call at a time tries a degraded store
+}
+
+func (s *Store) state(id string, p resilience.Policy) (*opState, error) {
+	mode, err := ParseMode(p.OnStoreError)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.ops[id]
+	if st == nil {
+		st = &opState{s: s, id: id}
+		s.ops[id] = st
+	}
+	st.mode = mode
+	st.timeout = p.StoreTimeout
+	if st.timeout <= 0 {
+		st.timeout = DefaultStoreTimeout
+	}
+	return st, nil
+}
+
+// useStore reports whether a call should ask the store: always when the
+// operation is healthy; when degraded, only the one call that tries it
+// again after RetryInterval (release with tried).
+func (st *opState) useStore() (use, probing bool) {
+	if !st.degraded.Load() {
+		return true, false
+	}
+	if time.Now().UnixNano() < st.nextTry.Load() {
+		return false, false
+	}
+	if st.trying.CompareAndSwap(false, true) {
+		return true, true
+	}
+	return false, false
+}
+
+// result records the outcome of a store call; it returns whether the
+// store answered.
+func (st *opState) result(err error, probing bool) bool {
+	if probing {
+		defer st.trying.Store(false)
+	}
+	if err == nil {
+		if st.degraded.CompareAndSwap(true, false) {
+			st.s.cfg.Logger.Info("sundial: cluster limits recovered: the store answers again", "operation", st.id)
+			if f := st.s.cfg.OnTransition; f != nil {
+				f(st.id, false)
+			}
+		}
+		return true
+	}
+	st.nextTry.Store(time.Now().Add(st.s.cfg.RetryInterval).UnixNano())
+	if st.degraded.CompareAndSwap(false, true) {
+		st.s.cfg.Logger.Warn("sundial: cluster limits degraded: the store is unreachable or slow",
+			"operation", st.id, "onStoreError", string(st.mode), "error", err.Error())
+		if f := st.s.cfg.OnTransition; f != nil {
+			f(st.id, true)
+		}
+	}
+	return false
+}
+
+// retryIn is the time until a degraded operation tries the store again.
+func (st *opState) retryIn() time.Duration {
+	return max(time.Duration(st.nextTry.Load()-time.Now().UnixNano()), time.Millisecond)
+}
+
+// storeCtx bounds one store call by the operation's StoreTimeout and the
+// caller's context (its deadline and cancellation).
+func (st *opState) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, st.timeout)
+}
+
+// share is this replica's part of limit while degraded in Local mode.
+func (st *opState) share(limit, expected int) int {
+	n := expected
+	if n <= 0 {
+		n = st.s.Replicas()
+	}
+	n = max(n, 1)
+	return max((limit+n-1)/n, 1)
+}
+
+// callerEnded returns the caller's context error when ctx has ended or its
+// deadline has passed (a store call bounded by that deadline may return
+// before ctx's own timer fires), else nil.
+func callerEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// NewClient returns a go-redis client set up for limits: context
+// timeouts on (a call ends at its context's deadline), no hidden retries
+// (MaxRetries -1), short dial/read/write timeouts and a bounded pool.
+func NewClient(o *redis.Options) *redis.Client {
+	c := *o
+	c.ContextTimeoutEnabled = true
+	c.MaxRetries = -1
+	if c.DialTimeout == 0 {
+		c.DialTimeout = time.Second
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = time.Second
+	}
+	if c.PoolTimeout == 0 {
+		c.PoolTimeout = time.Second
+	}
+	return redis.NewClient(&c)
+}
+
+// validID reports whether id can be part of a key (operation IDs always
+// can; the check keeps a hash tag from being closed early).
+func validID(id string) bool { return !strings.ContainsAny(id, "{}") }

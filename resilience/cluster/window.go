@@ -1,0 +1,240 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+// windowScript admits one call to a fixed window shared by every replica.
+//
+// KEYS[1] is a hash: w (index of the window the record is at), u (permits
+// taken in window w), a (reservations in windows after w, filled in
+// order, limit per window). Windows are aligned to multiples of the
+// length on the server's clock (TIME). ARGV: limit, length (µs), queue
+// limit, the caller's remaining time (µs; -1 for none).
+//
+// Returns {decision, µs, remaining, reset µs}: decision 1 admitted now; 2
+// a permit reserved in a later window opening in µs; 0 rejected, the
+// queue is full (µs until the first window with room); 3 rejected, the
+// window it could reserve opens after the caller's deadline (µs: when).
+var windowScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit = tonumber(ARGV[1])
+local len = tonumber(ARGV[2])
+local qlim = tonumber(ARGV[3])
+local left = tonumber(ARGV[4])
+local cur = math.floor(now / len)
+local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a')
+local w = tonumber(st[1]) or cur
+local u = tonumber(st[2]) or 0
+local a = tonumber(st[3]) or 0
+if w < cur then
+  local skip = math.min(a, limit * (cur - w - 1))
+  a = a - skip
+  u = math.min(a, limit)
+  a = a - u
+  w = cur
+end
+local reset = (cur + 1) * len - now
+local res
+if u < limit then
+  u = u + 1
+  res = {1, 0, limit - u, reset}
+else
+  local target = cur + 1 + math.floor(a / limit)
+  local wait = target * len - now
+  if a >= qlim then
+    res = {0, wait, 0, reset}
+  elseif left >= 0 and wait >= left then
+    res = {3, wait, 0, reset}
+  else
+    a = a + 1
+    res = {2, wait, 0, reset}
+  end
+end
+redis.call('HSET', KEYS[1], 'w', w, 'u', u, 'a', a)
+redis.call('PEXPIRE', KEYS[1], math.ceil((math.floor(a / limit) + 2) * len / 1000))
+return res
+`)
+
+// giveBackScript returns the reserved permit of a caller that left before
+// its window (ARGV[1], an index) opened; ARGV[2] is the length in µs.
+var giveBackScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local target = tonumber(ARGV[1])
+local len = tonumber(ARGV[2])
+local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a')
+local w = tonumber(st[1])
+if not w then return 0 end
+local u = tonumber(st[2]) or 0
+local a = tonumber(st[3]) or 0
+if w < target and a > 0 then
+  redis.call('HSET', KEYS[1], 'a', a - 1)
+  return 1
+elseif w == target and u > 0 and math.floor(now / len) == w then
+  redis.call('HSET', KEYS[1], 'u', u - 1)
+  return 1
+end
+return 0
+`)
+
+// Window is the fixed window of one operation shared through the store;
+// it implements resilience.SharedWindow.
+type Window struct {
+	st                   *opState
+	key                  string
+	limit, queue, expect int
+	length               time.Duration
+	args                 [3]any // limit, length µs, queue limit
+
+	// exhausted is the monotonic time (since origin) until which the window
+	// is known to be used up with a full queue: rejections cost no round
+	// trip then.
+	origin    time.Time
+	exhausted atomic.Int64
+
+	local atomic.Pointer[resilience.FixedWindow] // the Local fallback
+	fbN   atomic.Int64                           // its limit
+}
+
+// Window returns the shared window of operation id under policy p
+// (PermitLimit, Window, QueueLimit, StoreTimeout, OnStoreError,
+// ExpectedReplicas).
+func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
+	if p.PermitLimit <= 0 || !validID(id) {
+		return nil, fmt.Errorf("cluster: window of %q: want a positive PermitLimit and a valid ID", id)
+	}
+	st, err := s.state(id, p)
+	if err != nil {
+		return nil, err
+	}
+	length := p.Window
+	if length <= 0 {
+		length = resilience.DefaultWindow
+	}
+	length = max(length.Round(time.Microsecond), time.Microsecond)
+	w := &Window{st: st, key: s.opKey(id, "w"), limit: p.PermitLimit, queue: max(p.QueueLimit, 0),
+		expect: p.ExpectedReplicas, length: length, origin: time.Now()}
+	w.args = [3]any{w.limit, length.Microseconds(), w.queue}
+	return w, nil
+}
+
+// Take implements resilience.SharedWindow.
+func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience.Quota, error) {
+	if until := w.exhausted.Load(); until != 0 {
+		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
+			return w.rejected(left)
+		}
+	}
+	use, probing := w.st.useStore()
+	if !use {
+		return w.fallback(ctx)
+	}
+	left := int64(-1)
+	if d, ok := ctx.Deadline(); ok {
+		left = max(time.Until(d).Microseconds(), 0)
+	}
+	sctx, cancel := w.st.storeCtx(ctx)
+	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{w.key}, w.args[0], w.args[1], w.args[2], left).Int64Slice()
+	cancel()
+	if err == nil && len(res) != 4 {
+		err = fmt.Errorf("cluster: window script returned %d values", len(res))
+	}
+	if err != nil {
+		if cerr := callerEnded(ctx); cerr != nil {
+			return resilience.Quota{}, cerr
+		}
+	}
+	if !w.st.result(err, probing) {
+		return w.fallback(ctx)
+	}
+	us := time.Duration(res[1]) * time.Microsecond
+	q := resilience.Quota{Limit: w.limit, Window: w.length, Remaining: int(res[2]), Reset: time.Duration(res[3]) * time.Microsecond}
+	switch res[0] {
+	case 1:
+		return q, nil
+	case 2:
+		return q, w.sleep(ctx, us)
+	case 0:
+		w.exhausted.Store(int64(time.Since(w.origin) + us))
+	}
+	return q, &resilience.LimitedError{RetryAfter: us, Quota: q}
+}
+
+// rejected is the rejection of a call while the window is known to be
+// exhausted for left more.
+func (w *Window) rejected(left time.Duration) (resilience.Quota, error) {
+	q := resilience.Quota{Limit: w.limit, Window: w.length, Reset: min(left, w.length)}
+	return q, &resilience.LimitedError{RetryAfter: left, Quota: q}
+}
+
+// sleep waits d for the reserved window to open; when ctx ends first the
+// reservation is given back in the background (bounded by StoreTimeout).
+func (w *Window) sleep(ctx context.Context, d time.Duration) error {
+	target := time.Now().Add(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+	}
+	s := w.st.s
+	if s.closed.Load() {
+		return ctx.Err()
+	}
+	// The window index on the server's clock is unknown here; the script
+	// identifies the reservation by index, computed from the time left
+	// before it (which both clocks measure alike).
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		gctx, cancel := context.WithTimeout(context.Background(), w.st.timeout)
+		defer cancel()
+		now, err := s.rdb.Time(gctx).Result()
+		if err != nil {
+			return
+		}
+		idx := now.Add(time.Until(target)).Add(w.length/2).UnixMicro() / w.length.Microseconds()
+		_ = giveBackScript.Run(gctx, s.rdb, []string{w.key}, idx, w.length.Microseconds()).Err()
+	}()
+	return ctx.Err()
+}
+
+// fallback applies OnStoreError while the store is unreachable.
+func (w *Window) fallback(ctx context.Context) (resilience.Quota, error) {
+	switch w.st.mode {
+	case Open:
+		return resilience.Quota{Limit: w.limit, Window: w.length, Remaining: w.limit}, nil
+	case Closed:
+		retry := w.st.retryIn()
+		q := resilience.Quota{Limit: w.limit, Window: w.length, Reset: retry}
+		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
+	}
+	n := w.st.share(w.limit, w.expect)
+	l := w.local.Load()
+	if l == nil || w.fbN.Load() != int64(n) {
+		l, _ = resilience.NewFixedWindow(n, w.length, w.queue)
+		w.local.Store(l)
+		w.fbN.Store(int64(n))
+	}
+	retry, err := l.Wait(ctx)
+	q := resilience.Quota{Limit: n, Window: w.length}
+	if err != nil {
+		if ctx.Err() != nil {
+			return q, ctx.Err()
+		}
+		q.Reset = retry
+		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
+	}
+	return q, nil
+}
