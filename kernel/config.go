@@ -44,13 +44,16 @@ type Settings struct {
 	// KERNEL_UNAVAILABLE_005 with a retry-after of 1 second, and runs
 	// nothing.
 	MaxStragglers int
+	// Redis is the store of cluster-scoped limits (key Redis, object; see
+	// RedisSettings and docs/cluster.md); nil when not configured.
+	Redis *RedisSettings
 }
 
 // DefaultMaxStragglers is Sundial.Kernel.MaxStragglers when the config
 // does not set it.
 const DefaultMaxStragglers = 1000
 
-var kernelKeys = []string{"MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware", "Resilience"}
+var kernelKeys = []string{"MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware", "Redis", "Resilience"}
 
 // loadConfig builds the koanf instance: embedded/default JSON, then the
 // config file, then environment overrides.
@@ -96,6 +99,8 @@ var knownNames = []string{
 	"Sundial", "Kernel", "Resilience", "Operations", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
 	"PermitLimit", "WindowSeconds", "QueueLimit", "ConcurrencyLimit", "ConcurrencyQueueLimit",
 	"FailureThreshold", "BreakSeconds", "TimeoutSeconds",
+	"Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders",
+	"Redis", "Address", "DB", "Username", "PasswordEnv", "TLS", "ServerName", "CAFile", "PoolSize", "KeyPrefix",
 }
 
 // envKey maps SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT
@@ -191,6 +196,12 @@ func parseSettings(raw any) (Settings, any, error) {
 				return s, nil, fmt.Errorf("kernel: %s: want a boolean, got %T", path, v)
 			}
 			s.UseBuiltInMiddleware = b
+		case "Redis":
+			r, err := parseRedis(v, path)
+			if err != nil {
+				return s, nil, err
+			}
+			s.Redis = r
 		case "Resilience":
 		default:
 			return s, nil, fmt.Errorf("kernel: %s: unknown key (known keys: %s)", path, strings.Join(kernelKeys, ", "))

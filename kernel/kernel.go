@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/cluster"
 )
 
 // Option configures a Kernel. Options are applied in order by New.
@@ -38,6 +42,8 @@ type options struct {
 	app        []stagedMiddleware
 	errs       []error
 	telemetry  telemetryOptions // telemetry_options.go
+	redis      redis.UniversalClient
+	lookupEnv  func(string) (string, bool)
 }
 
 // WithRegistry sets the operations the kernel serves. Without it the
@@ -152,6 +158,13 @@ type Kernel struct {
 	workerIdle time.Duration
 	jobs       chan *guard
 	workers    atomic.Int64
+
+	// Cluster-scoped limits (redis.go).
+	rdb         redis.UniversalClient
+	ownsRedis   bool
+	store       *cluster.Store
+	clusterHook func(id string, degraded bool)
+	closeOnce   sync.Once
 }
 
 // compiled is the pipeline of one operation (desc nil: host endpoints).
@@ -186,6 +199,9 @@ func New(opts ...Option) (*Kernel, error) {
 	if o.environ == nil {
 		o.environ = os.Environ
 	}
+	if o.lookupEnv == nil {
+		o.lookupEnv = os.LookupEnv
+	}
 	conf, err := loadConfig(o)
 	if err != nil {
 		return nil, err
@@ -207,6 +223,9 @@ func New(opts ...Option) (*Kernel, error) {
 		if k.policies, err = parsePolicies(resRaw, "Sundial.Kernel.Resilience"); err != nil {
 			return nil, err
 		}
+	}
+	if err := k.setUpCluster(o); err != nil {
+		return nil, err
 	}
 	k.tel = newTelemetry(o, k)
 	// An override for an operation this kernel does not serve is allowed
@@ -333,7 +352,7 @@ func (k *Kernel) Limits(id string) *resilience.ResilienceMiddleware { return k.l
 // newLimits creates the ResilienceMiddleware of the operation id, once,
 // and keeps it for Limits.
 func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.ResilienceMiddleware {
-	l := resilience.NewResilienceMiddleware(id, p)
+	l := resilience.NewResilienceMiddleware(id, p, k.clusterOptions(id, p)...)
 	if k.limits == nil {
 		k.limits = make(map[string]*resilience.ResilienceMiddleware)
 	}

@@ -16,6 +16,16 @@ import (
 type patch struct {
 	PermitLimit, QueueLimit, ConcurrencyLimit, ConcurrencyQueueLimit, FailureThreshold *int
 	Window, BreakDuration, Timeout                                                     *time.Duration
+	cluster                                                                            clusterPatch
+}
+
+// clusterPatch holds the keys of cluster-scoped limits (docs/cluster.md).
+type clusterPatch struct {
+	Scope            *resilience.Scope
+	StoreTimeout     *time.Duration
+	OnStoreError     *string
+	ExpectedReplicas *int
+	RateLimitHeaders *bool
 }
 
 func (p *patch) over(base patch) patch {
@@ -44,6 +54,22 @@ func (p *patch) over(base patch) patch {
 	if p.Timeout != nil {
 		out.Timeout = p.Timeout
 	}
+	c := &out.cluster
+	if p.cluster.Scope != nil {
+		c.Scope = p.cluster.Scope
+	}
+	if p.cluster.StoreTimeout != nil {
+		c.StoreTimeout = p.cluster.StoreTimeout
+	}
+	if p.cluster.OnStoreError != nil {
+		c.OnStoreError = p.cluster.OnStoreError
+	}
+	if p.cluster.ExpectedReplicas != nil {
+		c.ExpectedReplicas = p.cluster.ExpectedReplicas
+	}
+	if p.cluster.RateLimitHeaders != nil {
+		c.RateLimitHeaders = p.cluster.RateLimitHeaders
+	}
 	return out
 }
 
@@ -67,6 +93,19 @@ func (p patch) policy() resilience.Policy {
 	}
 	if p.Timeout != nil {
 		pol.Timeout = *p.Timeout
+	}
+	if c := p.cluster; c.Scope != nil {
+		pol.Scope = *c.Scope
+	}
+	if c := p.cluster; c.StoreTimeout != nil {
+		pol.StoreTimeout = *c.StoreTimeout
+	}
+	if c := p.cluster; c.OnStoreError != nil {
+		pol.OnStoreError = *c.OnStoreError
+	}
+	set(&pol.ExpectedReplicas, p.cluster.ExpectedReplicas)
+	if c := p.cluster; c.RateLimitHeaders != nil {
+		pol.RateLimitHeaders = *c.RateLimitHeaders
 	}
 	return pol
 }
@@ -98,6 +137,7 @@ func (o policies) operationIDs() []string {
 var policyKeys = []string{
 	"PermitLimit", "WindowSeconds", "QueueLimit", "ConcurrencyLimit",
 	"ConcurrencyQueueLimit", "FailureThreshold", "BreakSeconds", "TimeoutSeconds",
+	"Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders",
 }
 
 // parsePolicies parses the Resilience section. raw is the section as decoded
@@ -114,6 +154,11 @@ var policyKeys = []string{
 //	FailureThreshold       integer > 0    consecutive failures opening the breaker (default: none)
 //	BreakSeconds           number  > 0    how long the breaker stays open (default 30)
 //	TimeoutSeconds         number  > 0    default deadline and cap (default: none)
+//	Scope                  string         "process" (default) or "cluster" (docs/cluster.md)
+//	StoreTimeoutMs         number  > 0    bound of each store call, at most 60000 (default 50)
+//	OnStoreError           string         "local" (default), "open" or "closed"
+//	ExpectedReplicas       integer > 0    replicas the "local" share divides by (default: live count)
+//	RateLimitHeaders       boolean        publish RateLimit-Policy / RateLimit (default false)
 //	Operations             object         operation ID -> object of the keys above
 //
 // Every error names the full key path: an unknown key (a typo must not
@@ -194,6 +239,8 @@ func setKey(p *patch, key string, v any, path string) error {
 		return secondsKey(&p.BreakDuration, v, path)
 	case "TimeoutSeconds":
 		return secondsKey(&p.Timeout, v, path)
+	case "Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders":
+		return setClusterKey(&p.cluster, key, v, path)
 	}
 	for _, known := range policyKeys {
 		if strings.EqualFold(known, key) {
@@ -287,4 +334,55 @@ func jsonType(v any) string {
 		return "a number"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+func setClusterKey(c *clusterPatch, key string, v any, path string) error {
+	switch key {
+	case "Scope":
+		str, ok := v.(string)
+		if sc := resilience.Scope(str); !ok || sc == "" || !sc.Valid() {
+			return fmt.Errorf("kernel: %s: want \"process\" or \"cluster\", got %s", path, describe(v))
+		} else {
+			c.Scope = &sc
+		}
+	case "OnStoreError":
+		str, ok := v.(string)
+		switch str {
+		case "local", "open", "closed":
+		default:
+			ok = false
+		}
+		if !ok {
+			return fmt.Errorf("kernel: %s: want \"local\", \"open\" or \"closed\", got %s", path, describe(v))
+		}
+		c.OnStoreError = &str
+	case "StoreTimeoutMs":
+		f, ok := number(v)
+		if !ok {
+			return fmt.Errorf("kernel: %s: want a number of milliseconds, got %s", path, jsonType(v))
+		}
+		if math.IsNaN(f) || f <= 0 || f > 60000 {
+			return fmt.Errorf("kernel: %s: must be greater than 0 and at most 60000, got %v", path, f)
+		}
+		d := time.Duration(f * float64(time.Millisecond))
+		c.StoreTimeout = &d
+	case "ExpectedReplicas":
+		return intKey(&c.ExpectedReplicas, v, path, 1)
+	case "RateLimitHeaders":
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf("kernel: %s: want a boolean, got %s", path, jsonType(v))
+		}
+		c.RateLimitHeaders = &b
+	}
+	return nil
+}
+
+// describe renders a config value for an error message: strings quoted,
+// other values by their JSON type.
+func describe(v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%q", s)
+	}
+	return jsonType(v)
 }

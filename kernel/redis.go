@@ -1,0 +1,269 @@
+package kernel
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/cluster"
+)
+
+// RedisSettings is the parsed section Sundial.Kernel.Redis: the store of
+// cluster-scoped limits (docs/cluster.md) and of anything else the kernel
+// shares between replicas.
+type RedisSettings struct {
+	// Address is host:port (required).
+	Address string
+	// DB is the database number (default 0).
+	DB int
+	// Username is the ACL user (default: none).
+	Username string
+	// PasswordEnv names the environment variable holding the password; the
+	// password itself is never written in a config file.
+	PasswordEnv string
+	// TLS, when set, connects with TLS.
+	TLS *RedisTLS
+	// PoolSize bounds the connections (default: go-redis's, 10 per CPU).
+	PoolSize int
+	// KeyPrefix starts every key (default "sundial"); replicas that share
+	// limits must share it.
+	KeyPrefix string
+}
+
+// RedisTLS is Sundial.Kernel.Redis.TLS.
+type RedisTLS struct {
+	// ServerName overrides the name the certificate is checked against.
+	ServerName string
+	// CAFile is a PEM file of the CAs to trust (default: the system's).
+	CAFile string
+}
+
+var redisKeys = []string{"Address", "DB", "Username", "PasswordEnv", "TLS", "PoolSize", "KeyPrefix"}
+
+// parseRedis validates Sundial.Kernel.Redis.
+func parseRedis(raw any, path string) (*RedisSettings, error) {
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("kernel: %s: want an object, got %s", path, jsonType(raw))
+	}
+	r := &RedisSettings{}
+	str := func(dst *string, v any, p string) error {
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("kernel: %s: want a string, got %s", p, jsonType(v))
+		}
+		*dst = s
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v, p := m[k], path+"."+k
+		var err error
+		switch k {
+		case "Address":
+			err = str(&r.Address, v, p)
+		case "Username":
+			err = str(&r.Username, v, p)
+		case "PasswordEnv":
+			err = str(&r.PasswordEnv, v, p)
+		case "KeyPrefix":
+			if err = str(&r.KeyPrefix, v, p); err == nil && (r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}")) {
+				err = fmt.Errorf("kernel: %s: want a non-empty prefix without braces, got %q", p, r.KeyPrefix)
+			}
+		case "DB", "PoolSize":
+			f, ok := number(v)
+			if !ok || f != math.Trunc(f) || f < 0 || f > maxInt || (k == "PoolSize" && f < 1) {
+				err = fmt.Errorf("kernel: %s: want a non-negative integer (PoolSize: positive), got %v", p, v)
+				break
+			}
+			if k == "DB" {
+				r.DB = int(f)
+			} else {
+				r.PoolSize = int(f)
+			}
+		case "TLS":
+			r.TLS, err = parseRedisTLS(v, p)
+		default:
+			err = fmt.Errorf("kernel: %s: unknown key (known keys: %s)", p, strings.Join(redisKeys, ", "))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if r.Address == "" {
+		return nil, fmt.Errorf("kernel: %s.Address: required (host:port)", path)
+	}
+	return r, nil
+}
+
+func parseRedisTLS(raw any, path string) (*RedisTLS, error) {
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("kernel: %s: want an object, got %s", path, jsonType(raw))
+	}
+	t := &RedisTLS{}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		s, ok := m[k].(string)
+		if !ok {
+			return nil, fmt.Errorf("kernel: %s.%s: want a string, got %s", path, k, jsonType(m[k]))
+		}
+		switch k {
+		case "ServerName":
+			t.ServerName = s
+		case "CAFile":
+			t.CAFile = s
+		default:
+			return nil, fmt.Errorf("kernel: %s.%s: unknown key (known keys: ServerName, CAFile)", path, k)
+		}
+	}
+	return t, nil
+}
+
+// WithRedis hands the kernel a Redis client for cluster-scoped limits (and
+// other state shared between replicas) instead of Sundial.Kernel.Redis.
+// The kernel does not close it. Set it up like cluster.NewClient does:
+// context timeouts on, MaxRetries -1. A nil client is a no-op.
+func WithRedis(c redis.UniversalClient) Option {
+	return optionFunc(func(o *options) {
+		if c != nil {
+			o.redis = c
+		}
+	})
+}
+
+// Redis returns the kernel's Redis client (WithRedis, or the one it made
+// from Sundial.Kernel.Redis), or nil when it has none.
+func (k *Kernel) Redis() redis.UniversalClient { return k.rdb }
+
+// ClusterStore returns the store of the kernel's cluster-scoped limits, or
+// nil when no operation is cluster-scoped.
+func (k *Kernel) ClusterStore() *cluster.Store { return k.store }
+
+// newRedisClient builds the client of Sundial.Kernel.Redis.
+func newRedisClient(r *RedisSettings, lookupEnv func(string) (string, bool)) (*redis.Client, error) {
+	o := &redis.Options{Addr: r.Address, DB: r.DB, Username: r.Username, PoolSize: r.PoolSize}
+	if r.PasswordEnv != "" {
+		pw, ok := lookupEnv(r.PasswordEnv)
+		if !ok {
+			return nil, fmt.Errorf("kernel: Sundial.Kernel.Redis.PasswordEnv: environment variable %s is not set", r.PasswordEnv)
+		}
+		o.Password = pw
+	}
+	if r.TLS != nil {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLS.ServerName}
+		if r.TLS.CAFile != "" {
+			pem, err := os.ReadFile(r.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kernel: Sundial.Kernel.Redis.TLS.CAFile: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kernel: Sundial.Kernel.Redis.TLS.CAFile: no PEM certificate in %s", r.TLS.CAFile)
+			}
+		}
+		o.TLSConfig = tc
+	}
+	return cluster.NewClient(o), nil
+}
+
+// redisLoadTimeout bounds the script load at New: a wrong address fails
+// fast instead of hanging start-up.
+const redisLoadTimeout = 2 * time.Second
+
+// setUpCluster creates the Redis client and the cluster store when the
+// configuration needs them. Any operation whose merged policy is
+// cluster-scoped needs Redis: without it New fails.
+func (k *Kernel) setUpCluster(o *options) error {
+	var clustered []string
+	for _, d := range o.registry.All() {
+		if p := k.PolicyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0) {
+			clustered = append(clustered, d.ID)
+		}
+	}
+	switch {
+	case o.redis != nil:
+		k.rdb = o.redis
+	case k.settings.Redis != nil:
+		c, err := newRedisClient(k.settings.Redis, o.lookupEnv)
+		if err != nil {
+			return err
+		}
+		k.rdb, k.ownsRedis = c, true
+	}
+	if len(clustered) == 0 {
+		return nil
+	}
+	if k.rdb == nil {
+		return fmt.Errorf("kernel: Sundial.Kernel.Resilience: Scope \"cluster\" needs Redis, and none is configured (set Sundial.Kernel.Redis or use kernel.WithRedis); cluster-scoped operations: %s",
+			strings.Join(clustered, ", "))
+	}
+	prefix := cluster.DefaultKeyPrefix
+	if k.settings.Redis != nil && k.settings.Redis.KeyPrefix != "" {
+		prefix = k.settings.Redis.KeyPrefix
+	}
+	k.store = cluster.New(k.rdb, cluster.Config{KeyPrefix: prefix, Logger: k.logger, OnTransition: k.onClusterTransition})
+	ctx, cancel := context.WithTimeout(context.Background(), redisLoadTimeout)
+	defer cancel()
+	if err := k.store.Load(ctx); err != nil {
+		// Not fatal: the limits start degraded and recover when Redis answers.
+		k.logger.Warn("kernel: Sundial.Kernel.Redis: the store does not answer at start-up; cluster limits start degraded", "error", err.Error())
+	}
+	return nil
+}
+
+// onClusterTransition is called when an operation's cluster limits become
+// degraded or recover (telemetry counts it).
+func (k *Kernel) onClusterTransition(id string, degraded bool) {
+	if f := k.clusterHook; f != nil {
+		f(id, degraded)
+	}
+}
+
+// clusterOptions returns the shared window and slots of operation id when
+// its policy is cluster-scoped.
+func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Option {
+	if k.store == nil || p.Scope != resilience.ScopeCluster {
+		return nil
+	}
+	var opts []resilience.Option
+	if p.PermitLimit > 0 {
+		if w, err := k.store.Window(id, p); err == nil {
+			opts = append(opts, resilience.WithSharedWindow(w))
+		}
+	}
+	if p.ConcurrencyLimit > 0 {
+		if s, err := k.store.Slots(id, p); err == nil {
+			opts = append(opts, resilience.WithSharedSlots(s))
+		}
+	}
+	return opts
+}
+
+// Close releases what the kernel holds outside the process: it stops the
+// cluster store (removing this replica from the count) and closes the
+// Redis client the kernel made itself (not one handed in with WithRedis).
+// Call it after the servers have stopped. It is safe to call more than
+// once.
+func (k *Kernel) Close() error {
+	var err error
+	k.closeOnce.Do(func() {
+		if k.store != nil {
+			err = k.store.Close()
+		}
+		if k.ownsRedis && k.rdb != nil {
+			if cerr := k.rdb.Close(); err == nil {
+				err = cerr
+			}
+		}
+	})
+	return err
+}
