@@ -64,7 +64,7 @@ func TestClusterPolicyMerges(t *testing.T) {
 	}
 	defer k.Close()
 	p := k.PolicyFor("orders.create")
-	if p.Scope != "" || p.StoreTimeout != 20*time.Millisecond || p.OnStoreError != "closed" ||
+	if p.Scope != resilience.Scope("") || p.StoreTimeout != 20*time.Millisecond || p.OnStoreError != "closed" ||
 		!p.RateLimitHeaders || p.ExpectedReplicas != 3 {
 		t.Fatalf("policy %+v", p)
 	}
