@@ -160,11 +160,10 @@ type Kernel struct {
 	workers    atomic.Int64
 
 	// Cluster-scoped limits (redis.go).
-	rdb         redis.UniversalClient
-	ownsRedis   bool
-	store       *cluster.Store
-	clusterHook func(id string, degraded bool)
-	closeOnce   sync.Once
+	rdb       redis.UniversalClient
+	ownsRedis bool
+	store     *cluster.Store
+	closeOnce sync.Once
 }
 
 // compiled is the pipeline of one operation (desc nil: host endpoints).

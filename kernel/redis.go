@@ -210,7 +210,7 @@ func (k *Kernel) setUpCluster(o *options) error {
 	if k.settings.Redis != nil && k.settings.Redis.KeyPrefix != "" {
 		prefix = k.settings.Redis.KeyPrefix
 	}
-	k.store = cluster.New(k.rdb, cluster.Config{KeyPrefix: prefix, Logger: k.logger, OnTransition: k.onClusterTransition})
+	k.store = cluster.New(k.rdb, cluster.Config{KeyPrefix: prefix, Logger: k.logger})
 	ctx, cancel := context.WithTimeout(context.Background(), redisLoadTimeout)
 	defer cancel()
 	if err := k.store.Load(ctx); err != nil {
@@ -218,14 +218,6 @@ func (k *Kernel) setUpCluster(o *options) error {
 		k.logger.Warn("kernel: Sundial.Kernel.Redis: the store does not answer at start-up; cluster limits start degraded", "error", err.Error())
 	}
 	return nil
-}
-
-// onClusterTransition is called when an operation's cluster limits become
-// degraded or recover (telemetry counts it).
-func (k *Kernel) onClusterTransition(id string, degraded bool) {
-	if f := k.clusterHook; f != nil {
-		f(id, degraded)
-	}
 }
 
 // clusterOptions returns the shared window and slots of operation id when

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // telemetryOptions are the options of the kernel's telemetry, which
@@ -94,6 +95,10 @@ func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
 	if st.ConcurrencyLimited {
 		st.ConcurrencyQueueDepth = l.ConcurrencyQueueDepth()
 		st.InFlight = l.InFlight()
+	}
+	if p.Scope == resilience.ScopeCluster && k.store != nil {
+		st.Clustered = true
+		st.Degraded = k.store.Degraded(id)
 	}
 	return st, true
 }

@@ -288,6 +288,9 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	if err != nil {
 		return err
 	}
+	// What the kernel holds outside the process (a Redis client, this
+	// replica in the cluster count) goes when the command ends.
+	defer k.Close()
 	now := time.Now()
 	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
 	if timeout.set {

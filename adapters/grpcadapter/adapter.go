@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sundial-go/sundial/adapters/internal/ratelimit"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
@@ -507,6 +508,11 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, start time.Time) error {
 	st := Status(o.Err, a.cfg.domain)
 	a.logCall(ctx, full, o, st, start)
+	if q, ok := o.Invocation.Quota(); ok {
+		// RateLimitHeaders: the same facts as the HTTP fields, as header
+		// metadata (sent with the response or the status).
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ratelimit.PolicyField, ratelimit.Policy(q), ratelimit.Field, ratelimit.Current(q)))
+	}
 	if st != nil && o.TraceID != "" {
 		// A failure names its trace, as an HTTP problem's traceId does.
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataTraceID, o.TraceID))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sundial-go/sundial/adapters/internal/ratelimit"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
@@ -377,6 +378,13 @@ func (x *exchange) respond(o kernel.Outcome) {
 	c := x.c
 	if o.Expired && c.Request().ProtoMajor < 2 {
 		c.Response().Header().Set(echo.HeaderConnection, "close")
+	}
+	if q, ok := o.Invocation.Quota(); ok && !c.Response().Committed {
+		// RateLimitHeaders: the operation's quota, on success and failure
+		// alike (draft-ietf-httpapi-ratelimit-headers-10, experimental).
+		h := c.Response().Header()
+		h.Set(ratelimit.PolicyField, ratelimit.Policy(q))
+		h.Set(ratelimit.Field, ratelimit.Current(q))
 	}
 	switch {
 	case o.Err != nil:

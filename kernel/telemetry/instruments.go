@@ -28,13 +28,14 @@ type instruments struct {
 	queue   metric.Int64ObservableUpDownCounter
 	active  metric.Int64ObservableUpDownCounter
 	late    metric.Int64ObservableUpDownCounter
+	cluster metric.Int64ObservableGauge
 
 	err error // instrument creation errors (the instruments are then no-ops)
 }
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [9]error
+	var errs [10]error
 	in.count, errs[0] = m.Int64Counter(MetricInvocationCount,
 		metric.WithDescription("Finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("{invocation}"))
@@ -59,10 +60,13 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.late, errs[8] = m.Int64ObservableUpDownCounter(MetricStragglers,
 		metric.WithDescription("Invocations still running after their answer left at the deadline (handlers that ignore their context)."),
 		metric.WithUnit("{invocation}"))
+	in.cluster, errs[9] = m.Int64ObservableGauge(MetricClusterDegraded,
+		metric.WithDescription("1 while a cluster-scoped operation's store is unreachable and its OnStoreError fallback applies, else 0."),
+		metric.WithUnit("{state}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		return nil
-	}, in.breaker, in.queue, in.active, in.late)
+	}, in.breaker, in.queue, in.active, in.late, in.cluster)
 	in.err = errors.Join(errs[:]...)
 	return in
 }
@@ -96,6 +100,13 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 		if st.ConcurrencyLimited {
 			o.ObserveInt64(in.queue, int64(st.ConcurrencyQueueDepth), op.observeConc...)
 			o.ObserveInt64(in.active, int64(st.InFlight), op.observe...)
+		}
+		if st.Clustered {
+			v := int64(0)
+			if st.Degraded {
+				v = 1
+			}
+			o.ObserveInt64(in.cluster, v, op.observe...)
 		}
 	}
 }

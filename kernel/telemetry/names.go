@@ -41,6 +41,11 @@ const (
 	// context (Int64ObservableUpDownCounter). At the kernel's MaxStragglers
 	// new calls are shed (reason "overloaded").
 	MetricStragglers = "sundial.stragglers"
+	// MetricClusterDegraded is 1 while a cluster-scoped operation's store
+	// is unreachable and its OnStoreError fallback applies, else 0
+	// (Int64ObservableGauge), by operation. Only cluster-scoped operations
+	// are reported (docs/cluster.md).
+	MetricClusterDegraded = "sundial.cluster.degraded"
 )
 
 // Metric attribute keys. They are short because the metric names are

@@ -94,6 +94,10 @@ type LimitState struct {
 	ConcurrencyLimited    bool
 	ConcurrencyQueueDepth int
 	InFlight              int
+	// Clustered reports limits counted across replicas (Scope cluster);
+	// Degraded that the store is unreachable and OnStoreError applies.
+	Clustered bool
+	Degraded  bool
 }
 
 // LimitsFunc returns the limiter state of the operation id, or false when

@@ -206,6 +206,7 @@ func (c *Slots) QueueDepth() int {
 
 // fallback applies OnStoreError while the store is unreachable.
 func (c *Slots) fallback(ctx context.Context) (func(), error) {
+	markDegraded(ctx)
 	switch c.st.mode {
 	case Open:
 		return func() {}, nil

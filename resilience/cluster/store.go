@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -371,3 +373,16 @@ func NewClient(o *redis.Options) *redis.Client {
 // validID reports whether id can be part of a key (operation IDs always
 // can; the check keeps a hash tag from being closed early).
 func validID(id string) bool { return !strings.ContainsAny(id, "{}") }
+
+// SpanAttrDegraded marks the span of a call whose cluster limits were
+// applied by the OnStoreError fallback (the store was unreachable).
+const SpanAttrDegraded = "sundial.cluster.degraded"
+
+var degradedAttr = attribute.Bool(SpanAttrDegraded, true)
+
+// markDegraded records on ctx's span that the call was served degraded.
+func markDegraded(ctx context.Context) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.SetAttributes(degradedAttr)
+	}
+}

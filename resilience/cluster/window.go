@@ -212,6 +212,7 @@ func (w *Window) sleep(ctx context.Context, d time.Duration) error {
 
 // fallback applies OnStoreError while the store is unreachable.
 func (w *Window) fallback(ctx context.Context) (resilience.Quota, error) {
+	markDegraded(ctx)
 	switch w.st.mode {
 	case Open:
 		return resilience.Quota{Limit: w.limit, Window: w.length, Remaining: w.limit}, nil

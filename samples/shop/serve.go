@@ -144,6 +144,7 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	defer k.Close() // after the servers drained: the cluster store and Redis client
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	a, err := httpadapter.Mount(e, k, httpadapter.WithLogger(o.logger))
