@@ -142,7 +142,7 @@ func (rf *reflectedFiles) method(t *testing.T, service, method string) protorefl
 // call invokes /service/method with a request given as JSON, built from
 // the reflected descriptors, and returns the response as JSON (compact,
 // encoding/json's key order) and the status (nil for OK).
-func (g *grpcShop) call(ctx context.Context, t *testing.T, service, method, reqJSON string) (string, *status.Status) {
+func (g *grpcShop) call(ctx context.Context, t *testing.T, service, method, reqJSON string, opts ...grpc.CallOption) (string, *status.Status) {
 	t.Helper()
 	md := g.files.method(t, service, method)
 	req := dynamicpb.NewMessage(md.Input())
@@ -150,7 +150,7 @@ func (g *grpcShop) call(ctx context.Context, t *testing.T, service, method, reqJ
 		t.Fatalf("%s/%s: request %s: %v", service, method, reqJSON, err)
 	}
 	resp := dynamicpb.NewMessage(md.Output())
-	if err := g.conn.Invoke(ctx, "/"+service+"/"+method, req, resp); err != nil {
+	if err := g.conn.Invoke(ctx, "/"+service+"/"+method, req, resp, opts...); err != nil {
 		return "", status.Convert(err)
 	}
 	b, err := protojson.Marshal(resp)
