@@ -14,6 +14,9 @@ const runMainEnv = "SHOP_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) == "1" {
+		if path := os.Getenv(handlerLogEnv); path != "" {
+			extraKernelOptions = append(extraKernelOptions, handlerLogOption(path))
+		}
 		main() // exits
 	}
 	goleak.VerifyTestMain(m)

@@ -62,8 +62,14 @@ func newKernel(configFile string, opts ...kernel.Option) (*kernel.Kernel, error)
 		kernel.WithConfigFile(configFile),
 		kernel.WithEnv("SUNDIAL_"),
 	}
+	base = append(base, extraKernelOptions...)
 	return kernel.New(append(base, opts...)...)
 }
+
+// extraKernelOptions are added to every kernel the shop builds; only the
+// tests set it (a probe that records when handlers run, in a shop process
+// started by a test).
+var extraKernelOptions []kernel.Option
 
 // newRegistry returns the shop's operations, registered on a new shop.
 func newRegistry() (*operations.Registry, error) {

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+)
+
+// handlerLogEnv names a file in which a shop process started by a test
+// records, per handler run, "<op> <start unix ns> <end unix ns>": the
+// cluster tests count admissions and concurrency from the handlers, not
+// from the limiter.
+const handlerLogEnv = "SHOP_TEST_HANDLER_LOG"
+
+// handlerLogOption records every handler run of the process in path.
+func handlerLogOption(path string) kernel.Option {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	w := bufio.NewWriterSize(f, 1<<16)
+	go func() { // flushed often; the process is killed, not stopped, in some tests
+		for range time.Tick(20 * time.Millisecond) {
+			mu.Lock()
+			w.Flush()
+			mu.Unlock()
+		}
+	}()
+	return kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+		start := time.Now().UnixNano()
+		out, err := next(ctx, inv)
+		end := time.Now().UnixNano()
+		mu.Lock()
+		fmt.Fprintf(w, "%s %d %d\n", inv.OperationID(), start, end)
+		mu.Unlock()
+		return out, err
+	}))
+}
+
+// handlerRun is one line of a handler log.
+type handlerRun struct {
+	op         string
+	start, end int64
+}
+
+func readHandlerLogs(t *testing.T, paths ...string) []handlerRun {
+	t.Helper()
+	var runs []handlerRun
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 3 {
+				continue
+			}
+			s, _ := strconv.ParseInt(f[1], 10, 64)
+			e, _ := strconv.ParseInt(f[2], 10, 64)
+			runs = append(runs, handlerRun{f[0], s, e})
+		}
+	}
+	return runs
+}
+
+// clusterShop is one shop replica process on the shared Redis.
+type clusterShop struct {
+	cmd     *exec.Cmd
+	url     string
+	stderr  *lockedBuffer
+	handler string // its handler log
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startClusterShop starts the test binary as `shop serve` with config on
+// loopback ports, its handlers logged.
+func startClusterShop(t *testing.T, config string) *clusterShop {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "shop.json")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &clusterShop{stderr: &lockedBuffer{}, handler: filepath.Join(dir, "handlers.log")}
+	s.cmd = exec.Command(os.Args[0], "serve", "--config", cfg, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--grace", "2s", "--lame-duck", "0")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SUNDIAL_") && !strings.HasPrefix(kv, "OTEL_") {
+			s.cmd.Env = append(s.cmd.Env, kv)
+		}
+	}
+	s.cmd.Env = append(s.cmd.Env, runMainEnv+"=1", handlerLogEnv+"="+s.handler)
+	s.cmd.Stderr = s.stderr
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			s.cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { s.cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				s.cmd.Process.Kill()
+				<-done
+			}
+		}
+	})
+	br := bufio.NewReader(out)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("shop printed no address: %v; stderr:\n%s", err, s.stderr)
+		}
+		if rest, ok := strings.CutPrefix(line, "shop: serving HTTP on "); ok {
+			s.url = strings.TrimSpace(rest)
+			break
+		}
+	}
+	go io.Copy(io.Discard, out)
+	return s
+}
+
+func (s *clusterShop) kill9() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// reply is what a client got for one request.
+type reply struct {
+	status  int
+	retry   string
+	problem map[string]any
+	err     error
+	latency time.Duration
+}
+
+func post(ctx context.Context, c *http.Client, url, body string, header ...string) reply {
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return reply{err: err, latency: time.Since(start)}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	a := reply{status: resp.StatusCode, retry: resp.Header.Get("Retry-After"), err: err, latency: time.Since(start)}
+	if resp.StatusCode >= 400 {
+		if jerr := json.Unmarshal(b, &a.problem); jerr != nil {
+			a.err = fmt.Errorf("status %d, body %q is not Problem Details", resp.StatusCode, b)
+		}
+	}
+	return a
+}
+
+func clusterConfig(redisAddr, ops string) string {
+	return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + redisAddr + `","KeyPrefix":"shop-e2e"},
+		"Resilience":{"Operations":{` + ops + `}}}}}`
+}
+
+// TestClusterShopsShareLimits: three shop processes on one Redis,
+// orders.create at PermitLimit 100 / WindowSeconds 1 / QueueLimit 10 and
+// reports.export at ConcurrencyLimit 4, both Scope cluster, saturated for
+// 20 s from loopback. Counted from the handlers: per window, admissions
+// summed over the three never exceed 100, and never more than 4 exports
+// run at once across the three; the reservations Redis holds never exceed
+// 10. Every request gets exactly one well-formed answer.
+func TestClusterShopsShareLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 s of load")
+	}
+	srv := redistest.Start(t)
+	// StoreTimeoutMs is raised from its 50 ms default: on a 2-core machine
+	// running three race-instrumented shops, a load generator and the
+	// rest of the suite, Redis answers can take longer, and a degraded
+	// replica enforces only its share (ceil(100/3) = 34, 102 in all).
+	cfg := clusterConfig(srv.Addr(), `
+		"orders.create":{"PermitLimit":100,"WindowSeconds":1,"QueueLimit":10,"Scope":"cluster","StoreTimeoutMs":2000,"ConcurrencyLimit":1000},
+		"reports.export":{"PermitLimit":1000000,"ConcurrencyLimit":4,"ConcurrencyQueueLimit":2,"Scope":"cluster","StoreTimeoutMs":2000}`)
+	var shops []*clusterShop
+	for range 3 {
+		shops = append(shops, startClusterShop(t, cfg))
+	}
+	const run = 20 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), run)
+	defer cancel()
+
+	// Reservations held in Redis, sampled every 5 ms.
+	var maxQueued atomic.Int64
+	var samplers sync.WaitGroup
+	samplers.Go(func() {
+		for ctx.Err() == nil {
+			if v, err := srv.Do("HGET", "{shop-e2e:orders.create}:w", "a"); err == nil {
+				if n, err := strconv.ParseInt(strings.TrimPrefix(v, "$"), 10, 64); err == nil && n > maxQueued.Load() {
+					maxQueued.Store(n)
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+
+	var sent, answered, malformed atomic.Int64
+	statuses := sync.Map{}
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Go(func() {
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+			defer c.CloseIdleConnections()
+			s := shops[i%3]
+			for ctx.Err() == nil {
+				path, body := "/orders", `{"name":"widget","amount":1}`
+				if i%4 == 0 {
+					path, body = "/reports/export", `{"delayMs":5}`
+				}
+				sent.Add(1)
+				a := post(context.Background(), c, s.url+path, body)
+				if a.err != nil {
+					malformed.Add(1)
+					t.Errorf("%s: %v", path, a.err)
+					continue
+				}
+				answered.Add(1)
+				key := path + " " + strconv.Itoa(a.status)
+				if a.status == 503 {
+					key += " " + fmt.Sprint(a.problem["code"])
+					if a.retry == "" {
+						t.Errorf("%s: 503 without Retry-After", path)
+					}
+				} else if a.status != 200 && a.status != 201 {
+					t.Errorf("%s: status %d %v", path, a.status, a.problem)
+				}
+				v, _ := statuses.LoadOrStore(key, new(atomic.Int64))
+				v.(*atomic.Int64).Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	samplers.Wait()
+	time.Sleep(100 * time.Millisecond) // the handler logs flush every 20 ms
+
+	var paths []string
+	for _, s := range shops {
+		paths = append(paths, s.handler)
+	}
+	runs := readHandlerLogs(t, paths...)
+	perWindow := map[int64]int{}
+	type ev struct {
+		at    int64
+		delta int
+	}
+	var evs []ev
+	for _, r := range runs {
+		switch r.op {
+		case "orders.create":
+			perWindow[r.start/int64(time.Second)]++
+		case "reports.export":
+			evs = append(evs, ev{r.start, 1}, ev{r.end, -1})
+		}
+	}
+	most, total := 0, 0
+	for _, n := range perWindow {
+		most = max(most, n)
+		total += n
+	}
+	slices.SortFunc(evs, func(a, b ev) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.delta - b.delta // an end before a start at the same instant
+	})
+	peak, cur := 0, 0
+	for _, e := range evs {
+		cur += e.delta
+		peak = max(peak, cur)
+	}
+	var table []string
+	statuses.Range(func(k, v any) bool {
+		table = append(table, fmt.Sprintf("%s: %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	slices.Sort(table)
+	t.Logf("%v of load on 3 shops: %d requests, %d answered; %s", run, sent.Load(), answered.Load(), strings.Join(table, ", "))
+	t.Logf("orders.create: %d admitted in %d windows, at most %d in one (limit 100); reservations at most %d (limit 10); reports.export: %d runs, at most %d at once (limit 4)",
+		total, len(perWindow), most, maxQueued.Load(), len(evs)/2, peak)
+	if sent.Load() != answered.Load() || malformed.Load() != 0 {
+		t.Fatalf("%d sent, %d answered, %d malformed", sent.Load(), answered.Load(), malformed.Load())
+	}
+	if most > 100 {
+		t.Errorf("a window admitted %d orders across the three shops, limit 100", most)
+	}
+	if len(perWindow) < 15 || total < 15*100 {
+		t.Errorf("only %d admissions in %d windows: the load did not saturate the limit", total, len(perWindow))
+	}
+	if maxQueued.Load() > 10 {
+		t.Errorf("%d reservations queued, limit 10", maxQueued.Load())
+	}
+	if peak > 4 {
+		t.Errorf("%d exports ran at once across the three shops, limit 4", peak)
+	}
+	if peak < 4 {
+		t.Errorf("exports peaked at %d at once: the load did not reach the limit of 4", peak)
+	}
+}
