@@ -345,3 +345,178 @@ func TestClusterShopsShareLimits(t *testing.T) {
 		t.Errorf("exports peaked at %d at once: the load did not reach the limit of 4", peak)
 	}
 }
+
+// TestClusterShopsRedisDown: two shops under load lose Redis. Each
+// OnStoreError mode does what it says — "local": each replica admits its
+// share, ceil(PermitLimit / ExpectedReplicas), per window; "open": every
+// call; "closed": none, 503 KERNEL_UNAVAILABLE_002 — nothing is lost (every
+// request answered), and once Redis is back each operation is cluster-wide
+// again within seconds.
+func TestClusterShopsRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(srv.Addr(), `
+		"orders.create":{"PermitLimit":20,"WindowSeconds":1,"Scope":"cluster","ExpectedReplicas":2,"OnStoreError":"local","ConcurrencyLimit":1000},
+		"reports.export":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","OnStoreError":"open","ConcurrencyLimit":1000},
+		"billing.charge":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","OnStoreError":"closed"}`)
+	shops := []*clusterShop{startClusterShop(t, cfg), startClusterShop(t, cfg)}
+	type call struct{ path, body string }
+	calls := map[string]call{
+		"local":  {"/orders", `{"name":"widget","amount":1}`},
+		"open":   {"/reports/export", `{"delayMs":0}`},
+		"closed": {"/billing/charge", `{"amount":1}`},
+	}
+	// burst sends n calls of each mode to each shop and counts the
+	// admissions per mode.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	defer client.CloseIdleConnections()
+	burst := func(n int) map[string]int {
+		got := map[string]int{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for mode, c := range calls {
+			for _, s := range shops {
+				wg.Go(func() {
+					for range n {
+						a := post(context.Background(), client, s.url+c.path, c.body)
+						if a.err != nil {
+							t.Errorf("%s: %v", mode, a.err)
+							continue
+						}
+						mu.Lock()
+						switch {
+						case a.status < 300:
+							got[mode]++
+						case a.status == 503 && a.problem["code"] == pipeline.CodeRateLimited:
+						default:
+							t.Errorf("%s: status %d %v", mode, a.status, a.problem)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+		return got
+	}
+	// Align to the start of a second, so that one burst is one window.
+	alignSecond := func() { time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond))) }
+
+	alignSecond()
+	if got := burst(15); got["local"] != 20 || got["open"] != 30 || got["closed"] != 30 {
+		t.Fatalf("with Redis up: admitted %v, want local 20 (the shared limit), open 30, closed 30", got)
+	}
+	srv.Kill()
+	alignSecond()
+	got := burst(15)
+	t.Logf("Redis down: admitted %v of 30 each", got)
+	if got["local"] != 20 || got["open"] != 30 || got["closed"] != 0 {
+		t.Fatalf("with Redis down: admitted %v; want local 2 x ceil(20/2) = 20 (each shop its share), open 30, closed 0", got)
+	}
+	for _, s := range shops {
+		if !strings.Contains(s.stderr.String(), "cluster limits degraded") {
+			t.Fatalf("no degraded log line:\n%s", s.stderr)
+		}
+	}
+	srv.Restart()
+	back := time.Now()
+	for {
+		alignSecond()
+		got = burst(15)
+		if got["closed"] == 30 && got["local"] == 20 {
+			break
+		}
+		if time.Since(back) > 10*time.Second {
+			t.Fatalf("10 s after Redis came back: admitted %v", got)
+		}
+	}
+	t.Logf("cluster-wide again %v after Redis restarted", time.Since(back).Round(time.Millisecond))
+	for _, s := range shops {
+		if n := strings.Count(s.stderr.String(), "cluster limits recovered"); n < 1 {
+			t.Fatalf("no recovered log line:\n%s", s.stderr)
+		}
+	}
+}
+
+// TestClusterShopPausedRedis: with Redis paused (CLIENT PAUSE), the
+// operation's p99 stays within its unloaded p99 + StoreTimeoutMs + a small
+// margin: each store call is bounded, and a degraded operation does not
+// ask again before RetryInterval.
+func TestClusterShopPausedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(srv.Addr(), `"orders.create":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","StoreTimeoutMs":50,"ConcurrencyLimit":1000}`)
+	s := startClusterShop(t, cfg)
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	measure := func(n int) (p99, worst time.Duration) {
+		var lat []time.Duration
+		for range n {
+			a := post(context.Background(), client, s.url+"/orders", `{"name":"widget","amount":1}`)
+			if a.err != nil || a.status != 201 {
+				t.Fatalf("status %d, %v", a.status, a.err)
+			}
+			lat = append(lat, a.latency)
+		}
+		slices.Sort(lat)
+		return lat[len(lat)*99/100], lat[len(lat)-1]
+	}
+	measure(50) // warm up
+	base, _ := measure(300)
+	srv.Pause(3 * time.Second)
+	paused, worst := measure(300)
+	const margin = 25 * time.Millisecond
+	t.Logf("p99 unloaded %v, with Redis paused %v, slowest %v (StoreTimeoutMs 50, margin %v)", base, paused, worst, margin)
+	if paused > base+50*time.Millisecond+margin {
+		t.Fatalf("p99 with Redis paused %v > unloaded p99 %v + StoreTimeoutMs 50ms + %v", paused, base, margin)
+	}
+}
+
+// TestClusterShopKilledHolderFreesSlots: a replica killed with kill -9
+// while its calls hold every slot of reports.export gives the slots back
+// by itself: another replica is admitted once the dead calls' deadline
+// plus the lease grace (2 s) has passed, and not before.
+func TestClusterShopKilledHolderFreesSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(srv.Addr(), `"reports.export":{"PermitLimit":1000000,"ConcurrencyLimit":2,"Scope":"cluster"}`)
+	a, b := startClusterShop(t, cfg), startClusterShop(t, cfg)
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	started := time.Now()
+	for range 2 {
+		go post(context.Background(), client, a.url+"/reports/export", `{"delayMs":10000}`, "Sundial-Timeout-Ms", "1000")
+	}
+	// Wait until both hold their lease, then kill the holder.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, _ := srv.Do("ZCARD", "{shop-e2e:reports.export}:c")
+		if n == "2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leases not taken: ZCARD = %s", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.kill9()
+	var freed time.Duration
+	for {
+		r := post(context.Background(), client, b.url+"/reports/export", `{"delayMs":0}`)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.status == 200 {
+			freed = time.Since(started)
+			break
+		}
+		if r.status != 503 || r.problem["code"] != pipeline.CodeConcurrencyLimited {
+			t.Fatalf("status %d %v", r.status, r.problem)
+		}
+		if time.Since(started) > 10*time.Second {
+			t.Fatal("slots of the killed replica not free after 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("killed replica's slots free %v after its calls started (deadline 1 s + grace 2 s)", freed.Round(time.Millisecond))
+	if freed < 2900*time.Millisecond || freed > 4*time.Second {
+		t.Fatalf("slots free after %v, want deadline (1 s) + grace (2 s) = about 3 s", freed)
+	}
+}
