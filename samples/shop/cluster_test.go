@@ -399,7 +399,9 @@ func TestClusterShopsRedisDown(t *testing.T) {
 		return got
 	}
 	// Align to the start of a second, so that one burst is one window.
-	alignSecond := func() { time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond))) }
+	alignSecond := func() {
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	}
 
 	alignSecond()
 	if got := burst(15); got["local"] != 20 || got["open"] != 30 || got["closed"] != 30 {
