@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/cluster"
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
 
 // The pipeline benchmarks measure one in-process call of a no-op operation
@@ -307,4 +311,50 @@ func BenchmarkEdge(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkClusterAdmission measures one admission of a rate limit and of
+// a concurrency limit with Scope cluster (Redis on loopback, started by
+// the benchmark) next to the same limits with Scope process. It reports
+// store round trips per call (roundtrips/op): one per admission for the
+// window, two for a concurrency slot (take and give back, the give-back
+// after the handler returned).
+func BenchmarkClusterAdmission(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, c := range []struct{ name, limit string }{
+		{"rate-process", `"PermitLimit":1000000000,"WindowSeconds":3600`},
+		{"rate-cluster", `"PermitLimit":1000000000,"WindowSeconds":3600,"Scope":"cluster","StoreTimeoutMs":1000`},
+		{"concurrency-process", `"ConcurrencyLimit":1000000`},
+		{"concurrency-cluster", `"ConcurrencyLimit":1000000,"Scope":"cluster","StoreTimeoutMs":1000`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var trips atomic.Int64
+			rdb := cluster.NewClient(&redis.Options{Addr: srv.Addr()})
+			rdb.AddHook(tripHook{&trips})
+			defer rdb.Close()
+			k := newBenchKernel(b, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{"TimeoutSeconds":1,`+c.limit+`}}}}}}`,
+				benchHandler, kernel.WithRedis(rdb))
+			defer k.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			trips.Store(0)
+			for b.Loop() {
+				if _, err := kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
+		})
+	}
+}
+
+// tripHook counts the commands sent (the heartbeat included: one a second).
+type tripHook struct{ n *atomic.Int64 }
+
+func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
