@@ -158,3 +158,13 @@ func clusterKernel(config string, opts ...kernel.Option) (*kernel.Kernel, error)
 	}
 	return kernel.New(append([]kernel.Option{kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(config))}, opts...)...)
 }
+
+// TestWithRedisTypedNil: a typed-nil client is no client: New fails
+// clearly for a cluster-scoped operation instead of crashing later.
+func TestWithRedisTypedNil(t *testing.T) {
+	var rdb *redis.Client
+	_, err := clusterKernel(wrap(`{"Operations":{"orders.create":{"PermitLimit":1,"Scope":"cluster"}}}`), kernel.WithRedis(rdb))
+	if err == nil || !strings.Contains(err.Error(), `Scope "cluster" needs Redis`) {
+		t.Fatalf("New with a typed-nil client: %v", err)
+	}
+}

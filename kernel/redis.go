@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -131,13 +132,21 @@ func parseRedisTLS(raw any, path string) (*RedisTLS, error) {
 // WithRedis hands the kernel a Redis client for cluster-scoped limits (and
 // other state shared between replicas) instead of Sundial.Kernel.Redis.
 // The kernel does not close it. Set it up like cluster.NewClient does:
-// context timeouts on, MaxRetries -1. A nil client is a no-op.
+// context timeouts on, MaxRetries -1. A nil client, typed or not, is a
+// no-op.
 func WithRedis(c redis.UniversalClient) Option {
 	return optionFunc(func(o *options) {
-		if c != nil {
+		if c != nil && !isNilPointer(c) {
 			o.redis = c
 		}
 	})
+}
+
+// isNilPointer reports whether v holds a nil pointer (a typed nil client
+// must not pass for one).
+func isNilPointer(v any) bool {
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 // Redis returns the kernel's Redis client (WithRedis, or the one it made

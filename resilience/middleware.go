@@ -451,6 +451,11 @@ func (l *ResilienceMiddleware) RateQueueDepth() int {
 // ConcurrencyQueueDepth returns the number of calls waiting for a
 // concurrency slot.
 func (l *ResilienceMiddleware) ConcurrencyQueueDepth() int {
+	if l != nil && l.sharedSlots != nil {
+		if q, ok := l.sharedSlots.(interface{ QueueDepth() int }); ok {
+			return q.QueueDepth() // this process's waiters
+		}
+	}
 	if l == nil || l.conc == nil {
 		return 0
 	}
