@@ -104,6 +104,7 @@ type edge struct {
 	inv     *pipeline.Invocation
 	h       pipeline.Handler // the chain to run; nil when rejected
 	obs     *telemetry.Call  // nil: not observed
+	lat     *latency         // nil: not recorded (host endpoints)
 	reject  error            // the outcome when nothing runs
 	traceID string
 }
@@ -132,6 +133,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		var ok bool
 		if c, ok = k.ops[req.Operation]; ok {
 			op = c.desc
+			e.lat = c.lat
 		} else {
 			e.reject = notRegistered(req.Operation)
 		}
@@ -258,6 +260,9 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 			at = time.Now() // the clock is read only for an observed call
 		}
 		e.obs.End(pe, at)
+		if arrival, ok := e.inv.Arrival(); ok {
+			e.lat.observe(at, at.Sub(arrival)) // for Status
+		}
 	}
 	return out, pe
 }

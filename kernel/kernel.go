@@ -173,6 +173,7 @@ type compiled struct {
 	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
 	handler pipeline.Handler      // the chain around the registered handler
 	obs     *telemetry.Op         // nil: telemetry off
+	lat     *latency              // answer times for Status; nil: host pipeline
 	onPanic func(*pipeline.Invocation, *pipeline.PanicError)
 }
 
@@ -252,6 +253,7 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 	}
 	if d != nil {
 		c.obs = k.tel.Operation(d)
+		c.lat = newLatency(time.Now())
 	}
 	for _, stage := range pipeline.Stages() {
 		if stage == pipeline.StageResilience && k.settings.UseBuiltInMiddleware {

@@ -94,6 +94,7 @@ type ResilienceMiddleware struct {
 	rateLimited  rejections
 	circuitOpen  rejections
 	concLimitErr *pipeline.Error
+	concRejected atomic.Int64
 }
 
 // NewResilienceMiddleware returns the ResilienceMiddleware of the
@@ -212,7 +213,7 @@ func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, 
 		// Without a queue Acquire never waits, whatever the context.
 		if l.conc.Acquire(context.Background()) != nil {
 			l.neutral(a.ticket)
-			return a, l.concLimitErr
+			return a, l.concRejection()
 		}
 		a.conc = true
 	}
@@ -260,14 +261,14 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 			if ctx.Err() != nil {
 				return nil, Attribute(ctx)
 			}
-			return nil, l.concLimitErr
+			return nil, l.concRejection()
 		}
 	}
 	if l.conc != nil && !a.conc {
 		if cerr := l.conc.Acquire(ctx); cerr != nil {
 			l.neutral(a.ticket)
 			if cerr == ErrLimited {
-				return nil, l.concLimitErr
+				return nil, l.concRejection()
 			}
 			return nil, Attribute(ctx)
 		}
@@ -325,6 +326,11 @@ func (l *ResilienceMiddleware) watchProbe(ctx context.Context, inv *pipeline.Inv
 func (w *probeWatch) claim() bool {
 	w.stop()
 	return w.claimed.CompareAndSwap(false, true)
+}
+
+func (l *ResilienceMiddleware) concRejection() *pipeline.Error {
+	l.concRejected.Add(1)
+	return l.concLimitErr
 }
 
 func (l *ResilienceMiddleware) neutral(t breaker.Ticket) {
@@ -439,6 +445,40 @@ func (l *ResilienceMiddleware) BreakerState() BreakerState {
 	return BreakerState(l.breaker.State())
 }
 
+// BreakerOpenFor returns how long the operation's breaker stays open before
+// it half-opens (0 when it is not open or there is none).
+func (l *ResilienceMiddleware) BreakerOpenFor() time.Duration {
+	if l == nil || l.breaker == nil {
+		return 0
+	}
+	return l.breaker.OpenFor()
+}
+
+// WindowQuota returns the current state of the operation's fixed window —
+// permits left and time to reset — and false when it has no rate limit in
+// this process (none configured, or Scope cluster: the shared window's
+// state is in the store).
+func (l *ResilienceMiddleware) WindowQuota() (Quota, bool) {
+	if l == nil || l.window == nil {
+		return Quota{}, false
+	}
+	return l.window.quota(), true
+}
+
+// Rejections counts the calls each limit turned away since the process
+// started.
+type Rejections struct {
+	Rate, Concurrency, Breaker int64
+}
+
+// Rejections returns the calls the operation's limits turned away.
+func (l *ResilienceMiddleware) Rejections() Rejections {
+	if l == nil {
+		return Rejections{}
+	}
+	return Rejections{Rate: l.rateLimited.count.Load(), Concurrency: l.concRejected.Load(), Breaker: l.circuitOpen.count.Load()}
+}
+
 // RateQueueDepth returns the number of calls waiting for the next rate
 // limit window.
 func (l *ResilienceMiddleware) RateQueueDepth() int {
@@ -522,6 +562,7 @@ const maxCachedRetry = 120
 // occurs (an *pipeline.Error cannot change, so sharing it is safe). Values beyond maxCachedRetry share one slot holding the latest:
 // they change once a second at most.
 type rejections struct {
+	count atomic.Int64 // rejections handed out
 	id    string
 	make  func(id string, retryAfter time.Duration) *pipeline.Error
 	cache []atomic.Pointer[pipeline.Error] // index: retryAfter seconds
@@ -538,6 +579,7 @@ func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, lo
 }
 
 func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
+	r.count.Add(1)
 	n := pipeline.RetryAfterSeconds(retryAfter)
 	if n >= int64(len(r.cache)) {
 		if l := r.last.Load(); l != nil && l.seconds == n {

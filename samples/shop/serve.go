@@ -161,6 +161,9 @@ func serve(ctx context.Context, o serveOptions) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	e.GET("/metrics", echo.WrapHandler(tel.metrics)) // Prometheus (telemetry.go)
+	// The live status page (opt-in in Sundial, on in the shop, which
+	// binds to loopback by default).
+	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
 
 	ln, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {

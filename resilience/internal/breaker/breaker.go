@@ -227,6 +227,15 @@ func (b *Breaker) State() State {
 	return HalfOpen
 }
 
+// OpenFor returns how long the breaker stays open before it half-opens (0
+// when it is not open).
+func (b *Breaker) OpenFor() time.Duration {
+	if phase(b.w.Load()) != phaseOpen {
+		return 0
+	}
+	return max(time.Duration(b.openUntil.Load()-b.now()), 0)
+}
+
 // Failures returns the consecutive failures counted while closed.
 func (b *Breaker) Failures() int { return int(failures(b.w.Load())) }
 
