@@ -58,6 +58,9 @@ type serveOptions struct {
 	idleTimeout       time.Duration
 	// logger receives the access log and the framework's events (JSON).
 	logger *slog.Logger
+	// asyncLog, if set, is the asynclog handler behind logger: the
+	// records it dropped are counted on /metrics (sundial_log_dropped_total).
+	asyncLog *asynclog.Handler
 	// stdout receives the "serving" lines.
 	stdout io.Writer
 	// kernelOpts are added to the shop's kernel options (tests add
@@ -98,7 +101,7 @@ exits. A request is either answered or never read.`,
 		// blocked stderr drops (and counts) records instead of stalling
 		// responses, the 504 at a deadline included.
 		alog := asynclog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-		o.logger = slog.New(alog)
+		o.logger, o.asyncLog = slog.New(alog), alog
 		err := serve(ctx, o)
 		flushCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = alog.Close(flushCtx) // a stderr still blocked after a second loses the rest
@@ -140,6 +143,12 @@ func serve(ctx context.Context, o serveOptions) error {
 		return &serveError{fmt.Errorf("telemetry: %w", err)}
 	}
 	defer tel.shutdown(o.logger)
+	if o.asyncLog != nil {
+		// Dropped log records on /metrics: visible while the log is not.
+		if _, err := o.asyncLog.ObserveDropped(tel.mp.Meter(meterName)); err != nil {
+			return &serveError{fmt.Errorf("telemetry: %w", err)}
+		}
+	}
 	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...), o.kernelOpts...)...)
 	if err != nil {
 		return err

@@ -855,25 +855,6 @@ func stragglerFlood(t *testing.T, url string, stall *stallingHandler) *flood {
 	return f
 }
 
-// metricValue returns the value of the first sample of metric on the
-// shop's /metrics, or "?".
-func metricValue(url, metric string) string {
-	hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
-	defer hc.CloseIdleConnections() // no connection left to count against the baseline
-	resp, err := hc.Get(url + "/metrics")
-	if err != nil {
-		return "?"
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for line := range strings.Lines(string(b)) {
-		if name, rest, ok := strings.Cut(line, " "); ok && (name == metric || strings.HasPrefix(name, metric+"{")) {
-			return strings.TrimSpace(rest)
-		}
-	}
-	return "?"
-}
-
 // stallFlood opens stallStreams calls to stallMethod over stallConns new
 // connections, none of which ever sends its request message, and waits
 // for their answers (the listener's recv bound), watching the server's

@@ -22,6 +22,10 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 )
 
+// meterName is the instrumentation scope of the shop's own instruments
+// (the count of dropped log records).
+const meterName = "github.com/sundial-go/sundial/samples/shop"
+
 // shopTelemetry is the OpenTelemetry SDK of one `shop serve` run:
 //
 //   - a tracer provider that samples every trace (a caller's sampling
