@@ -12,9 +12,13 @@ FUZZTIME  ?= 10s
 
 all: test
 
-## run: start the shop sample on its embedded default config
+## run: start the shop sample on its embedded default config, bound to
+## loopback (HTTP 127.0.0.1:5000, gRPC 127.0.0.1:5001); listen elsewhere
+## with e.g. `make run HTTP_ADDR=:5000 GRPC_ADDR=:5001`
+HTTP_ADDR ?= 127.0.0.1:5000
+GRPC_ADDR ?= 127.0.0.1:5001
 run:
-	$(GO) run ./samples/shop serve
+	$(GO) run ./samples/shop serve --http $(HTTP_ADDR) --grpc $(GRPC_ADDR)
 
 ## test: vet, gofmt check, and every test with the race detector (first
 ## installs redis-server, protoc and chromium with apt-get when they are

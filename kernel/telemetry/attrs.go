@@ -53,6 +53,9 @@ type Op struct {
 	rejected [len(reasons)][]metric.AddOption
 	// observe: observe options of the observable instruments.
 	observe, observeRate, observeConc []metric.ObserveOption
+	// observeBreaker: observe options of MetricBreakerState per state (see
+	// breakerStates).
+	observeBreaker [len(breakerStates)][]metric.ObserveOption
 
 	mu       sync.Mutex // serialises writers of outcomes
 	outcomes [numProtocols]atomic.Pointer[map[outcomeKey]*outcomeAttrs]
@@ -68,7 +71,6 @@ type outcomeKey struct {
 // outcomeAttrs are the precomputed attributes of one outcome code.
 type outcomeAttrs struct {
 	span []attribute.KeyValue
-	add  []metric.AddOption
 	rec  []metric.RecordOption
 }
 
@@ -111,6 +113,9 @@ func newOp(t *Telemetry, name string, route bool) *Op {
 		o.rejected[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrReason, r)))}
 	}
 	o.observe = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr))}
+	for i, st := range breakerStates {
+		o.observeBreaker[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrState, st)))}
+	}
 	o.observeRate = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrQueue, ReasonRate)))}
 	o.observeConc = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrQueue, ReasonConcurrency)))}
 	return o
@@ -160,7 +165,6 @@ func newOutcomeAttrs(id, proto attribute.KeyValue, k pipeline.Kind, code string)
 		a.span = []attribute.KeyValue{attribute.String(AttrOutcomeKind, kind), attribute.String(AttrOutcomeCode, code)}
 		set = attribute.NewSet(id, proto, attribute.String(MetricAttrKind, kind), attribute.String(MetricAttrCode, code))
 	}
-	a.add = []metric.AddOption{metric.WithAttributeSet(set)}
 	a.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
 	return a
 }

@@ -119,7 +119,6 @@ func (c *Call) End(err error, end time.Time) {
 		c.span.End(trace.WithTimestamp(end))
 	}
 	if in := c.in; in != nil {
-		in.count.Add(c.ctx, 1, a.add...)
 		in.duration.Record(c.ctx, end.Sub(c.start).Seconds(), a.rec...)
 		if reason >= 0 {
 			in.rejected.Add(c.ctx, 1, c.o.rejected[reason]...)

@@ -352,11 +352,11 @@ func TestAttributedVersusOriginal(t *testing.T) {
 		t.Errorf("access log = %v, want trace_id %s, operation test.cancelled, protocol http", l, c.TraceID())
 	}
 	rm := h.collect(t)
-	if v, _ := valueOf(rm, telemetry.MetricInvocationCount, map[string]string{"operation": "test.cancelled", "kind": "TIMEOUT"}); v != 1 {
-		t.Errorf("%s{kind=TIMEOUT} = %v, want 1", telemetry.MetricInvocationCount, v)
+	if v, _ := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"operation": "test.cancelled", "kind": "TIMEOUT"}); v != 1 {
+		t.Errorf("%s{kind=TIMEOUT} = %v, want 1", telemetry.MetricInvocationDuration, v)
 	}
-	if v, ok := valueOf(rm, telemetry.MetricInvocationCount, map[string]string{"operation": "test.cancelled", "kind": "CANCELLED"}); ok {
-		t.Errorf("%s{kind=CANCELLED} = %v, want no point: metrics see the attributed outcome", telemetry.MetricInvocationCount, v)
+	if v, ok := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"operation": "test.cancelled", "kind": "CANCELLED"}); ok {
+		t.Errorf("%s{kind=CANCELLED} = %v, want no point: metrics see the attributed outcome", telemetry.MetricInvocationDuration, v)
 	}
 }
 
@@ -417,9 +417,9 @@ func TestInvocationMetrics(t *testing.T) {
 		attrs  map[string]string
 		want   float64
 	}{
-		{telemetry.MetricInvocationCount, map[string]string{"operation": "test.ok", "protocol": "http", "kind": "OK"}, 2},
-		{telemetry.MetricInvocationCount, map[string]string{"operation": "test.missing", "kind": "NOT_FOUND", "code": "TEST_NOT_FOUND_001"}, 1},
-		{telemetry.MetricInvocationCount, map[string]string{"operation": "test.wait", "kind": "TIMEOUT", "code": pipeline.CodeTimeout}, 1},
+		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.ok", "protocol": "http", "kind": "OK"}, 2},
+		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.missing", "kind": "NOT_FOUND", "code": "TEST_NOT_FOUND_001"}, 1},
+		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.wait", "kind": "TIMEOUT", "code": pipeline.CodeTimeout}, 1},
 		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.ok", "kind": "OK"}, 2},
 		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.wait", "kind": "TIMEOUT"}, 1},
 		{telemetry.MetricDeadlineRemaining, map[string]string{"operation": "test.wait", "protocol": "http"}, 1},
@@ -431,9 +431,9 @@ func TestInvocationMetrics(t *testing.T) {
 	}
 	// OK has no code attribute; calls without a deadline are not in the
 	// remaining histogram.
-	for _, p := range points(rm, telemetry.MetricInvocationCount) {
+	for _, p := range points(rm, telemetry.MetricInvocationDuration) {
 		if _, ok := p.attrs["code"]; ok && p.attrs["kind"] == "OK" {
-			t.Errorf("%s point %v has a code for OK", telemetry.MetricInvocationCount, p.attrs)
+			t.Errorf("%s point %v has a code for OK", telemetry.MetricInvocationDuration, p.attrs)
 		}
 	}
 	if _, ok := valueOf(rm, telemetry.MetricDeadlineRemaining, map[string]string{"operation": "test.ok"}); ok {
@@ -495,8 +495,8 @@ func TestEndOnce(t *testing.T) {
 	if n := len(h.logLines(t)); n != 1 {
 		t.Errorf("access log lines = %d, want 1", n)
 	}
-	if n := len(points(h.collect(t), telemetry.MetricInvocationCount)); n != 1 {
-		t.Errorf("%s points = %d, want 1 (NOT_FOUND only)", telemetry.MetricInvocationCount, n)
+	if n := len(points(h.collect(t), telemetry.MetricInvocationDuration)); n != 1 {
+		t.Errorf("%s points = %d, want 1 (NOT_FOUND only)", telemetry.MetricInvocationDuration, n)
 	}
 }
 
@@ -513,8 +513,8 @@ func TestHostEndpointNamedByRoute(t *testing.T) {
 	if _, ok := spanAttrs(s)[telemetry.AttrOperationID]; ok {
 		t.Errorf("host span has %s", telemetry.AttrOperationID)
 	}
-	if v, _ := valueOf(h.collect(t), telemetry.MetricInvocationCount, map[string]string{"route": "GET /healthz", "kind": "OK"}); v != 1 {
-		t.Errorf("%s{route=GET /healthz} = %v, want 1", telemetry.MetricInvocationCount, v)
+	if v, _ := valueOf(h.collect(t), telemetry.MetricInvocationDuration, map[string]string{"route": "GET /healthz", "kind": "OK"}); v != 1 {
+		t.Errorf("%s{route=GET /healthz} = %v, want 1", telemetry.MetricInvocationDuration, v)
 	}
 	if l := h.logLines(t); len(l) != 1 || l[0]["route"] != "GET /healthz" || l[0]["operation"] != nil {
 		t.Errorf("access log = %v, want one line with route GET /healthz", l)
@@ -549,11 +549,11 @@ func TestRoutesBounded(t *testing.T) {
 		t.Errorf("last span %q, want GET /r299", s[len(s)-1].Name())
 	}
 	rm := h.collect(t)
-	if n := len(points(rm, telemetry.MetricInvocationCount)); n > 257 {
-		t.Errorf("%s has %d points, want at most 257", telemetry.MetricInvocationCount, n)
+	if n := len(points(rm, telemetry.MetricInvocationDuration)); n > 257 {
+		t.Errorf("%s has %d points, want at most 257", telemetry.MetricInvocationDuration, n)
 	}
-	if v, _ := valueOf(rm, telemetry.MetricInvocationCount, map[string]string{"route": "other"}); v == 0 {
-		t.Errorf("%s{route=other} = 0, want the calls past the bound", telemetry.MetricInvocationCount)
+	if v, _ := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"route": "other"}); v == 0 {
+		t.Errorf("%s{route=other} = 0, want the calls past the bound", telemetry.MetricInvocationDuration)
 	}
 }
 

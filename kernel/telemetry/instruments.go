@@ -9,17 +9,18 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// Histogram bucket boundaries, in seconds. Durations use the boundaries
-// OpenTelemetry recommends for http.server.request.duration; deadline
-// budgets reach further, up to the kernel's default MaxTimeout.
+// Histogram bucket boundaries, in seconds. Durations start at 50 µs, so
+// that operations of a few hundred microseconds (an in-memory handler
+// behind the pipeline) are resolved, and follow a 1-2.5-5 series up to the
+// 10 s of OpenTelemetry's recommended HTTP boundaries; deadline budgets
+// reach further, up to the kernel's default MaxTimeout.
 var (
-	durationBuckets  = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+	durationBuckets  = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 	remainingBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 )
 
 // instruments are the metric instruments of one Telemetry, made once.
 type instruments struct {
-	count     metric.Int64Counter
 	duration  metric.Float64Histogram
 	rejected  metric.Int64Counter
 	remaining metric.Float64Histogram
@@ -36,9 +37,6 @@ type instruments struct {
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
 	var errs [10]error
-	in.count, errs[0] = m.Int64Counter(MetricInvocationCount,
-		metric.WithDescription("Finished invocations, by operation, protocol and attributed outcome."),
-		metric.WithUnit("{invocation}"))
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -49,7 +47,7 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 		metric.WithDescription("Time remaining until the caller's deadline when the invocation arrived."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(remainingBuckets...))
 	in.breaker, errs[4] = m.Int64ObservableGauge(MetricBreakerState,
-		metric.WithDescription("Circuit breaker state per operation: 0 closed, 1 half-open, 2 open."),
+		metric.WithDescription("Circuit breaker state per operation: 1 for the state it is in (closed, half_open or open), 0 for the others."),
 		metric.WithUnit("{state}"))
 	in.queue, errs[5] = m.Int64ObservableUpDownCounter(MetricQueueDepth,
 		metric.WithDescription("Invocations waiting in an operation's rate-limit or concurrency queue."),
@@ -74,7 +72,7 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 // enabled reports whether the synchronous instruments record anything —
 // false while the global meter provider is still otel's no-op default.
 func (in *instruments) enabled(ctx context.Context) bool {
-	return in != nil && in.count.Enabled(ctx)
+	return in != nil && in.duration.Enabled(ctx)
 }
 
 // observe reports every operation's limiter state.
@@ -92,7 +90,14 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 			continue
 		}
 		if st.HasBreaker {
-			o.ObserveInt64(in.breaker, breakerValue(st.Breaker), op.observe...)
+			cur := breakerSlot(st.Breaker)
+			for i := range breakerStates {
+				v := int64(0)
+				if i == cur {
+					v = 1
+				}
+				o.ObserveInt64(in.breaker, v, op.observeBreaker[i]...)
+			}
 		}
 		if st.RateLimited {
 			o.ObserveInt64(in.queue, int64(st.RateQueueDepth), op.observeRate...)
@@ -111,9 +116,12 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 	}
 }
 
-// breakerValue is the value MetricBreakerState reports for s: 0 closed,
-// 1 half-open, 2 open.
-func breakerValue(s resilience.BreakerState) int64 {
+// breakerStates are the values of MetricAttrState, indexed as breakerSlot
+// returns them.
+var breakerStates = [...]string{BreakerClosed, BreakerHalfOpen, BreakerOpen}
+
+// breakerSlot returns the index in breakerStates of s.
+func breakerSlot(s resilience.BreakerState) int {
 	switch s {
 	case resilience.BreakerHalfOpen:
 		return 1

@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"sync"
 	"testing"
 	"time"
@@ -60,22 +61,22 @@ func TestShopThreeOrders(t *testing.T) {
 		attrs  map[string]string
 		want   float64
 	}{
-		{telemetry.MetricInvocationCount, map[string]string{"operation": "orders.create", "protocol": "inprocess", "kind": "OK"}, 2},
-		{telemetry.MetricInvocationCount, map[string]string{"operation": "orders.create", "kind": "UNAVAILABLE", "code": pipeline.CodeRateLimited}, 1},
-		{telemetry.MetricInvocationDuration, map[string]string{"operation": "orders.create", "kind": "OK"}, 2},
+		{telemetry.MetricInvocationDuration, map[string]string{"operation": "orders.create", "protocol": "inprocess", "kind": "OK"}, 2},
+		{telemetry.MetricInvocationDuration, map[string]string{"operation": "orders.create", "kind": "UNAVAILABLE", "code": pipeline.CodeRateLimited}, 1},
 		{telemetry.MetricRejectionCount, map[string]string{"operation": "orders.create", "reason": "rate"}, 1},
 		{telemetry.MetricQueueDepth, map[string]string{"operation": "orders.create", "queue": "rate"}, 0},
 		{telemetry.MetricQueueDepth, map[string]string{"operation": "orders.create", "queue": "concurrency"}, 0},
 		{telemetry.MetricConcurrencyActive, map[string]string{"operation": "orders.create"}, 0},
-		{telemetry.MetricBreakerState, map[string]string{"operation": "billing.charge"}, 0},
+		{telemetry.MetricBreakerState, map[string]string{"operation": "billing.charge", "state": "closed"}, 1},
+		{telemetry.MetricBreakerState, map[string]string{"operation": "billing.charge", "state": "open"}, 0},
 	}
 	for _, tt := range tests {
 		if got, ok := valueOf(rm, tt.metric, tt.attrs); !ok || got != tt.want {
 			t.Errorf("%s%v = %v (present %v), want %v", tt.metric, tt.attrs, got, ok, tt.want)
 		}
 	}
-	if n := len(points(rm, telemetry.MetricInvocationCount)); n != 2 {
-		t.Errorf("%s has %d points, want 2 (OK and the rejection)", telemetry.MetricInvocationCount, n)
+	if n := len(points(rm, telemetry.MetricInvocationDuration)); n != 2 {
+		t.Errorf("%s has %d points, want 2 (OK and the rejection)", telemetry.MetricInvocationDuration, n)
 	}
 	// orders.create has no breaker: no breaker-state point for it.
 	if _, ok := valueOf(rm, telemetry.MetricBreakerState, map[string]string{"operation": "orders.create"}); ok {
@@ -94,8 +95,9 @@ func TestShopThreeOrders(t *testing.T) {
 	}
 }
 
-// TestBreakerStateGauge: the breaker gauge reports 0 closed, 1 half-open
-// and 2 open, and nothing for an operation without a breaker, one the
+// TestBreakerStateGauge: the breaker gauge reports one point per state
+// (state closed, half_open, open), 1 for the breaker's state and 0 for the
+// others, and nothing for an operation without a breaker, one the
 // LimitsFunc does not know, or before ObserveLimits.
 func TestBreakerStateGauge(t *testing.T) {
 	h := newHarness(t)
@@ -111,19 +113,27 @@ func TestBreakerStateGauge(t *testing.T) {
 	l.set("test.open", telemetry.LimitState{HasBreaker: true, Breaker: resilience.BreakerOpen})
 	l.set("test.none", telemetry.LimitState{})
 	h.tel.ObserveLimits(l.state)
-	rm := h.collect(t)
-	for id, want := range map[string]float64{"test.closed": 0, "test.half-open": 1, "test.open": 2} {
-		if v, ok := valueOf(rm, telemetry.MetricBreakerState, map[string]string{"operation": id}); !ok || v != want {
-			t.Errorf("%s{%s} = %v (present %v), want %v", telemetry.MetricBreakerState, id, v, ok, want)
+	check := func(rm metricdata.ResourceMetrics, id, in string) {
+		t.Helper()
+		for _, st := range []string{telemetry.BreakerClosed, telemetry.BreakerHalfOpen, telemetry.BreakerOpen} {
+			want := 0.0
+			if st == in {
+				want = 1
+			}
+			if v, ok := valueOf(rm, telemetry.MetricBreakerState, map[string]string{"operation": id, "state": st}); !ok || v != want {
+				t.Errorf("%s{%s,state=%s} = %v (present %v), want %v", telemetry.MetricBreakerState, id, st, v, ok, want)
+			}
 		}
 	}
-	if n := len(points(rm, telemetry.MetricBreakerState)); n != 3 {
-		t.Errorf("%s has %d points, want 3 (no breaker, unknown: none)", telemetry.MetricBreakerState, n)
+	rm := h.collect(t)
+	check(rm, "test.closed", "closed")
+	check(rm, "test.half-open", "half_open")
+	check(rm, "test.open", "open")
+	if n := len(points(rm, telemetry.MetricBreakerState)); n != 9 {
+		t.Errorf("%s has %d points, want 9 (3 breakers x 3 states; no breaker, unknown: none)", telemetry.MetricBreakerState, n)
 	}
 	l.set("test.closed", telemetry.LimitState{HasBreaker: true, Breaker: resilience.BreakerOpen})
-	if v, _ := valueOf(h.collect(t), telemetry.MetricBreakerState, map[string]string{"operation": "test.closed"}); v != 2 {
-		t.Errorf("after it opened, %s{test.closed} = %v, want 2", telemetry.MetricBreakerState, v)
-	}
+	check(h.collect(t), "test.closed", "open")
 	h.tel.ObserveLimits(nil)
 	if n := len(points(h.collect(t), telemetry.MetricBreakerState)); n != 0 {
 		t.Errorf("after ObserveLimits(nil): %d breaker points, want 0", n)

@@ -9,12 +9,11 @@ const ScopeName = "github.com/sundial-go/sundial/kernel/telemetry"
 // renders them as, e.g., sundial_invocation_count_total and
 // sundial_invocation_duration_seconds.
 const (
-	// MetricInvocationCount counts finished invocations (Int64Counter),
-	// by operation (or route), protocol, kind and code.
-	MetricInvocationCount = "sundial.invocation.count"
 	// MetricInvocationDuration is the duration of finished invocations in
-	// seconds (Float64Histogram), with the attributes of
-	// MetricInvocationCount.
+	// seconds (Float64Histogram), by operation (or route), protocol, kind
+	// and code. Its count is the number of finished invocations: there is
+	// no separate counter (in Prometheus,
+	// sundial_invocation_duration_seconds_count).
 	MetricInvocationDuration = "sundial.invocation.duration"
 	// MetricRejectionCount counts invocations rejected by a per-operation
 	// limit (Int64Counter), by operation and reason.
@@ -25,8 +24,10 @@ const (
 	// recorded; a deadline already past records 0.
 	MetricDeadlineRemaining = "sundial.deadline.remaining"
 	// MetricBreakerState is the circuit breaker's state per operation
-	// (Int64ObservableGauge): 0 closed, 1 half-open, 2 open. Operations
-	// without a breaker are not reported.
+	// (Int64ObservableGauge), one point per state (MetricAttrState:
+	// BreakerClosed, BreakerHalfOpen, BreakerOpen): 1 for the state the
+	// breaker is in, 0 for the others. Operations without a breaker are not
+	// reported.
 	MetricBreakerState = "sundial.breaker.state"
 	// MetricQueueDepth is the number of invocations waiting in an
 	// operation's queue (Int64ObservableUpDownCounter), by operation and
@@ -67,6 +68,9 @@ const (
 	// MetricAttrReason is the limit that rejected a call: "rate",
 	// "concurrency" or "breaker".
 	MetricAttrReason = "reason"
+	// MetricAttrState is the breaker state of a MetricBreakerState point:
+	// BreakerClosed, BreakerHalfOpen or BreakerOpen.
+	MetricAttrState = "state"
 	// MetricAttrQueue is the queue of MetricQueueDepth: "rate" or
 	// "concurrency".
 	MetricAttrQueue = "queue"
@@ -131,4 +135,11 @@ const (
 	// ReasonOverloaded: the kernel shed the call while MaxStragglers
 	// invocations still ran after their answer (KERNEL_UNAVAILABLE_005).
 	ReasonOverloaded = "overloaded"
+)
+
+// Breaker states (MetricAttrState).
+const (
+	BreakerClosed   = "closed"
+	BreakerHalfOpen = "half_open"
+	BreakerOpen     = "open"
 )

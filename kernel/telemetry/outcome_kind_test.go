@@ -38,10 +38,10 @@ func TestOutcomeKindNotCachedByCodeAlone(t *testing.T) {
 		t.Errorf("code past the bound = %q, want OTHER", got)
 	}
 	rm := h.collect(t)
-	if v, _ := valueOf(rm, telemetry.MetricInvocationCount, map[string]string{"operation": "test.kinds", "kind": "UNEXPECTED", "code": "OTHER"}); v != 1 {
-		t.Errorf("%s{UNEXPECTED, OTHER} = %v, want 1", telemetry.MetricInvocationCount, v)
+	if v, _ := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"operation": "test.kinds", "kind": "UNEXPECTED", "code": "OTHER"}); v != 1 {
+		t.Errorf("%s{UNEXPECTED, OTHER} = %v, want 1", telemetry.MetricInvocationDuration, v)
 	}
-	if v, _ := valueOf(rm, telemetry.MetricInvocationCount, map[string]string{"operation": "test.kinds", "kind": "CONFLICT", "code": "APP_SAME_001"}); v != 1 {
-		t.Errorf("%s{CONFLICT, APP_SAME_001} = %v, want 1", telemetry.MetricInvocationCount, v)
+	if v, _ := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"operation": "test.kinds", "kind": "CONFLICT", "code": "APP_SAME_001"}); v != 1 {
+		t.Errorf("%s{CONFLICT, APP_SAME_001} = %v, want 1", telemetry.MetricInvocationDuration, v)
 	}
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sundial-go/sundial/adapters/cliadapter"
@@ -12,12 +16,24 @@ import (
 // operation in-process on a kernel built like serve's, from the embedded
 // config, --config and the SUNDIAL_ environment; Ctrl-C or SIGTERM cancels
 // it (exit code 8).
-func addOperationCommands(root *cobra.Command, configFile *string) error {
+//
+// With an OTLP endpoint configured (OTEL_EXPORTER_OTLP_ENDPOINT), the
+// command's invocation span is exported like serve's; *tracing is then
+// set, and the caller flushes it before exiting.
+func addOperationCommands(root *cobra.Command, configFile *string, tracing **cliTracing) error {
 	reg, err := newRegistry()
 	if err != nil {
 		return err
 	}
 	return cliadapter.AddCommands(root, reg, func() (*kernel.Kernel, error) {
-		return newKernel(*configFile)
+		tr, err := startCLITracing(context.Background(), os.Getenv)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
+		if tr == nil {
+			return newKernel(*configFile)
+		}
+		*tracing = tr
+		return newKernel(*configFile, kernel.WithTracerProvider(tr.tp))
 	})
 }

@@ -42,11 +42,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	configFile := root.PersistentFlags().String("config", "", "JSON config `file` loaded over the embedded default config")
 	root.AddCommand(newServeCommand(configFile))
-	if err := addOperationCommands(root, configFile); err != nil {
+	var tracing *cliTracing
+	if err := addOperationCommands(root, configFile, &tracing); err != nil {
 		io.WriteString(stderr, "shop: "+err.Error()+"\n")
 		return 1
 	}
-	return cliadapter.Execute(context.Background(), root)
+	code := cliadapter.Execute(context.Background(), root)
+	tracing.shutdown(stderr) // the operation command's spans, when OTLP is configured
+	return code
 }
 
 // newKernel builds the shop's kernel: its operations, the embedded default

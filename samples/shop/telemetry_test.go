@@ -4,18 +4,26 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // TestShopMetricsEndpoint: /metrics on the HTTP port lists the invocation
-// counter per operation after a call, the breaker state of the operation
-// that has a breaker, the count of stragglers, and Go's runtime metrics
-// (goroutines, memory).
+// duration histogram per operation after a call (its _count is the count of
+// invocations: there is no separate counter), the breaker state of the
+// operation that has a breaker (one series per state), the count of
+// stragglers, and Go's runtime metrics (goroutines, memory).
 func TestShopMetricsEndpoint(t *testing.T) {
 	s := startShopHTTP(t, serveOptions{})
 	if r := s.call(t, "POST", "/orders", `{"name":"widget","amount":1}`, nil); r.status != http.StatusCreated {
@@ -26,9 +34,9 @@ func TestShopMetricsEndpoint(t *testing.T) {
 		t.Fatalf("GET /metrics = %d, want 200", r.status)
 	}
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^sundial_invocation_count_total\{[^}]*kind="OK"[^}]*operation="orders.create"[^}]*protocol="http"[^}]*\} 1$`),
-		regexp.MustCompile(`(?m)^sundial_invocation_duration_seconds_count\{[^}]*operation="orders.create"[^}]*\} 1$`),
-		regexp.MustCompile(`(?m)^sundial_breaker_state\{[^}]*operation="billing.charge"[^}]*\} 0$`),
+		regexp.MustCompile(`(?m)^sundial_invocation_duration_seconds_count\{[^}]*kind="OK"[^}]*operation="orders.create"[^}]*protocol="http"[^}]*\} 1$`),
+		regexp.MustCompile(`(?m)^sundial_breaker_state\{[^}]*operation="billing.charge"[^}]*state="closed"[^}]*\} 1$`),
+		regexp.MustCompile(`(?m)^sundial_breaker_state\{[^}]*operation="billing.charge"[^}]*state="open"[^}]*\} 0$`),
 		regexp.MustCompile(`(?m)^sundial_queue_depth\{[^}]*operation="orders.create"[^}]*queue="rate"[^}]*\} 0$`),
 		regexp.MustCompile(`(?m)^sundial_stragglers(_total)?\{[^}]*\} 0$|(?m)^sundial_stragglers(_total)? 0$`),
 		regexp.MustCompile(`(?m)^go_goroutines [0-9]+$`),
@@ -37,6 +45,9 @@ func TestShopMetricsEndpoint(t *testing.T) {
 		if !want.MatchString(r.body) {
 			t.Errorf("GET /metrics has no line matching %s; got:\n%s", want, grepLines(r.body, "sundial_"))
 		}
+	}
+	if strings.Contains(r.body, "sundial_invocation_count_total") {
+		t.Errorf("/metrics has sundial_invocation_count_total, which repeats sundial_invocation_duration_seconds_count")
 	}
 	if strings.Contains(r.body, `route="GET /metrics"`) {
 		t.Errorf("/metrics scrapes are themselves counted; want them outside the pipeline")
@@ -126,4 +137,102 @@ func TestShopExportsOTLPWhenConfigured(t *testing.T) {
 	if !bytes.Contains(all, []byte("orders.create")) || !bytes.Contains(all, []byte("sundial.outcome.kind")) {
 		t.Errorf("collector received %d trace exports without the orders.create span; log:\n%s", len(bodies), logs)
 	}
+}
+
+// TestShopMetricsPromlint: the /metrics exposition, after calls over HTTP
+// (a success, a 404, failures of the operation with a breaker), parses with
+// Prometheus' own text parser (expfmt) and promlint finds no problem in
+// it. On the way it checks the promises of docs/observability.md that an
+// operator's Prometheus sees: no otel_scope_* label on any series, the
+// duration histogram's buckets resolve sub-millisecond calls (le 0.0001 …
+// 0.0005), the breaker state is one 0/1 series per state, the Go runtime
+// metrics are there, and target_info carries service.name, service.version
+// and service.instance.id.
+func TestShopMetricsPromlint(t *testing.T) {
+	s := startShopHTTP(t, serveOptions{})
+	if r := s.call(t, "POST", "/orders", `{"name":"widget","amount":1}`, nil); r.status != http.StatusCreated {
+		t.Fatalf("POST /orders = %d %s, want 201", r.status, r.body)
+	}
+	s.call(t, "GET", "/orders/nope", "", nil)
+	for range 2 {
+		s.call(t, "POST", "/billing/charge", `{"amount":5,"fail":true}`, nil)
+	}
+	s.call(t, "GET", "/healthz", "", nil)
+	r := s.call(t, "GET", "/metrics", "", nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /metrics = %d, want 200", r.status)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("expfmt cannot parse /metrics: %v\n%s", err, r.body)
+	}
+	mfs := make([]*dto.MetricFamily, 0, len(families))
+	for _, mf := range families {
+		mfs = append(mfs, mf)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatalf("promlint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+
+	for name, mf := range families {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.HasPrefix(l.GetName(), "otel_scope_") {
+					t.Fatalf("%s has label %s=%q; want no otel_scope_* labels", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	dur := families["sundial_invocation_duration_seconds"]
+	if dur == nil || dur.GetType() != dto.MetricType_HISTOGRAM {
+		t.Fatalf("sundial_invocation_duration_seconds missing or not a histogram")
+	}
+	var bounds []float64
+	for _, b := range dur.GetMetric()[0].GetHistogram().GetBucket() {
+		bounds = append(bounds, b.GetUpperBound())
+	}
+	for _, want := range []float64{0.0001, 0.00025, 0.0005, 0.001} {
+		if !slices.Contains(bounds, want) {
+			t.Errorf("duration buckets %v lack le=%v: sub-millisecond calls are not resolved", bounds, want)
+		}
+	}
+	states := map[string]float64{}
+	for _, m := range families["sundial_breaker_state"].GetMetric() {
+		if label(m, "operation") == "billing.charge" {
+			states[label(m, "state")] = m.GetGauge().GetValue()
+		}
+	}
+	if want := map[string]float64{"closed": 1, "half_open": 0, "open": 0}; !maps.Equal(states, want) {
+		t.Errorf("sundial_breaker_state{operation=billing.charge} by state = %v, want %v", states, want)
+	}
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"} {
+		if families[name] == nil {
+			t.Errorf("/metrics has no %s (Go runtime metrics)", name)
+		}
+	}
+	ti := families["target_info"]
+	if ti == nil || len(ti.GetMetric()) != 1 {
+		t.Fatalf("target_info missing: %v", ti)
+	}
+	m := ti.GetMetric()[0]
+	if label(m, "service_name") != "shop" || label(m, "service_version") == "" || !uuidPattern.MatchString(label(m, "service_instance_id")) {
+		t.Errorf("target_info labels = %v, want service_name=shop, a service_version and a UUID service_instance_id", m.GetLabel())
+	}
+}
+
+var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// label returns the value of m's label name, or "".
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
