@@ -3,6 +3,7 @@ package grpcadapter
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -46,6 +47,38 @@ func BenchmarkConvert(b *testing.B) {
 			for b.Loop() {
 				out := reflect.New(c.mc.goType).Elem()
 				if err := c.mc.decode(parsed, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReceive measures what WithRecvTimeout adds to the receipt of a
+// request message that is already there (grpc-go's dec returns at once
+// with the flat message): off, the adapter decodes on the calling
+// goroutine; at the default bound it decodes on a goroutine of its own
+// under a timer. BenchmarkGRPCRecvTimeout (samples/shop, in make bench)
+// sets this against a whole call over a loopback connection.
+func BenchmarkReceive(b *testing.B) {
+	a := newTestAdapter(b)
+	mc := a.methods["/test.v1.Echo/Flat"].in
+	m := dynamicpb.NewMessage(mc.desc)
+	mc.encode(reflect.ValueOf(flat{ID: "ord-1", Name: "widget", Amount: 3}), m)
+	raw, err := proto.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dec := func(v any) error { return proto.Unmarshal(raw, v.(*dynamicpb.Message)) }
+	for _, c := range []struct {
+		name  string
+		bound time.Duration
+	}{{"recv=off", 0}, {"recv=default", DefaultRecvTimeout}} {
+		b.Run(c.name, func(b *testing.B) {
+			a.cfg.recvTimeout = c.bound
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := a.receive(dec, dynamicpb.NewMessage(mc.desc)); err != nil {
 					b.Fatal(err)
 				}
 			}

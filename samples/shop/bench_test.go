@@ -98,25 +98,32 @@ func runLoad(b *testing.B, conns int, call func() error) loadResult {
 	return r
 }
 
-// logRatio logs Sundial's figures over the bare server's.
-func logRatio(b *testing.B, conns int, bare, sundial loadResult) {
-	if bare.rps == 0 || sundial.rps == 0 {
+// logRatio logs the second side's figures over the first's.
+func logRatio(b *testing.B, conns int, label string, first, second loadResult) {
+	if first.rps == 0 || second.rps == 0 {
 		return
 	}
-	b.Logf("conns=%d: Sundial/bare throughput %.2fx, p50 %.2fx, p99 %.2fx", conns,
-		sundial.rps/bare.rps, float64(sundial.p50)/float64(bare.p50), float64(sundial.p99)/float64(bare.p99))
+	b.Logf("conns=%d: %s throughput %.2fx, p50 %.2fx, p99 %.2fx", conns, label,
+		second.rps/first.rps, float64(second.p50)/float64(first.p50), float64(second.p99)/float64(first.p99))
 }
 
 // benchPair runs, at conns calls in flight, the bare side and the Sundial
 // side of a load (run returns the figures of one side) and logs their
 // ratios.
 func benchPair(b *testing.B, conns int, run func(b *testing.B, sundial bool) loadResult) {
+	benchSides(b, conns, [2]string{"side=bare", "side=sundial"}, "Sundial/bare", run)
+}
+
+// benchSides runs, at conns calls in flight, the two sides of a
+// comparison one after the other (run gets false, then true) and logs
+// the second's figures over the first's under label.
+func benchSides(b *testing.B, conns int, sides [2]string, label string, run func(b *testing.B, second bool) loadResult) {
 	b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
 		var r [2]loadResult
-		for i, side := range []string{"side=bare", "side=sundial"} {
+		for i, side := range sides {
 			b.Run(side, func(b *testing.B) { r[i] = run(b, i == 1) })
 		}
-		logRatio(b, conns, r[0], r[1])
+		logRatio(b, conns, label, r[0], r[1])
 	})
 }
 
@@ -314,10 +321,7 @@ func splitMethod(full string) (service, method string) {
 func BenchmarkShopGRPC(b *testing.B) {
 	for _, conns := range benchConns {
 		benchPair(b, conns, func(b *testing.B, sundial bool) loadResult {
-			a, err := grpcadapter.New(newBenchKernel(b), grpcadapter.WithPackage(grpcPackage))
-			if err != nil {
-				b.Fatal(err)
-			}
+			a := benchGRPCAdapter(b)
 			m := createMethod(b, a)
 			srv := grpc.NewServer()
 			if sundial {
@@ -325,22 +329,58 @@ func BenchmarkShopGRPC(b *testing.B) {
 			} else {
 				bareGRPC(srv, m, app.New())
 			}
-			conn := serveGRPC(b, srv)
-			in, out := m.Input.Fields(), m.Output.Fields()
-			req := dynamicpb.NewMessage(m.Input)
-			req.Set(in.ByName("name"), protoreflect.ValueOfString("widget"))
-			req.Set(in.ByName("amount"), protoreflect.ValueOf(convertInt(in.ByName("amount"), 3)))
-			ctx := context.Background()
-			return runLoad(b, conns, func() error {
-				resp := dynamicpb.NewMessage(m.Output)
-				if err := conn.Invoke(ctx, m.FullName, req, resp); err != nil {
-					return err
-				}
-				if resp.Get(out.ByName("id")).String() == "" {
-					return errors.New("orders.create: response without an id")
-				}
-				return nil
-			})
+			return grpcCreateLoad(b, conns, m, serveGRPC(b, srv))
 		})
 	}
+}
+
+// BenchmarkGRPCRecvTimeout: orders.create through the gRPC adapter on a
+// server with grpcadapter.ServerOptions, as the shop serves it, with the
+// bound on the request message's arrival off (WithRecvTimeout(0)) and at
+// its default (5 s): what the bound — a goroutine and a timer per call —
+// costs a call that arrives at once.
+func BenchmarkGRPCRecvTimeout(b *testing.B) {
+	for _, conns := range benchConns {
+		benchSides(b, conns, [2]string{"recv=off", "recv=default"}, "bound/no bound", func(b *testing.B, bound bool) loadResult {
+			d := time.Duration(0)
+			if bound {
+				d = grpcadapter.DefaultRecvTimeout
+			}
+			a := benchGRPCAdapter(b, grpcadapter.WithRecvTimeout(d))
+			srv := grpc.NewServer(grpcadapter.ServerOptions()...)
+			a.Register(srv)
+			return grpcCreateLoad(b, conns, createMethod(b, a), serveGRPC(b, srv))
+		})
+	}
+}
+
+// benchGRPCAdapter returns the shop's gRPC adapter on a kernel under
+// benchShopConfig.
+func benchGRPCAdapter(b *testing.B, opts ...grpcadapter.Option) *grpcadapter.Adapter {
+	b.Helper()
+	a, err := grpcadapter.New(newBenchKernel(b), append([]grpcadapter.Option{grpcadapter.WithPackage(grpcPackage)}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+// grpcCreateLoad calls m (orders.create) b.N times over conn from conns
+// goroutines and reports the figures.
+func grpcCreateLoad(b *testing.B, conns int, m grpcadapter.Method, conn *grpc.ClientConn) loadResult {
+	in, out := m.Input.Fields(), m.Output.Fields()
+	req := dynamicpb.NewMessage(m.Input)
+	req.Set(in.ByName("name"), protoreflect.ValueOfString("widget"))
+	req.Set(in.ByName("amount"), protoreflect.ValueOf(convertInt(in.ByName("amount"), 3)))
+	ctx := context.Background()
+	return runLoad(b, conns, func() error {
+		resp := dynamicpb.NewMessage(m.Output)
+		if err := conn.Invoke(ctx, m.FullName, req, resp); err != nil {
+			return err
+		}
+		if resp.Get(out.ByName("id")).String() == "" {
+			return errors.New("orders.create: response without an id")
+		}
+		return nil
+	})
 }

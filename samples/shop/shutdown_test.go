@@ -311,3 +311,98 @@ func isClosedConn(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne) || strings.Contains(err.Error(), "server closed idle connection")
 }
+
+// TestShutdownGRPCLameDuck: during --lame-duck the gRPC side fails
+// readiness and keeps serving — health Check answers NOT_SERVING at once
+// while calls on an open connection are answered; then it drains: GOAWAY,
+// a call that runs across the end of the lame-duck period is answered
+// and serve returns nil; new calls are refused (Unavailable).
+func TestShutdownGRPCLameDuck(t *testing.T) {
+	const lameDuck, longCall = time.Second, 1500 * time.Millisecond
+	p := newProbe()
+	s := startServe(t, serveOptions{grace: 5 * time.Second, lameDuck: lameDuck, kernelOpts: []kernel.Option{kernel.UseAt(pipeline.StageHandle, p)}})
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	g := &grpcShop{conn: conn, files: reflectServer(t, conn)}
+	health := healthpb.NewHealthClient(conn)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health Check: %v", err)
+		}
+		return r.GetStatus()
+	}
+	if st := check(); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health before the signal = %v, want SERVING", st)
+	}
+
+	signalled := time.Now()
+	s.cancel() // what SIGTERM does
+	for check() != healthpb.HealthCheckResponse_NOT_SERVING {
+		if time.Since(signalled) > lameDuck/2 {
+			t.Fatalf("health still SERVING %v after the signal", time.Since(signalled))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	notServing := time.Since(signalled)
+	if _, st := g.call(t.Context(), t, "shop.v1.Orders", "Create", `{"name":"widget","amount":1}`); st.Code() != codes.OK {
+		t.Fatalf("orders.create in the lame-duck period = %v, want OK", st)
+	}
+	served := time.Since(signalled)
+	long := make(chan *status.Status, 1)
+	go func() {
+		_, st := g.call(context.Background(), t, "shop.v1.Reports", "Export", fmt.Sprintf(`{"delayMs":%d}`, longCall.Milliseconds()))
+		long <- st
+	}()
+	for op := range p.started {
+		if op == "reports.export" {
+			break
+		}
+	}
+	longStarted := time.Since(signalled)
+	if served > lameDuck || longStarted > lameDuck {
+		t.Fatalf("the calls ran %v and %v after the signal, past the lame-duck period (%v): too slow a machine to test it", served, longStarted, lameDuck)
+	}
+	// The drain: new calls are refused while the long one runs on.
+	var refused time.Duration
+	var refusedWhileRunning bool
+	for {
+		_, st := g.call(t.Context(), t, "shop.v1.Orders", "Get", `{"id":"ord-1"}`)
+		if st.Code() == codes.Unavailable {
+			refused, refusedWhileRunning = time.Since(signalled), len(long) == 0
+			break
+		}
+		if st.Code() != codes.OK {
+			t.Fatalf("orders.get %v after the signal = %v, want OK (lame duck) or Unavailable (drain)", time.Since(signalled), st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = <-s.done
+	stopped := time.Since(signalled)
+	st := <-long
+	_, after := g.call(t.Context(), t, "shop.v1.Orders", "Get", `{"id":"ord-1"}`)
+	t.Logf("lame duck %v: health NOT_SERVING %v after the signal, orders.create answered OK at %v; new calls refused from %v (reports.export still running: %v); reports.export (%v) started at %v answered %v; serve() = %v after %v; a new call then: %v",
+		lameDuck, notServing.Round(time.Millisecond), served.Round(time.Millisecond), refused.Round(time.Millisecond), refusedWhileRunning,
+		longCall, longStarted.Round(time.Millisecond), st.Code(), err, stopped.Round(time.Millisecond), after.Code())
+	if refused < lameDuck {
+		t.Errorf("new calls refused %v after the signal, within the lame-duck period (%v)", refused, lameDuck)
+	}
+	if !refusedWhileRunning {
+		t.Errorf("new calls were still served after the in-flight call ended, want them refused from the end of the lame-duck period")
+	}
+	if st.Code() != codes.OK {
+		t.Errorf("the call running across the drain = %v, want OK", st)
+	}
+	if err != nil {
+		t.Errorf("serve() = %v, want nil", err)
+	}
+	if stopped < longStarted+longCall-50*time.Millisecond {
+		t.Errorf("serve returned %v after the signal, before the in-flight call could finish (%v)", stopped, longStarted+longCall)
+	}
+	if after.Code() != codes.Unavailable {
+		t.Errorf("a new call after the drain = %v, want Unavailable", after)
+	}
+}

@@ -1,0 +1,163 @@
+package httpadapter_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// TestStragglerFloodIsBounded floods an operation without a concurrency
+// limit with calls whose handler ignores its context, over 127.0.0.1:
+// each is answered 504 at its 100 ms deadline and leaves its handler
+// running. Unbounded, all floodCalls handlers would pile up (the issue
+// measured 9,553 such calls → 9,906 goroutines, 896 MB); with the
+// kernel's MaxStragglers the stragglers stop at the bound (plus the calls
+// already admitted when it was reached), every later call is shed at once
+// with 503 KERNEL_UNAVAILABLE_005 and Retry-After: 1, running nothing,
+// and the goroutines are back to their baseline once the handlers return.
+func TestStragglerFloodIsBounded(t *testing.T) {
+	const (
+		maxStragglers = 50
+		floodCalls    = 2000
+		clients       = 20
+		// perStraggler bounds the goroutines one held call keeps in this
+		// process: its handler, the server's connection goroutine, the
+		// test app's context watcher (the clients' are counted apart).
+		perStraggler = 3
+	)
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{config: fmt.Sprintf(`{"Sundial":{"Kernel":{"MaxTimeoutSeconds":10,"MaxStragglers":%d,
+		"Resilience":{"Operations":{"work.run":{"TimeoutSeconds":0.1}}}}}}`, maxStragglers)})
+	// The test app reports each entry and each context's end on buffered
+	// channels: drain them while the flood runs.
+	stopDrain := make(chan struct{})
+	var drain sync.WaitGroup
+	drain.Go(func() {
+		for {
+			select {
+			case <-app.started:
+			case <-app.ctxDone:
+			case <-stopDrain:
+				return
+			}
+		}
+	})
+	released := false
+	defer func() {
+		if !released {
+			app.unblock()
+		}
+		close(stopDrain)
+		drain.Wait()
+	}()
+
+	runtime.GC()
+	base := runtime.NumGoroutine()
+	var (
+		next                         atomic.Int64
+		timeouts, shed, other        atomic.Int64
+		shedWithoutRetry             atomic.Int64
+		peakGoroutines, peakStraggle atomic.Int64
+		wg                           sync.WaitGroup
+		firstOther                   atomic.Value
+	)
+	watch := func() {
+		for n := int64(runtime.NumGoroutine()); n > peakGoroutines.Load(); {
+			if peakGoroutines.CompareAndSwap(peakGoroutines.Load(), n) {
+				break
+			}
+		}
+		for n := int64(s.k.Stragglers()); n > peakStraggle.Load(); {
+			if peakStraggle.CompareAndSwap(peakStraggle.Load(), n) {
+				break
+			}
+		}
+	}
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			tr := &http.Transport{MaxIdleConnsPerHost: 1}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			for next.Add(1) <= floodCalls {
+				req, _ := http.NewRequest("POST", s.url+"/work", strings.NewReader(`{"ignoreCtx":true}`))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := hc.Do(req)
+				if err != nil {
+					other.Add(1)
+					firstOther.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				var p struct{ Code string }
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				_ = json.Unmarshal(b, &p)
+				switch {
+				case resp.StatusCode == 504 && p.Code == pipeline.CodeTimeout:
+					timeouts.Add(1)
+				case resp.StatusCode == 503 && p.Code == pipeline.CodeOverloaded:
+					shed.Add(1)
+					if resp.Header.Get("Retry-After") != "1" {
+						shedWithoutRetry.Add(1)
+					}
+				default:
+					other.Add(1)
+					firstOther.CompareAndSwap(nil, fmt.Sprintf("%d %s", resp.StatusCode, b))
+				}
+				watch()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	watch()
+	held := s.k.Stragglers()
+	ran := app.calls.Load()
+
+	app.unblock()
+	released = true
+	if err := s.k.Wait(context.Background()); err != nil {
+		t.Fatalf("kernel Wait after the release: %v", err)
+	}
+	s.client.CloseIdleConnections()
+	var after int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if after = runtime.NumGoroutine(); after <= base || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("straggler flood: %d calls from %d clients in %v, MaxStragglers %d: %d answered 504 at the deadline (handlers ran: %d), %d shed 503 %s, %d other; stragglers peak %d, %d at the end of the flood; goroutines %d before, peak %d (+%d), %d after the handlers returned",
+		floodCalls, clients, took.Round(time.Millisecond), maxStragglers, timeouts.Load(), ran, shed.Load(), pipeline.CodeOverloaded, other.Load(),
+		peakStraggle.Load(), held, base, peakGoroutines.Load(), peakGoroutines.Load()-int64(base), after)
+	if other.Load() != 0 {
+		t.Fatalf("%d calls got neither the 504 nor the 503 (first: %v)", other.Load(), firstOther.Load())
+	}
+	if shed.Load() == 0 || shedWithoutRetry.Load() != 0 {
+		t.Errorf("%d calls shed, %d of them without Retry-After: 1; want the flood shed past the bound, each with Retry-After: 1", shed.Load(), shedWithoutRetry.Load())
+	}
+	if ran != timeouts.Load() {
+		t.Errorf("%d handlers ran for %d calls answered 504: a shed call ran", ran, timeouts.Load())
+	}
+	if limit := int64(maxStragglers + clients); peakStraggle.Load() > limit || timeouts.Load() > limit || timeouts.Load() < maxStragglers {
+		t.Errorf("%d stragglers at most, %d calls ran; want at least %d and at most MaxStragglers + the calls admitted when it was reached (%d)",
+			peakStraggle.Load(), timeouts.Load(), maxStragglers, limit)
+	}
+	// The clients' own goroutines (connection readers and writers) are in
+	// this process too: a few per client.
+	if limit := int64(perStraggler*(maxStragglers+clients) + 4*clients); peakGoroutines.Load()-int64(base) > limit {
+		t.Errorf("goroutines grew by %d, want at most %d", peakGoroutines.Load()-int64(base), limit)
+	}
+	if after > base {
+		t.Errorf("goroutines after the handlers returned = %d, want back to %d", after, base)
+	}
+}
