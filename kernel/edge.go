@@ -53,6 +53,11 @@ type Request struct {
 	// method under the operation's pipeline — or, for a host endpoint, is
 	// the endpoint.
 	Handler pipeline.Handler
+	// Transport describes the protocol request in the terms of the
+	// OpenTelemetry semantic conventions (HTTP method, route, scheme,
+	// status; gRPC method, code): the invocation's span and the
+	// conventions' duration metric carry them. The zero value: none.
+	Transport telemetry.Transport
 	// Reject, when not nil, is the outcome of a call the adapter turned
 	// away before the pipeline (a malformed deadline header, a body that
 	// does not decode, an unknown route): the kernel observes it like any
@@ -201,7 +206,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	}
 	e.ctx = ctx
 	if o != nil {
-		e.ctx, e.obs = o.Start(ctx, e.inv, now)
+		e.ctx, e.obs = o.StartTransport(ctx, e.inv, now, &req.Transport)
 	}
 	if e.reject == nil {
 		switch {

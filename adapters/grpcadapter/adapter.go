@@ -497,10 +497,26 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 	if r.Route == "" {
 		r.Route = full
 	}
+	if r.Transport.RPCMethod == "" {
+		r.Transport = telemetry.Transport{RPCMethod: full, Status: statusCode}
+	}
 	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 && len(vs[0]) <= maxIdempotencyKey {
 		r.IdempotencyKey = vs[0]
 	}
 	return a.k.Handle(parent, r)
+}
+
+// statusCode is the gRPC code the outcome err (nil: success) is answered
+// with, as a number (telemetry.Transport.Status).
+func statusCode(err error) int {
+	if err == nil {
+		return int(codes.OK)
+	}
+	e := pipeline.AsError(err)
+	if hs, ok := e.Unwrap().(*handlerStatus); ok && hs != nil {
+		return int(hs.st.Code())
+	}
+	return int(CodeFor(e.Kind()))
 }
 
 // answer writes the call log record of one call and returns the status

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -45,7 +46,8 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 		}
 	}
 	e := pipeline.NotFound(CodeUnknownMethod, msg).WithDetail("method", full)
-	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e})
+	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e,
+		Transport: telemetry.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}})
 	st := status.New(codes.Unimplemented, msg)
 	a.logCall(ctx, full, o, st, start)
 	if o.TraceID != "" {
@@ -53,6 +55,10 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 	}
 	return st.Err()
 }
+
+// unimplemented is the gRPC code of every call to an unknown method
+// (telemetry.Transport.Status).
+func unimplemented(error) int { return int(codes.Unimplemented) }
 
 // unknownRoute names the invocations of calls to unknown methods.
 const unknownRoute = "(unknown)"

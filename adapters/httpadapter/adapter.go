@@ -170,6 +170,7 @@ func (rt *route) serve(c echo.Context) error {
 		Route:          rt.name,
 		Arrival:        x.start,
 		IdempotencyKey: idempotencyKey(r),
+		Transport:      x.transport(r, rt.desc.Path),
 	}
 	if a.cfg.callerDeadlines {
 		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
@@ -334,11 +335,12 @@ type exchange struct {
 	status   int
 	rejected *pipeline.Error
 	answer   func(kernel.Outcome) // x.respond, bound once
+	statusFn func(error) int      // x.statusOf, bound once
 }
 
 var exchangePool = sync.Pool{New: func() any {
 	x := &exchange{}
-	x.answer = x.respond
+	x.answer, x.statusFn = x.respond, x.statusOf
 	return x
 }}
 
@@ -354,6 +356,45 @@ func (a *Adapter) newExchange(c echo.Context) *exchange {
 func (x *exchange) release() {
 	x.a, x.c, x.name, x.success, x.status, x.rejected = nil, nil, "", 0, 0, nil
 	exchangePool.Put(x)
+}
+
+// transport describes the request for the OpenTelemetry semantic
+// conventions (telemetry.Transport): route is the matched route template,
+// "" when none matched.
+func (x *exchange) transport(r *http.Request, route string) telemetry.Transport {
+	scheme, version := "http", "1.1"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	switch r.ProtoMajor {
+	case 2:
+		version = "2"
+	case 1:
+		if r.ProtoMinor == 0 {
+			version = "1.0"
+		}
+	}
+	return telemetry.Transport{Method: r.Method, Route: route, Scheme: scheme, Path: r.URL.Path,
+		Host: r.Host, ProtocolVersion: version, Status: x.statusFn}
+}
+
+// statusOf is the HTTP status the outcome err (nil: success) is answered
+// with, as respond writes it.
+func (x *exchange) statusOf(err error) int {
+	if err != nil {
+		e := pipeline.AsError(err)
+		if x.status != 0 && e == x.rejected {
+			return x.status
+		}
+		return StatusFor(e.Kind())
+	}
+	if x.success != 0 {
+		return x.success
+	}
+	if st := x.c.Response().Status; st != 0 { // a host endpoint wrote its own
+		return st
+	}
+	return http.StatusOK
 }
 
 // reject records that e, when it is the outcome, is answered with status

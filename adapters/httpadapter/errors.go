@@ -39,7 +39,9 @@ func (a *Adapter) HTTPErrorHandler(err error, c echo.Context) {
 	defer x.release()
 	e, status := problemOf(err)
 	route := c.Path()
+	tr := x.transport(r, route)
 	if status == http.StatusNotFound || status == http.StatusMethodNotAllowed || route == "" {
+		tr.Route = "" // no route matched
 		// One name for every unmatched path: a scan of random paths must
 		// not use up the telemetry's bounded set of route names (the
 		// access-log line has the path).
@@ -50,9 +52,10 @@ func (a *Adapter) HTTPErrorHandler(err error, c echo.Context) {
 	route = r.Method + " " + route
 	x.reject(e, status)
 	a.k.Serve(a.requestContext(r, route), kernel.Request{
-		Protocol: pipeline.ProtocolHTTP,
-		Route:    route,
-		Reject:   e,
+		Protocol:  pipeline.ProtocolHTTP,
+		Route:     route,
+		Reject:    e,
+		Transport: tr,
 	}, x.answer)
 }
 
@@ -156,6 +159,7 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 			Route:          x.name,
 			Arrival:        x.start,
 			IdempotencyKey: idempotencyKey(r),
+			Transport:      x.transport(r, c.Path()),
 		}
 		if a.cfg.callerDeadlines {
 			d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)

@@ -28,6 +28,7 @@ type Call struct {
 	start     time.Time
 	budget    time.Duration
 	hasBudget bool
+	tr        Transport // the protocol request, for the semantic conventions
 	ended     atomic.Bool
 }
 
@@ -42,6 +43,14 @@ type Call struct {
 // disabled (as with otel's no-op default) and no access log — or o is nil,
 // Start returns ctx and a nil *Call, and allocates nothing.
 func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Time) (context.Context, *Call) {
+	return o.StartTransport(ctx, inv, start, nil)
+}
+
+// StartTransport is Start for an invocation whose protocol request tr
+// describes (nil: none): the span and the OpenTelemetry conventions'
+// duration metric (MetricHTTPServerDuration, MetricRPCServerDuration) also
+// carry the conventions' HTTP or RPC server attributes.
+func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *Transport) (context.Context, *Call) {
 	if o == nil {
 		return ctx, nil
 	}
@@ -57,14 +66,20 @@ func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Tim
 	if d, ok := inv.CallerDeadline(); ok {
 		c.budget, c.hasBudget = d.Sub(start), true
 	}
+	if tr != nil {
+		c.tr = *tr
+	}
 	if tracer != nil {
 		name := inv.Name()
 		if name == "" {
 			name = o.name
 		}
-		opts := make([]trace.SpanStartOption, 0, len(o.start[c.proto])+1)
+		opts := make([]trace.SpanStartOption, 0, len(o.start[c.proto])+2)
 		opts = append(opts, o.start[c.proto]...)
 		opts = append(opts, trace.WithTimestamp(start))
+		if sa := c.tr.startAttrs(); sa != nil {
+			opts = append(opts, trace.WithAttributes(sa...))
+		}
 		c.ctx, c.span = tracer.Start(ctx, name, opts...)
 	}
 	return c.ctx, c
@@ -112,14 +127,31 @@ func (c *Call) End(err error, end time.Time) {
 	deadline, hasDeadline := inv.Deadline()
 	fired := kind == pipeline.KindTimeout && code == pipeline.CodeTimeout && hasDeadline && !deadline.After(end)
 
+	var (
+		semAttrs []attribute.KeyValue
+		semKey   semconvKey
+		sem      = (c.tr.isHTTP() || c.tr.isRPC()) && (c.span != nil || c.in != nil)
+	)
+	if sem {
+		semAttrs, semKey = c.tr.endAttrs(c.tr.status(err))
+	}
 	if c.span != nil {
 		if c.span.IsRecording() {
+			c.span.SetAttributes(semAttrs...)
 			c.annotate(a, perr, orig, reason, fired, deadline, hasDeadline, end)
 		}
 		c.span.End(trace.WithTimestamp(end))
 	}
 	if in := c.in; in != nil {
-		in.duration.Record(c.ctx, end.Sub(c.start).Seconds(), a.rec...)
+		secs := end.Sub(c.start).Seconds()
+		in.duration.Record(c.ctx, secs, a.rec...)
+		if sem {
+			h := in.httpDur
+			if semKey.rpc {
+				h = in.rpcDur
+			}
+			h.Record(c.ctx, secs, c.o.t.semconv.get(semKey)...)
+		}
 		if reason >= 0 {
 			in.rejected.Add(c.ctx, 1, c.o.rejected[reason]...)
 		}

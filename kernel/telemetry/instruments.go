@@ -22,6 +22,8 @@ var (
 // instruments are the metric instruments of one Telemetry, made once.
 type instruments struct {
 	duration  metric.Float64Histogram
+	httpDur   metric.Float64Histogram // MetricHTTPServerDuration
+	rpcDur    metric.Float64Histogram // MetricRPCServerDuration
 	rejected  metric.Int64Counter
 	remaining metric.Float64Histogram
 
@@ -36,9 +38,15 @@ type instruments struct {
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [10]error
+	var errs [12]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	in.httpDur, errs[10] = m.Float64Histogram(MetricHTTPServerDuration,
+		metric.WithDescription("Duration of HTTP server requests."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	in.rpcDur, errs[11] = m.Float64Histogram(MetricRPCServerDuration,
+		metric.WithDescription("Measures the duration of an incoming Remote Procedure Call (RPC)."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	in.rejected, errs[2] = m.Int64Counter(MetricRejectionCount,
 		metric.WithDescription("Invocations rejected by a per-operation limit, by operation and reason (rate, concurrency, breaker)."),

@@ -121,6 +121,8 @@ type Telemetry struct {
 
 	inst *instruments // nil when the meter provider is a no-op
 
+	semconv semconvSets // record options of the conventions' duration metrics
+
 	mu     sync.Mutex // guards ops and routes' writers
 	ops    []*Op
 	routes atomic.Pointer[map[string]*Op]

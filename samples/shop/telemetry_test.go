@@ -142,7 +142,8 @@ func TestShopExportsOTLPWhenConfigured(t *testing.T) {
 // TestShopMetricsPromlint: the /metrics exposition, after calls over HTTP
 // (a success, a 404, failures of the operation with a breaker), parses with
 // Prometheus' own text parser (expfmt) and promlint finds no problem in
-// it. On the way it checks the promises of docs/observability.md that an
+// it. On the way it checks the conventions' http.server.request.duration
+// and the promises of docs/observability.md that an
 // operator's Prometheus sees: no otel_scope_* label on any series, the
 // duration histogram's buckets resolve sub-millisecond calls (le 0.0001 …
 // 0.0005), the breaker state is one 0/1 series per state, the Go runtime
@@ -200,6 +201,15 @@ func TestShopMetricsPromlint(t *testing.T) {
 		if !slices.Contains(bounds, want) {
 			t.Errorf("duration buckets %v lack le=%v: sub-millisecond calls are not resolved", bounds, want)
 		}
+	}
+	found := false
+	for _, m := range families["http_server_request_duration_seconds"].GetMetric() {
+		if label(m, "http_route") == "/orders" && label(m, "http_request_method") == "POST" && label(m, "http_response_status_code") == "201" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no http_server_request_duration_seconds{http_route=/orders,http_request_method=POST,http_response_status_code=201} (the conventions' metric)")
 	}
 	states := map[string]float64{}
 	for _, m := range families["sundial_breaker_state"].GetMetric() {
