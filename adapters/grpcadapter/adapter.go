@@ -124,24 +124,45 @@ func (a *Adapter) build() error {
 		methods   []*method
 	}
 	svcs := make(map[string]*svc) // by full service name
+	type named struct {
+		d                *operations.Descriptor
+		pkg, sname, name string
+	}
+	var ops []named
+	services := map[string]map[string]bool{} // method name -> the services that have one
 	for _, d := range a.k.Registry().All() {
 		if _, ok := a.k.Lookup(d.ID); !ok {
 			continue
 		}
-		where := fmt.Sprintf("operation %q", d.ID)
 		pkg, sname, mname, err := names(a.cfg.pkg, d)
 		if err != nil {
 			return err
 		}
+		ops = append(ops, named{d, pkg, sname, mname})
+		if services[mname] == nil {
+			services[mname] = map[string]bool{}
+		}
+		services[mname][pkg+"."+sname] = true
+	}
+	for _, op := range ops {
+		d, pkg, sname, mname := op.d, op.pkg, op.sname, op.name
+		where := fmt.Sprintf("operation %q", d.ID)
 		full := "/" + pkg + "." + sname + "/" + mname
 		if other, dup := a.methods[full]; dup {
 			return fmt.Errorf("grpcadapter: operations %q and %q both map to method %s; set GRPCService or GRPCMethod on one of them", other.desc.ID, d.ID, full)
 		}
-		in, err := s.topMessage(d.Input, sname+mname+"Request", where+" input")
+		// <Method>Request and <Method>Response, or <Service><Method>…
+		// when two services have a method of that name: the two forms
+		// buf's RPC_REQUEST_STANDARD_NAME accepts.
+		base := mname
+		if len(services[mname]) > 1 {
+			base = sname + mname
+		}
+		in, err := s.rpcMessage(d.Input, base+"Request", where+" input")
 		if err != nil {
 			return err
 		}
-		out, err := s.topMessage(d.Output, sname+mname+"Response", where+" output")
+		out, err := s.rpcMessage(d.Output, base+"Response", where+" output")
 		if err != nil {
 			return err
 		}
@@ -157,6 +178,20 @@ func (a *Adapter) build() error {
 	for key := range svcs {
 		if mc := s.byName[strings.TrimPrefix(key, a.cfg.pkg+".")]; mc != nil && mc.full == key {
 			return fmt.Errorf("grpcadapter: service %s has the name of the message built from Go type %v; rename the type or set GRPCService on the operations of that service", key, mc.goType)
+		}
+	}
+
+	// protoc resolves the types of an rpc in the scope of its service
+	// first: a method named like a message it uses would hide it.
+	for key, sv := range svcs {
+		for _, m := range sv.methods {
+			for _, mc := range []*messageCodec{m.in, m.out} {
+				for _, other := range sv.methods {
+					if _, on := splitFull(other.full); on == mc.name {
+						return fmt.Errorf("grpcadapter: service %s has a method %s named like the message %s of method %s; set GRPCMethod on one of them", key, on, mc.full, m.full)
+					}
+				}
+			}
 		}
 	}
 
@@ -239,6 +274,11 @@ func (a *Adapter) build() error {
 		return nil
 	}
 	for _, mc := range s.byType {
+		if err := link(mc); err != nil {
+			return err
+		}
+	}
+	for _, mc := range s.rpcs {
 		if err := link(mc); err != nil {
 			return err
 		}

@@ -2,7 +2,9 @@ package grpcadapter_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,15 +116,25 @@ func TestNewRejects(t *testing.T) {
 			return operations.Register(r, operations.Descriptor{ID: "a.x"}, func(context.Context, struct{ C chan int }) (struct{}, error) {
 				return struct{}{}, nil
 			})
-		}, nil, `operation "a.x" input field AXRequest.C: type chan int is not supported`},
+		}, nil, `operation "a.x" input field XRequest.C: type chan int is not supported`},
 		{"non-struct output", func(r *operations.Registry) error {
 			return operations.Register(r, operations.Descriptor{ID: "a.x"}, func(context.Context, struct{}) ([]string, error) { return nil, nil })
 		}, nil, `operation "a.x" output: type []string is not a struct`},
 		{"unknown mapped operation", nil, []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{"/acme.v1.S/M": "no.such"})},
 			`method /acme.v1.S/M: operation "no.such" is not registered`},
 		{"service named like a message", func(r *operations.Registry) error {
-			return operations.Register(r, operations.Descriptor{ID: "work-in.make"}, func(context.Context, workIn) (struct{}, error) { return struct{}{}, nil })
+			return operations.Register(r, operations.Descriptor{ID: "work-in.make"}, func(context.Context, struct{ W workIn }) (struct{}, error) { return struct{}{}, nil })
 		}, nil, "service sundial.v1.WorkIn has the name of the message built from Go type grpcadapter_test.workIn"},
+		{"field type named like a request", func(r *operations.Registry) error {
+			return operations.Register(r, operations.Descriptor{ID: "a.x"}, func(context.Context, struct{ R xRequest }) (struct{}, error) { return struct{}{}, nil })
+		}, nil, "message sundial.v1.XRequest, built from Go type grpcadapter_test.xRequest, has the name of the request or response message of a method"},
+		{"method named like a message", func(r *operations.Registry) error {
+			in := func(context.Context, workIn) (struct{}, error) { return struct{}{}, nil }
+			if err := operations.Register(r, operations.Descriptor{ID: "a.x"}, in); err != nil {
+				return err
+			}
+			return operations.Register(r, operations.Descriptor{ID: "a.x-request"}, in)
+		}, nil, "service sundial.v1.A has a method XRequest named like the message sundial.v1.XRequest of method /sundial.v1.A/X"},
 		{"malformed mapped method", nil, []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{"acme.v1.S.M": "no.such"})},
 			`"acme.v1.S.M" is not a full method name`},
 	}
@@ -448,5 +460,50 @@ func BenchmarkUnaryCall(b *testing.B) {
 		if err := h.conn.Invoke(ctx, "/test.v1.Work/Tiny", req, newMessage(m.Output)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+type xRequest struct{ N int }
+
+// TestMessageNames shows the request and response names: <Method>Request
+// and <Method>Response, <Service><Method>… when two services have a method
+// of that name, the GRPCMethod override followed, google.protobuf.Empty
+// for struct{}, and a field's struct type named after the Go type.
+func TestMessageNames(t *testing.T) {
+	t.Parallel()
+	reg := operations.NewRegistry()
+	get := func(context.Context, workIn) (struct{ W workIn }, error) { return struct{ W workIn }{}, nil }
+	for _, d := range []operations.Descriptor{{ID: "orders.get"}, {ID: "inventory.get"}, {ID: "billing.charge", GRPCMethod: "Pay"}} {
+		if err := operations.Register(reg, d, get); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := operations.Register(reg, operations.Descriptor{ID: "billing.ping"}, func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kernel.New(kernel.WithRegistry(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := grpcadapter.New(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range a.Methods() {
+		line := fmt.Sprintf("%s %s %s", m.FullName, m.Input.FullName(), m.Output.FullName())
+		if w := m.Output.Fields().ByName("W"); w != nil {
+			line += " " + string(w.Message().FullName())
+		}
+		got = append(got, line)
+	}
+	want := []string{
+		"/sundial.v1.Billing/Pay sundial.v1.PayRequest sundial.v1.PayResponse sundial.v1.WorkIn",
+		"/sundial.v1.Billing/Ping google.protobuf.Empty google.protobuf.Empty",
+		"/sundial.v1.Inventory/Get sundial.v1.InventoryGetRequest sundial.v1.InventoryGetResponse sundial.v1.WorkIn",
+		"/sundial.v1.Orders/Get sundial.v1.OrdersGetRequest sundial.v1.OrdersGetResponse sundial.v1.WorkIn",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("methods:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

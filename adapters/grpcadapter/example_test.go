@@ -61,8 +61,8 @@ func ExampleNew() {
 		fmt.Println(m.FullName, m.OperationID, m.Input.FullName(), "->", m.Output.FullName())
 	}
 	// Output:
-	// /shop.v1.Orders/Create orders.create shop.v1.CreateOrder -> shop.v1.Order
-	// /shop.v1.Orders/Void orders.cancel shop.v1.OrdersVoidRequest -> google.protobuf.Empty
+	// /shop.v1.Orders/Create orders.create shop.v1.CreateRequest -> shop.v1.CreateResponse
+	// /shop.v1.Orders/Void orders.cancel shop.v1.VoidRequest -> google.protobuf.Empty
 }
 
 // ExampleStatus shows the status of a rate-limited call: the outcome's

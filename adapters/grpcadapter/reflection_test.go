@@ -83,9 +83,9 @@ func TestReflectionDescribesEverything(t *testing.T) {
 		}
 		if svc == "other.v2.Clock" {
 			in := d.(protoreflect.ServiceDescriptor).Methods().ByName("Stamp").Input()
-			if in.FullName() != "test.v1.Stamped" || in.Fields().ByName("at").Message().FullName() != "google.protobuf.Timestamp" ||
+			if in.FullName() != "test.v1.StampRequest" || in.Fields().ByName("at").Message().FullName() != "google.protobuf.Timestamp" ||
 				in.Fields().ByName("wait").Message().FullName() != "google.protobuf.Duration" {
-				t.Errorf("other.v2.Clock/Stamp input = %v, want test.v1.Stamped with a Timestamp and a Duration", in)
+				t.Errorf("other.v2.Clock/Stamp input = %v, want test.v1.StampRequest with a Timestamp and a Duration", in)
 			}
 		}
 	}

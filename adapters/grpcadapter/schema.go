@@ -89,6 +89,7 @@ type messageCodec struct {
 	name   string // simple name within the package
 	full   string // fully qualified name
 	empty  bool   // google.protobuf.Empty
+	rpc    bool   // the request or response of one method (rpcMessage)
 	fields []fieldCodec
 	desc   protoreflect.MessageDescriptor
 }
@@ -116,6 +117,7 @@ type schema struct {
 	protos []*descriptorpb.DescriptorProto
 	deps   map[string]bool // well-known files the messages import
 	empty  *messageCodec
+	rpcs   []*messageCodec // the request and response messages (rpcMessage)
 }
 
 func newSchema(pkg string) *schema {
@@ -151,6 +153,35 @@ func (s *schema) topMessage(t reflect.Type, hint, where string) (*messageCodec, 
 	return s.message(t, hint, where)
 }
 
+// rpcMessage returns the codec of the request or response message of one
+// method: a message named name (e.g. "ChargeRequest") with the fields of
+// Go type t. It is not shared with other methods or with fields of type t
+// (those use t's own message), so that every method has its own request
+// and response types, as protoc style guides and buf lint ask. struct{}
+// stays google.protobuf.Empty.
+func (s *schema) rpcMessage(t reflect.Type, name, where string) (*messageCodec, error) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == emptyStruct {
+		return s.topMessage(t, name, where)
+	}
+	if t.Kind() != reflect.Struct || t == timeType {
+		return nil, schemaError(where, "type %v is not a struct; gRPC messages are structs", t)
+	}
+	if err := checkMarshalers(t, where); err != nil {
+		return nil, err
+	}
+	if other, ok := s.byName[name]; ok {
+		return nil, schemaError(where, "message %s.%s is the request or response of one method and would also describe %v (%s); rename that Go type or set GRPCService/GRPCMethod",
+			s.pkg, name, other.goType, other.goType.PkgPath())
+	}
+	mc := &messageCodec{goType: t, name: name, full: s.pkg + "." + name, rpc: true}
+	s.byName[name] = mc
+	s.rpcs = append(s.rpcs, mc)
+	return s.fill(mc, where)
+}
+
 // message returns the codec of struct type t, building it on first use.
 // Recursive types are fine: the codec is recorded before its fields are
 // built.
@@ -168,13 +199,22 @@ func (s *schema) message(t reflect.Type, hint, where string) (*messageCodec, err
 	if !isIdent(name) {
 		return nil, schemaError(where, "cannot derive a message name for %v (got %q)", t, name)
 	}
-	if other, ok := s.byName[name]; ok {
+	if other, ok := s.byName[name]; ok && other.rpc {
+		return nil, schemaError(where, "message %s.%s, built from Go type %v, has the name of the request or response message of a method; rename the Go type or set GRPCService/GRPCMethod",
+			s.pkg, name, t)
+	} else if ok {
 		return nil, schemaError(where, "message %s.%s would describe both %v (%s) and %v (%s); rename one of the Go types",
 			s.pkg, name, other.goType, other.goType.PkgPath(), t, t.PkgPath())
 	}
 	mc := &messageCodec{goType: t, name: name, full: s.pkg + "." + name}
 	s.byType[t] = mc
 	s.byName[name] = mc
+	return s.fill(mc, where)
+}
+
+// fill builds the fields of mc from its Go type and its descriptor.
+func (s *schema) fill(mc *messageCodec, where string) (*messageCodec, error) {
+	t := mc.goType
 	var fields []fieldCodec
 	if err := s.collect(t, nil, where, mc.name, &fields, map[reflect.Type]bool{t: true}); err != nil {
 		return nil, err

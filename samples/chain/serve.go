@@ -13,7 +13,6 @@ import (
 	"github.com/labstack/echo/v4"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
@@ -104,7 +103,7 @@ func serveGRPC(name string, ln net.Listener, k *kernel.Kernel, logger *slog.Logg
 	}
 	gs := grpc.NewServer(grpc.UnknownServiceHandler(a.UnknownServiceHandler))
 	a.Register(gs)
-	reflection.Register(gs)
+	a.RegisterReflection(gs)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(ln) }()
 	return &server{name: name, addr: ln.Addr().String(), stop: func(ctx context.Context) error {

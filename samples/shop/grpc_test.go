@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/sundial-go/sundial/adapters/grpcadapter/prototest"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
@@ -283,10 +284,10 @@ func TestShopGRPCReflection(t *testing.T) {
 		}
 	}
 	methods := map[string]string{ // method -> input message
-		"shop.v1.Orders/Create":  "shop.v1.CreateOrder",
-		"shop.v1.Orders/Get":     "shop.v1.GetOrder",
-		"shop.v1.Reports/Export": "shop.v1.ExportReport",
-		"shop.v1.Billing/Charge": "shop.v1.Charge",
+		"shop.v1.Orders/Create":  "shop.v1.CreateRequest",
+		"shop.v1.Orders/Get":     "shop.v1.GetRequest",
+		"shop.v1.Reports/Export": "shop.v1.ExportRequest",
+		"shop.v1.Billing/Charge": "shop.v1.ChargeRequest",
 	}
 	for m, in := range methods {
 		svc, name, _ := strings.Cut(m, "/")
@@ -306,6 +307,16 @@ func TestShopGRPCReflection(t *testing.T) {
 	if st.Code() != codes.NotFound || errorInfoOf(st).GetReason() != "SHOP_NOT_FOUND_001" || st.Message() != "Order 'ord-9' does not exist." {
 		t.Errorf("Get(ord-9) = %v, want NotFound SHOP_NOT_FOUND_001", st)
 	}
+}
+
+// TestProtocAndBufAcceptTheSchema exports the shop's gRPC schema through
+// server reflection over a real loopback listener, prints it as .proto
+// source as grpcurl -proto-out-dir does, compiles it with protoc and lints
+// it with buf (docs/grpc.md, "Schemas other tools accept"). Issue 19's
+// failure was protoc's `"Charge" is not a message type`.
+func TestProtocAndBufAcceptTheSchema(t *testing.T) {
+	g := startShopGRPC(t, serveOptions{})
+	prototest.Check(t, g.conn)
 }
 
 func TestShopGRPCHealth(t *testing.T) {
