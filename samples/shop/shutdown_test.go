@@ -312,12 +312,13 @@ func isClosedConn(err error) bool {
 	return errors.As(err, &ne) || strings.Contains(err.Error(), "server closed idle connection")
 }
 
-// TestShutdownGRPCLameDuck: during --lame-duck the gRPC side fails
-// readiness and keeps serving — health Check answers NOT_SERVING at once
-// while calls on an open connection are answered; then it drains: GOAWAY,
-// a call that runs across the end of the lame-duck period is answered
-// and serve returns nil; new calls are refused (Unavailable).
-func TestShutdownGRPCLameDuck(t *testing.T) {
+// TestShutdownLameDuck: during --lame-duck the shop fails readiness and
+// keeps serving — gRPC health Check answers NOT_SERVING at once while
+// calls on an open connection are answered, GET /healthz answers 503 and
+// every HTTP response says Connection: close; then it drains: GOAWAY, a
+// call that runs across the end of the lame-duck period is answered and
+// serve returns nil; new calls are refused (Unavailable).
+func TestShutdownLameDuck(t *testing.T) {
 	const lameDuck, longCall = time.Second, 1500 * time.Millisecond
 	p := newProbe()
 	s := startServe(t, serveOptions{grace: 5 * time.Second, lameDuck: lameDuck, kernelOpts: []kernel.Option{kernel.UseAt(pipeline.StageHandle, p)}})
@@ -352,6 +353,21 @@ func TestShutdownGRPCLameDuck(t *testing.T) {
 		t.Fatalf("orders.create in the lame-duck period = %v, want OK", st)
 	}
 	served := time.Since(signalled)
+	httpGet := func(path string) (int, bool) {
+		resp, err := http.Get(s.url + path)
+		if err != nil {
+			t.Fatalf("GET %s in the lame-duck period: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Close // Connection: close
+	}
+	healthz, healthzConn := httpGet("/healthz")
+	order, orderConn := httpGet("/orders/ord-1")
+	if healthz != http.StatusServiceUnavailable || order != http.StatusOK || !healthzConn || !orderConn {
+		t.Errorf("HTTP in the lame-duck period: /healthz %d (Connection: close %v), /orders/ord-1 %d (Connection: close %v); want 503 and 200, both closing",
+			healthz, healthzConn, order, orderConn)
+	}
 	long := make(chan *status.Status, 1)
 	go func() {
 		_, st := g.call(context.Background(), t, "shop.v1.Reports", "Export", fmt.Sprintf(`{"delayMs":%d}`, longCall.Milliseconds()))
@@ -384,8 +400,8 @@ func TestShutdownGRPCLameDuck(t *testing.T) {
 	stopped := time.Since(signalled)
 	st := <-long
 	_, after := g.call(t.Context(), t, "shop.v1.Orders", "Get", `{"id":"ord-1"}`)
-	t.Logf("lame duck %v: health NOT_SERVING %v after the signal, orders.create answered OK at %v; new calls refused from %v (reports.export still running: %v); reports.export (%v) started at %v answered %v; serve() = %v after %v; a new call then: %v",
-		lameDuck, notServing.Round(time.Millisecond), served.Round(time.Millisecond), refused.Round(time.Millisecond), refusedWhileRunning,
+	t.Logf("lame duck %v: health NOT_SERVING %v after the signal, orders.create answered OK at %v; HTTP /healthz %d, /orders/ord-1 %d, Connection: close %v; new calls refused from %v (reports.export still running: %v); reports.export (%v) started at %v answered %v; serve() = %v after %v; a new call then: %v",
+		lameDuck, notServing.Round(time.Millisecond), served.Round(time.Millisecond), healthz, order, healthzConn && orderConn, refused.Round(time.Millisecond), refusedWhileRunning,
 		longCall, longStarted.Round(time.Millisecond), st.Code(), err, stopped.Round(time.Millisecond), after.Code())
 	if refused < lameDuck {
 		t.Errorf("new calls refused %v after the signal, within the lame-duck period (%v)", refused, lameDuck)
