@@ -145,7 +145,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	}
 	if req.Reject != nil {
 		e.reject = pipeline.AsError(req.Reject)
-	} else if k.stragglers.Load() >= int64(k.settings.MaxStragglers) {
+	} else if lc := k.live.Load(); k.stragglers.Load() >= int64(lc.maxStragglers) {
 		// Too many handlers still run after their answer left: shed new
 		// calls until some return, rather than pile up more.
 		e.reject = errOverloaded
@@ -159,12 +159,12 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		source = pipeline.DeadlineCaller
 	}
 	if k.settings.UseBuiltInMiddleware {
-		if c != nil && c.timeout > 0 {
-			if t := now.Add(c.timeout); deadline.IsZero() || t.Before(deadline) {
+		if to := c.operationTimeout(); to > 0 {
+			if t := now.Add(to); deadline.IsZero() || t.Before(deadline) {
 				deadline, source = t, pipeline.DeadlineOperation
 			}
 		}
-		if m := k.settings.MaxTimeout; m > 0 {
+		if m := k.live.Load().maxTimeout; m > 0 {
 			if t := now.Add(m); deadline.IsZero() || t.Before(deadline) {
 				deadline, source = t, pipeline.DeadlineKernel
 			}

@@ -139,8 +139,11 @@ func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 type Kernel struct {
 	registry *operations.Registry
 	logger   *slog.Logger
-	settings Settings
-	policies policies
+	settings Settings // as at New; the live parts are in live
+	live     atomic.Pointer[liveConfig]
+	opts     *options             // what New was given, for Reload
+	reloadMu sync.Mutex           // serialises reloads
+	reloads  [3]atomic.Int64      // by reloadResult
 	ops      map[string]*compiled // fixed at New: read without a lock
 	host     *compiled
 	limits   map[string]*resilience.ResilienceMiddleware // operations with a breaker or limits
@@ -169,7 +172,7 @@ type Kernel struct {
 // compiled is the pipeline of one operation (desc nil: host endpoints).
 type compiled struct {
 	desc    *operations.Descriptor
-	timeout time.Duration         // the operation's TimeoutSeconds; 0: none
+	timeout atomic.Int64          // the operation's TimeoutSeconds in ns; 0: none
 	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
 	handler pipeline.Handler      // the chain around the registered handler
 	obs     *telemetry.Op         // nil: telemetry off
@@ -214,16 +217,19 @@ func New(opts ...Option) (*Kernel, error) {
 		registry: o.registry,
 		logger:   o.logger,
 		settings: settings,
+		opts:     o,
 		ops:      make(map[string]*compiled),
 
 		workerIdle: o.workerIdle,
 		jobs:       make(chan *guard),
 	}
+	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers}
 	if settings.UseBuiltInMiddleware {
-		if k.policies, err = parsePolicies(resRaw, "Sundial.Kernel.Resilience"); err != nil {
+		if lc.policies, err = parsePolicies(resRaw, "Sundial.Kernel.Resilience"); err != nil {
 			return nil, err
 		}
 	}
+	k.live.Store(lc)
 	if err := k.setUpCluster(o); err != nil {
 		return nil, err
 	}
@@ -231,12 +237,7 @@ func New(opts ...Option) (*Kernel, error) {
 	// An override for an operation this kernel does not serve is allowed
 	// (one config file may serve several services) but is most likely a
 	// typo that leaves a limit unapplied: say so.
-	for _, id := range k.policies.operationIDs() {
-		if _, ok := o.registry.Lookup(id); !ok {
-			k.logger.Warn("kernel: Sundial.Kernel.Resilience.Operations."+id+": no operation with this ID is registered; its policy applies to nothing",
-				"operation", id)
-		}
-	}
+	k.warnUnregistered(lc.policies)
 	for _, d := range o.registry.All() {
 		k.ops[d.ID] = k.compile(o, d, k.PolicyFor(d.ID))
 	}
@@ -247,7 +248,8 @@ func New(opts ...Option) (*Kernel, error) {
 
 // compile builds the chain of one operation (d nil: the host pipeline).
 func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy) *compiled {
-	c := &compiled{desc: d, timeout: p.Timeout}
+	c := &compiled{desc: d}
+	c.timeout.Store(int64(p.Timeout))
 	c.onPanic = func(inv *pipeline.Invocation, p *pipeline.PanicError) {
 		k.logger.Error("sundial: panic recovered", "operation", inv.Name(), "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
 	}
@@ -261,8 +263,10 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 			// middleware: a rejection costs no deadline context. It is first
 			// in its stage, so application middleware there runs under the
 			// deadline.
+			// Every operation gets its limits, configured or not, so that
+			// a reload can give it some (Reload).
 			var dopts []resilience.DeadlineOption
-			if d != nil && p.Limited() {
+			if d != nil {
 				dopts = append(dopts, resilience.WithLimits(k.newLimits(d.ID, p)))
 			}
 			c.mws = append(c.mws, resilience.NewDeadlineMiddleware(dopts...))
@@ -331,8 +335,14 @@ func (k *Kernel) Lookup(id string) (*operations.Descriptor, bool) {
 // Logger returns the kernel's logger.
 func (k *Kernel) Logger() *slog.Logger { return k.logger }
 
-// Settings returns the parsed Sundial.Kernel section.
-func (k *Kernel) Settings() Settings { return k.settings }
+// Settings returns the parsed Sundial.Kernel section: the startup-only
+// keys as at New, MaxTimeoutSeconds and MaxStragglers as last reloaded.
+func (k *Kernel) Settings() Settings {
+	s := k.settings
+	lc := k.live.Load()
+	s.MaxTimeout, s.MaxStragglers = lc.maxTimeout, lc.maxStragglers
+	return s
+}
 
 // PolicyFor returns the merged resilience policy of the operation id (the
 // zero Policy when the built-in middleware is off).
@@ -340,15 +350,21 @@ func (k *Kernel) PolicyFor(id string) resilience.Policy {
 	if !k.settings.UseBuiltInMiddleware {
 		return resilience.Policy{}
 	}
-	return k.policies.policyFor(id)
+	return k.live.Load().policies.policyFor(id)
 }
 
 // Limits returns the breaker, rate limit and concurrency limit of the
 // operation id — for observing their state (breaker state, queue depths,
 // calls in flight) — or nil when the operation has none of them (nothing
 // configured, built-in middleware off, or an unknown id). The methods of a
-// nil *ResilienceMiddleware report an idle, closed state.
-func (k *Kernel) Limits(id string) *resilience.ResilienceMiddleware { return k.limits[id] }
+// nil *ResilienceMiddleware report an idle, closed state. After a reload
+// it reports the limits then in force.
+func (k *Kernel) Limits(id string) *resilience.ResilienceMiddleware {
+	if l := k.limits[id]; l != nil && l.Policy().Limited() {
+		return l
+	}
+	return nil
+}
 
 // newLimits creates the ResilienceMiddleware of the operation id, once,
 // and keeps it for Limits.
@@ -385,4 +401,13 @@ func implementsValidator(d *operations.Descriptor) bool {
 // notRegistered is the NOT_FOUND outcome of a call to an unknown operation.
 func notRegistered(id string) *pipeline.Error {
 	return pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+}
+
+// operationTimeout returns the operation's TimeoutSeconds (0: none, or
+// the host pipeline).
+func (c *compiled) operationTimeout() time.Duration {
+	if c == nil {
+		return 0
+	}
+	return time.Duration(c.timeout.Load())
 }

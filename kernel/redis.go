@@ -192,12 +192,7 @@ const redisLoadTimeout = 2 * time.Second
 // configuration needs them. Any operation whose merged policy is
 // cluster-scoped needs Redis: without it New fails.
 func (k *Kernel) setUpCluster(o *options) error {
-	var clustered []string
-	for _, d := range o.registry.All() {
-		if p := k.PolicyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0) {
-			clustered = append(clustered, d.ID)
-		}
-	}
+	clustered := k.clustered(k.live.Load().policies)
 	switch {
 	case o.redis != nil:
 		k.rdb = o.redis
@@ -211,10 +206,36 @@ func (k *Kernel) setUpCluster(o *options) error {
 	if len(clustered) == 0 {
 		return nil
 	}
-	if k.rdb == nil {
+	if err := k.needRedis(clustered); err != nil {
+		return err
+	}
+	k.startStore()
+	return nil
+}
+
+// clustered returns the registered operations whose policy under ps is
+// cluster-scoped with a rate or concurrency limit.
+func (k *Kernel) clustered(ps policies) []string {
+	var ids []string
+	for _, d := range k.registry.All() {
+		if p := ps.policyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0) {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
+}
+
+// needRedis fails when cluster-scoped operations have no Redis.
+func (k *Kernel) needRedis(clustered []string) error {
+	if len(clustered) > 0 && k.rdb == nil {
 		return fmt.Errorf("kernel: Sundial.Kernel.Resilience: Scope \"cluster\" needs Redis, and none is configured (set Sundial.Kernel.Redis or use kernel.WithRedis); cluster-scoped operations: %s",
 			strings.Join(clustered, ", "))
 	}
+	return nil
+}
+
+// startStore creates the cluster store on k.rdb and loads its scripts.
+func (k *Kernel) startStore() {
 	prefix := cluster.DefaultKeyPrefix
 	if k.settings.Redis != nil && k.settings.Redis.KeyPrefix != "" {
 		prefix = k.settings.Redis.KeyPrefix
@@ -226,7 +247,6 @@ func (k *Kernel) setUpCluster(o *options) error {
 		// Not fatal: the limits start degraded and recover when Redis answers.
 		k.logger.Warn("kernel: Sundial.Kernel.Redis: the store does not answer at start-up; cluster limits start degraded", "error", err.Error())
 	}
-	return nil
 }
 
 // clusterOptions returns the shared window and slots of operation id when

@@ -50,7 +50,7 @@ type OperationStatus struct {
 
 // Status returns a snapshot of the kernel's operations, sorted by ID.
 func (k *Kernel) Status() Status {
-	st := Status{Stragglers: k.Stragglers(), Running: k.Running(), MaxStragglers: k.settings.MaxStragglers}
+	st := Status{Stragglers: k.Stragglers(), Running: k.Running(), MaxStragglers: k.live.Load().maxStragglers}
 	for id, c := range k.ops {
 		l := k.Limits(id)
 		o := OperationStatus{

@@ -17,8 +17,8 @@ import (
 // atomic operations; the queue is touched only when every slot is taken.
 // It is safe for concurrent use and starts no goroutine.
 type ConcurrencyLimiter struct {
-	limit      int64
-	queueLimit int
+	limit      atomic.Int64 // changed in place by a reload (setLimits)
+	queueLimit atomic.Int64
 
 	inFlight atomic.Int64 // slots held, including those handed to waiters
 	// Every call writes inFlight twice but only reads waiting: apart, the
@@ -33,8 +33,9 @@ type ConcurrencyLimiter struct {
 // slotWaiter is one call waiting for a slot. ready is closed (under mu)
 // when the slot is handed over.
 type slotWaiter struct {
-	ready   chan struct{}
-	granted bool // guarded by ConcurrencyLimiter.mu
+	ready    chan struct{}
+	granted  bool // guarded by ConcurrencyLimiter.mu
+	rejected bool // set before ready is closed: a reload shortened the queue
 }
 
 // NewConcurrencyLimiter returns a limiter of limit slots with up to
@@ -48,7 +49,10 @@ func NewConcurrencyLimiter(limit, queueLimit int) (*ConcurrencyLimiter, error) {
 }
 
 func newConcurrencyLimiter(limit, queueLimit int) *ConcurrencyLimiter {
-	return &ConcurrencyLimiter{limit: int64(limit), queueLimit: queueLimit}
+	l := &ConcurrencyLimiter{}
+	l.limit.Store(int64(limit))
+	l.queueLimit.Store(int64(queueLimit))
+	return l
 }
 
 // TryAcquire takes a free slot if there is one and nobody is waiting for
@@ -72,7 +76,7 @@ func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error {
 		return nil
 	}
 	l.mu.Lock()
-	if len(l.queue) >= l.queueLimit {
+	if int64(len(l.queue)) >= l.queueLimit.Load() {
 		// Every slot may have been freed since TryAcquire; a full
 		// queue is then drained by dispatch, not by us.
 		if len(l.queue) == 0 && l.tryTake() {
@@ -90,6 +94,9 @@ func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error {
 
 	select {
 	case <-w.ready:
+		if w.rejected {
+			return ErrLimited
+		}
 		return nil
 	case <-ctx.Done():
 	}
@@ -139,7 +146,7 @@ func (l *ConcurrencyLimiter) dispatch() {
 func (l *ConcurrencyLimiter) tryTake() bool {
 	for {
 		n := l.inFlight.Load()
-		if n >= l.limit {
+		if n >= l.limit.Load() {
 			return false
 		}
 		if l.inFlight.CompareAndSwap(n, n+1) {
@@ -164,3 +171,29 @@ func (l *ConcurrencyLimiter) InFlight() int { return int(l.inFlight.Load()) }
 
 // QueueDepth returns the number of calls waiting for a slot.
 func (l *ConcurrencyLimiter) QueueDepth() int { return int(l.waiting.Load()) }
+
+// setLimits changes the limit and the queue in place (a reload): the
+// slots held stay held, so with a lower limit nobody is admitted until
+// fewer than limit are in flight; with a higher one waiters are admitted
+// at once, oldest first. When more calls wait than the new queue holds,
+// the newest of them are turned away with ErrLimited.
+func (l *ConcurrencyLimiter) setLimits(limit, queueLimit int) {
+	l.limit.Store(int64(limit))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queueLimit.Store(int64(queueLimit))
+	for len(l.queue) > queueLimit {
+		w := l.queue[len(l.queue)-1]
+		l.queue[len(l.queue)-1] = nil
+		l.queue = l.queue[:len(l.queue)-1]
+		l.waiting.Add(-1)
+		w.rejected = true
+		close(w.ready)
+	}
+	l.dispatch()
+}
+
+// limits returns the limit and the queue.
+func (l *ConcurrencyLimiter) limits() (limit, queueLimit int) {
+	return int(l.limit.Load()), int(l.queueLimit.Load())
+}

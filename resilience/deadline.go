@@ -118,15 +118,10 @@ type deadlineOptionFunc func(*DeadlineMiddleware)
 func (f deadlineOptionFunc) applyDeadline(m *DeadlineMiddleware) { f(m) }
 
 // WithLimits runs the operation's limits l inside the deadline, as one
-// middleware. A nil l, or one without any limit configured, adds nothing.
+// middleware. A nil l adds nothing; one without any limit configured costs
+// one atomic load per call, and applies the limits an Update gives it.
 func WithLimits(l *ResilienceMiddleware) DeadlineOption {
-	return deadlineOptionFunc(func(m *DeadlineMiddleware) {
-		if l != nil && l.limited() {
-			m.limits = l
-		} else {
-			m.limits = nil
-		}
-	})
+	return deadlineOptionFunc(func(m *DeadlineMiddleware) { m.limits = l })
 }
 
 // NewDeadlineMiddleware returns a DeadlineMiddleware. It never returns nil.

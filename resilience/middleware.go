@@ -80,21 +80,48 @@ import (
 // concurrent use; a nil *ResilienceMiddleware reports a closed breaker and
 // empty queues.
 type ResilienceMiddleware struct {
-	id      string
-	policy  Policy
-	breaker *breaker.Breaker    // nil: no breaker
-	window  *FixedWindow        // nil: no rate limit
-	conc    *ConcurrencyLimiter // nil: no concurrency limit
-
-	// With Scope cluster, the window and the slots are counted elsewhere
-	// (WithSharedWindow, WithSharedSlots) and window/conc stay nil.
-	sharedWindow SharedWindow
-	sharedSlots  SharedSlots
+	id string
+	// cur is the limits in force; a call loads it once, on arrival, and
+	// keeps what it loaded to its end. Update replaces it (a reload).
+	cur atomic.Pointer[limitSet]
 
 	rateLimited  rejections
 	circuitOpen  rejections
 	concLimitErr *pipeline.Error
 	concRejected atomic.Int64
+}
+
+// limitSet is the limits of one operation under one policy. Limiters are
+// shared between the sets of successive policies when they are changed
+// in place (see Update).
+type limitSet struct {
+	policy  Policy
+	breaker *breaker.Breaker    // nil: no breaker
+	window  *FixedWindow        // nil: no rate limit
+	conc    *ConcurrencyLimiter // nil: no concurrency limit
+
+	// A WindowSeconds change takes effect at the next boundary: from
+	// switchAt on, calls take their permits in next.
+	next     *FixedWindow
+	switchAt time.Time
+
+	// With Scope cluster, the window and the slots are counted elsewhere
+	// (WithSharedWindow, WithSharedSlots) and window/conc stay nil.
+	sharedWindow SharedWindow
+	sharedSlots  SharedSlots
+}
+
+// limited reports whether s has any limit to apply.
+func (s *limitSet) limited() bool {
+	return s.breaker != nil || s.window != nil || s.conc != nil || s.sharedWindow != nil || s.sharedSlots != nil
+}
+
+// windowAt returns the window calls arriving at now take their permits in.
+func (s *limitSet) windowAt(now time.Time) *FixedWindow {
+	if s.next != nil && !now.Before(s.switchAt) {
+		return s.next
+	}
+	return s.window
 }
 
 // NewResilienceMiddleware returns the ResilienceMiddleware of the
@@ -105,6 +132,16 @@ type ResilienceMiddleware struct {
 // defaults. Options hand in a window and slots counted outside the
 // process (Scope cluster).
 func NewResilienceMiddleware(id string, p Policy, opts ...Option) *ResilienceMiddleware {
+	p = normalize(p)
+	l := &ResilienceMiddleware{id: id}
+	l.rateLimited = newRejections(id, RateLimited, p.Window)
+	l.circuitOpen = newRejections(id, CircuitOpen, p.BreakDuration)
+	l.concLimitErr = ConcurrencyLimited(id)
+	l.cur.Store(newLimitSet(nil, p, time.Now(), opts))
+	return l
+}
+
+func normalize(p Policy) Policy {
 	if p.Window <= 0 {
 		p.Window = DefaultWindow
 	}
@@ -113,48 +150,99 @@ func NewResilienceMiddleware(id string, p Policy, opts ...Option) *ResilienceMid
 	}
 	p.QueueLimit = max(p.QueueLimit, 0)
 	p.ConcurrencyQueueLimit = max(p.ConcurrencyQueueLimit, 0)
-	l := &ResilienceMiddleware{id: id, policy: p}
+	return p
+}
+
+// newLimitSet builds the limits of policy p, taking over those of old
+// (nil: none) in place where it can (see Update).
+func newLimitSet(old *limitSet, p Policy, now time.Time, opts []Option) *limitSet {
+	s := &limitSet{policy: p}
 	if !p.Limited() {
-		return l
+		return s
 	}
 	for _, o := range opts {
 		if o != nil {
-			o.apply(l)
+			o.apply(s)
 		}
 	}
 	if p.PermitLimit == 0 {
-		l.sharedWindow = nil
+		s.sharedWindow = nil
 	}
 	if p.ConcurrencyLimit == 0 {
-		l.sharedSlots = nil
+		s.sharedSlots = nil
 	}
-	l.rateLimited = newRejections(id, RateLimited, p.Window)
-	l.circuitOpen = newRejections(id, CircuitOpen, p.BreakDuration)
-	l.concLimitErr = ConcurrencyLimited(id)
+	if old == nil {
+		old = &limitSet{}
+	}
 	if p.FailureThreshold > 0 {
-		l.breaker = breaker.New(p.FailureThreshold, p.BreakDuration)
+		s.breaker = old.breaker
+		if s.breaker == nil {
+			s.breaker = breaker.New(p.FailureThreshold, p.BreakDuration)
+		} else if th, bd := s.breaker.Thresholds(); th != min(p.FailureThreshold, breaker.MaxThreshold) || bd != p.BreakDuration {
+			s.breaker = breaker.Carry(old.breaker, p.FailureThreshold, p.BreakDuration)
+		}
 	}
-	if p.PermitLimit > 0 && l.sharedWindow == nil {
-		l.window = newOperationWindow(p.PermitLimit, p.Window, p.QueueLimit)
+	if p.PermitLimit > 0 && s.sharedWindow == nil {
+		if w := old.windowAt(now); w != nil {
+			s.window, s.next, s.switchAt = w.reconfigure(now, p.PermitLimit, p.Window, p.QueueLimit)
+		} else {
+			s.window = newOperationWindow(p.PermitLimit, p.Window, p.QueueLimit)
+		}
 	}
-	if p.ConcurrencyLimit > 0 && l.sharedSlots == nil {
-		l.conc = newConcurrencyLimiter(p.ConcurrencyLimit, p.ConcurrencyQueueLimit)
+	if p.ConcurrencyLimit > 0 && s.sharedSlots == nil {
+		if s.conc = old.conc; s.conc != nil {
+			s.conc.setLimits(p.ConcurrencyLimit, p.ConcurrencyQueueLimit)
+		} else {
+			s.conc = newConcurrencyLimiter(p.ConcurrencyLimit, p.ConcurrencyQueueLimit)
+		}
 	}
-	return l
+	return s
 }
 
-// limited reports whether l has any limit to apply.
+// Update puts policy p in force for the calls that arrive from now on,
+// keeping what the limiters know (a reload; docs/resilience.md, "Changing
+// limits at run time"):
+//
+//   - the fixed window keeps its origin and the permits taken in the
+//     current window; a new PermitLimit applies at once (a lower one admits
+//     nothing more in this window once the permits taken reach it), a new
+//     WindowSeconds from the next boundary on, a new QueueLimit to
+//     arrivals; queued calls keep their place and are admitted no faster
+//     than the new limit allows;
+//   - the concurrency limit keeps the calls in flight; a lower limit
+//     admits nobody until fewer are in flight; a shorter queue turns its
+//     newest excess waiters away with KERNEL_UNAVAILABLE_003;
+//   - the breaker keeps its state and its counts; when FailureThreshold
+//     or BreakSeconds change, a closed breaker keeps its run of failures
+//     (the next failure opens it if the run already reaches the new
+//     threshold), an open one stays open until its current break ends
+//     and a half-open one lets the next call probe;
+//   - a limit the policy gains starts empty; a limit it loses is dropped
+//     (calls holding its permits or slots finish normally).
+//
+// Options hand in the shared window and slots of Scope cluster, as for
+// NewResilienceMiddleware; a policy moving between scopes starts the
+// limits of its new scope. Calls already admitted, or waiting in a queue,
+// keep the limits they met. Update is safe for concurrent use with
+// calls; concurrent Updates are not (the kernel serialises reloads).
+func (l *ResilienceMiddleware) Update(p Policy, opts ...Option) {
+	p = normalize(p)
+	old := l.cur.Load()
+	if (p.Scope == ScopeCluster) != (old.policy.Scope == ScopeCluster) {
+		old = &limitSet{breaker: old.breaker}
+	}
+	l.cur.Store(newLimitSet(old, p, time.Now(), opts))
+}
+
+// limited reports whether l has any limit to apply now.
 func (l *ResilienceMiddleware) limited() bool {
-	return l != nil && (l.breaker != nil || l.window != nil || l.conc != nil || l.sharedWindow != nil || l.sharedSlots != nil)
+	return l != nil && l.cur.Load().limited()
 }
 
 // Invoke implements pipeline.Middleware. ctx must be the handler's
 // context, bounded by the invocation's deadline: run it inside a
 // [DeadlineMiddleware] (or with [WithLimits]).
 func (l *ResilienceMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-	if !l.limited() {
-		return next(ctx, inv)
-	}
 	a, rejected := l.admitNow(inv)
 	if rejected != nil {
 		return nil, rejected
@@ -164,6 +252,8 @@ func (l *ResilienceMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocat
 
 // admission is what the limits hold for one call.
 type admission struct {
+	set    *limitSet    // nil: no limit applies
+	win    *FixedWindow // not nil: wait in this window's queue
 	ticket breaker.Ticket
 	// window and conc report that a permit and a slot are held; when one
 	// is not and its limit is configured, the call must wait in its queue
@@ -180,39 +270,46 @@ type admission struct {
 // The window counts the call at its arrival (the kernel's reading of the
 // clock, [pipeline.Invocation.Arrival]; the clock when it is not known).
 func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, rejected error) {
-	if l.breaker != nil {
+	s := l.cur.Load()
+	if !s.limited() {
+		return a, nil
+	}
+	a.set = s
+	if s.breaker != nil {
 		var ok bool
 		var retry time.Duration
-		if a.ticket, ok, retry = l.breaker.Allow(); !ok {
+		if a.ticket, ok, retry = s.breaker.Allow(); !ok {
 			return a, l.circuitOpen.get(retry)
 		}
 	}
-	if l.sharedWindow != nil {
+	if s.sharedWindow != nil {
 		return a, nil // proceed takes it, then the slot
 	}
-	if l.window != nil {
-		if l.window.nq == nil {
-			return a, nil
-		}
+	if s.window != nil {
 		now, known := inv.Arrival()
 		if !known {
 			now = time.Now()
 		}
-		since := max(now.Sub(l.window.origin), 0)
-		ok, retry := l.window.nq.take(since)
-		if l.policy.RateLimitHeaders {
-			inv.SetQuota(l.window.nq.quota(since))
+		w := s.windowAt(now)
+		if w.nq == nil {
+			a.win = w
+			return a, nil
+		}
+		since := max(now.Sub(w.origin), 0)
+		ok, retry := w.nq.take(since)
+		if s.policy.RateLimitHeaders {
+			inv.SetQuota(w.nq.quota(since))
 		}
 		if !ok {
-			l.neutral(a.ticket)
+			s.neutral(a.ticket)
 			return a, l.rateLimited.get(retry)
 		}
 		a.window = true
 	}
-	if l.conc != nil && l.conc.queueLimit == 0 {
+	if s.conc != nil && s.conc.queueLimit.Load() == 0 {
 		// Without a queue Acquire never waits, whatever the context.
-		if l.conc.Acquire(context.Background()) != nil {
-			l.neutral(a.ticket)
+		if s.conc.Acquire(context.Background()) != nil {
+			s.neutral(a.ticket)
 			return a, l.concRejection()
 		}
 		a.conc = true
@@ -223,30 +320,34 @@ func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, 
 // proceed waits in the queues admitNow left, with the call's context, then
 // runs next and releases what the call holds.
 func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, a admission) (out any, err error) {
-	if l.window != nil && !a.window {
-		_, retry, werr := l.window.wait(ctx)
-		if l.policy.RateLimitHeaders {
-			inv.SetQuota(l.window.quota())
+	s := a.set
+	if s == nil {
+		return next(ctx, inv)
+	}
+	if w := a.win; w != nil && !a.window {
+		_, retry, werr := w.wait(ctx)
+		if s.policy.RateLimitHeaders {
+			inv.SetQuota(w.quota())
 		}
 		if werr != nil {
-			l.neutral(a.ticket)
+			s.neutral(a.ticket)
 			if werr == ErrLimited {
 				return nil, l.rateLimited.get(retry)
 			}
 			return nil, Attribute(ctx)
 		}
 	}
-	if l.sharedWindow != nil {
-		q, werr := l.sharedWindow.Take(ctx, inv)
-		if l.policy.RateLimitHeaders {
+	if s.sharedWindow != nil {
+		q, werr := s.sharedWindow.Take(ctx, inv)
+		if s.policy.RateLimitHeaders {
 			inv.SetQuota(q)
 		}
 		if werr != nil {
-			l.neutral(a.ticket)
+			s.neutral(a.ticket)
 			if ctx.Err() != nil {
 				return nil, Attribute(ctx)
 			}
-			retry := l.policy.Window
+			retry := s.policy.Window
 			if le, ok := werr.(*LimitedError); ok {
 				retry = le.RetryAfter
 			}
@@ -254,19 +355,19 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 		}
 	}
 	var release func()
-	if l.sharedSlots != nil {
+	if s.sharedSlots != nil {
 		var cerr error
-		if release, cerr = l.sharedSlots.Acquire(ctx, inv); cerr != nil {
-			l.neutral(a.ticket)
+		if release, cerr = s.sharedSlots.Acquire(ctx, inv); cerr != nil {
+			s.neutral(a.ticket)
 			if ctx.Err() != nil {
 				return nil, Attribute(ctx)
 			}
 			return nil, l.concRejection()
 		}
 	}
-	if l.conc != nil && !a.conc {
-		if cerr := l.conc.Acquire(ctx); cerr != nil {
-			l.neutral(a.ticket)
+	if s.conc != nil && !a.conc {
+		if cerr := s.conc.Acquire(ctx); cerr != nil {
+			s.neutral(a.ticket)
 			if cerr == ErrLimited {
 				return nil, l.concRejection()
 			}
@@ -274,24 +375,24 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 		}
 	}
 	var probe *probeWatch
-	if l.breaker != nil && a.ticket.Probe() {
-		probe = l.watchProbe(ctx, inv, a.ticket)
+	if s.breaker != nil && a.ticket.Probe() {
+		probe = s.watchProbe(ctx, inv, a.ticket)
 	}
 	finished := false
 	defer func() {
-		if l.conc != nil {
-			l.conc.Release()
+		if s.conc != nil {
+			s.conc.Release()
 		}
 		if release != nil {
 			release()
 		}
-		if l.breaker != nil {
+		if s.breaker != nil {
 			r := breaker.Failure // next panicked
 			if finished {
 				r = breakerResult(ctx, inv, err)
 			}
 			if probe == nil || probe.claim() {
-				l.breaker.Done(a.ticket, r)
+				s.breaker.Done(a.ticket, r)
 			}
 		}
 	}()
@@ -311,11 +412,11 @@ type probeWatch struct {
 }
 
 // watchProbe arms a probeWatch for the probe t running under ctx.
-func (l *ResilienceMiddleware) watchProbe(ctx context.Context, inv *pipeline.Invocation, t breaker.Ticket) *probeWatch {
+func (s *limitSet) watchProbe(ctx context.Context, inv *pipeline.Invocation, t breaker.Ticket) *probeWatch {
 	w := new(probeWatch)
 	w.stop = context.AfterFunc(ctx, func() {
 		if w.claimed.CompareAndSwap(false, true) {
-			l.breaker.Done(t, endedResult(ctx, inv))
+			s.breaker.Done(t, endedResult(ctx, inv))
 		}
 	})
 	return w
@@ -333,9 +434,9 @@ func (l *ResilienceMiddleware) concRejection() *pipeline.Error {
 	return l.concLimitErr
 }
 
-func (l *ResilienceMiddleware) neutral(t breaker.Ticket) {
-	if l.breaker != nil {
-		l.breaker.Done(t, breaker.Neutral)
+func (s *limitSet) neutral(t breaker.Ticket) {
+	if s.breaker != nil {
+		s.breaker.Done(t, breaker.Neutral)
 	}
 }
 
@@ -432,26 +533,26 @@ func (l *ResilienceMiddleware) Policy() Policy {
 	if l == nil {
 		return Policy{}
 	}
-	return l.policy
+	return l.cur.Load().policy
 }
 
 // BreakerState returns the state of the operation's circuit breaker:
 // BreakerClosed when it has none. An open breaker whose break is over
 // reports BreakerHalfOpen (the next call probes).
 func (l *ResilienceMiddleware) BreakerState() BreakerState {
-	if l == nil || l.breaker == nil {
+	if l == nil || l.cur.Load().breaker == nil {
 		return BreakerClosed
 	}
-	return BreakerState(l.breaker.State())
+	return BreakerState(l.cur.Load().breaker.State())
 }
 
 // BreakerOpenFor returns how long the operation's breaker stays open before
 // it half-opens (0 when it is not open or there is none).
 func (l *ResilienceMiddleware) BreakerOpenFor() time.Duration {
-	if l == nil || l.breaker == nil {
+	if l == nil || l.cur.Load().breaker == nil {
 		return 0
 	}
-	return l.breaker.OpenFor()
+	return l.cur.Load().breaker.OpenFor()
 }
 
 // WindowQuota returns the current state of the operation's fixed window —
@@ -459,10 +560,10 @@ func (l *ResilienceMiddleware) BreakerOpenFor() time.Duration {
 // this process (none configured, or Scope cluster: the shared window's
 // state is in the store).
 func (l *ResilienceMiddleware) WindowQuota() (Quota, bool) {
-	if l == nil || l.window == nil {
+	if l == nil || l.cur.Load().window == nil {
 		return Quota{}, false
 	}
-	return l.window.quota(), true
+	return l.cur.Load().windowAt(time.Now()).quota(), true
 }
 
 // Rejections counts the calls each limit turned away since the process
@@ -482,33 +583,42 @@ func (l *ResilienceMiddleware) Rejections() Rejections {
 // RateQueueDepth returns the number of calls waiting for the next rate
 // limit window.
 func (l *ResilienceMiddleware) RateQueueDepth() int {
-	if l == nil || l.window == nil {
+	if l == nil || l.cur.Load().window == nil {
 		return 0
 	}
-	return l.window.QueueDepth()
+	s := l.cur.Load()
+	n := s.window.QueueDepth()
+	if s.next != nil {
+		n += s.next.QueueDepth()
+	}
+	return n
 }
 
 // ConcurrencyQueueDepth returns the number of calls waiting for a
 // concurrency slot.
 func (l *ResilienceMiddleware) ConcurrencyQueueDepth() int {
-	if l != nil && l.sharedSlots != nil {
-		if q, ok := l.sharedSlots.(interface{ QueueDepth() int }); ok {
+	if l == nil {
+		return 0
+	}
+	s := l.cur.Load()
+	if s.sharedSlots != nil {
+		if q, ok := s.sharedSlots.(interface{ QueueDepth() int }); ok {
 			return q.QueueDepth() // this process's waiters
 		}
 	}
-	if l == nil || l.conc == nil {
+	if s.conc == nil {
 		return 0
 	}
-	return l.conc.QueueDepth()
+	return s.conc.QueueDepth()
 }
 
 // InFlight returns the number of calls holding a concurrency slot, or 0
 // when the operation has no concurrency limit.
 func (l *ResilienceMiddleware) InFlight() int {
-	if l == nil || l.conc == nil {
+	if l == nil || l.cur.Load().conc == nil {
 		return 0
 	}
-	return l.conc.InFlight()
+	return l.cur.Load().conc.InFlight()
 }
 
 // RateLimited returns the outcome of a call turned away by a rate limit:

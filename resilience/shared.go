@@ -62,16 +62,16 @@ func (e *LimitedError) Error() string {
 func (e *LimitedError) Unwrap() error { return ErrLimited }
 
 // Option configures NewResilienceMiddleware.
-type Option interface{ apply(*ResilienceMiddleware) }
+type Option interface{ apply(*limitSet) }
 
-type optionFunc func(*ResilienceMiddleware)
+type optionFunc func(*limitSet)
 
-func (f optionFunc) apply(l *ResilienceMiddleware) { f(l) }
+func (f optionFunc) apply(l *limitSet) { f(l) }
 
 // WithSharedWindow counts the operation's fixed window in w instead of in
 // this process (Policy.Scope cluster). A nil w is a no-op.
 func WithSharedWindow(w SharedWindow) Option {
-	return optionFunc(func(l *ResilienceMiddleware) {
+	return optionFunc(func(l *limitSet) {
 		if w != nil {
 			l.sharedWindow = w
 		}
@@ -81,7 +81,7 @@ func WithSharedWindow(w SharedWindow) Option {
 // WithSharedSlots counts the operation's concurrency limit in s instead of
 // in this process. A nil s is a no-op.
 func WithSharedSlots(s SharedSlots) Option {
-	return optionFunc(func(l *ResilienceMiddleware) {
+	return optionFunc(func(l *limitSet) {
 		if s != nil {
 			l.sharedSlots = s
 		}

@@ -130,7 +130,16 @@ func (l *FixedWindow) sleep(ctx context.Context, wt *window.Waiter, d time.Durat
 	for {
 		select {
 		case <-t.C:
-			return nil // its window has opened: a window only ever moves earlier
+			// Its window has opened, unless a reload lowered the limit
+			// and moved it later (SetLimit).
+			l.mu.Lock()
+			start := l.st.Start(wt.Win())
+			l.mu.Unlock()
+			if left := start - time.Since(l.origin); left > 0 {
+				t.Reset(left)
+				continue
+			}
+			return nil
 		case <-wt.Moved:
 			l.mu.Lock()
 			start := l.st.Start(wt.Win())

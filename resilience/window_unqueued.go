@@ -18,7 +18,7 @@ import (
 // limit calls. A count may run past limit: every call after the last
 // permit adds one and is turned away.
 type unqueued struct {
-	limit  int64
+	limit  atomic.Int64 // changed in place by a reload (setLimit)
 	length time.Duration
 	cur    atomic.Pointer[windowCount]
 }
@@ -31,7 +31,8 @@ type windowCount struct {
 }
 
 func newUnqueued(limit int, length time.Duration) *unqueued {
-	u := &unqueued{limit: int64(limit), length: length}
+	u := &unqueued{length: length}
+	u.limit.Store(int64(limit))
 	u.cur.Store(&windowCount{})
 	return u
 }
@@ -50,7 +51,7 @@ func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration) {
 			}
 			continue
 		}
-		if c.asked.Add(1) <= u.limit {
+		if c.asked.Add(1) <= u.limit.Load() {
 			return true, 0
 		}
 		return false, time.Duration(c.index+1)*u.length - now
@@ -60,11 +61,11 @@ func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration) {
 // quota reports the window containing now as a Quota.
 func (u *unqueued) quota(now time.Duration) Quota {
 	i := int64(now / u.length)
-	used := int64(0)
+	used, limit := int64(0), u.limit.Load()
 	if c := u.cur.Load(); c.index == i {
-		used = min(c.asked.Load(), u.limit)
+		used = min(c.asked.Load(), limit)
 	}
-	return Quota{Limit: int(u.limit), Window: u.length, Remaining: int(u.limit - used), Reset: time.Duration(i+1)*u.length - now}
+	return Quota{Limit: int(limit), Window: u.length, Remaining: int(limit - used), Reset: time.Duration(i+1)*u.length - now}
 }
 
 // newOperationWindow returns a FixedWindow that takes the lock-free path
@@ -76,4 +77,13 @@ func newOperationWindow(permitLimit int, length time.Duration, queueLimit int) *
 		l.nq = newUnqueued(permitLimit, length)
 	}
 	return l
+}
+
+// used returns the window containing now and the permits taken in it.
+func (u *unqueued) used(now time.Duration) (index, used int64) {
+	i := int64(now / u.length)
+	if c := u.cur.Load(); c.index == i {
+		return i, min(c.asked.Load(), u.limit.Load())
+	}
+	return i, 0
 }

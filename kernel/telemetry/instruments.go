@@ -32,13 +32,14 @@ type instruments struct {
 	active  metric.Int64ObservableUpDownCounter
 	late    metric.Int64ObservableUpDownCounter
 	cluster metric.Int64ObservableGauge
+	reloads metric.Int64Counter
 
 	err error // instrument creation errors (the instruments are then no-ops)
 }
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [12]error
+	var errs [13]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -69,6 +70,9 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.cluster, errs[9] = m.Int64ObservableGauge(MetricClusterDegraded,
 		metric.WithDescription("1 while a cluster-scoped operation's store is unreachable and its OnStoreError fallback applies, else 0."),
 		metric.WithUnit("{state}"))
+	in.reloads, errs[12] = m.Int64Counter(MetricConfigReloads,
+		metric.WithDescription("Configuration reloads, by result: ok (applied), invalid (refused, the last good configuration stays) or unchanged."),
+		metric.WithUnit("{reload}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		return nil

@@ -47,6 +47,11 @@ const (
 	// (Int64ObservableGauge), by operation. Only cluster-scoped operations
 	// are reported (docs/cluster.md).
 	MetricClusterDegraded = "sundial.cluster.degraded"
+	// MetricConfigReloads counts the kernel's configuration reloads
+	// (Int64Counter), by result (MetricAttrResult): "ok" (applied),
+	// "invalid" (refused; the last good configuration stays) or
+	// "unchanged" (nothing to apply).
+	MetricConfigReloads = "sundial.config.reloads"
 )
 
 // Metric attribute keys. They are short because the metric names are
@@ -74,6 +79,9 @@ const (
 	// MetricAttrQueue is the queue of MetricQueueDepth: "rate" or
 	// "concurrency".
 	MetricAttrQueue = "queue"
+	// MetricAttrResult is the result of a MetricConfigReloads point: "ok",
+	// "invalid" or "unchanged".
+	MetricAttrResult = "result"
 )
 
 // Span attribute keys.

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -288,4 +290,14 @@ func (t *Telemetry) Err() error {
 		return nil
 	}
 	return t.inst.err
+}
+
+// ConfigReloaded counts one configuration reload with its result ("ok",
+// "invalid" or "unchanged"; MetricConfigReloads). On a nil Telemetry, or
+// with metrics off, it does nothing.
+func (t *Telemetry) ConfigReloaded(result string) {
+	if t == nil || t.inst == nil {
+		return
+	}
+	t.inst.reloads.Add(context.Background(), 1, metric.WithAttributes(attribute.String(MetricAttrResult, result)))
 }

@@ -240,3 +240,34 @@ func (b *Breaker) OpenFor() time.Duration {
 func (b *Breaker) Failures() int { return int(failures(b.w.Load())) }
 
 func (b *Breaker) now() int64 { return int64(time.Since(b.origin)) }
+
+// Carry returns a breaker with new thresholds that takes over the state of
+// old (nil: a closed breaker, as New): a closed one keeps its run of
+// failures, capped at threshold-1 so that the next failure opens it when
+// the run already reaches the new threshold; an open one stays open until
+// its current break ends (the new break applies from its next opening);
+// a half-open one, probing or not, is open with that break over, so the
+// next call probes the new breaker (a probe still running reports to old,
+// which no longer decides anything).
+func Carry(old *Breaker, threshold int, breakFor time.Duration) *Breaker {
+	b := New(threshold, breakFor)
+	if old == nil {
+		return b
+	}
+	b.origin = old.origin
+	w := old.w.Load()
+	if phase(w) == phaseClosed {
+		b.w.Store(word(0, min(failures(w), b.threshold-1), phaseClosed))
+		return b
+	}
+	until := old.openUntil.Load()
+	if phase(w) != phaseOpen {
+		until = min(until, old.now())
+	}
+	b.openUntil.Store(until)
+	b.w.Store(word(0, 0, phaseOpen))
+	return b
+}
+
+// Thresholds returns the failure threshold and the break.
+func (b *Breaker) Thresholds() (int, time.Duration) { return int(b.threshold), b.breakFor }

@@ -189,3 +189,32 @@ func notify(wt *Waiter) {
 	default: // already told; it reads Win afresh
 	}
 }
+
+// SetLimit changes the permits per window, at now, keeping the permits
+// taken in the current window: with a lower limit nothing more is
+// admitted in it until they fall below the new one, i.e. not before the
+// next window. Every waiter is given the window of its place under the
+// new limit — a later one when the limit is lower, an earlier one when it
+// is higher, the current one for the oldest while permits are left in it —
+// and those whose window changed are told on Moved. No waiter is dropped.
+// limit must be positive.
+func (w *Window) SetLimit(now time.Duration, limit int) {
+	w.Advance(now)
+	w.limit = int64(limit)
+	for len(w.q) > 0 && w.used < w.limit {
+		head := w.q[0]
+		head.queued, head.win = false, w.cur
+		w.used++
+		notify(head)
+		w.q = slices.Delete(w.q, 0, 1)
+	}
+	w.moveUp(0)
+}
+
+// SetQueue changes the most waiters. Waiters beyond a lower bound keep
+// their place; only arrivals see the new bound.
+func (w *Window) SetQueue(queue int) { w.queue = queue }
+
+// Reset starts the state over at window cur with used permits taken in
+// it and nobody waiting (a limiter rebuilt from another's counts).
+func (w *Window) Reset(cur, used int64) { w.cur, w.used = cur, used }

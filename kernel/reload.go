@@ -1,0 +1,262 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/knadh/koanf/providers/file"
+)
+
+// liveConfig is the part of the configuration a reload changes: the
+// resilience policies and the kernel-wide limits that apply per call.
+type liveConfig struct {
+	maxTimeout    time.Duration
+	maxStragglers int
+	policies      policies
+}
+
+// Reload results (the result attribute of the sundial.config.reloads
+// metric).
+const (
+	ReloadOK        = "ok"        // the new configuration is in force
+	ReloadInvalid   = "invalid"   // refused: the last good one stays
+	ReloadUnchanged = "unchanged" // nothing to apply
+)
+
+var reloadResults = [...]string{ReloadOK, ReloadInvalid, ReloadUnchanged}
+
+// startupOnly are the keys of Sundial.Kernel that a reload does not
+// apply: changing them takes a restart, and a reload that changes them
+// logs that it ignored them.
+var startupOnly = []string{"UseBuiltInMiddleware", "Redis"}
+
+// Reload reads the configuration again — the JSON documents, the config
+// file and the environment, as New does — validates all of it with the
+// rules of New, and puts it in force at once, or not at all: on any error
+// the configuration in force stays, the error (which names the key path)
+// is logged and returned, and the reload is counted as invalid. It returns
+// the result: ReloadOK, ReloadInvalid or ReloadUnchanged (the document
+// says what is already in force).
+//
+// What a reload applies, per operation and in place (see
+// docs/resilience.md, "Changing limits at run time"): the resilience
+// policies, whose limiters keep what they know
+// ([resilience.ResilienceMiddleware.Update]), TimeoutSeconds, and the
+// kernel-wide MaxTimeoutSeconds and MaxStragglers, for the invocations
+// that arrive after it. The startup-only keys (UseBuiltInMiddleware,
+// Redis) keep their value from New; a reload that changes one logs that
+// it is ignored. Reloads are serialised; calls are never blocked by one.
+func (k *Kernel) Reload() (string, error) {
+	k.reloadMu.Lock()
+	defer k.reloadMu.Unlock()
+	lc, err := k.readLive()
+	if err != nil {
+		k.countReload(ReloadInvalid)
+		k.logger.Error("kernel: config reload refused; the configuration in force stays",
+			"key", keyPath(err), "error", err.Error())
+		return ReloadInvalid, err
+	}
+	old := k.live.Load()
+	if reflect.DeepEqual(old, lc) {
+		k.countReload(ReloadUnchanged)
+		k.logger.Info("kernel: config reloaded; nothing changed")
+		return ReloadUnchanged, nil
+	}
+	var changed []string
+	for _, d := range k.registry.All() {
+		p, was := lc.policies.policyFor(d.ID), old.policies.policyFor(d.ID)
+		if p == was {
+			continue
+		}
+		changed = append(changed, d.ID)
+		if l := k.limits[d.ID]; l != nil {
+			l.Update(p, k.clusterOptions(d.ID, p)...)
+		}
+		k.ops[d.ID].timeout.Store(int64(p.Timeout))
+	}
+	k.live.Store(lc)
+	k.warnUnregistered(lc.policies)
+	k.countReload(ReloadOK)
+	k.logger.Info("kernel: config reloaded", "changed_operations", strings.Join(changed, ","),
+		"max_timeout", lc.maxTimeout.String(), "max_stragglers", lc.maxStragglers)
+	return ReloadOK, nil
+}
+
+// readLive loads and validates the configuration as New does and returns
+// its live part. It logs the startup-only keys that changed.
+func (k *Kernel) readLive() (*liveConfig, error) {
+	conf, err := loadConfig(k.opts)
+	if err != nil {
+		return nil, err
+	}
+	settings, resRaw, err := parseSettings(conf.Get("Sundial" + Delimiter + "Kernel"))
+	if err != nil {
+		return nil, err
+	}
+	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers}
+	if k.settings.UseBuiltInMiddleware {
+		if lc.policies, err = parsePolicies(resRaw, "Sundial.Kernel.Resilience"); err != nil {
+			return nil, err
+		}
+		if err := k.needRedis(k.clustered(lc.policies)); err != nil {
+			return nil, err
+		}
+	}
+	if k.store == nil && k.rdb != nil && len(k.clustered(lc.policies)) > 0 {
+		k.startStore()
+	}
+	for _, key := range startupOnly {
+		var was, is any
+		switch key {
+		case "UseBuiltInMiddleware":
+			was, is = k.settings.UseBuiltInMiddleware, settings.UseBuiltInMiddleware
+		case "Redis":
+			was, is = k.settings.Redis, settings.Redis
+		}
+		if !reflect.DeepEqual(was, is) {
+			k.logger.Warn("kernel: Sundial.Kernel."+key+" changed; it is read at start-up only and the change is ignored until a restart",
+				"key", "Sundial.Kernel."+key)
+		}
+	}
+	return lc, nil
+}
+
+// keyPath returns the key path a configuration error names ("" when it
+// names none, e.g. a JSON syntax error): the errors of New and Reload read
+// "kernel: <path>: <what is wrong>".
+func keyPath(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "kernel: ")
+	path, _, ok := strings.Cut(msg, ": ")
+	if !ok || !strings.HasPrefix(path, "Sundial.") {
+		return ""
+	}
+	return path
+}
+
+func (k *Kernel) countReload(result string) {
+	for i, r := range reloadResults {
+		if r == result {
+			k.reloads[i].Add(1)
+		}
+	}
+	k.tel.ConfigReloaded(result)
+}
+
+// Reloads returns how many reloads ended with each result (ReloadOK,
+// ReloadInvalid, ReloadUnchanged) since New.
+func (k *Kernel) Reloads() map[string]int64 {
+	m := make(map[string]int64, len(reloadResults))
+	for i, r := range reloadResults {
+		m[r] = k.reloads[i].Load()
+	}
+	return m
+}
+
+// warnUnregistered warns of overrides for operations this kernel does not
+// serve: allowed (one config file may serve several services) but most
+// likely a typo that leaves a limit unapplied.
+func (k *Kernel) warnUnregistered(ps policies) {
+	for _, id := range ps.operationIDs() {
+		if _, ok := k.registry.Lookup(id); !ok {
+			k.logger.Warn("kernel: Sundial.Kernel.Resilience.Operations."+id+": no operation with this ID is registered; its policy applies to nothing",
+				"operation", id)
+		}
+	}
+}
+
+// DefaultWatchDebounce is how long WatchConfig waits after the last change
+// of the config file before it reloads, when given 0.
+const DefaultWatchDebounce = 100 * time.Millisecond
+
+// ErrNoConfigFile is returned by WatchConfig for a kernel made without
+// WithConfigFile.
+var ErrNoConfigFile = errors.New("kernel: WatchConfig: no config file (WithConfigFile)")
+
+// WatchConfig reloads the configuration (Reload) whenever the config file
+// given to WithConfigFile changes, until ctx ends; it returns then, with
+// its watcher stopped. Run it on a goroutine of its own.
+//
+// It watches the file's directory (koanf's file provider, on fsnotify), so
+// that every way of replacing the file is seen: a write in place, an
+// editor's write to a temporary file renamed over it, a Kubernetes
+// ConfigMap's swap of the ..data symlink, and a removal followed by a new
+// file (the provider stops watching at a removal; WatchConfig arms it
+// again as soon as the file is back, and reloads). Changes are debounced:
+// the reload runs once the file has been quiet for debounce (0:
+// DefaultWatchDebounce), so a burst of events makes one reload. A file
+// that cannot be watched on the first try is an error.
+func (k *Kernel) WatchConfig(ctx context.Context, debounce time.Duration) error {
+	path := k.opts.configFile
+	if path == "" {
+		return ErrNoConfigFile
+	}
+	if debounce <= 0 {
+		debounce = DefaultWatchDebounce
+	}
+	changed := make(chan struct{}, 1)
+	stopped := make(chan error, 1)
+	arm := func() (*file.File, error) {
+		f := file.Provider(path)
+		err := f.Watch(func(_ any, err error) {
+			if err != nil {
+				select {
+				case stopped <- err:
+				default:
+				}
+				return
+			}
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kernel: WatchConfig %s: %w", path, err)
+		}
+		return f, nil
+	}
+	f, err := arm()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if f != nil {
+			_ = f.Unwatch()
+		}
+	}()
+	quiet := time.NewTimer(debounce)
+	quiet.Stop()
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			quiet.Reset(debounce)
+		case <-quiet.C:
+			_, _ = k.Reload()
+		case err := <-stopped:
+			// The provider stopped for good (the file was removed, or its
+			// symlink broke): arm a new one once the file is back, and
+			// reload, since it may have changed meanwhile.
+			k.logger.Info("kernel: config watch interrupted; re-arming", "file", path, "reason", err.Error())
+			_ = f.Unwatch()
+			f = nil
+			for f == nil {
+				if f, err = arm(); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(debounce):
+				}
+			}
+			quiet.Reset(debounce)
+		}
+	}
+}

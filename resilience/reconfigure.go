@@ -1,0 +1,71 @@
+package resilience
+
+import (
+	"time"
+
+	"github.com/sundial-go/sundial/resilience/internal/window"
+)
+
+// length returns the window's length.
+func (l *FixedWindow) length() time.Duration {
+	if l.nq != nil {
+		return l.nq.length
+	}
+	return l.st.Length()
+}
+
+// reconfigure puts new limits on the window l at now (a reload; see
+// ResilienceMiddleware.Update) and returns the window calls take their
+// permits in — l itself, changed in place, or one that took over its
+// counts — and, when the length changed, the window of the new length
+// that calls arriving from switchAt (the current window's end) on take
+// their permits in.
+func (l *FixedWindow) reconfigure(now time.Time, limit int, length time.Duration, queue int) (cur, next *FixedWindow, switchAt time.Time) {
+	newLength, newQueue := length, queue
+	if l.length() != length {
+		// Until the boundary the current window goes on with the new
+		// limit and queues nobody more: a waiter would be admitted on
+		// the old schedule, past the boundary.
+		length, queue = l.length(), 0
+	}
+	since := max(now.Sub(l.origin), 0)
+	switch {
+	case l.nq != nil && queue == 0:
+		l.nq.limit.Store(int64(limit))
+		cur = l
+	case l.nq == nil:
+		l.mu.Lock()
+		l.st.SetLimit(since, limit)
+		l.st.SetQueue(queue)
+		l.mu.Unlock()
+		cur = l
+	default:
+		// A queue where there was none: the lock-free window hands its
+		// count to one with a queue. A call that loaded the old limits
+		// just before is turned away rather than admitted uncounted.
+		oldLimit := l.nq.limit.Swap(0)
+		i := int64(since / l.nq.length)
+		used := int64(0)
+		if c := l.nq.cur.Load(); c.index == i {
+			used = min(c.asked.Load(), oldLimit)
+		}
+		cur = &FixedWindow{origin: l.origin, st: window.New(limit, length, queue)}
+		cur.st.Reset(i, used)
+	}
+	if newLength == length {
+		return cur, nil, time.Time{}
+	}
+	// The new length starts at the next boundary; calls still queued for
+	// the old windows are counted in its first window.
+	old := cur.length()
+	switchAt = cur.origin.Add(time.Duration(int64(since/old)+1) * old)
+	queued := int64(cur.QueueDepth())
+	next = newOperationWindow(limit, newLength, newQueue)
+	next.origin = switchAt
+	if next.nq != nil {
+		next.nq.cur.Load().asked.Store(queued)
+	} else {
+		next.st.Reset(0, queued)
+	}
+	return cur, next, switchAt
+}
