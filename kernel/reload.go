@@ -223,6 +223,7 @@ func (k *Kernel) WatchConfig(ctx context.Context, debounce time.Duration) error 
 	if err != nil {
 		return err
 	}
+	k.logger.Info("kernel: watching the config file", "file", path)
 	defer func() {
 		if f != nil {
 			_ = f.Unwatch()

@@ -31,7 +31,7 @@ func (l *FixedWindow) reconfigure(now time.Time, limit int, length time.Duration
 	since := max(now.Sub(l.origin), 0)
 	switch {
 	case l.nq != nil && queue == 0:
-		l.nq.limit.Store(int64(limit))
+		l.nq.setLimit(since, limit)
 		cur = l
 	case l.nq == nil:
 		l.mu.Lock()

@@ -87,3 +87,24 @@ func (u *unqueued) used(now time.Duration) (index, used int64) {
 	}
 	return i, 0
 }
+
+// setLimit changes the limit in place, at now. The count of the current
+// window runs past the old limit by the calls it turned away; it is cut
+// back to the permits actually taken, so that a higher limit admits the
+// difference. (Calls adding to the old count were turned away: it was
+// already past the limit.)
+func (u *unqueued) setLimit(now time.Duration, limit int) {
+	old := u.limit.Swap(int64(limit))
+	i := int64(now / u.length)
+	for {
+		c := u.cur.Load()
+		if c.index != i || c.asked.Load() <= old {
+			return
+		}
+		n := &windowCount{index: i}
+		n.asked.Store(old)
+		if u.cur.CompareAndSwap(c, n) {
+			return
+		}
+	}
+}
