@@ -84,7 +84,11 @@ SIGTERM the shop first fails readiness for --lame-duck (GET /healthz
 answers 503, gRPC health NOT_SERVING, every HTTP response closes its
 connection) while still serving; then it stops accepting connections,
 gives in-flight calls up to --grace to finish, closes what is left and
-exits. A request is either answered or never read.`,
+exits. A request is either answered or never read.
+
+SIGHUP, and any change of the --config file, reloads the configuration:
+new limits apply at once, in place, keeping what the limiters know; an
+invalid document is refused and logged, and the limits in force stay.`,
 		Args: cobra.NoArgs,
 	}
 	o := serveOptions{}
@@ -154,6 +158,9 @@ func serve(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	defer k.Close() // after the servers drained: the cluster store and Redis client
+	// Live reconfiguration: SIGHUP and changes of --config (reload.go).
+	stopReloading := startReloading(ctx, k, o.configFile, o.logger)
+	defer stopReloading()
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	a, err := httpadapter.Mount(e, k, httpadapter.WithLogger(o.logger))
