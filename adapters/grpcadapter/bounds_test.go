@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 )
@@ -275,5 +277,81 @@ func TestServerOptionsRecvMsgSize(t *testing.T) {
 	_, st := h.call(t.Context(), t, "/test.v1.Work/Fail", `{"message":"`+big+`"}`)
 	if st == nil || st.Code() != codes.ResourceExhausted {
 		t.Fatalf("a 1 MiB+ message: %v, want ResourceExhausted", st)
+	}
+}
+
+// TestServerOptionsBoundMetadataFlood: 100 calls on one connection that
+// send their metadata and never their message. The issue measured 100 such
+// calls with 8 MiB of metadata each holding 924 MB under grpc-go's
+// defaults (a 16 MiB header list). With ServerOptions a call with 8 MiB of
+// metadata is refused before it is sent, and 100 stalled calls with as
+// much as the 64 KiB bound allows hold a few megabytes, returned once they
+// end.
+func TestServerOptionsBoundMetadataFlood(t *testing.T) {
+	const (
+		calls   = 100
+		perCall = 60 << 10 // just under DefaultMaxHeaderListSize (64 KiB), with the call's own headers
+	)
+	counter := &streamCounter{}
+	h := newHarness(t, harnessOpt{
+		tcp:     true,
+		server:  append(grpcadapter.ServerOptions(), grpc.StatsHandler(counter)),
+		adapter: []grpcadapter.Option{grpcadapter.WithRecvTimeout(time.Minute)}, // stalled for the test's length
+	})
+	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{}`); st != nil {
+		t.Fatal(st)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+
+	// 8 MiB of metadata: refused, nothing held.
+	big := metadata.AppendToOutgoingContext(t.Context(), "x-big", strings.Repeat("x", 8<<20))
+	refused := 0
+	for range calls {
+		s, err := h.conn.NewStream(big, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.v1.Work/Run")
+		if err == nil {
+			err = s.RecvMsg(new(emptypb.Empty))
+		}
+		if status.Code(err) != codes.OK {
+			refused++
+		}
+	}
+	if refused != calls || counter.peak.Load() != 1 {
+		t.Fatalf("%d of %d calls with 8 MiB of metadata refused, the server saw %d calls at most; want all refused, none held", refused, calls, counter.peak.Load())
+	}
+
+	// As much as the bound allows, stalled: held, and bounded.
+	before := heap()
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range calls {
+		// Distinct values, so that neither side can share one string.
+		md := metadata.AppendToOutgoingContext(ctx, "x-fill", strings.Repeat(string(rune('a'+i%26)), perCall-8)+fmt.Sprintf("%08d", i))
+		wg.Go(func() {
+			s, err := h.conn.NewStream(md, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.v1.Work/Run")
+			if err != nil {
+				return
+			}
+			<-ctx.Done()
+			_ = s.CloseSend()
+		})
+	}
+	waitFor(t, "the server to accept the calls", func() bool { return counter.active.Load() >= calls })
+	held := heap()
+	cancel()
+	wg.Wait()
+	waitFor(t, "the stalled calls to end", func() bool { return counter.active.Load() == 0 })
+	after := heap()
+	grew := int64(held) - int64(before)
+	t.Logf("metadata flood on one connection: %d calls with 8 MiB each refused (the server saw none); %d stalled calls with %d KiB each held, heap in use %.1f → %.1f MiB (+%.1f MiB, %.0f KiB a call), %.1f MiB after they ended",
+		refused, calls, perCall>>10, float64(before)/(1<<20), float64(held)/(1<<20), float64(grew)/(1<<20), float64(grew)/calls/1024, float64(after)/(1<<20))
+	// Client and server run in this process: each call's metadata is held
+	// by both, a few times over (encoded, decoded). 100 × 8 MiB held 924 MB.
+	if limit := int64(calls * perCall * 8); grew > limit {
+		t.Errorf("heap grew by %.1f MiB with %d stalled calls, want at most %.1f MiB", float64(grew)/(1<<20), calls, float64(limit)/(1<<20))
 	}
 }
