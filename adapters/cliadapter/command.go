@@ -42,6 +42,15 @@ type options struct {
 	exit    func(int)
 	// signalCh replaces the OS as the source of signals (tests).
 	signalCh <-chan os.Signal
+	// terminal reports whether stderr is a terminal (isTerminal; tests
+	// replace it).
+	terminal func(io.Writer) bool
+}
+
+// withTerminal makes operation commands take stderr for a terminal, or
+// not (tests).
+func withTerminal(tty bool) Option {
+	return optionFunc(func(o *options) { o.terminal = func(io.Writer) bool { return tty } })
 }
 
 // WithSignals sets the signals that cancel a running operation. The
@@ -130,7 +139,7 @@ func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel Kernel
 	if root == nil || reg == nil || newKernel == nil {
 		return errors.New("cliadapter: AddCommands: nil root, registry or kernel function")
 	}
-	o := &options{signals: []os.Signal{os.Interrupt, syscall.SIGTERM}, exit: os.Exit}
+	o := &options{signals: []os.Signal{os.Interrupt, syscall.SIGTERM}, exit: os.Exit, terminal: isTerminal}
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(o)
@@ -198,8 +207,13 @@ func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
 		},
 	}
 	pf := g.PersistentFlags()
-	pf.Var(&gf.timeout, "timeout", "deadline of the invocation in `seconds` (> 0, fractions allowed); capped by the configured maximum")
+	pf.Var(&gf.timeout, "timeout", "deadline of the invocation in seconds (> 0, fractions allowed); capped by the configured maximum")
 	pf.Var(&gf.output, "output", "result format on stdout: json or text")
+	// Errors only when the flags do not exist, which they do.
+	_ = g.RegisterFlagCompletionFunc("output", completeValues(
+		OutputJSON+"\tthe result as indented JSON (default)",
+		OutputText+"\tone line per field"))
+	_ = g.RegisterFlagCompletionFunc("timeout", completeValues())
 	return g
 }
 
@@ -218,10 +232,13 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 		return nil
 	}
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		err = humanFlagError(err)
 		rejectUsage(c, d.ID, newKernel, err)
 		return err
 	})
-	inputJSON := cmd.Flags().String("input", "", "the whole input as a JSON `object`, or - to read it from standard input; flags given too override its fields")
+	inputJSON := new(string)
+	cmd.Flags().Var(NamedString(inputJSON, "object"), "input", "the whole input as a JSON object, or - to read it from standard input; flags given too override its fields")
+	_ = cmd.RegisterFlagCompletionFunc("input", completeValues("-\tread the JSON object from standard input"))
 	fields := newInputFlags(d.Input, cmd.Flags())
 	cmd.Long = operationHelp(d, fields)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -272,7 +289,13 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue, newKernel KernelFunc, o *options) error {
 	r.stderr = &syncWriter{w: r.cmd.ErrOrStderr()}
+	// On a terminal, which echoes ^C without a newline, what follows a
+	// signal starts on a line of its own.
+	tty := o.terminal(r.stderr.w)
 	onSecond := func(sig os.Signal) {
+		if tty {
+			writeStr(r.stderr, "\n")
+		}
 		fmt.Fprintf(r.stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
 		o.exit(ExitCanceled)
 	}
@@ -333,6 +356,9 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	}
 	out := k.Handle(in.ctx, req)
 	if out.Err != nil {
+		if _, ok := context.Cause(in.ctx).(*SignalError); ok && tty {
+			writeStr(r.stderr, "\n") // after the terminal's ^C
+		}
 		return r.fail(out.Err, out.TraceID)
 	}
 	if err := writeResult(r.cmd.OutOrStdout(), r.format, out.Output); err != nil {
@@ -497,7 +523,7 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 	}
 	code := ExitCode(err)
 	w := root.ErrOrStderr()
-	msg := pipeline.ErrorText(err)
+	msg := pipeline.ErrorText(humanFlagError(err))
 	if !strings.HasPrefix(msg, root.Name()+": ") {
 		msg = root.Name() + ": " + msg
 	}

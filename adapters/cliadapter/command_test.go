@@ -236,21 +236,21 @@ func TestCommandTree(t *testing.T) {
 		{name: "unknown flag", args: []string{"test", "echo", "--nmae", "a"}, code: 2, noStdout: true,
 			stderr: []string{"unknown flag: --nmae", "Run 'app test echo --help' for usage."}},
 		{name: "flag of the wrong type", args: []string{"test", "echo", "--count", "two"}, code: 2, noStdout: true,
-			stderr: []string{`invalid argument "two" for "--count" flag`}},
+			stderr: []string{`invalid value "two" for --count: want an integer`}},
 		{name: "positional argument", args: []string{"test", "echo", "extra"}, code: 2, noStdout: true,
 			stderr: []string{`unknown command "extra" for "app test echo"`}},
 		{name: "timeout not a number", args: []string{"test", "echo", "--timeout", "abc"}, code: 2, noStdout: true,
-			stderr: []string{`invalid argument "abc" for "--timeout" flag: not a finite number of seconds`}},
+			stderr: []string{`invalid value "abc" for --timeout: not a finite number of seconds`}},
 		{name: "timeout zero", args: []string{"test", "echo", "--timeout", "0"}, code: 2, noStdout: true,
-			stderr: []string{`invalid argument "0" for "--timeout" flag: must be greater than 0 seconds`}},
+			stderr: []string{`invalid value "0" for --timeout: must be greater than 0 seconds`}},
 		{name: "timeout negative", args: []string{"test", "echo", "--timeout=-1"}, code: 2, noStdout: true,
-			stderr: []string{`invalid argument "-1" for "--timeout" flag: must be greater than 0 seconds`}},
+			stderr: []string{`invalid value "-1" for --timeout: must be greater than 0 seconds`}},
 		{name: "timeout NaN", args: []string{"test", "echo", "--timeout", "NaN"}, code: 2, noStdout: true,
-			stderr: []string{`invalid argument "NaN" for "--timeout" flag`}},
+			stderr: []string{`invalid value "NaN" for --timeout`}},
 		{name: "timeout on the group", args: []string{"test", "--timeout", "x", "echo"}, code: 2, noStdout: true,
-			stderr: []string{`invalid argument "x" for "--timeout" flag`}},
+			stderr: []string{`invalid value "x" for --timeout`}},
 		{name: "output format", args: []string{"test", "echo", "--output", "yaml"}, code: 2, noStdout: true,
-			stderr: []string{`invalid argument "yaml" for "--output" flag: cliadapter: output format "yaml" is not "json" or "text"`}},
+			stderr: []string{`invalid value "yaml" for --output: output format "yaml" is not "json" or "text"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := execute(t, kf, nil, "", tc.args...)
@@ -412,7 +412,7 @@ func TestKernelError(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "app: kernel: config file: no such file") {
 		t.Errorf("app test echo with a failing kernel = exit %d, stderr %q; want exit 2 naming the error", r.code, r.stderr)
 	}
-	if r := execute(t, kf, nil, "", "test", "echo", "--count", "two"); r.code != 2 || !strings.Contains(r.stderr, `invalid argument "two" for "--count" flag`) ||
+	if r := execute(t, kf, nil, "", "test", "echo", "--count", "two"); r.code != 2 || !strings.Contains(r.stderr, `invalid value "two" for --count: want an integer`) ||
 		strings.Contains(r.stderr, "config file") {
 		t.Errorf("app test echo --count two with a failing kernel = exit %d, stderr %q; want exit 2 naming the flag, not the kernel", r.code, r.stderr)
 	}

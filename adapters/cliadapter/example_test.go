@@ -66,7 +66,7 @@ func ExampleAddCommands() {
 	// exit 0
 	// app greet hello: VALIDATION GREET_VALIDATION_001: name must not be empty
 	// exit 2
-	// app: invalid argument "soon" for "--timeout" flag: not a finite number of seconds
+	// app: invalid value "soon" for --timeout: not a finite number of seconds
 	// Run 'app greet hello --help' for usage.
 	// exit 2
 }

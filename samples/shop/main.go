@@ -40,7 +40,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	configFile := root.PersistentFlags().String("config", "", "JSON config `file` loaded over the embedded default config")
+	configFile := new(string)
+	root.PersistentFlags().Var(cliadapter.NamedString(configFile, "file"), "config", "JSON config file loaded over the embedded default config")
 	root.AddCommand(newServeCommand(configFile))
 	var tracing *cliTracing
 	if err := addOperationCommands(root, configFile, &tracing); err != nil {

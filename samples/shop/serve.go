@@ -91,9 +91,9 @@ new limits apply at once, in place, keeping what the limiters know; an
 invalid document is refused and logged, and the limits in force stay.`,
 		Args: cobra.NoArgs,
 	}
-	o := serveOptions{}
-	cmd.Flags().StringVar(&o.httpAddr, "http", ":5000", "HTTP listen `address`")
-	cmd.Flags().StringVar(&o.grpcAddr, "grpc", ":5001", "gRPC listen `address`")
+	o := serveOptions{httpAddr: ":5000", grpcAddr: ":5001"}
+	cmd.Flags().Var(cliadapter.NamedString(&o.httpAddr, "address"), "http", "HTTP listen address")
+	cmd.Flags().Var(cliadapter.NamedString(&o.grpcAddr, "address"), "grpc", "gRPC listen address")
 	cmd.Flags().DurationVar(&o.grace, "grace", defaultGrace, "how long in-flight calls may take to finish on shutdown")
 	cmd.Flags().DurationVar(&o.lameDuck, "lame-duck", defaultLameDuck, "how long to keep serving after the signal while failing readiness, before draining (0: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

@@ -246,3 +246,69 @@ func label(m *dto.Metric, name string) string {
 	}
 	return ""
 }
+
+// TestShopCLIExportsOTLPWhenConfigured: with OTEL_EXPORTER_OTLP_ENDPOINT
+// set, an operation command (`shop orders create ...`) exports its
+// invocation span like serve, flushed before run returns, with the
+// resource's service.name; the protocol is cli.
+func TestShopCLIExportsOTLPWhenConfigured(t *testing.T) {
+	var mu sync.Mutex
+	var bodies [][]byte
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		if r.URL.Path == "/v1/traces" {
+			bodies = append(bodies, b)
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL) // 127.0.0.1
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"orders", "create", "--name", "widget", "--amount", "1"}, strings.NewReader(""), &stdout, &stderr); code != 0 {
+		t.Fatalf("run(orders create) = %d, stderr %q", code, stderr.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	all := bytes.Join(bodies, nil)
+	for _, want := range []string{"orders.create", "sundial.protocol", "cli", "service.name", "shop", "service.instance.id"} {
+		if !bytes.Contains(all, []byte(want)) {
+			t.Errorf("collector received %d trace exports without %q", len(bodies), want)
+		}
+	}
+}
+
+// TestShopCLIPolish: the shop's command line shows no Go internals for a
+// malformed flag (on an operation command and on serve), completes
+// --output with json and text, and shows no back quotes in the
+// descriptions shell completion lists.
+func TestShopCLIPolish(t *testing.T) {
+	shop := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(args, strings.NewReader(""), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"orders", "create", "--name", "w", "--amount", "x"}, `shop: invalid value "x" for --amount: want an integer`},
+		{[]string{"serve", "--grace", "soon"}, `shop: invalid value "soon" for --grace: want a duration such as 300ms, 1.5s or 2m`},
+	} {
+		code, _, stderr := shop(tc.args...)
+		if code != 2 || !strings.HasPrefix(stderr, tc.want+"\n") || strings.Contains(stderr, "strconv") {
+			t.Errorf("shop %q = %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	if _, out, _ := shop("__complete", "orders", "create", "--output", ""); !strings.Contains(out, "json\t") || !strings.Contains(out, "text\t") || !strings.HasSuffix(out, ":4\n") {
+		t.Errorf("completion of --output = %q, want json and text and no file names", out)
+	}
+	for _, args := range [][]string{{"__complete", "serve", "--"}, {"__complete", "orders", "create", "--"}, {"__complete", ""}} {
+		if _, out, _ := shop(args...); strings.Contains(out, "`") || !strings.Contains(out, "\t") {
+			t.Errorf("shop %q = %q: want descriptions without back quotes", args, out)
+		}
+	}
+}
