@@ -71,8 +71,8 @@ type timeoutValue struct {
 }
 
 // Set parses s with ParseTimeout. Its error omits the package prefix and
-// the value: pflag wraps it as `invalid argument "abc" for "--timeout"
-// flag: ...`.
+// the value: the command reports it as `invalid value "abc" for
+// --timeout: ...` (humanFlagError).
 func (v *timeoutValue) Set(s string) error {
 	d, why := parseTimeout(s)
 	if why != "" {
