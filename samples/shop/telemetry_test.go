@@ -211,6 +211,18 @@ func TestShopMetricsPromlint(t *testing.T) {
 	if !found {
 		t.Errorf("no http_server_request_duration_seconds{http_route=/orders,http_request_method=POST,http_response_status_code=201} (the conventions' metric)")
 	}
+	// One histogram point is 20 series: 17 bounds + le="+Inf", _sum and
+	// _count (the worst case of docs/observability.md counts with it).
+	n := 0
+	for line := range strings.Lines(r.body) {
+		if strings.HasPrefix(line, "sundial_invocation_duration_seconds") && strings.Contains(line, `operation="orders.create"`) &&
+			strings.Contains(line, `protocol="http"`) && strings.Contains(line, `kind="OK"`) {
+			n++
+		}
+	}
+	if n != 20 {
+		t.Errorf("sundial_invocation_duration_seconds{orders.create,http,OK} has %d series, want 20", n)
+	}
 	states := map[string]float64{}
 	for _, m := range families["sundial_breaker_state"].GetMetric() {
 		if label(m, "operation") == "billing.charge" {
