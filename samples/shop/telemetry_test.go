@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -321,6 +322,27 @@ func TestShopCLIPolish(t *testing.T) {
 	for _, args := range [][]string{{"__complete", "serve", "--"}, {"__complete", "orders", "create", "--"}, {"__complete", ""}} {
 		if _, out, _ := shop(args...); strings.Contains(out, "`") || !strings.Contains(out, "\t") {
 			t.Errorf("shop %q = %q: want descriptions without back quotes", args, out)
+		}
+	}
+}
+
+// TestMakeRunBindsLoopback: `make run` starts the shop on 127.0.0.1 for
+// both listeners unless HTTP_ADDR/GRPC_ADDR say otherwise (make -n prints
+// the command without running it).
+func TestMakeRunBindsLoopback(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	for _, tc := range []struct {
+		vars []string
+		want string
+	}{
+		{nil, "serve --http 127.0.0.1:5000 --grpc 127.0.0.1:5001"},
+		{[]string{"HTTP_ADDR=:8080", "GRPC_ADDR=:8081"}, "serve --http :8080 --grpc :8081"},
+	} {
+		out, err := exec.Command("make", append([]string{"-s", "-n", "-C", "../..", "run"}, tc.vars...)...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("make -n run %v = %q (%v), want a command with %q", tc.vars, out, err, tc.want)
 		}
 	}
 }
