@@ -296,9 +296,9 @@ func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, 
 			return a, nil
 		}
 		since := max(now.Sub(w.origin), 0)
-		ok, retry := w.nq.take(since)
+		ok, retry, index := w.nq.take(since)
 		if s.policy.RateLimitHeaders {
-			inv.SetQuota(w.nq.quota(since))
+			inv.SetQuota(w.nq.quotaOf(index, since))
 		}
 		if !ok {
 			s.neutral(a.ticket)

@@ -62,7 +62,8 @@ func newFixedWindow(permitLimit int, length time.Duration, queueLimit int) *Fixe
 func (l *FixedWindow) Allow() (ok bool, retryAfter time.Duration) {
 	now := time.Since(l.origin)
 	if l.nq != nil {
-		return l.nq.take(now)
+		ok, retry, _ := l.nq.take(now)
+		return ok, retry
 	}
 	l.mu.Lock()
 	d, _, retry := l.st.Reserve(now, 0, false)
@@ -91,7 +92,7 @@ func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err e
 // had been dropped by a KeyedFixedWindow and nothing was taken.
 func (l *FixedWindow) wait(ctx context.Context) (evicted bool, retryAfter time.Duration, err error) {
 	if l.nq != nil {
-		if ok, retry := l.nq.take(time.Since(l.origin)); !ok {
+		if ok, retry, _ := l.nq.take(time.Since(l.origin)); !ok {
 			return false, retry, ErrLimited
 		}
 		return false, 0, nil

@@ -38,8 +38,10 @@ func newUnqueued(limit int, length time.Duration) *unqueued {
 }
 
 // take takes a permit for a call arriving at now (since the limiter's
-// origin), or reports the time until the next window.
-func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration) {
+// origin), or reports the time until the next window. index is the window
+// the call was counted in: the one containing now, or a later one when
+// another call had already moved on to it.
+func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration, index int64) {
 	i := int64(now / u.length)
 	for {
 		c := u.cur.Load()
@@ -47,20 +49,24 @@ func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration) {
 			n := &windowCount{index: i}
 			n.asked.Store(1)
 			if u.cur.CompareAndSwap(c, n) {
-				return true, 0
+				return true, 0, i
 			}
 			continue
 		}
 		if c.asked.Add(1) <= u.limit.Load() {
-			return true, 0
+			return true, 0, c.index
 		}
-		return false, time.Duration(c.index+1)*u.length - now
+		return false, time.Duration(c.index+1)*u.length - now, c.index
 	}
 }
 
 // quota reports the window containing now as a Quota.
 func (u *unqueued) quota(now time.Duration) Quota {
-	i := int64(now / u.length)
+	return u.quotaOf(int64(now/u.length), now)
+}
+
+// quotaOf reports window i, seen at now, as a Quota.
+func (u *unqueued) quotaOf(i int64, now time.Duration) Quota {
 	used, limit := int64(0), u.limit.Load()
 	if c := u.cur.Load(); c.index == i {
 		used = min(c.asked.Load(), limit)
@@ -77,15 +83,6 @@ func newOperationWindow(permitLimit int, length time.Duration, queueLimit int) *
 		l.nq = newUnqueued(permitLimit, length)
 	}
 	return l
-}
-
-// used returns the window containing now and the permits taken in it.
-func (u *unqueued) used(now time.Duration) (index, used int64) {
-	i := int64(now / u.length)
-	if c := u.cur.Load(); c.index == i {
-		return i, min(c.asked.Load(), u.limit.Load())
-	}
-	return i, 0
 }
 
 // setLimit changes the limit in place, at now. The count of the current
