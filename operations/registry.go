@@ -37,6 +37,10 @@ type Descriptor struct {
 	// PascalCase(first segment), method = PascalCase(the rest).
 	GRPCService string
 	GRPCMethod  string
+	// InputPolicy says how strictly the input is read, on every protocol
+	// (see InputPolicy); the zero value rejects unknown fields and keys
+	// whose case differs from the field's.
+	InputPolicy InputPolicy
 
 	// Input and Output are the operation's message types, filled in by
 	// Register.

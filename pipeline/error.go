@@ -18,6 +18,7 @@ const (
 	CodeUnexpected         = "KERNEL_UNEXPECTED_001"
 	CodeValidation         = "KERNEL_VALIDATION_001"
 	CodeBadDeadline        = "KERNEL_VALIDATION_002"
+	CodeUnknownField       = "KERNEL_VALIDATION_003" // an input field the input type does not have (operations.InputPolicy)
 	CodeNotFound           = "KERNEL_NOT_FOUND_001"
 	CodeRateLimited        = "KERNEL_UNAVAILABLE_002"
 	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"

@@ -240,6 +240,7 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 	cmd.Flags().Var(NamedString(inputJSON, "object"), "input", "the whole input as a JSON object, or - to read it from standard input; flags given too override its fields")
 	_ = cmd.RegisterFlagCompletionFunc("input", completeValues("-\tread the JSON object from standard input"))
 	fields := newInputFlags(d.Input, cmd.Flags())
+	fields.policy = d.InputPolicy
 	cmd.Long = operationHelp(d, fields)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		r := &runner{cmd: cmd, desc: d, format: gf.output.get()}
@@ -412,6 +413,9 @@ func usageFailure(err error) *pipeline.Error {
 // inputFailure turns a --input decoding error into a VALIDATION outcome
 // (CodeMalformedInput or CodeWrongInput).
 func inputFailure(err error) *pipeline.Error {
+	if pe, ok := errors.AsType[*pipeline.Error](err); ok {
+		return pe // the input policy's answer (operations.CheckJSON)
+	}
 	ie, ok := errors.AsType[*InputError](err)
 	if !ok || ie == nil {
 		return pipeline.Wrap(pipeline.KindValidation, CodeMalformedInput, "The --input document is malformed.", err)

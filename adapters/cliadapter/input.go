@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -79,6 +80,7 @@ type inputFlags struct {
 	typ       reflect.Type // the input type (may be a non-struct)
 	fields    []inputField
 	inputOnly []string // JSON names of fields without a flag (settable with --input only)
+	policy    operations.InputPolicy
 }
 
 // reservedFlags are the flag names the adapter itself defines on an
@@ -249,7 +251,12 @@ func (f *inputFlags) decode(fs *pflag.FlagSet, raw []byte) (any, error) {
 	}
 	in := reflect.New(f.typ)
 	if raw != nil {
-		if err := decodeJSON(raw, in.Interface()); err != nil {
+		// The operation's input policy first (unknown fields, key case:
+		// the same answer as over HTTP and gRPC), then the decoding.
+		if perr := operations.CheckJSON(f.typ, f.policy, raw); perr != nil {
+			return nil, perr
+		}
+		if err := decodeJSON(raw, in.Interface(), f.policy.AllowUnknownFields); err != nil {
 			return nil, err
 		}
 	}
@@ -292,12 +299,14 @@ func (e *InputError) Error() string {
 // decodeJSON decodes exactly one JSON value from raw into v, rejecting
 // unknown fields and trailing data. Errors are *InputError with messages
 // that name JSON fields and types, never Go ones.
-func decodeJSON(raw []byte, v any) error {
+func decodeJSON(raw []byte, v any, allowUnknown bool) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return &InputError{Msg: "empty document, want a JSON object"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
+	if !allowUnknown {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return inputError(err)
 	}

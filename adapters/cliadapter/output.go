@@ -113,7 +113,8 @@ const (
 	// (a syntax error, trailing data, empty, too large or unreadable).
 	CodeMalformedInput = "CLI_VALIDATION_001"
 	// CodeWrongInput: the --input document is JSON but does not fit the
-	// operation's input (an unknown field or a value of the wrong type).
+	// operation's input (a value of the wrong type; an unknown field is the
+	// input policy's pipeline.CodeUnknownField, see operations.InputPolicy).
 	CodeWrongInput = "CLI_VALIDATION_002"
 	// CodeUsage: a flag of an operation command is unknown or malformed, or
 	// the command was given a positional argument. It is the code the

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -509,6 +511,13 @@ func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
 		target.Set(reflect.New(target.Type().Elem()))
 		target = target.Elem()
 	}
+	// The operation's input policy: a field number the schema does not
+	// have is an unknown field, the same answer as over HTTP and the CLI.
+	if !m.desc.InputPolicy.AllowUnknownFields {
+		if path := unknownField(req.ProtoReflect(), ""); path != "" {
+			return nil, operations.UnknownField(path, "")
+		}
+	}
 	if m.in.empty {
 		return p.Interface(), nil
 	}
@@ -724,4 +733,45 @@ func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st
 		attrs = append(attrs, slog.String("error", pipeline.ErrorText(o.Err)))
 	}
 	a.logger.LogAttrs(ctx, level, "grpc call", attrs...)
+}
+
+// unknownField returns the path of the first field of msg (or of a message
+// in it) whose number its descriptor does not have — "#7",
+// "lines[1].#7" — or "".
+func unknownField(msg protoreflect.Message, path string) string {
+	if raw := msg.GetUnknown(); len(raw) > 0 {
+		if num, _, n := protowire.ConsumeTag(raw); n > 0 {
+			return joinPath(path, "#"+strconv.Itoa(int(num)))
+		}
+		return joinPath(path, "#?")
+	}
+	var found string
+	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := joinPath(path, fd.JSONName())
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := range l.Len() {
+				if found = unknownField(l.Get(i).Message(), name+"["+strconv.Itoa(i)+"]"); found != "" {
+					return false
+				}
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = unknownField(mv.Message(), joinPath(name, k.String()))
+				return found == ""
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			found = unknownField(v.Message(), name)
+		}
+		return found == ""
+	})
+	return found
+}
+
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }

@@ -29,6 +29,7 @@ type Adapter struct {
 	k      *kernel.Kernel
 	cfg    config
 	logger *slog.Logger
+	routes []*route // the mounted operations, in registry order (OpenAPI)
 }
 
 // Mount mounts every operation of k that has an HTTP Method and Path on e,
@@ -98,6 +99,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 		}
 		routes = append(routes, rt)
 	}
+	a.routes = routes
 	e.Pre(framingMiddleware)
 	for _, rt := range routes {
 		e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
@@ -198,7 +200,12 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 	}
 	in := rt.desc.NewInput()
 	r := c.Request()
-	perr = rt.binder.bind(r, c.ParamNames(), c.ParamValues(), buf.Bytes(), in)
+	// The operation's input policy first (unknown fields, key case: the
+	// same answer as over gRPC and the CLI), then the binding.
+	perr = rt.desc.CheckJSON(buf.Bytes())
+	if perr == nil {
+		perr = rt.binder.bind(r, c.ParamNames(), c.ParamValues(), buf.Bytes(), in)
+	}
 	buf.Reset()
 	bufPool.Put(buf)
 	if perr != nil {

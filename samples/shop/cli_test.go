@@ -161,7 +161,7 @@ func TestCLI(t *testing.T) {
 			{name: "amount not a number", args: []string{"orders", "create", "--amount", "one"}, code: 2,
 				stderr: []string{`shop: invalid value "one" for --amount: want an integer`}},
 			{name: "unknown input field", args: []string{"orders", "create", "--input", `{"nmae":"x"}`}, code: 2,
-				stderr: []string{`"code":"CLI_VALIDATION_002"`}},
+				stderr: []string{`"code":"KERNEL_VALIDATION_003"`, `"details":{"field":"nmae"}`}},
 			{name: "not found", args: []string{"orders", "get", "--id", "ord-9"}, code: 3,
 				stderr: []string{`"code":"SHOP_NOT_FOUND_001"`, "Order 'ord-9' does not exist."}},
 			{name: "unavailable", args: []string{"billing", "charge", "--amount", "1", "--fail"}, code: 6,

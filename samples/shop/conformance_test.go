@@ -133,6 +133,16 @@ var conformanceRows = []conformanceRow{
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: "OK"},
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: pipeline.CodeRateLimited},
 	}},
+	// One input policy (operations.InputPolicy, docs/pipeline.md): an
+	// unknown field or a key in the wrong case is the same VALIDATION
+	// answer on every protocol; tests.lenient allows unknown fields.
+	{name: "input policy", steps: []step{
+		{op: "billing.charge", input: `{"amount":5,"extra":true}`, want: pipeline.CodeUnknownField},
+		{op: "billing.charge", input: `{"Amount":5}`, want: pipeline.CodeUnknownField},
+		{op: "orders.create", input: `{"name":"widget","amount":1,"note":"x"}`, want: pipeline.CodeUnknownField},
+		{op: "tests.lenient", input: `{"mode":"ok","extra":true}`, want: "OK"},
+		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
+	}},
 	{name: "validation", steps: []step{
 		{op: "orders.create", input: `{"name":"","amount":1}`, want: "SHOP_VALIDATION_001"},
 		{op: "orders.create", input: `{"name":"widget","amount":0}`, want: "SHOP_VALIDATION_001"},
@@ -324,6 +334,12 @@ func flakyRegistry(t *testing.T, h func(context.Context, flakyInput) (flakyOutpu
 	if err == nil {
 		err = operations.Register(reg, operations.Descriptor{
 			ID: "tests.flaky", Summary: "Do what the mode says (conformance tests).", Method: "POST", Path: "/tests/flaky",
+		}, h)
+	}
+	if err == nil {
+		err = operations.Register(reg, operations.Descriptor{
+			ID: "tests.lenient", Summary: "tests.flaky with unknown input fields allowed.", Method: "POST", Path: "/tests/lenient",
+			InputPolicy: operations.InputPolicy{AllowUnknownFields: true},
 		}, h)
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -147,9 +149,11 @@ func (g *grpcShop) call(ctx context.Context, t *testing.T, service, method, reqJ
 	t.Helper()
 	md := g.files.method(t, service, method)
 	req := dynamicpb.NewMessage(md.Input())
-	if err := protojson.Unmarshal([]byte(reqJSON), req); err != nil {
+	known, unknown := splitUnknown(t, md.Input(), reqJSON)
+	if err := protojson.Unmarshal(known, req); err != nil {
 		t.Fatalf("%s/%s: request %s: %v", service, method, reqJSON, err)
 	}
+	req.SetUnknown(unknown)
 	resp := dynamicpb.NewMessage(md.Output())
 	if err := g.conn.Invoke(ctx, "/"+service+"/"+method, req, resp, opts...); err != nil {
 		return "", status.Convert(err)
@@ -164,6 +168,36 @@ func (g *grpcShop) call(ctx context.Context, t *testing.T, service, method, reqJ
 	}
 	b, _ = json.Marshal(v)
 	return string(b), nil
+}
+
+// splitUnknown returns the JSON object reqJSON without the keys that are
+// neither the JSON name nor the name of a field of md, and those keys'
+// values as unknown protobuf fields numbered from 1000 (in key order),
+// each a length-delimited field holding the value's JSON: what a client
+// built from a newer schema sends (the binary wire has numbers, not
+// names, so a key in the wrong case is such a field too). grpcurl rejects
+// these keys itself; the table needs them on the wire to see the server's
+// input policy.
+func splitUnknown(t *testing.T, md protoreflect.MessageDescriptor, reqJSON string) ([]byte, protoreflect.RawFields) {
+	t.Helper()
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(reqJSON), &obj); err != nil {
+		return []byte(reqJSON), nil
+	}
+	var raw protoreflect.RawFields
+	for i, k := range slices.Sorted(maps.Keys(obj)) {
+		if md.Fields().ByJSONName(k) != nil || md.Fields().ByName(protoreflect.Name(k)) != nil {
+			continue
+		}
+		raw = protowire.AppendTag(raw, protowire.Number(1000+i), protowire.BytesType)
+		raw = protowire.AppendBytes(raw, obj[k])
+		delete(obj, k)
+	}
+	known, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return known, raw
 }
 
 func errorInfoOf(st *status.Status) *errdetails.ErrorInfo {

@@ -1,0 +1,181 @@
+package operations
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// InputPolicy says how strictly an operation reads its input, the same on
+// every protocol: the HTTP adapter applies it to the JSON body, the CLI
+// adapter to --input, the gRPC adapter to the request message (where a
+// field the schema does not have is a field number it does not know). The
+// zero value is strict: a field the input type does not have, or a key
+// whose case differs from the field's JSON name, is a VALIDATION outcome
+// with code pipeline.CodeUnknownField and details.field naming it. See
+// docs/pipeline.md, "One input policy".
+type InputPolicy struct {
+	// AllowUnknownFields ignores fields the input type does not have,
+	// instead of rejecting the call.
+	AllowUnknownFields bool
+	// FoldKeyCase matches a JSON key to a field whose JSON name differs
+	// only in case ("Amount" sets amount), as encoding/json does, instead
+	// of treating the key as an unknown field. It has no effect on gRPC,
+	// whose messages carry field numbers, not names.
+	FoldKeyCase bool
+}
+
+// UnknownField returns the VALIDATION outcome of an input field the input
+// type does not have; path names it ("extra", "lines[1].sku", "#7" for an
+// unknown protobuf field number) and hint, if not empty, is the field the
+// caller probably meant.
+func UnknownField(path, hint string) *pipeline.Error {
+	msg := fmt.Sprintf("Unknown field '%s'.", path)
+	if hint != "" {
+		msg = fmt.Sprintf("Unknown field '%s'; field names are case-sensitive (did you mean '%s'?).", path, hint)
+	}
+	return pipeline.Validation(pipeline.CodeUnknownField, msg).WithDetail("field", path)
+}
+
+// CheckJSON checks the keys of the JSON document data against the
+// operation's input type under its InputPolicy, and returns the outcome of
+// the first key that has no field (UnknownField), or nil. A document that
+// is not valid JSON is left to the decoder, which reports it: CheckJSON
+// returns nil.
+func (d *Descriptor) CheckJSON(data []byte) *pipeline.Error {
+	return CheckJSON(d.Input, d.InputPolicy, data)
+}
+
+// CheckJSON is Descriptor.CheckJSON for input type t and policy p.
+func CheckJSON(t reflect.Type, p InputPolicy, data []byte) *pipeline.Error {
+	if t == nil || p.AllowUnknownFields && p.FoldKeyCase || len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return nil
+	}
+	return checkValue(t, p, doc, "")
+}
+
+func checkValue(t reflect.Type, p InputPolicy, v any, path string) *pipeline.Error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Struct:
+			fields := jsonFields(t)
+			for key, val := range x {
+				ft, ok := fields.exact[key]
+				if !ok {
+					name, folded := fields.folded[strings.ToLower(key)]
+					if folded && p.FoldKeyCase {
+						ft, ok = fields.exact[name], true
+					} else if !p.AllowUnknownFields {
+						hint := ""
+						if folded {
+							hint = join(path, name)
+						}
+						return UnknownField(join(path, key), hint)
+					}
+				}
+				if ok {
+					if err := checkValue(ft, p, val, join(path, key)); err != nil {
+						return err
+					}
+				}
+			}
+		case reflect.Map:
+			for key, val := range x {
+				if err := checkValue(t.Elem(), p, val, join(path, key)); err != nil {
+					return err
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, val := range x {
+				if err := checkValue(t.Elem(), p, val, path+"["+strconv.Itoa(i)+"]"); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// fieldSet is the JSON fields of a struct type, by exact name and by
+// lower-cased name.
+type fieldSet struct {
+	exact  map[string]reflect.Type
+	folded map[string]string // lower-cased name -> exact name
+}
+
+var fieldSets sync.Map // reflect.Type -> *fieldSet
+
+// jsonFields returns the fields encoding/json sees in struct type t:
+// exported, named by their json tag, "-" skipped, untagged embedded
+// structs flattened (an outer field hides an inner one of the same name).
+func jsonFields(t reflect.Type) *fieldSet {
+	if fs, ok := fieldSets.Load(t); ok {
+		return fs.(*fieldSet)
+	}
+	fs := &fieldSet{exact: map[string]reflect.Type{}, folded: map[string]string{}}
+	depth := map[string]int{}
+	var walk func(t reflect.Type, d int)
+	walk = func(t reflect.Type, d int) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			if f.Anonymous && name == "" {
+				et := f.Type
+				if et.Kind() == reflect.Pointer {
+					et = et.Elem()
+				}
+				if et.Kind() == reflect.Struct {
+					if d < 16 {
+						walk(et, d+1)
+					}
+					continue
+				}
+			}
+			if !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if prev, dup := depth[name]; dup && prev <= d {
+				continue // hidden by a shallower field, as in encoding/json
+			}
+			depth[name] = d
+			fs.exact[name] = f.Type
+			if _, dup := fs.folded[strings.ToLower(name)]; !dup {
+				fs.folded[strings.ToLower(name)] = name
+			}
+		}
+	}
+	walk(t, 0)
+	actual, _ := fieldSets.LoadOrStore(t, fs)
+	return actual.(*fieldSet)
+}
