@@ -23,21 +23,32 @@ import (
 //   - sdk: the SDK tracer provider (always sampling, no exporter) and the
 //     SDK meter provider with a manual reader — what tracing and metrics
 //     cost when they are on;
-//   - sdk-metrics-only: the SDK meter provider, no tracer.
+//   - sdk-metrics-only: the SDK meter provider, no tracer;
+//   - sdk-http-semconv, sdk-metrics-only-http-semconv: the same, for an
+//     HTTP request described by a telemetry.Transport, as the HTTP adapter
+//     does: the span and http.server.request.duration also get the
+//     OpenTelemetry conventions' attributes.
 func BenchmarkDiagnostics(b *testing.B) {
 	d := op("bench.op")
 	tp, mp := sdkProviders(b)
+	status := func(error) int { return 201 }
+	httpReq := &telemetry.Transport{Method: "POST", Route: "/orders", Scheme: "http", Path: "/orders",
+		Host: "127.0.0.1:5000", ProtocolVersion: "1.1", Status: status}
 	cases := []struct {
 		name string
 		o    *telemetry.Op
+		tr   *telemetry.Transport
 	}{
-		{"global-default", telemetry.New().Operation(d)},
+		{"global-default", telemetry.New().Operation(d), nil},
 		{"noop", telemetry.New(
 			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
-			telemetry.WithMeterProvider(metricnoop.NewMeterProvider())).Operation(d)},
-		{"sdk", telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp)).Operation(d)},
+			telemetry.WithMeterProvider(metricnoop.NewMeterProvider())).Operation(d), nil},
+		{"sdk", telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp)).Operation(d), nil},
 		{"sdk-metrics-only", telemetry.New(
-			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()), telemetry.WithMeterProvider(mp)).Operation(d)},
+			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()), telemetry.WithMeterProvider(mp)).Operation(d), nil},
+		{"sdk-http-semconv", telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp)).Operation(d), httpReq},
+		{"sdk-metrics-only-http-semconv", telemetry.New(
+			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()), telemetry.WithMeterProvider(mp)).Operation(d), httpReq},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -46,7 +57,7 @@ func BenchmarkDiagnostics(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {
 				now := time.Now()
-				_, call := c.o.Start(ctx, inv, now)
+				_, call := c.o.StartTransport(ctx, inv, now, c.tr)
 				call.End(nil, now)
 			}
 		})

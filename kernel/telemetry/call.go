@@ -137,8 +137,7 @@ func (c *Call) End(err error, end time.Time) {
 	}
 	if c.span != nil {
 		if c.span.IsRecording() {
-			c.span.SetAttributes(semAttrs...)
-			c.annotate(a, perr, orig, reason, fired, deadline, hasDeadline, end)
+			c.annotate(a, semAttrs, perr, orig, reason, fired, deadline, hasDeadline, end)
 		}
 		c.span.End(trace.WithTimestamp(end))
 	}
@@ -182,12 +181,13 @@ func original(perr *pipeline.Error) *pipeline.Error {
 	return nil
 }
 
-// annotate adds the outcome's attributes, events and status to a recording
-// span.
-func (c *Call) annotate(a *outcomeAttrs, perr, orig *pipeline.Error, reason int, fired bool, deadline time.Time, hasDeadline bool, end time.Time) {
+// annotate adds the outcome's attributes (sem: the conventions' ones),
+// events and status to a recording span, the attributes in one call.
+func (c *Call) annotate(a *outcomeAttrs, sem []attribute.KeyValue, perr, orig *pipeline.Error, reason int, fired bool, deadline time.Time, hasDeadline bool, end time.Time) {
 	span := c.span
-	attrs := make([]attribute.KeyValue, 0, len(a.span)+6)
+	attrs := make([]attribute.KeyValue, 0, len(a.span)+len(sem)+6)
 	attrs = append(attrs, a.span...)
+	attrs = append(attrs, sem...)
 	if orig != nil {
 		attrs = append(attrs, attribute.String(AttrOriginalKind, orig.Kind().String()), attribute.String(AttrOriginalCode, orig.Code()))
 	}

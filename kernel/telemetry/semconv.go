@@ -135,7 +135,11 @@ func (t *Transport) startAttrs() []attribute.KeyValue {
 	switch {
 	case t.isHTTP():
 		attrs := make([]attribute.KeyValue, 0, 9)
-		attrs = append(attrs, httpMethodAttrs(t.Method)...)
+		if knownMethods[t.Method] {
+			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(t.Method))
+		} else {
+			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(otherValue), attribute.String(attrHTTPMethodOriginal, t.Method))
+		}
 		if t.Scheme != "" {
 			attrs = append(attrs, semconv.URLScheme(t.Scheme))
 		}
@@ -167,15 +171,6 @@ func (t *Transport) startAttrs() []attribute.KeyValue {
 		return attrs
 	}
 	return nil
-}
-
-// httpMethodAttrs returns http.request.method, normalised to a method the
-// conventions know, and http.request.method_original when it is not one.
-func httpMethodAttrs(m string) []attribute.KeyValue {
-	if knownMethods[m] {
-		return []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(m)}
-	}
-	return []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(otherValue), attribute.String(attrHTTPMethodOriginal, m)}
 }
 
 // splitHost returns the host and port of a Host header, the port defaulted
