@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"google.golang.org/grpc/codes"
 )
 
 // TestShopMetricsEndpoint: /metrics on the HTTP port lists the invocation
@@ -141,7 +142,8 @@ func TestShopExportsOTLPWhenConfigured(t *testing.T) {
 }
 
 // TestShopMetricsPromlint: the /metrics exposition, after calls over HTTP
-// (a success, a 404, failures of the operation with a breaker), parses with
+// (a success, a 404, failures of the operation with a breaker) and gRPC
+// (a failing charge), parses with
 // Prometheus' own text parser (expfmt) and promlint finds no problem in
 // it. On the way it checks the conventions' http.server.request.duration
 // and the promises of docs/observability.md that an
@@ -151,9 +153,13 @@ func TestShopExportsOTLPWhenConfigured(t *testing.T) {
 // metrics are there, and target_info carries service.name, service.version
 // and service.instance.id.
 func TestShopMetricsPromlint(t *testing.T) {
-	s := startShopHTTP(t, serveOptions{})
+	g := startShopGRPC(t, serveOptions{})
+	s := g.shopServer
 	if r := s.call(t, "POST", "/orders", `{"name":"widget","amount":1}`, nil); r.status != http.StatusCreated {
 		t.Fatalf("POST /orders = %d %s, want 201", r.status, r.body)
+	}
+	if _, st := g.call(t.Context(), t, "shop.v1.Billing", "Charge", `{"amount":5,"fail":true}`); st.Code() != codes.Unavailable {
+		t.Fatalf("gRPC Billing/Charge = %v, want Unavailable", st)
 	}
 	s.call(t, "GET", "/orders/nope", "", nil)
 	for range 2 {
@@ -223,6 +229,15 @@ func TestShopMetricsPromlint(t *testing.T) {
 	}
 	if n != 20 {
 		t.Errorf("sundial_invocation_duration_seconds{orders.create,http,OK} has %d series, want 20", n)
+	}
+	found = false
+	for _, m := range families["rpc_server_call_duration_seconds"].GetMetric() {
+		if label(m, "rpc_method") == "shop.v1.Billing/Charge" && label(m, "rpc_response_status_code") == "UNAVAILABLE" && label(m, "error_type") == "UNAVAILABLE" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no rpc_server_call_duration_seconds{rpc_method=shop.v1.Billing/Charge,rpc_response_status_code=UNAVAILABLE}")
 	}
 	states := map[string]float64{}
 	for _, m := range families["sundial_breaker_state"].GetMetric() {
