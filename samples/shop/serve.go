@@ -177,6 +177,13 @@ func serve(ctx context.Context, o serveOptions) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	e.GET("/metrics", echo.WrapHandler(tel.metrics)) // Prometheus (telemetry.go)
+	// The OpenAPI 3.1 document of the operations (docs/http.md).
+	openapi, err := a.OpenAPIHandler(httpadapter.OpenAPIInfo{Title: "shop", Version: serviceVersion(),
+		Description: "The Sundial shop sample: orders, reports and billing."})
+	if err != nil {
+		return err
+	}
+	e.GET("/openapi.json", openapi)
 	// The live status page (opt-in in Sundial, on in the shop, which
 	// binds to loopback by default).
 	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))

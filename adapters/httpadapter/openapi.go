@@ -1,0 +1,291 @@
+package httpadapter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3gen"
+	"github.com/labstack/echo/v4"
+
+	"github.com/sundial-go/sundial/operations"
+)
+
+// OpenAPIInfo is the info object of the OpenAPI document, and a hook.
+type OpenAPIInfo struct {
+	Title       string
+	Version     string
+	Description string
+	// Operation, if not nil, is called for each operation after the
+	// adapter has described it, to add what the adapter does not know of
+	// (e.g. the answers of an idempotency layer, 409/422). The document
+	// is validated after it.
+	Operation func(d *operations.Descriptor, op *openapi3.Operation)
+}
+
+// ProblemSchemaName is the component schema of RFC 9457 Problem Details
+// in the OpenAPI document.
+const ProblemSchemaName = "Problem"
+
+// OpenAPI returns the OpenAPI 3.1 document of the operations the adapter
+// mounted: one path item per route (echo's ":id" becomes "{id}"), with
+// the path and query parameters the binder fills, the deadline headers
+// the adapter reads (Sundial-Deadline and the relative header), the JSON
+// request body and success response built from the Go types (kin-openapi's
+// openapi3gen, encoding/json names), and the Problem Details
+// (application/problem+json) answers the operation's effective policy can
+// produce: 400 and 500 always; 413 with a body; 504 and 408 (every call
+// may carry a deadline; the operation's own TimeoutSeconds is named when
+// it has one); 503 with Retry-After when it has limits (rate, concurrency
+// or a breaker). The document is validated (openapi3.T.Validate) before
+// it is returned.
+func (a *Adapter) OpenAPI(info OpenAPIInfo) (*openapi3.T, error) {
+	if info.Title == "" {
+		info.Title = "Sundial operations"
+	}
+	if info.Version == "" {
+		info.Version = "0"
+	}
+	doc := &openapi3.T{
+		OpenAPI:    "3.1.0",
+		Info:       &openapi3.Info{Title: info.Title, Version: info.Version, Description: info.Description},
+		Paths:      openapi3.NewPaths(),
+		Components: &openapi3.Components{Schemas: openapi3.Schemas{}, Headers: openapi3.Headers{}},
+	}
+	doc.Components.Schemas[ProblemSchemaName] = problemSchema()
+	doc.Components.Headers["Retry-After"] = &openapi3.HeaderRef{Value: &openapi3.Header{Parameter: openapi3.Parameter{
+		Description: "Seconds to wait before retrying (RFC 9110 §10.2.3).",
+		Schema:      openapi3.NewIntegerSchema().WithMin(0).NewRef(),
+	}}}
+	// Two generators: the request body of an operation whose input policy
+	// rejects unknown fields says so (additionalProperties: false, on
+	// every object of the input), so that a validator answers as the
+	// server does; responses and lenient inputs stay open.
+	strict, open := newSchemaGenerator(true), newSchemaGenerator(false)
+	schemaOf := func(gen *openapi3gen.Generator, t reflect.Type) (*openapi3.SchemaRef, error) {
+		return gen.NewSchemaRefForValue(reflect.New(t).Elem().Interface(), doc.Components.Schemas)
+	}
+	for _, rt := range a.routes {
+		d := rt.desc
+		op := &openapi3.Operation{OperationID: d.ID, Summary: d.Summary, Responses: openapi3.NewResponses()}
+		op.Responses.Delete("default")
+		if err := a.describeParams(op, rt); err != nil {
+			return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q: %w", d.ID, err)
+		}
+		hasBody := d.Method != http.MethodGet && d.Method != http.MethodHead && d.Method != http.MethodDelete &&
+			d.Input != nil && d.Input.Kind() == reflect.Struct && d.Input.NumField() > 0
+		if hasBody {
+			gen := strict
+			if d.InputPolicy.AllowUnknownFields {
+				gen = open
+			}
+			s, err := schemaOf(gen, d.Input)
+			if err != nil {
+				return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q input: %w", d.ID, err)
+			}
+			op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithJSONSchemaRef(s)}
+		}
+		if rt.success == http.StatusNoContent {
+			op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success, no content."))
+		} else {
+			s, err := schemaOf(open, d.Output)
+			if err != nil {
+				return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q output: %w", d.ID, err)
+			}
+			op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success.").WithJSONSchemaRef(s))
+		}
+		pol := a.k.PolicyFor(d.ID)
+		problem(op, http.StatusBadRequest, "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate) or a deadline header is malformed.")
+		if hasBody {
+			problem(op, http.StatusRequestEntityTooLarge, "VALIDATION: the body is over the limit.")
+		}
+		timeout := "TIMEOUT: the caller's deadline (Sundial-Deadline or the relative header) passed."
+		if pol.Timeout > 0 {
+			timeout = fmt.Sprintf("TIMEOUT: the operation's deadline (%s) or the caller's passed.", pol.Timeout)
+		}
+		problem(op, http.StatusGatewayTimeout, timeout)
+		problem(op, http.StatusRequestTimeout, "CANCELLED: the caller went away or the server is shutting down.")
+		if pol.Limited() {
+			var what []string
+			if pol.PermitLimit > 0 {
+				what = append(what, fmt.Sprintf("rate limited (%d per %s)", pol.PermitLimit, pol.Window))
+			}
+			if pol.ConcurrencyLimit > 0 {
+				what = append(what, fmt.Sprintf("concurrency limited (%d)", pol.ConcurrencyLimit))
+			}
+			if pol.FailureThreshold > 0 {
+				what = append(what, "circuit open")
+			}
+			problem(op, http.StatusServiceUnavailable, "UNAVAILABLE: "+strings.Join(what, ", ")+"; Retry-After says when to retry.")
+			op.Responses.Status(http.StatusServiceUnavailable).Value.Headers = openapi3.Headers{
+				"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
+			}
+		}
+		problem(op, http.StatusInternalServerError, "UNEXPECTED: the handler failed unexpectedly.")
+		op.Responses.Set("default", &openapi3.ResponseRef{Value: problemResponse("Any other outcome of the operation (e.g. NOT_FOUND, CONFLICT), as Problem Details.")})
+		if info.Operation != nil {
+			info.Operation(d, op)
+		}
+		doc.AddOperation(openAPIPath(d.Path), d.Method, op)
+	}
+	if err := openapi3.NewLoader().ResolveRefsIn(doc, nil); err != nil {
+		return nil, fmt.Errorf("httpadapter: OpenAPI: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("httpadapter: OpenAPI: the document does not validate: %w", err)
+	}
+	return doc, nil
+}
+
+// OpenAPIHandler returns a handler that serves the OpenAPI document
+// (OpenAPI) as application/json, built once, when OpenAPIHandler is
+// called; mount it where you like, e.g. e.GET("/openapi.json", h).
+func (a *Adapter) OpenAPIHandler(info OpenAPIInfo) (echo.HandlerFunc, error) {
+	doc, err := a.OpenAPI(info)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("httpadapter: OpenAPI: %w", err)
+	}
+	return func(c echo.Context) error {
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
+	}, nil
+}
+
+// describeParams adds the path and query parameters of rt and the
+// deadline headers.
+func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
+	t := rt.desc.Input
+	for _, p := range rt.binder.params {
+		s, err := paramSchema(t.FieldByIndex(p.index).Type)
+		if err != nil {
+			return fmt.Errorf("path parameter %q: %w", p.param, err)
+		}
+		op.AddParameter(openapi3.NewPathParameter(p.param).WithSchema(s))
+	}
+	names := make([]string, 0, len(rt.binder.query))
+	for n := range rt.binder.query {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		ft := t.FieldByIndex(rt.binder.query[n].index).Type
+		s, err := paramSchema(ft)
+		if err != nil {
+			return fmt.Errorf("query parameter %q: %w", n, err)
+		}
+		op.AddParameter(openapi3.NewQueryParameter(n).WithSchema(s))
+	}
+	op.AddParameter(openapi3.NewHeaderParameter(HeaderDeadline).
+		WithDescription("The caller's absolute deadline, RFC 3339 (e.g. 2026-12-03T08:00:00.250Z).").
+		WithSchema(openapi3.NewDateTimeSchema()))
+	key := openapi3.NewStringSchema()
+	key.MaxLength = new(uint64(maxIdempotencyKey))
+	op.AddParameter(openapi3.NewHeaderParameter("Idempotency-Key").
+		WithDescription("The caller's idempotency key, handed to the kernel (a longer one is ignored).").
+		WithSchema(key))
+	if a.cfg.relHeader != "" {
+		op.AddParameter(openapi3.NewHeaderParameter(a.cfg.relHeader).
+			WithDescription("The caller's deadline as milliseconds remaining.").
+			WithSchema(openapi3.NewIntegerSchema().WithMin(0)))
+	}
+	return nil
+}
+
+// paramSchema is the schema of a path or query parameter's field.
+func paramSchema(t reflect.Type) (*openapi3.Schema, error) {
+	if reflect.PointerTo(t).Implements(textUnmarshalerType) {
+		return openapi3.NewStringSchema(), nil
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return paramSchema(t.Elem())
+	case reflect.Slice:
+		s, err := paramSchema(t.Elem())
+		if err != nil {
+			return nil, err
+		}
+		return openapi3.NewArraySchema().WithItems(s), nil
+	case reflect.String:
+		return openapi3.NewStringSchema(), nil
+	case reflect.Bool:
+		return openapi3.NewBoolSchema(), nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return openapi3.NewIntegerSchema(), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return openapi3.NewIntegerSchema().WithMin(0), nil
+	case reflect.Float32, reflect.Float64:
+		return openapi3.NewFloat64Schema(), nil
+	}
+	return nil, fmt.Errorf("type %v has no parameter form", t)
+}
+
+// problem adds a Problem Details response.
+func problem(op *openapi3.Operation, status int, desc string) {
+	op.Responses.Set(strconv.Itoa(status), &openapi3.ResponseRef{Value: problemResponse(desc)})
+}
+
+func problemResponse(desc string) *openapi3.Response {
+	r := openapi3.NewResponse().WithDescription(desc)
+	r.Content = openapi3.Content{ContentTypeProblem: openapi3.NewMediaType().
+		WithSchemaRef(openapi3.NewSchemaRef("#/components/schemas/"+ProblemSchemaName, nil))}
+	return r
+}
+
+// problemSchema is the schema of Problem (RFC 9457 members and Sundial's).
+func problemSchema() *openapi3.SchemaRef {
+	s := openapi3.NewObjectSchema().
+		WithProperty("type", openapi3.NewStringSchema()).
+		WithProperty("title", openapi3.NewStringSchema()).
+		WithProperty("status", openapi3.NewIntegerSchema()).
+		WithProperty("detail", openapi3.NewStringSchema()).
+		WithProperty("instance", openapi3.NewStringSchema()).
+		WithProperty("code", openapi3.NewStringSchema()).
+		WithProperty("traceId", openapi3.NewStringSchema()).
+		WithProperty("details", openapi3.NewObjectSchema())
+	s.Required = []string{"type", "title", "status", "detail", "instance", "code", "traceId", "details"}
+	s.Description = "RFC 9457 Problem Details with the outcome's stable code, trace ID and details."
+	return s.NewRef()
+}
+
+// openAPIPath turns echo's "/orders/:id" into "/orders/{id}" (and a
+// trailing "*" into "{*}").
+func openAPIPath(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		switch {
+		case strings.HasPrefix(s, ":") && len(s) > 1:
+			segs[i] = "{" + s[1:] + "}"
+		case s == "*":
+			segs[i] = "{*}"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// newSchemaGenerator returns a generator of inline JSON schemas with
+// encoding/json's field names; closed objects forbid other properties.
+func newSchemaGenerator(closed bool) *openapi3gen.Generator {
+	opts := []openapi3gen.Option{openapi3gen.UseAllExportedFields()}
+	if closed {
+		no := false
+		opts = append(opts, openapi3gen.SchemaCustomizer(func(_ string, t reflect.Type, _ reflect.StructTag, s *openapi3.Schema) error {
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			if t.Kind() == reflect.Struct && s.Type.Is(openapi3.TypeObject) {
+				s.AdditionalProperties = openapi3.AdditionalProperties{Has: &no}
+			}
+			return nil
+		}))
+	}
+	return openapi3gen.NewGenerator(opts...)
+}

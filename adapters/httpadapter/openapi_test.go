@@ -1,0 +1,105 @@
+package httpadapter_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/labstack/echo/v4"
+
+	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/operations"
+)
+
+// TestOpenAPICoversEveryRoute builds the OpenAPI document of the test
+// app, serves it, loads what was served with kin-openapi's loader and
+// validates it (OpenAPI 3.1); then checks that every route echo has for an
+// operation is in it, with its path and query parameters, the deadline
+// headers under the adapter's configured name, and the Problem Details
+// answers its policy can produce: 503 with Retry-After only for the
+// operations that have limits, and what the Operation hook adds.
+func TestOpenAPICoversEveryRoute(t *testing.T) {
+	app := newTestApp()
+	hooked := map[string]bool{}
+	s := startServer(t, app, serverOpts{
+		adapter: []httpadapter.Option{httpadapter.WithRelativeDeadlineHeader("X-Timeout-Ms")},
+		routes: func(e *echo.Echo, a *httpadapter.Adapter) {
+			h, err := a.OpenAPIHandler(httpadapter.OpenAPIInfo{Title: "test", Version: "1",
+				Operation: func(d *operations.Descriptor, op *openapi3.Operation) {
+					hooked[d.ID] = true
+					if d.ID == "items.create" {
+						op.AddResponse(http.StatusConflict, openapi3.NewResponse().WithDescription("idempotency: the key is in use"))
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.GET("/openapi.json", h)
+		},
+	})
+	resp, err := s.client.Get(s.url + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	doc, err := openapi3.NewLoader().LoadFromData(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(t.Context()); err != nil {
+		t.Fatalf("the served document does not validate: %v", err)
+	}
+	ops := 0
+	for _, r := range s.echo.Routes() {
+		if r.Path == "/openapi.json" || r.Method == echo.RouteNotFound || !strings.HasPrefix(r.Name, "github.com/sundial-go/sundial/adapters/httpadapter.") {
+			continue // not an operation's route
+		}
+		ops++
+		path := r.Path
+		for _, p := range []string{":id"} {
+			path = strings.ReplaceAll(path, p, "{id}")
+		}
+		item := doc.Paths.Find(path)
+		if item == nil || item.GetOperation(r.Method) == nil {
+			t.Errorf("route %s %s is not in the document", r.Method, r.Path)
+			continue
+		}
+		op := item.GetOperation(r.Method)
+		if !hooked[op.OperationID] {
+			t.Errorf("%s: the Operation hook was not called", op.OperationID)
+		}
+		if op.Parameters.GetByInAndName("header", "X-Timeout-Ms") == nil || op.Parameters.GetByInAndName("header", httpadapter.HeaderDeadline) == nil {
+			t.Errorf("%s: deadline headers missing", op.OperationID)
+		}
+		limited := op.OperationID == "work.run" || op.OperationID == "items.create"
+		if r503 := op.Responses.Status(503); (r503 != nil) != limited {
+			t.Errorf("%s: 503 response %v, want present %v (limits)", op.OperationID, r503 != nil, limited)
+		} else if limited && r503.Value.Headers["Retry-After"] == nil {
+			t.Errorf("%s: 503 without Retry-After", op.OperationID)
+		}
+	}
+	if ops < 5 {
+		t.Fatalf("found %d operation routes in echo, want the test app's", ops)
+	}
+	get := doc.Paths.Find("/items/{id}").Get
+	if p := get.Parameters.GetByInAndName("path", "id"); p == nil || !p.Schema.Value.Type.Is(openapi3.TypeInteger) {
+		t.Errorf("GET /items/{id}: path parameter id = %v, want an integer", p)
+	}
+	if p := get.Parameters.GetByInAndName("query", "limit"); p == nil {
+		t.Errorf("GET /items/{id}: no query parameter limit")
+	}
+	if doc.Paths.Find("/items").Post.Responses.Status(409) == nil {
+		t.Error("POST /items: the hook's 409 is missing")
+	}
+	if _, ok := doc.Paths.Find("/items").Post.Responses.Status(201).Value.Content["application/json"]; !ok {
+		t.Error("POST /items: no JSON 201")
+	}
+	// The strict input policy closes the request body.
+	schema := doc.Paths.Find("/items").Post.RequestBody.Value.Content.Get("application/json").Schema.Value
+	if schema.AdditionalProperties.Has == nil || *schema.AdditionalProperties.Has {
+		t.Errorf("POST /items body schema allows unknown properties under a strict input policy")
+	}
+}
