@@ -62,7 +62,8 @@ func semconvRegistry(t *testing.T) *operations.Registry {
 
 // TestSemconvAttributes: the invocation spans recorded by an in-memory
 // exporter carry the OpenTelemetry semantic conventions' HTTP server
-// attributes (http.request.method, http.route, http.response.status_code,
+// attributes (http.request.method — _OTHER with
+// http.request.method_original for a method they do not know —, http.route, http.response.status_code,
 // url.scheme, url.path, server.address, server.port,
 // network.protocol.version, error.type for 5xx only) and RPC server
 // attributes (rpc.system.name and rpc.method, rpc.response.status_code,
@@ -107,6 +108,7 @@ func TestSemconvAttributes(t *testing.T) {
 		{"GET", "/orders/nope", "", 404},
 		{"POST", "/billing/charge", `{"amount":1}`, 503},
 		{"GET", "/nowhere", "", 404},
+		{"PROPFIND", "/orders", "", 405},
 	} {
 		req, _ := http.NewRequest(c.method, base+c.path, strings.NewReader(c.body))
 		req.Header.Set("Content-Type", "application/json")
@@ -195,6 +197,9 @@ func TestSemconvAttributes(t *testing.T) {
 	check("HTTP unmatched", find("GET (unmatched)", "http"), map[string]string{
 		"http.request.method": "GET", "http.response.status_code": "404", "url.path": "/nowhere",
 	}, "http.route")
+	check("HTTP unknown method", find("PROPFIND (unmatched)", "http"), map[string]string{
+		"http.request.method": "_OTHER", "http.request.method_original": "PROPFIND", "http.response.status_code": "405",
+	}, "http.route", "error.type")
 	createFull := strings.TrimPrefix(full["orders.create"], "/")
 	check("gRPC orders.create", find("orders.create", "grpc"), map[string]string{
 		"rpc.system.name": "grpc", "rpc.method": createFull, "rpc.response.status_code": "OK",
