@@ -154,3 +154,33 @@ func TestLimitsAllocateNothing(t *testing.T) {
 		release()
 	}
 }
+
+// BenchmarkUpdate measures a reload's cost per operation
+// (ResilienceMiddleware.Update, changing PermitLimit and
+// ConcurrencyLimit in place), and the admitted call on limits that have
+// been updated: the same path as before any update, one atomic pointer
+// load per call.
+func BenchmarkUpdate(b *testing.B) {
+	b.Run("update", func(b *testing.B) {
+		b.ReportAllocs()
+		l := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
+		p := benchNeverRejects
+		for i := 0; b.Loop(); i++ {
+			p.PermitLimit = 1<<30 - i%2
+			p.ConcurrencyLimit = 1<<20 - i%2
+			l.Update(p)
+		}
+	})
+	b.Run("limits-admitted-after-update", func(b *testing.B) {
+		b.ReportAllocs()
+		ctx := context.Background()
+		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(time.Hour), DeadlineSource: pipeline.DeadlineOperation})
+		l := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
+		p := benchNeverRejects
+		p.PermitLimit--
+		l.Update(p)
+		for b.Loop() {
+			_, _ = l.Invoke(ctx, inv, benchOK)
+		}
+	})
+}
