@@ -181,8 +181,8 @@ var ErrNoConfigFile = errors.New("kernel: WatchConfig: no config file (WithConfi
 // its watcher stopped. Run it on a goroutine of its own.
 //
 // It watches the file's directory (koanf's file provider, on fsnotify), so
-// that every way of replacing the file is seen: a write in place, an
-// editor's write to a temporary file renamed over it, a Kubernetes
+// that every way of replacing the file is seen: an editor's write to a
+// temporary file renamed over it, a write in place, a Kubernetes
 // ConfigMap's swap of the ..data symlink, and a removal followed by a new
 // file (the provider stops watching at a removal; WatchConfig arms it
 // again as soon as the file is back, and reloads). Changes are debounced:
