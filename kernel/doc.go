@@ -44,4 +44,12 @@
 // and finally the operation's handler. A panic in the handler is an
 // UNEXPECTED outcome every middleware sees; a panic in a middleware is
 // recovered at the edge.
+//
+// # Reloading
+//
+// [Kernel.Reload] reads and validates the configuration again and applies
+// it at once, or not at all; [Kernel.WatchConfig] reloads whenever the
+// config file changes. Each operation's limits are changed in place,
+// keeping their windows, queues, slots and breaker state (see
+// docs/resilience.md, "Changing limits at run time").
 package kernel

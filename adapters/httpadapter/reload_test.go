@@ -125,6 +125,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		if q, _ := l.WindowQuota(); q.Remaining > 0 && q.Remaining <= 80 {
 			break
 		}
+		time.Sleep(100 * time.Microsecond) // poll
 	}
 	writeLimit(10)
 	if res, err := k.Reload(); res != kernel.ReloadOK {
