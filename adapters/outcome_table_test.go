@@ -31,6 +31,7 @@ var outcomeTable = []struct {
 	{pipeline.KindForbidden, "FORBIDDEN", 403, codes.PermissionDenied, 4},
 	{pipeline.KindNotFound, "NOT_FOUND", 404, codes.NotFound, 3},
 	{pipeline.KindConflict, "CONFLICT", 409, codes.AlreadyExists, 5},
+	{pipeline.KindUnprocessable, "UNPROCESSABLE", 422, codes.FailedPrecondition, 9},
 	{pipeline.KindCanceled, "CANCELLED", 408, codes.Canceled, 8},
 	{pipeline.KindTimeout, "TIMEOUT", 504, codes.DeadlineExceeded, 7},
 	{pipeline.KindUnavailable, "UNAVAILABLE", 503, codes.Unavailable, 6},

@@ -17,6 +17,7 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // Option configures a Kernel. Options are applied in order by New.
@@ -44,6 +45,7 @@ type options struct {
 	telemetry  telemetryOptions // telemetry_options.go
 	redis      redis.UniversalClient
 	lookupEnv  func(string) (string, bool)
+	idem       idemOptions // idempotency.go
 }
 
 // WithRegistry sets the operations the kernel serves. Without it the
@@ -162,6 +164,11 @@ type Kernel struct {
 	jobs       chan *guard
 	workers    atomic.Int64
 
+	// Idempotency keys (idempotency.go): the store, made at New when an
+	// operation enables them.
+	idemStore idempotency.Store
+	idemPol   map[string]idempotency.Policy
+
 	// Cluster-scoped limits (redis.go).
 	rdb       redis.UniversalClient
 	ownsRedis bool
@@ -238,6 +245,7 @@ func New(opts ...Option) (*Kernel, error) {
 	// (one config file may serve several services) but is most likely a
 	// typo that leaves a limit unapplied: say so.
 	k.warnUnregistered(lc.policies)
+	k.setUpIdempotency(o, lc.policies)
 	for _, d := range o.registry.All() {
 		k.ops[d.ID] = k.compile(o, d, k.PolicyFor(d.ID))
 	}
@@ -270,6 +278,11 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 				dopts = append(dopts, resilience.WithLimits(k.newLimits(d.ID, p)))
 			}
 			c.mws = append(c.mws, resilience.NewDeadlineMiddleware(dopts...))
+		}
+		if stage == pipeline.StageHandle && d != nil {
+			if mw := k.idempotencyMiddleware(o, d); mw != nil {
+				c.mws = append(c.mws, mw)
+			}
 		}
 		if stage == pipeline.StageValidation && d != nil && d.Input != nil && implementsValidator(d) {
 			c.mws = append(c.mws, validationMiddleware{})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // patch is a policy as written in JSON: nil fields inherit.
@@ -17,6 +18,7 @@ type patch struct {
 	PermitLimit, QueueLimit, ConcurrencyLimit, ConcurrencyQueueLimit, FailureThreshold *int
 	Window, BreakDuration, Timeout                                                     *time.Duration
 	cluster                                                                            clusterPatch
+	idem                                                                               *idempotency.Policy
 }
 
 // clusterPatch holds the keys of cluster-scoped limits (docs/cluster.md).
@@ -53,6 +55,9 @@ func (p *patch) over(base patch) patch {
 	}
 	if p.Timeout != nil {
 		out.Timeout = p.Timeout
+	}
+	if p.idem != nil {
+		out.idem = p.idem
 	}
 	c := &out.cluster
 	if p.cluster.Scope != nil {
@@ -128,6 +133,19 @@ func (o policies) policyFor(id string) resilience.Policy {
 	return o.defaults.policy()
 }
 
+// idempotencyFor returns the merged idempotency policy of the operation id
+// (the operation's Idempotency object replaces the section default's whole).
+func (o policies) idempotencyFor(id string) idempotency.Policy {
+	p := o.defaults
+	if op, ok := o.operations[id]; ok {
+		p = op.over(o.defaults)
+	}
+	if p.idem == nil {
+		return idempotency.Policy{}
+	}
+	return *p.idem
+}
+
 // operationIDs returns the IDs that have overrides, sorted.
 func (o policies) operationIDs() []string {
 	return slices.Sorted(maps.Keys(o.operations))
@@ -138,6 +156,7 @@ var policyKeys = []string{
 	"PermitLimit", "WindowSeconds", "QueueLimit", "ConcurrencyLimit",
 	"ConcurrencyQueueLimit", "FailureThreshold", "BreakSeconds", "TimeoutSeconds",
 	"Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders",
+	"Idempotency",
 }
 
 // parsePolicies parses the Resilience section. raw is the section as decoded
@@ -159,6 +178,10 @@ var policyKeys = []string{
 //	OnStoreError           string         "local" (default), "open" or "closed"
 //	ExpectedReplicas       integer > 0    replicas the "local" share divides by (default: live count)
 //	RateLimitHeaders       boolean        publish RateLimit-Policy / RateLimit (default false)
+//	Idempotency            object         idempotency keys (docs/idempotency.md): Enabled (boolean,
+//	                                      default true), Required (boolean, default false),
+//	                                      RetentionSeconds (number > 0, default 86400),
+//	                                      MaxOutcomeBytes (integer > 0, at most 1048576, default 65536)
 //	Operations             object         operation ID -> object of the keys above
 //
 // Every error names the full key path: an unknown key (a typo must not
@@ -241,6 +264,8 @@ func setKey(p *patch, key string, v any, path string) error {
 		return secondsKey(&p.Timeout, v, path)
 	case "Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders":
 		return setClusterKey(&p.cluster, key, v, path)
+	case "Idempotency":
+		return idempotencyKey(&p.idem, v, path)
 	}
 	for _, known := range policyKeys {
 		if strings.EqualFold(known, key) {
@@ -385,4 +410,57 @@ func describe(v any) string {
 		return fmt.Sprintf("%q", s)
 	}
 	return jsonType(v)
+}
+
+var idempotencyKeys = []string{"Enabled", "Required", "RetentionSeconds", "MaxOutcomeBytes"}
+
+// maxOutcomeBytes bounds Idempotency.MaxOutcomeBytes (1 MiB).
+const maxOutcomeBytes = 1 << 20
+
+// idempotencyKey parses an Idempotency object (docs/idempotency.md).
+func idempotencyKey(dst **idempotency.Policy, v any, path string) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("kernel: %s: want an object (keys: %s), got %s", path, strings.Join(idempotencyKeys, ", "), jsonType(v))
+	}
+	pol := idempotency.Policy{Enabled: true}
+	boolean := func(dst *bool, v any, p string) error {
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf("kernel: %s: want a boolean, got %s", p, jsonType(v))
+		}
+		*dst = b
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		p := path + "." + k
+		var err error
+		switch k {
+		case "Enabled":
+			err = boolean(&pol.Enabled, m[k], p)
+		case "Required":
+			err = boolean(&pol.Required, m[k], p)
+		case "RetentionSeconds":
+			var d *time.Duration
+			if err = secondsKey(&d, m[k], p); err == nil {
+				pol.Retention = *d
+			}
+		case "MaxOutcomeBytes":
+			var n *int
+			if err = intKey(&n, m[k], p, 1); err == nil {
+				if *n > maxOutcomeBytes {
+					err = fmt.Errorf("kernel: %s: %d is too large (at most %d)", p, *n, maxOutcomeBytes)
+				} else {
+					pol.MaxOutcomeBytes = *n
+				}
+			}
+		default:
+			err = fmt.Errorf("kernel: %s: unknown key (known keys: %s)", p, strings.Join(idempotencyKeys, ", "))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	*dst = &pol
+	return nil
 }

@@ -106,6 +106,7 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 			return nil, err
 		}
 	}
+	k.warnIdempotencyChanged(lc.policies)
 	if k.store == nil && k.rdb != nil && len(k.clustered(lc.policies)) > 0 {
 		k.startStore()
 	}

@@ -24,6 +24,14 @@ const (
 	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"
 	CodeCircuitOpen        = "KERNEL_UNAVAILABLE_004"
 	CodeOverloaded         = "KERNEL_UNAVAILABLE_005"
+
+	// Idempotency (docs/idempotency.md).
+	CodeIdempotencyKeyMissing   = "KERNEL_VALIDATION_004"    // 400: the operation requires a key
+	CodeIdempotencyKeyMalformed = "KERNEL_VALIDATION_005"    // 400: the key header is not a bounded sf-string
+	CodeIdempotencyInProgress   = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs
+	CodeIdempotencyTooLarge     = "KERNEL_CONFLICT_002"      // 409: ran, but its outcome was too large to keep
+	CodeIdempotencyMismatch     = "KERNEL_UNPROCESSABLE_001" // 422: the key was used with another input
+	CodeIdempotencyStore        = "KERNEL_UNAVAILABLE_006"   // 503: the idempotency store did not answer
 )
 
 // UnexpectedMessage is the only text a caller ever sees for an UNEXPECTED
@@ -88,6 +96,9 @@ func NotFound(code, message string) *Error { return NewError(KindNotFound, code,
 
 // Conflict returns a CONFLICT error.
 func Conflict(code, message string) *Error { return NewError(KindConflict, code, message) }
+
+// Unprocessable returns an UNPROCESSABLE error.
+func Unprocessable(code, message string) *Error { return NewError(KindUnprocessable, code, message) }
 
 // Forbidden returns a FORBIDDEN error.
 func Forbidden(code, message string) *Error { return NewError(KindForbidden, code, message) }

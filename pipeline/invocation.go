@@ -122,6 +122,7 @@ type Invocation struct {
 	baggage        map[string]string
 	idempotencyKey string
 	quota          quotaSlot
+	replay         replaySlot
 }
 
 // NewInvocation returns the invocation s describes. Times are kept as

@@ -19,6 +19,10 @@ const (
 	KindNotFound
 	// KindConflict: the call conflicts with the current state.
 	KindConflict
+	// KindUnprocessable: the request is well-formed but cannot be processed
+	// as sent, e.g. an idempotency key reused with a different input
+	// (docs/idempotency.md).
+	KindUnprocessable
 	// KindCanceled: the caller gave up before the deadline fired.
 	KindCanceled
 	// KindTimeout: the invocation's deadline fired (or a downstream timed
@@ -41,6 +45,7 @@ var kindNames = [numKinds]string{
 	KindForbidden:       "FORBIDDEN",
 	KindNotFound:        "NOT_FOUND",
 	KindConflict:        "CONFLICT",
+	KindUnprocessable:   "UNPROCESSABLE",
 	KindCanceled:        "CANCELLED",
 	KindTimeout:         "TIMEOUT",
 	KindUnavailable:     "UNAVAILABLE",

@@ -489,7 +489,7 @@ func breakerResult(ctx context.Context, inv *pipeline.Invocation, err error) bre
 	}
 	switch e.Kind() {
 	case pipeline.KindValidation, pipeline.KindUnauthenticated, pipeline.KindForbidden,
-		pipeline.KindNotFound, pipeline.KindConflict, pipeline.KindCanceled:
+		pipeline.KindNotFound, pipeline.KindConflict, pipeline.KindUnprocessable, pipeline.KindCanceled:
 		return breaker.Neutral
 	case pipeline.KindTimeout:
 		if callerBoundBudget(err) {

@@ -2,6 +2,8 @@ package cliadapter
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -241,9 +243,17 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 	_ = cmd.RegisterFlagCompletionFunc("input", completeValues("-\tread the JSON object from standard input"))
 	fields := newInputFlags(d.Input, cmd.Flags())
 	fields.policy = d.InputPolicy
+	var idemKey *string
+	if cmd.Flags().Lookup(flagIdempotencyKey) == nil {
+		idemKey = cmd.Flags().String(flagIdempotencyKey, "",
+			"idempotency `key` of this call (docs/idempotency.md); on an operation that takes keys one is generated when absent and printed with a failure, so that a rerun with it gets this call's outcome instead of running again")
+	}
 	cmd.Long = operationHelp(d, fields)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		r := &runner{cmd: cmd, desc: d, format: gf.output.get()}
+		if idemKey != nil {
+			r.idemKey = *idemKey
+		}
 		return r.run(fields, *inputJSON, gf.timeout, newKernel, o)
 	}
 	return cmd
@@ -274,6 +284,20 @@ type runner struct {
 	desc   *operations.Descriptor
 	format string
 	stderr *syncWriter // shared with the signal watcher
+	// idemKey is --idempotency-key, or the key generated for an operation
+	// that takes keys; genKey says it was generated.
+	idemKey string
+	genKey  bool
+}
+
+// flagIdempotencyKey is the flag of the caller's idempotency key.
+const flagIdempotencyKey = "idempotency-key"
+
+// newIdempotencyKey returns a fresh random key (128 bits, hex).
+func newIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // syncWriter serialises writes to a writer that two goroutines share.
@@ -317,6 +341,15 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	defer k.Close()
 	now := time.Now()
 	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
+	if r.idemKey == "" && k.IdempotencyPolicy(r.desc.ID).Enabled {
+		r.idemKey, r.genKey = newIdempotencyKey(), true
+	}
+	if r.idemKey != "" {
+		if !pipeline.ValidIdempotencyKey(r.idemKey) {
+			req.Reject = pipeline.ErrIdempotencyKeyMalformed()
+		}
+		req.IdempotencyKey = r.idemKey
+	}
 	if timeout.set {
 		req.Deadline = now.Add(timeout.d)
 	}
@@ -356,12 +389,20 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 		}
 	}
 	out := k.Handle(in.ctx, req)
+	replayed := func() {
+		if out.Invocation.Replayed() {
+			fmt.Fprintf(r.stderr, "replayed: the stored outcome of an earlier call with idempotency key %s\n", r.idemKey)
+		}
+	}
 	if out.Err != nil {
 		if _, ok := context.Cause(in.ctx).(*SignalError); ok && tty {
 			writeStr(r.stderr, "\n") // after the terminal's ^C
 		}
-		return r.fail(out.Err, out.TraceID)
+		err := r.fail(out.Err, out.TraceID)
+		replayed()
+		return err
 	}
+	replayed()
 	if err := writeResult(r.cmd.OutOrStdout(), r.format, out.Output); err != nil {
 		return r.fail(pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
 			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)), out.TraceID)
@@ -435,7 +476,15 @@ func inputFailure(err error) *pipeline.Error {
 // for it.
 func (r *runner) fail(err error, traceID string) error {
 	pe := pipeline.AsError(err)
+	if r.idemKey != "" && pipeline.ValidIdempotencyKey(r.idemKey) && pe.Kind() != pipeline.KindUnexpected {
+		// The key goes with the failure, so that a rerun can reuse it and
+		// get this call's outcome (a TIMEOUT's especially: exit 7).
+		pe = pe.WithDetail("idempotencyKey", r.idemKey)
+	}
 	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe, traceID)
+	if r.idemKey != "" && pe.Kind() == pipeline.KindTimeout {
+		fmt.Fprintf(r.stderr, "rerun with --%s %s to get this call's outcome instead of running it again\n", flagIdempotencyKey, r.idemKey)
+	}
 	return &ExitError{Code: ExitCodeFor(pe.Kind()), Err: pe}
 }
 

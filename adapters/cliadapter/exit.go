@@ -14,6 +14,9 @@ const (
 	ExitUnavailable = 6
 	ExitTimeout     = 7
 	ExitCanceled    = 8 // CANCELLED
+	// ExitUnprocessable: UNPROCESSABLE (an idempotency key reused with
+	// another input).
+	ExitUnprocessable = 9
 )
 
 // ExitCodeFor returns the process exit code of an outcome kind. A kind
@@ -30,6 +33,8 @@ func ExitCodeFor(k pipeline.Kind) int {
 		return ExitNotFound
 	case pipeline.KindConflict:
 		return ExitConflict
+	case pipeline.KindUnprocessable:
+		return ExitUnprocessable
 	case pipeline.KindCanceled:
 		return ExitCanceled
 	case pipeline.KindTimeout:

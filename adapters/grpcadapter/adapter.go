@@ -549,8 +549,16 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 	if r.Transport.RPCMethod == "" {
 		r.Transport = telemetry.Transport{RPCMethod: full, Status: statusCode}
 	}
-	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 && len(vs[0]) <= maxIdempotencyKey {
-		r.IdempotencyKey = vs[0]
+	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 {
+		// A key that is repeated, too long or not printable ASCII is a 400
+		// (InvalidArgument) KERNEL_VALIDATION_005, as over HTTP.
+		if len(vs) > 1 || !pipeline.ValidIdempotencyKey(vs[0]) {
+			if r.Reject == nil {
+				r.Reject = pipeline.ErrIdempotencyKeyMalformed()
+			}
+		} else {
+			r.IdempotencyKey = vs[0]
+		}
 	}
 	return a.k.Handle(parent, r)
 }
@@ -577,6 +585,11 @@ func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, sta
 		// RateLimitHeaders: the same facts as the HTTP fields, as header
 		// metadata (sent with the response or the status).
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ratelimit.PolicyField, ratelimit.Policy(q), ratelimit.Field, ratelimit.Current(q)))
+	}
+	if o.Invocation.Replayed() {
+		// The stored outcome of an earlier call with the same
+		// idempotency-key (docs/idempotency.md).
+		_ = grpc.SetHeader(ctx, metadata.Pairs(MetadataIdempotentReplayed, "true"))
 	}
 	if st != nil && o.TraceID != "" {
 		// A failure names its trace, as an HTTP problem's traceId does.
@@ -631,6 +644,9 @@ var errCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %
 const (
 	mdBaggage        = "baggage"
 	mdIdempotencyKey = "idempotency-key"
+	// MetadataIdempotentReplayed is the header metadata that marks a
+	// replayed outcome: "true".
+	MetadataIdempotentReplayed = "idempotent-replayed"
 )
 
 // incomingMD reads the incoming metadata of a server context key by key,

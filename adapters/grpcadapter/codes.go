@@ -7,7 +7,7 @@ import (
 )
 
 // CodeFor returns the gRPC status code of an outcome kind, as the outcome
-// table of docs/pipeline.md gives it. CONFLICT maps to AlreadyExists;
+// table of docs/pipeline.md gives it. CONFLICT maps to AlreadyExists, UNPROCESSABLE to FailedPrecondition;
 // UNEXPECTED, and any value outside the closed set of kinds, to Internal.
 func CodeFor(k pipeline.Kind) codes.Code {
 	switch k {
@@ -23,6 +23,8 @@ func CodeFor(k pipeline.Kind) codes.Code {
 		return codes.NotFound
 	case pipeline.KindConflict:
 		return codes.AlreadyExists
+	case pipeline.KindUnprocessable:
+		return codes.FailedPrecondition
 	case pipeline.KindCanceled:
 		return codes.Canceled
 	case pipeline.KindTimeout:

@@ -21,10 +21,6 @@ const DefaultDeadlineTolerance = 10 * time.Millisecond
 // 8192 bytes, the W3C limit.
 const DefaultBaggageLimit = 8192
 
-// maxIdempotencyKey bounds the idempotency-key metadata handed to the
-// kernel; a longer key is ignored.
-const maxIdempotencyKey = 255
-
 // Option configures New. Every option may be given to New once; a later
 // option of the same kind replaces an earlier one.
 type Option interface{ apply(*config) }

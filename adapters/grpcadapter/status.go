@@ -111,8 +111,8 @@ func DetailString(v any) string {
 }
 
 // KindFor returns the outcome kind of a gRPC status code, the inverse of
-// [CodeFor] where CodeFor is one-to-one: InvalidArgument, FailedPrecondition
-// and OutOfRange are VALIDATION; AlreadyExists and Aborted are CONFLICT;
+// [CodeFor] where CodeFor is one-to-one: InvalidArgument and OutOfRange are
+// VALIDATION; FailedPrecondition is UNPROCESSABLE; AlreadyExists and Aborted are CONFLICT;
 // Unavailable and ResourceExhausted are UNAVAILABLE; OK is OK; every code
 // without a kind of its own (Unknown, Internal, Unimplemented, DataLoss) is
 // UNEXPECTED.
@@ -120,8 +120,10 @@ func KindFor(c codes.Code) pipeline.Kind {
 	switch c {
 	case codes.OK:
 		return pipeline.KindOK
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+	case codes.InvalidArgument, codes.OutOfRange:
 		return pipeline.KindValidation
+	case codes.FailedPrecondition:
+		return pipeline.KindUnprocessable
 	case codes.Unauthenticated:
 		return pipeline.KindUnauthenticated
 	case codes.PermissionDenied:

@@ -121,8 +121,8 @@ func TestKindForInvertsCodeFor(t *testing.T) {
 		}
 	}
 	extra := map[codes.Code]pipeline.Kind{
-		codes.FailedPrecondition: pipeline.KindValidation, codes.OutOfRange: pipeline.KindValidation,
-		codes.Aborted: pipeline.KindConflict, codes.ResourceExhausted: pipeline.KindUnavailable,
+		codes.OutOfRange: pipeline.KindValidation,
+		codes.Aborted:    pipeline.KindConflict, codes.ResourceExhausted: pipeline.KindUnavailable,
 		codes.Unknown: pipeline.KindUnexpected, codes.Unimplemented: pipeline.KindUnexpected, codes.DataLoss: pipeline.KindUnexpected,
 	}
 	for c, want := range extra {

@@ -167,12 +167,18 @@ func (rt *route) serve(c echo.Context) error {
 	x.name, x.success = rt.desc.ID, rt.success
 	ctx := a.requestContext(r, rt.desc.ID)
 	req := kernel.Request{
-		Operation:      rt.desc.ID,
-		Protocol:       pipeline.ProtocolHTTP,
-		Route:          rt.name,
-		Arrival:        x.start,
-		IdempotencyKey: idempotencyKey(r),
-		Transport:      x.transport(r, rt.desc.Path),
+		Operation: rt.desc.ID,
+		Protocol:  pipeline.ProtocolHTTP,
+		Route:     rt.name,
+		Arrival:   x.start,
+		Transport: x.transport(r, rt.desc.Path),
+	}
+	var kerr *pipeline.Error
+	req.IdempotencyKey, kerr = idempotencyKey(r)
+	if kerr != nil {
+		req.Reject = kerr
+		a.k.Serve(ctx, req, x.answer)
+		return nil
 	}
 	if a.cfg.callerDeadlines {
 		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
@@ -214,14 +220,49 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 	return in, nil
 }
 
-// idempotencyKey returns the Idempotency-Key header, or "" when it is
-// absent or longer than maxIdempotencyKey bytes.
-func idempotencyKey(r *http.Request) string {
+// idempotencyKey returns the Idempotency-Key header's key, "" when it is
+// absent, and a 400 KERNEL_VALIDATION_005 when it is not a structured-field
+// string (RFC 9651 sf-string, as draft-ietf-httpapi-idempotency-key-header
+// requires: "..." with \" and \\ escapes) of 1 to 255 printable ASCII
+// characters, or when the header is repeated.
+func idempotencyKey(r *http.Request) (string, *pipeline.Error) {
 	vs := r.Header["Idempotency-Key"]
-	if len(vs) == 0 || len(vs[0]) > maxIdempotencyKey {
-		return ""
+	if len(vs) == 0 {
+		return "", nil
 	}
-	return vs[0]
+	if len(vs) > 1 || len(vs[0]) > 2*maxIdempotencyKey+2 {
+		return "", pipeline.ErrIdempotencyKeyMalformed()
+	}
+	key, ok := parseSFString(strings.Trim(vs[0], " \t"))
+	if !ok || !pipeline.ValidIdempotencyKey(key) {
+		return "", pipeline.ErrIdempotencyKeyMalformed()
+	}
+	return key, nil
+}
+
+// parseSFString decodes an RFC 9651 sf-string: DQUOTE *( unescaped /
+// "\" ( DQUOTE / "\" ) ) DQUOTE, unescaped being printable ASCII.
+func parseSFString(s string) (string, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(s)-1; i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+			if i >= len(s)-1 || (s[i] != '"' && s[i] != '\\') {
+				return "", false
+			}
+			b.WriteByte(s[i])
+		case c == '"' || c < 0x20 || c > 0x7e:
+			return "", false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
 }
 
 // requestContext is the invocation's parent context: the request's (which
@@ -433,6 +474,11 @@ func (x *exchange) respond(o kernel.Outcome) {
 		h := c.Response().Header()
 		h.Set(ratelimit.PolicyField, ratelimit.Policy(q))
 		h.Set(ratelimit.Field, ratelimit.Current(q))
+	}
+	if o.Invocation.Replayed() && !c.Response().Committed {
+		// The stored outcome of an earlier call with the same idempotency
+		// key (docs/idempotency.md).
+		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	}
 	switch {
 	case o.Err != nil:

@@ -332,7 +332,7 @@ func TestAccessLog(t *testing.T) {
 func TestBaggage(t *testing.T) {
 	app := newTestApp()
 	s := startServer(t, app, serverOpts{adapter: []httpadapter.Option{httpadapter.WithBaggageLimit(64)}})
-	r := s.do(t, "POST", "/baggage", "", map[string]string{"Baggage": "tenant=acme,region=eu", "Idempotency-Key": "k-1"})
+	r := s.do(t, "POST", "/baggage", "", map[string]string{"Baggage": "tenant=acme,region=eu", "Idempotency-Key": `"k-1"`})
 	if r.status != 200 {
 		t.Fatalf("POST /baggage = %d %s", r.status, r.body)
 	}
@@ -375,5 +375,44 @@ func TestTraceIDFromTraceparent(t *testing.T) {
 	}
 	if r := s.do(t, "GET", "/items/404", "", nil); r.problem["traceId"] != "" {
 		t.Errorf("without a trace: traceId = %v, want \"\"", r.problem["traceId"])
+	}
+}
+
+// TestIdempotencyKeyHeader: the Idempotency-Key header is a structured-field
+// string of at most 255 characters (draft-ietf-httpapi-idempotency-key-header);
+// anything else is a 400 KERNEL_VALIDATION_005 and nothing runs.
+func TestIdempotencyKeyHeader(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{})
+	for _, tc := range []struct {
+		header string
+		status int
+		key    string
+	}{
+		{`"k-1"`, 200, "k-1"},
+		{`"a \"quoted\" \\ key"`, 200, `a "quoted" \ key`},
+		{`k-1`, 400, ""},
+		{`"unterminated`, 400, ""},
+		{`"bad \n escape"`, 400, ""},
+		{`""`, 400, ""},
+		{`"` + strings.Repeat("x", 256) + `"`, 400, ""},
+		{`"` + strings.Repeat("x", 255) + `"`, 200, strings.Repeat("x", 255)},
+	} {
+		r := s.do(t, "POST", "/baggage", "", map[string]string{"Idempotency-Key": tc.header})
+		if r.status != tc.status {
+			t.Errorf("Idempotency-Key %s: %d %s, want %d", tc.header, r.status, r.body, tc.status)
+			continue
+		}
+		if tc.status == 400 && !strings.Contains(string(r.body), pipeline.CodeIdempotencyKeyMalformed) {
+			t.Errorf("Idempotency-Key %s: %s, want %s", tc.header, r.body, pipeline.CodeIdempotencyKeyMalformed)
+		}
+		if tc.status == 200 {
+			app.mu.Lock()
+			key := app.idemKey
+			app.mu.Unlock()
+			if key != tc.key {
+				t.Errorf("Idempotency-Key %s: key %q, want %q", tc.header, key, tc.key)
+			}
+		}
 	}
 }

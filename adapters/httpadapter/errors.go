@@ -114,6 +114,8 @@ func echoProblem(he *echo.HTTPError) *pipeline.Error {
 		kind = pipeline.KindForbidden
 	case http.StatusConflict:
 		kind = pipeline.KindConflict
+	case http.StatusUnprocessableEntity:
+		kind = pipeline.KindUnprocessable
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		kind, code = pipeline.KindUnavailable, CodeUnavailable
 	case http.StatusGatewayTimeout:
@@ -155,11 +157,13 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 		x.name = r.Method + " " + c.Path()
 		ctx := a.requestContext(r, x.name)
 		req := kernel.Request{
-			Protocol:       pipeline.ProtocolHTTP,
-			Route:          x.name,
-			Arrival:        x.start,
-			IdempotencyKey: idempotencyKey(r),
-			Transport:      x.transport(r, c.Path()),
+			Protocol:  pipeline.ProtocolHTTP,
+			Route:     x.name,
+			Arrival:   x.start,
+			Transport: x.transport(r, c.Path()),
+		}
+		if key, kerr := idempotencyKey(r); kerr == nil {
+			req.IdempotencyKey = key
 		}
 		if a.cfg.callerDeadlines {
 			d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)

@@ -3,6 +3,8 @@ package httpadapter
 import (
 	"log/slog"
 	"net/http"
+
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // DefaultBodyLimit is the largest request body accepted when
@@ -13,9 +15,13 @@ const DefaultBodyLimit = 1 << 20
 // WithBaggageLimit is not given: 8192 bytes, the W3C limit.
 const DefaultBaggageLimit = 8192
 
-// maxIdempotencyKey bounds the Idempotency-Key header: a longer one is
-// ignored.
-const maxIdempotencyKey = 255
+// maxIdempotencyKey bounds the Idempotency-Key header's key: a longer one
+// is a 400 KERNEL_VALIDATION_005.
+const maxIdempotencyKey = pipeline.MaxIdempotencyKey
+
+// HeaderIdempotentReplayed marks a response that replays the stored outcome
+// of an earlier call with the same Idempotency-Key: "true".
+const HeaderIdempotentReplayed = "Idempotent-Replayed"
 
 // Option configures Mount.
 type Option interface{ apply(*config) }

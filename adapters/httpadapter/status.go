@@ -24,6 +24,8 @@ func StatusFor(k pipeline.Kind) int {
 		return http.StatusNotFound
 	case pipeline.KindConflict:
 		return http.StatusConflict
+	case pipeline.KindUnprocessable:
+		return http.StatusUnprocessableEntity
 	case pipeline.KindCanceled:
 		return http.StatusRequestTimeout
 	case pipeline.KindTimeout:

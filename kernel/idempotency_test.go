@@ -1,0 +1,139 @@
+package kernel_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+func TestIdempotencyConfigErrorsFailNew(t *testing.T) {
+	const root = "Sundial.Kernel.Resilience"
+	tests := []struct{ section, want string }{
+		{`{"Idempotency":true}`, root + ".Idempotency: want an object"},
+		{`{"Operations":{"orders.create":{"Idempotency":{"Required":"yes"}}}}`, root + ".Operations.orders.create.Idempotency.Required: want a boolean, got a string"},
+		{`{"Operations":{"orders.create":{"Idempotency":{"RetentionSeconds":0}}}}`, root + ".Operations.orders.create.Idempotency.RetentionSeconds: must be greater than 0"},
+		{`{"Operations":{"orders.create":{"Idempotency":{"MaxOutcomeBytes":2000000}}}}`, root + ".Operations.orders.create.Idempotency.MaxOutcomeBytes: 2000000 is too large"},
+		{`{"Operations":{"orders.create":{"Idempotency":{"Retention":60}}}}`, root + ".Operations.orders.create.Idempotency.Retention: unknown key (known keys: Enabled, Required, RetentionSeconds, MaxOutcomeBytes)"},
+	}
+	for _, tt := range tests {
+		var calls int
+		if _, err := resKernel(t, wrap(tt.section), &calls); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%s) = %v, want an error containing %q", tt.section, err, tt.want)
+		}
+	}
+	var calls int
+	k, err := resKernel(t, wrap(`{"Idempotency":{"Required":true,"RetentionSeconds":60},"Operations":{"orders.get":{"Idempotency":{"Enabled":false}}}}`), &calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := k.IdempotencyPolicy("orders.create"); !p.Enabled || !p.Required || p.Retention != time.Minute {
+		t.Errorf("orders.create: %+v", p)
+	}
+	if p := k.IdempotencyPolicy("orders.get"); p.Enabled {
+		t.Errorf("orders.get: %+v, want disabled", p)
+	}
+	if k.IdempotencyStore() == nil {
+		t.Error("no store")
+	}
+}
+
+type chargeReq struct {
+	Card   string `json:"card"`
+	Amount int    `json:"amount"`
+}
+
+type chargeRes struct {
+	ChargeID string `json:"chargeId"`
+}
+
+// chargeKernel serves billing.charge with TimeoutSeconds 0.1 and
+// idempotency keys; the handler takes *work (ignoring its context, as a
+// charge that must not be cut half-way does) and counts executions.
+func chargeKernel(t *testing.T, extra string, work *atomic.Int64, charges *atomic.Int64, opts ...kernel.Option) *kernel.Kernel {
+	t.Helper()
+	reg := operations.NewRegistry()
+	err := operations.Register(reg, operations.Descriptor{ID: "billing.charge"}, func(ctx context.Context, in chargeReq) (chargeRes, error) {
+		time.Sleep(time.Duration(work.Load()))
+		n := charges.Add(1)
+		return chargeRes{ChargeID: fmt.Sprintf("ch-%d", n)}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := wrap(`{"Operations":{"billing.charge":{"TimeoutSeconds":0.1,"Idempotency":{"Required":true}` + extra + `}}}`)
+	k, err := kernel.New(append([]kernel.Option{kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(conf))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func charge(k *kernel.Kernel, key string, amount int) kernel.Outcome {
+	return k.Handle(context.Background(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolGRPC,
+		Input: &chargeReq{Card: "4242", Amount: amount}, IdempotencyKey: key})
+}
+
+// TestIdempotencyAfterTimeout is the 504-then-retry story at the kernel:
+// the deadline fires while the charge runs (504 at 100 ms), a retry with
+// the key while it still runs gets 409 with a retry-after, and after the
+// handler returned the retry gets its real result, marked as a replay;
+// one charge.
+func TestIdempotencyAfterTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var work, charges atomic.Int64
+		work.Store(int64(300 * time.Millisecond))
+		k := chargeKernel(t, "", &work, &charges)
+		start := time.Now()
+		o := charge(k, "key-1", 10)
+		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || time.Since(start) > 110*time.Millisecond {
+			t.Fatalf("first call: %v after %v, want 504 at the deadline", o.Err, time.Since(start))
+		}
+		o = charge(k, "key-1", 10)
+		if pe := pipeline.AsError(o.Err); pe.Code() != pipeline.CodeIdempotencyInProgress || pe.Kind() != pipeline.KindConflict {
+			t.Fatalf("retry while running: %v, want 409 KERNEL_CONFLICT_001", o.Err)
+		} else if s, ok := pe.RetryAfterSeconds(); !ok || s != 1 {
+			t.Fatalf("retry-after %d %v", s, ok)
+		}
+		time.Sleep(300 * time.Millisecond)
+		synctest.Wait()
+		o = charge(k, "key-1", 10)
+		if o.Err != nil || !o.Invocation.Replayed() || o.Output.(chargeRes).ChargeID != "ch-1" || charges.Load() != 1 {
+			t.Fatalf("retry after: %v %v replayed=%v charges=%d", o.Output, o.Err, o.Invocation.Replayed(), charges.Load())
+		}
+		if o := charge(k, "key-1", 11); pipeline.KindOf(o.Err) != pipeline.KindUnprocessable {
+			t.Fatalf("other amount: %v, want 422", o.Err)
+		}
+		if o := charge(k, "", 10); pipeline.CodeOf(o.Err) != pipeline.CodeIdempotencyKeyMissing {
+			t.Fatalf("no key: %v, want 400", o.Err)
+		}
+		k.Wait(context.Background())
+	})
+}
+
+// TestIdempotencyRejectedCallFreesTheKey: a call the concurrency limit
+// rejects never ran and holds nothing; the same key then runs.
+func TestIdempotencyRejectedCallFreesTheKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var work, charges atomic.Int64
+		work.Store(int64(50 * time.Millisecond))
+		k := chargeKernel(t, `,"ConcurrencyLimit":1`, &work, &charges)
+		done := make(chan kernel.Outcome)
+		go func() { done <- charge(k, "other", 10) }()
+		time.Sleep(10 * time.Millisecond)
+		if o := charge(k, "key-1", 10); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
+			t.Fatalf("while the slot is taken: %v, want 503 _003", o.Err)
+		}
+		<-done
+		if o := charge(k, "key-1", 10); o.Err != nil || o.Invocation.Replayed() || charges.Load() != 2 {
+			t.Fatalf("after: %v replayed=%v charges=%d, want a first execution", o.Err, o.Invocation.Replayed(), charges.Load())
+		}
+	})
+}

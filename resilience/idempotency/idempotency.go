@@ -1,0 +1,149 @@
+// Package idempotency makes an operation's side effect happen once per
+// idempotency key, whatever protocol the calls come over
+// (docs/idempotency.md).
+//
+// The kernel puts a [Middleware] first in the Handle stage of every
+// operation whose policy enables it. The first call with a key claims it in
+// a [Store] and runs; a call with the same key while the first runs gets
+// 409 KERNEL_CONFLICT_001 with a retry-after; a call with the same key and a
+// different input gets 422 KERNEL_UNPROCESSABLE_001; once the first call's
+// handler has returned, its outcome is replayed. A deadline that fires
+// while the handler runs is never what is stored: the record stays
+// "running" until the handler returns, then holds what it returned.
+//
+// Two stores ship: [NewMemoryStore] (one process, bounded in entries and
+// bytes) and [NewRedisStore] (replicas sharing one Redis: claims with a
+// fencing token, so a late finisher cannot overwrite a newer record).
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// Defaults of a [Policy] and of the stores.
+const (
+	// DefaultRetention is how long a finished outcome is kept (24 hours,
+	// as the IETF draft's examples suggest).
+	DefaultRetention = 24 * time.Hour
+	// DefaultMaxOutcomeBytes bounds one stored outcome (64 KiB).
+	DefaultMaxOutcomeBytes = 64 << 10
+	// MaxKeyLength bounds an idempotency key, in bytes, on every protocol.
+	MaxKeyLength = pipeline.MaxIdempotencyKey
+	// DefaultLease is how long a running record survives its holder's
+	// process in a store that can outlive it (Redis); the holder renews it
+	// every DefaultLease/3 while its handler runs.
+	DefaultLease = 30 * time.Second
+	// InProgressRetryAfter is the retry-after of a 409 for a key whose call
+	// still runs.
+	InProgressRetryAfter = time.Second
+)
+
+// Policy is one operation's idempotency setting (the resilience JSON's
+// Idempotency object).
+type Policy struct {
+	// Enabled turns the middleware on for the operation.
+	Enabled bool
+	// Required rejects a call without a key (400 KERNEL_VALIDATION_004);
+	// when false, a call without a key runs without any of this.
+	Required bool
+	// Retention is how long a finished outcome is replayed
+	// (DefaultRetention when zero).
+	Retention time.Duration
+	// MaxOutcomeBytes bounds one stored outcome (DefaultMaxOutcomeBytes
+	// when zero). A larger one is not kept: a repeat gets 409
+	// KERNEL_CONFLICT_002 ("already ran, outcome too large to replay").
+	MaxOutcomeBytes int
+}
+
+func (p Policy) retention() time.Duration {
+	if p.Retention > 0 {
+		return p.Retention
+	}
+	return DefaultRetention
+}
+
+func (p Policy) maxOutcome() int {
+	if p.MaxOutcomeBytes > 0 {
+		return p.MaxOutcomeBytes
+	}
+	return DefaultMaxOutcomeBytes
+}
+
+// Record is what a store holds under a key that another call claimed.
+type Record struct {
+	// Fingerprint is the hash of the claiming call's canonical input.
+	Fingerprint string
+	// Done is false while the claiming call's handler runs.
+	Done bool
+	// Outcome is the encoded outcome, once Done.
+	Outcome []byte
+}
+
+// Store keeps idempotency records. Keys are already scoped and hashed by
+// the middleware (64 hex digits). Implementations must be safe for
+// concurrent use.
+type Store interface {
+	// Claim claims key for a call whose input hashes to fingerprint. It
+	// returns the claim's fencing token, or the record of an earlier claim
+	// (and no token) when the key is taken. lease bounds how long a claim
+	// survives a holder that vanished (stores that outlive the process).
+	Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (token string, existing *Record, err error)
+	// Finish stores the outcome under key if token still holds it, kept for
+	// retention. ErrFenced: another claim holds the key now.
+	Finish(ctx context.Context, key, token string, outcome []byte, retention time.Duration) error
+	// Release frees key if token still holds it.
+	Release(ctx context.Context, key, token string) error
+	// Renew extends a running claim's lease if token still holds it.
+	Renew(ctx context.Context, key, token string, lease time.Duration) error
+	// Lease is the lease a claim gets; 0: claims live until Finish or
+	// Release (an in-process store, which dies with its holders).
+	Lease() time.Duration
+}
+
+// ErrFenced is returned by Finish, Release and Renew when the token no
+// longer holds the key (its lease expired and another call claimed it).
+var ErrFenced = errors.New("idempotency: the claim was lost to a newer one")
+
+// ErrFull is returned by Claim when a bounded store is full of running
+// claims and can evict nothing.
+var ErrFull = errors.New("idempotency: store full of running claims")
+
+// Fingerprint returns the hash of an input's canonical form: its JSON
+// encoding as Go produces it from the decoded value (struct fields in
+// declaration order, map keys sorted), so the same input gives the same
+// fingerprint whether it came over HTTP, gRPC or the CLI and whatever the
+// key order of the JSON the caller sent.
+func Fingerprint(input any) (string, error) {
+	b, err := json.Marshal(input)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// ScopedKey returns the store key of an idempotency key: a hash of the
+// operation ID, the caller's scope (principal or tenant; "" when the
+// application supplies none) and the key, so keys of different operations
+// or callers never meet.
+func ScopedKey(operation, scope, key string) string {
+	h := sha256.New()
+	for _, s := range []string{operation, scope, key} {
+		var n [4]byte
+		n[0], n[1], n[2], n[3] = byte(len(s)>>24), byte(len(s)>>16), byte(len(s)>>8), byte(len(s))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ValidKey reports whether key can be an idempotency key
+// (pipeline.ValidIdempotencyKey).
+func ValidKey(key string) bool { return pipeline.ValidIdempotencyKey(key) }

@@ -1,0 +1,476 @@
+package idempotency_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/idempotency"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type chargeIn struct {
+	Card   string `json:"card"`
+	Amount int    `json:"amount"`
+}
+
+type receipt struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
+}
+
+func newMW(store idempotency.Store, pol idempotency.Policy) *idempotency.Middleware {
+	pol.Enabled = true
+	return idempotency.New(idempotency.Config{
+		Operation: "billing.charge", Policy: pol, Store: store,
+		NewOutput: func() any { return new(receipt) },
+	})
+}
+
+func call(mw *idempotency.Middleware, key string, in chargeIn, h pipeline.Handler) (any, error, *pipeline.Invocation) {
+	inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"),
+		pipelinetest.WithIdempotencyKey(key), pipelinetest.WithInput(&in))
+	out, err := mw.Invoke(context.Background(), inv, h)
+	return out, err, inv
+}
+
+// counting is a handler that charges: each execution gets a new ID.
+func counting(n *atomic.Int64) pipeline.Handler {
+	return func(_ context.Context, inv *pipeline.Invocation) (any, error) {
+		i := n.Add(1)
+		return receipt{ID: fmt.Sprintf("ch-%d", i), Amount: inv.Input().(*chargeIn).Amount}, nil
+	}
+}
+
+func TestFirstRunsThenReplays(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+	out1, err, inv1 := call(mw, "k1", chargeIn{"4242", 10}, counting(&n))
+	if err != nil || inv1.Replayed() {
+		t.Fatalf("first: %v replayed=%v", err, inv1.Replayed())
+	}
+	out2, err, inv2 := call(mw, "k1", chargeIn{"4242", 10}, counting(&n))
+	if err != nil || !inv2.Replayed() {
+		t.Fatalf("second: %v replayed=%v", err, inv2.Replayed())
+	}
+	if out1.(receipt) != out2.(receipt) || n.Load() != 1 {
+		t.Fatalf("out1 %v out2 %v executions %d; want the same receipt, one execution", out1, out2, n.Load())
+	}
+	// Another key runs again.
+	if out3, _, _ := call(mw, "k2", chargeIn{"4242", 10}, counting(&n)); out3.(receipt).ID != "ch-2" {
+		t.Fatalf("another key: %v", out3)
+	}
+}
+
+func TestSameKeyDifferentInputIs422(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+	call(mw, "k1", chargeIn{"4242", 10}, counting(&n))
+	_, err, _ := call(mw, "k1", chargeIn{"4242", 11}, counting(&n))
+	if pipeline.KindOf(err) != pipeline.KindUnprocessable || pipeline.CodeOf(err) != pipeline.CodeIdempotencyMismatch || n.Load() != 1 {
+		t.Fatalf("err %v executions %d; want 422 KERNEL_UNPROCESSABLE_001, one execution", err, n.Load())
+	}
+}
+
+func TestRequiredKeyMissingIs400(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{Required: true})
+	_, err, _ := call(mw, "", chargeIn{"4242", 10}, counting(&n))
+	if pipeline.KindOf(err) != pipeline.KindValidation || pipeline.CodeOf(err) != pipeline.CodeIdempotencyKeyMissing || n.Load() != 0 {
+		t.Fatalf("err %v executions %d; want 400 KERNEL_VALIDATION_004 and nothing run", err, n.Load())
+	}
+	// Not required: a call without a key simply runs.
+	mw = newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+	call(mw, "", chargeIn{"4242", 10}, counting(&n))
+	call(mw, "", chargeIn{"4242", 10}, counting(&n))
+	if n.Load() != 2 {
+		t.Fatalf("executions %d without keys, want 2", n.Load())
+	}
+}
+
+func TestMalformedKeyIs400(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+	for _, k := range []string{string(make([]byte, 256)), "tab\there", "é"} {
+		if _, err, _ := call(mw, k, chargeIn{}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyKeyMalformed {
+			t.Errorf("key %q: %v, want KERNEL_VALIDATION_005", k, err)
+		}
+	}
+}
+
+// TestRunningKeyConflicts: while the first call runs, the same key gets
+// 409 KERNEL_CONFLICT_001 with a retry-after, and afterwards the outcome.
+func TestRunningKeyConflicts(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan any)
+	go func() {
+		out, _, _ := call(mw, "k", chargeIn{"4242", 10}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			close(started)
+			<-release
+			return counting(&n)(ctx, inv)
+		})
+		done <- out
+	}()
+	<-started
+	_, err, _ := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
+	pe := pipeline.AsError(err)
+	if pe.Kind() != pipeline.KindConflict || pe.Code() != pipeline.CodeIdempotencyInProgress {
+		t.Fatalf("while running: %v, want 409 KERNEL_CONFLICT_001", err)
+	}
+	if ra, ok := pe.RetryAfter(); !ok || ra != idempotency.InProgressRetryAfter {
+		t.Fatalf("retry-after %v %v", ra, ok)
+	}
+	close(release)
+	first := <-done
+	out, err, inv := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
+	if err != nil || !inv.Replayed() || out.(receipt) != first.(receipt) || n.Load() != 1 {
+		t.Fatalf("after: %v %v replayed=%v executions=%d", out, err, inv.Replayed(), n.Load())
+	}
+}
+
+// TestDeadlineNeverStored: a handler that runs past its deadline and then
+// succeeds leaves its success (not a TIMEOUT) in the record; a handler
+// that returns its context's error frees the key.
+func TestDeadlineNeverStored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"), pipelinetest.WithIdempotencyKey("k"), pipelinetest.WithInput(&chargeIn{"4242", 10}))
+		// Ignores its context: 300 ms.
+		go mw.Invoke(ctx, inv, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			time.Sleep(300 * time.Millisecond)
+			return counting(&n)(ctx, inv)
+		})
+		time.Sleep(200 * time.Millisecond) // past the deadline, handler runs
+		if _, err, _ := call(mw, "k", chargeIn{"4242", 10}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyInProgress {
+			t.Fatalf("after the deadline, handler running: %v, want 409", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		out, err, inv2 := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
+		if err != nil || !inv2.Replayed() || out.(receipt).ID != "ch-1" {
+			t.Fatalf("after the handler returned: %v %v replayed=%v", out, err, inv2.Replayed())
+		}
+
+		// Honours its context: returns TIMEOUT, the key is freed.
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel2()
+		inv3 := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"), pipelinetest.WithIdempotencyKey("k2"), pipelinetest.WithInput(&chargeIn{"4242", 10}))
+		_, err = mw.Invoke(ctx2, inv3, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		if pipeline.KindOf(err) != pipeline.KindTimeout {
+			t.Fatalf("honouring handler: %v", err)
+		}
+		if _, err, inv := call(mw, "k2", chargeIn{"4242", 10}, counting(&n)); err != nil || inv.Replayed() || n.Load() != 2 {
+			t.Fatalf("retry after a TIMEOUT: %v replayed=%v executions=%d, want a new execution", err, inv.Replayed(), n.Load())
+		}
+	})
+}
+
+func TestCodedFailureReplayed(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+	h := func(context.Context, *pipeline.Invocation) (any, error) {
+		n.Add(1)
+		return nil, pipeline.NotFound("SHOP_NOT_FOUND_001", "No card 9.").WithDetail("card", "9")
+	}
+	_, err1, _ := call(mw, "k", chargeIn{"9", 1}, h)
+	_, err2, inv := call(mw, "k", chargeIn{"9", 1}, h)
+	e := pipeline.AsError(err2)
+	if n.Load() != 1 || !inv.Replayed() || e.Code() != "SHOP_NOT_FOUND_001" || e.Message() != "No card 9." || e.Kind() != pipeline.KindNotFound {
+		t.Fatalf("replay %v of %v, executions %d", err2, err1, n.Load())
+	}
+	if v, _ := e.Detail("card"); v != "9" {
+		t.Fatalf("details %v", e.Details())
+	}
+	// UNAVAILABLE frees the key: a retry runs.
+	h2 := func(context.Context, *pipeline.Invocation) (any, error) {
+		n.Add(1)
+		return nil, pipeline.Unavailable("SHOP_UNAVAILABLE_001", "down")
+	}
+	call(mw, "u", chargeIn{"9", 1}, h2)
+	call(mw, "u", chargeIn{"9", 1}, h2)
+	if n.Load() != 3 {
+		t.Fatalf("UNAVAILABLE twice: executions %d, want 3", n.Load())
+	}
+}
+
+func TestOutcomeTooLarge(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{MaxOutcomeBytes: 100})
+	h := func(context.Context, *pipeline.Invocation) (any, error) {
+		n.Add(1)
+		return receipt{ID: string(make([]byte, 200))}, nil
+	}
+	call(mw, "k", chargeIn{}, h)
+	_, err, _ := call(mw, "k", chargeIn{}, h)
+	if pipeline.CodeOf(err) != pipeline.CodeIdempotencyTooLarge || n.Load() != 1 {
+		t.Fatalf("%v executions %d, want KERNEL_CONFLICT_002 and one execution", err, n.Load())
+	}
+}
+
+// TestFingerprintKeyOrder: the same input decoded from JSON in any key
+// order has one fingerprint.
+func TestFingerprintKeyOrder(t *testing.T) {
+	var a, b chargeIn
+	_ = json.Unmarshal([]byte(`{"card":"4242","amount":10}`), &a)
+	_ = json.Unmarshal([]byte(`{"amount":10, "card":"4242"}`), &b)
+	fa, _ := idempotency.Fingerprint(&a)
+	fb, _ := idempotency.Fingerprint(b)
+	if fa != fb {
+		t.Fatalf("fingerprints differ: %s %s", fa, fb)
+	}
+	if fc, _ := idempotency.Fingerprint(chargeIn{"4242", 11}); fc == fa {
+		t.Fatal("different input, same fingerprint")
+	}
+}
+
+func TestScopedKeys(t *testing.T) {
+	if idempotency.ScopedKey("a.b", "t1", "k") == idempotency.ScopedKey("a.b", "t2", "k") ||
+		idempotency.ScopedKey("a.b", "", "t1k") == idempotency.ScopedKey("a.b", "t1", "k") ||
+		idempotency.ScopedKey("a.b", "", "k") == idempotency.ScopedKey("a.c", "", "k") {
+		t.Fatal("scopes meet")
+	}
+	var n atomic.Int64
+	mw := idempotency.New(idempotency.Config{Operation: "billing.charge", Policy: idempotency.Policy{Enabled: true},
+		Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}),
+		Scope: func(_ context.Context, inv *pipeline.Invocation) string { v, _ := inv.Baggage("tenant"); return v }})
+	for _, tenant := range []string{"acme", "globex", "acme"} {
+		inv := pipelinetest.NewInvocation(pipelinetest.WithIdempotencyKey("k"), pipelinetest.WithBaggage("tenant", tenant), pipelinetest.WithInput(&chargeIn{}))
+		mw.Invoke(context.Background(), inv, counting(&n))
+	}
+	if n.Load() != 2 {
+		t.Fatalf("executions %d, want 2 (one per tenant)", n.Load())
+	}
+}
+
+// TestConcurrentOneKey: 50 concurrent calls with one key, one execution.
+func TestConcurrentOneKey(t *testing.T) {
+	var n atomic.Int64
+	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
+	var wg sync.WaitGroup
+	var conflicts, replays, runs atomic.Int64
+	gate := make(chan struct{})
+	for range 50 {
+		wg.Go(func() {
+			<-gate
+			_, err, inv := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
+			switch {
+			case pipeline.CodeOf(err) == pipeline.CodeIdempotencyInProgress:
+				conflicts.Add(1)
+			case err == nil && inv.Replayed():
+				replays.Add(1)
+			case err == nil:
+				runs.Add(1)
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if n.Load() != 1 || runs.Load() != 1 || conflicts.Load()+replays.Load() != 49 {
+		t.Fatalf("executions %d runs %d conflicts %d replays %d", n.Load(), runs.Load(), conflicts.Load(), replays.Load())
+	}
+}
+
+// TestMemoryStoreExpires: a finished record is replayed until its
+// retention ends, then the key runs again.
+func TestMemoryStoreExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{Retention: time.Minute})
+		call(mw, "k", chargeIn{}, counting(&n))
+		time.Sleep(59 * time.Second)
+		call(mw, "k", chargeIn{}, counting(&n))
+		if n.Load() != 1 {
+			t.Fatalf("within retention: executions %d", n.Load())
+		}
+		time.Sleep(time.Second)
+		call(mw, "k", chargeIn{}, counting(&n))
+		if n.Load() != 2 {
+			t.Fatalf("after retention: executions %d, want 2", n.Load())
+		}
+	})
+}
+
+// TestMemoryStoreBoundUnderFlood: 50,000 distinct keys through a store
+// bounded at 10,000 entries and 4 MiB: the store never holds more, and the
+// heap after the flood is within the bound (measured before and after).
+func TestMemoryStoreBoundUnderFlood(t *testing.T) {
+	const maxEntries, maxBytes = 10_000, 4 << 20
+	store := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: maxEntries, MaxBytes: maxBytes})
+	mw := newMW(store, idempotency.Policy{})
+	h := func(context.Context, *pipeline.Invocation) (any, error) { return receipt{ID: "x", Amount: 1}, nil }
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	var maxSeen int
+	for i := range 50_000 {
+		call(mw, fmt.Sprintf("key-%d", i), chargeIn{"4242", i}, h)
+		if i%1000 == 0 {
+			if e, b := store.Len(); e > maxSeen {
+				maxSeen = e
+				if b > maxBytes {
+					t.Fatalf("bytes %d > %d", b, maxBytes)
+				}
+			}
+		}
+	}
+	entries, bytes := store.Len()
+	after := heap()
+	growth := int64(after) - int64(before)
+	t.Logf("flood of 50000 keys: %d entries, %d bytes accounted; heap %d -> %d bytes (%+d)", entries, bytes, before, after, growth)
+	if entries > maxEntries || maxSeen > maxEntries || bytes > maxBytes {
+		t.Fatalf("entries %d (max seen %d) bytes %d over the bound", entries, maxSeen, bytes)
+	}
+	if growth > 3*maxBytes {
+		t.Fatalf("heap grew by %d bytes, more than 3x the %d-byte bound", growth, maxBytes)
+	}
+	// The newest keys are still replayed.
+	_, _, inv := call(mw, "key-49999", chargeIn{"4242", 49999}, h)
+	if !inv.Replayed() {
+		t.Fatal("newest key not replayed")
+	}
+}
+
+func TestMemoryStoreFullOfRunningClaims(t *testing.T) {
+	store := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxEntries: 2})
+	ctx := context.Background()
+	if _, _, err := store.Claim(ctx, "a", "f", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Claim(ctx, "b", "f", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Claim(ctx, "c", "f", 0); !errors.Is(err, idempotency.ErrFull) {
+		t.Fatalf("third running claim: %v, want ErrFull", err)
+	}
+	mw := newMW(store, idempotency.Policy{})
+	if _, err, _ := call(mw, "z", chargeIn{}, func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }); pipeline.CodeOf(err) != pipeline.CodeIdempotencyStore {
+		t.Fatalf("%v, want 503 KERNEL_UNAVAILABLE_006", err)
+	}
+}
+
+func newRedis(t *testing.T) redis.UniversalClient {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// TestRedisStore: claim, conflict, finish and replay, on a real Redis,
+// shared by two middleware as by two replicas.
+func TestRedisStore(t *testing.T) {
+	rdb := newRedis(t)
+	var n atomic.Int64
+	a := newMW(idempotency.NewRedisStore(rdb, "t", 0), idempotency.Policy{})
+	b := newMW(idempotency.NewRedisStore(rdb, "t", 0), idempotency.Policy{})
+	out1, err, _ := call(a, "k", chargeIn{"4242", 10}, counting(&n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out2, err, inv := call(b, "k", chargeIn{"4242", 10}, counting(&n))
+	if err != nil || !inv.Replayed() || out2.(receipt) != out1.(receipt) || n.Load() != 1 {
+		t.Fatalf("replica b: %v %v replayed=%v executions=%d", out2, err, inv.Replayed(), n.Load())
+	}
+	if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyMismatch {
+		t.Fatalf("other input: %v", err)
+	}
+	ttl := rdb.PTTL(context.Background(), "t:idem:"+idempotency.ScopedKey("billing.charge", "", "k")).Val()
+	if ttl <= 23*time.Hour || ttl > 24*time.Hour {
+		t.Fatalf("retention TTL %v, want about 24h", ttl)
+	}
+}
+
+// TestRedisFencing: a holder whose lease expired and whose key another
+// call claimed cannot overwrite or release the newer record.
+func TestRedisFencing(t *testing.T) {
+	rdb := newRedis(t)
+	ctx := context.Background()
+	s := idempotency.NewRedisStore(rdb, "t", 0)
+	old, rec, err := s.Claim(ctx, "k", "f", 50*time.Millisecond)
+	if err != nil || rec != nil {
+		t.Fatal(err, rec)
+	}
+	if _, rec, _ := s.Claim(ctx, "k", "f", time.Second); rec == nil || rec.Done {
+		t.Fatalf("while held: %+v, want a running record", rec)
+	}
+	// Let the lease lapse (the server's clock: poll, bounded).
+	for i := 0; rdb.Exists(ctx, "t:idem:k").Val() == 1; i++ {
+		if i > 200 {
+			t.Fatal("lease never expired")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	newer, rec, err := s.Claim(ctx, "k", "f", time.Minute)
+	if err != nil || rec != nil {
+		t.Fatal(err, rec)
+	}
+	if err := s.Finish(ctx, "k", old, []byte(`{"out":1}`), time.Hour); !errors.Is(err, idempotency.ErrFenced) {
+		t.Fatalf("late finisher: %v, want ErrFenced", err)
+	}
+	if err := s.Release(ctx, "k", old); !errors.Is(err, idempotency.ErrFenced) {
+		t.Fatalf("late release: %v", err)
+	}
+	if err := s.Renew(ctx, "k", newer, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, "k", newer, []byte(`{"out":2}`), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	_, rec, _ = s.Claim(ctx, "k", "f", time.Second)
+	if rec == nil || !rec.Done || string(rec.Outcome) != `{"out":2}` {
+		t.Fatalf("record %+v, want the newer outcome", rec)
+	}
+}
+
+// TestRedisLeaseRenewed: a handler running longer than the lease keeps its
+// claim (the middleware renews it), so a retry gets 409, not a second run.
+func TestRedisLeaseRenewed(t *testing.T) {
+	rdb := newRedis(t)
+	var n atomic.Int64
+	mw := newMW(idempotency.NewRedisStore(rdb, "t", 300*time.Millisecond), idempotency.Policy{})
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			close(started)
+			<-release
+			return counting(&n)(ctx, inv)
+		})
+	}()
+	<-started
+	time.Sleep(time.Second) // > 3 leases: only renewal keeps it
+	if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyInProgress {
+		t.Fatalf("after 3 leases: %v, want 409", err)
+	}
+	close(release)
+	<-done
+	if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Replayed() || n.Load() != 1 {
+		t.Fatalf("%v replayed=%v executions %d", err, inv.Replayed(), n.Load())
+	}
+}

@@ -1,0 +1,258 @@
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// ScopeFunc returns the caller's scope of an idempotency key — its
+// principal or tenant, as the application's authentication or tenant
+// middleware put it in the context — or "" for none. Keys of different
+// scopes never meet.
+type ScopeFunc func(ctx context.Context, inv *pipeline.Invocation) string
+
+// Config builds a [Middleware].
+type Config struct {
+	// Operation is the operation's ID.
+	Operation string
+	// Policy is the operation's policy.
+	Policy Policy
+	// Store keeps the records (required).
+	Store Store
+	// Scope returns the caller's scope (nil: none).
+	Scope ScopeFunc
+	// NewOutput returns a pointer to a new zero value of the operation's
+	// output type, into which a replayed success is decoded (nil: the
+	// replayed output is a json.RawMessage).
+	NewOutput func() any
+	// StoreTimeout bounds each store call (1 s when zero). Store calls
+	// after the handler returned do not inherit its context's end.
+	StoreTimeout time.Duration
+	// Logger receives store failures after the handler ran (discarded when
+	// nil).
+	Logger *slog.Logger
+}
+
+// Middleware applies an operation's idempotency policy (see the package
+// documentation). The kernel places it first in the Handle stage: after
+// the limits (a call they reject never claims its key) and after
+// authentication and tenant middleware (whose context the Scope reads).
+type Middleware struct{ c Config }
+
+// New returns the middleware of c.
+func New(c Config) *Middleware {
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Middleware{c: c}
+}
+
+// Errors of the middleware.
+func errMissing() *pipeline.Error {
+	return pipeline.Validation(pipeline.CodeIdempotencyKeyMissing,
+		"This operation requires an idempotency key (HTTP Idempotency-Key, gRPC metadata idempotency-key, CLI --idempotency-key).")
+}
+
+func errInProgress() *pipeline.Error {
+	return pipeline.Conflict(pipeline.CodeIdempotencyInProgress,
+		"A call with this idempotency key is still running; retry later for its outcome.").WithRetryAfter(InProgressRetryAfter)
+}
+
+func errMismatch() *pipeline.Error {
+	return pipeline.Unprocessable(pipeline.CodeIdempotencyMismatch,
+		"This idempotency key was used with a different input; use a new key for a new request.")
+}
+
+func errTooLarge() *pipeline.Error {
+	return pipeline.Conflict(pipeline.CodeIdempotencyTooLarge,
+		"A call with this idempotency key already ran; its outcome was too large to keep for replay.")
+}
+
+func errStore(err error) *pipeline.Error {
+	return pipeline.Wrap(pipeline.KindUnavailable, pipeline.CodeIdempotencyStore,
+		"The idempotency store is unavailable; nothing ran.", err).WithRetryAfter(time.Second)
+}
+
+// Invoke implements pipeline.Middleware.
+func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	key := inv.IdempotencyKey()
+	if key == "" {
+		if m.c.Policy.Required {
+			return nil, errMissing()
+		}
+		return next(ctx, inv)
+	}
+	if !ValidKey(key) {
+		return nil, pipeline.ErrIdempotencyKeyMalformed()
+	}
+	fp, err := Fingerprint(inv.Input())
+	if err != nil {
+		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: input cannot be fingerprinted", err)
+	}
+	scope := ""
+	if m.c.Scope != nil {
+		scope = m.c.Scope(ctx, inv)
+	}
+	skey := ScopedKey(m.c.Operation, scope, key)
+	sctx, cancel := m.storeContext(ctx)
+	token, rec, err := m.c.Store.Claim(sctx, skey, fp, m.c.Store.Lease())
+	cancel()
+	if err != nil {
+		return nil, errStore(err)
+	}
+	if rec != nil {
+		switch {
+		case rec.Fingerprint != fp:
+			return nil, errMismatch()
+		case !rec.Done:
+			return nil, errInProgress()
+		}
+		inv.MarkReplayed()
+		return m.decode(rec.Outcome)
+	}
+	stop := m.renew(skey, token)
+	out, herr := next(ctx, inv)
+	stop()
+	m.settle(ctx, skey, token, out, herr)
+	return out, herr
+}
+
+func (m *Middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), m.c.StoreTimeout)
+}
+
+// renew keeps a leased claim alive while the handler runs; the returned
+// function stops it and waits for it.
+func (m *Middleware) renew(key, token string) func() {
+	lease := m.c.Store.Lease()
+	if lease <= 0 {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), m.c.StoreTimeout)
+				if err := m.c.Store.Renew(ctx, key, token, lease); err != nil {
+					m.c.Logger.Warn("idempotency: lease renewal failed", "operation", m.c.Operation, "error", err.Error())
+				}
+				cancel()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// forgets reports whether an outcome frees the key instead of being
+// stored: TIMEOUT, CANCELLED and UNAVAILABLE say "try again", and a
+// handler returning one has (by contract) not completed its effect, or
+// passed on a downstream's that carries the same key.
+func forgets(err error) bool {
+	switch pipeline.KindOf(err) {
+	case pipeline.KindTimeout, pipeline.KindCanceled, pipeline.KindUnavailable:
+		return true
+	}
+	return false
+}
+
+// settle stores the handler's outcome, or frees the key.
+func (m *Middleware) settle(ctx context.Context, key, token string, out any, herr error) {
+	sctx, cancel := m.storeContext(ctx)
+	defer cancel()
+	var err error
+	if herr != nil && forgets(herr) {
+		err = m.c.Store.Release(sctx, key, token)
+	} else {
+		b := encode(out, herr)
+		if len(b) > m.c.Policy.maxOutcome() {
+			b = encode(nil, errTooLarge())
+		}
+		err = m.c.Store.Finish(sctx, key, token, b, m.c.Policy.retention())
+	}
+	if err != nil {
+		lvl := slog.LevelError
+		if errors.Is(err, ErrFenced) {
+			lvl = slog.LevelWarn
+		}
+		m.c.Logger.Log(sctx, lvl, "idempotency: outcome not recorded", "operation", m.c.Operation, "error", err.Error())
+	}
+}
+
+// stored is a recorded outcome.
+type stored struct {
+	Out        json.RawMessage `json:"out,omitempty"`
+	Kind       string          `json:"kind,omitempty"`
+	Code       string          `json:"code,omitempty"`
+	Message    string          `json:"msg,omitempty"`
+	Details    map[string]any  `json:"details,omitempty"`
+	RetryAfter int64           `json:"retryMs,omitempty"`
+}
+
+func encode(out any, herr error) []byte {
+	var s stored
+	if herr != nil {
+		e := pipeline.AsError(herr)
+		s.Kind, s.Code = e.Kind().String(), e.Code()
+		if e.Kind() == pipeline.KindUnexpected {
+			// Nothing of an unexpected error is shown, so nothing is kept.
+			s.Code, s.Message = pipeline.CodeUnexpected, "An unexpected error occurred."
+		} else {
+			s.Message, s.Details = e.Message(), e.Details()
+			if d, ok := e.RetryAfter(); ok {
+				s.RetryAfter = d.Milliseconds()
+			}
+		}
+	} else {
+		b, err := json.Marshal(out)
+		if err != nil {
+			return encode(nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: output", err))
+		}
+		s.Out = b
+	}
+	b, err := json.Marshal(s)
+	if err != nil { // details that do not encode
+		s.Details = nil
+		b, _ = json.Marshal(s)
+	}
+	return b
+}
+
+func (m *Middleware) decode(b []byte) (any, error) {
+	var s stored
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: stored outcome does not decode", err)
+	}
+	if s.Kind != "" {
+		k, _ := pipeline.ParseKind(s.Kind)
+		e := pipeline.NewError(k, s.Code, s.Message)
+		for dk, dv := range s.Details {
+			e = e.WithDetail(dk, dv)
+		}
+		if s.RetryAfter > 0 {
+			e = e.WithRetryAfter(time.Duration(s.RetryAfter) * time.Millisecond)
+		}
+		return nil, e
+	}
+	if m.c.NewOutput == nil {
+		return s.Out, nil
+	}
+	p := m.c.NewOutput()
+	if err := json.Unmarshal(s.Out, p); err != nil {
+		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: stored output does not decode", err)
+	}
+	return derefOutput(p), nil
+}
