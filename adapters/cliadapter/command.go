@@ -246,7 +246,7 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 	var idemKey *string
 	if cmd.Flags().Lookup(flagIdempotencyKey) == nil {
 		idemKey = cmd.Flags().String(flagIdempotencyKey, "",
-			"idempotency `key` of this call (docs/idempotency.md); on an operation that takes keys one is generated when absent and printed with a failure, so that a rerun with it gets this call's outcome instead of running again")
+			"idempotency key of this call; generated when absent on an operation that takes keys, and printed with a failure so that a rerun with it gets this call's outcome")
 	}
 	cmd.Long = operationHelp(d, fields)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
