@@ -329,6 +329,14 @@ func TestClusterShopsShareLimits(t *testing.T) {
 	if sent.Load() != answered.Load() || malformed.Load() != 0 {
 		t.Fatalf("%d sent, %d answered, %d malformed", sent.Load(), answered.Load(), malformed.Load())
 	}
+	for i, s := range shops {
+		// A degraded replica enforces its share (34), by design: on a
+		// machine so loaded that Redis takes 2 s to answer, the test's
+		// premise is gone; say so rather than blame the limit.
+		if strings.Contains(s.stderr.String(), "cluster limits degraded") {
+			t.Fatalf("shop %d lost Redis for more than StoreTimeoutMs (2 s) under this load; the shared count was not in force:\n%s", i, s.stderr)
+		}
+	}
 	if most > 100 {
 		t.Errorf("a window admitted %d orders across the three shops, limit 100", most)
 	}
@@ -482,23 +490,27 @@ func TestClusterShopKilledHolderFreesSlots(t *testing.T) {
 	a, b := startClusterShop(t, cfg), startClusterShop(t, cfg)
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
+	const deadline, grace = 3 * time.Second, 2 * time.Second
 	started := time.Now()
 	for range 2 {
-		go post(context.Background(), client, a.url+"/reports/export", `{"delayMs":10000}`, "Sundial-Timeout-Ms", "1000")
+		go post(context.Background(), client, a.url+"/reports/export", `{"delayMs":20000}`, "Sundial-Timeout-Ms", strconv.Itoa(int(deadline.Milliseconds())))
 	}
 	// Wait until both hold their lease, then kill the holder.
-	deadline := time.Now().Add(5 * time.Second)
 	for {
 		n, _ := srv.Do("ZCARD", "{shop-e2e:reports.export}:c")
 		if n == "2" {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leases not taken: ZCARD = %s", n)
+		if time.Since(started) > 2*time.Second {
+			t.Fatalf("leases not taken 2 s after the calls were sent: ZCARD = %s", n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	leased := time.Since(started)
 	a.kill9()
+	if killed := time.Since(started); killed >= deadline {
+		t.Fatalf("the holder was killed %v after its calls started, after their %v deadline: the machine is too slow for this test", killed, deadline)
+	}
 	var freed time.Duration
 	for {
 		r := post(context.Background(), client, b.url+"/reports/export", `{"delayMs":0}`)
@@ -512,13 +524,16 @@ func TestClusterShopKilledHolderFreesSlots(t *testing.T) {
 		if r.status != 503 || r.problem["code"] != pipeline.CodeConcurrencyLimited {
 			t.Fatalf("status %d %v", r.status, r.problem)
 		}
-		if time.Since(started) > 10*time.Second {
-			t.Fatal("slots of the killed replica not free after 10 s")
+		if time.Since(started) > 15*time.Second {
+			t.Fatal("slots of the killed replica not free after 15 s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("killed replica's slots free %v after its calls started (deadline 1 s + grace 2 s)", freed.Round(time.Millisecond))
-	if freed < 2900*time.Millisecond || freed > 4*time.Second {
-		t.Fatalf("slots free after %v, want deadline (1 s) + grace (2 s) = about 3 s", freed)
+	t.Logf("killed replica's slots (leased within %v) free %v after its calls were sent (deadline %v + grace %v)",
+		leased.Round(time.Millisecond), freed.Round(time.Millisecond), deadline, grace)
+	// The leases expire deadline+grace after the holder received the calls:
+	// after the calls were sent and no later than when both were seen held.
+	if freed < deadline+grace || freed > leased+deadline+grace+time.Second {
+		t.Fatalf("slots free after %v, want between %v and %v", freed, deadline+grace, leased+deadline+grace+time.Second)
 	}
 }
