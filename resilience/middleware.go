@@ -337,32 +337,55 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 			return nil, Attribute(ctx)
 		}
 	}
-	if s.sharedWindow != nil {
-		q, werr := s.sharedWindow.Take(ctx, inv)
-		if s.policy.RateLimitHeaders {
-			inv.SetQuota(q)
-		}
-		if werr != nil {
-			s.neutral(a.ticket)
-			if ctx.Err() != nil {
-				return nil, Attribute(ctx)
-			}
-			retry := s.policy.Window
-			if le, ok := werr.(*LimitedError); ok {
-				retry = le.RetryAfter
-			}
-			return nil, l.rateLimited.get(retry)
-		}
-	}
 	var release func()
-	if s.sharedSlots != nil {
-		var cerr error
-		if release, cerr = s.sharedSlots.Acquire(ctx, inv); cerr != nil {
-			s.neutral(a.ticket)
-			if ctx.Err() != nil {
-				return nil, Attribute(ctx)
+	for attempt := 1; s.sharedWindow != nil || s.sharedSlots != nil; attempt++ {
+		var until time.Time
+		if s.sharedWindow != nil {
+			q, werr := s.sharedWindow.Take(ctx, inv)
+			if q.Reset > 0 {
+				until = time.Now().Add(q.Reset)
 			}
-			return nil, l.concRejection()
+			if s.policy.RateLimitHeaders {
+				inv.SetQuota(q)
+			}
+			if werr != nil {
+				s.neutral(a.ticket)
+				if ctx.Err() != nil {
+					return nil, Attribute(ctx)
+				}
+				retry := s.policy.Window
+				if le, ok := werr.(*LimitedError); ok {
+					retry = le.RetryAfter
+				}
+				return nil, l.rateLimited.get(retry)
+			}
+		}
+		if s.sharedSlots != nil {
+			var cerr error
+			if release, cerr = s.sharedSlots.Acquire(ctx, inv); cerr != nil {
+				s.neutral(a.ticket)
+				if ctx.Err() != nil {
+					return nil, Attribute(ctx)
+				}
+				return nil, l.concRejection()
+			}
+		}
+		// A call runs in the window that admitted it: the shared window
+		// reports, conservatively, how long its window lasts from Take's
+		// return (Quota.Reset; 0 when it does not say, as a degraded
+		// store's local fallback). When the slot took longer than that, the
+		// permit is left unused and the call asks the window again, so
+		// that no window's calls spill into the next one.
+		if until.IsZero() || time.Now().Before(until) {
+			break
+		}
+		if release != nil {
+			release()
+			release = nil
+		}
+		if attempt == maxSharedAttempts {
+			s.neutral(a.ticket)
+			return nil, l.rateLimited.get(s.policy.Window)
 		}
 	}
 	if s.conc != nil && !a.conc {
@@ -400,6 +423,10 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 	finished = true
 	return out, err
 }
+
+// maxSharedAttempts bounds how often a call asks a shared window again
+// because its slot came after its window had ended.
+const maxSharedAttempts = 3
 
 // probeWatch judges a half-open probe at the end of its context, when that
 // comes before its handler returns: a probe whose handler ignores its

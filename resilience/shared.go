@@ -29,7 +29,10 @@ func (s Scope) Valid() bool { return s == "" || s == ScopeProcess || s == ScopeC
 // admits the call, waiting if its permit is reserved in a later window;
 // it returns a *LimitedError when the call is turned away, and ctx's
 // error, attributed by the caller, when ctx ends first. Quota is what
-// the window told the call, for the RateLimit fields.
+// the window told the call, for the RateLimit fields; on admission its
+// Reset must not overstate how long the admitting window lasts from
+// Take's return (the middleware asks again when the call would start
+// after it); 0 means the admission has no window edge to respect.
 type SharedWindow interface {
 	Take(ctx context.Context, inv *pipeline.Invocation) (Quota, error)
 }

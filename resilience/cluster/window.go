@@ -143,6 +143,7 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 	if d, ok := ctx.Deadline(); ok {
 		left = max(time.Until(d).Microseconds(), 0)
 	}
+	sent := time.Now()
 	sctx, cancel := w.st.storeCtx(ctx)
 	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{w.key}, w.args[0], w.args[1], w.args[2], left).Int64Slice()
 	cancel()
@@ -159,11 +160,20 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 	}
 	us := time.Duration(res[1]) * time.Microsecond
 	q := resilience.Quota{Limit: w.limit, Window: w.length, Remaining: int(res[2]), Reset: time.Duration(res[3]) * time.Microsecond}
+	// The script ran at some instant between sent and now: its window
+	// ends no earlier than sent+reset, so what is left of it from now is at
+	// least reset-(now-sent). A reserved call wakes at the start of its
+	// window plus that same delay at most, and has a window's length less
+	// the delay.
+	trip := time.Since(sent)
 	switch res[0] {
 	case 1:
+		q.Reset = max(q.Reset-trip, time.Nanosecond) // > 0: the window has a known end
 		return q, nil
 	case 2:
-		return q, w.sleep(ctx, us)
+		err := w.sleep(ctx, us)
+		q.Remaining, q.Reset = 0, max(w.length-trip, time.Nanosecond)
+		return q, err
 	case 0:
 		w.exhausted.Store(int64(time.Since(w.origin) + us))
 	}

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
@@ -230,14 +232,14 @@ func TestClusterShopsShareLimits(t *testing.T) {
 	defer cancel()
 
 	// Reservations held in Redis, sampled every 5 ms.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
 	var maxQueued atomic.Int64
 	var samplers sync.WaitGroup
 	samplers.Go(func() {
 		for ctx.Err() == nil {
-			if v, err := srv.Do("HGET", "{shop-e2e:orders.create}:w", "a"); err == nil {
-				if n, err := strconv.ParseInt(strings.TrimPrefix(v, "$"), 10, 64); err == nil && n > maxQueued.Load() {
-					maxQueued.Store(n)
-				}
+			if n, err := rdb.HGet(ctx, "{shop-e2e:orders.create}:w", "a").Int64(); err == nil && n > maxQueued.Load() {
+				maxQueued.Store(n)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -184,8 +184,9 @@ func serve(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	e.GET("/openapi.json", openapi)
-	// The live status page (opt-in in Sundial, on in the shop, which
-	// binds to loopback by default).
+	// The live status page (opt-in in Sundial, on in the shop; `make run`
+	// binds the shop to loopback, and a deployment would mount it only
+	// where operators reach it).
 	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
 
 	ln, err := net.Listen("tcp", o.httpAddr)
