@@ -22,6 +22,7 @@ import (
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -390,5 +391,62 @@ func TestWatchConfigWithoutFile(t *testing.T) {
 	}
 	if err := k.WatchConfig(context.Background(), 0); !errors.Is(err, kernel.ErrNoConfigFile) {
 		t.Errorf("WatchConfig = %v, want ErrNoConfigFile", err)
+	}
+}
+
+// TestReloadChangesScope: a reload that moves an operation from Scope
+// process to cluster starts the limits of the new scope — counted in
+// Redis, with the store started by the reload when no operation needed
+// it at start-up — and back (TestUpdateScopeKeepsTheBreaker: the
+// breaker, per process in both, is kept).
+func TestReloadChangesScope(t *testing.T) {
+	srv := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "config.json")
+	doc := func(scope string) string {
+		return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + srv.Addr() + `","KeyPrefix":"rl"},
+			"Resilience":{"Operations":{"orders.create":{"PermitLimit":3,"WindowSeconds":3600,"FailureThreshold":5,
+			"Scope":"` + scope + `","StoreTimeoutMs":2000}}}}}}`
+	}
+	writeAtomically(t, path, doc("process"))
+	k, err := clusterKernel(`{}`, kernel.WithConfigFile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	admit := func(n int) (ok int) {
+		for range n {
+			if out := k.Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")}); out.Err == nil {
+				ok++
+			} else if pipeline.CodeOf(out.Err) != pipeline.CodeRateLimited {
+				t.Fatalf("call: %v", out.Err)
+			}
+		}
+		return ok
+	}
+	if got := admit(2); got != 2 {
+		t.Fatalf("process scope: admitted %d, want 2", got)
+	}
+	for i, tc := range []struct {
+		scope      string
+		local      bool // the window is counted in this process
+		wantAdmits int
+	}{
+		{"cluster", false, 3}, // the shared window starts empty
+		{"process", true, 3},  // so does the new local one
+	} {
+		writeAtomically(t, path, doc(tc.scope))
+		if res, err := k.Reload(); res != kernel.ReloadOK {
+			t.Fatalf("reload %d: %q, %v", i, res, err)
+		}
+		l := k.Limits("orders.create")
+		if _, local := l.WindowQuota(); local != tc.local || l.Policy().Scope != resilience.Scope(tc.scope) {
+			t.Fatalf("reload %d: scope %q, local window %v; want %q, %v", i, l.Policy().Scope, local, tc.scope, tc.local)
+		}
+		if got := admit(5); got != tc.wantAdmits {
+			t.Errorf("scope %s: admitted %d of 5, want %d", tc.scope, got, tc.wantAdmits)
+		}
+	}
+	if k.ClusterStore() == nil {
+		t.Error("the reload did not start the cluster store")
 	}
 }

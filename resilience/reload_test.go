@@ -324,3 +324,20 @@ func TestUpdateGainsAndLosesLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestUpdateScopeKeepsTheBreaker: a change of Scope starts the window and
+// the slots of the new scope, and keeps the breaker (per process in both).
+func TestUpdateScopeKeepsTheBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := resilience.Policy{FailureThreshold: 1, BreakDuration: time.Minute, PermitLimit: 5}
+		h, l := limitStack(t, p, func(context.Context, *pipeline.Invocation) (any, error) { return nil, errBoom })
+		_, _ = h(context.Background(), pipeline.NewInvocation(pipeline.Spec{Operation: op(opID)}))
+		for _, scope := range []resilience.Scope{resilience.ScopeCluster, resilience.ScopeProcess} {
+			p.Scope = scope
+			l.Update(p)
+			if l.BreakerState() != resilience.BreakerOpen || l.Policy().Scope != scope {
+				t.Errorf("after the move to %s: breaker %v, scope %q; want open", scope, l.BreakerState(), l.Policy().Scope)
+			}
+		}
+	})
+}
