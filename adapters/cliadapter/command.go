@@ -476,13 +476,14 @@ func inputFailure(err error) *pipeline.Error {
 // for it.
 func (r *runner) fail(err error, traceID string) error {
 	pe := pipeline.AsError(err)
-	if r.idemKey != "" && pipeline.ValidIdempotencyKey(r.idemKey) && pe.Kind() != pipeline.KindUnexpected {
-		// The key goes with the failure, so that a rerun can reuse it and
-		// get this call's outcome (a TIMEOUT's especially: exit 7).
+	if k := pe.Kind(); r.idemKey != "" && pipeline.ValidIdempotencyKey(r.idemKey) && (k == pipeline.KindTimeout || k == pipeline.KindCanceled) {
+		// The key goes with a failure after which the operation may have
+		// run on (exit 7, exit 8), so that a rerun can reuse it and get this
+		// call's outcome instead of running again.
 		pe = pe.WithDetail("idempotencyKey", r.idemKey)
 	}
 	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe, traceID)
-	if r.idemKey != "" && pe.Kind() == pipeline.KindTimeout {
+	if _, ok := pe.Detail("idempotencyKey"); ok {
 		fmt.Fprintf(r.stderr, "rerun with --%s %s to get this call's outcome instead of running it again\n", flagIdempotencyKey, r.idemKey)
 	}
 	return &ExitError{Code: ExitCodeFor(pe.Kind()), Err: pe}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sundial-go/sundial/operations"
@@ -97,12 +98,19 @@ type Report struct {
 type Charge struct {
 	Amount int  `json:"amount"`
 	Fail   bool `json:"fail"`
+	// ProcessMs is how long the payment provider takes (0 to MaxDelayMs);
+	// the charge runs to its end once started, whatever the deadline says,
+	// as a provider call that cannot be cut half-way does.
+	ProcessMs int `json:"processMs"`
 }
 
 // Validate implements operations.Validator.
 func (c *Charge) Validate() error {
 	if c.Amount <= 0 {
 		return invalid("amount", "amount must be greater than 0")
+	}
+	if c.ProcessMs < 0 || c.ProcessMs > MaxDelayMs {
+		return invalid("processMs", fmt.Sprintf("processMs must be 0 to %d", MaxDelayMs))
 	}
 	return nil
 }
@@ -111,6 +119,8 @@ func (c *Charge) Validate() error {
 type Receipt struct {
 	Amount  int  `json:"amount"`
 	Charged bool `json:"charged"`
+	// ChargeID names the charge: one per execution of billing.charge.
+	ChargeID string `json:"chargeId"`
 }
 
 func invalid(field, msg string) error {
@@ -120,10 +130,14 @@ func invalid(field, msg string) error {
 // Shop is the application state: its orders, kept in memory only (see the
 // package comment): a restart loses them.
 type Shop struct {
-	mu     sync.Mutex // guards orders and next
-	orders map[string]Order
-	next   int
+	mu      sync.Mutex // guards orders and next
+	orders  map[string]Order
+	next    int
+	charges atomic.Int64
 }
+
+// Charges returns how many charges billing.charge made.
+func (s *Shop) Charges() int64 { return s.charges.Load() }
 
 // New returns an empty shop.
 func New() *Shop { return &Shop{orders: make(map[string]Order)} }
@@ -185,11 +199,19 @@ func (s *Shop) ExportReport(ctx context.Context, in ExportReport) (Report, error
 
 // Charge charges the amount, or fails with UNAVAILABLE SHOP_UNAVAILABLE_001
 // when Fail is set (a payment provider that is down).
+//
+// billing.charge takes idempotency keys (shop.json, docs/idempotency.md): a
+// retry with the key of a charge that timed out gets that charge, not a
+// second one.
 func (s *Shop) Charge(_ context.Context, in Charge) (Receipt, error) {
 	if in.Fail {
 		return Receipt{}, pipeline.Unavailable("SHOP_UNAVAILABLE_001", "The payment provider is unavailable.")
 	}
-	return Receipt{Amount: in.Amount, Charged: true}, nil
+	if in.ProcessMs > 0 {
+		time.Sleep(time.Duration(min(in.ProcessMs, MaxDelayMs)) * time.Millisecond)
+	}
+	n := s.charges.Add(1)
+	return Receipt{Amount: in.Amount, Charged: true, ChargeID: "ch-" + strconv.FormatInt(n, 10)}, nil
 }
 
 func firstErr(errs ...error) error {

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// chargeCounter counts the executions of billing.charge's handler: it sits
+// in the Handle stage after the idempotency middleware, so a replay or a
+// 409 never reaches it.
+type chargeCounter struct{ n atomic.Int64 }
+
+func (c *chargeCounter) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	if inv.OperationID() == "billing.charge" {
+		c.n.Add(1)
+	}
+	return next(ctx, inv)
+}
+
+func startCountedShop(t *testing.T) (*grpcShop, *chargeCounter) {
+	c := &chargeCounter{}
+	g := startShopGRPC(t, serveOptions{kernelOpts: []kernel.Option{kernel.UseAt(pipeline.StageHandle, c)}})
+	return g, c
+}
+
+// untilNot409 repeats f until its answer is not the 409 of a running key,
+// bounded (2 s): the charge returns 300 ms after the first call's 504.
+func untilNot409(t *testing.T, f func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if !f() {
+			return
+		}
+	}
+	t.Fatal("the key stayed running")
+}
+
+// TestShopChargeRetryAfterTimeoutHTTP: the 504-then-retry story over HTTP.
+// The caller's 100 ms deadline fires while billing.charge runs (400 ms);
+// the retry with the same Idempotency-Key gets 409 with Retry-After while
+// it runs, then the real receipt with the same charge ID, marked
+// Idempotent-Replayed; the handler ran once.
+func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
+	g, c := startCountedShop(t)
+	body := `{"amount":7,"processMs":400}`
+	h := map[string]string{"Idempotency-Key": `"order-42-charge"`, "Sundial-Timeout-Ms": "100"}
+	r := g.shopServer.call(t, "POST", "/billing/charge", body, h)
+	if r.status != http.StatusGatewayTimeout {
+		t.Fatalf("first call: %d %s, want 504", r.status, r.body)
+	}
+	delete(h, "Sundial-Timeout-Ms")
+	r = g.shopServer.call(t, "POST", "/billing/charge", body, h)
+	if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" || r.problem["code"] != pipeline.CodeIdempotencyInProgress {
+		t.Fatalf("retry while running: %d %v %s, want 409 KERNEL_CONFLICT_001 with Retry-After 1", r.status, r.header, r.body)
+	}
+	untilNot409(t, func() bool {
+		r = g.shopServer.call(t, "POST", "/billing/charge", body, h)
+		return r.status == http.StatusConflict
+	})
+	var rc struct {
+		ChargeID string `json:"chargeId"`
+		Charged  bool   `json:"charged"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &rc); err != nil || r.status != http.StatusOK || !rc.Charged || rc.ChargeID == "" ||
+		r.header.Get(httpadapter.HeaderIdempotentReplayed) != "true" {
+		t.Fatalf("retry after: %d %v %s, want the receipt, replayed", r.status, r.header, r.body)
+	}
+	first := rc.ChargeID
+	r = g.shopServer.call(t, "POST", "/billing/charge", body, h)
+	_ = json.Unmarshal([]byte(r.body), &rc)
+	if rc.ChargeID != first || c.n.Load() != 1 {
+		t.Fatalf("charge IDs %s then %s, %d executions; want one charge", first, rc.ChargeID, c.n.Load())
+	}
+	// The same key with another amount: 422.
+	r = g.shopServer.call(t, "POST", "/billing/charge", `{"amount":8}`, h)
+	if r.status != http.StatusUnprocessableEntity || r.problem["code"] != pipeline.CodeIdempotencyMismatch {
+		t.Fatalf("other body: %d %s, want 422", r.status, r.body)
+	}
+}
+
+// TestShopChargeRetryAfterTimeoutGRPC: the same story over gRPC, with the
+// idempotency-key metadata.
+func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
+	g, c := startCountedShop(t)
+	md := metadata.Pairs("idempotency-key", "order-43-charge")
+	call := func(timeout time.Duration, req string) (string, codes.Code, metadata.MD) {
+		ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), md), timeout)
+		defer cancel()
+		var hdr metadata.MD
+		out, st := g.call(ctx, t, "shop.v1.Billing", "Charge", req, grpc.Header(&hdr))
+		return out, st.Code(), hdr
+	}
+	req := `{"amount":7,"processMs":400}`
+	if _, code, _ := call(100*time.Millisecond, req); code != codes.DeadlineExceeded {
+		t.Fatalf("first call: %v, want DeadlineExceeded", code)
+	}
+	if _, code, _ := call(5*time.Second, req); code != codes.AlreadyExists {
+		t.Fatalf("retry while running: %v, want AlreadyExists (409)", code)
+	}
+	var out string
+	var hdr metadata.MD
+	untilNot409(t, func() bool {
+		var code codes.Code
+		out, code, hdr = call(5*time.Second, req)
+		return code == codes.AlreadyExists
+	})
+	var rc struct {
+		ChargeID string `json:"chargeId"`
+	}
+	if err := json.Unmarshal([]byte(out), &rc); err != nil || rc.ChargeID == "" || len(hdr.Get(grpcadapter.MetadataIdempotentReplayed)) == 0 {
+		t.Fatalf("retry after: %s %v, want the receipt, replayed", out, hdr)
+	}
+	if c.n.Load() != 1 {
+		t.Fatalf("%d executions, want 1", c.n.Load())
+	}
+	if _, code, _ := call(5*time.Second, `{"amount":9}`); code != codes.FailedPrecondition {
+		t.Fatalf("other input: %v, want FailedPrecondition (422)", code)
+	}
+}
+
+// TestShopFiftyCallsOneKey: 50 concurrent calls with one key, on HTTP and
+// on gRPC: one execution; the 49 others get 409 or the replay.
+func TestShopFiftyCallsOneKey(t *testing.T) {
+	g, c := startCountedShop(t)
+	var wg sync.WaitGroup
+	var ok, conflicts, replays atomic.Int64
+	for i := range 50 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				r := g.shopServer.call(t, "POST", "/billing/charge", `{"amount":3,"processMs":50}`, map[string]string{"Idempotency-Key": `"fifty"`})
+				switch {
+				case r.status == 200 && r.header.Get(httpadapter.HeaderIdempotentReplayed) == "true":
+					replays.Add(1)
+				case r.status == 200:
+					ok.Add(1)
+				case r.status == 409:
+					conflicts.Add(1)
+				}
+				return
+			}
+			ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("idempotency-key", "fifty"))
+			var hdr metadata.MD
+			_, st := g.call(ctx, t, "shop.v1.Billing", "Charge", `{"amount":3,"processMs":50}`, grpc.Header(&hdr))
+			switch {
+			case st.Code() == codes.OK && len(hdr.Get(grpcadapter.MetadataIdempotentReplayed)) > 0:
+				replays.Add(1)
+			case st.Code() == codes.OK:
+				ok.Add(1)
+			case st.Code() == codes.AlreadyExists:
+				conflicts.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("50 calls, one key: %d executed, %d conflicts, %d replays", ok.Load(), conflicts.Load(), replays.Load())
+	if c.n.Load() != 1 || ok.Load() != 1 || conflicts.Load()+replays.Load() != 49 {
+		t.Fatalf("executions %d, first answers %d, conflicts %d, replays %d; want 1, 1 and 49 together", c.n.Load(), ok.Load(), conflicts.Load(), replays.Load())
+	}
+}
