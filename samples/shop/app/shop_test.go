@@ -54,9 +54,9 @@ func TestExportReportDelayBound(t *testing.T) {
 
 	// A direct call, past validation: clamped, so it works until its
 	// context ends instead of answering at once.
+	start := time.Now() // before the context: its deadline is at most start+50ms
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	out, err := app.New().ExportReport(ctx, app.ExportReport{DelayMs: math.MaxInt64})
 	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took < 50*time.Millisecond {
 		t.Errorf("direct call with delayMs 2^63-1: %+v, %v after %v; want the context's error after 50ms", out, err, took)
