@@ -3,7 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +22,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
 
 // chargeCounter counts the executions of billing.charge's handler: it sits
@@ -169,5 +175,85 @@ func TestShopFiftyCallsOneKey(t *testing.T) {
 	t.Logf("50 calls, one key: %d executed, %d conflicts, %d replays", ok.Load(), conflicts.Load(), replays.Load())
 	if c.n.Load() != 1 || ok.Load() != 1 || conflicts.Load()+replays.Load() != 49 {
 		t.Fatalf("executions %d, first answers %d, conflicts %d, replays %d; want 1, 1 and 49 together", c.n.Load(), ok.Load(), conflicts.Load(), replays.Load())
+	}
+}
+
+// handlerRuns counts the billing.charge lines of a shop's handler log
+// (flushed every 20 ms: read until two reads 100 ms apart agree).
+func handlerRuns(t *testing.T, path string) int {
+	t.Helper()
+	count := func() int {
+		b, _ := os.ReadFile(path)
+		return strings.Count(string(b), "billing.charge ")
+	}
+	n := count()
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		m := count()
+		if m == n {
+			return n
+		}
+		n = m
+	}
+	return n
+}
+
+// TestShopReplicasShareIdempotency: two shop processes on one Redis. A
+// charge on replica A, retried with the same key on replica B, is a
+// replay there (Idempotent-Replayed, the same charge ID), and the same
+// input through the shop CLI (a third process) with the key is a replay
+// too; the handler ran once, on A.
+func TestShopReplicasShareIdempotency(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(srv.Addr(), `"billing.charge":{"Idempotency":{"RetentionSeconds":600}}`)
+	a, b := startClusterShop(t, cfg), startClusterShop(t, cfg)
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	do := func(url string) (int, string, http.Header) {
+		req, _ := http.NewRequest("POST", url+"/billing/charge", strings.NewReader(`{"amount":7,"processMs":20}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"replicas-1"`)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), resp.Header
+	}
+	st, first, h := do(a.url)
+	if st != 200 || h.Get(httpadapter.HeaderIdempotentReplayed) != "" {
+		t.Fatalf("replica A: %d %s %v", st, first, h)
+	}
+	st, second, h := do(b.url)
+	if st != 200 || h.Get(httpadapter.HeaderIdempotentReplayed) != "true" || second != first {
+		t.Fatalf("replica B: %d %s %v, want the replay of %s", st, second, h, first)
+	}
+	// The CLI, a third process on the same Redis, with the same input.
+	dir := t.TempDir()
+	path := filepath.Join(dir, "shop.json")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "billing", "charge", "--amount", "7", "--process-ms", "20", "--idempotency-key", "replicas-1", "--config", path)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SUNDIAL_") && !strings.HasPrefix(kv, "OTEL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, runMainEnv+"=1")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("shop billing charge: %v, stderr %s", err, stderr.String())
+	}
+	var fromHTTP, fromCLI map[string]any
+	_ = json.Unmarshal([]byte(first), &fromHTTP)
+	_ = json.Unmarshal([]byte(stdout.String()), &fromCLI)
+	if fromCLI["chargeId"] == nil || fromCLI["chargeId"] != fromHTTP["chargeId"] || !strings.Contains(stderr.String(), "replayed") {
+		t.Fatalf("CLI: stdout %s stderr %s, want the replay of %s", stdout.String(), stderr.String(), first)
+	}
+	if na, nb := handlerRuns(t, a.handler), handlerRuns(t, b.handler); na != 1 || nb != 0 {
+		t.Fatalf("handler ran %d times on A and %d on B, want once on A", na, nb)
 	}
 }
