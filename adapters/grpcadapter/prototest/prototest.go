@@ -175,6 +175,35 @@ func Lint(tb testing.TB, dir string, paths []string) {
 	}
 }
 
+// installedBuf returns the buf of BufVersion that `make deps` installs
+// with `go install` (in GOBIN, else GOPATH/bin), or "" when there is none:
+// building it once there, before the tests, spares every package that
+// lints a `go run` build of its own.
+func installedBuf() string {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return ""
+	}
+	dir, err := exec.Command(gobin, "env", "GOBIN").Output()
+	if err != nil {
+		return ""
+	}
+	bin := strings.TrimSpace(string(dir))
+	if bin == "" {
+		gp, err := exec.Command(gobin, "env", "GOPATH").Output()
+		if err != nil {
+			return ""
+		}
+		bin = filepath.Join(strings.TrimSpace(strings.SplitN(string(gp), string(os.PathListSeparator), 2)[0]), "bin")
+	}
+	bin = filepath.Join(bin, "buf")
+	v, err := exec.Command(bin, "--version").Output()
+	if err != nil || strings.TrimSpace(string(v)) != strings.TrimPrefix(BufVersion, "v") {
+		return ""
+	}
+	return bin
+}
+
 // lint runs `buf lint` with BufConfig in dir.
 func lint(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "buf.yaml"), []byte(BufConfig), 0o644); err != nil {
@@ -183,6 +212,8 @@ func lint(dir string) error {
 	var out []byte
 	var err error
 	if bin := os.Getenv("SUNDIAL_BUF"); bin != "" {
+		out, err = run(bin, dir, "lint")
+	} else if bin := installedBuf(); bin != "" {
 		out, err = run(bin, dir, "lint")
 	} else {
 		gobin, lerr := exec.LookPath("go")
