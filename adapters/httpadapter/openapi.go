@@ -127,6 +127,28 @@ func (a *Adapter) OpenAPI(info OpenAPIInfo) (*openapi3.T, error) {
 				"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
 			}
 		}
+		if ip := a.k.IdempotencyPolicy(d.ID); ip.Enabled {
+			// The answers of idempotency keys (docs/idempotency.md).
+			problem(op, http.StatusConflict, "CONFLICT: a call with this Idempotency-Key is still running (KERNEL_CONFLICT_001; Retry-After says when to retry), or it ran and its outcome is too large to replay (KERNEL_CONFLICT_002).")
+			op.Responses.Status(http.StatusConflict).Value.Headers = openapi3.Headers{
+				"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
+			}
+			problem(op, http.StatusUnprocessableEntity, "UNPROCESSABLE: this Idempotency-Key was used with a different input (KERNEL_UNPROCESSABLE_001).")
+			desc := "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate), a deadline header or the Idempotency-Key is malformed (KERNEL_VALIDATION_005)."
+			if ip.Required {
+				desc += " Also when the Idempotency-Key is missing (KERNEL_VALIDATION_004)."
+				if p := op.Parameters.GetByInAndName("header", "Idempotency-Key"); p != nil {
+					p.Required = true
+				}
+			}
+			problem(op, http.StatusBadRequest, desc)
+			if ok := op.Responses.Status(rt.success); ok != nil && ok.Value != nil {
+				ok.Value.Headers = openapi3.Headers{"Idempotent-Replayed": &openapi3.HeaderRef{Value: &openapi3.Header{Parameter: openapi3.Parameter{
+					Description: "\"true\" when the answer is the stored outcome of an earlier call with the same Idempotency-Key.",
+					Schema:      openapi3.NewStringSchema().WithEnum("true").NewRef(),
+				}}}}
+			}
+		}
 		problem(op, http.StatusInternalServerError, "UNEXPECTED: the handler failed unexpectedly.")
 		op.Responses.Set("default", &openapi3.ResponseRef{Value: problemResponse("Any other outcome of the operation (e.g. NOT_FOUND, CONFLICT), as Problem Details.")})
 		if info.Operation != nil {

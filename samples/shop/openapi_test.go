@@ -45,6 +45,19 @@ func TestShopServesOpenAPI(t *testing.T) {
 		t.Errorf("openapi = %q, want 3.1.0", doc.OpenAPI)
 	}
 
+	// The idempotency answers where keys are enabled (orders.create and
+	// billing.charge in the shop's config), and only there.
+	for path, want := range map[string]bool{"/orders": true, "/billing/charge": true, "/reports/export": false} {
+		op := doc.Paths.Find(path).Post
+		got := op.Responses.Status(409) != nil && op.Responses.Status(422) != nil
+		if got != want {
+			t.Errorf("POST %s: 409/422 documented = %v, want %v", path, got, want)
+		}
+		if want && op.Responses.Status(409).Value.Headers["Retry-After"] == nil {
+			t.Errorf("POST %s: 409 without Retry-After", path)
+		}
+	}
+
 	// Every route the shop's operations are mounted on.
 	reg, err := newRegistry()
 	if err != nil {
