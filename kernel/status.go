@@ -3,6 +3,7 @@ package kernel
 import (
 	"math/bits"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -74,12 +75,7 @@ func (k *Kernel) Status() Status {
 		o.Calls, o.P50, o.P99 = c.lat.snapshot(time.Now())
 		st.Operations = append(st.Operations, o)
 	}
-	slices.SortFunc(st.Operations, func(a, b OperationStatus) int {
-		if a.ID < b.ID {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(st.Operations, func(a, b OperationStatus) int { return strings.Compare(a.ID, b.ID) })
 	return st
 }
 

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,77 +88,17 @@ func readHandlerLogs(t *testing.T, paths ...string) []handlerRun {
 type clusterShop struct {
 	cmd     *exec.Cmd
 	url     string
-	stderr  *lockedBuffer
+	stderr  *syncBuffer
 	handler string // its handler log
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startClusterShop starts the test binary as `shop serve` with config on
 // loopback ports, its handlers logged.
 func startClusterShop(t *testing.T, config string) *clusterShop {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "shop.json")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := &clusterShop{stderr: &lockedBuffer{}, handler: filepath.Join(dir, "handlers.log")}
-	s.cmd = exec.Command(os.Args[0], "serve", "--config", cfg, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--grace", "2s", "--lame-duck", "0")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SUNDIAL_") && !strings.HasPrefix(kv, "OTEL_") {
-			s.cmd.Env = append(s.cmd.Env, kv)
-		}
-	}
-	s.cmd.Env = append(s.cmd.Env, runMainEnv+"=1", handlerLogEnv+"="+s.handler)
-	s.cmd.Stderr = s.stderr
-	out, err := s.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if s.cmd.ProcessState == nil {
-			s.cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { s.cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				s.cmd.Process.Kill()
-				<-done
-			}
-		}
-	})
-	br := bufio.NewReader(out)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("shop printed no address: %v; stderr:\n%s", err, s.stderr)
-		}
-		if rest, ok := strings.CutPrefix(line, "shop: serving HTTP on "); ok {
-			s.url = strings.TrimSpace(rest)
-			break
-		}
-	}
-	go io.Copy(io.Discard, out)
+	s := &clusterShop{handler: filepath.Join(t.TempDir(), "handlers.log")}
+	s.cmd, s.url, s.stderr = shopProcessEnv(t, []string{handlerLogEnv + "=" + s.handler},
+		"serve", "--config", writeConfig(t, config), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--grace", "2s", "--lame-duck", "0")
 	return s
 }
 

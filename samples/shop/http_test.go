@@ -473,16 +473,24 @@ func TestShopServerTimeouts(t *testing.T) {
 }
 
 // shopProcess runs the test binary as the shop (see runMainEnv).
-func shopProcess(t *testing.T, args ...string) (*exec.Cmd, string, *bytes.Buffer) {
+func shopProcess(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
+	t.Helper()
+	return shopProcessEnv(t, nil, args...)
+}
+
+// shopProcessEnv is shopProcess with env added to the environment (which
+// holds no SUNDIAL_ or OTEL_ variable of the test's own). Its stderr may be
+// read while it runs.
+func shopProcessEnv(t *testing.T, env []string, args ...string) (*exec.Cmd, string, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SUNDIAL_") {
+		if !strings.HasPrefix(kv, "SUNDIAL_") && !strings.HasPrefix(kv, "OTEL_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, runMainEnv+"=1")
-	stderr := &bytes.Buffer{}
+	cmd.Env = append(append(cmd.Env, runMainEnv+"=1"), env...)
+	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
