@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
@@ -183,8 +182,8 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	// a key from the baggage itself when no header sent one).
 	bag := telemetry.Baggage(ctx, k.logger)
 	key := req.IdempotencyKey
-	if key != "" && baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != key {
-		ctx = withBaggageMember(ctx, pipeline.BaggageIdempotencyKey, key)
+	if key != "" && telemetry.IdempotencyKey(ctx) != key {
+		ctx, _ = telemetry.WithIdempotencyKey(ctx, key)
 	}
 	e.inv = pipeline.NewInvocation(pipeline.Spec{
 		Operation:      op,
@@ -217,20 +216,6 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		}
 	}
 	return e
-}
-
-// withBaggageMember returns ctx with the W3C baggage member key=value set
-// (ctx unchanged when the value cannot be a baggage member).
-func withBaggageMember(ctx context.Context, key, value string) context.Context {
-	m, err := baggage.NewMemberRaw(key, value)
-	if err != nil {
-		return ctx
-	}
-	b, err := baggage.FromContext(ctx).SetMember(m)
-	if err != nil {
-		return ctx
-	}
-	return baggage.ContextWithBaggage(ctx, b)
 }
 
 // run runs the chain under ctx. A panic in a middleware (the handler's own

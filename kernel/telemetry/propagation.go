@@ -152,3 +152,27 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 func IdempotencyKey(ctx context.Context) string {
 	return baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value()
 }
+
+// WithIdempotencyKey returns ctx with key as its idempotency key: the W3C
+// baggage member sundial.idempotency-key, which the outbound HTTP
+// transport and gRPC client interceptor send on every call made with the
+// returned context, and which a Sundial service takes as the call's key
+// when no header sent one. A client that retries a call — after a 504, or
+// a 409 whose first attempt still runs — retries it with the same key.
+//
+// It returns ctx unchanged and false when key is not a valid idempotency
+// key (1 to pipeline.MaxIdempotencyKey printable ASCII characters).
+func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool) {
+	if !pipeline.ValidIdempotencyKey(key) {
+		return ctx, false
+	}
+	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, key)
+	if err != nil {
+		return ctx, false
+	}
+	b, err := baggage.FromContext(ctx).SetMember(m)
+	if err != nil {
+		return ctx, false
+	}
+	return baggage.ContextWithBaggage(ctx, b), true
+}

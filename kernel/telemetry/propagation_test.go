@@ -163,3 +163,37 @@ func memberList(n int, value string) []string {
 	}
 	return out
 }
+
+// TestWithIdempotencyKey: a key set on a context is what IdempotencyKey
+// reads, what InjectHTTP sends as baggage, and what the far side's
+// extracted context reads back; an invalid key leaves the context as it
+// was.
+func TestWithIdempotencyKey(t *testing.T) {
+	ctx, ok := telemetry.WithIdempotencyKey(context.Background(), "checkout 42;=,x")
+	if !ok || telemetry.IdempotencyKey(ctx) != "checkout 42;=,x" {
+		t.Fatalf("WithIdempotencyKey = %q, %v; want the key set", telemetry.IdempotencyKey(ctx), ok)
+	}
+	h := http.Header{}
+	telemetry.InjectHTTP(ctx, h)
+	if h.Get("Baggage") == "" {
+		t.Fatal("InjectHTTP wrote no baggage header")
+	}
+	far := telemetry.ExtractHTTP(context.Background(), h)
+	if got := telemetry.IdempotencyKey(far); got != "checkout 42;=,x" {
+		t.Errorf("the far side read key %q from baggage %q, want it unchanged", got, h.Get("Baggage"))
+	}
+	if got := telemetry.Baggage(far, nil)[pipeline.BaggageIdempotencyKey]; got != "checkout 42;=,x" {
+		t.Errorf("Baggage()[%s] = %q, want the key", pipeline.BaggageIdempotencyKey, got)
+	}
+
+	ctx2, ok := telemetry.WithIdempotencyKey(ctx, "second")
+	if !ok || telemetry.IdempotencyKey(ctx2) != "second" {
+		t.Errorf("replacing the key: got %q, %v", telemetry.IdempotencyKey(ctx2), ok)
+	}
+	for _, bad := range []string{"", "caf\u00e9", "line\nbreak", strings.Repeat("k", pipeline.MaxIdempotencyKey+1)} {
+		got, ok := telemetry.WithIdempotencyKey(ctx, bad)
+		if ok || telemetry.IdempotencyKey(got) != "checkout 42;=,x" {
+			t.Errorf("WithIdempotencyKey(%q) = %q, %v; want refused and the context unchanged", bad, telemetry.IdempotencyKey(got), ok)
+		}
+	}
+}

@@ -17,6 +17,13 @@ type BillingConfig struct {
 	// SwallowCancel makes billing.slow ignore its context: the failure
 	// mode experiment 7 detects.
 	SwallowCancel bool
+	// Committed models a payment processor that cannot be recalled: a
+	// charge, once started, completes ChargeWork later even when the
+	// call's deadline fires first (Billing answers DeadlineExceeded at the
+	// deadline, and the card is charged anyway). There is no refusal
+	// check: the processor's latency is not known in advance. Experiment 8
+	// retries such a charge with an idempotency key.
+	Committed bool
 }
 
 func (c BillingConfig) withDefaults() BillingConfig {
@@ -87,13 +94,23 @@ func (s *Billing) Register(reg *operations.Registry) error {
 
 // Charge charges an order. It refuses before starting (TIMEOUT, gRPC
 // DeadlineExceeded) when the call's deadline leaves less than ChargeWork,
-// and charges nothing when the call ends mid-work.
+// and charges nothing when the call ends mid-work — unless the service is
+// Committed: then every charge that starts completes, and returns its
+// receipt even after the deadline (the kernel has answered the caller
+// DeadlineExceeded by then; with an idempotency key, billing.charge's
+// record holds this receipt for the caller's retry).
 func (s *Billing) Charge(ctx context.Context, in Charge) (Receipt, error) {
-	if err := refuseIfShort(ctx, s.journal, "BILLING_TIMEOUT_001", "charge", s.cfg.ChargeWork); err != nil {
-		return Receipt{}, err
-	}
-	if err := work(ctx, s.journal, "charge", s.cfg.ChargeWork, false); err != nil {
-		return Receipt{}, err
+	if s.cfg.Committed {
+		s.journal.Record(ctx, "started", "what", "charge")
+		time.Sleep(s.cfg.ChargeWork) // the processor: not stopped by ctx
+		s.journal.Record(ctx, "finished", "what", "charge", "ctxErr", pipeline.ErrorText(ctx.Err()))
+	} else {
+		if err := refuseIfShort(ctx, s.journal, "BILLING_TIMEOUT_001", "charge", s.cfg.ChargeWork); err != nil {
+			return Receipt{}, err
+		}
+		if err := work(ctx, s.journal, "charge", s.cfg.ChargeWork, false); err != nil {
+			return Receipt{}, err
+		}
 	}
 	s.mu.Lock()
 	r := Receipt{ID: "chg-" + strconv.Itoa(len(s.charges)+1), OrderID: in.OrderID, Amount: in.Amount}

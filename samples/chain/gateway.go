@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -54,6 +56,22 @@ type GatewayConfig struct {
 	// Primary and Secondary are gateway.order's two dependencies (defaults:
 	// "primary", share 0.6, 120 ms; "secondary", share 0.3, 30 ms).
 	Primary, Secondary Dependency
+	// CheckoutAttempts is how many times gateway.checkout may submit an
+	// order (default 1). A submit that answers TIMEOUT (504), or CONFLICT
+	// with a retry-after (409: an earlier attempt's charge still runs), is
+	// sent again after CheckoutBackoff or the retry-after, while the
+	// gateway's deadline leaves time for it — with the same idempotency
+	// key each time: the client's, or one the gateway makes.
+	CheckoutAttempts int
+	// CheckoutAttemptTimeout caps each attempt (default 0: an attempt may
+	// use all the time the gateway has left).
+	CheckoutAttemptTimeout time.Duration
+	// CheckoutBackoff is the pause after an attempt that timed out
+	// (default 50 ms).
+	CheckoutBackoff time.Duration
+	// RetryWithoutKey is the anti-pattern experiment 8 shows: the gateway
+	// makes no idempotency key, so every retry after a 504 charges again.
+	RetryWithoutKey bool
 }
 
 func (c GatewayConfig) withDefaults() GatewayConfig {
@@ -71,6 +89,13 @@ func (c GatewayConfig) withDefaults() GatewayConfig {
 	}
 	if c.Secondary.Name == "" {
 		c.Secondary = Dependency{Name: "secondary", Share: 0.3, DelayMs: 30}
+	}
+	c.CheckoutAttempts = max(c.CheckoutAttempts, 1)
+	if c.CheckoutAttemptTimeout < 0 {
+		c.CheckoutAttemptTimeout = 0
+	}
+	if c.CheckoutBackoff <= 0 {
+		c.CheckoutBackoff = 50 * time.Millisecond
 	}
 	return c
 }
@@ -134,13 +159,77 @@ func (g *Gateway) Register(reg *operations.Registry) error {
 }
 
 // Checkout submits the order to Orders with the invocation's context: the
-// deadline travels in the Sundial-Deadline header.
+// deadline travels in the Sundial-Deadline header. With CheckoutAttempts
+// above 1 it retries a submit that timed out or found the order's charge
+// still running, under one idempotency key (see GatewayConfig): Billing
+// then charges the card once, however many attempts it takes, and the
+// attempt that succeeds gets that charge's receipt.
 func (g *Gateway) Checkout(ctx context.Context, in SubmitOrder) (OrderResult, error) {
 	g.journal.Record(ctx, "checkout", "strategy", in.Strategy)
-	var out OrderResult
-	err := g.orders.post(ctx, "/orders", in, &out)
+	if g.cfg.CheckoutAttempts > 1 && !g.cfg.RetryWithoutKey && telemetry.IdempotencyKey(ctx) == "" {
+		ctx, _ = telemetry.WithIdempotencyKey(ctx, "checkout-"+rand.Text())
+	}
+	var (
+		out OrderResult
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		out, err = g.submit(ctx, in, attempt)
+		if err == nil || attempt >= g.cfg.CheckoutAttempts || ctx.Err() != nil {
+			break
+		}
+		wait, ok := g.retryWait(ctx, err)
+		if !ok {
+			break
+		}
+		g.journal.Record(ctx, "checkout-retry", "attempt", strconv.Itoa(attempt), "outcome", describe(err),
+			"waitMs", strconv.FormatInt(wait.Milliseconds(), 10))
+		if err = sleep(ctx, wait); err != nil {
+			break
+		}
+	}
 	g.journal.Record(ctx, "checkout-done", "outcome", describe(err))
 	return out, err
+}
+
+// submit is one attempt of a checkout, capped at CheckoutAttemptTimeout.
+func (g *Gateway) submit(ctx context.Context, in SubmitOrder, attempt int) (OrderResult, error) {
+	if g.cfg.CheckoutAttempts > 1 {
+		g.journal.Record(ctx, "checkout-attempt", "attempt", strconv.Itoa(attempt), "key", telemetry.IdempotencyKey(ctx))
+	}
+	if g.cfg.CheckoutAttemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.cfg.CheckoutAttemptTimeout)
+		defer cancel()
+	}
+	var out OrderResult
+	err := g.orders.post(ctx, "/orders", in, &out)
+	return out, err
+}
+
+// retryWait returns how long to wait before retrying a submit that failed
+// with err, and false when it is not worth retrying: a failure other than
+// TIMEOUT or a CONFLICT with a retry-after, or a wait that would leave the
+// gateway no time for the retry (the client then gets the 409 and its
+// Retry-After itself).
+func (g *Gateway) retryWait(ctx context.Context, err error) (time.Duration, bool) {
+	pe := pipeline.AsError(err)
+	wait := g.cfg.CheckoutBackoff
+	switch pe.Kind() {
+	case pipeline.KindTimeout:
+	case pipeline.KindConflict:
+		d, ok := pe.RetryAfter()
+		if !ok {
+			return 0, false
+		}
+		wait = d
+	default:
+		return 0, false
+	}
+	if left, ok := remaining(ctx); ok && left <= wait+g.cfg.MinDownstream {
+		return 0, false
+	}
+	return wait, true
 }
 
 // Order calls the primary dependency, then the secondary one, each with

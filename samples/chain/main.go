@@ -197,6 +197,7 @@ func inventoryFlags(fs *pflag.FlagSet, c *InventoryConfig) {
 func billingFlags(fs *pflag.FlagSet, c *BillingConfig) {
 	fs.DurationVar(&c.ChargeWork, "charge-work", 1500*time.Millisecond, "how long Billing takes to charge")
 	fs.BoolVar(&c.SwallowCancel, "swallow-cancel", false, "make billing.slow ignore cancellation (the failure mode of experiment 7)")
+	fs.BoolVar(&c.Committed, "committed-charges", false, "charges complete once started, even after the deadline (experiment 8)")
 }
 
 func ordersFlags(fs *pflag.FlagSet, c *OrdersConfig) {
@@ -212,4 +213,8 @@ func gatewayFlags(fs *pflag.FlagSet, c *GatewayConfig) {
 	fs.DurationVar(&c.MinRemaining, "min-remaining", 30*time.Millisecond, "least time a request must bring to the gateway")
 	fs.DurationVar(&c.Reserve, "reserve", 10*time.Millisecond, "time the gateway keeps for itself")
 	fs.DurationVar(&c.MinDownstream, "min-downstream", 20*time.Millisecond, "smallest timeout worth a downstream call")
+	fs.IntVar(&c.CheckoutAttempts, "checkout-attempts", 1, "attempts of a checkout; retries carry one idempotency key (experiment 8)")
+	fs.DurationVar(&c.CheckoutAttemptTimeout, "checkout-attempt-timeout", 0, "cap on each checkout attempt (0: the whole budget)")
+	fs.DurationVar(&c.CheckoutBackoff, "checkout-backoff", 50*time.Millisecond, "pause after a checkout attempt that timed out")
+	fs.BoolVar(&c.RetryWithoutKey, "retry-without-key", false, "retry checkouts without an idempotency key (the anti-pattern of experiment 8)")
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -198,7 +201,7 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	if in.Strategy == "" {
 		in.Strategy = StrategyPropagate
 	}
-	id := "ord-" + strconv.FormatInt(s.seq.next(), 10)
+	id := s.orderID(ctx)
 	s.journal.Record(ctx, "submit", "id", id, "strategy", in.Strategy)
 	out := OrderResult{ID: id, Strategy: in.Strategy}
 
@@ -240,6 +243,19 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	return out, nil
 }
 
+// orderID names a new order. A call with an idempotency key (the baggage
+// its caller sent) is a retry of one order whichever attempt it is, so its
+// ID comes from the key: the charge it sends Billing — same order, same
+// amount, same key — is then the same request, and Billing replays the
+// first attempt's charge instead of refusing a different input with 422.
+func (s *Orders) orderID(ctx context.Context) string {
+	if key := telemetry.IdempotencyKey(ctx); key != "" {
+		sum := sha256.Sum256([]byte(key))
+		return "ord-" + hex.EncodeToString(sum[:6])
+	}
+	return "ord-" + strconv.FormatInt(s.seq.next(), 10)
+}
+
 // stepContext returns the context of one downstream call under the
 // strategy. budget is StrategyReserve's, created by Submit from the
 // invocation's context; reserve is the time it keeps back for the steps
@@ -273,20 +289,28 @@ func (s *Orders) compensate(ctx context.Context, reservation string) {
 }
 
 // orderFailed wraps the failure of a downstream step as an Orders outcome
-// of the same kind, naming the dependency and the released reservation.
+// of the same kind, naming the dependency and the released reservation,
+// with the dependency's retry-after (a 409 from Billing while an earlier
+// attempt's charge still runs says when to ask again).
 func orderFailed(err error, dep, released string) error {
 	pe := pipeline.AsError(err)
 	kind, code := pe.Kind(), "ORDERS_UNAVAILABLE_001"
-	if kind == pipeline.KindTimeout {
-		code = "ORDERS_TIMEOUT_001"
-	}
-	if kind == pipeline.KindUnexpected || kind == pipeline.KindCanceled {
+	switch kind {
+	case pipeline.KindUnexpected, pipeline.KindCanceled:
 		return err
+	case pipeline.KindTimeout:
+		code = "ORDERS_TIMEOUT_001"
+	case pipeline.KindConflict:
+		code = "ORDERS_CONFLICT_001"
 	}
-	return pipeline.Wrap(kind, code, fmt.Sprintf("The order failed at %s (%s); its reservation was released.", dep, pe.Code()), err).
+	out := pipeline.Wrap(kind, code, fmt.Sprintf("The order failed at %s (%s); its reservation was released.", dep, pe.Code()), err).
 		WithDetail("dependency", dep).
 		WithDetail("dependencyCode", pe.Code()).
 		WithDetail("released", released)
+	if d, ok := pe.RetryAfter(); ok {
+		out = out.WithRetryAfter(d)
+	}
+	return out
 }
 
 // Report fetches Inventory's /report with the plain client. Its only
