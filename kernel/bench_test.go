@@ -3,6 +3,7 @@ package kernel_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/cluster"
@@ -344,6 +346,75 @@ func BenchmarkClusterAdmission(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
+		})
+	}
+}
+
+// BenchmarkIdempotency measures what an operation's idempotency policy
+// adds to a call (docs/idempotency.md, "Cost"), against "off" (the same
+// operation with TimeoutSeconds 1 and no policy):
+//
+//   - on-no-key: the policy is on, the call sends no key (it runs as usual);
+//   - memory-first / redis-first: every call sends a new key, so each one
+//     claims a record, runs and stores its outcome (the memory store at
+//     its default bounds evicts the oldest finished records once it holds
+//     100,000; the key's baggage context is made inside the loop and
+//     counted);
+//   - memory-replay / redis-replay: every call sends the same key and gets
+//     the stored outcome, replayed; the handler never runs.
+//
+// The redis cases run against a real redis-server on loopback (one Lua
+// script per store call: roundtrips/op is 2 for a first call, claim and
+// finish, and 1 for a replay).
+func BenchmarkIdempotency(b *testing.B) {
+	srv := redistest.Start(b)
+	const (
+		off = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{"TimeoutSeconds":1}}}}}}`
+		on  = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{"TimeoutSeconds":1,"Idempotency":{}}}}}}}`
+	)
+	for _, c := range []struct {
+		name, doc string
+		redis     bool
+		key       func(i int) string // nil: no key
+	}{
+		{"off", off, false, nil},
+		{"on-no-key", on, false, nil},
+		{"memory-first", on, false, func(i int) string { return "k-" + strconv.Itoa(i) }},
+		{"memory-replay", on, false, func(int) string { return "k-same" }},
+		{"redis-first", on, true, func(i int) string { return "k-" + strconv.Itoa(i) }},
+		{"redis-replay", on, true, func(int) string { return "k-same" }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var (
+				trips atomic.Int64
+				opts  []kernel.Option
+			)
+			if c.redis {
+				rdb := cluster.NewClient(&redis.Options{Addr: srv.Addr()})
+				rdb.AddHook(tripHook{&trips})
+				defer rdb.Close()
+				opts = append(opts, kernel.WithRedis(rdb))
+			}
+			run := strconv.FormatInt(time.Now().UnixNano(), 36) + "-" // keys of one run meet no earlier run's
+			k := newBenchKernel(b, c.doc, benchHandler, opts...)
+			defer k.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			trips.Store(0)
+			i := 0
+			for b.Loop() {
+				cctx := ctx
+				if c.key != nil {
+					cctx, _ = telemetry.WithIdempotencyKey(ctx, run+c.key(i))
+				}
+				i++
+				if _, err := kernel.Call[benchIn, benchOut](cctx, k, benchOp, benchIn{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if c.redis {
+				b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
+			}
 		})
 	}
 }
