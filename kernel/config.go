@@ -47,13 +47,17 @@ type Settings struct {
 	// Redis is the store of cluster-scoped limits (key Redis, object; see
 	// RedisSettings and docs/cluster.md); nil when not configured.
 	Redis *RedisSettings
+	// IdempotencyStore bounds the in-process store of idempotency records
+	// (key IdempotencyStore, object; see IdempotencyStoreSettings and
+	// docs/idempotency.md); nil when not configured.
+	IdempotencyStore *IdempotencyStoreSettings
 }
 
 // DefaultMaxStragglers is Sundial.Kernel.MaxStragglers when the config
 // does not set it.
 const DefaultMaxStragglers = 1000
 
-var kernelKeys = []string{"MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware", "Redis", "Resilience"}
+var kernelKeys = []string{"MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware", "Redis", "IdempotencyStore", "Resilience"}
 
 // loadConfig builds the koanf instance: embedded/default JSON, then the
 // config file, then environment overrides.
@@ -101,6 +105,8 @@ var knownNames = []string{
 	"FailureThreshold", "BreakSeconds", "TimeoutSeconds",
 	"Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders",
 	"Redis", "Address", "DB", "Username", "PasswordEnv", "TLS", "ServerName", "CAFile", "PoolSize", "KeyPrefix",
+	"Idempotency", "Enabled", "Required", "RetentionSeconds", "MaxOutcomeBytes",
+	"IdempotencyStore", "MaxRecords", "MaxBytes",
 }
 
 // envKey maps SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT
@@ -202,6 +208,12 @@ func parseSettings(raw any) (Settings, any, error) {
 				return s, nil, err
 			}
 			s.Redis = r
+		case "IdempotencyStore":
+			st, err := parseIdempotencyStore(v, path)
+			if err != nil {
+				return s, nil, err
+			}
+			s.IdempotencyStore = st
 		case "Resilience":
 		default:
 			return s, nil, fmt.Errorf("kernel: %s: unknown key (known keys: %s)", path, strings.Join(kernelKeys, ", "))

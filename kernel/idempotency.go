@@ -1,7 +1,12 @@
 package kernel
 
 import (
+	"fmt"
+	"maps"
+	"math"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
@@ -30,6 +35,50 @@ func WithIdempotencyScope(f idempotency.ScopeFunc) Option {
 	return optionFunc(func(o *options) { o.idem.scope = f })
 }
 
+// IdempotencyStoreSettings is the parsed section
+// Sundial.Kernel.IdempotencyStore: the bounds of the in-process store of
+// idempotency records, which the kernel uses when it has no Redis client
+// and no WithIdempotencyStore. Read at start-up only.
+type IdempotencyStoreSettings struct {
+	// MaxRecords bounds the records (key MaxRecords, integer from 1 to
+	// 100,000,000; default idempotency.DefaultMaxEntries, 100,000).
+	MaxRecords int
+	// MaxBytes bounds the bytes accounted for the records (key MaxBytes,
+	// integer from 1 MiB to 1 TiB; default idempotency.DefaultMaxBytes,
+	// 64 MiB).
+	MaxBytes int64
+}
+
+var idemStoreKeys = []string{"MaxRecords", "MaxBytes"}
+
+// parseIdempotencyStore validates Sundial.Kernel.IdempotencyStore.
+func parseIdempotencyStore(raw any, path string) (*IdempotencyStoreSettings, error) {
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("kernel: %s: want an object, got %s", path, jsonType(raw))
+	}
+	st := &IdempotencyStoreSettings{}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v, p := m[k], path+"."+k
+		f, isNum := number(v)
+		switch k {
+		case "MaxRecords":
+			if !isNum || f != math.Trunc(f) || f < 1 || f > 1e8 {
+				return nil, fmt.Errorf("kernel: %s: want an integer from 1 to 100000000, got %v", p, v)
+			}
+			st.MaxRecords = int(f)
+		case "MaxBytes":
+			if !isNum || f != math.Trunc(f) || f < 1<<20 || f > 1<<40 {
+				return nil, fmt.Errorf("kernel: %s: want an integer from 1048576 (1 MiB) to 1099511627776 (1 TiB), got %v", p, v)
+			}
+			st.MaxBytes = int64(f)
+		default:
+			return nil, fmt.Errorf("kernel: %s: unknown key (known keys: %s)", p, strings.Join(idemStoreKeys, ", "))
+		}
+	}
+	return st, nil
+}
+
 // setUpIdempotency picks the store when some operation enables
 // idempotency keys.
 func (k *Kernel) setUpIdempotency(o *options, pols policies) {
@@ -44,6 +93,11 @@ func (k *Kernel) setUpIdempotency(o *options, pols policies) {
 	if len(k.idemPol) == 0 {
 		return
 	}
+	bounds := k.settings.IdempotencyStore
+	if bounds != nil && (o.idem.store != nil || k.rdb != nil) {
+		k.logger.Warn("kernel: Sundial.Kernel.IdempotencyStore bounds the in-process store only; this kernel keeps its idempotency records elsewhere (Redis or WithIdempotencyStore), so it is not used",
+			"key", "Sundial.Kernel.IdempotencyStore")
+	}
 	switch {
 	case o.idem.store != nil:
 		k.idemStore = o.idem.store
@@ -54,7 +108,11 @@ func (k *Kernel) setUpIdempotency(o *options, pols policies) {
 		}
 		k.idemStore = idempotency.NewRedisStore(k.rdb, prefix, 0)
 	default:
-		k.idemStore = idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+		var c idempotency.MemoryConfig
+		if bounds != nil {
+			c.MaxEntries, c.MaxBytes = bounds.MaxRecords, bounds.MaxBytes
+		}
+		k.idemStore = idempotency.NewMemoryStore(c)
 	}
 }
 

@@ -137,3 +137,42 @@ func TestIdempotencyRejectedCallFreesTheKey(t *testing.T) {
 		}
 	})
 }
+
+// TestIdempotencyStoreConfig: Sundial.Kernel.IdempotencyStore bounds the
+// in-process store — with MaxRecords 2, a third finished key evicts the
+// oldest, whose retry then runs again, while the newest is still replayed
+// — and bad values fail New naming their key path.
+func TestIdempotencyStoreConfig(t *testing.T) {
+	var work, charges atomic.Int64
+	k := chargeKernel(t, "", &work, &charges,
+		kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"IdempotencyStore":{"MaxRecords":2,"MaxBytes":1048576}}}}`)))
+	for _, key := range []string{"a", "b", "c"} {
+		if o := charge(k, key, 10); o.Err != nil {
+			t.Fatalf("key %s: %v", key, o.Err)
+		}
+	}
+	if o := charge(k, "c", 10); o.Err != nil || !o.Invocation.Replayed() {
+		t.Errorf("key c again: %v replayed=%v, want a replay", o.Err, o.Invocation.Replayed())
+	}
+	if o := charge(k, "a", 10); o.Err != nil || o.Invocation.Replayed() || charges.Load() != 4 {
+		t.Errorf("key a again: %v replayed=%v charges=%d, want it evicted by the bound of 2 and run again (4 charges)",
+			o.Err, o.Invocation.Replayed(), charges.Load())
+	}
+
+	const path = "Sundial.Kernel.IdempotencyStore"
+	for _, tt := range []struct{ section, want string }{
+		{`[]`, path + ": want an object"},
+		{`{"MaxRecords":0}`, path + ".MaxRecords: want an integer from 1 to 100000000, got 0"},
+		{`{"MaxRecords":1.5}`, path + ".MaxRecords: want an integer"},
+		{`{"MaxRecords":"10"}`, path + ".MaxRecords: want an integer"},
+		{`{"MaxBytes":1024}`, path + ".MaxBytes: want an integer from 1048576 (1 MiB)"},
+		{`{"MaxEntries":10}`, path + ".MaxEntries: unknown key (known keys: MaxRecords, MaxBytes)"},
+	} {
+		reg := operations.NewRegistry()
+		_, err := kernel.New(kernel.WithRegistry(reg),
+			kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"IdempotencyStore":`+tt.section+`}}}`)))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("IdempotencyStore %s: New = %v, want an error containing %q", tt.section, err, tt.want)
+		}
+	}
+}

@@ -32,7 +32,7 @@ var reloadResults = [...]string{ReloadOK, ReloadInvalid, ReloadUnchanged}
 // startupOnly are the keys of Sundial.Kernel that a reload does not
 // apply: changing them takes a restart, and a reload that changes them
 // logs that it ignored them.
-var startupOnly = []string{"UseBuiltInMiddleware", "Redis"}
+var startupOnly = []string{"UseBuiltInMiddleware", "Redis", "IdempotencyStore"}
 
 // Reload reads the configuration again — the JSON documents, the config
 // file and the environment, as New does — validates all of it with the
@@ -48,7 +48,7 @@ var startupOnly = []string{"UseBuiltInMiddleware", "Redis"}
 // ([resilience.ResilienceMiddleware.Update]), TimeoutSeconds, and the
 // kernel-wide MaxTimeoutSeconds and MaxStragglers, for the invocations
 // that arrive after it. The startup-only keys (UseBuiltInMiddleware,
-// Redis) keep their value from New; a reload that changes one logs that
+// Redis, IdempotencyStore, and each operation's Idempotency) keep their value from New; a reload that changes one logs that
 // it is ignored. Reloads are serialised; calls are never blocked by one.
 func (k *Kernel) Reload() (string, error) {
 	k.reloadMu.Lock()
@@ -117,6 +117,8 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 			was, is = k.settings.UseBuiltInMiddleware, settings.UseBuiltInMiddleware
 		case "Redis":
 			was, is = k.settings.Redis, settings.Redis
+		case "IdempotencyStore":
+			was, is = k.settings.IdempotencyStore, settings.IdempotencyStore
 		}
 		if !reflect.DeepEqual(was, is) {
 			k.logger.Warn("kernel: Sundial.Kernel."+key+" changed; it is read at start-up only and the change is ignored until a restart",

@@ -171,15 +171,22 @@ func TestReloadIgnoresStartupOnlyKeys(t *testing.T) {
 	writeAtomically(t, path, limitDoc(2))
 	var log syncBuffer
 	k, _ := reloadKernel(t, path, &log, nil)
-	writeAtomically(t, path, `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false,"Resilience":{"Operations":{"test.echo":{"PermitLimit":7}}}}}}`)
+	writeAtomically(t, path, `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false,"IdempotencyStore":{"MaxRecords":5},
+		"Resilience":{"Operations":{"test.echo":{"PermitLimit":7,"Idempotency":{}}}}}}}`)
 	if res, err := k.Reload(); res != kernel.ReloadOK || err != nil {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
-	if !k.Settings().UseBuiltInMiddleware || k.PolicyFor("test.echo").PermitLimit != 7 {
-		t.Errorf("UseBuiltInMiddleware %v, PermitLimit %d; want true (start-up value) and 7", k.Settings().UseBuiltInMiddleware, k.PolicyFor("test.echo").PermitLimit)
+	if !k.Settings().UseBuiltInMiddleware || k.Settings().IdempotencyStore != nil || k.PolicyFor("test.echo").PermitLimit != 7 {
+		t.Errorf("UseBuiltInMiddleware %v, IdempotencyStore %v, PermitLimit %d; want true and nil (start-up values) and 7",
+			k.Settings().UseBuiltInMiddleware, k.Settings().IdempotencyStore, k.PolicyFor("test.echo").PermitLimit)
 	}
-	if !strings.Contains(log.String(), `"key":"Sundial.Kernel.UseBuiltInMiddleware"`) || !strings.Contains(log.String(), "ignored") {
-		t.Errorf("the log does not say the change is ignored:\n%s", log.String())
+	for _, key := range []string{"UseBuiltInMiddleware", "IdempotencyStore"} {
+		if !strings.Contains(log.String(), `"key":"Sundial.Kernel.`+key+`"`) || !strings.Contains(log.String(), "ignored") {
+			t.Errorf("the log does not say the change of %s is ignored:\n%s", key, log.String())
+		}
+	}
+	if p := k.IdempotencyPolicy("test.echo"); p.Enabled || !strings.Contains(log.String(), "Operations.test.echo.Idempotency changed") {
+		t.Errorf("test.echo's Idempotency after the reload: %+v; want the start-up policy (off) and a log line saying the change is ignored:\n%s", p, log.String())
 	}
 }
 
