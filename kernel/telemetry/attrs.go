@@ -48,6 +48,8 @@ type Op struct {
 	start [numProtocols][]trace.SpanStartOption
 	// remaining: record options of MetricDeadlineRemaining per protocol.
 	remaining [numProtocols][]metric.RecordOption
+	// replays: add options of MetricIdempotencyReplays per protocol.
+	replays [numProtocols][]metric.AddOption
 	// rejected: add options of MetricRejectionCount per reason (see
 	// reasons).
 	rejected [len(reasons)][]metric.AddOption
@@ -107,7 +109,9 @@ func newOp(t *Telemetry, name string, route bool) *Op {
 			trace.WithSpanKind(spanKinds[i]),
 			trace.WithAttributes(o.idAttr, protoAttrs[i]),
 		}
-		o.remaining[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, protoMAttrs[i]))}
+		set := attribute.NewSet(o.idMAttr, protoMAttrs[i])
+		o.remaining[i] = []metric.RecordOption{metric.WithAttributeSet(set)}
+		o.replays[i] = []metric.AddOption{metric.WithAttributeSet(set)}
 	}
 	for i, r := range reasons {
 		o.rejected[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrReason, r)))}

@@ -157,6 +157,9 @@ func (c *Call) End(err error, end time.Time) {
 		if c.hasBudget {
 			in.remaining.Record(c.ctx, max(c.budget, 0).Seconds(), c.o.remaining[c.proto]...)
 		}
+		if inv.Replayed() {
+			in.replays.Add(c.ctx, 1, c.o.replays[c.proto]...)
+		}
 	}
 	if l := c.o.t.access; l != nil {
 		c.log(l, kind, perr, orig, end)
@@ -185,7 +188,7 @@ func original(perr *pipeline.Error) *pipeline.Error {
 // events and status to a recording span, the attributes in one call.
 func (c *Call) annotate(a *outcomeAttrs, sem []attribute.KeyValue, perr, orig *pipeline.Error, reason int, fired bool, deadline time.Time, hasDeadline bool, end time.Time) {
 	span := c.span
-	attrs := make([]attribute.KeyValue, 0, len(a.span)+len(sem)+6)
+	attrs := make([]attribute.KeyValue, 0, len(a.span)+len(sem)+7)
 	attrs = append(attrs, a.span...)
 	attrs = append(attrs, sem...)
 	if orig != nil {
@@ -199,6 +202,9 @@ func (c *Call) annotate(a *outcomeAttrs, sem []attribute.KeyValue, perr, orig *p
 	}
 	if c.inv.IdempotencyKey() != "" {
 		attrs = append(attrs, attribute.Bool(AttrIdempotencyKey, true))
+	}
+	if c.inv.Replayed() {
+		attrs = append(attrs, attribute.Bool(AttrIdempotencyReplayed, true))
 	}
 	span.SetAttributes(attrs...)
 	if reason >= 0 {
@@ -252,7 +258,7 @@ func (c *Call) log(l *slog.Logger, kind pipeline.Kind, perr, orig *pipeline.Erro
 	if !l.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 10)
+	attrs := make([]slog.Attr, 0, 12)
 	if !c.o.route {
 		attrs = append(attrs, slog.String("operation", c.o.name))
 	} else {
@@ -273,6 +279,9 @@ func (c *Call) log(l *slog.Logger, kind pipeline.Kind, perr, orig *pipeline.Erro
 	}
 	if s, ok := perr.RetryAfterSeconds(); ok {
 		attrs = append(attrs, slog.Int64("retry_after_s", s))
+	}
+	if c.inv.Replayed() {
+		attrs = append(attrs, slog.Bool("replayed", true))
 	}
 	attrs = append(attrs, slog.Duration("duration", end.Sub(c.start)))
 	sc := trace.SpanContextFromContext(c.ctx)

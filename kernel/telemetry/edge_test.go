@@ -739,3 +739,38 @@ func TestIdempotencyKeyFromContext(t *testing.T) {
 		t.Errorf("IdempotencyKey without baggage = %q, want \"\"", got)
 	}
 }
+
+// TestIdempotencyReplayObserved: an invocation whose outcome was replayed
+// from the idempotency store is marked on its span
+// (sundial.idempotency.replayed), on its access-log line (replayed: true)
+// and counted in sundial.idempotency.replays by operation and protocol;
+// one that ran is marked nowhere.
+func TestIdempotencyReplayObserved(t *testing.T) {
+	h := newHarness(t)
+	o := h.tel.Operation(op("billing.charge"))
+	spec := pipeline.Spec{Operation: op("billing.charge"), Protocol: pipeline.ProtocolGRPC, IdempotencyKey: "k-1"}
+	observe(o, context.Background(), pipeline.NewInvocation(spec), t0, t0, nil)
+	replay := pipeline.NewInvocation(spec)
+	replay.MarkReplayed()
+	observe(o, context.Background(), replay, t0, t0, nil)
+
+	ended := h.spans.Ended()
+	if len(ended) != 2 {
+		t.Fatalf("spans = %d, want 2", len(ended))
+	}
+	for i, want := range []string{"", "true"} {
+		if got := spanAttrs(ended[i])[telemetry.AttrIdempotencyReplayed]; got != want {
+			t.Errorf("span %d: %s = %q, want %q", i, telemetry.AttrIdempotencyReplayed, got, want)
+		}
+	}
+	lines := h.logLines(t)
+	if len(lines) != 2 || lines[0]["replayed"] != nil || lines[1]["replayed"] != true {
+		t.Errorf("access log = %v, want replayed only on the second line", lines)
+	}
+	rm := h.collect(t)
+	if v, ok := valueOf(rm, telemetry.MetricIdempotencyReplays, map[string]string{
+		telemetry.MetricAttrOperation: "billing.charge", telemetry.MetricAttrProtocol: "grpc",
+	}); !ok || v != 1 {
+		t.Errorf("%s{billing.charge, grpc} = %v (%v), want 1", telemetry.MetricIdempotencyReplays, v, ok)
+	}
+}

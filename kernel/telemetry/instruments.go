@@ -33,13 +33,14 @@ type instruments struct {
 	late    metric.Int64ObservableUpDownCounter
 	cluster metric.Int64ObservableGauge
 	reloads metric.Int64Counter
+	replays metric.Int64Counter
 
 	err error // instrument creation errors (the instruments are then no-ops)
 }
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [13]error
+	var errs [14]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -73,6 +74,9 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.reloads, errs[12] = m.Int64Counter(MetricConfigReloads,
 		metric.WithDescription("Configuration reloads, by result: ok (applied), invalid (refused, the last good configuration stays) or unchanged."),
 		metric.WithUnit("{reload}"))
+	in.replays, errs[13] = m.Int64Counter(MetricIdempotencyReplays,
+		metric.WithDescription("Invocations answered with the stored outcome of an earlier call with the same idempotency key, by operation and protocol."),
+		metric.WithUnit("{invocation}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		return nil

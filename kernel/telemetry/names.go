@@ -52,6 +52,15 @@ const (
 	// "invalid" (refused; the last good configuration stays) or
 	// "unchanged" (nothing to apply).
 	MetricConfigReloads = "sundial.config.reloads"
+	// MetricIdempotencyReplays counts the invocations answered with the
+	// stored outcome of an earlier call with the same idempotency key
+	// instead of running (Int64Counter), by operation and protocol
+	// (docs/idempotency.md). The other answers of the idempotency
+	// middleware are outcome codes of MetricInvocationDuration:
+	// KERNEL_CONFLICT_001 (still running), KERNEL_UNPROCESSABLE_001
+	// (another input), KERNEL_VALIDATION_004/_005 (key missing or
+	// malformed), KERNEL_UNAVAILABLE_006 (store unavailable).
+	MetricIdempotencyReplays = "sundial.idempotency.replays"
 )
 
 // Metric attribute keys. They are short because the metric names are
@@ -114,6 +123,10 @@ const (
 	// key (baggage sundial.idempotency-key); the key itself is not
 	// recorded.
 	AttrIdempotencyKey = "sundial.idempotency_key.present"
+	// AttrIdempotencyReplayed is true on an invocation whose outcome was
+	// replayed from the idempotency store (the handler did not run);
+	// absent otherwise.
+	AttrIdempotencyReplayed = "sundial.idempotency.replayed"
 )
 
 // Span events and their attribute keys.
