@@ -72,12 +72,7 @@ func TestShopServesWithStderrBlocked(t *testing.T) {
 	}
 	defer pr.Close()
 	cmd := exec.Command(os.Args[0], "serve", "--config", cfg, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--grace", "5s", "--lame-duck", "0")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SUNDIAL_") && !strings.HasPrefix(kv, "OTEL_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, runMainEnv+"=1")
+	cmd.Env = childEnv()
 	cmd.Stderr = pw // a pipe nobody reads, for now
 	out, err := cmd.StdoutPipe()
 	if err != nil {

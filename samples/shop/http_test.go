@@ -484,12 +484,7 @@ func shopProcess(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) 
 func shopProcessEnv(t *testing.T, env []string, args ...string) (*exec.Cmd, string, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SUNDIAL_") && !strings.HasPrefix(kv, "OTEL_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, runMainEnv+"=1"), env...)
+	cmd.Env = childEnv(env...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()

@@ -138,43 +138,63 @@ func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
 	}
 }
 
-// TestShopFiftyCallsOneKey: 50 concurrent calls with one key, on HTTP and
-// on gRPC: one execution; the 49 others get 409 or the replay.
+// TestShopFiftyCallsOneKey: 50 concurrent calls with one key over HTTP,
+// 50 over gRPC (another key), and 50 split between the two (a third):
+// each time one execution, and the 49 others get 409 (gRPC AlreadyExists)
+// or the replay. The CLI's share is TestShopFiftyCLICallsOneKey.
 func TestShopFiftyCallsOneKey(t *testing.T) {
 	g, c := startCountedShop(t)
-	var wg sync.WaitGroup
-	var ok, conflicts, replays atomic.Int64
-	for i := range 50 {
-		wg.Go(func() {
-			if i%2 == 0 {
-				r := g.shopServer.call(t, "POST", "/billing/charge", `{"amount":3,"processMs":50}`, map[string]string{"Idempotency-Key": `"fifty"`})
-				switch {
-				case r.status == 200 && r.header.Get(httpadapter.HeaderIdempotentReplayed) == "true":
-					replays.Add(1)
-				case r.status == 200:
-					ok.Add(1)
-				case r.status == 409:
-					conflicts.Add(1)
-				}
-				return
+	for _, tc := range []struct {
+		name string
+		http func(i int) bool // whether call i goes over HTTP
+	}{
+		{"http", func(int) bool { return true }},
+		{"grpc", func(int) bool { return false }},
+		{"mixed", func(i int) bool { return i%2 == 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := c.n.Load()
+			key := "fifty-" + tc.name
+			var wg sync.WaitGroup
+			var ok, conflicts, replays atomic.Int64
+			for i := range 50 {
+				wg.Go(func() {
+					if tc.http(i) {
+						r := g.shopServer.call(t, "POST", "/billing/charge", `{"amount":3,"processMs":50}`, map[string]string{"Idempotency-Key": `"` + key + `"`})
+						switch {
+						case r.status == 200 && r.header.Get(httpadapter.HeaderIdempotentReplayed) == "true":
+							replays.Add(1)
+						case r.status == 200:
+							ok.Add(1)
+						case r.status == 409 && r.header.Get("Retry-After") == "1":
+							conflicts.Add(1)
+						default:
+							t.Errorf("HTTP: %d %v", r.status, r.header)
+						}
+						return
+					}
+					ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("idempotency-key", key))
+					var hdr metadata.MD
+					_, st := g.call(ctx, t, "shop.v1.Billing", "Charge", `{"amount":3,"processMs":50}`, grpc.Header(&hdr))
+					switch {
+					case st.Code() == codes.OK && len(hdr.Get(grpcadapter.MetadataIdempotentReplayed)) > 0:
+						replays.Add(1)
+					case st.Code() == codes.OK:
+						ok.Add(1)
+					case st.Code() == codes.AlreadyExists:
+						conflicts.Add(1)
+					default:
+						t.Errorf("gRPC: %v", st)
+					}
+				})
 			}
-			ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("idempotency-key", "fifty"))
-			var hdr metadata.MD
-			_, st := g.call(ctx, t, "shop.v1.Billing", "Charge", `{"amount":3,"processMs":50}`, grpc.Header(&hdr))
-			switch {
-			case st.Code() == codes.OK && len(hdr.Get(grpcadapter.MetadataIdempotentReplayed)) > 0:
-				replays.Add(1)
-			case st.Code() == codes.OK:
-				ok.Add(1)
-			case st.Code() == codes.AlreadyExists:
-				conflicts.Add(1)
+			wg.Wait()
+			runs := c.n.Load() - before
+			t.Logf("50 calls (%s), one key: %d executed, %d conflicts, %d replays", tc.name, runs, conflicts.Load(), replays.Load())
+			if runs != 1 || ok.Load() != 1 || conflicts.Load()+replays.Load() != 49 {
+				t.Fatalf("executions %d, first answers %d, conflicts %d, replays %d; want 1, 1 and 49 together", runs, ok.Load(), conflicts.Load(), replays.Load())
 			}
 		})
-	}
-	wg.Wait()
-	t.Logf("50 calls, one key: %d executed, %d conflicts, %d replays", ok.Load(), conflicts.Load(), replays.Load())
-	if c.n.Load() != 1 || ok.Load() != 1 || conflicts.Load()+replays.Load() != 49 {
-		t.Fatalf("executions %d, first answers %d, conflicts %d, replays %d; want 1, 1 and 49 together", c.n.Load(), ok.Load(), conflicts.Load(), replays.Load())
 	}
 }
 
@@ -236,12 +256,7 @@ func TestShopReplicasShareIdempotency(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "billing", "charge", "--amount", "7", "--process-ms", "20", "--idempotency-key", "replicas-1", "--config", path)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SUNDIAL_") && !strings.HasPrefix(kv, "OTEL_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, runMainEnv+"=1")
+	cmd.Env = childEnv()
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -255,5 +270,61 @@ func TestShopReplicasShareIdempotency(t *testing.T) {
 	}
 	if na, nb := handlerRuns(t, a.handler), handlerRuns(t, b.handler); na != 1 || nb != 0 {
 		t.Fatalf("handler ran %d times on A and %d on B, want once on A", na, nb)
+	}
+}
+
+// TestShopFiftyCLICallsOneKey: the CLI's share of "50 concurrent calls,
+// one key". Each CLI call is a process of its own, whose in-process store
+// dies with it, so across processes keys are shared through Redis: 50 shop
+// CLI processes started at once with one --idempotency-key, on one Redis.
+// The charge takes 2 s, so that many processes arrive while it runs. One
+// charge ran (exit 0 without the replay note); each of the 49 others got
+// exit 5 (CONFLICT KERNEL_CONFLICT_001: the charge still ran) or the
+// replay of that charge.
+func TestShopFiftyCLICallsOneKey(t *testing.T) {
+	srv := redistest.Start(t)
+	path := writeConfig(t, clusterConfig(srv.Addr(), `"billing.charge":{"Idempotency":{"RetentionSeconds":600}}`))
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	results := make([]result, 50)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "billing", "charge", "--amount", "3", "--process-ms", "2000",
+				"--idempotency-key", "fifty-cli", "--config", path)
+			cmd.Env = childEnv()
+			var so, se strings.Builder
+			cmd.Stdout, cmd.Stderr = &so, &se
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				code = -1
+			}
+			results[i] = result{code, so.String(), se.String()}
+		})
+	}
+	wg.Wait()
+	var executed, conflicts, replays int
+	for i, r := range results {
+		switch {
+		case r.code == 0 && strings.Contains(r.stderr, "replayed: "):
+			replays++
+		case r.code == 0:
+			executed++
+		case r.code == 5 && strings.Contains(r.stderr, pipeline.CodeIdempotencyInProgress):
+			conflicts++
+		default:
+			t.Errorf("process %d: exit %d, stdout %q, stderr %q", i, r.code, r.stdout, r.stderr)
+		}
+	}
+	t.Logf("50 CLI processes, one key: %d executed, %d conflicts (exit 5), %d replays", executed, conflicts, replays)
+	if executed != 1 || conflicts+replays != 49 {
+		t.Fatalf("executed %d, conflicts %d, replays %d; want 1 and 49 together", executed, conflicts, replays)
 	}
 }
