@@ -80,10 +80,16 @@ func parseIdempotencyStore(raw any, path string) (*IdempotencyStoreSettings, err
 }
 
 // setUpIdempotency picks the store when some operation enables
-// idempotency keys.
-func (k *Kernel) setUpIdempotency(o *options, pols policies) {
+// idempotency keys. An operation whose output type is an interface cannot
+// take them: a replay decodes the stored output into the output type, and
+// JSON cannot restore the dynamic type behind an interface (the first call
+// would succeed and every replay fail).
+func (k *Kernel) setUpIdempotency(o *options, pols policies) error {
 	for _, d := range o.registry.All() {
 		if p := pols.idempotencyFor(d.ID); p.Enabled {
+			if t := d.Output; t != nil && t.Kind() == reflect.Interface {
+				return fmt.Errorf("kernel: Sundial.Kernel.Resilience.Operations.%s.Idempotency: the operation's output type %v is an interface; a replayed outcome is decoded into the output type, so an operation that takes idempotency keys needs a concrete one", d.ID, t)
+			}
 			if k.idemPol == nil {
 				k.idemPol = make(map[string]idempotency.Policy)
 			}
@@ -91,7 +97,7 @@ func (k *Kernel) setUpIdempotency(o *options, pols policies) {
 		}
 	}
 	if len(k.idemPol) == 0 {
-		return
+		return nil
 	}
 	bounds := k.settings.IdempotencyStore
 	if bounds != nil && (o.idem.store != nil || k.rdb != nil) {
@@ -114,6 +120,7 @@ func (k *Kernel) setUpIdempotency(o *options, pols policies) {
 		}
 		k.idemStore = idempotency.NewMemoryStore(c)
 	}
+	return nil
 }
 
 // idempotencyMiddleware returns the operation's idempotency middleware, or
@@ -141,6 +148,13 @@ func (k *Kernel) idempotencyMiddleware(o *options, d *operations.Descriptor) pip
 // zero Policy, not Enabled, when it has none). The CLI adapter reads it to
 // generate a key for an operation that takes one.
 func (k *Kernel) IdempotencyPolicy(id string) idempotency.Policy { return k.idemPol[id] }
+
+// IdempotencyOutlivesProcess reports whether the kernel's idempotency
+// records outlive the process (a store with a lease, such as Redis): only
+// then can a later process — a CLI rerun, another replica — find them.
+func (k *Kernel) IdempotencyOutlivesProcess() bool {
+	return k.idemStore != nil && k.idemStore.Lease() > 0
+}
 
 // IdempotencyStore returns the store of idempotency records, or nil when
 // no operation enables them.

@@ -176,3 +176,26 @@ func TestIdempotencyStoreConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestIdempotencyNeedsConcreteOutput: an operation whose output type is an
+// interface cannot take idempotency keys (a replay could not restore the
+// dynamic type); New says so, naming the key path. Without the policy the
+// operation is fine.
+func TestIdempotencyNeedsConcreteOutput(t *testing.T) {
+	for _, policy := range []string{`"Idempotency":{}`, `"TimeoutSeconds":1`} {
+		reg := operations.NewRegistry()
+		if err := operations.Register(reg, operations.Descriptor{ID: "billing.charge"}, func(ctx context.Context, in chargeReq) (any, error) {
+			return chargeRes{ChargeID: "ch-1"}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(wrap(`{"Operations":{"billing.charge":{`+policy+`}}}`))))
+		const want = "Sundial.Kernel.Resilience.Operations.billing.charge.Idempotency: the operation's output type interface {} is an interface"
+		switch {
+		case policy == `"TimeoutSeconds":1` && err != nil:
+			t.Errorf("without idempotency: New = %v, want no error", err)
+		case policy != `"TimeoutSeconds":1` && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("with idempotency: New = %v, want an error containing %q", err, want)
+		}
+	}
+}

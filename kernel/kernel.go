@@ -245,7 +245,10 @@ func New(opts ...Option) (*Kernel, error) {
 	// (one config file may serve several services) but is most likely a
 	// typo that leaves a limit unapplied: say so.
 	k.warnUnregistered(lc.policies)
-	k.setUpIdempotency(o, lc.policies)
+	if err := k.setUpIdempotency(o, lc.policies); err != nil {
+		k.Close()
+		return nil, err
+	}
 	for _, d := range o.registry.All() {
 		k.ops[d.ID] = k.compile(o, d, k.PolicyFor(d.ID))
 	}
