@@ -12,6 +12,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 func TestIdempotencyConfigErrorsFailNew(t *testing.T) {
@@ -196,6 +197,80 @@ func TestIdempotencyNeedsConcreteOutput(t *testing.T) {
 			t.Errorf("without idempotency: New = %v, want no error", err)
 		case policy != `"TimeoutSeconds":1` && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("with idempotency: New = %v, want an error containing %q", err, want)
+		}
+	}
+}
+
+// claimCounter counts the claims a store receives.
+type claimCounter struct {
+	idempotency.Store
+	claims atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, key, fp string, lease time.Duration) (string, *idempotency.Record, error) {
+	c.claims.Add(1)
+	return c.Store.Claim(ctx, key, fp, lease)
+}
+
+type validatedCharge struct {
+	Amount int `json:"amount"`
+}
+
+func (v *validatedCharge) Validate() error {
+	if v.Amount <= 0 {
+		return pipeline.Validation("BILLING_VALIDATION_001", "amount must be greater than 0")
+	}
+	return nil
+}
+
+// TestIdempotencyClaimsOnlyCallsThatRun: a call turned away before its
+// handler could start — invalid input, a deadline already passed on
+// arrival, a concurrency rejection — never claims its key (the store sees
+// no claim at all), so the key stays free for the call that runs.
+func TestIdempotencyClaimsOnlyCallsThatRun(t *testing.T) {
+	store := &claimCounter{Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{})}
+	reg := operations.NewRegistry()
+	hold, held := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
+	if err := operations.Register(reg, operations.Descriptor{ID: "billing.charge"}, func(ctx context.Context, in validatedCharge) (chargeRes, error) {
+		runs.Add(1)
+		if in.Amount == 99 {
+			close(held)
+			<-hold
+		}
+		return chargeRes{ChargeID: "ch"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithIdempotencyStore(store),
+		kernel.WithConfigJSON([]byte(wrap(`{"Operations":{"billing.charge":{"ConcurrencyLimit":1,"Idempotency":{}}}}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(key string, amount int, deadline time.Time) kernel.Outcome {
+		return k.Handle(context.Background(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
+			Input: &validatedCharge{Amount: amount}, IdempotencyKey: key, Deadline: deadline})
+	}
+	if o := req("k-invalid", 0, time.Time{}); pipeline.KindOf(o.Err) != pipeline.KindValidation {
+		t.Fatalf("invalid input: %v, want VALIDATION", o.Err)
+	}
+	if o := req("k-late", 5, time.Now().Add(-time.Second)); pipeline.KindOf(o.Err) != pipeline.KindTimeout {
+		t.Fatalf("deadline passed on arrival: %v, want TIMEOUT", o.Err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); req("k-holder", 99, time.Time{}) }()
+	<-held
+	if o := req("k-rejected", 5, time.Time{}); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
+		t.Fatalf("while the slot is held: %v, want 503 _003", o.Err)
+	}
+	close(hold)
+	<-done
+	if c, r := store.claims.Load(), runs.Load(); c != 1 || r != 1 {
+		t.Fatalf("claims %d, runs %d; want only the call that ran to claim (1, 1)", c, r)
+	}
+	for _, key := range []string{"k-invalid", "k-late", "k-rejected"} {
+		if o := req(key, 5, time.Time{}); o.Err != nil || o.Invocation.Replayed() {
+			t.Errorf("key %s afterwards: %v replayed=%v, want a first execution", key, o.Err, o.Invocation.Replayed())
 		}
 	}
 }

@@ -96,8 +96,11 @@ type Store interface {
 	// survives a holder that vanished (stores that outlive the process).
 	Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (token string, existing *Record, err error)
 	// Finish stores the outcome under key if token still holds it, kept for
-	// retention. ErrFenced: another claim holds the key now.
-	Finish(ctx context.Context, key, token string, outcome []byte, retention time.Duration) error
+	// retention; fingerprint is the claim's (a store whose leases can lapse
+	// uses it to write the record again when nobody holds the key).
+	// ErrFenced: another claim holds the key now. ErrTooLarge: the store
+	// cannot make room for the outcome; the claim stays running.
+	Finish(ctx context.Context, key, token, fingerprint string, outcome []byte, retention time.Duration) error
 	// Release frees key if token still holds it.
 	Release(ctx context.Context, key, token string) error
 	// Renew extends a running claim's lease if token still holds it.
@@ -114,6 +117,11 @@ var ErrFenced = errors.New("idempotency: the claim was lost to a newer one")
 // ErrFull is returned by Claim when a bounded store is full of running
 // claims and can evict nothing.
 var ErrFull = errors.New("idempotency: store full of running claims")
+
+// ErrTooLarge is returned by Finish when a bounded store cannot make room
+// for the outcome; the claim stays running, and the caller finishes it
+// with a smaller outcome or releases it.
+var ErrTooLarge = errors.New("idempotency: the outcome does not fit in the store")
 
 // Fingerprint returns the hash of an input's canonical form: its JSON
 // encoding as Go produces it from the decoded value (struct fields in

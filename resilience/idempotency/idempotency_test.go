@@ -429,7 +429,7 @@ func TestRedisFencing(t *testing.T) {
 	if err != nil || rec != nil {
 		t.Fatal(err, rec)
 	}
-	if err := s.Finish(ctx, "k", old, []byte(`{"out":1}`), time.Hour); !errors.Is(err, idempotency.ErrFenced) {
+	if err := s.Finish(ctx, "k", old, "f", []byte(`{"out":1}`), time.Hour); !errors.Is(err, idempotency.ErrFenced) {
 		t.Fatalf("late finisher: %v, want ErrFenced", err)
 	}
 	if err := s.Release(ctx, "k", old); !errors.Is(err, idempotency.ErrFenced) {
@@ -438,7 +438,7 @@ func TestRedisFencing(t *testing.T) {
 	if err := s.Renew(ctx, "k", newer, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Finish(ctx, "k", newer, []byte(`{"out":2}`), time.Hour); err != nil {
+	if err := s.Finish(ctx, "k", newer, "f", []byte(`{"out":2}`), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	_, rec, _ = s.Claim(ctx, "k", "f", time.Second)

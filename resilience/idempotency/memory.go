@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"container/heap"
 	"container/list"
 	"context"
 	"strconv"
@@ -29,11 +30,13 @@ type MemoryConfig struct {
 }
 
 // MemoryStore is the in-process [Store]: bounded in entries and bytes,
-// finished records expiring after their retention. When a claim would
-// exceed a bound, expired records go first, then the oldest finished ones
-// (their keys then run again if retried: see docs/idempotency.md). Running
-// claims are never evicted; when nothing can be evicted Claim fails with
-// ErrFull.
+// finished records expiring after their retention. When a claim or an
+// outcome would exceed a bound, expired records go first (whatever their
+// operation's retention, so in order of expiry), then the oldest finished
+// ones (their keys then run again if retried: see docs/idempotency.md).
+// Running claims are never evicted, nor is the record being finished:
+// when nothing can be evicted, Claim fails with ErrFull and Finish with
+// ErrTooLarge.
 type MemoryStore struct {
 	mu       sync.Mutex
 	max      int
@@ -43,6 +46,7 @@ type MemoryStore struct {
 	next     uint64
 	entries  map[string]*memEntry
 	done     *list.List // finished entries, oldest first
+	expiry   expiryHeap // finished entries, soonest expiry first
 }
 
 type memEntry struct {
@@ -50,6 +54,29 @@ type memEntry struct {
 	outcome        []byte
 	expires        time.Time
 	elem           *list.Element // in done; nil while running
+	hidx           int           // index in expiry while finished
+}
+
+// expiryHeap orders finished entries by expiry (container/heap).
+type expiryHeap []*memEntry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*memEntry)
+	e.hidx = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
 }
 
 func (e *memEntry) size() int64 {
@@ -85,22 +112,24 @@ func (s *MemoryStore) remove(e *memEntry) {
 	delete(s.entries, e.key)
 	if e.elem != nil {
 		s.done.Remove(e.elem)
+		heap.Remove(&s.expiry, e.hidx)
 		e.elem = nil
 	}
 	s.bytes -= e.size()
 }
 
-// makeRoom evicts expired then oldest finished records until one more
-// record of size n fits; false when only running claims are left.
-func (s *MemoryStore) makeRoom(now time.Time, n int64) bool {
-	for f := s.done.Front(); f != nil; f = s.done.Front() {
-		e := f.Value.(*memEntry)
-		if now.Before(e.expires) && len(s.entries) < s.max && s.bytes+n <= s.maxBytes {
-			return true
-		}
-		s.remove(e)
+// evict removes finished records until fits reports true: the expired
+// ones first, soonest expiry first, then the oldest finished. It returns
+// fits' last answer; false means only running claims (and the record
+// being finished, which is not in the finished lists yet) are left.
+func (s *MemoryStore) evict(now time.Time, fits func() bool) bool {
+	for !fits() && len(s.expiry) > 0 && !now.Before(s.expiry[0].expires) {
+		s.remove(s.expiry[0])
 	}
-	return len(s.entries) < s.max && s.bytes+n <= s.maxBytes
+	for f := s.done.Front(); !fits() && f != nil; f = s.done.Front() {
+		s.remove(f.Value.(*memEntry))
+	}
+	return fits()
 }
 
 // Claim implements Store.
@@ -115,8 +144,8 @@ func (s *MemoryStore) Claim(_ context.Context, key, fp string, _ time.Duration) 
 		s.remove(e)
 	}
 	s.next++
-	e := &memEntry{key: key, fp: fp, token: strconv.FormatUint(s.next, 10)}
-	if !s.makeRoom(now, e.size()) {
+	e := &memEntry{key: key, fp: fp, token: strconv.FormatUint(s.next, 10), hidx: -1}
+	if !s.evict(now, func() bool { return len(s.entries) < s.max && s.bytes+e.size() <= s.maxBytes }) {
 		return "", nil, ErrFull
 	}
 	s.entries[key] = e
@@ -124,28 +153,27 @@ func (s *MemoryStore) Claim(_ context.Context, key, fp string, _ time.Duration) 
 	return e.token, nil, nil
 }
 
-// Finish implements Store.
-func (s *MemoryStore) Finish(_ context.Context, key, token string, outcome []byte, retention time.Duration) error {
+// Finish implements Store. It makes room for the outcome by evicting
+// other records, never the one it finishes: when the outcome cannot fit
+// it returns ErrTooLarge and the claim stays running, for the caller to
+// finish with a smaller outcome (or release).
+func (s *MemoryStore) Finish(_ context.Context, key, token, _ string, outcome []byte, retention time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[key]
 	if !ok || e.token != token || e.elem != nil {
 		return ErrFenced
 	}
-	s.bytes -= e.size()
-	e.outcome = append([]byte(nil), outcome...)
-	e.expires = s.now().Add(retention)
-	s.bytes += e.size()
-	e.elem = s.done.PushBack(e)
-	// The outcome may have pushed the bytes over the bound: evict older
-	// finished records (this one last).
-	for s.bytes > s.maxBytes {
-		f := s.done.Front()
-		s.remove(f.Value.(*memEntry))
-		if f.Value.(*memEntry) == e {
-			break
-		}
+	grow := int64(len(outcome) - len(e.outcome))
+	now := s.now()
+	if !s.evict(now, func() bool { return s.bytes+grow <= s.maxBytes }) {
+		return ErrTooLarge
 	}
+	s.bytes += grow
+	e.outcome = append([]byte(nil), outcome...)
+	e.expires = now.Add(retention)
+	e.elem = s.done.PushBack(e)
+	heap.Push(&s.expiry, e)
 	return nil
 }
 

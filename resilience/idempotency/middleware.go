@@ -118,10 +118,28 @@ func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 		inv.MarkReplayed()
 		return m.decode(rec.Outcome)
 	}
+	return m.run(ctx, inv, next, skey, fp, token)
+}
+
+// run runs the rest of the chain under the claim and settles it when the
+// chain returns — or panics: the kernel recovers a panic of the handler,
+// but one in a middleware between this one and the handler unwinds
+// through here, and the claim must not stay running (with its lease
+// renewed for as long as the process lives). A panic settles as the
+// UNEXPECTED outcome the kernel answers for it, and goes on unwinding.
+func (m *Middleware) run(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, skey, fp, token string) (out any, herr error) {
 	stop := m.renew(skey, token)
-	out, herr := next(ctx, inv)
-	stop()
-	m.settle(ctx, skey, token, out, herr)
+	panicked := true
+	defer func() {
+		stop()
+		if panicked {
+			out, herr = nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
+				errors.New("idempotency: a middleware after the claim panicked"))
+		}
+		m.settle(ctx, skey, fp, token, out, herr)
+	}()
+	out, herr = next(ctx, inv)
+	panicked = false
 	return out, herr
 }
 
@@ -139,7 +157,7 @@ func (m *Middleware) renew(key, token string) func() {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(lease / 3)
+		t := time.NewTicker(max(lease/3, time.Millisecond)) // NewTicker panics on a non-positive interval
 		defer t.Stop()
 		for {
 			select {
@@ -160,17 +178,24 @@ func (m *Middleware) renew(key, token string) func() {
 // forgets reports whether an outcome frees the key instead of being
 // stored: TIMEOUT, CANCELLED and UNAVAILABLE say "try again", and a
 // handler returning one has (by contract) not completed its effect, or
-// passed on a downstream's that carries the same key.
+// passed on a downstream's that carries the same key. So does any outcome
+// with a retry-after (a CONFLICT "retry in 5 s" from the handler, say):
+// replaying it for the whole retention would tell the caller to retry a
+// call whose answer could never change.
 func forgets(err error) bool {
 	switch pipeline.KindOf(err) {
 	case pipeline.KindTimeout, pipeline.KindCanceled, pipeline.KindUnavailable:
 		return true
 	}
-	return false
+	_, retry := pipeline.AsError(err).RetryAfter()
+	return retry
 }
 
-// settle stores the handler's outcome, or frees the key.
-func (m *Middleware) settle(ctx context.Context, key, token string, out any, herr error) {
+// settle stores the handler's outcome, or frees the key. An outcome the
+// store has no room for is stored as KERNEL_CONFLICT_002 (already ran,
+// too large to replay), which keeps the key taken; if even that does not
+// fit, the key is freed and the failure logged.
+func (m *Middleware) settle(ctx context.Context, key, fp, token string, out any, herr error) {
 	sctx, cancel := m.storeContext(ctx)
 	defer cancel()
 	var err error
@@ -181,7 +206,12 @@ func (m *Middleware) settle(ctx context.Context, key, token string, out any, her
 		if len(b) > m.c.Policy.maxOutcome() {
 			b = encode(nil, errTooLarge())
 		}
-		err = m.c.Store.Finish(sctx, key, token, b, m.c.Policy.retention())
+		err = m.c.Store.Finish(sctx, key, token, fp, b, m.c.Policy.retention())
+		if errors.Is(err, ErrTooLarge) {
+			if err = m.c.Store.Finish(sctx, key, token, fp, encode(nil, errTooLarge()), m.c.Policy.retention()); errors.Is(err, ErrTooLarge) {
+				err = errors.Join(err, m.c.Store.Release(sctx, key, token))
+			}
+		}
 	}
 	if err != nil {
 		lvl := slog.LevelError

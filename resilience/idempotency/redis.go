@@ -48,9 +48,20 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 0
 `)
 
+// finishScript stores the outcome if the token still holds the key — or if
+// nobody does: a holder whose lease lapsed (its renewals failed) while no
+// other call claimed the key still has the key's one real outcome, and a
+// newer claim that ran and finished would have left its record (a newer
+// one that released left nothing, as the key was free for this one).
 var finishScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 't') ~= ARGV[1] or redis.call('HGET', KEYS[1], 's') ~= 'r' then return 0 end
-redis.call('HSET', KEYS[1], 's', 'd', 'o', ARGV[2])
+local t = redis.call('HGET', KEYS[1], 't')
+if t == false then
+  redis.call('HSET', KEYS[1], 's', 'd', 'f', ARGV[4], 't', ARGV[1], 'o', ARGV[2])
+elseif t ~= ARGV[1] or redis.call('HGET', KEYS[1], 's') ~= 'r' then
+  return 0
+else
+  redis.call('HSET', KEYS[1], 's', 'd', 'o', ARGV[2])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 `)
@@ -112,8 +123,8 @@ func fenced(n int64, err error) error {
 }
 
 // Finish implements Store.
-func (s *RedisStore) Finish(ctx context.Context, key, token string, outcome []byte, retention time.Duration) error {
-	return fenced(finishScript.Run(ctx, s.rdb, []string{s.prefix + key}, token, outcome, ms(retention)).Int64())
+func (s *RedisStore) Finish(ctx context.Context, key, token, fp string, outcome []byte, retention time.Duration) error {
+	return fenced(finishScript.Run(ctx, s.rdb, []string{s.prefix + key}, token, outcome, ms(retention), fp).Int64())
 }
 
 // Release implements Store.
