@@ -274,7 +274,8 @@ func operationHelp(d *operations.Descriptor, f *inputFlags) string {
 	b.WriteString("\nThe result is written to stdout; a failure writes Problem Details JSON and\n" +
 		"a line to stderr. Exit codes: 0 OK, 1 UNEXPECTED, 2 VALIDATION or usage error,\n" +
 		"3 NOT_FOUND, 4 UNAUTHENTICATED or FORBIDDEN, 5 CONFLICT, 6 UNAVAILABLE,\n" +
-		"7 TIMEOUT, 8 CANCELLED (Ctrl-C; a second Ctrl-C exits at once).")
+		"7 TIMEOUT, 8 CANCELLED (Ctrl-C; a second Ctrl-C exits at once),\n" +
+		"9 UNPROCESSABLE (an idempotency key reused with another input).")
 	return b.String()
 }
 

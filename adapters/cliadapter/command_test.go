@@ -226,7 +226,7 @@ func TestCommandTree(t *testing.T) {
 		noStdout bool
 	}{
 		{name: "operation help", args: []string{"test", "echo", "--help"},
-			stdout: []string{"Echo the input.", "test.echo", "--name string", "--count int", "--input", "--timeout seconds", "--output format", "7 TIMEOUT, 8 CANCELLED"}},
+			stdout: []string{"Echo the input.", "test.echo", "--name string", "--count int", "--input", "--timeout seconds", "--output format", "7 TIMEOUT, 8 CANCELLED", "9 UNPROCESSABLE (an idempotency key reused with another input)"}},
 		{name: "group help", args: []string{"test"},
 			stdout: []string{"Operations test.*: echo, fail, sleep, stubborn.", "echo", "stubborn"}},
 		{name: "root help lists groups", args: []string{"--help"},
