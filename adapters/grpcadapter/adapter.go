@@ -551,9 +551,12 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 	}
 	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 {
 		// A key that is repeated, too long or not printable ASCII is a 400
-		// (InvalidArgument) KERNEL_VALIDATION_005, as over HTTP.
+		// (InvalidArgument) KERNEL_VALIDATION_005 on an operation that takes
+		// keys, as over HTTP; an operation that does not ignores it (neither
+		// rejected nor passed on as baggage), so that a client sending keys
+		// of its own form everywhere is not refused where keys mean nothing.
 		if len(vs) > 1 || !pipeline.ValidIdempotencyKey(vs[0]) {
-			if r.Reject == nil {
+			if r.Reject == nil && a.k.IdempotencyPolicy(r.Operation).Enabled {
 				r.Reject = pipeline.ErrIdempotencyKeyMalformed()
 			}
 		} else {

@@ -507,3 +507,58 @@ func TestMessageNames(t *testing.T) {
 		t.Errorf("methods:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestMalformedKeyMetadata: a malformed idempotency-key entry (repeated,
+// longer than 255 characters) is InvalidArgument KERNEL_VALIDATION_005 on
+// an operation that takes keys, and nothing runs; an operation that does
+// not ignores it — the call runs, without the key in its invocation or
+// its context (not passed on as baggage) — while it still passes a
+// well-formed key on.
+func TestMalformedKeyMetadata(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 256)
+	malformed := [][]string{{"idempotency-key", long}, {"idempotency-key", "k-1", "idempotency-key", "k-2"}}
+	for _, enabled := range []bool{false, true} {
+		seen := make(chan [2]string, 1)
+		capture := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+			if inv.OperationID() == "work.baggage" {
+				seen <- [2]string{inv.IdempotencyKey(), telemetry.IdempotencyKey(ctx)}
+			}
+			return next(ctx, inv)
+		})
+		kopts := []kernel.Option{kernel.UseAt(pipeline.StageHandle, capture)}
+		if enabled {
+			kopts = append(kopts, kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.baggage":{"Idempotency":{}}}}}}}`)))
+		}
+		h := newHarness(t, harnessOpt{kernel: kopts})
+		for _, md := range malformed {
+			ctx := metadata.AppendToOutgoingContext(t.Context(), md...)
+			_, st := h.call(ctx, t, "/test.v1.Work/Baggage", `{}`)
+			if enabled {
+				if st == nil || st.Code() != codes.InvalidArgument || errorInfo(t, st).GetReason() != pipeline.CodeIdempotencyKeyMalformed {
+					t.Errorf("keys on, %d-byte metadata: %v, want InvalidArgument %s", len(strings.Join(md, "")), st, pipeline.CodeIdempotencyKeyMalformed)
+				}
+				select {
+				case got := <-seen:
+					t.Errorf("keys on, malformed key: the call ran (key %q)", got[0])
+				default:
+				}
+				continue
+			}
+			if st != nil {
+				t.Errorf("keys off, %d-byte metadata: %v, want OK (the malformed key ignored)", len(strings.Join(md, "")), st)
+				continue
+			}
+			if got := <-seen; got != [2]string{} {
+				t.Errorf("keys off, malformed key: invocation key %q, context key %q; want both empty (ignored)", got[0], got[1])
+			}
+		}
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "k-9")
+		if _, st := h.call(ctx, t, "/test.v1.Work/Baggage", `{}`); st != nil {
+			t.Fatalf("keys on %v, well-formed key: %v, want OK", enabled, st)
+		}
+		if got := <-seen; got != [2]string{"k-9", "k-9"} {
+			t.Errorf("keys on %v, well-formed key: invocation/context key %q, want k-9 in both", enabled, got)
+		}
+	}
+}

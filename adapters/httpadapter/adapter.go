@@ -175,7 +175,10 @@ func (rt *route) serve(c echo.Context) error {
 	}
 	var kerr *pipeline.Error
 	req.IdempotencyKey, kerr = idempotencyKey(r)
-	if kerr != nil {
+	// A malformed key is a 400 only on an operation that takes keys; one
+	// that does not ignores it (the key is then "": not passed on as
+	// baggage either), since many clients send bare UUIDs everywhere.
+	if kerr != nil && a.k.IdempotencyPolicy(rt.desc.ID).Enabled {
 		req.Reject = kerr
 		a.k.Serve(ctx, req, x.answer)
 		return nil
@@ -221,7 +224,7 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 }
 
 // idempotencyKey returns the Idempotency-Key header's key, "" when it is
-// absent, and a 400 KERNEL_VALIDATION_005 when it is not a structured-field
+// absent, and "" with a 400 KERNEL_VALIDATION_005 when it is not a structured-field
 // string (RFC 9651 sf-string, as draft-ietf-httpapi-idempotency-key-header
 // requires: "..." with \" and \\ escapes) of 1 to 255 printable ASCII
 // characters, or when the header is repeated.

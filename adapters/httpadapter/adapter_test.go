@@ -379,39 +379,62 @@ func TestTraceIDFromTraceparent(t *testing.T) {
 }
 
 // TestIdempotencyKeyHeader: the Idempotency-Key header is a structured-field
-// string of at most 255 characters (draft-ietf-httpapi-idempotency-key-header);
-// anything else is a 400 KERNEL_VALIDATION_005 and nothing runs.
+// string of at most 255 characters (draft-ietf-httpapi-idempotency-key-header).
+// On an operation that takes keys anything else is a 400
+// KERNEL_VALIDATION_005 and nothing runs; on one that does not, a
+// malformed key (a bare UUID, say) is ignored — the call runs without it,
+// and it is not passed on as baggage — while a well-formed one is still
+// passed on.
 func TestIdempotencyKeyHeader(t *testing.T) {
-	app := newTestApp()
-	s := startServer(t, app, serverOpts{})
-	for _, tc := range []struct {
-		header string
-		status int
-		key    string
-	}{
-		{`"k-1"`, 200, "k-1"},
-		{`"a \"quoted\" \\ key"`, 200, `a "quoted" \ key`},
-		{`k-1`, 400, ""},
-		{`"unterminated`, 400, ""},
-		{`"bad \n escape"`, 400, ""},
-		{`""`, 400, ""},
-		{`"` + strings.Repeat("x", 256) + `"`, 400, ""},
-		{`"` + strings.Repeat("x", 255) + `"`, 200, strings.Repeat("x", 255)},
-	} {
-		r := s.do(t, "POST", "/baggage", "", map[string]string{"Idempotency-Key": tc.header})
-		if r.status != tc.status {
-			t.Errorf("Idempotency-Key %s: %d %s, want %d", tc.header, r.status, r.body, tc.status)
-			continue
+	for _, enabled := range []bool{false, true} {
+		app := newTestApp()
+		so := serverOpts{}
+		if enabled {
+			so.config = `{"Sundial": {"Kernel": {"Resilience": {"Operations": {"work.baggage": {"Idempotency": {}}}}}}}`
 		}
-		if tc.status == 400 && !strings.Contains(string(r.body), pipeline.CodeIdempotencyKeyMalformed) {
-			t.Errorf("Idempotency-Key %s: %s, want %s", tc.header, r.body, pipeline.CodeIdempotencyKeyMalformed)
-		}
-		if tc.status == 200 {
+		s := startServer(t, app, so)
+		for _, tc := range []struct {
+			header    string
+			malformed bool
+			key       string
+		}{
+			{`"k-1"`, false, "k-1"},
+			{`"a \"quoted\" \\ key"`, false, `a "quoted" \ key`},
+			{`k-1`, true, ""},
+			{`8e03978e-40d5-43e8-bc93-6894a57f9324`, true, ""},
+			{`"unterminated`, true, ""},
+			{`"bad \n escape"`, true, ""},
+			{`""`, true, ""},
+			{`"` + strings.Repeat("x", 256) + `"`, true, ""},
+			{`"` + strings.Repeat("x", 600) + `"`, true, ""},
+			{`"` + strings.Repeat("x", 255) + `"`, false, strings.Repeat("x", 255)},
+		} {
 			app.mu.Lock()
-			key := app.idemKey
+			app.idemKey, app.ctxIdemKey = "unset", "unset"
 			app.mu.Unlock()
-			if key != tc.key {
-				t.Errorf("Idempotency-Key %s: key %q, want %q", tc.header, key, tc.key)
+			r := s.do(t, "POST", "/baggage", "", map[string]string{"Idempotency-Key": tc.header})
+			want := 200
+			if tc.malformed && enabled {
+				want = 400
+			}
+			if r.status != want {
+				t.Errorf("keys on %v, Idempotency-Key %.40s: %d %s, want %d", enabled, tc.header, r.status, r.body, want)
+				continue
+			}
+			app.mu.Lock()
+			key, ctxKey := app.idemKey, app.ctxIdemKey
+			app.mu.Unlock()
+			if want == 400 {
+				if !strings.Contains(string(r.body), pipeline.CodeIdempotencyKeyMalformed) {
+					t.Errorf("keys on, Idempotency-Key %.40s: %s, want %s", tc.header, r.body, pipeline.CodeIdempotencyKeyMalformed)
+				}
+				if key != "unset" {
+					t.Errorf("keys on, Idempotency-Key %.40s: the handler ran (key %q), want nothing run", tc.header, key)
+				}
+				continue
+			}
+			if key != tc.key || ctxKey != tc.key {
+				t.Errorf("keys on %v, Idempotency-Key %.40s: key %q, in the handler's context %q; want %q in both", enabled, tc.header, key, ctxKey, tc.key)
 			}
 		}
 	}
