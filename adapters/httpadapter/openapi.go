@@ -209,11 +209,9 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 	op.AddParameter(openapi3.NewHeaderParameter(HeaderDeadline).
 		WithDescription("The caller's absolute deadline, RFC 3339 (e.g. 2026-12-03T08:00:00.250Z).").
 		WithSchema(openapi3.NewDateTimeSchema()))
-	key := openapi3.NewStringSchema()
-	key.MaxLength = new(uint64(maxIdempotencyKey))
 	op.AddParameter(openapi3.NewHeaderParameter("Idempotency-Key").
-		WithDescription("The caller's idempotency key, handed to the kernel (a longer one is ignored).").
-		WithSchema(key))
+		WithDescription(idempotencyKeyDescription(rt.a.k.IdempotencyPolicy(rt.desc.ID).Enabled)).
+		WithSchema(idempotencyKeySchema()))
 	if a.cfg.relHeader != "" {
 		op.AddParameter(openapi3.NewHeaderParameter(a.cfg.relHeader).
 			WithDescription("The caller's deadline as milliseconds remaining.").
@@ -221,6 +219,39 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 	}
 	return nil
 }
+
+// idempotencyKeyDescription describes the Idempotency-Key header of an
+// operation that takes keys (enabled) or does not.
+func idempotencyKeyDescription(enabled bool) string {
+	d := fmt.Sprintf("The caller's idempotency key, as a structured-field string (RFC 9651 sf-string, "+
+		"draft-ietf-httpapi-idempotency-key-header): in double quotes, with \\\" and \\\\ escapes, "+
+		"e.g. \"8e03978e-40d5-43e8\"; the key itself is 1 to %d printable ASCII characters. ", maxIdempotencyKey)
+	if enabled {
+		return d + "A malformed one (unquoted, empty, longer, repeated) is a 400 KERNEL_VALIDATION_005 and nothing runs."
+	}
+	return d + "This operation does not take keys: a well-formed one is passed on to the calls it makes (baggage), " +
+		"a malformed one is ignored."
+}
+
+// idempotencyKeySchema is the schema of the Idempotency-Key header's raw
+// value, the quoted sf-string. Its bounds are the raw value's, not the
+// key's: a key of 1 character is 3 quoted, and one of 255 is 257 quoted, or
+// 2*255+2 = 512 when every character is escaped (\" or \\) — the longest
+// value that can hold a valid key, and the bound the adapter checks before
+// parsing (idempotencyKey). The pattern is the sf-string grammar over
+// printable ASCII; the 255-character bound on the unescaped key cannot be
+// said by maxLength, and is in the description.
+func idempotencyKeySchema() *openapi3.Schema {
+	s := openapi3.NewStringSchema()
+	s.MinLength = 3
+	s.MaxLength = new(uint64(2*maxIdempotencyKey + 2))
+	s.Pattern = idempotencyKeyPattern
+	return s
+}
+
+// idempotencyKeyPattern is the sf-string grammar (RFC 9651 3.3.3) over
+// printable ASCII, in a syntax that ECMA-262 and Go's regexp share.
+const idempotencyKeyPattern = `^"([ !#-\[\]-~]|\\["\\])+"$`
 
 // paramSchema is the schema of a path or query parameter's field.
 func paramSchema(t reflect.Type) (*openapi3.Schema, error) {

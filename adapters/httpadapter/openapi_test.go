@@ -103,3 +103,45 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		t.Errorf("POST /items body schema allows unknown properties under a strict input policy")
 	}
 }
+
+// TestOpenAPIIdempotencyKeyHeader: the Idempotency-Key parameter describes
+// the raw header value, a quoted sf-string — its schema accepts the
+// longest valid key, quoted (257 characters) and fully escaped (512), and
+// refuses the unquoted form — and its description says what each
+// operation does with a malformed key: 400 where keys are on, ignored
+// where they are off.
+func TestOpenAPIIdempotencyKeyHeader(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{config: `{"Sundial": {"Kernel": {"Resilience": {"Operations": {"work.baggage": {"Idempotency": {}}}}}}}`})
+	doc, err := s.adapter.OpenAPI(httpadapter.OpenAPIInfo{Title: "test", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, enabled := range map[string]bool{"/baggage": true, "/items": false} {
+		p := doc.Paths.Find(path).Post.Parameters.GetByInAndName("header", "Idempotency-Key")
+		if p == nil {
+			t.Fatalf("POST %s: no Idempotency-Key parameter", path)
+		}
+		if strings.Contains(p.Description, "ignored") == enabled || !strings.Contains(p.Description, "sf-string") ||
+			strings.Contains(p.Description, "400 KERNEL_VALIDATION_005") != enabled {
+			t.Errorf("POST %s (keys on %v): description %q", path, enabled, p.Description)
+		}
+		sc := p.Schema.Value
+		for v, ok := range map[string]bool{
+			`"k-1"`:                                true,
+			`"a \"quoted\" \\ key"`:                true,
+			`"` + strings.Repeat("x", 255) + `"`:   true,
+			`"` + strings.Repeat(`\\`, 255) + `"`:  true,
+			`k-1`:                                  false,
+			`8e03978e-40d5-43e8-bc93-6894a57f9324`: false,
+			`""`:                                   false,
+			`"bad \n escape"`:                      false,
+			`"` + strings.Repeat(`\\`, 256) + `"`:  false,
+			"\"caf\u00e9\"":                        false,
+		} {
+			if err := sc.VisitJSON(v); (err == nil) != ok {
+				t.Errorf("POST %s: Idempotency-Key %.40s (%d chars): schema error %v, want valid %v", path, v, len(v), err, ok)
+			}
+		}
+	}
+}
