@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -317,6 +318,23 @@ func (l *ResilienceMiddleware) admitNow(inv *pipeline.Invocation) (a admission, 
 	return a, nil
 }
 
+// callerEnd returns the TIMEOUT or CANCELLED outcome when a shared
+// limiter's failure err is the caller's own end, else nil: ctx has ended,
+// or the limiter saw the deadline pass before ctx's timer fired and
+// returned the context's error for it (a shared limiter compares the
+// deadline with the clock, to spend no round trip on a call that cannot
+// run). Without the second case such a call was told it was rate or
+// concurrency limited.
+func callerEnd(ctx context.Context, err error) *pipeline.Error {
+	if e := Attribute(ctx); e != nil {
+		return e
+	}
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(d) {
+		return pipeline.ErrTimeout()
+	}
+	return nil
+}
+
 // proceed waits in the queues admitNow left, with the call's context, then
 // runs next and releases what the call holds.
 func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, a admission) (out any, err error) {
@@ -350,8 +368,8 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 			}
 			if werr != nil {
 				s.neutral(a.ticket)
-				if ctx.Err() != nil {
-					return nil, Attribute(ctx)
+				if e := callerEnd(ctx, werr); e != nil {
+					return nil, e
 				}
 				retry := s.policy.Window
 				if le, ok := werr.(*LimitedError); ok {
@@ -364,8 +382,8 @@ func (l *ResilienceMiddleware) proceed(ctx context.Context, inv *pipeline.Invoca
 			var cerr error
 			if release, cerr = s.sharedSlots.Acquire(ctx, inv); cerr != nil {
 				s.neutral(a.ticket)
-				if ctx.Err() != nil {
-					return nil, Attribute(ctx)
+				if e := callerEnd(ctx, cerr); e != nil {
+					return nil, e
 				}
 				return nil, l.concRejection()
 			}

@@ -55,17 +55,24 @@ func (l *FixedWindow) reconfigure(now time.Time, limit int, length time.Duration
 	if newLength == length {
 		return cur, nil, time.Time{}
 	}
-	// The new length starts at the next boundary; calls still queued for
-	// the old windows are counted in its first window.
+	// The new length starts at the next boundary — or, when calls are
+	// queued, at the boundary after the window the newest of them was
+	// promised: they are admitted on the old schedule, at most limit per
+	// old window, and every window of the new length then admits at most
+	// limit. (Counting them in the new windows instead could not keep
+	// the new limit: several old windows' waiters can land in one new
+	// window.) Until the switch the current windows queue nobody more.
 	old := cur.length()
-	switchAt = cur.origin.Add(time.Duration(int64(since/old)+1) * old)
-	queued := int64(cur.QueueDepth())
+	last := int64(since / old)
+	if cur.nq == nil {
+		cur.mu.Lock()
+		if w, ok := cur.st.LastWin(); ok && w > last {
+			last = w
+		}
+		cur.mu.Unlock()
+	}
+	switchAt = cur.origin.Add(time.Duration(last+1) * old)
 	next = newOperationWindow(limit, newLength, newQueue)
 	next.origin = switchAt
-	if next.nq != nil {
-		next.nq.cur.Load().asked.Store(queued)
-	} else {
-		next.st.Reset(0, queued)
-	}
 	return cur, next, switchAt
 }

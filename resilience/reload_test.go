@@ -341,3 +341,58 @@ func TestUpdateScopeKeepsTheBreaker(t *testing.T) {
 		}
 	})
 }
+
+// TestUpdateWindowSecondsWithQueuedCalls: a new WindowSeconds with calls
+// queued. The queued calls keep their place and are admitted on the old
+// schedule (at most PermitLimit per old window); the new length starts at
+// the boundary after the newest of them, so that no window of the new
+// length admits more than PermitLimit (it was 4 and 4 in 2 s windows for a
+// limit of 2 when the queued calls were counted in the first new window
+// only). Until then nobody more is queued.
+func TestUpdateWindowSecondsWithQueuedCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var mu sync.Mutex
+		admittedAt := map[time.Duration]int{} // by the second the call started
+		p := resilience.Policy{PermitLimit: 2, Window: time.Second, QueueLimit: 6}
+		h, l := limitStack(t, p, func(context.Context, *pipeline.Invocation) (any, error) {
+			mu.Lock()
+			admittedAt[time.Since(start).Truncate(time.Second)]++
+			mu.Unlock()
+			return nil, nil
+		})
+		time.Sleep(500 * time.Millisecond)
+		var wg sync.WaitGroup
+		for range 8 { // 2 now, 6 queued for the windows at 1, 2 and 3 s
+			wg.Go(func() {
+				if _, err := h(context.Background(), pipeline.NewInvocation(pipeline.Spec{Operation: op(opID)})); err != nil {
+					t.Errorf("call: %v", err)
+				}
+			})
+		}
+		synctest.Wait()
+		if d := l.RateQueueDepth(); d != 6 {
+			t.Fatalf("queue depth = %d, want 6", d)
+		}
+		p.Window = 2 * time.Second
+		l.Update(p)
+		if got := admitBurst(t, h, 3); got != 0 {
+			t.Errorf("after the change, in a full window: admitted %d, want 0", got)
+		}
+		wg.Wait() // the queued calls, on the old schedule
+		for s := time.Duration(0); s < 4*time.Second; s += time.Second {
+			if admittedAt[s] != 2 {
+				t.Errorf("old window at %v admitted %d, want 2", s, admittedAt[s])
+			}
+		}
+		time.Sleep(4*time.Second - time.Since(start)) // 4 s: the first 2 s window, [4 s, 6 s)
+		a := admitBurst(t, h, 5)
+		time.Sleep(time.Second) // 5 s: same window
+		b := admitBurst(t, h, 5)
+		time.Sleep(time.Second) // 6 s: the next one
+		c := admitBurst(t, h, 5)
+		if a+b != 2 || c != 2 {
+			t.Errorf("2 s windows admitted %d+%d and %d, want 2 and 2", a, b, c)
+		}
+	})
+}

@@ -94,6 +94,15 @@ func (w *Window) Advance(now time.Duration) {
 // Advance).
 func (w *Window) Used() int64 { return w.used }
 
+// LastWin returns the window the newest waiter holds a permit in (the
+// latest: the queue is packed oldest first), and false when none waits.
+func (w *Window) LastWin() (int64, bool) {
+	if len(w.q) == 0 {
+		return 0, false
+	}
+	return w.q[len(w.q)-1].win, true
+}
+
 // Queued returns the number of calls waiting for a later window (as of the
 // last Advance).
 func (w *Window) Queued() int64 { return int64(len(w.q)) }
