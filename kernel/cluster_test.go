@@ -26,6 +26,7 @@ func TestClusterConfigErrorsFailNew(t *testing.T) {
 		{"unknown OnStoreError", wrap(`{"Operations":{"orders.create":{"OnStoreError":"fail"}}}`), root + `.Operations.orders.create.OnStoreError: want "local", "open" or "closed", got "fail"`},
 		{"store timeout too long", wrap(`{"StoreTimeoutMs":600000}`), root + `.StoreTimeoutMs: must be greater than 0 and at most 60000`},
 		{"store timeout zero", wrap(`{"StoreTimeoutMs":0}`), root + `.StoreTimeoutMs: must be greater than 0`},
+		{"store timeout below a microsecond", wrap(`{"StoreTimeoutMs":0.0000001}`), root + `.StoreTimeoutMs: must be at least 0.001 (1 µs)`},
 		{"replicas zero", wrap(`{"ExpectedReplicas":0}`), root + `.ExpectedReplicas: must be greater than 0`},
 		{"headers not boolean", wrap(`{"RateLimitHeaders":"yes"}`), root + `.RateLimitHeaders: want a boolean, got a string`},
 		{"cluster without redis", wrap(`{"Operations":{"orders.create":{"PermitLimit":5,"Scope":"cluster"}}}`),

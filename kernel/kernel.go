@@ -172,7 +172,11 @@ type Kernel struct {
 	// Cluster-scoped limits (redis.go).
 	rdb       redis.UniversalClient
 	ownsRedis bool
-	store     *cluster.Store
+	// store is the cluster store, made by New or by the first Reload that
+	// scopes an operation to the cluster; read by calls, Status and
+	// Close concurrently with that Reload.
+	store     atomic.Pointer[cluster.Store]
+	closed    bool // set by Close under reloadMu: Reload refuses after it
 	closeOnce sync.Once
 }
 

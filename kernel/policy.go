@@ -386,8 +386,13 @@ func setClusterKey(c *clusterPatch, key string, v any, path string) error {
 		if !ok {
 			return fmt.Errorf("kernel: %s: want a number of milliseconds, got %s", path, jsonType(v))
 		}
+		// Below a microsecond the duration would be 0, which means the
+		// default: refuse it rather than silently take 50 ms.
 		if math.IsNaN(f) || f <= 0 || f > 60000 {
 			return fmt.Errorf("kernel: %s: must be greater than 0 and at most 60000, got %v", path, f)
+		}
+		if f < 0.001 {
+			return fmt.Errorf("kernel: %s: must be at least 0.001 (1 µs), got %v", path, f)
 		}
 		d := time.Duration(f * float64(time.Millisecond))
 		c.StoreTimeout = &d

@@ -155,7 +155,7 @@ func (k *Kernel) Redis() redis.UniversalClient { return k.rdb }
 
 // ClusterStore returns the store of the kernel's cluster-scoped limits, or
 // nil when no operation is cluster-scoped.
-func (k *Kernel) ClusterStore() *cluster.Store { return k.store }
+func (k *Kernel) ClusterStore() *cluster.Store { return k.store.Load() }
 
 // newRedisClient builds the client of Sundial.Kernel.Redis.
 func newRedisClient(r *RedisSettings, lookupEnv func(string) (string, bool)) (*redis.Client, error) {
@@ -240,10 +240,11 @@ func (k *Kernel) startStore() {
 	if k.settings.Redis != nil && k.settings.Redis.KeyPrefix != "" {
 		prefix = k.settings.Redis.KeyPrefix
 	}
-	k.store = cluster.New(k.rdb, cluster.Config{KeyPrefix: prefix, Logger: k.logger})
+	st := cluster.New(k.rdb, cluster.Config{KeyPrefix: prefix, Logger: k.logger})
+	k.store.Store(st)
 	ctx, cancel := context.WithTimeout(context.Background(), redisLoadTimeout)
 	defer cancel()
-	if err := k.store.Load(ctx); err != nil {
+	if err := st.Load(ctx); err != nil {
 		// Not fatal: the limits start degraded and recover when Redis answers.
 		k.logger.Warn("kernel: Sundial.Kernel.Redis: the store does not answer at start-up; cluster limits start degraded", "error", err.Error())
 	}
@@ -252,17 +253,18 @@ func (k *Kernel) startStore() {
 // clusterOptions returns the shared window and slots of operation id when
 // its policy is cluster-scoped.
 func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Option {
-	if k.store == nil || p.Scope != resilience.ScopeCluster {
+	st := k.store.Load()
+	if st == nil || p.Scope != resilience.ScopeCluster {
 		return nil
 	}
 	var opts []resilience.Option
 	if p.PermitLimit > 0 {
-		if w, err := k.store.Window(id, p); err == nil {
+		if w, err := st.Window(id, p); err == nil {
 			opts = append(opts, resilience.WithSharedWindow(w))
 		}
 	}
 	if p.ConcurrencyLimit > 0 {
-		if s, err := k.store.Slots(id, p); err == nil {
+		if s, err := st.Slots(id, p); err == nil {
 			opts = append(opts, resilience.WithSharedSlots(s))
 		}
 	}
@@ -273,12 +275,16 @@ func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Opt
 // cluster store (removing this replica from the count) and closes the
 // Redis client the kernel made itself (not one handed in with WithRedis).
 // Call it after the servers have stopped. It is safe to call more than
-// once.
+// once, and concurrently with Reload: a Reload after Close returns
+// ErrClosed (it would start a store nothing stops).
 func (k *Kernel) Close() error {
 	var err error
 	k.closeOnce.Do(func() {
-		if k.store != nil {
-			err = k.store.Close()
+		k.reloadMu.Lock()
+		k.closed = true
+		k.reloadMu.Unlock()
+		if st := k.store.Load(); st != nil {
+			err = st.Close()
 		}
 		if k.ownsRedis && k.rdb != nil {
 			if cerr := k.rdb.Close(); err == nil {

@@ -34,6 +34,9 @@ var reloadResults = [...]string{ReloadOK, ReloadInvalid, ReloadUnchanged}
 // logs that it ignored them.
 var startupOnly = []string{"UseBuiltInMiddleware", "Redis", "IdempotencyStore"}
 
+// ErrClosed is returned by Reload after Close.
+var ErrClosed = errors.New("kernel: closed")
+
 // Reload reads the configuration again — the JSON documents, the config
 // file and the environment, as New does — validates all of it with the
 // rules of New, and puts it in force at once, or not at all: on any error
@@ -53,6 +56,9 @@ var startupOnly = []string{"UseBuiltInMiddleware", "Redis", "IdempotencyStore"}
 func (k *Kernel) Reload() (string, error) {
 	k.reloadMu.Lock()
 	defer k.reloadMu.Unlock()
+	if k.closed {
+		return ReloadInvalid, ErrClosed
+	}
 	lc, err := k.readLive()
 	if err != nil {
 		k.countReload(ReloadInvalid)
@@ -107,7 +113,7 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 		}
 	}
 	k.warnIdempotencyChanged(lc.policies)
-	if k.store == nil && k.rdb != nil && len(k.clustered(lc.policies)) > 0 {
+	if k.store.Load() == nil && k.rdb != nil && len(k.clustered(lc.policies)) > 0 {
 		k.startStore()
 	}
 	for _, key := range startupOnly {
@@ -242,7 +248,9 @@ func (k *Kernel) WatchConfig(ctx context.Context, debounce time.Duration) error 
 		case <-changed:
 			quiet.Reset(debounce)
 		case <-quiet.C:
-			_, _ = k.Reload()
+			if _, err := k.Reload(); errors.Is(err, ErrClosed) {
+				return nil
+			}
 		case err := <-stopped:
 			// The provider stopped for good (the file was removed, or its
 			// symlink broke): arm a new one once the file is back, and

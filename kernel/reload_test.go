@@ -457,3 +457,51 @@ func TestReloadChangesScope(t *testing.T) {
 		t.Error("the reload did not start the cluster store")
 	}
 }
+
+// TestReloadStartsStoreSafelyAndNotAfterClose: the first reload that
+// scopes an operation to the cluster starts the cluster store while
+// Status is read concurrently (-race checks the hand-over); after Close a
+// reload is refused with ErrClosed and starts nothing (goleak, in
+// TestMain, checks that no store heartbeat is left running).
+func TestReloadStartsStoreSafelyAndNotAfterClose(t *testing.T) {
+	srv := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "config.json")
+	doc := func(scope string) string {
+		return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + srv.Addr() + `","KeyPrefix":"rc"},
+			"Resilience":{"Operations":{"orders.create":{"PermitLimit":3,"Scope":"` + scope + `"}}}}}}`
+	}
+	writeAtomically(t, path, doc("process"))
+	k, err := clusterKernel(`{}`, kernel.WithConfigFile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = k.Status()
+				_ = k.ClusterStore()
+			}
+		}
+	})
+	writeAtomically(t, path, doc("cluster"))
+	if res, err := k.Reload(); res != kernel.ReloadOK || err != nil {
+		t.Fatalf("Reload to cluster scope = %q, %v", res, err)
+	}
+	close(stop)
+	wg.Wait()
+	if k.ClusterStore() == nil {
+		t.Fatal("no cluster store after the reload")
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeAtomically(t, path, doc("process"))
+	if res, err := k.Reload(); !errors.Is(err, kernel.ErrClosed) || res != kernel.ReloadInvalid {
+		t.Fatalf("Reload after Close = %q, %v; want %q, ErrClosed", res, err, kernel.ReloadInvalid)
+	}
+}

@@ -69,8 +69,8 @@ func (k *Kernel) Status() Status {
 		if o.Policy.Scope == resilience.ScopeCluster {
 			o.Scope = string(resilience.ScopeCluster)
 		}
-		if k.store != nil {
-			o.Degraded = k.store.Degraded(id)
+		if st := k.store.Load(); st != nil {
+			o.Degraded = st.Degraded(id)
 		}
 		o.Calls, o.P50, o.P99 = c.lat.snapshot(time.Now())
 		st.Operations = append(st.Operations, o)

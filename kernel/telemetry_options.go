@@ -96,9 +96,9 @@ func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
 		st.ConcurrencyQueueDepth = l.ConcurrencyQueueDepth()
 		st.InFlight = l.InFlight()
 	}
-	if p.Scope == resilience.ScopeCluster && k.store != nil {
+	if cs := k.store.Load(); p.Scope == resilience.ScopeCluster && cs != nil {
 		st.Clustered = true
-		st.Degraded = k.store.Degraded(id)
+		st.Degraded = cs.Degraded(id)
 	}
 	return st, true
 }
