@@ -121,7 +121,15 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // the deadline whatever the handler does: the command fails with TIMEOUT
 // (exit code 7) at the deadline, or CANCELLED (8) at the first signal,
 // while a handler that ignores its context runs on until it returns or the
-// process exits (see kernel.Kernel.Wait). An input that does not decode
+// process exits (see kernel.Kernel.Wait). On an operation that takes
+// idempotency keys whose records outlive the process (Redis,
+// kernel.Kernel.IdempotencyOutlivesProcess), a key is generated when
+// --idempotency-key is absent, printed with a TIMEOUT or CANCELLED failure
+// with a rerun line, and the command, the failure printed, waits for the
+// running call (at most the store's lease; a signal stops the waiting) so
+// that its outcome is stored under the key before the process exits. With
+// the in-process store no key is generated: the records die with the
+// command. An input that does not decode
 // and a malformed flag or argument are handed to the kernel as rejections
 // (kernel.Request.Reject), so that they too are observed (span, metrics,
 // access log) before they are reported.
@@ -246,7 +254,7 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 	var idemKey *string
 	if cmd.Flags().Lookup(flagIdempotencyKey) == nil {
 		idemKey = cmd.Flags().String(flagIdempotencyKey, "",
-			"idempotency key of this call; generated when absent on an operation that takes keys, and printed with a failure so that a rerun with it gets this call's outcome")
+			"idempotency key of this call (1 to 255 printable ASCII characters); with records in a shared store (Redis), one is generated when absent on an operation that takes keys and printed with a TIMEOUT or CANCELLED failure, so that a rerun with it gets this call's outcome")
 	}
 	cmd.Long = operationHelp(d, fields)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -286,9 +294,12 @@ type runner struct {
 	format string
 	stderr *syncWriter // shared with the signal watcher
 	// idemKey is --idempotency-key, or the key generated for an operation
-	// that takes keys; genKey says it was generated.
+	// that takes keys when its records outlive the process.
 	idemKey string
-	genKey  bool
+	// keyed: the operation takes keys and idemKey is a valid one, so that
+	// the call's outcome is recorded under it; shared: the record outlives
+	// the process (a store with a lease: Redis), so a rerun can find it.
+	keyed, shared bool
 }
 
 // flagIdempotencyKey is the flag of the caller's idempotency key.
@@ -342,14 +353,22 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	defer k.Close()
 	now := time.Now()
 	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
-	if r.idemKey == "" && k.IdempotencyPolicy(r.desc.ID).Enabled {
-		r.idemKey, r.genKey = newIdempotencyKey(), true
+	// A key is generated only where a rerun can use it: when the records
+	// outlive this process. An in-process store dies with the command,
+	// which makes one call: a generated key would protect nothing.
+	enabled, shared := k.IdempotencyPolicy(r.desc.ID).Enabled, k.IdempotencyOutlivesProcess()
+	if r.idemKey == "" && enabled && shared {
+		r.idemKey = newIdempotencyKey()
 	}
 	if r.idemKey != "" {
-		if !pipeline.ValidIdempotencyKey(r.idemKey) {
+		valid := pipeline.ValidIdempotencyKey(r.idemKey)
+		if !valid && enabled {
 			req.Reject = pipeline.ErrIdempotencyKeyMalformed()
 		}
-		req.IdempotencyKey = r.idemKey
+		if valid {
+			req.IdempotencyKey = r.idemKey
+		}
+		r.keyed, r.shared = valid && enabled, valid && enabled && shared
 	}
 	if timeout.set {
 		req.Deadline = now.Add(timeout.d)
@@ -401,6 +420,9 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 		}
 		err := r.fail(out.Err, out.TraceID)
 		replayed()
+		if kind := pipeline.KindOf(out.Err); r.shared && (kind == pipeline.KindTimeout || kind == pipeline.KindCanceled) {
+			r.awaitOutcome(k, kind, in)
+		}
 		return err
 	}
 	replayed()
@@ -409,6 +431,32 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)), out.TraceID)
 	}
 	return nil
+}
+
+// awaitOutcome is called after a TIMEOUT or CANCELLED failure (kind) of a
+// call whose key's record outlives the process, once the failure has been
+// reported: the handler may still run (a straggler), and its outcome is
+// stored under the key only when it returns, which it can do only while
+// the process lives. So the command waits for it — at most the store's
+// lease, after which a vanished holder's key is free anyway — before it
+// closes the kernel and exits with the failure's code. A signal stops the
+// waiting: the first one after a TIMEOUT, and after a CANCELLED (a signal
+// already) the second, which exits at once (WithExit).
+func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrupts) {
+	if k.Running() == 0 {
+		return // the call never started, or has returned: its outcome is stored
+	}
+	lease := k.IdempotencyStore().Lease()
+	parent := in.ctx
+	if kind == pipeline.KindCanceled || parent.Err() != nil {
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, cancel := context.WithTimeout(parent, lease)
+	defer cancel()
+	fmt.Fprintf(r.stderr, "waiting for the running call to finish, so that its outcome is stored under the key (at most %s; Ctrl-C stops waiting)\n", lease)
+	if err := k.Wait(ctx); err != nil {
+		fmt.Fprintf(r.stderr, "stopped waiting: the call still runs; its key is free again once its lease (%s) ends, and a rerun then runs the operation again\n", lease)
+	}
 }
 
 // kernelOf calls newKernel, turning a nil kernel, and a typed nil
@@ -477,15 +525,22 @@ func inputFailure(err error) *pipeline.Error {
 // for it.
 func (r *runner) fail(err error, traceID string) error {
 	pe := pipeline.AsError(err)
-	if k := pe.Kind(); r.idemKey != "" && pipeline.ValidIdempotencyKey(r.idemKey) && (k == pipeline.KindTimeout || k == pipeline.KindCanceled) {
+	if k := pe.Kind(); r.keyed && (k == pipeline.KindTimeout || k == pipeline.KindCanceled) {
 		// The key goes with a failure after which the operation may have
-		// run on (exit 7, exit 8), so that a rerun can reuse it and get this
-		// call's outcome instead of running again.
+		// run on (exit 7, exit 8).
 		pe = pe.WithDetail("idempotencyKey", r.idemKey)
 	}
 	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe, traceID)
 	if _, ok := pe.Detail("idempotencyKey"); ok {
-		fmt.Fprintf(r.stderr, "rerun with --%s %s to get this call's outcome instead of running it again\n", flagIdempotencyKey, r.idemKey)
+		if r.shared {
+			// The record outlives the process, and the command waits for the
+			// running call's outcome before it exits (awaitOutcome).
+			fmt.Fprintf(r.stderr, "rerun with --%s %s to get this call's outcome instead of running it again\n", flagIdempotencyKey, r.idemKey)
+		} else {
+			fmt.Fprintf(r.stderr, "note: this command keeps idempotency records in its own process only (no shared store such as Redis), "+
+				"so a rerun with --%s %s runs the operation again; only the services it called, which received the key, can recognise it\n",
+				flagIdempotencyKey, r.idemKey)
+		}
 	}
 	return &ExitError{Code: ExitCodeFor(pe.Kind()), Err: pe}
 }
