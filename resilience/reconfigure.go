@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/sundial-go/sundial/resilience/internal/window"
@@ -75,4 +76,42 @@ func (l *FixedWindow) reconfigure(now time.Time, limit int, length time.Duration
 	next = newOperationWindow(limit, newLength, newQueue)
 	next.origin = switchAt
 	return cur, next, switchAt
+}
+
+// SetPermitLimit changes the window's limit in place, keeping the permits
+// already taken in the current window (a lower limit admits nothing more
+// in it once they reach the new one) and the calls queued. Its length and
+// queue stay as they are; to change those, make a new FixedWindow. It
+// fails when limit is not positive.
+func (l *FixedWindow) SetPermitLimit(limit int) error {
+	if limit <= 0 {
+		return fmt.Errorf("resilience: SetPermitLimit(%d): want a positive limit", limit)
+	}
+	since := max(time.Since(l.origin), 0)
+	if l.nq != nil {
+		l.nq.setLimit(since, limit)
+		return nil
+	}
+	l.mu.Lock()
+	l.st.SetLimit(since, limit)
+	l.mu.Unlock()
+	return nil
+}
+
+// Quota reports the current window: its limit, length, the permits left
+// and the time until the next one opens.
+func (l *FixedWindow) Quota() Quota { return l.quota() }
+
+// SetLimits changes the limit and the queue in place: the slots held stay
+// held, so with a lower limit nobody is admitted until fewer than limit
+// are in flight; with a higher one waiters are admitted at once, oldest
+// first. When more calls wait than the new queue holds, the newest of
+// them are turned away with ErrLimited. It fails when limit is not
+// positive or queueLimit is negative.
+func (l *ConcurrencyLimiter) SetLimits(limit, queueLimit int) error {
+	if limit <= 0 || queueLimit < 0 {
+		return fmt.Errorf("resilience: SetLimits(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
+	}
+	l.setLimits(limit, queueLimit)
+	return nil
 }

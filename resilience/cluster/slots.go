@@ -17,19 +17,23 @@ import (
 // acquireScript takes a concurrency lease. KEYS[1] is a sorted set of
 // leases scored by their expiry (µs on the server's clock); expired ones
 // are dropped first, so a replica killed with calls in flight gives its
-// slots back without anyone's help. ARGV: limit, member, lease (µs).
+// slots back without anyone's help. ARGV: limit, member, lease (µs,
+// positive: a lease that would expire at once, or never, is an error).
 // Returns 1 when the lease was taken, 0 when every slot is held.
 var acquireScript = redis.NewScript(`
+local lease = tonumber(ARGV[3])
+if not lease or lease <= 0 then
+  return redis.error_reply('sundial: lease must be positive')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
   return 0
 end
-local exp = now + tonumber(ARGV[3])
-redis.call('ZADD', KEYS[1], exp, ARGV[2])
+redis.call('ZADD', KEYS[1], string.format('%d', now + lease), ARGV[2])
 local ttl = redis.call('PTTL', KEYS[1])
-local want = math.ceil(tonumber(ARGV[3]) / 1000)
+local want = math.ceil(lease / 1000)
 if ttl < want then
   redis.call('PEXPIRE', KEYS[1], want)
 end
@@ -41,37 +45,76 @@ return 1
 // to the process: FIFO, bounded by ConcurrencyQueueLimit, its head asking
 // the store every PollInterval and at once when a call of this process
 // releases a slot.
+//
+// A Store has one Slots per operation: a reload changes it in place
+// (Store.Slots), so its queue and its Local fallback keep the calls they
+// hold.
 type Slots struct {
-	st                   *opState
-	key                  string
-	limit, queue, expect int
-	seq                  atomic.Uint64
+	st  *opState
+	key string
+	cfg atomic.Pointer[slotsConfig]
+	seq atomic.Uint64
 
 	mu      sync.Mutex
 	waiters []*slotWaiter
 
-	local atomic.Pointer[resilience.ConcurrencyLimiter]
-	fbN   atomic.Int64
+	fbMu  sync.Mutex // serialises changes of the local fallback's limits
+	local atomic.Pointer[fallbackSlots]
+}
+
+// MaxLease bounds a concurrency lease: a call whose deadline is further
+// away holds its slot in the store for at most MaxLease plus the grace (a
+// deadline centuries away would otherwise overflow the lease into the
+// past, and the slot would not be counted at all).
+const MaxLease = 24 * time.Hour
+
+// slotsConfig is one policy's view of a Slots.
+type slotsConfig struct{ limit, queue, expect int }
+
+// fallbackSlots is the Local fallback of a Slots and its limits.
+type fallbackSlots struct {
+	cl           *resilience.ConcurrencyLimiter
+	limit, queue int
 }
 
 type slotWaiter struct {
 	head chan struct{} // closed when it becomes the head of the queue
 	kick chan struct{} // a slot may have been freed here (buffered, 1)
+	out  chan struct{} // closed when a shorter queue turns it away
 }
 
 // Slots returns the shared concurrency limit of operation id under policy
 // p (ConcurrencyLimit, ConcurrencyQueueLimit, StoreTimeout, OnStoreError,
-// ExpectedReplicas).
+// ExpectedReplicas). Called again for the same id (a reload) it returns
+// the same Slots with p in force: the leases held stay held, so with a
+// lower limit nobody is admitted until fewer are held; a shorter queue
+// turns its newest excess waiters away.
 func (s *Store) Slots(id string, p resilience.Policy) (*Slots, error) {
 	if p.ConcurrencyLimit <= 0 || !validID(id) {
 		return nil, fmt.Errorf("cluster: slots of %q: want a positive ConcurrencyLimit and a valid ID", id)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	st, err := s.state(id, p)
 	if err != nil {
 		return nil, err
 	}
-	return &Slots{st: st, key: s.opKey(id, "c"), limit: p.ConcurrencyLimit,
-		queue: max(p.ConcurrencyQueueLimit, 0), expect: p.ExpectedReplicas}, nil
+	c := s.slots[id]
+	if c == nil {
+		c = &Slots{st: st, key: s.opKey(id, "c")}
+		s.slots[id] = c
+	}
+	cfg := &slotsConfig{limit: p.ConcurrencyLimit, queue: max(p.ConcurrencyQueueLimit, 0), expect: p.ExpectedReplicas}
+	c.cfg.Store(cfg)
+	c.mu.Lock()
+	for len(c.waiters) > cfg.queue {
+		w := c.waiters[len(c.waiters)-1]
+		c.waiters = c.waiters[:len(c.waiters)-1]
+		close(w.out)
+	}
+	c.mu.Unlock()
+	c.kickHead() // a higher limit may admit the head at once
+	return c, nil
 }
 
 // Acquire implements resilience.SharedSlots.
@@ -86,11 +129,11 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 	}
 	// Every slot is held: wait in the local queue.
 	c.mu.Lock()
-	if len(c.waiters) >= c.queue {
+	if len(c.waiters) >= c.cfg.Load().queue {
 		c.mu.Unlock()
 		return nil, resilience.ErrLimited
 	}
-	w := &slotWaiter{head: make(chan struct{}), kick: make(chan struct{}, 1)}
+	w := &slotWaiter{head: make(chan struct{}), kick: make(chan struct{}, 1), out: make(chan struct{})}
 	c.waiters = append(c.waiters, w)
 	if len(c.waiters) == 1 {
 		close(w.head)
@@ -100,6 +143,8 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 
 	select {
 	case <-w.head:
+	case <-w.out:
+		return nil, resilience.ErrLimited
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -109,6 +154,8 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-w.out:
+			return nil, resilience.ErrLimited
 		case <-w.kick:
 		case <-t.C:
 		}
@@ -131,16 +178,18 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 		rel, err = c.fallback(ctx)
 		return false, rel, err
 	}
+	cfg := c.cfg.Load()
 	lease := c.st.s.cfg.DefaultLease
 	if d, has := ctx.Deadline(); has {
 		lease = max(time.Until(d), 0)
 	}
-	lease += c.st.s.cfg.LeaseGrace
+	lease = min(lease, MaxLease) + c.st.s.cfg.LeaseGrace
 	sctx, cancel := c.st.storeCtx(ctx)
-	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key}, c.limit, member, lease.Microseconds()).Int64()
+	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key}, cfg.limit, member, max(lease.Microseconds(), 1)).Int64()
 	cancel()
 	if serr != nil {
 		if cerr := callerEnded(ctx); cerr != nil {
+			c.st.callerLeft(probing)
 			return false, nil, cerr
 		}
 	}
@@ -154,17 +203,20 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 // releaser returns the release of lease member: the lease is removed in
 // the background (bounded by StoreTimeout; when the store is gone it
 // expires by itself), then the head of the local queue asks at once.
+//
+// After Close nothing is removed: the lease expires by itself.
 func (c *Slots) releaser(member string) func() {
 	return func() {
 		s := c.st.s
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), c.st.timeout)
+		timeout := c.st.timeout()
+		if !s.spawn(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			_ = s.rdb.ZRem(ctx, c.key, member).Err()
 			cancel()
 			c.kickHead()
-		}()
+		}) {
+			c.kickHead()
+		}
 	}
 }
 
@@ -207,21 +259,39 @@ func (c *Slots) QueueDepth() int {
 // fallback applies OnStoreError while the store is unreachable.
 func (c *Slots) fallback(ctx context.Context) (func(), error) {
 	markDegraded(ctx)
-	switch c.st.mode {
+	switch c.st.mode() {
 	case Open:
 		return func() {}, nil
 	case Closed:
 		return nil, resilience.ErrLimited
 	}
-	n := c.st.share(c.limit, c.expect)
-	l := c.local.Load()
-	if l == nil || c.fbN.Load() != int64(n) {
-		l, _ = resilience.NewConcurrencyLimiter(n, c.queue)
-		c.local.Store(l)
-		c.fbN.Store(int64(n))
-	}
+	l := c.localSlots(c.cfg.Load())
 	if err := l.Acquire(ctx); err != nil {
 		return nil, err
 	}
 	return l.Release, nil
+}
+
+// localSlots returns the Local fallback with this replica's share of
+// cfg's limit: always the same limiter, its limits changed in place, so
+// the calls it admitted stay counted when the share or the policy
+// changes.
+func (c *Slots) localSlots(cfg *slotsConfig) *resilience.ConcurrencyLimiter {
+	n := c.st.share(cfg.limit, cfg.expect)
+	if l := c.local.Load(); l != nil && l.limit == n && l.queue == cfg.queue {
+		return l.cl
+	}
+	c.fbMu.Lock()
+	defer c.fbMu.Unlock()
+	l := c.local.Load()
+	switch {
+	case l == nil:
+		cl, _ := resilience.NewConcurrencyLimiter(n, cfg.queue)
+		l = &fallbackSlots{cl: cl, limit: n, queue: cfg.queue}
+	case l.limit != n || l.queue != cfg.queue:
+		_ = l.cl.SetLimits(n, cfg.queue)
+		l = &fallbackSlots{cl: l.cl, limit: n, queue: cfg.queue}
+	}
+	c.local.Store(l)
+	return l.cl
 }

@@ -75,8 +75,8 @@ const (
 // Config tunes a Store. Zero values take the defaults above.
 type Config struct {
 	// KeyPrefix starts every key ("sundial"): keys of operation id are
-	// "{<prefix>:<id>}:w" and "{<prefix>:<id>}:c", one hash slot per
-	// operation.
+	// "{<prefix>:<id>}:w:<window length in µs>" and "{<prefix>:<id>}:c",
+	// one hash slot per operation.
 	KeyPrefix string
 	// LeaseGrace is how long after its holder's deadline a concurrency
 	// lease expires by itself.
@@ -107,12 +107,14 @@ type Store struct {
 
 	replicas atomic.Int64 // live replicas last counted (>= 1)
 
-	mu  sync.Mutex
-	ops map[string]*opState
+	mu      sync.Mutex
+	ops     map[string]*opState
+	windows map[string]*Window
+	slots   map[string]*Slots
+	closed  bool // under mu: no more background work (spawn)
 
-	bg     sync.WaitGroup
-	stop   chan struct{}
-	closed atomic.Bool
+	bg   sync.WaitGroup
+	stop chan struct{}
 }
 
 // New returns a Store on rdb. It starts the replica heartbeat; Close stops
@@ -137,7 +139,8 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	s := &Store{rdb: rdb, cfg: cfg, instance: hex.EncodeToString(b), ops: make(map[string]*opState), stop: make(chan struct{})}
+	s := &Store{rdb: rdb, cfg: cfg, instance: hex.EncodeToString(b), ops: make(map[string]*opState),
+		windows: make(map[string]*Window), slots: make(map[string]*Slots), stop: make(chan struct{})}
 	s.replicas.Store(1)
 	s.bg.Add(1)
 	go s.heartbeat()
@@ -160,15 +163,37 @@ func (s *Store) Load(ctx context.Context) error {
 // waits for background store calls (give-backs, releases), each bounded
 // by its timeout. It does not close the client.
 func (s *Store) Close() error {
-	if !s.closed.CompareAndSwap(false, true) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
+	s.closed = true
+	s.mu.Unlock()
 	close(s.stop)
 	s.bg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultStoreTimeout)
 	defer cancel()
 	_ = s.rdb.ZRem(ctx, s.replicaKey(), s.instance).Err()
 	return nil
+}
+
+// spawn runs f in the background, counted by Close's wait; after Close it
+// does not run f and returns false. (Counting under the lock that Close
+// sets closed with keeps a WaitGroup Add from racing with its Wait.)
+func (s *Store) spawn(f func()) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
+	return true
 }
 
 // Replicas returns the number of live replicas last counted (at least 1).
@@ -205,13 +230,18 @@ func (s *Store) opKey(id, suffix string) string {
 }
 
 // heartbeatScript announces a replica until now+ttl and returns the count
-// of replicas whose announcement is still valid.
+// of replicas whose announcement is still valid. The key's expiry is only
+// ever lengthened: a replica with a shorter heartbeat must not expire the
+// announcements of one with a longer heartbeat.
 var heartbeatScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000))
+redis.call('ZADD', KEYS[1], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+local want = math.ceil(tonumber(ARGV[2]) / 1000)
+if redis.call('PTTL', KEYS[1]) < want then
+  redis.call('PEXPIRE', KEYS[1], want)
+end
 return redis.call('ZCARD', KEYS[1])
 `)
 
@@ -242,33 +272,41 @@ func (s *Store) beat() {
 // opState is the degraded state of one operation, shared by its window and
 // its slots.
 type opState struct {
-	s       *Store
-	id      string
-	mode    Mode
-	timeout time.Duration
+	s   *Store
+	id  string
+	cfg atomic.Pointer[opConfig] // replaced by a reload while calls read it
 
 	degraded atomic.Bool
 	nextTry  atomic.Int64 // unix nanos: when a degraded op tries the store again
 	trying   atomic.Bool  // one call at a time tries a degraded store
 }
 
+// opConfig is what an operation's policy says about its store.
+type opConfig struct {
+	mode    Mode
+	timeout time.Duration
+}
+
+func (st *opState) mode() Mode             { return st.cfg.Load().mode }
+func (st *opState) timeout() time.Duration { return st.cfg.Load().timeout }
+
+// state returns the state of operation id with p's OnStoreError and
+// StoreTimeout in force; s.mu is held.
 func (s *Store) state(id string, p resilience.Policy) (*opState, error) {
 	mode, err := ParseMode(p.OnStoreError)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.ops[id]
 	if st == nil {
 		st = &opState{s: s, id: id}
 		s.ops[id] = st
 	}
-	st.mode = mode
-	st.timeout = p.StoreTimeout
-	if st.timeout <= 0 {
-		st.timeout = DefaultStoreTimeout
+	c := &opConfig{mode: mode, timeout: p.StoreTimeout}
+	if c.timeout <= 0 {
+		c.timeout = DefaultStoreTimeout
 	}
+	st.cfg.Store(c)
 	return st, nil
 }
 
@@ -286,6 +324,15 @@ func (st *opState) useStore() (use, probing bool) {
 		return true, true
 	}
 	return false, false
+}
+
+// callerLeft is the end of a store call cut short by its caller (its
+// context ended or its deadline passed): it says nothing about the store,
+// and a probe frees the way for the next one.
+func (st *opState) callerLeft(probing bool) {
+	if probing {
+		st.trying.Store(false)
+	}
 }
 
 // result records the outcome of a store call; it returns whether the
@@ -306,7 +353,7 @@ func (st *opState) result(err error, probing bool) bool {
 	st.nextTry.Store(time.Now().Add(st.s.cfg.RetryInterval).UnixNano())
 	if st.degraded.CompareAndSwap(false, true) {
 		st.s.cfg.Logger.Warn("sundial: cluster limits degraded: the store is unreachable or slow",
-			"operation", st.id, "onStoreError", string(st.mode), "error", err.Error())
+			"operation", st.id, "onStoreError", string(st.mode()), "error", err.Error())
 		if f := st.s.cfg.OnTransition; f != nil {
 			f(st.id, true)
 		}
@@ -322,7 +369,7 @@ func (st *opState) retryIn() time.Duration {
 // storeCtx bounds one store call by the operation's StoreTimeout and the
 // caller's context (its deadline and cancellation).
 func (st *opState) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, st.timeout)
+	return context.WithTimeout(ctx, st.timeout())
 }
 
 // share is this replica's part of limit while degraded in Local mode.

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +19,12 @@ import (
 // KEYS[1] is a hash: w (index of the window the record is at), u (permits
 // taken in window w), a (reservations in windows after w, filled in
 // order, limit per window). Windows are aligned to multiples of the
-// length on the server's clock (TIME). ARGV: limit, length (µs), queue
-// limit, the caller's remaining time (µs; -1 for none).
+// length on the server's clock (TIME); the length is part of the key, so
+// replicas configured with another length never read these indexes. A
+// record ahead of the clock (the server's clock stepped back) counts as
+// the current window. ARGV: limit, length (µs), queue limit, the caller's
+// remaining time (µs; -1 for none). Numbers written back are formatted as
+// integers (Lua's default %.14g would round a large index).
 //
 // Returns {decision, µs, remaining, reset µs}: decision 1 admitted now; 2
 // a permit reserved in a later window opening in µs; 0 rejected, the
@@ -36,6 +42,9 @@ local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a')
 local w = tonumber(st[1]) or cur
 local u = tonumber(st[2]) or 0
 local a = tonumber(st[3]) or 0
+if w > cur then
+  w = cur
+end
 if w < cur then
   local skip = math.min(a, limit * (cur - w - 1))
   a = a - skip
@@ -60,7 +69,7 @@ else
     res = {2, wait, 0, reset}
   end
 end
-redis.call('HSET', KEYS[1], 'w', w, 'u', u, 'a', a)
+redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'u', string.format('%d', u), 'a', string.format('%d', a))
 redis.call('PEXPIRE', KEYS[1], math.ceil((math.floor(a / limit) + 2) * len / 1000))
 return res
 `)
@@ -88,13 +97,12 @@ return 0
 `)
 
 // Window is the fixed window of one operation shared through the store;
-// it implements resilience.SharedWindow.
+// it implements resilience.SharedWindow. A Store has one Window per
+// operation: a reload changes it in place (Store.Window), so its Local
+// fallback keeps counting the permits it gave.
 type Window struct {
-	st                   *opState
-	key                  string
-	limit, queue, expect int
-	length               time.Duration
-	args                 [3]any // limit, length µs, queue limit
+	st  *opState
+	cfg atomic.Pointer[windowConfig]
 
 	// exhausted is the monotonic time (since origin) until which the window
 	// is known to be used up with a full queue: rejections cost no round
@@ -102,17 +110,39 @@ type Window struct {
 	origin    time.Time
 	exhausted atomic.Int64
 
-	local atomic.Pointer[resilience.FixedWindow] // the Local fallback
-	fbN   atomic.Int64                           // its limit
+	fbMu  sync.Mutex                     // serialises changes of local
+	local atomic.Pointer[fallbackWindow] // the Local fallback
+}
+
+// windowConfig is one policy's view of a Window.
+type windowConfig struct {
+	key                  string
+	limit, queue, expect int
+	length               time.Duration
+	args                 [3]any // limit, length µs, queue limit
+}
+
+// fallbackWindow is the Local fallback of a Window and what it was made for.
+type fallbackWindow struct {
+	fw     *resilience.FixedWindow
+	limit  int
+	length time.Duration
+	queue  int
 }
 
 // Window returns the shared window of operation id under policy p
 // (PermitLimit, Window, QueueLimit, StoreTimeout, OnStoreError,
-// ExpectedReplicas).
+// ExpectedReplicas). Called again for the same id (a reload) it returns
+// the same Window with p in force for the calls that arrive from then on.
+// A new length counts in a key of its own from the first call under it:
+// while replicas disagree on it (a rolling reload), each length is
+// counted apart.
 func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 	if p.PermitLimit <= 0 || !validID(id) {
 		return nil, fmt.Errorf("cluster: window of %q: want a positive PermitLimit and a valid ID", id)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	st, err := s.state(id, p)
 	if err != nil {
 		return nil, err
@@ -122,22 +152,30 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 		length = resilience.DefaultWindow
 	}
 	length = max(length.Round(time.Microsecond), time.Microsecond)
-	w := &Window{st: st, key: s.opKey(id, "w"), limit: p.PermitLimit, queue: max(p.QueueLimit, 0),
-		expect: p.ExpectedReplicas, length: length, origin: time.Now()}
-	w.args = [3]any{w.limit, length.Microseconds(), w.queue}
+	c := &windowConfig{key: s.opKey(id, "w:"+strconv.FormatInt(length.Microseconds(), 10)),
+		limit: p.PermitLimit, queue: max(p.QueueLimit, 0), expect: p.ExpectedReplicas, length: length}
+	c.args = [3]any{c.limit, length.Microseconds(), c.queue}
+	w := s.windows[id]
+	if w == nil {
+		w = &Window{st: st, origin: time.Now()}
+		s.windows[id] = w
+	}
+	w.cfg.Store(c)
+	w.exhausted.Store(0) // known for the old limits only
 	return w, nil
 }
 
 // Take implements resilience.SharedWindow.
 func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience.Quota, error) {
+	c := w.cfg.Load()
 	if until := w.exhausted.Load(); until != 0 {
 		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
-			return w.rejected(left)
+			return c.rejected(left)
 		}
 	}
 	use, probing := w.st.useStore()
 	if !use {
-		return w.fallback(ctx)
+		return w.fallback(ctx, c)
 	}
 	left := int64(-1)
 	if d, ok := ctx.Deadline(); ok {
@@ -145,21 +183,22 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 	}
 	sent := time.Now()
 	sctx, cancel := w.st.storeCtx(ctx)
-	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{w.key}, w.args[0], w.args[1], w.args[2], left).Int64Slice()
+	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{c.key}, c.args[0], c.args[1], c.args[2], left).Int64Slice()
 	cancel()
 	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("cluster: window script returned %d values", len(res))
 	}
 	if err != nil {
 		if cerr := callerEnded(ctx); cerr != nil {
+			w.st.callerLeft(probing)
 			return resilience.Quota{}, cerr
 		}
 	}
 	if !w.st.result(err, probing) {
-		return w.fallback(ctx)
+		return w.fallback(ctx, c)
 	}
 	us := time.Duration(res[1]) * time.Microsecond
-	q := resilience.Quota{Limit: w.limit, Window: w.length, Remaining: int(res[2]), Reset: time.Duration(res[3]) * time.Microsecond}
+	q := resilience.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: time.Duration(res[3]) * time.Microsecond}
 	// The script ran at some instant between sent and now: its window
 	// ends no earlier than sent+reset, so what is left of it from now is at
 	// least reset-(now-sent). A reserved call wakes at the start of its
@@ -171,8 +210,8 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 		q.Reset = max(q.Reset-trip, time.Nanosecond) // > 0: the window has a known end
 		return q, nil
 	case 2:
-		err := w.sleep(ctx, us)
-		q.Remaining, q.Reset = 0, max(w.length-trip, time.Nanosecond)
+		err := w.sleep(ctx, c, us)
+		q.Remaining, q.Reset = 0, max(c.length-trip, time.Nanosecond)
 		return q, err
 	case 0:
 		w.exhausted.Store(int64(time.Since(w.origin) + us))
@@ -182,14 +221,14 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 
 // rejected is the rejection of a call while the window is known to be
 // exhausted for left more.
-func (w *Window) rejected(left time.Duration) (resilience.Quota, error) {
-	q := resilience.Quota{Limit: w.limit, Window: w.length, Reset: min(left, w.length)}
+func (c *windowConfig) rejected(left time.Duration) (resilience.Quota, error) {
+	q := resilience.Quota{Limit: c.limit, Window: c.length, Reset: min(left, c.length)}
 	return q, &resilience.LimitedError{RetryAfter: left, Quota: q}
 }
 
 // sleep waits d for the reserved window to open; when ctx ends first the
 // reservation is given back in the background (bounded by StoreTimeout).
-func (w *Window) sleep(ctx context.Context, d time.Duration) error {
+func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) error {
 	target := time.Now().Add(d)
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -198,54 +237,68 @@ func (w *Window) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 	}
-	s := w.st.s
-	if s.closed.Load() {
-		return ctx.Err()
-	}
 	// The window index on the server's clock is unknown here; the script
 	// identifies the reservation by index, computed from the time left
-	// before it (which both clocks measure alike).
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		gctx, cancel := context.WithTimeout(context.Background(), w.st.timeout)
+	// before it (which both clocks measure alike). After Close nothing is
+	// given back: the reservation lapses with its window.
+	s := w.st.s
+	timeout := w.st.timeout()
+	s.spawn(func() {
+		gctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		now, err := s.rdb.Time(gctx).Result()
 		if err != nil {
 			return
 		}
-		idx := now.Add(time.Until(target)).Add(w.length/2).UnixMicro() / w.length.Microseconds()
-		_ = giveBackScript.Run(gctx, s.rdb, []string{w.key}, idx, w.length.Microseconds()).Err()
-	}()
+		idx := now.Add(time.Until(target)).Add(c.length/2).UnixMicro() / c.length.Microseconds()
+		_ = giveBackScript.Run(gctx, s.rdb, []string{c.key}, idx, c.length.Microseconds()).Err()
+	})
 	return ctx.Err()
 }
 
 // fallback applies OnStoreError while the store is unreachable.
-func (w *Window) fallback(ctx context.Context) (resilience.Quota, error) {
+func (w *Window) fallback(ctx context.Context, c *windowConfig) (resilience.Quota, error) {
 	markDegraded(ctx)
-	switch w.st.mode {
+	switch w.st.mode() {
 	case Open:
-		return resilience.Quota{Limit: w.limit, Window: w.length, Remaining: w.limit}, nil
+		return resilience.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
 	case Closed:
 		retry := w.st.retryIn()
-		q := resilience.Quota{Limit: w.limit, Window: w.length, Reset: retry}
+		q := resilience.Quota{Limit: c.limit, Window: c.length, Reset: retry}
 		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
 	}
-	n := w.st.share(w.limit, w.expect)
-	l := w.local.Load()
-	if l == nil || w.fbN.Load() != int64(n) {
-		l, _ = resilience.NewFixedWindow(n, w.length, w.queue)
-		w.local.Store(l)
-		w.fbN.Store(int64(n))
-	}
+	l := w.localWindow(c, w.st.share(c.limit, c.expect))
 	retry, err := l.Wait(ctx)
-	q := resilience.Quota{Limit: n, Window: w.length}
 	if err != nil {
 		if ctx.Err() != nil {
-			return q, ctx.Err()
+			return resilience.Quota{Limit: l.Quota().Limit, Window: c.length}, ctx.Err()
 		}
-		q.Reset = retry
+		q := resilience.Quota{Limit: l.Quota().Limit, Window: c.length, Reset: retry}
 		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
 	}
-	return q, nil
+	return l.Quota(), nil
+}
+
+// localWindow returns the Local fallback for c with n permits: the same
+// limiter as before when only n changed (it keeps the permits it gave in
+// this window), a new one when the length or the queue did.
+func (w *Window) localWindow(c *windowConfig, n int) *resilience.FixedWindow {
+	if l := w.local.Load(); l != nil && l.limit == n && l.length == c.length && l.queue == c.queue {
+		return l.fw
+	}
+	w.fbMu.Lock()
+	defer w.fbMu.Unlock()
+	l := w.local.Load()
+	switch {
+	case l != nil && l.limit == n && l.length == c.length && l.queue == c.queue:
+	case l != nil && l.length == c.length && l.queue == c.queue:
+		_ = l.fw.SetPermitLimit(n)
+		l = &fallbackWindow{fw: l.fw, limit: n, length: c.length, queue: c.queue}
+		w.local.Store(l)
+	default:
+		fw, _ := resilience.NewFixedWindow(n, c.length, c.queue)
+		l = &fallbackWindow{fw: fw, limit: n, length: c.length, queue: c.queue}
+		w.local.Store(l)
+	}
+	return l.fw
 }

@@ -177,7 +177,7 @@ func TestClusterShopsShareLimits(t *testing.T) {
 	var samplers sync.WaitGroup
 	samplers.Go(func() {
 		for ctx.Err() == nil {
-			if n, err := rdb.HGet(ctx, "{shop-e2e:orders.create}:w", "a").Int64(); err == nil && n > maxQueued.Load() {
+			if n, err := rdb.HGet(ctx, "{shop-e2e:orders.create}:w:1000000", "a").Int64(); err == nil && n > maxQueued.Load() {
 				maxQueued.Store(n)
 			}
 			time.Sleep(5 * time.Millisecond)
