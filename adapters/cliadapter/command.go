@@ -535,7 +535,11 @@ func (r *runner) fail(err error, traceID string) error {
 		if r.shared {
 			// The record outlives the process, and the command waits for the
 			// running call's outcome before it exits (awaitOutcome).
-			fmt.Fprintf(r.stderr, "rerun with --%s %s to get this call's outcome instead of running it again\n", flagIdempotencyKey, r.idemKey)
+			// Whether the outcome will be stored is not known yet: a
+			// handler that stops on its context's end frees the key.
+			fmt.Fprintf(r.stderr, "rerun with --%s %s to get this call's outcome instead of running it again, once it has finished; "+
+				"a call that stopped without its effect (it returned TIMEOUT, CANCELLED or UNAVAILABLE, or never started) leaves the key free, and a rerun runs it\n",
+				flagIdempotencyKey, r.idemKey)
 		} else {
 			fmt.Fprintf(r.stderr, "note: this command keeps idempotency records in its own process only (no shared store such as Redis), "+
 				"so a rerun with --%s %s runs the operation again; only the services it called, which received the key, can recognise it\n",

@@ -439,3 +439,24 @@ func TestIdempotencyKeyHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestIdempotencyFingerprintCoversFieldsHiddenFromJSON: items.get's limit
+// comes from the query into a field tagged json:"-"; the same key with
+// another limit is another request (422), not a replay of the first.
+func TestIdempotencyFingerprintCoversFieldsHiddenFromJSON(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{config: `{"Sundial": {"Kernel": {"Resilience": {"Operations": {"items.get": {"Idempotency": {}}}}}}}`})
+	h := map[string]string{"Idempotency-Key": `"k-hidden"`}
+	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 || r.header.Get(httpadapter.HeaderIdempotentReplayed) != "true" {
+		t.Fatalf("same query: %d %v %s, want the replay", r.status, r.header, r.body)
+	}
+	if r := s.do(t, "GET", "/items/1?limit=2", "", h); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("same key, limit=2: %d %s, want 422", r.status, r.body)
+	}
+	if n := app.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}

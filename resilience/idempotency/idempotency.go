@@ -22,6 +22,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
@@ -128,13 +130,61 @@ var ErrTooLarge = errors.New("idempotency: the outcome does not fit in the store
 // declaration order, map keys sorted), so the same input gives the same
 // fingerprint whether it came over HTTP, gRPC or the CLI and whatever the
 // key order of the JSON the caller sent.
+//
+// Exported fields of the input struct tagged json:"-" are hashed too,
+// by name and value: such a field is typically filled from the URL path
+// or query (param:"account" json:"-", so that the body cannot set it),
+// and two calls that differ only there are different requests.
 func Fingerprint(input any) (string, error) {
 	b, err := json.Marshal(input)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	v := reflect.ValueOf(input)
+	for v.Kind() == reflect.Pointer && !v.IsNil() {
+		v = v.Elem()
+	}
+	var hidden []int
+	if v.Kind() == reflect.Struct {
+		hidden = hiddenFields(v.Type())
+	}
+	if len(hidden) == 0 {
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:]), nil
+	}
+	h := sha256.New()
+	h.Write(b)
+	for _, i := range hidden {
+		fb, err := json.Marshal(v.Field(i).Interface())
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte{0})
+		h.Write([]byte(v.Type().Field(i).Name))
+		h.Write([]byte{0})
+		h.Write(fb)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hiddenByType caches hiddenFields per struct type.
+var hiddenByType sync.Map // reflect.Type -> []int
+
+// hiddenFields returns the indexes of t's exported, non-embedded fields
+// that JSON skips (tag json:"-").
+func hiddenFields(t reflect.Type) []int {
+	if v, ok := hiddenByType.Load(t); ok {
+		return v.([]int)
+	}
+	var idx []int
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.IsExported() && !f.Anonymous && f.Tag.Get("json") == "-" {
+			idx = append(idx, i)
+		}
+	}
+	hiddenByType.Store(t, idx)
+	return idx
 }
 
 // ScopedKey returns the store key of an idempotency key: a hash of the

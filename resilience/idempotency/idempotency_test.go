@@ -2,6 +2,8 @@ package idempotency_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,7 +194,8 @@ func TestCodedFailureReplayed(t *testing.T) {
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	h := func(context.Context, *pipeline.Invocation) (any, error) {
 		n.Add(1)
-		return nil, pipeline.NotFound("SHOP_NOT_FOUND_001", "No card 9.").WithDetail("card", "9")
+		return nil, pipeline.NotFound("SHOP_NOT_FOUND_001", "No card 9.").WithDetail("card", "9").
+			WithDetail("big", int64(1)<<53+1).WithDetail("ratio", 0.5).WithDetail("ids", []int{7, 8})
 	}
 	_, err1, _ := call(mw, "k", chargeIn{"9", 1}, h)
 	_, err2, inv := call(mw, "k", chargeIn{"9", 1}, h)
@@ -200,8 +203,15 @@ func TestCodedFailureReplayed(t *testing.T) {
 	if n.Load() != 1 || !inv.Replayed() || e.Code() != "SHOP_NOT_FOUND_001" || e.Message() != "No card 9." || e.Kind() != pipeline.KindNotFound {
 		t.Fatalf("replay %v of %v, executions %d", err2, err1, n.Load())
 	}
+	// Details come back in their JSON form, integers exact (as int64).
 	if v, _ := e.Detail("card"); v != "9" {
 		t.Fatalf("details %v", e.Details())
+	}
+	big, _ := e.Detail("big")
+	ratio, _ := e.Detail("ratio")
+	ids, _ := e.Detail("ids")
+	if big != int64(1)<<53+1 || ratio != 0.5 || fmt.Sprint(ids) != "[7 8]" {
+		t.Fatalf("replayed details %#v %#v %#v, want int64 %d, 0.5, [7 8]", big, ratio, ids, int64(1)<<53+1)
 	}
 	// UNAVAILABLE frees the key: a retry runs.
 	h2 := func(context.Context, *pipeline.Invocation) (any, error) {
@@ -472,5 +482,30 @@ func TestRedisLeaseRenewed(t *testing.T) {
 	<-done
 	if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Replayed() || n.Load() != 1 {
 		t.Fatalf("%v replayed=%v executions %d", err, inv.Replayed(), n.Load())
+	}
+}
+
+// TestFingerprintIncludesFieldsHiddenFromJSON: a field JSON skips
+// (json:"-", filled from the path or query) is part of the fingerprint;
+// an input without such fields hashes as its JSON alone.
+func TestFingerprintIncludesFieldsHiddenFromJSON(t *testing.T) {
+	type payIn struct {
+		Account string `param:"account" json:"-"`
+		Amount  int    `json:"amount"`
+		secret  int
+	}
+	a, _ := idempotency.Fingerprint(&payIn{Account: "A", Amount: 5})
+	b, _ := idempotency.Fingerprint(payIn{Account: "B", Amount: 5})
+	a2, _ := idempotency.Fingerprint(payIn{Account: "A", Amount: 5, secret: 1})
+	if a == b {
+		t.Fatal("accounts A and B, same amount: same fingerprint")
+	}
+	if a != a2 {
+		t.Fatal("an unexported field changed the fingerprint")
+	}
+	plain, _ := idempotency.Fingerprint(chargeIn{"4242", 10})
+	js, _ := json.Marshal(chargeIn{"4242", 10})
+	if sum := sha256.Sum256(js); plain != hex.EncodeToString(sum[:]) {
+		t.Fatal("an input without hidden fields no longer hashes as its JSON")
 	}
 }

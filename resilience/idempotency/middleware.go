@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -261,16 +262,40 @@ func encode(out any, herr error) []byte {
 	return b
 }
 
+// numbers turns the json.Numbers of a decoded detail into int64 when
+// they are integers that fit, float64 otherwise, through maps and slices.
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbers(e)
+		}
+	}
+	return v
+}
+
 func (m *Middleware) decode(b []byte) (any, error) {
 	var s stored
-	if err := json.Unmarshal(b, &s); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // integers in details come back exact, as int64
+	if err := dec.Decode(&s); err != nil {
 		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: stored outcome does not decode", err)
 	}
 	if s.Kind != "" {
 		k, _ := pipeline.ParseKind(s.Kind)
 		e := pipeline.NewError(k, s.Code, s.Message)
 		for dk, dv := range s.Details {
-			e = e.WithDetail(dk, dv)
+			e = e.WithDetail(dk, numbers(dv))
 		}
 		if s.RetryAfter > 0 {
 			e = e.WithRetryAfter(time.Duration(s.RetryAfter) * time.Millisecond)

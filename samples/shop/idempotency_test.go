@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
@@ -104,11 +105,13 @@ func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
 	g, c := startCountedShop(t)
 	md := metadata.Pairs("idempotency-key", "order-43-charge")
+	var last *status.Status
 	call := func(timeout time.Duration, req string) (string, codes.Code, metadata.MD) {
 		ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), md), timeout)
 		defer cancel()
 		var hdr metadata.MD
 		out, st := g.call(ctx, t, "shop.v1.Billing", "Charge", req, grpc.Header(&hdr))
+		last = st
 		return out, st.Code(), hdr
 	}
 	req := `{"amount":7,"processMs":400}`
@@ -117,6 +120,9 @@ func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
 	}
 	if _, code, _ := call(5*time.Second, req); code != codes.AlreadyExists {
 		t.Fatalf("retry while running: %v, want AlreadyExists (409)", code)
+	}
+	if ri := retryInfoOf(last); ri == nil || ri.GetRetryDelay().AsDuration() != time.Second {
+		t.Fatalf("409 over gRPC: RetryInfo %v, want a retry delay of 1 s", ri)
 	}
 	var out string
 	var hdr metadata.MD
@@ -223,7 +229,7 @@ func handlerRuns(t *testing.T, path string) int {
 // charge on replica A, retried with the same key on replica B, is a
 // replay there (Idempotent-Replayed, the same charge ID), and the same
 // input through the shop CLI (a third process) with the key is a replay
-// too; the handler ran once, on A.
+// too, another amount exit 9 (UNPROCESSABLE); the handler ran once, on A.
 func TestShopReplicasShareIdempotency(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := clusterConfig(srv.Addr(), `"billing.charge":{"Idempotency":{"RetentionSeconds":600}}`)
@@ -268,6 +274,14 @@ func TestShopReplicasShareIdempotency(t *testing.T) {
 	_ = json.Unmarshal([]byte(stdout.String()), &fromCLI)
 	if fromCLI["chargeId"] == nil || fromCLI["chargeId"] != fromHTTP["chargeId"] || !strings.Contains(stderr.String(), "replayed") {
 		t.Fatalf("CLI: stdout %s stderr %s, want the replay of %s", stdout.String(), stderr.String(), first)
+	}
+	// The same key with another amount through the CLI: exit 9.
+	cmd = exec.Command(os.Args[0], "billing", "charge", "--amount", "8", "--process-ms", "20", "--idempotency-key", "replicas-1", "--config", path)
+	cmd.Env = childEnv()
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 9 || !strings.Contains(stderr.String(), pipeline.CodeIdempotencyMismatch) {
+		t.Fatalf("CLI, same key, another amount: %v, stderr %s; want exit 9 %s", err, stderr.String(), pipeline.CodeIdempotencyMismatch)
 	}
 	if na, nb := handlerRuns(t, a.handler), handlerRuns(t, b.handler); na != 1 || nb != 0 {
 		t.Fatalf("handler ran %d times on A and %d on B, want once on A", na, nb)
