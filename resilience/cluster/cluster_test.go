@@ -244,11 +244,12 @@ func TestSlotsSharedAcrossReplicas(t *testing.T) {
 }
 
 // TestLeaseOfDeadHolderExpires: a replica that dies holding a slot (it
-// never releases) gives it back by itself after its deadline plus the
-// grace.
+// never releases, and its heartbeat stops) gives it back by itself after
+// its deadline plus the grace.
 func TestLeaseOfDeadHolderExpires(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := cluster.Config{KeyPrefix: "t5", LeaseGrace: 200 * time.Millisecond, PollInterval: 5 * time.Millisecond}
+	cfg := cluster.Config{KeyPrefix: "t5", LeaseGrace: 200 * time.Millisecond, PollInterval: 5 * time.Millisecond,
+		Heartbeat: 50 * time.Millisecond}
 	p := resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1, StoreTimeout: time.Second}
 	dead := newReplica(t, srv, cfg)
 	ds, _ := dead.store.Slots("a.b", p)
@@ -258,7 +259,8 @@ func TestLeaseOfDeadHolderExpires(t *testing.T) {
 	if _, err := ds.Acquire(ctx, inv()); err != nil {
 		t.Fatal(err)
 	}
-	// The holder is gone: never released.
+	// The holder is gone: never released, its heartbeat stopped.
+	dead.store.Close()
 	live := newReplica(t, srv, cfg)
 	ls, _ := live.store.Slots("a.b", p)
 	wctx, wcancel := context.WithTimeout(t.Context(), 3*time.Second)

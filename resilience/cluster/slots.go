@@ -40,6 +40,25 @@ end
 return 1
 `)
 
+// renewScript lengthens the leases ARGV[2:] of calls that still run to
+// now + ARGV[1] µs (never shortens one), and the key's expiry with them. A
+// lease that lapsed (its call outlived its deadline by more than the
+// grace) is added back: the call still runs, and counting it is the truth.
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ext = tonumber(ARGV[1])
+local score = string.format('%d', now + ext)
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'GT', score, ARGV[i])
+end
+local want = math.ceil(ext / 1000)
+if redis.call('PTTL', KEYS[1]) < want then
+  redis.call('PEXPIRE', KEYS[1], want)
+end
+return 0
+`)
+
 // Slots is the concurrency limit of one operation shared through the
 // store; it implements resilience.SharedSlots. Its waiting queue is local
 // to the process: FIFO, bounded by ConcurrencyQueueLimit, its head asking
@@ -60,6 +79,15 @@ type Slots struct {
 
 	fbMu  sync.Mutex // serialises changes of the local fallback's limits
 	local atomic.Pointer[fallbackSlots]
+
+	// live holds the leases of this process's calls that still run: the
+	// heartbeat renews them (renew), so a call running past its deadline
+	// keeps its slot until it returns. renewMu orders a renewal and the
+	// removal of a lease it read, so a released lease is never renewed
+	// back into the store.
+	liveMu  sync.Mutex
+	live    map[string]struct{}
+	renewMu sync.Mutex
 }
 
 // MaxLease bounds a concurrency lease: a call whose deadline is further
@@ -101,7 +129,7 @@ func (s *Store) Slots(id string, p resilience.Policy) (*Slots, error) {
 	}
 	c := s.slots[id]
 	if c == nil {
-		c = &Slots{st: st, key: s.opKey(id, "c")}
+		c = &Slots{st: st, key: s.opKey(id, "c"), live: make(map[string]struct{})}
 		s.slots[id] = c
 	}
 	cfg := &slotsConfig{limit: p.ConcurrencyLimit, queue: max(p.ConcurrencyQueueLimit, 0), expect: p.ExpectedReplicas}
@@ -120,14 +148,22 @@ func (s *Store) Slots(id string, p resilience.Policy) (*Slots, error) {
 // Acquire implements resilience.SharedSlots.
 func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), error) {
 	member := c.st.s.instance + ":" + strconv.FormatUint(c.seq.Add(1), 36)
-	ok, rel, err := c.try(ctx, member)
-	if err != nil || rel != nil {
-		return rel, err
+	// First come, first served: while calls of this process wait, a new
+	// one queues behind them instead of asking the store first (it would
+	// take a slot freed for the head).
+	c.mu.Lock()
+	queued := len(c.waiters) > 0
+	c.mu.Unlock()
+	if !queued {
+		ok, rel, err := c.try(ctx, member)
+		if err != nil || rel != nil {
+			return rel, err
+		}
+		if ok {
+			return c.releaser(member), nil
+		}
 	}
-	if ok {
-		return c.releaser(member), nil
-	}
-	// Every slot is held: wait in the local queue.
+	// Every slot is held, or others wait: wait in the local queue.
 	c.mu.Lock()
 	if len(c.waiters) >= c.cfg.Load().queue {
 		c.mu.Unlock()
@@ -135,7 +171,8 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 	}
 	w := &slotWaiter{head: make(chan struct{}), kick: make(chan struct{}, 1), out: make(chan struct{})}
 	c.waiters = append(c.waiters, w)
-	if len(c.waiters) == 1 {
+	first := len(c.waiters) == 1
+	if first {
 		close(w.head)
 	}
 	c.mu.Unlock()
@@ -150,15 +187,21 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 	}
 	t := time.NewTimer(c.st.s.cfg.PollInterval)
 	defer t.Stop()
+	// A call that asked just now waits for the next poll or release; one
+	// that became the head behind others asks at once.
+	ask := queued || !first
 	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-w.out:
-			return nil, resilience.ErrLimited
-		case <-w.kick:
-		case <-t.C:
+		if !ask {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-w.out:
+				return nil, resilience.ErrLimited
+			case <-w.kick:
+			case <-t.C:
+			}
 		}
+		ask = false
 		ok, rel, err := c.try(ctx, member)
 		if err != nil || rel != nil {
 			return rel, err
@@ -184,10 +227,25 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 		lease = max(time.Until(d), 0)
 	}
 	lease = min(lease, MaxLease) + c.st.s.cfg.LeaseGrace
+	// Calls the Local fallback admitted while the store was unreachable
+	// still run after it answers again, and the store never saw them.
+	limit := cfg.limit
+	if l := c.local.Load(); l != nil {
+		limit = max(limit-l.cl.InFlight(), 0)
+	}
 	sctx, cancel := c.st.storeCtx(ctx)
-	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key}, cfg.limit, member, max(lease.Microseconds(), 1)).Int64()
+	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key}, limit, member, max(lease.Microseconds(), 1)).Int64()
 	cancel()
+	if serr == nil && n == 1 {
+		c.liveMu.Lock()
+		c.live[member] = struct{}{}
+		c.liveMu.Unlock()
+	}
 	if serr != nil {
+		// The script may have run with a reply that came too late to be
+		// read (the client gave up): a lease nobody holds would count
+		// against every replica until it expired.
+		c.remove(member)
 		if cerr := callerEnded(ctx); cerr != nil {
 			c.st.callerLeft(probing)
 			return false, nil, cerr
@@ -200,24 +258,51 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 	return n == 1, nil, nil
 }
 
-// releaser returns the release of lease member: the lease is removed in
-// the background (bounded by StoreTimeout; when the store is gone it
-// expires by itself), then the head of the local queue asks at once.
-//
-// After Close nothing is removed: the lease expires by itself.
-func (c *Slots) releaser(member string) func() {
-	return func() {
-		s := c.st.s
-		timeout := c.st.timeout()
-		if !s.spawn(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			_ = s.rdb.ZRem(ctx, c.key, member).Err()
-			cancel()
-			c.kickHead()
-		}) {
-			c.kickHead()
-		}
+// remove takes lease member out of the live leases and, in the
+// background (bounded by StoreTimeout), out of the store, then lets the
+// head of the local queue ask at once. After Close nothing is sent: the
+// lease expires by itself.
+func (c *Slots) remove(member string) {
+	c.liveMu.Lock()
+	delete(c.live, member)
+	c.liveMu.Unlock()
+	s := c.st.s
+	timeout := c.st.timeout()
+	if !s.spawn(func() {
+		c.renewMu.Lock() // a renewal that read member is over
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_ = s.rdb.ZRem(ctx, c.key, member).Err()
+		cancel()
+		c.renewMu.Unlock()
+		c.kickHead()
+	}) {
+		c.kickHead()
 	}
+}
+
+// renew lengthens the leases of this process's calls that still run to
+// now+ext (the heartbeat calls it).
+func (c *Slots) renew(ctx context.Context, ext time.Duration) {
+	c.renewMu.Lock()
+	defer c.renewMu.Unlock()
+	c.liveMu.Lock()
+	if len(c.live) == 0 {
+		c.liveMu.Unlock()
+		return
+	}
+	args := make([]any, 0, len(c.live)+1)
+	args = append(args, ext.Microseconds())
+	for m := range c.live {
+		args = append(args, m)
+	}
+	c.liveMu.Unlock()
+	_ = renewScript.Run(ctx, c.st.s.rdb, []string{c.key}, args...).Err()
+}
+
+// releaser returns the release of lease member (remove; when the store is
+// gone the lease expires by itself).
+func (c *Slots) releaser(member string) func() {
+	return func() { c.remove(member) }
 }
 
 func (c *Slots) kickHead() {
@@ -269,7 +354,9 @@ func (c *Slots) fallback(ctx context.Context) (func(), error) {
 	if err := l.Acquire(ctx); err != nil {
 		return nil, err
 	}
-	return l.Release, nil
+	// Once the store answers again, this call counts against the limit
+	// asked of it (try) until it returns; its return may admit the head.
+	return func() { l.Release(); c.kickHead() }, nil
 }
 
 // localSlots returns the Local fallback with this replica's share of

@@ -79,7 +79,10 @@ type Config struct {
 	// one hash slot per operation.
 	KeyPrefix string
 	// LeaseGrace is how long after its holder's deadline a concurrency
-	// lease expires by itself.
+	// lease expires by itself when nobody renews it. It is at least two
+	// heartbeats: a replica's heartbeat renews the leases of its calls
+	// that still run (one past its deadline keeps its slot until it
+	// returns), and the lease must outlast the wait for the next beat.
 	LeaseGrace time.Duration
 	// DefaultLease is the lease of a call without a deadline.
 	DefaultLease time.Duration
@@ -134,6 +137,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	def(&cfg.RetryInterval, DefaultRetryInterval)
 	def(&cfg.PollInterval, DefaultPollInterval)
 	def(&cfg.Heartbeat, DefaultHeartbeat)
+	cfg.LeaseGrace = max(cfg.LeaseGrace, 2*cfg.Heartbeat)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,7 +155,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 // go-redis retries a NOSCRIPT with EVAL). Call it at start-up to fail fast
 // on a wrong address or credentials.
 func (s *Store) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{windowScript, giveBackScript, acquireScript, heartbeatScript} {
+	for _, sc := range []*redis.Script{windowScript, giveBackScript, acquireScript, renewScript, heartbeatScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("cluster: load scripts: %w", err)
 		}
@@ -264,8 +268,24 @@ func (s *Store) beat() {
 	defer cancel()
 	ttl := 3 * s.cfg.Heartbeat.Microseconds()
 	n, err := heartbeatScript.Run(ctx, s.rdb, []string{s.replicaKey()}, s.instance, ttl).Int64()
-	if err == nil && n > 0 {
+	if err != nil {
+		return
+	}
+	if n > 0 {
 		s.replicas.Store(n)
+	}
+	// The leases of calls that still run are lengthened to outlast the
+	// next beats: a call past its deadline (the kernel lets it run on)
+	// keeps its slot until it returns; a killed replica's leases lapse
+	// within LeaseGrace plus two beats.
+	s.mu.Lock()
+	slots := make([]*Slots, 0, len(s.slots))
+	for _, c := range s.slots {
+		slots = append(slots, c)
+	}
+	s.mu.Unlock()
+	for _, c := range slots {
+		c.renew(ctx, s.cfg.LeaseGrace+2*s.cfg.Heartbeat)
 	}
 }
 
@@ -279,6 +299,7 @@ type opState struct {
 	degraded atomic.Bool
 	nextTry  atomic.Int64 // unix nanos: when a degraded op tries the store again
 	trying   atomic.Bool  // one call at a time tries a degraded store
+	checking atomic.Bool  // a health check runs (check)
 }
 
 // opConfig is what an operation's policy says about its store.
@@ -327,11 +348,34 @@ func (st *opState) useStore() (use, probing bool) {
 }
 
 // callerLeft is the end of a store call cut short by its caller (its
-// context ended or its deadline passed): it says nothing about the store,
-// and a probe frees the way for the next one.
+// context ended or its deadline passed). That says nothing about the
+// store, yet callers whose deadlines are all shorter than StoreTimeout
+// would never let a slow store be found out: a health check bounded by
+// StoreTimeout alone decides (check). A probe frees the way for the next
+// one after RetryInterval.
 func (st *opState) callerLeft(probing bool) {
 	if probing {
+		st.nextTry.Store(time.Now().Add(st.s.cfg.RetryInterval).UnixNano())
 		st.trying.Store(false)
+	}
+	st.check()
+}
+
+// check pings the store in the background, bounded by StoreTimeout only,
+// and records the result: a failure degrades the operation, an answer
+// recovers it. One check at a time per operation.
+func (st *opState) check() {
+	if !st.checking.CompareAndSwap(false, true) {
+		return
+	}
+	timeout := st.timeout()
+	if !st.s.spawn(func() {
+		defer st.checking.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		st.result(st.s.rdb.Ping(ctx).Err(), false)
+	}) {
+		st.checking.Store(false)
 	}
 }
 

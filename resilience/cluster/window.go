@@ -18,7 +18,12 @@ import (
 //
 // KEYS[1] is a hash: w (index of the window the record is at), u (permits
 // taken in window w), a (reservations in windows after w, filled in
-// order, limit per window). Windows are aligned to multiples of the
+// order, l per window), l (the PermitLimit they were filled under).
+// Reservations made under another limit keep their windows (their callers
+// sleep until then): when the limit changes, every window they reach
+// counts as full under the new one, and new reservations go after them —
+// no window gets more than the larger of the two limits, and none is left
+// unusable. Windows are aligned to multiples of the
 // length on the server's clock (TIME); the length is part of the key, so
 // replicas configured with another length never read these indexes. A
 // record ahead of the clock (the server's clock stepped back) counts as
@@ -38,19 +43,23 @@ local len = tonumber(ARGV[2])
 local qlim = tonumber(ARGV[3])
 local left = tonumber(ARGV[4])
 local cur = math.floor(now / len)
-local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a')
+local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a', 'l')
 local w = tonumber(st[1]) or cur
 local u = tonumber(st[2]) or 0
 local a = tonumber(st[3]) or 0
+local l = tonumber(st[4]) or limit
 if w > cur then
   w = cur
 end
 if w < cur then
-  local skip = math.min(a, limit * (cur - w - 1))
+  local skip = math.min(a, l * (cur - w - 1))
   a = a - skip
-  u = math.min(a, limit)
+  u = math.min(a, l)
   a = a - u
   w = cur
+end
+if l ~= limit and a > 0 then
+  a = math.ceil(a / l) * limit
 end
 local reset = (cur + 1) * len - now
 local res
@@ -69,28 +78,37 @@ else
     res = {2, wait, 0, reset}
   end
 end
-redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'u', string.format('%d', u), 'a', string.format('%d', a))
+redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'u', string.format('%d', u), 'a', string.format('%d', a), 'l', string.format('%d', limit))
 redis.call('PEXPIRE', KEYS[1], math.ceil((math.floor(a / limit) + 2) * len / 1000))
 return res
 `)
 
 // giveBackScript returns the reserved permit of a caller that left before
-// its window (ARGV[1], an index) opened; ARGV[2] is the length in µs.
+// its window (ARGV[1], an index) opened; ARGV[2] is the length in µs,
+// ARGV[3] the limit (for a record that does not say). Reservations are a
+// count filled window by window, so only one in the last reserved window
+// can be taken back: one in an earlier window stays counted (its window
+// admits one call less) rather than free a place in the last window, whose
+// sleepers would then be joined by one more.
 var giveBackScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local target = tonumber(ARGV[1])
 local len = tonumber(ARGV[2])
-local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a')
+local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a', 'l')
 local w = tonumber(st[1])
 if not w then return 0 end
 local u = tonumber(st[2]) or 0
 local a = tonumber(st[3]) or 0
+local l = tonumber(st[4]) or tonumber(ARGV[3])
 if w < target and a > 0 then
-  redis.call('HSET', KEYS[1], 'a', a - 1)
+  if target ~= w + 1 + math.floor((a - 1) / l) then
+    return 0
+  end
+  redis.call('HSET', KEYS[1], 'a', string.format('%d', a - 1))
   return 1
 elseif w == target and u > 0 and math.floor(now / len) == w then
-  redis.call('HSET', KEYS[1], 'u', u - 1)
+  redis.call('HSET', KEYS[1], 'u', string.format('%d', u - 1))
   return 1
 end
 return 0
@@ -101,14 +119,9 @@ return 0
 // operation: a reload changes it in place (Store.Window), so its Local
 // fallback keeps counting the permits it gave.
 type Window struct {
-	st  *opState
-	cfg atomic.Pointer[windowConfig]
-
-	// exhausted is the monotonic time (since origin) until which the window
-	// is known to be used up with a full queue: rejections cost no round
-	// trip then.
-	origin    time.Time
-	exhausted atomic.Int64
+	st     *opState
+	cfg    atomic.Pointer[windowConfig]
+	origin time.Time // exhausted counts from it
 
 	fbMu  sync.Mutex                     // serialises changes of local
 	local atomic.Pointer[fallbackWindow] // the Local fallback
@@ -120,6 +133,13 @@ type windowConfig struct {
 	limit, queue, expect int
 	length               time.Duration
 	args                 [3]any // limit, length µs, queue limit
+
+	// exhausted is the monotonic time (since the Window's origin) until
+	// which the window is known to be used up with a full queue under these
+	// limits: rejections cost no round trip then. It belongs to one
+	// config, so an answer to a call made before a reload cannot mark
+	// the new limits exhausted.
+	exhausted atomic.Int64
 }
 
 // fallbackWindow is the Local fallback of a Window and what it was made for.
@@ -161,14 +181,13 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 		s.windows[id] = w
 	}
 	w.cfg.Store(c)
-	w.exhausted.Store(0) // known for the old limits only
 	return w, nil
 }
 
 // Take implements resilience.SharedWindow.
 func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience.Quota, error) {
 	c := w.cfg.Load()
-	if until := w.exhausted.Load(); until != 0 {
+	if until := c.exhausted.Load(); until != 0 {
 		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
 			return c.rejected(left)
 		}
@@ -214,7 +233,7 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 		q.Remaining, q.Reset = 0, max(c.length-trip, time.Nanosecond)
 		return q, err
 	case 0:
-		w.exhausted.Store(int64(time.Since(w.origin) + us))
+		c.exhausted.Store(int64(time.Since(w.origin) + us))
 	}
 	return q, &resilience.LimitedError{RetryAfter: us, Quota: q}
 }
@@ -251,7 +270,7 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) er
 			return
 		}
 		idx := now.Add(time.Until(target)).Add(c.length/2).UnixMicro() / c.length.Microseconds()
-		_ = giveBackScript.Run(gctx, s.rdb, []string{c.key}, idx, c.length.Microseconds()).Err()
+		_ = giveBackScript.Run(gctx, s.rdb, []string{c.key}, idx, c.length.Microseconds(), c.limit).Err()
 	})
 	return ctx.Err()
 }

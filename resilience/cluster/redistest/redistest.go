@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -119,8 +120,9 @@ func (s *Server) Pause(d time.Duration) {
 	}
 }
 
-// Do sends one command over a fresh connection and returns the first line
-// of the reply (without its type byte). It is meant for setup and
+// Do sends one command over a fresh connection and returns its reply: a
+// bulk string's value ("" for nil), else the first line of the reply
+// (without its type byte; the count of an array). It is meant for setup and
 // inspection (FLUSHALL, KEYS, GET), not for load.
 func (s *Server) Do(args ...string) (string, error) { return s.do(args...) }
 
@@ -143,7 +145,8 @@ func (s *Server) do(args ...string) (string, error) {
 	if _, err := c.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	rd := bufio.NewReader(c)
+	line, err := rd.ReadString('\n')
 	if err != nil {
 		return "", err
 	}
@@ -151,8 +154,19 @@ func (s *Server) do(args ...string) (string, error) {
 	if line == "" {
 		return "", fmt.Errorf("empty reply")
 	}
-	if line[0] == '-' {
+	switch line[0] {
+	case '-':
 		return "", fmt.Errorf("redis: %s", line[1:])
+	case '$': // a bulk string: its value, "" for a nil one
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
 	}
 	return line[1:], nil
 }

@@ -11,6 +11,12 @@ func TestStartKillRestart(t *testing.T) {
 	if got, err := s.Do("SET", "k", "v"); err != nil || got != "OK" {
 		t.Fatalf("SET = %q, %v", got, err)
 	}
+	if got, err := s.Do("GET", "k"); err != nil || got != "v" {
+		t.Fatalf("GET = %q, %v; want the value", got, err)
+	}
+	if got, err := s.Do("GET", "missing"); err != nil || got != "" {
+		t.Fatalf("GET of a missing key = %q, %v; want \"\"", got, err)
+	}
 	s.Kill()
 	if _, err := s.Do("PING"); err == nil {
 		t.Fatal("PING answered after Kill")

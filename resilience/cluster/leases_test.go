@@ -1,0 +1,462 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/cluster"
+	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+)
+
+// serverWindow returns the index of the window of length on the server's clock.
+func serverWindow(t *testing.T, r *replica, length time.Duration) int64 {
+	now, err := r.rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Error(err)
+	}
+	return now.UnixMicro() / length.Microseconds()
+}
+
+// doneHook counts the commands named name once their reply is in.
+type doneHook struct {
+	name string
+	n    *atomic.Int64
+}
+
+func (h doneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h doneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == h.name {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+func (h doneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// windowCounter runs calls on w and counts, per window index on the
+// server's clock, the calls admitted.
+type windowCounter struct {
+	t      *testing.T
+	r      *replica
+	w      *cluster.Window
+	length time.Duration
+	mu     sync.Mutex
+	ran    map[int64]int
+}
+
+// countedWindow starts a store and the window of policy p on it, with its
+// script replies counted, and waits until margin is left in the current
+// window.
+func countedWindow(t *testing.T, prefix string, p resilience.Policy, margin time.Duration) (*replica, *windowCounter, *atomic.Int64) {
+	t.Helper()
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})
+	scripts := new(atomic.Int64)
+	r.rdb.AddHook(doneHook{name: "evalsha", n: scripts})
+	w, err := r.store.Window("a.b", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alignToWindow(t, r, p.Window, margin)
+	return r, &windowCounter{t: t, r: r, w: w, length: p.Window, ran: map[int64]int{}}, scripts
+}
+
+func (c *windowCounter) take(ctx context.Context) {
+	if _, err := c.w.Take(ctx, inv()); err == nil {
+		idx := serverWindow(c.t, c.r, c.length)
+		c.mu.Lock()
+		c.ran[idx]++
+		c.mu.Unlock()
+	}
+}
+
+func (c *windowCounter) max() (int64, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var at int64
+	most := 0
+	for idx, n := range c.ran {
+		if n > most {
+			at, most = idx, n
+		}
+	}
+	return at, most
+}
+
+// TestGiveBackInAnEarlierWindowStaysCounted: reservations are a count
+// filled window by window, so a caller leaving from a window before the
+// last one cannot be taken back without freeing a place in the last window
+// (which another caller then joins). PermitLimit 1: X reserves W+1, Y W+2;
+// X leaves; Z reserves W+3, not W+2 with Y (was: Y and Z both ran in W+2).
+func TestGiveBackInAnEarlierWindowStaysCounted(t *testing.T) {
+	p := resilience.Policy{PermitLimit: 1, Window: 400 * time.Millisecond, QueueLimit: 3, StoreTimeout: time.Second}
+	_, c, scripts := countedWindow(t, "l1", p, 300*time.Millisecond)
+	if _, err := c.w.Take(t.Context(), inv()); err != nil { // window W
+		t.Fatal(err)
+	}
+	xctx, xcancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.take(xctx) }) // X reserves W+1
+	waitFor(t, func() bool { return scripts.Load() == 2 })
+	wg.Go(func() { c.take(t.Context()) }) // Y reserves W+2
+	waitFor(t, func() bool { return scripts.Load() == 3 })
+	xcancel()                                              // X leaves: its give-back is one more script
+	waitFor(t, func() bool { return scripts.Load() == 4 }) // the give-back is done
+	wg.Go(func() { c.take(t.Context()) })                  // Z
+	wg.Wait()
+	if idx, n := c.max(); n > 1 {
+		t.Fatalf("window %d ran %d calls, PermitLimit 1 (per window: %v)", idx, n, c.ran)
+	}
+	if len(c.ran) != 2 {
+		t.Fatalf("Y and Z ran in %v, want two windows", c.ran)
+	}
+}
+
+// TestGiveBacksDoNotOverfillTheLastWindow: three rounds of "a queued
+// caller leaves, a new one comes" put no more than PermitLimit in any
+// window (was: 4 calls in one window with PermitLimit 1).
+func TestGiveBacksDoNotOverfillTheLastWindow(t *testing.T) {
+	p := resilience.Policy{PermitLimit: 1, Window: 300 * time.Millisecond, QueueLimit: 7, StoreTimeout: time.Second}
+	_, c, scripts := countedWindow(t, "l2", p, 250*time.Millisecond)
+	if _, err := c.w.Take(t.Context(), inv()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var cancels []context.CancelFunc
+	for i := range 3 { // X1..X3 reserve W+1..W+3
+		ctx, cancel := context.WithCancel(t.Context())
+		cancels = append(cancels, cancel)
+		wg.Go(func() { c.take(ctx) })
+		waitFor(t, func() bool { return scripts.Load() == int64(2+i) })
+	}
+	wg.Go(func() { c.take(t.Context()) }) // Y reserves W+4
+	waitFor(t, func() bool { return scripts.Load() == 5 })
+	for i, cancel := range cancels { // one leaves, a new one comes; three times
+		cancel()
+		waitFor(t, func() bool { return scripts.Load() == int64(6+2*i) })
+		wg.Go(func() { c.take(t.Context()) })
+		waitFor(t, func() bool { return scripts.Load() == int64(7+2*i) })
+	}
+	wg.Wait()
+	if idx, n := c.max(); n > 1 {
+		t.Fatalf("window %d ran %d calls, PermitLimit 1 (per window: %v)", idx, n, c.ran)
+	}
+	if len(c.ran) != 4 {
+		t.Fatalf("Y and the three late callers ran in %v, want four windows", c.ran)
+	}
+}
+
+// TestLoweringPermitLimitKeepsWindowsUsable: reservations made under
+// PermitLimit 10 (two windows' worth) keep their windows when the limit
+// drops to 2; the window after them admits 2 (was: the 20 reservations
+// were spread 2 per window, and windows nobody ran in admitted nobody).
+func TestLoweringPermitLimitKeepsWindowsUsable(t *testing.T) {
+	length := 300 * time.Millisecond
+	p := resilience.Policy{PermitLimit: 10, Window: length, QueueLimit: 20, StoreTimeout: time.Second}
+	r, c, scripts := countedWindow(t, "l3", p, 250*time.Millisecond)
+	w := c.w
+	var wg sync.WaitGroup
+	for range 30 { // 10 now, 10 reserved in W+1, 10 in W+2
+		wg.Go(func() { _, _ = w.Take(t.Context(), inv()) })
+	}
+	waitFor(t, func() bool { return scripts.Load() == 30 })
+	p.PermitLimit = 2
+	if _, err := r.store.Window("a.b", p); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait() // W+2 has opened
+	admitted := 0
+	for range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), length+length/2)
+		if _, err := w.Take(ctx, inv()); err == nil {
+			admitted++
+		}
+		cancel()
+	}
+	if admitted < 2 {
+		t.Fatalf("after the reserved windows, PermitLimit 2 admitted %d of 3 calls within a window and a half", admitted)
+	}
+}
+
+// TestRaisingPermitLimitDoesNotOverfill: raising PermitLimit 2 -> 10
+// with reservations in W+1..W+3 puts at most 10 in any window (was: 12 in
+// one, its 2 sleepers and 10 new calls).
+func TestRaisingPermitLimitDoesNotOverfill(t *testing.T) {
+	length := 400 * time.Millisecond
+	p := resilience.Policy{PermitLimit: 2, Window: length, QueueLimit: 6, StoreTimeout: time.Second}
+	r, c, scripts := countedWindow(t, "l4", p, 300*time.Millisecond)
+	start := serverWindow(t, r, length)
+	var wg sync.WaitGroup
+	for range 8 { // 2 now, 2 reserved in each of W+1, W+2, W+3
+		wg.Go(func() { c.take(t.Context()) })
+	}
+	waitFor(t, func() bool { return scripts.Load() == 8 })
+	p.PermitLimit = 10
+	_, _ = r.store.Window("a.b", p)
+	for serverWindow(t, r, length) < start+2 { // into W+2
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range 12 {
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		c.take(ctx)
+		cancel()
+	}
+	wg.Wait()
+	if idx, n := c.max(); n > 10 {
+		t.Fatalf("window %d ran %d calls; PermitLimit was 2, then 10 (per window: %v)", idx, n, c.ran)
+	}
+}
+
+// TestNewCallQueuesBehindWaiters: the local queue is first come, first
+// served — a new call of the process does not take a slot freed for the
+// head (was: it asked the store first and got it, the waiter waited on).
+func TestNewCallQueuesBehindWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	p := resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1, StoreTimeout: time.Second}
+	r1 := newReplica(t, srv, cluster.Config{KeyPrefix: "l5", PollInterval: time.Hour})
+	r2 := newReplica(t, srv, cluster.Config{KeyPrefix: "l5"})
+	s1, _ := r1.store.Slots("a.b", p)
+	s2, _ := r2.store.Slots("a.b", p)
+	hold, err := s2.Acquire(t.Context(), inv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, cancelWaiter := context.WithCancel(t.Context())
+	waiterDone := make(chan error, 1)
+	go func() {
+		rel, err := s1.Acquire(waiter, inv())
+		if rel != nil {
+			rel()
+		}
+		waiterDone <- err
+	}()
+	waitFor(t, func() bool { return s1.QueueDepth() == 1 })
+	hold()
+	waitFor(t, func() bool { n, _ := srv.Do("ZCARD", "{l5:a.b}:c"); return n == "0" })
+	// The slot is free in the store; the head polls only hourly.
+	if rel, err := s1.Acquire(t.Context(), inv()); !errors.Is(err, resilience.ErrLimited) {
+		if rel != nil {
+			rel()
+		}
+		t.Fatalf("a new call while one waits with ConcurrencyQueueLimit 1: %v, want ErrLimited", err)
+	}
+	cancelWaiter()
+	if err := <-waiterDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiter: %v", err)
+	}
+}
+
+// TestLateAcquireReplyLeavesNoLease: a slot taken by the script whose reply
+// came after StoreTimeout (a slow link) is removed again; the call ran on
+// the fallback and another replica gets the slot (was: the lease blocked
+// it cluster-wide until the deadline plus the grace).
+func TestLateAcquireReplyLeavesNoLease(t *testing.T) {
+	srv := redistest.Start(t)
+	var slow atomic.Bool
+	proxy := startDelayProxy(t, srv.Addr(), &slow, 200*time.Millisecond)
+	p := resilience.Policy{ConcurrencyLimit: 1, StoreTimeout: 50 * time.Millisecond, ExpectedReplicas: 1}
+	rdb := cluster.NewClient(&redis.Options{Addr: proxy})
+	st := cluster.New(rdb, cluster.Config{KeyPrefix: "l6", RetryInterval: 10 * time.Millisecond})
+	t.Cleanup(func() { st.Close(); rdb.Close() })
+	if err := st.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s1, _ := st.Slots("a.b", p)
+	slow.Store(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	rel, err := s1.Acquire(ctx, inv()) // the reply is late: degraded, the fallback admits
+	if err != nil {
+		t.Fatalf("slow store: %v", err)
+	}
+	rel()
+	slow.Store(false)
+	if !st.Degraded("a.b") {
+		t.Fatal("not degraded by a late reply")
+	}
+	waitFor(t, func() bool { n, _ := srv.Do("ZCARD", "{l6:a.b}:c"); return n == "0" })
+	r2 := newReplica(t, srv, cluster.Config{KeyPrefix: "l6"})
+	s2, _ := r2.store.Slots("a.b", p)
+	rel2, err := s2.Acquire(t.Context(), inv())
+	if err != nil {
+		t.Fatalf("nothing runs, yet another replica is refused: %v", err)
+	}
+	rel2()
+}
+
+// startDelayProxy forwards to addr; while slow is set, replies are
+// delayed by d (commands reach Redis at once).
+func startDelayProxy(t *testing.T, addr string, slow *atomic.Bool, d time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(s, c); s.Close() })
+			wg.Go(func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						if slow.Load() {
+							time.Sleep(d)
+						}
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestStragglerKeepsItsClusterSlot: a call running past its deadline (the
+// kernel lets it run on) keeps its slot until it returns — the heartbeat
+// renews its lease — and frees it when it does (was: another call got
+// the slot at its deadline plus the grace).
+func TestStragglerKeepsItsClusterSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "l7", LeaseGrace: 50 * time.Millisecond, Heartbeat: 20 * time.Millisecond})
+	s, _ := r.store.Slots("a.b", resilience.Policy{ConcurrencyLimit: 1, StoreTimeout: time.Second})
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	rel, err := s.Acquire(ctx, inv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // deadline + grace, four times over
+	short, cancelShort := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	rel2, err := s.Acquire(short, inv())
+	cancelShort()
+	if err == nil {
+		rel2()
+		t.Fatal("a second call was admitted while the first still runs past its deadline, ConcurrencyLimit 1")
+	}
+	rel()
+	waitFor(t, func() bool { n, _ := srv.Do("ZCARD", "{l7:a.b}:c"); return n == "0" })
+	rel3, err := s.Acquire(t.Context(), inv())
+	if err != nil {
+		t.Fatalf("the straggler returned, its slot is still held: %v", err)
+	}
+	rel3()
+}
+
+// TestRecoveryCountsFallbackCalls: calls the Local fallback admitted while
+// the store was down still count once it answers again (was: a third call
+// of one replica ran at once with ConcurrencyLimit 2).
+func TestRecoveryCountsFallbackCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "l8", RetryInterval: 10 * time.Millisecond})
+	s, _ := r.store.Slots("a.b", resilience.Policy{ConcurrencyLimit: 2, StoreTimeout: 200 * time.Millisecond, ExpectedReplicas: 1})
+	srv.Kill()
+	var rels []func()
+	for range 2 {
+		rel, err := s.Acquire(t.Context(), inv())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rels = append(rels, rel)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(3 * time.Second)
+	for r.store.Degraded("a.b") && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		if rel, err := s.Acquire(ctx, inv()); err == nil {
+			rels = append(rels, rel)
+		}
+		cancel()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r.store.Degraded("a.b") {
+		t.Fatal("still degraded after the store came back")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	if rel, err := s.Acquire(ctx, inv()); err == nil {
+		rels = append(rels, rel)
+	}
+	cancel()
+	if len(rels) > 2 {
+		t.Fatalf("%d running at once in one replica, ConcurrencyLimit 2", len(rels))
+	}
+	rels[0]() // a fallback call returns: the store has a slot for a new one
+	rel, err := s.Acquire(t.Context(), inv())
+	if err != nil {
+		t.Fatalf("after a fallback call returned: %v", err)
+	}
+	rel()
+	rels[1]()
+}
+
+// TestShortDeadlinesStillDegrade: callers whose deadlines are all shorter
+// than StoreTimeout still find a hung store out — a check bounded by
+// StoreTimeout alone degrades the operation and OnStoreError applies while
+// the store is still hung (was: every call spent its deadline on the store
+// and the operation never degraded).
+func TestShortDeadlinesStillDegrade(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "l9"})
+	w, _ := r.store.Window("a.b", resilience.Policy{PermitLimit: 100, Window: time.Hour,
+		StoreTimeout: 300 * time.Millisecond, OnStoreError: "open"})
+	const pause = 2 * time.Second
+	start := time.Now()
+	srv.Pause(pause)
+	var admitted time.Duration
+	for time.Since(start) < pause-200*time.Millisecond {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		_, err := w.Take(ctx, inv())
+		cancel()
+		if err == nil {
+			admitted = time.Since(start)
+			break
+		}
+	}
+	if admitted == 0 || !r.store.Degraded("a.b") {
+		t.Fatalf("store hung for %v, StoreTimeout 300ms, callers with 100 ms deadlines: degraded %v, none admitted by OnStoreError open",
+			pause, r.store.Degraded("a.b"))
+	}
+	t.Logf("OnStoreError applied %v into a %v hang (StoreTimeout 300ms, deadlines 100ms)", admitted, pause)
+}
