@@ -197,6 +197,16 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		IdempotencyKey: key,
 		Arrival:        now,
 	})
+	if e.reject == nil && req.Handler != nil && op != nil {
+		// An application's own handler (a gRPC method it registered) answers
+		// in types of its own — a protobuf message, a gRPC status with
+		// details — which a stored outcome cannot give back: a replay would
+		// not be what the first call answered. Its keyed calls are refused,
+		// never run unprotected.
+		if pol := k.IdempotencyPolicy(req.Operation); pol.Enabled && (pol.Required || e.inv.IdempotencyKey() != "") {
+			e.reject = errKeysUnsupported()
+		}
+	}
 	var o *telemetry.Op
 	if c != nil && c.obs != nil {
 		o = c.obs

@@ -175,3 +175,11 @@ func (k *Kernel) warnIdempotencyChanged(pols policies) {
 		}
 	}
 }
+
+// errKeysUnsupported answers a keyed call to an operation served by an
+// application's own handler (Request.Handler), whose outcome cannot be
+// replayed.
+func errKeysUnsupported() *pipeline.Error {
+	return pipeline.Validation(pipeline.CodeIdempotencyKeyUnsupported,
+		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. Call it without a key, or serve the operation through Sundial's handler.")
+}

@@ -2,6 +2,7 @@ package kernel_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -272,5 +273,50 @@ func TestIdempotencyClaimsOnlyCallsThatRun(t *testing.T) {
 		if o := req(key, 5, time.Time{}); o.Err != nil || o.Invocation.Replayed() {
 			t.Errorf("key %s afterwards: %v replayed=%v, want a first execution", key, o.Err, o.Invocation.Replayed())
 		}
+	}
+}
+
+// TestReplayedFailureIsNeutralToTheBreaker: replays of a key whose call
+// failed (UNEXPECTED, a failure to the breaker the first time) run nothing
+// and count for nothing: one client retrying its key cannot open the
+// breaker for everyone (was: the third replay was already "breaker open",
+// and so was another caller's valid call). A 422 for the key reused with
+// another input is neutral too.
+func TestReplayedFailureIsNeutralToTheBreaker(t *testing.T) {
+	var runs atomic.Int64
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "billing.charge"}, func(ctx context.Context, in chargeReq) (chargeRes, error) {
+		runs.Add(1)
+		if in.Amount < 0 {
+			return chargeRes{}, errors.New("bug")
+		}
+		return chargeRes{ChargeID: "ok"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conf := wrap(`{"Operations":{"billing.charge":{"FailureThreshold":3,"BreakSeconds":60,"Idempotency":{}}}}`)
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(conf)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	call := func(key string, amount int) kernel.Outcome {
+		return k.Handle(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
+			Input: &chargeReq{Card: "4242", Amount: amount}, IdempotencyKey: key})
+	}
+	call("bad", -1) // one real failure
+	for range 5 {
+		if o := call("bad", -1); pipeline.KindOf(o.Err) != pipeline.KindUnexpected || !o.Invocation.Replayed() {
+			t.Fatalf("retry of the failed key: %v (replayed %v), want its UNEXPECTED replayed", o.Err, o.Invocation.Replayed())
+		}
+		if o := call("bad", -2); pipeline.KindOf(o.Err) != pipeline.KindUnprocessable {
+			t.Fatalf("the failed key with another input: %v, want UNPROCESSABLE", o.Err)
+		}
+	}
+	if o := call("other", 10); o.Err != nil {
+		t.Fatalf("another caller after one failure and ten answers from the key: %v, want success", o.Err)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
 	}
 }

@@ -26,12 +26,13 @@ const (
 	CodeOverloaded         = "KERNEL_UNAVAILABLE_005"
 
 	// Idempotency (docs/idempotency.md).
-	CodeIdempotencyKeyMissing   = "KERNEL_VALIDATION_004"    // 400: the operation requires a key
-	CodeIdempotencyKeyMalformed = "KERNEL_VALIDATION_005"    // 400: the key header is not a bounded sf-string
-	CodeIdempotencyInProgress   = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs
-	CodeIdempotencyTooLarge     = "KERNEL_CONFLICT_002"      // 409: ran, but its outcome was too large to keep
-	CodeIdempotencyMismatch     = "KERNEL_UNPROCESSABLE_001" // 422: the key was used with another input
-	CodeIdempotencyStore        = "KERNEL_UNAVAILABLE_006"   // 503: the idempotency store did not answer
+	CodeIdempotencyKeyMissing     = "KERNEL_VALIDATION_004"    // 400: the operation requires a key
+	CodeIdempotencyKeyMalformed   = "KERNEL_VALIDATION_005"    // 400: the key header is not a bounded sf-string
+	CodeIdempotencyKeyUnsupported = "KERNEL_VALIDATION_006"    // 400: a keyed call to a method whose answer cannot be replayed
+	CodeIdempotencyInProgress     = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs
+	CodeIdempotencyTooLarge       = "KERNEL_CONFLICT_002"      // 409: ran, but its outcome could not be kept (too large, or not JSON)
+	CodeIdempotencyMismatch       = "KERNEL_UNPROCESSABLE_001" // 422: the key was used with another input
+	CodeIdempotencyStore          = "KERNEL_UNAVAILABLE_006"   // 503: the idempotency store did not answer
 )
 
 // UnexpectedMessage is the only text a caller ever sees for an UNEXPECTED

@@ -58,9 +58,11 @@ import (
 //     deadline must not open the breaker for everyone. This holds whatever
 //     the handler returned;
 //   - caller faults (VALIDATION, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
-//     CONFLICT), throttling rejections (KERNEL_UNAVAILABLE_002 and _003,
+//     CONFLICT, UNPROCESSABLE), throttling rejections (KERNEL_UNAVAILABLE_002 and _003,
 //     including those of application limiters built on [RateLimited] and
-//     [ConcurrencyLimited]) and cancellations are neutral: they neither
+//     [ConcurrencyLimited]), an idempotency store that did not answer
+//     (KERNEL_UNAVAILABLE_006), replayed outcomes (an idempotency key's
+//     stored outcome: nothing ran) and cancellations are neutral: they neither
 //     count, nor reset the run of failures, nor close a half-open breaker.
 //     A bad request says nothing of the operation's health — it must
 //     neither keep the breaker closed while valid calls fail nor close an
@@ -508,7 +510,11 @@ func (s *limitSet) neutral(t breaker.Ticket) {
 //     of failures: the operation worked.
 //   - Neutral — neither counted, nor resetting the run of failures, nor
 //     closing a half-open breaker (a neutral probe frees the slot for the
-//     next call): throttling rejections (KERNEL_UNAVAILABLE_002 and _003,
+//     next call): a replayed outcome (an idempotency key's stored outcome:
+//     nothing ran, and one client retrying a failed call's key must not
+//     open the breaker for everyone); an idempotency store that did not
+//     answer (KERNEL_UNAVAILABLE_006: nothing ran); throttling rejections
+//     (KERNEL_UNAVAILABLE_002 and _003,
 //     including those of application limiters built on [RateLimited] and
 //     [ConcurrencyLimited]: the operation did not run, and a per-tenant
 //     limit must not open the breaker for every tenant); caller faults
@@ -521,6 +527,9 @@ func (s *limitSet) neutral(t breaker.Ticket) {
 //     any error that is not a *pipeline.Error (typed nils included), and
 //     panics (the caller of breakerResult counts those).
 func breakerResult(ctx context.Context, inv *pipeline.Invocation, err error) breaker.Result {
+	if inv.Replayed() {
+		return breaker.Neutral
+	}
 	if ctx.Err() != nil {
 		return endedResult(ctx, inv)
 	}
@@ -529,7 +538,7 @@ func breakerResult(ctx context.Context, inv *pipeline.Invocation, err error) bre
 	}
 	e := pipeline.AsError(err)
 	switch e.Code() {
-	case pipeline.CodeRateLimited, pipeline.CodeConcurrencyLimited:
+	case pipeline.CodeRateLimited, pipeline.CodeConcurrencyLimited, pipeline.CodeIdempotencyStore:
 		return breaker.Neutral
 	}
 	switch e.Kind() {

@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"time"
@@ -131,10 +132,12 @@ var ErrTooLarge = errors.New("idempotency: the outcome does not fit in the store
 // fingerprint whether it came over HTTP, gRPC or the CLI and whatever the
 // key order of the JSON the caller sent.
 //
-// Exported fields of the input struct tagged json:"-" are hashed too,
-// by name and value: such a field is typically filled from the URL path
-// or query (param:"account" json:"-", so that the body cannot set it),
-// and two calls that differ only there are different requests.
+// Exported fields of the input struct that JSON skips — tagged json:"-",
+// or promoted from an embedded struct tagged so — are hashed too, by name
+// and value, including fields promoted from embedded structs (a shared
+// AccountRef{Account string `param:"account" json:"-"`}): such a field is
+// typically filled from the URL path or query, so that the body cannot
+// set it, and two calls that differ only there are different requests.
 func Fingerprint(input any) (string, error) {
 	b, err := json.Marshal(input)
 	if err != nil {
@@ -144,7 +147,7 @@ func Fingerprint(input any) (string, error) {
 	for v.Kind() == reflect.Pointer && !v.IsNil() {
 		v = v.Elem()
 	}
-	var hidden []int
+	var hidden []reflect.StructField
 	if v.Kind() == reflect.Struct {
 		hidden = hiddenFields(v.Type())
 	}
@@ -154,13 +157,19 @@ func Fingerprint(input any) (string, error) {
 	}
 	h := sha256.New()
 	h.Write(b)
-	for _, i := range hidden {
-		fb, err := json.Marshal(v.Field(i).Interface())
-		if err != nil {
-			return "", err
+	for _, f := range hidden {
+		fb := []byte("null") // promoted through a nil embedded pointer: unset
+		if fv, err := v.FieldByIndexErr(f.Index); err == nil {
+			if !fv.CanInterface() {
+				// Promoted through an unexported embedded struct: reflect
+				// reads it, as fmt does, but will not hand it out.
+				fb = fmt.Appendf(nil, "%#v", fv)
+			} else if fb, err = json.Marshal(fv.Interface()); err != nil {
+				return "", err
+			}
 		}
 		h.Write([]byte{0})
-		h.Write([]byte(v.Type().Field(i).Name))
+		h.Write([]byte(f.Name))
 		h.Write([]byte{0})
 		h.Write(fb)
 	}
@@ -168,23 +177,31 @@ func Fingerprint(input any) (string, error) {
 }
 
 // hiddenByType caches hiddenFields per struct type.
-var hiddenByType sync.Map // reflect.Type -> []int
+var hiddenByType sync.Map // reflect.Type -> []reflect.StructField
 
-// hiddenFields returns the indexes of t's exported, non-embedded fields
-// that JSON skips (tag json:"-").
-func hiddenFields(t reflect.Type) []int {
+// hiddenFields returns t's exported fields, its own and those promoted
+// from embedded structs (reflect.VisibleFields, as the HTTP binder sets
+// them), that JSON skips: tagged json:"-", or inside an embedded struct
+// tagged json:"-".
+func hiddenFields(t reflect.Type) []reflect.StructField {
 	if v, ok := hiddenByType.Load(t); ok {
-		return v.([]int)
+		return v.([]reflect.StructField)
 	}
-	var idx []int
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if f.IsExported() && !f.Anonymous && f.Tag.Get("json") == "-" {
-			idx = append(idx, i)
+	var out []reflect.StructField
+	for _, f := range reflect.VisibleFields(t) {
+		if f.Anonymous || !f.IsExported() {
+			continue
+		}
+		skipped := f.Tag.Get("json") == "-"
+		for k := 1; k < len(f.Index) && !skipped; k++ {
+			skipped = t.FieldByIndex(f.Index[:k]).Tag.Get("json") == "-"
+		}
+		if skipped {
+			out = append(out, f)
 		}
 	}
-	hiddenByType.Store(t, idx)
-	return idx
+	hiddenByType.Store(t, out)
+	return out
 }
 
 // ScopedKey returns the store key of an idempotency key: a hash of the

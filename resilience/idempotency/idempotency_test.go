@@ -503,6 +503,45 @@ func TestFingerprintIncludesFieldsHiddenFromJSON(t *testing.T) {
 	if a != a2 {
 		t.Fatal("an unexported field changed the fingerprint")
 	}
+	// Promoted from an embedded struct (exported or not, by value or by
+	// pointer, nil pointer included), or inside an embedded struct JSON
+	// skips: still part of the request.
+	type AccountRef struct {
+		Account string `param:"account" json:"-"`
+	}
+	type accountRef struct {
+		Account string `param:"account" json:"-"`
+	}
+	type Hidden struct{ Account string }
+	type byValue struct {
+		AccountRef
+		Amount int `json:"amount"`
+	}
+	type byPointer struct {
+		*AccountRef
+		Amount int `json:"amount"`
+	}
+	type unexported struct {
+		accountRef
+		Amount int `json:"amount"`
+	}
+	type skipped struct {
+		Hidden `json:"-"`
+		Amount int `json:"amount"`
+	}
+	differ := func(name string, x, y any) {
+		t.Helper()
+		fx, errx := idempotency.Fingerprint(x)
+		fy, erry := idempotency.Fingerprint(y)
+		if errx != nil || erry != nil || fx == fy {
+			t.Errorf("%s: accounts A and B, same amount: fingerprints %s, %s (%v, %v)", name, fx, fy, errx, erry)
+		}
+	}
+	differ("embedded", byValue{AccountRef{"A"}, 5}, byValue{AccountRef{"B"}, 5})
+	differ("embedded pointer", byPointer{&AccountRef{"A"}, 5}, byPointer{&AccountRef{"B"}, 5})
+	differ("embedded nil pointer", byPointer{nil, 5}, byPointer{&AccountRef{"B"}, 5})
+	differ("unexported embedded", unexported{accountRef{"A"}, 5}, unexported{accountRef{"B"}, 5})
+	differ("embedded, skipped", skipped{Hidden{"A"}, 5}, skipped{Hidden{"B"}, 5})
 	plain, _ := idempotency.Fingerprint(chargeIn{"4242", 10})
 	js, _ := json.Marshal(chargeIn{"4242", 10})
 	if sum := sha256.Sum256(js); plain != hex.EncodeToString(sum[:]) {

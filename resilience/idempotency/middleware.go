@@ -77,6 +77,11 @@ func errTooLarge() *pipeline.Error {
 		"A call with this idempotency key already ran; its outcome was too large to keep for replay.")
 }
 
+func errNoJSON() *pipeline.Error {
+	return pipeline.Conflict(pipeline.CodeIdempotencyTooLarge,
+		"A call with this idempotency key already ran; its outcome has no JSON form (a NaN or infinite number, say), so it was not kept for replay.")
+}
+
 func errStore(err error) *pipeline.Error {
 	return pipeline.Wrap(pipeline.KindUnavailable, pipeline.CodeIdempotencyStore,
 		"The idempotency store is unavailable; nothing ran.", err).WithRetryAfter(time.Second)
@@ -96,6 +101,11 @@ func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 	}
 	fp, err := Fingerprint(inv.Input())
 	if err != nil {
+		var uv *json.UnsupportedValueError
+		if errors.As(err, &uv) { // a NaN or infinite number, sent over gRPC or the CLI
+			return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation,
+				"The input has no JSON form ("+uv.Str+"), so a call with an idempotency key cannot be matched with its retries; send finite numbers.", err)
+		}
 		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: input cannot be fingerprinted", err)
 	}
 	scope := ""
@@ -250,7 +260,9 @@ func encode(out any, herr error) []byte {
 	} else {
 		b, err := json.Marshal(out)
 		if err != nil {
-			return encode(nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: output", err))
+			// The caller had its success; a replay cannot give it back, and
+			// must not turn it into a failure.
+			return encode(nil, errNoJSON())
 		}
 		s.Out = b
 	}
