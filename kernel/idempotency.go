@@ -181,5 +181,5 @@ func (k *Kernel) warnIdempotencyChanged(pols policies) {
 // replayed.
 func errKeysUnsupported() *pipeline.Error {
 	return pipeline.Validation(pipeline.CodeIdempotencyKeyUnsupported,
-		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. Call it without a key, or serve the operation through Sundial's handler.")
+		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. A key came with the call (idempotency-key metadata, or the sundial.idempotency-key baggage member an upstream call passed on); call it without one, or serve the operation through Sundial's handler.")
 }

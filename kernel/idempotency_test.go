@@ -320,3 +320,44 @@ func TestReplayedFailureIsNeutralToTheBreaker(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 2", n)
 	}
 }
+
+// hungStore is an idempotency store that hangs: every Claim waits for its
+// context (the middleware's store bound, 1 s).
+type hungStore struct{ idempotency.Store }
+
+func (hungStore) Claim(ctx context.Context, _, _ string, _ time.Duration) (string, *idempotency.Record, error) {
+	<-ctx.Done()
+	return "", nil, ctx.Err()
+}
+func (hungStore) Lease() time.Duration { return 30 * time.Second }
+
+// TestHungIdempotencyStoreIsNeutralToTheBreaker: a store that hangs past
+// the operation's TimeoutSeconds answers 503 KERNEL_UNAVAILABLE_006 after
+// the deadline; nothing ran, so the breaker does not count it (was: judged
+// by the ended context, a failure — two keyed calls opened the breaker for
+// every caller).
+func TestHungIdempotencyStoreIsNeutralToTheBreaker(t *testing.T) {
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "billing.charge"}, func(ctx context.Context, in chargeReq) (chargeRes, error) {
+		return chargeRes{ChargeID: "ok"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conf := wrap(`{"Operations":{"billing.charge":{"TimeoutSeconds":0.1,"FailureThreshold":2,"BreakSeconds":60,"Idempotency":{}}}}`)
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(conf)), kernel.WithIdempotencyStore(hungStore{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for range 2 {
+		o := k.Invoke(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
+			Input: &chargeReq{Card: "4242", Amount: 1}, IdempotencyKey: "k"})
+		if !strings.Contains(pipeline.ErrorText(o.Err), pipeline.CodeIdempotencyStore) {
+			t.Fatalf("keyed call on a hung store: %v, want %s in it", o.Err, pipeline.CodeIdempotencyStore)
+		}
+	}
+	if o := k.Invoke(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
+		Input: &chargeReq{Card: "4242", Amount: 1}}); o.Err != nil {
+		t.Fatalf("a call without a key after two on the hung store: %v, want success", o.Err)
+	}
+}

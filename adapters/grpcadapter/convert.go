@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/sundial-go/sundial/adapters/internal/fields"
 )
 
 // encode writes the Go struct v into the empty message m. Zero scalars,
@@ -16,7 +18,7 @@ import (
 func (mc *messageCodec) encode(v reflect.Value, m protoreflect.Message) {
 	for i := range mc.fields {
 		f := &mc.fields[i]
-		fv, ok := fieldByIndex(v, f.index)
+		fv, ok := fields.Get(v, f.index)
 		if !ok || fv.IsZero() {
 			continue
 		}
@@ -162,7 +164,10 @@ func (mc *messageCodec) decode(m protoreflect.Message, v reflect.Value) error {
 		if !m.Has(f.fd) {
 			continue
 		}
-		fv := fieldByIndexAlloc(v, f.index)
+		fv, ok := fields.Alloc(v, f.index)
+		if !ok {
+			continue
+		}
 		var err error
 		switch f.card {
 		case cSingle:
@@ -280,40 +285,4 @@ func (vc *valueCodec) setScalar(pv protoreflect.Value, v reflect.Value) error {
 		v.SetBytes(append(make([]byte, 0, len(b)), b...))
 	}
 	return nil
-}
-
-// fieldByIndex is v.FieldByIndex that reports false instead of panicking
-// at a nil embedded pointer.
-func fieldByIndex(v reflect.Value, index []int) (reflect.Value, bool) {
-	if len(index) == 1 {
-		return v.Field(index[0]), true
-	}
-	for i, x := range index {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return reflect.Value{}, false
-			}
-			v = v.Elem()
-		}
-		v = v.Field(x)
-	}
-	return v, true
-}
-
-// fieldByIndexAlloc is v.FieldByIndex that allocates nil embedded
-// pointers on the way.
-func fieldByIndexAlloc(v reflect.Value, index []int) reflect.Value {
-	if len(index) == 1 {
-		return v.Field(index[0])
-	}
-	for i, x := range index {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				v.Set(reflect.New(v.Type().Elem()))
-			}
-			v = v.Elem()
-		}
-		v = v.Field(x)
-	}
-	return v
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -21,61 +22,95 @@ import (
 )
 
 // TestInterceptorRefusesKeys: an application's own gRPC method runs
-// under a keyed operation; its answers (a protobuf message, a status with
-// details of its own) cannot be replayed, so a call with a key is refused
-// with InvalidArgument KERNEL_VALIDATION_006 and runs nothing — unary and
-// streaming — while a call without one runs as before (was: the replay
-// of a unary call was Internal, marked replayed; a stream with another
-// request got no message, marked replayed).
+// under a keyed operation (here by the naming convention: Work/Limited ->
+// work.limited); its answers (a protobuf message, a status with details
+// of its own, a stream) cannot be replayed, so a call with a key — in its
+// metadata or passed on as baggage — is refused with InvalidArgument
+// KERNEL_VALIDATION_006 and runs nothing, unary and streaming, while a
+// call without one runs as before (was: a unary replay was Internal,
+// marked replayed; a stream with another request got no message, marked
+// replayed).
 func TestInterceptorRefusesKeys(t *testing.T) {
-	// The acme harness maps Watch to work.capped.
-	keyed := `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.run":{"Idempotency":{}},
-		"work.capped":{"TimeoutSeconds":0.2,"Idempotency":{}}}}}}}`
+	var streams atomic.Int64
+	stream := &grpc.ServiceDesc{
+		ServiceName: "other.v1.Work",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{StreamName: "Limited", ServerStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				streams.Add(1)
+				return ss.SendMsg(wrapperspb.String("streamed"))
+			}}},
+	}
 	h, _ := newAcmeHarnessOpt(t, harnessOpt{
-		kernel: []kernel.Option{kernel.WithConfigJSON([]byte(keyed))},
-		adapter: []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{
-			"/acme.v1.Work/Echo": "work.run", "/acme.v1.Work/Fail": "work.run"})},
+		kernel: []kernel.Option{kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{
+			"work.limited":{"Idempotency":{}}, "work.capped":{"TimeoutSeconds":0.2}}}}}}`))},
 	})
-	if out, err := invokeAcme(t.Context(), h, "Echo"); err != nil || out.GetValue() != "echo: hi" {
+	// The acme harness registers its services; add the stream's.
+	h2 := newHarness(t, harnessOpt{
+		kernel:   []kernel.Option{kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.limited":{"Idempotency":{}}}}}}}`))},
+		services: func(s *grpc.Server) { s.RegisterService(stream, struct{}{}) },
+	})
+	if out, err := invokeAcme(t.Context(), h, "Limited"); err != nil || out.GetValue() != "echo: hi" {
 		t.Fatalf("without a key: %v, %v; want echo: hi", out, err)
 	}
 	refused := func(what string, err error) {
 		t.Helper()
 		st := status.Convert(err)
 		if st.Code() != codes.InvalidArgument || errorInfo(t, st).GetReason() != pipeline.CodeIdempotencyKeyUnsupported {
-			t.Fatalf("%s with a key: %v, want InvalidArgument %s", what, st, pipeline.CodeIdempotencyKeyUnsupported)
+			t.Fatalf("%s: %v, want InvalidArgument %s", what, st, pipeline.CodeIdempotencyKeyUnsupported)
 		}
 	}
-	ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "k1")
+	keyed := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "k1")
+	bagged := metadata.AppendToOutgoingContext(t.Context(), "baggage", "sundial.idempotency-key=upstream-k1")
 	for range 2 {
-		_, err := invokeAcme(ctx, h, "Echo")
-		refused("unary", err)
-		_, err = invokeAcme(ctx, h, "Fail")
-		refused("unary failing", err)
+		_, err := invokeAcme(keyed, h, "Limited")
+		refused("unary with a key", err)
+		_, err = invokeAcme(bagged, h, "Limited")
+		refused("unary with a key in baggage", err)
 	}
-	cs, err := h.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/acme.v1.Work/Watch")
+	cs, err := h2.conn.NewStream(keyed, &grpc.StreamDesc{ServerStreams: true}, "/other.v1.Work/Limited")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = cs.SendMsg(wrapperspb.String("a"))
 	_ = cs.CloseSend()
 	err = cs.RecvMsg(new(wrapperspb.StringValue))
-	if errors.Is(err, io.EOF) {
-		t.Fatal("stream with a key: ended with no status, want InvalidArgument")
+	if errors.Is(err, io.EOF) || err == nil {
+		t.Fatalf("stream with a key: %v, want InvalidArgument", err)
 	}
-	refused("stream", err)
+	refused("stream with a key", err)
+	if n := streams.Load(); n != 0 {
+		t.Fatalf("the stream's handler ran %d times", n)
+	}
 }
 
 // TestInterceptorRequiredKeyRefused: on an operation that requires keys,
 // an application's own method cannot be served at all, and says why.
 func TestInterceptorRequiredKeyRefused(t *testing.T) {
 	h, _ := newAcmeHarnessOpt(t, harnessOpt{
-		kernel:  []kernel.Option{kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.run":{"Idempotency":{"Required":true}}}}}}}`))},
-		adapter: []grpcadapter.Option{grpcadapter.WithMethodOperations(map[string]string{"/acme.v1.Work/Echo": "work.run"})},
+		kernel: []kernel.Option{kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{
+			"work.limited":{"Idempotency":{"Required":true}}, "work.capped":{"TimeoutSeconds":0.2}}}}}}`))},
 	})
-	_, err := invokeAcme(t.Context(), h, "Echo")
+	_, err := invokeAcme(t.Context(), h, "Limited")
 	if st := status.Convert(err); errorInfo(t, st).GetReason() != pipeline.CodeIdempotencyKeyUnsupported {
 		t.Fatalf("required key, application method, no key: %v, want %s", st, pipeline.CodeIdempotencyKeyUnsupported)
+	}
+}
+
+// TestMethodOperationsRefusesKeyedOperation: mapping an application's
+// method explicitly to an operation that takes keys is refused at start-up,
+// naming both, rather than refusing its keyed calls one by one.
+func TestMethodOperationsRefusesKeyedOperation(t *testing.T) {
+	reg := operations.NewRegistry()
+	newTestApp().register(t, reg)
+	k, err := kernel.New(kernel.WithRegistry(reg),
+		kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.run":{"Idempotency":{}}}}}}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	_, err = grpcadapter.New(k, grpcadapter.WithMethodOperations(map[string]string{"/acme.v1.Work/Echo": "work.run"}))
+	if err == nil || !strings.Contains(err.Error(), "/acme.v1.Work/Echo") || !strings.Contains(err.Error(), "idempotency") {
+		t.Fatalf("New = %v, want an error naming the method and idempotency keys", err)
 	}
 }
 

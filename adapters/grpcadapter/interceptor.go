@@ -32,6 +32,12 @@ func (a *Adapter) buildExplicit() error {
 		if !ok {
 			return fmt.Errorf("grpcadapter: WithMethodOperations: method %s: operation %q is not registered", full, id)
 		}
+		if a.k.IdempotencyPolicy(id).Enabled {
+			// The application's method answers in its own types, which a
+			// stored outcome cannot give back: its keyed calls would all be
+			// refused (KERNEL_VALIDATION_006). Said at start-up instead.
+			return fmt.Errorf("grpcadapter: WithMethodOperations: method %s: operation %q takes idempotency keys, which an application's own method cannot honour (its answer cannot be replayed); serve %q through the adapter's service, or turn its Idempotency off", full, id, id)
+		}
 		a.explicit[full] = d
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sundial-go/sundial/adapters/internal/fields"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -175,8 +176,12 @@ func (b *binder) bind(r *http.Request, names, values []string, body []byte, in a
 				raw = u
 			}
 		}
-		if err := setString(v.FieldByIndex(p.index), raw); err != nil {
-			return wrongType(p.param, "path parameter", raw, v.FieldByIndex(p.index).Type())
+		f, ok := fields.Alloc(v, p.index) // through a nil embedded pointer too
+		if !ok {
+			continue
+		}
+		if err := setString(f, raw); err != nil {
+			return wrongType(p.param, "path parameter", raw, f.Type())
 		}
 	}
 	if len(b.query) > 0 && r.URL.RawQuery != "" {
@@ -186,7 +191,10 @@ func (b *binder) bind(r *http.Request, names, values []string, body []byte, in a
 			if !ok || len(vals) == 0 {
 				continue
 			}
-			f := v.FieldByIndex(ref.index)
+			f, ok := fields.Alloc(v, ref.index)
+			if !ok {
+				continue
+			}
 			if err := setStrings(f, vals); err != nil {
 				return wrongType(name, "query parameter", vals[0], f.Type())
 			}

@@ -22,7 +22,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
 	"sync"
 	"time"
@@ -160,11 +159,13 @@ func Fingerprint(input any) (string, error) {
 	for _, f := range hidden {
 		fb := []byte("null") // promoted through a nil embedded pointer: unset
 		if fv, err := v.FieldByIndexErr(f.Index); err == nil {
-			if !fv.CanInterface() {
-				// Promoted through an unexported embedded struct: reflect
-				// reads it, as fmt does, but will not hand it out.
-				fb = fmt.Appendf(nil, "%#v", fv)
-			} else if fb, err = json.Marshal(fv.Interface()); err != nil {
+			var ut *json.UnsupportedTypeError
+			switch fb, err = json.Marshal(fv.Interface()); {
+			case errors.As(err, &ut):
+				// A func, a chan: JSON-skipped because it cannot be encoded,
+				// and nothing outside the process sets it.
+				fb = []byte("?")
+			case err != nil:
 				return "", err
 			}
 		}

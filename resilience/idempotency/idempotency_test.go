@@ -542,6 +542,20 @@ func TestFingerprintIncludesFieldsHiddenFromJSON(t *testing.T) {
 	differ("embedded nil pointer", byPointer{nil, 5}, byPointer{&AccountRef{"B"}, 5})
 	differ("unexported embedded", unexported{accountRef{"A"}, 5}, unexported{accountRef{"B"}, 5})
 	differ("embedded, skipped", skipped{Hidden{"A"}, 5}, skipped{Hidden{"B"}, 5})
+	// A field JSON skips because it cannot encode it (a func) is no error:
+	// nothing outside the process sets it.
+	type Hooks struct{ OnDone func() }
+	type hooked struct {
+		Hooks  `json:"-"`
+		Secret string `json:"-"`
+		Amount int    `json:"amount"`
+	}
+	differ("beside a func", hooked{Hooks{func() {}}, "A", 5}, hooked{Hooks{}, "B", 5})
+	h1, err1 := idempotency.Fingerprint(hooked{Hooks{func() {}}, "A", 5})
+	h2, err2 := idempotency.Fingerprint(&hooked{Hooks{}, "A", 5})
+	if err1 != nil || err2 != nil || h1 != h2 {
+		t.Errorf("a func field changed the fingerprint or failed it: %s %s (%v, %v)", h1, h2, err1, err2)
+	}
 	plain, _ := idempotency.Fingerprint(chargeIn{"4242", 10})
 	js, _ := json.Marshal(chargeIn{"4242", 10})
 	if sum := sha256.Sum256(js); plain != hex.EncodeToString(sum[:]) {
