@@ -460,3 +460,70 @@ func TestShortDeadlinesStillDegrade(t *testing.T) {
 	}
 	t.Logf("OnStoreError applied %v into a %v hang (StoreTimeout 300ms, deadlines 100ms)", admitted, pause)
 }
+
+// TestMixedPermitLimitsKeepThroughput: two replicas that disagree on
+// PermitLimit (2 and 10: a rolling reload), their calls alternating in the
+// store, fill each window to at least the smaller limit and never past the
+// larger (was: every alternation rounded the reservations up to whole
+// windows, and the operation ran one call per window).
+func TestMixedPermitLimitsKeepThroughput(t *testing.T) {
+	srv := redistest.Start(t)
+	length := 200 * time.Millisecond
+	pa := resilience.Policy{PermitLimit: 2, Window: length, QueueLimit: 50, StoreTimeout: time.Second}
+	pb := pa
+	pb.PermitLimit = 10
+	var scripts atomic.Int64
+	ra := newReplica(t, srv, cluster.Config{KeyPrefix: "l10"})
+	rb := newReplica(t, srv, cluster.Config{KeyPrefix: "l10"})
+	ra.rdb.AddHook(doneHook{name: "evalsha", n: &scripts})
+	rb.rdb.AddHook(doneHook{name: "evalsha", n: &scripts})
+	wa, _ := ra.store.Window("a.b", pa)
+	wb, _ := rb.store.Window("a.b", pb)
+	alignToWindow(t, ra, length, 150*time.Millisecond)
+	start := serverWindow(t, ra, length)
+	c := &windowCounter{t: t, r: ra, length: length, ran: map[int64]int{}}
+	var wg sync.WaitGroup
+	for i := range 24 {
+		w := wa
+		if i%2 == 1 {
+			w = wb
+		}
+		wg.Go(func() {
+			if _, err := w.Take(t.Context(), inv()); err == nil {
+				idx := serverWindow(t, ra, length)
+				c.mu.Lock()
+				c.ran[idx-start]++
+				c.mu.Unlock()
+			}
+		})
+		waitFor(t, func() bool { return scripts.Load() == int64(i+1) }) // the replicas alternate in the store
+	}
+	wg.Wait()
+	if idx, n := c.max(); n > 10 {
+		t.Fatalf("window +%d ran %d calls, limits 2 and 10 (per window: %v)", idx, n, c.ran)
+	}
+	for i := int64(1); i <= 3; i++ {
+		if c.ran[i] < 2 {
+			t.Fatalf("window +%d ran %d calls, limits 2 and 10 (per window: %v)", i, c.ran[i], c.ran)
+		}
+	}
+}
+
+// TestReleasesDoNotWaitForEachOther: slots given back while the store hangs
+// are removed side by side, each bounded by StoreTimeout, so Close waits
+// about one StoreTimeout (was: one after another, 40 × 50 ms).
+func TestReleasesDoNotWaitForEachOther(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "l11"})
+	s, _ := r.store.Slots("a.b", resilience.Policy{ConcurrencyLimit: 40, StoreTimeout: 50 * time.Millisecond})
+	rels := acquireN(t, s, 40)
+	srv.Pause(3 * time.Second)
+	for _, rel := range rels {
+		rel()
+	}
+	start := time.Now()
+	r.store.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Close waited %v for 40 releases with StoreTimeout 50ms", d)
+	}
+}

@@ -82,12 +82,12 @@ type Slots struct {
 
 	// live holds the leases of this process's calls that still run: the
 	// heartbeat renews them (renew), so a call running past its deadline
-	// keeps its slot until it returns. renewMu orders a renewal and the
-	// removal of a lease it read, so a released lease is never renewed
-	// back into the store.
+	// keeps its slot until it returns. renewMu orders a renewal (held) and
+	// the removal of a lease it read (shared: removals run side by side),
+	// so a released lease is never renewed back into the store.
 	liveMu  sync.Mutex
 	live    map[string]struct{}
-	renewMu sync.Mutex
+	renewMu sync.RWMutex
 }
 
 // MaxLease bounds a concurrency lease: a call whose deadline is further
@@ -269,11 +269,11 @@ func (c *Slots) remove(member string) {
 	s := c.st.s
 	timeout := c.st.timeout()
 	if !s.spawn(func() {
-		c.renewMu.Lock() // a renewal that read member is over
+		c.renewMu.RLock() // a renewal that read member is over
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		_ = s.rdb.ZRem(ctx, c.key, member).Err()
 		cancel()
-		c.renewMu.Unlock()
+		c.renewMu.RUnlock()
 		c.kickHead()
 	}) {
 		c.kickHead()

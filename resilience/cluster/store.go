@@ -361,7 +361,7 @@ func (st *opState) callerLeft(probing bool) {
 	st.check()
 }
 
-// check pings the store in the background, bounded by StoreTimeout only,
+// check asks the store in the background, bounded by StoreTimeout only,
 // and records the result: a failure degrades the operation, an answer
 // recovers it. One check at a time per operation.
 func (st *opState) check() {
@@ -373,7 +373,9 @@ func (st *opState) check() {
 		defer st.checking.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		st.result(st.s.rdb.Ping(ctx).Err(), false)
+		// A command on the operation's own key: on Redis Cluster it goes
+		// to the node that holds the operation (a PING would go anywhere).
+		st.result(st.s.rdb.PTTL(ctx, st.s.opKey(st.id, "c")).Err(), false)
 	}) {
 		st.checking.Store(false)
 	}

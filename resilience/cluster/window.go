@@ -17,19 +17,21 @@ import (
 // windowScript admits one call to a fixed window shared by every replica.
 //
 // KEYS[1] is a hash: w (index of the window the record is at), u (permits
-// taken in window w), a (reservations in windows after w, filled in
-// order, l per window), l (the PermitLimit they were filled under).
-// Reservations made under another limit keep their windows (their callers
-// sleep until then): when the limit changes, every window they reach
-// counts as full under the new one, and new reservations go after them —
-// no window gets more than the larger of the two limits, and none is left
-// unusable. Windows are aligned to multiples of the
-// length on the server's clock (TIME); the length is part of the key, so
-// replicas configured with another length never read these indexes. A
-// record ahead of the clock (the server's clock stepped back) counts as
-// the current window. ARGV: limit, length (µs), queue limit, the caller's
-// remaining time (µs; -1 for none). Numbers written back are formatted as
-// integers (Lua's default %.14g would round a large index).
+// taken in window w), f (windows after w reserved full) and o (the
+// reservations in the window after those). A window counts as full
+// whatever limit filled it, and the last one admits reservations while o
+// is below the caller's limit: replicas that disagree on PermitLimit (a
+// rolling reload) never put more than the larger limit in a window, and a
+// limit changed with reservations queued neither empties their windows
+// nor overfills them. Windows are aligned to multiples of the length on
+// the server's clock (TIME); the length is part of the key, so replicas
+// configured with another length never read these indexes. A record
+// ahead of the clock (the server's clock stepped back) counts as the
+// current window. A record of the earlier form (a: reservations, l: the
+// limit they were filled under) is read as f = floor(a/l), o = the rest.
+// ARGV: limit, length (µs), queue limit, the caller's remaining time (µs;
+// -1 for none). Numbers written back are formatted as integers (Lua's
+// default %.14g would round a large index).
 //
 // Returns {decision, µs, remaining, reset µs}: decision 1 admitted now; 2
 // a permit reserved in a later window opening in µs; 0 rejected, the
@@ -43,23 +45,35 @@ local len = tonumber(ARGV[2])
 local qlim = tonumber(ARGV[3])
 local left = tonumber(ARGV[4])
 local cur = math.floor(now / len)
-local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a', 'l')
+local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'f', 'o', 'a', 'l')
 local w = tonumber(st[1]) or cur
 local u = tonumber(st[2]) or 0
-local a = tonumber(st[3]) or 0
-local l = tonumber(st[4]) or limit
+local f = tonumber(st[3])
+local o = tonumber(st[4]) or 0
+if not f then
+  local a = tonumber(st[5]) or 0
+  local l = tonumber(st[6]) or limit
+  f = math.floor(a / l)
+  o = a - f * l
+end
 if w > cur then
   w = cur
 end
 if w < cur then
-  local skip = math.min(a, l * (cur - w - 1))
-  a = a - skip
-  u = math.min(a, l)
-  a = a - u
+  local d = cur - w
+  if d <= f then
+    u = limit
+    f = f - d
+  elseif d == f + 1 then
+    u = o
+    f = 0
+    o = 0
+  else
+    u = 0
+    f = 0
+    o = 0
+  end
   w = cur
-end
-if l ~= limit and a > 0 then
-  a = math.ceil(a / l) * limit
 end
 local reset = (cur + 1) * len - now
 local res
@@ -67,45 +81,44 @@ if u < limit then
   u = u + 1
   res = {1, 0, limit - u, reset}
 else
-  local target = cur + 1 + math.floor(a / limit)
-  local wait = target * len - now
-  if a >= qlim then
+  local nf, no = f, o + 1
+  if o >= limit then
+    nf, no = f + 1, 1
+  end
+  local wait = (cur + nf + 1) * len - now
+  if f * limit + o >= qlim then
     res = {0, wait, 0, reset}
   elseif left >= 0 and wait >= left then
     res = {3, wait, 0, reset}
   else
-    a = a + 1
+    f, o = nf, no
     res = {2, wait, 0, reset}
   end
 end
-redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'u', string.format('%d', u), 'a', string.format('%d', a), 'l', string.format('%d', limit))
-redis.call('PEXPIRE', KEYS[1], math.ceil((math.floor(a / limit) + 2) * len / 1000))
+redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'u', string.format('%d', u), 'f', string.format('%d', f), 'o', string.format('%d', o))
+redis.call('HDEL', KEYS[1], 'a', 'l')
+redis.call('PEXPIRE', KEYS[1], math.ceil((f + 3) * len / 1000))
 return res
 `)
 
 // giveBackScript returns the reserved permit of a caller that left before
-// its window (ARGV[1], an index) opened; ARGV[2] is the length in µs,
-// ARGV[3] the limit (for a record that does not say). Reservations are a
-// count filled window by window, so only one in the last reserved window
-// can be taken back: one in an earlier window stays counted (its window
-// admits one call less) rather than free a place in the last window, whose
-// sleepers would then be joined by one more.
+// its window (ARGV[1], an index) opened; ARGV[2] is the length in µs.
+// Only a reservation in the last reserved window (w+f+1) can be taken
+// back: one in a window counted full stays counted (its window admits one
+// call less) rather than free a place where others already sleep.
 var giveBackScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local target = tonumber(ARGV[1])
 local len = tonumber(ARGV[2])
-local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'a', 'l')
+local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'f', 'o')
 local w = tonumber(st[1])
-if not w then return 0 end
+local f = tonumber(st[3])
+if not w or not f then return 0 end
 local u = tonumber(st[2]) or 0
-local a = tonumber(st[3]) or 0
-local l = tonumber(st[4]) or tonumber(ARGV[3])
-if w < target and a > 0 then
-  if target ~= w + 1 + math.floor((a - 1) / l) then
-    return 0
-  end
-  redis.call('HSET', KEYS[1], 'a', string.format('%d', a - 1))
+local o = tonumber(st[4]) or 0
+if target == w + f + 1 and o > 0 then
+  redis.call('HSET', KEYS[1], 'o', string.format('%d', o - 1))
   return 1
 elseif w == target and u > 0 and math.floor(now / len) == w then
   redis.call('HSET', KEYS[1], 'u', string.format('%d', u - 1))
@@ -270,7 +283,7 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) er
 			return
 		}
 		idx := now.Add(time.Until(target)).Add(c.length/2).UnixMicro() / c.length.Microseconds()
-		_ = giveBackScript.Run(gctx, s.rdb, []string{c.key}, idx, c.length.Microseconds(), c.limit).Err()
+		_ = giveBackScript.Run(gctx, s.rdb, []string{c.key}, idx, c.length.Microseconds()).Err()
 	})
 	return ctx.Err()
 }
