@@ -1,9 +1,9 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -266,7 +266,7 @@ func TestNewCallQueuesBehindWaiters(t *testing.T) {
 func TestLateAcquireReplyLeavesNoLease(t *testing.T) {
 	srv := redistest.Start(t)
 	var slow atomic.Bool
-	proxy := startDelayProxy(t, srv.Addr(), &slow, 200*time.Millisecond)
+	proxy := startDelayProxy(t, srv.Addr(), &slow, 200*time.Millisecond, nil)
 	p := resilience.Policy{ConcurrencyLimit: 1, StoreTimeout: 50 * time.Millisecond, ExpectedReplicas: 1}
 	rdb := cluster.NewClient(&redis.Options{Addr: proxy})
 	st := cluster.New(rdb, cluster.Config{KeyPrefix: "l6", RetryInterval: 10 * time.Millisecond})
@@ -298,8 +298,9 @@ func TestLateAcquireReplyLeavesNoLease(t *testing.T) {
 }
 
 // startDelayProxy forwards to addr; while slow is set, replies are
-// delayed by d (commands reach Redis at once).
-func startDelayProxy(t *testing.T, addr string, slow *atomic.Bool, d time.Duration) string {
+// delayed by d (commands reach Redis at once) — or, with request set, the
+// requests it matches are, on their way to Redis.
+func startDelayProxy(t *testing.T, addr string, slow *atomic.Bool, d time.Duration, request func([]byte) bool) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -330,17 +331,16 @@ func startDelayProxy(t *testing.T, addr string, slow *atomic.Bool, d time.Durati
 			mu.Lock()
 			conns = append(conns, c, s)
 			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(s, c); s.Close() })
-			wg.Go(func() {
-				defer c.Close()
+			pipe := func(from, to net.Conn, delay func([]byte) bool) {
+				defer to.Close()
 				buf := make([]byte, 64<<10)
 				for {
-					n, err := s.Read(buf)
+					n, err := from.Read(buf)
 					if n > 0 {
-						if slow.Load() {
+						if slow.Load() && delay(buf[:n]) {
 							time.Sleep(d)
 						}
-						if _, werr := c.Write(buf[:n]); werr != nil {
+						if _, werr := to.Write(buf[:n]); werr != nil {
 							return
 						}
 					}
@@ -348,7 +348,16 @@ func startDelayProxy(t *testing.T, addr string, slow *atomic.Bool, d time.Durati
 						return
 					}
 				}
-			})
+			}
+			never := func([]byte) bool { return false }
+			always := func([]byte) bool { return true }
+			if request != nil {
+				wg.Go(func() { pipe(c, s, request) })
+				wg.Go(func() { pipe(s, c, never) })
+			} else {
+				wg.Go(func() { pipe(c, s, never) })
+				wg.Go(func() { pipe(s, c, always) })
+			}
 		}
 	})
 	return ln.Addr().String()
@@ -525,5 +534,45 @@ func TestReleasesDoNotWaitForEachOther(t *testing.T) {
 	r.store.Close()
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Close waited %v for 40 releases with StoreTimeout 50ms", d)
+	}
+}
+
+// TestLateAcquireRequestTakesNothing: an acquire whose request reaches
+// Redis after its caller gave up (a slow link on the way there) finds the
+// tombstone the give-up left and takes nothing (was: the give-up's ZREM
+// overtook it, and the lease it then added blocked the slot cluster-wide
+// until the deadline plus the grace).
+func TestLateAcquireRequestTakesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	var slow atomic.Bool
+	// The acquire script's request: EVALSHA sha 2 keys limit member lease,
+	// 8 elements (the give-up's has 7).
+	acquires := func(b []byte) bool { return bytes.HasPrefix(b, []byte("*8\r\n$7\r\nevalsha")) && bytes.Contains(b, []byte("}:c")) }
+	proxy := startDelayProxy(t, srv.Addr(), &slow, 200*time.Millisecond, acquires)
+	p := resilience.Policy{ConcurrencyLimit: 1, StoreTimeout: 50 * time.Millisecond, ExpectedReplicas: 1}
+	rdb := cluster.NewClient(&redis.Options{Addr: proxy})
+	var scripts atomic.Int64
+	rdb.AddHook(doneHook{name: "evalsha", n: &scripts})
+	st := cluster.New(rdb, cluster.Config{KeyPrefix: "l12", RetryInterval: 10 * time.Millisecond})
+	t.Cleanup(func() { st.Close(); rdb.Close() })
+	if err := st.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s1, _ := st.Slots("a.b", p)
+	slow.Store(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	rel, err := s1.Acquire(ctx, inv()) // the request is late: degraded, the fallback admits
+	if err != nil {
+		t.Fatalf("slow store: %v", err)
+	}
+	rel()
+	// The give-up (a script too, answered at once) is done; the late
+	// acquire reaches Redis 200 ms after it was sent.
+	waitFor(t, func() bool { return scripts.Load() >= 2 })
+	time.Sleep(300 * time.Millisecond)
+	slow.Store(false)
+	if n, _ := srv.Do("ZCARD", "{l12:a.b}:c"); n != "0" {
+		t.Fatalf("leases in the store after the late acquire: %s, want 0", n)
 	}
 }

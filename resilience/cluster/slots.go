@@ -17,13 +17,19 @@ import (
 // acquireScript takes a concurrency lease. KEYS[1] is a sorted set of
 // leases scored by their expiry (µs on the server's clock); expired ones
 // are dropped first, so a replica killed with calls in flight gives its
-// slots back without anyone's help. ARGV: limit, member, lease (µs,
-// positive: a lease that would expire at once, or never, is an error).
-// Returns 1 when the lease was taken, 0 when every slot is held.
+// slots back without anyone's help. KEYS[2] is the member's tombstone: set
+// when its caller gave up on this very script (cancelScript), so a script
+// that arrives after the give-up takes nothing. ARGV: limit, member, lease
+// (µs, positive: a lease that would expire at once, or never, is an
+// error). Returns 1 when the lease was taken, 0 when every slot is held
+// (or the member was given up).
 var acquireScript = redis.NewScript(`
 local lease = tonumber(ARGV[3])
 if not lease or lease <= 0 then
   return redis.error_reply('sundial: lease must be positive')
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -38,6 +44,16 @@ if ttl < want then
   redis.call('PEXPIRE', KEYS[1], want)
 end
 return 1
+`)
+
+// cancelScript gives up lease ARGV[1] whose acquire failed on the client
+// (its answer did not come in time): it removes the lease if the script
+// ran, and leaves a tombstone (KEYS[2], for ARGV[2] ms: as long as the
+// lease could have lived) so that a script still on its way takes nothing.
+var cancelScript = redis.NewScript(`
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+return 0
 `)
 
 // renewScript lengthens the leases ARGV[2:] of calls that still run to
@@ -234,7 +250,7 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 		limit = max(limit-l.cl.InFlight(), 0)
 	}
 	sctx, cancel := c.st.storeCtx(ctx)
-	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key}, limit, member, max(lease.Microseconds(), 1)).Int64()
+	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key, c.tombstone(member)}, limit, member, max(lease.Microseconds(), 1)).Int64()
 	cancel()
 	if serr == nil && n == 1 {
 		c.liveMu.Lock()
@@ -243,9 +259,9 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 	}
 	if serr != nil {
 		// The script may have run with a reply that came too late to be
-		// read (the client gave up): a lease nobody holds would count
-		// against every replica until it expired.
-		c.remove(member)
+		// read, or may still be on its way (the client gave up): a lease
+		// nobody holds would count against every replica until it expired.
+		c.cancel(member, lease)
 		if cerr := callerEnded(ctx); cerr != nil {
 			c.st.callerLeft(probing)
 			return false, nil, cerr
@@ -278,6 +294,22 @@ func (c *Slots) remove(member string) {
 	}) {
 		c.kickHead()
 	}
+}
+
+// tombstone is the key that marks lease member given up.
+func (c *Slots) tombstone(member string) string { return c.key + ":x:" + member }
+
+// cancel gives up lease member, whose acquire failed on the client, in the
+// background (cancelScript, bounded by StoreTimeout).
+func (c *Slots) cancel(member string, lease time.Duration) {
+	s := c.st.s
+	timeout := c.st.timeout()
+	s.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_ = cancelScript.Run(ctx, s.rdb, []string{c.key, c.tombstone(member)}, member, max(lease.Milliseconds(), 1)).Err()
+		c.kickHead()
+	})
 }
 
 // renew lengthens the leases of this process's calls that still run to

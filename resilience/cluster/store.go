@@ -155,7 +155,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 // go-redis retries a NOSCRIPT with EVAL). Call it at start-up to fail fast
 // on a wrong address or credentials.
 func (s *Store) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{windowScript, giveBackScript, acquireScript, renewScript, heartbeatScript} {
+	for _, sc := range []*redis.Script{windowScript, giveBackScript, acquireScript, cancelScript, renewScript, heartbeatScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("cluster: load scripts: %w", err)
 		}
