@@ -265,24 +265,8 @@ func TestNewCallQueuesBehindWaiters(t *testing.T) {
 // it cluster-wide until the deadline plus the grace).
 func TestLateAcquireReplyLeavesNoLease(t *testing.T) {
 	srv := redistest.Start(t)
-	var slow atomic.Bool
-	proxy := startDelayProxy(t, srv.Addr(), &slow, 200*time.Millisecond, nil)
 	p := resilience.Policy{ConcurrencyLimit: 1, StoreTimeout: 50 * time.Millisecond, ExpectedReplicas: 1}
-	rdb := cluster.NewClient(&redis.Options{Addr: proxy})
-	st := cluster.New(rdb, cluster.Config{KeyPrefix: "l6", RetryInterval: 10 * time.Millisecond})
-	t.Cleanup(func() { st.Close(); rdb.Close() })
-	if err := st.Load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	s1, _ := st.Slots("a.b", p)
-	slow.Store(true)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	rel, err := s1.Acquire(ctx, inv()) // the reply is late: degraded, the fallback admits
-	if err != nil {
-		t.Fatalf("slow store: %v", err)
-	}
-	rel()
+	st, slow, _ := lateAcquire(t, srv, "l6", p, nil)
 	slow.Store(false)
 	if !st.Degraded("a.b") {
 		t.Fatal("not degraded by a late reply")
@@ -544,29 +528,11 @@ func TestReleasesDoNotWaitForEachOther(t *testing.T) {
 // until the deadline plus the grace).
 func TestLateAcquireRequestTakesNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	var slow atomic.Bool
 	// The acquire script's request: EVALSHA sha 2 keys limit member lease,
 	// 8 elements (the give-up's has 7).
 	acquires := func(b []byte) bool { return bytes.HasPrefix(b, []byte("*8\r\n$7\r\nevalsha")) && bytes.Contains(b, []byte("}:c")) }
-	proxy := startDelayProxy(t, srv.Addr(), &slow, 200*time.Millisecond, acquires)
 	p := resilience.Policy{ConcurrencyLimit: 1, StoreTimeout: 50 * time.Millisecond, ExpectedReplicas: 1}
-	rdb := cluster.NewClient(&redis.Options{Addr: proxy})
-	var scripts atomic.Int64
-	rdb.AddHook(doneHook{name: "evalsha", n: &scripts})
-	st := cluster.New(rdb, cluster.Config{KeyPrefix: "l12", RetryInterval: 10 * time.Millisecond})
-	t.Cleanup(func() { st.Close(); rdb.Close() })
-	if err := st.Load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	s1, _ := st.Slots("a.b", p)
-	slow.Store(true)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	rel, err := s1.Acquire(ctx, inv()) // the request is late: degraded, the fallback admits
-	if err != nil {
-		t.Fatalf("slow store: %v", err)
-	}
-	rel()
+	_, slow, scripts := lateAcquire(t, srv, "l12", p, acquires)
 	// The give-up (a script too, answered at once) is done; the late
 	// acquire reaches Redis 200 ms after it was sent.
 	waitFor(t, func() bool { return scripts.Load() >= 2 })
@@ -575,4 +541,32 @@ func TestLateAcquireRequestTakesNothing(t *testing.T) {
 	if n, _ := srv.Do("ZCARD", "{l12:a.b}:c"); n != "0" {
 		t.Fatalf("leases in the store after the late acquire: %s, want 0", n)
 	}
+}
+
+// lateAcquire starts a store on srv through a proxy that, while slow,
+// delays replies by 200 ms (request nil) or the requests request matches,
+// and takes and gives back one slot of policy p while slow: the store
+// call times out (StoreTimeout below 200 ms) and the fallback admits. It
+// returns the store, the proxy's switch (still on) and the count of
+// script replies.
+func lateAcquire(t *testing.T, srv *redistest.Server, prefix string, p resilience.Policy, request func([]byte) bool) (*cluster.Store, *atomic.Bool, *atomic.Int64) {
+	t.Helper()
+	slow, scripts := new(atomic.Bool), new(atomic.Int64)
+	rdb := cluster.NewClient(&redis.Options{Addr: startDelayProxy(t, srv.Addr(), slow, 200*time.Millisecond, request)})
+	rdb.AddHook(doneHook{name: "evalsha", n: scripts})
+	st := cluster.New(rdb, cluster.Config{KeyPrefix: prefix, RetryInterval: 10 * time.Millisecond})
+	t.Cleanup(func() { st.Close(); rdb.Close() })
+	if err := st.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s1, _ := st.Slots("a.b", p)
+	slow.Store(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	rel, err := s1.Acquire(ctx, inv())
+	if err != nil {
+		t.Fatalf("slow store: %v", err)
+	}
+	rel()
+	return st, slow, scripts
 }
