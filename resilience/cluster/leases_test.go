@@ -530,7 +530,9 @@ func TestLateAcquireRequestTakesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	// The acquire script's request: EVALSHA sha 2 keys limit member lease,
 	// 8 elements (the give-up's has 7).
-	acquires := func(b []byte) bool { return bytes.HasPrefix(b, []byte("*8\r\n$7\r\nevalsha")) && bytes.Contains(b, []byte("}:c")) }
+	acquires := func(b []byte) bool {
+		return bytes.HasPrefix(b, []byte("*8\r\n$7\r\nevalsha")) && bytes.Contains(b, []byte("}:c"))
+	}
 	p := resilience.Policy{ConcurrencyLimit: 1, StoreTimeout: 50 * time.Millisecond, ExpectedReplicas: 1}
 	_, slow, scripts := lateAcquire(t, srv, "l12", p, acquires)
 	// The give-up (a script too, answered at once) is done; the late
