@@ -252,6 +252,14 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 	sctx, cancel := c.st.storeCtx(ctx)
 	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key, c.tombstone(member)}, limit, member, max(lease.Microseconds(), 1)).Int64()
 	cancel()
+	if serr == nil && n == 1 && c.cfg.Load() != cfg {
+		// A reload changed the limits while the store was asked: the lease
+		// was granted under the old ones. Give it back, and ask again.
+		rctx, rcancel := c.st.storeCtx(ctx)
+		serr = c.st.s.rdb.ZRem(rctx, c.key, member).Err()
+		rcancel()
+		n = 0
+	}
 	if serr == nil && n == 1 {
 		c.liveMu.Lock()
 		c.live[member] = struct{}{}
