@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,8 @@ func serverWindow(t *testing.T, r *replica, length time.Duration) int64 {
 	return now.UnixMicro() / length.Microseconds()
 }
 
-// doneHook counts the commands named name once their reply is in.
+// doneHook counts the commands named name once their reply is in, but for
+// the replica heartbeat's (see counted).
 type doneHook struct {
 	name string
 	n    *atomic.Int64
@@ -36,11 +38,26 @@ func (h doneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h doneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if cmd.Name() == h.name {
+		if counted(cmd, h.name) {
 			h.n.Add(1)
 		}
 		return err
 	}
+}
+
+// counted reports whether cmd is named name and is not the heartbeat's
+// (a script on the replicas key, every second, and its renewal of live
+// leases): tests count the calls' own store commands.
+func counted(cmd redis.Cmder, name string) bool {
+	if cmd.Name() != name {
+		return false
+	}
+	if args := cmd.Args(); len(args) > 3 {
+		if k, ok := args[3].(string); ok && strings.HasSuffix(k, ":replicas") {
+			return false
+		}
+	}
+	return true
 }
 func (h doneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
@@ -462,17 +479,11 @@ func TestShortDeadlinesStillDegrade(t *testing.T) {
 func TestMixedPermitLimitsKeepThroughput(t *testing.T) {
 	srv := redistest.Start(t)
 	length := 200 * time.Millisecond
-	pa := resilience.Policy{PermitLimit: 2, Window: length, QueueLimit: 50, StoreTimeout: time.Second}
+	pa := resilience.Policy{PermitLimit: 2, Window: length, QueueLimit: 200, // the queue estimate counts a full window as the caller's limit
+		StoreTimeout: time.Second}
 	pb := pa
 	pb.PermitLimit = 10
-	var scripts atomic.Int64
-	ra := newReplica(t, srv, cluster.Config{KeyPrefix: "l10"})
-	rb := newReplica(t, srv, cluster.Config{KeyPrefix: "l10"})
-	ra.rdb.AddHook(doneHook{name: "evalsha", n: &scripts})
-	rb.rdb.AddHook(doneHook{name: "evalsha", n: &scripts})
-	wa, _ := ra.store.Window("a.b", pa)
-	wb, _ := rb.store.Window("a.b", pb)
-	alignToWindow(t, ra, length, 150*time.Millisecond)
+	ra, wa, wb, scripts := twoReplicaWindows(t, srv, "l10", pa, pb, 150*time.Millisecond)
 	start := serverWindow(t, ra, length)
 	c := &windowCounter{t: t, r: ra, length: length, ran: map[int64]int{}}
 	var wg sync.WaitGroup
@@ -571,4 +582,122 @@ func lateAcquire(t *testing.T, srv *redistest.Server, prefix string, p resilienc
 	}
 	rel()
 	return st, slow, scripts
+}
+
+// TestFullWindowStaysFullUnderAnyLimit: a window reserved full by a
+// replica with PermitLimit 10, first reached in the store by a call of a
+// replica with PermitLimit 2, admits nobody more from either (was: the
+// first caller's limit became its count — 2 — and the limit-10 replica
+// admitted 8 more: 18 in one window).
+func TestFullWindowStaysFullUnderAnyLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	length := time.Second
+	pa := resilience.Policy{PermitLimit: 10, Window: length, QueueLimit: 50, StoreTimeout: time.Second}
+	pb := pa
+	pb.PermitLimit = 2
+	ra, wa, wb, scripts := twoReplicaWindows(t, srv, "l13", pa, pb, 700*time.Millisecond)
+	start := serverWindow(t, ra, length)
+	c := &windowCounter{t: t, r: ra, length: length, ran: map[int64]int{}}
+	var wg sync.WaitGroup
+	take := func(w *cluster.Window) {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*length)
+			defer cancel()
+			if _, err := w.Take(ctx, inv()); err == nil {
+				idx := serverWindow(t, ra, length)
+				c.mu.Lock()
+				c.ran[idx-start]++
+				c.mu.Unlock()
+			}
+		})
+	}
+	for range 21 { // 10 now, 10 reserved in W+1 (full), 1 in W+2
+		take(wa)
+	}
+	waitFor(t, func() bool { return scripts.Load() == 21 })
+	for serverWindow(t, ra, length) == start {
+		time.Sleep(5 * time.Millisecond)
+	}
+	take(wb) // the first call in W+1 is of the limit-2 replica
+	waitFor(t, func() bool { return scripts.Load() == 22 })
+	for range 8 {
+		take(wa)
+	}
+	wg.Wait()
+	if idx, n := c.max(); n > 10 {
+		t.Fatalf("window +%d ran %d calls, limits 2 and 10 (per window: %v)", idx, n, c.ran)
+	}
+}
+
+// TestReloadDuringAcquireAsksAgain: a slot granted by a store call that was
+// on its way when a reload came is given back and asked for again at once
+// under the new limits — not turned away (was: ErrLimited with 0 of 5,
+// then 10, slots held).
+func TestReloadDuringAcquireAsksAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "l14"})
+	var scripts atomic.Int64
+	r.rdb.AddHook(cmdHook{name: "evalsha", n: &scripts})
+	p := resilience.Policy{ConcurrencyLimit: 5, StoreTimeout: 2 * time.Second}
+	s, _ := r.store.Slots("a.b", p)
+	srv.Pause(300 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		rel, err := s.Acquire(t.Context(), inv())
+		if rel != nil {
+			defer rel()
+		}
+		done <- err
+	}()
+	waitFor(t, func() bool { return scripts.Load() == 1 }) // the acquire is sent; the store is paused
+	p.ConcurrencyLimit = 10
+	if _, err := r.store.Slots("a.b", p); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("acquire with 0 of 5 (then 10) slots held: %v", err)
+	}
+}
+
+// TestHugeWindowWaitDoesNotOverflow: with a window of a billion seconds,
+// reservations wait (the wait saturates) instead of wrapping into the past
+// and running at once.
+func TestHugeWindowWaitDoesNotOverflow(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "l15"})
+	w, _ := r.store.Window("a.b", resilience.Policy{PermitLimit: 1, Window: 1e9 * time.Second, QueueLimit: 20, StoreTimeout: time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 12 {
+		wg.Go(func() {
+			if _, err := w.Take(ctx, inv()); err == nil {
+				admitted.Add(1)
+			}
+		})
+	}
+	// 11 reserved: 10 windows reserved full, 1 in the window after them.
+	waitFor(t, func() bool { n, _ := srv.Do("HGET", "{l15:a.b}:w:1000000000000000", "f"); return n == "10" })
+	if n := admitted.Load(); n != 1 {
+		t.Fatalf("%d calls admitted, PermitLimit 1 in a window of 1e9 s", n)
+	}
+}
+
+// twoReplicaWindows starts two replicas on srv with the windows of policies
+// pa and pb (one length), their script replies counted together, and
+// waits until margin is left in the current window.
+func twoReplicaWindows(t *testing.T, srv *redistest.Server, prefix string, pa, pb resilience.Policy, margin time.Duration) (*replica, *cluster.Window, *cluster.Window, *atomic.Int64) {
+	t.Helper()
+	scripts := new(atomic.Int64)
+	ra := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})
+	rb := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})
+	ra.rdb.AddHook(doneHook{name: "evalsha", n: scripts})
+	rb.rdb.AddHook(doneHook{name: "evalsha", n: scripts})
+	wa, _ := ra.store.Window("a.b", pa)
+	wb, _ := rb.store.Window("a.b", pb)
+	alignToWindow(t, ra, pa.Window, margin)
+	return ra, wa, wb, scripts
 }

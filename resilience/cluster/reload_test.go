@@ -289,7 +289,7 @@ type cmdHook struct {
 func (h cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == h.name {
+		if counted(cmd, h.name) {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)

@@ -254,11 +254,15 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 	cancel()
 	if serr == nil && n == 1 && c.cfg.Load() != cfg {
 		// A reload changed the limits while the store was asked: the lease
-		// was granted under the old ones. Give it back, and ask again.
+		// was granted under the old ones. Give it back, and ask again at
+		// once under the new ones (once per reload).
 		rctx, rcancel := c.st.storeCtx(ctx)
 		serr = c.st.s.rdb.ZRem(rctx, c.key, member).Err()
 		rcancel()
-		n = 0
+		if serr == nil {
+			c.st.result(nil, probing) // the store answered (a probe's way is free)
+			return c.try(ctx, member)
+		}
 	}
 	if serr == nil && n == 1 {
 		c.liveMu.Lock()

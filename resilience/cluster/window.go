@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,9 @@ import (
 // windowScript admits one call to a fixed window shared by every replica.
 //
 // KEYS[1] is a hash: w (index of the window the record is at), u (permits
-// taken in window w), f (windows after w reserved full) and o (the
-// reservations in the window after those). A window counts as full
-// whatever limit filled it, and the last one admits reservations while o
+// taken in window w; -1: w was reserved full), f (windows after w
+// reserved full) and o (the reservations in the window after those). A
+// window counts as full whatever limit filled it, and the last one admits reservations while o
 // is below the caller's limit: replicas that disagree on PermitLimit (a
 // rolling reload) never put more than the larger limit in a window, and a
 // limit changed with reservations queued neither empties their windows
@@ -62,7 +63,7 @@ end
 if w < cur then
   local d = cur - w
   if d <= f then
-    u = limit
+    u = -1
     f = f - d
   elseif d == f + 1 then
     u = o
@@ -77,7 +78,7 @@ if w < cur then
 end
 local reset = (cur + 1) * len - now
 local res
-if u < limit then
+if u >= 0 and u < limit then
   u = u + 1
   res = {1, 0, limit - u, reset}
 else
@@ -229,8 +230,8 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 	if !w.st.result(err, probing) {
 		return w.fallback(ctx, c)
 	}
-	us := time.Duration(res[1]) * time.Microsecond
-	q := resilience.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: time.Duration(res[3]) * time.Microsecond}
+	us := micros(res[1])
+	q := resilience.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: micros(res[3])}
 	// The script ran at some instant between sent and now: its window
 	// ends no earlier than sent+reset, so what is left of it from now is at
 	// least reset-(now-sent). A reserved call wakes at the start of its
@@ -249,6 +250,14 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 		c.exhausted.Store(int64(time.Since(w.origin) + us))
 	}
 	return q, &resilience.LimitedError{RetryAfter: us, Quota: q}
+}
+
+// micros converts µs from the store to a Duration, saturating: a wait in
+// a window of a billion seconds would otherwise overflow into the past
+// (and the call run at once).
+func micros(us int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Microsecond)
+	return time.Duration(min(max(us, 0), most)) * time.Microsecond
 }
 
 // rejected is the rejection of a call while the window is known to be
