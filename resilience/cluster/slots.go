@@ -296,6 +296,8 @@ func (c *Slots) remove(member string) {
 	c.liveMu.Unlock()
 	s := c.st.s
 	timeout := c.st.timeout()
+	// Not st.background: the wait for a renewal must not eat into the
+	// removal's StoreTimeout.
 	if !s.spawn(func() {
 		c.renewMu.RLock() // a renewal that read member is over
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -314,12 +316,8 @@ func (c *Slots) tombstone(member string) string { return c.key + ":x:" + member 
 // cancel gives up lease member, whose acquire failed on the client, in the
 // background (cancelScript, bounded by StoreTimeout).
 func (c *Slots) cancel(member string, lease time.Duration) {
-	s := c.st.s
-	timeout := c.st.timeout()
-	s.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_ = cancelScript.Run(ctx, s.rdb, []string{c.key, c.tombstone(member)}, member, max(lease.Milliseconds(), 1)).Err()
+	c.st.background(func(ctx context.Context) {
+		_ = cancelScript.Run(ctx, c.st.s.rdb, []string{c.key, c.tombstone(member)}, member, max(lease.Milliseconds(), 1)).Err()
 		c.kickHead()
 	})
 }

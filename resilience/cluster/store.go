@@ -368,17 +368,26 @@ func (st *opState) check() {
 	if !st.checking.CompareAndSwap(false, true) {
 		return
 	}
-	timeout := st.timeout()
-	if !st.s.spawn(func() {
+	if !st.background(func(ctx context.Context) {
 		defer st.checking.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
 		// A command on the operation's own key: on Redis Cluster it goes
 		// to the node that holds the operation (a PING would go anywhere).
 		st.result(st.s.rdb.PTTL(ctx, st.s.opKey(st.id, "c")).Err(), false)
 	}) {
 		st.checking.Store(false)
 	}
+}
+
+// background runs f in the background (Store.spawn) with a context bounded
+// by the operation's StoreTimeout; after Close f does not run, and it
+// returns false.
+func (st *opState) background(f func(ctx context.Context)) bool {
+	timeout := st.timeout()
+	return st.s.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		f(ctx)
+	})
 }
 
 // result records the outcome of a store call; it returns whether the

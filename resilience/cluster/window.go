@@ -282,17 +282,14 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) er
 	// identifies the reservation by index, computed from the time left
 	// before it (which both clocks measure alike). After Close nothing is
 	// given back: the reservation lapses with its window.
-	s := w.st.s
-	timeout := w.st.timeout()
-	s.spawn(func() {
-		gctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		now, err := s.rdb.Time(gctx).Result()
+	rdb := w.st.s.rdb
+	w.st.background(func(ctx context.Context) {
+		now, err := rdb.Time(ctx).Result()
 		if err != nil {
 			return
 		}
 		idx := now.Add(time.Until(target)).Add(c.length/2).UnixMicro() / c.length.Microseconds()
-		_ = giveBackScript.Run(gctx, s.rdb, []string{c.key}, idx, c.length.Microseconds()).Err()
+		_ = giveBackScript.Run(ctx, rdb, []string{c.key}, idx, c.length.Microseconds()).Err()
 	})
 	return ctx.Err()
 }
