@@ -18,8 +18,8 @@ import (
 func (mc *messageCodec) encode(v reflect.Value, m protoreflect.Message) {
 	for i := range mc.fields {
 		f := &mc.fields[i]
-		fv, ok := fields.Get(v, f.index)
-		if !ok || fv.IsZero() {
+		fv, err := v.FieldByIndexErr(f.index) // an error: a nil embedded pointer on the way
+		if err != nil || fv.IsZero() {
 			continue
 		}
 		switch f.card {

@@ -1,27 +1,10 @@
-// Package fields reaches a struct field by its index path
+// Package fields sets a struct field by its index path
 // (reflect.StructField.Index, reflect.VisibleFields) through embedded
-// pointers, which reflect.Value.FieldByIndex panics on when one is nil.
+// pointers, allocating those that are nil, where reflect.Value.FieldByIndex
+// panics (reading one is reflect.Value.FieldByIndexErr).
 package fields
 
 import "reflect"
-
-// Get returns the field of v at index, or false when a nil embedded
-// pointer is on the way (the field is unset).
-func Get(v reflect.Value, index []int) (reflect.Value, bool) {
-	if len(index) == 1 {
-		return v.Field(index[0]), true
-	}
-	for i, x := range index {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return reflect.Value{}, false
-			}
-			v = v.Elem()
-		}
-		v = v.Field(x)
-	}
-	return v, true
-}
 
 // Alloc returns the field of v (addressable) at index, allocating nil
 // embedded pointers on the way; false when one cannot be set (an embedded
