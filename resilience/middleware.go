@@ -527,7 +527,7 @@ func (s *limitSet) neutral(t breaker.Ticket) {
 //     any error that is not a *pipeline.Error (typed nils included), and
 //     panics (the caller of breakerResult counts those).
 func breakerResult(ctx context.Context, inv *pipeline.Invocation, err error) breaker.Result {
-	if inv.Replayed() || pipeline.CodeOf(Original(err)) == pipeline.CodeIdempotencyStore {
+	if inv.Replayed() || err != nil && pipeline.CodeOf(Original(err)) == pipeline.CodeIdempotencyStore {
 		// Nothing ran: neutral, even when the deadline passed while the
 		// store was asked (a hung store must not open the breaker).
 		return breaker.Neutral

@@ -252,11 +252,12 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 	return q, &resilience.LimitedError{RetryAfter: us, Quota: q}
 }
 
-// micros converts µs from the store to a Duration, saturating: a wait in
-// a window of a billion seconds would otherwise overflow into the past
-// (and the call run at once).
+// micros converts µs from the store to a Duration, saturating at about
+// 146 years: a wait in a window of a billion seconds would otherwise
+// overflow into the past (and the call run at once), and half the range
+// leaves room for the monotonic time it is added to (exhausted).
 func micros(us int64) time.Duration {
-	const most = math.MaxInt64 / int64(time.Microsecond)
+	const most = math.MaxInt64 / 2 / int64(time.Microsecond)
 	return time.Duration(min(max(us, 0), most)) * time.Microsecond
 }
 
