@@ -70,6 +70,7 @@ type windowCounter struct {
 	r      *replica
 	w      *cluster.Window
 	length time.Duration
+	start  int64 // window indexes are counted from it
 	mu     sync.Mutex
 	ran    map[int64]int
 }
@@ -91,11 +92,14 @@ func countedWindow(t *testing.T, prefix string, p resilience.Policy, margin time
 	return r, &windowCounter{t: t, r: r, w: w, length: p.Window, ran: map[int64]int{}}, scripts
 }
 
-func (c *windowCounter) take(ctx context.Context) {
-	if _, err := c.w.Take(ctx, inv()); err == nil {
+func (c *windowCounter) take(ctx context.Context) { c.takeFrom(ctx, c.w) }
+
+// takeFrom is take on window w (another replica's view of the same one).
+func (c *windowCounter) takeFrom(ctx context.Context, w *cluster.Window) {
+	if _, err := w.Take(ctx, inv()); err == nil {
 		idx := serverWindow(c.t, c.r, c.length)
 		c.mu.Lock()
-		c.ran[idx]++
+		c.ran[idx-c.start]++
 		c.mu.Unlock()
 	}
 }
@@ -484,22 +488,14 @@ func TestMixedPermitLimitsKeepThroughput(t *testing.T) {
 	pb := pa
 	pb.PermitLimit = 10
 	ra, wa, wb, scripts := twoReplicaWindows(t, srv, "l10", pa, pb, 150*time.Millisecond)
-	start := serverWindow(t, ra, length)
-	c := &windowCounter{t: t, r: ra, length: length, ran: map[int64]int{}}
+	c := &windowCounter{t: t, r: ra, length: length, start: serverWindow(t, ra, length), ran: map[int64]int{}}
 	var wg sync.WaitGroup
 	for i := range 24 {
 		w := wa
 		if i%2 == 1 {
 			w = wb
 		}
-		wg.Go(func() {
-			if _, err := w.Take(t.Context(), inv()); err == nil {
-				idx := serverWindow(t, ra, length)
-				c.mu.Lock()
-				c.ran[idx-start]++
-				c.mu.Unlock()
-			}
-		})
+		wg.Go(func() { c.takeFrom(t.Context(), w) })
 		waitFor(t, func() bool { return scripts.Load() == int64(i+1) }) // the replicas alternate in the store
 	}
 	wg.Wait()
@@ -596,26 +592,20 @@ func TestFullWindowStaysFullUnderAnyLimit(t *testing.T) {
 	pb := pa
 	pb.PermitLimit = 2
 	ra, wa, wb, scripts := twoReplicaWindows(t, srv, "l13", pa, pb, 700*time.Millisecond)
-	start := serverWindow(t, ra, length)
-	c := &windowCounter{t: t, r: ra, length: length, ran: map[int64]int{}}
+	c := &windowCounter{t: t, r: ra, length: length, start: serverWindow(t, ra, length), ran: map[int64]int{}}
 	var wg sync.WaitGroup
 	take := func(w *cluster.Window) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(t.Context(), 3*length)
 			defer cancel()
-			if _, err := w.Take(ctx, inv()); err == nil {
-				idx := serverWindow(t, ra, length)
-				c.mu.Lock()
-				c.ran[idx-start]++
-				c.mu.Unlock()
-			}
+			c.takeFrom(ctx, w)
 		})
 	}
 	for range 21 { // 10 now, 10 reserved in W+1 (full), 1 in W+2
 		take(wa)
 	}
 	waitFor(t, func() bool { return scripts.Load() == 21 })
-	for serverWindow(t, ra, length) == start {
+	for serverWindow(t, ra, length) == c.start {
 		time.Sleep(5 * time.Millisecond)
 	}
 	take(wb) // the first call in W+1 is of the limit-2 replica
