@@ -123,6 +123,7 @@ type Invocation struct {
 	idempotencyKey string
 	quota          quotaSlot
 	replay         replaySlot
+	reply          Reply
 }
 
 // NewInvocation returns the invocation s describes. Times are kept as
@@ -277,6 +278,16 @@ func (inv *Invocation) RangeBaggage(f func(key, value string) bool) {
 			return
 		}
 	}
+}
+
+// Reply returns the invocation's response side, the one part of it a
+// middleware writes: fields and notes every adapter sends with the answer
+// (see [Reply]). A nil Invocation has none (nil, which ignores writes).
+func (inv *Invocation) Reply() *Reply {
+	if inv == nil {
+		return nil
+	}
+	return &inv.reply
 }
 
 // IdempotencyKey returns the caller's idempotency key, or "".
