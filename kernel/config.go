@@ -34,7 +34,7 @@ type Settings struct {
 	// number > 0, default 300).
 	MaxTimeout time.Duration
 	// UseBuiltInMiddleware registers the DeadlineMiddleware and the
-	// ResilienceMiddleware (key UseBuiltInMiddleware, boolean, default
+	// Limits (key UseBuiltInMiddleware, boolean, default
 	// true). When false, the Resilience section is not read.
 	UseBuiltInMiddleware bool
 	// MaxStragglers bounds the invocations still running after their

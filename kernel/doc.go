@@ -36,7 +36,7 @@
 //
 // The chain of an operation is, outermost first: application Diagnostics
 // middleware; the DeadlineMiddleware, with the operation's
-// ResilienceMiddleware (breaker, rate limit, concurrency limit) inside it
+// Limits (breaker, rate limit, concurrency limit) inside it
 // (unless Sundial.Kernel.UseBuiltInMiddleware is false); application
 // Resilience middleware, which already runs under the deadline;
 // Authentication, Tenant and Authorization middleware; the built-in input

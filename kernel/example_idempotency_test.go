@@ -46,7 +46,7 @@ func Example_idempotencyKeys() {
 			fmt.Printf("amount %d: %s %s\n", amount, pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err))
 			continue
 		}
-		fmt.Printf("amount %d: %s replayed=%v\n", amount, o.Output.(Receipt).ChargeID, o.Invocation.Replayed())
+		fmt.Printf("amount %d: %s replayed=%v\n", amount, o.Output.(Receipt).ChargeID, o.Invocation.Reply().Replayed())
 	}
 	fmt.Println("charges:", charges)
 	// Output:

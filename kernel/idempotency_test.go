@@ -107,8 +107,8 @@ func TestIdempotencyAfterTimeout(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		synctest.Wait()
 		o = charge(k, "key-1", 10)
-		if o.Err != nil || !o.Invocation.Replayed() || o.Output.(chargeRes).ChargeID != "ch-1" || charges.Load() != 1 {
-			t.Fatalf("retry after: %v %v replayed=%v charges=%d", o.Output, o.Err, o.Invocation.Replayed(), charges.Load())
+		if o.Err != nil || !o.Invocation.Reply().Replayed() || o.Output.(chargeRes).ChargeID != "ch-1" || charges.Load() != 1 {
+			t.Fatalf("retry after: %v %v replayed=%v charges=%d", o.Output, o.Err, o.Invocation.Reply().Replayed(), charges.Load())
 		}
 		if o := charge(k, "key-1", 11); pipeline.KindOf(o.Err) != pipeline.KindUnprocessable {
 			t.Fatalf("other amount: %v, want 422", o.Err)
@@ -134,8 +134,8 @@ func TestIdempotencyRejectedCallFreesTheKey(t *testing.T) {
 			t.Fatalf("while the slot is taken: %v, want 503 _003", o.Err)
 		}
 		<-done
-		if o := charge(k, "key-1", 10); o.Err != nil || o.Invocation.Replayed() || charges.Load() != 2 {
-			t.Fatalf("after: %v replayed=%v charges=%d, want a first execution", o.Err, o.Invocation.Replayed(), charges.Load())
+		if o := charge(k, "key-1", 10); o.Err != nil || o.Invocation.Reply().Replayed() || charges.Load() != 2 {
+			t.Fatalf("after: %v replayed=%v charges=%d, want a first execution", o.Err, o.Invocation.Reply().Replayed(), charges.Load())
 		}
 	})
 }
@@ -153,12 +153,12 @@ func TestIdempotencyStoreConfig(t *testing.T) {
 			t.Fatalf("key %s: %v", key, o.Err)
 		}
 	}
-	if o := charge(k, "c", 10); o.Err != nil || !o.Invocation.Replayed() {
-		t.Errorf("key c again: %v replayed=%v, want a replay", o.Err, o.Invocation.Replayed())
+	if o := charge(k, "c", 10); o.Err != nil || !o.Invocation.Reply().Replayed() {
+		t.Errorf("key c again: %v replayed=%v, want a replay", o.Err, o.Invocation.Reply().Replayed())
 	}
-	if o := charge(k, "a", 10); o.Err != nil || o.Invocation.Replayed() || charges.Load() != 4 {
+	if o := charge(k, "a", 10); o.Err != nil || o.Invocation.Reply().Replayed() || charges.Load() != 4 {
 		t.Errorf("key a again: %v replayed=%v charges=%d, want it evicted by the bound of 2 and run again (4 charges)",
-			o.Err, o.Invocation.Replayed(), charges.Load())
+			o.Err, o.Invocation.Reply().Replayed(), charges.Load())
 	}
 
 	const path = "Sundial.Kernel.IdempotencyStore"
@@ -270,8 +270,8 @@ func TestIdempotencyClaimsOnlyCallsThatRun(t *testing.T) {
 		t.Fatalf("claims %d, runs %d; want only the call that ran to claim (1, 1)", c, r)
 	}
 	for _, key := range []string{"k-invalid", "k-late", "k-rejected"} {
-		if o := req(key, 5, time.Time{}); o.Err != nil || o.Invocation.Replayed() {
-			t.Errorf("key %s afterwards: %v replayed=%v, want a first execution", key, o.Err, o.Invocation.Replayed())
+		if o := req(key, 5, time.Time{}); o.Err != nil || o.Invocation.Reply().Replayed() {
+			t.Errorf("key %s afterwards: %v replayed=%v, want a first execution", key, o.Err, o.Invocation.Reply().Replayed())
 		}
 	}
 }
@@ -306,8 +306,8 @@ func TestReplayedFailureIsNeutralToTheBreaker(t *testing.T) {
 	}
 	call("bad", -1) // one real failure
 	for range 5 {
-		if o := call("bad", -1); pipeline.KindOf(o.Err) != pipeline.KindUnexpected || !o.Invocation.Replayed() {
-			t.Fatalf("retry of the failed key: %v (replayed %v), want its UNEXPECTED replayed", o.Err, o.Invocation.Replayed())
+		if o := call("bad", -1); pipeline.KindOf(o.Err) != pipeline.KindUnexpected || !o.Invocation.Reply().Replayed() {
+			t.Fatalf("retry of the failed key: %v (replayed %v), want its UNEXPECTED replayed", o.Err, o.Invocation.Reply().Replayed())
 		}
 		if o := call("bad", -2); pipeline.KindOf(o.Err) != pipeline.KindUnprocessable {
 			t.Fatalf("the failed key with another input: %v, want UNPROCESSABLE", o.Err)

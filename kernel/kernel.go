@@ -148,7 +148,7 @@ type Kernel struct {
 	reloads  [3]atomic.Int64      // by reloadResult
 	ops      map[string]*compiled // fixed at New: read without a lock
 	host     *compiled
-	limits   map[string]*resilience.ResilienceMiddleware // operations with a breaker or limits
+	limits   map[string]*resilience.Limits // operations with a breaker or limits
 	tel      *telemetry.Telemetry                        // nil: telemetry off
 
 	// running counts guarded invocations (Serve, Handle) whose chain has
@@ -377,21 +377,21 @@ func (k *Kernel) PolicyFor(id string) resilience.Policy {
 // operation id — for observing their state (breaker state, queue depths,
 // calls in flight) — or nil when the operation has none of them (nothing
 // configured, built-in middleware off, or an unknown id). The methods of a
-// nil *ResilienceMiddleware report an idle, closed state. After a reload
+// nil *Limits report an idle, closed state. After a reload
 // it reports the limits then in force.
-func (k *Kernel) Limits(id string) *resilience.ResilienceMiddleware {
+func (k *Kernel) Limits(id string) *resilience.Limits {
 	if l := k.limits[id]; l != nil && l.Policy().Limited() {
 		return l
 	}
 	return nil
 }
 
-// newLimits creates the ResilienceMiddleware of the operation id, once,
+// newLimits creates the Limits of the operation id, once,
 // and keeps it for Limits.
-func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.ResilienceMiddleware {
-	l := resilience.NewResilienceMiddleware(id, p, k.clusterOptions(id, p)...)
+func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.Limits {
+	l := resilience.NewLimits(id, p, k.clusterOptions(id, p)...)
 	if k.limits == nil {
-		k.limits = make(map[string]*resilience.ResilienceMiddleware)
+		k.limits = make(map[string]*resilience.Limits)
 	}
 	k.limits[id] = l
 	return l

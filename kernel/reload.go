@@ -48,7 +48,7 @@ var ErrClosed = errors.New("kernel: closed")
 // What a reload applies, per operation and in place (see
 // docs/resilience.md, "Changing limits at run time"): the resilience
 // policies, whose limiters keep what they know
-// ([resilience.ResilienceMiddleware.Update]), TimeoutSeconds, and the
+// ([resilience.Limits.Update]), TimeoutSeconds, and the
 // kernel-wide MaxTimeoutSeconds and MaxStragglers, for the invocations
 // that arrive after it. The startup-only keys (UseBuiltInMiddleware,
 // Redis, IdempotencyStore, and each operation's Idempotency) keep their value from New; a reload that changes one logs that

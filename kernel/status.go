@@ -79,7 +79,7 @@ func (k *Kernel) Status() Status {
 	return st
 }
 
-func breakerName(l *resilience.ResilienceMiddleware) string {
+func breakerName(l *resilience.Limits) string {
 	if l.Policy().FailureThreshold == 0 {
 		return "none"
 	}

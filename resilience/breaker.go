@@ -1,6 +1,12 @@
 package resilience
 
-import "github.com/sundial-go/sundial/resilience/internal/breaker"
+import (
+	"context"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/breaker"
+)
 
 // BreakerState is the state of an operation's circuit breaker.
 type BreakerState uint8
@@ -20,3 +26,129 @@ const (
 
 // String returns "closed", "open" or "half-open".
 func (s BreakerState) String() string { return breaker.State(s).String() }
+
+// breakerLimit is the circuit breaker as a [Limit]: it opens after
+// FailureThreshold consecutive failures and turns every call away for
+// BreakSeconds with KERNEL_UNAVAILABLE_004 and a retry-after, the time
+// until it half-opens. Then exactly one call — the probe — goes through;
+// its success closes the breaker, its failure re-opens it, and a neutral
+// end frees the half-open slot for the next call. A probe is judged at the
+// end of its context if its handler has not returned by then. Calls still
+// running when the breaker changed state do not change it when they end.
+type breakerLimit struct {
+	b   *breaker.Breaker
+	rej *rejections
+}
+
+func (l *Limits) breakerOf(old *chain, p Policy) *breakerLimit {
+	if p.FailureThreshold <= 0 {
+		return nil
+	}
+	var b *breaker.Breaker
+	switch {
+	case old.breaker == nil:
+		b = breaker.New(p.FailureThreshold, p.BreakDuration)
+	default:
+		b = old.breaker.b
+		if th, bd := b.Thresholds(); th != min(p.FailureThreshold, breaker.MaxThreshold) || bd != p.BreakDuration {
+			b = breaker.Carry(b, p.FailureThreshold, p.BreakDuration)
+		}
+	}
+	return &breakerLimit{b: b, rej: &l.circuitOpen}
+}
+
+// TryAcquire implements [Admitter]: the breaker never waits.
+func (bl *breakerLimit) TryAcquire(*pipeline.Invocation) (Permit, bool, error) {
+	t, ok, retry := bl.b.Allow()
+	if !ok {
+		return Permit{}, false, bl.rej.get(retry)
+	}
+	p := NewPermit(bl, t.Token())
+	if t.Probe() {
+		p = p.ReleasedAtContextEnd()
+	}
+	return p, false, nil
+}
+
+// Acquire implements [Limit].
+func (bl *breakerLimit) Acquire(_ context.Context, inv *pipeline.Invocation) (Permit, error) {
+	p, _, err := bl.TryAcquire(inv)
+	return p, err
+}
+
+// Release implements [Releaser].
+func (bl *breakerLimit) Release(token uint64, o Outcome) {
+	bl.b.Done(breaker.TicketOf(token), breaker.Result(o.Verdict))
+}
+
+// VerdictOf judges the outcome err of an invocation inv that ran under the
+// handler's context ctx: what it says about the operation's health, for
+// the breaker and every other limit (the rules: docs/pipeline.md,
+// "Circuit breaker").
+func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
+	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(Original(err)) == pipeline.CodeIdempotencyStore {
+		// Nothing ran: neutral, even when the deadline passed while the
+		// store was asked (a hung store must not open the breaker).
+		return Neutral
+	}
+	if ctx.Err() != nil {
+		return endedVerdict(ctx, inv)
+	}
+	if err == nil {
+		return Success
+	}
+	e := pipeline.AsError(err)
+	switch e.Code() {
+	case pipeline.CodeRateLimited, pipeline.CodeConcurrencyLimited, pipeline.CodeIdempotencyStore:
+		return Neutral
+	}
+	switch e.Kind() {
+	case pipeline.KindValidation, pipeline.KindUnauthenticated, pipeline.KindForbidden,
+		pipeline.KindNotFound, pipeline.KindConflict, pipeline.KindUnprocessable, pipeline.KindCanceled:
+		return Neutral
+	case pipeline.KindTimeout:
+		if callerBoundBudget(err) {
+			return deadlineVerdict(inv)
+		}
+	}
+	return Failure
+}
+
+// endedVerdict judges an invocation whose context ctx has ended: by its
+// deadline, as deadlineVerdict says; by cancellation, neutral.
+func endedVerdict(ctx context.Context, inv *pipeline.Invocation) Verdict {
+	if Attribute(ctx).Kind() == pipeline.KindTimeout {
+		return deadlineVerdict(inv)
+	}
+	return Neutral
+}
+
+// deadlineVerdict judges an invocation stopped by its deadline: a failure
+// when the deadline was the operation's own or the kernel's cap, neutral
+// when it was the caller's.
+func deadlineVerdict(inv *pipeline.Invocation) Verdict {
+	switch inv.DeadlineSource() {
+	case pipeline.DeadlineOperation, pipeline.DeadlineKernel:
+		return Failure
+	}
+	return Neutral
+}
+
+// BreakerState returns the state of the operation's circuit breaker:
+// BreakerClosed when it has none. An open breaker whose break is over
+// reports BreakerHalfOpen (the next call probes).
+func (l *Limits) BreakerState() BreakerState {
+	if l == nil || l.cur.Load().breaker == nil {
+		return BreakerClosed
+	}
+	return BreakerState(l.cur.Load().breaker.b.State())
+}
+
+// BreakerOpenFor returns how long the operation's breaker stays open before
+// it half-opens (0 when it is not open or there is none).
+func (l *Limits) BreakerOpenFor() time.Duration {
+	if l == nil || l.cur.Load().breaker == nil {
+		return 0
+	}
+	return l.cur.Load().breaker.b.OpenFor()
+}

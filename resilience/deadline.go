@@ -97,12 +97,12 @@ func (deadlineError) Temporary() bool { return true }
 //
 // # Limits inside
 //
-// [WithLimits] runs an operation's [ResilienceMiddleware] inside the
+// [WithLimits] runs an operation's [Limits] inside the
 // deadline as one middleware (the kernel does): the breaker and the limits
 // without a queue decide before the handler's context exists, so a
 // rejection costs no context and no timer.
 type DeadlineMiddleware struct {
-	limits *ResilienceMiddleware // nil: none
+	limits *Limits // nil: none
 
 	// derive creates the handler's context; nil means
 	// context.WithDeadlineCause. Tests replace it to hold the deadline token
@@ -120,7 +120,7 @@ func (f deadlineOptionFunc) applyDeadline(m *DeadlineMiddleware) { f(m) }
 // WithLimits runs the operation's limits l inside the deadline, as one
 // middleware. A nil l adds nothing; one without any limit configured costs
 // one atomic load per call, and applies the limits an Update gives it.
-func WithLimits(l *ResilienceMiddleware) DeadlineOption {
+func WithLimits(l *Limits) DeadlineOption {
 	return deadlineOptionFunc(func(m *DeadlineMiddleware) { m.limits = l })
 }
 
@@ -145,11 +145,11 @@ func (m *DeadlineMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocatio
 		if ctx.Err() != nil {
 			return nil, Attribute(ctx)
 		}
-		a, rejected := m.admit(inv)
-		if rejected != nil {
-			return nil, rejected
+		var a admission
+		if err := m.admit(inv, &a); err != nil {
+			return nil, err
 		}
-		out, err := m.run(ctx, inv, next, a)
+		out, err := m.run(ctx, inv, next, &a)
 		return attribute(ctx, out, err)
 	}
 	// Deciding whether to start: a deadline at or before the invocation's
@@ -163,9 +163,9 @@ func (m *DeadlineMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocatio
 	if ctx.Err() != nil {
 		return nil, Attribute(ctx)
 	}
-	a, rejected := m.admit(inv)
-	if rejected != nil {
-		return nil, rejected
+	var a admission
+	if err := m.admit(inv, &a); err != nil {
+		return nil, err
 	}
 	if m.derive == nil {
 		// No timer of ours until something waits on the context (see
@@ -176,10 +176,10 @@ func (m *DeadlineMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocatio
 		pd, hasPD := ctx.Deadline()
 		bound := hasPD && d.Equal(pd)
 		if bound || (!hasPD || pd.After(d)) && (inv.DeadlineSource() == pipeline.DeadlineKernel || ctx.Done() == nil) {
-			return m.runLazy(&lazyContext{parent: ctx, deadline: d, bound: bound}, inv, next, a)
+			return m.runLazy(&lazyContext{parent: ctx, deadline: d, bound: bound}, inv, next, &a)
 		}
 	}
-	return m.runDerived(ctx, inv, next, d, a)
+	return m.runDerived(ctx, inv, next, d, &a)
 }
 
 // expiredOnArrival reports whether the deadline d of inv was at or before
@@ -195,26 +195,23 @@ func expiredOnArrival(inv *pipeline.Invocation, d time.Time) bool {
 
 // admit lets the limits decide what they can without waiting, before the
 // handler's context exists: a rejection costs no context.
-func (m *DeadlineMiddleware) admit(inv *pipeline.Invocation) (a admission, rejected error) {
+func (m *DeadlineMiddleware) admit(inv *pipeline.Invocation, a *admission) error {
 	if m.limits == nil {
-		return a, nil
+		return nil
 	}
-	return m.limits.admitNow(inv)
+	return m.limits.admitNow(inv, a)
 }
 
 // run runs what is inside the middleware under the handler's context hctx:
 // next, or the limits around next.
-func (m *DeadlineMiddleware) run(hctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, a admission) (any, error) {
-	if m.limits == nil {
-		return next(hctx, inv)
-	}
-	return m.limits.proceed(hctx, inv, next, a)
+func (m *DeadlineMiddleware) run(hctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, a *admission) (any, error) {
+	return a.proceed(hctx, inv, next)
 }
 
 // runDerived runs the chain under a context derived from parent that ends
 // at d. (Kept apart from Invoke, whose many returns would stop the
 // compiler from open-coding the defer.)
-func (m *DeadlineMiddleware) runDerived(parent context.Context, inv *pipeline.Invocation, next pipeline.Handler, d time.Time, a admission) (any, error) {
+func (m *DeadlineMiddleware) runDerived(parent context.Context, inv *pipeline.Invocation, next pipeline.Handler, d time.Time, a *admission) (any, error) {
 	derive := m.derive
 	if derive == nil {
 		derive = context.WithDeadlineCause
@@ -226,7 +223,7 @@ func (m *DeadlineMiddleware) runDerived(parent context.Context, inv *pipeline.In
 }
 
 // runLazy is runDerived under a lazyContext.
-func (m *DeadlineMiddleware) runLazy(c *lazyContext, inv *pipeline.Invocation, next pipeline.Handler, a admission) (any, error) {
+func (m *DeadlineMiddleware) runLazy(c *lazyContext, inv *pipeline.Invocation, next pipeline.Handler, a *admission) (any, error) {
 	defer c.end()
 	out, err := m.run(c, inv, next, a)
 	return attribute(c, out, err)

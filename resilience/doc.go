@@ -8,7 +8,7 @@
 // deadline ended the handler's context, CANCELLED when the caller gave up
 // first ([Attribute] is that decision, for whoever else needs it).
 //
-// The [ResilienceMiddleware] sits right inside it and applies one circuit
+// The [Limits] sits right inside it and applies one circuit
 // breaker, one fixed-window rate limiter and one concurrency limiter per
 // operation ID, configured by a [Policy] (the kernel reads it from the
 // configuration). [Budget] splits what remains of a deadline across

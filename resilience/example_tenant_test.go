@@ -59,7 +59,7 @@ func Example_tenantRateLimit() {
 	if err != nil {
 		panic(err)
 	}
-	limits := resilience.NewResilienceMiddleware("orders.create", resilience.Policy{PermitLimit: 100, Window: time.Minute})
+	limits := resilience.NewLimits("orders.create", resilience.Policy{PermitLimit: 100, Window: time.Minute})
 	create := pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) { return "created", nil },
 		resilience.NewDeadlineMiddleware(resilience.WithLimits(limits)), perTenant)
 	for _, tenant := range []string{"acme", "acme", "acme", "globex"} {
@@ -84,10 +84,10 @@ func Example_tenantRateLimit() {
 	// globex: created
 }
 
-// ExampleNewResilienceMiddleware shows an operation's limits on their own:
+// ExampleNewLimits shows an operation's limits on their own:
 // one call at a time, nobody waiting.
-func ExampleNewResilienceMiddleware() {
-	limits := resilience.NewResilienceMiddleware("reports.export", resilience.Policy{ConcurrencyLimit: 1})
+func ExampleNewLimits() {
+	limits := resilience.NewLimits("reports.export", resilience.Policy{ConcurrencyLimit: 1})
 	chain := pipeline.Chain(func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		// While the first export runs, a second one arrives.
 		second := pipeline.NewInvocation(pipeline.Spec{Operation: inv.Operation()})

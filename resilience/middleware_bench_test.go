@@ -29,8 +29,8 @@ func benchOK(context.Context, *pipeline.Invocation) (any, error) { return nil, n
 
 // rejecting returns limits for id that reject every call from now on, and
 // a release to call when done (the concurrency case holds its only slot).
-func rejecting(b testing.TB, kind string) (*resilience.ResilienceMiddleware, func()) {
-	l := resilience.NewResilienceMiddleware(opID, benchRejects[kind])
+func rejecting(b testing.TB, kind string) (*resilience.Limits, func()) {
+	l := resilience.NewLimits(opID, benchRejects[kind])
 	ctx := context.Background()
 	inv := newInv(nil)
 	release := func() {}
@@ -90,7 +90,7 @@ func BenchmarkResilience(b *testing.B) {
 	})
 	b.Run("stack-admitted", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewResilienceMiddleware(opID, benchNeverRejects))))
+		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewLimits(opID, benchNeverRejects))))
 		for b.Loop() {
 			if _, err := h(ctx, inv); err != nil {
 				b.Fatal(err)
@@ -99,7 +99,7 @@ func BenchmarkResilience(b *testing.B) {
 	})
 	b.Run("chain-admitted", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, deadline, resilience.NewResilienceMiddleware(opID, benchNeverRejects))
+		h := pipeline.Chain(benchOK, deadline, resilience.NewLimits(opID, benchNeverRejects))
 		for b.Loop() {
 			if _, err := h(ctx, inv); err != nil {
 				b.Fatal(err)
@@ -108,7 +108,7 @@ func BenchmarkResilience(b *testing.B) {
 	})
 	b.Run("stack-admitted-parallel", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewResilienceMiddleware(opID, benchNeverRejects))))
+		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewLimits(opID, benchNeverRejects))))
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if _, err := h(ctx, inv); err != nil {
@@ -120,7 +120,7 @@ func BenchmarkResilience(b *testing.B) {
 	})
 	b.Run("limits-admitted", func(b *testing.B) {
 		b.ReportAllocs()
-		l := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
+		l := resilience.NewLimits(opID, benchNeverRejects)
 		for b.Loop() {
 			_, _ = l.Invoke(ctx, inv, benchOK)
 		}
@@ -142,7 +142,7 @@ func BenchmarkResilience(b *testing.B) {
 func TestLimitsAllocateNothing(t *testing.T) {
 	ctx := context.Background()
 	inv := newInv(nil)
-	admitted := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
+	admitted := resilience.NewLimits(opID, benchNeverRejects)
 	if n := testing.AllocsPerRun(500, func() { _, _ = admitted.Invoke(ctx, inv, benchOK) }); n != 0 {
 		t.Errorf("admitted call: %v allocations, want 0", n)
 	}
@@ -156,14 +156,14 @@ func TestLimitsAllocateNothing(t *testing.T) {
 }
 
 // BenchmarkUpdate measures a reload's cost per operation
-// (ResilienceMiddleware.Update, changing PermitLimit and
+// (Limits.Update, changing PermitLimit and
 // ConcurrencyLimit in place), and the admitted call on limits that have
 // been updated: the same path as before any update, one atomic pointer
 // load per call.
 func BenchmarkUpdate(b *testing.B) {
 	b.Run("update", func(b *testing.B) {
 		b.ReportAllocs()
-		l := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
+		l := resilience.NewLimits(opID, benchNeverRejects)
 		p := benchNeverRejects
 		for i := 0; b.Loop(); i++ {
 			p.PermitLimit = 1<<30 - i%2
@@ -175,7 +175,7 @@ func BenchmarkUpdate(b *testing.B) {
 		b.ReportAllocs()
 		ctx := context.Background()
 		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(time.Hour), DeadlineSource: pipeline.DeadlineOperation})
-		l := resilience.NewResilienceMiddleware(opID, benchNeverRejects)
+		l := resilience.NewLimits(opID, benchNeverRejects)
 		p := benchNeverRejects
 		p.PermitLimit--
 		l.Update(p)

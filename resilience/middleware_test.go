@@ -26,9 +26,9 @@ func (o op) OperationID() string { return string(o) }
 // effective one computed from the caller's context and the policy's
 // Timeout (see withDeadline). (TestWithLimitsMatchesTheChain compares it
 // with the plain chain of the two.)
-func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...pipeline.Middleware) (pipeline.Handler, *resilience.ResilienceMiddleware) {
+func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...pipeline.Middleware) (pipeline.Handler, *resilience.Limits) {
 	t.Helper()
-	l := resilience.NewResilienceMiddleware(opID, p)
+	l := resilience.NewLimits(opID, p)
 	mws := append([]pipeline.Middleware{resilience.NewDeadlineMiddleware(resilience.WithLimits(l))}, inner...)
 	chain := pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil)
 	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
@@ -86,7 +86,7 @@ func expectCode(t *testing.T, what string, err error, code string) {
 	}
 }
 
-func TestNewResilienceMiddlewareEmptyPolicyIsUsable(t *testing.T) {
+func TestNewLimitsEmptyPolicyIsUsable(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -96,9 +96,9 @@ func TestNewResilienceMiddlewareEmptyPolicyIsUsable(t *testing.T) {
 		{"defaults and a timeout only", resilience.Policy{Window: time.Second, BreakDuration: 30 * time.Second, QueueLimit: 3, ConcurrencyQueueLimit: 2, Timeout: time.Second}},
 	}
 	for _, tt := range tests {
-		l := resilience.NewResilienceMiddleware(opID, tt.p)
+		l := resilience.NewLimits(opID, tt.p)
 		if l == nil {
-			t.Fatalf("%s: NewResilienceMiddleware = nil, want a pass-through middleware", tt.name)
+			t.Fatalf("%s: NewLimits = nil, want a pass-through middleware", tt.name)
 		}
 		if l.ID() != opID || l.BreakerState() != resilience.BreakerClosed || l.InFlight() != 0 {
 			t.Errorf("%s: ID, BreakerState, InFlight = %q, %v, %d; want %q, closed, 0", tt.name, l.ID(), l.BreakerState(), l.InFlight(), opID)
@@ -116,9 +116,9 @@ func TestNewResilienceMiddlewareEmptyPolicyIsUsable(t *testing.T) {
 			}
 		}
 	}
-	var l *resilience.ResilienceMiddleware
+	var l *resilience.Limits
 	if l.BreakerState() != resilience.BreakerClosed || l.RateQueueDepth() != 0 || l.ConcurrencyQueueDepth() != 0 || l.InFlight() != 0 || l.ID() != "" || l.Policy() != (resilience.Policy{}) {
-		t.Errorf("nil *ResilienceMiddleware does not report an idle, closed state")
+		t.Errorf("nil *Limits does not report an idle, closed state")
 	}
 	if h := pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(resilience.WithLimits(nil))); true {
 		if out, err := h(context.Background(), newInv(nil)); out != "ok" || err != nil {
@@ -453,7 +453,7 @@ func TestQueueWaitsEndAtDeadlineOrCancel(t *testing.T) {
 }
 
 // expectBreaker fails unless l's breaker is in state want.
-func expectBreaker(t *testing.T, when string, l *resilience.ResilienceMiddleware, want resilience.BreakerState) {
+func expectBreaker(t *testing.T, when string, l *resilience.Limits, want resilience.BreakerState) {
 	t.Helper()
 	if got := l.BreakerState(); got != want {
 		t.Fatalf("%s: BreakerState() = %v, want %v", when, got, want)
@@ -462,7 +462,7 @@ func expectBreaker(t *testing.T, when string, l *resilience.ResilienceMiddleware
 
 // breakerStack is a stack with a breaker of threshold 1 and a long break;
 // its handler returns whatever the invocation's input says.
-func breakerStack(t *testing.T, p resilience.Policy) (pipeline.Handler, *resilience.ResilienceMiddleware) {
+func breakerStack(t *testing.T, p resilience.Policy) (pipeline.Handler, *resilience.Limits) {
 	t.Helper()
 	if p.FailureThreshold == 0 {
 		p.FailureThreshold = 1

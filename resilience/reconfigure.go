@@ -16,7 +16,7 @@ func (l *FixedWindow) length() time.Duration {
 }
 
 // reconfigure puts new limits on the window l at now (a reload; see
-// ResilienceMiddleware.Update) and returns the window calls take their
+// Limits.Update) and returns the window calls take their
 // permits in — l itself, changed in place, or one that took over its
 // counts — and, when the length changed, the window of the new length
 // that calls arriving from switchAt (the current window's end) on take

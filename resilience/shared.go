@@ -2,10 +2,12 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/ratelimit"
 )
 
 // Scope says where an operation's rate and concurrency limits are counted.
@@ -64,19 +66,25 @@ func (e *LimitedError) Error() string {
 // Unwrap returns ErrLimited.
 func (e *LimitedError) Unwrap() error { return ErrLimited }
 
-// Option configures NewResilienceMiddleware.
-type Option interface{ apply(*limitSet) }
+// Option configures [NewLimits] and [Limits.Update].
+type Option interface{ apply(*options) }
 
-type optionFunc func(*limitSet)
+type options struct {
+	window SharedWindow
+	slots  SharedSlots
+	custom []Limit
+}
 
-func (f optionFunc) apply(l *limitSet) { f(l) }
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
 
 // WithSharedWindow counts the operation's fixed window in w instead of in
 // this process (Policy.Scope cluster). A nil w is a no-op.
 func WithSharedWindow(w SharedWindow) Option {
-	return optionFunc(func(l *limitSet) {
+	return optionFunc(func(o *options) {
 		if w != nil {
-			l.sharedWindow = w
+			o.window = w
 		}
 	})
 }
@@ -84,9 +92,135 @@ func WithSharedWindow(w SharedWindow) Option {
 // WithSharedSlots counts the operation's concurrency limit in s instead of
 // in this process. A nil s is a no-op.
 func WithSharedSlots(s SharedSlots) Option {
-	return optionFunc(func(l *limitSet) {
+	return optionFunc(func(o *options) {
 		if s != nil {
-			l.sharedSlots = s
+			o.slots = s
 		}
 	})
+}
+
+// WithLimit adds a limit of your own after the built-ins, right before
+// the handler (the kernel adds those its config names; see
+// kernel.WithLimitKind). A nil lim is a no-op.
+func WithLimit(lim Limit) Option {
+	return optionFunc(func(o *options) {
+		if lim != nil {
+			o.custom = append(o.custom, lim)
+		}
+	})
+}
+
+// sharedLimit is a window and slots counted outside this process (Scope
+// cluster) as one [Limit]: the window, then the slots. A call runs in the
+// window that admitted it: the shared window reports, conservatively, how
+// long its window lasts from Take's return (Quota.Reset; 0 when it does
+// not say, as a degraded store's local fallback). When the slot took
+// longer than that, the permit is left unused and the call asks the
+// window again, so that no window's calls spill into the next one.
+type sharedLimit struct {
+	window  SharedWindow // nil: none
+	slots   SharedSlots  // nil: none
+	headers bool
+	retry   time.Duration // the window's length, the retry-after when asking again fails
+	l       *Limits
+}
+
+func (l *Limits) sharedOf(p Policy, o options) *sharedLimit {
+	s := &sharedLimit{headers: p.RateLimitHeaders, retry: p.Window, l: l}
+	if p.PermitLimit > 0 {
+		s.window = o.window
+	}
+	if p.ConcurrencyLimit > 0 {
+		s.slots = o.slots
+	}
+	if s.window == nil && s.slots == nil {
+		return nil
+	}
+	return s
+}
+
+// maxSharedAttempts bounds how often a call asks a shared window again
+// because its slot came after its window had ended.
+const maxSharedAttempts = 3
+
+// Acquire implements [Limit].
+func (s *sharedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
+	for attempt := 1; ; attempt++ {
+		until, err := s.take(ctx, inv)
+		if err != nil {
+			return Permit{}, err
+		}
+		var release releaseFunc
+		if s.slots != nil {
+			rel, err := s.slots.Acquire(ctx, inv)
+			if err != nil {
+				if e := callerEnd(ctx, err); e != nil {
+					return Permit{}, e
+				}
+				return Permit{}, s.l.concRejection()
+			}
+			release = rel
+		}
+		if until.IsZero() || time.Now().Before(until) {
+			if release == nil {
+				return Permit{}, nil
+			}
+			return NewPermit(release, 0), nil
+		}
+		if release != nil {
+			release()
+		}
+		if attempt == maxSharedAttempts {
+			return Permit{}, s.l.rateLimited.get(s.retry)
+		}
+	}
+}
+
+// take takes a permit of the shared window (if there is one) and returns
+// until when it is good for (zero: no edge to respect).
+func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until time.Time, err error) {
+	if s.window == nil {
+		return time.Time{}, nil
+	}
+	q, werr := s.window.Take(ctx, inv)
+	if q.Reset > 0 {
+		until = time.Now().Add(q.Reset)
+	}
+	if s.headers {
+		ratelimit.Set(inv.Reply(), q)
+	}
+	if werr == nil {
+		return until, nil
+	}
+	if e := callerEnd(ctx, werr); e != nil {
+		return until, e
+	}
+	retry := s.retry
+	if le, ok := werr.(*LimitedError); ok {
+		retry = le.RetryAfter
+	}
+	return until, s.l.rateLimited.get(retry)
+}
+
+// releaseFunc is a shared slot's release as a [Releaser].
+type releaseFunc func()
+
+// Release implements [Releaser].
+func (f releaseFunc) Release(uint64, Outcome) { f() }
+
+// callerEnd returns the TIMEOUT or CANCELLED outcome when a shared
+// limiter's failure err is the caller's own end, else nil: ctx has ended,
+// or the limiter saw the deadline pass before ctx's timer fired and
+// returned the context's error for it (a shared limiter compares the
+// deadline with the clock, to spend no round trip on a call that cannot
+// run). Without the second case such a call was told it was rate or
+// concurrency limited.
+func callerEnd(ctx context.Context, err error) *pipeline.Error {
+	if e := Attribute(ctx); e != nil {
+		return e
+	}
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(d) {
+		return pipeline.ErrTimeout()
+	}
+	return nil
 }

@@ -54,7 +54,7 @@ func TestSharedLimiterCallerDeadlineIsTimeout(t *testing.T) {
 			} else {
 				pol.PermitLimit, pol.Window = 0, 0
 			}
-			mw := resilience.NewResilienceMiddleware("billing.charge", pol, tc.opt)
+			mw := resilience.NewLimits("billing.charge", pol, tc.opt)
 			ran := false
 			h := func(context.Context, *pipeline.Invocation) (any, error) { ran = true; return nil, nil }
 			inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"))

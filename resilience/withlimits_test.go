@@ -16,12 +16,12 @@ import (
 // in behavior.
 var compositions = []struct {
 	name    string
-	compose func(*resilience.ResilienceMiddleware) []pipeline.Middleware
+	compose func(*resilience.Limits) []pipeline.Middleware
 }{
-	{"chain", func(l *resilience.ResilienceMiddleware) []pipeline.Middleware {
+	{"chain", func(l *resilience.Limits) []pipeline.Middleware {
 		return []pipeline.Middleware{resilience.NewDeadlineMiddleware(), l}
 	}},
-	{"WithLimits", func(l *resilience.ResilienceMiddleware) []pipeline.Middleware {
+	{"WithLimits", func(l *resilience.Limits) []pipeline.Middleware {
 		return []pipeline.Middleware{resilience.NewDeadlineMiddleware(resilience.WithLimits(l))}
 	}},
 }
@@ -52,7 +52,7 @@ func TestWithLimitsMatchesTheChain(t *testing.T) {
 		for _, c := range compositions {
 			t.Run(tc.name+"/"+c.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					l := resilience.NewResilienceMiddleware(opID, tc.p)
+					l := resilience.NewLimits(opID, tc.p)
 					release := make(chan struct{})
 					h := pipeline.Chain(func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 						if inv.Input() == "first" {
@@ -104,7 +104,7 @@ func TestWithLimitsMatchesTheChain(t *testing.T) {
 // created); through the chain it pays for the context first.
 func TestWithLimitsRejectionCostsNoContext(t *testing.T) {
 	for _, c := range compositions {
-		l := resilience.NewResilienceMiddleware(opID, resilience.Policy{PermitLimit: 1, Window: time.Hour})
+		l := resilience.NewLimits(opID, resilience.Policy{PermitLimit: 1, Window: time.Hour})
 		h := pipeline.Chain(okHandler, c.compose(l)...)
 		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(time.Hour), DeadlineSource: pipeline.DeadlineOperation})
 		ctx := context.Background()

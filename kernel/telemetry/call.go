@@ -157,7 +157,7 @@ func (c *Call) End(err error, end time.Time) {
 		if c.hasBudget {
 			in.remaining.Record(c.ctx, max(c.budget, 0).Seconds(), c.o.remaining[c.proto]...)
 		}
-		if inv.Replayed() {
+		if inv.Reply().Replayed() {
 			in.replays.Add(c.ctx, 1, c.o.replays[c.proto]...)
 		}
 	}
@@ -203,7 +203,7 @@ func (c *Call) annotate(a *outcomeAttrs, sem []attribute.KeyValue, perr, orig *p
 	if c.inv.IdempotencyKey() != "" {
 		attrs = append(attrs, attribute.Bool(AttrIdempotencyKey, true))
 	}
-	if c.inv.Replayed() {
+	if c.inv.Reply().Replayed() {
 		attrs = append(attrs, attribute.Bool(AttrIdempotencyReplayed, true))
 	}
 	span.SetAttributes(attrs...)
@@ -280,7 +280,7 @@ func (c *Call) log(l *slog.Logger, kind pipeline.Kind, perr, orig *pipeline.Erro
 	if s, ok := perr.RetryAfterSeconds(); ok {
 		attrs = append(attrs, slog.Int64("retry_after_s", s))
 	}
-	if c.inv.Replayed() {
+	if c.inv.Reply().Replayed() {
 		attrs = append(attrs, slog.Bool("replayed", true))
 	}
 	attrs = append(attrs, slog.Duration("duration", end.Sub(c.start)))

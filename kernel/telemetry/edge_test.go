@@ -751,7 +751,7 @@ func TestIdempotencyReplayObserved(t *testing.T) {
 	spec := pipeline.Spec{Operation: op("billing.charge"), Protocol: pipeline.ProtocolGRPC, IdempotencyKey: "k-1"}
 	observe(o, context.Background(), pipeline.NewInvocation(spec), t0, t0, nil)
 	replay := pipeline.NewInvocation(spec)
-	replay.MarkReplayed()
+	replay.Reply().Set(pipeline.FieldReplayed, "true")
 	observe(o, context.Background(), replay, t0, t0, nil)
 
 	ended := h.spans.Ended()

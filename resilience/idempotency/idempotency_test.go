@@ -62,12 +62,12 @@ func TestFirstRunsThenReplays(t *testing.T) {
 	var n atomic.Int64
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	out1, err, inv1 := call(mw, "k1", chargeIn{"4242", 10}, counting(&n))
-	if err != nil || inv1.Replayed() {
-		t.Fatalf("first: %v replayed=%v", err, inv1.Replayed())
+	if err != nil || inv1.Reply().Replayed() {
+		t.Fatalf("first: %v replayed=%v", err, inv1.Reply().Replayed())
 	}
 	out2, err, inv2 := call(mw, "k1", chargeIn{"4242", 10}, counting(&n))
-	if err != nil || !inv2.Replayed() {
-		t.Fatalf("second: %v replayed=%v", err, inv2.Replayed())
+	if err != nil || !inv2.Reply().Replayed() {
+		t.Fatalf("second: %v replayed=%v", err, inv2.Reply().Replayed())
 	}
 	if out1.(receipt) != out2.(receipt) || n.Load() != 1 {
 		t.Fatalf("out1 %v out2 %v executions %d; want the same receipt, one execution", out1, out2, n.Load())
@@ -141,8 +141,8 @@ func TestRunningKeyConflicts(t *testing.T) {
 	close(release)
 	first := <-done
 	out, err, inv := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
-	if err != nil || !inv.Replayed() || out.(receipt) != first.(receipt) || n.Load() != 1 {
-		t.Fatalf("after: %v %v replayed=%v executions=%d", out, err, inv.Replayed(), n.Load())
+	if err != nil || !inv.Reply().Replayed() || out.(receipt) != first.(receipt) || n.Load() != 1 {
+		t.Fatalf("after: %v %v replayed=%v executions=%d", out, err, inv.Reply().Replayed(), n.Load())
 	}
 }
 
@@ -168,8 +168,8 @@ func TestDeadlineNeverStored(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		synctest.Wait()
 		out, err, inv2 := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
-		if err != nil || !inv2.Replayed() || out.(receipt).ID != "ch-1" {
-			t.Fatalf("after the handler returned: %v %v replayed=%v", out, err, inv2.Replayed())
+		if err != nil || !inv2.Reply().Replayed() || out.(receipt).ID != "ch-1" {
+			t.Fatalf("after the handler returned: %v %v replayed=%v", out, err, inv2.Reply().Replayed())
 		}
 
 		// Honours its context: returns TIMEOUT, the key is freed.
@@ -183,8 +183,8 @@ func TestDeadlineNeverStored(t *testing.T) {
 		if pipeline.KindOf(err) != pipeline.KindTimeout {
 			t.Fatalf("honouring handler: %v", err)
 		}
-		if _, err, inv := call(mw, "k2", chargeIn{"4242", 10}, counting(&n)); err != nil || inv.Replayed() || n.Load() != 2 {
-			t.Fatalf("retry after a TIMEOUT: %v replayed=%v executions=%d, want a new execution", err, inv.Replayed(), n.Load())
+		if _, err, inv := call(mw, "k2", chargeIn{"4242", 10}, counting(&n)); err != nil || inv.Reply().Replayed() || n.Load() != 2 {
+			t.Fatalf("retry after a TIMEOUT: %v replayed=%v executions=%d, want a new execution", err, inv.Reply().Replayed(), n.Load())
 		}
 	})
 }
@@ -200,7 +200,7 @@ func TestCodedFailureReplayed(t *testing.T) {
 	_, err1, _ := call(mw, "k", chargeIn{"9", 1}, h)
 	_, err2, inv := call(mw, "k", chargeIn{"9", 1}, h)
 	e := pipeline.AsError(err2)
-	if n.Load() != 1 || !inv.Replayed() || e.Code() != "SHOP_NOT_FOUND_001" || e.Message() != "No card 9." || e.Kind() != pipeline.KindNotFound {
+	if n.Load() != 1 || !inv.Reply().Replayed() || e.Code() != "SHOP_NOT_FOUND_001" || e.Message() != "No card 9." || e.Kind() != pipeline.KindNotFound {
 		t.Fatalf("replay %v of %v, executions %d", err2, err1, n.Load())
 	}
 	// Details come back in their JSON form, integers exact (as int64).
@@ -288,7 +288,7 @@ func TestConcurrentOneKey(t *testing.T) {
 			switch {
 			case pipeline.CodeOf(err) == pipeline.CodeIdempotencyInProgress:
 				conflicts.Add(1)
-			case err == nil && inv.Replayed():
+			case err == nil && inv.Reply().Replayed():
 				replays.Add(1)
 			case err == nil:
 				runs.Add(1)
@@ -361,7 +361,7 @@ func TestMemoryStoreBoundUnderFlood(t *testing.T) {
 	}
 	// The newest keys are still replayed.
 	_, _, inv := call(mw, "key-49999", chargeIn{"4242", 49999}, h)
-	if !inv.Replayed() {
+	if !inv.Reply().Replayed() {
 		t.Fatal("newest key not replayed")
 	}
 }
@@ -403,8 +403,8 @@ func TestRedisStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	out2, err, inv := call(b, "k", chargeIn{"4242", 10}, counting(&n))
-	if err != nil || !inv.Replayed() || out2.(receipt) != out1.(receipt) || n.Load() != 1 {
-		t.Fatalf("replica b: %v %v replayed=%v executions=%d", out2, err, inv.Replayed(), n.Load())
+	if err != nil || !inv.Reply().Replayed() || out2.(receipt) != out1.(receipt) || n.Load() != 1 {
+		t.Fatalf("replica b: %v %v replayed=%v executions=%d", out2, err, inv.Reply().Replayed(), n.Load())
 	}
 	if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyMismatch {
 		t.Fatalf("other input: %v", err)
@@ -480,8 +480,8 @@ func TestRedisLeaseRenewed(t *testing.T) {
 	}
 	close(release)
 	<-done
-	if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Replayed() || n.Load() != 1 {
-		t.Fatalf("%v replayed=%v executions %d", err, inv.Replayed(), n.Load())
+	if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Reply().Replayed() || n.Load() != 1 {
+		t.Fatalf("%v replayed=%v executions %d", err, inv.Reply().Replayed(), n.Load())
 	}
 }
 

@@ -126,7 +126,7 @@ func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 		case !rec.Done:
 			return nil, errInProgress()
 		}
-		inv.MarkReplayed()
+		markReplayed(inv)
 		return m.decode(rec.Outcome)
 	}
 	return m.run(ctx, inv, next, skey, fp, token)
@@ -322,4 +322,13 @@ func (m *Middleware) decode(b []byte) (any, error) {
 		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: stored output does not decode", err)
 	}
 	return derefOutput(p), nil
+}
+
+// markReplayed marks inv's answer as the stored outcome of an earlier call
+// with the same key: the Idempotent-Replayed field (HTTP header, gRPC
+// metadata) and, on the command line, a note on standard error.
+func markReplayed(inv *pipeline.Invocation) {
+	r := inv.Reply()
+	r.Set(pipeline.FieldReplayed, "true")
+	r.Note("replayed: the stored outcome of an earlier call with idempotency key " + inv.IdempotencyKey())
 }

@@ -55,8 +55,8 @@ func TestPanicAfterClaimSettles(t *testing.T) {
 		}
 		var n atomic.Int64
 		_, err, inv := call(mw, "k", chargeIn{}, counting(&n))
-		if pipeline.CodeOf(err) != pipeline.CodeUnexpected || !inv.Replayed() || n.Load() != 0 {
-			t.Errorf("retry after the panic: %v replayed=%v executions=%d, want the UNEXPECTED outcome replayed", err, inv.Replayed(), n.Load())
+		if pipeline.CodeOf(err) != pipeline.CodeUnexpected || !inv.Reply().Replayed() || n.Load() != 0 {
+			t.Errorf("retry after the panic: %v replayed=%v executions=%d, want the UNEXPECTED outcome replayed", err, inv.Reply().Replayed(), n.Load())
 		}
 	})
 }
@@ -88,8 +88,8 @@ func TestMemoryStoreEvictsExpiredFirst(t *testing.T) {
 		call(short, "young-but-expired", chargeIn{}, counting(&n))
 		time.Sleep(time.Minute)
 		call(long, "new", chargeIn{}, counting(&n)) // the store is full: one record must go
-		if _, _, inv := call(long, "old-but-live", chargeIn{}, counting(&n)); !inv.Replayed() || n.Load() != 3 {
-			t.Fatalf("the live record: replayed=%v executions=%d, want it kept (the expired one evicted)", inv.Replayed(), n.Load())
+		if _, _, inv := call(long, "old-but-live", chargeIn{}, counting(&n)); !inv.Reply().Replayed() || n.Load() != 3 {
+			t.Fatalf("the live record: replayed=%v executions=%d, want it kept (the expired one evicted)", inv.Reply().Replayed(), n.Load())
 		}
 	})
 }
@@ -123,8 +123,8 @@ func TestMemoryStoreFinishKeepsItsRecord(t *testing.T) {
 	if out, err, _ := call(mw, "big", chargeIn{}, big); err != nil || out.(receipt).ID == "" {
 		t.Fatalf("first call: %v %v, want its output", out, err)
 	}
-	if _, err, inv := call(mw, "big", chargeIn{}, big); pipeline.CodeOf(err) != pipeline.CodeIdempotencyTooLarge || !inv.Replayed() || n.Load() != 1 {
-		t.Fatalf("retry: %v replayed=%v executions=%d, want KERNEL_CONFLICT_002 replayed and one execution", err, inv.Replayed(), n.Load())
+	if _, err, inv := call(mw, "big", chargeIn{}, big); pipeline.CodeOf(err) != pipeline.CodeIdempotencyTooLarge || !inv.Reply().Replayed() || n.Load() != 1 {
+		t.Fatalf("retry: %v replayed=%v executions=%d, want KERNEL_CONFLICT_002 replayed and one execution", err, inv.Reply().Replayed(), n.Load())
 	}
 	if entries, bytes := store.Len(); entries != 1 || bytes > 4096 {
 		t.Fatalf("store holds %d records, %d bytes; want 1 within 4096", entries, bytes)
@@ -144,8 +144,8 @@ func TestRetryAfterOutcomeFreesTheKey(t *testing.T) {
 		return receipt{ID: "ch-1"}, nil
 	}
 	call(mw, "k", chargeIn{}, h)
-	if out, err, inv := call(mw, "k", chargeIn{}, h); err != nil || inv.Replayed() || n.Load() != 2 || out.(receipt).ID != "ch-1" {
-		t.Fatalf("retry: %v %v replayed=%v executions=%d, want a second execution", out, err, inv.Replayed(), n.Load())
+	if out, err, inv := call(mw, "k", chargeIn{}, h); err != nil || inv.Reply().Replayed() || n.Load() != 2 || out.(receipt).ID != "ch-1" {
+		t.Fatalf("retry: %v %v replayed=%v executions=%d, want a second execution", out, err, inv.Reply().Replayed(), n.Load())
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package breaker is the consecutive-failure circuit breaker behind the
-// resilience package's ResilienceMiddleware.
+// resilience package's Limits.
 //
 // It is written here rather than taken from github.com/sony/gobreaker/v2
 // because the middleware needs three things gobreaker does not give:
@@ -102,6 +102,17 @@ type Ticket struct {
 
 // Probe reports whether the call is the half-open probe.
 func (t Ticket) Probe() bool { return t.probe }
+
+// Token packs t into one word (a generation fits in 32 bits).
+func (t Ticket) Token() uint64 {
+	if t.probe {
+		return t.gen<<1 | 1
+	}
+	return t.gen << 1
+}
+
+// TicketOf unpacks a Token.
+func TicketOf(token uint64) Ticket { return Ticket{gen: token >> 1, probe: token&1 == 1} }
 
 // Breaker opens after a number of consecutive failures, stays open for a
 // fixed break, then lets exactly one probe through: the probe's success

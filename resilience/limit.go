@@ -1,0 +1,89 @@
+package resilience
+
+import (
+	"context"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/breaker"
+)
+
+// Limit is one limit of an operation: its circuit breaker, its fixed
+// window, its concurrency limit, or one of your own. An operation's
+// [Limits] runs its limits in order around the handler. Each admits the
+// call or turns it away; an admitted call holds a [Permit] of each until
+// it ends, and gives them back, last first, with its [Outcome].
+//
+// Acquire admits the call, waiting (in a queue of the limit's own) at most
+// until ctx ends. It returns the call's permit, or the error the caller
+// gets: a rejection (an UNAVAILABLE *pipeline.Error with a retry-after,
+// see [RateLimited]), or the caller's own end ([Attribute](ctx)) when ctx
+// ends first. ctx is the handler's context, bounded by the invocation's
+// deadline. A Limit is safe for concurrent use.
+type Limit interface {
+	Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error)
+}
+
+// Admitter is a [Limit] that can often decide on the call's arrival,
+// before the handler's context exists, so that a rejection costs no
+// context and no timer. TryAcquire returns the permit or the rejection
+// when it decides at once, and wait true when the call has to wait: it
+// then gets the same limit's Acquire, with its context. Limits run their
+// leading Admitters this way, up to the first that says wait.
+type Admitter interface {
+	Limit
+	TryAcquire(inv *pipeline.Invocation) (p Permit, wait bool, err error)
+}
+
+// Releaser takes back the permits its limit handed out: Release is called
+// exactly once per permit, with the permit's token and how the call ended.
+type Releaser interface {
+	Release(token uint64, o Outcome)
+}
+
+// Permit is what an admitted call holds of one [Limit] until it ends. The
+// zero Permit holds nothing and needs no release.
+type Permit struct {
+	r     Releaser
+	token uint64
+	watch bool
+}
+
+// NewPermit returns a permit that r takes back with token.
+func NewPermit(r Releaser, token uint64) Permit { return Permit{r: r, token: token} }
+
+// ReleasedAtContextEnd returns p, given back when the call's context ends
+// if its handler has not returned by then: a handler that ignores its
+// context must not hold it past its deadline (a circuit breaker's probe,
+// whose slot keeps every other call out). The Outcome is then judged by
+// how the context ended.
+func (p Permit) ReleasedAtContextEnd() Permit {
+	p.watch = true
+	return p
+}
+
+// Verdict is what an ended call says about the operation's health, the
+// one judgement every limit shares (the rules are in docs/pipeline.md,
+// "Circuit breaker").
+type Verdict uint8
+
+// The verdicts.
+const (
+	// Success: the operation worked.
+	Success Verdict = Verdict(breaker.Success)
+	// Failure: the operation failed or did not finish in its own time.
+	Failure Verdict = Verdict(breaker.Failure)
+	// Neutral: the call says nothing of the operation's health (it did not
+	// run, the caller left or was at fault, its outcome was replayed).
+	Neutral Verdict = Verdict(breaker.Neutral)
+)
+
+// Outcome is how a call ended, as its limits see it.
+type Outcome struct {
+	// Err is the call's outcome: nil on success.
+	Err error
+	// Verdict is what the outcome says about the operation's health.
+	Verdict Verdict
+	// Ran reports whether the handler ran (false: a later limit turned the
+	// call away, or its caller left while it waited).
+	Ran bool
+}

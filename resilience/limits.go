@@ -1,0 +1,344 @@
+package resilience
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// Limits applies the limits of one operation: the second built-in of the
+// Resilience stage, right inside [DeadlineMiddleware] (the kernel runs both
+// as one middleware, see [WithLimits]). Create it with [NewLimits], once
+// per operation ID per process; the kernel does this at kernel.New.
+//
+// Each call meets the operation's limits in order — the circuit breaker
+// (FailureThreshold, BreakSeconds), the fixed window (PermitLimit,
+// WindowSeconds, QueueLimit; see [FixedWindow]), the concurrency limit
+// (ConcurrencyLimit, ConcurrencyQueueLimit; see [ConcurrencyLimiter]) —
+// then the handler. Each is a [Limit]; limits that are not configured are
+// not in the chain. A rejection never reaches later limits or the handler;
+// what a call holds is given back on every exit path, panics included. A
+// wait in a queue ends when the call may proceed, at the deadline
+// (KERNEL_TIMEOUT_001) or when the caller cancels (KERNEL_CANCELLED_001).
+// The codes and the breaker's rules are in docs/pipeline.md.
+//
+// The limits are per process — N replicas admit N times PermitLimit per
+// window — unless the kernel hands a shared window and shared slots
+// (Policy.Scope cluster; [WithSharedWindow], [WithSharedSlots]). The
+// breaker is always per process. Limits is safe for concurrent use; a nil
+// *Limits reports a closed breaker and empty queues.
+type Limits struct {
+	id string
+	// cur is the chain in force; a call loads it once, on arrival, and
+	// keeps it to its end. Update replaces it (a reload).
+	cur atomic.Pointer[chain]
+
+	rateLimited  rejections
+	circuitOpen  rejections
+	concLimitErr *pipeline.Error
+	concRejected atomic.Int64
+}
+
+// maxLimits bounds the limits of one operation (the built-ins are three).
+const maxLimits = 8
+
+// chain is the limits of one operation under one policy, in the order a
+// call meets them. The limiters behind them are carried from chain to
+// chain when a reload changes them in place (see Update).
+type chain struct {
+	policy Policy
+	limits []Limit
+	fast   []Admitter // the leading limits that are Admitters
+	watch  bool       // a permit may be ReleasedAtContextEnd
+
+	// The built-ins, for status and for the next Update (nil: none).
+	breaker *breakerLimit
+	window  *windowLimit
+	slots   *slotsLimit
+	shared  *sharedLimit
+}
+
+// NewLimits returns the Limits of the operation id under policy p. It
+// never returns nil: when p configures no limit, every call passes
+// straight through. Values the configuration would refuse (a non-positive
+// window or break, a negative queue) are replaced by their defaults.
+// Options hand in a window and slots counted outside the process (Scope
+// cluster) and limits of your own ([WithLimit]).
+func NewLimits(id string, p Policy, opts ...Option) *Limits {
+	p = normalize(p)
+	l := &Limits{id: id}
+	l.rateLimited = newRejections(id, RateLimited, p.Window)
+	l.circuitOpen = newRejections(id, CircuitOpen, p.BreakDuration)
+	l.concLimitErr = ConcurrencyLimited(id)
+	l.cur.Store(l.build(&chain{}, p, time.Now(), opts))
+	return l
+}
+
+func normalize(p Policy) Policy {
+	if p.Window <= 0 {
+		p.Window = DefaultWindow
+	}
+	if p.BreakDuration <= 0 {
+		p.BreakDuration = DefaultBreakDuration
+	}
+	p.QueueLimit = max(p.QueueLimit, 0)
+	p.ConcurrencyQueueLimit = max(p.ConcurrencyQueueLimit, 0)
+	return p
+}
+
+// Update puts policy p in force for the calls that arrive from now on,
+// keeping what the limiters know (a reload; docs/resilience.md, "Changing
+// limits at run time"):
+//
+//   - the fixed window keeps its origin and the permits taken in the
+//     current window; a new PermitLimit applies at once, a new
+//     WindowSeconds from the next boundary on, a new QueueLimit to
+//     arrivals; queued calls keep their place;
+//   - the concurrency limit keeps the calls in flight; a shorter queue
+//     turns its newest excess waiters away with KERNEL_UNAVAILABLE_003;
+//   - the breaker keeps its state and its counts (a closed one its run of
+//     failures, an open one its break; a half-open one lets the next call
+//     probe);
+//   - a limit the policy gains starts empty; a limit it loses is dropped
+//     (calls holding its permits finish normally).
+//
+// Options are as for NewLimits; a policy moving between scopes starts the
+// limits of its new scope. Calls already admitted, or waiting in a queue,
+// keep the limits they met. Update is safe for concurrent use with calls;
+// concurrent Updates are not (the kernel serialises reloads).
+func (l *Limits) Update(p Policy, opts ...Option) {
+	p = normalize(p)
+	old := l.cur.Load()
+	if (p.Scope == ScopeCluster) != (old.policy.Scope == ScopeCluster) {
+		old = &chain{breaker: old.breaker}
+	}
+	l.cur.Store(l.build(old, p, time.Now(), opts))
+}
+
+// build returns the chain of policy p, taking over the limiters of old in
+// place where it can. Each kind of limit is one entry here.
+func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chain {
+	c := &chain{policy: p}
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	if p.Limited() {
+		c.breaker = l.breakerOf(old, p)
+		if p.PermitLimit > 0 && o.window == nil {
+			c.window = l.windowOf(old, p, now)
+		}
+		c.shared = l.sharedOf(p, o)
+		if p.ConcurrencyLimit > 0 && o.slots == nil {
+			c.slots = l.slotsOf(old, p)
+		}
+	}
+	c.add(c.breaker)
+	c.add(c.window)
+	c.add(c.shared)
+	c.add(c.slots)
+	for _, lim := range o.custom {
+		c.add(lim)
+	}
+	return c
+}
+
+// add appends lim to the chain unless it is a nil pointer of a built-in.
+func (c *chain) add(lim Limit) {
+	switch v := lim.(type) {
+	case nil:
+		return
+	case *breakerLimit:
+		if v == nil {
+			return
+		}
+		c.watch = true
+	case *windowLimit:
+		if v == nil {
+			return
+		}
+	case *slotsLimit:
+		if v == nil {
+			return
+		}
+	case *sharedLimit:
+		if v == nil {
+			return
+		}
+	default:
+		c.watch = true // a custom limit may ask for it
+	}
+	if len(c.limits) == maxLimits {
+		panic(fmt.Sprintf("resilience: more than %d limits on one operation", maxLimits))
+	}
+	c.limits = append(c.limits, lim)
+	if a, ok := lim.(Admitter); ok && len(c.fast) == len(c.limits)-1 {
+		c.fast = append(c.fast, a)
+	}
+}
+
+// limited reports whether l has any limit to apply now.
+func (l *Limits) limited() bool {
+	return l != nil && len(l.cur.Load().limits) > 0
+}
+
+// Invoke implements pipeline.Middleware. ctx must be the handler's
+// context, bounded by the invocation's deadline: run it inside a
+// [DeadlineMiddleware] (or with [WithLimits]).
+func (l *Limits) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	var a admission
+	if err := l.admitNow(inv, &a); err != nil {
+		return nil, err
+	}
+	return a.proceed(ctx, inv, next)
+}
+
+// admission is what one call holds of its chain's limits: permits[:n] of
+// limits[:n].
+type admission struct {
+	chain   *chain // nil: no limit applies
+	n       int
+	permits [maxLimits]Permit
+}
+
+// admitNow lets the chain's leading Admitters decide on arrival, up to the
+// first that says the call must wait, and returns the rejection of one
+// that turns the call away.
+func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
+	c := l.cur.Load()
+	if len(c.limits) == 0 {
+		return nil
+	}
+	a.chain = c
+	for a.n < len(c.fast) {
+		p, wait, err := c.fast[a.n].TryAcquire(inv)
+		if err != nil {
+			a.release(Outcome{Err: err, Verdict: Neutral})
+			return err
+		}
+		if wait {
+			return nil
+		}
+		a.permits[a.n] = p
+		a.n++
+	}
+	return nil
+}
+
+// proceed acquires the limits admitNow left, with the call's context, then
+// runs next and gives back what the call holds.
+func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (out any, err error) {
+	c := a.chain
+	if c == nil {
+		return next(ctx, inv)
+	}
+	for a.n < len(c.limits) {
+		p, err := c.limits[a.n].Acquire(ctx, inv)
+		if err != nil {
+			a.release(Outcome{Err: err, Verdict: Neutral})
+			return nil, err
+		}
+		a.permits[a.n] = p
+		a.n++
+	}
+	var w *watch
+	if c.watch {
+		w = a.watchEnd(ctx, inv)
+	}
+	finished := false
+	defer func() { a.finish(ctx, inv, err, finished, w) }()
+	out, err = next(ctx, inv)
+	finished = true
+	return out, err
+}
+
+// finish gives back every permit with the call's outcome: a panic (not
+// finished) is a failure.
+func (a *admission) finish(ctx context.Context, inv *pipeline.Invocation, err error, finished bool, w *watch) {
+	o := Outcome{Err: err, Verdict: Failure, Ran: true}
+	if finished {
+		o.Verdict = VerdictOf(ctx, inv, err)
+	}
+	if w != nil && !w.claim() {
+		a.releaseUnwatched(o)
+		return
+	}
+	a.release(o)
+}
+
+// release gives back the permits held, last first.
+func (a *admission) release(o Outcome) {
+	for i := a.n - 1; i >= 0; i-- {
+		if p := a.permits[i]; p.r != nil {
+			p.r.Release(p.token, o)
+		}
+	}
+}
+
+// releaseUnwatched is release for the permits the watch did not give back.
+func (a *admission) releaseUnwatched(o Outcome) {
+	for i := a.n - 1; i >= 0; i-- {
+		if p := a.permits[i]; p.r != nil && !p.watch {
+			p.r.Release(p.token, o)
+		}
+	}
+}
+
+// watch gives back the permits that are ReleasedAtContextEnd when the
+// call's context ends before its handler returns; whichever of the two
+// comes first gives them back.
+type watch struct {
+	claimed atomic.Bool
+	stop    func() bool
+}
+
+// watchEnd arms a watch when a permit asks for one (nil: none does).
+func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *watch {
+	var watched []Permit
+	for _, p := range a.permits[:a.n] {
+		if p.watch && p.r != nil {
+			watched = append(watched, p)
+		}
+	}
+	if len(watched) == 0 {
+		return nil
+	}
+	w := new(watch)
+	w.stop = context.AfterFunc(ctx, func() {
+		if w.claimed.CompareAndSwap(false, true) {
+			o := Outcome{Err: Attribute(ctx), Verdict: endedVerdict(ctx, inv), Ran: true}
+			for i := len(watched) - 1; i >= 0; i-- {
+				watched[i].r.Release(watched[i].token, o)
+			}
+		}
+	})
+	return w
+}
+
+// claim stops the watch and reports whether the caller gives back the
+// watched permits (false: the watch did, at the end of the context).
+func (w *watch) claim() bool {
+	w.stop()
+	return w.claimed.CompareAndSwap(false, true)
+}
+
+// ID returns the operation ID.
+func (l *Limits) ID() string {
+	if l == nil {
+		return ""
+	}
+	return l.id
+}
+
+// Policy returns the policy the limits were built from.
+func (l *Limits) Policy() Policy {
+	if l == nil {
+		return Policy{}
+	}
+	return l.cur.Load().policy
+}

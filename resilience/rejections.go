@@ -1,0 +1,109 @@
+package resilience
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// Rejections counts the calls each limit turned away since the process
+// started.
+type Rejections struct {
+	Rate, Concurrency, Breaker int64
+}
+
+// Rejections returns the calls the operation's limits turned away.
+func (l *Limits) Rejections() Rejections {
+	if l == nil {
+		return Rejections{}
+	}
+	return Rejections{Rate: l.rateLimited.count.Load(), Concurrency: l.concRejected.Load(), Breaker: l.circuitOpen.count.Load()}
+}
+
+// RateLimited returns the outcome of a call turned away by a rate limit:
+// UNAVAILABLE, KERNEL_UNAVAILABLE_002, detail "id" (the operation ID) and
+// a retry-after of retryAfter rounded up to whole seconds (at least 1),
+// e.g. "Operation 'orders.create' is rate limited; retry after 60
+// seconds.". The breaker does not count it.
+func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
+	n := pipeline.RetryAfterSeconds(retryAfter)
+	return rejection(pipeline.CodeRateLimited, id, n,
+		fmt.Sprintf("Operation '%s' is rate limited; retry after %s.", id, seconds(n)))
+}
+
+// CircuitOpen returns the outcome of a call turned away by an open circuit
+// breaker: UNAVAILABLE, KERNEL_UNAVAILABLE_004, detail "id" and a
+// retry-after of retryAfter (the time until the breaker half-opens)
+// rounded up to whole seconds (at least 1).
+func CircuitOpen(id string, retryAfter time.Duration) *pipeline.Error {
+	n := pipeline.RetryAfterSeconds(retryAfter)
+	return rejection(pipeline.CodeCircuitOpen, id, n,
+		fmt.Sprintf("Operation '%s' is unavailable: its circuit breaker is open; retry after %s.", id, seconds(n)))
+}
+
+// ConcurrencyLimited returns the outcome of a call turned away by a
+// concurrency limit: UNAVAILABLE, KERNEL_UNAVAILABLE_003, detail "id".
+// The breaker does not count it.
+func ConcurrencyLimited(id string) *pipeline.Error {
+	return pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeConcurrencyLimited,
+		fmt.Sprintf("Operation '%s' has too many calls in progress; retry later.", id)).
+		WithDetail("id", id)
+}
+
+func rejection(code, id string, retryAfter int64, msg string) *pipeline.Error {
+	return pipeline.NewError(pipeline.KindUnavailable, code, msg).
+		WithDetail("id", id).
+		WithRetryAfter(time.Duration(retryAfter) * time.Second)
+}
+
+func seconds(n int64) string {
+	if n == 1 {
+		return "1 second"
+	}
+	return fmt.Sprintf("%d seconds", n)
+}
+
+// maxCachedRetry bounds the rejections cached per operation and kind.
+const maxCachedRetry = 120
+
+// rejections caches the rejection outcomes of one operation by retryAfter
+// second, so that a rejection allocates only the first time its value
+// occurs (an *pipeline.Error cannot change, so sharing it is safe). Values beyond maxCachedRetry share one slot holding the latest:
+// they change once a second at most.
+type rejections struct {
+	count atomic.Int64 // rejections handed out
+	id    string
+	make  func(id string, retryAfter time.Duration) *pipeline.Error
+	cache []atomic.Pointer[pipeline.Error] // index: retryAfter seconds
+	last  atomic.Pointer[lastRejection]    // retryAfter >= len(cache)
+}
+
+type lastRejection struct {
+	seconds int64
+	err     *pipeline.Error
+}
+
+func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, longest time.Duration) rejections {
+	return rejections{id: id, make: mk, cache: make([]atomic.Pointer[pipeline.Error], min(pipeline.RetryAfterSeconds(longest), maxCachedRetry)+1)}
+}
+
+func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
+	r.count.Add(1)
+	n := pipeline.RetryAfterSeconds(retryAfter)
+	if n >= int64(len(r.cache)) {
+		if l := r.last.Load(); l != nil && l.seconds == n {
+			return l.err
+		}
+		e := r.make(r.id, retryAfter)
+		r.last.Store(&lastRejection{n, e})
+		return e
+	}
+	if e := r.cache[n].Load(); e != nil {
+		return e
+	}
+	e := r.make(r.id, retryAfter)
+	r.cache[n].Store(e)
+	return e
+}

@@ -1,0 +1,118 @@
+package resilience
+
+import (
+	"context"
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/ratelimit"
+)
+
+// windowLimit is the operation's fixed window (PermitLimit,
+// WindowSeconds, QueueLimit) as a [Limit]; see [FixedWindow]. Rejection:
+// KERNEL_UNAVAILABLE_002 with a retry-after, the time until the next
+// window. A call is counted in the window of its arrival (the kernel's
+// reading of the clock, [pipeline.Invocation.Arrival]).
+type windowLimit struct {
+	window *FixedWindow
+	// A WindowSeconds change takes effect at the next boundary: from
+	// switchAt on, calls take their permits in next.
+	next     *FixedWindow
+	switchAt time.Time
+	headers  bool // RateLimitHeaders: publish the quota in the Reply
+	rej      *rejections
+}
+
+func (l *Limits) windowOf(old *chain, p Policy, now time.Time) *windowLimit {
+	wl := &windowLimit{headers: p.RateLimitHeaders, rej: &l.rateLimited}
+	if old.window != nil {
+		wl.window, wl.next, wl.switchAt = old.window.at(now).reconfigure(now, p.PermitLimit, p.Window, p.QueueLimit)
+	} else {
+		wl.window = newOperationWindow(p.PermitLimit, p.Window, p.QueueLimit)
+	}
+	return wl
+}
+
+// at returns the window calls arriving at now take their permits in.
+func (wl *windowLimit) at(now time.Time) *FixedWindow {
+	if wl.next != nil && !now.Before(wl.switchAt) {
+		return wl.next
+	}
+	return wl.window
+}
+
+// arrival returns the window of inv's arrival and the arrival.
+func (wl *windowLimit) arrival(inv *pipeline.Invocation) (*FixedWindow, time.Time) {
+	now, known := inv.Arrival()
+	if !known {
+		now = time.Now()
+	}
+	return wl.at(now), now
+}
+
+// TryAcquire implements [Admitter]: a window without a queue decides at
+// once; one with a queue waits in Acquire.
+func (wl *windowLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
+	w, now := wl.arrival(inv)
+	if w.nq == nil {
+		return Permit{}, true, nil
+	}
+	return Permit{}, false, wl.take(inv, w, now)
+}
+
+// take counts the call in the queueless window w.
+func (wl *windowLimit) take(inv *pipeline.Invocation, w *FixedWindow, now time.Time) error {
+	since := max(now.Sub(w.origin), 0)
+	ok, retry, index := w.nq.take(since)
+	if wl.headers {
+		ratelimit.Set(inv.Reply(), w.nq.quotaOf(index, since))
+	}
+	if !ok {
+		return wl.rej.get(retry)
+	}
+	return nil
+}
+
+// Acquire implements [Limit].
+func (wl *windowLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
+	w, now := wl.arrival(inv)
+	if w.nq != nil {
+		return Permit{}, wl.take(inv, w, now)
+	}
+	_, retry, err := w.wait(ctx)
+	if wl.headers {
+		ratelimit.Set(inv.Reply(), w.quota())
+	}
+	switch {
+	case err == nil:
+		return Permit{}, nil
+	case err == ErrLimited:
+		return Permit{}, wl.rej.get(retry)
+	}
+	return Permit{}, Attribute(ctx)
+}
+
+// WindowQuota returns the current state of the operation's fixed window —
+// permits left and time to reset — and false when it has no rate limit in
+// this process (none configured, or Scope cluster: the shared window's
+// state is in the store).
+func (l *Limits) WindowQuota() (Quota, bool) {
+	if l == nil || l.cur.Load().window == nil {
+		return Quota{}, false
+	}
+	return l.cur.Load().window.at(time.Now()).quota(), true
+}
+
+// RateQueueDepth returns the number of calls waiting for the next rate
+// limit window.
+func (l *Limits) RateQueueDepth() int {
+	if l == nil || l.cur.Load().window == nil {
+		return 0
+	}
+	wl := l.cur.Load().window
+	n := wl.window.QueueDepth()
+	if wl.next != nil {
+		n += wl.next.QueueDepth()
+	}
+	return n
+}
