@@ -124,51 +124,10 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	var (
-		c    *compiled
-		op   pipeline.Operation
-		e    edge
-		name = req.Operation
-	)
-	switch {
-	case req.Operation == "":
-		c, name = k.host, req.Route
-	default:
-		var ok bool
-		if c, ok = k.ops[req.Operation]; ok {
-			op = c.desc
-			e.lat = c.lat
-		} else {
-			e.reject = notRegistered(req.Operation)
-		}
-	}
-	if req.Reject != nil {
-		e.reject = pipeline.AsError(req.Reject)
-	} else if lc := k.live.Load(); k.stragglers.Load() >= int64(lc.maxStragglers) {
-		// Too many handlers still run after their answer left: shed new
-		// calls until some return, rather than pile up more.
-		e.reject = errOverloaded
-	}
-	caller := req.Deadline
-	if pd, ok := ctx.Deadline(); ok && (caller.IsZero() || pd.Before(caller)) {
-		caller = pd
-	}
-	deadline, source := caller, pipeline.DeadlineNone
-	if !caller.IsZero() {
-		source = pipeline.DeadlineCaller
-	}
-	if k.settings.UseBuiltInMiddleware {
-		if to := c.operationTimeout(); to > 0 {
-			if t := now.Add(to); deadline.IsZero() || t.Before(deadline) {
-				deadline, source = t, pipeline.DeadlineOperation
-			}
-		}
-		if m := k.live.Load().maxTimeout; m > 0 {
-			if t := now.Add(m); deadline.IsZero() || t.Before(deadline) {
-				deadline, source = t, pipeline.DeadlineKernel
-			}
-		}
-	}
+	var e edge
+	c, op, name := k.find(req, &e)
+	e.reject = k.admission(req, e.reject)
+	caller, deadline, source := k.deadlines(ctx, req, c, now)
 	input := req.Input
 	if req.Decode != nil && e.reject == nil {
 		var err error
@@ -197,16 +156,87 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		IdempotencyKey: key,
 		Arrival:        now,
 	})
-	if e.reject == nil && req.Handler != nil && op != nil {
-		// An application's own handler (a gRPC method it registered) answers
-		// in types of its own — a protobuf message, a gRPC status with
-		// details — which a stored outcome cannot give back: a replay would
-		// not be what the first call answered. Its keyed calls are refused,
-		// never run unprotected.
-		if pol := k.IdempotencyPolicy(req.Operation); pol.Enabled && (pol.Required || e.inv.IdempotencyKey() != "") {
-			e.reject = errKeysUnsupported()
+	if e.reject == nil && req.Handler != nil && op != nil && k.refusesKeys(req.Operation, e.inv) {
+		e.reject = errKeysUnsupported()
+	}
+	k.observe(ctx, req, c, name, now, &e)
+	if e.reject == nil {
+		e.h = c.handler
+		if req.Handler != nil {
+			e.h = c.chain(req.Handler)
 		}
 	}
+	return e
+}
+
+// find returns the compiled pipeline of the call, its operation (nil for
+// a host endpoint) and its name; an unknown operation is e's rejection.
+func (k *Kernel) find(req *Request, e *edge) (c *compiled, op pipeline.Operation, name string) {
+	if req.Operation == "" {
+		return k.host, nil, req.Route
+	}
+	c, ok := k.ops[req.Operation]
+	if !ok {
+		e.reject = notRegistered(req.Operation)
+		return nil, nil, req.Operation
+	}
+	e.lat = c.lat
+	return c, c.desc, req.Operation
+}
+
+// admission returns the call's rejection before anything runs: the
+// protocol's (req.Reject), else the overload answer while too many
+// handlers still run after their answer left (shed new calls until some
+// return, rather than pile up more), else reject.
+func (k *Kernel) admission(req *Request, reject error) error {
+	if req.Reject != nil {
+		return pipeline.AsError(req.Reject)
+	}
+	if lc := k.live.Load(); k.stragglers.Load() >= int64(lc.maxStragglers) {
+		return errOverloaded
+	}
+	return reject
+}
+
+// deadlines returns the caller's deadline (the earlier of the protocol's
+// and the context's) and the effective one with its source: the earliest
+// of the caller's, the operation's TimeoutSeconds and the kernel's cap.
+func (k *Kernel) deadlines(ctx context.Context, req *Request, c *compiled, now time.Time) (caller, deadline time.Time, source pipeline.DeadlineSource) {
+	caller = req.Deadline
+	if pd, ok := ctx.Deadline(); ok && (caller.IsZero() || pd.Before(caller)) {
+		caller = pd
+	}
+	deadline = caller
+	if !caller.IsZero() {
+		source = pipeline.DeadlineCaller
+	}
+	if !k.settings.UseBuiltInMiddleware {
+		return caller, deadline, source
+	}
+	earlier := func(d time.Duration, s pipeline.DeadlineSource) {
+		if t := now.Add(d); d > 0 && (deadline.IsZero() || t.Before(deadline)) {
+			deadline, source = t, s
+		}
+	}
+	earlier(c.operationTimeout(), pipeline.DeadlineOperation)
+	earlier(k.live.Load().maxTimeout, pipeline.DeadlineKernel)
+	return caller, deadline, source
+}
+
+// refusesKeys reports whether a call to an application's own handler (a
+// gRPC method it registered) must be refused for its idempotency key. Such
+// a handler answers in types of its own — a protobuf message, a gRPC
+// status with details — which a stored outcome cannot give back: a replay
+// would not be what the first call answered. Its keyed calls are refused,
+// never run unprotected.
+func (k *Kernel) refusesKeys(id string, inv *pipeline.Invocation) bool {
+	pol := k.IdempotencyPolicy(id)
+	return pol.Enabled && (pol.Required || inv.IdempotencyKey() != "")
+}
+
+// observe starts the call's observation, when telemetry is on: e.ctx is
+// then the call's context with its span.
+func (k *Kernel) observe(ctx context.Context, req *Request, c *compiled, name string, now time.Time, e *edge) {
 	var o *telemetry.Op
 	if c != nil && c.obs != nil {
 		o = c.obs
@@ -217,15 +247,6 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	if o != nil {
 		e.ctx, e.obs = o.StartTransport(ctx, e.inv, now, &req.Transport)
 	}
-	if e.reject == nil {
-		switch {
-		case req.Handler != nil:
-			e.h = c.chain(req.Handler)
-		default:
-			e.h = c.handler
-		}
-	}
-	return e
 }
 
 // run runs the chain under ctx. A panic in a middleware (the handler's own

@@ -138,44 +138,31 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 			c.slots = l.slotsOf(old, p)
 		}
 	}
-	c.add(c.breaker)
-	c.add(c.window)
-	c.add(c.shared)
-	c.add(c.slots)
+	if c.breaker != nil {
+		c.add(c.breaker, true)
+	}
+	if c.window != nil {
+		c.add(c.window, false)
+	}
+	if c.shared != nil {
+		c.add(c.shared, false)
+	}
+	if c.slots != nil {
+		c.add(c.slots, false)
+	}
 	for _, lim := range o.custom {
-		c.add(lim)
+		c.add(lim, true) // a limit of your own may ask for a watch
 	}
 	return c
 }
 
-// add appends lim to the chain unless it is a nil pointer of a built-in.
-func (c *chain) add(lim Limit) {
-	switch v := lim.(type) {
-	case nil:
-		return
-	case *breakerLimit:
-		if v == nil {
-			return
-		}
-		c.watch = true
-	case *windowLimit:
-		if v == nil {
-			return
-		}
-	case *slotsLimit:
-		if v == nil {
-			return
-		}
-	case *sharedLimit:
-		if v == nil {
-			return
-		}
-	default:
-		c.watch = true // a custom limit may ask for it
-	}
+// add appends lim to the chain; watch says its permits may be
+// ReleasedAtContextEnd.
+func (c *chain) add(lim Limit, watch bool) {
 	if len(c.limits) == maxLimits {
 		panic(fmt.Sprintf("resilience: more than %d limits on one operation", maxLimits))
 	}
+	c.watch = c.watch || watch
 	c.limits = append(c.limits, lim)
 	if a, ok := lim.(Admitter); ok && len(c.fast) == len(c.limits)-1 {
 		c.fast = append(c.fast, a)
