@@ -383,21 +383,30 @@ func (c *Slots) QueueDepth() int {
 	return len(c.waiters)
 }
 
-// fallback applies OnStoreError while the store is unreachable.
+// fallback delegates the call to the policy OnStoreError names while the
+// store is unreachable (slotsFallbacks).
 func (c *Slots) fallback(ctx context.Context) (func(), error) {
 	markDegraded(ctx)
-	switch c.st.mode() {
-	case Open:
-		return func() {}, nil
-	case Closed:
-		return nil, resilience.ErrLimited
-	}
+	return slotsFallbacks[c.st.mode()](c, ctx)
+}
+
+// slotsFallbacks are what degraded Slots delegate to, by Mode: "open"
+// admits, "closed" turns away, "local" takes a slot of this replica's
+// share.
+var slotsFallbacks = map[Mode]func(*Slots, context.Context) (func(), error){
+	Local:  (*Slots).localShare,
+	Open:   func(*Slots, context.Context) (func(), error) { return func() {}, nil },
+	Closed: func(*Slots, context.Context) (func(), error) { return nil, resilience.ErrLimited },
+}
+
+// localShare takes a slot of this replica's share of the limit. Once the
+// store answers again, this call counts against the limit asked of it
+// (try) until it returns; its return may admit the head.
+func (c *Slots) localShare(ctx context.Context) (func(), error) {
 	l := c.localSlots(c.cfg.Load())
 	if err := l.Acquire(ctx); err != nil {
 		return nil, err
 	}
-	// Once the store answers again, this call counts against the limit
-	// asked of it (try) until it returns; its return may admit the head.
 	return func() { l.Release(); c.kickHead() }, nil
 }
 

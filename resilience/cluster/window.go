@@ -295,17 +295,36 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) er
 	return ctx.Err()
 }
 
-// fallback applies OnStoreError while the store is unreachable.
+// fallback delegates the call to the policy OnStoreError names while the
+// store is unreachable (windowFallbacks).
 func (w *Window) fallback(ctx context.Context, c *windowConfig) (resilience.Quota, error) {
 	markDegraded(ctx)
-	switch w.st.mode() {
-	case Open:
-		return resilience.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
-	case Closed:
-		retry := w.st.retryIn()
-		q := resilience.Quota{Limit: c.limit, Window: c.length, Reset: retry}
-		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
-	}
+	return windowFallbacks[w.st.mode()](w, ctx, c)
+}
+
+// windowFallbacks are what a degraded Window delegates to, by Mode.
+var windowFallbacks = map[Mode]func(*Window, context.Context, *windowConfig) (resilience.Quota, error){
+	Local:  (*Window).localShare,
+	Open:   (*Window).admitAll,
+	Closed: (*Window).rejectAll,
+}
+
+// admitAll is OnStoreError "open": the limit is off while degraded.
+func (w *Window) admitAll(_ context.Context, c *windowConfig) (resilience.Quota, error) {
+	return resilience.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
+}
+
+// rejectAll is OnStoreError "closed": every call is turned away until the
+// store is tried again.
+func (w *Window) rejectAll(_ context.Context, c *windowConfig) (resilience.Quota, error) {
+	retry := w.st.retryIn()
+	q := resilience.Quota{Limit: c.limit, Window: c.length, Reset: retry}
+	return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
+}
+
+// localShare is OnStoreError "local": this replica's share of the limit,
+// in a window of its own.
+func (w *Window) localShare(ctx context.Context, c *windowConfig) (resilience.Quota, error) {
 	l := w.localWindow(c, w.st.share(c.limit, c.expect))
 	retry, err := l.Wait(ctx)
 	if err != nil {
