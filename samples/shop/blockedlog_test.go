@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sundial-go/sundial/kernel/asynclog"
+	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
 
 // metricValue returns the value of the first sample of metric on the

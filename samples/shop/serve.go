@@ -20,7 +20,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/cliadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/asynclog"
+	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
 
 // Server defaults of `shop serve`. The read-header and idle timeouts keep

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // chromium returns the path of Debian's chromium: a failure in CI when it
@@ -41,30 +39,15 @@ func TestStatusPageInChromium(t *testing.T) {
 		"orders.create":{"PermitLimit":5,"WindowSeconds":60,"ConcurrencyLimit":2}}}}}}`)
 	s := startShopHTTP(t, serveOptions{configFile: cfg})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
+	b := startBrowser(ctx, t, bin)
 
-	const breakerCell = chromedp.CSS(`tr[id="op-billing.charge"] td.breaker`)
-	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/debug/sundial")); err != nil {
+	const breakerCell = `tr[id="op-billing.charge"] td.breaker`
+	if err := b.navigate(s.url + "/debug/sundial"); err != nil {
 		t.Fatalf("open the status page: %v", err)
 	}
-	before, err := chromedp.Run(ctx, chromedp.Text(breakerCell))
+	before, err := b.text(ctx, breakerCell, false)
 	if err != nil {
 		t.Fatalf("read the breaker cell: %v", err)
 	}
@@ -81,18 +64,18 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	// No navigation from here: the page reloads itself.
 	start := time.Now()
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[id="op-billing.charge"] td.breaker.open`))); err != nil {
+	if _, err := b.text(ctx, `tr[id="op-billing.charge"] td.breaker.open`, true); err != nil {
 		t.Fatalf("the page never showed the breaker open: %v", err)
 	}
-	after, err := chromedp.Run(ctx, chromedp.Text(breakerCell))
+	after, err := b.text(ctx, breakerCell, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+	page, err := b.text(ctx, "body", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	shot, err := b.screenshot()
 	if err != nil {
 		t.Fatal(err)
 	}

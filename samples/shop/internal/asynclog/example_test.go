@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/sundial-go/sundial/kernel/asynclog"
+	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
 
 // Wrap the access log's handler so that a blocked stderr costs log lines,

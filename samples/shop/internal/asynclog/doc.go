@@ -49,6 +49,11 @@
 //
 // # Use
 //
+// The package belongs to the shop sample, its only user. The framework
+// logs through whatever logger an application passes it
+// (kernel.WithLogger), so a handler that never blocks is the application's
+// choice; the shop makes it here.
+//
 //	h := asynclog.New(slog.NewJSONHandler(os.Stderr, nil))
 //	defer h.Close(context.Background()) // or a context bounded by the shutdown grace
 //	logger := slog.New(h)

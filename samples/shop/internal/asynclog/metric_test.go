@@ -9,7 +9,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/sundial-go/sundial/kernel/asynclog"
+	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
 
 // droppedMetric collects r and returns the value of MetricDropped, or -1

@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sundial-go/sundial/kernel/asynclog"
+	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
 
 // blockingWriter is a destination that stops accepting bytes: every Write
