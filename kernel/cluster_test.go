@@ -2,7 +2,6 @@ package kernel_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,7 +104,7 @@ func TestClusterScopeAcrossKernels(t *testing.T) {
 	for i := range 18 {
 		wg.Go(func() {
 			out := ks[i%3].Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")})
-			q, has := quotaOf(out.Invocation)
+			q, has := out.Invocation.Reply().Quota()
 			if !has || q.Limit != 6 || q.Window != 10*time.Second {
 				t.Errorf("quota %+v %v", q, has)
 			}
@@ -169,25 +168,4 @@ func TestWithRedisTypedNil(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `Scope "cluster" needs Redis`) {
 		t.Fatalf("New with a typed-nil client: %v", err)
 	}
-}
-
-// quotaOf reads back the quota an invocation's rate limit published in its
-// Reply (the RateLimit-Policy and RateLimit fields; Reset in whole seconds,
-// rounded up as the field is).
-func quotaOf(inv *pipeline.Invocation) (pipeline.Quota, bool) {
-	pol, ok1 := inv.Reply().Get("ratelimit-policy")
-	cur, ok2 := inv.Reply().Get("ratelimit")
-	if !ok1 || !ok2 {
-		return pipeline.Quota{}, false
-	}
-	var q pipeline.Quota
-	var w, t int64
-	if _, err := fmt.Sscanf(pol, `"default";q=%d;w=%d`, &q.Limit, &w); err != nil {
-		return pipeline.Quota{}, false
-	}
-	if _, err := fmt.Sscanf(cur, `"default";r=%d;t=%d`, &q.Remaining, &t); err != nil {
-		return pipeline.Quota{}, false
-	}
-	q.Window, q.Reset = time.Duration(w)*time.Second, time.Duration(t)*time.Second
-	return q, true
 }

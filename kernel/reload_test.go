@@ -248,7 +248,7 @@ func TestReloadLeavesAnOpenBreakerOpen(t *testing.T) {
 		return echoOut{}, errors.New("down")
 	})
 	_ = callEcho(k)
-	if s := k.Limits("test.echo").BreakerState(); s != resilience.BreakerOpen {
+	if s := k.Limits("test.echo").State().Breaker; s != resilience.BreakerOpen {
 		t.Fatalf("breaker %v, want open", s)
 	}
 	for i, extra := range []string{"", `"MaxStragglers":10,`, `"MaxTimeoutSeconds":30,`} {
@@ -256,7 +256,7 @@ func TestReloadLeavesAnOpenBreakerOpen(t *testing.T) {
 		if res, err := k.Reload(); res != kernel.ReloadOK {
 			t.Fatal(res, err)
 		}
-		if s := k.Limits("test.echo").BreakerState(); s != resilience.BreakerOpen {
+		if s := k.Limits("test.echo").State().Breaker; s != resilience.BreakerOpen {
 			t.Errorf("reload %d: breaker %v, want open", i, s)
 		}
 		if err := callEcho(k); pipeline.CodeOf(err) != pipeline.CodeCircuitOpen {
@@ -446,7 +446,7 @@ func TestReloadChangesScope(t *testing.T) {
 			t.Fatalf("reload %d: %q, %v", i, res, err)
 		}
 		l := k.Limits("orders.create")
-		if _, local := l.WindowQuota(); local != tc.local || l.Policy().Scope != resilience.Scope(tc.scope) {
+		if local := l.State().HasWindow; local != tc.local || l.Policy().Scope != resilience.Scope(tc.scope) {
 			t.Fatalf("reload %d: scope %q, local window %v; want %q, %v", i, l.Policy().Scope, local, tc.scope, tc.local)
 		}
 		if got := admit(5); got != tc.wantAdmits {

@@ -155,8 +155,8 @@ func TestResilienceExpiredOnArrivalDoesNotCount(t *testing.T) {
 			}
 		}
 		l := k.Limits("orders.create")
-		if calls != 0 || l.BreakerState() != resilience.BreakerClosed {
-			t.Fatalf("handler ran %d times, breaker %v; want 0, closed", calls, l.BreakerState())
+		if calls != 0 || l.State().Breaker != resilience.BreakerClosed {
+			t.Fatalf("handler ran %d times, breaker %v; want 0, closed", calls, l.State().Breaker)
 		}
 		if _, err := kernel.Call[string, string](t.Context(), k, "orders.create", ""); err != nil {
 			t.Errorf("first live call = %v, want the permit untouched", err)
@@ -184,7 +184,7 @@ func TestResilienceDeadlineCountsByWhoseDeadline(t *testing.T) {
 				t.Fatalf("caller-bound call %d = %v, want %s", i, err, pipeline.CodeTimeout)
 			}
 		}
-		if s := l.BreakerState(); s != resilience.BreakerClosed {
+		if s := l.State().Breaker; s != resilience.BreakerClosed {
 			t.Fatalf("after 3 calls ended by the caller's own deadline: breaker %v, want closed", s)
 		}
 		for i := range 2 {
@@ -193,7 +193,7 @@ func TestResilienceDeadlineCountsByWhoseDeadline(t *testing.T) {
 				t.Fatalf("operation-bound call %d = %v, want %s", i, err, pipeline.CodeTimeout)
 			}
 		}
-		if s := l.BreakerState(); s != resilience.BreakerOpen {
+		if s := l.State().Breaker; s != resilience.BreakerOpen {
 			t.Fatalf("after 2 calls ended by the operation's TimeoutSeconds: breaker %v, want open", s)
 		}
 	})

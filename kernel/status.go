@@ -54,17 +54,19 @@ func (k *Kernel) Status() Status {
 	st := Status{Stragglers: k.Stragglers(), Running: k.Running(), MaxStragglers: k.live.Load().maxStragglers}
 	for id, c := range k.ops {
 		l := k.Limits(id)
+		ls := l.State()
 		o := OperationStatus{
 			ID:               id,
 			Policy:           k.PolicyFor(id),
-			Breaker:          breakerName(l),
-			BreakerOpenFor:   l.BreakerOpenFor(),
-			RateQueue:        l.RateQueueDepth(),
-			ConcurrencyQueue: l.ConcurrencyQueueDepth(),
-			InFlight:         l.InFlight(),
-			Rejections:       l.Rejections(),
+			Breaker:          breakerName(l.Policy(), ls.Breaker),
+			BreakerOpenFor:   ls.BreakerOpenFor,
+			RateQueue:        ls.RateQueue,
+			ConcurrencyQueue: ls.ConcurrencyQueue,
+			InFlight:         ls.InFlight,
+			Rejections:       ls.Rejections,
+			Window:           ls.Window,
+			HasWindow:        ls.HasWindow,
 		}
-		o.Window, o.HasWindow = l.WindowQuota()
 		o.Scope = string(resilience.ScopeProcess)
 		if o.Policy.Scope == resilience.ScopeCluster {
 			o.Scope = string(resilience.ScopeCluster)
@@ -79,11 +81,11 @@ func (k *Kernel) Status() Status {
 	return st
 }
 
-func breakerName(l *resilience.Limits) string {
-	if l.Policy().FailureThreshold == 0 {
+func breakerName(p resilience.Policy, b resilience.BreakerState) string {
+	if p.FailureThreshold == 0 {
 		return "none"
 	}
-	switch l.BreakerState() {
+	switch b {
 	case resilience.BreakerOpen:
 		return "open"
 	case resilience.BreakerHalfOpen:

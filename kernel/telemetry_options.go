@@ -86,15 +86,15 @@ func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
 		RateLimited:        p.PermitLimit > 0,
 		ConcurrencyLimited: p.ConcurrencyLimit > 0,
 	}
+	ls := l.State()
 	if st.HasBreaker {
-		st.Breaker = l.BreakerState()
+		st.Breaker = ls.Breaker
 	}
 	if st.RateLimited {
-		st.RateQueueDepth = l.RateQueueDepth()
+		st.RateQueueDepth = ls.RateQueue
 	}
 	if st.ConcurrencyLimited {
-		st.ConcurrencyQueueDepth = l.ConcurrencyQueueDepth()
-		st.InFlight = l.InFlight()
+		st.ConcurrencyQueueDepth, st.InFlight = ls.ConcurrencyQueue, ls.InFlight
 	}
 	if cs := k.store.Load(); p.Scope == resilience.ScopeCluster && cs != nil {
 		st.Clustered = true

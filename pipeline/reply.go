@@ -25,6 +25,7 @@ type Reply struct {
 	mu     sync.Mutex
 	fields []Field
 	notes  []string
+	quota  *Quota
 }
 
 // Field is one response field of a [Reply].
@@ -104,4 +105,31 @@ func (r *Reply) Notes() []string {
 func (r *Reply) Replayed() bool {
 	v, _ := r.Get(FieldReplayed)
 	return v == "true"
+}
+
+// SetQuota records, typed, what a rate limit told the call about its
+// window (the fixed window does, beside the RateLimit fields it sets), for
+// middleware that read it; the last call wins. Adapters send the fields,
+// not this.
+func (r *Reply) SetQuota(q Quota) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.quota = &q
+}
+
+// Quota returns what SetQuota recorded, and false when nothing was (no
+// rate limit, RateLimitHeaders off, or the call never reached the limit).
+func (r *Reply) Quota() (Quota, bool) {
+	if r == nil {
+		return Quota{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.quota == nil {
+		return Quota{}, false
+	}
+	return *r.quota, true
 }

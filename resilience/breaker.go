@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
@@ -134,21 +133,4 @@ func deadlineVerdict(inv *pipeline.Invocation) Verdict {
 	return Neutral
 }
 
-// BreakerState returns the state of the operation's circuit breaker:
-// BreakerClosed when it has none. An open breaker whose break is over
-// reports BreakerHalfOpen (the next call probes).
-func (l *Limits) BreakerState() BreakerState {
-	if l == nil || l.cur.Load().breaker == nil {
-		return BreakerClosed
-	}
-	return BreakerState(l.cur.Load().breaker.b.State())
-}
 
-// BreakerOpenFor returns how long the operation's breaker stays open before
-// it half-opens (0 when it is not open or there is none).
-func (l *Limits) BreakerOpenFor() time.Duration {
-	if l == nil || l.cur.Load().breaker == nil {
-		return 0
-	}
-	return l.cur.Load().breaker.b.OpenFor()
-}

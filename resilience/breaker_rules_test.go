@@ -273,7 +273,7 @@ func TestBreakerProbeIgnoringItsContext(t *testing.T) {
 						t.Errorf("retry-after = %v, want a full break of 10s from the deadline", ra)
 					}
 				}
-				want := l.BreakerState()
+				want := l.State().Breaker
 
 				err = <-returned // 5 s after it started, within the break
 				expectCode(t, "the ignoring probe's outcome", err, pipeline.CodeTimeout)

@@ -93,7 +93,7 @@ func ExampleNewLimits() {
 		second := pipeline.NewInvocation(pipeline.Spec{Operation: inv.Operation()})
 		_, err := limits.Invoke(ctx, second, func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil })
 		fmt.Println("second export:", pipeline.AsError(err).Message())
-		fmt.Println("in flight:", limits.InFlight())
+		fmt.Println("in flight:", limits.State().InFlight)
 		return nil, nil
 	}, resilience.NewDeadlineMiddleware(), limits)
 
@@ -103,7 +103,7 @@ func ExampleNewLimits() {
 		DeadlineSource: pipeline.DeadlineOperation,
 	})
 	_, err := chain(context.Background(), inv)
-	fmt.Println("first export:", err, "- in flight after:", limits.InFlight())
+	fmt.Println("first export:", err, "- in flight after:", limits.State().InFlight)
 	// Output:
 	// second export: Operation 'reports.export' has too many calls in progress; retry later.
 	// in flight: 1

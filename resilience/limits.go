@@ -314,13 +314,6 @@ func (w *watch) claim() bool {
 	return w.claimed.CompareAndSwap(false, true)
 }
 
-// ID returns the operation ID.
-func (l *Limits) ID() string {
-	if l == nil {
-		return ""
-	}
-	return l.id
-}
 
 // Policy returns the policy the limits were built from.
 func (l *Limits) Policy() Policy {
@@ -328,4 +321,61 @@ func (l *Limits) Policy() Policy {
 		return Policy{}
 	}
 	return l.cur.Load().policy
+}
+
+// LimitsState is a snapshot of one operation's limits in this process.
+type LimitsState struct {
+	// Breaker is the circuit breaker's state (BreakerClosed without one);
+	// an open breaker whose break is over reports BreakerHalfOpen.
+	Breaker BreakerState
+	// BreakerOpenFor is how long an open breaker stays open.
+	BreakerOpenFor time.Duration
+	// Window is the fixed window's state — permits left, time to reset —
+	// when HasWindow (false: no rate limit in this process, none
+	// configured or Scope cluster, whose state is in the store).
+	Window    Quota
+	HasWindow bool
+	// RateQueue and ConcurrencyQueue are the calls waiting for a window
+	// and for a slot (with Scope cluster: this process's waiters).
+	RateQueue, ConcurrencyQueue int
+	// InFlight is the calls holding a slot of a concurrency limit counted
+	// in this process.
+	InFlight int
+	// Rejections counts the calls each limit turned away.
+	Rejections Rejections
+}
+
+// State returns a snapshot of the operation's limits.
+func (l *Limits) State() LimitsState {
+	if l == nil {
+		return LimitsState{}
+	}
+	c := l.cur.Load()
+	st := LimitsState{Rejections: Rejections{
+		Rate: l.rateLimited.count.Load(), Concurrency: l.concRejected.Load(), Breaker: l.circuitOpen.count.Load(),
+	}}
+	if c.breaker != nil {
+		st.Breaker, st.BreakerOpenFor = BreakerState(c.breaker.b.State()), c.breaker.b.OpenFor()
+	}
+	if c.window != nil {
+		st.Window, st.HasWindow = c.window.at(time.Now()).quota(), true
+		st.RateQueue = c.window.queueDepth()
+	}
+	if c.slots != nil {
+		st.ConcurrencyQueue, st.InFlight = c.slots.conc.QueueDepth(), c.slots.conc.InFlight()
+	}
+	if c.shared != nil && c.shared.slots != nil {
+		if q, ok := c.shared.slots.(interface{ QueueDepth() int }); ok {
+			st.ConcurrencyQueue = q.QueueDepth()
+		}
+	}
+	return st
+}
+
+// ID returns the operation ID.
+func (l *Limits) ID() string {
+	if l == nil {
+		return ""
+	}
+	return l.id
 }

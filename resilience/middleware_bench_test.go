@@ -51,7 +51,7 @@ func rejecting(b testing.TB, kind string) (*resilience.Limits, func()) {
 		<-held
 		release = func() {
 			close(done)
-			for l.InFlight() != 0 {
+			for l.State().InFlight != 0 {
 				time.Sleep(time.Millisecond)
 			}
 		}

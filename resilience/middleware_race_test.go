@@ -83,8 +83,8 @@ func TestThousandConcurrentCallsDeterministic(t *testing.T) {
 		if got := b.maxRunning.Load(); got != 50 {
 			t.Errorf("at most %d ran at once, want exactly the limit 50", got)
 		}
-		if l.InFlight() != 0 || l.ConcurrencyQueueDepth() != 0 || l.RateQueueDepth() != 0 {
-			t.Errorf("at rest: in flight %d, queues %d, %d; want 0", l.InFlight(), l.ConcurrencyQueueDepth(), l.RateQueueDepth())
+		if l.State().InFlight != 0 || l.State().ConcurrencyQueue != 0 || l.State().RateQueue != 0 {
+			t.Errorf("at rest: in flight %d, queues %d, %d; want 0", l.State().InFlight, l.State().ConcurrencyQueue, l.State().RateQueue)
 		}
 	})
 }
@@ -127,15 +127,15 @@ func TestThousandConcurrentCalls(t *testing.T) {
 			if tt.fail {
 				// Calls admitted before it opened may still finish (at
 				// most the slots and queue places taken at that moment).
-				if l.BreakerState() != resilience.BreakerOpen {
-					t.Errorf("after %d failures: breaker %v, want open", admitted, l.BreakerState())
+				if l.State().Breaker != resilience.BreakerOpen {
+					t.Errorf("after %d failures: breaker %v, want open", admitted, l.State().Breaker)
 				}
 				if limit := int64(tt.p.FailureThreshold + tt.p.ConcurrencyLimit + tt.p.ConcurrencyQueueLimit); admitted > limit {
 					t.Errorf("admitted %d failing calls, want at most threshold + slots + queue = %d", admitted, limit)
 				}
 			}
-			if l.InFlight() != 0 || l.ConcurrencyQueueDepth() != 0 || l.RateQueueDepth() != 0 {
-				t.Errorf("at rest: in flight %d, queues %d, %d; want 0", l.InFlight(), l.ConcurrencyQueueDepth(), l.RateQueueDepth())
+			if l.State().InFlight != 0 || l.State().ConcurrencyQueue != 0 || l.State().RateQueue != 0 {
+				t.Errorf("at rest: in flight %d, queues %d, %d; want 0", l.State().InFlight, l.State().ConcurrencyQueue, l.State().RateQueue)
 			}
 		})
 	}

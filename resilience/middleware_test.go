@@ -100,8 +100,8 @@ func TestNewLimitsEmptyPolicyIsUsable(t *testing.T) {
 		if l == nil {
 			t.Fatalf("%s: NewLimits = nil, want a pass-through middleware", tt.name)
 		}
-		if l.ID() != opID || l.BreakerState() != resilience.BreakerClosed || l.InFlight() != 0 {
-			t.Errorf("%s: ID, BreakerState, InFlight = %q, %v, %d; want %q, closed, 0", tt.name, l.ID(), l.BreakerState(), l.InFlight(), opID)
+		if l.ID() != opID || l.State().Breaker != resilience.BreakerClosed || l.State().InFlight != 0 {
+			t.Errorf("%s: ID, BreakerState, InFlight = %q, %v, %d; want %q, closed, 0", tt.name, l.ID(), l.State().Breaker, l.State().InFlight, opID)
 		}
 		// Usable on its own, in a chain, and inside a DeadlineMiddleware.
 		for name, h := range map[string]pipeline.Handler{
@@ -117,7 +117,7 @@ func TestNewLimitsEmptyPolicyIsUsable(t *testing.T) {
 		}
 	}
 	var l *resilience.Limits
-	if l.BreakerState() != resilience.BreakerClosed || l.RateQueueDepth() != 0 || l.ConcurrencyQueueDepth() != 0 || l.InFlight() != 0 || l.ID() != "" || l.Policy() != (resilience.Policy{}) {
+	if l.State().Breaker != resilience.BreakerClosed || l.State().RateQueue != 0 || l.State().ConcurrencyQueue != 0 || l.State().InFlight != 0 || l.ID() != "" || l.Policy() != (resilience.Policy{}) {
 		t.Errorf("nil *Limits does not report an idle, closed state")
 	}
 	if h := pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(resilience.WithLimits(nil))); true {
@@ -164,8 +164,8 @@ func TestRateLimitRejection(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 		expectCode(t, "first call of the next window", callLimited(t.Context(), h), "")
-		if l.RateQueueDepth() != 0 {
-			t.Errorf("RateQueueDepth() = %d, want 0", l.RateQueueDepth())
+		if l.State().RateQueue != 0 {
+			t.Errorf("RateQueueDepth() = %d, want 0", l.State().RateQueue)
 		}
 	})
 }
@@ -219,7 +219,7 @@ func TestRateQueueWaitsForTheNextWindow(t *testing.T) {
 		expectCode(t, "call 0", <-run(0), "")
 		time.Sleep(2 * time.Second)
 		c1, c2 := run(1), run(2)
-		if got := l.RateQueueDepth(); got != 2 {
+		if got := l.State().RateQueue; got != 2 {
 			t.Fatalf("RateQueueDepth() = %d, want 2", got)
 		}
 		expectCode(t, "call 3 (queue full)", <-run(3), pipeline.CodeRateLimited)
@@ -256,8 +256,8 @@ func TestRateQueueRejectsCallsThatWouldTimeOutThere(t *testing.T) {
 		if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 10 {
 			t.Errorf("retryAfter = %v, want 10", ra)
 		}
-		if reached != 1 || l.RateQueueDepth() != 0 {
-			t.Errorf("reached %d, queue %d; want 1, 0", reached, l.RateQueueDepth())
+		if reached != 1 || l.State().RateQueue != 0 {
+			t.Errorf("reached %d, queue %d; want 1, 0", reached, l.State().RateQueue)
 		}
 	})
 }
@@ -269,14 +269,14 @@ func TestRateQueueWaitCancelled(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		ch := goLimited(ctx, h)
 		synctest.Wait()
-		if l.RateQueueDepth() != 1 {
-			t.Fatalf("RateQueueDepth() = %d, want 1", l.RateQueueDepth())
+		if l.State().RateQueue != 1 {
+			t.Fatalf("RateQueueDepth() = %d, want 1", l.State().RateQueue)
 		}
 		time.Sleep(3 * time.Second)
 		cancel()
 		expectCode(t, "queued call whose caller left", <-ch, pipeline.CodeCanceled)
-		if l.RateQueueDepth() != 0 {
-			t.Fatalf("after the cancel: RateQueueDepth() = %d, want 0 (place given back)", l.RateQueueDepth())
+		if l.State().RateQueue != 0 {
+			t.Fatalf("after the cancel: RateQueueDepth() = %d, want 0 (place given back)", l.State().RateQueue)
 		}
 		// The freed place can be taken again, and its permit is used.
 		ch = goLimited(t.Context(), h)
@@ -304,8 +304,8 @@ func TestConcurrencyLimit(t *testing.T) {
 			synctest.Wait() // arrival order = i
 			chans = append(chans, ch)
 		}
-		if l.InFlight() != 2 || l.ConcurrencyQueueDepth() != 2 {
-			t.Fatalf("InFlight, ConcurrencyQueueDepth = %d, %d; want 2, 2", l.InFlight(), l.ConcurrencyQueueDepth())
+		if l.State().InFlight != 2 || l.State().ConcurrencyQueue != 2 {
+			t.Fatalf("InFlight, ConcurrencyQueueDepth = %d, %d; want 2, 2", l.State().InFlight, l.State().ConcurrencyQueue)
 		}
 		err := callLimited(t.Context(), h)
 		expectCode(t, "fifth call", err, pipeline.CodeConcurrencyLimited)
@@ -330,8 +330,8 @@ func TestConcurrencyLimit(t *testing.T) {
 		if fmt.Sprint(order[2:]) != "[2 3]" {
 			t.Errorf("queued calls started in order %v, want 2 then 3", order[2:])
 		}
-		if l.InFlight() != 0 || l.ConcurrencyQueueDepth() != 0 {
-			t.Errorf("at rest: InFlight, ConcurrencyQueueDepth = %d, %d; want 0, 0", l.InFlight(), l.ConcurrencyQueueDepth())
+		if l.State().InFlight != 0 || l.State().ConcurrencyQueue != 0 {
+			t.Errorf("at rest: InFlight, ConcurrencyQueueDepth = %d, %d; want 0, 0", l.State().InFlight, l.State().ConcurrencyQueue)
 		}
 	})
 }
@@ -384,8 +384,8 @@ func TestConcurrencySlotReleasedOnEveryExitPath(t *testing.T) {
 					defer cancel()
 				}
 				expectCode(t, tt.name, call(h, ctx, tt.input), tt.code)
-				if l.InFlight() != 0 {
-					t.Fatalf("after %s: InFlight() = %d, want 0", tt.name, l.InFlight())
+				if l.State().InFlight != 0 {
+					t.Fatalf("after %s: InFlight() = %d, want 0", tt.name, l.State().InFlight)
 				}
 				expectCode(t, "next call", call(h, t.Context(), "ok"), "")
 			})
@@ -439,13 +439,13 @@ func TestQueueWaitsEndAtDeadlineOrCancel(t *testing.T) {
 				if ended := time.Since(start); ended != tt.wantEndAt {
 					t.Errorf("queued call ended after %v, want %v", ended, tt.wantEndAt)
 				}
-				if l.RateQueueDepth() != 0 || l.ConcurrencyQueueDepth() != 0 {
-					t.Errorf("queues after the wait: %d, %d; want empty", l.RateQueueDepth(), l.ConcurrencyQueueDepth())
+				if l.State().RateQueue != 0 || l.State().ConcurrencyQueue != 0 {
+					t.Errorf("queues after the wait: %d, %d; want empty", l.State().RateQueue, l.State().ConcurrencyQueue)
 				}
 				close(hold)
 				expectCode(t, "holder", <-holder, tt.holder)
-				if l.InFlight() != 0 {
-					t.Errorf("InFlight() = %d, want 0", l.InFlight())
+				if l.State().InFlight != 0 {
+					t.Errorf("InFlight() = %d, want 0", l.State().InFlight)
 				}
 			})
 		})
@@ -455,7 +455,7 @@ func TestQueueWaitsEndAtDeadlineOrCancel(t *testing.T) {
 // expectBreaker fails unless l's breaker is in state want.
 func expectBreaker(t *testing.T, when string, l *resilience.Limits, want resilience.BreakerState) {
 	t.Helper()
-	if got := l.BreakerState(); got != want {
+	if got := l.State().Breaker; got != want {
 		t.Fatalf("%s: BreakerState() = %v, want %v", when, got, want)
 	}
 }
@@ -534,7 +534,7 @@ func TestBreakerFailureClassification(t *testing.T) {
 				if tt.wantOpen {
 					want = resilience.BreakerOpen
 				}
-				if got := l.BreakerState(); got != want {
+				if got := l.State().Breaker; got != want {
 					t.Fatalf("after one %s outcome with FailureThreshold 1: BreakerState() = %v, want %v", tt.name, got, want)
 				}
 			})
@@ -594,7 +594,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 				}
 				close(release)
 				<-probe
-				if got := l.BreakerState(); got != tt.wantState {
+				if got := l.State().Breaker; got != tt.wantState {
 					t.Fatalf("after the probe: BreakerState() = %v, want %v", got, tt.wantState)
 				}
 				err = invokeLimited(t.Context(), h, nil)
@@ -703,8 +703,8 @@ func TestBreakerProbeCancelledInTheConcurrencyQueue(t *testing.T) {
 		first <- errors.New("db down")
 		expectCode(t, "first", <-firstDone, pipeline.CodeUnexpected)
 		synctest.Wait() // second now holds the slot, admitted before the breaker opened
-		if l.BreakerState() != resilience.BreakerOpen || l.InFlight() != 1 {
-			t.Fatalf("BreakerState, InFlight = %v, %d; want open, 1", l.BreakerState(), l.InFlight())
+		if l.State().Breaker != resilience.BreakerOpen || l.State().InFlight != 1 {
+			t.Fatalf("BreakerState, InFlight = %v, %d; want open, 1", l.State().Breaker, l.State().InFlight)
 		}
 		time.Sleep(10 * time.Second)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -742,8 +742,8 @@ func TestExpiredOnArrivalNeverReachesTheLimits(t *testing.T) {
 		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(-time.Second), DeadlineSource: pipeline.DeadlineOperation})
 		_, err := h(t.Context(), inv)
 		expectCode(t, "expired on arrival", err, pipeline.CodeTimeout)
-		if reached != 0 || l.BreakerState() != resilience.BreakerClosed {
-			t.Fatalf("reached %d, breaker %v; want 0, closed", reached, l.BreakerState())
+		if reached != 0 || l.State().Breaker != resilience.BreakerClosed {
+			t.Fatalf("reached %d, breaker %v; want 0, closed", reached, l.State().Breaker)
 		}
 		expectCode(t, "next call takes the only permit", callLimited(t.Context(), h), "")
 	})
@@ -754,8 +754,8 @@ func TestPanicThroughTheLimitsCountsAsFailure(t *testing.T) {
 		panicky := pipeline.MiddlewareFunc(func(context.Context, *pipeline.Invocation, pipeline.Handler) (any, error) { panic("boom") })
 		h, l := limitStack(t, resilience.Policy{FailureThreshold: 1, ConcurrencyLimit: 1}, okHandler, panicky)
 		expectCode(t, "panicking middleware", callLimited(t.Context(), h), pipeline.CodeUnexpected)
-		if l.BreakerState() != resilience.BreakerOpen || l.InFlight() != 0 {
-			t.Fatalf("after a panic inside the limits: breaker %v, in flight %d; want open, 0", l.BreakerState(), l.InFlight())
+		if l.State().Breaker != resilience.BreakerOpen || l.State().InFlight != 0 {
+			t.Fatalf("after a panic inside the limits: breaker %v, in flight %d; want open, 0", l.State().Breaker, l.State().InFlight)
 		}
 	})
 }

@@ -14,13 +14,6 @@ type Rejections struct {
 	Rate, Concurrency, Breaker int64
 }
 
-// Rejections returns the calls the operation's limits turned away.
-func (l *Limits) Rejections() Rejections {
-	if l == nil {
-		return Rejections{}
-	}
-	return Rejections{Rate: l.rateLimited.count.Load(), Concurrency: l.concRejected.Load(), Breaker: l.circuitOpen.count.Load()}
-}
 
 // RateLimited returns the outcome of a call turned away by a rate limit:
 // UNAVAILABLE, KERNEL_UNAVAILABLE_002, detail "id" (the operation ID) and

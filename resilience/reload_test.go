@@ -62,7 +62,7 @@ func TestUpdatePermitLimitInPlace(t *testing.T) {
 				if got := admitBurst(t, h, 50); got != 0 {
 					t.Errorf("window 0 after 100 -> 10 with 40 used admitted %d more, want 0", got)
 				}
-				if q, _ := l.WindowQuota(); q.Limit != 10 || q.Remaining != 0 {
+				if q := l.State().Window; q.Limit != 10 || q.Remaining != 0 {
 					t.Errorf("quota = %+v, want limit 10, none remaining", q)
 				}
 				time.Sleep(time.Second) // window 1, at 1.1 s
@@ -131,7 +131,7 @@ func TestUpdateKeepsQueuedCalls(t *testing.T) {
 					go call()
 				}
 				synctest.Wait()
-				if d := l.RateQueueDepth(); d != 30 {
+				if d := l.State().RateQueue; d != 30 {
 					t.Fatalf("queue depth = %d, want 30", d)
 				}
 				l.Update(resilience.Policy{PermitLimit: tc.newLimit, Window: time.Second, QueueLimit: 30})
@@ -176,7 +176,7 @@ func TestUpdateWindowSecondsAtTheNextBoundary(t *testing.T) {
 		if got := admitBurst(t, h, 6); got != 4 {
 			t.Errorf("end of the 4 s window admitted %d, want 4", got)
 		}
-		if q, _ := l.WindowQuota(); q.Window != 4*time.Second || q.Reset != time.Second {
+		if q := l.State().Window; q.Window != 4*time.Second || q.Reset != time.Second {
 			t.Errorf("quota = %+v, want a 4 s window resetting in 1 s", q)
 		}
 		time.Sleep(time.Second) // 5 s: the next one
@@ -209,8 +209,8 @@ func TestUpdateConcurrencyInPlace(t *testing.T) {
 			}()
 			synctest.Wait() // queue in order
 		}
-		if l.InFlight() != 4 || l.ConcurrencyQueueDepth() != 4 {
-			t.Fatalf("in flight %d, queued %d; want 4 and 4", l.InFlight(), l.ConcurrencyQueueDepth())
+		if l.State().InFlight != 4 || l.State().ConcurrencyQueue != 4 {
+			t.Fatalf("in flight %d, queued %d; want 4 and 4", l.State().InFlight, l.State().ConcurrencyQueue)
 		}
 		l.Update(resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 1})
 		for range 3 {
@@ -218,8 +218,8 @@ func TestUpdateConcurrencyInPlace(t *testing.T) {
 				t.Errorf("excess waiter: %v, want %s", err, pipeline.CodeConcurrencyLimited)
 			}
 		}
-		if l.InFlight() != 4 || l.ConcurrencyQueueDepth() != 1 {
-			t.Fatalf("after the update: in flight %d, queued %d; want 4 and 1", l.InFlight(), l.ConcurrencyQueueDepth())
+		if l.State().InFlight != 4 || l.State().ConcurrencyQueue != 1 {
+			t.Fatalf("after the update: in flight %d, queued %d; want 4 and 1", l.State().InFlight, l.State().ConcurrencyQueue)
 		}
 		for _, want := range []int64{3, 2} { // in flight still >= 2: the waiter stays queued
 			release <- struct{}{}
@@ -227,8 +227,8 @@ func TestUpdateConcurrencyInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 			synctest.Wait()
-			if running.Load() != want || l.ConcurrencyQueueDepth() != 1 {
-				t.Fatalf("running %d, queued %d; want %d and 1", running.Load(), l.ConcurrencyQueueDepth(), want)
+			if running.Load() != want || l.State().ConcurrencyQueue != 1 {
+				t.Fatalf("running %d, queued %d; want %d and 1", running.Load(), l.State().ConcurrencyQueue, want)
 			}
 		}
 		release <- struct{}{} // 1 in flight: the waiter gets the slot
@@ -236,8 +236,8 @@ func TestUpdateConcurrencyInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if running.Load() != 2 || l.ConcurrencyQueueDepth() != 0 {
-			t.Fatalf("running %d, queued %d; want 2 and 0", running.Load(), l.ConcurrencyQueueDepth())
+		if running.Load() != 2 || l.State().ConcurrencyQueue != 0 {
+			t.Fatalf("running %d, queued %d; want 2 and 0", running.Load(), l.State().ConcurrencyQueue)
 		}
 		close(release)
 		for range 2 {
@@ -270,38 +270,38 @@ func TestUpdateKeepsTheBreaker(t *testing.T) {
 			return err
 		}
 		_, _ = do(), do()
-		if l.BreakerState() != resilience.BreakerOpen {
-			t.Fatalf("breaker %v, want open", l.BreakerState())
+		if l.State().Breaker != resilience.BreakerOpen {
+			t.Fatalf("breaker %v, want open", l.State().Breaker)
 		}
 		time.Sleep(3 * time.Second)
 		l.Update(resilience.Policy{FailureThreshold: 2, BreakDuration: 10 * time.Second, PermitLimit: 100, ConcurrencyLimit: 5})
-		if l.BreakerState() != resilience.BreakerOpen || l.BreakerOpenFor() != 7*time.Second {
-			t.Fatalf("after an unrelated update: breaker %v for %v, want open for 7s", l.BreakerState(), l.BreakerOpenFor())
+		if l.State().Breaker != resilience.BreakerOpen || l.State().BreakerOpenFor != 7*time.Second {
+			t.Fatalf("after an unrelated update: breaker %v for %v, want open for 7s", l.State().Breaker, l.State().BreakerOpenFor)
 		}
 		if err := do(); code(err) != pipeline.CodeCircuitOpen {
 			t.Fatalf("call: %v, want %s", err, pipeline.CodeCircuitOpen)
 		}
 		l.Update(resilience.Policy{FailureThreshold: 3, BreakDuration: time.Minute})
-		if l.BreakerState() != resilience.BreakerOpen || l.BreakerOpenFor() != 7*time.Second {
-			t.Fatalf("after a threshold change: breaker %v for %v, want open for 7s", l.BreakerState(), l.BreakerOpenFor())
+		if l.State().Breaker != resilience.BreakerOpen || l.State().BreakerOpenFor != 7*time.Second {
+			t.Fatalf("after a threshold change: breaker %v for %v, want open for 7s", l.State().Breaker, l.State().BreakerOpenFor)
 		}
 		time.Sleep(7 * time.Second)
 		fail = false
 		if err := do(); err != nil { // the probe
 			t.Fatalf("probe: %v", err)
 		}
-		if l.BreakerState() != resilience.BreakerClosed {
-			t.Fatalf("breaker %v after a good probe, want closed", l.BreakerState())
+		if l.State().Breaker != resilience.BreakerClosed {
+			t.Fatalf("breaker %v after a good probe, want closed", l.State().Breaker)
 		}
 		fail = true
 		_, _ = do(), do() // 2 of 3
 		l.Update(resilience.Policy{FailureThreshold: 2, BreakDuration: time.Minute})
-		if l.BreakerState() != resilience.BreakerClosed {
-			t.Fatalf("breaker %v, want closed", l.BreakerState())
+		if l.State().Breaker != resilience.BreakerClosed {
+			t.Fatalf("breaker %v, want closed", l.State().Breaker)
 		}
 		_ = do() // the run already reaches 2: the next failure opens
-		if l.BreakerState() != resilience.BreakerOpen || l.BreakerOpenFor() != time.Minute {
-			t.Fatalf("breaker %v for %v, want open for the new minute", l.BreakerState(), l.BreakerOpenFor())
+		if l.State().Breaker != resilience.BreakerOpen || l.State().BreakerOpenFor != time.Minute {
+			t.Fatalf("breaker %v for %v, want open for the new minute", l.State().Breaker, l.State().BreakerOpenFor)
 		}
 	})
 }
@@ -335,8 +335,8 @@ func TestUpdateScopeKeepsTheBreaker(t *testing.T) {
 		for _, scope := range []resilience.Scope{resilience.ScopeCluster, resilience.ScopeProcess} {
 			p.Scope = scope
 			l.Update(p)
-			if l.BreakerState() != resilience.BreakerOpen || l.Policy().Scope != scope {
-				t.Errorf("after the move to %s: breaker %v, scope %q; want open", scope, l.BreakerState(), l.Policy().Scope)
+			if l.State().Breaker != resilience.BreakerOpen || l.Policy().Scope != scope {
+				t.Errorf("after the move to %s: breaker %v, scope %q; want open", scope, l.State().Breaker, l.Policy().Scope)
 			}
 		}
 	})
@@ -371,7 +371,7 @@ func TestUpdateWindowSecondsWithQueuedCalls(t *testing.T) {
 			})
 		}
 		synctest.Wait()
-		if d := l.RateQueueDepth(); d != 6 {
+		if d := l.State().RateQueue; d != 6 {
 			t.Fatalf("queue depth = %d, want 6", d)
 		}
 		p.Window = 2 * time.Second

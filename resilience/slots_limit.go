@@ -54,29 +54,4 @@ func (l *Limits) concRejection() *pipeline.Error {
 	return l.concLimitErr
 }
 
-// ConcurrencyQueueDepth returns the number of calls waiting for a
-// concurrency slot (with Scope cluster: this process's waiters).
-func (l *Limits) ConcurrencyQueueDepth() int {
-	if l == nil {
-		return 0
-	}
-	c := l.cur.Load()
-	if c.shared != nil && c.shared.slots != nil {
-		if q, ok := c.shared.slots.(interface{ QueueDepth() int }); ok {
-			return q.QueueDepth()
-		}
-	}
-	if c.slots == nil {
-		return 0
-	}
-	return c.slots.conc.QueueDepth()
-}
 
-// InFlight returns the number of calls holding a concurrency slot, or 0
-// when the operation has no concurrency limit in this process.
-func (l *Limits) InFlight() int {
-	if l == nil || l.cur.Load().slots == nil {
-		return 0
-	}
-	return l.cur.Load().slots.conc.InFlight()
-}

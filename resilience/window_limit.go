@@ -92,24 +92,11 @@ func (wl *windowLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (P
 	return Permit{}, Attribute(ctx)
 }
 
-// WindowQuota returns the current state of the operation's fixed window —
-// permits left and time to reset — and false when it has no rate limit in
-// this process (none configured, or Scope cluster: the shared window's
-// state is in the store).
-func (l *Limits) WindowQuota() (Quota, bool) {
-	if l == nil || l.cur.Load().window == nil {
-		return Quota{}, false
-	}
-	return l.cur.Load().window.at(time.Now()).quota(), true
-}
 
-// RateQueueDepth returns the number of calls waiting for the next rate
-// limit window.
-func (l *Limits) RateQueueDepth() int {
-	if l == nil || l.cur.Load().window == nil {
-		return 0
-	}
-	wl := l.cur.Load().window
+
+// queueDepth returns the calls waiting in the window (and in the one of
+// the next length).
+func (wl *windowLimit) queueDepth() int {
 	n := wl.window.QueueDepth()
 	if wl.next != nil {
 		n += wl.next.QueueDepth()

@@ -83,14 +83,14 @@ func TestWithLimitsMatchesTheChain(t *testing.T) {
 					if pipeline.CodeOf(err) != tc.want || time.Since(start) != tc.wantAt {
 						t.Errorf("call = %v after %v, want code %q after %v", err, time.Since(start), tc.want, tc.wantAt)
 					}
-					if s := l.BreakerState(); s != tc.breaker {
+					if s := l.State().Breaker; s != tc.breaker {
 						t.Errorf("BreakerState() = %v, want %v", s, tc.breaker)
 					}
 					close(release)
 					if tc.hold {
 						<-firstDone
 					}
-					if n := l.InFlight(); n != 0 {
+					if n := l.State().InFlight; n != 0 {
 						t.Errorf("InFlight() = %d after every call returned, want 0", n)
 					}
 				})

@@ -54,7 +54,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	var admitted []admission
 	record := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		at, _ := inv.Arrival()
-		q, _ := inv.Quota()
+		q, _ := inv.Reply().Quota()
 		mu.Lock()
 		admitted = append(admitted, admission{at, at.Add(q.Reset)})
 		mu.Unlock()
@@ -122,7 +122,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	l := k.Limits("ping.load")
 	time.Sleep(window) // a window or more of load at 100
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if q, _ := l.WindowQuota(); q.Remaining > 0 && q.Remaining <= 80 {
+		if q := l.State().Window; q.Remaining > 0 && q.Remaining <= 80 {
 			break
 		}
 		time.Sleep(100 * time.Microsecond) // poll

@@ -1,18 +1,20 @@
 // Package breaker is the consecutive-failure circuit breaker behind the
 // resilience package's Limits.
 //
-// It is written here rather than taken from github.com/sony/gobreaker/v2
-// because the middleware needs three things gobreaker does not give:
+// It is written here rather than taken from github.com/sony/gobreaker/v2.
+// Since v2.4.0 gobreaker has the third outcome this breaker needs besides
+// success and failure: Settings.IsExcluded leaves a call uncounted, and an
+// excluded half-open request frees its slot. Our Neutral verdict would map
+// onto it. Three needs still are not met:
 //
-//   - the instant the breaker will half-open, to answer a rejection with
-//     retryAfter (gobreaker only returns ErrOpenState);
-//   - a third outcome besides success and failure: a probe whose caller
-//     left, or that a limiter turned away, frees the half-open slot without
-//     closing or re-opening the breaker (gobreaker can only count it as one
-//     or the other, or leave the slot taken: the "stuck half-open" bug);
+//   - the instant the breaker will half-open, to answer a rejection with a
+//     retry-after (gobreaker keeps it private and returns ErrOpenState);
+//   - a reload that changes FailureThreshold or BreakSeconds in place,
+//     keeping the run of failures or the break in progress (gobreaker's
+//     Settings are fixed at creation: a new breaker forgets its state);
 //   - a closed-state cost of one atomic load on entry and one on exit,
 //     with no lock and no clock read (gobreaker takes a mutex and reads the
-//     clock on every call, before and after).
+//     clock twice per call).
 //
 // The generation rule — a call counts only against the state it was
 // admitted in — is the same idea gobreaker uses.

@@ -30,8 +30,9 @@ func Policy(q pipeline.Quota) string {
 	return `"` + PolicyName + `";q=` + strconv.Itoa(q.Limit) + ";w=" + strconv.FormatInt(seconds(q.Window), 10)
 }
 
-// Set puts q's two fields in the reply r.
+// Set puts q's two fields in the reply r, and q itself (Reply.Quota).
 func Set(r *pipeline.Reply, q pipeline.Quota) {
+	r.SetQuota(q)
 	r.Set(PolicyField, Policy(q))
 	r.Set(Field, Current(q))
 }
