@@ -324,24 +324,14 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+// run runs the operation once: it watches for signals, builds the kernel
+// and the request, has the kernel handle it and reports the outcome.
 func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue, newKernel KernelFunc, o *options) error {
 	r.stderr = &syncWriter{w: r.cmd.ErrOrStderr()}
 	// On a terminal, which echoes ^C without a newline, what follows a
 	// signal starts on a line of its own.
 	tty := o.terminal(r.stderr.w)
-	onSecond := func(sig os.Signal) {
-		if tty {
-			writeStr(r.stderr, "\n")
-		}
-		fmt.Fprintf(r.stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
-		o.exit(ExitCanceled)
-	}
-	var in *interrupts
-	if o.signalCh != nil {
-		in = watch(r.cmd.Context(), o.signalCh, onSecond, func() {})
-	} else {
-		in = notify(r.cmd.Context(), onSecond, o.signals...)
-	}
+	in := r.watchSignals(o, tty)
 	defer in.stop()
 
 	k, err := kernelOf(newKernel)
@@ -353,6 +343,34 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	defer k.Close()
 	now := time.Now()
 	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
+	r.setIdempotencyKey(k, &req)
+	if timeout.set {
+		req.Deadline = now.Add(timeout.d)
+	}
+	r.setInput(&req, fields, inputJSON, in)
+	return r.report(k, k.Handle(in.ctx, req), in, tty)
+}
+
+// watchSignals starts watching the signals of o: the first cancels the
+// call, the second exits at once (WithExit) with a line on stderr.
+func (r *runner) watchSignals(o *options, tty bool) *interrupts {
+	onSecond := func(sig os.Signal) {
+		if tty {
+			writeStr(r.stderr, "\n")
+		}
+		fmt.Fprintf(r.stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
+		o.exit(ExitCanceled)
+	}
+	if o.signalCh != nil {
+		return watch(r.cmd.Context(), o.signalCh, onSecond, func() {})
+	}
+	return notify(r.cmd.Context(), onSecond, o.signals...)
+}
+
+// setIdempotencyKey puts the caller's idempotency key in req, generating
+// one where a rerun can use it, and rejects a malformed key on an
+// operation that takes keys. It sets r.keyed and r.shared.
+func (r *runner) setIdempotencyKey(k *kernel.Kernel, req *kernel.Request) {
 	// A key is generated only where a rerun can use it: when the records
 	// outlive this process. An in-process store dies with the command,
 	// which makes one call: a generated key would protect nothing.
@@ -360,77 +378,114 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	if r.idemKey == "" && enabled && shared {
 		r.idemKey = newIdempotencyKey()
 	}
-	if r.idemKey != "" {
-		valid := pipeline.ValidIdempotencyKey(r.idemKey)
-		if !valid && enabled {
-			req.Reject = pipeline.ErrIdempotencyKeyMalformed()
-		}
-		if valid {
-			req.IdempotencyKey = r.idemKey
-		}
-		r.keyed, r.shared = valid && enabled, valid && enabled && shared
+	if r.idemKey == "" {
+		return
 	}
-	if timeout.set {
-		req.Deadline = now.Add(timeout.d)
+	valid := pipeline.ValidIdempotencyKey(r.idemKey)
+	if !valid && enabled {
+		req.Reject = pipeline.ErrIdempotencyKeyMalformed()
 	}
-	switch {
-	case r.cmd.Flags().Changed("input") && inputJSON == "-":
+	if valid {
+		req.IdempotencyKey = r.idemKey
+	}
+	r.keyed, r.shared = valid && enabled, valid && enabled && shared
+}
+
+// setInput puts the operation's input in req: decoded from the flags and
+// --input now, or, for --input -, a Decode that reads standard input when
+// the kernel decodes the call. A malformed input rejects the call.
+func (r *runner) setInput(req *kernel.Request, fields *inputFlags, inputJSON string, in *interrupts) {
+	flags := r.cmd.Flags()
+	if flags.Changed("input") && inputJSON == "-" {
 		// Standard input is read when the kernel decodes the call, bounded
 		// by the effective deadline it computed (--timeout capped by the
 		// operation's TimeoutSeconds and the kernel's maximum) and by the
 		// first signal: a stdin that never ends is TIMEOUT or CANCELLED,
 		// observed like any other outcome.
-		stdin, flags := r.cmd.InOrStdin(), r.cmd.Flags()
+		stdin := r.cmd.InOrStdin()
 		req.Decode = func(deadline time.Time) (any, error) {
-			raw, err := readStdin(in.ctx, stdin, deadline)
-			if err != nil {
-				if pe, ok := err.(*pipeline.Error); ok {
-					return nil, pe
-				}
-				return nil, inputFailure(err)
-			}
-			input, err := fields.decode(flags, raw)
-			if err != nil {
-				return nil, inputFailure(err)
-			}
-			return input, nil
+			return decodeStdin(in, stdin, deadline, fields, flags)
 		}
-	default:
-		var raw []byte
-		if r.cmd.Flags().Changed("input") {
-			if raw, err = readInput(inputJSON, nil); err != nil {
-				req.Reject = inputFailure(err)
-			}
-		}
-		if req.Reject == nil {
-			if req.Input, err = fields.decode(r.cmd.Flags(), raw); err != nil {
-				req.Reject = inputFailure(err)
-			}
+		return
+	}
+	var raw []byte
+	var err error
+	if flags.Changed("input") {
+		if raw, err = readInput(inputJSON, nil); err != nil {
+			req.Reject = inputFailure(err)
 		}
 	}
-	out := k.Handle(in.ctx, req)
-	replayed := func() {
-		if out.Invocation.Replayed() {
-			fmt.Fprintf(r.stderr, "replayed: the stored outcome of an earlier call with idempotency key %s\n", r.idemKey)
+	if req.Reject == nil {
+		if req.Input, err = fields.decode(flags, raw); err != nil {
+			req.Reject = inputFailure(err)
 		}
 	}
+}
+
+// decodeStdin reads the --input document from stdin, by deadline and
+// until the first signal, and decodes it with the flags.
+func decodeStdin(in *interrupts, stdin io.Reader, deadline time.Time, fields *inputFlags, flags *pflag.FlagSet) (any, error) {
+	raw, err := readStdin(in.ctx, stdin, deadline)
+	if err != nil {
+		if pe, ok := err.(*pipeline.Error); ok {
+			return nil, pe
+		}
+		return nil, inputFailure(err)
+	}
+	input, err := fields.decode(flags, raw)
+	if err != nil {
+		return nil, inputFailure(err)
+	}
+	return input, nil
+}
+
+// report reports the outcome out and returns the command's error: a
+// failure's message (then, after a TIMEOUT or CANCELLED whose key a rerun
+// needs, waiting for the running call), or the output. The reply's notes
+// follow a failure's message and precede the output.
+func (r *runner) report(k *kernel.Kernel, out kernel.Outcome, in *interrupts, tty bool) error {
 	if out.Err != nil {
 		if _, ok := context.Cause(in.ctx).(*SignalError); ok && tty {
 			writeStr(r.stderr, "\n") // after the terminal's ^C
 		}
 		err := r.fail(out.Err, out.TraceID)
-		replayed()
+		r.sendReply(out.Invocation)
 		if kind := pipeline.KindOf(out.Err); r.shared && (kind == pipeline.KindTimeout || kind == pipeline.KindCanceled) {
 			r.awaitOutcome(k, kind, in)
 		}
 		return err
 	}
-	replayed()
+	r.sendReply(out.Invocation)
 	if err := writeResult(r.cmd.OutOrStdout(), r.format, out.Output); err != nil {
 		return r.fail(pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
 			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)), out.TraceID)
 	}
 	return nil
+}
+
+// sendReply prints the notes of the invocation's reply on stderr, one a
+// line.
+func (r *runner) sendReply(inv *pipeline.Invocation) {
+	for _, line := range append(inv.Reply().Notes(), r.legacyNotes(inv)...) {
+		writeStr(r.stderr, line+"\n")
+	}
+}
+
+// legacyNotes returns the note of the invocation's old replay mark
+// (Invocation.Replayed), unless its Reply carries the mark
+// (pipeline.FieldReplayed) and so its own note.
+//
+// transitional: removed when the writers move
+func (r *runner) legacyNotes(inv *pipeline.Invocation) []string {
+	if !inv.Replayed() {
+		return nil
+	}
+	if _, ok := inv.Reply().Get(pipeline.FieldReplayed); ok {
+		return nil
+	}
+	// The stored outcome of an earlier call with the same idempotency
+	// key (docs/idempotency.md).
+	return []string{"replayed: the stored outcome of an earlier call with idempotency key " + r.idemKey}
 }
 
 // awaitOutcome is called after a TIMEOUT or CANCELLED failure (kind) of a

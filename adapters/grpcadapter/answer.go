@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,21 +38,52 @@ func statusCode(err error) int {
 func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, start time.Time) error {
 	st := Status(o.Err, a.cfg.domain)
 	a.logCall(ctx, full, o, st, start)
-	if q, ok := o.Invocation.Quota(); ok {
-		// RateLimitHeaders: the same facts as the HTTP fields, as header
-		// metadata (sent with the response or the status).
-		_ = grpc.SetHeader(ctx, metadata.Pairs(ratelimit.PolicyField, ratelimit.Policy(q), ratelimit.Field, ratelimit.Current(q)))
-	}
-	if o.Invocation.Replayed() {
-		// The stored outcome of an earlier call with the same
-		// idempotency-key (docs/idempotency.md).
-		_ = grpc.SetHeader(ctx, metadata.Pairs(MetadataIdempotentReplayed, "true"))
-	}
+	sendReply(ctx, o.Invocation)
 	if st != nil && o.TraceID != "" {
 		// A failure names its trace, as an HTTP problem's traceId does.
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataTraceID, o.TraceID))
 	}
 	return st.Err()
+}
+
+// sendReply sends the fields of the invocation's reply (RateLimit-Policy
+// and RateLimit, Idempotent-Replayed, ...) as header metadata, their names
+// lower-cased, with the response or the status alike.
+func sendReply(ctx context.Context, inv *pipeline.Invocation) {
+	fields := append(inv.Reply().Fields(), legacyReply(inv)...)
+	if len(fields) == 0 {
+		return
+	}
+	kv := make([]string, 0, 2*len(fields))
+	for _, f := range fields {
+		kv = append(kv, strings.ToLower(f.Name), f.Value)
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(kv...))
+}
+
+// legacyReply returns the fields of the invocation's old slots that its
+// Reply does not carry: the quota (Invocation.Quota) as RateLimit-Policy
+// and RateLimit, the same facts as the HTTP fields, and the replay mark
+// (Invocation.Replayed) as idempotent-replayed. grpc.SetHeader appends:
+// a field sent twice would show twice.
+//
+// transitional: removed when the writers move
+func legacyReply(inv *pipeline.Invocation) []pipeline.Field {
+	r := inv.Reply()
+	var out []pipeline.Field
+	add := func(name, value string) {
+		if _, ok := r.Get(name); !ok {
+			out = append(out, pipeline.Field{Name: name, Value: value})
+		}
+	}
+	if q, ok := inv.Quota(); ok {
+		add(ratelimit.PolicyField, ratelimit.Policy(q))
+		add(ratelimit.Field, ratelimit.Current(q))
+	}
+	if inv.Replayed() {
+		add(pipeline.FieldReplayed, "true")
+	}
+	return out
 }
 
 // MetadataTraceID is the trailer key under which a failed call's trace ID
