@@ -32,33 +32,55 @@ const MaxInputBytes = 16 << 20
 // name (letters, digits and single inner hyphens, starting with a letter):
 // such a field can only be set with --input.
 func FlagName(jsonName string) string {
+	name := kebab(jsonName)
+	if !plainFlagName(name) {
+		return ""
+	}
+	return name
+}
+
+// kebab returns jsonName in lower-case kebab-case, as FlagName describes.
+func kebab(jsonName string) string {
 	rs := []rune(jsonName)
 	var b strings.Builder
 	for i, r := range rs {
-		switch {
-		case r == '_' || r == '-':
+		if r == '_' || r == '-' {
 			b.WriteByte('-')
 			continue
-		case unicode.IsUpper(r) && i > 0:
-			prev := rs[i-1]
-			nextLower := i+1 < len(rs) && unicode.IsLower(rs[i+1])
-			if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower) {
-				b.WriteByte('-')
-			}
+		}
+		if wordStart(rs, i) {
+			b.WriteByte('-')
 		}
 		b.WriteRune(unicode.ToLower(r))
 	}
-	name := b.String()
+	return b.String()
+}
+
+// wordStart reports whether the capital rs[i] starts a new word: after a
+// lower-case letter or a digit, or as the last capital of a run followed
+// by a lower-case letter ("HTTPPort": the P of "Port").
+func wordStart(rs []rune, i int) bool {
+	if i == 0 || !unicode.IsUpper(rs[i]) {
+		return false
+	}
+	prev := rs[i-1]
+	nextLower := i+1 < len(rs) && unicode.IsLower(rs[i+1])
+	return unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower)
+}
+
+// plainFlagName reports whether name is a plain flag name: lower-case
+// letters, digits and single inner hyphens, starting with a letter.
+func plainFlagName(name string) bool {
 	if name == "" || name[0] < 'a' || name[0] > 'z' || strings.HasSuffix(name, "-") || strings.Contains(name, "--") {
-		return ""
+		return false
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return ""
+			return false
 		}
 	}
-	return name
+	return true
 }
 
 // inputField is one input field that has a flag.
@@ -185,7 +207,6 @@ func (v textValue) String() string {
 // such as `type Cents int` shares int's representation). It reports false
 // for types pflag cannot parse.
 func defineFlag(fs *pflag.FlagSet, name string, p reflect.Value, usage string) bool {
-	as := func(t reflect.Type) any { return p.Convert(reflect.PointerTo(t)).Interface() }
 	t := p.Type().Elem()
 	switch {
 	case p.Type().Implements(textUnmarshalerType):
@@ -194,47 +215,79 @@ func defineFlag(fs *pflag.FlagSet, name string, p reflect.Value, usage string) b
 	case p.Type().Implements(jsonUnmarshalerType):
 		return false // JSON has its own syntax for it; a flag would disagree
 	case t == durationType:
-		fs.DurationVar(as(durationType).(*time.Duration), name, 0, usage)
+		fs.DurationVar(asPointer[time.Duration](p), name, 0, usage)
 		return true
+	case t.Kind() == reflect.Slice:
+		return defineSliceFlag(fs, name, p, usage)
 	}
-	switch t.Kind() {
-	case reflect.String:
-		fs.StringVar(as(reflect.TypeFor[string]()).(*string), name, "", usage)
-	case reflect.Bool:
-		fs.BoolVar(as(reflect.TypeFor[bool]()).(*bool), name, false, usage)
-	case reflect.Int:
-		fs.IntVar(as(reflect.TypeFor[int]()).(*int), name, 0, usage)
-	case reflect.Int8:
-		fs.Int8Var(as(reflect.TypeFor[int8]()).(*int8), name, 0, usage)
-	case reflect.Int16:
-		fs.Int16Var(as(reflect.TypeFor[int16]()).(*int16), name, 0, usage)
-	case reflect.Int32:
-		fs.Int32Var(as(reflect.TypeFor[int32]()).(*int32), name, 0, usage)
-	case reflect.Int64:
-		fs.Int64Var(as(reflect.TypeFor[int64]()).(*int64), name, 0, usage)
-	case reflect.Uint:
-		fs.UintVar(as(reflect.TypeFor[uint]()).(*uint), name, 0, usage)
-	case reflect.Uint8:
-		fs.Uint8Var(as(reflect.TypeFor[uint8]()).(*uint8), name, 0, usage)
-	case reflect.Uint16:
-		fs.Uint16Var(as(reflect.TypeFor[uint16]()).(*uint16), name, 0, usage)
-	case reflect.Uint32:
-		fs.Uint32Var(as(reflect.TypeFor[uint32]()).(*uint32), name, 0, usage)
-	case reflect.Uint64:
-		fs.Uint64Var(as(reflect.TypeFor[uint64]()).(*uint64), name, 0, usage)
-	case reflect.Float32:
-		fs.Float32Var(as(reflect.TypeFor[float32]()).(*float32), name, 0, usage)
-	case reflect.Float64:
-		fs.Float64Var(as(reflect.TypeFor[float64]()).(*float64), name, 0, usage)
-	case reflect.Slice:
-		switch t.Elem() { // exactly []string or []int: []Color is not []string
-		case reflect.TypeFor[string]():
-			fs.StringSliceVar(as(reflect.TypeFor[[]string]()).(*[]string), name, nil, usage+" (repeat or comma-separate)")
-		case reflect.TypeFor[int]():
-			fs.IntSliceVar(as(reflect.TypeFor[[]int]()).(*[]int), name, nil, usage+" (repeat or comma-separate)")
-		default:
-			return false
-		}
+	define, ok := scalarFlags[t.Kind()]
+	if ok {
+		define(fs, name, p, usage)
+	}
+	return ok
+}
+
+// asPointer converts p, a pointer to a type whose representation is T's,
+// to a *T.
+func asPointer[T any](p reflect.Value) *T {
+	return p.Convert(reflect.TypeFor[*T]()).Interface().(*T)
+}
+
+// scalarFlags define the flag of a field of a basic kind, parsing into
+// the variable p points to.
+var scalarFlags = map[reflect.Kind]func(fs *pflag.FlagSet, name string, p reflect.Value, usage string){
+	reflect.String: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.StringVar(asPointer[string](p), name, "", usage)
+	},
+	reflect.Bool: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.BoolVar(asPointer[bool](p), name, false, usage)
+	},
+	reflect.Int: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.IntVar(asPointer[int](p), name, 0, usage)
+	},
+	reflect.Int8: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Int8Var(asPointer[int8](p), name, 0, usage)
+	},
+	reflect.Int16: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Int16Var(asPointer[int16](p), name, 0, usage)
+	},
+	reflect.Int32: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Int32Var(asPointer[int32](p), name, 0, usage)
+	},
+	reflect.Int64: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Int64Var(asPointer[int64](p), name, 0, usage)
+	},
+	reflect.Uint: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.UintVar(asPointer[uint](p), name, 0, usage)
+	},
+	reflect.Uint8: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Uint8Var(asPointer[uint8](p), name, 0, usage)
+	},
+	reflect.Uint16: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Uint16Var(asPointer[uint16](p), name, 0, usage)
+	},
+	reflect.Uint32: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Uint32Var(asPointer[uint32](p), name, 0, usage)
+	},
+	reflect.Uint64: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Uint64Var(asPointer[uint64](p), name, 0, usage)
+	},
+	reflect.Float32: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Float32Var(asPointer[float32](p), name, 0, usage)
+	},
+	reflect.Float64: func(fs *pflag.FlagSet, name string, p reflect.Value, usage string) {
+		fs.Float64Var(asPointer[float64](p), name, 0, usage)
+	},
+}
+
+// defineSliceFlag defines the flag of a slice field: exactly []string or
+// []int ([]Color is not []string). It reports false for other slices.
+func defineSliceFlag(fs *pflag.FlagSet, name string, p reflect.Value, usage string) bool {
+	switch p.Type().Elem().Elem() {
+	case reflect.TypeFor[string]():
+		fs.StringSliceVar(asPointer[[]string](p), name, nil, usage+" (repeat or comma-separate)")
+	case reflect.TypeFor[int]():
+		fs.IntSliceVar(asPointer[[]int](p), name, nil, usage+" (repeat or comma-separate)")
 	default:
 		return false
 	}

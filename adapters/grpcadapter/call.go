@@ -23,31 +23,13 @@ import (
 // grpc-timeout, and a failure comes back as an outcome (FromStatus): a
 // downstream DeadlineExceeded is a TIMEOUT.
 func (a *Adapter) Call(ctx context.Context, cc grpc.ClientConnInterface, id string, in, out any, opts ...grpc.CallOption) error {
-	var m *method
-	for _, x := range a.methods {
-		if x.desc.ID == id {
-			m = x
-			break
-		}
-	}
+	m := a.methodOf(id)
 	if m == nil {
 		return fmt.Errorf("grpcadapter: Call: operation %q has no gRPC method in this adapter", id)
 	}
-	req := dynamicpb.NewMessage(m.in.desc)
-	if v := reflect.ValueOf(in); v.IsValid() && !m.in.empty {
-		if v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				v = reflect.Value{}
-			} else {
-				v = v.Elem()
-			}
-		}
-		if v.IsValid() {
-			if v.Type() != m.in.goType {
-				return fmt.Errorf("grpcadapter: Call %q: input of type %T, want %v", id, in, m.in.goType)
-			}
-			m.in.encode(v, req)
-		}
+	req, err := m.request(in)
+	if err != nil {
+		return err
 	}
 	resp := dynamicpb.NewMessage(m.out.desc)
 	if err := cc.Invoke(ctx, m.full, req, resp, opts...); err != nil {
@@ -61,4 +43,35 @@ func (a *Adapter) Call(ctx context.Context, cc grpc.ClientConnInterface, id stri
 		return fmt.Errorf("grpcadapter: Call %q: out of type %T, want *%v", id, out, m.out.goType)
 	}
 	return m.out.decode(resp, ov.Elem())
+}
+
+// methodOf returns the method of operation id, or nil.
+func (a *Adapter) methodOf(id string) *method {
+	for _, x := range a.methods {
+		if x.desc.ID == id {
+			return x
+		}
+	}
+	return nil
+}
+
+// request returns the request message of a Call with input in: a value of
+// the operation's input type, a pointer to one, or nil (an empty message).
+func (m *method) request(in any) (*dynamicpb.Message, error) {
+	req := dynamicpb.NewMessage(m.in.desc)
+	v := reflect.ValueOf(in)
+	if !v.IsValid() || m.in.empty {
+		return req, nil
+	}
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return req, nil
+		}
+		v = v.Elem()
+	}
+	if v.Type() != m.in.goType {
+		return nil, fmt.Errorf("grpcadapter: Call %q: input of type %T, want %v", m.desc.ID, in, m.in.goType)
+	}
+	m.in.encode(v, req)
+	return req, nil
 }

@@ -168,61 +168,74 @@ func (mc *messageCodec) decode(m protoreflect.Message, v reflect.Value) error {
 		if !ok {
 			continue
 		}
-		var err error
-		switch f.card {
-		case cSingle:
-			if f.elem.isMessage() {
-				err = f.elem.decodeMessage(m.Get(f.fd).Message(), fv)
-			} else {
-				err = f.elem.setScalar(m.Get(f.fd), fv)
-			}
-		case cOptional:
-			p := reflect.New(fv.Type().Elem())
-			if err = f.elem.setScalar(m.Get(f.fd), p.Elem()); err == nil {
-				fv.Set(p)
-			}
-		case cList:
-			l := m.Get(f.fd).List()
-			s := reflect.MakeSlice(fv.Type(), l.Len(), l.Len())
-			for j := range l.Len() {
-				if f.elem.isMessage() {
-					err = f.elem.decodeMessage(l.Get(j).Message(), s.Index(j))
-				} else {
-					err = f.elem.setScalar(l.Get(j), s.Index(j))
-				}
-				if err != nil {
-					err = within(err, fmt.Sprintf("[%d]", j))
-					break
-				}
-			}
-			fv.Set(s)
-		case cMap:
-			mp := m.Get(f.fd).Map()
-			out := reflect.MakeMapWithSize(fv.Type(), mp.Len())
-			et := fv.Type().Elem()
-			mp.Range(func(k protoreflect.MapKey, pv protoreflect.Value) bool {
-				ev := reflect.New(et).Elem()
-				if f.elem.isMessage() {
-					err = f.elem.decodeMessage(pv.Message(), ev)
-				} else {
-					err = f.elem.setScalar(pv, ev)
-				}
-				if err != nil {
-					err = within(err, fmt.Sprintf("[%q]", k.String()))
-					return false
-				}
-				kv := reflect.New(fv.Type().Key()).Elem()
-				kv.SetString(k.String())
-				out.SetMapIndex(kv, ev)
-				return true
-			})
-			fv.Set(out)
-		}
-		if err != nil {
+		if err := f.decode(m.Get(f.fd), fv); err != nil {
 			return within(err, f.name)
 		}
 	}
 	return nil
+}
+
+// decode fills the Go field fv from the field's protobuf value pv.
+func (f *fieldCodec) decode(pv protoreflect.Value, fv reflect.Value) error {
+	switch f.card {
+	case cSingle:
+		return f.elem.decodeValue(pv, fv)
+	case cOptional:
+		p := reflect.New(fv.Type().Elem())
+		if err := f.elem.setScalar(pv, p.Elem()); err != nil {
+			return err
+		}
+		fv.Set(p)
+	case cList:
+		return f.decodeList(pv.List(), fv)
+	case cMap:
+		return f.decodeMap(pv.Map(), fv)
+	}
+	return nil
+}
+
+// decodeList fills the slice field fv from l. The slice is stored even
+// when an element fails, filled up to that element.
+func (f *fieldCodec) decodeList(l protoreflect.List, fv reflect.Value) error {
+	var err error
+	s := reflect.MakeSlice(fv.Type(), l.Len(), l.Len())
+	for j := range l.Len() {
+		if err = f.elem.decodeValue(l.Get(j), s.Index(j)); err != nil {
+			err = within(err, fmt.Sprintf("[%d]", j))
+			break
+		}
+	}
+	fv.Set(s)
+	return err
+}
+
+// decodeMap fills the map field fv from mp. The map is stored even when
+// a value fails, holding the entries decoded before it.
+func (f *fieldCodec) decodeMap(mp protoreflect.Map, fv reflect.Value) error {
+	var err error
+	out := reflect.MakeMapWithSize(fv.Type(), mp.Len())
+	et := fv.Type().Elem()
+	mp.Range(func(k protoreflect.MapKey, pv protoreflect.Value) bool {
+		ev := reflect.New(et).Elem()
+		if err = f.elem.decodeValue(pv, ev); err != nil {
+			err = within(err, fmt.Sprintf("[%q]", k.String()))
+			return false
+		}
+		kv := reflect.New(fv.Type().Key()).Elem()
+		kv.SetString(k.String())
+		out.SetMapIndex(kv, ev)
+		return true
+	})
+	fv.Set(out)
+	return err
+}
+
+// decodeValue fills v from the element pv, a message or a scalar.
+func (vc *valueCodec) decodeValue(pv protoreflect.Value, v reflect.Value) error {
+	if vc.isMessage() {
+		return vc.decodeMessage(pv.Message(), v)
+	}
+	return vc.setScalar(pv, v)
 }
 
 // decodeMessage fills v (a struct, time.Time, time.Duration or a pointer to
@@ -235,25 +248,45 @@ func (vc *valueCodec) decodeMessage(m protoreflect.Message, v reflect.Value) err
 	}
 	switch vc.kind {
 	case vTime:
-		s, n := secondsNanos(m)
-		// The range of google.protobuf.Timestamp: 0001-01-01 to 9999-12-31.
-		if s < -62135596800 || s > 253402300799 || n < 0 || n > 999999999 {
-			return &fieldError{msg: fmt.Sprintf("timestamp {seconds: %d, nanos: %d} is out of range", s, n)}
+		t, err := decodeTime(m)
+		if err != nil {
+			return err
 		}
-		v.Set(reflect.ValueOf(time.Unix(s, int64(n)).UTC()))
+		v.Set(reflect.ValueOf(t))
 	case vDuration:
-		s, n := secondsNanos(m)
-		if n <= -1e9 || n >= 1e9 || (s > 0 && n < 0) || (s < 0 && n > 0) ||
-			s > math.MaxInt64/int64(time.Second) || s < math.MinInt64/int64(time.Second) {
-			return &fieldError{msg: fmt.Sprintf("duration {seconds: %d, nanos: %d} is out of range", s, n)}
+		d, err := decodeDuration(m)
+		if err != nil {
+			return err
 		}
-		v.SetInt(s*int64(time.Second) + int64(n))
+		v.SetInt(int64(d))
 	default:
 		return vc.msg.decode(m, v)
 	}
 	return nil
 }
 
+// decodeTime returns the time of the google.protobuf.Timestamp m, in UTC.
+func decodeTime(m protoreflect.Message) (time.Time, error) {
+	s, n := secondsNanos(m)
+	// The range of google.protobuf.Timestamp: 0001-01-01 to 9999-12-31.
+	if s < -62135596800 || s > 253402300799 || n < 0 || n > 999999999 {
+		return time.Time{}, &fieldError{msg: fmt.Sprintf("timestamp {seconds: %d, nanos: %d} is out of range", s, n)}
+	}
+	return time.Unix(s, int64(n)).UTC(), nil
+}
+
+// decodeDuration returns the duration of the google.protobuf.Duration m.
+func decodeDuration(m protoreflect.Message) (time.Duration, error) {
+	s, n := secondsNanos(m)
+	if n <= -1e9 || n >= 1e9 || (s > 0 && n < 0) || (s < 0 && n > 0) ||
+		s > math.MaxInt64/int64(time.Second) || s < math.MinInt64/int64(time.Second) {
+		return 0, &fieldError{msg: fmt.Sprintf("duration {seconds: %d, nanos: %d} is out of range", s, n)}
+	}
+	return time.Duration(s*int64(time.Second) + int64(n)), nil
+}
+
+// secondsNanos returns the seconds and nanos fields of a Timestamp or
+// Duration message.
 func secondsNanos(m protoreflect.Message) (int64, int32) {
 	fs := m.Descriptor().Fields()
 	return m.Get(fs.ByNumber(1)).Int(), int32(m.Get(fs.ByNumber(2)).Int())

@@ -239,29 +239,11 @@ func (s *schema) collect(t reflect.Type, index []int, where, msgName string, out
 		}
 		name, _, _ := strings.Cut(tag, ",")
 		idx := append(append([]int(nil), index...), i)
-		if f.Anonymous && name == "" {
-			et := f.Type
-			if et.Kind() == reflect.Pointer {
-				et = et.Elem()
+		if et, ok := embeddedStruct(f, name); ok {
+			if err := s.collectEmbedded(f, et, idx, where, msgName, out, embedding); err != nil {
+				return err
 			}
-			if et.Kind() == reflect.Struct && et != timeType {
-				if f.Type.Kind() == reflect.Pointer && !f.IsExported() {
-					return schemaError(where+" "+msgName+"."+f.Name, "embedded pointer to unexported struct %v cannot be filled in; embed the struct by value", et)
-				}
-				if embedding[et] {
-					return schemaError(where+" "+msgName+"."+f.Name, "embedding cycle through %v", et)
-				}
-				if err := checkMarshalers(et, where+" "+msgName+"."+f.Name); err != nil {
-					return err
-				}
-				embedding[et] = true
-				err := s.collect(et, idx, where, msgName, out, embedding)
-				delete(embedding, et)
-				if err != nil {
-					return err
-				}
-				continue
-			}
+			continue
 		}
 		if !f.IsExported() {
 			continue
@@ -269,29 +251,71 @@ func (s *schema) collect(t reflect.Type, index []int, where, msgName string, out
 		if name == "" {
 			name = f.Name
 		}
-		fwhere := where + " field " + msgName + "." + name
-		if !isIdent(name) {
-			return schemaError(fwhere, "name %q is not a protobuf identifier (letters, digits and '_', not starting with a digit); change its json tag", name)
-		}
-		for _, prev := range *out {
-			if prev.name == name {
-				return schemaError(fwhere, "the name %q is used by two fields (%s and %s)", name, prev.goName, f.Name)
-			}
-		}
-		fc := fieldCodec{name: name, goName: f.Name, index: idx, ftype: f.Type}
-		if n := f.Tag.Get("proto"); n != "" {
-			v, err := strconv.ParseInt(n, 10, 32)
-			if err != nil || v < 1 || v > 536870911 || (v >= 19000 && v <= 19999) {
-				return schemaError(fwhere, "proto tag %q is not a valid field number (1 to 536870911, not 19000-19999)", n)
-			}
-			fc.number = int32(v)
-		}
-		if err := s.fieldShape(&fc, msgName, fwhere); err != nil {
+		fc, err := s.newField(f, name, idx, where+" field "+msgName+"."+name, msgName, *out)
+		if err != nil {
 			return err
 		}
 		*out = append(*out, fc)
 	}
 	return nil
+}
+
+// embeddedStruct returns the struct type of f when f is an embedded struct
+// (or pointer to one) without a json name, whose fields are flattened.
+func embeddedStruct(f reflect.StructField, name string) (reflect.Type, bool) {
+	if !f.Anonymous || name != "" {
+		return nil, false
+	}
+	et := f.Type
+	if et.Kind() == reflect.Pointer {
+		et = et.Elem()
+	}
+	return et, et.Kind() == reflect.Struct && et != timeType
+}
+
+// collectEmbedded appends the fields of the embedded struct et (the type
+// of field f) to out, as collect does.
+func (s *schema) collectEmbedded(f reflect.StructField, et reflect.Type, idx []int, where, msgName string, out *[]fieldCodec, embedding map[reflect.Type]bool) error {
+	ewhere := where + " " + msgName + "." + f.Name
+	if f.Type.Kind() == reflect.Pointer && !f.IsExported() {
+		return schemaError(ewhere, "embedded pointer to unexported struct %v cannot be filled in; embed the struct by value", et)
+	}
+	if embedding[et] {
+		return schemaError(ewhere, "embedding cycle through %v", et)
+	}
+	if err := checkMarshalers(et, ewhere); err != nil {
+		return err
+	}
+	embedding[et] = true
+	err := s.collect(et, idx, where, msgName, out, embedding)
+	delete(embedding, et)
+	return err
+}
+
+// newField returns the codec of the exported struct field f, named name,
+// at index idx; prev are the message's fields so far. fwhere names the
+// field in errors.
+func (s *schema) newField(f reflect.StructField, name string, idx []int, fwhere, msgName string, prev []fieldCodec) (fieldCodec, error) {
+	if !isIdent(name) {
+		return fieldCodec{}, schemaError(fwhere, "name %q is not a protobuf identifier (letters, digits and '_', not starting with a digit); change its json tag", name)
+	}
+	for _, p := range prev {
+		if p.name == name {
+			return fieldCodec{}, schemaError(fwhere, "the name %q is used by two fields (%s and %s)", name, p.goName, f.Name)
+		}
+	}
+	fc := fieldCodec{name: name, goName: f.Name, index: idx, ftype: f.Type}
+	if n := f.Tag.Get("proto"); n != "" {
+		v, err := strconv.ParseInt(n, 10, 32)
+		if err != nil || v < 1 || v > 536870911 || (v >= 19000 && v <= 19999) {
+			return fieldCodec{}, schemaError(fwhere, "proto tag %q is not a valid field number (1 to 536870911, not 19000-19999)", n)
+		}
+		fc.number = int32(v)
+	}
+	if err := s.fieldShape(&fc, msgName, fwhere); err != nil {
+		return fieldCodec{}, err
+	}
+	return fc, nil
 }
 
 // numberFields gives fields without a proto tag the lowest free numbers, in
@@ -323,57 +347,86 @@ func numberFields(fields []fieldCodec, where string) error {
 
 // fieldShape classifies the Go type of one field.
 func (s *schema) fieldShape(fc *fieldCodec, msgName, where string) error {
-	t := fc.ftype
-	hint := msgName + pascal(fc.name)
-	switch {
-	case t == timeType || t == durationType:
-		fc.card = cSingle
-	case t.Kind() == reflect.Pointer:
-		e := t.Elem()
-		if e.Kind() == reflect.Struct || e == durationType {
-			fc.card = cSingle
-		} else {
-			fc.card = cOptional
-		}
-	case t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8:
-		fc.card = cList
-		t = t.Elem()
-		if k := t.Kind(); (k == reflect.Slice && t.Elem().Kind() != reflect.Uint8) || k == reflect.Map {
-			return schemaError(where, "type %v: repeated fields cannot hold slices or maps", fc.ftype)
-		}
-	case t.Kind() == reflect.Map:
-		fc.card = cMap
-		if t.Key().Kind() != reflect.String {
-			return schemaError(where, "type %v: only maps with string keys are supported", fc.ftype)
-		}
-		t = t.Elem()
-		if k := t.Kind(); (k == reflect.Slice && t.Elem().Kind() != reflect.Uint8) || k == reflect.Map {
-			return schemaError(where, "type %v: map values cannot be slices or maps", fc.ftype)
-		}
-	default:
-		fc.card = cSingle
+	card, t, err := shapeOf(fc.ftype, where)
+	if err != nil {
+		return err
 	}
-	if fc.card == cOptional {
-		t = t.Elem()
-	}
+	fc.card = card
 	ptr := false
-	if fc.card != cOptional && t.Kind() == reflect.Pointer {
+	if card != cOptional && t.Kind() == reflect.Pointer {
 		ptr = true
 		t = t.Elem()
 		if t.Kind() != reflect.Struct && t != durationType {
 			return schemaError(where, "type %v: pointers are allowed only to structs or, as an optional field, to scalars", fc.ftype)
 		}
 	}
-	vc, err := s.element(t, hint, where)
+	vc, err := s.element(t, msgName+pascal(fc.name), where)
 	if err != nil {
 		return err
 	}
 	vc.ptr = ptr
-	if fc.card == cOptional && vc.kind == vMessage {
+	if card == cOptional && vc.kind == vMessage {
 		return schemaError(where, "type %v: pointers are allowed only to structs or, as an optional field, to scalars", fc.ftype)
 	}
 	fc.elem = vc
 	return nil
+}
+
+// shapeOf returns the cardinality of a field of Go type ft and the type of
+// its elements: the slice's or map's element, the scalar an optional
+// field points to, or ft itself.
+func shapeOf(ft reflect.Type, where string) (cardinality, reflect.Type, error) {
+	switch {
+	case ft == timeType || ft == durationType:
+		return cSingle, ft, nil
+	case ft.Kind() == reflect.Pointer:
+		if e := ft.Elem(); e.Kind() != reflect.Struct && e != durationType {
+			return cOptional, e, nil
+		}
+		return cSingle, ft, nil
+	case ft.Kind() == reflect.Slice && ft.Elem().Kind() != reflect.Uint8:
+		if nested(ft.Elem()) {
+			return 0, nil, schemaError(where, "type %v: repeated fields cannot hold slices or maps", ft)
+		}
+		return cList, ft.Elem(), nil
+	case ft.Kind() == reflect.Map:
+		if ft.Key().Kind() != reflect.String {
+			return 0, nil, schemaError(where, "type %v: only maps with string keys are supported", ft)
+		}
+		if nested(ft.Elem()) {
+			return 0, nil, schemaError(where, "type %v: map values cannot be slices or maps", ft)
+		}
+		return cMap, ft.Elem(), nil
+	}
+	return cSingle, ft, nil
+}
+
+// nested reports whether t is a slice (other than []byte) or a map, which
+// a repeated field or a map value cannot hold.
+func nested(t reflect.Type) bool {
+	k := t.Kind()
+	return (k == reflect.Slice && t.Elem().Kind() != reflect.Uint8) || k == reflect.Map
+}
+
+// scalarKinds maps the Go kinds of scalars to their value kind and size.
+var scalarKinds = map[reflect.Kind]struct {
+	kind valueKind
+	bits int
+}{
+	reflect.String:  {vString, 0},
+	reflect.Bool:    {vBool, 0},
+	reflect.Int:     {vInt, 64},
+	reflect.Int64:   {vInt, 64},
+	reflect.Int8:    {vInt, 32},
+	reflect.Int16:   {vInt, 32},
+	reflect.Int32:   {vInt, 32},
+	reflect.Uint:    {vUint, 64},
+	reflect.Uint64:  {vUint, 64},
+	reflect.Uint8:   {vUint, 32},
+	reflect.Uint16:  {vUint, 32},
+	reflect.Uint32:  {vUint, 32},
+	reflect.Float32: {vFloat, 32},
+	reflect.Float64: {vFloat, 64},
 }
 
 // element classifies a non-pointer element type.
@@ -392,23 +445,11 @@ func (s *schema) element(t reflect.Type, hint, where string) (valueCodec, error)
 	if err := checkMarshalers(t, where); err != nil {
 		return vc, err
 	}
+	if sk, ok := scalarKinds[t.Kind()]; ok {
+		vc.kind, vc.bits = sk.kind, sk.bits
+		return vc, nil
+	}
 	switch t.Kind() {
-	case reflect.String:
-		vc.kind = vString
-	case reflect.Bool:
-		vc.kind = vBool
-	case reflect.Int, reflect.Int64:
-		vc.kind, vc.bits = vInt, 64
-	case reflect.Int8, reflect.Int16, reflect.Int32:
-		vc.kind, vc.bits = vInt, 32
-	case reflect.Uint, reflect.Uint64:
-		vc.kind, vc.bits = vUint, 64
-	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
-		vc.kind, vc.bits = vUint, 32
-	case reflect.Float32:
-		vc.kind, vc.bits = vFloat, 32
-	case reflect.Float64:
-		vc.kind, vc.bits = vFloat, 64
 	case reflect.Slice:
 		if t.Elem().Kind() != reflect.Uint8 {
 			return vc, schemaError(where, "type %v is not supported", t)

@@ -471,18 +471,7 @@ func (x *exchange) respond(o kernel.Outcome) {
 	if o.Expired && c.Request().ProtoMajor < 2 {
 		c.Response().Header().Set(echo.HeaderConnection, "close")
 	}
-	if q, ok := o.Invocation.Quota(); ok && !c.Response().Committed {
-		// RateLimitHeaders: the operation's quota, on success and failure
-		// alike (draft-ietf-httpapi-ratelimit-headers-10, experimental).
-		h := c.Response().Header()
-		h.Set(ratelimit.PolicyField, ratelimit.Policy(q))
-		h.Set(ratelimit.Field, ratelimit.Current(q))
-	}
-	if o.Invocation.Replayed() && !c.Response().Committed {
-		// The stored outcome of an earlier call with the same idempotency
-		// key (docs/idempotency.md).
-		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
-	}
+	x.sendReply(o.Invocation)
 	switch {
 	case o.Err != nil:
 		x.fail(pipeline.AsError(o.Err), o.TraceID)
@@ -499,6 +488,41 @@ func (x *exchange) respond(o kernel.Outcome) {
 		// the client is gone; there is nobody left to tell.
 		_ = http.NewResponseController(c.Response()).Flush()
 	}
+}
+
+// sendReply sets the fields of the invocation's reply as response headers
+// (RateLimit-Policy and RateLimit, Idempotent-Replayed, ...), on success
+// and failure alike, while the response is not committed.
+func (x *exchange) sendReply(inv *pipeline.Invocation) {
+	for _, f := range append(inv.Reply().Fields(), legacyReply(inv)...) {
+		if !x.c.Response().Committed {
+			x.c.Response().Header().Set(f.Name, f.Value)
+		}
+	}
+}
+
+// legacyReply returns the fields of the invocation's old slots that its
+// Reply does not carry: the quota (Invocation.Quota) as RateLimit-Policy
+// and RateLimit (draft-ietf-httpapi-ratelimit-headers-10, experimental),
+// and the replay mark (Invocation.Replayed) as Idempotent-Replayed.
+//
+// transitional: removed when the writers move
+func legacyReply(inv *pipeline.Invocation) []pipeline.Field {
+	r := inv.Reply()
+	var out []pipeline.Field
+	add := func(name, value string) {
+		if _, ok := r.Get(name); !ok {
+			out = append(out, pipeline.Field{Name: name, Value: value})
+		}
+	}
+	if q, ok := inv.Quota(); ok {
+		add(ratelimit.PolicyField, ratelimit.Policy(q))
+		add(ratelimit.Field, ratelimit.Current(q))
+	}
+	if inv.Replayed() {
+		add(pipeline.FieldReplayed, "true")
+	}
+	return out
 }
 
 // succeed writes an operation's output with its success status.

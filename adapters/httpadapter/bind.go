@@ -51,25 +51,43 @@ func newBinder(t reflect.Type, method string, params []string) (*binder, error) 
 		}
 		return b, nil
 	}
-	bindQueryByName := method == http.MethodGet || method == http.MethodDelete || method == http.MethodHead
 	fields := reflect.VisibleFields(t)
 	for _, p := range params {
-		ref, ok := findField(fields, "param", p)
-		if !ok {
-			return nil, fmt.Errorf("path parameter %q has no field in %v (tag one `param:%q`)", p, t, p)
+		pf, err := paramFieldOf(t, fields, p)
+		if err != nil {
+			return nil, err
 		}
-		if !settable(t.FieldByIndex(ref.index).Type) {
-			return nil, fmt.Errorf("path parameter %q goes to field %v.%s of unsupported type %v", p, t, t.FieldByIndex(ref.index).Name, t.FieldByIndex(ref.index).Type)
-		}
-		b.params = append(b.params, paramField{p, ref})
+		b.params = append(b.params, pf)
 	}
+	b.query = queryFields(fields, method == http.MethodGet || method == http.MethodDelete || method == http.MethodHead)
+	return b, nil
+}
+
+// paramFieldOf returns the field of struct t (whose visible fields are
+// fields) that path parameter p goes to.
+func paramFieldOf(t reflect.Type, fields []reflect.StructField, p string) (paramField, error) {
+	ref, ok := findField(fields, "param", p)
+	if !ok {
+		return paramField{}, fmt.Errorf("path parameter %q has no field in %v (tag one `param:%q`)", p, t, p)
+	}
+	if f := t.FieldByIndex(ref.index); !settable(f.Type) {
+		return paramField{}, fmt.Errorf("path parameter %q goes to field %v.%s of unsupported type %v", p, t, f.Name, f.Type)
+	}
+	return paramField{p, ref}, nil
+}
+
+// queryFields returns the fields query parameters go to, by parameter
+// name: those tagged `query:"name"`, and with byName the others by their
+// JSON name. It returns nil when there are none.
+func queryFields(fields []reflect.StructField, byName bool) map[string]fieldRef {
+	var query map[string]fieldRef
 	for _, f := range fields {
 		if !f.IsExported() || f.Anonymous {
 			continue
 		}
 		name, tagged := tagName(f, "query")
 		if !tagged {
-			if !bindQueryByName {
+			if !byName {
 				continue
 			}
 			name = jsonName(f)
@@ -77,12 +95,12 @@ func newBinder(t reflect.Type, method string, params []string) (*binder, error) 
 		if name == "" || name == "-" || !settable(f.Type) {
 			continue
 		}
-		if b.query == nil {
-			b.query = make(map[string]fieldRef)
+		if query == nil {
+			query = make(map[string]fieldRef)
 		}
-		b.query[name] = fieldRef{index: f.Index}
+		query[name] = fieldRef{index: f.Index}
 	}
-	return b, nil
+	return query
 }
 
 // findField finds the field for a parameter: the one tagged tag:"p", else
@@ -165,6 +183,18 @@ func (b *binder) bind(r *http.Request, names, values []string, body []byte, in a
 		return nil
 	}
 	v := reflect.ValueOf(in).Elem()
+	if err := b.bindParams(r, names, values, v); err != nil {
+		return err
+	}
+	if len(b.query) > 0 && r.URL.RawQuery != "" {
+		return b.bindQuery(r.URL.Query(), v)
+	}
+	return nil
+}
+
+// bindParams sets the path parameters (names and values, as echo matched
+// them) in the input struct v.
+func (b *binder) bindParams(r *http.Request, names, values []string, v reflect.Value) *pipeline.Error {
 	for _, p := range b.params {
 		raw, ok := paramValue(names, values, p.param)
 		if !ok {
@@ -184,25 +214,28 @@ func (b *binder) bind(r *http.Request, names, values []string, body []byte, in a
 			return wrongType(p.param, "path parameter", raw, f.Type())
 		}
 	}
-	if len(b.query) > 0 && r.URL.RawQuery != "" {
-		q := r.URL.Query()
-		for name, vals := range q {
-			ref, ok := b.query[name]
-			if !ok || len(vals) == 0 {
-				continue
-			}
-			f, ok := fields.Alloc(v, ref.index)
-			if !ok {
-				continue
-			}
-			if err := setStrings(f, vals); err != nil {
-				return wrongType(name, "query parameter", vals[0], f.Type())
-			}
+	return nil
+}
+
+// bindQuery sets the query parameters q in the input struct v.
+func (b *binder) bindQuery(q url.Values, v reflect.Value) *pipeline.Error {
+	for name, vals := range q {
+		ref, ok := b.query[name]
+		if !ok || len(vals) == 0 {
+			continue
+		}
+		f, ok := fields.Alloc(v, ref.index)
+		if !ok {
+			continue
+		}
+		if err := setStrings(f, vals); err != nil {
+			return wrongType(name, "query parameter", vals[0], f.Type())
 		}
 	}
 	return nil
 }
 
+// paramValue returns the value of the path parameter name.
 func paramValue(names, values []string, name string) (string, bool) {
 	for i, n := range names {
 		if n == name && i < len(values) {
@@ -375,47 +408,66 @@ func fieldAt(body []byte, off int64) string {
 	if off > int64(len(body)) {
 		off = int64(len(body))
 	}
-	type frame struct {
-		obj     bool
-		wantKey bool
-		key     string
-	}
-	var stack []frame
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].obj {
-			stack[n-1].wantKey = true
-		}
-	}
+	var p memberPath
 	dec := json.NewDecoder(bytes.NewReader(body[:off]))
 	dec.UseNumber()
-	for len(stack) < 64 {
+	for len(p.stack) < 64 {
 		tok, err := dec.Token()
 		if err != nil {
 			break
 		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, frame{obj: true, wantKey: true})
-			case '[':
-				stack = append(stack, frame{})
-			default:
-				stack = stack[:len(stack)-1]
-				valueDone()
-			}
-		case string:
-			if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].wantKey {
-				stack[n-1].key, stack[n-1].wantKey = t, false
-				continue
-			}
-			valueDone()
-		default:
-			valueDone()
-		}
+		p.token(tok)
 	}
+	return p.String()
+}
+
+// memberPath follows the nesting of a JSON text token by token: the open
+// objects and arrays, with the member each object is at.
+type memberPath struct{ stack []pathFrame }
+
+// pathFrame is one open object (obj) or array; an object waits for a key
+// (wantKey) or is at the member key.
+type pathFrame struct {
+	obj     bool
+	wantKey bool
+	key     string
+}
+
+// token advances the path past one token of the decoder.
+func (p *memberPath) token(tok json.Token) {
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			p.stack = append(p.stack, pathFrame{obj: true, wantKey: true})
+		case '[':
+			p.stack = append(p.stack, pathFrame{})
+		default:
+			p.stack = p.stack[:len(p.stack)-1]
+			p.valueDone()
+		}
+	case string:
+		if n := len(p.stack); n > 0 && p.stack[n-1].obj && p.stack[n-1].wantKey {
+			p.stack[n-1].key, p.stack[n-1].wantKey = t, false
+			return
+		}
+		p.valueDone()
+	default:
+		p.valueDone()
+	}
+}
+
+// valueDone records the end of a value: an object waits for its next key.
+func (p *memberPath) valueDone() {
+	if n := len(p.stack); n > 0 && p.stack[n-1].obj {
+		p.stack[n-1].wantKey = true
+	}
+}
+
+// String returns the dotted path of the members the open objects are at.
+func (p *memberPath) String() string {
 	var parts []string
-	for _, f := range stack {
+	for _, f := range p.stack {
 		if f.obj && f.key != "" {
 			parts = append(parts, f.key)
 		}

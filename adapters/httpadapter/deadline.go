@@ -51,25 +51,8 @@ func ParseDeadline(v string) (time.Time, error) {
 	}
 	// Fixed layout up to the seconds; then optional ".digits", then "Z".
 	const layout = "dddd-dd-ddTdd:dd:dd"
-	for i := 0; i < len(layout); i++ {
-		if layout[i] == 'd' {
-			if v[i] < '0' || v[i] > '9' {
-				return time.Time{}, errBadDeadline
-			}
-		} else if v[i] != layout[i] {
-			return time.Time{}, errBadDeadline
-		}
-	}
-	frac := v[len(layout) : n-1]
-	if frac != "" {
-		if len(frac) < 2 || frac[0] != '.' {
-			return time.Time{}, errBadDeadline
-		}
-		for i := 1; i < len(frac); i++ {
-			if frac[i] < '0' || frac[i] > '9' {
-				return time.Time{}, errBadDeadline
-			}
-		}
+	if !fitsLayout(v, layout) || !validFraction(v[len(layout):n-1]) {
+		return time.Time{}, errBadDeadline
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
@@ -77,6 +60,42 @@ func ParseDeadline(v string) (time.Time, error) {
 	}
 	return t.UTC(), nil
 }
+
+// fitsLayout reports whether v starts with layout, where each 'd' stands
+// for an ASCII digit and any other byte for itself. v is at least as long
+// as layout.
+func fitsLayout(v, layout string) bool {
+	for i := 0; i < len(layout); i++ {
+		if layout[i] == 'd' {
+			if !isDigit(v[i]) {
+				return false
+			}
+		} else if v[i] != layout[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// validFraction reports whether frac is empty or a dot and 1 or more
+// ASCII digits.
+func validFraction(frac string) bool {
+	if frac == "" {
+		return true
+	}
+	if len(frac) < 2 || frac[0] != '.' {
+		return false
+	}
+	for i := 1; i < len(frac); i++ {
+		if !isDigit(frac[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isDigit reports whether c is an ASCII digit.
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // ParseTimeoutMs parses the relative form of the deadline: the remaining
 // time as 1 to 12 ASCII digits of milliseconds ("0" means the deadline has

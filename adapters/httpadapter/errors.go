@@ -99,39 +99,43 @@ func echoProblem(he *echo.HTTPError) *pipeline.Error {
 	if msg == "" {
 		msg = fmt.Sprintf("HTTP status %d.", he.Code)
 	}
-	var kind pipeline.Kind
-	code := CodeBadRequest
-	switch he.Code {
-	case http.StatusNotFound:
-		kind, code = pipeline.KindNotFound, CodeRouteNotFound
-	case http.StatusMethodNotAllowed:
-		kind, code = pipeline.KindNotFound, CodeMethodNotAllowed
-	case http.StatusRequestEntityTooLarge:
-		kind, code = pipeline.KindValidation, CodeBodyTooLarge
-	case http.StatusUnauthorized:
-		kind = pipeline.KindUnauthenticated
-	case http.StatusForbidden:
-		kind = pipeline.KindForbidden
-	case http.StatusConflict:
-		kind = pipeline.KindConflict
-	case http.StatusUnprocessableEntity:
-		kind = pipeline.KindUnprocessable
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		kind, code = pipeline.KindUnavailable, CodeUnavailable
-	case http.StatusGatewayTimeout:
-		kind, code = pipeline.KindTimeout, pipeline.CodeTimeout
-	default:
-		if he.Code >= 400 && he.Code < 500 {
-			kind = pipeline.KindValidation
-		} else {
-			kind, code = pipeline.KindUnexpected, pipeline.CodeUnexpected
-		}
-	}
+	kind, code := echoKind(he.Code)
 	e := pipeline.NewError(kind, code, msg)
 	if kind == pipeline.KindUnexpected && he.Internal != nil {
 		e = e.WithCause(he.Internal)
 	}
 	return e
+}
+
+// echoKinds are the kinds and codes of the statuses of echo's errors that
+// have a kind of their own.
+var echoKinds = map[int]struct {
+	kind pipeline.Kind
+	code string
+}{
+	http.StatusNotFound:              {pipeline.KindNotFound, CodeRouteNotFound},
+	http.StatusMethodNotAllowed:      {pipeline.KindNotFound, CodeMethodNotAllowed},
+	http.StatusRequestEntityTooLarge: {pipeline.KindValidation, CodeBodyTooLarge},
+	http.StatusUnauthorized:          {pipeline.KindUnauthenticated, CodeBadRequest},
+	http.StatusForbidden:             {pipeline.KindForbidden, CodeBadRequest},
+	http.StatusConflict:              {pipeline.KindConflict, CodeBadRequest},
+	http.StatusUnprocessableEntity:   {pipeline.KindUnprocessable, CodeBadRequest},
+	http.StatusTooManyRequests:       {pipeline.KindUnavailable, CodeUnavailable},
+	http.StatusServiceUnavailable:    {pipeline.KindUnavailable, CodeUnavailable},
+	http.StatusGatewayTimeout:        {pipeline.KindTimeout, pipeline.CodeTimeout},
+}
+
+// echoKind returns the kind and code of an echo error of HTTP status
+// code: its own (echoKinds), else VALIDATION for a 4xx and UNEXPECTED
+// for anything else.
+func echoKind(code int) (pipeline.Kind, string) {
+	if k, ok := echoKinds[code]; ok {
+		return k.kind, k.code
+	}
+	if code >= 400 && code < 500 {
+		return pipeline.KindValidation, CodeBadRequest
+	}
+	return pipeline.KindUnexpected, pipeline.CodeUnexpected
 }
 
 // Wrap runs an application's own echo handler — a host endpoint, such as

@@ -46,6 +46,39 @@ const ProblemSchemaName = "Problem"
 // or a breaker). The document is validated (openapi3.T.Validate) before
 // it is returned.
 func (a *Adapter) OpenAPI(info OpenAPIInfo) (*openapi3.T, error) {
+	b := newOpenAPIBuilder(info)
+	for _, rt := range a.routes {
+		op, err := a.describeOperation(b, rt)
+		if err != nil {
+			return nil, err
+		}
+		if info.Operation != nil {
+			info.Operation(rt.desc, op)
+		}
+		b.doc.AddOperation(openAPIPath(rt.desc.Path), rt.desc.Method, op)
+	}
+	if err := openapi3.NewLoader().ResolveRefsIn(b.doc, nil); err != nil {
+		return nil, fmt.Errorf("httpadapter: OpenAPI: %w", err)
+	}
+	if err := b.doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("httpadapter: OpenAPI: the document does not validate: %w", err)
+	}
+	return b.doc, nil
+}
+
+// openAPIBuilder holds the document being built and its two schema
+// generators. The request body of an operation whose input policy
+// rejects unknown fields says so (strict: additionalProperties: false, on
+// every object of the input), so that a validator answers as the server
+// does; responses and lenient inputs stay open.
+type openAPIBuilder struct {
+	doc          *openapi3.T
+	strict, open *openapi3gen.Generator
+}
+
+// newOpenAPIBuilder returns a builder of the document described by info,
+// with the Problem schema and the Retry-After header as components.
+func newOpenAPIBuilder(info OpenAPIInfo) *openAPIBuilder {
 	if info.Title == "" {
 		info.Title = "Sundial operations"
 	}
@@ -63,106 +96,126 @@ func (a *Adapter) OpenAPI(info OpenAPIInfo) (*openapi3.T, error) {
 		Description: "Seconds to wait before retrying (RFC 9110 §10.2.3).",
 		Schema:      openapi3.NewIntegerSchema().WithMin(0).NewRef(),
 	}}}
-	// Two generators: the request body of an operation whose input policy
-	// rejects unknown fields says so (additionalProperties: false, on
-	// every object of the input), so that a validator answers as the
-	// server does; responses and lenient inputs stay open.
-	strict, open := newSchemaGenerator(true), newSchemaGenerator(false)
-	schemaOf := func(gen *openapi3gen.Generator, t reflect.Type) (*openapi3.SchemaRef, error) {
-		return gen.NewSchemaRefForValue(reflect.New(t).Elem().Interface(), doc.Components.Schemas)
+	return &openAPIBuilder{doc: doc, strict: newSchemaGenerator(true), open: newSchemaGenerator(false)}
+}
+
+// schemaOf returns the schema of Go type t, made by gen, adding the
+// component schemas it refers to.
+func (b *openAPIBuilder) schemaOf(gen *openapi3gen.Generator, t reflect.Type) (*openapi3.SchemaRef, error) {
+	return gen.NewSchemaRefForValue(reflect.New(t).Elem().Interface(), b.doc.Components.Schemas)
+}
+
+// describeOperation returns the operation object of one route: its
+// parameters, request body, success response and problem answers.
+func (a *Adapter) describeOperation(b *openAPIBuilder, rt *route) (*openapi3.Operation, error) {
+	d := rt.desc
+	op := &openapi3.Operation{OperationID: d.ID, Summary: d.Summary, Responses: openapi3.NewResponses()}
+	op.Responses.Delete("default")
+	if err := a.describeParams(op, rt); err != nil {
+		return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q: %w", d.ID, err)
 	}
-	for _, rt := range a.routes {
-		d := rt.desc
-		op := &openapi3.Operation{OperationID: d.ID, Summary: d.Summary, Responses: openapi3.NewResponses()}
-		op.Responses.Delete("default")
-		if err := a.describeParams(op, rt); err != nil {
-			return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q: %w", d.ID, err)
+	hasBody := d.Method != http.MethodGet && d.Method != http.MethodHead && d.Method != http.MethodDelete &&
+		d.Input != nil && d.Input.Kind() == reflect.Struct && d.Input.NumField() > 0
+	if hasBody {
+		gen := b.strict
+		if d.InputPolicy.AllowUnknownFields {
+			gen = b.open
 		}
-		hasBody := d.Method != http.MethodGet && d.Method != http.MethodHead && d.Method != http.MethodDelete &&
-			d.Input != nil && d.Input.Kind() == reflect.Struct && d.Input.NumField() > 0
-		if hasBody {
-			gen := strict
-			if d.InputPolicy.AllowUnknownFields {
-				gen = open
-			}
-			s, err := schemaOf(gen, d.Input)
-			if err != nil {
-				return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q input: %w", d.ID, err)
-			}
-			op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithJSONSchemaRef(s)}
+		s, err := b.schemaOf(gen, d.Input)
+		if err != nil {
+			return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q input: %w", d.ID, err)
 		}
-		if rt.success == http.StatusNoContent {
-			op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success, no content."))
-		} else {
-			s, err := schemaOf(open, d.Output)
-			if err != nil {
-				return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q output: %w", d.ID, err)
-			}
-			op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success.").WithJSONSchemaRef(s))
-		}
-		pol := a.k.PolicyFor(d.ID)
-		problem(op, http.StatusBadRequest, "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate) or a deadline header is malformed.")
-		if hasBody {
-			problem(op, http.StatusRequestEntityTooLarge, "VALIDATION: the body is over the limit.")
-		}
-		timeout := "TIMEOUT: the caller's deadline (Sundial-Deadline or the relative header) passed."
-		if pol.Timeout > 0 {
-			timeout = fmt.Sprintf("TIMEOUT: the operation's deadline (%s) or the caller's passed.", pol.Timeout)
-		}
-		problem(op, http.StatusGatewayTimeout, timeout)
-		problem(op, http.StatusRequestTimeout, "CANCELLED: the caller went away or the server is shutting down.")
-		if pol.Limited() {
-			var what []string
-			if pol.PermitLimit > 0 {
-				what = append(what, fmt.Sprintf("rate limited (%d per %s)", pol.PermitLimit, pol.Window))
-			}
-			if pol.ConcurrencyLimit > 0 {
-				what = append(what, fmt.Sprintf("concurrency limited (%d)", pol.ConcurrencyLimit))
-			}
-			if pol.FailureThreshold > 0 {
-				what = append(what, "circuit open")
-			}
-			problem(op, http.StatusServiceUnavailable, "UNAVAILABLE: "+strings.Join(what, ", ")+"; Retry-After says when to retry.")
-			op.Responses.Status(http.StatusServiceUnavailable).Value.Headers = openapi3.Headers{
-				"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
-			}
-		}
-		if ip := a.k.IdempotencyPolicy(d.ID); ip.Enabled {
-			// The answers of idempotency keys (docs/idempotency.md).
-			problem(op, http.StatusConflict, "CONFLICT: a call with this Idempotency-Key is still running (KERNEL_CONFLICT_001; Retry-After says when to retry), or it ran and its outcome is too large to replay (KERNEL_CONFLICT_002).")
-			op.Responses.Status(http.StatusConflict).Value.Headers = openapi3.Headers{
-				"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
-			}
-			problem(op, http.StatusUnprocessableEntity, "UNPROCESSABLE: this Idempotency-Key was used with a different input (KERNEL_UNPROCESSABLE_001).")
-			desc := "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate), a deadline header or the Idempotency-Key is malformed (KERNEL_VALIDATION_005)."
-			if ip.Required {
-				desc += " Also when the Idempotency-Key is missing (KERNEL_VALIDATION_004)."
-				if p := op.Parameters.GetByInAndName("header", "Idempotency-Key"); p != nil {
-					p.Required = true
-				}
-			}
-			problem(op, http.StatusBadRequest, desc)
-			if ok := op.Responses.Status(rt.success); ok != nil && ok.Value != nil {
-				ok.Value.Headers = openapi3.Headers{"Idempotent-Replayed": &openapi3.HeaderRef{Value: &openapi3.Header{Parameter: openapi3.Parameter{
-					Description: "\"true\" when the answer is the stored outcome of an earlier call with the same Idempotency-Key.",
-					Schema:      openapi3.NewStringSchema().WithEnum("true").NewRef(),
-				}}}}
-			}
-		}
-		problem(op, http.StatusInternalServerError, "UNEXPECTED: the handler failed unexpectedly.")
-		op.Responses.Set("default", &openapi3.ResponseRef{Value: problemResponse("Any other outcome of the operation (e.g. NOT_FOUND, CONFLICT), as Problem Details.")})
-		if info.Operation != nil {
-			info.Operation(d, op)
-		}
-		doc.AddOperation(openAPIPath(d.Path), d.Method, op)
+		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithJSONSchemaRef(s)}
 	}
-	if err := openapi3.NewLoader().ResolveRefsIn(doc, nil); err != nil {
-		return nil, fmt.Errorf("httpadapter: OpenAPI: %w", err)
+	if err := b.describeSuccess(op, rt); err != nil {
+		return nil, err
 	}
-	if err := doc.Validate(context.Background()); err != nil {
-		return nil, fmt.Errorf("httpadapter: OpenAPI: the document does not validate: %w", err)
+	a.describeProblems(op, rt, hasBody)
+	return op, nil
+}
+
+// describeSuccess adds the success response of rt to op.
+func (b *openAPIBuilder) describeSuccess(op *openapi3.Operation, rt *route) error {
+	if rt.success == http.StatusNoContent {
+		op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success, no content."))
+		return nil
 	}
-	return doc, nil
+	s, err := b.schemaOf(b.open, rt.desc.Output)
+	if err != nil {
+		return fmt.Errorf("httpadapter: OpenAPI: operation %q output: %w", rt.desc.ID, err)
+	}
+	op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success.").WithJSONSchemaRef(s))
+	return nil
+}
+
+// describeProblems adds to op the Problem Details answers the effective
+// policy of rt's operation can produce, and the default answer.
+func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bool) {
+	d := rt.desc
+	pol := a.k.PolicyFor(d.ID)
+	problem(op, http.StatusBadRequest, "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate) or a deadline header is malformed.")
+	if hasBody {
+		problem(op, http.StatusRequestEntityTooLarge, "VALIDATION: the body is over the limit.")
+	}
+	timeout := "TIMEOUT: the caller's deadline (Sundial-Deadline or the relative header) passed."
+	if pol.Timeout > 0 {
+		timeout = fmt.Sprintf("TIMEOUT: the operation's deadline (%s) or the caller's passed.", pol.Timeout)
+	}
+	problem(op, http.StatusGatewayTimeout, timeout)
+	problem(op, http.StatusRequestTimeout, "CANCELLED: the caller went away or the server is shutting down.")
+	if pol.Limited() {
+		var what []string
+		if pol.PermitLimit > 0 {
+			what = append(what, fmt.Sprintf("rate limited (%d per %s)", pol.PermitLimit, pol.Window))
+		}
+		if pol.ConcurrencyLimit > 0 {
+			what = append(what, fmt.Sprintf("concurrency limited (%d)", pol.ConcurrencyLimit))
+		}
+		if pol.FailureThreshold > 0 {
+			what = append(what, "circuit open")
+		}
+		describeLimits(op, what)
+	}
+	if ip := a.k.IdempotencyPolicy(d.ID); ip.Enabled {
+		describeIdempotency(op, ip.Required, rt.success)
+	}
+	problem(op, http.StatusInternalServerError, "UNEXPECTED: the handler failed unexpectedly.")
+	op.Responses.Set("default", &openapi3.ResponseRef{Value: problemResponse("Any other outcome of the operation (e.g. NOT_FOUND, CONFLICT), as Problem Details.")})
+}
+
+// describeLimits adds the 503 answer of an operation with limits (rate,
+// concurrency or a breaker), naming them (what), with Retry-After.
+func describeLimits(op *openapi3.Operation, what []string) {
+	problem(op, http.StatusServiceUnavailable, "UNAVAILABLE: "+strings.Join(what, ", ")+"; Retry-After says when to retry.")
+	op.Responses.Status(http.StatusServiceUnavailable).Value.Headers = openapi3.Headers{
+		"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
+	}
+}
+
+// describeIdempotency adds the answers of idempotency keys
+// (docs/idempotency.md) to op: 409, 422, the key's 400s (a missing key
+// too when keys are required), and the Idempotent-Replayed header of the
+// success response.
+func describeIdempotency(op *openapi3.Operation, required bool, success int) {
+	problem(op, http.StatusConflict, "CONFLICT: a call with this Idempotency-Key is still running (KERNEL_CONFLICT_001; Retry-After says when to retry), or it ran and its outcome is too large to replay (KERNEL_CONFLICT_002).")
+	op.Responses.Status(http.StatusConflict).Value.Headers = openapi3.Headers{
+		"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
+	}
+	problem(op, http.StatusUnprocessableEntity, "UNPROCESSABLE: this Idempotency-Key was used with a different input (KERNEL_UNPROCESSABLE_001).")
+	desc := "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate), a deadline header or the Idempotency-Key is malformed (KERNEL_VALIDATION_005)."
+	if required {
+		desc += " Also when the Idempotency-Key is missing (KERNEL_VALIDATION_004)."
+		if p := op.Parameters.GetByInAndName("header", "Idempotency-Key"); p != nil {
+			p.Required = true
+		}
+	}
+	problem(op, http.StatusBadRequest, desc)
+	if ok := op.Responses.Status(success); ok != nil && ok.Value != nil {
+		ok.Value.Headers = openapi3.Headers{"Idempotent-Replayed": &openapi3.HeaderRef{Value: &openapi3.Header{Parameter: openapi3.Parameter{
+			Description: "\"true\" when the answer is the stored outcome of an earlier call with the same Idempotency-Key.",
+			Schema:      openapi3.NewStringSchema().WithEnum("true").NewRef(),
+		}}}}
+	}
 }
 
 // OpenAPIHandler returns a handler that serves the OpenAPI document

@@ -1,0 +1,95 @@
+package cliadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// This file turns failures into outcomes and reports them on stderr.
+
+// rejectUsage hands the usage error err of the operation command cmd (a
+// malformed flag, a positional argument) to the kernel as a rejected call
+// of the operation id, so that it is observed like any other outcome. The
+// caller reports err itself, as a usage error. When the kernel cannot be
+// built, nothing is observed: the usage error is reported all the same.
+func rejectUsage(cmd *cobra.Command, id string, newKernel KernelFunc, err error) {
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	k, kerr := kernelOf(newKernel)
+	if kerr != nil {
+		return
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	k.Handle(ctx, kernel.Request{Operation: id, Protocol: pipeline.ProtocolCLI, Reject: usageFailure(err)})
+}
+
+// usageFailure turns a usage error into a VALIDATION outcome (CodeUsage).
+func usageFailure(err error) *pipeline.Error {
+	return pipeline.Wrap(pipeline.KindValidation, CodeUsage, strings.TrimPrefix(pipeline.ErrorText(err), "cliadapter: "), err)
+}
+
+// inputFailure turns a --input decoding error into a VALIDATION outcome
+// (CodeMalformedInput or CodeWrongInput).
+func inputFailure(err error) *pipeline.Error {
+	if pe, ok := errors.AsType[*pipeline.Error](err); ok {
+		return pe // the input policy's answer (operations.CheckJSON)
+	}
+	ie, ok := errors.AsType[*InputError](err)
+	if !ok || ie == nil {
+		return pipeline.Wrap(pipeline.KindValidation, CodeMalformedInput, "The --input document is malformed.", err)
+	}
+	code := CodeMalformedInput
+	if ie.Misfit {
+		code = CodeWrongInput
+	}
+	pe := pipeline.Wrap(pipeline.KindValidation, code, strings.TrimPrefix(ie.Error(), "cliadapter: "), err)
+	if ie.Field != "" {
+		pe = pe.WithDetail("field", ie.Field)
+	}
+	return pe
+}
+
+// fail reports a failed invocation on stderr and returns the *ExitError
+// for it.
+func (r *runner) fail(err error, traceID string) error {
+	pe := pipeline.AsError(err)
+	if k := pe.Kind(); r.keyed && (k == pipeline.KindTimeout || k == pipeline.KindCanceled) {
+		// The key goes with a failure after which the operation may have
+		// run on (exit 7, exit 8).
+		pe = pe.WithDetail("idempotencyKey", r.idemKey)
+	}
+	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe, traceID)
+	if _, ok := pe.Detail("idempotencyKey"); ok {
+		if r.shared {
+			// The record outlives the process, and the command waits for the
+			// running call's outcome before it exits (awaitOutcome).
+			// Whether the outcome will be stored is not known yet: a
+			// handler that stops on its context's end frees the key.
+			fmt.Fprintf(r.stderr, "rerun with --%s %s to get this call's outcome instead of running it again, once it has finished; "+
+				"a call that stopped without its effect (it returned TIMEOUT, CANCELLED or UNAVAILABLE, or never started) leaves the key free, and a rerun runs it\n",
+				flagIdempotencyKey, r.idemKey)
+		} else {
+			fmt.Fprintf(r.stderr, "note: this command keeps idempotency records in its own process only (no shared store such as Redis), "+
+				"so a rerun with --%s %s runs the operation again; only the services it called, which received the key, can recognise it\n",
+				flagIdempotencyKey, r.idemKey)
+		}
+	}
+	return &ExitError{Code: ExitCodeFor(pe.Kind()), Err: pe}
+}
+
+// writeStr writes s to w, ignoring errors: stderr has nowhere to report
+// its own failure.
+func writeStr(w io.Writer, s string) { _, _ = io.WriteString(w, s) }

@@ -1,0 +1,266 @@
+package cliadapter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// This file runs one operation command: its signals, its request and the
+// report of its outcome.
+
+// runner runs one operation command.
+type runner struct {
+	cmd    *cobra.Command
+	desc   *operations.Descriptor
+	format string
+	stderr *syncWriter // shared with the signal watcher
+	// idemKey is --idempotency-key, or the key generated for an operation
+	// that takes keys when its records outlive the process.
+	idemKey string
+	// keyed: the operation takes keys and idemKey is a valid one, so that
+	// the call's outcome is recorded under it; shared: the record outlives
+	// the process (a store with a lease: Redis), so a rerun can find it.
+	keyed, shared bool
+}
+
+// flagIdempotencyKey is the flag of the caller's idempotency key.
+const flagIdempotencyKey = "idempotency-key"
+
+// newIdempotencyKey returns a fresh random key (128 bits, hex).
+func newIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// syncWriter serialises writes to a writer that two goroutines share.
+type syncWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// run runs the operation once: it watches for signals, builds the kernel
+// and the request, has the kernel handle it and reports the outcome.
+func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue, newKernel KernelFunc, o *options) error {
+	r.stderr = &syncWriter{w: r.cmd.ErrOrStderr()}
+	// On a terminal, which echoes ^C without a newline, what follows a
+	// signal starts on a line of its own.
+	tty := o.terminal(r.stderr.w)
+	in := r.watchSignals(o, tty)
+	defer in.stop()
+
+	k, err := kernelOf(newKernel)
+	if err != nil {
+		return err
+	}
+	// What the kernel holds outside the process (a Redis client, this
+	// replica in the cluster count) goes when the command ends.
+	defer k.Close()
+	now := time.Now()
+	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
+	r.setIdempotencyKey(k, &req)
+	if timeout.set {
+		req.Deadline = now.Add(timeout.d)
+	}
+	r.setInput(&req, fields, inputJSON, in)
+	return r.report(k, k.Handle(in.ctx, req), in, tty)
+}
+
+// watchSignals starts watching the signals of o: the first cancels the
+// call, the second exits at once (WithExit) with a line on stderr.
+func (r *runner) watchSignals(o *options, tty bool) *interrupts {
+	onSecond := func(sig os.Signal) {
+		if tty {
+			writeStr(r.stderr, "\n")
+		}
+		fmt.Fprintf(r.stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
+		o.exit(ExitCanceled)
+	}
+	if o.signalCh != nil {
+		return watch(r.cmd.Context(), o.signalCh, onSecond, func() {})
+	}
+	return notify(r.cmd.Context(), onSecond, o.signals...)
+}
+
+// setIdempotencyKey puts the caller's idempotency key in req, generating
+// one where a rerun can use it, and rejects a malformed key on an
+// operation that takes keys. It sets r.keyed and r.shared.
+func (r *runner) setIdempotencyKey(k *kernel.Kernel, req *kernel.Request) {
+	// A key is generated only where a rerun can use it: when the records
+	// outlive this process. An in-process store dies with the command,
+	// which makes one call: a generated key would protect nothing.
+	enabled, shared := k.IdempotencyPolicy(r.desc.ID).Enabled, k.IdempotencyOutlivesProcess()
+	if r.idemKey == "" && enabled && shared {
+		r.idemKey = newIdempotencyKey()
+	}
+	if r.idemKey == "" {
+		return
+	}
+	valid := pipeline.ValidIdempotencyKey(r.idemKey)
+	if !valid && enabled {
+		req.Reject = pipeline.ErrIdempotencyKeyMalformed()
+	}
+	if valid {
+		req.IdempotencyKey = r.idemKey
+	}
+	r.keyed, r.shared = valid && enabled, valid && enabled && shared
+}
+
+// setInput puts the operation's input in req: decoded from the flags and
+// --input now, or, for --input -, a Decode that reads standard input when
+// the kernel decodes the call. A malformed input rejects the call.
+func (r *runner) setInput(req *kernel.Request, fields *inputFlags, inputJSON string, in *interrupts) {
+	flags := r.cmd.Flags()
+	if flags.Changed("input") && inputJSON == "-" {
+		// Standard input is read when the kernel decodes the call, bounded
+		// by the effective deadline it computed (--timeout capped by the
+		// operation's TimeoutSeconds and the kernel's maximum) and by the
+		// first signal: a stdin that never ends is TIMEOUT or CANCELLED,
+		// observed like any other outcome.
+		stdin := r.cmd.InOrStdin()
+		req.Decode = func(deadline time.Time) (any, error) {
+			return decodeStdin(in, stdin, deadline, fields, flags)
+		}
+		return
+	}
+	var raw []byte
+	var err error
+	if flags.Changed("input") {
+		if raw, err = readInput(inputJSON, nil); err != nil {
+			req.Reject = inputFailure(err)
+		}
+	}
+	if req.Reject == nil {
+		if req.Input, err = fields.decode(flags, raw); err != nil {
+			req.Reject = inputFailure(err)
+		}
+	}
+}
+
+// decodeStdin reads the --input document from stdin, by deadline and
+// until the first signal, and decodes it with the flags.
+func decodeStdin(in *interrupts, stdin io.Reader, deadline time.Time, fields *inputFlags, flags *pflag.FlagSet) (any, error) {
+	raw, err := readStdin(in.ctx, stdin, deadline)
+	if err != nil {
+		if pe, ok := err.(*pipeline.Error); ok {
+			return nil, pe
+		}
+		return nil, inputFailure(err)
+	}
+	input, err := fields.decode(flags, raw)
+	if err != nil {
+		return nil, inputFailure(err)
+	}
+	return input, nil
+}
+
+// report reports the outcome out and returns the command's error: a
+// failure's message (then, after a TIMEOUT or CANCELLED whose key a rerun
+// needs, waiting for the running call), or the output. The reply's notes
+// follow a failure's message and precede the output.
+func (r *runner) report(k *kernel.Kernel, out kernel.Outcome, in *interrupts, tty bool) error {
+	if out.Err != nil {
+		if _, ok := context.Cause(in.ctx).(*SignalError); ok && tty {
+			writeStr(r.stderr, "\n") // after the terminal's ^C
+		}
+		err := r.fail(out.Err, out.TraceID)
+		r.sendReply(out.Invocation)
+		if kind := pipeline.KindOf(out.Err); r.shared && (kind == pipeline.KindTimeout || kind == pipeline.KindCanceled) {
+			r.awaitOutcome(k, kind, in)
+		}
+		return err
+	}
+	r.sendReply(out.Invocation)
+	if err := writeResult(r.cmd.OutOrStdout(), r.format, out.Output); err != nil {
+		return r.fail(pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
+			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)), out.TraceID)
+	}
+	return nil
+}
+
+// sendReply prints the notes of the invocation's reply on stderr, one a
+// line.
+func (r *runner) sendReply(inv *pipeline.Invocation) {
+	for _, line := range append(inv.Reply().Notes(), r.legacyNotes(inv)...) {
+		writeStr(r.stderr, line+"\n")
+	}
+}
+
+// legacyNotes returns the note of the invocation's old replay mark
+// (Invocation.Replayed), unless its Reply carries the mark
+// (pipeline.FieldReplayed) and so its own note.
+//
+// transitional: removed when the writers move
+func (r *runner) legacyNotes(inv *pipeline.Invocation) []string {
+	if !inv.Replayed() {
+		return nil
+	}
+	if _, ok := inv.Reply().Get(pipeline.FieldReplayed); ok {
+		return nil
+	}
+	// The stored outcome of an earlier call with the same idempotency
+	// key (docs/idempotency.md).
+	return []string{"replayed: the stored outcome of an earlier call with idempotency key " + r.idemKey}
+}
+
+// awaitOutcome is called after a TIMEOUT or CANCELLED failure (kind) of a
+// call whose key's record outlives the process, once the failure has been
+// reported: the handler may still run (a straggler), and its outcome is
+// stored under the key only when it returns, which it can do only while
+// the process lives. So the command waits for it — at most the store's
+// lease, after which a vanished holder's key is free anyway — before it
+// closes the kernel and exits with the failure's code. A signal stops the
+// waiting: the first one after a TIMEOUT, and after a CANCELLED (a signal
+// already) the second, which exits at once (WithExit).
+func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrupts) {
+	if k.Running() == 0 {
+		return // the call never started, or has returned: its outcome is stored
+	}
+	lease := k.IdempotencyStore().Lease()
+	parent := in.ctx
+	if kind == pipeline.KindCanceled || parent.Err() != nil {
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, cancel := context.WithTimeout(parent, lease)
+	defer cancel()
+	fmt.Fprintf(r.stderr, "waiting for the running call to finish, so that its outcome is stored under the key (at most %s; Ctrl-C stops waiting)\n", lease)
+	if err := k.Wait(ctx); err != nil {
+		fmt.Fprintf(r.stderr, "stopped waiting: the call still runs; its key is free again once its lease (%s) ends, and a rerun then runs the operation again\n", lease)
+	}
+}
+
+// kernelOf calls newKernel, turning a nil kernel, and a typed nil
+// returned as its error (which cobra could not inspect safely), into an
+// error of our own.
+func kernelOf(newKernel KernelFunc) (*kernel.Kernel, error) {
+	k, err := newKernel()
+	switch {
+	case err != nil && isNil(err):
+		return nil, fmt.Errorf("cliadapter: the kernel function returned a nil %T as its error", err)
+	case err != nil:
+		return nil, err
+	case k == nil:
+		return nil, errors.New("cliadapter: the kernel function returned no kernel")
+	}
+	return k, nil
+}

@@ -1,0 +1,118 @@
+package grpcadapter
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/adapters/internal/ratelimit"
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// This file answers a call: its status, its response fields and its log
+// record.
+
+// statusCode is the gRPC code the outcome err (nil: success) is answered
+// with, as a number (telemetry.Transport.Status).
+func statusCode(err error) int {
+	if err == nil {
+		return int(codes.OK)
+	}
+	e := pipeline.AsError(err)
+	if hs, ok := e.Unwrap().(*handlerStatus); ok && hs != nil {
+		return int(hs.st.Code())
+	}
+	return int(CodeFor(e.Kind()))
+}
+
+// answer writes the call log record of one call and returns the status
+// error of its outcome (nil on success).
+func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, start time.Time) error {
+	st := Status(o.Err, a.cfg.domain)
+	a.logCall(ctx, full, o, st, start)
+	sendReply(ctx, o.Invocation)
+	if st != nil && o.TraceID != "" {
+		// A failure names its trace, as an HTTP problem's traceId does.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataTraceID, o.TraceID))
+	}
+	return st.Err()
+}
+
+// sendReply sends the fields of the invocation's reply (RateLimit-Policy
+// and RateLimit, Idempotent-Replayed, ...) as header metadata, their names
+// lower-cased, with the response or the status alike.
+func sendReply(ctx context.Context, inv *pipeline.Invocation) {
+	fields := append(inv.Reply().Fields(), legacyReply(inv)...)
+	if len(fields) == 0 {
+		return
+	}
+	kv := make([]string, 0, 2*len(fields))
+	for _, f := range fields {
+		kv = append(kv, strings.ToLower(f.Name), f.Value)
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(kv...))
+}
+
+// legacyReply returns the fields of the invocation's old slots that its
+// Reply does not carry: the quota (Invocation.Quota) as RateLimit-Policy
+// and RateLimit, the same facts as the HTTP fields, and the replay mark
+// (Invocation.Replayed) as idempotent-replayed. grpc.SetHeader appends:
+// a field sent twice would show twice.
+//
+// transitional: removed when the writers move
+func legacyReply(inv *pipeline.Invocation) []pipeline.Field {
+	r := inv.Reply()
+	var out []pipeline.Field
+	add := func(name, value string) {
+		if _, ok := r.Get(name); !ok {
+			out = append(out, pipeline.Field{Name: name, Value: value})
+		}
+	}
+	if q, ok := inv.Quota(); ok {
+		add(ratelimit.PolicyField, ratelimit.Policy(q))
+		add(ratelimit.Field, ratelimit.Current(q))
+	}
+	if inv.Replayed() {
+		add(pipeline.FieldReplayed, "true")
+	}
+	return out
+}
+
+// MetadataTraceID is the trailer key under which a failed call's trace ID
+// goes back to the client (as an HTTP problem's "traceId" does).
+const MetadataTraceID = "sundial-trace-id"
+
+// logCall writes the call log record of one call, answered with status st:
+// Info, or Error for an UNEXPECTED outcome (whose internal text is logged,
+// never sent).
+func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time) {
+	kind := pipeline.KindOf(o.Err)
+	level := slog.LevelInfo
+	if kind == pipeline.KindUnexpected {
+		level = slog.LevelError
+	}
+	if !a.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 7)
+	attrs = append(attrs,
+		slog.String("operation", cmp.Or(o.Invocation.Name(), full)),
+		slog.String("method", full),
+		slog.String("grpcCode", st.Code().String()),
+		slog.String("code", pipeline.CodeOf(o.Err)),
+		slog.Float64("durationMs", float64(time.Since(start).Microseconds())/1000),
+		slog.String("traceId", o.TraceID),
+	)
+	if kind == pipeline.KindUnexpected {
+		attrs = append(attrs, slog.String("error", pipeline.ErrorText(o.Err)))
+	}
+	a.logger.LogAttrs(ctx, level, "grpc call", attrs...)
+}

@@ -1,0 +1,176 @@
+package grpcadapter
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// This file builds the invocation of a call: its parent context, its
+// trace context and baggage, and the caller's idempotency key.
+
+// invoke runs one call, whose server context is ctx, through the kernel:
+// r with the protocol, the route (the full method name) and the caller's
+// idempotency key filled in, under the invocation's parent context (see
+// inbound) carrying the trace context and baggage of the request
+// metadata. The kernel returns the outcome by the invocation's deadline,
+// whatever the handler does; a call r rejects (r.Reject) runs nothing.
+func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) kernel.Outcome {
+	parent, stop := a.inbound(ctx)
+	defer stop()
+	md := a.metadata(ctx, r.Operation, full)
+	parent = a.extract(parent, md)
+	r.Protocol = pipeline.ProtocolGRPC
+	if r.Route == "" {
+		r.Route = full
+	}
+	if r.Transport.RPCMethod == "" {
+		r.Transport = telemetry.Transport{RPCMethod: full, Status: statusCode}
+	}
+	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 {
+		// A key that is repeated, too long or not printable ASCII is a 400
+		// (InvalidArgument) KERNEL_VALIDATION_005 on an operation that takes
+		// keys, as over HTTP; an operation that does not ignores it (neither
+		// rejected nor passed on as baggage), so that a client sending keys
+		// of its own form everywhere is not refused where keys mean nothing.
+		if len(vs) > 1 || !pipeline.ValidIdempotencyKey(vs[0]) {
+			if r.Reject == nil && a.k.IdempotencyPolicy(r.Operation).Enabled {
+				r.Reject = pipeline.ErrIdempotencyKeyMalformed()
+			}
+		} else {
+			r.IdempotencyKey = vs[0]
+		}
+	}
+	return a.k.Handle(parent, r)
+}
+
+// inbound returns the invocation's parent context for a call whose server
+// context is ctx. The kernel reads the caller's deadline from it.
+//
+// Without a deadline the parent is ctx itself. With one, the parent keeps
+// ctx's values but not its cancellation: when ctx ends, the parent ends
+// with a cause that says which token fired — the deadline when ctx's own
+// deadline fired or when the cancellation arrived no earlier than the
+// tolerance before the deadline (a client's deadline timer, seen from the
+// server), the caller's cancellation otherwise. The kernel attributes the
+// outcome from that cause. stop releases the parent; call it once the
+// kernel has answered.
+func (a *Adapter) inbound(ctx context.Context) (parent context.Context, stop func()) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	withDeadline, cancelDeadline := context.WithDeadline(base, d)
+	tolerance := a.cfg.tolerance
+	after := context.AfterFunc(ctx, func() {
+		if ctx.Err() == context.DeadlineExceeded || !time.Now().Before(d.Add(-tolerance)) {
+			cancel(errCallerDeadline)
+			return
+		}
+		cancel(context.Cause(ctx))
+	})
+	return withDeadline, func() {
+		after()
+		cancelDeadline()
+		cancel(nil)
+	}
+}
+
+// errCallerDeadline is the cause of a parent context ended by the
+// caller's deadline. It wraps context.DeadlineExceeded, which is what the
+// kernel attributes as TIMEOUT.
+var errCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %w", context.DeadlineExceeded)
+
+// Metadata keys the adapter reads.
+const (
+	mdBaggage        = "baggage"
+	mdIdempotencyKey = "idempotency-key"
+	// MetadataIdempotentReplayed is the header metadata that marks a
+	// replayed outcome: "true".
+	MetadataIdempotentReplayed = "idempotent-replayed"
+)
+
+// incomingMD reads the incoming metadata of a server context key by key,
+// as a propagation.TextMapCarrier for Extract: on every call
+// metadata.FromIncomingContext copies every key and value, which costs
+// more than the rest of the adapter's per-call work; a call reads only a
+// few keys, most of them absent. With noBaggage set it hides the baggage
+// metadata.
+type incomingMD struct {
+	ctx       context.Context
+	noBaggage bool
+}
+
+// Values returns the values of key (propagation.ValuesGetter: the W3C
+// baggage propagator reads every baggage value through it).
+func (m incomingMD) Values(key string) []string {
+	if m.noBaggage && key == mdBaggage {
+		return nil
+	}
+	return metadata.ValueFromIncomingContext(m.ctx, key)
+}
+
+func (m incomingMD) Get(key string) string {
+	if vs := m.Values(key); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// Set does nothing: Extract only reads.
+func (incomingMD) Set(string, string) {}
+
+func (m incomingMD) Keys() []string {
+	md, _ := metadata.FromIncomingContext(m.ctx)
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		if !m.noBaggage || k != mdBaggage {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// metadata returns the incoming metadata of the server context ctx as a
+// carrier, with baggage over the WithBaggageLimit hidden (and a warning
+// logged).
+func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
+	md := incomingMD{ctx: ctx}
+	if vs := md.Values(mdBaggage); len(vs) > 0 {
+		size := 0
+		for _, v := range vs {
+			size += len(v)
+		}
+		if size > a.cfg.baggageLimit {
+			md.noBaggage = true
+			a.logger.LogAttrs(ctx, slog.LevelWarn, "grpcadapter: baggage metadata dropped",
+				slog.String("operation", cmp.Or(op, full)), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
+		}
+	}
+	return md
+}
+
+// extract returns parent carrying the W3C baggage of md, which the kernel
+// copies into the invocation, and what the propagator extracts from it
+// (by default the W3C trace context, which the invocation's span
+// continues).
+func (a *Adapter) extract(parent context.Context, md incomingMD) context.Context {
+	if a.cfg.defaultPropagator {
+		return telemetry.Propagator().Extract(parent, md) // trace context and baggage
+	}
+	parent = propagation.Baggage{}.Extract(parent, md)
+	if p := a.cfg.propagator; p != nil {
+		parent = p.Extract(parent, md)
+	}
+	return parent
+}

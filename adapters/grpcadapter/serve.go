@@ -1,0 +1,211 @@
+package grpcadapter
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// This file serves one unary call: it receives the request, converts it
+// to the operation's input and its result to the response.
+
+// handle is the grpc.MethodDesc handler of one operation.
+func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+	req := dynamicpb.NewMessage(m.in.desc)
+	if err := m.a.receive(dec, req); err != nil {
+		if err == errRecvTimeout {
+			// The message did not arrive within WithRecvTimeout: the
+			// answer closes the stream, which ends the read.
+			return nil, m.reject(ctx, pipeline.ErrTimeout())
+		}
+		// A request that is not valid protobuf is answered with the
+		// decoder's own status (grpc-go's Internal, or InvalidArgument for
+		// a decoder panic).
+		return nil, m.reject(ctx, fromHandler(err))
+	}
+	if icpt == nil {
+		return m.call(ctx, req)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: m.full}
+	return icpt(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		msg, ok := req.(*dynamicpb.Message)
+		if !ok {
+			return nil, m.reject(ctx, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+				"grpcadapter: an interceptor replaced the request of %s with %T", m.full, req))
+		}
+		return m.call(ctx, msg)
+	})
+}
+
+// reject answers a call the adapter turns away before the pipeline with
+// the status of outcome, which the kernel observes as a rejection.
+func (m *method) reject(ctx context.Context, outcome error) error {
+	start := time.Now()
+	o := m.a.invoke(ctx, m.full, kernel.Request{Operation: m.desc.ID, Reject: outcome})
+	return m.a.answer(ctx, m.full, o, start)
+}
+
+// errRecvTimeout reports a request message that did not arrive within
+// WithRecvTimeout.
+var errRecvTimeout = errors.New("grpcadapter: request message not received in time")
+
+// receive decodes the request message into req, waiting at most
+// WithRecvTimeout for it (see there). dec is grpc-go's, the stream's
+// RecvMsg: it returns when the message is complete or the stream's context
+// ends, so when the bound fires the decoding goroutine ends as soon as the
+// answer closes the stream; req is then never touched again.
+func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
+	d := a.cfg.recvTimeout
+	if d <= 0 {
+		return decodeRequest(dec, req)
+	}
+	done := make(chan error, 1)
+	go func() { done <- decodeRequest(dec, req) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errRecvTimeout
+	}
+}
+
+// decodeRequest runs grpc-go's decoder into req. protobuf-go's generic
+// (reflective) unmarshal path, the one dynamic messages take, panics on
+// some malformed map entries (a key field repeated with another wire
+// type); such a panic is a malformed request, not a crash.
+func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.InvalidArgument, "grpcadapter: malformed request message: %v", p)
+		}
+	}()
+	return dec(req)
+}
+
+// call converts the request to the operation's input, runs the operation
+// through the kernel and converts its outcome to the response.
+func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) {
+	a := m.a
+	start := time.Now()
+	r := kernel.Request{Operation: m.desc.ID}
+	if in, err := m.decodeInput(req); err != nil {
+		r.Reject = err
+	} else {
+		r.Input = in
+	}
+	o := a.invoke(ctx, m.full, r)
+	var resp any
+	if o.Err == nil {
+		resp, o.Err = m.encodeOutput(o.Output)
+	}
+	if err := a.answer(ctx, m.full, o, start); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// encodeOutput converts the operation's result to the response message.
+func (m *method) encodeOutput(v any) (*dynamicpb.Message, error) {
+	out := dynamicpb.NewMessage(m.out.desc)
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() {
+		return out, nil
+	}
+	if rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return out, nil
+		}
+		rv = rv.Elem()
+	}
+	if rv.Type() != m.out.goType && !m.out.empty {
+		return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+			"grpcadapter: operation %q returned %v, want %v", m.desc.ID, rv.Type(), m.out.goType)
+	}
+	m.out.encode(rv, out)
+	return out, nil
+}
+
+// decodeInput converts the request to a new value of the operation's input
+// type (a pointer to it, as the handler expects).
+func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
+	p := reflect.New(m.desc.Input)
+	target := p.Elem()
+	if target.Kind() == reflect.Pointer {
+		target.Set(reflect.New(target.Type().Elem()))
+		target = target.Elem()
+	}
+	// The operation's input policy: a field number the schema does not
+	// have is an unknown field, the same answer as over HTTP and the CLI.
+	if !m.desc.InputPolicy.AllowUnknownFields {
+		if path := unknownField(req.ProtoReflect(), ""); path != "" {
+			return nil, operations.UnknownField(path, "")
+		}
+	}
+	if m.in.empty {
+		return p.Interface(), nil
+	}
+	if err := m.in.decode(req.ProtoReflect(), target); err != nil {
+		if fe, ok := errors.AsType[*fieldError](err); ok {
+			return nil, pipeline.Errorf(pipeline.KindValidation, pipeline.CodeValidation, "Field '%s': %s.", fe.Path(), fe.msg).
+				WithDetail("field", fe.Path())
+		}
+		return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, "The request message is invalid.", err)
+	}
+	return p.Interface(), nil
+}
+
+// unknownField returns the path of the first field of msg (or of a message
+// in it) whose number its descriptor does not have — "#7",
+// "lines[1].#7" — or "".
+func unknownField(msg protoreflect.Message, path string) string {
+	if raw := msg.GetUnknown(); len(raw) > 0 {
+		if num, _, n := protowire.ConsumeTag(raw); n > 0 {
+			return joinPath(path, "#"+strconv.Itoa(int(num)))
+		}
+		return joinPath(path, "#?")
+	}
+	var found string
+	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := joinPath(path, fd.JSONName())
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := range l.Len() {
+				if found = unknownField(l.Get(i).Message(), name+"["+strconv.Itoa(i)+"]"); found != "" {
+					return false
+				}
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = unknownField(mv.Message(), joinPath(name, k.String()))
+				return found == ""
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			found = unknownField(v.Message(), name)
+		}
+		return found == ""
+	})
+	return found
+}
+
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
