@@ -121,8 +121,6 @@ type Invocation struct {
 	arrival        time.Time
 	baggage        map[string]string
 	idempotencyKey string
-	quota          quotaSlot
-	replay         replaySlot
 	reply          Reply
 }
 

@@ -1,9 +1,6 @@
 package pipeline
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // Quota is what a rate limit told one invocation about its window: the
 // facts behind the RateLimit-Policy and RateLimit response fields
@@ -18,32 +15,4 @@ type Quota struct {
 	Remaining int
 	// Reset is the time until the current window ends and a new one opens.
 	Reset time.Duration
-}
-
-// quotaSlot holds an invocation's Quota; it is written by the limiter,
-// possibly on another goroutine than the one that reads it (an answer
-// given at the deadline while the call still waits in a queue), so it is
-// an atomic pointer.
-type quotaSlot struct{ p atomic.Pointer[Quota] }
-
-// SetQuota records what a rate limit told the invocation about its window.
-// The kernel's limiter calls it only for operations that publish their
-// quota (RateLimitHeaders); the last call wins.
-func (inv *Invocation) SetQuota(q Quota) {
-	if inv != nil {
-		inv.quota.p.Store(&q)
-	}
-}
-
-// Quota returns what the invocation's rate limit recorded with SetQuota,
-// and false when nothing was recorded (no rate limit, headers off, or the
-// call never reached the limit).
-func (inv *Invocation) Quota() (Quota, bool) {
-	if inv == nil {
-		return Quota{}, false
-	}
-	if q := inv.quota.p.Load(); q != nil {
-		return *q, true
-	}
-	return Quota{}, false
 }

@@ -1,29 +1,5 @@
 package pipeline
 
-import "sync/atomic"
-
-// replaySlot records that an invocation's outcome is a stored one replayed
-// for a repeated idempotency key (docs/idempotency.md). It is written by
-// the idempotency middleware and read by the adapters, possibly on another
-// goroutine, so it is atomic.
-type replaySlot struct{ b atomic.Bool }
-
-// MarkReplayed records that the invocation's outcome is the stored outcome
-// of an earlier call with the same idempotency key, not a new execution.
-// The kernel's idempotency middleware calls it; adapters then mark the
-// answer (HTTP Idempotent-Replayed: true, gRPC header metadata
-// idempotent-replayed, a CLI note on standard error).
-func (inv *Invocation) MarkReplayed() {
-	if inv != nil {
-		inv.replay.b.Store(true)
-	}
-}
-
-// Replayed reports whether the outcome was replayed (see MarkReplayed).
-func (inv *Invocation) Replayed() bool {
-	return inv != nil && inv.replay.b.Load()
-}
-
 // MaxIdempotencyKey bounds an idempotency key, in bytes, on every protocol.
 const MaxIdempotencyKey = 255
 

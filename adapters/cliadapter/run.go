@@ -201,26 +201,9 @@ func (r *runner) report(k *kernel.Kernel, out kernel.Outcome, in *interrupts, tt
 // sendReply prints the notes of the invocation's reply on stderr, one a
 // line.
 func (r *runner) sendReply(inv *pipeline.Invocation) {
-	for _, line := range append(inv.Reply().Notes(), r.legacyNotes(inv)...) {
+	for _, line := range inv.Reply().Notes() {
 		writeStr(r.stderr, line+"\n")
 	}
-}
-
-// legacyNotes returns the note of the invocation's old replay mark
-// (Invocation.Replayed), unless its Reply carries the mark
-// (pipeline.FieldReplayed) and so its own note.
-//
-// transitional: removed when the writers move
-func (r *runner) legacyNotes(inv *pipeline.Invocation) []string {
-	if !inv.Replayed() {
-		return nil
-	}
-	if _, ok := inv.Reply().Get(pipeline.FieldReplayed); ok {
-		return nil
-	}
-	// The stored outcome of an earlier call with the same idempotency
-	// key (docs/idempotency.md).
-	return []string{"replayed: the stored outcome of an earlier call with idempotency key " + r.idemKey}
 }
 
 // awaitOutcome is called after a TIMEOUT or CANCELLED failure (kind) of a

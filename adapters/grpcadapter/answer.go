@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/adapters/internal/ratelimit"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -50,7 +49,7 @@ func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, sta
 // and RateLimit, Idempotent-Replayed, ...) as header metadata, their names
 // lower-cased, with the response or the status alike.
 func sendReply(ctx context.Context, inv *pipeline.Invocation) {
-	fields := append(inv.Reply().Fields(), legacyReply(inv)...)
+	fields := inv.Reply().Fields()
 	if len(fields) == 0 {
 		return
 	}
@@ -59,31 +58,6 @@ func sendReply(ctx context.Context, inv *pipeline.Invocation) {
 		kv = append(kv, strings.ToLower(f.Name), f.Value)
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(kv...))
-}
-
-// legacyReply returns the fields of the invocation's old slots that its
-// Reply does not carry: the quota (Invocation.Quota) as RateLimit-Policy
-// and RateLimit, the same facts as the HTTP fields, and the replay mark
-// (Invocation.Replayed) as idempotent-replayed. grpc.SetHeader appends:
-// a field sent twice would show twice.
-//
-// transitional: removed when the writers move
-func legacyReply(inv *pipeline.Invocation) []pipeline.Field {
-	r := inv.Reply()
-	var out []pipeline.Field
-	add := func(name, value string) {
-		if _, ok := r.Get(name); !ok {
-			out = append(out, pipeline.Field{Name: name, Value: value})
-		}
-	}
-	if q, ok := inv.Quota(); ok {
-		add(ratelimit.PolicyField, ratelimit.Policy(q))
-		add(ratelimit.Field, ratelimit.Current(q))
-	}
-	if inv.Replayed() {
-		add(pipeline.FieldReplayed, "true")
-	}
-	return out
 }
 
 // MetadataTraceID is the trailer key under which a failed call's trace ID

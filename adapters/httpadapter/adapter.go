@@ -16,7 +16,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sundial-go/sundial/adapters/internal/ratelimit"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
@@ -494,35 +493,11 @@ func (x *exchange) respond(o kernel.Outcome) {
 // (RateLimit-Policy and RateLimit, Idempotent-Replayed, ...), on success
 // and failure alike, while the response is not committed.
 func (x *exchange) sendReply(inv *pipeline.Invocation) {
-	for _, f := range append(inv.Reply().Fields(), legacyReply(inv)...) {
+	for _, f := range inv.Reply().Fields() {
 		if !x.c.Response().Committed {
 			x.c.Response().Header().Set(f.Name, f.Value)
 		}
 	}
-}
-
-// legacyReply returns the fields of the invocation's old slots that its
-// Reply does not carry: the quota (Invocation.Quota) as RateLimit-Policy
-// and RateLimit (draft-ietf-httpapi-ratelimit-headers-10, experimental),
-// and the replay mark (Invocation.Replayed) as Idempotent-Replayed.
-//
-// transitional: removed when the writers move
-func legacyReply(inv *pipeline.Invocation) []pipeline.Field {
-	r := inv.Reply()
-	var out []pipeline.Field
-	add := func(name, value string) {
-		if _, ok := r.Get(name); !ok {
-			out = append(out, pipeline.Field{Name: name, Value: value})
-		}
-	}
-	if q, ok := inv.Quota(); ok {
-		add(ratelimit.PolicyField, ratelimit.Policy(q))
-		add(ratelimit.Field, ratelimit.Current(q))
-	}
-	if inv.Replayed() {
-		add(pipeline.FieldReplayed, "true")
-	}
-	return out
 }
 
 // succeed writes an operation's output with its success status.
