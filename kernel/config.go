@@ -15,6 +15,8 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
+
+	"github.com/sundial-go/sundial/kernel/internal/config"
 )
 
 // Delimiter separates key path segments inside the kernel's koanf
@@ -98,16 +100,13 @@ func loadConfig(o *options) (*koanf.Koanf, error) {
 }
 
 // knownNames are canonical spellings that environment variable names are
-// mapped to, case-insensitively.
-var knownNames = []string{
-	"Sundial", "Kernel", "Resilience", "Operations", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
-	"PermitLimit", "WindowSeconds", "QueueLimit", "ConcurrencyLimit", "ConcurrencyQueueLimit",
-	"FailureThreshold", "BreakSeconds", "TimeoutSeconds",
-	"Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders",
+// mapped to, case-insensitively: the kernel's keys, then those of the
+// Resilience section (its table, kernel/internal/config).
+var knownNames = slices.Concat([]string{
+	"Sundial", "Kernel", "Resilience", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
 	"Redis", "Address", "DB", "Username", "PasswordEnv", "TLS", "ServerName", "CAFile", "PoolSize", "KeyPrefix",
-	"Idempotency", "Enabled", "Required", "RetentionSeconds", "MaxOutcomeBytes",
 	"IdempotencyStore", "MaxRecords", "MaxBytes",
-}
+}, config.Names())
 
 // envKey maps SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT
 // to Sundial::Kernel::Resilience::Operations::orders.create::PermitLimit.
