@@ -31,6 +31,8 @@ type Key struct {
 	Type, Default, Bounds string
 	// Reloadable keys are applied by a reload. The others are read at
 	// start-up only: a reload that changes one logs that it is ignored.
+	// The kernel keeps their start-up value in force: today those are the
+	// Idempotency keys, which it compiles into the chain at New.
 	Reloadable bool
 	// Inherited keys are taken from the section's root, key by key, by an
 	// operation that does not set them. A key of an object that is not
