@@ -15,6 +15,8 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
+
+	"github.com/sundial-go/sundial/kernel/internal/config"
 )
 
 // Delimiter separates key path segments inside the kernel's koanf
@@ -57,8 +59,6 @@ type Settings struct {
 // does not set it.
 const DefaultMaxStragglers = 1000
 
-var kernelKeys = []string{"MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware", "Redis", "IdempotencyStore", "Resilience"}
-
 // loadConfig builds the koanf instance: embedded/default JSON, then the
 // config file, then environment overrides.
 func loadConfig(o *options) (*koanf.Koanf, error) {
@@ -98,16 +98,13 @@ func loadConfig(o *options) (*koanf.Koanf, error) {
 }
 
 // knownNames are canonical spellings that environment variable names are
-// mapped to, case-insensitively.
-var knownNames = []string{
-	"Sundial", "Kernel", "Resilience", "Operations", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
-	"PermitLimit", "WindowSeconds", "QueueLimit", "ConcurrencyLimit", "ConcurrencyQueueLimit",
-	"FailureThreshold", "BreakSeconds", "TimeoutSeconds",
-	"Scope", "StoreTimeoutMs", "OnStoreError", "ExpectedReplicas", "RateLimitHeaders",
+// mapped to, case-insensitively: the kernel's keys, then those of the
+// Resilience section (its table, kernel/internal/config).
+var knownNames = slices.Concat([]string{
+	"Sundial", "Kernel", "Resilience", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
 	"Redis", "Address", "DB", "Username", "PasswordEnv", "TLS", "ServerName", "CAFile", "PoolSize", "KeyPrefix",
-	"Idempotency", "Enabled", "Required", "RetentionSeconds", "MaxOutcomeBytes",
 	"IdempotencyStore", "MaxRecords", "MaxBytes",
-}
+}, config.Names())
 
 // envKey maps SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT
 // to Sundial::Kernel::Resilience::Operations::orders.create::PermitLimit.
@@ -164,7 +161,8 @@ func envValue(v string) any {
 	return v
 }
 
-// parseSettings validates the section Sundial.Kernel.
+// parseSettings validates the section Sundial.Kernel. It returns the
+// Resilience section unparsed (parsePolicies reads it).
 func parseSettings(raw any) (Settings, any, error) {
 	s := Settings{MaxTimeout: DefaultMaxTimeout, UseBuiltInMiddleware: true, MaxStragglers: DefaultMaxStragglers}
 	if raw == nil {
@@ -175,51 +173,83 @@ func parseSettings(raw any) (Settings, any, error) {
 		return s, nil, fmt.Errorf("kernel: Sundial.Kernel: want an object, got %T", raw)
 	}
 	for _, key := range slices.Sorted(maps.Keys(m)) {
-		v := m[key]
 		path := "Sundial.Kernel." + key
-		switch key {
-		case "MaxTimeoutSeconds":
-			f, ok := v.(float64)
-			if !ok {
-				return s, nil, fmt.Errorf("kernel: %s: want a number of seconds, got %T", path, v)
-			}
-			if math.IsNaN(f) || f <= 0 || f > 1e9 {
-				return s, nil, fmt.Errorf("kernel: %s: must be greater than 0 and at most 1e9, got %v", path, f)
-			}
-			s.MaxTimeout = time.Duration(f * float64(time.Second))
-		case "MaxStragglers":
-			f, ok := v.(float64)
-			if !ok {
-				return s, nil, fmt.Errorf("kernel: %s: want an integer, got %T", path, v)
-			}
-			if f != math.Trunc(f) || f < 1 || f > math.MaxInt32 {
-				return s, nil, fmt.Errorf("kernel: %s: must be an integer from 1 to %d, got %v", path, math.MaxInt32, f)
-			}
-			s.MaxStragglers = int(f)
-		case "UseBuiltInMiddleware":
-			b, ok := v.(bool)
-			if !ok {
-				return s, nil, fmt.Errorf("kernel: %s: want a boolean, got %T", path, v)
-			}
-			s.UseBuiltInMiddleware = b
-		case "Redis":
-			r, err := parseRedis(v, path)
-			if err != nil {
-				return s, nil, err
-			}
-			s.Redis = r
-		case "IdempotencyStore":
-			st, err := parseIdempotencyStore(v, path)
-			if err != nil {
-				return s, nil, err
-			}
-			s.IdempotencyStore = st
-		case "Resilience":
-		default:
+		i := slices.IndexFunc(kernelSettings, func(ks kernelSetting) bool { return ks.name == key })
+		if i < 0 {
 			return s, nil, fmt.Errorf("kernel: %s: unknown key (known keys: %s)", path, strings.Join(kernelKeys, ", "))
+		}
+		if parse := kernelSettings[i].parse; parse != nil {
+			if err := parse(&s, m[key], path); err != nil {
+				return s, nil, err
+			}
 		}
 	}
 	return s, m["Resilience"], nil
+}
+
+// kernelSetting is a key of Sundial.Kernel and its parser (nil: read
+// elsewhere).
+type kernelSetting struct {
+	name  string
+	parse func(s *Settings, v any, path string) error
+}
+
+// kernelSettings are the keys of Sundial.Kernel, in the order error
+// messages list them.
+var kernelSettings = []kernelSetting{
+	{"MaxTimeoutSeconds", parseMaxTimeout},
+	{"MaxStragglers", parseMaxStragglers},
+	{"UseBuiltInMiddleware", parseUseBuiltIn},
+	{"Redis", func(s *Settings, v any, path string) (err error) {
+		s.Redis, err = parseRedis(v, path)
+		return err
+	}},
+	{"IdempotencyStore", func(s *Settings, v any, path string) (err error) {
+		s.IdempotencyStore, err = parseIdempotencyStore(v, path)
+		return err
+	}},
+	{"Resilience", nil},
+}
+
+var kernelKeys = func() []string {
+	names := make([]string, len(kernelSettings))
+	for i, ks := range kernelSettings {
+		names[i] = ks.name
+	}
+	return names
+}()
+
+func parseMaxTimeout(s *Settings, v any, path string) error {
+	f, ok := v.(float64)
+	if !ok {
+		return fmt.Errorf("kernel: %s: want a number of seconds, got %T", path, v)
+	}
+	if math.IsNaN(f) || f <= 0 || f > 1e9 {
+		return fmt.Errorf("kernel: %s: must be greater than 0 and at most 1e9, got %v", path, f)
+	}
+	s.MaxTimeout = time.Duration(f * float64(time.Second))
+	return nil
+}
+
+func parseMaxStragglers(s *Settings, v any, path string) error {
+	f, ok := v.(float64)
+	if !ok {
+		return fmt.Errorf("kernel: %s: want an integer, got %T", path, v)
+	}
+	if f != math.Trunc(f) || f < 1 || f > math.MaxInt32 {
+		return fmt.Errorf("kernel: %s: must be an integer from 1 to %d, got %v", path, math.MaxInt32, f)
+	}
+	s.MaxStragglers = int(f)
+	return nil
+}
+
+func parseUseBuiltIn(s *Settings, v any, path string) error {
+	b, ok := v.(bool)
+	if !ok {
+		return fmt.Errorf("kernel: %s: want a boolean, got %T", path, v)
+	}
+	s.UseBuiltInMiddleware = b
+	return nil
 }
 
 // checkDocument rejects what koanf would silently reinterpret: a document

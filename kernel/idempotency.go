@@ -160,22 +160,6 @@ func (k *Kernel) IdempotencyOutlivesProcess() bool {
 // no operation enables them.
 func (k *Kernel) IdempotencyStore() idempotency.Store { return k.idemStore }
 
-// warnIdempotencyChanged logs the operations whose Idempotency policy a
-// reload changes: it is compiled into the chain at New and read at
-// start-up only.
-func (k *Kernel) warnIdempotencyChanged(pols policies) {
-	for _, d := range k.registry.All() {
-		p := pols.idempotencyFor(d.ID)
-		if !p.Enabled {
-			p = idempotency.Policy{}
-		}
-		if p != k.idemPol[d.ID] {
-			k.logger.Warn("kernel: Sundial.Kernel.Resilience.Operations."+d.ID+".Idempotency changed; it is read at start-up only and the change is ignored until a restart",
-				"operation", d.ID)
-		}
-	}
-}
-
 // errKeysUnsupported answers a keyed call to an operation served by an
 // application's own handler (Request.Handler), whose outcome cannot be
 // replayed.

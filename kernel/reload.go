@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/knadh/koanf/providers/file"
+
+	"github.com/sundial-go/sundial/kernel/internal/config"
 )
 
 // liveConfig is the part of the configuration a reload changes: the
@@ -74,10 +76,10 @@ func (k *Kernel) Reload() (string, error) {
 	}
 	var changed []string
 	for _, d := range k.registry.All() {
-		p, was := lc.policies.policyFor(d.ID), old.policies.policyFor(d.ID)
-		if p == was {
+		if applied, _ := config.Diff(k.inForce(old, d.ID), lc.policies.Resolve(d.ID)); len(applied) == 0 {
 			continue
 		}
+		p := lc.policies.policyFor(d.ID)
 		changed = append(changed, d.ID)
 		if l := k.limits[d.ID]; l != nil {
 			l.Update(p, k.clusterOptions(d.ID, p)...)
@@ -112,7 +114,7 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 			return nil, err
 		}
 	}
-	k.warnIdempotencyChanged(lc.policies)
+	k.warnStartupOnly(lc.policies)
 	if k.store.Load() == nil && k.rdb != nil && len(k.clustered(lc.policies)) > 0 {
 		k.startStore()
 	}
@@ -132,6 +134,27 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 		}
 	}
 	return lc, nil
+}
+
+// inForce returns what the keys of the operation id hold in force: the
+// reloadable ones as lc says, the start-up only ones (Idempotency) as New
+// read them.
+func (k *Kernel) inForce(lc *liveConfig, id string) config.Target {
+	return config.Target{Policy: lc.policies.policyFor(id), Idempotency: k.idemPol[id]}
+}
+
+// warnStartupOnly logs, for each operation, the keys of its policy read at
+// start-up only that the policies ps change: their change is ignored
+// until a restart.
+func (k *Kernel) warnStartupOnly(ps policies) {
+	lc := k.live.Load()
+	for _, d := range k.registry.All() {
+		_, ignored := config.Diff(k.inForce(lc, d.ID), ps.Resolve(d.ID))
+		for _, key := range config.TopLevel(ignored) {
+			k.logger.Warn("kernel: Sundial.Kernel.Resilience.Operations."+d.ID+"."+key+" changed; it is read at start-up only and the change is ignored until a restart",
+				"operation", d.ID)
+		}
+	}
 }
 
 // keyPath returns the key path a configuration error names ("" when it

@@ -1,0 +1,130 @@
+// Package config holds the table of the keys of the section
+// Sundial.Kernel.Resilience and everything derived from it: parsing and
+// validation, the merge of the section's defaults with an operation's
+// overrides, the reload diff, the names environment variables map to, and
+// the table of docs/policy-keys.md. Adding a key is one row of Keys.
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/cluster"
+	"github.com/sundial-go/sundial/resilience/idempotency"
+)
+
+// Target is what the keys of one operation resolve to.
+type Target struct {
+	Policy      resilience.Policy
+	Idempotency idempotency.Policy
+}
+
+// Key is one row of the table: a key of the section, with what the docs
+// say of it and how it is parsed and applied.
+type Key struct {
+	// Name is the key as written in JSON. A key inside an object of the
+	// section is named Object.Key (Idempotency.Enabled).
+	Name string
+	// Type, Default and Bounds are the JSON type, the default and the
+	// accepted values, as the docs state them.
+	Type, Default, Bounds string
+	// Reloadable keys are applied by a reload. The others are read at
+	// start-up only: a reload that changes one logs that it is ignored.
+	// The kernel keeps their start-up value in force: today those are the
+	// Idempotency keys, which it compiles into the chain at New.
+	Reloadable bool
+	// Inherited keys are taken from the section's root, key by key, by an
+	// operation that does not set them. A key of an object that is not
+	// inherited comes with its object: an operation's object replaces the
+	// root's whole, and its unset keys take their built-in default.
+	Inherited bool
+	// Doc is one sentence saying what the key is for.
+	Doc string
+	// value parses the key and applies it to a Target.
+	value value
+}
+
+// object returns the object the key belongs to ("" at the section's root).
+func (k Key) object() string {
+	obj, _, ok := strings.Cut(k.Name, ".")
+	if !ok {
+		return ""
+	}
+	return obj
+}
+
+// leaf returns the key's name inside its object.
+func (k Key) leaf() string {
+	_, leaf, ok := strings.Cut(k.Name, ".")
+	if !ok {
+		return k.Name
+	}
+	return leaf
+}
+
+// OperationsKey is the section's key of per-operation overrides.
+const OperationsKey = "Operations"
+
+const positiveInt = "1 to 2147483647"
+
+const seconds = "> 0, at most 1e9"
+
+// Keys is the table of the section's keys, in the order error messages
+// and the docs list them.
+var Keys = []Key{
+	{Name: "PermitLimit", Type: "integer", Default: "unlimited", Bounds: positiveInt, Reloadable: true, Inherited: true,
+		Doc:   "Calls admitted per window.",
+		value: use(integer(1), func(t *Target) *int { return &t.Policy.PermitLimit })},
+	{Name: "WindowSeconds", Type: "number", Default: "1", Bounds: seconds, Reloadable: true, Inherited: true,
+		Doc:   "Length of the rate limit's fixed window, in seconds.",
+		value: withDefault(duration, func(t *Target) *Duration { return &t.Policy.Window }, resilience.DefaultWindow)},
+	{Name: "QueueLimit", Type: "integer", Default: "0", Bounds: "0 to 2147483647", Reloadable: true, Inherited: true,
+		Doc:   "Calls that may wait for the next window when this one is used up.",
+		value: use(integer(0), func(t *Target) *int { return &t.Policy.QueueLimit })},
+	{Name: "ConcurrencyLimit", Type: "integer", Default: "unlimited", Bounds: positiveInt, Reloadable: true, Inherited: true,
+		Doc:   "Calls executing at once.",
+		value: use(integer(1), func(t *Target) *int { return &t.Policy.ConcurrencyLimit })},
+	{Name: "ConcurrencyQueueLimit", Type: "integer", Default: "0", Bounds: "0 to 2147483647", Reloadable: true, Inherited: true,
+		Doc:   "Calls that may wait for a free slot.",
+		value: use(integer(0), func(t *Target) *int { return &t.Policy.ConcurrencyQueueLimit })},
+	{Name: "FailureThreshold", Type: "integer", Default: "none (no breaker)", Bounds: positiveInt, Reloadable: true, Inherited: true,
+		Doc:   "Consecutive failures that open the circuit breaker.",
+		value: use(integer(1), func(t *Target) *int { return &t.Policy.FailureThreshold })},
+	{Name: "BreakSeconds", Type: "number", Default: "30", Bounds: seconds, Reloadable: true, Inherited: true,
+		Doc:   "How long the open breaker rejects calls, in seconds.",
+		value: withDefault(duration, func(t *Target) *Duration { return &t.Policy.BreakDuration }, resilience.DefaultBreakDuration)},
+	{Name: "TimeoutSeconds", Type: "number", Default: "none", Bounds: seconds, Reloadable: true, Inherited: true,
+		Doc:   "Deadline of a call that brings none, and cap of one that does, in seconds.",
+		value: use(duration, func(t *Target) *Duration { return &t.Policy.Timeout })},
+	{Name: "Scope", Type: "string", Default: `"process"`, Bounds: `"process" or "cluster"`, Reloadable: true, Inherited: true,
+		Doc:   "Where the rate and concurrency limits are counted: this process, or every replica (docs/cluster.md).",
+		value: use(scope, func(t *Target) *resilience.Scope { return &t.Policy.Scope })},
+	{Name: "StoreTimeoutMs", Type: "number", Default: ms(cluster.DefaultStoreTimeout), Bounds: "0.001 to 60000", Reloadable: true, Inherited: true,
+		Doc:   "Bound of each call to the shared store of a cluster-scoped limit, in milliseconds.",
+		value: use(milliseconds, func(t *Target) *Duration { return &t.Policy.StoreTimeout })},
+	{Name: "OnStoreError", Type: "string", Default: `"local"`, Bounds: `"local", "open" or "closed"`, Reloadable: true, Inherited: true,
+		Doc:   "What a cluster-scoped limit does while its store fails: enforce this replica's share, admit, or reject.",
+		value: use(onStoreError, func(t *Target) *string { return &t.Policy.OnStoreError })},
+	{Name: "ExpectedReplicas", Type: "integer", Default: "the live count", Bounds: positiveInt, Reloadable: true, Inherited: true,
+		Doc:   `Replica count the "local" share divides a cluster-scoped limit by.`,
+		value: use(integer(1), func(t *Target) *int { return &t.Policy.ExpectedReplicas })},
+	{Name: "RateLimitHeaders", Type: "boolean", Default: "false", Bounds: "true or false", Reloadable: true, Inherited: true,
+		Doc:   "Publishes the rate limit's quota in the RateLimit-Policy and RateLimit response fields.",
+		value: use(boolean, func(t *Target) *bool { return &t.Policy.RateLimitHeaders })},
+	{Name: "Idempotency.Enabled", Type: "boolean", Default: "true", Bounds: "true or false",
+		Doc:   "Turns idempotency keys on for the operation (docs/idempotency.md).",
+		value: withDefault(boolean, func(t *Target) *bool { return &t.Idempotency.Enabled }, true)},
+	{Name: "Idempotency.Required", Type: "boolean", Default: "false", Bounds: "true or false",
+		Doc:   "Rejects a call that brings no idempotency key.",
+		value: use(boolean, func(t *Target) *bool { return &t.Idempotency.Required })},
+	{Name: "Idempotency.RetentionSeconds", Type: "number", Default: fmt.Sprint(idempotency.DefaultRetention.Seconds()), Bounds: seconds,
+		Doc:   "How long a finished outcome is replayed, in seconds.",
+		value: use(duration, func(t *Target) *Duration { return &t.Idempotency.Retention })},
+	{Name: "Idempotency.MaxOutcomeBytes", Type: "integer", Default: fmt.Sprint(idempotency.DefaultMaxOutcomeBytes), Bounds: fmt.Sprintf("1 to %d", maxOutcomeBytes),
+		Doc:   "Largest outcome kept for a replay, in bytes; a repeat of a larger one gets 409.",
+		value: use(outcomeBytes, func(t *Target) *int { return &t.Idempotency.MaxOutcomeBytes })},
+}
+
+// ms renders a duration in milliseconds, for a default in the docs.
+func ms(d Duration) string { return fmt.Sprint(d.Milliseconds()) }
