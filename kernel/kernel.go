@@ -45,7 +45,8 @@ type options struct {
 	telemetry  telemetryOptions // telemetry_options.go
 	redis      redis.UniversalClient
 	lookupEnv  func(string) (string, bool)
-	idem       idemOptions // idempotency.go
+	idem       idemOptions          // idempotency.go
+	limitKinds map[string]LimitKind // limitkinds.go
 }
 
 // WithRegistry sets the operations the kernel serves. Without it the
@@ -149,7 +150,8 @@ type Kernel struct {
 	ops      map[string]*compiled // fixed at New: read without a lock
 	host     *compiled
 	limits   map[string]*resilience.Limits // operations with a breaker or limits
-	tel      *telemetry.Telemetry                        // nil: telemetry off
+	custom   map[string]customLimits       // limits of your own kinds, by operation
+	tel      *telemetry.Telemetry          // nil: telemetry off
 
 	// running counts guarded invocations (Serve, Handle) whose chain has
 	// not returned, stragglers included; Wait polls it.
@@ -250,6 +252,10 @@ func New(opts ...Option) (*Kernel, error) {
 	// typo that leaves a limit unapplied: say so.
 	k.warnUnregistered(lc.policies)
 	if err := k.setUpIdempotency(o, lc.policies); err != nil {
+		k.Close()
+		return nil, err
+	}
+	if err := k.setUpCustom(lc.policies); err != nil {
 		k.Close()
 		return nil, err
 	}
@@ -389,7 +395,7 @@ func (k *Kernel) Limits(id string) *resilience.Limits {
 // newLimits creates the Limits of the operation id, once,
 // and keeps it for Limits.
 func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.Limits {
-	l := resilience.NewLimits(id, p, k.clusterOptions(id, p)...)
+	l := resilience.NewLimits(id, p, append(k.clusterOptions(id, p), k.custom[id].opts...)...)
 	if k.limits == nil {
 		k.limits = make(map[string]*resilience.Limits)
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/internal/config"
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // keySample holds values of one key for TestPolicyKeysTable: a and b are
@@ -40,6 +42,7 @@ var keySamples = map[string]keySample{
 	"OnStoreError":                 {"open", "closed", "fail"},
 	"ExpectedReplicas":             {2.0, 3.0, 0.0},
 	"RateLimitHeaders":             {true, false, "yes"},
+	"Limits":                       {map[string]any{"a": map[string]any{}}, map[string]any{"b": map[string]any{"n": 1.0}}, "x"},
 	"Idempotency.Enabled":          {false, true, "yes"},
 	"Idempotency.Required":         {true, false, "yes"},
 	"Idempotency.RetentionSeconds": {60.0, 120.0, 0.0},
@@ -230,7 +233,8 @@ func checkReloaded(t *testing.T, k config.Key, s keySample) {
 	if err := operations.Register(reg, operations.Descriptor{ID: opID}, func(context.Context, struct{}) (out, error) { return out{}, nil }); err != nil {
 		t.Fatal(err)
 	}
-	kn, err := New(WithRegistry(reg), WithConfigFile(path), WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+	kn, err := New(WithRegistry(reg), WithConfigFile(path), WithLogger(slog.New(slog.NewJSONHandler(&log, nil))),
+		WithLimitKind("a", passLimit), WithLimitKind("b", passLimit))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +243,7 @@ func checkReloaded(t *testing.T, k config.Key, s keySample) {
 	if res, err := kn.Reload(); res != ReloadOK || err != nil {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
-	inForce := config.Target{Policy: kn.PolicyFor(opID), Idempotency: kn.IdempotencyPolicy(opID)}
+	inForce := config.Target{Policy: kn.PolicyFor(opID), Idempotency: kn.IdempotencyPolicy(opID), Custom: kn.customTarget(opID)}
 	want, ignoredLine := keyDoc(k.Name, s.b), "Operations."+opID+"."+config.TopLevel([]string{k.Name})[0]+" changed"
 	if !k.Reloadable {
 		want = keyDoc(k.Name, s.a)
@@ -303,4 +307,14 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// passLimit is a limit kind that admits every call (the Limits key's
+// samples name kinds "a" and "b").
+func passLimit(string, json.RawMessage) (resilience.Limit, error) { return passAll{}, nil }
+
+type passAll struct{}
+
+func (passAll) Acquire(context.Context, *pipeline.Invocation) (resilience.Permit, error) {
+	return resilience.Permit{}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/knadh/koanf/providers/file"
 
 	"github.com/sundial-go/sundial/kernel/internal/config"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // liveConfig is the part of the configuration a reload changes: the
@@ -63,10 +64,7 @@ func (k *Kernel) Reload() (string, error) {
 	}
 	lc, err := k.readLive()
 	if err != nil {
-		k.countReload(ReloadInvalid)
-		k.logger.Error("kernel: config reload refused; the configuration in force stays",
-			"key", keyPath(err), "error", err.Error())
-		return ReloadInvalid, err
+		return k.refuseReload(err)
 	}
 	old := k.live.Load()
 	if reflect.DeepEqual(old, lc) {
@@ -74,17 +72,18 @@ func (k *Kernel) Reload() (string, error) {
 		k.logger.Info("kernel: config reloaded; nothing changed")
 		return ReloadUnchanged, nil
 	}
+	changes, err := k.changes(old, lc)
+	if err != nil {
+		return k.refuseReload(err)
+	}
 	var changed []string
-	for _, d := range k.registry.All() {
-		if applied, _ := config.Diff(k.inForce(old, d.ID), lc.policies.Resolve(d.ID)); len(applied) == 0 {
-			continue
+	for _, ch := range changes {
+		changed = append(changed, ch.id)
+		k.custom[ch.id] = ch.custom
+		if l := k.limits[ch.id]; l != nil {
+			l.Update(ch.policy, append(k.clusterOptions(ch.id, ch.policy), ch.custom.opts...)...)
 		}
-		p := lc.policies.policyFor(d.ID)
-		changed = append(changed, d.ID)
-		if l := k.limits[d.ID]; l != nil {
-			l.Update(p, k.clusterOptions(d.ID, p)...)
-		}
-		k.ops[d.ID].timeout.Store(int64(p.Timeout))
+		k.ops[ch.id].timeout.Store(int64(ch.policy.Timeout))
 	}
 	k.live.Store(lc)
 	k.warnUnregistered(lc.policies)
@@ -92,6 +91,39 @@ func (k *Kernel) Reload() (string, error) {
 	k.logger.Info("kernel: config reloaded", "changed_operations", strings.Join(changed, ","),
 		"max_timeout", lc.maxTimeout.String(), "max_stragglers", lc.maxStragglers)
 	return ReloadOK, nil
+}
+
+// refuseReload counts and logs a reload refused for err.
+func (k *Kernel) refuseReload(err error) (string, error) {
+	k.countReload(ReloadInvalid)
+	k.logger.Error("kernel: config reload refused; the configuration in force stays",
+		"key", keyPath(err), "error", err.Error())
+	return ReloadInvalid, err
+}
+
+// change is what a reload puts in force for one operation.
+type change struct {
+	id     string
+	policy resilience.Policy
+	custom customLimits
+}
+
+// changes returns the operations whose keys lc changes from old, with
+// their limits of your own kinds built (an error refuses the reload
+// before anything is applied).
+func (k *Kernel) changes(old, lc *liveConfig) ([]change, error) {
+	var out []change
+	for _, d := range k.registry.All() {
+		if applied, _ := config.Diff(k.inForce(old, d.ID), lc.policies.Resolve(d.ID)); len(applied) == 0 {
+			continue
+		}
+		c, err := k.buildCustom(lc.policies, d.ID, k.custom[d.ID])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, change{id: d.ID, policy: lc.policies.policyFor(d.ID), custom: c})
+	}
+	return out, nil
 }
 
 // readLive loads and validates the configuration as New does and returns
@@ -140,7 +172,7 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 // reloadable ones as lc says, the start-up only ones (Idempotency) as New
 // read them.
 func (k *Kernel) inForce(lc *liveConfig, id string) config.Target {
-	return config.Target{Policy: lc.policies.policyFor(id), Idempotency: k.idemPol[id]}
+	return config.Target{Policy: lc.policies.policyFor(id), Idempotency: k.idemPol[id], Custom: k.customTarget(id)}
 }
 
 // warnStartupOnly logs, for each operation, the keys of its policy read at

@@ -132,5 +132,3 @@ func deadlineVerdict(inv *pipeline.Invocation) Verdict {
 	}
 	return Neutral
 }
-
-

@@ -314,7 +314,6 @@ func (w *watch) claim() bool {
 	return w.claimed.CompareAndSwap(false, true)
 }
 
-
 // Policy returns the policy the limits were built from.
 func (l *Limits) Policy() Policy {
 	if l == nil {

@@ -14,7 +14,6 @@ type Rejections struct {
 	Rate, Concurrency, Breaker int64
 }
 
-
 // RateLimited returns the outcome of a call turned away by a rate limit:
 // UNAVAILABLE, KERNEL_UNAVAILABLE_002, detail "id" (the operation ID) and
 // a retry-after of retryAfter rounded up to whole seconds (at least 1),

@@ -53,5 +53,3 @@ func (l *Limits) concRejection() *pipeline.Error {
 	l.concRejected.Add(1)
 	return l.concLimitErr
 }
-
-

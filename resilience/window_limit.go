@@ -92,8 +92,6 @@ func (wl *windowLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (P
 	return Permit{}, Attribute(ctx)
 }
 
-
-
 // queueDepth returns the calls waiting in the window (and in the one of
 // the next length).
 func (wl *windowLimit) queueDepth() int {

@@ -18,7 +18,19 @@ import (
 type Target struct {
 	Policy      resilience.Policy
 	Idempotency idempotency.Policy
+	Custom      Custom
 }
+
+// Custom is the configuration of the operation's limits of its own kinds
+// (kernel.WithLimitKind).
+type Custom struct {
+	// Limits is the Limits object as canonical JSON (keys sorted; "" when
+	// not set): limit kind -> its configuration object.
+	Limits string
+}
+
+// MaxCustomLimits bounds the limits of one operation's Limits object.
+const MaxCustomLimits = 4
 
 // Key is one row of the table: a key of the section, with what the docs
 // say of it and how it is parsed and applied.
@@ -112,6 +124,9 @@ var Keys = []Key{
 	{Name: "RateLimitHeaders", Type: "boolean", Default: "false", Bounds: "true or false", Reloadable: true, Inherited: true,
 		Doc:   "Publishes the rate limit's quota in the RateLimit-Policy and RateLimit response fields.",
 		value: use(boolean, func(t *Target) *bool { return &t.Policy.RateLimitHeaders })},
+	{Name: "Limits", Type: "object", Default: "none", Bounds: fmt.Sprintf("1 to %d limit kinds, each an object", MaxCustomLimits), Reloadable: true, Inherited: true,
+		Doc:   "Limits of your own kinds, after the built-ins: kind (registered with kernel.WithLimitKind) -> its configuration.",
+		value: use(limitKinds, func(t *Target) *string { return &t.Custom.Limits })},
 	{Name: "Idempotency.Enabled", Type: "boolean", Default: "true", Bounds: "true or false",
 		Doc:   "Turns idempotency keys on for the operation (docs/idempotency.md).",
 		value: withDefault(boolean, func(t *Target) *bool { return &t.Idempotency.Enabled }, true)},

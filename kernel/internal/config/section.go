@@ -89,6 +89,14 @@ func merge(defaults, op Values) Values {
 	return out
 }
 
+// Sets reports whether the operation id sets the key name itself (rather
+// than inheriting it from the section's root).
+func (o Policies) Sets(id, name string) bool {
+	op, ok := o.operations[id]
+	_, set := op.set[name]
+	return ok && set
+}
+
 // OperationIDs returns the IDs that have overrides, sorted.
 func (o Policies) OperationIDs() []string {
 	return slices.Sorted(maps.Keys(o.operations))

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -144,6 +145,33 @@ func onStoreError(v any, path string) (string, error) {
 		return str, nil
 	}
 	return "", fmt.Errorf("kernel: %s: want \"local\", \"open\" or \"closed\", got %s", path, describe(v))
+}
+
+// limitKinds reads a Limits object (kind -> configuration object) into
+// canonical JSON. Whether each kind is registered is the kernel's check.
+func limitKinds(v any, path string) (string, error) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 || len(m) > MaxCustomLimits {
+		return "", fmt.Errorf("kernel: %s: want an object of 1 to %d limit kinds, got %s", path, MaxCustomLimits, describeSize(v))
+	}
+	for kind, c := range m {
+		if _, ok := c.(map[string]any); !ok {
+			return "", fmt.Errorf("kernel: %s.%s: want an object (the limit's configuration), got %s", path, kind, JSONType(c))
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("kernel: %s: %w", path, err)
+	}
+	return string(b), nil
+}
+
+// describeSize is JSONType, with the size of an object.
+func describeSize(v any) string {
+	if m, ok := v.(map[string]any); ok {
+		return fmt.Sprintf("an object of %d", len(m))
+	}
+	return JSONType(v)
 }
 
 // outcomeBytes reads Idempotency.MaxOutcomeBytes.

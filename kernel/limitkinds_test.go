@@ -1,0 +1,158 @@
+package kernel_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+)
+
+// workIn is the input of work.do.
+type workIn struct{ Panic bool }
+
+// countingLimit admits every call and counts its permits in and out.
+type countingLimit struct {
+	max           int64
+	held, granted atomic.Int64
+}
+
+func (l *countingLimit) Acquire(context.Context, *pipeline.Invocation) (resilience.Permit, error) {
+	if l.held.Load() >= l.max {
+		return resilience.Permit{}, pipeline.Unavailable("APP_FULL_001", "full")
+	}
+	l.held.Add(1)
+	l.granted.Add(1)
+	return resilience.NewPermit(l, 0), nil
+}
+
+func (l *countingLimit) Release(uint64, resilience.Outcome) { l.held.Add(-1) }
+
+// limitKindKernel returns a kernel of one operation, "work.do", whose
+// handler panics when its input says so, with the limit kind "count"
+// (counting the limits it builds) on the config file doc.
+func limitKindKernel(t *testing.T, doc string) (*kernel.Kernel, string, *atomic.Int64, *[]*countingLimit, error) {
+	t.Helper()
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "work.do"}, func(_ context.Context, in workIn) (string, error) {
+		if in.Panic {
+			panic("boom")
+		}
+		return "done", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var builds atomic.Int64
+	var built []*countingLimit
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigFile(path),
+		kernel.WithLimitKind("count", func(id string, raw json.RawMessage) (resilience.Limit, error) {
+			var c struct{ Max int64 }
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return nil, err
+			}
+			if c.Max < 1 {
+				return nil, errors.New("Max must be at least 1")
+			}
+			builds.Add(1)
+			l := &countingLimit{max: c.Max}
+			built = append(built, l)
+			return l, nil
+		}))
+	if err == nil {
+		t.Cleanup(func() { k.Close() })
+	}
+	return k, path, &builds, &built, err
+}
+
+const countDoc = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"PermitLimit":100,"Limits":{"count":{"Max":%s}}}}}}}}`
+
+// TestLimitKindRefusedWithKeyPath: an unknown kind, a kind's own error
+// and a malformed Limits object each refuse the configuration, naming
+// the key path.
+func TestLimitKindRefusedWithKeyPath(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"Limits":{"nope":{}}}}}}}}`,
+			"kernel: Sundial.Kernel.Resilience.Operations.work.do.Limits.nope: unknown limit kind (registered: [count])"},
+		{`{"Sundial":{"Kernel":{"Resilience":{"Limits":{"nope":{}}}}}}`,
+			"kernel: Sundial.Kernel.Resilience.Limits.nope: unknown limit kind"},
+		{strings.Replace(countDoc, "%s", "0", 1),
+			"kernel: Sundial.Kernel.Resilience.Operations.work.do.Limits.count: Max must be at least 1"},
+		{`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"Limits":{"count":5}}}}}}}`,
+			"kernel: Sundial.Kernel.Resilience.Operations.work.do.Limits.count: want an object (the limit's configuration), got a number"},
+		{`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"Limits":{"a":{},"b":{},"c":{},"d":{},"e":{}}}}}}}}`,
+			"kernel: Sundial.Kernel.Resilience.Operations.work.do.Limits: want an object of 1 to 4 limit kinds, got an object of 5"},
+	} {
+		_, _, _, _, err := limitKindKernel(t, tc.doc)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("New with %s: %v; want %q", tc.doc, err, tc.want)
+		}
+	}
+}
+
+// TestLimitKindRunsAndReleases: a limit of one's own admits and turns
+// away as it says, a call it turns away never runs, and its permit is
+// given back on every exit path, a panic included.
+func TestLimitKindRunsAndReleases(t *testing.T) {
+	k, _, _, built, err := limitKindKernel(t, strings.Replace(countDoc, "%s", "1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}})
+	if o.Err != nil || o.Output != "done" {
+		t.Fatalf("call: %v %v", o.Output, o.Err)
+	}
+	o = k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{Panic: true}})
+	if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
+		t.Fatalf("panicking call: %v, want UNEXPECTED", o.Err)
+	}
+	l := (*built)[0]
+	if l.held.Load() != 0 || l.granted.Load() != 2 {
+		t.Fatalf("held %d, granted %d after two calls; want 0 and 2", l.held.Load(), l.granted.Load())
+	}
+	l.held.Store(1) // full: the next call is turned away and runs nothing
+	o = k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{Panic: true}})
+	if pipeline.CodeOf(o.Err) != "APP_FULL_001" {
+		t.Fatalf("call on a full limit: %v, want APP_FULL_001", o.Err)
+	}
+}
+
+// TestLimitKindReload: a reload that changes an operation's Limits
+// builds its limit anew; one that changes another key keeps it; one that
+// names an unknown kind is refused and keeps what is in force.
+func TestLimitKindReload(t *testing.T) {
+	k, path, builds, built, err := limitKindKernel(t, strings.Replace(countDoc, "%s", "1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reload := func(doc string) (string, error) {
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return k.Reload()
+	}
+	if res, err := reload(strings.Replace(strings.Replace(countDoc, "%s", "1", 1), `"PermitLimit":100`, `"PermitLimit":50`, 1)); res != kernel.ReloadOK || err != nil || builds.Load() != 1 {
+		t.Fatalf("PermitLimit change: %s %v, %d builds; want ok and the limit kept (1 build)", res, err, builds.Load())
+	}
+	if res, err := reload(strings.Replace(countDoc, "%s", "2", 1)); res != kernel.ReloadOK || err != nil || builds.Load() != 2 {
+		t.Fatalf("Limits change: %s %v, %d builds; want ok and a new limit (2 builds)", res, err, builds.Load())
+	}
+	if res, err := reload(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"Limits":{"nope":{}}}}}}}}`); res != kernel.ReloadInvalid || err == nil {
+		t.Fatalf("unknown kind: %s %v, want refused", res, err)
+	}
+	if o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}}); o.Err != nil || (*built)[1].granted.Load() != 1 || (*built)[0].granted.Load() != 0 {
+		t.Fatalf("after the refused reload: %v; the second limit granted %d, the first %d; want the second in force",
+			o.Err, (*built)[1].granted.Load(), (*built)[0].granted.Load())
+	}
+}
