@@ -453,9 +453,6 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 // waitPoll is how often Wait looks at the count of running invocations.
 const waitPoll = 5 * time.Millisecond
 
-// Stragglers returns the number of invocations still running after their
-// answer left at the deadline (or when their caller went away).
-func (k *Kernel) Stragglers() int { return int(k.stragglers.Load()) }
 
 // Running returns the number of guarded invocations (Serve, Handle) whose
 // chain has not returned yet, stragglers included.

@@ -1,4 +1,54 @@
 package kernel
 
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/cluster"
+)
+
 // WithEnviron replaces os.Environ as the source of WithEnv's variables.
 var WithEnviron = withEnviron
+
+// Test-only views of the kernel.
+
+// Stragglers returns the number of invocations still running after their
+// answer left at the deadline (or when their caller went away).
+func (k *Kernel) Stragglers() int { return int(k.stragglers.Load()) }
+
+// IdempotencyOutlivesProcess reports whether the kernel's idempotency
+// records outlive the process (a store with a lease, such as Redis): only
+// then can a later process — a CLI rerun, another replica — find them.
+func (k *Kernel) IdempotencyOutlivesProcess() bool {
+	return k.idemStore != nil && k.idemStore.Lease() > 0
+}
+
+// Settings returns the parsed Sundial.Kernel section: the startup-only
+// keys as at New, MaxTimeoutSeconds and MaxStragglers as last reloaded.
+func (k *Kernel) Settings() Settings {
+	s := k.settings
+	lc := k.live.Load()
+	s.MaxTimeout, s.MaxStragglers = lc.maxTimeout, lc.maxStragglers
+	return s
+}
+
+// Redis returns the kernel's Redis client (WithRedis, or the one it made
+// from Sundial.Kernel.Redis), or nil when it has none.
+func (k *Kernel) Redis() redis.UniversalClient { return k.rdb }
+
+// ClusterStore returns the store of the kernel's cluster-scoped limits, or
+// nil when no operation is cluster-scoped.
+func (k *Kernel) ClusterStore() *cluster.Store { return k.store.Load() }
+
+// Reloads returns how many reloads ended with each result (ReloadOK,
+// ReloadInvalid, ReloadUnchanged) since New.
+func (k *Kernel) Reloads() map[string]int64 {
+	m := make(map[string]int64, len(reloadResults))
+	for i, r := range reloadResults {
+		m[r] = k.reloads[i].Load()
+	}
+	return m
+}
+
+// Limits returns the limits of the operation id (nil: none).
+func (k *Kernel) Limits(id string) *resilience.Limits { return k.limitsOf(id) }

@@ -149,12 +149,6 @@ func (k *Kernel) idempotencyMiddleware(o *options, d *operations.Descriptor) pip
 // generate a key for an operation that takes one.
 func (k *Kernel) IdempotencyPolicy(id string) idempotency.Policy { return k.idemPol[id] }
 
-// IdempotencyOutlivesProcess reports whether the kernel's idempotency
-// records outlive the process (a store with a lease, such as Redis): only
-// then can a later process — a CLI rerun, another replica — find them.
-func (k *Kernel) IdempotencyOutlivesProcess() bool {
-	return k.idemStore != nil && k.idemStore.Lease() > 0
-}
 
 // IdempotencyStore returns the store of idempotency records, or nil when
 // no operation enables them.

@@ -361,14 +361,6 @@ func (k *Kernel) Lookup(id string) (*operations.Descriptor, bool) {
 // Logger returns the kernel's logger.
 func (k *Kernel) Logger() *slog.Logger { return k.logger }
 
-// Settings returns the parsed Sundial.Kernel section: the startup-only
-// keys as at New, MaxTimeoutSeconds and MaxStragglers as last reloaded.
-func (k *Kernel) Settings() Settings {
-	s := k.settings
-	lc := k.live.Load()
-	s.MaxTimeout, s.MaxStragglers = lc.maxTimeout, lc.maxStragglers
-	return s
-}
 
 // PolicyFor returns the merged resilience policy of the operation id (the
 // zero Policy when the built-in middleware is off).
@@ -379,13 +371,12 @@ func (k *Kernel) PolicyFor(id string) resilience.Policy {
 	return k.live.Load().policies.policyFor(id)
 }
 
-// Limits returns the breaker, rate limit and concurrency limit of the
-// operation id — for observing their state (breaker state, queue depths,
-// calls in flight) — or nil when the operation has none of them (nothing
-// configured, built-in middleware off, or an unknown id). The methods of a
-// nil *Limits report an idle, closed state. After a reload
-// it reports the limits then in force.
-func (k *Kernel) Limits(id string) *resilience.Limits {
+// limitsOf returns the breaker, rate limit and concurrency limit of the
+// operation id — for observing their state — or nil when the operation
+// has none of them (nothing configured, built-in middleware off, or an
+// unknown id). The methods of a nil *Limits report an idle, closed state.
+// After a reload it reports the limits then in force.
+func (k *Kernel) limitsOf(id string) *resilience.Limits {
 	if l := k.limits[id]; l != nil && l.Policy().Limited() {
 		return l
 	}
@@ -393,7 +384,7 @@ func (k *Kernel) Limits(id string) *resilience.Limits {
 }
 
 // newLimits creates the Limits of the operation id, once,
-// and keeps it for Limits.
+// and keeps it for limitsOf.
 func (k *Kernel) newLimits(id string, p resilience.Policy) *resilience.Limits {
 	l := resilience.NewLimits(id, p, append(k.clusterOptions(id, p), k.custom[id].opts...)...)
 	if k.limits == nil {

@@ -149,13 +149,7 @@ func isNilPointer(v any) bool {
 	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
-// Redis returns the kernel's Redis client (WithRedis, or the one it made
-// from Sundial.Kernel.Redis), or nil when it has none.
-func (k *Kernel) Redis() redis.UniversalClient { return k.rdb }
 
-// ClusterStore returns the store of the kernel's cluster-scoped limits, or
-// nil when no operation is cluster-scoped.
-func (k *Kernel) ClusterStore() *cluster.Store { return k.store.Load() }
 
 // newRedisClient builds the client of Sundial.Kernel.Redis.
 func newRedisClient(r *RedisSettings, lookupEnv func(string) (string, bool)) (*redis.Client, error) {

@@ -210,15 +210,6 @@ func (k *Kernel) countReload(result string) {
 	k.tel.ConfigReloaded(result)
 }
 
-// Reloads returns how many reloads ended with each result (ReloadOK,
-// ReloadInvalid, ReloadUnchanged) since New.
-func (k *Kernel) Reloads() map[string]int64 {
-	m := make(map[string]int64, len(reloadResults))
-	for i, r := range reloadResults {
-		m[r] = k.reloads[i].Load()
-	}
-	return m
-}
 
 // warnUnregistered warns of overrides for operations this kernel does not
 // serve: allowed (one config file may serve several services) but most

@@ -51,9 +51,9 @@ type OperationStatus struct {
 
 // Status returns a snapshot of the kernel's operations, sorted by ID.
 func (k *Kernel) Status() Status {
-	st := Status{Stragglers: k.Stragglers(), Running: k.Running(), MaxStragglers: k.live.Load().maxStragglers}
+	st := Status{Stragglers: int(k.stragglers.Load()), Running: k.Running(), MaxStragglers: k.live.Load().maxStragglers}
 	for id, c := range k.ops {
-		l := k.Limits(id)
+		l := k.limitsOf(id)
 		ls := l.State()
 		o := OperationStatus{
 			ID:               id,

@@ -76,7 +76,7 @@ func observeLimits(o *options, k *Kernel) {
 }
 
 func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
-	l := k.Limits(id)
+	l := k.limitsOf(id)
 	if l == nil {
 		return telemetry.LimitState{}, false
 	}

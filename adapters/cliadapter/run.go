@@ -108,8 +108,10 @@ func (r *runner) watchSignals(o *options, tty bool) *interrupts {
 func (r *runner) setIdempotencyKey(k *kernel.Kernel, req *kernel.Request) {
 	// A key is generated only where a rerun can use it: when the records
 	// outlive this process. An in-process store dies with the command,
-	// which makes one call: a generated key would protect nothing.
-	enabled, shared := k.IdempotencyPolicy(r.desc.ID).Enabled, k.IdempotencyOutlivesProcess()
+	// which makes one call: a generated key would protect nothing. Records
+	// outlive the process in a store with a lease, such as Redis.
+	store := k.IdempotencyStore()
+	enabled, shared := k.IdempotencyPolicy(r.desc.ID).Enabled, store != nil && store.Lease() > 0
 	if r.idemKey == "" && enabled && shared {
 		r.idemKey = newIdempotencyKey()
 	}

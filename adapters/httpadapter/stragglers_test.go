@@ -77,7 +77,7 @@ func TestStragglerFloodIsBounded(t *testing.T) {
 				break
 			}
 		}
-		for n := int64(s.k.Stragglers()); n > peakStraggle.Load(); {
+		for n := int64(s.k.Status().Stragglers); n > peakStraggle.Load(); {
 			if peakStraggle.CompareAndSwap(peakStraggle.Load(), n) {
 				break
 			}
@@ -121,7 +121,7 @@ func TestStragglerFloodIsBounded(t *testing.T) {
 	wg.Wait()
 	took := time.Since(start)
 	watch()
-	held := s.k.Stragglers()
+	held := s.k.Status().Stragglers
 	ran := app.calls.Load()
 	// At the bound every operation is shed, not only the one whose
 	// handlers straggle.
