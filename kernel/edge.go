@@ -453,7 +453,6 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 // waitPoll is how often Wait looks at the count of running invocations.
 const waitPoll = 5 * time.Millisecond
 
-
 // Running returns the number of guarded invocations (Serve, Handle) whose
 // chain has not returned yet, stragglers included.
 func (k *Kernel) Running() int { return int(k.running.Load()) }

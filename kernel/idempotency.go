@@ -149,7 +149,6 @@ func (k *Kernel) idempotencyMiddleware(o *options, d *operations.Descriptor) pip
 // generate a key for an operation that takes one.
 func (k *Kernel) IdempotencyPolicy(id string) idempotency.Policy { return k.idemPol[id] }
 
-
 // IdempotencyStore returns the store of idempotency records, or nil when
 // no operation enables them.
 func (k *Kernel) IdempotencyStore() idempotency.Store { return k.idemStore }

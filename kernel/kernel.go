@@ -361,7 +361,6 @@ func (k *Kernel) Lookup(id string) (*operations.Descriptor, bool) {
 // Logger returns the kernel's logger.
 func (k *Kernel) Logger() *slog.Logger { return k.logger }
 
-
 // PolicyFor returns the merged resilience policy of the operation id (the
 // zero Policy when the built-in middleware is off).
 func (k *Kernel) PolicyFor(id string) resilience.Policy {

@@ -149,8 +149,6 @@ func isNilPointer(v any) bool {
 	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
-
-
 // newRedisClient builds the client of Sundial.Kernel.Redis.
 func newRedisClient(r *RedisSettings, lookupEnv func(string) (string, bool)) (*redis.Client, error) {
 	o := &redis.Options{Addr: r.Address, DB: r.DB, Username: r.Username, PoolSize: r.PoolSize}

@@ -210,7 +210,6 @@ func (k *Kernel) countReload(result string) {
 	k.tel.ConfigReloaded(result)
 }
 
-
 // warnUnregistered warns of overrides for operations this kernel does not
 // serve: allowed (one config file may serve several services) but most
 // likely a typo that leaves a limit unapplied.
