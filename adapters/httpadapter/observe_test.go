@@ -18,7 +18,6 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
@@ -152,12 +151,12 @@ func TestBudgetIsWhatTheCallerSent(t *testing.T) {
 		for _, kv := range spans[0].Attributes {
 			attrs[kv.Key] = kv.Value
 		}
-		if got := attrs[telemetry.AttrDeadlineBudgetMs]; got.AsInt64() != 100000 {
-			t.Errorf("%s = %v, want the caller's 100000", telemetry.AttrDeadlineBudgetMs, got.Emit())
+		if got := attrs["sundial.deadline.budget_ms"]; got.AsInt64() != 100000 {
+			t.Errorf("sundial.deadline.budget_ms = %v, want the caller's 100000", got.Emit())
 		}
 		capped := start.Add(10 * time.Second).UTC().Format(time.RFC3339Nano)
-		if got := attrs[telemetry.AttrDeadline]; got.AsString() != capped {
-			t.Errorf("%s = %v, want the kernel's cap %s", telemetry.AttrDeadline, got.Emit(), capped)
+		if got := attrs["sundial.deadline"]; got.AsString() != capped {
+			t.Errorf("sundial.deadline = %v, want the kernel's cap %s", got.Emit(), capped)
 		}
 		app.mu.Lock()
 		defer app.mu.Unlock()

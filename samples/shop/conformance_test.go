@@ -21,7 +21,6 @@ import (
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
@@ -754,17 +753,17 @@ func checkBudget(t *testing.T, c caller, env *shopEnv) {
 	var deadline time.Time
 	for _, kv := range s.Attributes() {
 		switch kv.Key {
-		case attribute.Key(telemetry.AttrDeadlineBudgetMs):
+		case attribute.Key("sundial.deadline.budget_ms"):
 			budget = kv.Value.AsInt64()
-		case attribute.Key(telemetry.AttrDeadline):
+		case attribute.Key("sundial.deadline"):
 			deadline, _ = time.Parse(time.RFC3339Nano, kv.Value.AsString())
 		}
 	}
 	if budget < (sent-time.Second).Milliseconds() || budget > sent.Milliseconds() {
-		t.Errorf("%s = %d, want the caller's %d ms (less the transit)", telemetry.AttrDeadlineBudgetMs, budget, sent.Milliseconds())
+		t.Errorf("sundial.deadline.budget_ms = %d, want the caller's %d ms (less the transit)", budget, sent.Milliseconds())
 	}
 	if d := deadline.Sub(s.StartTime()); d > capped || d < capped-time.Second {
-		t.Errorf("%s is %v after the start, want the kernel's cap %v", telemetry.AttrDeadline, d, capped)
+		t.Errorf("sundial.deadline is %v after the start, want the kernel's cap %v", d, capped)
 	}
 }
 

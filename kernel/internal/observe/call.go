@@ -1,4 +1,4 @@
-package telemetry
+package observe
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -28,16 +29,16 @@ type Call struct {
 	start     time.Time
 	budget    time.Duration
 	hasBudget bool
-	tr        Transport // the protocol request, for the semantic conventions
+	tr        transport // the protocol request, for the semantic conventions
 	ended     atomic.Bool
 }
 
 // Start starts observing inv, which arrived at start. When a tracer is
 // installed it starts the invocation's span, a child of ctx's span context
-// (a local span, or a caller's extracted with [ExtractHTTP] or
-// [ExtractGRPC]), and returns ctx carrying it: run the invocation under
-// that context so that outbound calls continue its trace. End the returned
-// Call with the invocation's outcome.
+// (a local span, or a caller's extracted with [telemetry.ExtractHTTP]
+// or [telemetry.ExtractGRPC]), and returns ctx carrying it: run the
+// invocation under that context so that outbound calls continue its
+// trace. End the returned Call with the invocation's outcome.
 //
 // When nothing observes the invocation — no tracer, the instruments
 // disabled (as with otel's no-op default) and no access log — or o is nil,
@@ -50,7 +51,7 @@ func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Tim
 // describes (nil: none): the span and the OpenTelemetry conventions'
 // duration metric (MetricHTTPServerDuration, MetricRPCServerDuration) also
 // carry the conventions' HTTP or RPC server attributes.
-func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *Transport) (context.Context, *Call) {
+func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *telemetry.Transport) (context.Context, *Call) {
 	if o == nil {
 		return ctx, nil
 	}
@@ -67,7 +68,7 @@ func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start
 		c.budget, c.hasBudget = d.Sub(start), true
 	}
 	if tr != nil {
-		c.tr = *tr
+		c.tr = transport(*tr)
 	}
 	if tracer != nil {
 		name := inv.Name()
