@@ -341,7 +341,7 @@ func TestMemoryStoreBoundUnderFlood(t *testing.T) {
 	for i := range 50_000 {
 		call(mw, fmt.Sprintf("key-%d", i), chargeIn{"4242", i}, h)
 		if i%1000 == 0 {
-			if e, b := store.Len(); e > maxSeen {
+			if e, b := idempotency.StoreLen(store); e > maxSeen {
 				maxSeen = e
 				if b > maxBytes {
 					t.Fatalf("bytes %d > %d", b, maxBytes)
@@ -349,7 +349,7 @@ func TestMemoryStoreBoundUnderFlood(t *testing.T) {
 			}
 		}
 	}
-	entries, bytes := store.Len()
+	entries, bytes := idempotency.StoreLen(store)
 	after := heap()
 	growth := int64(after) - int64(before)
 	t.Logf("flood of 50000 keys: %d entries, %d bytes accounted; heap %d -> %d bytes (%+d)", entries, bytes, before, after, growth)
