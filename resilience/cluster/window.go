@@ -299,9 +299,9 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) er
 func (w *Window) fallback(ctx context.Context, c *windowConfig) (resilience.Quota, error) {
 	markDegraded(ctx)
 	switch w.st.mode() {
-	case Open:
+	case modeOpen:
 		return resilience.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
-	case Closed:
+	case modeClosed:
 		retry := w.st.retryIn()
 		q := resilience.Quota{Limit: c.limit, Window: c.length, Reset: retry}
 		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
