@@ -554,8 +554,8 @@ func (c *grpcCaller) do(t *testing.T, op, input string, timeout time.Duration) a
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	service := grpcPackage + "." + operations.PascalCase(operations.Group(op))
-	method := operations.PascalCase(operations.Name(op))
+	service, method := operations.GRPCNames(op)
+	service = grpcPackage + "." + service
 	log := c.access()
 	n := len(log.records())
 	start := time.Now()
