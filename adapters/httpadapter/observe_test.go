@@ -105,12 +105,12 @@ func TestEveryResponseIsObserved(t *testing.T) {
 			if rec.Attrs["status"] != int64(tt.status) || rec.Attrs["code"] != tt.code {
 				t.Errorf("access record = %v, want status %d, code %s", rec.Attrs, tt.status, tt.code)
 			}
-			if n := len(s.logs.FindFunc(func(r pipelinetest.Record) bool { return r.Attrs["traceId"] == id && r.Message == "http request" })); n != 1 {
+			if n := len(s.logs.Find(func(r pipelinetest.Record) bool { return r.Attrs["traceId"] == id && r.Message == "http request" })); n != 1 {
 				t.Errorf("%d access records for trace %s, want 1", n, id)
 			}
 			if tt.name == "answered at the deadline" {
 				app.unblock()
-				if _, ok := s.logs.WaitFor("kernel: late result discarded", 5*time.Second); !ok {
+				if _, ok := s.logs.WaitFor(5*time.Second, pipelinetest.Message("kernel: late result discarded")); !ok {
 					t.Error("the straggler's late result was not logged")
 				}
 			} else if n := app.calls.Load() - before; n != 0 {

@@ -415,7 +415,7 @@ func (l accessLog) isAccess(r pipelinetest.Record) bool {
 }
 
 // records returns the access records written so far, oldest first.
-func (l accessLog) records() []pipelinetest.Record { return l.FindFunc(l.isAccess) }
+func (l accessLog) records() []pipelinetest.Record { return l.Find(l.isAccess) }
 
 // traceID returns the trace ID of the access record r.
 func (l accessLog) traceID(r pipelinetest.Record) string {
@@ -427,7 +427,7 @@ func (l accessLog) traceID(r pipelinetest.Record) string {
 // (counting from 0), that match accepts.
 func (l accessLog) after(n int, match func(pipelinetest.Record) bool) (pipelinetest.Record, bool) {
 	var found pipelinetest.Record
-	_, ok := l.WaitFunc(3*time.Second, func(pipelinetest.Record) bool {
+	_, ok := l.WaitFor(3*time.Second, func(pipelinetest.Record) bool {
 		recs := l.records()
 		for _, r := range recs[min(n, len(recs)):] {
 			if match(r) {
@@ -694,7 +694,7 @@ func checkStallAnswered(t *testing.T, c caller, env *shopEnv) {
 		t.Errorf("late-result record %v, want traceId %s and code %s", rec.Attrs, id, pipeline.CodeTimeout)
 	}
 	flaky(t, c, "ok", 0, "OK") // the shop serves on
-	if n := len(c.access().FindFunc(late)); n != 1 {
+	if n := len(c.access().Find(late)); n != 1 {
 		t.Errorf("%d late-result records, want 1:\n%s", n, c.access().shopLogs)
 	}
 }
@@ -737,7 +737,7 @@ func checkTypedNils(t *testing.T, c caller, _ *shopEnv) {
 		// The shop serves on; once the next call's record is written, the
 		// typed nil's are all there.
 		flaky(t, c, "ok", 0, "OK")
-		if n := len(c.access().FindFunc(func(r pipelinetest.Record) bool { return c.access().isAccess(r) && unexpected(r) })); n != i+1 {
+		if n := len(c.access().Find(func(r pipelinetest.Record) bool { return c.access().isAccess(r) && unexpected(r) })); n != i+1 {
 			t.Errorf("after %s: %d access records of UNEXPECTED outcomes, want %d:\n%s", mode, n, i+1, c.access().shopLogs)
 		}
 	}
