@@ -23,7 +23,6 @@ import (
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -162,7 +161,7 @@ func TestSemconvAttributes(t *testing.T) {
 		t.Helper()
 		for _, s := range spans {
 			a := kvs(s.Attributes)
-			if s.Name == name && a[telemetry.AttrProtocol] == proto {
+			if s.Name == name && a["sundial.protocol"] == proto {
 				return a
 			}
 		}
@@ -217,20 +216,20 @@ func TestSemconvAttributes(t *testing.T) {
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
 	}
-	httpPts := histPoints(rm, telemetry.MetricHTTPServerDuration)
+	httpPts := histPoints(rm, "http.server.request.duration")
 	for _, want := range []map[string]string{
 		{"http.request.method": "POST", "http.route": "/orders", "http.response.status_code": "201", "url.scheme": "http"},
 		{"http.request.method": "GET", "http.route": "/orders/:id", "http.response.status_code": "404"},
 		{"http.route": "/billing/charge", "http.response.status_code": "503", "error.type": "503"},
 	} {
 		if !hasPoint(httpPts, want) {
-			t.Errorf("%s has no point with %v; points %v", telemetry.MetricHTTPServerDuration, want, httpPts)
+			t.Errorf("http.server.request.duration has no point with %v; points %v", want, httpPts)
 		}
 	}
-	rpcPts := histPoints(rm, telemetry.MetricRPCServerDuration)
+	rpcPts := histPoints(rm, "rpc.server.call.duration")
 	if !hasPoint(rpcPts, map[string]string{"rpc.system.name": "grpc", "rpc.method": createFull, "rpc.response.status_code": "OK"}) ||
 		!hasPoint(rpcPts, map[string]string{"rpc.response.status_code": "UNAVAILABLE", "error.type": "UNAVAILABLE"}) {
-		t.Errorf("%s points %v, want orders.create OK and billing.charge UNAVAILABLE", telemetry.MetricRPCServerDuration, rpcPts)
+		t.Errorf("rpc.server.call.duration points %v, want orders.create OK and billing.charge UNAVAILABLE", rpcPts)
 	}
 	for _, p := range append(httpPts, rpcPts...) {
 		if _, ok := p["url.path"]; ok {

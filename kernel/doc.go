@@ -19,8 +19,8 @@
 //     and now + MaxTimeoutSeconds, and which of them binds
 //     ([pipeline.DeadlineSource]);
 //   - makes the read-only [pipeline.Invocation];
-//   - starts its observation (package kernel/telemetry: a span, metrics, an
-//     access-log line, a trace ID) — for every answer, a call the adapter
+//   - starts its observation (a span, metrics, an access-log line, a
+//     trace ID) — for every answer, a call the adapter
 //     turned away before the pipeline ([Request.Reject]) included;
 //   - runs the operation's chain and returns the [Outcome].
 //

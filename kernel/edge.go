@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -107,7 +108,7 @@ type edge struct {
 	ctx     context.Context // the caller's, with the invocation's span
 	inv     *pipeline.Invocation
 	h       pipeline.Handler // the chain to run; nil when rejected
-	obs     *telemetry.Call  // nil: not observed
+	obs     *observe.Call    // nil: not observed
 	lat     *latency         // nil: not recorded (host endpoints)
 	reject  error            // the outcome when nothing runs
 	traceID string
@@ -237,7 +238,7 @@ func (k *Kernel) refusesKeys(id string, inv *pipeline.Invocation) bool {
 // observe starts the call's observation, when telemetry is on: e.ctx is
 // then the call's context with its span.
 func (k *Kernel) observe(ctx context.Context, req *Request, c *compiled, name string, now time.Time, e *edge) {
-	var o *telemetry.Op
+	var o *observe.Op
 	if c != nil && c.obs != nil {
 		o = c.obs
 	} else if k.tel != nil {

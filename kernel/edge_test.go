@@ -39,7 +39,7 @@ func stragglerKernel(t *testing.T, config string, release <-chan struct{}) (*ker
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := pipelinetest.NewLogSink()
+	sink := new(pipelinetest.LogSink)
 	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithLogger(sink.Logger()), kernel.WithConfigJSON([]byte(config)))
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
 			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, pipeline.CodeConcurrencyLimited)
 		}
-		if len(sink.Find("kernel: late result discarded")) != 0 {
+		if len(sink.Find(pipelinetest.Message("kernel: late result discarded"))) != 0 {
 			t.Error("late result logged before the handler returned")
 		}
 		time.Sleep(time.Second)
@@ -81,7 +81,7 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 		if err := k.Wait(t.Context()); err != nil {
 			t.Fatalf("Wait = %v", err)
 		}
-		recs := sink.Find("kernel: late result discarded")
+		recs := sink.Find(pipelinetest.Message("kernel: late result discarded"))
 		if len(recs) != 1 {
 			t.Fatalf("late result logged %d times, want once", len(recs))
 		}
@@ -202,7 +202,7 @@ func TestTypedNilOutcomes(t *testing.T) {
 		"zero Error": func(context.Context, echoIn) (echoOut, error) { return echoOut{}, new(pipeline.Error) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			sink := pipelinetest.NewLogSink()
+			sink := new(pipelinetest.LogSink)
 			k, err := kernel.New(kernel.WithRegistry(newRegistry(t, fn)), kernel.WithLogger(sink.Logger()), kernel.WithAccessLog(sink.Logger()))
 			if err != nil {
 				t.Fatal(err)

@@ -79,7 +79,7 @@ func Example_middleware() {
 	if err != nil {
 		panic(err)
 	}
-	logs := pipelinetest.NewLogSink()
+	logs := new(pipelinetest.LogSink)
 	k, err := kernel.New(
 		kernel.WithRegistry(reg),
 		kernel.UseAt(pipeline.StageAuthentication, Authenticate{Users: map[string]string{"t-ada": "ada"}}),
@@ -99,7 +99,7 @@ func Example_middleware() {
 		o := k.Invoke(ctx, kernel.Request{Operation: "orders.get", Input: &GetOrder{ID: "ord-1"}})
 		fmt.Println(pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err), o.Output)
 	}
-	for _, r := range logs.Find("audit") {
+	for _, r := range logs.Find(pipelinetest.Message("audit")) {
 		fmt.Println("audit:", r.Attrs["operation"], r.Attrs["user"], r.Attrs["outcome"])
 	}
 	// Output:
@@ -114,16 +114,16 @@ func Example_middleware() {
 // was given, and read what was logged from a LogSink.
 func Example_middlewareTest() {
 	auth := Authenticate{Users: map[string]string{"t-ada": "ada"}}
-	logs := pipelinetest.NewLogSink()
-	rec := pipelinetest.NewRecorder()
+	logs := new(pipelinetest.LogSink)
+	rec := new(pipelinetest.Recorder)
 	h := pipeline.Chain(pipelinetest.Handler("the order", nil), auth, Audit(logs.Logger()), rec)
 
 	// A valid token: the call goes through, with the user on the context.
-	inv := pipelinetest.NewInvocation(
-		pipelinetest.WithOperation("orders.get"),
-		pipelinetest.WithProtocol(pipeline.ProtocolHTTP),
-		pipelinetest.WithBaggage("authorization", "Bearer t-ada"),
-	)
+	inv := pipelinetest.NewInvocation(pipeline.Spec{
+		Operation: pipelinetest.Operation("orders.get"),
+		Protocol:  pipeline.ProtocolHTTP,
+		Baggage:   map[string]string{"authorization": "Bearer t-ada"},
+	})
 	out, err := h(context.Background(), inv)
 	call, _ := rec.Last()
 	user, _ := userFrom(call.Context)
@@ -131,11 +131,11 @@ func Example_middlewareTest() {
 
 	// No token: rejected, and nothing behind the middleware ran.
 	rec.Reset()
-	_, err = h(context.Background(), pipelinetest.NewInvocation(pipelinetest.WithOperation("orders.get")))
+	_, err = h(context.Background(), pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("orders.get")}))
 	_, ran := rec.Last()
 	fmt.Println(pipeline.CodeOf(err), "| the rest of the chain ran:", ran)
 
-	for _, r := range logs.Find("audit") {
+	for _, r := range logs.Find(pipelinetest.Message("audit")) {
 		fmt.Println("audit:", r.Attrs["operation"], r.Attrs["user"], r.Attrs["outcome"])
 	}
 	// Output:

@@ -41,11 +41,10 @@ func WithIdempotencyScope(f idempotency.ScopeFunc) Option {
 // and no WithIdempotencyStore. Read at start-up only.
 type IdempotencyStoreSettings struct {
 	// MaxRecords bounds the records (key MaxRecords, integer from 1 to
-	// 100,000,000; default idempotency.DefaultMaxEntries, 100,000).
+	// 100,000,000; default 100,000).
 	MaxRecords int
 	// MaxBytes bounds the bytes accounted for the records (key MaxBytes,
-	// integer from 1 MiB to 1 TiB; default idempotency.DefaultMaxBytes,
-	// 64 MiB).
+	// integer from 1 MiB to 1 TiB; default 64 MiB).
 	MaxBytes int64
 }
 

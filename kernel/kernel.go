@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -151,7 +151,7 @@ type Kernel struct {
 	host     *compiled
 	limits   map[string]*resilience.Limits // operations with a breaker or limits
 	custom   map[string]customLimits       // limits of your own kinds, by operation
-	tel      *telemetry.Telemetry          // nil: telemetry off
+	tel      *observe.Telemetry            // nil: telemetry off
 
 	// running counts guarded invocations (Serve, Handle) whose chain has
 	// not returned, stragglers included; Wait polls it.
@@ -188,7 +188,7 @@ type compiled struct {
 	timeout atomic.Int64          // the operation's TimeoutSeconds in ns; 0: none
 	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
 	handler pipeline.Handler      // the chain around the registered handler
-	obs     *telemetry.Op         // nil: telemetry off
+	obs     *observe.Op           // nil: telemetry off
 	lat     *latency              // answer times for Status; nil: host pipeline
 	onPanic func(*pipeline.Invocation, *pipeline.PanicError)
 }

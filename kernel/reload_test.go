@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -91,9 +91,9 @@ func reloadsBy(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == telemetry.MetricConfigReloads {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == observe.MetricConfigReloads {
 				for _, p := range s.DataPoints {
-					v, _ := p.Attributes.Value(attribute.Key(telemetry.MetricAttrResult))
+					v, _ := p.Attributes.Value(attribute.Key(observe.MetricAttrResult))
 					out[v.AsString()] += p.Value
 				}
 			}

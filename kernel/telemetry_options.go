@@ -6,7 +6,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -17,10 +17,10 @@ type telemetryOptions struct {
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
 	access   *slog.Logger
-	t        *telemetry.Telemetry // set by newTelemetry
+	t        *observe.Telemetry // set by newTelemetry
 }
 
-// WithTelemetry turns the kernel's telemetry (package kernel/telemetry: one
+// WithTelemetry turns the kernel's telemetry (kernel/internal/observe: one
 // span per invocation, the invocation metrics, the access log — for every
 // answer, early rejections and answers at the deadline included) on or
 // off. It is on by default; with otel's no-op default
@@ -43,21 +43,22 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithAccessLog writes one line per finished invocation, with the
-// attributed outcome, to l (see telemetry.WithAccessLog). The default (and
-// a nil l) writes none; WithLogger's logger is not used for it.
+// attributed outcome, to l, at level Info (Error for UNEXPECTED
+// outcomes). The default (and a nil l) writes none; WithLogger's logger
+// is not used for it.
 func WithAccessLog(l *slog.Logger) Option {
 	return optionFunc(func(o *options) { o.telemetry.access = l })
 }
 
 // newTelemetry creates the kernel's telemetry, or nil when it is off.
-func newTelemetry(o *options, k *Kernel) *telemetry.Telemetry {
+func newTelemetry(o *options, k *Kernel) *observe.Telemetry {
 	if o.telemetry.disabled {
 		return nil
 	}
-	t := telemetry.New(
-		telemetry.WithTracerProvider(o.telemetry.tp),
-		telemetry.WithMeterProvider(o.telemetry.mp),
-		telemetry.WithAccessLog(o.telemetry.access),
+	t := observe.New(
+		observe.WithTracerProvider(o.telemetry.tp),
+		observe.WithMeterProvider(o.telemetry.mp),
+		observe.WithAccessLog(o.telemetry.access),
 	)
 	o.telemetry.t = t
 	if err := t.Err(); err != nil {
@@ -75,13 +76,13 @@ func observeLimits(o *options, k *Kernel) {
 	}
 }
 
-func (k *Kernel) limitState(id string) (telemetry.LimitState, bool) {
+func (k *Kernel) limitState(id string) (observe.LimitState, bool) {
 	l := k.limitsOf(id)
 	if l == nil {
-		return telemetry.LimitState{}, false
+		return observe.LimitState{}, false
 	}
 	p := l.Policy()
-	st := telemetry.LimitState{
+	st := observe.LimitState{
 		HasBreaker:         p.FailureThreshold > 0,
 		RateLimited:        p.PermitLimit > 0,
 		ConcurrencyLimited: p.ConcurrencyLimit > 0,

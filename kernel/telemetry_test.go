@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -89,23 +89,23 @@ func TestRealRejectionsObserved(t *testing.T) {
 	last := spans[len(spans)-1]
 	var found bool
 	for _, ev := range last.Events() {
-		if ev.Name != telemetry.EventRejection {
+		if ev.Name != observe.EventRejection {
 			continue
 		}
 		attrs := attribute.NewSet(ev.Attributes...)
-		limit, _ := attrs.Value(telemetry.AttrRejectionLimit)
-		retry, _ := attrs.Value(telemetry.AttrRetryAfter)
+		limit, _ := attrs.Value(observe.AttrRejectionLimit)
+		retry, _ := attrs.Value(observe.AttrRetryAfter)
 		found = limit.AsString() == "breaker" && retry.AsInt64() == 30
 	}
 	if !found {
-		t.Errorf("rejected span's events %v, want %s with limit breaker and retry 30", last.Events(), telemetry.EventRejection)
+		t.Errorf("rejected span's events %v, want %s with limit breaker and retry 30", last.Events(), observe.EventRejection)
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	if got := sumOf(rm, telemetry.MetricRejectionCount); got != 1 {
-		t.Errorf("%s = %d, want 1", telemetry.MetricRejectionCount, got)
+	if got := sumOf(rm, observe.MetricRejectionCount); got != 1 {
+		t.Errorf("%s = %d, want 1", observe.MetricRejectionCount, got)
 	}
 }
 
@@ -158,10 +158,10 @@ func TestStragglersMetric(t *testing.T) {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	if got := sumOf(rm, telemetry.MetricStragglers); got != 1 {
-		t.Errorf("%s = %d, want 1", telemetry.MetricStragglers, got)
+	if got := sumOf(rm, observe.MetricStragglers); got != 1 {
+		t.Errorf("%s = %d, want 1", observe.MetricStragglers, got)
 	}
-	if got := sumOf(rm, telemetry.MetricRejectionCount); got != 1 {
-		t.Errorf("%s = %d, want 1 (the shed call)", telemetry.MetricRejectionCount, got)
+	if got := sumOf(rm, observe.MetricRejectionCount); got != 1 {
+		t.Errorf("%s = %d, want 1 (the shed call)", observe.MetricRejectionCount, got)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// MaxIDLength is the longest operation ID accepted.
-const MaxIDLength = 128
+// maxIDLength is the longest operation ID accepted.
+const maxIDLength = 128
 
 // ValidateID reports whether id is a well-formed operation ID, and why not.
 //
@@ -17,7 +17,7 @@ const MaxIDLength = 128
 //	lower   = %x61-7A                          ; a-z
 //	digit   = %x30-39                          ; 0-9
 //
-// and at most [MaxIDLength] bytes. Examples: "orders.create",
+// and at most 128 bytes. Examples: "orders.create",
 // "reports.export", "billing.refund-partial", "inventory.v2.reserve".
 // The first segment groups operations (gRPC service, CLI command group); the
 // rest names the operation within the group.
@@ -25,8 +25,8 @@ func ValidateID(id string) error {
 	if id == "" {
 		return fmt.Errorf("operations: operation ID is empty")
 	}
-	if len(id) > MaxIDLength {
-		return fmt.Errorf("operations: operation ID %q is longer than %d bytes", truncate(id), MaxIDLength)
+	if len(id) > maxIDLength {
+		return fmt.Errorf("operations: operation ID %q is longer than %d bytes", truncate(id), maxIDLength)
 	}
 	segments := 0
 	start := 0
@@ -68,26 +68,35 @@ func validateSegment(s string) string {
 	return ""
 }
 
-// Group returns the ID's first segment ("orders" for "orders.create").
-func Group(id string) string {
+// GRPCNames returns the gRPC service and method names of operation ID id
+// by the convention (see [Descriptor]): its first segment and the rest, in
+// PascalCase ("orders.create" -> "Orders", "Create";
+// "inventory.v2.reserve" -> "Inventory", "V2Reserve"). The service name
+// has no proto package.
+func GRPCNames(id string) (service, method string) {
+	return pascalCase(group(id)), pascalCase(name(id))
+}
+
+// group returns the ID's first segment ("orders" for "orders.create").
+func group(id string) string {
 	if i := strings.IndexByte(id, '.'); i >= 0 {
 		return id[:i]
 	}
 	return id
 }
 
-// Name returns the ID without its first segment ("create" for
+// name returns the ID without its first segment ("create" for
 // "orders.create", "v2.reserve" for "inventory.v2.reserve").
-func Name(id string) string {
+func name(id string) string {
 	if i := strings.IndexByte(id, '.'); i >= 0 {
 		return id[i+1:]
 	}
 	return ""
 }
 
-// PascalCase converts an ID part to PascalCase: "export-csv" -> "ExportCsv",
-// "v2.reserve" -> "V2Reserve".
-func PascalCase(s string) string {
+// pascalCase converts an ID part to PascalCase: "export-csv" ->
+// "ExportCsv", "v2.reserve" -> "V2Reserve".
+func pascalCase(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	up := true

@@ -43,16 +43,11 @@ func UnknownField(path, hint string) *pipeline.Error {
 	return pipeline.Validation(pipeline.CodeUnknownField, msg).WithDetail("field", path)
 }
 
-// CheckJSON checks the keys of the JSON document data against the
-// operation's input type under its InputPolicy, and returns the outcome of
-// the first key that has no field (UnknownField), or nil. A document that
-// is not valid JSON is left to the decoder, which reports it: CheckJSON
-// returns nil.
-func (d *Descriptor) CheckJSON(data []byte) *pipeline.Error {
-	return CheckJSON(d.Input, d.InputPolicy, data)
-}
-
-// CheckJSON is Descriptor.CheckJSON for input type t and policy p.
+// CheckJSON checks the keys of the JSON document data against input type
+// t under policy p (an operation's Descriptor.Input and InputPolicy), and
+// returns the outcome of the first key that has no field (UnknownField),
+// or nil. A document that is not valid JSON is left to the decoder, which
+// reports it: CheckJSON returns nil.
 func CheckJSON(t reflect.Type, p InputPolicy, data []byte) *pipeline.Error {
 	if t == nil || p.AllowUnknownFields && p.FoldKeyCase || len(bytes.TrimSpace(data)) == 0 {
 		return nil
@@ -66,6 +61,8 @@ func CheckJSON(t reflect.Type, p InputPolicy, data []byte) *pipeline.Error {
 	return checkValue(t, p, doc, "")
 }
 
+// checkValue checks the JSON value v, at path, against type t under
+// policy p: the keys of objects, in the elements of arrays and maps too.
 func checkValue(t reflect.Type, p InputPolicy, v any, path string) *pipeline.Error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -74,27 +71,7 @@ func checkValue(t reflect.Type, p InputPolicy, v any, path string) *pipeline.Err
 	case map[string]any:
 		switch t.Kind() {
 		case reflect.Struct:
-			fields := jsonFields(t)
-			for key, val := range x {
-				ft, ok := fields.exact[key]
-				if !ok {
-					name, folded := fields.folded[strings.ToLower(key)]
-					if folded && p.FoldKeyCase {
-						ft, ok = fields.exact[name], true
-					} else if !p.AllowUnknownFields {
-						hint := ""
-						if folded {
-							hint = join(path, name)
-						}
-						return UnknownField(join(path, key), hint)
-					}
-				}
-				if ok {
-					if err := checkValue(ft, p, val, join(path, key)); err != nil {
-						return err
-					}
-				}
-			}
+			return checkFields(t, p, x, path)
 		case reflect.Map:
 			for key, val := range x {
 				if err := checkValue(t.Elem(), p, val, join(path, key)); err != nil {
@@ -108,6 +85,34 @@ func checkValue(t reflect.Type, p InputPolicy, v any, path string) *pipeline.Err
 				if err := checkValue(t.Elem(), p, val, path+"["+strconv.Itoa(i)+"]"); err != nil {
 					return err
 				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkFields checks the keys of object x, at path, against the JSON
+// fields of struct type t under policy p, and the values of the keys it
+// knows.
+func checkFields(t reflect.Type, p InputPolicy, x map[string]any, path string) *pipeline.Error {
+	fields := jsonFields(t)
+	for key, val := range x {
+		ft, ok := fields.exact[key]
+		if !ok {
+			exact, folded := fields.folded[strings.ToLower(key)]
+			if folded && p.FoldKeyCase {
+				ft, ok = fields.exact[exact], true
+			} else if !p.AllowUnknownFields {
+				hint := ""
+				if folded {
+					hint = join(path, exact)
+				}
+				return UnknownField(join(path, key), hint)
+			}
+		}
+		if ok {
+			if err := checkValue(ft, p, val, join(path, key)); err != nil {
+				return err
 			}
 		}
 	}

@@ -118,3 +118,11 @@ func TestRegister(t *testing.T) {
 		t.Errorf("NewInput() = %T, want *in", d.NewInput())
 	}
 }
+
+func TestGRPCNames(t *testing.T) {
+	for id, want := range map[string][2]string{"orders.create": {"Orders", "Create"}, "inventory.v2.reserve": {"Inventory", "V2Reserve"}, "reports.export-csv": {"Reports", "ExportCsv"}} {
+		if s, m := operations.GRPCNames(id); s != want[0] || m != want[1] {
+			t.Errorf("GRPCNames(%q) = %q, %q, want %q, %q", id, s, m, want[0], want[1])
+		}
+	}
+}

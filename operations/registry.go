@@ -33,8 +33,9 @@ type Descriptor struct {
 	// clients and retry helpers; it changes nothing in the pipeline.
 	Idempotent bool
 	// GRPCService and GRPCMethod override the gRPC method name. Empty means
-	// the convention: service = the application's proto package + "." +
-	// PascalCase(first segment), method = PascalCase(the rest).
+	// the convention ([GRPCNames]): service = the application's proto
+	// package + "." + the first segment in PascalCase, method = the rest in
+	// PascalCase.
 	GRPCService string
 	GRPCMethod  string
 	// InputPolicy says how strictly the input is read, on every protocol
@@ -96,6 +97,18 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 	if fn == nil {
 		return fmt.Errorf("operations: Register %q: nil handler function", d.ID)
 	}
+	if err := checkHTTP(&d); err != nil {
+		return err
+	}
+	d.Input = reflect.TypeFor[In]()
+	d.Output = reflect.TypeFor[Out]()
+	d.handler = handlerOf(d.ID, d.Input, fn)
+	return r.add(d)
+}
+
+// checkHTTP checks d's HTTP mounting (Method with Path, a supported
+// method, a rooted path, a 2xx SuccessStatus) and upper-cases its method.
+func checkHTTP(d *Descriptor) error {
 	if (d.Method == "") != (d.Path == "") {
 		return fmt.Errorf("operations: Register %q: Method and Path must be set together (got Method=%q, Path=%q)", d.ID, d.Method, d.Path)
 	}
@@ -113,10 +126,14 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 	if d.SuccessStatus != 0 && (d.SuccessStatus < 200 || d.SuccessStatus > 299) {
 		return fmt.Errorf("operations: Register %q: SuccessStatus %d is not a 2xx status", d.ID, d.SuccessStatus)
 	}
-	d.Input = reflect.TypeFor[In]()
-	d.Output = reflect.TypeFor[Out]()
-	id := d.ID
-	d.handler = func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+	return nil
+}
+
+// handlerOf returns the terminal handler of operation id: it calls fn
+// with the invocation's input (of type inType: an In or a *In; none is
+// In's zero value) and returns its result.
+func handlerOf[In, Out any](id string, inType reflect.Type, fn func(context.Context, In) (Out, error)) pipeline.Handler {
+	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		var in In
 		switch v := inv.Input().(type) {
 		case *In:
@@ -128,7 +145,7 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 		case nil:
 		default:
 			return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-				"operation %q: input of type %T, want %v", id, v, d.Input)
+				"operation %q: input of type %T, want %v", id, v, inType)
 		}
 		out, err := fn(ctx, in)
 		if err != nil {
@@ -136,13 +153,17 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 		}
 		return out, nil
 	}
-	desc := d // copy: the registry owns its descriptor
+}
+
+// add adds a copy of d (the registry owns its descriptor), unless its ID
+// is registered already.
+func (r *Registry) add(d Descriptor) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, dup := r.byID[id]; dup {
-		return fmt.Errorf("operations: operation %q is already registered", id)
+	if _, dup := r.byID[d.ID]; dup {
+		return fmt.Errorf("operations: operation %q is already registered", d.ID)
 	}
-	r.byID[id] = &desc
+	r.byID[d.ID] = &d
 	return nil
 }
 
@@ -164,11 +185,4 @@ func (r *Registry) All() []*Descriptor {
 	r.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
-}
-
-// Len returns the number of registered operations.
-func (r *Registry) Len() int {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return len(r.byID)
 }

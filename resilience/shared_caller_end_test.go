@@ -57,7 +57,7 @@ func TestSharedLimiterCallerDeadlineIsTimeout(t *testing.T) {
 			mw := resilience.NewLimits("billing.charge", pol, tc.opt)
 			ran := false
 			h := func(context.Context, *pipeline.Invocation) (any, error) { ran = true; return nil, nil }
-			inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"))
+			inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("billing.charge")})
 			_, err := mw.Invoke(pastDeadline{context.Background()}, inv, h)
 			if pipeline.CodeOf(err) != pipeline.CodeTimeout || ran {
 				t.Errorf("deadline passed: %v (ran %v), want %s", err, ran, pipeline.CodeTimeout)

@@ -684,7 +684,7 @@ func TestTypedNilErrorsWithLoggers(t *testing.T) {
 	for _, kind := range []string{"NIL", "NILFOREIGN"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			logs, access := pipelinetest.NewLogSink(), pipelinetest.NewLogSink()
+			logs, access := new(pipelinetest.LogSink), new(pipelinetest.LogSink)
 			kf := kernelOn(testRegistry(t), kernel.WithLogger(logs.Logger()), kernel.WithAccessLog(access.Logger()))
 			r := execute(t, kf, nil, "", "test", "fail", "--kind", kind)
 			if r.code != ExitUnexpected {
@@ -696,7 +696,7 @@ func TestTypedNilErrorsWithLoggers(t *testing.T) {
 			if !equalJSON(p, want) {
 				t.Errorf("fail --kind %s problem = %+v, want %+v", kind, p, want)
 			}
-			recs := access.Find("sundial: invocation")
+			recs := access.Find(pipelinetest.Message("sundial: invocation"))
 			if len(recs) != 1 || recs[0].Attrs["kind"] != "UNEXPECTED" || recs[0].Attrs["code"] != pipeline.CodeUnexpected {
 				t.Errorf("fail --kind %s access log = %+v, want one UNEXPECTED record", kind, recs)
 			}
@@ -732,13 +732,13 @@ func TestRejectionsObserved(t *testing.T) {
 			t.Parallel()
 			tp := sdktrace.NewTracerProvider()
 			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-			access := pipelinetest.NewLogSink()
+			access := new(pipelinetest.LogSink)
 			kf := kernelOn(testRegistry(t), kernel.WithTracerProvider(tp), kernel.WithAccessLog(access.Logger()))
 			r := execute(t, kf, nil, "", tc.args...)
 			if r.code != tc.code {
 				t.Errorf("app %q exit code = %d, want %d (stderr %q)", tc.args, r.code, tc.code, r.stderr)
 			}
-			recs := access.Find("sundial: invocation")
+			recs := access.Find(pipelinetest.Message("sundial: invocation"))
 			if tc.none {
 				if len(recs) != 0 {
 					t.Errorf("app %q access log = %+v, want no record", tc.args, recs)
@@ -794,7 +794,7 @@ func TestRequest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rec := pipelinetest.NewRecorder()
+				rec := new(pipelinetest.Recorder)
 				kf := kernelOn(testRegistry(t), kernel.UseAt(pipeline.StageHandle, rec))
 				start := time.Now()
 				r := execute(t, kf, nil, "", append([]string{"test", "echo"}, tc.args...)...)

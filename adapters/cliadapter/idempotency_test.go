@@ -19,7 +19,7 @@ import (
 // leaseStore is an in-process store that says its records outlive the
 // process (a lease, as Redis's): what the CLI sees with Redis, in a
 // synctest bubble.
-type leaseStore struct{ *idempotency.MemoryStore }
+type leaseStore struct{ idempotency.Store }
 
 func (leaseStore) Lease() time.Duration { return 30 * time.Second }
 

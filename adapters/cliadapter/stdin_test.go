@@ -83,7 +83,7 @@ func TestStdinBounded(t *testing.T) {
 				if tc.signal > 0 {
 					s.at(tc.signal, os.Interrupt)
 				}
-				access := pipelinetest.NewLogSink()
+				access := new(pipelinetest.LogSink)
 				opts := []kernel.Option{kernel.WithAccessLog(access.Logger())}
 				if tc.config != "" {
 					opts = append(opts, kernel.WithConfigJSON([]byte(tc.config)))
@@ -100,7 +100,7 @@ func TestStdinBounded(t *testing.T) {
 				if got != tc.elapsed {
 					t.Errorf("app %q ended after %v, want %v", args, got, tc.elapsed)
 				}
-				recs := access.Find("sundial: invocation")
+				recs := access.Find(pipelinetest.Message("sundial: invocation"))
 				if len(recs) != 1 {
 					t.Fatalf("app %q access log = %+v, want one record", args, recs)
 				}

@@ -316,7 +316,7 @@ func (a *Adapter) describeServices(svcs map[string]*serviceBuild) {
 
 // names returns the proto package, service and method of d.
 func names(pkg string, d *operations.Descriptor) (string, string, string, error) {
-	sname := operations.PascalCase(operations.Group(d.ID))
+	sname, mname := operations.GRPCNames(d.ID)
 	if d.GRPCService != "" {
 		sname = d.GRPCService
 		if i := strings.LastIndexByte(sname, '.'); i >= 0 {
@@ -326,7 +326,6 @@ func names(pkg string, d *operations.Descriptor) (string, string, string, error)
 			}
 		}
 	}
-	mname := operations.PascalCase(operations.Name(d.ID))
 	if d.GRPCMethod != "" {
 		mname = d.GRPCMethod
 	}

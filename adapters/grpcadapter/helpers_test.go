@@ -159,7 +159,7 @@ func matches(r pipelinetest.Record, want ...string) bool {
 // match want (see matches), and returns it.
 func (h *harness) waitLog(t testing.TB, msg string, want ...string) pipelinetest.Record {
 	t.Helper()
-	r, ok := h.logs.WaitFunc(5*time.Second, func(r pipelinetest.Record) bool {
+	r, ok := h.logs.WaitFor(5*time.Second, func(r pipelinetest.Record) bool {
 		return r.Message == msg && matches(r, want...)
 	})
 	if !ok {
@@ -175,7 +175,7 @@ func (h *harness) waitLog(t testing.TB, msg string, want ...string) pipelinetest
 // findLog returns the records logged so far whose message is msg and
 // whose attributes match want.
 func (h *harness) findLog(msg string, want ...string) []pipelinetest.Record {
-	return h.logs.FindFunc(func(r pipelinetest.Record) bool { return r.Message == msg && matches(r, want...) })
+	return h.logs.Find(func(r pipelinetest.Record) bool { return r.Message == msg && matches(r, want...) })
 }
 
 // harness is one kernel served over bufconn.
@@ -202,7 +202,7 @@ type harnessOpt struct {
 
 func newHarness(t testing.TB, ho harnessOpt) *harness {
 	t.Helper()
-	h := &harness{app: newTestApp(), logs: pipelinetest.NewLogSink()}
+	h := &harness{app: newTestApp(), logs: new(pipelinetest.LogSink)}
 	reg := operations.NewRegistry()
 	h.app.register(t, reg)
 	if ho.register != nil {

@@ -77,7 +77,7 @@ func (a *Adapter) resolve(full string) *operations.Descriptor {
 // maxResolved bounds the interceptors' cache of resolved method names.
 const maxResolved = 4096
 
-// kebab inverts operations.PascalCase for one-segment names:
+// kebab inverts operations.GRPCNames for one-segment names:
 // "ExportCsv" -> "export-csv", "Orders" -> "orders".
 func kebab(s string) string {
 	var b strings.Builder

@@ -210,7 +210,7 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 	r := c.Request()
 	// The operation's input policy first (unknown fields, key case: the
 	// same answer as over gRPC and the CLI), then the binding.
-	perr = rt.desc.CheckJSON(buf.Bytes())
+	perr = operations.CheckJSON(rt.desc.Input, rt.desc.InputPolicy, buf.Bytes())
 	if perr == nil {
 		perr = rt.binder.bind(r, c.ParamNames(), c.ParamValues(), buf.Bytes(), in)
 	}

@@ -323,7 +323,7 @@ func TestAccessLog(t *testing.T) {
 		if rec.Attrs["operation"] != tt.op || rec.Attrs["status"] != tt.status || rec.Attrs["code"] != tt.code {
 			t.Errorf("access record of %s = %v, want operation %s status %v code %q", tt.path, rec.Attrs, tt.op, tt.status, tt.code)
 		}
-		if n := len(s.logs.FindFunc(func(r pipelinetest.Record) bool { return r.Message == "http request" && r.Attrs["path"] == tt.path })); n != 1 {
+		if n := len(s.logs.Find(func(r pipelinetest.Record) bool { return r.Message == "http request" && r.Attrs["path"] == tt.path })); n != 1 {
 			t.Errorf("%d access records of %s, want 1", n, tt.path)
 		}
 	}

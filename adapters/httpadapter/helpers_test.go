@@ -221,16 +221,16 @@ const testConfig = `{"Sundial": {"Kernel": {"MaxTimeoutSeconds": 10, "Resilience
 // logSink keeps the log records of a test.
 type logSink struct{ *pipelinetest.LogSink }
 
-func newLogSink() logSink { return logSink{pipelinetest.NewLogSink()} }
+func newLogSink() logSink { return logSink{new(pipelinetest.LogSink)} }
 
 // records returns the records whose message is msg.
-func (l logSink) records(msg string) []pipelinetest.Record { return l.Find(msg) }
+func (l logSink) records(msg string) []pipelinetest.Record { return l.Find(pipelinetest.Message(msg)) }
 
 // waitRecord waits for a record with message msg whose attribute key
 // equals want.
 func (l logSink) waitRecord(t *testing.T, msg, key string, want any, within time.Duration) pipelinetest.Record {
 	t.Helper()
-	r, ok := l.WaitFunc(within, func(r pipelinetest.Record) bool { return r.Message == msg && r.Attrs[key] == want })
+	r, ok := l.WaitFor(within, func(r pipelinetest.Record) bool { return r.Message == msg && r.Attrs[key] == want })
 	if !ok {
 		t.Fatalf("no log record %q with %s=%v within %v; have %v", msg, key, want, within, l.records(msg))
 	}

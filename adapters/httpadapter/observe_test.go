@@ -18,7 +18,6 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
@@ -106,12 +105,12 @@ func TestEveryResponseIsObserved(t *testing.T) {
 			if rec.Attrs["status"] != int64(tt.status) || rec.Attrs["code"] != tt.code {
 				t.Errorf("access record = %v, want status %d, code %s", rec.Attrs, tt.status, tt.code)
 			}
-			if n := len(s.logs.FindFunc(func(r pipelinetest.Record) bool { return r.Attrs["traceId"] == id && r.Message == "http request" })); n != 1 {
+			if n := len(s.logs.Find(func(r pipelinetest.Record) bool { return r.Attrs["traceId"] == id && r.Message == "http request" })); n != 1 {
 				t.Errorf("%d access records for trace %s, want 1", n, id)
 			}
 			if tt.name == "answered at the deadline" {
 				app.unblock()
-				if _, ok := s.logs.WaitFor("kernel: late result discarded", 5*time.Second); !ok {
+				if _, ok := s.logs.WaitFor(5*time.Second, pipelinetest.Message("kernel: late result discarded")); !ok {
 					t.Error("the straggler's late result was not logged")
 				}
 			} else if n := app.calls.Load() - before; n != 0 {
@@ -152,12 +151,12 @@ func TestBudgetIsWhatTheCallerSent(t *testing.T) {
 		for _, kv := range spans[0].Attributes {
 			attrs[kv.Key] = kv.Value
 		}
-		if got := attrs[telemetry.AttrDeadlineBudgetMs]; got.AsInt64() != 100000 {
-			t.Errorf("%s = %v, want the caller's 100000", telemetry.AttrDeadlineBudgetMs, got.Emit())
+		if got := attrs["sundial.deadline.budget_ms"]; got.AsInt64() != 100000 {
+			t.Errorf("sundial.deadline.budget_ms = %v, want the caller's 100000", got.Emit())
 		}
 		capped := start.Add(10 * time.Second).UTC().Format(time.RFC3339Nano)
-		if got := attrs[telemetry.AttrDeadline]; got.AsString() != capped {
-			t.Errorf("%s = %v, want the kernel's cap %s", telemetry.AttrDeadline, got.Emit(), capped)
+		if got := attrs["sundial.deadline"]; got.AsString() != capped {
+			t.Errorf("sundial.deadline = %v, want the kernel's cap %s", got.Emit(), capped)
 		}
 		app.mu.Lock()
 		defer app.mu.Unlock()

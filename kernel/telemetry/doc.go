@@ -1,38 +1,21 @@
-// Package telemetry observes Sundial invocations with OpenTelemetry.
+// Package telemetry is the public side of the kernel's OpenTelemetry
+// support: what adapters, clients and handlers use.
 //
-// The kernel drives it at the edge of every invocation: it gets an [Op]
-// for each operation once ([Telemetry.Operation]; [Telemetry.Route] for
-// host endpoints and unknown operation IDs), calls [Op.Start] when an
-// invocation arrives and [Call.End] with the outcome its caller is told.
-// Every response gets observed that way — early rejections and the
-// TIMEOUT of a handler still running at its deadline included — so End
-// sees the attributed outcome (TIMEOUT when the deadline fired, even if
-// the handler then returned a cancellation), while the original outcome
-// (what the circuit breaker counted) is reported beside it. For every
-// invocation it
+// The kernel observes every invocation itself (one span, the invocation
+// metrics, an optional access log); its options WithTelemetry,
+// WithTracerProvider, WithMeterProvider and WithAccessLog configure that.
+// The attribute and metric names are explained in docs/observability.md.
 //
-//   - starts one span named after the operation ID (or the route of a host
-//     endpoint), with the outcome's kind and code as attributes, status
-//     Error for failures, an event for a rejection (which limit, and the
-//     retry hint) and an event at the instant the deadline fired;
-//   - records the invocation count and duration by operation and outcome,
-//     rejections by operation and reason, and the deadline budget the
-//     caller sent; observable instruments report each operation's breaker
-//     state, queue depths and calls in flight;
-//   - optionally writes one access-log line with the same facts.
+// This package carries the rest:
 //
-// The package uses the OpenTelemetry API only. With no SDK installed (the
-// API's no-op default) it does no tracing or metric work at all: Start
-// checks, per call and without allocating, whether a tracer provider has
-// been installed and whether the instruments are enabled.
-//
-// The propagation helpers ([ExtractHTTP], [InjectHTTP], [ExtractGRPC],
-// [InjectGRPC]) carry the W3C trace context and baggage across HTTP and
-// gRPC hops; [Baggage] returns the extracted baggage, bounded, for the
-// invocation, where middleware reads it (see
-// [pipeline.Invocation.IdempotencyKey]); typed handlers read the caller's
-// idempotency key from their context with [IdempotencyKey].
-//
-// The attribute and metric names are constants of this package; the guide
-// (docs/observability.md) explains each of them.
+//   - The propagation helpers ([ExtractHTTP], [InjectHTTP], [ExtractGRPC],
+//     [InjectGRPC], [Propagator]) carry the W3C trace context and baggage
+//     across HTTP and gRPC hops.
+//   - [Baggage] returns the extracted baggage, bounded, for the
+//     invocation, where middleware reads it (see
+//     [pipeline.Invocation.IdempotencyKey]).
+//   - Typed handlers read the caller's idempotency key from their context
+//     with [IdempotencyKey]; clients set it with [WithIdempotencyKey].
+//   - An adapter describes the protocol request with [Transport], so that
+//     the span and metrics carry the semantic conventions' attributes.
 package telemetry

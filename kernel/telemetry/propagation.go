@@ -78,11 +78,11 @@ func (c mdCarrier) Keys() []string {
 // tighter than W3C's (64 members, 8192 bytes) because every member is kept
 // for the whole call and may be logged.
 const (
-	// MaxBaggageMembers is the most members copied.
-	MaxBaggageMembers = 32
-	// MaxBaggageBytes is the most bytes of keys and values copied, summed
+	// maxBaggageMembers is the most members copied.
+	maxBaggageMembers = 32
+	// maxBaggageBytes is the most bytes of keys and values copied, summed
 	// over the members.
-	MaxBaggageBytes = 4096
+	maxBaggageBytes = 4096
 )
 
 // Baggage returns the W3C baggage of ctx (see ExtractHTTP and
@@ -92,7 +92,7 @@ const (
 // [pipeline.Invocation.IdempotencyKey]). It returns nil when ctx carries
 // no baggage.
 //
-// At most MaxBaggageMembers members and MaxBaggageBytes bytes are copied:
+// At most 32 members and 4096 bytes of keys and values are copied:
 // the idempotency key first, then the other members in key order. Members
 // that do not fit are dropped — the rest are still copied — and one Warn
 // line on logger (nil: nothing is logged) names how many and which.
@@ -111,12 +111,12 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 		}
 		return cmp.Compare(a.Key(), b.Key())
 	})
-	out := make(map[string]string, min(len(members), MaxBaggageMembers))
+	out := make(map[string]string, min(len(members), maxBaggageMembers))
 	var dropped []string
 	size := 0
 	for _, m := range members {
 		sz := len(m.Key()) + len(m.Value())
-		if len(out) >= MaxBaggageMembers || size+sz > MaxBaggageBytes {
+		if len(out) >= maxBaggageMembers || size+sz > maxBaggageBytes {
 			dropped = append(dropped, m.Key())
 			continue
 		}
@@ -131,8 +131,8 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 		logger.LogAttrs(ctx, slog.LevelWarn, "sundial: baggage over the limit; members dropped",
 			slog.Int("dropped", len(dropped)),
 			slog.String("keys", strings.Join(shown, ",")),
-			slog.Int("max_members", MaxBaggageMembers),
-			slog.Int("max_bytes", MaxBaggageBytes))
+			slog.Int("max_members", maxBaggageMembers),
+			slog.Int("max_bytes", maxBaggageBytes))
 	}
 	return out
 }

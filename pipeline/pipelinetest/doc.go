@@ -1,17 +1,18 @@
 // Package pipelinetest provides utilities for testing code that runs in a
 // Sundial pipeline: middleware, handlers and what they log.
 //
-// [NewInvocation] makes a [pipeline.Invocation] from a few options, with the
-// deadlines reconciled as the kernel would. [Handler] returns a handler
+// [NewInvocation] makes a [pipeline.Invocation] from a [pipeline.Spec], with
+// the deadlines reconciled as the kernel would. [Handler] returns a handler
 // with a fixed result, and a [Recorder] is a middleware that records what
 // each call saw on its way in and what it returned on its way out:
 //
-//	rec := pipelinetest.NewRecorder()
+//	rec := new(pipelinetest.Recorder)
 //	h := pipeline.Chain(pipelinetest.Handler("ok", nil), mw, rec)
-//	out, err := h(ctx, pipelinetest.NewInvocation(pipelinetest.WithTimeout(time.Second)))
+//	inv := pipelinetest.NewInvocation(pipeline.Spec{Deadline: time.Now().Add(time.Second), DeadlineSource: pipeline.DeadlineOperation})
+//	out, err := h(ctx, inv)
 //	call, _ := rec.Last()
 //	// call.HasDeadline reports whether mw gave the handler a deadline.
 //
-// A [LogSink] is a [log/slog.Handler] that keeps the records logged through
-// it, for tests to inspect or to wait for.
+// A [LogSink] keeps the records logged through its logger, for tests to
+// inspect or to wait for.
 package pipelinetest

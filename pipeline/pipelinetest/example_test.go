@@ -12,7 +12,7 @@ import (
 // Test a middleware: record what the handler behind it was given and what
 // it returned, and what the middleware logged.
 func Example() {
-	logs := pipelinetest.NewLogSink()
+	logs := new(pipelinetest.LogSink)
 	logger := logs.Logger()
 	audit := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
@@ -20,12 +20,12 @@ func Example() {
 		return out, err
 	})
 
-	rec := pipelinetest.NewRecorder()
+	rec := new(pipelinetest.Recorder)
 	h := pipeline.Chain(pipelinetest.Handler(nil, pipeline.NotFound("SHOP_NOT_FOUND_001", "no such order")), audit, rec)
-	inv := pipelinetest.NewInvocation(
-		pipelinetest.WithOperation("orders.get"),
-		pipelinetest.WithCallerDeadline(time.Now().Add(time.Minute)),
-	)
+	inv := pipelinetest.NewInvocation(pipeline.Spec{
+		Operation:      pipelinetest.Operation("orders.get"),
+		CallerDeadline: time.Now().Add(time.Minute),
+	})
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Minute))
 	defer cancel()
 	_, _ = h(ctx, inv)
@@ -34,7 +34,7 @@ func Example() {
 	fmt.Println("handler had a deadline:", call.HasDeadline)
 	fmt.Println("handler returned:", pipeline.CodeOf(call.Err))
 	fmt.Println("source:", call.Invocation.DeadlineSource())
-	for _, r := range logs.Find("audit") {
+	for _, r := range logs.Find(pipelinetest.Message("audit")) {
 		fmt.Println("logged:", r.Attrs["operation"], r.Attrs["code"])
 	}
 	// Output:

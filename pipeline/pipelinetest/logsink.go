@@ -23,10 +23,10 @@ type Record struct {
 	Attrs map[string]any
 }
 
-// LogSink is a [slog.Handler] that keeps every record logged through it, at
-// every level, for tests to inspect ([LogSink.Records], [LogSink.Find]) or
-// to wait for ([LogSink.WaitFor]). The handlers its WithAttrs and WithGroup
-// methods return keep their records in the same LogSink.
+// LogSink keeps every record logged through its [LogSink.Logger], at
+// every level, for tests to inspect ([LogSink.Records], [LogSink.Find])
+// or to wait for ([LogSink.WaitFor]). The loggers its logger's With and
+// WithGroup methods return keep their records in the same LogSink.
 //
 // The zero LogSink is ready to use. Its methods are safe for concurrent
 // use.
@@ -36,57 +36,38 @@ type LogSink struct {
 	changed chan struct{} // closed, and replaced, when a record is added
 }
 
-// NewLogSink returns a new, empty LogSink.
-func NewLogSink() *LogSink { return new(LogSink) }
-
 // Logger returns a logger that logs to s.
-func (s *LogSink) Logger() *slog.Logger { return slog.New(s) }
-
-// Enabled reports true: a LogSink keeps records of every level.
-func (s *LogSink) Enabled(context.Context, slog.Level) bool { return true }
-
-// Handle keeps r.
-func (s *LogSink) Handle(ctx context.Context, r slog.Record) error {
-	return sinkHandler{sink: s}.Handle(ctx, r)
-}
-
-// WithAttrs returns a handler that adds attrs to each record and keeps it
-// in s.
-func (s *LogSink) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return sinkHandler{sink: s}.WithAttrs(attrs)
-}
-
-// WithGroup returns a handler that puts the attributes of each record in
-// the group name and keeps it in s.
-func (s *LogSink) WithGroup(name string) slog.Handler {
-	return sinkHandler{sink: s}.WithGroup(name)
-}
+func (s *LogSink) Logger() *slog.Logger { return slog.New(sinkHandler{sink: s}) }
 
 // Records returns a copy of the records kept so far, oldest first.
 func (s *LogSink) Records() []Record {
-	return s.filter(func(Record) bool { return true })
+	return s.Find(func(Record) bool { return true })
 }
 
-// Find returns the records kept so far whose message is msg, oldest first.
-func (s *LogSink) Find(msg string) []Record {
-	return s.filter(func(r Record) bool { return r.Message == msg })
+// Message returns a match of [LogSink.Find] and [LogSink.WaitFor]: the
+// records whose message is msg.
+func Message(msg string) func(Record) bool {
+	return func(r Record) bool { return r.Message == msg }
 }
 
-// FindFunc returns the records kept so far for which match returns true,
+// Find returns the records kept so far for which match returns true,
 // oldest first.
-func (s *LogSink) FindFunc(match func(Record) bool) []Record {
-	return s.filter(match)
+func (s *LogSink) Find(match func(Record) bool) []Record {
+	s.mu.Lock()
+	recs := s.records // elements are never written once added
+	s.mu.Unlock()
+	var out []Record
+	for _, r := range recs {
+		if r = clone(r); match(r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
-// WaitFor returns the first record whose message is msg, waiting up to
-// timeout for one to be logged, and whether there is one.
-func (s *LogSink) WaitFor(msg string, timeout time.Duration) (Record, bool) {
-	return s.WaitFunc(timeout, func(r Record) bool { return r.Message == msg })
-}
-
-// WaitFunc returns the first record for which match returns true, waiting
+// WaitFor returns the first record for which match returns true, waiting
 // up to timeout for one to be logged, and whether there is one.
-func (s *LogSink) WaitFunc(timeout time.Duration, match func(Record) bool) (Record, bool) {
+func (s *LogSink) WaitFor(timeout time.Duration, match func(Record) bool) (Record, bool) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
@@ -127,19 +108,6 @@ func (s *LogSink) add(r Record) {
 	s.mu.Unlock()
 }
 
-func (s *LogSink) filter(match func(Record) bool) []Record {
-	s.mu.Lock()
-	recs := s.records // elements are never written once added
-	s.mu.Unlock()
-	var out []Record
-	for _, r := range recs {
-		if r = clone(r); match(r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // clone returns r with a copy of its attributes, so that callers cannot
 // change what the sink keeps.
 func clone(r Record) Record {
@@ -147,7 +115,8 @@ func clone(r Record) Record {
 	return r
 }
 
-// sinkHandler is a LogSink with a logger's attributes and groups.
+// sinkHandler is the [slog.Handler] of a LogSink's logger, with the
+// logger's attributes and groups.
 type sinkHandler struct {
 	sink   *LogSink
 	prefix string         // the open groups, each followed by "."
@@ -211,4 +180,4 @@ func flatten(m map[string]any, prefix string, a slog.Attr) {
 	m[prefix+a.Key] = v.Any()
 }
 
-var _ slog.Handler = (*LogSink)(nil)
+var _ slog.Handler = sinkHandler{}

@@ -15,7 +15,7 @@ import (
 )
 
 func TestNewInvocationDefaults(t *testing.T) {
-	inv := pipelinetest.NewInvocation()
+	inv := pipelinetest.NewInvocation(pipeline.Spec{})
 	if inv.Operation() != nil || inv.Protocol() != pipeline.ProtocolInProcess || inv.Route() != "" ||
 		inv.Input() != nil || inv.IdempotencyKey() != "" || inv.DeadlineSource() != pipeline.DeadlineNone {
 		t.Errorf("NewInvocation() = %+v, want an empty in-process invocation", inv)
@@ -31,18 +31,16 @@ func TestNewInvocationDefaults(t *testing.T) {
 	}
 }
 
-func TestNewInvocationOptions(t *testing.T) {
+func TestNewInvocationSpec(t *testing.T) {
 	in := &struct{ N int }{1}
-	inv := pipelinetest.NewInvocation(
-		pipelinetest.WithOperation("orders.create"),
-		pipelinetest.WithProtocol(pipeline.ProtocolHTTP),
-		pipelinetest.WithRoute("POST /orders"),
-		pipelinetest.WithInput(in),
-		pipelinetest.WithBaggage("tenant", "acme"),
-		pipelinetest.WithBaggage("region", "eu"),
-		pipelinetest.WithIdempotencyKey("key-1"),
-		nil, // ignored
-	)
+	inv := pipelinetest.NewInvocation(pipeline.Spec{
+		Operation:      pipelinetest.Operation("orders.create"),
+		Protocol:       pipeline.ProtocolHTTP,
+		Route:          "POST /orders",
+		Input:          in,
+		Baggage:        map[string]string{"tenant": "acme", "region": "eu"},
+		IdempotencyKey: "key-1",
+	})
 	if inv.OperationID() != "orders.create" || inv.Operation() != pipelinetest.Operation("orders.create") {
 		t.Errorf("operation = %v", inv.Operation())
 	}
@@ -59,53 +57,23 @@ func TestNewInvocationOptions(t *testing.T) {
 		t.Errorf("IdempotencyKey() = %q, want key-1", inv.IdempotencyKey())
 	}
 
-	host := pipelinetest.NewInvocation(pipelinetest.WithOperation("a.b"), pipelinetest.WithOperation(""), pipelinetest.WithRoute("GET /healthz"))
+	host := pipelinetest.NewInvocation(pipeline.Spec{Route: "GET /healthz"})
 	if host.Operation() != nil || host.Name() != "GET /healthz" {
-		t.Errorf("WithOperation(\"\"): operation %v, name %q; want none, the route", host.Operation(), host.Name())
+		t.Errorf("no operation: operation %v, name %q; want none, the route", host.Operation(), host.Name())
 	}
 
-	idem := pipelinetest.NewInvocation(pipelinetest.WithBaggage(pipeline.BaggageIdempotencyKey, "from-baggage"))
+	idem := pipelinetest.NewInvocation(pipeline.Spec{Baggage: map[string]string{pipeline.BaggageIdempotencyKey: "from-baggage"}})
 	if idem.IdempotencyKey() != "from-baggage" {
 		t.Errorf("IdempotencyKey() = %q, want the baggage's", idem.IdempotencyKey())
 	}
 }
 
-// TestOptionsAreReusable: an option applied to several invocations does not
-// share state between them.
-func TestOptionsAreReusable(t *testing.T) {
-	tenant := pipelinetest.WithBaggage("tenant", "acme")
-	first := pipelinetest.NewInvocation(tenant, pipelinetest.WithBaggage("extra", "1"))
-	second := pipelinetest.NewInvocation(tenant)
-	if _, found := second.Baggage("extra"); found {
-		t.Error("baggage of one invocation leaked into another made with the same option")
-	}
-	if v, _ := first.Baggage("tenant"); v != "acme" {
-		t.Errorf("first.Baggage(tenant) = %q", v)
-	}
-}
-
-func TestCustomOption(t *testing.T) {
+func TestCustomOperation(t *testing.T) {
 	type descriptor struct{ pipelinetest.Operation }
 	desc := &descriptor{"orders.get"}
-	inv := pipelinetest.NewInvocation(pipelinetest.Option(func(s *pipeline.Spec) { s.Operation = desc }))
+	inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: desc})
 	if inv.Operation() != desc || inv.OperationID() != "orders.get" {
-		t.Errorf("custom option: operation %v", inv.Operation())
-	}
-}
-
-func TestWithTimeout(t *testing.T) {
-	before := time.Now()
-	inv := pipelinetest.NewInvocation(pipelinetest.WithTimeout(2 * time.Second))
-	after := time.Now()
-	d, has := inv.Deadline()
-	if !has || d.Before(before.Add(2*time.Second)) || d.After(after.Add(2*time.Second)) {
-		t.Errorf("Deadline() = %v, %v; want 2s after NewInvocation", d, has)
-	}
-	if inv.DeadlineSource() != pipeline.DeadlineOperation {
-		t.Errorf("DeadlineSource() = %v, want operation", inv.DeadlineSource())
-	}
-	if _, has := inv.CallerDeadline(); has {
-		t.Error("WithTimeout set a caller deadline")
+		t.Errorf("custom operation: operation %v", inv.Operation())
 	}
 }
 
@@ -114,40 +82,40 @@ func TestDeadlines(t *testing.T) {
 	at := func(s int) time.Time { return now.Add(time.Duration(s) * time.Second) }
 	tests := []struct {
 		name       string
-		opts       []pipelinetest.Option
+		spec       pipeline.Spec
 		deadline   time.Time // zero: none
 		source     pipeline.DeadlineSource
 		callerDead time.Time // zero: none
 	}{
-		{"none", nil, time.Time{}, pipeline.DeadlineNone, time.Time{}},
+		{"none", pipeline.Spec{}, time.Time{}, pipeline.DeadlineNone, time.Time{}},
 		{"caller only",
-			[]pipelinetest.Option{pipelinetest.WithCallerDeadline(at(5))},
+			pipeline.Spec{CallerDeadline: at(5)},
 			at(5), pipeline.DeadlineCaller, at(5)},
 		{"caller earlier than the operation's",
-			[]pipelinetest.Option{pipelinetest.WithCallerDeadline(at(5)), pipelinetest.WithDeadline(at(10), pipeline.DeadlineOperation)},
+			pipeline.Spec{CallerDeadline: at(5), Deadline: at(10), DeadlineSource: pipeline.DeadlineOperation},
 			at(5), pipeline.DeadlineCaller, at(5)},
 		{"caller later than the operation's",
-			[]pipelinetest.Option{pipelinetest.WithCallerDeadline(at(10)), pipelinetest.WithDeadline(at(5), pipeline.DeadlineOperation)},
+			pipeline.Spec{CallerDeadline: at(10), Deadline: at(5), DeadlineSource: pipeline.DeadlineOperation},
 			at(5), pipeline.DeadlineOperation, at(10)},
 		{"caller equal to the kernel's",
-			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineKernel), pipelinetest.WithCallerDeadline(at(5))},
+			pipeline.Spec{Deadline: at(5), DeadlineSource: pipeline.DeadlineKernel, CallerDeadline: at(5)},
 			at(5), pipeline.DeadlineCaller, at(5)},
 		{"kernel",
-			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineKernel)},
+			pipeline.Spec{Deadline: at(5), DeadlineSource: pipeline.DeadlineKernel},
 			at(5), pipeline.DeadlineKernel, time.Time{}},
 		{"deadline of the caller",
-			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineCaller)},
+			pipeline.Spec{Deadline: at(5), DeadlineSource: pipeline.DeadlineCaller},
 			at(5), pipeline.DeadlineCaller, at(5)},
 		{"deadline without a source",
-			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineNone)},
+			pipeline.Spec{Deadline: at(5), DeadlineSource: pipeline.DeadlineNone},
 			at(5), pipeline.DeadlineCaller, at(5)},
-		{"deadline removed",
-			[]pipelinetest.Option{pipelinetest.WithDeadline(at(5), pipeline.DeadlineKernel), pipelinetest.WithDeadline(time.Time{}, pipeline.DeadlineKernel)},
+		{"source without a deadline",
+			pipeline.Spec{DeadlineSource: pipeline.DeadlineKernel},
 			time.Time{}, pipeline.DeadlineNone, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			inv := pipelinetest.NewInvocation(tt.opts...)
+			inv := pipelinetest.NewInvocation(tt.spec)
 			d, has := inv.Deadline()
 			if has != !tt.deadline.IsZero() || !d.Equal(tt.deadline) || inv.DeadlineSource() != tt.source {
 				t.Errorf("Deadline() = %v, %v, %v; want %v, %v", d, has, inv.DeadlineSource(), tt.deadline, tt.source)
@@ -166,13 +134,13 @@ func TestHandler(t *testing.T) {
 	if out != 42 || err != want {
 		t.Errorf("Handler(42, x)() = %v, %v", out, err)
 	}
-	if out, err := pipelinetest.Handler(nil, nil)(context.Background(), pipelinetest.NewInvocation()); out != nil || err != nil {
+	if out, err := pipelinetest.Handler(nil, nil)(context.Background(), pipelinetest.NewInvocation(pipeline.Spec{})); out != nil || err != nil {
 		t.Errorf("Handler(nil, nil)() = %v, %v", out, err)
 	}
 }
 
 func TestRecorder(t *testing.T) {
-	rec := pipelinetest.NewRecorder()
+	rec := new(pipelinetest.Recorder)
 	if _, found := rec.Last(); found || len(rec.Calls()) != 0 {
 		t.Fatal("a new Recorder has calls")
 	}
@@ -183,14 +151,14 @@ func TestRecorder(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("a.b"))
+	inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("a.b")})
 	if out, err := h(ctx, inv); out != "out" || err != notFound {
 		t.Errorf("chain = %v, %v; want what the handler returned", out, err)
 	}
 	// An ended context without a deadline.
 	ended, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	inv2 := pipelinetest.NewInvocation()
+	inv2 := pipelinetest.NewInvocation(pipeline.Spec{})
 	_, _ = h(ended, inv2)
 
 	calls := rec.Calls()
@@ -257,12 +225,12 @@ func TestRecorderPanicAndReset(t *testing.T) {
 }
 
 func TestRecorderConcurrent(t *testing.T) {
-	rec := pipelinetest.NewRecorder()
+	rec := new(pipelinetest.Recorder)
 	h := pipeline.Chain(pipelinetest.Handler(nil, nil), rec)
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
-			_, _ = h(context.Background(), pipelinetest.NewInvocation())
+			_, _ = h(context.Background(), pipelinetest.NewInvocation(pipeline.Spec{}))
 			_ = rec.Calls()
 			_, _ = rec.Last()
 		})
@@ -284,7 +252,7 @@ type secret string
 func (secret) LogValue() slog.Value { return slog.StringValue("***") }
 
 func TestLogSink(t *testing.T) {
-	sink := pipelinetest.NewLogSink()
+	sink := new(pipelinetest.LogSink)
 	logger := sink.Logger()
 	logger.Debug("debug kept", "n", 1)
 	logger.With("svc", "shop").WithGroup("req").With("id", 7).Warn("access",
@@ -318,22 +286,22 @@ func TestLogSink(t *testing.T) {
 		}
 	}
 
-	found := sink.Find("access")
+	found := sink.Find(pipelinetest.Message("access"))
 	if len(found) != 2 || found[1].Level != slog.LevelError {
 		t.Fatalf("Find(access) = %v, want the 2 access records", found)
 	}
 	if err, _ := found[1].Attrs["err"].(error); err == nil || err.Error() != "boom" {
 		t.Errorf("err attr = %#v, want the error", found[1].Attrs["err"])
 	}
-	if n := len(sink.FindFunc(func(r pipelinetest.Record) bool { return r.Level >= slog.LevelWarn })); n != 2 {
-		t.Errorf("FindFunc(>= WARN) = %d records, want 2", n)
+	if n := len(sink.Find(func(r pipelinetest.Record) bool { return r.Level >= slog.LevelWarn })); n != 2 {
+		t.Errorf("Find(>= WARN) = %d records, want 2", n)
 	}
-	if len(sink.Find("nothing")) != 0 {
+	if len(sink.Find(pipelinetest.Message("nothing"))) != 0 {
 		t.Error("Find(nothing) found records")
 	}
 
 	found[0].Attrs["svc"] = "changed"
-	if sink.Find("access")[0].Attrs["svc"] != "shop" {
+	if sink.Find(pipelinetest.Message("access"))[0].Attrs["svc"] != "shop" {
 		t.Error("changing a returned record changed the sink")
 	}
 
@@ -349,19 +317,19 @@ func TestLogSink(t *testing.T) {
 
 func TestLogSinkZeroValue(t *testing.T) {
 	var sink pipelinetest.LogSink
-	slog.New(&sink).Info("hello", "k", "v")
-	if r := sink.Find("hello"); len(r) != 1 || r[0].Attrs["k"] != "v" {
+	sink.Logger().Info("hello", "k", "v")
+	if r := sink.Find(pipelinetest.Message("hello")); len(r) != 1 || r[0].Attrs["k"] != "v" {
 		t.Errorf("zero LogSink kept %v", r)
 	}
 }
 
-// TestLogSinkIsAHandler runs the standard library's conformance tests for
-// slog handlers.
-func TestLogSinkIsAHandler(t *testing.T) {
+// TestLogSinkHandler runs the standard library's conformance tests for
+// slog handlers on the handler of a LogSink's logger.
+func TestLogSinkHandler(t *testing.T) {
 	var sink *pipelinetest.LogSink
 	slogtest.Run(t, func(*testing.T) slog.Handler {
-		sink = pipelinetest.NewLogSink()
-		return sink
+		sink = new(pipelinetest.LogSink)
+		return sink.Logger().Handler()
 	}, func(t *testing.T) map[string]any {
 		recs := sink.Records()
 		if len(recs) != 1 {
@@ -394,15 +362,15 @@ func nested(r pipelinetest.Record) map[string]any {
 }
 
 func TestLogSinkWaitFor(t *testing.T) {
-	sink := pipelinetest.NewLogSink()
+	sink := new(pipelinetest.LogSink)
 	logger := sink.Logger()
 	logger.Info("early")
-	if r, found := sink.WaitFor("early", 0); !found || r.Message != "early" {
+	if r, found := sink.WaitFor(0, pipelinetest.Message("early")); !found || r.Message != "early" {
 		t.Errorf("WaitFor(early) = %v, %v; want the record already kept", r, found)
 	}
 
 	start := time.Now()
-	if _, found := sink.WaitFor("never", 20*time.Millisecond); found {
+	if _, found := sink.WaitFor(20*time.Millisecond, pipelinetest.Message("never")); found {
 		t.Error("WaitFor(never) found a record")
 	}
 	if time.Since(start) < 20*time.Millisecond {
@@ -417,33 +385,33 @@ func TestLogSinkWaitFor(t *testing.T) {
 		logger.Info("late", "n", 1)
 		logger.Info("late", "n", 2)
 	}()
-	r, found := sink.WaitFunc(5*time.Second, func(r pipelinetest.Record) bool {
+	r, found := sink.WaitFor(5*time.Second, func(r pipelinetest.Record) bool {
 		return r.Message == "late" && r.Attrs["n"] == int64(2)
 	})
 	<-done
 	if !found || r.Attrs["n"] != int64(2) {
 		t.Errorf("WaitFunc(late, n=2) = %v, %v", r, found)
 	}
-	if r, found := sink.WaitFor("late", time.Second); !found || r.Attrs["n"] != int64(1) {
+	if r, found := sink.WaitFor(time.Second, pipelinetest.Message("late")); !found || r.Attrs["n"] != int64(1) {
 		t.Errorf("WaitFor(late) = %v, %v; want the first late record", r, found)
 	}
 }
 
 func TestLogSinkConcurrent(t *testing.T) {
-	sink := pipelinetest.NewLogSink()
+	sink := new(pipelinetest.LogSink)
 	logger := sink.Logger().With("shared", 1)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
 			for range 50 {
 				logger.Info("msg", "i", i)
-				_ = sink.Find("msg")
+				_ = sink.Find(pipelinetest.Message("msg"))
 			}
 		})
 	}
 	waited := make(chan bool)
 	go func() {
-		_, found := sink.WaitFunc(5*time.Second, func(r pipelinetest.Record) bool { return len(sink.Find("msg")) >= 400 })
+		_, found := sink.WaitFor(5*time.Second, func(r pipelinetest.Record) bool { return len(sink.Find(pipelinetest.Message("msg"))) >= 400 })
 		waited <- found
 	}()
 	wg.Wait()

@@ -47,9 +47,6 @@ type Recorder struct {
 	gen   uint64 // incremented by Reset
 }
 
-// NewRecorder returns a new Recorder.
-func NewRecorder() *Recorder { return new(Recorder) }
-
 // Invoke records the call, calls next with ctx and inv, records and returns
 // what next returned.
 func (r *Recorder) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {

@@ -106,11 +106,11 @@ type Slots struct {
 	renewMu sync.RWMutex
 }
 
-// MaxLease bounds a concurrency lease: a call whose deadline is further
-// away holds its slot in the store for at most MaxLease plus the grace (a
+// maxLease bounds a concurrency lease: a call whose deadline is further
+// away holds its slot in the store for at most maxLease plus the grace (a
 // deadline centuries away would otherwise overflow the lease into the
 // past, and the slot would not be counted at all).
-const MaxLease = 24 * time.Hour
+const maxLease = 24 * time.Hour
 
 // slotsConfig is one policy's view of a Slots.
 type slotsConfig struct{ limit, queue, expect int }
@@ -171,29 +171,55 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 	queued := len(c.waiters) > 0
 	c.mu.Unlock()
 	if !queued {
-		ok, rel, err := c.try(ctx, member)
-		if err != nil || rel != nil {
+		if rel, done, err := c.attempt(ctx, member); done {
 			return rel, err
-		}
-		if ok {
-			return c.releaser(member), nil
 		}
 	}
 	// Every slot is held, or others wait: wait in the local queue.
-	c.mu.Lock()
-	if len(c.waiters) >= c.cfg.Load().queue {
-		c.mu.Unlock()
-		return nil, resilience.ErrLimited
+	w, first, err := c.enqueue()
+	if err != nil {
+		return nil, err
 	}
-	w := &slotWaiter{head: make(chan struct{}), kick: make(chan struct{}, 1), out: make(chan struct{})}
+	defer c.leave(w)
+	// A call that asked just now waits for the next poll or release; one
+	// that became the head behind others asks at once.
+	return c.wait(ctx, w, member, queued || !first)
+}
+
+// attempt asks for a lease once (try). done reports an answer: the lease's
+// release, the fallback's, or an error; otherwise every slot is held.
+func (c *Slots) attempt(ctx context.Context, member string) (rel func(), done bool, err error) {
+	ok, rel, err := c.try(ctx, member)
+	if err != nil || rel != nil {
+		return rel, true, err
+	}
+	if ok {
+		return c.releaser(member), true, nil
+	}
+	return nil, false, nil
+}
+
+// enqueue adds a waiter at the end of the local queue; first reports that
+// it is the head already. It fails with ErrLimited when the queue is full.
+func (c *Slots) enqueue() (w *slotWaiter, first bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiters) >= c.cfg.Load().queue {
+		return nil, false, resilience.ErrLimited
+	}
+	w = &slotWaiter{head: make(chan struct{}), kick: make(chan struct{}, 1), out: make(chan struct{})}
 	c.waiters = append(c.waiters, w)
-	first := len(c.waiters) == 1
+	first = len(c.waiters) == 1
 	if first {
 		close(w.head)
 	}
-	c.mu.Unlock()
-	defer c.leave(w)
+	return w, first, nil
+}
 
+// wait waits until w heads the queue, then asks for a lease at every poll
+// and every release in this process until it gets one (ask: at once, too).
+// It gives up when a shorter queue turns w away or ctx ends.
+func (c *Slots) wait(ctx context.Context, w *slotWaiter, member string, ask bool) (func(), error) {
 	select {
 	case <-w.head:
 	case <-w.out:
@@ -203,9 +229,6 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 	}
 	t := time.NewTimer(c.st.s.cfg.PollInterval)
 	defer t.Stop()
-	// A call that asked just now waits for the next poll or release; one
-	// that became the head behind others asks at once.
-	ask := queued || !first
 	for {
 		if !ask {
 			select {
@@ -218,12 +241,8 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 			}
 		}
 		ask = false
-		ok, rel, err := c.try(ctx, member)
-		if err != nil || rel != nil {
+		if rel, done, err := c.attempt(ctx, member); done {
 			return rel, err
-		}
-		if ok {
-			return c.releaser(member), nil
 		}
 		t.Reset(c.st.s.cfg.PollInterval)
 	}
@@ -242,7 +261,7 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 	if d, has := ctx.Deadline(); has {
 		lease = max(time.Until(d), 0)
 	}
-	lease = min(lease, MaxLease) + c.st.s.cfg.LeaseGrace
+	lease = min(lease, maxLease) + c.st.s.cfg.LeaseGrace
 	// Calls the Local fallback admitted while the store was unreachable
 	// still run after it answers again, and the store never saw them.
 	limit := cfg.limit
@@ -390,13 +409,13 @@ func (c *Slots) fallback(ctx context.Context) (func(), error) {
 	return slotsFallbacks[c.st.mode()](c, ctx)
 }
 
-// slotsFallbacks are what degraded Slots delegate to, by Mode: "open"
+// slotsFallbacks are what degraded Slots delegate to, by mode: "open"
 // admits, "closed" turns away, "local" takes a slot of this replica's
 // share.
-var slotsFallbacks = map[Mode]func(*Slots, context.Context) (func(), error){
-	Local:  (*Slots).localShare,
-	Open:   func(*Slots, context.Context) (func(), error) { return func() {}, nil },
-	Closed: func(*Slots, context.Context) (func(), error) { return nil, resilience.ErrLimited },
+var slotsFallbacks = map[fallbackMode]func(*Slots, context.Context) (func(), error){
+	modeLocal:  (*Slots).localShare,
+	modeOpen:   func(*Slots, context.Context) (func(), error) { return func() {}, nil },
+	modeClosed: func(*Slots, context.Context) (func(), error) { return nil, resilience.ErrLimited },
 }
 
 // localShare takes a slot of this replica's share of the limit. Once the

@@ -37,42 +37,45 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// Mode is what a cluster-scoped limit does while its store is unreachable.
-type Mode string
+// fallbackMode is what a cluster-scoped limit does while its store is
+// unreachable (the policy's OnStoreError).
+type fallbackMode string
 
 const (
-	// Local enforces this replica's share of the limit:
+	// modeLocal enforces this replica's share of the limit:
 	// ceil(limit / replicas). The default.
-	Local Mode = "local"
-	// Open admits every call (the limit is off while degraded).
-	Open Mode = "open"
-	// Closed rejects every call while degraded.
-	Closed Mode = "closed"
+	modeLocal fallbackMode = "local"
+	// modeOpen admits every call (the limit is off while degraded).
+	modeOpen fallbackMode = "open"
+	// modeClosed rejects every call while degraded.
+	modeClosed fallbackMode = "closed"
 )
 
-// ParseMode returns the Mode named s ("" is Local).
-func ParseMode(s string) (Mode, error) {
-	switch Mode(s) {
-	case "", Local:
-		return Local, nil
-	case Open, Closed:
-		return Mode(s), nil
+// parseMode returns the mode named s ("" is modeLocal).
+func parseMode(s string) (fallbackMode, error) {
+	switch fallbackMode(s) {
+	case "", modeLocal:
+		return modeLocal, nil
+	case modeOpen, modeClosed:
+		return fallbackMode(s), nil
 	}
 	return "", fmt.Errorf("unknown OnStoreError %q (want \"local\", \"open\" or \"closed\")", s)
 }
 
-// Defaults of Config.
+// DefaultKeyPrefix is the KeyPrefix of a Config that sets none.
+const DefaultKeyPrefix = "sundial"
+
+// Defaults of Config, and of a policy's StoreTimeout.
 const (
-	DefaultStoreTimeout  = 50 * time.Millisecond
-	DefaultLeaseGrace    = 2 * time.Second
-	DefaultLease         = 60 * time.Second
-	DefaultRetryInterval = time.Second
-	DefaultPollInterval  = 10 * time.Millisecond
-	DefaultHeartbeat     = time.Second
-	DefaultKeyPrefix     = "sundial"
+	defaultStoreTimeout  = 50 * time.Millisecond
+	defaultLeaseGrace    = 2 * time.Second
+	defaultLease         = 60 * time.Second
+	defaultRetryInterval = time.Second
+	defaultPollInterval  = 10 * time.Millisecond
+	defaultHeartbeat     = time.Second
 )
 
-// Config tunes a Store. Zero values take the defaults above.
+// Config tunes a Store. Zero values take the defaults given.
 type Config struct {
 	// KeyPrefix starts every key ("sundial"): keys of operation id are
 	// "{<prefix>:<id>}:w:<window length in µs>" and "{<prefix>:<id>}:c",
@@ -83,17 +86,21 @@ type Config struct {
 	// heartbeats: a replica's heartbeat renews the leases of its calls
 	// that still run (one past its deadline keeps its slot until it
 	// returns), and the lease must outlast the wait for the next beat.
+	// The default is 2 s.
 	LeaseGrace time.Duration
-	// DefaultLease is the lease of a call without a deadline.
+	// DefaultLease is the lease of a call without a deadline (60 s).
 	DefaultLease time.Duration
 	// RetryInterval is how long a degraded operation waits before it tries
-	// the store again (one call tries; the others keep the fallback).
+	// the store again (one call tries; the others keep the fallback); 1 s
+	// by default.
 	RetryInterval time.Duration
 	// PollInterval is how often the head of a local concurrency queue asks
-	// the store for a slot (a release in this process asks at once).
+	// the store for a slot (a release in this process asks at once); 10 ms
+	// by default.
 	PollInterval time.Duration
 	// Heartbeat is how often the replica announces itself; a replica not
-	// heard of for three heartbeats is no longer counted.
+	// heard of for three heartbeats is no longer counted. The default is
+	// 1 s.
 	Heartbeat time.Duration
 	// Logger receives one line per degraded/recovered transition.
 	Logger *slog.Logger
@@ -132,11 +139,11 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 			*d = v
 		}
 	}
-	def(&cfg.LeaseGrace, DefaultLeaseGrace)
-	def(&cfg.DefaultLease, DefaultLease)
-	def(&cfg.RetryInterval, DefaultRetryInterval)
-	def(&cfg.PollInterval, DefaultPollInterval)
-	def(&cfg.Heartbeat, DefaultHeartbeat)
+	def(&cfg.LeaseGrace, defaultLeaseGrace)
+	def(&cfg.DefaultLease, defaultLease)
+	def(&cfg.RetryInterval, defaultRetryInterval)
+	def(&cfg.PollInterval, defaultPollInterval)
+	def(&cfg.Heartbeat, defaultHeartbeat)
 	cfg.LeaseGrace = max(cfg.LeaseGrace, 2*cfg.Heartbeat)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -176,7 +183,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	s.bg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultStoreTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultStoreTimeout)
 	defer cancel()
 	_ = s.rdb.ZRem(ctx, s.replicaKey(), s.instance).Err()
 	return nil
@@ -200,11 +207,9 @@ func (s *Store) spawn(f func()) bool {
 	return true
 }
 
-// Replicas returns the number of live replicas last counted (at least 1).
-func (s *Store) Replicas() int { return int(s.replicas.Load()) }
-
-// Instance returns this replica's ID in the store.
-func (s *Store) Instance() string { return s.instance }
+// replicaCount returns the number of live replicas last counted (at
+// least 1).
+func (s *Store) replicaCount() int { return int(s.replicas.Load()) }
 
 // Degraded reports whether operation id is using its OnStoreError fallback.
 func (s *Store) Degraded(id string) bool {
@@ -212,19 +217,6 @@ func (s *Store) Degraded(id string) bool {
 	st := s.ops[id]
 	s.mu.Unlock()
 	return st != nil && st.degraded.Load()
-}
-
-// DegradedOperations returns the IDs of the operations now degraded.
-func (s *Store) DegradedOperations() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for id, st := range s.ops {
-		if st.degraded.Load() {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 func (s *Store) replicaKey() string { return "{" + s.cfg.KeyPrefix + "}:replicas" }
@@ -264,7 +256,7 @@ func (s *Store) heartbeat() {
 }
 
 func (s *Store) beat() {
-	ctx, cancel := context.WithTimeout(context.Background(), max(DefaultStoreTimeout, s.cfg.Heartbeat/2))
+	ctx, cancel := context.WithTimeout(context.Background(), max(defaultStoreTimeout, s.cfg.Heartbeat/2))
 	defer cancel()
 	ttl := 3 * s.cfg.Heartbeat.Microseconds()
 	n, err := heartbeatScript.Run(ctx, s.rdb, []string{s.replicaKey()}, s.instance, ttl).Int64()
@@ -304,17 +296,17 @@ type opState struct {
 
 // opConfig is what an operation's policy says about its store.
 type opConfig struct {
-	mode    Mode
+	mode    fallbackMode
 	timeout time.Duration
 }
 
-func (st *opState) mode() Mode             { return st.cfg.Load().mode }
+func (st *opState) mode() fallbackMode     { return st.cfg.Load().mode }
 func (st *opState) timeout() time.Duration { return st.cfg.Load().timeout }
 
 // state returns the state of operation id with p's OnStoreError and
 // StoreTimeout in force; s.mu is held.
 func (s *Store) state(id string, p resilience.Policy) (*opState, error) {
-	mode, err := ParseMode(p.OnStoreError)
+	mode, err := parseMode(p.OnStoreError)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +317,7 @@ func (s *Store) state(id string, p resilience.Policy) (*opState, error) {
 	}
 	c := &opConfig{mode: mode, timeout: p.StoreTimeout}
 	if c.timeout <= 0 {
-		c.timeout = DefaultStoreTimeout
+		c.timeout = defaultStoreTimeout
 	}
 	st.cfg.Store(c)
 	return st, nil
@@ -431,7 +423,7 @@ func (st *opState) storeCtx(ctx context.Context) (context.Context, context.Cance
 func (st *opState) share(limit, expected int) int {
 	n := expected
 	if n <= 0 {
-		n = st.s.Replicas()
+		n = st.s.replicaCount()
 	}
 	n = max(n, 1)
 	return max((limit+n-1)/n, 1)
@@ -476,11 +468,11 @@ func NewClient(o *redis.Options) *redis.Client {
 // can; the check keeps a hash tag from being closed early).
 func validID(id string) bool { return !strings.ContainsAny(id, "{}") }
 
-// SpanAttrDegraded marks the span of a call whose cluster limits were
+// spanAttrDegraded marks the span of a call whose cluster limits were
 // applied by the OnStoreError fallback (the store was unreachable).
-const SpanAttrDegraded = "sundial.cluster.degraded"
+const spanAttrDegraded = "sundial.cluster.degraded"
 
-var degradedAttr = attribute.Bool(SpanAttrDegraded, true)
+var degradedAttr = attribute.Bool(spanAttrDegraded, true)
 
 // markDegraded records on ctx's span that the call was served degraded.
 func markDegraded(ctx context.Context) {

@@ -302,11 +302,11 @@ func (w *Window) fallback(ctx context.Context, c *windowConfig) (resilience.Quot
 	return windowFallbacks[w.st.mode()](w, ctx, c)
 }
 
-// windowFallbacks are what a degraded Window delegates to, by Mode.
-var windowFallbacks = map[Mode]func(*Window, context.Context, *windowConfig) (resilience.Quota, error){
-	Local:  (*Window).localShare,
-	Open:   (*Window).admitAll,
-	Closed: (*Window).rejectAll,
+// windowFallbacks are what a degraded Window delegates to, by mode.
+var windowFallbacks = map[fallbackMode]func(*Window, context.Context, *windowConfig) (resilience.Quota, error){
+	modeLocal:  (*Window).localShare,
+	modeOpen:   (*Window).admitAll,
+	modeClosed: (*Window).rejectAll,
 }
 
 // admitAll is OnStoreError "open": the limit is off while degraded.

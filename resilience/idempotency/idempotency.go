@@ -25,26 +25,22 @@ import (
 	"reflect"
 	"sync"
 	"time"
-
-	"github.com/sundial-go/sundial/pipeline"
 )
 
 // Defaults of a [Policy] and of the stores.
 const (
-	// DefaultRetention is how long a finished outcome is kept (24 hours,
+	// defaultRetention is how long a finished outcome is kept (24 hours,
 	// as the IETF draft's examples suggest).
-	DefaultRetention = 24 * time.Hour
-	// DefaultMaxOutcomeBytes bounds one stored outcome (64 KiB).
-	DefaultMaxOutcomeBytes = 64 << 10
-	// MaxKeyLength bounds an idempotency key, in bytes, on every protocol.
-	MaxKeyLength = pipeline.MaxIdempotencyKey
-	// DefaultLease is how long a running record survives its holder's
+	defaultRetention = 24 * time.Hour
+	// defaultMaxOutcomeBytes bounds one stored outcome (64 KiB).
+	defaultMaxOutcomeBytes = 64 << 10
+	// defaultLease is how long a running record survives its holder's
 	// process in a store that can outlive it (Redis); the holder renews it
-	// every DefaultLease/3 while its handler runs.
-	DefaultLease = 30 * time.Second
-	// InProgressRetryAfter is the retry-after of a 409 for a key whose call
+	// every defaultLease/3 while its handler runs.
+	defaultLease = 30 * time.Second
+	// inProgressRetryAfter is the retry-after of a 409 for a key whose call
 	// still runs.
-	InProgressRetryAfter = time.Second
+	inProgressRetryAfter = time.Second
 )
 
 // Policy is one operation's idempotency setting (the resilience JSON's
@@ -56,10 +52,10 @@ type Policy struct {
 	// when false, a call without a key runs without any of this.
 	Required bool
 	// Retention is how long a finished outcome is replayed
-	// (DefaultRetention when zero).
+	// (24 hours when zero).
 	Retention time.Duration
-	// MaxOutcomeBytes bounds one stored outcome (DefaultMaxOutcomeBytes
-	// when zero). A larger one is not kept: a repeat gets 409
+	// MaxOutcomeBytes bounds one stored outcome (64 KiB when
+	// zero). A larger one is not kept: a repeat gets 409
 	// KERNEL_CONFLICT_002 ("already ran, outcome too large to replay").
 	MaxOutcomeBytes int
 }
@@ -68,14 +64,14 @@ func (p Policy) retention() time.Duration {
 	if p.Retention > 0 {
 		return p.Retention
 	}
-	return DefaultRetention
+	return defaultRetention
 }
 
 func (p Policy) maxOutcome() int {
 	if p.MaxOutcomeBytes > 0 {
 		return p.MaxOutcomeBytes
 	}
-	return DefaultMaxOutcomeBytes
+	return defaultMaxOutcomeBytes
 }
 
 // Record is what a store holds under a key that another call claimed.
@@ -125,7 +121,7 @@ var ErrFull = errors.New("idempotency: store full of running claims")
 // with a smaller outcome or releases it.
 var ErrTooLarge = errors.New("idempotency: the outcome does not fit in the store")
 
-// Fingerprint returns the hash of an input's canonical form: its JSON
+// fingerprint returns the hash of an input's canonical form: its JSON
 // encoding as Go produces it from the decoded value (struct fields in
 // declaration order, map keys sorted), so the same input gives the same
 // fingerprint whether it came over HTTP, gRPC or the CLI and whatever the
@@ -137,7 +133,7 @@ var ErrTooLarge = errors.New("idempotency: the outcome does not fit in the store
 // AccountRef{Account string `param:"account" json:"-"`}): such a field is
 // typically filled from the URL path or query, so that the body cannot
 // set it, and two calls that differ only there are different requests.
-func Fingerprint(input any) (string, error) {
+func fingerprint(input any) (string, error) {
 	b, err := json.Marshal(input)
 	if err != nil {
 		return "", err
@@ -205,11 +201,11 @@ func hiddenFields(t reflect.Type) []reflect.StructField {
 	return out
 }
 
-// ScopedKey returns the store key of an idempotency key: a hash of the
+// scopedKey returns the store key of an idempotency key: a hash of the
 // operation ID, the caller's scope (principal or tenant; "" when the
 // application supplies none) and the key, so keys of different operations
 // or callers never meet.
-func ScopedKey(operation, scope, key string) string {
+func scopedKey(operation, scope, key string) string {
 	h := sha256.New()
 	for _, s := range []string{operation, scope, key} {
 		var n [4]byte
@@ -219,7 +215,3 @@ func ScopedKey(operation, scope, key string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
-
-// ValidKey reports whether key can be an idempotency key
-// (pipeline.ValidIdempotencyKey).
-func ValidKey(key string) bool { return pipeline.ValidIdempotencyKey(key) }

@@ -44,8 +44,7 @@ func newMW(store idempotency.Store, pol idempotency.Policy) *idempotency.Middlew
 }
 
 func call(mw *idempotency.Middleware, key string, in chargeIn, h pipeline.Handler) (any, error, *pipeline.Invocation) {
-	inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"),
-		pipelinetest.WithIdempotencyKey(key), pipelinetest.WithInput(&in))
+	inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("billing.charge"), IdempotencyKey: key, Input: &in})
 	out, err := mw.Invoke(context.Background(), inv, h)
 	return out, err, inv
 }
@@ -155,7 +154,7 @@ func TestDeadlineNeverStored(t *testing.T) {
 		mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		inv := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"), pipelinetest.WithIdempotencyKey("k"), pipelinetest.WithInput(&chargeIn{"4242", 10}))
+		inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("billing.charge"), IdempotencyKey: "k", Input: &chargeIn{"4242", 10}})
 		// Ignores its context: 300 ms.
 		go mw.Invoke(ctx, inv, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 			time.Sleep(300 * time.Millisecond)
@@ -175,7 +174,7 @@ func TestDeadlineNeverStored(t *testing.T) {
 		// Honours its context: returns TIMEOUT, the key is freed.
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel2()
-		inv3 := pipelinetest.NewInvocation(pipelinetest.WithOperation("billing.charge"), pipelinetest.WithIdempotencyKey("k2"), pipelinetest.WithInput(&chargeIn{"4242", 10}))
+		inv3 := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("billing.charge"), IdempotencyKey: "k2", Input: &chargeIn{"4242", 10}})
 		_, err = mw.Invoke(ctx2, inv3, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
@@ -266,7 +265,7 @@ func TestScopedKeys(t *testing.T) {
 		Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}),
 		Scope: func(_ context.Context, inv *pipeline.Invocation) string { v, _ := inv.Baggage("tenant"); return v }})
 	for _, tenant := range []string{"acme", "globex", "acme"} {
-		inv := pipelinetest.NewInvocation(pipelinetest.WithIdempotencyKey("k"), pipelinetest.WithBaggage("tenant", tenant), pipelinetest.WithInput(&chargeIn{}))
+		inv := pipelinetest.NewInvocation(pipeline.Spec{IdempotencyKey: "k", Input: &chargeIn{}, Baggage: map[string]string{"tenant": tenant}})
 		mw.Invoke(context.Background(), inv, counting(&n))
 	}
 	if n.Load() != 2 {
@@ -341,7 +340,7 @@ func TestMemoryStoreBoundUnderFlood(t *testing.T) {
 	for i := range 50_000 {
 		call(mw, fmt.Sprintf("key-%d", i), chargeIn{"4242", i}, h)
 		if i%1000 == 0 {
-			if e, b := store.Len(); e > maxSeen {
+			if e, b := idempotency.StoreLen(store); e > maxSeen {
 				maxSeen = e
 				if b > maxBytes {
 					t.Fatalf("bytes %d > %d", b, maxBytes)
@@ -349,7 +348,7 @@ func TestMemoryStoreBoundUnderFlood(t *testing.T) {
 			}
 		}
 	}
-	entries, bytes := store.Len()
+	entries, bytes := idempotency.StoreLen(store)
 	after := heap()
 	growth := int64(after) - int64(before)
 	t.Logf("flood of 50000 keys: %d entries, %d bytes accounted; heap %d -> %d bytes (%+d)", entries, bytes, before, after, growth)

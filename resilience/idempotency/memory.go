@@ -11,25 +11,28 @@ import (
 
 // Bounds of the in-process store.
 const (
-	// DefaultMaxEntries bounds the records of a MemoryStore.
-	DefaultMaxEntries = 100_000
-	// DefaultMaxBytes bounds the bytes a MemoryStore accounts for its
+	// defaultMaxEntries bounds the records of a memory store.
+	defaultMaxEntries = 100_000
+	// defaultMaxBytes bounds the bytes a memory store accounts for its
 	// records (64 MiB).
-	DefaultMaxBytes = 64 << 20
+	defaultMaxBytes = 64 << 20
 	// entryOverhead is what one record costs beyond its key, fingerprint
 	// and outcome (map slot, list element, struct), for the byte bound.
 	entryOverhead = 256
 )
 
-// MemoryConfig bounds a [MemoryStore]. Zero fields take the defaults.
+// MemoryConfig bounds the store of [NewMemoryStore]. Zero fields take
+// the defaults.
 type MemoryConfig struct {
+	// MaxEntries bounds the records held (100,000 when zero).
 	MaxEntries int
-	MaxBytes   int64
+	// MaxBytes bounds the bytes accounted for them (64 MiB when zero).
+	MaxBytes int64
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
 
-// MemoryStore is the in-process [Store]: bounded in entries and bytes,
+// memoryStore is the in-process [Store]: bounded in entries and bytes,
 // finished records expiring after their retention. When a claim or an
 // outcome would exceed a bound, expired records go first (whatever their
 // operation's retention, so in order of expiry), then the oldest finished
@@ -37,7 +40,7 @@ type MemoryConfig struct {
 // Running claims are never evicted, nor is the record being finished:
 // when nothing can be evicted, Claim fails with ErrFull and Finish with
 // ErrTooLarge.
-type MemoryStore struct {
+type memoryStore struct {
 	mu       sync.Mutex
 	max      int
 	maxBytes int64
@@ -83,14 +86,23 @@ func (e *memEntry) size() int64 {
 	return int64(len(e.key) + len(e.fp) + len(e.token) + len(e.outcome) + entryOverhead)
 }
 
-// NewMemoryStore returns an in-process store with the bounds of c.
-func NewMemoryStore(c MemoryConfig) *MemoryStore {
-	s := &MemoryStore{max: c.MaxEntries, maxBytes: c.MaxBytes, now: c.Now, entries: make(map[string]*memEntry), done: list.New()}
+// NewMemoryStore returns the in-process [Store], with the bounds of c:
+// finished records expire after their retention and, when a bound is
+// reached, expired records then the oldest finished ones are evicted.
+// Running claims are never evicted; when nothing can be, Claim fails with
+// [ErrFull] and Finish with [ErrTooLarge].
+func NewMemoryStore(c MemoryConfig) Store {
+	return newMemoryStore(c)
+}
+
+// newMemoryStore returns the in-process store with the bounds of c.
+func newMemoryStore(c MemoryConfig) *memoryStore {
+	s := &memoryStore{max: c.MaxEntries, maxBytes: c.MaxBytes, now: c.Now, entries: make(map[string]*memEntry), done: list.New()}
 	if s.max <= 0 {
-		s.max = DefaultMaxEntries
+		s.max = defaultMaxEntries
 	}
 	if s.maxBytes <= 0 {
-		s.maxBytes = DefaultMaxBytes
+		s.maxBytes = defaultMaxBytes
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -98,17 +110,17 @@ func NewMemoryStore(c MemoryConfig) *MemoryStore {
 	return s
 }
 
-// Len returns the number of records held and the bytes accounted for them.
-func (s *MemoryStore) Len() (entries int, bytes int64) {
+// len returns the number of records held and the bytes accounted for them.
+func (s *memoryStore) len() (entries int, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.entries), s.bytes
 }
 
 // Lease returns 0: an in-process claim lives until its holder finishes.
-func (s *MemoryStore) Lease() time.Duration { return 0 }
+func (s *memoryStore) Lease() time.Duration { return 0 }
 
-func (s *MemoryStore) remove(e *memEntry) {
+func (s *memoryStore) remove(e *memEntry) {
 	delete(s.entries, e.key)
 	if e.elem != nil {
 		s.done.Remove(e.elem)
@@ -122,7 +134,7 @@ func (s *MemoryStore) remove(e *memEntry) {
 // ones first, soonest expiry first, then the oldest finished. It returns
 // fits' last answer; false means only running claims (and the record
 // being finished, which is not in the finished lists yet) are left.
-func (s *MemoryStore) evict(now time.Time, fits func() bool) bool {
+func (s *memoryStore) evict(now time.Time, fits func() bool) bool {
 	for !fits() && len(s.expiry) > 0 && !now.Before(s.expiry[0].expires) {
 		s.remove(s.expiry[0])
 	}
@@ -133,7 +145,7 @@ func (s *MemoryStore) evict(now time.Time, fits func() bool) bool {
 }
 
 // Claim implements Store.
-func (s *MemoryStore) Claim(_ context.Context, key, fp string, _ time.Duration) (string, *Record, error) {
+func (s *memoryStore) Claim(_ context.Context, key, fp string, _ time.Duration) (string, *Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -157,7 +169,7 @@ func (s *MemoryStore) Claim(_ context.Context, key, fp string, _ time.Duration) 
 // other records, never the one it finishes: when the outcome cannot fit
 // it returns ErrTooLarge and the claim stays running, for the caller to
 // finish with a smaller outcome (or release).
-func (s *MemoryStore) Finish(_ context.Context, key, token, _ string, outcome []byte, retention time.Duration) error {
+func (s *memoryStore) Finish(_ context.Context, key, token, _ string, outcome []byte, retention time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[key]
@@ -178,7 +190,7 @@ func (s *MemoryStore) Finish(_ context.Context, key, token, _ string, outcome []
 }
 
 // Release implements Store.
-func (s *MemoryStore) Release(_ context.Context, key, token string) error {
+func (s *memoryStore) Release(_ context.Context, key, token string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[key]
@@ -190,7 +202,7 @@ func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 }
 
 // Renew implements Store; in-process claims need no renewal.
-func (s *MemoryStore) Renew(_ context.Context, key, token string, _ time.Duration) error {
+func (s *memoryStore) Renew(_ context.Context, key, token string, _ time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.entries[key]; !ok || e.token != token {

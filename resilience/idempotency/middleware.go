@@ -64,7 +64,7 @@ func errMissing() *pipeline.Error {
 
 func errInProgress() *pipeline.Error {
 	return pipeline.Conflict(pipeline.CodeIdempotencyInProgress,
-		"A call with this idempotency key is still running; retry later for its outcome.").WithRetryAfter(InProgressRetryAfter)
+		"A call with this idempotency key is still running; retry later for its outcome.").WithRetryAfter(inProgressRetryAfter)
 }
 
 func errMismatch() *pipeline.Error {
@@ -96,10 +96,10 @@ func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 		}
 		return next(ctx, inv)
 	}
-	if !ValidKey(key) {
+	if !pipeline.ValidIdempotencyKey(key) {
 		return nil, pipeline.ErrIdempotencyKeyMalformed()
 	}
-	fp, err := Fingerprint(inv.Input())
+	fp, err := fingerprint(inv.Input())
 	if err != nil {
 		var uv *json.UnsupportedValueError
 		if errors.As(err, &uv) { // a NaN or infinite number, sent over gRPC or the CLI
@@ -112,7 +112,7 @@ func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 	if m.c.Scope != nil {
 		scope = m.c.Scope(ctx, inv)
 	}
-	skey := ScopedKey(m.c.Operation, scope, key)
+	skey := scopedKey(m.c.Operation, scope, key)
 	sctx, cancel := m.storeContext(ctx)
 	token, rec, err := m.c.Store.Claim(sctx, skey, fp, m.c.Store.Lease())
 	cancel()

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisStore is the [Store] shared by replicas: one Redis hash per key
+// redisStore is the [Store] shared by replicas: one Redis hash per key
 // (fields s = "r" running or "d" done, f fingerprint, t fencing token, o
 // outcome), each call one Lua script. A claim is SET-if-absent with an
 // expiry (the lease, renewed by its holder while the handler runs), so a
@@ -18,27 +18,29 @@ import (
 // write checks the claim's random fencing token, so a holder whose lease
 // expired (and whose key another call claimed) cannot overwrite the newer
 // record.
-type RedisStore struct {
+type redisStore struct {
 	rdb    redis.UniversalClient
 	prefix string
 	lease  time.Duration
 }
 
-// NewRedisStore returns a store on rdb whose keys start with prefix
-// ("sundial" when empty) followed by ":idem:". lease is the running claims'
-// lease (DefaultLease when zero).
-func NewRedisStore(rdb redis.UniversalClient, prefix string, lease time.Duration) *RedisStore {
+// NewRedisStore returns the [Store] that replicas share: one Redis hash
+// per key on rdb, claims with a lease and a fencing token (see
+// docs/idempotency.md). Its keys start with prefix ("sundial" when empty)
+// followed by ":idem:". lease is the running claims' lease (30 s when
+// zero).
+func NewRedisStore(rdb redis.UniversalClient, prefix string, lease time.Duration) Store {
 	if prefix == "" {
 		prefix = "sundial"
 	}
 	if lease <= 0 {
-		lease = DefaultLease
+		lease = defaultLease
 	}
-	return &RedisStore{rdb: rdb, prefix: prefix + ":idem:", lease: lease}
+	return &redisStore{rdb: rdb, prefix: prefix + ":idem:", lease: lease}
 }
 
 // Lease implements Store.
-func (s *RedisStore) Lease() time.Duration { return s.lease }
+func (s *redisStore) Lease() time.Duration { return s.lease }
 
 var claimScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 's', 'f', 'o')
@@ -86,7 +88,7 @@ func ms(d time.Duration) int64 {
 }
 
 // Claim implements Store.
-func (s *RedisStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (string, *Record, error) {
+func (s *redisStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (string, *Record, error) {
 	if lease <= 0 {
 		lease = s.lease
 	}
@@ -123,17 +125,17 @@ func fenced(n int64, err error) error {
 }
 
 // Finish implements Store.
-func (s *RedisStore) Finish(ctx context.Context, key, token, fp string, outcome []byte, retention time.Duration) error {
+func (s *redisStore) Finish(ctx context.Context, key, token, fp string, outcome []byte, retention time.Duration) error {
 	return fenced(finishScript.Run(ctx, s.rdb, []string{s.prefix + key}, token, outcome, ms(retention), fp).Int64())
 }
 
 // Release implements Store.
-func (s *RedisStore) Release(ctx context.Context, key, token string) error {
+func (s *redisStore) Release(ctx context.Context, key, token string) error {
 	return fenced(releaseScript.Run(ctx, s.rdb, []string{s.prefix + key}, token).Int64())
 }
 
 // Renew implements Store.
-func (s *RedisStore) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+func (s *redisStore) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if lease <= 0 {
 		lease = s.lease
 	}

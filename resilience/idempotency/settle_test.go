@@ -16,7 +16,7 @@ import (
 // leased is a memory store that claims to lease its claims, so the
 // middleware renews them while the handler runs (as with Redis).
 type leased struct {
-	*idempotency.MemoryStore
+	idempotency.Store
 	lease  time.Duration
 	renews atomic.Int64
 }
@@ -24,7 +24,7 @@ type leased struct {
 func (s *leased) Lease() time.Duration { return s.lease }
 func (s *leased) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	s.renews.Add(1)
-	return s.MemoryStore.Renew(ctx, key, token, lease)
+	return s.Store.Renew(ctx, key, token, lease)
 }
 
 // TestPanicAfterClaimSettles: a panic between the idempotency middleware
@@ -34,7 +34,7 @@ func (s *leased) Renew(ctx context.Context, key, token string, lease time.Durati
 // answers for a panic — a retry gets it replayed, not a 409 for ever.
 func TestPanicAfterClaimSettles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &leased{MemoryStore: idempotency.NewMemoryStore(idempotency.MemoryConfig{}), lease: 30 * time.Millisecond}
+		store := &leased{Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}), lease: 30 * time.Millisecond}
 		mw := newMW(store, idempotency.Policy{})
 		func() {
 			defer func() {
@@ -64,7 +64,7 @@ func TestPanicAfterClaimSettles(t *testing.T) {
 // TestTinyLeaseDoesNotCrash: a store whose lease is under 3 ns (a renewal
 // interval of 0) does not make the renewal ticker panic.
 func TestTinyLeaseDoesNotCrash(t *testing.T) {
-	store := &leased{MemoryStore: idempotency.NewMemoryStore(idempotency.MemoryConfig{}), lease: 2}
+	store := &leased{Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}), lease: 2}
 	var n atomic.Int64
 	h := func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		time.Sleep(5 * time.Millisecond)
@@ -126,7 +126,7 @@ func TestMemoryStoreFinishKeepsItsRecord(t *testing.T) {
 	if _, err, inv := call(mw, "big", chargeIn{}, big); pipeline.CodeOf(err) != pipeline.CodeIdempotencyTooLarge || !inv.Reply().Replayed() || n.Load() != 1 {
 		t.Fatalf("retry: %v replayed=%v executions=%d, want KERNEL_CONFLICT_002 replayed and one execution", err, inv.Reply().Replayed(), n.Load())
 	}
-	if entries, bytes := store.Len(); entries != 1 || bytes > 4096 {
+	if entries, bytes := idempotency.StoreLen(store); entries != 1 || bytes > 4096 {
 		t.Fatalf("store holds %d records, %d bytes; want 1 within 4096", entries, bytes)
 	}
 }

@@ -58,7 +58,7 @@ func TestExperiment3FreshTimeoutsVersusPropagation(t *testing.T) {
 
 	t.Run("propagated deadline: Billing refuses, nothing is charged, the reservation is released", func(t *testing.T) {
 		t.Parallel()
-		logs := pipelinetest.NewLogSink()
+		logs := new(pipelinetest.LogSink)
 		c := startCluster(t, cfg, logs)
 		r := call(context.Background(), http.MethodPost, c.URL("gateway")+"/checkout", fmt.Sprintf(checkout, StrategyPropagate), nil)
 		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != "ORDERS_TIMEOUT_001" {

@@ -17,7 +17,7 @@ import (
 // then. A share under 20 ms is not worth a call.
 func TestExperiment6GatewayBudget(t *testing.T) {
 	t.Parallel()
-	logs := pipelinetest.NewLogSink()
+	logs := new(pipelinetest.LogSink)
 	c := startCluster(t, ClusterConfig{}, logs)
 	slowCalls := func() int { return c.Inventory.Journal().Count("started") }
 

@@ -28,7 +28,7 @@ func TestExperiment7CancellationPropagation(t *testing.T) {
 	// delayMs, disconnects the client at 1.5 s and returns what each
 	// dependency did, with the instant of the disconnect.
 	run := func(t *testing.T, cfg ClusterConfig, delayMs string) (map[string]observation, time.Time, *pipelinetest.LogSink) {
-		logs := pipelinetest.NewLogSink()
+		logs := new(pipelinetest.LogSink)
 		c := startCluster(t, cfg, logs)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -117,7 +117,7 @@ func waitEvents(t *testing.T, j *Journal, n int, limit time.Duration, kinds ...s
 // are as pipelinetest.Record holds them: an slog.Int is an int64.
 func waitLog(t *testing.T, logs *pipelinetest.LogSink, msg string, attrs map[string]any, limit time.Duration) pipelinetest.Record {
 	t.Helper()
-	rec, ok := logs.WaitFunc(limit, func(r pipelinetest.Record) bool {
+	rec, ok := logs.WaitFor(limit, func(r pipelinetest.Record) bool {
 		if r.Message != msg {
 			return false
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
@@ -416,7 +415,7 @@ func (l accessLog) isAccess(r pipelinetest.Record) bool {
 }
 
 // records returns the access records written so far, oldest first.
-func (l accessLog) records() []pipelinetest.Record { return l.FindFunc(l.isAccess) }
+func (l accessLog) records() []pipelinetest.Record { return l.Find(l.isAccess) }
 
 // traceID returns the trace ID of the access record r.
 func (l accessLog) traceID(r pipelinetest.Record) string {
@@ -428,7 +427,7 @@ func (l accessLog) traceID(r pipelinetest.Record) string {
 // (counting from 0), that match accepts.
 func (l accessLog) after(n int, match func(pipelinetest.Record) bool) (pipelinetest.Record, bool) {
 	var found pipelinetest.Record
-	_, ok := l.WaitFunc(3*time.Second, func(pipelinetest.Record) bool {
+	_, ok := l.WaitFor(3*time.Second, func(pipelinetest.Record) bool {
 		recs := l.records()
 		for _, r := range recs[min(n, len(recs)):] {
 			if match(r) {
@@ -555,8 +554,8 @@ func (c *grpcCaller) do(t *testing.T, op, input string, timeout time.Duration) a
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	service := grpcPackage + "." + operations.PascalCase(operations.Group(op))
-	method := operations.PascalCase(operations.Name(op))
+	service, method := operations.GRPCNames(op)
+	service = grpcPackage + "." + service
 	log := c.access()
 	n := len(log.records())
 	start := time.Now()
@@ -695,7 +694,7 @@ func checkStallAnswered(t *testing.T, c caller, env *shopEnv) {
 		t.Errorf("late-result record %v, want traceId %s and code %s", rec.Attrs, id, pipeline.CodeTimeout)
 	}
 	flaky(t, c, "ok", 0, "OK") // the shop serves on
-	if n := len(c.access().FindFunc(late)); n != 1 {
+	if n := len(c.access().Find(late)); n != 1 {
 		t.Errorf("%d late-result records, want 1:\n%s", n, c.access().shopLogs)
 	}
 }
@@ -738,7 +737,7 @@ func checkTypedNils(t *testing.T, c caller, _ *shopEnv) {
 		// The shop serves on; once the next call's record is written, the
 		// typed nil's are all there.
 		flaky(t, c, "ok", 0, "OK")
-		if n := len(c.access().FindFunc(func(r pipelinetest.Record) bool { return c.access().isAccess(r) && unexpected(r) })); n != i+1 {
+		if n := len(c.access().Find(func(r pipelinetest.Record) bool { return c.access().isAccess(r) && unexpected(r) })); n != i+1 {
 			t.Errorf("after %s: %d access records of UNEXPECTED outcomes, want %d:\n%s", mode, n, i+1, c.access().shopLogs)
 		}
 	}
@@ -754,17 +753,17 @@ func checkBudget(t *testing.T, c caller, env *shopEnv) {
 	var deadline time.Time
 	for _, kv := range s.Attributes() {
 		switch kv.Key {
-		case attribute.Key(telemetry.AttrDeadlineBudgetMs):
+		case attribute.Key("sundial.deadline.budget_ms"):
 			budget = kv.Value.AsInt64()
-		case attribute.Key(telemetry.AttrDeadline):
+		case attribute.Key("sundial.deadline"):
 			deadline, _ = time.Parse(time.RFC3339Nano, kv.Value.AsString())
 		}
 	}
 	if budget < (sent-time.Second).Milliseconds() || budget > sent.Milliseconds() {
-		t.Errorf("%s = %d, want the caller's %d ms (less the transit)", telemetry.AttrDeadlineBudgetMs, budget, sent.Milliseconds())
+		t.Errorf("sundial.deadline.budget_ms = %d, want the caller's %d ms (less the transit)", budget, sent.Milliseconds())
 	}
 	if d := deadline.Sub(s.StartTime()); d > capped || d < capped-time.Second {
-		t.Errorf("%s is %v after the start, want the kernel's cap %v", telemetry.AttrDeadline, d, capped)
+		t.Errorf("sundial.deadline is %v after the start, want the kernel's cap %v", d, capped)
 	}
 }
 

@@ -424,7 +424,7 @@ func TestShopGRPCGracefulShutdown(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, logs := &syncBuffer{}, pipelinetest.NewLogSink()
+			out, logs := &syncBuffer{}, new(pipelinetest.LogSink)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			o := serveOptions{httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", grace: tt.grace, stdout: out}
@@ -535,7 +535,7 @@ func TestShopShutdownWaitsForStragglers(t *testing.T) {
 			}
 			err = <-done
 			took := time.Since(signalled)
-			late := logs.Find("kernel: late result discarded")
+			late := logs.Find(pipelinetest.Message("kernel: late result discarded"))
 			if tt.release {
 				if err != nil || len(late) != 1 {
 					t.Errorf("serve() = %v with %d late-result records, want nil after the straggler returned and logged its result", err, len(late))

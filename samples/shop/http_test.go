@@ -46,7 +46,7 @@ func (b *syncBuffer) String() string {
 // shopLogs is the shop's log: everything its logger wrote.
 type shopLogs struct{ *pipelinetest.LogSink }
 
-func newShopLogs() shopLogs { return shopLogs{pipelinetest.NewLogSink()} }
+func newShopLogs() shopLogs { return shopLogs{new(pipelinetest.LogSink)} }
 
 // waitRecord waits for an HTTP access record of operation op whose code
 // is code.
@@ -60,7 +60,7 @@ func (l shopLogs) waitRecord(t *testing.T, op, code string) pipelinetest.Record 
 // waitWhere waits up to 3 s for a record that match accepts.
 func (l shopLogs) waitWhere(t *testing.T, match func(pipelinetest.Record) bool) pipelinetest.Record {
 	t.Helper()
-	r, ok := l.WaitFunc(3*time.Second, match)
+	r, ok := l.WaitFor(3*time.Second, match)
 	if !ok {
 		t.Fatalf("no matching record in the log:\n%s", l)
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/sundial-go/sundial/resilience"
-	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
@@ -82,6 +81,11 @@ const positiveInt = "1 to 2147483647"
 
 const seconds = "> 0, at most 1e9"
 
+// The defaults the table states of keys whose default the store or the
+// middleware applies (cluster's 50 ms store timeout, idempotency's 24 h
+// retention and 64 KiB outcomes) are written out: the docs state them,
+// and TestStatedDefaults checks them against what the packages apply.
+
 // Keys is the table of the section's keys, in the order error messages
 // and the docs list them.
 var Keys = []Key{
@@ -112,7 +116,7 @@ var Keys = []Key{
 	{Name: "Scope", Type: "string", Default: `"process"`, Bounds: `"process" or "cluster"`, Reloadable: true, Inherited: true,
 		Doc:   "Where the rate and concurrency limits are counted: this process, or every replica (docs/cluster.md).",
 		value: use(scope, func(t *Target) *resilience.Scope { return &t.Policy.Scope })},
-	{Name: "StoreTimeoutMs", Type: "number", Default: ms(cluster.DefaultStoreTimeout), Bounds: "0.001 to 60000", Reloadable: true, Inherited: true,
+	{Name: "StoreTimeoutMs", Type: "number", Default: "50", Bounds: "0.001 to 60000", Reloadable: true, Inherited: true,
 		Doc:   "Bound of each call to the shared store of a cluster-scoped limit, in milliseconds.",
 		value: use(milliseconds, func(t *Target) *Duration { return &t.Policy.StoreTimeout })},
 	{Name: "OnStoreError", Type: "string", Default: `"local"`, Bounds: `"local", "open" or "closed"`, Reloadable: true, Inherited: true,
@@ -133,13 +137,10 @@ var Keys = []Key{
 	{Name: "Idempotency.Required", Type: "boolean", Default: "false", Bounds: "true or false",
 		Doc:   "Rejects a call that brings no idempotency key.",
 		value: use(boolean, func(t *Target) *bool { return &t.Idempotency.Required })},
-	{Name: "Idempotency.RetentionSeconds", Type: "number", Default: fmt.Sprint(idempotency.DefaultRetention.Seconds()), Bounds: seconds,
+	{Name: "Idempotency.RetentionSeconds", Type: "number", Default: "86400", Bounds: seconds,
 		Doc:   "How long a finished outcome is replayed, in seconds.",
 		value: use(duration, func(t *Target) *Duration { return &t.Idempotency.Retention })},
-	{Name: "Idempotency.MaxOutcomeBytes", Type: "integer", Default: fmt.Sprint(idempotency.DefaultMaxOutcomeBytes), Bounds: fmt.Sprintf("1 to %d", maxOutcomeBytes),
+	{Name: "Idempotency.MaxOutcomeBytes", Type: "integer", Default: "65536", Bounds: fmt.Sprintf("1 to %d", maxOutcomeBytes),
 		Doc:   "Largest outcome kept for a replay, in bytes; a repeat of a larger one gets 409.",
 		value: use(outcomeBytes, func(t *Target) *int { return &t.Idempotency.MaxOutcomeBytes })},
 }
-
-// ms renders a duration in milliseconds, for a default in the docs.
-func ms(d Duration) string { return fmt.Sprint(d.Milliseconds()) }

@@ -1,4 +1,4 @@
-package telemetry_test
+package observe_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -28,10 +28,10 @@ type harness struct {
 	tp     *sdktrace.TracerProvider
 	mp     *sdkmetric.MeterProvider
 	log    *bytes.Buffer
-	tel    *telemetry.Telemetry
+	tel    *observe.Telemetry
 }
 
-func newHarness(t *testing.T, opts ...telemetry.Option) *harness {
+func newHarness(t *testing.T, opts ...observe.Option) *harness {
 	t.Helper()
 	h := &harness{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), log: &bytes.Buffer{}}
 	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans))
@@ -40,10 +40,10 @@ func newHarness(t *testing.T, opts ...telemetry.Option) *harness {
 		_ = h.tp.Shutdown(context.Background())
 		_ = h.mp.Shutdown(context.Background())
 	})
-	h.tel = telemetry.New(append([]telemetry.Option{
-		telemetry.WithTracerProvider(h.tp),
-		telemetry.WithMeterProvider(h.mp),
-		telemetry.WithAccessLog(slog.New(slog.NewJSONHandler(h.log, nil))),
+	h.tel = observe.New(append([]observe.Option{
+		observe.WithTracerProvider(h.tp),
+		observe.WithMeterProvider(h.mp),
+		observe.WithAccessLog(slog.New(slog.NewJSONHandler(h.log, nil))),
 	}, opts...)...)
 	return h
 }
@@ -72,9 +72,9 @@ func httpInv(id string, callerDeadline time.Duration) *pipeline.Invocation {
 	return pipeline.NewInvocation(s)
 }
 
-// observe runs one invocation the way the kernel does: Start at start,
+// runCall runs one invocation the way the kernel does: Start at start,
 // End with err at end. It returns the Call.
-func observe(o *telemetry.Op, ctx context.Context, inv *pipeline.Invocation, start, end time.Time, err error) *telemetry.Call {
+func runCall(o *observe.Op, ctx context.Context, inv *pipeline.Invocation, start, end time.Time, err error) *observe.Call {
 	_, c := o.Start(ctx, inv, start)
 	c.End(err, end)
 	return c

@@ -1,4 +1,4 @@
-package telemetry_test
+package observe_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -36,19 +37,19 @@ func BenchmarkDiagnostics(b *testing.B) {
 		Host: "127.0.0.1:5000", ProtocolVersion: "1.1", Status: status}
 	cases := []struct {
 		name string
-		o    *telemetry.Op
+		o    *observe.Op
 		tr   *telemetry.Transport
 	}{
-		{"global-default", telemetry.New().Operation(d), nil},
-		{"noop", telemetry.New(
-			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
-			telemetry.WithMeterProvider(metricnoop.NewMeterProvider())).Operation(d), nil},
-		{"sdk", telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp)).Operation(d), nil},
-		{"sdk-metrics-only", telemetry.New(
-			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()), telemetry.WithMeterProvider(mp)).Operation(d), nil},
-		{"sdk-http-semconv", telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp)).Operation(d), httpReq},
-		{"sdk-metrics-only-http-semconv", telemetry.New(
-			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()), telemetry.WithMeterProvider(mp)).Operation(d), httpReq},
+		{"global-default", observe.New().Operation(d), nil},
+		{"noop", observe.New(
+			observe.WithTracerProvider(tracenoop.NewTracerProvider()),
+			observe.WithMeterProvider(metricnoop.NewMeterProvider())).Operation(d), nil},
+		{"sdk", observe.New(observe.WithTracerProvider(tp), observe.WithMeterProvider(mp)).Operation(d), nil},
+		{"sdk-metrics-only", observe.New(
+			observe.WithTracerProvider(tracenoop.NewTracerProvider()), observe.WithMeterProvider(mp)).Operation(d), nil},
+		{"sdk-http-semconv", observe.New(observe.WithTracerProvider(tp), observe.WithMeterProvider(mp)).Operation(d), httpReq},
+		{"sdk-metrics-only-http-semconv", observe.New(
+			observe.WithTracerProvider(tracenoop.NewTracerProvider()), observe.WithMeterProvider(mp)).Operation(d), httpReq},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -1,4 +1,4 @@
-package telemetry_test
+package observe_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -60,8 +61,8 @@ func TestSpanPerOutcome(t *testing.T) {
 		{
 			name: "timeout", deadline: 300 * time.Millisecond, took: 300 * time.Millisecond, err: errDeadlineFired,
 			wantKind: "TIMEOUT", wantCode: pipeline.CodeTimeout, wantStatus: codes.Error,
-			wantEvents: []string{telemetry.EventDeadlineExceeded},
-			wantAttrs:  map[string]string{telemetry.AttrDeadlineBudgetMs: "300", telemetry.AttrDeadline: "2000-01-01T00:00:00.3Z"},
+			wantEvents: []string{observe.EventDeadlineExceeded},
+			wantAttrs:  map[string]string{observe.AttrDeadlineBudgetMs: "300", observe.AttrDeadline: "2000-01-01T00:00:00.3Z"},
 		},
 		{
 			name: "cancelled", deadline: time.Second, took: 100 * time.Millisecond, err: errCallerGaveUp,
@@ -79,23 +80,23 @@ func TestSpanPerOutcome(t *testing.T) {
 		{
 			name: "rate limited", err: rejection(pipeline.CodeRateLimited, "test.op", 60*time.Second),
 			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeRateLimited, wantStatus: codes.Error,
-			wantEvents: []string{telemetry.EventRejection},
+			wantEvents: []string{observe.EventRejection},
 		},
 		{
 			name: "concurrency limited", err: rejection(pipeline.CodeConcurrencyLimited, "test.op", 0),
 			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeConcurrencyLimited, wantStatus: codes.Error,
-			wantEvents: []string{telemetry.EventRejection},
+			wantEvents: []string{observe.EventRejection},
 		},
 		{
 			name: "breaker open", err: rejection(pipeline.CodeCircuitOpen, "test.op", 30*time.Second),
 			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeCircuitOpen, wantStatus: codes.Error,
-			wantEvents: []string{telemetry.EventRejection},
+			wantEvents: []string{observe.EventRejection},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			c := observe(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", tt.deadline), t0, t0.Add(tt.took), tt.err)
+			c := runCall(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", tt.deadline), t0, t0.Add(tt.took), tt.err)
 			s := h.onlySpan(t)
 			if s.Name() != "test.op" {
 				t.Errorf("span name = %q, want test.op", s.Name())
@@ -107,16 +108,16 @@ func TestSpanPerOutcome(t *testing.T) {
 				t.Errorf("span from %v to %v, want from start to end", s.StartTime(), s.EndTime())
 			}
 			a := spanAttrs(s)
-			if a[telemetry.AttrOperationID] != "test.op" || a[telemetry.AttrProtocol] != "http" {
+			if a[observe.AttrOperationID] != "test.op" || a[observe.AttrProtocol] != "http" {
 				t.Errorf("span attributes = %v, want operation test.op and protocol http", a)
 			}
-			if a[telemetry.AttrOutcomeKind] != tt.wantKind {
-				t.Errorf("span %s = %q, want %q", telemetry.AttrOutcomeKind, a[telemetry.AttrOutcomeKind], tt.wantKind)
+			if a[observe.AttrOutcomeKind] != tt.wantKind {
+				t.Errorf("span %s = %q, want %q", observe.AttrOutcomeKind, a[observe.AttrOutcomeKind], tt.wantKind)
 			}
-			if code, ok := a[telemetry.AttrOutcomeCode]; code != tt.wantCode || ok != (tt.wantCode != "") {
-				t.Errorf("span %s = %q (present %v), want %q", telemetry.AttrOutcomeCode, code, ok, tt.wantCode)
+			if code, ok := a[observe.AttrOutcomeCode]; code != tt.wantCode || ok != (tt.wantCode != "") {
+				t.Errorf("span %s = %q (present %v), want %q", observe.AttrOutcomeCode, code, ok, tt.wantCode)
 			}
-			for _, k := range []string{telemetry.AttrOriginalKind, telemetry.AttrOriginalCode} {
+			for _, k := range []string{observe.AttrOriginalKind, observe.AttrOriginalCode} {
 				if v, ok := a[k]; ok {
 					t.Errorf("span %s = %q, want none: the outcome was not attributed over another", k, v)
 				}
@@ -157,9 +158,9 @@ func TestUnexpectedRecordsCause(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			observe(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", 0), t0, t0, tt.err)
+			runCall(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", 0), t0, t0, tt.err)
 			s := h.onlySpan(t)
-			if s.Status().Code != codes.Error || spanAttrs(s)[telemetry.AttrOutcomeKind] != "UNEXPECTED" {
+			if s.Status().Code != codes.Error || spanAttrs(s)[observe.AttrOutcomeKind] != "UNEXPECTED" {
 				t.Errorf("span status %v, attributes %v, want Error/UNEXPECTED", s.Status(), spanAttrs(s))
 			}
 			if s.Status().Description != pipeline.CodeUnexpected+": "+pipeline.UnexpectedMessage {
@@ -189,21 +190,21 @@ func TestRejectionEvent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			observe(h.tel.Operation(op("test.ok")), context.Background(), httpInv("test.ok", 0), t0, t0, rejection(tt.code, "test.ok", tt.retryAfter))
-			ev, ok := findEvent(h.onlySpan(t), telemetry.EventRejection)
+			runCall(h.tel.Operation(op("test.ok")), context.Background(), httpInv("test.ok", 0), t0, t0, rejection(tt.code, "test.ok", tt.retryAfter))
+			ev, ok := findEvent(h.onlySpan(t), observe.EventRejection)
 			if !ok {
-				t.Fatalf("no %s event", telemetry.EventRejection)
+				t.Fatalf("no %s event", observe.EventRejection)
 			}
 			a := kvs(ev.Attributes)
-			if a[telemetry.AttrRejectionLimit] != tt.wantLimit {
-				t.Errorf("event %s = %q, want %q", telemetry.AttrRejectionLimit, a[telemetry.AttrRejectionLimit], tt.wantLimit)
+			if a[observe.AttrRejectionLimit] != tt.wantLimit {
+				t.Errorf("event %s = %q, want %q", observe.AttrRejectionLimit, a[observe.AttrRejectionLimit], tt.wantLimit)
 			}
-			if got, ok := a[telemetry.AttrRetryAfter]; got != tt.wantRetry || ok != (tt.wantRetry != "") {
-				t.Errorf("event %s = %q (present %v), want %q", telemetry.AttrRetryAfter, got, ok, tt.wantRetry)
+			if got, ok := a[observe.AttrRetryAfter]; got != tt.wantRetry || ok != (tt.wantRetry != "") {
+				t.Errorf("event %s = %q (present %v), want %q", observe.AttrRetryAfter, got, ok, tt.wantRetry)
 			}
 			rm := h.collect(t)
-			if v, _ := valueOf(rm, telemetry.MetricRejectionCount, map[string]string{"operation": "test.ok", "reason": tt.wantLimit}); v != 1 {
-				t.Errorf("%s{operation=test.ok,reason=%s} = %v, want 1", telemetry.MetricRejectionCount, tt.wantLimit, v)
+			if v, _ := valueOf(rm, observe.MetricRejectionCount, map[string]string{"operation": "test.ok", "reason": tt.wantLimit}); v != 1 {
+				t.Errorf("%s{operation=test.ok,reason=%s} = %v, want 1", observe.MetricRejectionCount, tt.wantLimit, v)
 			}
 			lines := h.logLines(t)
 			if len(lines) != 1 || lines[0]["code"] != tt.code {
@@ -221,11 +222,11 @@ func TestRejectionEvent(t *testing.T) {
 func TestDeadlineEventAtDeadline(t *testing.T) {
 	h := newHarness(t)
 	// The handler ignored its context for 200 ms past the deadline.
-	observe(h.tel.Operation(op("test.slow")), context.Background(), httpInv("test.slow", 500*time.Millisecond), t0, t0.Add(700*time.Millisecond), errDeadlineFired)
+	runCall(h.tel.Operation(op("test.slow")), context.Background(), httpInv("test.slow", 500*time.Millisecond), t0, t0.Add(700*time.Millisecond), errDeadlineFired)
 	s := h.onlySpan(t)
-	ev, ok := findEvent(s, telemetry.EventDeadlineExceeded)
+	ev, ok := findEvent(s, observe.EventDeadlineExceeded)
 	if !ok {
-		t.Fatalf("no %s event; events %v", telemetry.EventDeadlineExceeded, eventNames(s))
+		t.Fatalf("no %s event; events %v", observe.EventDeadlineExceeded, eventNames(s))
 	}
 	if got := ev.Time.Sub(t0); got != 500*time.Millisecond {
 		t.Errorf("deadline event at start+%v, want start+500ms", got)
@@ -233,8 +234,8 @@ func TestDeadlineEventAtDeadline(t *testing.T) {
 	if got := s.EndTime().Sub(t0); got != 700*time.Millisecond {
 		t.Errorf("span ended at start+%v, want start+700ms", got)
 	}
-	if a := kvs(ev.Attributes); a[telemetry.AttrDeadlineOnArrival] != "false" {
-		t.Errorf("event %s = %q, want false", telemetry.AttrDeadlineOnArrival, a[telemetry.AttrDeadlineOnArrival])
+	if a := kvs(ev.Attributes); a[observe.AttrDeadlineOnArrival] != "false" {
+		t.Errorf("event %s = %q, want false", observe.AttrDeadlineOnArrival, a[observe.AttrDeadlineOnArrival])
 	}
 }
 
@@ -242,9 +243,9 @@ func TestDeadlineEventAtDeadline(t *testing.T) {
 // downstream timed out) has no deadline event.
 func TestDeadlineNotFiredNoEvent(t *testing.T) {
 	h := newHarness(t)
-	observe(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", time.Second), t0, t0.Add(100*time.Millisecond), pipeline.ErrTimeout())
-	if _, ok := findEvent(h.onlySpan(t), telemetry.EventDeadlineExceeded); ok {
-		t.Errorf("a %s event for a TIMEOUT 900 ms before the deadline", telemetry.EventDeadlineExceeded)
+	runCall(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", time.Second), t0, t0.Add(100*time.Millisecond), pipeline.ErrTimeout())
+	if _, ok := findEvent(h.onlySpan(t), observe.EventDeadlineExceeded); ok {
+		t.Errorf("a %s event for a TIMEOUT 900 ms before the deadline", observe.EventDeadlineExceeded)
 	}
 }
 
@@ -252,24 +253,24 @@ func TestDeadlineNotFiredNoEvent(t *testing.T) {
 // and the event says the deadline had passed on arrival.
 func TestDeadlinePastOnArrival(t *testing.T) {
 	h := newHarness(t)
-	observe(h.tel.Operation(op("test.ok")), context.Background(), httpInv("test.ok", -time.Second), t0, t0, pipeline.ErrTimeout())
+	runCall(h.tel.Operation(op("test.ok")), context.Background(), httpInv("test.ok", -time.Second), t0, t0, pipeline.ErrTimeout())
 	s := h.onlySpan(t)
-	ev, ok := findEvent(s, telemetry.EventDeadlineExceeded)
-	if !ok || kvs(ev.Attributes)[telemetry.AttrDeadlineOnArrival] != "true" {
+	ev, ok := findEvent(s, observe.EventDeadlineExceeded)
+	if !ok || kvs(ev.Attributes)[observe.AttrDeadlineOnArrival] != "true" {
 		t.Fatalf("deadline event = %v (found %v), want on_arrival=true", ev.Attributes, ok)
 	}
 	if !ev.Time.Equal(t0) {
 		t.Errorf("deadline event at %v, want the arrival %v", ev.Time, t0)
 	}
-	if got := spanAttrs(s)[telemetry.AttrDeadlineBudgetMs]; got != "-1000" {
-		t.Errorf("span %s = %q, want -1000", telemetry.AttrDeadlineBudgetMs, got)
+	if got := spanAttrs(s)[observe.AttrDeadlineBudgetMs]; got != "-1000" {
+		t.Errorf("span %s = %q, want -1000", observe.AttrDeadlineBudgetMs, got)
 	}
 	rm := h.collect(t)
-	if v, _ := valueOf(rm, telemetry.MetricDeadlineRemaining, map[string]string{"operation": "test.ok"}); v != 1 {
-		t.Errorf("%s count = %v, want 1 (recorded as 0)", telemetry.MetricDeadlineRemaining, v)
+	if v, _ := valueOf(rm, observe.MetricDeadlineRemaining, map[string]string{"operation": "test.ok"}); v != 1 {
+		t.Errorf("%s count = %v, want 1 (recorded as 0)", observe.MetricDeadlineRemaining, v)
 	}
-	if v := histogramSum(rm, telemetry.MetricDeadlineRemaining, "test.ok"); v != 0 {
-		t.Errorf("%s sum = %v, want 0", telemetry.MetricDeadlineRemaining, v)
+	if v := histogramSum(rm, observe.MetricDeadlineRemaining, "test.ok"); v != 0 {
+		t.Errorf("%s sum = %v, want 0", observe.MetricDeadlineRemaining, v)
 	}
 }
 
@@ -288,16 +289,16 @@ func TestBudgetIsTheCallersDeadline(t *testing.T) {
 		Deadline:       t0.Add(2 * time.Second),
 		DeadlineSource: pipeline.DeadlineOperation,
 	})
-	observe(o, context.Background(), capped, t0, t0.Add(time.Millisecond), nil)
+	runCall(o, context.Background(), capped, t0, t0.Add(time.Millisecond), nil)
 	a := spanAttrs(h.onlySpan(t))
-	if a[telemetry.AttrDeadlineBudgetMs] != "10000" {
-		t.Errorf("span %s = %q, want 10000 (the caller's deadline, not the effective one)", telemetry.AttrDeadlineBudgetMs, a[telemetry.AttrDeadlineBudgetMs])
+	if a[observe.AttrDeadlineBudgetMs] != "10000" {
+		t.Errorf("span %s = %q, want 10000 (the caller's deadline, not the effective one)", observe.AttrDeadlineBudgetMs, a[observe.AttrDeadlineBudgetMs])
 	}
-	if a[telemetry.AttrDeadline] != "2000-01-01T00:00:02Z" {
-		t.Errorf("span %s = %q, want the effective deadline 2000-01-01T00:00:02Z", telemetry.AttrDeadline, a[telemetry.AttrDeadline])
+	if a[observe.AttrDeadline] != "2000-01-01T00:00:02Z" {
+		t.Errorf("span %s = %q, want the effective deadline 2000-01-01T00:00:02Z", observe.AttrDeadline, a[observe.AttrDeadline])
 	}
-	if v := histogramSum(h.collect(t), telemetry.MetricDeadlineRemaining, "test.capped"); v != 10 {
-		t.Errorf("%s sum = %v s, want 10", telemetry.MetricDeadlineRemaining, v)
+	if v := histogramSum(h.collect(t), observe.MetricDeadlineRemaining, "test.capped"); v != 10 {
+		t.Errorf("%s sum = %v s, want 10", observe.MetricDeadlineRemaining, v)
 	}
 
 	h.spans.Reset()
@@ -306,16 +307,16 @@ func TestBudgetIsTheCallersDeadline(t *testing.T) {
 		Deadline:       t0.Add(2 * time.Second),
 		DeadlineSource: pipeline.DeadlineOperation,
 	})
-	observe(o, context.Background(), own, t0, t0.Add(time.Millisecond), nil)
+	runCall(o, context.Background(), own, t0, t0.Add(time.Millisecond), nil)
 	a = spanAttrs(h.onlySpan(t))
-	if v, ok := a[telemetry.AttrDeadlineBudgetMs]; ok {
-		t.Errorf("span %s = %q without a caller's deadline, want none", telemetry.AttrDeadlineBudgetMs, v)
+	if v, ok := a[observe.AttrDeadlineBudgetMs]; ok {
+		t.Errorf("span %s = %q without a caller's deadline, want none", observe.AttrDeadlineBudgetMs, v)
 	}
-	if a[telemetry.AttrDeadline] != "2000-01-01T00:00:02Z" {
-		t.Errorf("span %s = %q, want the effective deadline", telemetry.AttrDeadline, a[telemetry.AttrDeadline])
+	if a[observe.AttrDeadline] != "2000-01-01T00:00:02Z" {
+		t.Errorf("span %s = %q, want the effective deadline", observe.AttrDeadline, a[observe.AttrDeadline])
 	}
-	if v, _ := valueOf(h.collect(t), telemetry.MetricDeadlineRemaining, map[string]string{"operation": "test.capped"}); v != 1 {
-		t.Errorf("%s count = %v, want 1: the call without a caller's deadline is not recorded", telemetry.MetricDeadlineRemaining, v)
+	if v, _ := valueOf(h.collect(t), observe.MetricDeadlineRemaining, map[string]string{"operation": "test.capped"}); v != 1 {
+		t.Errorf("%s count = %v, want 1: the call without a caller's deadline is not recorded", observe.MetricDeadlineRemaining, v)
 	}
 }
 
@@ -327,13 +328,13 @@ func TestBudgetIsTheCallersDeadline(t *testing.T) {
 func TestAttributedVersusOriginal(t *testing.T) {
 	h := newHarness(t)
 	err := pipeline.ErrTimeout().WithCause(pipeline.ErrCanceled())
-	c := observe(h.tel.Operation(op("test.cancelled")), context.Background(), httpInv("test.cancelled", 100*time.Millisecond), t0, t0.Add(100*time.Millisecond), err)
+	c := runCall(h.tel.Operation(op("test.cancelled")), context.Background(), httpInv("test.cancelled", 100*time.Millisecond), t0, t0.Add(100*time.Millisecond), err)
 	a := spanAttrs(h.onlySpan(t))
 	want := map[string]string{
-		telemetry.AttrOutcomeKind:  "TIMEOUT",
-		telemetry.AttrOutcomeCode:  pipeline.CodeTimeout,
-		telemetry.AttrOriginalKind: "CANCELLED",
-		telemetry.AttrOriginalCode: pipeline.CodeCanceled,
+		observe.AttrOutcomeKind:  "TIMEOUT",
+		observe.AttrOutcomeCode:  pipeline.CodeTimeout,
+		observe.AttrOriginalKind: "CANCELLED",
+		observe.AttrOriginalCode: pipeline.CodeCanceled,
 	}
 	for k, v := range want {
 		if a[k] != v {
@@ -352,11 +353,11 @@ func TestAttributedVersusOriginal(t *testing.T) {
 		t.Errorf("access log = %v, want trace_id %s, operation test.cancelled, protocol http", l, c.TraceID())
 	}
 	rm := h.collect(t)
-	if v, _ := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"operation": "test.cancelled", "kind": "TIMEOUT"}); v != 1 {
-		t.Errorf("%s{kind=TIMEOUT} = %v, want 1", telemetry.MetricInvocationDuration, v)
+	if v, _ := valueOf(rm, observe.MetricInvocationDuration, map[string]string{"operation": "test.cancelled", "kind": "TIMEOUT"}); v != 1 {
+		t.Errorf("%s{kind=TIMEOUT} = %v, want 1", observe.MetricInvocationDuration, v)
 	}
-	if v, ok := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"operation": "test.cancelled", "kind": "CANCELLED"}); ok {
-		t.Errorf("%s{kind=CANCELLED} = %v, want no point: metrics see the attributed outcome", telemetry.MetricInvocationDuration, v)
+	if v, ok := valueOf(rm, observe.MetricInvocationDuration, map[string]string{"operation": "test.cancelled", "kind": "CANCELLED"}); ok {
+		t.Errorf("%s{kind=CANCELLED} = %v, want no point: metrics see the attributed outcome", observe.MetricInvocationDuration, v)
 	}
 }
 
@@ -383,10 +384,10 @@ func TestOriginalOutcomeOfAttribution(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			observe(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", time.Second), t0, t0.Add(time.Second), tt.err)
+			runCall(h.tel.Operation(op("test.op")), context.Background(), httpInv("test.op", time.Second), t0, t0.Add(time.Second), tt.err)
 			a := spanAttrs(h.onlySpan(t))
-			kind, kok := a[telemetry.AttrOriginalKind]
-			code, cok := a[telemetry.AttrOriginalCode]
+			kind, kok := a[observe.AttrOriginalKind]
+			code, cok := a[observe.AttrOriginalCode]
 			if kind != tt.wantKind || code != tt.wantCode || kok != (tt.wantKind != "") || cok != kok {
 				t.Errorf("span original kind/code = %q/%q (present %v/%v), want %q/%q", kind, code, kok, cok, tt.wantKind, tt.wantCode)
 			}
@@ -407,22 +408,22 @@ func TestInvocationMetrics(t *testing.T) {
 	ok, missing, wait := h.tel.Operation(op("test.ok")), h.tel.Operation(op("test.missing")), h.tel.Operation(op("test.wait"))
 	ctx := context.Background()
 	for range 2 {
-		observe(ok, ctx, httpInv("test.ok", 0), t0, t0.Add(time.Millisecond), nil)
+		runCall(ok, ctx, httpInv("test.ok", 0), t0, t0.Add(time.Millisecond), nil)
 	}
-	observe(missing, ctx, httpInv("test.missing", 0), t0, t0.Add(time.Millisecond), errNotFound)
-	observe(wait, ctx, httpInv("test.wait", 2*time.Second), t0, t0.Add(2*time.Second), errDeadlineFired)
+	runCall(missing, ctx, httpInv("test.missing", 0), t0, t0.Add(time.Millisecond), errNotFound)
+	runCall(wait, ctx, httpInv("test.wait", 2*time.Second), t0, t0.Add(2*time.Second), errDeadlineFired)
 	rm := h.collect(t)
 	tests := []struct {
 		metric string
 		attrs  map[string]string
 		want   float64
 	}{
-		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.ok", "protocol": "http", "kind": "OK"}, 2},
-		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.missing", "kind": "NOT_FOUND", "code": "TEST_NOT_FOUND_001"}, 1},
-		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.wait", "kind": "TIMEOUT", "code": pipeline.CodeTimeout}, 1},
-		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.ok", "kind": "OK"}, 2},
-		{telemetry.MetricInvocationDuration, map[string]string{"operation": "test.wait", "kind": "TIMEOUT"}, 1},
-		{telemetry.MetricDeadlineRemaining, map[string]string{"operation": "test.wait", "protocol": "http"}, 1},
+		{observe.MetricInvocationDuration, map[string]string{"operation": "test.ok", "protocol": "http", "kind": "OK"}, 2},
+		{observe.MetricInvocationDuration, map[string]string{"operation": "test.missing", "kind": "NOT_FOUND", "code": "TEST_NOT_FOUND_001"}, 1},
+		{observe.MetricInvocationDuration, map[string]string{"operation": "test.wait", "kind": "TIMEOUT", "code": pipeline.CodeTimeout}, 1},
+		{observe.MetricInvocationDuration, map[string]string{"operation": "test.ok", "kind": "OK"}, 2},
+		{observe.MetricInvocationDuration, map[string]string{"operation": "test.wait", "kind": "TIMEOUT"}, 1},
+		{observe.MetricDeadlineRemaining, map[string]string{"operation": "test.wait", "protocol": "http"}, 1},
 	}
 	for _, tt := range tests {
 		if got, _ := valueOf(rm, tt.metric, tt.attrs); got != tt.want {
@@ -431,19 +432,19 @@ func TestInvocationMetrics(t *testing.T) {
 	}
 	// OK has no code attribute; calls without a deadline are not in the
 	// remaining histogram.
-	for _, p := range points(rm, telemetry.MetricInvocationDuration) {
+	for _, p := range points(rm, observe.MetricInvocationDuration) {
 		if _, ok := p.attrs["code"]; ok && p.attrs["kind"] == "OK" {
-			t.Errorf("%s point %v has a code for OK", telemetry.MetricInvocationDuration, p.attrs)
+			t.Errorf("%s point %v has a code for OK", observe.MetricInvocationDuration, p.attrs)
 		}
 	}
-	if _, ok := valueOf(rm, telemetry.MetricDeadlineRemaining, map[string]string{"operation": "test.ok"}); ok {
-		t.Errorf("%s has a point for test.ok, which had no deadline", telemetry.MetricDeadlineRemaining)
+	if _, ok := valueOf(rm, observe.MetricDeadlineRemaining, map[string]string{"operation": "test.ok"}); ok {
+		t.Errorf("%s has a point for test.ok, which had no deadline", observe.MetricDeadlineRemaining)
 	}
-	if v := histogramSum(rm, telemetry.MetricDeadlineRemaining, "test.wait"); v != 2 {
-		t.Errorf("%s{test.wait} sum = %v s, want 2", telemetry.MetricDeadlineRemaining, v)
+	if v := histogramSum(rm, observe.MetricDeadlineRemaining, "test.wait"); v != 2 {
+		t.Errorf("%s{test.wait} sum = %v s, want 2", observe.MetricDeadlineRemaining, v)
 	}
-	if v := histogramSum(rm, telemetry.MetricInvocationDuration, "test.wait"); v != 2 {
-		t.Errorf("%s{test.wait} sum = %v s, want 2 (it waited for its deadline)", telemetry.MetricInvocationDuration, v)
+	if v := histogramSum(rm, observe.MetricInvocationDuration, "test.wait"); v != 2 {
+		t.Errorf("%s{test.wait} sum = %v s, want 2 (it waited for its deadline)", observe.MetricInvocationDuration, v)
 	}
 }
 
@@ -453,7 +454,7 @@ func TestRemoteParentContinued(t *testing.T) {
 	h := newHarness(t)
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	ctx := telemetry.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {traceparent}})
-	c := observe(h.tel.Operation(op("test.ok")), ctx, httpInv("test.ok", 0), t0, t0, nil)
+	c := runCall(h.tel.Operation(op("test.ok")), ctx, httpInv("test.ok", 0), t0, t0, nil)
 	s := h.onlySpan(t)
 	if got := s.SpanContext().TraceID().String(); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Errorf("span trace ID = %s, want the caller's", got)
@@ -495,8 +496,8 @@ func TestEndOnce(t *testing.T) {
 	if n := len(h.logLines(t)); n != 1 {
 		t.Errorf("access log lines = %d, want 1", n)
 	}
-	if n := len(points(h.collect(t), telemetry.MetricInvocationDuration)); n != 1 {
-		t.Errorf("%s points = %d, want 1 (NOT_FOUND only)", telemetry.MetricInvocationDuration, n)
+	if n := len(points(h.collect(t), observe.MetricInvocationDuration)); n != 1 {
+		t.Errorf("%s points = %d, want 1 (NOT_FOUND only)", observe.MetricInvocationDuration, n)
 	}
 }
 
@@ -505,16 +506,16 @@ func TestEndOnce(t *testing.T) {
 func TestHostEndpointNamedByRoute(t *testing.T) {
 	h := newHarness(t)
 	inv := pipeline.NewInvocation(pipeline.Spec{Route: "GET /healthz", Protocol: pipeline.ProtocolHTTP})
-	observe(h.tel.Route("GET /healthz"), context.Background(), inv, t0, t0, nil)
+	runCall(h.tel.Route("GET /healthz"), context.Background(), inv, t0, t0, nil)
 	s := h.onlySpan(t)
-	if s.Name() != "GET /healthz" || spanAttrs(s)[telemetry.AttrRoute] != "GET /healthz" {
-		t.Errorf("span %q %v, want name and %s GET /healthz", s.Name(), spanAttrs(s), telemetry.AttrRoute)
+	if s.Name() != "GET /healthz" || spanAttrs(s)[observe.AttrRoute] != "GET /healthz" {
+		t.Errorf("span %q %v, want name and %s GET /healthz", s.Name(), spanAttrs(s), observe.AttrRoute)
 	}
-	if _, ok := spanAttrs(s)[telemetry.AttrOperationID]; ok {
-		t.Errorf("host span has %s", telemetry.AttrOperationID)
+	if _, ok := spanAttrs(s)[observe.AttrOperationID]; ok {
+		t.Errorf("host span has %s", observe.AttrOperationID)
 	}
-	if v, _ := valueOf(h.collect(t), telemetry.MetricInvocationDuration, map[string]string{"route": "GET /healthz", "kind": "OK"}); v != 1 {
-		t.Errorf("%s{route=GET /healthz} = %v, want 1", telemetry.MetricInvocationDuration, v)
+	if v, _ := valueOf(h.collect(t), observe.MetricInvocationDuration, map[string]string{"route": "GET /healthz", "kind": "OK"}); v != 1 {
+		t.Errorf("%s{route=GET /healthz} = %v, want 1", observe.MetricInvocationDuration, v)
 	}
 	if l := h.logLines(t); len(l) != 1 || l[0]["route"] != "GET /healthz" || l[0]["operation"] != nil {
 		t.Errorf("access log = %v, want one line with route GET /healthz", l)
@@ -526,10 +527,10 @@ func TestHostEndpointNamedByRoute(t *testing.T) {
 func TestUnknownOperationByRoute(t *testing.T) {
 	h := newHarness(t)
 	inv := pipeline.NewInvocation(pipeline.Spec{Protocol: pipeline.ProtocolGRPC})
-	observe(h.tel.Route("no.such"), context.Background(), inv, t0, t0, pipeline.NotFound(pipeline.CodeNotFound, "No such operation."))
+	runCall(h.tel.Route("no.such"), context.Background(), inv, t0, t0, pipeline.NotFound(pipeline.CodeNotFound, "No such operation."))
 	s := h.onlySpan(t)
-	if s.Name() != "no.such" || spanAttrs(s)[telemetry.AttrRoute] != "no.such" {
-		t.Errorf("span %q %v, want name and %s no.such", s.Name(), spanAttrs(s), telemetry.AttrRoute)
+	if s.Name() != "no.such" || spanAttrs(s)[observe.AttrRoute] != "no.such" {
+		t.Errorf("span %q %v, want name and %s no.such", s.Name(), spanAttrs(s), observe.AttrRoute)
 	}
 	if l := h.logLines(t); len(l) != 1 || l[0]["route"] != "no.such" {
 		t.Errorf("access log = %v, want one line with route no.such", l)
@@ -543,34 +544,34 @@ func TestRoutesBounded(t *testing.T) {
 	for i := range 300 {
 		name := fmt.Sprintf("GET /r%03d", i)
 		inv := pipeline.NewInvocation(pipeline.Spec{Route: name, Protocol: pipeline.ProtocolHTTP})
-		observe(h.tel.Route(name), context.Background(), inv, t0, t0, nil)
+		runCall(h.tel.Route(name), context.Background(), inv, t0, t0, nil)
 	}
 	if s := h.spans.Ended(); s[len(s)-1].Name() != "GET /r299" {
 		t.Errorf("last span %q, want GET /r299", s[len(s)-1].Name())
 	}
 	rm := h.collect(t)
-	if n := len(points(rm, telemetry.MetricInvocationDuration)); n > 257 {
-		t.Errorf("%s has %d points, want at most 257", telemetry.MetricInvocationDuration, n)
+	if n := len(points(rm, observe.MetricInvocationDuration)); n > 257 {
+		t.Errorf("%s has %d points, want at most 257", observe.MetricInvocationDuration, n)
 	}
-	if v, _ := valueOf(rm, telemetry.MetricInvocationDuration, map[string]string{"route": "other"}); v == 0 {
-		t.Errorf("%s{route=other} = 0, want the calls past the bound", telemetry.MetricInvocationDuration)
+	if v, _ := valueOf(rm, observe.MetricInvocationDuration, map[string]string{"route": "other"}); v == 0 {
+		t.Errorf("%s{route=other} = 0, want the calls past the bound", observe.MetricInvocationDuration)
 	}
 }
 
 // TestNilIsOff: a nil *Telemetry (the kernel with telemetry off) gives nil
 // Ops, whose Start observes nothing; a nil Call's methods do nothing.
 func TestNilIsOff(t *testing.T) {
-	var tel *telemetry.Telemetry
+	var tel *observe.Telemetry
 	if o := tel.Operation(op("test.ok")); o != nil {
 		t.Errorf("nil Telemetry's Operation = %v, want nil", o)
 	}
 	if o := tel.Route("GET /healthz"); o != nil {
 		t.Errorf("nil Telemetry's Route = %v, want nil", o)
 	}
-	if o := telemetry.New().Operation(nil); o != nil {
+	if o := observe.New().Operation(nil); o != nil {
 		t.Errorf("Operation(nil) = %v, want nil", o)
 	}
-	var o *telemetry.Op
+	var o *observe.Op
 	ctx := context.Background()
 	got, c := o.Start(ctx, httpInv("test.ok", 0), t0)
 	if got != ctx || c != nil {
@@ -592,7 +593,7 @@ func TestGlobalProviderInstalledAfterNew(t *testing.T) {
 			otel.SetTracerProvider(tracenoop.NewTracerProvider())
 		}
 	}()
-	o := telemetry.New().Operation(op("test.ok"))
+	o := observe.New().Operation(op("test.ok"))
 	_, c := o.Start(context.Background(), httpInv("test.ok", 0), t0)
 	if c != nil {
 		t.Fatalf("Start observed the call before any provider is installed")
@@ -601,12 +602,12 @@ func TestGlobalProviderInstalledAfterNew(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	defer tp.Shutdown(context.Background())
 	otel.SetTracerProvider(tp)
-	c = observe(o, context.Background(), httpInv("test.ok", 0), t0, t0, nil)
+	c = runCall(o, context.Background(), httpInv("test.ok", 0), t0, t0, nil)
 	if n := len(sr.Ended()); n != 1 || c.TraceID() == "" {
 		t.Fatalf("after SetTracerProvider: %d spans, TraceID %q; want 1 span and a trace ID", n, c.TraceID())
 	}
 	otel.SetTracerProvider(tracenoop.NewTracerProvider())
-	if observe(o, context.Background(), httpInv("test.ok", 0), t0, t0, nil); len(sr.Ended()) != 1 {
+	if runCall(o, context.Background(), httpInv("test.ok", 0), t0, t0, nil); len(sr.Ended()) != 1 {
 		t.Errorf("after switching to a no-op provider, spans = %d, want still 1", len(sr.Ended()))
 	}
 }
@@ -616,10 +617,10 @@ func TestGlobalProviderInstalledAfterNew(t *testing.T) {
 func TestNoopCostsNothing(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []telemetry.Option
+		opts []observe.Option
 	}{
 		{"global default", nil},
-		{"explicit noop", []telemetry.Option{telemetry.WithTracerProvider(tracenoop.NewTracerProvider())}},
+		{"explicit noop", []observe.Option{observe.WithTracerProvider(tracenoop.NewTracerProvider())}},
 	}
 	inv := pipeline.NewInvocation(pipeline.Spec{
 		Operation:      op("bench.op"),
@@ -630,8 +631,8 @@ func TestNoopCostsNothing(t *testing.T) {
 	ctx := telemetry.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := telemetry.New(tt.opts...).Operation(op("bench.op"))
-			var c *telemetry.Call
+			o := observe.New(tt.opts...).Operation(op("bench.op"))
+			var c *observe.Call
 			n := testing.AllocsPerRun(1000, func() {
 				var got context.Context
 				got, c = o.Start(ctx, inv, t0)
@@ -654,8 +655,8 @@ func TestNoopCostsNothing(t *testing.T) {
 // caller's trace ID from an incoming traceparent, and so does the Call.
 func TestAccessLogOnly(t *testing.T) {
 	var buf bytes.Buffer
-	tel := telemetry.New(telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
-		telemetry.WithAccessLog(slog.New(slog.NewJSONHandler(&buf, nil))))
+	tel := observe.New(observe.WithTracerProvider(tracenoop.NewTracerProvider()),
+		observe.WithAccessLog(slog.New(slog.NewJSONHandler(&buf, nil))))
 	ctx := telemetry.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
 	got, c := tel.Operation(op("test.missing")).Start(ctx, httpInv("test.missing", 0), t0)
 	if got != ctx {
@@ -681,11 +682,11 @@ func TestAccessLogOnly(t *testing.T) {
 // Error; a logger above Info logs the others not at all.
 func TestAccessLogUnexpectedIsError(t *testing.T) {
 	var buf bytes.Buffer
-	tel := telemetry.New(telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
-		telemetry.WithAccessLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	tel := observe.New(observe.WithTracerProvider(tracenoop.NewTracerProvider()),
+		observe.WithAccessLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	o := tel.Operation(op("test.op"))
-	observe(o, context.Background(), httpInv("test.op", 0), t0, t0, nil)
-	observe(o, context.Background(), httpInv("test.op", 0), t0, t0, errors.New("boom"))
+	runCall(o, context.Background(), httpInv("test.op", 0), t0, t0, nil)
+	runCall(o, context.Background(), httpInv("test.op", 0), t0, t0, errors.New("boom"))
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 		t.Fatalf("access log %q: %v (want one line)", buf.String(), err)
@@ -704,11 +705,11 @@ func TestIdempotencyKeyAttribute(t *testing.T) {
 			Operation: op("orders.create"),
 			Baggage:   map[string]string{pipeline.BaggageIdempotencyKey: key},
 		})
-		observe(h.tel.Operation(op("orders.create")), context.Background(), inv, t0, t0, nil)
+		runCall(h.tel.Operation(op("orders.create")), context.Background(), inv, t0, t0, nil)
 		s := h.onlySpan(t)
-		got, ok := spanAttrs(s)[telemetry.AttrIdempotencyKey]
+		got, ok := spanAttrs(s)[observe.AttrIdempotencyKey]
 		if ok != (key != "") || ok && got != "true" {
-			t.Errorf("key %q: span %s = %q (present %v)", key, telemetry.AttrIdempotencyKey, got, ok)
+			t.Errorf("key %q: span %s = %q (present %v)", key, observe.AttrIdempotencyKey, got, ok)
 		}
 		for _, a := range s.Attributes() {
 			if key != "" && a.Value.Emit() == key {
@@ -749,18 +750,18 @@ func TestIdempotencyReplayObserved(t *testing.T) {
 	h := newHarness(t)
 	o := h.tel.Operation(op("billing.charge"))
 	spec := pipeline.Spec{Operation: op("billing.charge"), Protocol: pipeline.ProtocolGRPC, IdempotencyKey: "k-1"}
-	observe(o, context.Background(), pipeline.NewInvocation(spec), t0, t0, nil)
+	runCall(o, context.Background(), pipeline.NewInvocation(spec), t0, t0, nil)
 	replay := pipeline.NewInvocation(spec)
 	replay.Reply().Set(pipeline.FieldReplayed, "true")
-	observe(o, context.Background(), replay, t0, t0, nil)
+	runCall(o, context.Background(), replay, t0, t0, nil)
 
 	ended := h.spans.Ended()
 	if len(ended) != 2 {
 		t.Fatalf("spans = %d, want 2", len(ended))
 	}
 	for i, want := range []string{"", "true"} {
-		if got := spanAttrs(ended[i])[telemetry.AttrIdempotencyReplayed]; got != want {
-			t.Errorf("span %d: %s = %q, want %q", i, telemetry.AttrIdempotencyReplayed, got, want)
+		if got := spanAttrs(ended[i])[observe.AttrIdempotencyReplayed]; got != want {
+			t.Errorf("span %d: %s = %q, want %q", i, observe.AttrIdempotencyReplayed, got, want)
 		}
 	}
 	lines := h.logLines(t)
@@ -768,9 +769,9 @@ func TestIdempotencyReplayObserved(t *testing.T) {
 		t.Errorf("access log = %v, want replayed only on the second line", lines)
 	}
 	rm := h.collect(t)
-	if v, ok := valueOf(rm, telemetry.MetricIdempotencyReplays, map[string]string{
-		telemetry.MetricAttrOperation: "billing.charge", telemetry.MetricAttrProtocol: "grpc",
+	if v, ok := valueOf(rm, observe.MetricIdempotencyReplays, map[string]string{
+		observe.MetricAttrOperation: "billing.charge", observe.MetricAttrProtocol: "grpc",
 	}); !ok || v != 1 {
-		t.Errorf("%s{billing.charge, grpc} = %v (%v), want 1", telemetry.MetricIdempotencyReplays, v, ok)
+		t.Errorf("%s{billing.charge, grpc} = %v (%v), want 1", observe.MetricIdempotencyReplays, v, ok)
 	}
 }

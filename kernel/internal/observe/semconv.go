@@ -1,4 +1,4 @@
-package telemetry
+package observe
 
 import (
 	"net"
@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // SemconvSchemaURL is the version of the OpenTelemetry semantic conventions
@@ -17,7 +19,7 @@ const SemconvSchemaURL = semconv.SchemaURL
 
 // Metric names of the OpenTelemetry semantic conventions (v1.43.0), in
 // seconds, recorded beside MetricInvocationDuration for HTTP and gRPC
-// invocations whose adapter described the request ([Transport]).
+// invocations whose adapter described the request ([telemetry.Transport]).
 const (
 	// MetricHTTPServerDuration is http.server.request.duration, by
 	// http.request.method, url.scheme, http.route (when a route matched),
@@ -43,31 +45,13 @@ const (
 	maxSemconvMetricAttrSet = 1024
 )
 
-// Transport describes the protocol request of one invocation in the terms
-// of the OpenTelemetry semantic conventions for HTTP and RPC servers. An
-// adapter fills it in (kernel.Request.Transport); the invocation's span
-// and the conventions' duration metric then carry the standard
-// attributes. The zero Transport records none of them.
-type Transport struct {
-	// HTTP: the request method as received, the matched route template
-	// ("" when no route matched), the URL scheme ("http" or "https"), the
-	// URL path, the Host the client addressed and the protocol version
-	// ("1.1", "2").
-	Method, Route, Scheme, Path, Host, ProtocolVersion string
-	// RPC: the full gRPC method name ("/shop.v1.Billing/Charge"), and
-	// whether the server knows it (false: rpc.method is _OTHER and
-	// rpc.method_original has the name).
-	RPCMethod  string
-	RPCUnknown bool
-	// Status returns the protocol status the outcome err (nil: success)
-	// is answered with: the HTTP status code, or the gRPC code. nil: 200
-	// or OK for success, 500 or INTERNAL (13) for a failure.
-	Status func(err error) int
-}
+// transport is the Transport of one call, with the methods that turn it
+// into the conventions' attributes.
+type transport telemetry.Transport
 
 // isHTTP and isRPC report which conventions t describes.
-func (t *Transport) isHTTP() bool { return t.Method != "" }
-func (t *Transport) isRPC() bool  { return t.RPCMethod != "" }
+func (t *transport) isHTTP() bool { return t.Method != "" }
+func (t *transport) isRPC() bool  { return t.RPCMethod != "" }
 
 // knownMethods are the HTTP methods the conventions name; others are
 // reported as _OTHER.
@@ -100,7 +84,7 @@ func grpcCodeName(code int) string {
 }
 
 // status returns the protocol status of the outcome err.
-func (t *Transport) status(err error) int {
+func (t *transport) status(err error) int {
 	if t.Status != nil {
 		return t.Status(err)
 	}
@@ -131,7 +115,7 @@ func splitRPC(full string) (service, method string) {
 
 // startAttrs returns the conventions' attributes known when the call
 // arrives.
-func (t *Transport) startAttrs() []attribute.KeyValue {
+func (t *transport) startAttrs() []attribute.KeyValue {
 	switch {
 	case t.isHTTP():
 		attrs := make([]attribute.KeyValue, 0, 9)
@@ -205,7 +189,7 @@ type semconvKey struct {
 
 // endAttrs returns the span attributes of the status the outcome got, and
 // the key of its metric point.
-func (t *Transport) endAttrs(status int) ([]attribute.KeyValue, semconvKey) {
+func (t *transport) endAttrs(status int) ([]attribute.KeyValue, semconvKey) {
 	switch {
 	case t.isHTTP():
 		method := t.Method

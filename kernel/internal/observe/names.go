@@ -1,7 +1,8 @@
-package telemetry
+package observe
 
 // ScopeName is the instrumentation scope of the tracer and meter the
-// package uses.
+// package uses. It keeps the path of the public package kernel/telemetry,
+// the name dashboards and docs/observability.md know.
 const ScopeName = "github.com/sundial-go/sundial/kernel/telemetry"
 
 // Metric names. Units follow the OpenTelemetry conventions (seconds for

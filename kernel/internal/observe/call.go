@@ -1,4 +1,4 @@
-package telemetry
+package observe
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -28,16 +29,16 @@ type Call struct {
 	start     time.Time
 	budget    time.Duration
 	hasBudget bool
-	tr        Transport // the protocol request, for the semantic conventions
+	tr        transport // the protocol request, for the semantic conventions
 	ended     atomic.Bool
 }
 
 // Start starts observing inv, which arrived at start. When a tracer is
 // installed it starts the invocation's span, a child of ctx's span context
-// (a local span, or a caller's extracted with [ExtractHTTP] or
-// [ExtractGRPC]), and returns ctx carrying it: run the invocation under
-// that context so that outbound calls continue its trace. End the returned
-// Call with the invocation's outcome.
+// (a local span, or a caller's extracted with [telemetry.ExtractHTTP]
+// or [telemetry.ExtractGRPC]), and returns ctx carrying it: run the
+// invocation under that context so that outbound calls continue its
+// trace. End the returned Call with the invocation's outcome.
 //
 // When nothing observes the invocation — no tracer, the instruments
 // disabled (as with otel's no-op default) and no access log — or o is nil,
@@ -50,7 +51,7 @@ func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Tim
 // describes (nil: none): the span and the OpenTelemetry conventions'
 // duration metric (MetricHTTPServerDuration, MetricRPCServerDuration) also
 // carry the conventions' HTTP or RPC server attributes.
-func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *Transport) (context.Context, *Call) {
+func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *telemetry.Transport) (context.Context, *Call) {
 	if o == nil {
 		return ctx, nil
 	}
@@ -67,7 +68,7 @@ func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start
 		c.budget, c.hasBudget = d.Sub(start), true
 	}
 	if tr != nil {
-		c.tr = *tr
+		c.tr = transport(*tr)
 	}
 	if tracer != nil {
 		name := inv.Name()
@@ -111,58 +112,85 @@ func (c *Call) End(err error, end time.Time) {
 	if c == nil || !c.ended.CompareAndSwap(false, true) {
 		return
 	}
-	inv := c.inv
-	perr := pipeline.AsError(err)
-	kind := pipeline.KindOf(err)
-	code := ""
-	if perr != nil {
-		code = perr.Code()
-	}
-	a := c.o.outcome(c.proto, kind, code)
-	reason := -1
-	if kind == pipeline.KindUnavailable {
-		reason = rejectionReason(code)
-	}
-	orig := original(perr)
-	deadline, hasDeadline := inv.Deadline()
-	fired := kind == pipeline.KindTimeout && code == pipeline.CodeTimeout && hasDeadline && !deadline.After(end)
-
-	var (
-		semAttrs []attribute.KeyValue
-		semKey   semconvKey
-		sem      = (c.tr.isHTTP() || c.tr.isRPC()) && (c.span != nil || c.in != nil)
-	)
-	if sem {
-		semAttrs, semKey = c.tr.endAttrs(c.tr.status(err))
-	}
+	var e ending
+	c.settle(&e, err, end)
 	if c.span != nil {
 		if c.span.IsRecording() {
-			c.annotate(a, semAttrs, perr, orig, reason, fired, deadline, hasDeadline, end)
+			c.annotate(&e, end)
 		}
 		c.span.End(trace.WithTimestamp(end))
 	}
-	if in := c.in; in != nil {
-		secs := end.Sub(c.start).Seconds()
-		in.duration.Record(c.ctx, secs, a.rec...)
-		if sem {
-			h := in.httpDur
-			if semKey.rpc {
-				h = in.rpcDur
-			}
-			h.Record(c.ctx, secs, c.o.t.semconv.get(semKey)...)
-		}
-		if reason >= 0 {
-			in.rejected.Add(c.ctx, 1, c.o.rejected[reason]...)
-		}
-		if c.hasBudget {
-			in.remaining.Record(c.ctx, max(c.budget, 0).Seconds(), c.o.remaining[c.proto]...)
-		}
-		if inv.Reply().Replayed() {
-			in.replays.Add(c.ctx, 1, c.o.replays[c.proto]...)
-		}
+	if c.in != nil {
+		c.record(&e, end)
 	}
 	if l := c.o.t.access; l != nil {
-		c.log(l, kind, perr, orig, end)
+		c.log(l, e.kind, e.perr, e.orig, end)
+	}
+}
+
+// ending is what End derives once from the outcome, for the span, the
+// metrics and the access log.
+type ending struct {
+	perr *pipeline.Error // the attributed outcome; nil: success
+	orig *pipeline.Error // the outcome the attribution replaced, or nil
+	kind pipeline.Kind
+	a    *outcomeAttrs
+	// reason is the index in reasons of the limit that rejected the
+	// call, or -1.
+	reason int
+	// deadline is the invocation's deadline, if hasDeadline; fired
+	// reports that it fired (the outcome is KERNEL_TIMEOUT_001).
+	deadline           time.Time
+	hasDeadline, fired bool
+	// sem reports that the conventions' attributes (semAttrs) and
+	// duration point (semKey) are recorded.
+	sem      bool
+	semAttrs []attribute.KeyValue
+	semKey   semconvKey
+}
+
+// settle fills e in from the attributed outcome err, at end.
+func (c *Call) settle(e *ending, err error, end time.Time) {
+	e.perr = pipeline.AsError(err)
+	e.kind = pipeline.KindOf(err)
+	code := ""
+	if e.perr != nil {
+		code = e.perr.Code()
+	}
+	e.a = c.o.outcome(c.proto, e.kind, code)
+	e.reason = -1
+	if e.kind == pipeline.KindUnavailable {
+		e.reason = rejectionReason(code)
+	}
+	e.orig = original(e.perr)
+	e.deadline, e.hasDeadline = c.inv.Deadline()
+	e.fired = e.kind == pipeline.KindTimeout && code == pipeline.CodeTimeout && e.hasDeadline && !e.deadline.After(end)
+	e.sem = (c.tr.isHTTP() || c.tr.isRPC()) && (c.span != nil || c.in != nil)
+	if e.sem {
+		e.semAttrs, e.semKey = c.tr.endAttrs(c.tr.status(err))
+	}
+}
+
+// record records the metrics of the ended invocation.
+func (c *Call) record(e *ending, end time.Time) {
+	in := c.in
+	secs := end.Sub(c.start).Seconds()
+	in.duration.Record(c.ctx, secs, e.a.rec...)
+	if e.sem {
+		h := in.httpDur
+		if e.semKey.rpc {
+			h = in.rpcDur
+		}
+		h.Record(c.ctx, secs, c.o.t.semconv.get(e.semKey)...)
+	}
+	if e.reason >= 0 {
+		in.rejected.Add(c.ctx, 1, c.o.rejected[e.reason]...)
+	}
+	if c.hasBudget {
+		in.remaining.Record(c.ctx, max(c.budget, 0).Seconds(), c.o.remaining[c.proto]...)
+	}
+	if c.inv.Reply().Replayed() {
+		in.replays.Add(c.ctx, 1, c.o.replays[c.proto]...)
 	}
 }
 
@@ -184,18 +212,32 @@ func original(perr *pipeline.Error) *pipeline.Error {
 	return nil
 }
 
-// annotate adds the outcome's attributes (sem: the conventions' ones),
-// events and status to a recording span, the attributes in one call.
-func (c *Call) annotate(a *outcomeAttrs, sem []attribute.KeyValue, perr, orig *pipeline.Error, reason int, fired bool, deadline time.Time, hasDeadline bool, end time.Time) {
-	span := c.span
-	attrs := make([]attribute.KeyValue, 0, len(a.span)+len(sem)+7)
-	attrs = append(attrs, a.span...)
-	attrs = append(attrs, sem...)
-	if orig != nil {
-		attrs = append(attrs, attribute.String(AttrOriginalKind, orig.Kind().String()), attribute.String(AttrOriginalCode, orig.Code()))
+// annotate adds the outcome's attributes (the conventions' ones
+// included), events and status to a recording span, the attributes in
+// one call.
+func (c *Call) annotate(e *ending, end time.Time) {
+	c.span.SetAttributes(c.spanAttrs(e)...)
+	if e.reason >= 0 {
+		c.rejectionEvent(e, end)
 	}
-	if hasDeadline {
-		attrs = append(attrs, attribute.String(AttrDeadline, deadline.UTC().Format(time.RFC3339Nano)))
+	if e.fired {
+		c.deadlineEvent(e.deadline)
+	}
+	if e.perr != nil {
+		c.errorStatus(e.perr, end)
+	}
+}
+
+// spanAttrs returns the span attributes of the ended invocation.
+func (c *Call) spanAttrs(e *ending) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, len(e.a.span)+len(e.semAttrs)+7)
+	attrs = append(attrs, e.a.span...)
+	attrs = append(attrs, e.semAttrs...)
+	if e.orig != nil {
+		attrs = append(attrs, attribute.String(AttrOriginalKind, e.orig.Kind().String()), attribute.String(AttrOriginalCode, e.orig.Code()))
+	}
+	if e.hasDeadline {
+		attrs = append(attrs, attribute.String(AttrDeadline, e.deadline.UTC().Format(time.RFC3339Nano)))
 	}
 	if c.hasBudget {
 		attrs = append(attrs, attribute.Int64(AttrDeadlineBudgetMs, c.budget.Milliseconds()))
@@ -206,35 +248,44 @@ func (c *Call) annotate(a *outcomeAttrs, sem []attribute.KeyValue, perr, orig *p
 	if c.inv.Reply().Replayed() {
 		attrs = append(attrs, attribute.Bool(AttrIdempotencyReplayed, true))
 	}
-	span.SetAttributes(attrs...)
-	if reason >= 0 {
-		ev := []attribute.KeyValue{attribute.String(AttrRejectionLimit, reasons[reason])}
-		if s, ok := perr.RetryAfterSeconds(); ok {
-			ev = append(ev, attribute.Int64(AttrRetryAfter, s))
-		}
-		span.AddEvent(EventRejection, trace.WithAttributes(ev...), trace.WithTimestamp(end))
+	return attrs
+}
+
+// rejectionEvent adds the event of a call a limit rejected: which limit,
+// and its retry hint.
+func (c *Call) rejectionEvent(e *ending, end time.Time) {
+	ev := []attribute.KeyValue{attribute.String(AttrRejectionLimit, reasons[e.reason])}
+	if s, ok := e.perr.RetryAfterSeconds(); ok {
+		ev = append(ev, attribute.Int64(AttrRetryAfter, s))
 	}
-	if fired {
-		at := deadline
-		onArrival := !deadline.After(c.start)
-		if onArrival {
-			at = c.start
-		}
-		span.AddEvent(EventDeadlineExceeded, trace.WithTimestamp(at), trace.WithAttributes(
-			attribute.String(AttrDeadline, deadline.UTC().Format(time.RFC3339Nano)),
-			attribute.Bool(AttrDeadlineOnArrival, onArrival)))
+	c.span.AddEvent(EventRejection, trace.WithAttributes(ev...), trace.WithTimestamp(end))
+}
+
+// deadlineEvent adds the event of the deadline firing, at its instant (or
+// at the call's arrival, when it had already passed).
+func (c *Call) deadlineEvent(deadline time.Time) {
+	at := deadline
+	onArrival := !deadline.After(c.start)
+	if onArrival {
+		at = c.start
 	}
-	if perr != nil {
-		span.SetStatus(codes.Error, perr.Code()+": "+perr.SafeMessage())
-		if cause := perr.Unwrap(); perr.Kind() == pipeline.KindUnexpected && cause != nil {
-			// Operators, not callers, read traces: the real error helps.
-			// This is span.RecordError, with the text read by
-			// pipeline.ErrorText: an Error method that panics must not
-			// take the process down.
-			span.AddEvent("exception", trace.WithTimestamp(end), trace.WithAttributes(
-				attribute.String("exception.type", typeName(cause)),
-				attribute.String("exception.message", pipeline.ErrorText(cause))))
-		}
+	c.span.AddEvent(EventDeadlineExceeded, trace.WithTimestamp(at), trace.WithAttributes(
+		attribute.String(AttrDeadline, deadline.UTC().Format(time.RFC3339Nano)),
+		attribute.Bool(AttrDeadlineOnArrival, onArrival)))
+}
+
+// errorStatus sets the span's status Error, and records the cause of an
+// UNEXPECTED outcome as an exception event.
+func (c *Call) errorStatus(perr *pipeline.Error, end time.Time) {
+	c.span.SetStatus(codes.Error, perr.Code()+": "+perr.SafeMessage())
+	if cause := perr.Unwrap(); perr.Kind() == pipeline.KindUnexpected && cause != nil {
+		// Operators, not callers, read traces: the real error helps.
+		// This is span.RecordError, with the text read by
+		// pipeline.ErrorText: an Error method that panics must not
+		// take the process down.
+		c.span.AddEvent("exception", trace.WithTimestamp(end), trace.WithAttributes(
+			attribute.String("exception.type", typeName(cause)),
+			attribute.String("exception.message", pipeline.ErrorText(cause))))
 	}
 }
 

@@ -1,0 +1,4 @@
+package telemetry
+
+// MaxBaggageMembers is maxBaggageMembers, for the tests.
+const MaxBaggageMembers = maxBaggageMembers

@@ -1,0 +1,34 @@
+package cluster
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// statedDefault returns the default docs/policy-keys.md states for key.
+func statedDefault(t *testing.T, key string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/policy-keys.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 4 && strings.TrimSpace(cells[1]) == "`"+key+"`" {
+			return strings.TrimSpace(cells[3])
+		}
+	}
+	t.Fatalf("docs/policy-keys.md has no row for %s", key)
+	return ""
+}
+
+// TestStatedDefaults: the store timeout the key table states as the
+// default of StoreTimeoutMs is the one the store applies.
+func TestStatedDefaults(t *testing.T) {
+	if got, want := statedDefault(t, "StoreTimeoutMs"), defaultStoreTimeout; got != strconvMs(want) {
+		t.Errorf("docs state StoreTimeoutMs default %s; the store applies %v", got, want)
+	}
+}
+
+func strconvMs(d time.Duration) string { return strings.TrimSuffix(d.String(), "ms") }
