@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -33,7 +34,7 @@ type OperationStatus struct {
 	BreakerOpenFor time.Duration
 	// Window is the fixed window's state in this process (HasWindow false
 	// without a process-scope rate limit).
-	Window    resilience.Quota
+	Window    pipeline.Quota
 	HasWindow bool
 	// RateQueue and ConcurrencyQueue are the calls waiting in each queue,
 	// InFlight those holding a concurrency slot.

@@ -332,7 +332,7 @@ type LimitsState struct {
 	// Window is the fixed window's state — permits left, time to reset —
 	// when HasWindow (false: no rate limit in this process, none
 	// configured or Scope cluster, whose state is in the store).
-	Window    Quota
+	Window    pipeline.Quota
 	HasWindow bool
 	// RateQueue and ConcurrencyQueue are the calls waiting for a window
 	// and for a slot (with Scope cluster: this process's waiters).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/internal/window"
 )
 
@@ -100,7 +101,7 @@ func (l *FixedWindow) SetPermitLimit(limit int) error {
 
 // Quota reports the current window: its limit, length, the permits left
 // and the time until the next one opens.
-func (l *FixedWindow) Quota() Quota { return l.quota() }
+func (l *FixedWindow) Quota() pipeline.Quota { return l.quota() }
 
 // SetLimits changes the limit and the queue in place: the slots held stay
 // held, so with a lower limit nobody is admitted until fewer than limit

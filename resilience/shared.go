@@ -36,7 +36,7 @@ func (s Scope) Valid() bool { return s == "" || s == ScopeProcess || s == ScopeC
 // Take's return (the middleware asks again when the call would start
 // after it); 0 means the admission has no window edge to respect.
 type SharedWindow interface {
-	Take(ctx context.Context, inv *pipeline.Invocation) (Quota, error)
+	Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error)
 }
 
 // SharedSlots is a concurrency limit whose slots are counted outside this
@@ -47,16 +47,12 @@ type SharedSlots interface {
 	Acquire(ctx context.Context, inv *pipeline.Invocation) (release func(), err error)
 }
 
-// Quota is [pipeline.Quota]: what a rate limit told a call about its
-// window.
-type Quota = pipeline.Quota
-
 // LimitedError is a rate limit's rejection with the time until the call
 // could be admitted and what the window looked like. It matches
 // [ErrLimited] with errors.Is.
 type LimitedError struct {
 	RetryAfter time.Duration
-	Quota      Quota
+	Quota      pipeline.Quota
 }
 
 func (e *LimitedError) Error() string {

@@ -21,8 +21,8 @@ func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.M
 // deadline pass and returned the context's error for it.
 type endedWindow struct{}
 
-func (endedWindow) Take(context.Context, *pipeline.Invocation) (resilience.Quota, error) {
-	return resilience.Quota{}, context.DeadlineExceeded
+func (endedWindow) Take(context.Context, *pipeline.Invocation) (pipeline.Quota, error) {
+	return pipeline.Quota{}, context.DeadlineExceeded
 }
 
 type endedSlots struct{}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/internal/window"
 )
 
@@ -156,7 +157,7 @@ func (l *FixedWindow) sleep(ctx context.Context, wt *window.Waiter, d time.Durat
 }
 
 // quota reports the current window as a Quota.
-func (l *FixedWindow) quota() Quota {
+func (l *FixedWindow) quota() pipeline.Quota {
 	now := time.Since(l.origin)
 	if l.nq != nil {
 		return l.nq.quota(now)
@@ -167,7 +168,7 @@ func (l *FixedWindow) quota() Quota {
 	limit := l.st.Limit()
 	length := l.st.Length()
 	i := l.st.Index(now)
-	return Quota{Limit: limit, Window: length, Remaining: max(limit-int(l.st.Used()), 0), Reset: l.st.Start(i+1) - now}
+	return pipeline.Quota{Limit: limit, Window: length, Remaining: max(limit-int(l.st.Used()), 0), Reset: l.st.Start(i+1) - now}
 }
 
 // QueueDepth returns the number of calls waiting for a later window.
@@ -206,7 +207,7 @@ func (l *FixedWindow) evictIfIdle(now time.Time) bool {
 // seen, which matters when keys come from callers.
 //
 // The number of limiters is also capped (WithMaxKeys, default
-// DefaultMaxKeys), so that a flood of distinct keys — one new tenant value
+// 10,000), so that a flood of distinct keys — one new tenant value
 // per request — cannot make it allocate without bound within one window.
 // When that many keys have a limiter, a call for a key that has none is
 // turned away with [ErrLimited] until a sweep finds an idle one; a full
@@ -228,10 +229,10 @@ type KeyedFixedWindow struct {
 	onSweep func(keys int) // test hook: called at each sweep, under mu
 }
 
-// DefaultMaxKeys is the largest number of keys a KeyedFixedWindow holds a
+// defaultMaxKeys is the largest number of keys a KeyedFixedWindow holds a
 // limiter for when WithMaxKeys is not given. A limiter costs a few hundred
 // bytes, so the default bounds a keyed limiter to a few megabytes.
-const DefaultMaxKeys = 10_000
+const defaultMaxKeys = 10_000
 
 // fullSweepInterval is the least time between two sweeps of a
 // KeyedFixedWindow holding its maximum number of keys.
@@ -245,7 +246,7 @@ type keyedOptionFunc func(*KeyedFixedWindow)
 func (f keyedOptionFunc) applyKeyed(k *KeyedFixedWindow) { f(k) }
 
 // WithMaxKeys sets the largest number of keys that have a limiter at once
-// (default DefaultMaxKeys); see KeyedFixedWindow for what happens beyond
+// (default 10,000); see KeyedFixedWindow for what happens beyond
 // it. n <= 0 keeps the default.
 func WithMaxKeys(n int) KeyedOption {
 	return keyedOptionFunc(func(k *KeyedFixedWindow) {
@@ -263,7 +264,7 @@ func NewKeyedFixedWindow(permitLimit int, length time.Duration, queueLimit int, 
 		return nil, fmt.Errorf("resilience: NewKeyedFixedWindow: %w", err)
 	}
 	k := &KeyedFixedWindow{
-		permitLimit: permitLimit, queueLimit: queueLimit, length: length, maxKeys: DefaultMaxKeys,
+		permitLimit: permitLimit, queueLimit: queueLimit, length: length, maxKeys: defaultMaxKeys,
 		parts: make(map[string]*FixedWindow),
 	}
 	for _, o := range opts {

@@ -3,6 +3,8 @@ package resilience
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // unqueued is the state of a FixedWindow without a queue (queueLimit 0),
@@ -61,17 +63,17 @@ func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration, i
 }
 
 // quota reports the window containing now as a Quota.
-func (u *unqueued) quota(now time.Duration) Quota {
+func (u *unqueued) quota(now time.Duration) pipeline.Quota {
 	return u.quotaOf(int64(now/u.length), now)
 }
 
 // quotaOf reports window i, seen at now, as a Quota.
-func (u *unqueued) quotaOf(i int64, now time.Duration) Quota {
+func (u *unqueued) quotaOf(i int64, now time.Duration) pipeline.Quota {
 	used, limit := int64(0), u.limit.Load()
 	if c := u.cur.Load(); c.index == i {
 		used = min(c.asked.Load(), limit)
 	}
-	return Quota{Limit: int(limit), Window: u.length, Remaining: int(limit - used), Reset: time.Duration(i+1)*u.length - now}
+	return pipeline.Quota{Limit: int(limit), Window: u.length, Remaining: int(limit - used), Reset: time.Duration(i+1)*u.length - now}
 }
 
 // newOperationWindow returns a FixedWindow that takes the lock-free path

@@ -199,7 +199,7 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 }
 
 // Take implements resilience.SharedWindow.
-func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience.Quota, error) {
+func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error) {
 	c := w.cfg.Load()
 	if until := c.exhausted.Load(); until != 0 {
 		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
@@ -224,14 +224,14 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (resilience
 	if err != nil {
 		if cerr := callerEnded(ctx); cerr != nil {
 			w.st.callerLeft(probing)
-			return resilience.Quota{}, cerr
+			return pipeline.Quota{}, cerr
 		}
 	}
 	if !w.st.result(err, probing) {
 		return w.fallback(ctx, c)
 	}
 	us := micros(res[1])
-	q := resilience.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: micros(res[3])}
+	q := pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: micros(res[3])}
 	// The script ran at some instant between sent and now: its window
 	// ends no earlier than sent+reset, so what is left of it from now is at
 	// least reset-(now-sent). A reserved call wakes at the start of its
@@ -263,8 +263,8 @@ func micros(us int64) time.Duration {
 
 // rejected is the rejection of a call while the window is known to be
 // exhausted for left more.
-func (c *windowConfig) rejected(left time.Duration) (resilience.Quota, error) {
-	q := resilience.Quota{Limit: c.limit, Window: c.length, Reset: min(left, c.length)}
+func (c *windowConfig) rejected(left time.Duration) (pipeline.Quota, error) {
+	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: min(left, c.length)}
 	return q, &resilience.LimitedError{RetryAfter: left, Quota: q}
 }
 
@@ -297,41 +297,41 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) er
 
 // fallback delegates the call to the policy OnStoreError names while the
 // store is unreachable (windowFallbacks).
-func (w *Window) fallback(ctx context.Context, c *windowConfig) (resilience.Quota, error) {
+func (w *Window) fallback(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
 	markDegraded(ctx)
 	return windowFallbacks[w.st.mode()](w, ctx, c)
 }
 
 // windowFallbacks are what a degraded Window delegates to, by mode.
-var windowFallbacks = map[fallbackMode]func(*Window, context.Context, *windowConfig) (resilience.Quota, error){
+var windowFallbacks = map[fallbackMode]func(*Window, context.Context, *windowConfig) (pipeline.Quota, error){
 	modeLocal:  (*Window).localShare,
 	modeOpen:   (*Window).admitAll,
 	modeClosed: (*Window).rejectAll,
 }
 
 // admitAll is OnStoreError "open": the limit is off while degraded.
-func (w *Window) admitAll(_ context.Context, c *windowConfig) (resilience.Quota, error) {
-	return resilience.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
+func (w *Window) admitAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
+	return pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
 }
 
 // rejectAll is OnStoreError "closed": every call is turned away until the
 // store is tried again.
-func (w *Window) rejectAll(_ context.Context, c *windowConfig) (resilience.Quota, error) {
+func (w *Window) rejectAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
 	retry := w.st.retryIn()
-	q := resilience.Quota{Limit: c.limit, Window: c.length, Reset: retry}
+	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}
 	return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
 }
 
 // localShare is OnStoreError "local": this replica's share of the limit,
 // in a window of its own.
-func (w *Window) localShare(ctx context.Context, c *windowConfig) (resilience.Quota, error) {
+func (w *Window) localShare(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
 	l := w.localWindow(c, w.st.share(c.limit, c.expect))
 	retry, err := l.Wait(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return resilience.Quota{Limit: l.Quota().Limit, Window: c.length}, ctx.Err()
+			return pipeline.Quota{Limit: l.Quota().Limit, Window: c.length}, ctx.Err()
 		}
-		q := resilience.Quota{Limit: l.Quota().Limit, Window: c.length, Reset: retry}
+		q := pipeline.Quota{Limit: l.Quota().Limit, Window: c.length, Reset: retry}
 		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
 	}
 	return l.Quota(), nil
