@@ -47,138 +47,174 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	configFile := root.PersistentFlags().String("config", "", "JSON config `file` loaded over the embedded default config")
-	logFormat := root.PersistentFlags().String("log-format", "text", "log format on stderr: text or json")
-	newLogger := func(role string) (*slog.Logger, error) {
-		var h slog.Handler
-		switch *logFormat {
-		case "text":
-			h = slog.NewTextHandler(stderr, nil)
-		case "json":
-			h = slog.NewJSONHandler(stderr, nil)
-		default:
-			return nil, fmt.Errorf("--log-format: want text or json, got %q", *logFormat)
-		}
-		return slog.New(h).With("role", role), nil
-	}
-
-	var (
-		gw  GatewayConfig
-		ord OrdersConfig
-		inv InventoryConfig
-		bil BillingConfig
-	)
-	listen := func(cmd *cobra.Command, def string) *string {
-		return cmd.Flags().String("listen", def, "listen `address`")
-	}
-	serveOne := func(cmd *cobra.Command, role, addr string, start func(net.Listener, *slog.Logger) (*server, error)) error {
-		logger, err := newLogger(role)
-		if err != nil {
-			return err
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return err
-		}
-		srv, err := start(ln, logger)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "%-9s listening on %s\n", role, loopback(ln.Addr()))
-		return waitAndStop(ctx, srv.stop)
-	}
-
-	invCmd := &cobra.Command{Use: "inventory", Short: "Serve Inventory (HTTP): reserve, release, stock, slow, and the drip and silent endpoints.", Args: cobra.NoArgs}
-	invAddr := listen(invCmd, ":7002")
-	inventoryFlags(invCmd.Flags(), &inv)
-	invCmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return serveOne(cmd, "inventory", *invAddr, func(ln net.Listener, l *slog.Logger) (*server, error) {
-			_, srv, err := startInventory(ln, inv, *configFile, l)
-			return srv, err
-		})
-	}
-
-	bilCmd := &cobra.Command{Use: "billing", Short: "Serve Billing (gRPC): charge and slow.", Args: cobra.NoArgs}
-	bilAddr := listen(bilCmd, ":7003")
-	billingFlags(bilCmd.Flags(), &bil)
-	bilCmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return serveOne(cmd, "billing", *bilAddr, func(ln net.Listener, l *slog.Logger) (*server, error) {
-			_, srv, err := startBilling(ln, bil, *configFile, l)
-			return srv, err
-		})
-	}
-
-	ordCmd := &cobra.Command{Use: "orders", Short: "Serve Orders (HTTP): submit, report, stock.", Args: cobra.NoArgs}
-	ordAddr := listen(ordCmd, ":7001")
-	ordCmd.Flags().StringVar(&ord.Inventory, "inventory", "http://127.0.0.1:7002", "Inventory's base `URL`")
-	ordBilling := ordCmd.Flags().String("billing", "127.0.0.1:7003", "Billing's gRPC `address`")
-	ordersFlags(ordCmd.Flags(), &ord)
-	ordCmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return serveOne(cmd, "orders", *ordAddr, func(ln net.Listener, l *slog.Logger) (*server, error) {
-			_, srv, err := startOrders(ln, ord, *ordBilling, *configFile, l)
-			return srv, err
-		})
-	}
-
-	gwCmd := &cobra.Command{Use: "gateway", Short: "Serve the Gateway (HTTP): checkout, order, fanout.", Args: cobra.NoArgs}
-	gwAddr := listen(gwCmd, ":7000")
-	gwCmd.Flags().StringVar(&gw.Orders, "orders", "http://127.0.0.1:7001", "Orders' base `URL`")
-	gwCmd.Flags().StringVar(&gw.Inventory, "inventory", "http://127.0.0.1:7002", "Inventory's base `URL`")
-	gwCmd.Flags().StringVar(&gw.Billing, "billing", "127.0.0.1:7003", "Billing's gRPC `address`")
-	gatewayFlags(gwCmd.Flags(), &gw)
-	gwCmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return serveOne(cmd, "gateway", *gwAddr, func(ln net.Listener, l *slog.Logger) (*server, error) {
-			_, srv, err := startGateway(ln, gw, *configFile, l)
-			return srv, err
-		})
-	}
-
-	allCmd := &cobra.Command{Use: "all", Short: "Run the four roles in one process, on consecutive ports from --base-port.", Args: cobra.NoArgs}
-	basePort := allCmd.Flags().Int("base-port", 7000, "gateway's port; orders, inventory and billing take the next three (0: any free ports)")
-	host := allCmd.Flags().String("host", "127.0.0.1", "listen `host`")
-	inventoryFlags(allCmd.Flags(), &inv)
-	billingFlags(allCmd.Flags(), &bil)
-	ordersFlags(allCmd.Flags(), &ord)
-	gatewayFlags(allCmd.Flags(), &gw)
-	allCmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if *basePort < 0 || *basePort > 65532 {
-			return fmt.Errorf("--base-port: want 0 to 65532, got %d", *basePort)
-		}
-		cc := ClusterConfig{Gateway: gw, Orders: ord, Inventory: inv, Billing: bil, ConfigFile: *configFile, Listen: map[string]string{}}
-		for i, r := range []string{"gateway", "orders", "inventory", "billing"} {
-			port := 0
-			if *basePort != 0 {
-				port = *basePort + i
-			}
-			cc.Listen[r] = net.JoinHostPort(*host, strconv.Itoa(port))
-		}
-		var lerr error
-		cc.Logger = func(role string) *slog.Logger {
-			l, err := newLogger(role)
-			lerr = err
-			return l
-		}
-		c, err := StartCluster(cc)
-		if err != nil {
-			return err
-		}
-		if lerr != nil {
-			c.Close(context.Background())
-			return lerr
-		}
-		for _, r := range []string{"gateway", "orders", "inventory", "billing"} {
-			fmt.Fprintf(cmd.OutOrStdout(), "%-9s listening on %s\n", r, c.Addrs[r])
-		}
-		return waitAndStop(ctx, c.Close)
-	}
-
-	root.AddCommand(gwCmd, ordCmd, invCmd, bilCmd, allCmd)
+	c := &chainCLI{ctx: ctx, stderr: stderr}
+	c.configFile = root.PersistentFlags().String("config", "", "JSON config `file` loaded over the embedded default config")
+	c.logFormat = root.PersistentFlags().String("log-format", "text", "log format on stderr: text or json")
+	root.AddCommand(c.gatewayCmd(), c.ordersCmd(), c.inventoryCmd(), c.billingCmd(), c.allCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "chain:", err)
 		return 1
 	}
 	return 0
+}
+
+// chainCLI is the command line's shared state: the persistent flags and
+// the roles' configurations, which the role commands and "all" fill.
+type chainCLI struct {
+	ctx                   context.Context
+	stderr                io.Writer
+	configFile, logFormat *string
+
+	gw  GatewayConfig
+	ord OrdersConfig
+	inv InventoryConfig
+	bil BillingConfig
+}
+
+// newLogger returns the logger of one role, in the --log-format.
+func (c *chainCLI) newLogger(role string) (*slog.Logger, error) {
+	var h slog.Handler
+	switch *c.logFormat {
+	case "text":
+		h = slog.NewTextHandler(c.stderr, nil)
+	case "json":
+		h = slog.NewJSONHandler(c.stderr, nil)
+	default:
+		return nil, fmt.Errorf("--log-format: want text or json, got %q", *c.logFormat)
+	}
+	return slog.New(h).With("role", role), nil
+}
+
+// listen defines a role command's --listen flag.
+func listen(cmd *cobra.Command, def string) *string {
+	return cmd.Flags().String("listen", def, "listen `address`")
+}
+
+// serveOne serves one role on addr until the context ends.
+func (c *chainCLI) serveOne(cmd *cobra.Command, role, addr string, start func(net.Listener, *slog.Logger) (*server, error)) error {
+	logger, err := c.newLogger(role)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv, err := start(ln, logger)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%-9s listening on %s\n", role, loopback(ln.Addr()))
+	return waitAndStop(c.ctx, srv.stop)
+}
+
+func (c *chainCLI) inventoryCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "inventory", Short: "Serve Inventory (HTTP): reserve, release, stock, slow, and the drip and silent endpoints.", Args: cobra.NoArgs}
+	addr := listen(cmd, ":7002")
+	inventoryFlags(cmd.Flags(), &c.inv)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return c.serveOne(cmd, "inventory", *addr, func(ln net.Listener, l *slog.Logger) (*server, error) {
+			_, srv, err := startInventory(ln, c.inv, *c.configFile, l)
+			return srv, err
+		})
+	}
+	return cmd
+}
+
+func (c *chainCLI) billingCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "billing", Short: "Serve Billing (gRPC): charge and slow.", Args: cobra.NoArgs}
+	addr := listen(cmd, ":7003")
+	billingFlags(cmd.Flags(), &c.bil)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return c.serveOne(cmd, "billing", *addr, func(ln net.Listener, l *slog.Logger) (*server, error) {
+			_, srv, err := startBilling(ln, c.bil, *c.configFile, l)
+			return srv, err
+		})
+	}
+	return cmd
+}
+
+func (c *chainCLI) ordersCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "orders", Short: "Serve Orders (HTTP): submit, report, stock.", Args: cobra.NoArgs}
+	addr := listen(cmd, ":7001")
+	cmd.Flags().StringVar(&c.ord.Inventory, "inventory", "http://127.0.0.1:7002", "Inventory's base `URL`")
+	billing := cmd.Flags().String("billing", "127.0.0.1:7003", "Billing's gRPC `address`")
+	ordersFlags(cmd.Flags(), &c.ord)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return c.serveOne(cmd, "orders", *addr, func(ln net.Listener, l *slog.Logger) (*server, error) {
+			_, srv, err := startOrders(ln, c.ord, *billing, *c.configFile, l)
+			return srv, err
+		})
+	}
+	return cmd
+}
+
+func (c *chainCLI) gatewayCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "gateway", Short: "Serve the Gateway (HTTP): checkout, order, fanout.", Args: cobra.NoArgs}
+	addr := listen(cmd, ":7000")
+	cmd.Flags().StringVar(&c.gw.Orders, "orders", "http://127.0.0.1:7001", "Orders' base `URL`")
+	cmd.Flags().StringVar(&c.gw.Inventory, "inventory", "http://127.0.0.1:7002", "Inventory's base `URL`")
+	cmd.Flags().StringVar(&c.gw.Billing, "billing", "127.0.0.1:7003", "Billing's gRPC `address`")
+	gatewayFlags(cmd.Flags(), &c.gw)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return c.serveOne(cmd, "gateway", *addr, func(ln net.Listener, l *slog.Logger) (*server, error) {
+			_, srv, err := startGateway(ln, c.gw, *c.configFile, l)
+			return srv, err
+		})
+	}
+	return cmd
+}
+
+// chainRoles are the four roles, in the order "all" gives them ports.
+var chainRoles = []string{"gateway", "orders", "inventory", "billing"}
+
+func (c *chainCLI) allCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "all", Short: "Run the four roles in one process, on consecutive ports from --base-port.", Args: cobra.NoArgs}
+	basePort := cmd.Flags().Int("base-port", 7000, "gateway's port; orders, inventory and billing take the next three (0: any free ports)")
+	host := cmd.Flags().String("host", "127.0.0.1", "listen `host`")
+	inventoryFlags(cmd.Flags(), &c.inv)
+	billingFlags(cmd.Flags(), &c.bil)
+	ordersFlags(cmd.Flags(), &c.ord)
+	gatewayFlags(cmd.Flags(), &c.gw)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *basePort < 0 || *basePort > 65532 {
+			return fmt.Errorf("--base-port: want 0 to 65532, got %d", *basePort)
+		}
+		return c.runAll(cmd, *host, *basePort)
+	}
+	return cmd
+}
+
+// runAll starts the four roles on consecutive ports from basePort (0: any
+// free ports) and serves them until the context ends.
+func (c *chainCLI) runAll(cmd *cobra.Command, host string, basePort int) error {
+	cc := ClusterConfig{Gateway: c.gw, Orders: c.ord, Inventory: c.inv, Billing: c.bil, ConfigFile: *c.configFile, Listen: map[string]string{}}
+	for i, r := range chainRoles {
+		port := 0
+		if basePort != 0 {
+			port = basePort + i
+		}
+		cc.Listen[r] = net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	var lerr error
+	cc.Logger = func(role string) *slog.Logger {
+		l, err := c.newLogger(role)
+		lerr = err
+		return l
+	}
+	cl, err := StartCluster(cc)
+	if err != nil {
+		return err
+	}
+	if lerr != nil {
+		cl.Close(context.Background())
+		return lerr
+	}
+	for _, r := range chainRoles {
+		fmt.Fprintf(cmd.OutOrStdout(), "%-9s listening on %s\n", r, cl.Addrs[r])
+	}
+	return waitAndStop(c.ctx, cl.Close)
 }
 
 // waitAndStop blocks until ctx ends, then stops within shutdownGrace.

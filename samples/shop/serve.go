@@ -133,6 +133,57 @@ func (e *serveError) Unwrap() error { return e.err }
 // o.grace. It returns nil after a clean shutdown, the kernel's error for a
 // configuration it rejects, and a *serveError for anything else.
 func serve(ctx context.Context, o serveOptions) error {
+	o.setDefaults()
+	tel, err := startServeTelemetry(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(o.logger)
+	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...), o.kernelOpts...)...)
+	if err != nil {
+		return err
+	}
+	defer k.Close() // after the servers drained: the cluster store and Redis client
+	// Live reconfiguration: SIGHUP and changes of --config (reload.go).
+	stopReloading := startReloading(ctx, k, o.configFile, o.logger)
+	defer stopReloading()
+	// draining is set when the signal arrives: readiness fails from then
+	// on.
+	var draining atomic.Bool
+	e, err := shopRoutes(k, tel, &draining, o)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return &serveError{fmt.Errorf("http: %w", err)}
+	}
+	srv := newHTTPServer(closeWhenDraining(e, &draining), o)
+	// Call point of the gRPC adapter (grpc.go): it starts serving on
+	// --grpc; the shutdown below drives its steps.
+	g, err := startGRPC(k, o.grpcAddr, o.logger, o.stdout)
+	if err != nil {
+		ln.Close()
+		return &serveError{fmt.Errorf("grpc: %w", err)}
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(o.stdout, "shop: serving HTTP on http://%s\n", ln.Addr())
+	if o.ready != nil {
+		o.ready(ln.Addr().String())
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+		served <- serveErr // for the shutdown below
+	}
+	sd := shutdown{o: o, k: k, srv: srv, g: g, served: served, draining: &draining}
+	return sd.run(ctx, serveErr)
+}
+
+// setDefaults fills the options serve needs and the caller left unset.
+func (o *serveOptions) setDefaults() {
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
@@ -142,34 +193,34 @@ func serve(ctx context.Context, o serveOptions) error {
 	if o.grace <= 0 {
 		o.grace = defaultGrace
 	}
+}
+
+// startServeTelemetry starts the shop's telemetry, with the asynchronous
+// log's dropped records on /metrics (visible while the log is not).
+func startServeTelemetry(ctx context.Context, o serveOptions) (*shopTelemetry, error) {
 	tel, err := startTelemetry(ctx, os.Getenv)
 	if err != nil {
-		return &serveError{fmt.Errorf("telemetry: %w", err)}
+		return nil, &serveError{fmt.Errorf("telemetry: %w", err)}
 	}
-	defer tel.shutdown(o.logger)
 	if o.asyncLog != nil {
-		// Dropped log records on /metrics: visible while the log is not.
 		if _, err := o.asyncLog.ObserveDropped(tel.mp.Meter(meterName)); err != nil {
-			return &serveError{fmt.Errorf("telemetry: %w", err)}
+			tel.shutdown(o.logger)
+			return nil, &serveError{fmt.Errorf("telemetry: %w", err)}
 		}
 	}
-	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...), o.kernelOpts...)...)
-	if err != nil {
-		return err
-	}
-	defer k.Close() // after the servers drained: the cluster store and Redis client
-	// Live reconfiguration: SIGHUP and changes of --config (reload.go).
-	stopReloading := startReloading(ctx, k, o.configFile, o.logger)
-	defer stopReloading()
+	return tel, nil
+}
+
+// shopRoutes mounts the operations and the shop's own endpoints: health
+// (failing once draining), metrics, the OpenAPI document and the status
+// page.
+func shopRoutes(k *kernel.Kernel, tel *shopTelemetry, draining *atomic.Bool, o serveOptions) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	a, err := httpadapter.Mount(e, k, httpadapter.WithLogger(o.logger))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// draining is set when the signal arrives: readiness fails from then
-	// on.
-	var draining atomic.Bool
 	e.GET("/healthz", a.Wrap(func(c echo.Context) error {
 		if draining.Load() {
 			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
@@ -181,88 +232,85 @@ func serve(ctx context.Context, o serveOptions) error {
 	openapi, err := a.OpenAPIHandler(httpadapter.OpenAPIInfo{Title: "shop", Version: serviceVersion(),
 		Description: "The Sundial shop sample: orders, reports and billing."})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e.GET("/openapi.json", openapi)
 	// The live status page (opt-in in Sundial, on in the shop; `make run`
 	// binds the shop to loopback, and a deployment would mount it only
 	// where operators reach it).
 	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
+	return e, nil
+}
 
-	ln, err := net.Listen("tcp", o.httpAddr)
-	if err != nil {
-		return &serveError{fmt.Errorf("http: %w", err)}
-	}
-	srv := newHTTPServer(closeWhenDraining(e, &draining), o)
+// shutdown is what the graceful shutdown of a serving shop drives.
+type shutdown struct {
+	o        serveOptions
+	k        *kernel.Kernel
+	srv      *http.Server
+	g        *grpcServer
+	served   chan error
+	draining *atomic.Bool
+}
 
-	// Call point of the gRPC adapter (grpc.go): it starts serving on
-	// --grpc; the shutdown below drives its steps.
-	g, err := startGRPC(k, o.grpcAddr, o.logger, o.stdout)
-	if err != nil {
-		ln.Close()
-		return &serveError{fmt.Errorf("grpc: %w", err)}
-	}
-
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(o.stdout, "shop: serving HTTP on http://%s\n", ln.Addr())
-	if o.ready != nil {
-		o.ready(ln.Addr().String())
-	}
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-served:
-		served <- serveErr // for the shutdown below
-	}
+// run shuts the shop down: lame duck, drain, then wait for stragglers.
+func (sd *shutdown) run(ctx context.Context, serveErr error) error {
+	o := sd.o
 	o.logger.Info("shop: shutting down", "grace", o.grace.String(), "lameDuck", o.lameDuck.String())
 	// Lame duck: fail readiness and keep serving, each HTTP response
 	// closing its connection, so that balancers and pooled clients move
 	// away while every request sent still gets its answer.
-	draining.Store(true)
-	g.notServing()
+	sd.draining.Store(true)
+	sd.g.notServing()
 	if o.lameDuck > 0 && serveErr == nil {
 		time.Sleep(o.lameDuck)
 	}
-	// Drain: stop accepting; in-flight calls (requests read) run on
-	// within the grace period. Shutdown closes only idle connections
-	// (never one whose request was read), gRPC sends GOAWAY.
-	g.drain()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
 	defer cancel()
-	var errs []error
-	if err := srv.Shutdown(sctx); err != nil {
-		// Grace exhausted: cut the remaining connections; their calls
-		// see their context canceled.
-		srv.Close()
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		errs = append(errs, fmt.Errorf("http: %w", err))
-	}
-	if err := g.stop(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("grpc shutdown: %w", err))
-	}
-	// Handlers that ignored their context and outlived their answer
-	// (the kernel answered at their deadline) get what is left of the
-	// grace period to return. With nothing running, Wait only dismisses
-	// idle workers: it gets a context of its own then, since one already
-	// expired (an HTTP shutdown that used the grace) would race that
-	// dismissal and report idle workers as an error.
-	wctx := sctx
-	if sctx.Err() != nil && k.Running() == 0 {
-		var wcancel context.CancelFunc
-		wctx, wcancel = context.WithTimeout(context.Background(), time.Second)
-		defer wcancel()
-	}
-	if err := k.Wait(wctx); err != nil {
+	errs := sd.drain(sctx)
+	if err := sd.waitStragglers(sctx); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return &serveError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// drain stops accepting; in-flight calls (requests read) run on within
+// the grace period. Shutdown closes only idle connections (never one
+// whose request was read), gRPC sends GOAWAY.
+func (sd *shutdown) drain(sctx context.Context) []error {
+	sd.g.drain()
+	var errs []error
+	if err := sd.srv.Shutdown(sctx); err != nil {
+		// Grace exhausted: cut the remaining connections; their calls
+		// see their context canceled.
+		sd.srv.Close()
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	if err := <-sd.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("http: %w", err))
+	}
+	if err := sd.g.stop(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("grpc shutdown: %w", err))
+	}
+	return errs
+}
+
+// waitStragglers gives handlers that ignored their context and outlived
+// their answer (the kernel answered at their deadline) what is left of
+// the grace period to return. With nothing running, Wait only dismisses
+// idle workers: it gets a context of its own then, since one already
+// expired (an HTTP shutdown that used the grace) would race that
+// dismissal and report idle workers as an error.
+func (sd *shutdown) waitStragglers(sctx context.Context) error {
+	wctx := sctx
+	if sctx.Err() != nil && sd.k.Running() == 0 {
+		var wcancel context.CancelFunc
+		wctx, wcancel = context.WithTimeout(context.Background(), time.Second)
+		defer wcancel()
+	}
+	return sd.k.Wait(wctx)
 }
 
 // closeWhenDraining answers through h and, once draining is set, asks
