@@ -59,7 +59,8 @@ func WithSignals(sigs ...os.Signal) Option {
 	return optionFunc(func(o *options) { o.signals = slices.Clone(sigs) })
 }
 
-// WithExit sets the function called with ExitCanceled when a second
+// WithExit sets the function called with the exit code of CANCELLED
+// (ExitCodeFor(pipeline.KindCanceled), 8) when a second
 // signal arrives while an operation is still running. The default is
 // os.Exit. A nil function is ignored.
 func WithExit(exit func(code int)) Option {
@@ -212,8 +213,8 @@ func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
 	pf.Var(&gf.output, "output", "result format on stdout: json or text")
 	// Errors only when the flags do not exist, which they do.
 	_ = g.RegisterFlagCompletionFunc("output", completeValues(
-		OutputJSON+"\tthe result as indented JSON (default)",
-		OutputText+"\tone line per field"))
+		outputJSON+"\tthe result as indented JSON (default)",
+		outputText+"\tone line per field"))
 	_ = g.RegisterFlagCompletionFunc("timeout", completeValues())
 	return g
 }

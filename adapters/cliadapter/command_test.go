@@ -364,10 +364,10 @@ func TestFailureReports(t *testing.T) {
 			errCode: "TEST_UNEXPECTED", details: map[string]any{}},
 		{name: "retry-after text", args: []string{"test", "fail", "--kind", "UNAVAILABLE", "--retry-after-ms", "100", "--output", "text"}, code: 6,
 			stderr: "app test fail: UNAVAILABLE TEST_UNAVAILABLE: failed as UNAVAILABLE\n  kind: UNAVAILABLE\n  retryAfter: 1\n"},
-		{name: "malformed input", args: []string{"test", "echo", "--input", `{"name":`}, code: 2, errCode: CodeMalformedInput, details: map[string]any{}},
+		{name: "malformed input", args: []string{"test", "echo", "--input", `{"name":`}, code: 2, errCode: codeMalformedInput, details: map[string]any{}},
 		{name: "unknown input field", args: []string{"test", "echo", "--input", `{"nmae":"a"}`}, code: 2, errCode: pipeline.CodeUnknownField, details: map[string]any{"field": "nmae"}},
-		{name: "input of the wrong type", args: []string{"test", "echo", "--input", `{"count":"x"}`}, code: 2, errCode: CodeWrongInput, details: map[string]any{"field": "count"}},
-		{name: "trailing input", args: []string{"test", "echo", "--input", `{} {}`}, code: 2, errCode: CodeMalformedInput, details: map[string]any{}},
+		{name: "input of the wrong type", args: []string{"test", "echo", "--input", `{"count":"x"}`}, code: 2, errCode: codeWrongInput, details: map[string]any{"field": "count"}},
+		{name: "trailing input", args: []string{"test", "echo", "--input", `{} {}`}, code: 2, errCode: codeMalformedInput, details: map[string]any{}},
 		{name: "text", args: []string{"test", "fail", "--kind", "NOT_FOUND", "--output", "text"}, code: 3,
 			stderr: "app test fail: NOT_FOUND TEST_NOT_FOUND: failed as NOT_FOUND\n  kind: NOT_FOUND\n"},
 	} {
@@ -484,7 +484,7 @@ func TestTimeout(t *testing.T) {
 				start := time.Now()
 				args := append([]string{"test", op, "--delay-ms", "3000"}, tc.args...)
 				r := execute(t, kf, nil, "", args...)
-				if r.code != ExitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
+				if r.code != exitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
 					t.Errorf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
 				}
 				if got := time.Since(start); got < tc.elapsed || got > tc.elapsed+late {
@@ -658,7 +658,7 @@ func TestContextIgnoringHandlerAnswersAtDeadline(t *testing.T) {
 			args := append([]string{"slow", "block"}, tc.args...)
 			r := executeOn(t, reg, kf, nil, strings.NewReader(""), args...)
 			end := time.Now()
-			if r.code != ExitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
+			if r.code != exitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
 				t.Errorf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
 			}
 			select {
@@ -687,12 +687,12 @@ func TestTypedNilErrorsWithLoggers(t *testing.T) {
 			logs, access := new(pipelinetest.LogSink), new(pipelinetest.LogSink)
 			kf := kernelOn(testRegistry(t), kernel.WithLogger(logs.Logger()), kernel.WithAccessLog(access.Logger()))
 			r := execute(t, kf, nil, "", "test", "fail", "--kind", kind)
-			if r.code != ExitUnexpected {
-				t.Errorf("fail --kind %s exit code = %d, want %d (stderr %q)", kind, r.code, ExitUnexpected, r.stderr)
+			if r.code != exitUnexpected {
+				t.Errorf("fail --kind %s exit code = %d, want %d (stderr %q)", kind, r.code, exitUnexpected, r.stderr)
 			}
 			p := problemOf(t, r.stderr)
-			want := Problem{Type: TypePrefix + pipeline.CodeUnexpected, Title: "UNEXPECTED", Detail: pipeline.UnexpectedMessage,
-				Code: pipeline.CodeUnexpected, Operation: "test.fail", ExitCode: ExitUnexpected, Details: map[string]any{}}
+			want := Problem{Type: typePrefix + pipeline.CodeUnexpected, Title: "UNEXPECTED", Detail: pipeline.UnexpectedMessage,
+				Code: pipeline.CodeUnexpected, Operation: "test.fail", ExitCode: exitUnexpected, Details: map[string]any{}}
 			if !equalJSON(p, want) {
 				t.Errorf("fail --kind %s problem = %+v, want %+v", kind, p, want)
 			}
@@ -718,13 +718,13 @@ func TestRejectionsObserved(t *testing.T) {
 		usage   bool   // a usage error: no Problem Details
 		none    bool   // nothing is observed
 	}{
-		{name: "malformed input", args: []string{"test", "echo", "--input", `{"name":`}, code: 2, errCode: CodeMalformedInput},
-		{name: "input of the wrong type", args: []string{"test", "echo", "--input", `{"count":"x"}`}, code: 2, errCode: CodeWrongInput},
-		{name: "empty input", args: []string{"test", "echo", "--input", ""}, code: 2, errCode: CodeMalformedInput},
-		{name: "flag of the wrong type", args: []string{"test", "echo", "--count", "two"}, code: 2, errCode: CodeUsage, usage: true},
-		{name: "unknown flag", args: []string{"test", "echo", "--nmae", "a"}, code: 2, errCode: CodeUsage, usage: true},
-		{name: "malformed --timeout", args: []string{"test", "--timeout", "x", "echo"}, code: 2, errCode: CodeUsage, usage: true},
-		{name: "positional argument", args: []string{"test", "echo", "extra"}, code: 2, errCode: CodeUsage, usage: true},
+		{name: "malformed input", args: []string{"test", "echo", "--input", `{"name":`}, code: 2, errCode: codeMalformedInput},
+		{name: "input of the wrong type", args: []string{"test", "echo", "--input", `{"count":"x"}`}, code: 2, errCode: codeWrongInput},
+		{name: "empty input", args: []string{"test", "echo", "--input", ""}, code: 2, errCode: codeMalformedInput},
+		{name: "flag of the wrong type", args: []string{"test", "echo", "--count", "two"}, code: 2, errCode: codeUsage, usage: true},
+		{name: "unknown flag", args: []string{"test", "echo", "--nmae", "a"}, code: 2, errCode: codeUsage, usage: true},
+		{name: "malformed --timeout", args: []string{"test", "--timeout", "x", "echo"}, code: 2, errCode: codeUsage, usage: true},
+		{name: "positional argument", args: []string{"test", "echo", "extra"}, code: 2, errCode: codeUsage, usage: true},
 		{name: "success", args: []string{"test", "echo", "--input", `{"name":"a"}`, "--count", "1"}, code: 0},
 		{name: "help", args: []string{"test", "echo", "--help"}, none: true},
 	} {
@@ -775,8 +775,8 @@ func TestTextTraceID(t *testing.T) {
 	r := execute(t, kernelOn(testRegistry(t), kernel.WithTracerProvider(tp)), nil, "", "test", "fail", "--kind", "CONFLICT", "--output", "text")
 	head := "app test fail: CONFLICT TEST_CONFLICT: failed as CONFLICT\n  kind: CONFLICT\n  traceId: "
 	id, ok := strings.CutPrefix(r.stderr, head)
-	if r.code != ExitConflict || !ok || len(strings.TrimSuffix(id, "\n")) != 32 || !strings.HasSuffix(id, "\n") {
-		t.Errorf("fail --kind CONFLICT --output text = exit %d, stderr %q; want exit %d, %q and a trace ID", r.code, r.stderr, ExitConflict, head)
+	if r.code != exitConflict || !ok || len(strings.TrimSuffix(id, "\n")) != 32 || !strings.HasSuffix(id, "\n") {
+		t.Errorf("fail --kind CONFLICT --output text = exit %d, stderr %q; want exit %d, %q and a trace ID", r.code, r.stderr, exitConflict, head)
 	}
 }
 
@@ -839,13 +839,13 @@ func TestExitCode(t *testing.T) {
 		err  error
 		want int
 	}{
-		{"nil", nil, ExitOK},
-		{"exit error", &ExitError{Code: ExitConflict}, ExitConflict},
-		{"wrapped exit error", fmt.Errorf("run: %w", &ExitError{Code: ExitTimeout}), ExitTimeout},
-		{"nil *ExitError", nilExit, ExitUnexpected},
-		{"typed-nil foreign error", nilForeign, ExitUnexpected},
-		{"usage error", errors.New("unknown flag"), ExitValidation},
-		{"Unwrap panics", panicUnwrap{}, ExitValidation},
+		{"nil", nil, exitOK},
+		{"exit error", &ExitError{Code: exitConflict}, exitConflict},
+		{"wrapped exit error", fmt.Errorf("run: %w", &ExitError{Code: exitTimeout}), exitTimeout},
+		{"nil *ExitError", nilExit, exitUnexpected},
+		{"typed-nil foreign error", nilForeign, exitUnexpected},
+		{"usage error", errors.New("unknown flag"), exitValidation},
+		{"Unwrap panics", panicUnwrap{}, exitValidation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ExitCode(tc.err); got != tc.want {
@@ -872,7 +872,7 @@ func TestExecuteForeignErrors(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"typed-nil foreign error", nilForeign, ExitUnexpected, "app: *cliadapter.nilErr (its Error method panicked)\n"},
+		{"typed-nil foreign error", nilForeign, exitUnexpected, "app: *cliadapter.nilErr (its Error method panicked)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := &cobra.Command{Use: "app"}

@@ -16,18 +16,18 @@ import (
 // Exit codes of the command line, one per outcome kind (the outcome table
 // of docs/pipeline.md, shared with the HTTP status and the gRPC code).
 const (
-	ExitOK          = 0
-	ExitUnexpected  = 1
-	ExitValidation  = 2 // also usage errors
-	ExitNotFound    = 3
-	ExitDenied      = 4 // UNAUTHENTICATED and FORBIDDEN
-	ExitConflict    = 5
-	ExitUnavailable = 6
-	ExitTimeout     = 7
-	ExitCanceled    = 8 // CANCELLED
-	// ExitUnprocessable: UNPROCESSABLE (an idempotency key reused with
+	exitOK          = 0
+	exitUnexpected  = 1
+	exitValidation  = 2 // also usage errors
+	exitNotFound    = 3
+	exitDenied      = 4 // UNAUTHENTICATED and FORBIDDEN
+	exitConflict    = 5
+	exitUnavailable = 6
+	exitTimeout     = 7
+	exitCanceled    = 8 // CANCELLED
+	// exitUnprocessable: UNPROCESSABLE (an idempotency key reused with
 	// another input).
-	ExitUnprocessable = 9
+	exitUnprocessable = 9
 )
 
 // ExitCodeFor returns the process exit code of an outcome kind. A kind
@@ -35,25 +35,25 @@ const (
 func ExitCodeFor(k pipeline.Kind) int {
 	switch k {
 	case pipeline.KindOK:
-		return ExitOK
+		return exitOK
 	case pipeline.KindValidation:
-		return ExitValidation
+		return exitValidation
 	case pipeline.KindUnauthenticated, pipeline.KindForbidden:
-		return ExitDenied
+		return exitDenied
 	case pipeline.KindNotFound:
-		return ExitNotFound
+		return exitNotFound
 	case pipeline.KindConflict:
-		return ExitConflict
+		return exitConflict
 	case pipeline.KindUnprocessable:
-		return ExitUnprocessable
+		return exitUnprocessable
 	case pipeline.KindCanceled:
-		return ExitCanceled
+		return exitCanceled
 	case pipeline.KindTimeout:
-		return ExitTimeout
+		return exitTimeout
 	case pipeline.KindUnavailable:
-		return ExitUnavailable
+		return exitUnavailable
 	}
-	return ExitUnexpected
+	return exitUnexpected
 }
 
 // ExitError is returned by an operation command whose invocation failed.
@@ -67,7 +67,7 @@ type ExitError struct {
 
 func (e *ExitError) Error() string {
 	if e == nil {
-		return "cliadapter: exit code " + strconv.Itoa(ExitUnexpected)
+		return "cliadapter: exit code " + strconv.Itoa(exitUnexpected)
 	}
 	return "cliadapter: exit code " + strconv.Itoa(e.Code) + ": " + pipeline.ErrorText(e.Err)
 }
@@ -94,20 +94,20 @@ func exitErrorOf(err error) (ee *ExitError, ok bool) {
 }
 
 // ExitCode returns the exit code for an error returned by executing a
-// command tree built with AddCommands: ExitOK for nil, the Code of an
-// *ExitError, ExitUnexpected for a nil *ExitError or any other typed nil,
-// and ExitValidation (a usage error) for anything else. It never panics.
+// command tree built with AddCommands: 0 for nil, the Code of an
+// *ExitError, 1 (UNEXPECTED) for a nil *ExitError or any other typed nil,
+// and 2 (VALIDATION, a usage error) for anything else. It never panics.
 func ExitCode(err error) int {
 	if err == nil {
-		return ExitOK
+		return exitOK
 	}
 	if ee, ok := exitErrorOf(err); ok {
 		return ee.Code
 	}
 	if isNil(err) {
-		return ExitUnexpected
+		return exitUnexpected
 	}
-	return ExitValidation
+	return exitValidation
 }
 
 // isNil reports whether err holds a nil pointer (or another nil
@@ -121,15 +121,16 @@ func isNil(err error) bool {
 }
 
 // Execute runs root with ctx as the commands' parent context and returns
-// the process exit code: ExitOK on success; the Code of an *ExitError (a
+// the process exit code: 0 on success; the Code of an *ExitError (a
 // failed operation, already reported by the operation command); and
-// ExitValidation for any other error — an unknown command or flag, a
+// 2 (VALIDATION) for any other error — an unknown command or flag, a
 // malformed flag value, a config that does not load — which Execute
 // writes to root's stderr as "<root>: <error>" (the prefix only once),
 // followed by a pointer to the command's --help. A typed nil returned as
-// an error is ExitUnexpected, written without the pointer. Other commands
+// an error is 1 (UNEXPECTED), written without the pointer. Other commands
 // of the tree that report a run-time failure themselves return an
-// *ExitError with the code they want (e.g. ExitUnexpected). Execute
+// *ExitError with the code they want (e.g.
+// ExitCodeFor(pipeline.KindUnexpected)). Execute
 // silences cobra's own error and usage printing, and prints errors with
 // pipeline.ErrorText, so that one whose Error method panics does not take
 // the process down.
@@ -137,7 +138,7 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
-		return ExitOK
+		return exitOK
 	}
 	if _, ok := exitErrorOf(err); ok {
 		return ExitCode(err)
@@ -149,7 +150,7 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 		msg = root.Name() + ": " + msg
 	}
 	fmt.Fprintln(w, msg)
-	if code == ExitValidation {
+	if code == exitValidation {
 		if cmd == nil {
 			cmd = root
 		}

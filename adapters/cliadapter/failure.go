@@ -36,24 +36,24 @@ func rejectUsage(cmd *cobra.Command, id string, newKernel KernelFunc, err error)
 	k.Handle(ctx, kernel.Request{Operation: id, Protocol: pipeline.ProtocolCLI, Reject: usageFailure(err)})
 }
 
-// usageFailure turns a usage error into a VALIDATION outcome (CodeUsage).
+// usageFailure turns a usage error into a VALIDATION outcome (codeUsage).
 func usageFailure(err error) *pipeline.Error {
-	return pipeline.Wrap(pipeline.KindValidation, CodeUsage, strings.TrimPrefix(pipeline.ErrorText(err), "cliadapter: "), err)
+	return pipeline.Wrap(pipeline.KindValidation, codeUsage, strings.TrimPrefix(pipeline.ErrorText(err), "cliadapter: "), err)
 }
 
 // inputFailure turns a --input decoding error into a VALIDATION outcome
-// (CodeMalformedInput or CodeWrongInput).
+// (codeMalformedInput or codeWrongInput).
 func inputFailure(err error) *pipeline.Error {
 	if pe, ok := errors.AsType[*pipeline.Error](err); ok {
 		return pe // the input policy's answer (operations.CheckJSON)
 	}
 	ie, ok := errors.AsType[*InputError](err)
 	if !ok || ie == nil {
-		return pipeline.Wrap(pipeline.KindValidation, CodeMalformedInput, "The --input document is malformed.", err)
+		return pipeline.Wrap(pipeline.KindValidation, codeMalformedInput, "The --input document is malformed.", err)
 	}
-	code := CodeMalformedInput
+	code := codeMalformedInput
 	if ie.Misfit {
-		code = CodeWrongInput
+		code = codeWrongInput
 	}
 	pe := pipeline.Wrap(pipeline.KindValidation, code, strings.TrimPrefix(ie.Error(), "cliadapter: "), err)
 	if ie.Field != "" {

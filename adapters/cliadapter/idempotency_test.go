@@ -80,7 +80,7 @@ func TestTimeoutWaitsForTheKeyedCall(t *testing.T) {
 		code, _, stderr, ended := runTimed(t, kf, nil, "test", "stubborn", "--delay-ms", "1500", "--timeout", "0.3")
 		p := problemOf(t, stderr.String())
 		key, _ := p.Details["idempotencyKey"].(string)
-		if code != ExitTimeout || key == "" {
+		if code != exitTimeout || key == "" {
 			t.Fatalf("first run: exit %d, stderr %q; want 7 with details.idempotencyKey", code, stderr)
 		}
 		if stderr.first < 300*time.Millisecond || stderr.first > 300*time.Millisecond+settleBound {
@@ -115,9 +115,9 @@ func TestSignalStopsWaiting(t *testing.T) {
 		exits []int
 	}{
 		{name: "TIMEOUT, then a signal", args: []string{"--timeout", "0.3"}, sends: []time.Duration{800 * time.Millisecond},
-			code: ExitTimeout, ended: 800 * time.Millisecond},
+			code: exitTimeout, ended: 800 * time.Millisecond},
 		{name: "CANCELLED, then a second signal", sends: []time.Duration{100 * time.Millisecond, 500 * time.Millisecond},
-			code: ExitCanceled, ended: 1500 * time.Millisecond, exits: []int{ExitCanceled}},
+			code: exitCanceled, ended: 1500 * time.Millisecond, exits: []int{exitCanceled}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -160,12 +160,12 @@ func TestInProcessKeys(t *testing.T) {
 		kf, wait := tracked(testKernel(t, stubbornKeyed))
 		defer wait(t)
 		code, _, stderr, ended := runTimed(t, kf, nil, "test", "stubborn", "--delay-ms", "1500", "--timeout", "0.3")
-		if p := problemOf(t, stderr.String()); code != ExitTimeout || p.Details["idempotencyKey"] != nil ||
+		if p := problemOf(t, stderr.String()); code != exitTimeout || p.Details["idempotencyKey"] != nil ||
 			strings.Contains(stderr.String(), "rerun") || strings.Contains(stderr.String(), "waiting") || ended > 300*time.Millisecond+settleBound {
 			t.Errorf("no key, in-process: exit %d at %v, stderr %q; want 7 at 0.3 s, no key, no rerun line, no wait", code, ended, stderr)
 		}
 		code, _, stderr, ended = runTimed(t, kf, nil, "test", "stubborn", "--delay-ms", "1500", "--timeout", "0.3", "--idempotency-key", "k-1")
-		if p := problemOf(t, stderr.String()); code != ExitTimeout || p.Details["idempotencyKey"] != "k-1" ||
+		if p := problemOf(t, stderr.String()); code != exitTimeout || p.Details["idempotencyKey"] != "k-1" ||
 			!strings.Contains(stderr.String(), "note: this command keeps idempotency records in its own process only") ||
 			strings.Contains(stderr.String(), "to get this call's outcome") || ended > 300*time.Millisecond+settleBound {
 			t.Errorf("caller's key, in-process: exit %d at %v, stderr %q; want 7 at 0.3 s with the key and the note", code, ended, stderr)
@@ -175,7 +175,7 @@ func TestInProcessKeys(t *testing.T) {
 			t.Errorf("malformed key on an operation without keys: exit %d, stdout %q, stderr %q; want it ignored", code, out, stderr)
 		}
 		code, _, stderr, _ = runTimed(t, kf, nil, "test", "stubborn", "--idempotency-key", "bad\x01key")
-		if code != ExitValidation || !strings.Contains(stderr.String(), "KERNEL_VALIDATION_005") {
+		if code != exitValidation || !strings.Contains(stderr.String(), "KERNEL_VALIDATION_005") {
 			t.Errorf("malformed key on an operation with keys: exit %d, stderr %q; want 2 KERNEL_VALIDATION_005", code, stderr)
 		}
 	})

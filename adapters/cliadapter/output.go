@@ -15,8 +15,8 @@ import (
 
 // Output formats of --output.
 const (
-	OutputJSON = "json"
-	OutputText = "text"
+	outputJSON = "json"
+	outputText = "text"
 )
 
 // outputValue is the pflag.Value of --output. Its zero value is JSON.
@@ -24,11 +24,11 @@ type outputValue struct{ format string }
 
 func (v *outputValue) Set(s string) error {
 	switch s {
-	case OutputJSON, OutputText:
+	case outputJSON, outputText:
 		v.format = s
 		return nil
 	}
-	return fmt.Errorf("cliadapter: output format %q is not %q or %q", s, OutputJSON, OutputText)
+	return fmt.Errorf("cliadapter: output format %q is not %q or %q", s, outputJSON, outputText)
 }
 
 func (v *outputValue) Type() string { return "format" }
@@ -37,13 +37,13 @@ func (v *outputValue) String() string { return v.get() }
 
 func (v *outputValue) get() string {
 	if v.format == "" {
-		return OutputJSON
+		return outputJSON
 	}
 	return v.format
 }
 
 // writeResult writes an operation's output: indented JSON, or with
-// OutputText one "name  value" line per top-level field of a JSON object
+// outputText one "name  value" line per top-level field of a JSON object
 // (strings unquoted, other values as compact JSON) and a JSON string's
 // text or any other value's JSON as one line. An output that does not
 // encode — its MarshalJSON panicking included — is an error, and nothing
@@ -58,7 +58,7 @@ func writeResult(w io.Writer, format string, out any) (err error) {
 	if err != nil {
 		return err
 	}
-	if format != OutputText {
+	if format != outputText {
 		var buf bytes.Buffer
 		if err := json.Indent(&buf, b, "", "  "); err != nil {
 			return err
@@ -90,7 +90,7 @@ func writeResult(w io.Writer, format string, out any) (err error) {
 	return tw.Flush()
 }
 
-// textOf renders one JSON value for OutputText: a string's text (with
+// textOf renders one JSON value for outputText: a string's text (with
 // newlines and tabs escaped so each value stays on its line), anything else
 // as compact JSON.
 func textOf(raw []byte) string {
@@ -109,18 +109,18 @@ func textOf(raw []byte) string {
 // runs. The kernel's codes (pipeline.Code*) and the application's cover
 // the rest.
 const (
-	// CodeMalformedInput: the --input document is not one JSON value
+	// codeMalformedInput: the --input document is not one JSON value
 	// (a syntax error, trailing data, empty, too large or unreadable).
-	CodeMalformedInput = "CLI_VALIDATION_001"
-	// CodeWrongInput: the --input document is JSON but does not fit the
+	codeMalformedInput = "CLI_VALIDATION_001"
+	// codeWrongInput: the --input document is JSON but does not fit the
 	// operation's input (a value of the wrong type; an unknown field is the
 	// input policy's pipeline.CodeUnknownField, see operations.InputPolicy).
-	CodeWrongInput = "CLI_VALIDATION_002"
-	// CodeUsage: a flag of an operation command is unknown or malformed, or
+	codeWrongInput = "CLI_VALIDATION_002"
+	// codeUsage: a flag of an operation command is unknown or malformed, or
 	// the command was given a positional argument. It is the code the
 	// kernel observes for such a call; the command reports a usage error
 	// (exit code 2) without Problem Details.
-	CodeUsage = "CLI_VALIDATION_003"
+	codeUsage = "CLI_VALIDATION_003"
 )
 
 // Problem is the RFC 9457 Problem Details document an operation command
@@ -129,7 +129,7 @@ const (
 // instead of an HTTP status it has the process exit code, and the operation
 // ID instead of a request path.
 type Problem struct {
-	// Type is TypePrefix + Code.
+	// Type is "urn:sundial:error:" + Code.
 	Type string `json:"type"`
 	// Title is the outcome kind, e.g. "TIMEOUT".
 	Title string `json:"title"`
@@ -150,16 +150,16 @@ type Problem struct {
 	Details map[string]any `json:"details"`
 }
 
-// TypePrefix prefixes a code to make a Problem's type.
-const TypePrefix = "urn:sundial:error:"
+// typePrefix prefixes a code to make a Problem's type.
+const typePrefix = "urn:sundial:error:"
 
-// NewProblem returns the Problem Details of a failure of the operation id
+// newProblem returns the Problem Details of a failure of the operation id
 // whose trace ID is traceID. An UNEXPECTED outcome (a nil e included)
 // shows only pipeline.UnexpectedMessage and no details.
-func NewProblem(id string, e *pipeline.Error, traceID string) Problem {
+func newProblem(id string, e *pipeline.Error, traceID string) Problem {
 	kind := e.Kind()
 	p := Problem{
-		Type:      TypePrefix + e.Code(),
+		Type:      typePrefix + e.Code(),
 		Title:     kind.String(),
 		Detail:    e.SafeMessage(),
 		Code:      e.Code(),
@@ -178,13 +178,13 @@ func NewProblem(id string, e *pipeline.Error, traceID string) Problem {
 }
 
 // writeProblem writes a failure to stderr: the Problem Details JSON (not
-// with OutputText) and then one human line, "<command path>: <TITLE>
-// <code>: <detail>", followed with OutputText by "  key: value" lines of
+// with outputText) and then one human line, "<command path>: <TITLE>
+// <code>: <detail>", followed with outputText by "  key: value" lines of
 // the details and, when there is a trace ID, a "  traceId: ..." line.
 func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error, traceID string) {
-	p := NewProblem(id, e, traceID)
+	p := newProblem(id, e, traceID)
 	var b strings.Builder
-	if format != OutputText {
+	if format != outputText {
 		j, err := json.Marshal(p)
 		if err != nil { // details that do not encode: drop them, keep the rest
 			p.Details = map[string]any{}
@@ -194,7 +194,7 @@ func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error, trace
 		b.WriteByte('\n')
 	}
 	fmt.Fprintf(&b, "%s: %s %s: %s\n", path, p.Title, p.Code, p.Detail)
-	if format == OutputText {
+	if format == outputText {
 		for _, k := range slices.Sorted(maps.Keys(p.Details)) {
 			v, _ := json.Marshal(p.Details[k])
 			fmt.Fprintf(&b, "  %s: %s\n", k, textOf(v))

@@ -28,7 +28,7 @@ func TestHumanFlagErrors(t *testing.T) {
 		{[]string{"test", "echo", "--output", "yaml"}, `app: invalid value "yaml" for --output: output format "yaml" is not "json" or "text"`},
 	} {
 		r := execute(t, testKernel(t), nil, "", tc.args...)
-		if r.code != ExitValidation || !strings.HasPrefix(r.stderr, tc.want+"\n") {
+		if r.code != exitValidation || !strings.HasPrefix(r.stderr, tc.want+"\n") {
 			t.Errorf("app %q = exit %d, stderr %q; want exit 2 and the line %q", tc.args, r.code, r.stderr, tc.want)
 		}
 		for _, internal := range []string{"strconv", "ParseInt", "invalid syntax", "cliadapter:"} {
@@ -130,7 +130,7 @@ func TestNewlineAfterInterrupt(t *testing.T) {
 			if tty {
 				want = "\n{"
 			}
-			if r.code != ExitCanceled || !strings.HasPrefix(r.stderr, want) {
+			if r.code != exitCanceled || !strings.HasPrefix(r.stderr, want) {
 				t.Errorf("terminal %v: exit %d, stderr %q; want exit 8 and stderr starting %q", tty, r.code, r.stderr, want)
 			}
 			if p := problemOf(t, r.stderr); p.Code != pipeline.CodeCanceled {

@@ -44,12 +44,12 @@ func noting(line string) kernel.Option {
 func TestReplyNotesOnStderr(t *testing.T) {
 	kf := kernelOn(testRegistry(t), noting("note: served by replica-a"))
 	code, got := executeMixed(t, kf, "test", "echo", "--name", "x")
-	if code != ExitOK || !strings.HasPrefix(got, "note: served by replica-a\n{") || strings.Count(got, "note:") != 1 {
+	if code != exitOK || !strings.HasPrefix(got, "note: served by replica-a\n{") || strings.Count(got, "note:") != 1 {
 		t.Errorf("success: exit %d, output %q; want the note once, then the result", code, got)
 	}
 	code, got = executeMixed(t, kf, "test", "fail", "--kind", "NOT_FOUND")
 	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
-	if code != ExitNotFound || len(lines) < 2 || !strings.HasPrefix(lines[0], "{") ||
+	if code != exitNotFound || len(lines) < 2 || !strings.HasPrefix(lines[0], "{") ||
 		lines[len(lines)-1] != "note: served by replica-a" || strings.Count(got, "note:") != 1 {
 		t.Errorf("failure: exit %d, stderr %q; want the problem, then the note", code, got)
 	}
@@ -69,7 +69,7 @@ func TestReplyReplayNoteOnce(t *testing.T) {
 	const note = "replayed: the stored outcome of an earlier call with idempotency key k1\n"
 	for i, want := range []int{0, 1} {
 		code, got := executeMixed(t, kf, "test", "echo", "--name", "x", "--idempotency-key", "k1")
-		if code != ExitOK || strings.Count(got, note) != want || (want == 1 && !strings.HasPrefix(got, note)) {
+		if code != exitOK || strings.Count(got, note) != want || (want == 1 && !strings.HasPrefix(got, note)) {
 			t.Errorf("call %d: exit %d, output %q; want the replay note %d times, first", i+1, code, got, want)
 		}
 	}

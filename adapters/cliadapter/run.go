@@ -94,7 +94,7 @@ func (r *runner) watchSignals(o *options, tty bool) *interrupts {
 			writeStr(r.stderr, "\n")
 		}
 		fmt.Fprintf(r.stderr, "%s: %v again, exiting at once\n", r.cmd.CommandPath(), sig)
-		o.exit(ExitCanceled)
+		o.exit(exitCanceled)
 	}
 	if o.signalCh != nil {
 		return watch(r.cmd.Context(), o.signalCh, onSecond, func() {})

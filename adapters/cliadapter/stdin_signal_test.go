@@ -52,7 +52,7 @@ func TestStdinSignalRealClock(t *testing.T) {
 	opts := []Option{WithSignals(syscall.SIGUSR1), WithExit(func(code int) { t.Errorf("exit(%d) called: a second signal", code) })}
 	r := executeOn(t, testRegistry(t), testKernel(t), opts, stdin, args...)
 	end := time.Now()
-	if r.code != ExitCanceled || problemOf(t, r.stderr).Code != pipeline.CodeCanceled {
+	if r.code != exitCanceled || problemOf(t, r.stderr).Code != pipeline.CodeCanceled {
 		t.Errorf("app %q with SIGUSR1 while reading stdin = exit %d, stderr %q; want exit 8 with %s", args, r.code, r.stderr, pipeline.CodeCanceled)
 	}
 	select {

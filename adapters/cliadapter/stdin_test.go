@@ -33,24 +33,24 @@ func TestStdinBounded(t *testing.T) {
 		elapsed time.Duration
 	}{
 		{name: "--timeout", args: []string{"--timeout", "0.2"}, sendAt: never,
-			code: ExitTimeout, errCode: pipeline.CodeTimeout, elapsed: 200 * time.Millisecond},
+			code: exitTimeout, errCode: pipeline.CodeTimeout, elapsed: 200 * time.Millisecond},
 		{name: "--timeout before the document arrives", args: []string{"--timeout", "0.2"}, sendAt: 300 * time.Millisecond,
-			code: ExitTimeout, errCode: pipeline.CodeTimeout, elapsed: 200 * time.Millisecond},
+			code: exitTimeout, errCode: pipeline.CodeTimeout, elapsed: 200 * time.Millisecond},
 		{name: "operation's TimeoutSeconds",
 			config: `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.echo":{"TimeoutSeconds":0.2}}}}}}`,
 			args:   []string{"--timeout", "1"}, sendAt: never,
-			code: ExitTimeout, errCode: pipeline.CodeTimeout, elapsed: 200 * time.Millisecond},
+			code: exitTimeout, errCode: pipeline.CodeTimeout, elapsed: 200 * time.Millisecond},
 		{name: "MaxTimeoutSeconds", config: `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":0.3}}}`,
 			args: []string{"--timeout", "100"}, sendAt: never,
-			code: ExitTimeout, errCode: pipeline.CodeTimeout, elapsed: 300 * time.Millisecond},
+			code: exitTimeout, errCode: pipeline.CodeTimeout, elapsed: 300 * time.Millisecond},
 		{name: "SIGINT", sendAt: never, signal: 100 * time.Millisecond,
-			code: ExitCanceled, errCode: pipeline.CodeCanceled, elapsed: 100 * time.Millisecond},
+			code: exitCanceled, errCode: pipeline.CodeCanceled, elapsed: 100 * time.Millisecond},
 		{name: "SIGINT before --timeout", args: []string{"--timeout", "1"}, sendAt: never, signal: 100 * time.Millisecond,
-			code: ExitCanceled, errCode: pipeline.CodeCanceled, elapsed: 100 * time.Millisecond},
+			code: exitCanceled, errCode: pipeline.CodeCanceled, elapsed: 100 * time.Millisecond},
 		{name: "document within --timeout", args: []string{"--timeout", "0.3", "--count", "2"}, sendAt: 100 * time.Millisecond,
-			code: ExitOK, elapsed: 100 * time.Millisecond},
+			code: exitOK, elapsed: 100 * time.Millisecond},
 		{name: "document without a deadline", args: []string{"--count", "2"}, sendAt: 5 * time.Second,
-			code: ExitOK, elapsed: 5 * time.Second},
+			code: exitOK, elapsed: 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestStdinTimeoutRealClock(t *testing.T) {
 	r := executeOn(t, testRegistry(t), testKernel(t), nil, pr, args...)
 	got := time.Since(start)
 	t.Logf("app %q with a silent stdin: exit %d after %v", args, r.code, got)
-	if r.code != ExitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
+	if r.code != exitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
 		t.Errorf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
 	}
 	if got < deadline || got > deadline+800*time.Millisecond {

@@ -73,7 +73,7 @@ func BenchmarkReceive(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		bound time.Duration
-	}{{"recv=off", 0}, {"recv=default", DefaultRecvTimeout}} {
+	}{{"recv=off", 0}, {"recv=default", defaultRecvTimeout}} {
 		b.Run(c.name, func(b *testing.B) {
 			a.cfg.recvTimeout = c.bound
 			b.ReportAllocs()

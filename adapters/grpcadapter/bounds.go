@@ -10,55 +10,55 @@ import (
 // The recommended bounds of a gRPC listener, which ServerOptions applies.
 // grpc-go's own defaults are in parentheses.
 const (
-	// DefaultMaxConcurrentStreams is the most streams (calls) one client
+	// defaultMaxConcurrentStreams is the most streams (calls) one client
 	// connection may have open at once (unlimited). A client past it is
 	// told by the HTTP/2 SETTINGS to wait: grpc-go's client queues the
 	// excess calls; a client that opens them anyway gets RST_STREAM
 	// REFUSED_STREAM. It bounds what stalled calls can hold per
 	// connection, and a rapid-reset flood to that many handlers at once.
-	DefaultMaxConcurrentStreams = 256
-	// DefaultMaxHeaderListSize is the largest header list (metadata) of a
+	defaultMaxConcurrentStreams = 256
+	// defaultMaxHeaderListSize is the largest header list (metadata) of a
 	// call, in bytes, as HPACK counts it (16 MiB): the HTTP server's
 	// MaxHeaderBytes. A larger one is refused (the client fails the call
 	// before sending; a raw client gets RST_STREAM), and the server does
-	// not keep what it read past the limit. It holds DefaultBaggageLimit.
-	DefaultMaxHeaderListSize = 64 << 10
-	// DefaultMaxRecvMsgSize is the largest request message, in bytes
-	// (4 MiB): the HTTP adapter's body limit (httpadapter.DefaultBodyLimit,
-	// 1 MiB), so that a request has the same bound over HTTP and gRPC. A
-	// larger one is answered ResourceExhausted.
-	DefaultMaxRecvMsgSize = 1 << 20
-	// DefaultConnectionTimeout bounds the connection's set-up, HTTP/2
+	// not keep what it read past the limit. It holds defaultBaggageLimit.
+	defaultMaxHeaderListSize = 64 << 10
+	// defaultMaxRecvMsgSize is the largest request message, in bytes
+	// (4 MiB): the HTTP adapter's default body limit (1 MiB), so that a
+	// request has the same bound over HTTP and gRPC. A larger one is
+	// answered ResourceExhausted.
+	defaultMaxRecvMsgSize = 1 << 20
+	// defaultConnectionTimeout bounds the connection's set-up, HTTP/2
 	// preface and SETTINGS included (120s): the HTTP server's
 	// ReadHeaderTimeout.
-	DefaultConnectionTimeout = 5 * time.Second
-	// DefaultKeepaliveMinTime is the shortest interval at which a client
+	defaultConnectionTimeout = 5 * time.Second
+	// defaultKeepaliveMinTime is the shortest interval at which a client
 	// may ping (5m); a client pinging more often is sent GOAWAY
 	// ENHANCE_YOUR_CALM and disconnected. 10s is the shortest keepalive
 	// grpc-go's client allows, so any client grpc-go lets configure passes.
 	// Pings without an open call are not permitted (as grpc-go's default).
-	DefaultKeepaliveMinTime = 10 * time.Second
-	// DefaultMaxConnectionIdle closes a connection that has had no call for
+	defaultKeepaliveMinTime = 10 * time.Second
+	// defaultMaxConnectionIdle closes a connection that has had no call for
 	// this long with a GOAWAY (infinite): the HTTP server's IdleTimeout.
-	DefaultMaxConnectionIdle = 2 * time.Minute
-	// DefaultMaxConnectionAge sends a connection GOAWAY after this long,
+	defaultMaxConnectionIdle = 2 * time.Minute
+	// defaultMaxConnectionAge sends a connection GOAWAY after this long,
 	// give or take 10% (infinite), so that clients rebalance and no
 	// connection holds resources for ever; the calls in flight then have
-	// DefaultMaxConnectionAgeGrace (infinite) to finish before the
+	// defaultMaxConnectionAgeGrace (infinite) to finish before the
 	// connection is closed.
-	DefaultMaxConnectionAge      = 30 * time.Minute
-	DefaultMaxConnectionAgeGrace = 30 * time.Second
-	// DefaultKeepaliveTime is how long a connection may be silent before
-	// the server pings it (2h), and DefaultKeepaliveTimeout how long the
+	defaultMaxConnectionAge      = 30 * time.Minute
+	defaultMaxConnectionAgeGrace = 30 * time.Second
+	// defaultKeepaliveTime is how long a connection may be silent before
+	// the server pings it (2h), and defaultKeepaliveTimeout how long the
 	// server waits for the ack before closing it (20s): a client that
 	// vanished without closing — and every call it held — is gone within
 	// 80s.
-	DefaultKeepaliveTime    = time.Minute
-	DefaultKeepaliveTimeout = 20 * time.Second
-	// DefaultRecvTimeout is WithRecvTimeout's default: the time the
+	defaultKeepaliveTime    = time.Minute
+	defaultKeepaliveTimeout = 20 * time.Second
+	// defaultRecvTimeout is WithRecvTimeout's default: the time the
 	// request message of an adapter method may take to arrive once its
 	// headers have. It is the HTTP server's ReadHeaderTimeout.
-	DefaultRecvTimeout = 5 * time.Second
+	defaultRecvTimeout = 5 * time.Second
 )
 
 // Bounds are the resource bounds of a gRPC listener that ServerOptions
@@ -76,22 +76,22 @@ type Bounds struct {
 	Enforcement keepalive.EnforcementPolicy
 }
 
-// DefaultBounds returns the recommended bounds (the Default* constants).
+// DefaultBounds returns the recommended bounds, which ServerOptions lists.
 func DefaultBounds() Bounds {
 	return Bounds{
-		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
-		MaxHeaderListSize:    DefaultMaxHeaderListSize,
-		MaxRecvMsgSize:       DefaultMaxRecvMsgSize,
-		ConnectionTimeout:    DefaultConnectionTimeout,
+		MaxConcurrentStreams: defaultMaxConcurrentStreams,
+		MaxHeaderListSize:    defaultMaxHeaderListSize,
+		MaxRecvMsgSize:       defaultMaxRecvMsgSize,
+		ConnectionTimeout:    defaultConnectionTimeout,
 		Keepalive: keepalive.ServerParameters{
-			MaxConnectionIdle:     DefaultMaxConnectionIdle,
-			MaxConnectionAge:      DefaultMaxConnectionAge,
-			MaxConnectionAgeGrace: DefaultMaxConnectionAgeGrace,
-			Time:                  DefaultKeepaliveTime,
-			Timeout:               DefaultKeepaliveTimeout,
+			MaxConnectionIdle:     defaultMaxConnectionIdle,
+			MaxConnectionAge:      defaultMaxConnectionAge,
+			MaxConnectionAgeGrace: defaultMaxConnectionAgeGrace,
+			Time:                  defaultKeepaliveTime,
+			Timeout:               defaultKeepaliveTimeout,
 		},
 		Enforcement: keepalive.EnforcementPolicy{
-			MinTime:             DefaultKeepaliveMinTime,
+			MinTime:             defaultKeepaliveMinTime,
 			PermitWithoutStream: false,
 		},
 	}

@@ -95,9 +95,6 @@ var errCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %
 const (
 	mdBaggage        = "baggage"
 	mdIdempotencyKey = "idempotency-key"
-	// MetadataIdempotentReplayed is the header metadata that marks a
-	// replayed outcome: "true".
-	MetadataIdempotentReplayed = "idempotent-replayed"
 )
 
 // incomingMD reads the incoming metadata of a server context key by key,

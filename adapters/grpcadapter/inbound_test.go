@@ -24,12 +24,12 @@ func TestInboundAttribution(t *testing.T) {
 		cancelAt  time.Duration // when the client's RST_STREAM arrives; 0: never
 		want      string
 	}{
-		{"cancel mid-call", DefaultDeadlineTolerance, 300 * time.Millisecond, pipeline.CodeCanceled},
-		{"cancel just outside the tolerance", DefaultDeadlineTolerance, deadline - DefaultDeadlineTolerance - time.Millisecond, pipeline.CodeCanceled},
-		{"cancel within the tolerance", DefaultDeadlineTolerance, deadline - DefaultDeadlineTolerance, pipeline.CodeTimeout},
-		{"cancel just before the deadline", DefaultDeadlineTolerance, deadline - time.Millisecond, pipeline.CodeTimeout},
+		{"cancel mid-call", defaultDeadlineTolerance, 300 * time.Millisecond, pipeline.CodeCanceled},
+		{"cancel just outside the tolerance", defaultDeadlineTolerance, deadline - defaultDeadlineTolerance - time.Millisecond, pipeline.CodeCanceled},
+		{"cancel within the tolerance", defaultDeadlineTolerance, deadline - defaultDeadlineTolerance, pipeline.CodeTimeout},
+		{"cancel just before the deadline", defaultDeadlineTolerance, deadline - time.Millisecond, pipeline.CodeTimeout},
 		{"no tolerance", 0, deadline - time.Millisecond, pipeline.CodeCanceled},
-		{"the deadline fires", DefaultDeadlineTolerance, 0, pipeline.CodeTimeout},
+		{"the deadline fires", defaultDeadlineTolerance, 0, pipeline.CodeTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -124,8 +124,8 @@ func passThrough(full string) bool { return strings.HasPrefix(full, "/grpc.") }
 // DeadlineExceeded at the deadline and runs on, and the kernel logs its
 // late result. An error the handler returns with a gRPC status goes back
 // to the client unchanged unless the pipeline replaced the outcome (a
-// deadline, a cancellation); its code also decides the outcome's kind (see
-// KindFor), so an Unavailable counts as a breaker failure. Any other
+// deadline, a cancellation); its code also decides the outcome's kind (as
+// FromStatus maps it), so an Unavailable counts as a breaker failure. Any other
 // outcome is converted with Status.
 func (a *Adapter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -7,19 +7,19 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// DefaultPackage is the proto package of the generated services when
+// defaultPackage is the proto package of the generated services when
 // WithPackage is not given.
-const DefaultPackage = "sundial.v1"
+const defaultPackage = "sundial.v1"
 
-// DefaultDeadlineTolerance is how close to the inbound deadline a client's
+// defaultDeadlineTolerance is how close to the inbound deadline a client's
 // cancellation may arrive and still count as the deadline, when
 // WithDeadlineTolerance is not given.
-const DefaultDeadlineTolerance = 10 * time.Millisecond
+const defaultDeadlineTolerance = 10 * time.Millisecond
 
-// DefaultBaggageLimit is the largest W3C baggage metadata (all values
+// defaultBaggageLimit is the largest W3C baggage metadata (all values
 // together) extracted for an invocation when WithBaggageLimit is not given:
 // 8192 bytes, the W3C limit.
-const DefaultBaggageLimit = 8192
+const defaultBaggageLimit = 8192
 
 // Option configures New. Every option may be given to New once; a later
 // option of the same kind replaces an earlier one.
@@ -45,25 +45,25 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		pkg:               DefaultPackage,
-		domain:            DefaultDomain,
-		tolerance:         DefaultDeadlineTolerance,
-		baggageLimit:      DefaultBaggageLimit,
-		recvTimeout:       DefaultRecvTimeout,
+		pkg:               defaultPackage,
+		domain:            defaultDomain,
+		tolerance:         defaultDeadlineTolerance,
+		baggageLimit:      defaultBaggageLimit,
+		recvTimeout:       defaultRecvTimeout,
 		defaultPropagator: true,
 	}
 }
 
 // WithPackage sets the proto package of the services built from the
 // operations, e.g. "shop.v1": operation orders.create is then method
-// /shop.v1.Orders/Create. The default is DefaultPackage. New rejects a
+// /shop.v1.Orders/Create. The default is "sundial.v1". New rejects a
 // package that is not dot-separated protobuf identifiers.
 func WithPackage(pkg string) Option {
 	return optionFunc(func(c *config) { c.pkg = pkg })
 }
 
 // WithDomain sets the domain of the google.rpc.ErrorInfo attached to every
-// failed call. The default is DefaultDomain ("sundial"); "" keeps it.
+// failed call. The default is "sundial"; "" keeps it.
 func WithDomain(domain string) Option {
 	return optionFunc(func(c *config) {
 		if domain != "" {
@@ -90,7 +90,7 @@ func WithLogger(l *slog.Logger) Option {
 // expires sends the same RST_STREAM CANCEL as one that gives up), and the
 // client's timer fires a network hop before the server's, so without a
 // tolerance a timed-out call would often be logged and counted as
-// cancelled. The default is DefaultDeadlineTolerance (10ms); 0 turns the
+// cancelled. The default is 10ms; 0 turns the
 // tolerance off; a negative d keeps the default.
 func WithDeadlineTolerance(d time.Duration) Option {
 	return optionFunc(func(c *config) {
@@ -135,8 +135,8 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // WithBaggageLimit sets the largest W3C "baggage" metadata, in bytes (all
 // its values together), that is extracted for an invocation; a larger one
 // is dropped whole, with a warning in the log. The kernel then bounds the
-// members it copies (see telemetry.Baggage). The default is
-// DefaultBaggageLimit; n <= 0 keeps it.
+// members it copies (see telemetry.Baggage). The default is 8192 bytes;
+// n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {
@@ -151,7 +151,7 @@ func WithBaggageLimit(n int) Option {
 // not complete by then is answered DeadlineExceeded / KERNEL_TIMEOUT_001,
 // observed by the kernel as a rejection (no permit spent), and its stream
 // is closed. The caller's own deadline (grpc-timeout) ends the wait earlier
-// when it is shorter. The default is DefaultRecvTimeout (5s); 0 turns the
+// when it is shorter. The default is 5s; 0 turns the
 // bound off (the wait then lasts until the caller's deadline or the
 // connection's keepalive ends it); a negative d keeps the default.
 //

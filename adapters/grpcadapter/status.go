@@ -17,15 +17,16 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// DefaultDomain is the google.rpc.ErrorInfo domain of the statuses the
+// defaultDomain is the google.rpc.ErrorInfo domain of the statuses the
 // adapter writes when WithDomain is not given.
-const DefaultDomain = "sundial"
+const defaultDomain = "sundial"
 
 // Status returns the gRPC status of an outcome: nil for a nil outcome (OK),
 // otherwise the code of [CodeFor] for the outcome's kind, the outcome's
 // safe message, a google.rpc.ErrorInfo whose reason is the outcome's stable
-// code, whose domain is domain (DefaultDomain when empty) and whose
-// metadata are the outcome's details as strings (see [DetailString]), and,
+// code, whose domain is domain ("sundial" when empty) and whose
+// metadata are the outcome's details as strings (numbers in decimal,
+// durations in seconds, other values as JSON), and,
 // when the outcome has a retry-after ([pipeline.Error.RetryAfter]), a
 // google.rpc.RetryInfo with that delay and the metadata entry
 // [pipeline.DetailRetryAfter], both in whole seconds rounded up.
@@ -50,7 +51,7 @@ func Status(err error, domain string) *status.Status {
 		return hs.st
 	}
 	if domain == "" {
-		domain = DefaultDomain
+		domain = defaultDomain
 	}
 	kind := e.Kind()
 	st := status.New(CodeFor(kind), e.SafeMessage())
@@ -62,7 +63,7 @@ func Status(err error, domain string) *status.Status {
 		if len(safe) > 0 || retry {
 			info.Metadata = make(map[string]string, len(safe)+1)
 			for k, v := range safe {
-				info.Metadata[k] = DetailString(v)
+				info.Metadata[k] = detailString(v)
 			}
 		}
 		if retry {
@@ -76,11 +77,11 @@ func Status(err error, domain string) *status.Status {
 	return st
 }
 
-// DetailString renders one details value as ErrorInfo metadata: strings as
+// detailString renders one details value as ErrorInfo metadata: strings as
 // they are, integers and floats in their shortest decimal form, booleans as
 // "true"/"false", durations in seconds, nil as "", and anything else as
 // compact JSON.
-func DetailString(v any) string {
+func detailString(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return ""
@@ -110,13 +111,13 @@ func DetailString(v any) string {
 	return string(b)
 }
 
-// KindFor returns the outcome kind of a gRPC status code, the inverse of
+// kindFor returns the outcome kind of a gRPC status code, the inverse of
 // [CodeFor] where CodeFor is one-to-one: InvalidArgument and OutOfRange are
 // VALIDATION; FailedPrecondition is UNPROCESSABLE; AlreadyExists and Aborted are CONFLICT;
 // Unavailable and ResourceExhausted are UNAVAILABLE; OK is OK; every code
 // without a kind of its own (Unknown, Internal, Unimplemented, DataLoss) is
 // UNEXPECTED.
-func KindFor(c codes.Code) pipeline.Kind {
+func kindFor(c codes.Code) pipeline.Kind {
 	switch c {
 	case codes.OK:
 		return pipeline.KindOK
@@ -142,14 +143,14 @@ func KindFor(c codes.Code) pipeline.Kind {
 	return pipeline.KindUnexpected
 }
 
-// CodePrefix prefixes the stable codes of outcomes made from the gRPC
+// codePrefix prefixes the stable codes of outcomes made from the gRPC
 // statuses of downstream calls: "GRPC_UNAVAILABLE", "GRPC_DEADLINE_EXCEEDED".
-const CodePrefix = "GRPC_"
+const codePrefix = "GRPC_"
 
 // FromStatus converts the error of a gRPC call to an outcome: nil stays
 // nil, an error without a gRPC status (or already a *pipeline.Error) is
 // returned as it is, and a status error becomes a *pipeline.Error of
-// KindFor(code) with code "GRPC_<CODE>" (e.g. GRPC_UNAVAILABLE), the
+// the code's kind with code "GRPC_<CODE>" (e.g. GRPC_UNAVAILABLE), the
 // status message, details "grpcCode" and, when the status carries a
 // google.rpc.ErrorInfo, "reason" and "domain", and, when it carries a
 // google.rpc.RetryInfo, that delay as its retry-after
@@ -160,12 +161,18 @@ const CodePrefix = "GRPC_"
 // The client interceptors apply FromStatus to every failed call, so a
 // downstream timeout is a TIMEOUT outcome and a downstream that is down is
 // UNAVAILABLE, instead of an UNEXPECTED error.
+//
+// The kind of a code is the inverse of [CodeFor] where CodeFor is
+// one-to-one. InvalidArgument and OutOfRange are VALIDATION;
+// FailedPrecondition is UNPROCESSABLE; AlreadyExists and Aborted are
+// CONFLICT; Unavailable and ResourceExhausted are UNAVAILABLE. Unknown,
+// Internal, Unimplemented and DataLoss are UNEXPECTED.
 func FromStatus(err error) error {
 	st, ok := foreignStatus(err)
 	if !ok {
 		return err
 	}
-	out := pipeline.Wrap(KindFor(st.Code()), CodePrefix+codeName(st.Code()), st.Message(), err).
+	out := pipeline.Wrap(kindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), err).
 		WithDetail("grpcCode", st.Code().String())
 	for _, d := range st.Details() {
 		switch x := d.(type) {
@@ -227,7 +234,7 @@ func fromHandler(err error) error {
 	if !ok {
 		return err // nil, an outcome, a plain error (UNEXPECTED), a context error or a typed nil
 	}
-	return pipeline.Wrap(KindFor(st.Code()), CodePrefix+codeName(st.Code()), st.Message(), &handlerStatus{st: st})
+	return pipeline.Wrap(kindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), &handlerStatus{st: st})
 }
 
 // foreignStatus returns the gRPC status of err when err carries one and is

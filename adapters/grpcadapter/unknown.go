@@ -14,9 +14,9 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// CodeUnknownMethod is the code of a call to a method the server does not
+// codeUnknownMethod is the code of a call to a method the server does not
 // serve.
-const CodeUnknownMethod = "GRPC_NOT_FOUND_001"
+const codeUnknownMethod = "GRPC_NOT_FOUND_001"
 
 // UnknownServiceHandler answers calls to methods no service registered on
 // the server implements — as grpc-go does by default, codes.Unimplemented
@@ -45,7 +45,7 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 			msg = fmt.Sprintf("unknown method %s", full)
 		}
 	}
-	e := pipeline.NotFound(CodeUnknownMethod, msg).WithDetail("method", full)
+	e := pipeline.NotFound(codeUnknownMethod, msg).WithDetail("method", full)
 	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e,
 		Transport: telemetry.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}})
 	st := status.New(codes.Unimplemented, msg)

@@ -36,7 +36,7 @@ type Adapter struct {
 // are. Unless WithErrorHandler(false) is given, it also installs the
 // adapter's HTTPErrorHandler on e.
 //
-// Each route reads the caller's deadline (see ParseDeadline and
+// Each route reads the caller's deadline (Sundial-Deadline, or the header of
 // WithRelativeDeadlineHeader), reads the body to its end within the body
 // limit, binds the JSON body, path parameters and (for GET, HEAD and
 // DELETE) query parameters into the operation's input, hands the call to
@@ -359,14 +359,14 @@ func (a *Adapter) readBody(c echo.Context, deadline time.Time) (*bytes.Buffer, *
 		if ctxErr := r.Context().Err(); ctxErr != nil {
 			return nil, pipeline.AsError(ctxErr), 0
 		}
-		return nil, pipeline.Wrap(pipeline.KindValidation, CodeMalformedBody,
+		return nil, pipeline.Wrap(pipeline.KindValidation, codeMalformedBody,
 			"The request body could not be read.", err), 0
 	}
 	return buf, nil, 0
 }
 
 func bodyTooLarge(limit int64) *pipeline.Error {
-	return pipeline.Errorf(pipeline.KindValidation, CodeBodyTooLarge,
+	return pipeline.Errorf(pipeline.KindValidation, codeBodyTooLarge,
 		"The request body is larger than %d bytes.", limit).WithDetail("limit", limit)
 }
 

@@ -450,7 +450,7 @@ func TestIdempotencyFingerprintCoversFieldsHiddenFromJSON(t *testing.T) {
 	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
 	}
-	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 || r.header.Get(httpadapter.HeaderIdempotentReplayed) != "true" {
+	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 || r.header.Get(pipeline.FieldReplayed) != "true" {
 		t.Fatalf("same query: %d %v %s, want the replay", r.status, r.header, r.body)
 	}
 	if r := s.do(t, "GET", "/items/1?limit=2", "", h); r.status != http.StatusUnprocessableEntity {

@@ -342,7 +342,7 @@ func clip(s string) string {
 
 func wrongType(field, where, got string, t reflect.Type) *pipeline.Error {
 	want := jsonTypeName(t)
-	return pipeline.Errorf(pipeline.KindValidation, CodeWrongType,
+	return pipeline.Errorf(pipeline.KindValidation, codeWrongType,
 		"The %s '%s' must be %s %s; got %q.", where, clip(field), article(want), want, clip(got)).
 		WithDetail("field", clip(field)).WithDetail("expected", want)
 }
@@ -371,17 +371,17 @@ func bodyError(err error, body []byte, t reflect.Type) (e *pipeline.Error) {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te != nil {
 		field := te.Field
 		if field == "" {
-			e := pipeline.Errorf(pipeline.KindValidation, CodeWrongType,
+			e := pipeline.Errorf(pipeline.KindValidation, codeWrongType,
 				"The request body must be a JSON %s; got %s.", jsonTypeName(t), clip(te.Value))
 			return e.WithDetail("field", "").WithDetail("expected", jsonTypeName(t))
 		}
 		want := jsonTypeName(te.Type)
-		return pipeline.Errorf(pipeline.KindValidation, CodeWrongType,
+		return pipeline.Errorf(pipeline.KindValidation, codeWrongType,
 			"The field '%s' must be %s %s; got %s.", clip(field), article(want), want, clip(te.Value)).
 			WithDetail("field", clip(field)).WithDetail("expected", want)
 	}
 	if se, ok := errors.AsType[*json.SyntaxError](err); ok && se != nil {
-		e := pipeline.Errorf(pipeline.KindValidation, CodeMalformedBody,
+		e := pipeline.Errorf(pipeline.KindValidation, codeMalformedBody,
 			"The request body is not valid JSON: %s (at byte %d).", strings.TrimPrefix(se.Error(), "json: "), se.Offset).
 			WithDetail("offset", se.Offset)
 		if f := fieldAt(body, se.Offset); f != "" {
@@ -394,7 +394,7 @@ func bodyError(err error, body []byte, t reflect.Type) (e *pipeline.Error) {
 	return errUndecodable
 }
 
-var errUndecodable = pipeline.NewError(pipeline.KindValidation, CodeMalformedBody, "The request body could not be decoded.")
+var errUndecodable = pipeline.NewError(pipeline.KindValidation, codeMalformedBody, "The request body could not be decoded.")
 
 // fieldAt returns the dotted path of the object member being read, or
 // just read, at byte off of body ("items.qty"; array indexes are left out,

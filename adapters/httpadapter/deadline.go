@@ -37,14 +37,14 @@ const (
 // caller sees a message naming the header instead.
 var errBadDeadline = errors.New("httpadapter: malformed deadline")
 
-// ParseDeadline parses the value of a Sundial-Deadline header: an RFC 3339
+// parseDeadline parses the value of a Sundial-Deadline header: an RFC 3339
 // timestamp in UTC ("Z" suffix, upper-case "T" and "Z"), with 1 to 9
 // fractional digits or none, e.g. "2026-03-01T12:00:02Z" or
 // "2026-03-01T12:00:02.125Z". It rejects everything else — offsets other
 // than Z, more than nanosecond precision, leap seconds, control
 // characters, surrounding spaces, values longer than 30 bytes — with an
 // error; it never panics. The returned time is in UTC.
-func ParseDeadline(v string) (time.Time, error) {
+func parseDeadline(v string) (time.Time, error) {
 	n := len(v)
 	if n < len("2006-01-02T15:04:05Z") || n > maxDeadlineLen || v[n-1] != 'Z' {
 		return time.Time{}, errBadDeadline
@@ -97,11 +97,11 @@ func validFraction(frac string) bool {
 // isDigit reports whether c is an ASCII digit.
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// ParseTimeoutMs parses the relative form of the deadline: the remaining
+// parseTimeoutMs parses the relative form of the deadline: the remaining
 // time as 1 to 12 ASCII digits of milliseconds ("0" means the deadline has
 // passed). Signs, spaces, fractions, exponents and longer values are
 // rejected with an error; it never panics.
-func ParseTimeoutMs(v string) (time.Duration, error) {
+func parseTimeoutMs(v string) (time.Duration, error) {
 	if len(v) == 0 || len(v) > maxTimeoutDigits {
 		return 0, errBadDeadline
 	}
@@ -116,16 +116,16 @@ func ParseTimeoutMs(v string) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// FormatDeadline formats d for the Sundial-Deadline header: UTC, truncated
+// formatDeadline formats d for the Sundial-Deadline header: UTC, truncated
 // to the millisecond (so the receiver never sees a later instant than d).
-func FormatDeadline(d time.Time) string {
+func formatDeadline(d time.Time) string {
 	var buf [len("2006-01-02T15:04:05.000Z")]byte
 	return string(d.UTC().Truncate(time.Millisecond).AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z"))
 }
 
-// FormatTimeoutMs formats a remaining duration for the relative header:
+// formatTimeoutMs formats a remaining duration for the relative header:
 // whole milliseconds, rounded down, never negative.
-func FormatTimeoutMs(remaining time.Duration) string {
+func formatTimeoutMs(remaining time.Duration) string {
 	return strconv.FormatInt(max(remaining.Milliseconds(), 0), 10)
 }
 
@@ -139,7 +139,7 @@ func inboundDeadline(h http.Header, relName string, now time.Time) (time.Time, s
 		if len(vs) > 1 {
 			return time.Time{}, HeaderDeadline, errBadDeadline
 		}
-		t, err := ParseDeadline(vs[0])
+		t, err := parseDeadline(vs[0])
 		if err != nil {
 			return time.Time{}, HeaderDeadline, err
 		}
@@ -155,7 +155,7 @@ func inboundDeadline(h http.Header, relName string, now time.Time) (time.Time, s
 			if len(vs) > 1 {
 				return time.Time{}, relName, errBadDeadline
 			}
-			rem, err := ParseTimeoutMs(vs[0])
+			rem, err := parseTimeoutMs(vs[0])
 			if err != nil {
 				return time.Time{}, relName, err
 			}

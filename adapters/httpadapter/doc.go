@@ -21,8 +21,8 @@
 // trace ID like every other response.
 //
 // The caller's deadline arrives as Sundial-Deadline (absolute, RFC 3339
-// UTC) or Sundial-Timeout-Ms (relative, milliseconds); see [ParseDeadline]
-// and [ParseTimeoutMs]. The response never waits past the deadline: when
+// UTC, e.g. "2026-03-01T12:00:02.5Z") or Sundial-Timeout-Ms (relative, 1 to
+// 12 digits of milliseconds). The response never waits past the deadline: when
 // the invocation's deadline passes (or the client goes away) and its
 // handler has not returned within a few milliseconds, the kernel answers
 // TIMEOUT (CANCELLED) from another goroutine, and the adapter writes the

@@ -113,15 +113,15 @@ var echoKinds = map[int]struct {
 	kind pipeline.Kind
 	code string
 }{
-	http.StatusNotFound:              {pipeline.KindNotFound, CodeRouteNotFound},
-	http.StatusMethodNotAllowed:      {pipeline.KindNotFound, CodeMethodNotAllowed},
-	http.StatusRequestEntityTooLarge: {pipeline.KindValidation, CodeBodyTooLarge},
-	http.StatusUnauthorized:          {pipeline.KindUnauthenticated, CodeBadRequest},
-	http.StatusForbidden:             {pipeline.KindForbidden, CodeBadRequest},
-	http.StatusConflict:              {pipeline.KindConflict, CodeBadRequest},
-	http.StatusUnprocessableEntity:   {pipeline.KindUnprocessable, CodeBadRequest},
-	http.StatusTooManyRequests:       {pipeline.KindUnavailable, CodeUnavailable},
-	http.StatusServiceUnavailable:    {pipeline.KindUnavailable, CodeUnavailable},
+	http.StatusNotFound:              {pipeline.KindNotFound, codeRouteNotFound},
+	http.StatusMethodNotAllowed:      {pipeline.KindNotFound, codeMethodNotAllowed},
+	http.StatusRequestEntityTooLarge: {pipeline.KindValidation, codeBodyTooLarge},
+	http.StatusUnauthorized:          {pipeline.KindUnauthenticated, codeBadRequest},
+	http.StatusForbidden:             {pipeline.KindForbidden, codeBadRequest},
+	http.StatusConflict:              {pipeline.KindConflict, codeBadRequest},
+	http.StatusUnprocessableEntity:   {pipeline.KindUnprocessable, codeBadRequest},
+	http.StatusTooManyRequests:       {pipeline.KindUnavailable, codeUnavailable},
+	http.StatusServiceUnavailable:    {pipeline.KindUnavailable, codeUnavailable},
 	http.StatusGatewayTimeout:        {pipeline.KindTimeout, pipeline.CodeTimeout},
 }
 
@@ -133,7 +133,7 @@ func echoKind(code int) (pipeline.Kind, string) {
 		return k.kind, k.code
 	}
 	if code >= 400 && code < 500 {
-		return pipeline.KindValidation, CodeBadRequest
+		return pipeline.KindValidation, codeBadRequest
 	}
 	return pipeline.KindUnexpected, pipeline.CodeUnexpected
 }

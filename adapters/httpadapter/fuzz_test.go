@@ -59,10 +59,10 @@ func FuzzBind(f *testing.F) {
 		}
 		_, hasField := perr.Detail("field")
 		_, hasOffset := perr.Detail("offset")
-		if perr.Code() != CodeMalformedBody && !hasField {
+		if perr.Code() != codeMalformedBody && !hasField {
 			t.Fatalf("bind() = %v with details %v, want a field", perr, perr.Details())
 		}
-		if perr.Code() == CodeMalformedBody && !hasOffset && !hasField && perr.Message() != "The request body could not be decoded." {
+		if perr.Code() == codeMalformedBody && !hasOffset && !hasField && perr.Message() != "The request body could not be decoded." {
 			t.Fatalf("bind() = %v with details %v, want an offset", perr, perr.Details())
 		}
 		if _, err := json.Marshal(perr.Details()); err != nil {

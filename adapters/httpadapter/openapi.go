@@ -29,9 +29,9 @@ type OpenAPIInfo struct {
 	Operation func(d *operations.Descriptor, op *openapi3.Operation)
 }
 
-// ProblemSchemaName is the component schema of RFC 9457 Problem Details
+// problemSchemaName is the component schema of RFC 9457 Problem Details
 // in the OpenAPI document.
-const ProblemSchemaName = "Problem"
+const problemSchemaName = "Problem"
 
 // OpenAPI returns the OpenAPI 3.1 document of the operations the adapter
 // mounted: one path item per route (echo's ":id" becomes "{id}"), with
@@ -91,7 +91,7 @@ func newOpenAPIBuilder(info OpenAPIInfo) *openAPIBuilder {
 		Paths:      openapi3.NewPaths(),
 		Components: &openapi3.Components{Schemas: openapi3.Schemas{}, Headers: openapi3.Headers{}},
 	}
-	doc.Components.Schemas[ProblemSchemaName] = problemSchema()
+	doc.Components.Schemas[problemSchemaName] = problemSchema()
 	doc.Components.Headers["Retry-After"] = &openapi3.HeaderRef{Value: &openapi3.Header{Parameter: openapi3.Parameter{
 		Description: "Seconds to wait before retrying (RFC 9110 §10.2.3).",
 		Schema:      openapi3.NewIntegerSchema().WithMin(0).NewRef(),
@@ -342,7 +342,7 @@ func problem(op *openapi3.Operation, status int, desc string) {
 func problemResponse(desc string) *openapi3.Response {
 	r := openapi3.NewResponse().WithDescription(desc)
 	r.Content = openapi3.Content{ContentTypeProblem: openapi3.NewMediaType().
-		WithSchemaRef(openapi3.NewSchemaRef("#/components/schemas/"+ProblemSchemaName, nil))}
+		WithSchemaRef(openapi3.NewSchemaRef("#/components/schemas/"+problemSchemaName, nil))}
 	return r
 }
 

@@ -7,21 +7,17 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// DefaultBodyLimit is the largest request body accepted when
+// defaultBodyLimit is the largest request body accepted when
 // WithBodyLimit is not given: 1 MiB.
-const DefaultBodyLimit = 1 << 20
+const defaultBodyLimit = 1 << 20
 
-// DefaultBaggageLimit is the largest W3C baggage header accepted when
+// defaultBaggageLimit is the largest W3C baggage header accepted when
 // WithBaggageLimit is not given: 8192 bytes, the W3C limit.
-const DefaultBaggageLimit = 8192
+const defaultBaggageLimit = 8192
 
 // maxIdempotencyKey bounds the Idempotency-Key header's key: a longer one
 // is a 400 KERNEL_VALIDATION_005.
 const maxIdempotencyKey = pipeline.MaxIdempotencyKey
-
-// HeaderIdempotentReplayed marks a response that replays the stored outcome
-// of an earlier call with the same Idempotency-Key: "true".
-const HeaderIdempotentReplayed = "Idempotent-Replayed"
 
 // Option configures Mount.
 type Option interface{ apply(*config) }
@@ -41,10 +37,10 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		bodyLimit:       DefaultBodyLimit,
+		bodyLimit:       defaultBodyLimit,
 		relHeader:       DefaultRelativeDeadlineHeader,
 		callerDeadlines: true,
-		baggageLimit:    DefaultBaggageLimit,
+		baggageLimit:    defaultBaggageLimit,
 		errorHandler:    true,
 	}
 }
@@ -64,7 +60,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithBodyLimit sets the largest request body, in bytes, that an operation
 // route reads; a larger body is a 413 Problem Details (code
-// HTTP_VALIDATION_003). The default is DefaultBodyLimit (1 MiB); n <= 0
+// HTTP_VALIDATION_003). The default is 1 MiB; n <= 0
 // keeps the default.
 func WithBodyLimit(n int64) Option {
 	return optionFunc(func(c *config) {
@@ -102,7 +98,7 @@ func WithCallerDeadlines(trust bool) Option {
 // read at all. A larger header is dropped whole, before it is parsed, with
 // a warning in the log; the request goes on without baggage. What is read
 // is copied onto the invocation by the kernel, within telemetry.Baggage's
-// bounds (32 members, 4096 bytes). The default is DefaultBaggageLimit (8192, the W3C
+// bounds (32 members, 4096 bytes). The default is 8192 bytes (the W3C
 // limit); n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {
 	return optionFunc(func(c *config) {

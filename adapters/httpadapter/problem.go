@@ -16,24 +16,24 @@ const ContentTypeProblem = "application/problem+json"
 // Codes of the failures the adapter itself produces, before or around the
 // pipeline. The kernel's codes (pipeline.Code*) cover the rest.
 const (
-	// CodeMalformedBody: the request body is not valid JSON.
-	CodeMalformedBody = "HTTP_VALIDATION_001"
-	// CodeWrongType: a body member, path parameter or query parameter has
+	// codeMalformedBody: the request body is not valid JSON.
+	codeMalformedBody = "HTTP_VALIDATION_001"
+	// codeWrongType: a body member, path parameter or query parameter has
 	// the wrong type for its field.
-	CodeWrongType = "HTTP_VALIDATION_002"
-	// CodeBodyTooLarge: the request body is over the limit (status 413).
-	CodeBodyTooLarge = "HTTP_VALIDATION_003"
-	// CodeBadRequest: an *echo.HTTPError with another 4xx status, from echo
+	codeWrongType = "HTTP_VALIDATION_002"
+	// codeBodyTooLarge: the request body is over the limit (status 413).
+	codeBodyTooLarge = "HTTP_VALIDATION_003"
+	// codeBadRequest: an *echo.HTTPError with another 4xx status, from echo
 	// or from an application route.
-	CodeBadRequest = "HTTP_VALIDATION_004"
-	// CodeUnavailable: an *echo.HTTPError with status 429 or 503 (echo's
+	codeBadRequest = "HTTP_VALIDATION_004"
+	// codeUnavailable: an *echo.HTTPError with status 429 or 503 (echo's
 	// rate limiter and timeout middleware use them).
-	CodeUnavailable = "HTTP_UNAVAILABLE_001"
-	// CodeRouteNotFound: no route matches the path (status 404).
-	CodeRouteNotFound = "HTTP_NOT_FOUND_001"
-	// CodeMethodNotAllowed: a route matches the path but not the method
+	codeUnavailable = "HTTP_UNAVAILABLE_001"
+	// codeRouteNotFound: no route matches the path (status 404).
+	codeRouteNotFound = "HTTP_NOT_FOUND_001"
+	// codeMethodNotAllowed: a route matches the path but not the method
 	// (status 405, with an Allow header).
-	CodeMethodNotAllowed = "HTTP_NOT_FOUND_002"
+	codeMethodNotAllowed = "HTTP_NOT_FOUND_002"
 )
 
 // Problem is an RFC 9457 Problem Details body, as the adapter writes it for
@@ -62,8 +62,8 @@ type Problem struct {
 	Details map[string]any `json:"details"`
 }
 
-// TypePrefix prefixes a code to make a Problem's type.
-const TypePrefix = "urn:sundial:error:"
+// typePrefix prefixes a code to make a Problem's type.
+const typePrefix = "urn:sundial:error:"
 
 var emptyDetails = map[string]any{}
 
@@ -83,7 +83,7 @@ func newProblem(e *pipeline.Error, status int, instance, traceID string) *Proble
 		details = emptyDetails
 	}
 	return &Problem{
-		Type:     TypePrefix + e.Code(),
+		Type:     typePrefix + e.Code(),
 		Title:    e.Kind().String(),
 		Status:   status,
 		Detail:   e.SafeMessage(),

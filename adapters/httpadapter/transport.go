@@ -112,10 +112,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		r2 = req.Clone(ctx)
 		if t.absolute {
-			r2.Header.Set(HeaderDeadline, FormatDeadline(d))
+			r2.Header.Set(HeaderDeadline, formatDeadline(d))
 		}
 		if t.relHeader != "" {
-			r2.Header.Set(t.relHeader, FormatTimeoutMs(remaining))
+			r2.Header.Set(t.relHeader, formatTimeoutMs(remaining))
 		}
 	}
 	if trace.SpanContextFromContext(ctx).IsValid() || baggage.FromContext(ctx).Len() > 0 {

@@ -83,7 +83,7 @@ func call(ctx context.Context, method, url, body string, headers map[string]stri
 
 // deadlineIn returns the Sundial-Deadline header for a deadline d from now.
 func deadlineIn(d time.Duration) map[string]string {
-	return map[string]string{httpadapter.HeaderDeadline: httpadapter.FormatDeadline(time.Now().Add(d))}
+	return map[string]string{httpadapter.HeaderDeadline: time.Now().Add(d).UTC().Format("2006-01-02T15:04:05.000Z")}
 }
 
 // within fails the test unless lo <= got <= hi, and logs the figure either

@@ -344,7 +344,7 @@ func BenchmarkGRPCRecvTimeout(b *testing.B) {
 		benchSides(b, conns, [2]string{"recv=off", "recv=default"}, "bound/no bound", func(b *testing.B, bound bool) loadResult {
 			d := time.Duration(0)
 			if bound {
-				d = grpcadapter.DefaultRecvTimeout
+				d = 5 * time.Second // WithRecvTimeout's default
 			}
 			a := benchGRPCAdapter(b, grpcadapter.WithRecvTimeout(d))
 			srv := grpc.NewServer(grpcadapter.ServerOptions()...)

@@ -89,7 +89,7 @@ func TestCLI(t *testing.T) {
 		p := startShop(t, bin, "", "reports", "export", "--delay-ms", "3000", "--timeout", "0.3")
 		code := p.wait(t)
 		elapsed := time.Since(p.start)
-		if code != cliadapter.ExitTimeout {
+		if code != cliadapter.ExitCodeFor(pipeline.KindTimeout) {
 			t.Errorf("shop reports export --delay-ms 3000 --timeout 0.3 exit code = %d, want 7 (stderr %q)", code, p.stderr.String())
 		}
 		if elapsed < 300*time.Millisecond || elapsed > time.Second {
@@ -108,7 +108,7 @@ func TestCLI(t *testing.T) {
 		p := startShop(t, bin, "", "reports", "export", "--delay-ms", "3000", "--timeout", "100", "--config", config)
 		code := p.wait(t)
 		elapsed := time.Since(p.start)
-		if code != cliadapter.ExitTimeout || !strings.Contains(p.stderr.String(), "KERNEL_TIMEOUT_001") {
+		if code != cliadapter.ExitCodeFor(pipeline.KindTimeout) || !strings.Contains(p.stderr.String(), "KERNEL_TIMEOUT_001") {
 			t.Errorf("shop reports export --timeout 100 with MaxTimeoutSeconds 0.3 = exit %d, stderr %q; want 7 with KERNEL_TIMEOUT_001", code, p.stderr.String())
 		}
 		if elapsed < 300*time.Millisecond || elapsed > time.Second {
@@ -126,7 +126,7 @@ func TestCLI(t *testing.T) {
 			}
 			code := p.wait(t)
 			sinceSignal := time.Since(sent)
-			if code != cliadapter.ExitCanceled {
+			if code != cliadapter.ExitCodeFor(pipeline.KindCanceled) {
 				t.Errorf("shop reports export --delay-ms 3000 after %v: exit code = %d, want 8 (stderr %q)", sig, code, p.stderr.String())
 			}
 			if sinceSignal > 500*time.Millisecond {
@@ -290,7 +290,7 @@ func (c *cliCaller) run(t *testing.T, op string, args ...string) answer {
 	start := time.Now()
 	exit := cliadapter.Execute(t.Context(), root)
 	a := answer{code: "OK", status: "exit " + strconv.Itoa(exit), elapsed: time.Since(start)}
-	if exit != cliadapter.ExitOK {
+	if exit != 0 {
 		line, _, _ := strings.Cut(stderr.String(), "\n")
 		var p cliadapter.Problem
 		if err := json.Unmarshal([]byte(line), &p); err != nil {

@@ -480,7 +480,7 @@ func (h *httpCaller) do(t *testing.T, op, input string, timeout time.Duration) a
 	}
 	header := map[string]string{}
 	if timeout > 0 {
-		header[httpadapter.DefaultRelativeDeadlineHeader] = httpadapter.FormatTimeoutMs(timeout)
+		header[httpadapter.DefaultRelativeDeadlineHeader] = strconv.FormatInt(timeout.Milliseconds(), 10)
 	}
 	return h.send(t, d.Method, path, body, header)
 }
@@ -501,7 +501,7 @@ func (h *httpCaller) send(t *testing.T, method, path, body string, header map[st
 		title, _ := r.problem["title"].(string)
 		// The adapter's own rejections keep the status HTTP has for them
 		// (405 with Allow, 413); every other answer's is its kind's.
-		own := map[string]int{httpadapter.CodeMethodNotAllowed: 405, httpadapter.CodeBodyTooLarge: 413}
+		own := map[string]int{"HTTP_NOT_FOUND_002": 405, "HTTP_VALIDATION_003": 413}
 		if want, mine := own[a.code]; mine {
 			if r.status != want {
 				t.Errorf("%s %s: HTTP %d for %s, want %d", method, path, r.status, a.code, want)
@@ -528,7 +528,7 @@ func (h *httpCaller) early(t *testing.T) map[string]answer {
 		"unknown route":         h.send(t, "GET", "/nope", "", nil),
 		"method not allowed":    h.send(t, "DELETE", "/orders", "", nil),
 		"body over the limit": h.send(t, "POST", "/orders",
-			`{"name":"`+strings.Repeat("x", httpadapter.DefaultBodyLimit)+`"}`, nil),
+			`{"name":"`+strings.Repeat("x", 1<<20)+`"}`, nil),
 	}
 }
 

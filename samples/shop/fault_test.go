@@ -404,8 +404,8 @@ func TestFaultOversizedHeaders(t *testing.T) {
 		t.Fatalf("10 KiB baggage: %d %s, want 200 without the baggage", r.status, r.body)
 	}
 	rec := s.logs.waitWhere(t, func(r pipelinetest.Record) bool { return r.Message == "httpadapter: baggage header dropped" })
-	if rec.Level != slog.LevelWarn || rec.Attrs["bytes"] != int64(len(big)) || rec.Attrs["limit"] != int64(httpadapter.DefaultBaggageLimit) {
-		t.Errorf("dropped-baggage record = %v %v, want WARN, bytes %d, limit %d", rec.Level, rec.Attrs, len(big), httpadapter.DefaultBaggageLimit)
+	if rec.Level != slog.LevelWarn || rec.Attrs["bytes"] != int64(len(big)) || rec.Attrs["limit"] != int64(8192) {
+		t.Errorf("dropped-baggage record = %v %v, want WARN, bytes %d, limit %d", rec.Level, rec.Attrs, len(big), 8192)
 	}
 
 	req, _ := http.NewRequest("POST", s.url+"/reports/export", strings.NewReader(`{"delayMs":0}`))

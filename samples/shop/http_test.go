@@ -301,7 +301,7 @@ func TestShopMalformedDeadline(t *testing.T) {
 func TestShopDeadlineCutsLongCall(t *testing.T) {
 	s := startShopHTTP(t, serveOptions{})
 	start := time.Now()
-	deadline := httpadapter.FormatDeadline(start.Add(300 * time.Millisecond))
+	deadline := start.Add(300 * time.Millisecond).UTC().Format("2006-01-02T15:04:05.000Z")
 	r := s.call(t, "POST", "/reports/export", `{"delayMs":2000}`, map[string]string{httpadapter.HeaderDeadline: deadline})
 	took := time.Since(start)
 	wantProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/reports/export", "", map[string]any{})
@@ -411,12 +411,12 @@ func TestShopHTTPErrors(t *testing.T) {
 		kind, code               string
 		details                  map[string]any
 	}{
-		{"body over the limit", "POST", "/orders", `{"name":"` + strings.Repeat("x", httpadapter.DefaultBodyLimit) + `"}`, 413, "VALIDATION", httpadapter.CodeBodyTooLarge, map[string]any{"limit": httpadapter.DefaultBodyLimit}},
-		{"malformed body", "POST", "/orders", `{"name":"widget","amount":}`, 400, "VALIDATION", httpadapter.CodeMalformedBody, nil},
-		{"wrong type", "POST", "/orders", `{"name":"widget","amount":"one"}`, 400, "VALIDATION", httpadapter.CodeWrongType, map[string]any{"expected": "integer", "field": "amount"}},
+		{"body over the limit", "POST", "/orders", `{"name":"` + strings.Repeat("x", 1<<20) + `"}`, 413, "VALIDATION", "HTTP_VALIDATION_003", map[string]any{"limit": 1 << 20}},
+		{"malformed body", "POST", "/orders", `{"name":"widget","amount":}`, 400, "VALIDATION", "HTTP_VALIDATION_001", nil},
+		{"wrong type", "POST", "/orders", `{"name":"widget","amount":"one"}`, 400, "VALIDATION", "HTTP_VALIDATION_002", map[string]any{"expected": "integer", "field": "amount"}},
 		{"failed validation", "POST", "/orders", `{"name":"","amount":1}`, 400, "VALIDATION", "SHOP_VALIDATION_001", map[string]any{"field": "name"}},
-		{"no such route", "GET", "/nope", "", 404, "NOT_FOUND", httpadapter.CodeRouteNotFound, map[string]any{}},
-		{"wrong method", "GET", "/orders", "", 405, "NOT_FOUND", httpadapter.CodeMethodNotAllowed, map[string]any{}},
+		{"no such route", "GET", "/nope", "", 404, "NOT_FOUND", "HTTP_NOT_FOUND_001", map[string]any{}},
+		{"wrong method", "GET", "/orders", "", 405, "NOT_FOUND", "HTTP_NOT_FOUND_002", map[string]any{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,8 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/adapters/grpcadapter"
-	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
@@ -84,7 +82,7 @@ func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 		Charged  bool   `json:"charged"`
 	}
 	if err := json.Unmarshal([]byte(r.body), &rc); err != nil || r.status != http.StatusOK || !rc.Charged || rc.ChargeID == "" ||
-		r.header.Get(httpadapter.HeaderIdempotentReplayed) != "true" {
+		r.header.Get(pipeline.FieldReplayed) != "true" {
 		t.Fatalf("retry after: %d %v %s, want the receipt, replayed", r.status, r.header, r.body)
 	}
 	first := rc.ChargeID
@@ -134,7 +132,7 @@ func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
 	var rc struct {
 		ChargeID string `json:"chargeId"`
 	}
-	if err := json.Unmarshal([]byte(out), &rc); err != nil || rc.ChargeID == "" || len(hdr.Get(grpcadapter.MetadataIdempotentReplayed)) == 0 {
+	if err := json.Unmarshal([]byte(out), &rc); err != nil || rc.ChargeID == "" || len(hdr.Get("idempotent-replayed")) == 0 {
 		t.Fatalf("retry after: %s %v, want the receipt, replayed", out, hdr)
 	}
 	if c.n.Load() != 1 {
@@ -169,7 +167,7 @@ func TestShopFiftyCallsOneKey(t *testing.T) {
 					if tc.http(i) {
 						r := g.shopServer.call(t, "POST", "/billing/charge", `{"amount":3,"processMs":50}`, map[string]string{"Idempotency-Key": `"` + key + `"`})
 						switch {
-						case r.status == 200 && r.header.Get(httpadapter.HeaderIdempotentReplayed) == "true":
+						case r.status == 200 && r.header.Get(pipeline.FieldReplayed) == "true":
 							replays.Add(1)
 						case r.status == 200:
 							ok.Add(1)
@@ -184,7 +182,7 @@ func TestShopFiftyCallsOneKey(t *testing.T) {
 					var hdr metadata.MD
 					_, st := g.call(ctx, t, "shop.v1.Billing", "Charge", `{"amount":3,"processMs":50}`, grpc.Header(&hdr))
 					switch {
-					case st.Code() == codes.OK && len(hdr.Get(grpcadapter.MetadataIdempotentReplayed)) > 0:
+					case st.Code() == codes.OK && len(hdr.Get("idempotent-replayed")) > 0:
 						replays.Add(1)
 					case st.Code() == codes.OK:
 						ok.Add(1)
@@ -249,11 +247,11 @@ func TestShopReplicasShareIdempotency(t *testing.T) {
 		return resp.StatusCode, string(body), resp.Header
 	}
 	st, first, h := do(a.url)
-	if st != 200 || h.Get(httpadapter.HeaderIdempotentReplayed) != "" {
+	if st != 200 || h.Get(pipeline.FieldReplayed) != "" {
 		t.Fatalf("replica A: %d %s %v", st, first, h)
 	}
 	st, second, h := do(b.url)
-	if st != 200 || h.Get(httpadapter.HeaderIdempotentReplayed) != "true" || second != first {
+	if st != 200 || h.Get(pipeline.FieldReplayed) != "true" || second != first {
 		t.Fatalf("replica B: %d %s %v, want the replay of %s", st, second, h, first)
 	}
 	// The CLI, a third process on the same Redis, with the same input.

@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/cliadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
 
@@ -115,7 +116,7 @@ invalid document is refused and logged, and the limits in force stay.`,
 			// A failure at run time, not a usage error: report it here and
 			// exit 1 without cobra's pointer to --help.
 			fmt.Fprintf(cmd.ErrOrStderr(), "shop: serve: %v\n", se.err)
-			return &cliadapter.ExitError{Code: cliadapter.ExitUnexpected, Err: se.err}
+			return &cliadapter.ExitError{Code: cliadapter.ExitCodeFor(pipeline.KindUnexpected), Err: se.err}
 		}
 		return err
 	}

@@ -81,13 +81,14 @@ const (
 
 	// The gRPC stall flood: calls to /shop.v1.Orders/Get that send their
 	// headers and never their message, spread over stallConns connections.
-	// The listener holds grpcadapter.DefaultMaxConcurrentStreams of them
-	// per connection (the client queues the rest), and answers each
-	// DeadlineExceeded when its message has not come within
-	// grpcadapter.DefaultRecvTimeout.
+	// The listener holds grpcadapter.DefaultBounds().MaxConcurrentStreams
+	// of them per connection (the client queues the rest), and answers each
+	// DeadlineExceeded when its message has not come within stallRecvBound.
 	stallStreams = 1000
 	stallConns   = 2
 	stallMethod  = "/shop.v1.Orders/Get"
+	// stallRecvBound is the gRPC adapter's default WithRecvTimeout.
+	stallRecvBound = 5 * time.Second
 
 	// After a flood, the process is back at its baseline when it runs no
 	// more goroutines than before it and its RSS (after a GC that returns
@@ -457,13 +458,13 @@ func TestStressShop(t *testing.T) {
 	fmt.Fprintf(&tab, "\nstraggler flood: %d calls to tests.flaky (ignores its context, TimeoutSeconds %g, no concurrency limit) from %d clients in %v, MaxStragglers %d\n",
 		stragglerCalls, stragglerTimeout.Seconds(), stragglerClients, sf.took.Round(time.Millisecond), maxStragglers)
 	fmt.Fprintf(&tab, "gRPC stall flood: %d calls to %s that never send their message, on %d connections (MaxConcurrentStreams %d, recv bound %v)\n",
-		stallStreams, stallMethod, stallConns, grpcadapter.DefaultMaxConcurrentStreams, grpcadapter.DefaultRecvTimeout)
+		stallStreams, stallMethod, stallConns, grpcadapter.DefaultBounds().MaxConcurrentStreams, stallRecvBound)
 	row("", "straggler flood", "gRPC stall flood")
 	row("answered", fmt.Sprintf("%d 504 %s + %d 503 %s", sf.codes[pipeline.CodeTimeout], pipeline.CodeTimeout, sf.codes[pipeline.CodeOverloaded], pipeline.CodeOverloaded),
 		fmt.Sprintf("%d DeadlineExceeded", gf.codes[codes.DeadlineExceeded.String()]))
 	row("other answers / lost", fmt.Sprintf("%d / %d", sf.other, sf.lost), fmt.Sprintf("%d / %d", gf.other, gf.lost))
 	row("handlers held at once, at most", fmt.Sprintf("%d stalled (bound %d + %d clients); kernel stragglers %s", sf.heldPeak, maxStragglers, stragglerClients, sf.kernelStragglers),
-		fmt.Sprintf("%d stalled calls (bound %d x %d connections)", gf.heldPeak, grpcadapter.DefaultMaxConcurrentStreams, stallConns))
+		fmt.Sprintf("%d stalled calls (bound %d x %d connections)", gf.heldPeak, grpcadapter.DefaultBounds().MaxConcurrentStreams, stallConns))
 	row("server goroutines, at most", "-", fmt.Sprintf("%d (%d before)", gf.serverPeak, gf.serverBefore))
 	row("answered after (first / last)", "-", fmt.Sprintf("%v / %v", gf.first.Round(time.Millisecond), gf.last.Round(time.Millisecond)))
 	row("goroutines before / peak / after", fmt.Sprintf("%d / %d / %d", sf.goroutinesBefore, sf.peakGoroutines, sf.goroutinesAfter),
@@ -876,7 +877,7 @@ func stallFlood(t *testing.T, addr string) *flood {
 	}
 	// No client deadline: the server's own bound is what answers. The
 	// calls still open at the end are cancelled (and counted lost).
-	ctx, cancel := context.WithTimeout(context.Background(), 4*grpcadapter.DefaultRecvTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*stallRecvBound)
 	defer cancel()
 	var (
 		mu        sync.Mutex // guards f's tallies
@@ -928,7 +929,7 @@ func stallFlood(t *testing.T, addr string) *flood {
 	}
 	f.goroutinesAfter, f.rssAfter, f.recovered = backToBaseline(f.goroutinesBefore, f.rssBefore)
 
-	bound := int64(grpcadapter.DefaultMaxConcurrentStreams * stallConns)
+	bound := int64(grpcadapter.DefaultBounds().MaxConcurrentStreams) * stallConns
 	if f.heldPeak > bound {
 		f.problem("the server held %d stalled calls at once, want at most %d", f.heldPeak, bound)
 	}
@@ -939,8 +940,8 @@ func stallFlood(t *testing.T, addr string) *flood {
 		f.problem("%d of %d stalled calls answered DeadlineExceeded (%d other, %d cancelled at the end)",
 			f.codes[codes.DeadlineExceeded.String()], stallStreams, f.other, f.lost)
 	}
-	if f.first < grpcadapter.DefaultRecvTimeout {
-		f.problem("a stalled call was answered after %v, before the recv bound %v", f.first, grpcadapter.DefaultRecvTimeout)
+	if f.first < stallRecvBound {
+		f.problem("a stalled call was answered after %v, before the recv bound %v", f.first, stallRecvBound)
 	}
 	// Per held call: its stream's goroutine and the one waiting for its
 	// message; per connection, a few.

@@ -7,7 +7,7 @@
 // protoc is Debian's protobuf-compiler (`make deps` installs it); when it
 // is not on PATH the test fails with the command that installs it under
 // CI (CI set), and is skipped otherwise, like redistest. buf is built from
-// the Go module proxy with `go run` (BufVersion), or taken from the path
+// the Go module proxy with `go run` (bufVersion), or taken from the path
 // in SUNDIAL_BUF.
 package prototest
 
@@ -32,10 +32,10 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
-// BufVersion is the buf release Lint runs.
-const BufVersion = "v1.75.0"
+// bufVersion is the buf release Check lints with.
+const bufVersion = "v1.75.0"
 
-// BufConfig is the buf.yaml Lint uses: buf's STANDARD rules except
+// BufConfig is the buf.yaml Check lints with: buf's STANDARD rules except
 //
 //   - SERVICE_SUFFIX: Sundial names a service after the first segment of
 //     its operation IDs ("billing.charge" -> shop.v1.Billing), and renaming
@@ -140,9 +140,9 @@ func Write(tb testing.TB, files []protoreflect.FileDescriptor, dir string) []str
 	return paths
 }
 
-// Protoc compiles the .proto files (paths relative to dir) with protoc and
-// fails the test with protoc's output when it rejects them.
-func Protoc(tb testing.TB, dir string, paths []string) {
+// compileProtos compiles the .proto files (paths relative to dir) with
+// protoc and fails the test with protoc's output when it rejects them.
+func compileProtos(tb testing.TB, dir string, paths []string) {
 	tb.Helper()
 	bin, err := exec.LookPath("protoc")
 	if err != nil {
@@ -166,16 +166,16 @@ func protoc(bin, dir, out string, paths []string) error {
 	return nil
 }
 
-// Lint runs `buf lint` with BufConfig on dir and fails the test with buf's
-// findings.
-func Lint(tb testing.TB, dir string, paths []string) {
+// lintProtos runs `buf lint` with BufConfig on dir and fails the test
+// with buf's findings.
+func lintProtos(tb testing.TB, dir string, paths []string) {
 	tb.Helper()
 	if err := lint(dir); err != nil {
 		tb.Fatalf("%v\n%s", err, dump(dir, paths))
 	}
 }
 
-// installedBuf returns the buf of BufVersion that `make deps` installs
+// installedBuf returns the buf of bufVersion that `make deps` installs
 // with `go install` (in GOBIN, else GOPATH/bin), or "" when there is none:
 // building it once there, before the tests, spares every package that
 // lints a `go run` build of its own.
@@ -198,7 +198,7 @@ func installedBuf() string {
 	}
 	bin = filepath.Join(bin, "buf")
 	v, err := exec.Command(bin, "--version").Output()
-	if err != nil || strings.TrimSpace(string(v)) != strings.TrimPrefix(BufVersion, "v") {
+	if err != nil || strings.TrimSpace(string(v)) != strings.TrimPrefix(bufVersion, "v") {
 		return ""
 	}
 	return bin
@@ -222,7 +222,7 @@ func lint(dir string) error {
 		}
 		// `go run pkg@version` builds buf outside this module (its
 		// dependencies stay out of Sundial's go.mod) and caches the build.
-		out, err = runEnv(gobin, dir, []string{"GOFLAGS=-mod=mod", "GOWORK=off"}, "run", "github.com/bufbuild/buf/cmd/buf@"+BufVersion, "lint")
+		out, err = runEnv(gobin, dir, []string{"GOFLAGS=-mod=mod", "GOWORK=off"}, "run", "github.com/bufbuild/buf/cmd/buf@"+bufVersion, "lint")
 	}
 	if err != nil {
 		return fmt.Errorf("buf lint rejects the exported schema: %v\n%s", err, out)
@@ -237,8 +237,8 @@ func Check(tb testing.TB, conn grpc.ClientConnInterface) string {
 	tb.Helper()
 	dir := tb.TempDir()
 	paths := Write(tb, Export(tb, conn), dir)
-	Protoc(tb, dir, paths)
-	Lint(tb, dir, paths)
+	compileProtos(tb, dir, paths)
+	lintProtos(tb, dir, paths)
 	return dir
 }
 

@@ -16,7 +16,7 @@ import (
 // TestProtocRejectsMethodNamedLikeItsInput is the failure of issue 19: a
 // schema whose method Charge takes a message named Charge, printed as
 // grpcurl prints it, does not compile ("Charge" is not a message type).
-// It shows that Protoc can fail; the shop and the chain sample pass it
+// It shows that compileProtos can fail; the shop and the chain sample pass it
 // (TestProtocAndBufAcceptTheSchema in samples/shop and samples/chain).
 func TestProtocRejectsMethodNamedLikeItsInput(t *testing.T) {
 	bin, err := exec.LookPath("protoc")
@@ -42,7 +42,7 @@ func TestProtocRejectsMethodNamedLikeItsInput(t *testing.T) {
 	}
 }
 
-// TestBufRejectsNonstandardNames shows that Lint can fail: buf's
+// TestBufRejectsNonstandardNames shows that lintProtos can fail: buf's
 // RPC_REQUEST_STANDARD_NAME rejects a method Pay taking a message named
 // Charge (a schema protoc compiles).
 func TestBufRejectsNonstandardNames(t *testing.T) {
