@@ -19,19 +19,19 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/config"
 )
 
-// Delimiter separates key path segments inside the kernel's koanf
+// delimiter separates key path segments inside the kernel's koanf
 // instance. It is not "." because operation IDs contain dots
 // ("orders.create") and must stay one key; a config key containing it is
 // refused.
-const Delimiter = "::"
+const delimiter = "::"
 
-// DefaultMaxTimeout is Sundial.Kernel.MaxTimeoutSeconds when the config does
+// defaultMaxTimeout is Sundial.Kernel.MaxTimeoutSeconds when the config does
 // not set it: no inbound deadline, however far in the future, lets a call
 // run longer.
-const DefaultMaxTimeout = 5 * time.Minute
+const defaultMaxTimeout = 5 * time.Minute
 
-// Settings is the parsed section Sundial.Kernel (minus Resilience).
-type Settings struct {
+// parsedSettings is the parsed section Sundial.Kernel (minus Resilience).
+type parsedSettings struct {
 	// MaxTimeout caps every invocation's deadline (key MaxTimeoutSeconds,
 	// number > 0, default 300).
 	MaxTimeout time.Duration
@@ -41,28 +41,28 @@ type Settings struct {
 	UseBuiltInMiddleware bool
 	// MaxStragglers bounds the invocations still running after their
 	// answer left at the deadline (handlers that ignore their context; key
-	// MaxStragglers, integer > 0, default DefaultMaxStragglers). While
+	// MaxStragglers, integer > 0, default defaultMaxStragglers). While
 	// that many run, every new call is answered 503
 	// KERNEL_UNAVAILABLE_005 with a retry-after of 1 second, and runs
 	// nothing.
 	MaxStragglers int
 	// Redis is the store of cluster-scoped limits (key Redis, object; see
-	// RedisSettings and docs/cluster.md); nil when not configured.
-	Redis *RedisSettings
+	// redisSettings and docs/cluster.md); nil when not configured.
+	Redis *redisSettings
 	// IdempotencyStore bounds the in-process store of idempotency records
-	// (key IdempotencyStore, object; see IdempotencyStoreSettings and
+	// (key IdempotencyStore, object; see idempotencyStoreSettings and
 	// docs/idempotency.md); nil when not configured.
-	IdempotencyStore *IdempotencyStoreSettings
+	IdempotencyStore *idempotencyStoreSettings
 }
 
-// DefaultMaxStragglers is Sundial.Kernel.MaxStragglers when the config
+// defaultMaxStragglers is Sundial.Kernel.MaxStragglers when the config
 // does not set it.
-const DefaultMaxStragglers = 1000
+const defaultMaxStragglers = 1000
 
 // loadConfig builds the koanf instance: embedded/default JSON, then the
 // config file, then environment overrides.
 func loadConfig(o *options) (*koanf.Koanf, error) {
-	k := koanf.New(Delimiter)
+	k := koanf.New(delimiter)
 	for _, b := range o.configJSON {
 		if err := checkDocument(b, "config"); err != nil {
 			return nil, err
@@ -85,7 +85,7 @@ func loadConfig(o *options) (*koanf.Koanf, error) {
 	}
 	if o.envPrefix != "" {
 		prefix := o.envPrefix
-		p := env.Provider(Delimiter, env.Opt{
+		p := env.Provider(delimiter, env.Opt{
 			Prefix:        prefix,
 			EnvironFunc:   o.environ,
 			TransformFunc: func(name, value string) (string, any) { return envKey(k, prefix, name), envValue(value) },
@@ -127,9 +127,9 @@ func envKey(k *koanf.Koanf, prefix, name string) string {
 			out = append(out, strings.ReplaceAll(strings.ToLower(s), "_", "."))
 			continue
 		}
-		out = append(out, canonical(k, strings.Join(out, Delimiter), s))
+		out = append(out, canonical(k, strings.Join(out, delimiter), s))
 	}
-	return strings.Join(out, Delimiter)
+	return strings.Join(out, delimiter)
 }
 
 func canonical(k *koanf.Koanf, parent, s string) string {
@@ -163,8 +163,8 @@ func envValue(v string) any {
 
 // parseSettings validates the section Sundial.Kernel. It returns the
 // Resilience section unparsed (parsePolicies reads it).
-func parseSettings(raw any) (Settings, any, error) {
-	s := Settings{MaxTimeout: DefaultMaxTimeout, UseBuiltInMiddleware: true, MaxStragglers: DefaultMaxStragglers}
+func parseSettings(raw any) (parsedSettings, any, error) {
+	s := parsedSettings{MaxTimeout: defaultMaxTimeout, UseBuiltInMiddleware: true, MaxStragglers: defaultMaxStragglers}
 	if raw == nil {
 		return s, nil, nil
 	}
@@ -191,7 +191,7 @@ func parseSettings(raw any) (Settings, any, error) {
 // elsewhere).
 type kernelSetting struct {
 	name  string
-	parse func(s *Settings, v any, path string) error
+	parse func(s *parsedSettings, v any, path string) error
 }
 
 // kernelSettings are the keys of Sundial.Kernel, in the order error
@@ -200,11 +200,11 @@ var kernelSettings = []kernelSetting{
 	{"MaxTimeoutSeconds", parseMaxTimeout},
 	{"MaxStragglers", parseMaxStragglers},
 	{"UseBuiltInMiddleware", parseUseBuiltIn},
-	{"Redis", func(s *Settings, v any, path string) (err error) {
+	{"Redis", func(s *parsedSettings, v any, path string) (err error) {
 		s.Redis, err = parseRedis(v, path)
 		return err
 	}},
-	{"IdempotencyStore", func(s *Settings, v any, path string) (err error) {
+	{"IdempotencyStore", func(s *parsedSettings, v any, path string) (err error) {
 		s.IdempotencyStore, err = parseIdempotencyStore(v, path)
 		return err
 	}},
@@ -219,7 +219,7 @@ var kernelKeys = func() []string {
 	return names
 }()
 
-func parseMaxTimeout(s *Settings, v any, path string) error {
+func parseMaxTimeout(s *parsedSettings, v any, path string) error {
 	f, ok := v.(float64)
 	if !ok {
 		return fmt.Errorf("kernel: %s: want a number of seconds, got %T", path, v)
@@ -231,7 +231,7 @@ func parseMaxTimeout(s *Settings, v any, path string) error {
 	return nil
 }
 
-func parseMaxStragglers(s *Settings, v any, path string) error {
+func parseMaxStragglers(s *parsedSettings, v any, path string) error {
 	f, ok := v.(float64)
 	if !ok {
 		return fmt.Errorf("kernel: %s: want an integer, got %T", path, v)
@@ -243,7 +243,7 @@ func parseMaxStragglers(s *Settings, v any, path string) error {
 	return nil
 }
 
-func parseUseBuiltIn(s *Settings, v any, path string) error {
+func parseUseBuiltIn(s *parsedSettings, v any, path string) error {
 	b, ok := v.(bool)
 	if !ok {
 		return fmt.Errorf("kernel: %s: want a boolean, got %T", path, v)
@@ -286,8 +286,8 @@ func checkKeys(v any, path string) error {
 		if path != "" {
 			p = path + "." + key
 		}
-		if strings.Contains(key, Delimiter) {
-			return fmt.Errorf("%s: keys must not contain %q", p, Delimiter)
+		if strings.Contains(key, delimiter) {
+			return fmt.Errorf("%s: keys must not contain %q", p, delimiter)
 		}
 		if err := checkKeys(m[key], p); err != nil {
 			return err

@@ -25,7 +25,7 @@ func (k *Kernel) IdempotencyOutlivesProcess() bool {
 
 // Settings returns the parsed Sundial.Kernel section: the startup-only
 // keys as at New, MaxTimeoutSeconds and MaxStragglers as last reloaded.
-func (k *Kernel) Settings() Settings {
+func (k *Kernel) Settings() parsedSettings {
 	s := k.settings
 	lc := k.live.Load()
 	s.MaxTimeout, s.MaxStragglers = lc.maxTimeout, lc.maxStragglers
@@ -52,3 +52,6 @@ func (k *Kernel) Reloads() map[string]int64 {
 
 // Limits returns the limits of the operation id (nil: none).
 func (k *Kernel) Limits(id string) *resilience.Limits { return k.limitsOf(id) }
+
+// DefaultMaxTimeout is MaxTimeoutSeconds when the config does not set it.
+const DefaultMaxTimeout = defaultMaxTimeout

@@ -35,11 +35,11 @@ func WithIdempotencyScope(f idempotency.ScopeFunc) Option {
 	return optionFunc(func(o *options) { o.idem.scope = f })
 }
 
-// IdempotencyStoreSettings is the parsed section
+// idempotencyStoreSettings is the parsed section
 // Sundial.Kernel.IdempotencyStore: the bounds of the in-process store of
 // idempotency records, which the kernel uses when it has no Redis client
 // and no WithIdempotencyStore. Read at start-up only.
-type IdempotencyStoreSettings struct {
+type idempotencyStoreSettings struct {
 	// MaxRecords bounds the records (key MaxRecords, integer from 1 to
 	// 100,000,000; default 100,000).
 	MaxRecords int
@@ -51,12 +51,12 @@ type IdempotencyStoreSettings struct {
 var idemStoreKeys = []string{"MaxRecords", "MaxBytes"}
 
 // parseIdempotencyStore validates Sundial.Kernel.IdempotencyStore.
-func parseIdempotencyStore(raw any, path string) (*IdempotencyStoreSettings, error) {
+func parseIdempotencyStore(raw any, path string) (*idempotencyStoreSettings, error) {
 	m, ok := raw.(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("kernel: %s: want an object, got %s", path, jsonType(raw))
 	}
-	st := &IdempotencyStoreSettings{}
+	st := &idempotencyStoreSettings{}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v, p := m[k], path+"."+k
 		f, isNum := number(v)

@@ -142,7 +142,7 @@ func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 type Kernel struct {
 	registry *operations.Registry
 	logger   *slog.Logger
-	settings Settings // as at New; the live parts are in live
+	settings parsedSettings // as at New; the live parts are in live
 	live     atomic.Pointer[liveConfig]
 	opts     *options             // what New was given, for Reload
 	reloadMu sync.Mutex           // serialises reloads
@@ -222,7 +222,7 @@ func New(opts ...Option) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	settings, resRaw, err := parseSettings(conf.Get("Sundial" + Delimiter + "Kernel"))
+	settings, resRaw, err := parseSettings(conf.Get("Sundial" + delimiter + "Kernel"))
 	if err != nil {
 		return nil, err
 	}

@@ -258,7 +258,7 @@ func checkReloaded(t *testing.T, k config.Key, s keySample) {
 
 func checkEnvNames(t *testing.T, k config.Key) {
 	for _, seg := range strings.Split(k.Name, ".") {
-		if got := canonical(koanf.New(Delimiter), "", strings.ToUpper(seg)); got != seg {
+		if got := canonical(koanf.New(delimiter), "", strings.ToUpper(seg)); got != seg {
 			t.Errorf("environment segment %s maps to %q, want %q", strings.ToUpper(seg), got, seg)
 		}
 	}

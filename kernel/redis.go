@@ -19,10 +19,10 @@ import (
 	"github.com/sundial-go/sundial/resilience/cluster"
 )
 
-// RedisSettings is the parsed section Sundial.Kernel.Redis: the store of
+// redisSettings is the parsed section Sundial.Kernel.Redis: the store of
 // cluster-scoped limits (docs/cluster.md) and of anything else the kernel
 // shares between replicas.
-type RedisSettings struct {
+type redisSettings struct {
 	// Address is host:port (required).
 	Address string
 	// DB is the database number (default 0).
@@ -33,7 +33,7 @@ type RedisSettings struct {
 	// password itself is never written in a config file.
 	PasswordEnv string
 	// TLS, when set, connects with TLS.
-	TLS *RedisTLS
+	TLS *redisTLS
 	// PoolSize bounds the connections (default: go-redis's, 10 per CPU).
 	PoolSize int
 	// KeyPrefix starts every key (default "sundial"); replicas that share
@@ -41,8 +41,8 @@ type RedisSettings struct {
 	KeyPrefix string
 }
 
-// RedisTLS is Sundial.Kernel.Redis.TLS.
-type RedisTLS struct {
+// redisTLS is Sundial.Kernel.Redis.TLS.
+type redisTLS struct {
 	// ServerName overrides the name the certificate is checked against.
 	ServerName string
 	// CAFile is a PEM file of the CAs to trust (default: the system's).
@@ -52,12 +52,12 @@ type RedisTLS struct {
 var redisKeys = []string{"Address", "DB", "Username", "PasswordEnv", "TLS", "PoolSize", "KeyPrefix"}
 
 // parseRedis validates Sundial.Kernel.Redis.
-func parseRedis(raw any, path string) (*RedisSettings, error) {
+func parseRedis(raw any, path string) (*redisSettings, error) {
 	m, ok := raw.(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("kernel: %s: want an object, got %s", path, jsonType(raw))
 	}
-	r := &RedisSettings{}
+	r := &redisSettings{}
 	str := func(dst *string, v any, p string) error {
 		s, ok := v.(string)
 		if !ok {
@@ -106,12 +106,12 @@ func parseRedis(raw any, path string) (*RedisSettings, error) {
 	return r, nil
 }
 
-func parseRedisTLS(raw any, path string) (*RedisTLS, error) {
+func parseRedisTLS(raw any, path string) (*redisTLS, error) {
 	m, ok := raw.(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("kernel: %s: want an object, got %s", path, jsonType(raw))
 	}
-	t := &RedisTLS{}
+	t := &redisTLS{}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		s, ok := m[k].(string)
 		if !ok {
@@ -150,7 +150,7 @@ func isNilPointer(v any) bool {
 }
 
 // newRedisClient builds the client of Sundial.Kernel.Redis.
-func newRedisClient(r *RedisSettings, lookupEnv func(string) (string, bool)) (*redis.Client, error) {
+func newRedisClient(r *redisSettings, lookupEnv func(string) (string, bool)) (*redis.Client, error) {
 	o := &redis.Options{Addr: r.Address, DB: r.DB, Username: r.Username, PoolSize: r.PoolSize}
 	if r.PasswordEnv != "" {
 		pw, ok := lookupEnv(r.PasswordEnv)

@@ -133,7 +133,7 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	settings, resRaw, err := parseSettings(conf.Get("Sundial" + Delimiter + "Kernel"))
+	settings, resRaw, err := parseSettings(conf.Get("Sundial" + delimiter + "Kernel"))
 	if err != nil {
 		return nil, err
 	}
