@@ -58,45 +58,8 @@ func parseRedis(raw any, path string) (*redisSettings, error) {
 		return nil, fmt.Errorf("kernel: %s: want an object, got %s", path, jsonType(raw))
 	}
 	r := &redisSettings{}
-	str := func(dst *string, v any, p string) error {
-		s, ok := v.(string)
-		if !ok {
-			return fmt.Errorf("kernel: %s: want a string, got %s", p, jsonType(v))
-		}
-		*dst = s
-		return nil
-	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		v, p := m[k], path+"."+k
-		var err error
-		switch k {
-		case "Address":
-			err = str(&r.Address, v, p)
-		case "Username":
-			err = str(&r.Username, v, p)
-		case "PasswordEnv":
-			err = str(&r.PasswordEnv, v, p)
-		case "KeyPrefix":
-			if err = str(&r.KeyPrefix, v, p); err == nil && (r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}")) {
-				err = fmt.Errorf("kernel: %s: want a non-empty prefix without braces, got %q", p, r.KeyPrefix)
-			}
-		case "DB", "PoolSize":
-			f, ok := number(v)
-			if !ok || f != math.Trunc(f) || f < 0 || f > maxInt || (k == "PoolSize" && f < 1) {
-				err = fmt.Errorf("kernel: %s: want a non-negative integer (PoolSize: positive), got %v", p, v)
-				break
-			}
-			if k == "DB" {
-				r.DB = int(f)
-			} else {
-				r.PoolSize = int(f)
-			}
-		case "TLS":
-			r.TLS, err = parseRedisTLS(v, p)
-		default:
-			err = fmt.Errorf("kernel: %s: unknown key (known keys: %s)", p, strings.Join(redisKeys, ", "))
-		}
-		if err != nil {
+		if err := r.set(k, m[k], path+"."+k); err != nil {
 			return nil, err
 		}
 	}
@@ -104,6 +67,51 @@ func parseRedis(raw any, path string) (*redisSettings, error) {
 		return nil, fmt.Errorf("kernel: %s.Address: required (host:port)", path)
 	}
 	return r, nil
+}
+
+// set parses the key k of Sundial.Kernel.Redis, at path p, into r.
+func (r *redisSettings) set(k string, v any, p string) (err error) {
+	switch k {
+	case "Address":
+		return redisString(&r.Address, v, p)
+	case "Username":
+		return redisString(&r.Username, v, p)
+	case "PasswordEnv":
+		return redisString(&r.PasswordEnv, v, p)
+	case "KeyPrefix":
+		if err = redisString(&r.KeyPrefix, v, p); err == nil && (r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}")) {
+			err = fmt.Errorf("kernel: %s: want a non-empty prefix without braces, got %q", p, r.KeyPrefix)
+		}
+		return err
+	case "DB":
+		return redisInt(&r.DB, v, p, 0)
+	case "PoolSize":
+		return redisInt(&r.PoolSize, v, p, 1)
+	case "TLS":
+		r.TLS, err = parseRedisTLS(v, p)
+		return err
+	}
+	return fmt.Errorf("kernel: %s: unknown key (known keys: %s)", p, strings.Join(redisKeys, ", "))
+}
+
+// redisString reads a string key of Sundial.Kernel.Redis.
+func redisString(dst *string, v any, p string) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("kernel: %s: want a string, got %s", p, jsonType(v))
+	}
+	*dst = s
+	return nil
+}
+
+// redisInt reads DB (minimum 0) or PoolSize (minimum 1).
+func redisInt(dst *int, v any, p string, minimum float64) error {
+	f, ok := number(v)
+	if !ok || f != math.Trunc(f) || f < minimum || f > maxInt {
+		return fmt.Errorf("kernel: %s: want a non-negative integer (PoolSize: positive), got %v", p, v)
+	}
+	*dst = int(f)
+	return nil
 }
 
 func parseRedisTLS(raw any, path string) (*redisTLS, error) {
