@@ -21,11 +21,25 @@ import (
 // handler still running after an answer given at its deadline) are not
 // sent. Reply is safe for concurrent use; its zero value is empty.
 type Reply struct {
-	n      atomic.Int32 // len(fields)+len(notes), read without the lock
-	mu     sync.Mutex
+	n  atomic.Int32 // facts added, read without the lock
+	mu sync.Mutex
+	f  *replyFacts // nil until the first fact: most calls add none
+}
+
+// replyFacts are a Reply's facts, allocated on the first one so that an
+// invocation without any stays small.
+type replyFacts struct {
 	fields []Field
 	notes  []string
 	quota  *Quota
+}
+
+// facts returns the facts, allocating them. r.mu is held.
+func (r *Reply) facts() *replyFacts {
+	if r.f == nil {
+		r.f = new(replyFacts)
+	}
+	return r.f
 }
 
 // Field is one response field of a [Reply].
@@ -43,13 +57,14 @@ func (r *Reply) Set(name, value string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := range r.fields {
-		if strings.EqualFold(r.fields[i].Name, name) {
-			r.fields[i].Value = value
+	f := r.facts()
+	for i := range f.fields {
+		if strings.EqualFold(f.fields[i].Name, name) {
+			f.fields[i].Value = value
 			return
 		}
 	}
-	r.fields = append(r.fields, Field{name, value})
+	f.fields = append(f.fields, Field{name, value})
 	r.n.Add(1)
 }
 
@@ -60,7 +75,10 @@ func (r *Reply) Get(name string) (string, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range r.fields {
+	if r.f == nil {
+		return "", false
+	}
+	for _, f := range r.f.fields {
 		if strings.EqualFold(f.Name, name) {
 			return f.Value, true
 		}
@@ -76,7 +94,8 @@ func (r *Reply) Note(line string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.notes = append(r.notes, line)
+	f := r.facts()
+	f.notes = append(f.notes, line)
 	r.n.Add(1)
 }
 
@@ -87,7 +106,7 @@ func (r *Reply) Fields() []Field {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Field(nil), r.fields...)
+	return append([]Field(nil), r.f.fields...)
 }
 
 // Notes returns a copy of the notes, in the order they were added.
@@ -97,7 +116,7 @@ func (r *Reply) Notes() []string {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.notes...)
+	return append([]string(nil), r.f.notes...)
 }
 
 // Replayed reports whether the reply carries the replay mark
@@ -117,19 +136,20 @@ func (r *Reply) SetQuota(q Quota) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.quota = &q
+	r.facts().quota = &q
+	r.n.Add(1)
 }
 
 // Quota returns what SetQuota recorded, and false when nothing was (no
 // rate limit, RateLimitHeaders off, or the call never reached the limit).
 func (r *Reply) Quota() (Quota, bool) {
-	if r == nil {
+	if r == nil || r.n.Load() == 0 {
 		return Quota{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.quota == nil {
+	if r.f == nil || r.f.quota == nil {
 		return Quota{}, false
 	}
-	return *r.quota, true
+	return *r.f.quota, true
 }
