@@ -55,9 +55,35 @@ func sendReply(ctx context.Context, inv *pipeline.Invocation) {
 	}
 	kv := make([]string, 0, 2*len(fields))
 	for _, f := range fields {
-		kv = append(kv, strings.ToLower(f.Name), f.Value)
+		if name := strings.ToLower(f.Name); validMetadata(name, f.Value) {
+			kv = append(kv, name, f.Value)
+		}
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(kv...))
+	if len(kv) > 0 {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(kv...))
+	}
+}
+
+// validMetadata reports whether name and value can be sent as gRPC
+// header metadata: a key of 0-9 a-z - _ . not reserved by gRPC ("grpc-")
+// nor binary ("-bin"), and a printable ASCII value. A field that cannot is
+// left out rather than let it fail the others (or the call).
+func validMetadata(name, value string) bool {
+	if name == "" || strings.HasPrefix(name, "grpc-") || strings.HasSuffix(name, "-bin") || name[0] == ':' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	for i := 0; i < len(value); i++ {
+		if value[i] < 0x20 || value[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // MetadataTraceID is the trailer key under which a failed call's trace ID

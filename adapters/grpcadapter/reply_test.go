@@ -75,3 +75,28 @@ func TestReplyReplayMarkSentOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestReplyFieldsThatMetadataCannotCarry: a field whose name or value gRPC
+// metadata cannot carry is left out; the call and the other fields are not
+// affected.
+func TestReplyFieldsThatMetadataCannotCarry(t *testing.T) {
+	h := replyHarness(t, pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+		inv.Reply().Set("Bad Name", "x")
+		inv.Reply().Set("grpc-status", "0")
+		inv.Reply().Set("X-Line", "a\nb")
+		inv.Reply().Set("X-Good", "ok")
+		return next(ctx, inv)
+	}))
+	var md metadata.MD
+	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{"n": 1}`, grpc.Header(&md)); st.Code() != codes.OK {
+		t.Fatalf("call: %v, want OK", st)
+	}
+	if got := md.Get("x-good"); !slices.Equal(got, []string{"ok"}) {
+		t.Errorf("x-good %q, want [ok]", got)
+	}
+	for _, k := range []string{"bad name", "x-line"} {
+		if got := md.Get(k); len(got) != 0 {
+			t.Errorf("%s %q, want none", k, got)
+		}
+	}
+}
