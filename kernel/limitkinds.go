@@ -67,7 +67,7 @@ func (k *Kernel) buildCustom(ps policies, id string, old customLimits) (customLi
 			return c, fmt.Errorf("kernel: %s.%s: unknown limit kind (registered: %v)", ps.limitsPath(id), name, slices.Sorted(maps.Keys(k.opts.limitKinds)))
 		}
 		lim, err := build(id, kinds[name])
-		if err == nil && lim == nil {
+		if err == nil && (lim == nil || isNilPointer(lim)) {
 			err = fmt.Errorf("the kind's build function returned no limit")
 		}
 		if err != nil {

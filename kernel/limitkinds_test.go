@@ -156,3 +156,40 @@ func TestLimitKindReload(t *testing.T) {
 			o.Err, (*built)[1].granted.Load(), (*built)[0].granted.Load())
 	}
 }
+
+// panicLimit panics in Acquire.
+type panicLimit struct{}
+
+func (panicLimit) Acquire(context.Context, *pipeline.Invocation) (resilience.Permit, error) {
+	panic("limit bug")
+}
+
+// TestLimitKindPanicGivesPermitsBack: a limit of one's own that panics is
+// an UNEXPECTED answer, and the permits the call held already (a
+// concurrency slot, the breaker's ticket) are given back; a typed nil
+// limit is refused at New.
+func TestLimitKindPanicGivesPermitsBack(t *testing.T) {
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "work.do"}, func(context.Context, workIn) (string, error) { return "done", nil }); err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"ConcurrencyLimit":1,"FailureThreshold":1,"Limits":{"boom":{}}}}}}}}`
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(doc)),
+		kernel.WithLimitKind("boom", func(string, json.RawMessage) (resilience.Limit, error) { return panicLimit{}, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for i := range 3 {
+		o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}})
+		if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
+			t.Fatalf("call %d: %v, want UNEXPECTED (the slot and the breaker given back)", i+1, o.Err)
+		}
+	}
+	var nilLimit *countingLimit
+	_, err = kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"Limits":{"nil":{}}}}}}}}`)),
+		kernel.WithLimitKind("nil", func(string, json.RawMessage) (resilience.Limit, error) { return nilLimit, nil }))
+	if err == nil || !strings.Contains(err.Error(), "Limits.nil: the kind's build function returned no limit") {
+		t.Fatalf("typed nil limit: %v, want refused", err)
+	}
+}

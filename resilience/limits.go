@@ -202,18 +202,27 @@ func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 		return nil
 	}
 	a.chain = c
+	decided := false
+	defer func() {
+		if !decided { // a limit panicked: give back what the call holds
+			a.release(Outcome{Verdict: Neutral})
+		}
+	}()
 	for a.n < len(c.fast) {
 		p, wait, err := c.fast[a.n].TryAcquire(inv)
 		if err != nil {
+			decided = true
 			a.release(Outcome{Err: err, Verdict: Neutral})
 			return err
 		}
 		if wait {
+			decided = true
 			return nil
 		}
 		a.permits[a.n] = p
 		a.n++
 	}
+	decided = true
 	return nil
 }
 
@@ -224,9 +233,16 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 	if c == nil {
 		return next(ctx, inv)
 	}
+	given := false // the permits were given back
+	defer func() {
+		if !given { // a limit panicked before the handler ran
+			a.release(Outcome{Verdict: Neutral})
+		}
+	}()
 	for a.n < len(c.limits) {
 		p, err := c.limits[a.n].Acquire(ctx, inv)
 		if err != nil {
+			given = true
 			a.release(Outcome{Err: err, Verdict: Neutral})
 			return nil, err
 		}
@@ -238,7 +254,10 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 		w = a.watchEnd(ctx, inv)
 	}
 	finished := false
-	defer func() { a.finish(ctx, inv, err, finished, w) }()
+	defer func() {
+		given = true
+		a.finish(ctx, inv, err, finished, w)
+	}()
 	out, err = next(ctx, inv)
 	finished = true
 	return out, err
