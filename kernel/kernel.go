@@ -238,7 +238,7 @@ func New(opts ...Option) (*Kernel, error) {
 	}
 	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers}
 	if settings.UseBuiltInMiddleware {
-		if lc.policies, err = parsePolicies(resRaw, "Sundial.Kernel.Resilience"); err != nil {
+		if lc.policies, err = parsePolicies(resRaw, resilienceSection); err != nil {
 			return nil, err
 		}
 	}

@@ -45,11 +45,11 @@ type customLimits struct {
 	opts []resilience.Option
 }
 
-// buildCustom builds the limits of your own kinds that the policies ps
-// give the operation id, or returns old when their configuration is
-// old's. Errors name the key path of the Limits object that set them.
-func (k *Kernel) buildCustom(ps policies, id string, old customLimits) (customLimits, error) {
-	from := ps.Resolve(id).Custom.Limits
+// buildCustom builds the limits of your own kinds of the operation id
+// from its Limits configuration from (as the policies ps resolve it), or
+// returns old when from is old's. Errors name the key path of the Limits
+// object that set them.
+func (k *Kernel) buildCustom(ps policies, id, from string, old customLimits) (customLimits, error) {
 	if from == old.from {
 		return old, nil
 	}
@@ -102,7 +102,7 @@ func (k *Kernel) setUpCustom(ps policies) error {
 		return nil
 	}
 	for _, d := range k.registry.All() {
-		c, err := k.buildCustom(ps, d.ID, customLimits{})
+		c, err := k.buildCustom(ps, d.ID, ps.Resolve(d.ID).Custom.Limits, customLimits{})
 		if err != nil {
 			return err
 		}

@@ -114,14 +114,15 @@ type change struct {
 func (k *Kernel) changes(old, lc *liveConfig) ([]change, error) {
 	var out []change
 	for _, d := range k.registry.All() {
-		if applied, _ := config.Diff(k.inForce(old, d.ID), lc.policies.Resolve(d.ID)); len(applied) == 0 {
+		is := lc.policies.Resolve(d.ID)
+		if applied, _ := config.Diff(k.inForce(old, d.ID), is); len(applied) == 0 {
 			continue
 		}
-		c, err := k.buildCustom(lc.policies, d.ID, k.custom[d.ID])
+		c, err := k.buildCustom(lc.policies, d.ID, is.Custom.Limits, k.custom[d.ID])
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, change{id: d.ID, policy: lc.policies.policyFor(d.ID), custom: c})
+		out = append(out, change{id: d.ID, policy: is.Policy, custom: c})
 	}
 	return out, nil
 }
@@ -139,7 +140,7 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 	}
 	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers}
 	if k.settings.UseBuiltInMiddleware {
-		if lc.policies, err = parsePolicies(resRaw, "Sundial.Kernel.Resilience"); err != nil {
+		if lc.policies, err = parsePolicies(resRaw, resilienceSection); err != nil {
 			return nil, err
 		}
 		if err := k.needRedis(k.clustered(lc.policies)); err != nil {

@@ -270,26 +270,17 @@ func (a *admission) finish(ctx context.Context, inv *pipeline.Invocation, err er
 	if finished {
 		o.Verdict = VerdictOf(ctx, inv, err)
 	}
-	if w != nil && !w.claim() {
-		a.releaseUnwatched(o)
-		return
-	}
-	a.release(o)
+	a.releaseAll(o, w != nil && !w.claim())
 }
 
 // release gives back the permits held, last first.
-func (a *admission) release(o Outcome) {
-	for i := a.n - 1; i >= 0; i-- {
-		if p := a.permits[i]; p.r != nil {
-			p.r.Release(p.token, o)
-		}
-	}
-}
+func (a *admission) release(o Outcome) { a.releaseAll(o, false) }
 
-// releaseUnwatched is release for the permits the watch did not give back.
-func (a *admission) releaseUnwatched(o Outcome) {
+// releaseAll gives back the permits held, last first, but for those a
+// watch gave back already when watched is true.
+func (a *admission) releaseAll(o Outcome, watched bool) {
 	for i := a.n - 1; i >= 0; i-- {
-		if p := a.permits[i]; p.r != nil && !p.watch {
+		if p := a.permits[i]; p.r != nil && !(watched && p.watch) {
 			p.r.Release(p.token, o)
 		}
 	}
