@@ -1,0 +1,89 @@
+package outbound
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// class is what an attempt's outcome allows.
+type class uint8
+
+const (
+	final     class = iota // success or an answer not to retry
+	retryable              // the downstream did not act on it
+	ambiguous              // it may have acted: retry only with a key
+)
+
+// notSent marks an error of an attempt that put nothing on the wire.
+type notSent struct{ err error }
+
+func (e *notSent) Error() string { return e.err.Error() }
+func (e *notSent) Unwrap() error { return e.err }
+
+// NotSent returns err marked as the failure of an attempt that sent
+// nothing (e.g. the dial failed), which [Dependency.Do] retries without
+// an idempotency key. Clients call it when they know; nil stays nil.
+func NotSent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notSent{err: err}
+}
+
+// classify judges the outcome err of an attempt of a call whose own
+// context is parent (still live), and returns the downstream's retry-after.
+func classify(err error) (class, time.Duration, bool) {
+	if err == nil {
+		return final, 0, false
+	}
+	if _, ok := errors.AsType[*notSent](err); ok || errors.Is(err, syscall.ECONNREFUSED) {
+		return retryable, 0, false
+	}
+	if e, ok := errors.AsType[*pipeline.Error](err); ok {
+		ra, has := e.RetryAfter()
+		switch e.Kind() {
+		case pipeline.KindUnavailable:
+			return retryable, ra, has
+		case pipeline.KindTimeout, pipeline.KindUnexpected:
+			return ambiguous, ra, has
+		}
+		return final, 0, false
+	}
+	if st, ok := grpcStatus(err); ok {
+		switch st.Code() {
+		case codes.Unavailable:
+			return retryable, 0, false
+		case codes.DeadlineExceeded, codes.Unknown, codes.Internal:
+			return ambiguous, 0, false
+		}
+		return final, 0, false
+	}
+	if errors.Is(err, context.Canceled) {
+		return final, 0, false
+	}
+	return ambiguous, 0, false // a reset, an EOF, an attempt's own timeout
+}
+
+// grpcStatus returns the gRPC status err carries, if any; an error whose
+// methods panic (a typed nil) carries none.
+func grpcStatus(err error) (st *status.Status, ok bool) {
+	defer func() {
+		if recover() != nil {
+			st, ok = nil, false
+		}
+	}()
+	if _, has := errors.AsType[interface {
+		error
+		GRPCStatus() *status.Status
+	}](err); !has {
+		return nil, false
+	}
+	return status.FromError(err)
+}

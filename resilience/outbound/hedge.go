@@ -1,0 +1,74 @@
+package outbound
+
+import (
+	"context"
+	"time"
+)
+
+// hedged runs a call whose attempts may overlap: each HedgeDelay without
+// an answer starts another attempt, while attempts, budget and deadline
+// allow. The first final answer (a success, or an outcome not to retry)
+// ends the call: the other attempts are cancelled, and hedged returns once
+// they have returned. A retryable failure while others run waits for
+// them; with none running it is retried after a backoff, as a sequential
+// call would be.
+func (c *call) hedged(attempt func(context.Context) error) error {
+	h := &hedging{c: c, attempt: attempt, results: make(chan error, c.s.p.Attempts)}
+	defer h.stop()
+	if err := h.launch(false); err != nil {
+		return err
+	}
+	timer := time.NewTimer(c.s.p.HedgeDelay)
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-h.results:
+			h.inflight--
+			if !c.final(err) && h.inflight > 0 {
+				continue // the others may still answer
+			}
+			if h.inflight > 0 || !c.again(err) || h.launch(false) != nil {
+				return err
+			}
+			timer.Reset(c.s.p.HedgeDelay)
+		case <-timer.C:
+			if c.n < c.s.p.Attempts && c.fits(time.Now()) && c.s.budget.withdraw() && h.launch(true) == nil {
+				timer.Reset(c.s.p.HedgeDelay)
+			}
+		}
+	}
+}
+
+// hedging is the state of one hedged call.
+type hedging struct {
+	c        *call
+	attempt  func(context.Context) error
+	results  chan error // buffered for every attempt: none blocks on sending
+	cancels  []context.CancelFunc
+	inflight int
+}
+
+// launch starts the next attempt in a goroutine, or returns the breaker's
+// refusal.
+func (h *hedging) launch(hedge bool) error {
+	t, err := h.c.admit()
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithCancel(h.c.ctx)
+	h.cancels = append(h.cancels, cancel)
+	h.inflight++
+	n := h.c.n
+	go func() { h.results <- h.c.run(h.attempt, n, hedge, actx, t) }()
+	return nil
+}
+
+// stop cancels the attempts still running and waits for them to return.
+func (h *hedging) stop() {
+	for _, cancel := range h.cancels {
+		cancel()
+	}
+	for ; h.inflight > 0; h.inflight-- {
+		<-h.results
+	}
+}

@@ -1,0 +1,258 @@
+package outbound
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/internal/breaker"
+)
+
+// CodeDependencyOpen is the code of the UNAVAILABLE outcome of a call that
+// a dependency's open breaker turned away before any attempt; its
+// retry-after is the time until the breaker half-opens.
+const CodeDependencyOpen = "KERNEL_UNAVAILABLE_007"
+
+// Dependency runs the calls to one dependency under its [Policy]. Its
+// retry budget and its breaker are shared by every call made through it.
+// It is safe for concurrent use and starts no goroutine of its own (a
+// hedged call runs its attempts in goroutines that end with the call).
+type Dependency struct {
+	name   string
+	cur    atomic.Pointer[state]
+	jitter func() float64 // in [0, 1); tests replace it
+}
+
+type state struct {
+	p       Policy
+	budget  *budget
+	breaker *breaker.Breaker // nil: none
+}
+
+// New returns the Dependency name under p, or the errors of p, each
+// naming its field (e.g. "Attempts: 0 is out of range (1 to 10)").
+func New(name string, p Policy) (*Dependency, error) {
+	d := &Dependency{name: name, jitter: rand.Float64}
+	if err := d.Reconfigure(p); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Reconfigure changes the policy in place, for calls that start after it:
+// the budget keeps its balance (capped by the new reserve) and the breaker
+// its state, as the inbound breaker does on a reload. An invalid p changes
+// nothing.
+func (d *Dependency) Reconfigure(p Policy) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	old := d.cur.Load()
+	s := &state{p: p}
+	var ob *breaker.Breaker
+	if old != nil {
+		s.budget, ob = old.budget.carry(p.BudgetRatio, p.BudgetMin), old.breaker
+	} else {
+		s.budget = newBudget(p.BudgetRatio, p.BudgetMin)
+	}
+	if p.FailureThreshold > 0 {
+		s.breaker = breaker.Carry(ob, p.FailureThreshold, p.BreakDuration)
+		if ob != nil {
+			if th, bd := ob.Thresholds(); th == min(p.FailureThreshold, breaker.MaxThreshold) && bd == p.BreakDuration {
+				s.breaker = ob
+			}
+		}
+	}
+	d.cur.Store(s)
+	return nil
+}
+
+var tracer = otel.Tracer("github.com/sundial-go/sundial/resilience/outbound")
+
+// Do runs one call: it calls attempt with a context derived from ctx (with
+// the same deadline, or shorter with AttemptTimeout, the same baggage —
+// the idempotency key included — and a child span of its own), and calls
+// it again, after a backoff, as long as the outcome is retryable (see the
+// package doc), attempts are left, the budget has a token, the breaker is
+// closed and what remains of the deadline after the sleep still holds a
+// MinAttemptTimeout. A downstream's retry-after replaces a shorter
+// backoff; one that would end past the deadline ends the call at once.
+//
+// Do returns the last attempt's error as it is (nil on success): the
+// downstream's answer, never a made-up one. It makes one of its own only
+// when no attempt ran: a dependency's open breaker (UNAVAILABLE
+// [CodeDependencyOpen], with a retry-after) or a deadline too close for
+// MinAttemptTimeout (TIMEOUT resilience.CodeBudgetExhausted).
+func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error) error {
+	s := d.cur.Load()
+	c := &call{d: d, s: s, ctx: ctx,
+		keyed: baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != ""}
+	if err := c.refusal(time.Now()); err != nil {
+		return err
+	}
+	s.budget.deposit()
+	if s.p.HedgeDelay > 0 && s.p.Attempts > 1 && (c.keyed || s.p.SafeToHedge) {
+		return c.hedged(attempt)
+	}
+	return c.sequential(attempt)
+}
+
+// call is one Do.
+type call struct {
+	d     *Dependency
+	s     *state
+	ctx   context.Context
+	keyed bool
+	n     int // attempts started
+}
+
+// refusal returns the outcome of a first attempt that cannot start.
+func (c *call) refusal(now time.Time) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	if !c.fits(now) {
+		dl, _ := c.ctx.Deadline()
+		return (&resilience.BudgetExhaustedError{Stage: "outbound", Dependency: c.d.name, Remaining: dl.Sub(now)}).Outcome()
+	}
+	if b := c.s.breaker; b != nil && b.State() == breaker.Open {
+		return c.openError(b.OpenFor())
+	}
+	return nil
+}
+
+// openError is the outcome of a call the breaker turned away.
+func (c *call) openError(retryAfter time.Duration) error {
+	return pipeline.Unavailable(CodeDependencyOpen, "The dependency '"+c.d.name+"' is failing; its circuit breaker is open.").
+		WithDetail("dependency", c.d.name).WithRetryAfter(retryAfter)
+}
+
+// fits reports whether an attempt starting at may start: MinAttemptTimeout
+// (at least 1ns) remains of the deadline.
+func (c *call) fits(at time.Time) bool {
+	dl, ok := c.ctx.Deadline()
+	return !ok || dl.Sub(at) >= max(c.s.p.MinAttemptTimeout, 1)
+}
+
+// sequential runs the attempts one after the other.
+func (c *call) sequential(attempt func(context.Context) error) error {
+	var last error
+	for {
+		t, err := c.admit()
+		if err != nil {
+			if last != nil {
+				return last // the breaker refused a retry: the last answer stands
+			}
+			return err
+		}
+		err = c.run(attempt, c.n, false, c.ctx, t)
+		if !c.again(err) {
+			return err
+		}
+		last = err
+	}
+}
+
+// final reports whether the outcome err of an attempt ends the call.
+func (c *call) final(err error) bool {
+	cl, _, _ := classify(err)
+	return cl == final || c.ctx.Err() != nil || cl == ambiguous && !c.keyed
+}
+
+// again decides after the failed attempt err whether to retry, and sleeps
+// the backoff when it does.
+func (c *call) again(err error) bool {
+	if c.final(err) || c.n >= c.s.p.Attempts {
+		return false
+	}
+	_, ra, hasRA := classify(err)
+	wait := c.backoff()
+	if hasRA && ra > wait {
+		wait = ra
+	}
+	if !c.fits(time.Now().Add(wait)) || !c.s.budget.withdraw() {
+		return false // no sleep outlasts the deadline; an empty budget ends the call
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// backoff returns the sleep before retry number c.n (1 for the first).
+func (c *call) backoff() time.Duration {
+	p := c.s.p
+	b := p.BackoffBase
+	for i := 1; i < c.n && b < p.BackoffMax; i++ {
+		b *= 2
+	}
+	b = min(b, p.BackoffMax)
+	return b/2 + time.Duration(c.d.jitter()*float64(b-b/2))
+}
+
+// admit asks the breaker to let attempt number c.n+1 start, and counts
+// it; a refusal is the breaker's outcome.
+func (c *call) admit() (breaker.Ticket, error) {
+	var ticket breaker.Ticket
+	if b := c.s.breaker; b != nil {
+		t, ok, retry := b.Allow()
+		if !ok {
+			return t, c.openError(retry)
+		}
+		ticket = t
+	}
+	c.n++
+	return ticket, nil
+}
+
+// run makes attempt number n, admitted with ticket, under actx (the
+// call's context, or a hedge's cancellable child), in a child span, and
+// tells the breaker how it ended.
+func (c *call) run(attempt func(context.Context) error, n int, hedge bool, actx context.Context, ticket breaker.Ticket) error {
+	if t := c.s.p.AttemptTimeout; t > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(actx, t)
+		defer cancel()
+	}
+	actx, span := tracer.Start(actx, "outbound "+c.d.name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("sundial.dependency", c.d.name),
+			attribute.Int("sundial.attempt", n), attribute.Bool("sundial.hedge", hedge)))
+	err := attempt(actx)
+	if err != nil {
+		span.SetStatus(codes.Error, pipeline.ErrorText(err))
+	}
+	span.End()
+	if b := c.s.breaker; b != nil {
+		b.Done(ticket, c.verdict(actx, err))
+	}
+	return err
+}
+
+// verdict judges an attempt for the breaker: a failure when the downstream
+// failed it, neutral when the call's own context ended (the caller left,
+// or its deadline passed) or the caller was at fault.
+func (c *call) verdict(actx context.Context, err error) breaker.Result {
+	if err == nil {
+		return breaker.Success
+	}
+	if c.ctx.Err() != nil || actx.Err() == context.Canceled {
+		return breaker.Neutral
+	}
+	if cl, _, _ := classify(err); cl == final {
+		return breaker.Neutral
+	}
+	return breaker.Failure
+}

@@ -1,0 +1,127 @@
+// Package outbound runs the calls a service makes to its dependencies under
+// one policy per dependency: retries with exponential backoff and jitter,
+// never past the call's deadline; a retry budget, so that an outage
+// downstream is never amplified; optional hedging drawn from the same
+// budget; and a circuit breaker with the same type and rules as the
+// inbound one (resilience's Limits).
+//
+// Build a [Dependency] from a [Policy] once per dependency and run each
+// call with [Dependency.Do]. The HTTP transport and the gRPC client
+// interceptor of the adapters use it; any other client can too.
+//
+// An attempt is retried only when its outcome says the downstream did not
+// act on it, or when acting twice is harmless:
+//
+//   - UNAVAILABLE outcomes (a *pipeline.Error of KindUnavailable, with or
+//     without a retry-after; a gRPC Unavailable status); a connection
+//     refused; an error marked by [NotSent] (nothing reached the wire);
+//   - TIMEOUT outcomes and ambiguous failures (UNEXPECTED, a reset
+//     connection, any other transport error) only when the call carries an
+//     idempotency key (the W3C baggage member sundial.idempotency-key, see
+//     pipeline.BaggageIdempotencyKey), so that the downstream can tell a
+//     retry from a new call;
+//   - never a caller fault (VALIDATION, UNAUTHENTICATED, FORBIDDEN,
+//     NOT_FOUND, CONFLICT, UNPROCESSABLE), never CANCELLED, and never once
+//     the call's own context has ended.
+package outbound
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Policy is the outbound policy of one dependency. Start from
+// [DefaultPolicy] and change what you need: the zero Policy is not valid
+// (Attempts 0).
+type Policy struct {
+	// Attempts is the most attempts one call makes, the first included,
+	// hedges included: 1 to 10 (1: no retry, no hedge).
+	Attempts int
+	// MinAttemptTimeout is the least time an attempt needs: an attempt
+	// starts only when at least this much remains of the call's deadline.
+	MinAttemptTimeout time.Duration
+	// AttemptTimeout caps one attempt (0: only the call's deadline).
+	AttemptTimeout time.Duration
+	// BackoffBase is the backoff before the first retry; it doubles with
+	// each retry, up to BackoffMax. Each sleep is drawn uniformly from
+	// [backoff/2, backoff] (equal jitter).
+	BackoffBase, BackoffMax time.Duration
+	// BudgetRatio is the retries and hedges the budget earns per first
+	// attempt (0 to 1; 0.2: one retry per five calls), and BudgetMin the
+	// tokens it holds at most and starts with (see [Dependency]).
+	BudgetRatio float64
+	BudgetMin   int
+	// HedgeDelay, when positive, starts another attempt each time this
+	// long passes without an answer (up to Attempts in flight). Hedging a
+	// call needs an idempotency key, unless SafeToHedge says that the
+	// dependency's calls are safe to repeat (reads).
+	HedgeDelay  time.Duration
+	SafeToHedge bool
+	// FailureThreshold, when positive, gives the dependency a circuit
+	// breaker that opens after this many consecutive failed attempts and
+	// fails calls fast for BreakDuration.
+	FailureThreshold int
+	BreakDuration    time.Duration
+}
+
+// DefaultPolicy returns the defaults: 3 attempts, an attempt needs 10 ms,
+// backoff 50 ms doubling to 1 s, a budget of 20 % of calls with a reserve of
+// 10, no hedging, a breaker opening after 5 consecutive failures for 5 s.
+// They follow the SRE book (3 attempts) and Finagle and failsafe-go's
+// budgets (0.2).
+func DefaultPolicy() Policy {
+	return Policy{
+		Attempts:          3,
+		MinAttemptTimeout: 10 * time.Millisecond,
+		BackoffBase:       50 * time.Millisecond,
+		BackoffMax:        time.Second,
+		BudgetRatio:       0.2,
+		BudgetMin:         10,
+		FailureThreshold:  5,
+		BreakDuration:     5 * time.Second,
+	}
+}
+
+// maxAttempts bounds Policy.Attempts.
+const maxAttempts = 10
+
+// validate returns the policy's errors, each naming its field.
+func (p Policy) validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+	}
+	if p.Attempts < 1 || p.Attempts > maxAttempts {
+		bad("Attempts", "%d is out of range (1 to %d)", p.Attempts, maxAttempts)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"MinAttemptTimeout", p.MinAttemptTimeout}, {"AttemptTimeout", p.AttemptTimeout},
+		{"BackoffBase", p.BackoffBase}, {"BackoffMax", p.BackoffMax}, {"HedgeDelay", p.HedgeDelay},
+		{"BreakDuration", p.BreakDuration}} {
+		if f.d < 0 {
+			bad(f.name, "%v is negative", f.d)
+		}
+	}
+	if p.BackoffMax < p.BackoffBase {
+		bad("BackoffMax", "%v is below BackoffBase (%v)", p.BackoffMax, p.BackoffBase)
+	}
+	if p.AttemptTimeout > 0 && p.AttemptTimeout < p.MinAttemptTimeout {
+		bad("AttemptTimeout", "%v is below MinAttemptTimeout (%v)", p.AttemptTimeout, p.MinAttemptTimeout)
+	}
+	if !(p.BudgetRatio >= 0 && p.BudgetRatio <= 1) { // NaN fails too
+		bad("BudgetRatio", "%v is out of range (0 to 1)", p.BudgetRatio)
+	}
+	if p.BudgetMin < 0 || p.BudgetMin > maxBudgetMin {
+		bad("BudgetMin", "%d is out of range (0 to %d)", p.BudgetMin, maxBudgetMin)
+	}
+	if p.FailureThreshold < 0 {
+		bad("FailureThreshold", "%d is negative", p.FailureThreshold)
+	}
+	if p.FailureThreshold > 0 && p.BreakDuration <= 0 {
+		bad("BreakDuration", "must be positive with a breaker (FailureThreshold %d)", p.FailureThreshold)
+	}
+	return errors.Join(errs...)
+}
