@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Transport is an http.RoundTripper that carries the deadline of each
@@ -37,6 +41,7 @@ type Transport struct {
 	absolute  bool
 	relHeader string
 	hosts     map[string]bool // nil: every host
+	dep       *outbound.Dependency
 }
 
 // TransportOption configures NewTransport.
@@ -81,6 +86,23 @@ func WithAbsoluteHeader(write bool) TransportOption {
 	return transportOptionFunc(func(t *Transport) { t.absolute = write })
 }
 
+// WithDependency runs every request to the Transport's hosts through d
+// (see outbound.Dependency.Do): retries within d's budget, hedging, d's
+// breaker. Each attempt is a clone of the request with the same headers,
+// baggage (so the same idempotency key) and trace, in a child span of its
+// own, and its remaining deadline written anew.
+//
+// With a dependency, an answer of status 400 or above is not returned as a
+// response: RoundTrip returns its outcome (FromResponse), as the gRPC
+// client interceptor does, so that it is retried or not by its kind; the
+// http.Client wraps it in a *url.Error, which errors.As sees through. A
+// failure before any byte of the request was written is marked
+// outbound.NotSent. A request with a body that cannot be read again
+// (Body set, GetBody nil) goes out once, as without a dependency.
+func WithDependency(d *outbound.Dependency) TransportOption {
+	return transportOptionFunc(func(t *Transport) { t.dep = d })
+}
+
 // NewTransport returns a Transport sending requests through base (nil:
 // http.DefaultTransport).
 func NewTransport(base http.RoundTripper, opts ...TransportOption) *Transport {
@@ -101,6 +123,73 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.internal(req) {
 		return t.base.RoundTrip(req)
 	}
+	if t.dep != nil && (req.GetBody != nil || req.Body == nil || req.Body == http.NoBody) {
+		return t.roundTripDependency(req)
+	}
+	return t.send(req)
+}
+
+// roundTripDependency sends req through the Transport's dependency.
+func (t *Transport) roundTripDependency(req *http.Request) (*http.Response, error) {
+	var (
+		mu   sync.Mutex
+		won  *http.Response
+		used atomic.Bool // the caller's Body went with an attempt
+	)
+	err := t.dep.Do(req.Context(), func(ctx context.Context) error {
+		r, err := attemptRequest(ctx, req, &used)
+		if err != nil {
+			return err
+		}
+		var wrote atomic.Bool
+		r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}))
+		resp, err := t.send(r)
+		if err != nil {
+			if !wrote.Load() && ctx.Err() == nil {
+				return outbound.NotSent(err)
+			}
+			return err
+		}
+		if err := FromResponse(resp); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if won != nil {
+			resp.Body.Close() // two hedges both answered: the first stands
+			return nil
+		}
+		won = resp
+		return nil
+	})
+	if err != nil {
+		if req.Body != nil && !used.Load() {
+			req.Body.Close() // no attempt took it: RoundTrip must still close it
+		}
+		return nil, err
+	}
+	return won, nil
+}
+
+// attemptRequest returns the request of one attempt: req with the
+// attempt's context and the caller's body for the first attempt to take
+// it, a fresh one from GetBody for the others.
+func attemptRequest(ctx context.Context, req *http.Request, used *atomic.Bool) (*http.Request, error) {
+	r := req.Clone(ctx)
+	if req.Body == nil || req.Body == http.NoBody || used.CompareAndSwap(false, true) {
+		return r, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, outbound.NotSent(err)
+	}
+	r.Body = body
+	return r, nil
+}
+
+// send writes the deadline, trace context and baggage of req's context
+// into a clone of req and sends it.
+func (t *Transport) send(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	var r2 *http.Request // the clone that carries what we add
 	if d, ok := ctx.Deadline(); ok && (t.absolute || t.relHeader != "") {

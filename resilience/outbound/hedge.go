@@ -13,7 +13,7 @@ import (
 // them; with none running it is retried after a backoff, as a sequential
 // call would be.
 func (c *call) hedged(attempt func(context.Context) error) error {
-	h := &hedging{c: c, attempt: attempt, results: make(chan error, c.s.p.Attempts)}
+	h := &hedging{c: c, attempt: attempt, results: make(chan result, c.s.p.Attempts), winner: -1}
 	defer h.stop()
 	if err := h.launch(false); err != nil {
 		return err
@@ -22,8 +22,13 @@ func (c *call) hedged(attempt func(context.Context) error) error {
 	defer timer.Stop()
 	for {
 		select {
-		case err := <-h.results:
+		case r := <-h.results:
 			h.inflight--
+			err := r.err
+			if err == nil {
+				h.winner = r.i
+				return nil
+			}
 			if !c.final(err) && h.inflight > 0 {
 				continue // the others may still answer
 			}
@@ -43,9 +48,16 @@ func (c *call) hedged(attempt func(context.Context) error) error {
 type hedging struct {
 	c        *call
 	attempt  func(context.Context) error
-	results  chan error // buffered for every attempt: none blocks on sending
+	results  chan result // buffered for every attempt: none blocks on sending
 	cancels  []context.CancelFunc
 	inflight int
+	winner   int // index in cancels of the attempt whose success ends the call, or -1
+}
+
+// result is an attempt's outcome and its index in cancels.
+type result struct {
+	err error
+	i   int
 }
 
 // launch starts the next attempt in a goroutine, or returns the breaker's
@@ -58,15 +70,19 @@ func (h *hedging) launch(hedge bool) error {
 	actx, cancel := context.WithCancel(h.c.ctx)
 	h.cancels = append(h.cancels, cancel)
 	h.inflight++
-	n := h.c.n
-	go func() { h.results <- h.c.run(h.attempt, n, hedge, actx, t) }()
+	n, i := h.c.n, len(h.cancels)-1
+	go func() { h.results <- result{h.c.run(h.attempt, n, hedge, actx, t), i} }()
 	return nil
 }
 
-// stop cancels the attempts still running and waits for them to return.
+// stop cancels the attempts other than the winner and waits for those
+// still running to return. The winner's context stays live for its
+// caller (it ends with the call's).
 func (h *hedging) stop() {
-	for _, cancel := range h.cancels {
-		cancel()
+	for i, cancel := range h.cancels {
+		if i != h.winner {
+			cancel()
+		}
 	}
 	for ; h.inflight > 0; h.inflight-- {
 		<-h.results

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
@@ -76,7 +75,8 @@ func (d *Dependency) Reconfigure(p Policy) error {
 	return nil
 }
 
-var tracer = otel.Tracer("github.com/sundial-go/sundial/resilience/outbound")
+// tracerName names the tracer of the attempts' spans.
+const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 
 // Do runs one call: it calls attempt with a context derived from ctx (with
 // the same deadline, or shorter with AttemptTimeout, the same baggage —
@@ -86,6 +86,15 @@ var tracer = otel.Tracer("github.com/sundial-go/sundial/resilience/outbound")
 // closed and what remains of the deadline after the sleep still holds a
 // MinAttemptTimeout. A downstream's retry-after replaces a shorter
 // backoff; one that would end past the deadline ends the call at once.
+//
+// The context of the attempt whose success Do returns is not cancelled
+// when Do returns, so that a response body read afterwards still reads:
+// it ends with the call's context, or at AttemptTimeout. Every other
+// attempt's context is cancelled (a hedge that lost) or over.
+//
+// Each attempt has a child span of the caller's span ("outbound <name>",
+// attributes sundial.dependency, sundial.attempt, sundial.hedge) from the
+// caller's tracer provider; a call without a span makes none.
 //
 // Do returns the last attempt's error as it is (nil on success): the
 // downstream's answer, never a made-up one. It makes one of its own only
@@ -221,16 +230,23 @@ func (c *call) admit() (breaker.Ticket, error) {
 // run makes attempt number n, admitted with ticket, under actx (the
 // call's context, or a hedge's cancellable child), in a child span, and
 // tells the breaker how it ended.
-func (c *call) run(attempt func(context.Context) error, n int, hedge bool, actx context.Context, ticket breaker.Ticket) error {
+func (c *call) run(attempt func(context.Context) error, n int, hedge bool, actx context.Context, ticket breaker.Ticket) (err error) {
 	if t := c.s.p.AttemptTimeout; t > 0 {
 		var cancel context.CancelFunc
 		actx, cancel = context.WithTimeout(actx, t)
-		defer cancel()
+		defer func() {
+			if err != nil {
+				cancel() // a success's context stays live (for its body) until its timer ends
+			}
+		}()
 	}
+	// The caller's span's provider: an attempt's span is its child, and
+	// a call without a span gets none.
+	tracer := trace.SpanFromContext(c.ctx).TracerProvider().Tracer(tracerName)
 	actx, span := tracer.Start(actx, "outbound "+c.d.name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sundial.dependency", c.d.name),
 			attribute.Int("sundial.attempt", n), attribute.Bool("sundial.hedge", hedge)))
-	err := attempt(actx)
+	err = attempt(actx)
 	if err != nil {
 		span.SetStatus(codes.Error, pipeline.ErrorText(err))
 	}
