@@ -10,8 +10,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Outbound deadlines need little help: grpc-go already sends what remains
@@ -30,6 +32,34 @@ func WithCallTimeout(d time.Duration) grpc.CallOption { return callTimeout{d: d}
 type callTimeout struct {
 	grpc.EmptyCallOption
 	d time.Duration
+}
+
+// WithCallDependency returns a call option that runs the call through d
+// (see outbound.Dependency.Do): retries within d's budget, hedging, d's
+// breaker. Give it per call, or per connection with
+// grpc.WithDefaultCallOptions. Each attempt has the same metadata,
+// baggage (so the same idempotency key) and trace, a child span of its
+// own and the per-call cap, and its failure is an outcome (FromStatus),
+// retried or not by its kind. A proto reply is filled by the winning
+// attempt only, so hedged attempts never share it; hedge only calls whose
+// reply is a proto message. It has an effect only with
+// UnaryClientInterceptor installed (streams are not retried).
+func WithCallDependency(d *outbound.Dependency) grpc.CallOption { return callDependency{d: d} }
+
+type callDependency struct {
+	grpc.EmptyCallOption
+	d *outbound.Dependency
+}
+
+// dependencyFor returns the last WithCallDependency among opts, or nil.
+func dependencyFor(opts []grpc.CallOption) *outbound.Dependency {
+	var d *outbound.Dependency
+	for _, o := range opts {
+		if cd, ok := o.(callDependency); ok {
+			d = cd.d
+		}
+	}
+	return d
 }
 
 // capFor returns the per-call timeout of one call: the last WithCallTimeout
@@ -69,10 +99,45 @@ func capped(ctx context.Context, timeout time.Duration) (context.Context, contex
 // to the outgoing metadata, so the server's span continues the trace.
 func UnaryClientInterceptor(timeout time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if d := dependencyFor(opts); d != nil {
+			return unaryThrough(ctx, d, timeout, method, req, reply, cc, invoker, opts)
+		}
 		ctx, cancel := capped(ctx, capFor(timeout, opts))
 		defer cancel()
 		return FromStatus(invoker(withTraceMetadata(ctx), method, req, reply, cc, opts...))
 	}
+}
+
+// unaryThrough makes a unary call through d; each attempt of a proto
+// reply gets a fresh message, and the first success is merged into reply.
+func unaryThrough(ctx context.Context, d *outbound.Dependency, timeout time.Duration, method string, req, reply any,
+	cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	pm, isProto := reply.(proto.Message)
+	var (
+		mu   sync.Mutex
+		done bool
+	)
+	return d.Do(ctx, func(actx context.Context) error {
+		actx, cancel := capped(actx, capFor(timeout, opts))
+		defer cancel()
+		r := reply
+		if isProto && pm.ProtoReflect().IsValid() { // not a typed nil
+			r = pm.ProtoReflect().New().Interface()
+		}
+		if err := FromStatus(invoker(withTraceMetadata(actx), method, req, r, cc, opts...)); err != nil {
+			return err
+		}
+		if r != reply {
+			mu.Lock()
+			defer mu.Unlock()
+			if !done {
+				proto.Reset(pm)
+				proto.Merge(pm, r.(proto.Message))
+				done = true
+			}
+		}
+		return nil
+	})
 }
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams: the cap

@@ -1,0 +1,110 @@
+package grpcadapter_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/outbound"
+)
+
+// flakyHealth answers Unavailable to its first fail calls, then SERVING,
+// and records each call's baggage.
+type flakyHealth struct {
+	healthpb.UnimplementedHealthServer
+	fail int
+	code codes.Code
+
+	mu      sync.Mutex
+	baggage []string
+}
+
+func (h *flakyHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	h.mu.Lock()
+	h.baggage = append(h.baggage, strings.Join(md.Get("baggage"), ","))
+	n := len(h.baggage)
+	h.mu.Unlock()
+	if n <= h.fail {
+		return nil, status.Error(h.code, "not yet")
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// healthClient serves h on 127.0.0.1 and returns a client whose calls go
+// through d.
+func healthClient(t *testing.T, h *flakyHealth, d *outbound.Dependency) healthpb.HealthClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, h)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(grpcadapter.UnaryClientInterceptor(0)),
+		grpc.WithDefaultCallOptions(grpcadapter.WithCallDependency(d)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return healthpb.NewHealthClient(cc)
+}
+
+func newDependency(t *testing.T) *outbound.Dependency {
+	p := outbound.DefaultPolicy()
+	p.BackoffBase, p.BackoffMax = time.Millisecond, 2*time.Millisecond
+	d, err := outbound.New("inventory", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestClientDependencyRetriesUnavailable: a real server answers
+// Unavailable twice: the third attempt's answer reaches the caller, and
+// every attempt carried the caller's idempotency key.
+func TestClientDependencyRetriesUnavailable(t *testing.T) {
+	h := &flakyHealth{fail: 2, code: codes.Unavailable}
+	c := healthClient(t, h, newDependency(t))
+	ctx, _ := telemetry.WithIdempotencyKey(t.Context(), "reserve-9")
+	resp, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("resp %v, err %v", resp, err)
+	}
+	if len(h.baggage) != 3 {
+		t.Fatalf("%d attempts, want 3", len(h.baggage))
+	}
+	for i, b := range h.baggage {
+		if !strings.Contains(b, "reserve-9") {
+			t.Fatalf("attempt %d baggage %q lacks the key", i+1, b)
+		}
+	}
+}
+
+// TestClientDependencyNeverRetriesCallerFault: InvalidArgument is the
+// caller's fault: one attempt, its outcome returned.
+func TestClientDependencyNeverRetriesCallerFault(t *testing.T) {
+	h := &flakyHealth{fail: 5, code: codes.InvalidArgument}
+	c := healthClient(t, h, newDependency(t))
+	ctx, _ := telemetry.WithIdempotencyKey(t.Context(), "reserve-9")
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+	if pipeline.AsError(err).Kind() != pipeline.KindValidation || len(h.baggage) != 1 {
+		t.Fatalf("err %v after %d attempts, want VALIDATION after 1", err, len(h.baggage))
+	}
+}
