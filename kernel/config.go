@@ -17,6 +17,7 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"github.com/sundial-go/sundial/kernel/internal/config"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // delimiter separates key path segments inside the kernel's koanf
@@ -53,6 +54,9 @@ type parsedSettings struct {
 	// (key IdempotencyStore, object; see idempotencyStoreSettings and
 	// docs/idempotency.md); nil when not configured.
 	IdempotencyStore *idempotencyStoreSettings
+	// Dependencies are the outbound policies by dependency name (key
+	// Dependencies; see config.DependencyKeys and docs/outbound.md).
+	Dependencies map[string]outbound.Policy
 }
 
 // defaultMaxStragglers is Sundial.Kernel.MaxStragglers when the config
@@ -104,7 +108,7 @@ var knownNames = slices.Concat([]string{
 	"Sundial", "Kernel", "Resilience", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
 	"Redis", "Address", "DB", "Username", "PasswordEnv", "TLS", "ServerName", "CAFile", "PoolSize", "KeyPrefix",
 	"IdempotencyStore", "MaxRecords", "MaxBytes",
-}, config.Names())
+}, config.Names(), config.DependencyNames())
 
 // envKey maps SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT
 // to Sundial::Kernel::Resilience::Operations::orders.create::PermitLimit.
@@ -209,6 +213,10 @@ var kernelSettings = []kernelSetting{
 		return err
 	}},
 	{"Resilience", nil},
+	{config.DependenciesKey, func(s *parsedSettings, v any, path string) (err error) {
+		s.Dependencies, err = config.ParseDependencies(v, path)
+		return err
+	}},
 }
 
 var kernelKeys = func() []string {

@@ -18,6 +18,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/idempotency"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Option configures a Kernel. Options are applied in order by New.
@@ -152,6 +153,7 @@ type Kernel struct {
 	limits   map[string]*resilience.Limits // operations with a breaker or limits
 	custom   map[string]customLimits       // limits of your own kinds, by operation
 	tel      *observe.Telemetry            // nil: telemetry off
+	deps     atomic.Pointer[map[string]*outbound.Dependency]
 
 	// running counts guarded invocations (Serve, Handle) whose chain has
 	// not returned, stragglers included; Wait polls it.
@@ -236,7 +238,8 @@ func New(opts ...Option) (*Kernel, error) {
 		workerIdle: o.workerIdle,
 		jobs:       make(chan *guard),
 	}
-	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers}
+	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers, dependencies: settings.Dependencies}
+	k.applyDependencies(lc.dependencies)
 	if settings.UseBuiltInMiddleware {
 		if lc.policies, err = parsePolicies(resRaw, resilienceSection); err != nil {
 			return nil, err

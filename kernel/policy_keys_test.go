@@ -272,6 +272,9 @@ func documentedKeys(t *testing.T) []string {
 	}
 	var keys []string
 	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "## ") {
+			break // the next table is Sundial.Kernel.Dependencies's
+		}
 		if rest, ok := strings.CutPrefix(line, "| `"); ok {
 			key, _, _ := strings.Cut(rest, "`")
 			keys = append(keys, key)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/internal/config"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // liveConfig is the part of the configuration a reload changes: the
@@ -20,6 +21,7 @@ type liveConfig struct {
 	maxTimeout    time.Duration
 	maxStragglers int
 	policies      policies
+	dependencies  map[string]outbound.Policy
 }
 
 // Reload results (the result attribute of the sundial.config.reloads
@@ -86,6 +88,7 @@ func (k *Kernel) Reload() (string, error) {
 		k.ops[ch.id].timeout.Store(int64(ch.policy.Timeout))
 	}
 	k.live.Store(lc)
+	k.applyDependencies(lc.dependencies)
 	k.warnUnregistered(lc.policies)
 	k.countReload(ReloadOK)
 	k.logger.Info("kernel: config reloaded", "changed_operations", strings.Join(changed, ","),
@@ -138,7 +141,7 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers}
+	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers, dependencies: settings.Dependencies}
 	if k.settings.UseBuiltInMiddleware {
 		if lc.policies, err = parsePolicies(resRaw, resilienceSection); err != nil {
 			return nil, err

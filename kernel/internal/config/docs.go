@@ -37,8 +37,25 @@ func Markdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s |\n", k.Name, cell(k.Type), cell(k.Default),
 			cell(k.Bounds), yesNo(k.Reloadable, "applied", "start-up only"), yesNo(k.Inherited, "yes", "no"), cell(k.Doc))
 	}
+	b.WriteString(dependencyDocs)
+	b.WriteString("| Key | Type | Default | Bounds | Meaning |\n")
+	b.WriteString("|---|---|---|---|---|\n")
+	for _, k := range DependencyKeys {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", k.Name, cell(k.Type), cell(k.Default), cell(k.Bounds), cell(k.Doc))
+	}
 	return b.String()
 }
+
+// dependencyDocs opens the table of DependencyKeys.
+const dependencyDocs = `
+## Dependencies
+
+The object ` + "`Sundial.Kernel.Dependencies`" + ` maps a dependency's name to its outbound policy ([Outbound calls](outbound.md)).
+` + "`kernel.Kernel.Dependency(name)`" + ` returns it, for the HTTP transport, the gRPC interceptor or your own client.
+Every key is applied by a reload; an unset key takes its default.
+Every error names the full key path, e.g. ` + "`Sundial.Kernel.Dependencies.billing.Backoff.MaxMs`" + `.
+
+`
 
 func yesNo(b bool, yes, no string) string {
 	if b {
