@@ -3,6 +3,7 @@ package kernel
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 
@@ -25,6 +26,13 @@ type LimitKind func(id string, config json.RawMessage) (resilience.Limit, error)
 // limits and right before the handler. A reload that changes an
 // operation's Limits builds its limits anew (calls holding the old ones
 // finish under them); one that leaves them as they are keeps them.
+//
+// A limit that implements io.Closer is closed once it has left the chain:
+// after the reload that replaced or dropped it, after a refused reload for
+// one built for it, and at Kernel.Close. Calls that met it before may
+// still give back their permits after Close, so its Release must keep
+// working. Return a new limit from each build: one shared by operations is
+// closed when the first of them drops it.
 func WithLimitKind(name string, build LimitKind) Option {
 	return optionFunc(func(o *options) {
 		if name == "" || build == nil {
@@ -43,16 +51,51 @@ func WithLimitKind(name string, build LimitKind) Option {
 type customLimits struct {
 	from string // config.Custom.Limits
 	opts []resilience.Option
+	lims []resilience.Limit // as built, for close
+}
+
+// close closes the limits of c that are io.Closers (c has left the chain
+// of the operation id, or never entered it); an error is logged.
+func (k *Kernel) closeCustom(id string, c customLimits) {
+	for _, lim := range c.lims {
+		if cl, ok := lim.(io.Closer); ok {
+			if err := closeLimit(cl); err != nil {
+				k.logger.Warn("kernel: closing a limit of your own kind", "operation", id, "error", err.Error())
+			}
+		}
+	}
+}
+
+// closeLimit closes cl, a panic in its Close returned as an error (a
+// reload or Kernel.Close must not crash on it).
+func closeLimit(cl io.Closer) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("Close panicked: %v", p)
+		}
+	}()
+	return cl.Close()
 }
 
 // buildCustom builds the limits of your own kinds of the operation id
 // from its Limits configuration from (as the policies ps resolve it), or
 // returns old when from is old's. Errors name the key path of the Limits
-// object that set them.
-func (k *Kernel) buildCustom(ps policies, id, from string, old customLimits) (customLimits, error) {
+// object that set them; the limits built before the error are closed.
+func (k *Kernel) buildCustom(ps policies, id, from string, old customLimits) (c customLimits, err error) {
 	if from == old.from {
 		return old, nil
 	}
+	defer func() {
+		if err != nil {
+			k.closeCustom(id, c)
+			c.lims = nil
+		}
+	}()
+	return k.buildKinds(ps, id, from)
+}
+
+// buildKinds builds the limits of the Limits configuration from.
+func (k *Kernel) buildKinds(ps policies, id, from string) (customLimits, error) {
 	c := customLimits{from: from}
 	if from == "" {
 		return c, nil
@@ -71,9 +114,13 @@ func (k *Kernel) buildCustom(ps policies, id, from string, old customLimits) (cu
 			err = fmt.Errorf("the kind's build function returned no limit")
 		}
 		if err != nil {
+			if lim != nil && !isNilPointer(lim) {
+				c.lims = append(c.lims, lim) // closed with the others
+			}
 			return c, fmt.Errorf("kernel: %s.%s: %w", ps.limitsPath(id), name, err)
 		}
 		c.opts = append(c.opts, resilience.WithLimit(lim))
+		c.lims = append(c.lims, lim)
 	}
 	return c, nil
 }

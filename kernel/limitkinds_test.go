@@ -193,3 +193,97 @@ func TestLimitKindPanicGivesPermitsBack(t *testing.T) {
 		t.Fatalf("typed nil limit: %v, want refused", err)
 	}
 }
+
+// closingLimit is a countingLimit that is an io.Closer: Close counts, and
+// runs after (a call, to see whether it still meets the closed limit).
+type closingLimit struct {
+	countingLimit
+	closes atomic.Int64
+	after  func(*closingLimit) // called in Close (nil: nothing)
+}
+
+func (l *closingLimit) Close() error {
+	l.closes.Add(1)
+	if l.after != nil {
+		l.after(l)
+	}
+	return errors.New("already gone") // logged, not fatal
+}
+
+// TestLimitKindClosedWhenDropped: a limit of one's own that is an
+// io.Closer is closed once when a reload replaces it (after the new one is
+// in force: a call made in its Close does not meet it), not when a reload
+// keeps it; one built for a refused reload is closed and never runs; the
+// one in force is closed at Kernel.Close.
+func TestLimitKindClosedWhenDropped(t *testing.T) {
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "work.do"}, func(context.Context, workIn) (string, error) { return "done", nil }); err != nil {
+		t.Fatal(err)
+	}
+	doc := func(limits string) []byte {
+		return []byte(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"PermitLimit":100,"Limits":{` + limits + `}}}}}}}`)
+	}
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, doc(`"close":{"Max":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var built []*closingLimit
+	var k *kernel.Kernel
+	call := func() {
+		if o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}}); o.Err != nil {
+			t.Errorf("call: %v", o.Err)
+		}
+	}
+	var metAfterClose atomic.Int64
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigFile(path),
+		kernel.WithLimitKind("close", func(_ string, raw json.RawMessage) (resilience.Limit, error) {
+			var c struct{ Max int64 }
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return nil, err
+			}
+			l := &closingLimit{countingLimit: countingLimit{max: c.Max}}
+			l.after = func(l *closingLimit) {
+				before := l.granted.Load()
+				call()
+				metAfterClose.Add(l.granted.Load() - before)
+			}
+			built = append(built, l)
+			return l, nil
+		}),
+		kernel.WithLimitKind("fail", func(string, json.RawMessage) (resilience.Limit, error) { return nil, errors.New("no") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reload := func(limits string, want string) {
+		t.Helper()
+		if err := os.WriteFile(path, doc(limits), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := k.Reload(); res != want {
+			t.Fatalf("reload to %s: %s, want %s", limits, res, want)
+		}
+	}
+	call()
+	reload(`"close":{"Max":2}`, kernel.ReloadOK)
+	if len(built) != 2 || built[0].closes.Load() != 1 || built[1].closes.Load() != 0 {
+		t.Fatalf("after the Limits change: %d built, closes %d and %d; want the old one closed once", len(built), built[0].closes.Load(), built[1].closes.Load())
+	}
+	if metAfterClose.Load() != 0 {
+		t.Errorf("a call made while the old limit closed met it %d times, want 0", metAfterClose.Load())
+	}
+	reload(`"close":{"Max":2},"fail":{}`, kernel.ReloadInvalid)
+	if len(built) != 3 || built[2].closes.Load() != 1 || built[2].granted.Load() != 0 || built[1].closes.Load() != 0 {
+		t.Fatalf("after a refused reload: %d built; the one built for it closed %d times (granted %d), the one in force %d; want 1, 0, 0",
+			len(built), built[2].closes.Load(), built[2].granted.Load(), built[1].closes.Load())
+	}
+	call()
+	if built[1].granted.Load() != 3 || metAfterClose.Load() != 0 { // the calls made in the two Closes, and this one
+		t.Errorf("the limit in force granted %d, want 3; closed limits met %d calls, want 0", built[1].granted.Load(), metAfterClose.Load())
+	}
+	built[1].after = nil
+	k.Close()
+	k.Close()
+	if built[0].closes.Load() != 1 || built[1].closes.Load() != 1 {
+		t.Errorf("after Kernel.Close: closes %d and %d, want 1 and 1", built[0].closes.Load(), built[1].closes.Load())
+	}
+}

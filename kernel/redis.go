@@ -273,7 +273,8 @@ func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Opt
 
 // Close releases what the kernel holds outside the process: it stops the
 // cluster store (removing this replica from the count) and closes the
-// Redis client the kernel made itself (not one handed in with WithRedis).
+// Redis client the kernel made itself (not one handed in with WithRedis)
+// and the limits of your own kinds that are io.Closers (WithLimitKind).
 // Call it after the servers have stopped. It is safe to call more than
 // once, and concurrently with Reload: a Reload after Close returns
 // ErrClosed (it would start a store nothing stops).
@@ -282,6 +283,9 @@ func (k *Kernel) Close() error {
 	k.closeOnce.Do(func() {
 		k.reloadMu.Lock()
 		k.closed = true
+		for id, c := range k.custom {
+			k.closeCustom(id, c)
+		}
 		k.reloadMu.Unlock()
 		if st := k.store.Load(); st != nil {
 			err = st.Close()

@@ -81,9 +81,13 @@ func (k *Kernel) Reload() (string, error) {
 	var changed []string
 	for _, ch := range changes {
 		changed = append(changed, ch.id)
+		was := k.custom[ch.id]
 		k.custom[ch.id] = ch.custom
 		if l := k.limits[ch.id]; l != nil {
 			l.Update(ch.policy, append(k.clusterOptions(ch.id, ch.policy), ch.custom.opts...)...)
+		}
+		if ch.custom.from != was.from { // built anew: the old ones left the chain
+			k.closeCustom(ch.id, was)
 		}
 		k.ops[ch.id].timeout.Store(int64(ch.policy.Timeout))
 	}
@@ -123,6 +127,11 @@ func (k *Kernel) changes(old, lc *liveConfig) ([]change, error) {
 		}
 		c, err := k.buildCustom(lc.policies, d.ID, is.Custom.Limits, k.custom[d.ID])
 		if err != nil {
+			for _, ch := range out { // refused: the limits built for it never run
+				if ch.custom.from != k.custom[ch.id].from {
+					k.closeCustom(ch.id, ch.custom)
+				}
+			}
 			return nil, err
 		}
 		out = append(out, change{id: d.ID, policy: is.Policy, custom: c})

@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	_ "unsafe" // go:linkname: markReplayed
 )
 
 // Reply is the response side of one invocation: the facts a middleware
@@ -21,17 +23,19 @@ import (
 // handler still running after an answer given at its deadline) are not
 // sent. Reply is safe for concurrent use; its zero value is empty.
 type Reply struct {
-	n  atomic.Int32 // facts added, read without the lock
-	mu sync.Mutex
-	f  *replyFacts // nil until the first fact: most calls add none
+	n        atomic.Int32 // facts added, read without the lock
+	replayed atomic.Bool  // the replay mark: set by markReplayed only
+	mu       sync.Mutex
+	f        *replyFacts // nil until the first fact: most calls add none
 }
 
 // replyFacts are a Reply's facts, allocated on the first one so that an
 // invocation without any stays small.
 type replyFacts struct {
-	fields []Field
-	notes  []string
-	quota  *Quota
+	fields   []Field
+	notes    []string
+	quota    Quota
+	hasQuota bool // the RateLimit-Policy and RateLimit fields render quota
 }
 
 // facts returns the facts, allocating them. r.mu is held.
@@ -40,6 +44,11 @@ func (r *Reply) facts() *replyFacts {
 		r.f = new(replyFacts)
 	}
 	return r.f
+}
+
+// has reports whether f has a field name (compared case-insensitively).
+func (f *replyFacts) has(name string) bool {
+	return slices.ContainsFunc(f.fields, func(x Field) bool { return strings.EqualFold(x.Name, name) })
 }
 
 // Field is one response field of a [Reply].
@@ -58,6 +67,7 @@ func (r *Reply) Set(name, value string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f := r.facts()
+	r.n.Add(1)
 	for i := range f.fields {
 		if strings.EqualFold(f.fields[i].Name, name) {
 			f.fields[i].Value = value
@@ -65,7 +75,6 @@ func (r *Reply) Set(name, value string) {
 		}
 	}
 	f.fields = append(f.fields, Field{name, value})
-	r.n.Add(1)
 }
 
 // Get returns the value of the field name (compared case-insensitively).
@@ -81,6 +90,14 @@ func (r *Reply) Get(name string) (string, bool) {
 	for _, f := range r.f.fields {
 		if strings.EqualFold(f.Name, name) {
 			return f.Value, true
+		}
+	}
+	if r.f.hasQuota {
+		switch {
+		case strings.EqualFold(name, fieldRateLimitPolicy):
+			return renderPolicy(r.f.quota), true
+		case strings.EqualFold(name, fieldRateLimit):
+			return renderRemaining(r.f.quota), true
 		}
 	}
 	return "", false
@@ -99,14 +116,30 @@ func (r *Reply) Note(line string) {
 	r.n.Add(1)
 }
 
-// Fields returns a copy of the fields, in the order they were first set.
+// Fields returns a copy of the fields, in the order they were first set,
+// then the RateLimit-Policy and RateLimit fields of the quota (SetQuota),
+// rendered now: a call pays for the strings only when they are sent.
 func (r *Reply) Fields() []Field {
 	if r == nil || r.n.Load() == 0 {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Field(nil), r.f.fields...)
+	if r.f == nil || len(r.f.fields) == 0 && !r.f.hasQuota {
+		return nil
+	}
+	out := make([]Field, len(r.f.fields), len(r.f.fields)+2)
+	copy(out, r.f.fields)
+	if r.f.hasQuota {
+		// A field of the same name set after SetQuota replaced it.
+		if !r.f.has(fieldRateLimitPolicy) {
+			out = append(out, Field{fieldRateLimitPolicy, renderPolicy(r.f.quota)})
+		}
+		if !r.f.has(fieldRateLimit) {
+			out = append(out, Field{fieldRateLimit, renderRemaining(r.f.quota)})
+		}
+	}
+	return out
 }
 
 // Notes returns a copy of the notes, in the order they were added.
@@ -119,24 +152,45 @@ func (r *Reply) Notes() []string {
 	return append([]string(nil), r.f.notes...)
 }
 
-// Replayed reports whether the reply carries the replay mark
-// ([FieldReplayed]): the outcome is an earlier call's, and nothing ran.
+// Replayed reports whether the idempotency middleware answered with the
+// stored outcome of an earlier call: nothing ran. Only that middleware can
+// mark a reply so; a field named [FieldReplayed] set by another one is
+// sent as it is, but is not the mark (the breaker and the telemetry trust
+// Replayed).
 func (r *Reply) Replayed() bool {
-	v, _ := r.Get(FieldReplayed)
-	return v == "true"
+	return r != nil && r.replayed.Load()
 }
 
-// SetQuota records, typed, what a rate limit told the call about its
-// window (the fixed window does, beside the RateLimit fields it sets), for
-// middleware that read it; the last call wins. Adapters send the fields,
-// not this.
+// markReplayed puts the replay mark on r: the flag Replayed reports and
+// the Idempotent-Replayed field. It is not exported: Go has no friend
+// packages, and the one caller, resilience/idempotency, reaches it with
+// go:linkname, so that no other middleware can mark a reply replayed.
+//
+//go:linkname markReplayed
+func markReplayed(r *Reply) {
+	if r == nil {
+		return
+	}
+	r.Set(FieldReplayed, "true")
+	r.replayed.Store(true)
+}
+
+// SetQuota records what a rate limit told the call about its window (the
+// fixed window does, with RateLimitHeaders on); the last call wins. The
+// reply carries it as the RateLimit-Policy and RateLimit fields
+// (draft-ietf-httpapi-ratelimit-headers-10, experimental), rendered when
+// an adapter sends them; fields of those names set before are replaced.
 func (r *Reply) SetQuota(q Quota) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.facts().quota = &q
+	f := r.facts()
+	f.fields = slices.DeleteFunc(f.fields, func(x Field) bool {
+		return strings.EqualFold(x.Name, fieldRateLimitPolicy) || strings.EqualFold(x.Name, fieldRateLimit)
+	})
+	f.quota, f.hasQuota = q, true
 	r.n.Add(1)
 }
 
@@ -148,8 +202,8 @@ func (r *Reply) Quota() (Quota, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.f == nil || r.f.quota == nil {
+	if r.f == nil || !r.f.hasQuota {
 		return Quota{}, false
 	}
-	return *r.f.quota, true
+	return r.f.quota, true
 }

@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -42,8 +41,9 @@ type Limits struct {
 	concRejected atomic.Int64
 }
 
-// maxLimits bounds the limits of one operation (the built-ins are three).
-const maxLimits = 8
+// inlineLimits is how many permits a call holds without allocating (the
+// built-ins are three); a chain of more limits keeps the rest in a slice.
+const inlineLimits = 8
 
 // chain is the limits of one operation under one policy, in the order a
 // call meets them. The limiters behind them are carried from chain to
@@ -159,9 +159,6 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 // add appends lim to the chain; watch says its permits may be
 // ReleasedAtContextEnd.
 func (c *chain) add(lim Limit, watch bool) {
-	if len(c.limits) == maxLimits {
-		panic(fmt.Sprintf("resilience: more than %d limits on one operation", maxLimits))
-	}
 	c.watch = c.watch || watch
 	c.limits = append(c.limits, lim)
 	if a, ok := lim.(Admitter); ok && len(c.fast) == len(c.limits)-1 {
@@ -185,12 +182,31 @@ func (l *Limits) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipe
 	return a.proceed(ctx, inv, next)
 }
 
-// admission is what one call holds of its chain's limits: permits[:n] of
-// limits[:n].
+// admission is what one call holds of its chain's limits: a permit of each
+// of limits[:n], the first inlineLimits inline, the others in more.
 type admission struct {
 	chain   *chain // nil: no limit applies
 	n       int
-	permits [maxLimits]Permit
+	permits [inlineLimits]Permit
+	more    []Permit
+}
+
+// hold records p as the permit of limits[a.n].
+func (a *admission) hold(p Permit) {
+	if a.n < inlineLimits {
+		a.permits[a.n] = p
+	} else {
+		a.more = append(a.more, p)
+	}
+	a.n++
+}
+
+// permit returns the permit of limits[i], i < a.n.
+func (a *admission) permit(i int) Permit {
+	if i < inlineLimits {
+		return a.permits[i]
+	}
+	return a.more[i-inlineLimits]
 }
 
 // admitNow lets the chain's leading Admitters decide on arrival, up to the
@@ -219,8 +235,7 @@ func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 			decided = true
 			return nil
 		}
-		a.permits[a.n] = p
-		a.n++
+		a.hold(p)
 	}
 	decided = true
 	return nil
@@ -246,8 +261,7 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 			a.release(Outcome{Err: err, Verdict: Neutral})
 			return nil, err
 		}
-		a.permits[a.n] = p
-		a.n++
+		a.hold(p)
 	}
 	var w *watch
 	if c.watch {
@@ -280,7 +294,7 @@ func (a *admission) release(o Outcome) { a.releaseAll(o, false) }
 // watch gave back already when watched is true.
 func (a *admission) releaseAll(o Outcome, watched bool) {
 	for i := a.n - 1; i >= 0; i-- {
-		if p := a.permits[i]; p.r != nil && !(watched && p.watch) {
+		if p := a.permit(i); p.r != nil && !(watched && p.watch) {
 			p.r.Release(p.token, o)
 		}
 	}
@@ -297,8 +311,8 @@ type watch struct {
 // watchEnd arms a watch when a permit asks for one (nil: none does).
 func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *watch {
 	var watched []Permit
-	for _, p := range a.permits[:a.n] {
-		if p.watch && p.r != nil {
+	for i := range a.n {
+		if p := a.permit(i); p.watch && p.r != nil {
 			watched = append(watched, p)
 		}
 	}

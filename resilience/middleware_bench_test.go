@@ -125,6 +125,17 @@ func BenchmarkResilience(b *testing.B) {
 			_, _ = l.Invoke(ctx, inv, benchOK)
 		}
 	})
+	b.Run("limits-admitted-quota", func(b *testing.B) {
+		// RateLimitHeaders on, a new invocation per call (its Reply
+		// empty, as a call's is): the quota recorded on each.
+		b.ReportAllocs()
+		p := benchNeverRejects
+		p.RateLimitHeaders = true
+		l := resilience.NewLimits(opID, p)
+		for b.Loop() {
+			_, _ = l.Invoke(ctx, newInv(nil), benchOK)
+		}
+	})
 	for _, kind := range []string{"breaker", "rate", "concurrency"} {
 		b.Run("limits-rejected-"+kind, func(b *testing.B) {
 			b.ReportAllocs()
@@ -152,6 +163,29 @@ func TestLimitsAllocateNothing(t *testing.T) {
 			t.Errorf("%s rejection: %v allocations, want 0", kind, n)
 		}
 		release()
+	}
+}
+
+// TestQuotaRenderedOnlyWhenSent: with RateLimitHeaders on, an admitted
+// call records its quota typed — one allocation, the Reply's facts, beside
+// the invocation's own — and the fields' strings are made only when an
+// adapter asks for them (it was 11 allocations: the strings per call).
+func TestQuotaRenderedOnlyWhenSent(t *testing.T) {
+	ctx := context.Background()
+	p := benchNeverRejects
+	p.RateLimitHeaders = true
+	l := resilience.NewLimits(opID, p)
+	bare := testing.AllocsPerRun(200, func() { _ = newInv(nil) })
+	var inv *pipeline.Invocation
+	n := testing.AllocsPerRun(200, func() {
+		inv = newInv(nil)
+		_, _ = l.Invoke(ctx, inv, benchOK)
+	})
+	if n-bare != 1 {
+		t.Errorf("admitted call with the quota: %v allocations beyond the invocation's, want 1", n-bare)
+	}
+	if v, ok := inv.Reply().Get("RateLimit-Policy"); !ok || v != `"default";q=1073741824;w=3600` {
+		t.Errorf("RateLimit-Policy = %q, %v", v, ok)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience/internal/ratelimit"
 )
 
 // Scope says where an operation's rate and concurrency limits are counted.
@@ -183,7 +182,7 @@ func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until
 		until = time.Now().Add(q.Reset)
 	}
 	if s.headers {
-		ratelimit.Set(inv.Reply(), q)
+		inv.Reply().SetQuota(q)
 	}
 	if werr == nil {
 		return until, nil

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience/internal/ratelimit"
 )
 
 // windowLimit is the operation's fixed window (PermitLimit,
@@ -65,7 +64,7 @@ func (wl *windowLimit) take(inv *pipeline.Invocation, w *FixedWindow, now time.T
 	since := max(now.Sub(w.origin), 0)
 	ok, retry, index := w.nq.take(since)
 	if wl.headers {
-		ratelimit.Set(inv.Reply(), w.nq.quotaOf(index, since))
+		inv.Reply().SetQuota(w.nq.quotaOf(index, since))
 	}
 	if !ok {
 		return wl.rej.get(retry)
@@ -81,7 +80,7 @@ func (wl *windowLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (P
 	}
 	_, retry, err := w.wait(ctx)
 	if wl.headers {
-		ratelimit.Set(inv.Reply(), w.quota())
+		inv.Reply().SetQuota(w.quota())
 	}
 	switch {
 	case err == nil:

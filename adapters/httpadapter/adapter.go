@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/telemetry"
@@ -491,13 +492,31 @@ func (x *exchange) respond(o kernel.Outcome) {
 
 // sendReply sets the fields of the invocation's reply as response headers
 // (RateLimit-Policy and RateLimit, Idempotent-Replayed, ...), on success
-// and failure alike, while the response is not committed.
+// and failure alike, while the response is not committed. A field that is
+// not a valid header, or that names a header of the message's framing or
+// connection (refusedField), is left out.
 func (x *exchange) sendReply(inv *pipeline.Invocation) {
 	for _, f := range inv.Reply().Fields() {
-		if !x.c.Response().Committed {
+		if !x.c.Response().Committed && sendableField(f.Name, f.Value) {
 			x.c.Response().Header().Set(f.Name, f.Value)
 		}
 	}
+}
+
+// refusedField are the response headers a Reply field may not set: those
+// that frame the body or describe it as the adapter wrote it, and the
+// hop-by-hop ones (RFC 9110 section 7.6.1), which belong to the server.
+var refusedField = map[string]bool{
+	"Connection": true, "Content-Encoding": true, "Content-Length": true, "Content-Type": true,
+	"Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true,
+}
+
+// sendableField reports whether a Reply field can be a response header:
+// a valid name and value (RFC 9110 section 5) not in refusedField.
+func sendableField(name, value string) bool {
+	return httpguts.ValidHeaderFieldName(name) && httpguts.ValidHeaderFieldValue(value) &&
+		!refusedField[http.CanonicalHeaderKey(name)]
 }
 
 // succeed writes an operation's output with its success status.

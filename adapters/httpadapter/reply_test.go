@@ -104,3 +104,36 @@ func TestReplyReplayMarkSentOnce(t *testing.T) {
 		t.Fatalf("replay: Idempotent-Replayed %q, want [true]", got)
 	}
 }
+
+// TestReplyFieldsCannotFrameTheResponse: a Reply field that names a header
+// of the body's framing or of the connection (Content-Type,
+// Content-Length, Transfer-Encoding, Connection, ...) or that is not a
+// valid header is left out; the response stays the adapter's, and the
+// other fields are sent.
+func TestReplyFieldsCannotFrameTheResponse(t *testing.T) {
+	post := replyServer(t, pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+		r := inv.Reply()
+		for _, name := range []string{"Content-Type", "content-length", "Transfer-Encoding", "Connection", "Keep-Alive",
+			"Upgrade", "Trailer", "TE", "Content-Encoding", "Proxy-Connection", "Bad Name"} {
+			r.Set(name, "9")
+		}
+		r.Set("X-Split", "a\r\nX-Injected: 1")
+		r.Set("X-Kept", "yes")
+		return next(ctx, inv)
+	}))
+	res := post(`{"fail":true}`, "")
+	if res.StatusCode != http.StatusNotFound || res.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("status %d, Content-Type %q; want 404 with the problem's type", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	for _, name := range []string{"Connection", "Keep-Alive", "Upgrade", "Trailer", "Te", "Content-Encoding", "Proxy-Connection", "X-Split", "X-Injected"} {
+		if v := res.Header.Values(name); len(v) != 0 {
+			t.Errorf("%s: %q, want it left out", name, v)
+		}
+	}
+	if res.ContentLength == 9 || len(res.TransferEncoding) != 0 || res.Close {
+		t.Errorf("framing taken from the Reply: length %d, transfer %v, close %v", res.ContentLength, res.TransferEncoding, res.Close)
+	}
+	if res.Header.Get("X-Kept") != "yes" {
+		t.Errorf("X-Kept = %q, want the valid field sent", res.Header.Get("X-Kept"))
+	}
+}

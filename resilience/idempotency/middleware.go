@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+	_ "unsafe" // go:linkname: markReply
 
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -329,6 +330,13 @@ func (m *Middleware) decode(b []byte) (any, error) {
 // metadata) and, on the command line, a note on standard error.
 func markReplayed(inv *pipeline.Invocation) {
 	r := inv.Reply()
-	r.Set(pipeline.FieldReplayed, "true")
+	markReply(r)
 	r.Note("replayed: the stored outcome of an earlier call with idempotency key " + inv.IdempotencyKey())
 }
+
+// markReply sets the replay mark of r (Reply.Replayed) and its
+// Idempotent-Replayed field. The mark is pipeline's unexported
+// markReplayed, reached here alone: no other middleware can set it.
+//
+//go:linkname markReply github.com/sundial-go/sundial/pipeline.markReplayed
+func markReply(r *pipeline.Reply)

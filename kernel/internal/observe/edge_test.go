@@ -21,6 +21,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // rejection returns a rejection built the way the per-operation limits
@@ -741,6 +742,29 @@ func TestIdempotencyKeyFromContext(t *testing.T) {
 	}
 }
 
+// replayed returns an invocation of spec that the idempotency middleware
+// answered with the stored outcome of a first call with its key: the one
+// way a reply gets the replay mark.
+func replayed(t *testing.T, spec pipeline.Spec) *pipeline.Invocation {
+	t.Helper()
+	mw := idempotency.New(idempotency.Config{
+		Operation: spec.Operation.OperationID(), Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}),
+		NewOutput: func() any { return new(string) },
+	})
+	ok := func(context.Context, *pipeline.Invocation) (any, error) { return "done", nil }
+	for range 2 {
+		inv := pipeline.NewInvocation(spec)
+		if _, err := mw.Invoke(context.Background(), inv, ok); err != nil {
+			t.Fatal(err)
+		}
+		if inv.Reply().Replayed() {
+			return inv
+		}
+	}
+	t.Fatal("the second call with the key was not replayed")
+	return nil
+}
+
 // TestIdempotencyReplayObserved: an invocation whose outcome was replayed
 // from the idempotency store is marked on its span
 // (sundial.idempotency.replayed), on its access-log line (replayed: true)
@@ -751,8 +775,7 @@ func TestIdempotencyReplayObserved(t *testing.T) {
 	o := h.tel.Operation(op("billing.charge"))
 	spec := pipeline.Spec{Operation: op("billing.charge"), Protocol: pipeline.ProtocolGRPC, IdempotencyKey: "k-1"}
 	runCall(o, context.Background(), pipeline.NewInvocation(spec), t0, t0, nil)
-	replay := pipeline.NewInvocation(spec)
-	replay.Reply().Set(pipeline.FieldReplayed, "true")
+	replay := replayed(t, spec)
 	runCall(o, context.Background(), replay, t0, t0, nil)
 
 	ended := h.spans.Ended()
