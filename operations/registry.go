@@ -102,6 +102,9 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 	}
 	d.Input = reflect.TypeFor[In]()
 	d.Output = reflect.TypeFor[Out]()
+	if err := compileConstraints(d.Input); err != nil {
+		return fmt.Errorf("operations: Register %q: input %v: %w", d.ID, d.Input, err)
+	}
 	d.handler = handlerOf(d.ID, d.Input, fn)
 	return r.add(d)
 }

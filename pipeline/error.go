@@ -19,6 +19,7 @@ const (
 	CodeValidation         = "KERNEL_VALIDATION_001"
 	CodeBadDeadline        = "KERNEL_VALIDATION_002"
 	CodeUnknownField       = "KERNEL_VALIDATION_003" // an input field the input type does not have (operations.InputPolicy)
+	CodeConstraint         = "KERNEL_VALIDATION_007" // input values break their validate tags (operations.CheckConstraints)
 	CodeNotFound           = "KERNEL_NOT_FOUND_001"
 	CodeRateLimited        = "KERNEL_UNAVAILABLE_002"
 	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"

@@ -326,7 +326,36 @@ func (f *inputFlags) decode(fs *pflag.FlagSet, raw []byte) (any, error) {
 			dst.Set(field.value.Elem())
 		}
 	}
+	if perr := operations.CheckConstraints(in.Interface()); perr != nil {
+		return nil, f.flagViolations(perr) // the values' validate tags, as over HTTP and gRPC
+	}
 	return in.Interface(), nil
+}
+
+// flagViolations names each failing field of a constraint outcome by its
+// flag ("--name"), or, for a field without one, by its path in --input
+// ("--input lines[0].sku").
+func (f *inputFlags) flagViolations(perr *pipeline.Error) *pipeline.Error {
+	vs, _ := perr.Details()[operations.DetailViolations].([]operations.Violation)
+	if len(vs) == 0 {
+		return perr
+	}
+	out := make([]operations.Violation, len(vs))
+	for i, v := range vs {
+		v.Field = f.flagOf(v.Field)
+		out[i] = v
+	}
+	return perr.WithDetail(operations.DetailViolations, out)
+}
+
+// flagOf returns the flag of the field at JSON path, or the --input path.
+func (f *inputFlags) flagOf(path string) string {
+	for _, field := range f.fields {
+		if field.json == path {
+			return "--" + field.flag
+		}
+	}
+	return "--input " + path
 }
 
 // InputError is a malformed --input document. Field is the JSON name of

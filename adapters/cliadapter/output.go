@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -195,7 +196,14 @@ func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error, trace
 	}
 	fmt.Fprintf(&b, "%s: %s %s: %s\n", path, p.Title, p.Code, p.Detail)
 	if format == outputText {
+		vs, _ := p.Details[operations.DetailViolations].([]operations.Violation)
+		for _, v := range vs { // one line per failing flag
+			fmt.Fprintf(&b, "  %s: %s (%s)\n", v.Field, strings.TrimSuffix(v.Message, "."), v.Rule)
+		}
 		for _, k := range slices.Sorted(maps.Keys(p.Details)) {
+			if vs != nil && k == operations.DetailViolations {
+				continue
+			}
 			v, _ := json.Marshal(p.Details[k])
 			fmt.Fprintf(&b, "  %s: %s\n", k, textOf(v))
 		}

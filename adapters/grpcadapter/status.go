@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -65,6 +66,9 @@ func Status(err error, domain string) *status.Status {
 			for k, v := range safe {
 				info.Metadata[k] = detailString(v)
 			}
+		}
+		if vs, ok := safe[operations.DetailViolations].([]operations.Violation); ok {
+			details = append(details, badRequest(vs))
 		}
 		if retry {
 			info.Metadata[pipeline.DetailRetryAfter] = strconv.FormatInt(secs, 10)
@@ -253,4 +257,14 @@ func foreignStatus(err error) (st *status.Status, ok bool) {
 		return nil, false
 	}
 	return status.FromError(err)
+}
+
+// badRequest is the google.rpc.BadRequest detail of a constraint outcome:
+// one FieldViolation per failing field, named by its proto field path.
+func badRequest(vs []operations.Violation) *errdetails.BadRequest {
+	br := &errdetails.BadRequest{FieldViolations: make([]*errdetails.BadRequest_FieldViolation, len(vs))}
+	for i, v := range vs {
+		br.FieldViolations[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Message, Reason: v.Rule}
+	}
+	return br
 }

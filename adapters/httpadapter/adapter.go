@@ -215,6 +215,9 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 	if perr == nil {
 		perr = rt.binder.bind(r, c.ParamNames(), c.ParamValues(), buf.Bytes(), in)
 	}
+	if perr == nil {
+		perr = operations.CheckConstraints(in) // the values' validate tags
+	}
 	buf.Reset()
 	bufPool.Put(buf)
 	if perr != nil {

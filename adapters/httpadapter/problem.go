@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -60,6 +62,40 @@ type Problem struct {
 	// Details are the outcome's details, e.g. {"id": ..., "retryAfter": 60}.
 	// UNEXPECTED outcomes never carry any.
 	Details map[string]any `json:"details"`
+	// Errors lists every failing field of a KERNEL_VALIDATION_007
+	// outcome (the input's validate tags); Field is a JSON pointer
+	// ("/lines/0/sku").
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// FieldError is one failing field of a Problem: Field is its JSON pointer
+// (RFC 6901), Rule the validate rule it breaks and Message a sentence.
+type FieldError struct {
+	Field   string `json:"field"`
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+}
+
+// fieldErrors moves the constraint violations out of details into the
+// Problem's errors array, their paths as JSON pointers.
+func fieldErrors(details map[string]any) []FieldError {
+	vs, _ := details[operations.DetailViolations].([]operations.Violation)
+	if vs == nil {
+		return nil
+	}
+	delete(details, operations.DetailViolations)
+	out := make([]FieldError, len(vs))
+	for i, v := range vs {
+		out[i] = FieldError{Field: jsonPointer(v.Field), Rule: v.Rule, Message: v.Message}
+	}
+	return out
+}
+
+// jsonPointer turns a path ("lines[1].sku") into a JSON pointer
+// ("/lines/1/sku"), escaping '~' and '/' in names.
+func jsonPointer(path string) string {
+	r := strings.NewReplacer("~", "~0", "/", "~1", "[", "/", "].", "/", "]", "", ".", "/")
+	return "/" + r.Replace(path)
 }
 
 // typePrefix prefixes a code to make a Problem's type.
@@ -79,10 +115,12 @@ func newProblem(e *pipeline.Error, status int, instance, traceID string) *Proble
 		}
 		details[pipeline.DetailRetryAfter] = s
 	}
-	if details == nil {
+	errs := fieldErrors(details)
+	if len(details) == 0 {
 		details = emptyDetails
 	}
 	return &Problem{
+		Errors:   errs,
 		Type:     typePrefix + e.Code(),
 		Title:    e.Kind().String(),
 		Status:   status,

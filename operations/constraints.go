@@ -1,0 +1,262 @@
+package operations
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/go-playground/validator/v10"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// Constraints on input values are declared once, in `validate:"..."` struct
+// tags, and checked by github.com/go-playground/validator/v10: its tag
+// grammar (required, min, max, len, oneof, email, uri, uuid, dive, ...) is
+// the convention of the Go web ecosystem, it caches each struct's parsed
+// tags, and it reports every failing field at once. Sundial adds one rule,
+// pattern=<regexp> (the regexp may not hold ',' or '|', which separate
+// rules in the tag grammar), and names fields by their JSON names, which
+// are also their gRPC field names and, in kebab-case, their CLI flags.
+
+// Violation is one failing field of a CONSTRAINT outcome: Field is its path
+// in JSON names ("name", "lines[1].sku"), Rule the tag rule that failed
+// ("min"), Param the rule's parameter ("1") and Message a sentence for
+// people.
+type Violation struct {
+	Field   string `json:"field"`
+	Rule    string `json:"rule"`
+	Param   string `json:"param,omitempty"`
+	Message string `json:"message"`
+}
+
+// DetailViolations is the details key of a CodeConstraint outcome: a
+// []Violation, one per failing field.
+const DetailViolations = "errors"
+
+var (
+	validate     = newValidate()
+	constrained  sync.Map // reflect.Type -> bool
+	patternCache sync.Map // string -> *regexp.Regexp
+)
+
+func newValidate() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			return "-"
+		case "":
+			return f.Name
+		}
+		return name
+	})
+	if err := v.RegisterValidation("pattern", checkPattern); err != nil {
+		panic(err) // a fixed, valid registration
+	}
+	return v
+}
+
+// checkPattern is the pattern=<regexp> rule on strings; each regexp is
+// compiled once. A regexp that does not compile fails every value (and is
+// refused at registration, see compileConstraints).
+func checkPattern(fl validator.FieldLevel) bool {
+	re, err := patternOf(fl.Param())
+	if err != nil || fl.Field().Kind() != reflect.String {
+		return false
+	}
+	return re.MatchString(fl.Field().String())
+}
+
+func patternOf(expr string) (*regexp.Regexp, error) {
+	if re, ok := patternCache.Load(expr); ok {
+		return re.(*regexp.Regexp), nil
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, err
+	}
+	patternCache.Store(expr, re)
+	return re, nil
+}
+
+// hasConstraints reports whether struct type t (or one it holds) has a
+// validate tag; the answer is cached per type, so an input without
+// constraints costs one map load per call.
+func hasConstraints(t reflect.Type) bool {
+	if v, ok := constrained.Load(t); ok {
+		return v.(bool)
+	}
+	has := walkConstraints(t, map[reflect.Type]bool{})
+	constrained.Store(t, has)
+	return has
+}
+
+func walkConstraints(t reflect.Type, seen map[reflect.Type]bool) bool {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || seen[t] {
+		return false
+	}
+	seen[t] = true
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Tag.Get("validate") != "" || walkConstraints(f.Type, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+// compileConstraints parses the constraints of input type t once, at
+// registration: a malformed tag, an unknown rule or a pattern that does
+// not compile is an error naming the field, not a panic on the first call.
+func compileConstraints(t reflect.Type) (err error) {
+	if t == nil || !hasConstraints(t) {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	if err := checkPatterns(t, map[reflect.Type]bool{}); err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("validate tag: %v", r)
+		}
+	}()
+	_ = validate.Struct(reflect.New(t).Interface()) // parses and caches the tags
+	return nil
+}
+
+// checkPatterns compiles each pattern= regexp of struct type t.
+func checkPatterns(t reflect.Type, seen map[reflect.Type]bool) error {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || seen[t] {
+		return nil
+	}
+	seen[t] = true
+	for i := range t.NumField() {
+		f := t.Field(i)
+		for rule := range strings.SplitSeq(f.Tag.Get("validate"), ",") {
+			if expr, ok := strings.CutPrefix(rule, "pattern="); ok {
+				if _, err := patternOf(expr); err != nil {
+					return fmt.Errorf("field %s: pattern %q: %v", f.Name, expr, err)
+				}
+			}
+		}
+		if err := checkPatterns(f.Type, seen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckConstraints checks the validate tags of the decoded input in (a
+// pointer to the input struct, as the adapters decode it) and returns one
+// VALIDATION outcome, code pipeline.CodeConstraint, listing every failing
+// field under details.errors ([]Violation), or nil. Every adapter calls it
+// right after decoding, before the invocation runs: no limit permit is
+// spent and the breaker does not count it.
+func CheckConstraints(in any) *pipeline.Error {
+	if in == nil {
+		return nil
+	}
+	rv := reflect.ValueOf(in)
+	if !hasConstraints(rv.Type()) {
+		return nil
+	}
+	for rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return nil
+		}
+		rv = rv.Elem()
+	}
+	if rv.Kind() != reflect.Struct {
+		return nil
+	}
+	err := validate.Struct(rv.Addr().Interface())
+	if err == nil {
+		return nil
+	}
+	errs, ok := err.(validator.ValidationErrors)
+	if !ok {
+		return pipeline.Validation(pipeline.CodeConstraint, "The input is invalid.")
+	}
+	vs := make([]Violation, 0, len(errs))
+	for _, fe := range errs {
+		vs = append(vs, violationOf(fe))
+	}
+	msg := fmt.Sprintf("Field '%s': %s", vs[0].Field, vs[0].Message)
+	if len(vs) > 1 {
+		msg = fmt.Sprintf("%d fields are invalid: %s", len(vs), fieldList(vs))
+	}
+	return pipeline.Validation(pipeline.CodeConstraint, msg).WithDetail(DetailViolations, vs)
+}
+
+func fieldList(vs []Violation) string {
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = "'" + v.Field + "'"
+	}
+	return strings.Join(names, ", ") + "."
+}
+
+// violationOf turns one validator failure into a Violation; its path
+// drops the struct's own name ("OrderInput.lines[0].sku" is "lines[0].sku").
+func violationOf(fe validator.FieldError) Violation {
+	field := fe.Namespace()
+	if _, rest, ok := strings.Cut(field, "."); ok {
+		field = rest
+	}
+	return Violation{Field: field, Rule: fe.Tag(), Param: fe.Param(), Message: ruleMessage(fe)}
+}
+
+// ruleMessage is a sentence for people describing the rule fe failed.
+func ruleMessage(fe validator.FieldError) string {
+	p := fe.Param()
+	switch fe.Tag() {
+	case "required":
+		return "is required."
+	case "min", "gte":
+		if isLength(fe.Kind()) {
+			return "must have at least " + p + " characters or elements."
+		}
+		return "must be at least " + p + "."
+	case "max", "lte":
+		if isLength(fe.Kind()) {
+			return "must have at most " + p + " characters or elements."
+		}
+		return "must be at most " + p + "."
+	case "gt":
+		return "must be greater than " + p + "."
+	case "lt":
+		return "must be less than " + p + "."
+	case "len":
+		return "must have exactly " + p + " characters or elements."
+	case "oneof":
+		return "must be one of: " + p + "."
+	case "pattern":
+		return "must match " + p + "."
+	case "email", "uri", "url", "uuid", "uuid4":
+		return "must be a valid " + fe.Tag() + "."
+	}
+	if p != "" {
+		return fmt.Sprintf("fails rule %s=%s.", fe.Tag(), p)
+	}
+	return "fails rule " + fe.Tag() + "."
+}
+
+func isLength(k reflect.Kind) bool {
+	return k == reflect.String || k == reflect.Slice || k == reflect.Map || k == reflect.Array
+}

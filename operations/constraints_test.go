@@ -1,0 +1,79 @@
+package operations
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+type line struct {
+	SKU string `json:"sku" validate:"required,pattern=^[A-Z]{3}-[0-9]+$"`
+	Qty int    `json:"qty" validate:"min=1,max=99"`
+}
+
+type order struct {
+	Email string  `json:"email" validate:"required,email"`
+	Site  string  `json:"site,omitempty" validate:"omitempty,uri"`
+	ID    string  `json:"id" validate:"uuid"`
+	Code  string  `json:"code" validate:"len=3"`
+	Lines []line  `json:"lines" validate:"required,min=1,max=5,dive"`
+	Ship  *line   `json:"ship,omitempty" validate:"omitempty"`
+	Plain float64 `json:"plain"`
+}
+
+// TestCheckConstraints: every failing field is reported at once, named
+// by its JSON path (nested structs through dive), with its rule.
+func TestCheckConstraints(t *testing.T) {
+	ok := &order{Email: "a@b.c", ID: "6f1c7e0a-8a3b-4b0e-9a51-1f2d3c4b5a69", Code: "EUR", Lines: []line{{SKU: "ABC-1", Qty: 2}}}
+	if err := CheckConstraints(ok); err != nil {
+		t.Fatalf("valid order: %v", err)
+	}
+	bad := &order{Email: "nope", Site: "::", ID: "x", Code: "EU", Lines: []line{{SKU: "ABC-1", Qty: 1}, {SKU: "abc", Qty: 100}}}
+	err := CheckConstraints(bad)
+	if err == nil || err.Code() != pipeline.CodeConstraint || err.Kind() != pipeline.KindValidation {
+		t.Fatalf("invalid order = %v, want VALIDATION %s", err, pipeline.CodeConstraint)
+	}
+	vs, _ := err.Details()[DetailViolations].([]Violation)
+	got := map[string]string{}
+	for _, v := range vs {
+		got[v.Field] = v.Rule
+		if v.Message == "" {
+			t.Errorf("%s: no message", v.Field)
+		}
+	}
+	want := map[string]string{"email": "email", "site": "uri", "id": "uuid", "code": "len", "lines[1].sku": "pattern", "lines[1].qty": "max"}
+	if len(got) != len(want) {
+		t.Errorf("violations %v, want %v", got, want)
+	}
+	for f, r := range want {
+		if got[f] != r {
+			t.Errorf("field %s: rule %q, want %q (all: %v)", f, got[f], r, got)
+		}
+	}
+	if err := CheckConstraints(&order{Email: "a@b.c", ID: ok.ID, Code: "EUR"}); err == nil {
+		t.Error("no lines: want required")
+	}
+	if CheckConstraints(&struct{ A int }{}) != nil || CheckConstraints(nil) != nil || CheckConstraints((*order)(nil)) != nil {
+		t.Error("no constraints, nil or typed nil input: want nil")
+	}
+}
+
+// TestRegisterRefusesBadConstraints: a pattern that does not compile or
+// an unknown rule is refused at registration, naming the operation.
+func TestRegisterRefusesBadConstraints(t *testing.T) {
+	type badPattern struct {
+		A string `validate:"pattern=[a-"`
+	}
+	type unknownRule struct {
+		A string `validate:"nosuchrule"`
+	}
+	r := NewRegistry()
+	if err := Register(r, Descriptor{ID: "x.pattern"}, func(context.Context, badPattern) (struct{}, error) { return struct{}{}, nil }); err == nil || !strings.Contains(err.Error(), "x.pattern") {
+		t.Errorf("bad pattern: err = %v, want one naming x.pattern", err)
+	}
+	if err := Register(r, Descriptor{ID: "x.rule"}, func(context.Context, unknownRule) (struct{}, error) { return struct{}{}, nil }); err == nil || !strings.Contains(err.Error(), "nosuchrule") {
+		t.Errorf("unknown rule: err = %v, want one naming the rule", err)
+	}
+}
