@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
-	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Outbound deadlines need little help: grpc-go already sends what remains
@@ -34,6 +33,12 @@ type callTimeout struct {
 	d time.Duration
 }
 
+// Dependency runs the attempts of one outbound call under a dependency's
+// policies; the *outbound.Dependency that Kernel.Dependency returns is one.
+type Dependency interface {
+	Do(ctx context.Context, attempt func(context.Context) error) error
+}
+
 // WithCallDependency returns a call option that runs the call through d
 // (see outbound.Dependency.Do): retries within d's budget, hedging, d's
 // breaker. Give it per call, or per connection with
@@ -44,16 +49,16 @@ type callTimeout struct {
 // attempt only, so hedged attempts never share it; hedge only calls whose
 // reply is a proto message. It has an effect only with
 // UnaryClientInterceptor installed (streams are not retried).
-func WithCallDependency(d *outbound.Dependency) grpc.CallOption { return callDependency{d: d} }
+func WithCallDependency(d Dependency) grpc.CallOption { return callDependency{d: d} }
 
 type callDependency struct {
 	grpc.EmptyCallOption
-	d *outbound.Dependency
+	d Dependency
 }
 
 // dependencyFor returns the last WithCallDependency among opts, or nil.
-func dependencyFor(opts []grpc.CallOption) *outbound.Dependency {
-	var d *outbound.Dependency
+func dependencyFor(opts []grpc.CallOption) Dependency {
+	var d Dependency
 	for _, o := range opts {
 		if cd, ok := o.(callDependency); ok {
 			d = cd.d
@@ -110,7 +115,7 @@ func UnaryClientInterceptor(timeout time.Duration) grpc.UnaryClientInterceptor {
 
 // unaryThrough makes a unary call through d; each attempt of a proto
 // reply gets a fresh message, and the first success is merged into reply.
-func unaryThrough(ctx context.Context, d *outbound.Dependency, timeout time.Duration, method string, req, reply any,
+func unaryThrough(ctx context.Context, d Dependency, timeout time.Duration, method string, req, reply any,
 	cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	pm, isProto := reply.(proto.Message)
 	var (

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
-	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Transport is an http.RoundTripper that carries the deadline of each
@@ -41,7 +40,7 @@ type Transport struct {
 	absolute  bool
 	relHeader string
 	hosts     map[string]bool // nil: every host
-	dep       *outbound.Dependency
+	dep       Dependency
 }
 
 // TransportOption configures NewTransport.
@@ -86,6 +85,23 @@ func WithAbsoluteHeader(write bool) TransportOption {
 	return transportOptionFunc(func(t *Transport) { t.absolute = write })
 }
 
+// Dependency runs the attempts of one outbound call under a dependency's
+// policies; the *outbound.Dependency that Kernel.Dependency returns is one.
+type Dependency interface {
+	Do(ctx context.Context, attempt func(context.Context) error) error
+}
+
+// sentNothing marks the failure of an attempt that wrote no byte, which
+// the outbound policies retry without an idempotency key (its NotSent
+// method is what they look for; see outbound.NotSent).
+type sentNothing struct{ err error }
+
+func (e *sentNothing) Error() string { return e.err.Error() }
+func (e *sentNothing) Unwrap() error { return e.err }
+func (e *sentNothing) NotSent() bool { return true }
+
+func notSent(err error) error { return &sentNothing{err: err} }
+
 // WithDependency runs every request to the Transport's hosts through d
 // (see outbound.Dependency.Do): retries within d's budget, hedging, d's
 // breaker. Each attempt is a clone of the request with the same headers,
@@ -97,9 +113,9 @@ func WithAbsoluteHeader(write bool) TransportOption {
 // client interceptor does, so that it is retried or not by its kind; the
 // http.Client wraps it in a *url.Error, which errors.As sees through. A
 // failure before any byte of the request was written is marked
-// outbound.NotSent. A request with a body that cannot be read again
+// as not sent (see outbound.NotSent). A request with a body that cannot be read again
 // (Body set, GetBody nil) goes out once, as without a dependency.
-func WithDependency(d *outbound.Dependency) TransportOption {
+func WithDependency(d Dependency) TransportOption {
 	return transportOptionFunc(func(t *Transport) { t.dep = d })
 }
 
@@ -146,7 +162,7 @@ func (t *Transport) roundTripDependency(req *http.Request) (*http.Response, erro
 		resp, err := t.send(r)
 		if err != nil {
 			if !wrote.Load() && ctx.Err() == nil {
-				return outbound.NotSent(err)
+				return notSent(err)
 			}
 			return err
 		}
@@ -181,7 +197,7 @@ func attemptRequest(ctx context.Context, req *http.Request, used *atomic.Bool) (
 	}
 	body, err := req.GetBody()
 	if err != nil {
-		return nil, outbound.NotSent(err)
+		return nil, notSent(err)
 	}
 	r.Body = body
 	return r, nil

@@ -271,7 +271,8 @@ func TestReleaseAfterCloseSendsNothing(t *testing.T) {
 	// in the store (it expires by itself). A background ZREM, were one
 	// started, would be done well within this wait.
 	time.Sleep(200 * time.Millisecond)
-	if n := zrems.Load(); n != before || n > 4 {
+	// At most 4 releases and Close's own ZREM (the replica set) came before.
+	if n := zrems.Load(); n != before || n > 5 {
 		t.Fatalf("ZREMs: %d before the last release, %d after; want none after Close", before, n)
 	}
 	removed := before - 1 // Close's own ZREM takes the replica out of the count

@@ -26,10 +26,14 @@ type notSent struct{ err error }
 
 func (e *notSent) Error() string { return e.err.Error() }
 func (e *notSent) Unwrap() error { return e.err }
+func (e *notSent) NotSent() bool { return true }
 
 // NotSent returns err marked as the failure of an attempt that sent
 // nothing (e.g. the dial failed), which [Dependency.Do] retries without
 // an idempotency key. Clients call it when they know; nil stays nil.
+// Any error in the chain with a method NotSent() bool that returns true
+// counts alike, so a client package can mark its errors without
+// importing this one (httpadapter does).
 func NotSent(err error) error {
 	if err == nil {
 		return nil
@@ -43,7 +47,10 @@ func classify(err error) (class, time.Duration, bool) {
 	if err == nil {
 		return final, 0, false
 	}
-	if _, ok := errors.AsType[*notSent](err); ok || errors.Is(err, syscall.ECONNREFUSED) {
+	if ns, ok := errors.AsType[interface {
+		error
+		NotSent() bool
+	}](err); (ok && ns.NotSent()) || errors.Is(err, syscall.ECONNREFUSED) {
 		return retryable, 0, false
 	}
 	if e, ok := errors.AsType[*pipeline.Error](err); ok {

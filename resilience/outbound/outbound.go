@@ -101,7 +101,14 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // when no attempt ran: a dependency's open breaker (UNAVAILABLE
 // [CodeDependencyOpen], with a retry-after) or a deadline too close for
 // MinAttemptTimeout (TIMEOUT resilience.CodeBudgetExhausted).
+//
+// A nil *Dependency (Kernel.Dependency of a name the configuration does
+// not have) runs attempt once, with no policy: a client given one through
+// an interface keeps working instead of panicking.
 func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error) error {
+	if d == nil {
+		return attempt(ctx)
+	}
 	s := d.cur.Load()
 	c := &call{d: d, s: s, ctx: ctx,
 		keyed: baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != ""}

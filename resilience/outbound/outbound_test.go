@@ -245,6 +245,7 @@ func TestWhatIsRetried(t *testing.T) {
 		{"grpc Unavailable", status.Error(codes.Unavailable, "down"), false, 3},
 		{"connection refused", refused, false, 3},
 		{"not sent", NotSent(errors.New("dial")), false, 3},
+		{"not sent, marked by another package", fmt.Errorf("post: %w", foreignNotSent{}), false, 3},
 		{"validation (caller fault)", pipeline.Validation("X_VALIDATION_001", "bad"), true, 1},
 		{"conflict (caller fault)", pipeline.Conflict("X_CONFLICT_001", "dup"), true, 1},
 		{"grpc InvalidArgument", status.Error(codes.InvalidArgument, "bad"), true, 1},
@@ -272,6 +273,22 @@ func TestWhatIsRetried(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// foreignNotSent is how a client package marks a failure before any byte
+// was sent without importing this one.
+type foreignNotSent struct{}
+
+func (foreignNotSent) Error() string { return "dial failed" }
+func (foreignNotSent) NotSent() bool { return true }
+
+func TestNilDependencyRunsOnce(t *testing.T) {
+	var d *Dependency
+	n := 0
+	err := d.Do(t.Context(), func(context.Context) error { n++; return unavailable() })
+	if n != 1 || err == nil {
+		t.Fatalf("%d attempts, err %v; want one attempt and its answer", n, err)
 	}
 }
 
