@@ -31,13 +31,7 @@ func TestExperiment9RetryStormStaysWithinBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := srv.stop(ctx); err != nil {
-				t.Errorf("stop billing: %v", err)
-			}
-		})
+		stopOnCleanup(t, srv)
 		client, err := dialBilling(ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
