@@ -24,6 +24,10 @@ type BillingConfig struct {
 	// check: the processor's latency is not known in advance. Experiment 8
 	// retries such a charge with an idempotency key.
 	Committed bool
+	// Outage makes every charge fail at once with UNAVAILABLE
+	// (BILLING_UNAVAILABLE_001), recorded as an "outage" event: the dead
+	// dependency of experiment 9.
+	Outage bool
 }
 
 func (c BillingConfig) withDefaults() BillingConfig {
@@ -100,6 +104,10 @@ func (s *Billing) Register(reg *operations.Registry) error {
 // DeadlineExceeded by then; with an idempotency key, billing.charge's
 // record holds this receipt for the caller's retry).
 func (s *Billing) Charge(ctx context.Context, in Charge) (Receipt, error) {
+	if s.cfg.Outage {
+		s.journal.Record(ctx, "outage", "orderId", in.OrderID)
+		return Receipt{}, pipeline.Unavailable("BILLING_UNAVAILABLE_001", "billing is down")
+	}
 	if s.cfg.Committed {
 		s.journal.Record(ctx, "started", "what", "charge")
 		time.Sleep(s.cfg.ChargeWork) // the processor: not stopped by ctx

@@ -174,3 +174,14 @@ func (b *outputBuffer) waitWrite(limit time.Duration) {
 	case <-t.C:
 	}
 }
+
+// stopOnCleanup stops srv when the test ends, within 10 s.
+func stopOnCleanup(t *testing.T, srv *server) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.stop(ctx); err != nil {
+			t.Errorf("stop %s: %v", srv.name, err)
+		}
+	})
+}

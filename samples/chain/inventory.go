@@ -22,6 +22,10 @@ type InventoryConfig struct {
 	// StockFailures is how many stock reads answer 503 before the first
 	// success (experiment 5 uses 1).
 	StockFailures int
+	// StockDelay, when positive, is how long a stock read works before it
+	// answers (stopping when its call is cancelled): the slow replica of
+	// experiment 10.
+	StockDelay time.Duration
 	// DripBytes and DripInterval shape GET /report: headers at once, then
 	// one body byte every DripInterval (defaults 8 and 500 ms).
 	DripBytes    int
@@ -187,6 +191,11 @@ func (s *Inventory) Stock(ctx context.Context, in StockQuery) (Stock, error) {
 	if n <= s.cfg.StockFailures {
 		s.journal.Record(ctx, "stock-unavailable", "read", strconv.Itoa(n))
 		return Stock{}, pipeline.Unavailable("INVENTORY_UNAVAILABLE_001", "The stock service is briefly overloaded.")
+	}
+	if s.cfg.StockDelay > 0 {
+		if err := work(ctx, s.journal, "stock", s.cfg.StockDelay, false); err != nil {
+			return Stock{}, err
+		}
 	}
 	s.journal.Record(ctx, "stock-read", "read", strconv.Itoa(n))
 	return Stock{Item: in.Item, Available: 42}, nil
