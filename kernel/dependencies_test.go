@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -70,5 +73,53 @@ func TestDependenciesInvalidAtNew(t *testing.T) {
 		kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"Dependencies":{"billing":{"Budget":{"Ratio":2}}}}}}`)))
 	if err == nil || !strings.Contains(err.Error(), "Sundial.Kernel.Dependencies.billing.Budget.Ratio") {
 		t.Fatalf("New = %v, want an error naming the key path", err)
+	}
+}
+
+// TestDependencyMetrics: the kernel's meter reports a dependency's
+// attempts by kind, its budget refusals and its breaker's state.
+func TestDependencyMetrics(t *testing.T) {
+	k, _, reader := observedKernel(t, `{"Sundial":{"Kernel":{"Dependencies":{"billing":{"Attempts":3,
+		"Backoff":{"BaseMs":0.01,"MaxMs":0.02},"Budget":{"Ratio":0,"Min":3},"Breaker":{"FailureThreshold":100}}}}}}`)
+	defer k.Close()
+	// call 1 retries twice; call 2 once, on the last token, then the budget
+	// refuses; call 3 is refused its retry
+	for range 3 {
+		_ = k.Dependency("billing").Do(t.Context(), func(context.Context) error { return pipeline.Unavailable("X_UNAVAILABLE_001", "down") })
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			points := func(name string, ps []metricdata.DataPoint[int64]) {
+				for _, p := range ps {
+					dep, _ := p.Attributes.Value(observe.MetricAttrDependency)
+					a, _ := p.Attributes.Value(observe.MetricAttrAttempt)
+					s, _ := p.Attributes.Value(observe.MetricAttrState)
+					got[strings.Trim(name+" "+dep.AsString()+" "+a.AsString()+" "+s.AsString(), " ")] = p.Value
+				}
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				points(m.Name, d.DataPoints)
+			case metricdata.Gauge[int64]:
+				points(m.Name, d.DataPoints)
+			}
+		}
+	}
+	for key, want := range map[string]int64{
+		observe.MetricOutboundAttempts + " billing first":       3,
+		observe.MetricOutboundAttempts + " billing retry":       3,
+		observe.MetricOutboundAttempts + " billing hedge":       0,
+		observe.MetricOutboundBudgetRefusals + " billing":       2,
+		observe.MetricOutboundBreakerState + " billing  closed": 1,
+		observe.MetricOutboundBreakerState + " billing  open":   0,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %d, want %d (all: %v)", key, got[key], want, got)
+		}
 	}
 }

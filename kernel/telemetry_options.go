@@ -8,6 +8,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // telemetryOptions are the options of the kernel's telemetry, which
@@ -73,7 +74,21 @@ func observeLimits(o *options, k *Kernel) {
 	if t := o.telemetry.t; t != nil {
 		t.ObserveLimits(k.limitState)
 		t.ObserveStragglers(k.stragglers.Load)
+		t.ObserveDependencies(k.dependencyStats)
 	}
+}
+
+// dependencyStats returns every configured dependency's stats.
+func (k *Kernel) dependencyStats() map[string]outbound.Stats {
+	m := k.deps.Load()
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]outbound.Stats, len(*m))
+	for name, d := range *m {
+		out[name] = d.Stats()
+	}
+	return out
 }
 
 func (k *Kernel) limitState(id string) (observe.LimitState, bool) {

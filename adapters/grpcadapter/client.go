@@ -3,6 +3,8 @@ package grpcadapter
 import (
 	"context"
 	"io"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // Outbound deadlines need little help: grpc-go already sends what remains
@@ -129,8 +132,10 @@ func unaryThrough(ctx context.Context, d Dependency, timeout time.Duration, meth
 		if isProto && pm.ProtoReflect().IsValid() { // not a typed nil
 			r = pm.ProtoReflect().New().Interface()
 		}
-		if err := FromStatus(invoker(withTraceMetadata(actx), method, req, r, cc, opts...)); err != nil {
-			return err
+		var trailer metadata.MD
+		err := invoker(withTraceMetadata(actx), method, req, r, cc, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
+		if err != nil {
+			return withPushback(FromStatus(err), trailer)
 		}
 		if r != reply {
 			mu.Lock()
@@ -144,6 +149,38 @@ func unaryThrough(ctx context.Context, d Dependency, timeout time.Duration, meth
 		return nil
 	})
 }
+
+// pushbackKey is the trailer in which a server tells a retrying client
+// how long to wait (gRFC A6, "Pushback").
+const pushbackKey = "grpc-retry-pushback-ms"
+
+// withPushback applies the server's grpc-retry-pushback-ms trailer to the
+// outcome err of an attempt, as gRFC A6 says: a whole number of
+// milliseconds (0 or more) is the retry-after of the outcome, replacing
+// any other; a negative or unreadable one asks the client not to retry
+// (the outcome is marked so for the dependency). An outcome that is not a
+// *pipeline.Error, or no trailer, leaves err as it is.
+func withPushback(err error, trailer metadata.MD) error {
+	v := trailer.Get(pushbackKey)
+	e, ok := err.(*pipeline.Error)
+	if len(v) == 0 || !ok {
+		return err
+	}
+	ms, perr := strconv.ParseInt(v[0], 10, 64)
+	if perr != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return noRetry{e}
+	}
+	return e.WithRetryAfter(time.Duration(ms) * time.Millisecond)
+}
+
+// noRetry marks an outcome whose server asked not to be retried;
+// outbound.Dependency reads the mark through the NoRetry method, without
+// this package importing it.
+type noRetry struct{ e *pipeline.Error }
+
+func (n noRetry) Error() string { return n.e.Error() }
+func (n noRetry) Unwrap() error { return n.e }
+func (noRetry) NoRetry() bool   { return true }
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams: the cap
 // bounds the whole stream, and it is released when the stream ends (a

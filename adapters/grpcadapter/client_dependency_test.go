@@ -25,20 +25,26 @@ import (
 // and records each call's baggage.
 type flakyHealth struct {
 	healthpb.UnimplementedHealthServer
-	fail int
-	code codes.Code
+	fail     int
+	code     codes.Code
+	pushback string // the grpc-retry-pushback-ms trailer of a failure, if set
 
 	mu      sync.Mutex
 	baggage []string
+	at      []time.Time // when each call arrived
 }
 
 func (h *flakyHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	h.mu.Lock()
 	h.baggage = append(h.baggage, strings.Join(md.Get("baggage"), ","))
+	h.at = append(h.at, time.Now())
 	n := len(h.baggage)
 	h.mu.Unlock()
 	if n <= h.fail {
+		if h.pushback != "" {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", h.pushback))
+		}
 		return nil, status.Error(h.code, "not yet")
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
@@ -106,5 +112,44 @@ func TestClientDependencyNeverRetriesCallerFault(t *testing.T) {
 	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
 	if pipeline.AsError(err).Kind() != pipeline.KindValidation || len(h.baggage) != 1 {
 		t.Fatalf("err %v after %d attempts, want VALIDATION after 1", err, len(h.baggage))
+	}
+}
+
+// TestClientDependencyHonoursPushback: a server's grpc-retry-pushback-ms
+// trailer (gRFC A6) is the wait before the retry, replacing the 1–2 ms
+// backoff; a negative or unreadable one, or one past the deadline, ends
+// the call after its first attempt with the server's answer.
+func TestClientDependencyHonoursPushback(t *testing.T) {
+	h := &flakyHealth{fail: 1, code: codes.Unavailable, pushback: "150"}
+	c := healthClient(t, h, newDependency(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.at) != 2 {
+		t.Fatalf("%d attempts, want 2", len(h.at))
+	}
+	if gap := h.at[1].Sub(h.at[0]); gap < 150*time.Millisecond {
+		t.Errorf("the retry came %v after the first attempt, want at least the 150 ms pushback", gap)
+	}
+
+	for _, tt := range []struct {
+		pushback string
+		timeout  time.Duration
+	}{{"-1", 5 * time.Second}, {"soon", 5 * time.Second}, {"99999999999999999999", 5 * time.Second}, {"2000", time.Second}} {
+		h := &flakyHealth{fail: 5, code: codes.Unavailable, pushback: tt.pushback}
+		c := healthClient(t, h, newDependency(t))
+		ctx, cancel := context.WithTimeout(t.Context(), tt.timeout)
+		start := time.Now()
+		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+		took := time.Since(start)
+		cancel()
+		if pipeline.AsError(err).Kind() != pipeline.KindUnavailable || len(h.at) != 1 {
+			t.Errorf("pushback %q: err %v after %d attempts, want the server's UNAVAILABLE after 1", tt.pushback, err, len(h.at))
+		}
+		if took > 500*time.Millisecond {
+			t.Errorf("pushback %q: the call took %v, want it to end at once", tt.pushback, took)
+		}
 	}
 }

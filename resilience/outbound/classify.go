@@ -33,7 +33,9 @@ func (e *notSent) NotSent() bool { return true }
 // an idempotency key. Clients call it when they know; nil stays nil.
 // Any error in the chain with a method NotSent() bool that returns true
 // counts alike, so a client package can mark its errors without
-// importing this one (httpadapter does).
+// importing this one (httpadapter does). The opposite mark, a method
+// NoRetry() bool that returns true, makes an outcome final: grpcadapter
+// sets it when the server's grpc-retry-pushback-ms asks not to retry.
 func NotSent(err error) error {
 	if err == nil {
 		return nil
@@ -52,6 +54,12 @@ func classify(err error) (class, time.Duration, bool) {
 		NotSent() bool
 	}](err); (ok && ns.NotSent()) || errors.Is(err, syscall.ECONNREFUSED) {
 		return retryable, 0, false
+	}
+	if nr, ok := errors.AsType[interface {
+		error
+		NoRetry() bool
+	}](err); ok && nr.NoRetry() {
+		return final, 0, false // the server asked not to be retried (gRPC pushback)
 	}
 	if e, ok := errors.AsType[*pipeline.Error](err); ok {
 		ra, has := e.RetryAfter()

@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// hedged runs a call whose attempts may overlap: each HedgeDelay without
-// an answer starts another attempt, while attempts, budget and deadline
-// allow. The first final answer (a success, or an outcome not to retry)
+// hedged runs a call whose attempts may overlap: each hedge delay
+// (HedgeDelay, or the HedgeQuantile of recent latency) without an answer
+// starts another attempt, while attempts, budget and deadline allow. The first final answer (a success, or an outcome not to retry)
 // ends the call: the other attempts are cancelled, and hedged returns once
 // they have returned. A retryable failure while others run waits for
 // them; with none running it is retried after a backoff, as a sequential
@@ -18,7 +18,11 @@ func (c *call) hedged(attempt func(context.Context) error) error {
 	if err := h.launch(false); err != nil {
 		return err
 	}
-	timer := time.NewTimer(c.s.p.HedgeDelay)
+	delay := c.s.p.HedgeDelay
+	if c.s.p.HedgeQuantile > 0 {
+		delay = c.d.lat.delay(delay)
+	}
+	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	for {
 		select {
@@ -35,10 +39,10 @@ func (c *call) hedged(attempt func(context.Context) error) error {
 			if h.inflight > 0 || !c.again(err) || h.launch(false) != nil {
 				return err
 			}
-			timer.Reset(c.s.p.HedgeDelay)
+			timer.Reset(delay)
 		case <-timer.C:
-			if c.n < c.s.p.Attempts && c.fits(time.Now()) && c.s.budget.withdraw() && h.launch(true) == nil {
-				timer.Reset(c.s.p.HedgeDelay)
+			if c.n < c.s.p.Attempts && c.fits(time.Now()) && c.withdraw(true) && h.launch(true) == nil {
+				timer.Reset(delay)
 			}
 		}
 	}

@@ -29,6 +29,8 @@ type Dependency struct {
 	name   string
 	cur    atomic.Pointer[state]
 	jitter func() float64 // in [0, 1); tests replace it
+	lat    latencies      // of successful attempts, for HedgeQuantile
+	count  counters
 }
 
 type state struct {
@@ -195,7 +197,7 @@ func (c *call) again(err error) bool {
 	if hasRA && ra > wait {
 		wait = ra
 	}
-	if !c.fits(time.Now().Add(wait)) || !c.s.budget.withdraw() {
+	if !c.fits(time.Now().Add(wait)) || !c.withdraw(false) {
 		return false // no sleep outlasts the deadline; an empty budget ends the call
 	}
 	t := time.NewTimer(wait)
@@ -253,9 +255,13 @@ func (c *call) run(attempt func(context.Context) error, n int, hedge bool, actx 
 	actx, span := tracer.Start(actx, "outbound "+c.d.name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sundial.dependency", c.d.name),
 			attribute.Int("sundial.attempt", n), attribute.Bool("sundial.hedge", hedge)))
+	c.counted(n, hedge)
+	began := time.Now()
 	err = attempt(actx)
 	if err != nil {
 		span.SetStatus(codes.Error, pipeline.ErrorText(err))
+	} else if q := c.s.p.HedgeQuantile; q > 0 {
+		c.d.lat.record(time.Since(began), q)
 	}
 	span.End()
 	if b := c.s.breaker; b != nil {

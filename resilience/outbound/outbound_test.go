@@ -195,6 +195,55 @@ func TestHedgeLosersCancelledOnFirstAnswer(t *testing.T) {
 	})
 }
 
+// TestHedgeDelayFollowsTheQuantile: with HedgeQuantile 0.5, a call hedges
+// after the fixed 100 ms until 20 successes are in; with 20 (one of 0 ms,
+// nine of 10 ms, ten of 30 ms) a stuck attempt is hedged at their median,
+// 30 ms; 16 samples later (fifteen of 5 ms, one of 0) the median is 10 ms.
+func TestHedgeDelayFollowsTheQuantile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := DefaultPolicy()
+		p.HedgeDelay, p.HedgeQuantile, p.SafeToHedge, p.BudgetMin = 100*time.Millisecond, 0.5, true, 1000
+		d := dep(t, p)
+		quick := func(took time.Duration) func(context.Context) error {
+			return func(context.Context) error { time.Sleep(took); return nil }
+		}
+		// hedgeAt returns when a call whose first attempt is stuck hedged.
+		hedgeAt := func() time.Duration {
+			start := time.Now()
+			var second time.Duration
+			var n atomic.Int32
+			_ = d.Do(t.Context(), func(ctx context.Context) error {
+				if n.Add(1) == 1 {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				second = time.Since(start)
+				return nil // not recorded: it took no time
+			})
+			return second
+		}
+		if at := hedgeAt(); at != 100*time.Millisecond {
+			t.Fatalf("with no samples the hedge started at %v, want the fixed 100ms", at)
+		}
+		for i := range 19 { // the success of hedgeAt's hedge (0 s) was the first sample
+			took := 10 * time.Millisecond
+			if i >= 9 {
+				took = 30 * time.Millisecond
+			}
+			_ = d.Do(t.Context(), quick(took))
+		}
+		if at := hedgeAt(); at != 30*time.Millisecond {
+			t.Fatalf("after 20 samples the hedge started at %v, want their median 30ms", at)
+		}
+		for range 15 { // hedgeAt's success was one more
+			_ = d.Do(t.Context(), quick(5*time.Millisecond))
+		}
+		if at := hedgeAt(); at != 10*time.Millisecond {
+			t.Fatalf("after 36 samples the hedge started at %v, want their median 10ms", at)
+		}
+	})
+}
+
 func TestNoHedgeWithoutKeyUnlessSafe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := DefaultPolicy()
@@ -376,4 +425,32 @@ func TestPolicyErrorsNameTheirField(t *testing.T) {
 	if d.Reconfigure(p) == nil || d.cur.Load().p.Attempts != 3 {
 		t.Fatal("an invalid policy was applied")
 	}
+}
+
+// TestStatsCount: a call retried twice, a hedge, and the two hedges the
+// empty budget refused (the second call's third attempt, the third
+// call's second) are counted; the breaker's state is reported.
+func TestStatsCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := DefaultPolicy()
+		p.HedgeDelay, p.SafeToHedge, p.BudgetRatio, p.BudgetMin = 10*time.Millisecond, true, 0, 3
+		d := dep(t, p)
+		var n atomic.Int32
+		_ = d.Do(t.Context(), func(context.Context) error { // not hedged: it fails at once, twice
+			if n.Add(1) < 3 {
+				return unavailable()
+			}
+			return nil
+		})
+		slow := func(context.Context) error { time.Sleep(time.Second); return nil }
+		_ = d.Do(t.Context(), slow) // one hedge takes the last token; a second is refused
+		_ = d.Do(t.Context(), slow) // the budget refuses the hedge
+		want := Stats{Attempts: 6, Retries: 2, Hedges: 1, BudgetRefusals: 2, HasBreaker: true, Breaker: resilience.BreakerClosed}
+		if got := d.Stats(); got != want {
+			t.Fatalf("Stats() = %+v, want %+v", got, want)
+		}
+		if (*Dependency)(nil).Stats() != (Stats{}) {
+			t.Fatal("a nil Dependency has stats")
+		}
+	})
 }

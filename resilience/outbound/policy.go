@@ -58,6 +58,11 @@ type Policy struct {
 	// dependency's calls are safe to repeat (reads).
 	HedgeDelay  time.Duration
 	SafeToHedge bool
+	// HedgeQuantile, when positive (below 1), replaces HedgeDelay by that
+	// quantile of the latencies of the dependency's last 128 successful
+	// attempts once 20 are in (e.g. 0.9: hedge the slowest tenth).
+	// HedgeDelay still turns hedging on, and is the delay until then.
+	HedgeQuantile float64
 	// FailureThreshold, when positive, gives the dependency a circuit
 	// breaker that opens after this many consecutive failed attempts and
 	// fails calls fast for BreakDuration.
@@ -113,6 +118,9 @@ func (p Policy) validate() error {
 	}
 	if !(p.BudgetRatio >= 0 && p.BudgetRatio <= 1) { // NaN fails too
 		bad("BudgetRatio", "%v is out of range (0 to 1)", p.BudgetRatio)
+	}
+	if !(p.HedgeQuantile >= 0 && p.HedgeQuantile < 1) {
+		bad("HedgeQuantile", "%v is out of range (0 to below 1)", p.HedgeQuantile)
 	}
 	if p.BudgetMin < 0 || p.BudgetMin > maxBudgetMin {
 		bad("BudgetMin", "%d is out of range (0 to %d)", p.BudgetMin, maxBudgetMin)

@@ -23,22 +23,22 @@ func parseDeps(t *testing.T, doc string) (map[string]outbound.Policy, error) {
 func TestDependencyKeysTable(t *testing.T) {
 	deps, err := parseDeps(t, `{"billing": {"Attempts": 4, "MinAttemptTimeoutMs": 5, "AttemptTimeoutMs": 200,
 		"Backoff": {"BaseMs": 20, "MaxMs": 400}, "Budget": {"Ratio": 0.1, "Min": 3},
-		"Hedge": {"DelayMs": 30, "SafeToHedge": true}, "Breaker": {"FailureThreshold": 7, "BreakSeconds": 2}},
+		"Hedge": {"DelayMs": 30, "SafeToHedge": true, "Quantile": 0.9}, "Breaker": {"FailureThreshold": 7, "BreakSeconds": 2}},
 		"inventory": {}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := outbound.Policy{Attempts: 4, MinAttemptTimeout: 5 * time.Millisecond, AttemptTimeout: 200 * time.Millisecond,
 		BackoffBase: 20 * time.Millisecond, BackoffMax: 400 * time.Millisecond, BudgetRatio: 0.1, BudgetMin: 3,
-		HedgeDelay: 30 * time.Millisecond, SafeToHedge: true, FailureThreshold: 7, BreakDuration: 2 * time.Second}
+		HedgeDelay: 30 * time.Millisecond, SafeToHedge: true, HedgeQuantile: 0.9, FailureThreshold: 7, BreakDuration: 2 * time.Second}
 	if deps["billing"] != want {
 		t.Fatalf("billing = %+v\nwant      %+v", deps["billing"], want)
 	}
 	if deps["inventory"] != outbound.DefaultPolicy() {
 		t.Fatalf("inventory = %+v, want the defaults", deps["inventory"])
 	}
-	if got := len(DependencyKeys); got != 11 {
-		t.Fatalf("%d rows; this test sets 11", got)
+	if got := len(DependencyKeys); got != 12 {
+		t.Fatalf("%d rows; this test sets 12", got)
 	}
 }
 
@@ -48,7 +48,8 @@ func TestDependencyErrorsNameTheKeyPath(t *testing.T) {
 		`{"billing": {"Attempts": 11}}`:                                    "Sundial.Kernel.Dependencies.billing.Attempts: 11 is too large",
 		`{"billing": {"Budget": {"Ratio": 1.5}}}`:                          "Sundial.Kernel.Dependencies.billing.Budget.Ratio: want a number from 0 to 1",
 		`{"billing": {"Backoff": {"BaseMs": 500, "MaxMs": 100}}}`:          "Sundial.Kernel.Dependencies.billing.Backoff.MaxMs: 100ms is below BackoffBase",
-		`{"billing": {"Hedge": {"Delay": 5}}}`:                             "Sundial.Kernel.Dependencies.billing.Hedge.Delay: unknown key (known keys: DelayMs, SafeToHedge)",
+		`{"billing": {"Hedge": {"Delay": 5}}}`:                             "Sundial.Kernel.Dependencies.billing.Hedge.Delay: unknown key (known keys: DelayMs, SafeToHedge, Quantile)",
+		`{"billing": {"Hedge": {"Quantile": 1}}}`:                          "Sundial.Kernel.Dependencies.billing.Hedge.Quantile: 1 is out of range (0 to below 1)",
 		`{"billing": {"Retries": 5}}`:                                      "Sundial.Kernel.Dependencies.billing.Retries: unknown key (known keys: Attempts,",
 		`{"billing": {"Breaker": 5}}`:                                      "Sundial.Kernel.Dependencies.billing.Breaker: want an object",
 		`{"bill ing": {}}`:                                                 "Sundial.Kernel.Dependencies.bill ing: a dependency name",

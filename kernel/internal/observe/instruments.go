@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sundial-go/sundial/resilience"
@@ -35,12 +36,16 @@ type instruments struct {
 	reloads metric.Int64Counter
 	replays metric.Int64Counter
 
+	outAttempts metric.Int64ObservableCounter // MetricOutboundAttempts
+	outRefusals metric.Int64ObservableCounter // MetricOutboundBudgetRefusals
+	outBreaker  metric.Int64ObservableGauge   // MetricOutboundBreakerState
+
 	err error // instrument creation errors (the instruments are then no-ops)
 }
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [14]error
+	var errs [17]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -77,10 +82,20 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.replays, errs[13] = m.Int64Counter(MetricIdempotencyReplays,
 		metric.WithDescription("Invocations answered with the stored outcome of an earlier call with the same idempotency key, by operation and protocol."),
 		metric.WithUnit("{invocation}"))
+	in.outAttempts, errs[14] = m.Int64ObservableCounter(MetricOutboundAttempts,
+		metric.WithDescription("Attempts of outbound calls through a configured dependency, by dependency and attempt (first, retry, hedge)."),
+		metric.WithUnit("{attempt}"))
+	in.outRefusals, errs[15] = m.Int64ObservableCounter(MetricOutboundBudgetRefusals,
+		metric.WithDescription("Retries and hedges refused by a dependency's retry budget, by dependency."),
+		metric.WithUnit("{attempt}"))
+	in.outBreaker, errs[16] = m.Int64ObservableGauge(MetricOutboundBreakerState,
+		metric.WithDescription("A dependency's circuit breaker state: 1 for the state it is in (closed, half_open or open), 0 for the others."),
+		metric.WithUnit("{state}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
+		in.observeDependencies(t, o)
 		return nil
-	}, in.breaker, in.queue, in.active, in.late, in.cluster)
+	}, in.breaker, in.queue, in.active, in.late, in.cluster, in.outAttempts, in.outRefusals, in.outBreaker)
 	in.err = errors.Join(errs[:]...)
 	return in
 }
@@ -106,14 +121,7 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 			continue
 		}
 		if st.HasBreaker {
-			cur := breakerSlot(st.Breaker)
-			for i := range breakerStates {
-				v := int64(0)
-				if i == cur {
-					v = 1
-				}
-				o.ObserveInt64(in.breaker, v, op.observeBreaker[i]...)
-			}
+			observeBreaker(o, in.breaker, st.Breaker, func(i int) []metric.ObserveOption { return op.observeBreaker[i] })
 		}
 		if st.RateLimited {
 			o.ObserveInt64(in.queue, int64(st.RateQueueDepth), op.observeRate...)
@@ -132,6 +140,19 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 	}
 }
 
+// observeBreaker reports the breaker state s as one point per state of
+// breakerStates, 1 for s and 0 for the others, with the options of each.
+func observeBreaker(o metric.Observer, g metric.Int64ObservableGauge, s resilience.BreakerState, opts func(i int) []metric.ObserveOption) {
+	cur := breakerSlot(s)
+	for i := range breakerStates {
+		v := int64(0)
+		if i == cur {
+			v = 1
+		}
+		o.ObserveInt64(g, v, opts(i)...)
+	}
+}
+
 // breakerStates are the values of MetricAttrState, indexed as breakerSlot
 // returns them.
 var breakerStates = [...]string{BreakerClosed, BreakerHalfOpen, BreakerOpen}
@@ -145,4 +166,27 @@ func breakerSlot(s resilience.BreakerState) int {
 		return 2
 	}
 	return 0
+}
+
+// observeDependencies reports every configured dependency's stats.
+func (in *instruments) observeDependencies(t *Telemetry, o metric.Observer) {
+	f := t.deps.Load()
+	if f == nil {
+		return
+	}
+	for name, st := range (*f)() {
+		dep := attribute.String(MetricAttrDependency, name)
+		for _, a := range []struct {
+			kind string
+			n    int64
+		}{{"first", st.Attempts - st.Retries - st.Hedges}, {"retry", st.Retries}, {"hedge", st.Hedges}} {
+			o.ObserveInt64(in.outAttempts, a.n, metric.WithAttributes(dep, attribute.String(MetricAttrAttempt, a.kind)))
+		}
+		o.ObserveInt64(in.outRefusals, st.BudgetRefusals, metric.WithAttributes(dep))
+		if st.HasBreaker {
+			observeBreaker(o, in.outBreaker, st.Breaker, func(i int) []metric.ObserveOption {
+				return []metric.ObserveOption{metric.WithAttributes(dep, attribute.String(MetricAttrState, breakerStates[i]))}
+			})
+		}
+	}
 }

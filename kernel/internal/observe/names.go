@@ -62,6 +62,20 @@ const (
 	// (another input), KERNEL_VALIDATION_004/_005 (key missing or
 	// malformed), KERNEL_UNAVAILABLE_006 (store unavailable).
 	MetricIdempotencyReplays = "sundial.idempotency.replays"
+	// MetricOutboundAttempts counts the attempts of outbound calls made
+	// through a configured dependency (Int64ObservableCounter), by
+	// dependency and attempt (MetricAttrAttempt: "first", "retry" or
+	// "hedge"; docs/outbound.md).
+	MetricOutboundAttempts = "sundial.outbound.attempts"
+	// MetricOutboundBudgetRefusals counts the retries and hedges a
+	// dependency's retry budget refused (Int64ObservableCounter), by
+	// dependency.
+	MetricOutboundBudgetRefusals = "sundial.outbound.budget_refusals"
+	// MetricOutboundBreakerState is a dependency's breaker state
+	// (Int64ObservableGauge), as MetricBreakerState is an operation's,
+	// by dependency and state. Dependencies without a breaker are not
+	// reported.
+	MetricOutboundBreakerState = "sundial.outbound.breaker.state"
 )
 
 // Metric attribute keys. They are short because the metric names are
@@ -92,6 +106,11 @@ const (
 	// MetricAttrResult is the result of a MetricConfigReloads point: "ok",
 	// "invalid" or "unchanged".
 	MetricAttrResult = "result"
+	// MetricAttrDependency is the dependency's configured name.
+	MetricAttrDependency = "dependency"
+	// MetricAttrAttempt is the attempt of a MetricOutboundAttempts point:
+	// "first", "retry" or "hedge".
+	MetricAttrAttempt = "attempt"
 )
 
 // Span attribute keys.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Option configures a Telemetry.
@@ -79,6 +80,18 @@ func (t *Telemetry) ObserveStragglers(f func() int64) {
 	t.stragglers.Store(&f)
 }
 
+// ObserveDependencies sets the function the outbound instruments
+// (MetricOutboundAttempts, MetricOutboundBudgetRefusals,
+// MetricOutboundBreakerState) call at each collection to read every
+// configured dependency's stats. Until it is called they report nothing.
+// On a nil Telemetry it does nothing.
+func (t *Telemetry) ObserveDependencies(f func() map[string]outbound.Stats) {
+	if t == nil || f == nil {
+		return
+	}
+	t.deps.Store(&f)
+}
+
 // LimitState is a snapshot of one operation's limiters, as the observable
 // instruments report it.
 type LimitState struct {
@@ -117,6 +130,8 @@ type Telemetry struct {
 	limits atomic.Pointer[LimitsFunc]
 	// stragglers reads the kernel's count of stragglers (ObserveStragglers).
 	stragglers atomic.Pointer[func() int64]
+	// deps reads the dependencies' stats (ObserveDependencies).
+	deps atomic.Pointer[func() map[string]outbound.Stats]
 
 	fixed   *tracerState                // the resolved tp, when tp is not nil
 	current atomic.Pointer[tracerState] // the last global provider seen
