@@ -2,7 +2,8 @@ package outbound
 
 import (
 	"context"
-	"math/rand/v2"
+	"crypto/rand"
+	mrand "math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -42,7 +43,7 @@ type state struct {
 // New returns the Dependency name under p, or the errors of p, each
 // naming its field (e.g. "Attempts: 0 is out of range (1 to 10)").
 func New(name string, p Policy) (*Dependency, error) {
-	d := &Dependency{name: name, jitter: rand.Float64}
+	d := &Dependency{name: name, jitter: mrand.Float64}
 	if err := d.Reconfigure(p); err != nil {
 		return nil, err
 	}
@@ -82,7 +83,8 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 
 // Do runs one call: it calls attempt with a context derived from ctx (with
 // the same deadline, or shorter with AttemptTimeout, the same baggage —
-// the idempotency key included — and a child span of its own), and calls
+// the idempotency key included, or one made once by CreateKey — and a
+// child span of its own), and calls
 // it again, after a backoff, as long as the outcome is retryable (see the
 // package doc), attempts are left, the budget has a token, the breaker is
 // closed and what remains of the deadline after the sleep still holds a
@@ -112,8 +114,11 @@ func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error
 		return attempt(ctx)
 	}
 	s := d.cur.Load()
-	c := &call{d: d, s: s, ctx: ctx,
-		keyed: baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != ""}
+	keyed := baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != ""
+	if !keyed && s.p.CreateKey {
+		ctx, keyed = withNewKey(ctx)
+	}
+	c := &call{d: d, s: s, ctx: ctx, keyed: keyed}
 	if err := c.refusal(time.Now()); err != nil {
 		return err
 	}
@@ -122,6 +127,21 @@ func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error
 		return c.hedged(attempt)
 	}
 	return c.sequential(attempt)
+}
+
+// withNewKey returns ctx with a fresh idempotency key ("sundial-" and 26
+// random base32 characters) in its baggage, or ctx and false when the
+// baggage cannot take one more member.
+func withNewKey(ctx context.Context) (context.Context, bool) {
+	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, "sundial-"+rand.Text())
+	if err != nil {
+		return ctx, false
+	}
+	b, err := baggage.FromContext(ctx).SetMember(m)
+	if err != nil {
+		return ctx, false
+	}
+	return baggage.ContextWithBaggage(ctx, b), true
 }
 
 // call is one Do.

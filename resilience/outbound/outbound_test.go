@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/baggage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -451,6 +452,41 @@ func TestStatsCount(t *testing.T) {
 		}
 		if (*Dependency)(nil).Stats() != (Stats{}) {
 			t.Fatal("a nil Dependency has stats")
+		}
+	})
+}
+
+// TestCreateKeyGivesEveryAttemptTheSameKey: with CreateKey, a call without
+// a key gets one, the same on every attempt, so its TIMEOUT is retried;
+// a caller's own key is kept; without CreateKey a TIMEOUT is final.
+func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		timeout := pipeline.Timeout("BILLING_TIMEOUT_001", "slow")
+		for _, tc := range []struct {
+			create bool
+			ctx    context.Context
+			want   []string // the key each attempt carried; "new" is a made one
+		}{
+			{true, t.Context(), []string{"new", "new", "new"}},
+			{true, withKey(t.Context()), []string{"k-1", "k-1", "k-1"}},
+			{false, t.Context(), []string{""}},
+		} {
+			p := DefaultPolicy()
+			p.CreateKey, p.BackoffBase, p.BackoffMax = tc.create, time.Millisecond, time.Millisecond
+			var keys []string
+			_ = dep(t, p).Do(tc.ctx, func(ctx context.Context) error {
+				keys = append(keys, baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value())
+				return timeout
+			})
+			if len(keys) != len(tc.want) {
+				t.Fatalf("CreateKey %v: %d attempts (keys %q), want %d", tc.create, len(keys), keys, len(tc.want))
+			}
+			for i, k := range keys {
+				w := tc.want[i]
+				if w == "new" && (!strings.HasPrefix(k, "sundial-") || len(k) != 34 || k != keys[0]) || w != "new" && k != w {
+					t.Fatalf("CreateKey %v: attempt keys %q, want %q", tc.create, keys, tc.want)
+				}
+			}
 		}
 	})
 }

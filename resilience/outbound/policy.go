@@ -63,6 +63,12 @@ type Policy struct {
 	// attempts once 20 are in (e.g. 0.9: hedge the slowest tenth).
 	// HedgeDelay still turns hedging on, and is the delay until then.
 	HedgeQuantile float64
+	// CreateKey gives a call that carries no idempotency key a fresh one
+	// before its first attempt, so that every attempt carries the same
+	// key: set it when the dependency's operations take keys (e.g.
+	// Idempotency on billing.charge), so that a TIMEOUT or a lost answer
+	// is retried and answered once.
+	CreateKey bool
 	// FailureThreshold, when positive, gives the dependency a circuit
 	// breaker that opens after this many consecutive failed attempts and
 	// fails calls fast for BreakDuration.

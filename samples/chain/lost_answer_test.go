@@ -36,11 +36,13 @@ func loseFirstAnswer() grpc.UnaryClientInterceptor {
 // the answer is lost on the way back. A dependency retries the ambiguous
 // failure only because the call carries an idempotency key; the retry
 // has the same key, so Billing's idempotency record replays the receipt:
-// one charge, counted in Billing's journal. Without a key the dependency
-// does not retry, and the caller gets the failure, not a second charge.
+// one charge, counted in Billing's journal. The key is the caller's, or
+// one the dependency makes (CreateKey). Without a key the dependency does
+// not retry, and the caller gets the failure, not a second charge.
 func TestExperiment8LostAnswerRetriedByTheDependency(t *testing.T) {
 	t.Parallel()
-	for _, keyed := range []bool{true, false} {
+	for _, tc := range []struct{ callerKey, createKey bool }{{true, false}, {false, true}, {false, false}} {
+		keyed := tc.callerKey || tc.createKey
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -63,12 +65,13 @@ func TestExperiment8LostAnswerRetriedByTheDependency(t *testing.T) {
 		defer cc.Close()
 		p := outbound.DefaultPolicy()
 		p.BackoffBase, p.BackoffMax = time.Millisecond, 2*time.Millisecond
+		p.CreateKey = tc.createKey
 		dep, err := outbound.New("billing", p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		if keyed {
+		if tc.callerKey {
 			ctx, _ = telemetry.WithIdempotencyKey(ctx, "order-77")
 		}
 		var r Receipt
@@ -78,12 +81,12 @@ func TestExperiment8LostAnswerRetriedByTheDependency(t *testing.T) {
 		st := dep.Stats()
 		switch {
 		case keyed && (err != nil || r.ID != "chg-1" || charged != 1 || st.Attempts != 2):
-			t.Errorf("with a key: receipt %+v, err %v, %d charges, %d attempts; want chg-1, one charge, 2 attempts",
-				r, err, charged, st.Attempts)
+			t.Errorf("%+v: receipt %+v, err %v, %d charges, %d attempts; want chg-1, one charge, 2 attempts",
+				tc, r, err, charged, st.Attempts)
 		case !keyed && (pipeline.AsError(err).Kind() != pipeline.KindUnexpected || charged != 1 || st.Attempts != 1):
 			t.Errorf("without a key: err %v, %d charges, %d attempts; want the lost answer's UNEXPECTED, one charge, 1 attempt",
 				err, charged, st.Attempts)
 		}
-		t.Logf("keyed %v: %d attempts, %d charges, receipt %q, err %v", keyed, st.Attempts, charged, r.ID, err)
+		t.Logf("%+v: %d attempts, %d charges, receipt %q, err %v", tc, st.Attempts, charged, r.ID, err)
 	}
 }

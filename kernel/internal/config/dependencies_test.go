@@ -23,22 +23,22 @@ func parseDeps(t *testing.T, doc string) (map[string]outbound.Policy, error) {
 func TestDependencyKeysTable(t *testing.T) {
 	deps, err := parseDeps(t, `{"billing": {"Attempts": 4, "MinAttemptTimeoutMs": 5, "AttemptTimeoutMs": 200,
 		"Backoff": {"BaseMs": 20, "MaxMs": 400}, "Budget": {"Ratio": 0.1, "Min": 3},
-		"Hedge": {"DelayMs": 30, "SafeToHedge": true, "Quantile": 0.9}, "Breaker": {"FailureThreshold": 7, "BreakSeconds": 2}},
-		"inventory": {}}`)
+		"Hedge": {"DelayMs": 30, "SafeToHedge": true, "Quantile": 0.9}, "Breaker": {"FailureThreshold": 7, "BreakSeconds": 2},
+		"CreateIdempotencyKey": true}, "inventory": {}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := outbound.Policy{Attempts: 4, MinAttemptTimeout: 5 * time.Millisecond, AttemptTimeout: 200 * time.Millisecond,
 		BackoffBase: 20 * time.Millisecond, BackoffMax: 400 * time.Millisecond, BudgetRatio: 0.1, BudgetMin: 3,
-		HedgeDelay: 30 * time.Millisecond, SafeToHedge: true, HedgeQuantile: 0.9, FailureThreshold: 7, BreakDuration: 2 * time.Second}
+		HedgeDelay: 30 * time.Millisecond, SafeToHedge: true, HedgeQuantile: 0.9, CreateKey: true, FailureThreshold: 7, BreakDuration: 2 * time.Second}
 	if deps["billing"] != want {
 		t.Fatalf("billing = %+v\nwant      %+v", deps["billing"], want)
 	}
 	if deps["inventory"] != outbound.DefaultPolicy() {
 		t.Fatalf("inventory = %+v, want the defaults", deps["inventory"])
 	}
-	if got := len(DependencyKeys); got != 12 {
-		t.Fatalf("%d rows; this test sets 12", got)
+	if got := len(DependencyKeys); got != 13 {
+		t.Fatalf("%d rows; this test sets 13", got)
 	}
 }
 
