@@ -449,19 +449,29 @@ func NewClient(o *redis.Options) *redis.Client {
 	c := *o
 	c.ContextTimeoutEnabled = true
 	c.MaxRetries = -1
-	if c.DialTimeout == 0 {
-		c.DialTimeout = time.Second
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = time.Second
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = time.Second
-	}
-	if c.PoolTimeout == 0 {
-		c.PoolTimeout = time.Second
-	}
+	setTimeouts(&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
 	return redis.NewClient(&c)
+}
+
+// NewClusterClient is [NewClient] for a Redis Cluster: the same settings,
+// and a MOVED or ASK redirect (a slot moved, a replica promoted) is
+// followed at most MaxRedirects times (go-redis's default, 3) within the
+// call's context.
+func NewClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {
+	c := *o
+	c.ContextTimeoutEnabled = true
+	c.MaxRetries = -1
+	setTimeouts(&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
+	return redis.NewClusterClient(&c)
+}
+
+// setTimeouts sets each zero timeout to one second.
+func setTimeouts(ds ...*time.Duration) {
+	for _, d := range ds {
+		if *d == 0 {
+			*d = time.Second
+		}
+	}
 }
 
 // validID reports whether id can be part of a key (operation IDs always

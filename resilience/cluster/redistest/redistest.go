@@ -26,10 +26,11 @@ import (
 
 // Server is one redis-server process owned by a test.
 type Server struct {
-	tb   testing.TB
-	bin  string
-	dir  string
-	port int
+	tb    testing.TB // nil for a node of a launched Cluster
+	bin   string
+	dir   string
+	port  int
+	extra []string // arguments after the defaults (cluster mode)
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -39,6 +40,18 @@ type Server struct {
 // end with tb.Cleanup.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	s := &Server{tb: tb, bin: lookPath(tb), dir: tb.TempDir(), port: freePort(tb)}
+	if err := s.start(); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(s.stop)
+	return s
+}
+
+// lookPath returns redis-server's path, or ends the test: failed when CI
+// is set, else skipped.
+func lookPath(tb testing.TB) string {
+	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		msg := "redistest: redis-server not found; run `make deps` (or: apt-get install -y redis-server)"
@@ -47,12 +60,7 @@ func Start(tb testing.TB) *Server {
 		}
 		tb.Skip(msg)
 	}
-	s := &Server{tb: tb, bin: bin, dir: tb.TempDir(), port: freePort(tb)}
-	if err := s.start(); err != nil {
-		tb.Fatalf("redistest: %v", err)
-	}
-	tb.Cleanup(s.stop)
-	return s
+	return bin
 }
 
 // Addr is host:port of the server.
@@ -62,12 +70,13 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *Server) Port() int { return s.port }
 
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin,
+	args := append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--protected-mode", "yes", "--loglevel", "warning",
 		"--enable-debug-command", "local",
-	)
+	}, s.extra...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -102,7 +111,7 @@ func (s *Server) stop() {
 func (s *Server) Kill() { s.stop() }
 
 // Restart starts the server again on the same port (after [Server.Kill]);
-// its data is gone.
+// its data is gone. It is for a server of [Start], not a cluster's node.
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.stop()
@@ -112,7 +121,8 @@ func (s *Server) Restart() {
 }
 
 // Pause runs CLIENT PAUSE for d: the server accepts connections and
-// commands but answers none until d has passed.
+// commands but answers none until d has passed. It is for a server of
+// [Start], not a cluster's node.
 func (s *Server) Pause(d time.Duration) {
 	s.tb.Helper()
 	if _, err := s.do("CLIENT", "PAUSE", strconv.FormatInt(d.Milliseconds(), 10), "ALL"); err != nil {
@@ -173,10 +183,19 @@ func (s *Server) do(args ...string) (string, error) {
 
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := listenFree()
 	if err != nil {
 		tb.Fatalf("redistest: free port: %v", err)
 	}
+	return p
+}
+
+// listenFree returns a free 127.0.0.1 port.
+func listenFree() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
