@@ -271,7 +271,7 @@ func (k *Kernel) setUpCluster(o *options) error {
 func (k *Kernel) clustered(ps policies) []string {
 	var ids []string
 	for _, d := range k.registry.All() {
-		if p := ps.policyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0) {
+		if p := ps.policyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0 || p.PerKey.PermitLimit > 0) {
 			ids = append(ids, d.ID)
 		}
 	}
@@ -319,6 +319,11 @@ func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Opt
 	if p.ConcurrencyLimit > 0 {
 		if s, err := st.Slots(id, p); err == nil {
 			opts = append(opts, resilience.WithSharedSlots(s))
+		}
+	}
+	if p.PerKey.PermitLimit > 0 {
+		if w, err := st.KeyedWindow(id, p); err == nil {
+			opts = append(opts, resilience.WithSharedKeyedWindow(w))
 		}
 	}
 	return opts
