@@ -142,7 +142,9 @@ func testWindowSharedAcrossReplicas(t *testing.T, connect func() redis.Universal
 
 // TestExhaustedWindowCostsNoRoundTrip: once a window is known to be used
 // up with its queue full, a rejection is answered locally.
-func TestExhaustedWindowCostsNoRoundTrip(t *testing.T) { onRedis(t, testExhaustedWindowCostsNoRoundTrip) }
+func TestExhaustedWindowCostsNoRoundTrip(t *testing.T) {
+	onRedis(t, testExhaustedWindowCostsNoRoundTrip)
+}
 
 func testExhaustedWindowCostsNoRoundTrip(t *testing.T, connect func() redis.UniversalClient) {
 	r := newReplicaOn(t, connect(), cluster.Config{KeyPrefix: "t2"})
