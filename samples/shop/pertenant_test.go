@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
@@ -233,4 +236,32 @@ func handlerRunsPerTenant(t *testing.T, paths []string) map[string]int {
 		}
 	}
 	return n
+}
+
+// TestShopGRPCPerTenantLimit: over gRPC a per-key limit takes its key
+// from the "baggage" metadata: two orders per tenant, then Unavailable
+// with KERNEL_UNAVAILABLE_002 for that tenant only; a key with a brace
+// is InvalidArgument KERNEL_VALIDATION_008.
+func TestShopGRPCPerTenantLimit(t *testing.T) {
+	g := startShopGRPC(t, serveOptions{configFile: writeConfig(t, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
+		"orders.create":{"PermitLimit":1000,"PerKey":{"PermitLimit":2,"WindowSeconds":1000000000}}}}}}}`)})
+	order := func(tenant string) *status.Status {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "baggage", "tenant="+tenant)
+		_, st := g.call(ctx, t, "shop.v1.Orders", "Create", `{"name":"widget","amount":1}`)
+		return st
+	}
+	for i, tenant := range []string{"acme", "acme", "globex"} {
+		if st := order(tenant); st != nil {
+			t.Fatalf("order %d of %s: %v, want OK", i+1, tenant, st)
+		}
+	}
+	if st := order("acme"); st.Code() != codes.Unavailable || errorInfoOf(st).GetReason() != pipeline.CodeRateLimited {
+		t.Fatalf("acme's third order: %v, want Unavailable %s", st, pipeline.CodeRateLimited)
+	}
+	if st := order("globex"); st != nil {
+		t.Fatalf("globex's second order: %v, want OK", st)
+	}
+	if st := order("a%7Bb"); st.Code() != codes.InvalidArgument || errorInfoOf(st).GetReason() != pipeline.CodeLimitKeyMalformed {
+		t.Fatalf("a key with a brace: %v, want InvalidArgument %s", st, pipeline.CodeLimitKeyMalformed)
+	}
 }
