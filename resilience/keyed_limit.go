@@ -27,16 +27,16 @@ type PerKey struct {
 	// (default 0: reject at once).
 	QueueLimit int
 	// Baggage names the baggage member that carries the call's key
-	// (default DefaultKeyBaggage): the W3C "baggage" header over HTTP, the
+	// (default "tenant"): the W3C "baggage" header over HTTP, the
 	// "baggage" metadata over gRPC. Calls without it share the empty key.
 	// A key longer than 128 bytes, or holding a control character or a
 	// brace, is rejected with 400 KERNEL_VALIDATION_008.
 	Baggage string
 }
 
-// DefaultKeyBaggage is the baggage member a PerKey limit reads its key
-// from when PerKey.Baggage is empty.
-const DefaultKeyBaggage = "tenant"
+// defaultKeyBaggage is the baggage member a PerKey limit reads its key
+// from when PerKey.Baggage is empty (the policy key's stated default).
+const defaultKeyBaggage = "tenant"
 
 // SharedKeyedWindow is a per-key fixed window whose permits are counted
 // outside this process (package resilience/cluster implements it on
@@ -74,7 +74,7 @@ type keyedLimit struct {
 func (l *Limits) keyedOf(old *chain, p Policy, o options) *keyedLimit {
 	k := &keyedLimit{id: l.id, policy: p.PerKey, baggage: p.PerKey.Baggage, shared: o.keyed, l: l}
 	if k.baggage == "" {
-		k.baggage = DefaultKeyBaggage
+		k.baggage = defaultKeyBaggage
 	}
 	if k.shared != nil {
 		return k

@@ -320,7 +320,11 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 	c := redistest.StartCluster(t)
 	const prefix, id = "f1", "orders.create"
 	p := perKey(10, veryLong, 0)
-	p.StoreTimeout, p.ExpectedReplicas = 500*time.Millisecond, 3
+	// StoreTimeout is the 2 s of the other load tests: on a loaded 2-core
+	// machine a healthy store can take longer than 500 ms under -race,
+	// and a degraded replica enforces its share (4), by design. Calls to
+	// the dead master are refused at once.
+	p.StoreTimeout, p.ExpectedReplicas = 2*time.Second, 3
 	var transitions atomic.Int64 // degraded or recovered, any replica
 	var rs []*replica
 	var ws []*cluster.KeyedWindow
@@ -334,8 +338,8 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 		}
 		rs, ws = append(rs, r), append(ws, w)
 	}
-	const bound = 2 * time.Second // StoreTimeout, and room for a busy machine
-	var calls, admitted, slow atomic.Int64
+	const bound = 5 * time.Second // no hang: StoreTimeout, and room for a busy machine
+	var calls, admitted, slow, worst atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for worker := range 6 {
@@ -348,8 +352,11 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 				}
 				start := time.Now()
 				_, err := ws[worker%3].Wait(t.Context(), fmt.Sprintf("during-%d-%d", worker, i%50))
-				if time.Since(start) > bound {
+				d := time.Since(start)
+				if d > bound {
 					slow.Add(1)
+				}
+				for w := worst.Load(); int64(d) > w && !worst.CompareAndSwap(w, int64(d)); w = worst.Load() {
 				}
 				calls.Add(1)
 				switch {
@@ -365,13 +372,16 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	took := c.KillMaster(t, 0)
+	promoted := time.Now()
 	waitRecovered(t, rs, ws, id) // the load goes on until every replica is cluster-wide again
+	recovered := time.Since(promoted)
 	close(stop)
 	wg.Wait()
 	if n := slow.Load(); n > 0 {
 		t.Fatalf("%d calls took longer than %v", n, bound)
 	}
-	t.Logf("failover in %v; %d calls answered during it (%d admitted), none slower than %v", took.Round(time.Millisecond), calls.Load(), admitted.Load(), bound)
+	t.Logf("failover in %v, every replica cluster-wide %v after it; %d calls answered meanwhile (%d admitted), the slowest in %v",
+		took.Round(time.Millisecond), recovered.Round(time.Millisecond), calls.Load(), admitted.Load(), time.Duration(worst.Load()).Round(time.Millisecond))
 	// Calls in flight at the stop may have degraded a replica again; the
 	// exact phase starts once a pass over the slots changes nothing.
 	for pass := 0; ; pass++ {
@@ -395,6 +405,7 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 			t.Fatal("the replicas kept degrading 20 passes after the failover")
 		}
 	}
+	exact := transitions.Load()
 	var after [50]atomic.Int64
 	sem := make(chan struct{}, 24) // as many at once as the 6 workers and more, not a pile-up of 750 on the pool
 	for k := range 50 {
@@ -411,6 +422,9 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	if transitions.Load() != exact {
+		t.Fatalf("a replica lost the store for more than StoreTimeout (2 s) under this load after the failover; the shared count was not in force")
+	}
 	for k := range 50 {
 		if got := after[k].Load(); got != 10 {
 			t.Errorf("after the failover, key %d: admitted %d of 15, want exactly 10", k, got)

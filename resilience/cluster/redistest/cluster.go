@@ -206,9 +206,6 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// Master returns the node that started as master i (0, 1 or 2).
-func (c *Cluster) Master(i int) *Server { return c.masters[i] }
-
 // KillMaster kills master i with SIGKILL and waits until its replica has
 // taken over and the cluster is ok again; it returns how long that took.
 func (c *Cluster) KillMaster(tb testing.TB, i int) time.Duration {
