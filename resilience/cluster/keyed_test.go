@@ -454,3 +454,21 @@ func waitRecovered(t *testing.T, rs []*replica, ws []*cluster.KeyedWindow, id st
 		}
 	}
 }
+
+// TestClusterRefusesCrossSlotScripts: the test cluster refuses a script
+// whose keys are in two slots, and one that touches a key it did not
+// declare on another node. So every store test that passes on it shows
+// that its scripts stay in one slot.
+func TestClusterRefusesCrossSlotScripts(t *testing.T) {
+	rdb := cluster.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t).Addrs()})
+	defer rdb.Close()
+	err := rdb.Eval(t.Context(), "return 1", []string{"{a}:x", "{b}:x"}).Err()
+	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Fatalf("a script on keys of two slots: %v, want CROSSSLOT", err)
+	}
+	// {b} and {c} hash to slots on different masters of a three-master cluster.
+	err = rdb.Eval(t.Context(), "return redis.call('GET', '{c}:x')", []string{"{b}:x"}).Err()
+	if err == nil {
+		t.Fatal("a script touching an undeclared key of another node ran")
+	}
+}
