@@ -21,7 +21,7 @@ const perKeyOps = `"Resilience":{"Operations":{"orders.create":{"Scope":"%s","St
 // TestPerKeyLimit: the PerKey keys limit each tenant (the baggage member
 // "tenant") separately. Process scope counts per kernel; cluster scope
 // across three kernels sharing Redis — a single server, or a Redis
-// Cluster named by Redis.Addresses. A tenant over its limit gets 503
+// Cluster named by Redis.Addresses or found from one node (Cluster true). A tenant over its limit gets 503
 // KERNEL_UNAVAILABLE_002; a key that is not valid gets 400
 // KERNEL_VALIDATION_008 and takes nothing.
 func TestPerKeyLimit(t *testing.T) {
@@ -39,6 +39,10 @@ func TestPerKeyLimit(t *testing.T) {
 		{"cluster on a Redis Cluster", func(t *testing.T) string {
 			addrs := `"` + strings.Join(redistest.SharedCluster(t).Addrs(), `","`) + `"`
 			return `{"Sundial":{"Kernel":{"Redis":{"Addresses":[` + addrs + `],"KeyPrefix":"pk2"},` + scope("cluster") + `}}}`
+		}, 3, 3},
+		{"cluster on a Redis Cluster found from one node", func(t *testing.T) string {
+			seed := redistest.SharedCluster(t).Addrs()[0]
+			return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + seed + `","Cluster":true,"KeyPrefix":"pk3"},` + scope("cluster") + `}}}`
 		}, 3, 3},
 	}
 	for _, tc := range cases {
