@@ -9,5 +9,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { redistest.StopShared() }))
+	goleak.VerifyTestMain(redistest.StopSharedAfter(m))
 }

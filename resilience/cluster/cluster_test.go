@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { redistest.StopShared() }),
+	goleak.VerifyTestMain(redistest.StopSharedAfter(m),
 		// go-redis probes a dead node once a second until its pool is
 		// closed, then ends (TestMasterFailoverMidLoad closes it last).
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))

@@ -24,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { redistest.StopShared() }))
+	goleak.VerifyTestMain(redistest.StopSharedAfter(m))
 }
 
 type chargeIn struct {

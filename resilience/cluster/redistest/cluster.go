@@ -56,9 +56,10 @@ var shared struct {
 }
 
 // SharedCluster returns the cluster shared by the tests of this process,
-// started by the first call; a test package that calls it stops it with
-// [StopShared] in its TestMain, after the tests have run. Tests that kill
-// its nodes must start their own ([StartCluster]).
+// started by the first call. A test package that calls it wraps its
+// TestMain's m with [StopSharedAfter], which stops the cluster once the
+// tests have run. Tests that kill its nodes start their own
+// ([StartCluster]).
 func SharedCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	bin := lookPath(tb)
@@ -76,11 +77,25 @@ func SharedCluster(tb testing.TB) *Cluster {
 	return shared.c
 }
 
-// StopShared stops the cluster of [SharedCluster], if one was started.
-func StopShared() {
-	if shared.c != nil {
-		shared.c.Stop()
-	}
+// Runner is what a TestMain runs: a *testing.M.
+type Runner interface{ Run() int }
+
+// StopSharedAfter returns m, whose Run also stops the cluster of
+// [SharedCluster] (if one was started) once the tests have run, so that
+// a leak check after it finds none of its processes' waiters:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.StopSharedAfter(m)) }
+func StopSharedAfter(m Runner) Runner { return stopShared{m} }
+
+type stopShared struct{ m Runner }
+
+func (s stopShared) Run() int {
+	defer func() {
+		if shared.c != nil {
+			shared.c.Stop()
+		}
+	}()
+	return s.m.Run()
 }
 
 // launchCluster starts six nodes with data under dir and forms the cluster.
@@ -93,20 +108,31 @@ func launchCluster(bin, dir string, ownsDir bool) (_ *Cluster, err error) {
 	}()
 	var all []*Server
 	for i := range 6 {
-		port, err := listenFree()
-		if err != nil {
-			return nil, err
-		}
 		d := filepath.Join(dir, "node-"+strconv.Itoa(i))
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
-		s := &Server{bin: bin, dir: d, port: port, extra: []string{
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(d, "nodes.conf"),
-			"--cluster-node-timeout", strconv.FormatInt(clusterNodeTimeout.Milliseconds(), 10),
-			"--repl-diskless-sync-delay", "0",
-		}}
-		if err := s.start(); err != nil {
+		s := &Server{bin: bin, dir: d}
+		// The cluster bus gets a free port of its own: the default,
+		// port+10000, may be taken or above 65535.
+		if err := s.startOnFreePort(func() error {
+			port, err := listenFree()
+			if err != nil {
+				return err
+			}
+			bus, err := listenFree()
+			if err != nil {
+				return err
+			}
+			s.port, s.bus = port, bus
+			s.extra = []string{
+				"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(d, "nodes.conf"),
+				"--cluster-port", strconv.Itoa(bus),
+				"--cluster-node-timeout", strconv.FormatInt(clusterNodeTimeout.Milliseconds(), 10),
+				"--repl-diskless-sync-delay", "0",
+			}
+			return nil
+		}); err != nil {
 			return nil, err
 		}
 		all = append(all, s)
@@ -124,7 +150,7 @@ func launchCluster(bin, dir string, ownsDir bool) (_ *Cluster, err error) {
 		}
 	}
 	for _, s := range all[1:] {
-		if _, err := all[0].do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.port)); err != nil {
+		if _, err := all[0].do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.port), strconv.Itoa(s.bus)); err != nil {
 			return nil, fmt.Errorf("CLUSTER MEET %s: %w", s.Addr(), err)
 		}
 	}
