@@ -472,3 +472,39 @@ func TestClusterRefusesCrossSlotScripts(t *testing.T) {
 		t.Fatal("a script touching an undeclared key of another node ran")
 	}
 }
+
+// TestKeyedKeysExpireWithTheirWindows: the keys of a flood of new
+// tenants are gone from Redis by themselves three windows after their
+// last call (50 ms windows: polled for at most 5 s).
+func TestKeyedKeysExpireWithTheirWindows(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "k6"})
+	const window = 50 * time.Millisecond
+	w, err := r.store.KeyedWindow("a.b", perKey(1, window, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if _, err := w.Wait(t.Context(), "flood-"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := time.Now()
+	keys := func() int {
+		n, err := r.rdb.Eval(t.Context(), `return #redis.call('KEYS', ARGV[1])`, nil, "{k6:a.b|*").Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := keys(); n == 0 {
+		t.Fatal("no key for the 200 tenants")
+	}
+	for n := keys(); n > 0; n = keys() {
+		if time.Since(last) > 5*time.Second {
+			t.Fatalf("%d of 200 keys still in Redis 5 s after their last call (windows of %v)", n, window)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("200 keys gone %v after their last call (3 windows: %v)", time.Since(last).Round(time.Millisecond), 3*window)
+}
