@@ -79,9 +79,12 @@ func TestKeyedWindowPerKeyAcrossReplicas(t *testing.T) {
 		rs, ws := keyedReplicas(t, connect, 3, prefix, id, p)
 		var admitted [keys]atomic.Int64
 		var wg sync.WaitGroup
+		sem := make(chan struct{}, 48) // concurrent, without a pile-up on the clients' pools
 		for k := range keys {
 			for i := range calls {
+				sem <- struct{}{}
 				wg.Go(func() {
+					defer func() { <-sem }()
 					retry, err := ws[(k+i)%3].Wait(t.Context(), "tenant-"+strconv.Itoa(k))
 					switch {
 					case err == nil:
