@@ -37,6 +37,11 @@ func TestClusterConfigErrorsFailNew(t *testing.T) {
 		{"redis unknown key", `{"Sundial":{"Kernel":{"Redis":{"Address":"x:1","Password":"p"}}}}`, `Sundial.Kernel.Redis.Password: unknown key`},
 		{"redis prefix with braces", `{"Sundial":{"Kernel":{"Redis":{"Address":"x:1","KeyPrefix":"a{b}"}}}}`, `Sundial.Kernel.Redis.KeyPrefix: want a non-empty prefix without braces`},
 		{"redis password env unset", `{"Sundial":{"Kernel":{"Redis":{"Address":"x:1","PasswordEnv":"SUNDIAL_TEST_UNSET_PW"}}}}`, `PasswordEnv: environment variable SUNDIAL_TEST_UNSET_PW is not set`},
+		{"redis address and addresses", `{"Sundial":{"Kernel":{"Redis":{"Address":"x:1","Addresses":["y:1"]}}}}`, `Sundial.Kernel.Redis.Addresses: set Address or Addresses, not both`},
+		{"redis addresses empty", `{"Sundial":{"Kernel":{"Redis":{"Addresses":[]}}}}`, `Sundial.Kernel.Redis.Addresses: want an array of 1 to 64 host:port strings`},
+		{"redis addresses not strings", `{"Sundial":{"Kernel":{"Redis":{"Addresses":["x:1",2]}}}}`, `Sundial.Kernel.Redis.Addresses[1]: want a host:port string`},
+		{"redis cluster not boolean", `{"Sundial":{"Kernel":{"Redis":{"Address":"x:1","Cluster":"yes"}}}}`, `Sundial.Kernel.Redis.Cluster: want true or false`},
+		{"redis cluster with a DB", `{"Sundial":{"Kernel":{"Redis":{"Address":"x:1","Cluster":true,"DB":2}}}}`, `Sundial.Kernel.Redis.DB: a Redis Cluster has database 0 only`},
 		{"redis TLS unknown key", `{"Sundial":{"Kernel":{"Redis":{"Address":"x:1","TLS":{"Insecure":true}}}}}`, `Sundial.Kernel.Redis.TLS.Insecure: want a string`},
 	}
 	for _, tt := range tests {

@@ -43,6 +43,10 @@ var keySamples = map[string]keySample{
 	"ExpectedReplicas":             {2.0, 3.0, 0.0},
 	"RateLimitHeaders":             {true, false, "yes"},
 	"Limits":                       {map[string]any{"a": map[string]any{}}, map[string]any{"b": map[string]any{"n": 1.0}}, "x"},
+	"PerKey.PermitLimit":           {5.0, 7.0, 0.0},
+	"PerKey.WindowSeconds":         {2.0, 3.0, 0.0},
+	"PerKey.QueueLimit":            {2.0, 3.0, -1.0},
+	"PerKey.Baggage":               {"tenant", "api-key", "a b"},
 	"Idempotency.Enabled":          {false, true, "yes"},
 	"Idempotency.Required":         {true, false, "yes"},
 	"Idempotency.RetentionSeconds": {60.0, 120.0, 0.0},
@@ -152,28 +156,50 @@ func TestPolicyKeysReachEveryField(t *testing.T) {
 		}
 		fields[changed[0]] = k.Name
 	}
-	target := reflect.TypeFor[config.Target]()
-	for i := range target.NumField() {
-		for j := range target.Field(i).Type.NumField() {
-			if f := target.Field(i).Name + "." + target.Field(i).Type.Field(j).Name; fields[f] == "" {
-				t.Errorf("no key sets %s", f)
-			}
+	for _, f := range leafFields(reflect.TypeFor[config.Target](), "") {
+		if fields[f] == "" {
+			t.Errorf("no key sets %s", f)
 		}
 	}
 }
 
-// changedFields returns the fields (Policy.Window) that differ.
+// changedFields returns the fields (Policy.Window, Policy.PerKey.Window)
+// that differ.
 func changedFields(a, b config.Target) []string {
 	var out []string
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	for i := range va.NumField() {
-		for j := range va.Field(i).NumField() {
-			if !va.Field(i).Field(j).Equal(vb.Field(i).Field(j)) {
-				out = append(out, va.Type().Field(i).Name+"."+va.Field(i).Type().Field(j).Name)
-			}
+	for _, f := range leafFields(va.Type(), "") {
+		if !va.FieldByIndex(fieldIndex(va.Type(), f)).Equal(vb.FieldByIndex(fieldIndex(va.Type(), f))) {
+			out = append(out, f)
 		}
 	}
 	return out
+}
+
+// leafFields returns the paths of the fields of the struct type st that
+// are not structs themselves, its structs' fields in their stead.
+func leafFields(st reflect.Type, prefix string) []string {
+	var out []string
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if f.Type.Kind() == reflect.Struct {
+			out = append(out, leafFields(f.Type, prefix+f.Name+".")...)
+			continue
+		}
+		out = append(out, prefix+f.Name)
+	}
+	return out
+}
+
+// fieldIndex returns the index sequence of the field at path in st.
+func fieldIndex(st reflect.Type, path string) []int {
+	var idx []int
+	for name := range strings.SplitSeq(path, ".") {
+		f, _ := st.FieldByName(name)
+		idx = append(idx, f.Index...)
+		st = f.Type
+	}
+	return idx
 }
 
 func checkValidated(t *testing.T, k config.Key, s keySample) {

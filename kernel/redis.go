@@ -23,8 +23,13 @@ import (
 // cluster-scoped limits (docs/cluster.md) and of anything else the kernel
 // shares between replicas.
 type redisSettings struct {
-	// Address is host:port (required).
+	// Address is host:port of one server (required unless Addresses).
 	Address string
+	// Addresses are host:port of Redis Cluster nodes (the seeds the
+	// client learns the cluster from); set instead of Address.
+	Addresses []string
+	// Cluster connects to a Redis Cluster through Address alone.
+	Cluster bool
 	// DB is the database number (default 0).
 	DB int
 	// Username is the ACL user (default: none).
@@ -49,7 +54,7 @@ type redisTLS struct {
 	CAFile string
 }
 
-var redisKeys = []string{"Address", "DB", "Username", "PasswordEnv", "TLS", "PoolSize", "KeyPrefix"}
+var redisKeys = []string{"Address", "Addresses", "Cluster", "DB", "Username", "PasswordEnv", "TLS", "PoolSize", "KeyPrefix"}
 
 // parseRedis validates Sundial.Kernel.Redis.
 func parseRedis(raw any, path string) (*redisSettings, error) {
@@ -63,8 +68,13 @@ func parseRedis(raw any, path string) (*redisSettings, error) {
 			return nil, err
 		}
 	}
-	if r.Address == "" {
-		return nil, fmt.Errorf("kernel: %s.Address: required (host:port)", path)
+	switch {
+	case r.Address == "" && len(r.Addresses) == 0:
+		return nil, fmt.Errorf("kernel: %s.Address: required (host:port), or Addresses for a Redis Cluster", path)
+	case r.Address != "" && len(r.Addresses) > 0:
+		return nil, fmt.Errorf("kernel: %s.Addresses: set Address or Addresses, not both", path)
+	case r.clustered() && r.DB != 0:
+		return nil, fmt.Errorf("kernel: %s.DB: a Redis Cluster has database 0 only, got %d", path, r.DB)
 	}
 	return r, nil
 }
@@ -74,6 +84,16 @@ func (r *redisSettings) set(k string, v any, p string) (err error) {
 	switch k {
 	case "Address":
 		return redisString(&r.Address, v, p)
+	case "Addresses":
+		r.Addresses, err = redisAddresses(v, p)
+		return err
+	case "Cluster":
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf("kernel: %s: want true or false, got %s", p, jsonType(v))
+		}
+		r.Cluster = b
+		return nil
 	case "Username":
 		return redisString(&r.Username, v, p)
 	case "PasswordEnv":
@@ -92,6 +112,29 @@ func (r *redisSettings) set(k string, v any, p string) (err error) {
 		return err
 	}
 	return fmt.Errorf("kernel: %s: unknown key (known keys: %s)", p, strings.Join(redisKeys, ", "))
+}
+
+// clustered reports whether the settings name a Redis Cluster.
+func (r *redisSettings) clustered() bool { return r.Cluster || len(r.Addresses) > 0 }
+
+// maxRedisAddresses bounds Sundial.Kernel.Redis.Addresses.
+const maxRedisAddresses = 64
+
+// redisAddresses reads Sundial.Kernel.Redis.Addresses: 1 to 64
+// non-empty strings.
+func redisAddresses(v any, p string) ([]string, error) {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 || len(list) > maxRedisAddresses {
+		return nil, fmt.Errorf("kernel: %s: want an array of 1 to %d host:port strings, got %s", p, maxRedisAddresses, jsonType(v))
+	}
+	out := make([]string, len(list))
+	for i, a := range list {
+		if s, ok := a.(string); !ok || s == "" {
+			return nil, fmt.Errorf("kernel: %s[%d]: want a host:port string, got %v", p, i, a)
+		}
+		out[i] = a.(string)
+	}
+	return out, nil
 }
 
 // redisString reads a string key of Sundial.Kernel.Redis.
@@ -157,8 +200,10 @@ func isNilPointer(v any) bool {
 	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
-// newRedisClient builds the client of Sundial.Kernel.Redis.
-func newRedisClient(r *redisSettings, lookupEnv func(string) (string, bool)) (*redis.Client, error) {
+// newRedisClient builds the client of Sundial.Kernel.Redis: a
+// ClusterClient when it names a Redis Cluster (Addresses, or Cluster
+// true), else a Client.
+func newRedisClient(r *redisSettings, lookupEnv func(string) (string, bool)) (redis.UniversalClient, error) {
 	o := &redis.Options{Addr: r.Address, DB: r.DB, Username: r.Username, PoolSize: r.PoolSize}
 	if r.PasswordEnv != "" {
 		pw, ok := lookupEnv(r.PasswordEnv)
@@ -180,6 +225,14 @@ func newRedisClient(r *redisSettings, lookupEnv func(string) (string, bool)) (*r
 			}
 		}
 		o.TLSConfig = tc
+	}
+	if r.clustered() {
+		addrs := r.Addresses
+		if len(addrs) == 0 {
+			addrs = []string{r.Address}
+		}
+		return cluster.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: o.Username, Password: o.Password,
+			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig}), nil
 	}
 	return cluster.NewClient(o), nil
 }
@@ -218,7 +271,7 @@ func (k *Kernel) setUpCluster(o *options) error {
 func (k *Kernel) clustered(ps policies) []string {
 	var ids []string
 	for _, d := range k.registry.All() {
-		if p := ps.policyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0) {
+		if p := ps.policyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0 || p.PerKey.PermitLimit > 0) {
 			ids = append(ids, d.ID)
 		}
 	}
@@ -266,6 +319,11 @@ func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Opt
 	if p.ConcurrencyLimit > 0 {
 		if s, err := st.Slots(id, p); err == nil {
 			opts = append(opts, resilience.WithSharedSlots(s))
+		}
+	}
+	if p.PerKey.PermitLimit > 0 {
+		if w, err := st.KeyedWindow(id, p); err == nil {
+			opts = append(opts, resilience.WithSharedKeyedWindow(w))
 		}
 	}
 	return opts

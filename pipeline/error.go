@@ -20,6 +20,7 @@ const (
 	CodeBadDeadline        = "KERNEL_VALIDATION_002"
 	CodeUnknownField       = "KERNEL_VALIDATION_003" // an input field the input type does not have (operations.InputPolicy)
 	CodeConstraint         = "KERNEL_VALIDATION_007" // input values break their validate tags (operations.CheckConstraints)
+	CodeLimitKeyMalformed  = "KERNEL_VALIDATION_008" // a per-key rate limit's key is too long or holds a control character or a brace
 	CodeNotFound           = "KERNEL_NOT_FOUND_001"
 	CodeRateLimited        = "KERNEL_UNAVAILABLE_002"
 	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"

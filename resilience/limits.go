@@ -59,6 +59,7 @@ type chain struct {
 	window  *windowLimit
 	slots   *slotsLimit
 	shared  *sharedLimit
+	keyed   *keyedLimit
 }
 
 // NewLimits returns the Limits of the operation id under policy p. It
@@ -130,6 +131,9 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 	}
 	if p.Limited() {
 		c.breaker = l.breakerOf(old, p)
+		if p.PerKey.PermitLimit > 0 {
+			c.keyed = l.keyedOf(old, p, o)
+		}
 		if p.PermitLimit > 0 && o.window == nil {
 			c.window = l.windowOf(old, p, now)
 		}
@@ -140,6 +144,9 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 	}
 	if c.breaker != nil {
 		c.add(c.breaker, true)
+	}
+	if c.keyed != nil { // a key over its limit takes none of the operation's permits
+		c.add(c.keyed, false)
 	}
 	if c.window != nil {
 		c.add(c.window, false)

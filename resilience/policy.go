@@ -42,6 +42,9 @@ type Policy struct {
 	// ExpectedReplicas, when positive, is the replica count the "local"
 	// share is computed with instead of the live count the store learns.
 	ExpectedReplicas int
+	// PerKey is a rate limit per key (tenant, API key), counted in the
+	// operation's Scope; the zero value is none.
+	PerKey PerKey
 	// RateLimitHeaders publishes the rate limit's quota on each call
 	// (pipeline.Invocation.Quota), for the RateLimit-Policy and RateLimit
 	// response fields.
@@ -51,7 +54,7 @@ type Policy struct {
 // Limited reports whether the policy configures a breaker, a rate limit or
 // a concurrency limit (the Timeout is the DeadlineMiddleware's business).
 func (p Policy) Limited() bool {
-	return p.PermitLimit > 0 || p.ConcurrencyLimit > 0 || p.FailureThreshold > 0
+	return p.PermitLimit > 0 || p.ConcurrencyLimit > 0 || p.FailureThreshold > 0 || p.PerKey.PermitLimit > 0
 }
 
 // Default values of the keys that have one.

@@ -67,6 +67,7 @@ type Option interface{ apply(*options) }
 type options struct {
 	window SharedWindow
 	slots  SharedSlots
+	keyed  SharedKeyedWindow
 	custom []Limit
 }
 

@@ -191,6 +191,7 @@ func commandNames(c *cobra.Command) []string {
 type groupFlags struct {
 	timeout timeoutValue
 	output  outputValue
+	baggage string
 }
 
 func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
@@ -211,6 +212,7 @@ func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
 	pf := g.PersistentFlags()
 	pf.Var(&gf.timeout, "timeout", "deadline of the invocation in seconds (> 0, fractions allowed); capped by the configured maximum")
 	pf.Var(&gf.output, "output", "result format on stdout: json or text")
+	pf.StringVar(&gf.baggage, flagBaggage, "", "W3C baggage of the call, name=value members separated by commas (e.g. tenant=acme): a per-key limit takes its key from it")
 	// Errors only when the flags do not exist, which they do.
 	_ = g.RegisterFlagCompletionFunc("output", completeValues(
 		outputJSON+"\tthe result as indented JSON (default)",
@@ -250,7 +252,7 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 	}
 	cmd.Long = operationHelp(d, fields)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		r := &runner{cmd: cmd, desc: d, format: gf.output.get()}
+		r := &runner{cmd: cmd, desc: d, format: gf.output.get(), baggage: gf.baggage}
 		if idemKey != nil {
 			r.idemKey = *idemKey
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
@@ -35,7 +36,12 @@ type runner struct {
 	// the call's outcome is recorded under it; shared: the record outlives
 	// the process (a store with a lease: Redis), so a rerun can find it.
 	keyed, shared bool
+	// baggage is --baggage, in the W3C baggage header's format.
+	baggage string
 }
+
+// flagBaggage is the flag of the call's W3C baggage.
+const flagBaggage = "baggage"
 
 // flagIdempotencyKey is the flag of the caller's idempotency key.
 const flagIdempotencyKey = "idempotency-key"
@@ -83,7 +89,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 		req.Deadline = now.Add(timeout.d)
 	}
 	r.setInput(&req, fields, inputJSON, in)
-	return r.report(k, k.Handle(in.ctx, req), in, tty)
+	return r.report(k, k.Handle(r.withBaggage(in.ctx, &req), req), in, tty)
 }
 
 // watchSignals starts watching the signals of o: the first cancels the
@@ -100,6 +106,25 @@ func (r *runner) watchSignals(o *options, tty bool) *interrupts {
 		return watch(r.cmd.Context(), o.signalCh, onSecond, func() {})
 	}
 	return notify(r.cmd.Context(), onSecond, o.signals...)
+}
+
+// withBaggage returns ctx carrying --baggage, which the kernel bounds and
+// puts in the invocation as it does a header's. A malformed value rejects
+// the call (VALIDATION, exit 2).
+func (r *runner) withBaggage(ctx context.Context, req *kernel.Request) context.Context {
+	if r.baggage == "" {
+		return ctx
+	}
+	b, err := baggage.Parse(r.baggage)
+	if err != nil {
+		if req.Reject == nil {
+			req.Reject = pipeline.Validation(pipeline.CodeValidation,
+				fmt.Sprintf("The --%s flag is malformed: want name=value members separated by commas (W3C baggage).", flagBaggage)).
+				WithDetail("field", "--"+flagBaggage)
+		}
+		return ctx
+	}
+	return baggage.ContextWithBaggage(ctx, b)
 }
 
 // setIdempotencyKey puts the caller's idempotency key in req, generating

@@ -120,6 +120,7 @@ type Store struct {
 	mu      sync.Mutex
 	ops     map[string]*opState
 	windows map[string]*Window
+	keyed   map[string]*KeyedWindow
 	slots   map[string]*Slots
 	closed  bool // under mu: no more background work (spawn)
 
@@ -151,7 +152,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	s := &Store{rdb: rdb, cfg: cfg, instance: hex.EncodeToString(b), ops: make(map[string]*opState),
-		windows: make(map[string]*Window), slots: make(map[string]*Slots), stop: make(chan struct{})}
+		windows: make(map[string]*Window), keyed: make(map[string]*KeyedWindow), slots: make(map[string]*Slots), stop: make(chan struct{})}
 	s.replicas.Store(1)
 	s.bg.Add(1)
 	go s.heartbeat()
@@ -398,6 +399,7 @@ func (st *opState) result(err error, probing bool) bool {
 		return true
 	}
 	st.nextTry.Store(time.Now().Add(st.s.cfg.RetryInterval).UnixNano())
+	st.s.reloadSlots()
 	if st.degraded.CompareAndSwap(false, true) {
 		st.s.cfg.Logger.Warn("sundial: cluster limits degraded: the store is unreachable or slow",
 			"operation", st.id, "onStoreError", string(st.mode()), "error", err.Error())
@@ -406,6 +408,20 @@ func (st *opState) result(err error, probing bool) bool {
 		}
 	}
 	return false
+}
+
+// slotsReloader is a Redis Cluster client (go-redis's ClusterClient).
+type slotsReloader interface{ ReloadState(ctx context.Context) }
+
+// reloadSlots has a Redis Cluster client learn the cluster's slots again
+// (in the background, at most one reload at a time). A store call failed:
+// its node may be dead and its slots served by a promoted replica, which
+// the client otherwise learns only from a MOVED reply (a dead node sends
+// none) or after its periodic reload.
+func (s *Store) reloadSlots() {
+	if r, ok := s.rdb.(slotsReloader); ok {
+		r.ReloadState(context.Background())
+	}
 }
 
 // retryIn is the time until a degraded operation tries the store again.
@@ -449,19 +465,29 @@ func NewClient(o *redis.Options) *redis.Client {
 	c := *o
 	c.ContextTimeoutEnabled = true
 	c.MaxRetries = -1
-	if c.DialTimeout == 0 {
-		c.DialTimeout = time.Second
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = time.Second
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = time.Second
-	}
-	if c.PoolTimeout == 0 {
-		c.PoolTimeout = time.Second
-	}
+	setTimeouts(&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
 	return redis.NewClient(&c)
+}
+
+// NewClusterClient is [NewClient] for a Redis Cluster: the same settings,
+// and a MOVED or ASK redirect (a slot moved, a replica promoted) is
+// followed at most MaxRedirects times (go-redis's default, 3) within the
+// call's context.
+func NewClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {
+	c := *o
+	c.ContextTimeoutEnabled = true
+	c.MaxRetries = -1
+	setTimeouts(&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
+	return redis.NewClusterClient(&c)
+}
+
+// setTimeouts sets each zero timeout to one second.
+func setTimeouts(ds ...*time.Duration) {
+	for _, d := range ds {
+		if *d == 0 {
+			*d = time.Second
+		}
+	}
 }
 
 // validID reports whether id can be part of a key (operation IDs always

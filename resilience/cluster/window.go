@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -144,6 +145,7 @@ type Window struct {
 // windowConfig is one policy's view of a Window.
 type windowConfig struct {
 	key                  string
+	suffix               string // of a KeyedWindow: key+<key>+suffix is one key's
 	limit, queue, expect int
 	length               time.Duration
 	args                 [3]any // limit, length µs, queue limit
@@ -154,6 +156,25 @@ type windowConfig struct {
 	// config, so an answer to a call made before a reload cannot mark
 	// the new limits exhausted.
 	exhausted atomic.Int64
+}
+
+// newWindowConfig returns the config of a window of limit permits per
+// length (DefaultWindow when not positive; whole µs) with queue places,
+// without its key.
+func newWindowConfig(limit int, length time.Duration, queue, expect int) *windowConfig {
+	if length <= 0 {
+		length = resilience.DefaultWindow
+	}
+	length = max(length.Round(time.Microsecond), time.Microsecond)
+	c := &windowConfig{limit: limit, queue: max(queue, 0), expect: expect, length: length}
+	c.args = [3]any{c.limit, length.Microseconds(), c.queue}
+	return c
+}
+
+// lengthKey is the part of a window's key that names its length: replicas
+// configured with another length count in another key.
+func (c *windowConfig) lengthKey() string {
+	return "w:" + strconv.FormatInt(c.length.Microseconds(), 10)
 }
 
 // fallbackWindow is the Local fallback of a Window and what it was made for.
@@ -181,14 +202,8 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 	if err != nil {
 		return nil, err
 	}
-	length := p.Window
-	if length <= 0 {
-		length = resilience.DefaultWindow
-	}
-	length = max(length.Round(time.Microsecond), time.Microsecond)
-	c := &windowConfig{key: s.opKey(id, "w:"+strconv.FormatInt(length.Microseconds(), 10)),
-		limit: p.PermitLimit, queue: max(p.QueueLimit, 0), expect: p.ExpectedReplicas, length: length}
-	c.args = [3]any{c.limit, length.Microseconds(), c.queue}
+	c := newWindowConfig(p.PermitLimit, p.Window, p.QueueLimit, p.ExpectedReplicas)
+	c.key = s.opKey(id, c.lengthKey())
 	w := s.windows[id]
 	if w == nil {
 		w = &Window{st: st, origin: time.Now()}
@@ -206,9 +221,24 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Q
 			return c.rejected(left)
 		}
 	}
+	q, err := w.take(ctx, c, c.key)
+	if err == errFallback {
+		return w.fallback(ctx, c)
+	}
+	return q, err
+}
+
+// errFallback is take's answer when the store is not asked or did not
+// answer: the call goes to the operation's OnStoreError fallback.
+var errFallback = errors.New("cluster: use the fallback")
+
+// take runs the window script on key under c: it admits the call, sleeps
+// until its reserved window opens, or rejects it. It returns errFallback
+// when the operation is degraded (or becomes so).
+func (w *Window) take(ctx context.Context, c *windowConfig, key string) (pipeline.Quota, error) {
 	use, probing := w.st.useStore()
 	if !use {
-		return w.fallback(ctx, c)
+		return pipeline.Quota{}, errFallback
 	}
 	left := int64(-1)
 	if d, ok := ctx.Deadline(); ok {
@@ -216,7 +246,7 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Q
 	}
 	sent := time.Now()
 	sctx, cancel := w.st.storeCtx(ctx)
-	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{c.key}, c.args[0], c.args[1], c.args[2], left).Int64Slice()
+	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{key}, c.args[0], c.args[1], c.args[2], left).Int64Slice()
 	cancel()
 	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("cluster: window script returned %d values", len(res))
@@ -228,7 +258,7 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Q
 		}
 	}
 	if !w.st.result(err, probing) {
-		return w.fallback(ctx, c)
+		return pipeline.Quota{}, errFallback
 	}
 	us := micros(res[1])
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: micros(res[3])}
@@ -243,11 +273,13 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Q
 		q.Reset = max(q.Reset-trip, time.Nanosecond) // > 0: the window has a known end
 		return q, nil
 	case 2:
-		err := w.sleep(ctx, c, us)
+		err := w.sleep(ctx, c, key, us)
 		q.Remaining, q.Reset = 0, max(c.length-trip, time.Nanosecond)
 		return q, err
 	case 0:
-		c.exhausted.Store(int64(time.Since(w.origin) + us))
+		if key == c.key { // the operation's own window, not one key's
+			c.exhausted.Store(int64(time.Since(w.origin) + us))
+		}
 	}
 	return q, &resilience.LimitedError{RetryAfter: us, Quota: q}
 }
@@ -270,7 +302,7 @@ func (c *windowConfig) rejected(left time.Duration) (pipeline.Quota, error) {
 
 // sleep waits d for the reserved window to open; when ctx ends first the
 // reservation is given back in the background (bounded by StoreTimeout).
-func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) error {
+func (w *Window) sleep(ctx context.Context, c *windowConfig, key string, d time.Duration) error {
 	target := time.Now().Add(d)
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -290,7 +322,7 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, d time.Duration) er
 			return
 		}
 		idx := now.Add(time.Until(target)).Add(c.length/2).UnixMicro() / c.length.Microseconds()
-		_ = giveBackScript.Run(ctx, rdb, []string{c.key}, idx, c.length.Microseconds()).Err()
+		_ = giveBackScript.Run(ctx, rdb, []string{key}, idx, c.length.Microseconds()).Err()
 	})
 	return ctx.Err()
 }

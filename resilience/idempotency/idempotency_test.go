@@ -23,7 +23,9 @@ import (
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(redistest.StopSharedAfter(m))
+}
 
 type chargeIn struct {
 	Card   string `json:"card"`
@@ -383,105 +385,121 @@ func TestMemoryStoreFullOfRunningClaims(t *testing.T) {
 	}
 }
 
-func newRedis(t *testing.T) redis.UniversalClient {
-	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
+// onRedis runs f against a single redis-server and against the shared
+// Redis Cluster (three masters with a replica each), as subtests.
+func onRedis(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("single", func(t *testing.T) {
+		rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		f(t, rdb)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t).Addrs()})
+		t.Cleanup(func() { rdb.Close() })
+		if err := rdb.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+			return c.FlushAll(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		f(t, rdb)
+	})
 }
 
 // TestRedisStore: claim, conflict, finish and replay, on a real Redis,
 // shared by two middleware as by two replicas.
 func TestRedisStore(t *testing.T) {
-	rdb := newRedis(t)
-	var n atomic.Int64
-	a := newMW(idempotency.NewRedisStore(rdb, "t", 0), idempotency.Policy{})
-	b := newMW(idempotency.NewRedisStore(rdb, "t", 0), idempotency.Policy{})
-	out1, err, _ := call(a, "k", chargeIn{"4242", 10}, counting(&n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out2, err, inv := call(b, "k", chargeIn{"4242", 10}, counting(&n))
-	if err != nil || !inv.Reply().Replayed() || out2.(receipt) != out1.(receipt) || n.Load() != 1 {
-		t.Fatalf("replica b: %v %v replayed=%v executions=%d", out2, err, inv.Reply().Replayed(), n.Load())
-	}
-	if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyMismatch {
-		t.Fatalf("other input: %v", err)
-	}
-	ttl := rdb.PTTL(context.Background(), "t:idem:"+idempotency.ScopedKey("billing.charge", "", "k")).Val()
-	if ttl <= 23*time.Hour || ttl > 24*time.Hour {
-		t.Fatalf("retention TTL %v, want about 24h", ttl)
-	}
+	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var n atomic.Int64
+		a := newMW(idempotency.NewRedisStore(rdb, "t", 0), idempotency.Policy{})
+		b := newMW(idempotency.NewRedisStore(rdb, "t", 0), idempotency.Policy{})
+		out1, err, _ := call(a, "k", chargeIn{"4242", 10}, counting(&n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out2, err, inv := call(b, "k", chargeIn{"4242", 10}, counting(&n))
+		if err != nil || !inv.Reply().Replayed() || out2.(receipt) != out1.(receipt) || n.Load() != 1 {
+			t.Fatalf("replica b: %v %v replayed=%v executions=%d", out2, err, inv.Reply().Replayed(), n.Load())
+		}
+		if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyMismatch {
+			t.Fatalf("other input: %v", err)
+		}
+		ttl := rdb.PTTL(context.Background(), "t:idem:"+idempotency.ScopedKey("billing.charge", "", "k")).Val()
+		if ttl <= 23*time.Hour || ttl > 24*time.Hour {
+			t.Fatalf("retention TTL %v, want about 24h", ttl)
+		}
+	})
 }
 
 // TestRedisFencing: a holder whose lease expired and whose key another
 // call claimed cannot overwrite or release the newer record.
 func TestRedisFencing(t *testing.T) {
-	rdb := newRedis(t)
-	ctx := context.Background()
-	s := idempotency.NewRedisStore(rdb, "t", 0)
-	old, rec, err := s.Claim(ctx, "k", "f", 50*time.Millisecond)
-	if err != nil || rec != nil {
-		t.Fatal(err, rec)
-	}
-	if _, rec, _ := s.Claim(ctx, "k", "f", time.Second); rec == nil || rec.Done {
-		t.Fatalf("while held: %+v, want a running record", rec)
-	}
-	// Let the lease lapse (the server's clock: poll, bounded).
-	for i := 0; rdb.Exists(ctx, "t:idem:k").Val() == 1; i++ {
-		if i > 200 {
-			t.Fatal("lease never expired")
+	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := idempotency.NewRedisStore(rdb, "t", 0)
+		old, rec, err := s.Claim(ctx, "k", "f", 50*time.Millisecond)
+		if err != nil || rec != nil {
+			t.Fatal(err, rec)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	newer, rec, err := s.Claim(ctx, "k", "f", time.Minute)
-	if err != nil || rec != nil {
-		t.Fatal(err, rec)
-	}
-	if err := s.Finish(ctx, "k", old, "f", []byte(`{"out":1}`), time.Hour); !errors.Is(err, idempotency.ErrFenced) {
-		t.Fatalf("late finisher: %v, want ErrFenced", err)
-	}
-	if err := s.Release(ctx, "k", old); !errors.Is(err, idempotency.ErrFenced) {
-		t.Fatalf("late release: %v", err)
-	}
-	if err := s.Renew(ctx, "k", newer, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Finish(ctx, "k", newer, "f", []byte(`{"out":2}`), time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	_, rec, _ = s.Claim(ctx, "k", "f", time.Second)
-	if rec == nil || !rec.Done || string(rec.Outcome) != `{"out":2}` {
-		t.Fatalf("record %+v, want the newer outcome", rec)
-	}
+		if _, rec, _ := s.Claim(ctx, "k", "f", time.Second); rec == nil || rec.Done {
+			t.Fatalf("while held: %+v, want a running record", rec)
+		}
+		// Let the lease lapse (the server's clock: poll, bounded).
+		for i := 0; rdb.Exists(ctx, "t:idem:k").Val() == 1; i++ {
+			if i > 200 {
+				t.Fatal("lease never expired")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		newer, rec, err := s.Claim(ctx, "k", "f", time.Minute)
+		if err != nil || rec != nil {
+			t.Fatal(err, rec)
+		}
+		if err := s.Finish(ctx, "k", old, "f", []byte(`{"out":1}`), time.Hour); !errors.Is(err, idempotency.ErrFenced) {
+			t.Fatalf("late finisher: %v, want ErrFenced", err)
+		}
+		if err := s.Release(ctx, "k", old); !errors.Is(err, idempotency.ErrFenced) {
+			t.Fatalf("late release: %v", err)
+		}
+		if err := s.Renew(ctx, "k", newer, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(ctx, "k", newer, "f", []byte(`{"out":2}`), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		_, rec, _ = s.Claim(ctx, "k", "f", time.Second)
+		if rec == nil || !rec.Done || string(rec.Outcome) != `{"out":2}` {
+			t.Fatalf("record %+v, want the newer outcome", rec)
+		}
+	})
 }
 
 // TestRedisLeaseRenewed: a handler running longer than the lease keeps its
 // claim (the middleware renews it), so a retry gets 409, not a second run.
 func TestRedisLeaseRenewed(t *testing.T) {
-	rdb := newRedis(t)
-	var n atomic.Int64
-	mw := newMW(idempotency.NewRedisStore(rdb, "t", 300*time.Millisecond), idempotency.Policy{})
-	started, release := make(chan struct{}), make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-			close(started)
-			<-release
-			return counting(&n)(ctx, inv)
-		})
-	}()
-	<-started
-	time.Sleep(time.Second) // > 3 leases: only renewal keeps it
-	if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyInProgress {
-		t.Fatalf("after 3 leases: %v, want 409", err)
-	}
-	close(release)
-	<-done
-	if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Reply().Replayed() || n.Load() != 1 {
-		t.Fatalf("%v replayed=%v executions %d", err, inv.Reply().Replayed(), n.Load())
-	}
+	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var n atomic.Int64
+		mw := newMW(idempotency.NewRedisStore(rdb, "t", 300*time.Millisecond), idempotency.Policy{})
+		started, release := make(chan struct{}), make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+				close(started)
+				<-release
+				return counting(&n)(ctx, inv)
+			})
+		}()
+		<-started
+		time.Sleep(time.Second) // > 3 leases: only renewal keeps it
+		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyInProgress {
+			t.Fatalf("after 3 leases: %v, want 409", err)
+		}
+		close(release)
+		<-done
+		if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Reply().Replayed() || n.Load() != 1 {
+			t.Fatalf("%v replayed=%v executions %d", err, inv.Reply().Replayed(), n.Load())
+		}
+	})
 }
 
 // TestFingerprintIncludesFieldsHiddenFromJSON: a field JSON skips

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
@@ -153,26 +155,27 @@ func TestRetryAfterOutcomeFreesTheKey(t *testing.T) {
 // nobody else claimed the key still stores its outcome (it is the key's
 // one real outcome); the next call gets it replayed.
 func TestRedisLateFinisherWithNoNewerClaim(t *testing.T) {
-	rdb := newRedis(t)
-	ctx := context.Background()
-	s := idempotency.NewRedisStore(rdb, "t", 50*time.Millisecond)
-	tok, _, err := s.Claim(ctx, "late", "f", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; rdb.Exists(ctx, "t:idem:late").Val() == 1; i++ {
-		if i > 200 {
-			t.Fatal("lease never expired")
+	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s := idempotency.NewRedisStore(rdb, "t", 50*time.Millisecond)
+		tok, _, err := s.Claim(ctx, "late", "f", 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := s.Finish(ctx, "late", tok, "f", []byte(`{"out":1}`), time.Hour); err != nil {
-		t.Fatalf("late finisher, key free: %v, want its outcome stored", err)
-	}
-	if _, rec, _ := s.Claim(ctx, "late", "f", 0); rec == nil || !rec.Done || rec.Fingerprint != "f" || string(rec.Outcome) != `{"out":1}` {
-		t.Fatalf("record %+v, want the late outcome with its fingerprint", rec)
-	}
-	if ttl := rdb.PTTL(ctx, "t:idem:late").Val(); ttl < 59*time.Minute {
-		t.Fatalf("record expires in %v, want the retention", ttl)
-	}
+		for i := 0; rdb.Exists(ctx, "t:idem:late").Val() == 1; i++ {
+			if i > 200 {
+				t.Fatal("lease never expired")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := s.Finish(ctx, "late", tok, "f", []byte(`{"out":1}`), time.Hour); err != nil {
+			t.Fatalf("late finisher, key free: %v, want its outcome stored", err)
+		}
+		if _, rec, _ := s.Claim(ctx, "late", "f", 0); rec == nil || !rec.Done || rec.Fingerprint != "f" || string(rec.Outcome) != `{"out":1}` {
+			t.Fatalf("record %+v, want the late outcome with its fingerprint", rec)
+		}
+		if ttl := rdb.PTTL(ctx, "t:idem:late").Val(); ttl < 59*time.Minute {
+			t.Fatalf("record expires in %v, want the retention", ttl)
+		}
+	})
 }

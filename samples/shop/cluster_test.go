@@ -26,9 +26,10 @@ import (
 )
 
 // handlerLogEnv names a file in which a shop process started by a test
-// records, per handler run, "<op> <start unix ns> <end unix ns>": the
-// cluster tests count admissions and concurrency from the handlers, not
-// from the limiter.
+// records, per handler run, "<op> <start unix ns> <end unix ns>" and the
+// caller's "tenant" baggage member when it has one: the cluster tests
+// count admissions and concurrency from the handlers, not from the
+// limiter.
 const handlerLogEnv = "SHOP_TEST_HANDLER_LOG"
 
 // handlerLogOption records every handler run of the process in path.
@@ -50,8 +51,9 @@ func handlerLogOption(path string) kernel.Option {
 		start := time.Now().UnixNano()
 		out, err := next(ctx, inv)
 		end := time.Now().UnixNano()
+		tenant, _ := inv.Baggage("tenant")
 		mu.Lock()
-		fmt.Fprintf(w, "%s %d %d\n", inv.OperationID(), start, end)
+		fmt.Fprintf(w, "%s %d %d %s\n", inv.OperationID(), start, end, tenant)
 		mu.Unlock()
 		return out, err
 	}))
@@ -61,6 +63,7 @@ func handlerLogOption(path string) kernel.Option {
 type handlerRun struct {
 	op         string
 	start, end int64
+	tenant     string // "" without one
 }
 
 func readHandlerLogs(t *testing.T, paths ...string) []handlerRun {
@@ -73,12 +76,16 @@ func readHandlerLogs(t *testing.T, paths ...string) []handlerRun {
 		}
 		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			f := strings.Fields(line)
-			if len(f) != 3 {
+			if len(f) != 3 && len(f) != 4 {
 				continue
 			}
 			s, _ := strconv.ParseInt(f[1], 10, 64)
 			e, _ := strconv.ParseInt(f[2], 10, 64)
-			runs = append(runs, handlerRun{f[0], s, e})
+			r := handlerRun{op: f[0], start: s, end: e}
+			if len(f) == 4 {
+				r.tenant = f[3]
+			}
+			runs = append(runs, r)
 		}
 	}
 	return runs

@@ -147,6 +147,21 @@ func onStoreError(v any, path string) (string, error) {
 	return "", fmt.Errorf("kernel: %s: want \"local\", \"open\" or \"closed\", got %s", path, describe(v))
 }
 
+// baggageMember reads the name of a baggage member: 1 to 64 letters,
+// digits, '-', '_' or '.'.
+func baggageMember(v any, path string) (string, error) {
+	str, ok := v.(string)
+	valid := ok && str != "" && len(str) <= 64
+	for i := 0; valid && i < len(str); i++ {
+		c := str[i]
+		valid = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+	}
+	if !valid {
+		return "", fmt.Errorf("kernel: %s: want a baggage member name of 1 to 64 letters, digits, '-', '_' or '.', got %s", path, describe(v))
+	}
+	return str, nil
+}
+
 // limitKinds reads a Limits object (kind -> configuration object) into
 // canonical JSON. Whether each kind is registered is the kernel's check.
 func limitKinds(v any, path string) (string, error) {

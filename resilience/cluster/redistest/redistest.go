@@ -12,6 +12,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,18 +27,33 @@ import (
 
 // Server is one redis-server process owned by a test.
 type Server struct {
-	tb   testing.TB
-	bin  string
-	dir  string
-	port int
+	tb    testing.TB // nil for a node of a launched Cluster
+	bin   string
+	dir   string
+	port  int
+	bus   int      // a cluster node's cluster bus port
+	extra []string // arguments after the defaults (cluster mode)
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited (its one Wait returned)
 }
 
 // Start starts a redis-server on a free 127.0.0.1 port and registers its
 // end with tb.Cleanup.
 func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s := &Server{tb: tb, bin: lookPath(tb), dir: tb.TempDir()}
+	if err := s.startOnFreePort(func() error { s.port = freePort(tb); return nil }); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(s.stop)
+	return s
+}
+
+// lookPath returns redis-server's path, or ends the test: failed when CI
+// is set, else skipped.
+func lookPath(tb testing.TB) string {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -47,12 +63,7 @@ func Start(tb testing.TB) *Server {
 		}
 		tb.Skip(msg)
 	}
-	s := &Server{tb: tb, bin: bin, dir: tb.TempDir(), port: freePort(tb)}
-	if err := s.start(); err != nil {
-		tb.Fatalf("redistest: %v", err)
-	}
-	tb.Cleanup(s.stop)
-	return s
+	return bin
 }
 
 // Addr is host:port of the server.
@@ -61,48 +72,98 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 // Port is the server's TCP port.
 func (s *Server) Port() int { return s.port }
 
+// startOnFreePort starts the server on the port pick chooses, trying
+// again with a new one (at most three times) when the server exits at
+// once: another process took the port between pick and the server's
+// bind.
+func (s *Server) startOnFreePort(pick func() error) error {
+	var err error
+	for range 3 {
+		if err = pick(); err != nil {
+			return err
+		}
+		if err = s.start(); !errors.Is(err, errExited) {
+			return err
+		}
+	}
+	return err
+}
+
+// errExited is start's error when the server exits before it answers.
+var errExited = errors.New("redis-server exited at start")
+
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin,
+	args := append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--protected-mode", "yes", "--loglevel", "warning",
 		"--enable-debug-command", "local",
-	)
-	cmd.Stdout, cmd.Stderr = nil, nil
+	}, s.extra...)
+	cmd := exec.Command(s.bin, args...)
+	out := &tailBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	s.mu.Lock()
-	s.cmd = cmd
+	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := s.do("PING"); err == nil {
 			return nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-exited:
+			s.stop()
+			return fmt.Errorf("%w on %s: %s", errExited, s.Addr(), out)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	return fmt.Errorf("redis-server on %s did not answer PING within 10s", s.Addr())
+	s.stop()
+	return fmt.Errorf("redis-server on %s did not answer PING within 10s: %s", s.Addr(), out)
 }
 
 func (s *Server) stop() {
 	s.mu.Lock()
-	cmd := s.cmd
+	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
 	s.mu.Unlock()
 	if cmd != nil && cmd.Process != nil {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	}
+}
+
+// tailBuffer keeps the last 2 KiB a server wrote (for an error message).
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 2048 {
+		t.b = t.b[len(t.b)-2048:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
 }
 
 // Kill ends the server with SIGKILL and waits for it to exit.
 func (s *Server) Kill() { s.stop() }
 
 // Restart starts the server again on the same port (after [Server.Kill]);
-// its data is gone.
+// its data is gone. It is for a server of [Start], not a cluster's node.
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.stop()
@@ -112,7 +173,8 @@ func (s *Server) Restart() {
 }
 
 // Pause runs CLIENT PAUSE for d: the server accepts connections and
-// commands but answers none until d has passed.
+// commands but answers none until d has passed. It is for a server of
+// [Start], not a cluster's node.
 func (s *Server) Pause(d time.Duration) {
 	s.tb.Helper()
 	if _, err := s.do("CLIENT", "PAUSE", strconv.FormatInt(d.Milliseconds(), 10), "ALL"); err != nil {
@@ -173,10 +235,19 @@ func (s *Server) do(args ...string) (string, error) {
 
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := listenFree()
 	if err != nil {
 		tb.Fatalf("redistest: free port: %v", err)
 	}
+	return p
+}
+
+// listenFree returns a free 127.0.0.1 port.
+func listenFree() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

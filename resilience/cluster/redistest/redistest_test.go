@@ -29,3 +29,25 @@ func TestStartKillRestart(t *testing.T) {
 		t.Fatalf("data survived a restart with persistence off: EXISTS = %s", got)
 	}
 }
+
+func TestClusterFailover(t *testing.T) {
+	c := redistest.StartCluster(t)
+	if n := len(c.Addrs()); n != 6 {
+		t.Fatalf("Addrs() has %d nodes, want 6", n)
+	}
+	var masters int
+	if err := c.Each(func(s *redistest.Server) error {
+		masters++
+		_, err := s.Do("PING")
+		return err
+	}); err != nil || masters != 3 {
+		t.Fatalf("Each over masters: %d masters, %v; want 3, nil", masters, err)
+	}
+	took := c.KillMaster(t, 0)
+	t.Logf("failover took %v", took)
+	masters = 0
+	_ = c.Each(func(*redistest.Server) error { masters++; return nil })
+	if masters != 3 {
+		t.Fatalf("after the failover %d live masters, want 3 (the replica promoted)", masters)
+	}
+}
