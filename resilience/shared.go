@@ -172,13 +172,14 @@ func (s *sharedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 }
 
 // take takes a permit of the shared window (if there is one) and returns
-// until when it is good for (zero: no edge to respect).
+// until when it is good for (zero: no edge to respect, or no slot to wait
+// for before the call runs).
 func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until time.Time, err error) {
 	if s.window == nil {
 		return time.Time{}, nil
 	}
 	q, werr := s.window.Take(ctx, inv)
-	if q.Reset > 0 {
+	if q.Reset > 0 && s.slots != nil { // without slots the call runs at once
 		until = time.Now().Add(q.Reset)
 	}
 	if s.headers {

@@ -8,4 +8,6 @@ import (
 
 // TakeIndexed is Take, with the index of the admitting window on the
 // server's clock (-1 when the OnStoreError fallback decided).
-func (w *Window) TakeIndexed(ctx context.Context) (pipeline.Quota, int64, error) { return w.take(ctx) }
+func (w *Window) TakeIndexed(ctx context.Context) (pipeline.Quota, int64, error) {
+	return w.take(ctx, nil)
+}

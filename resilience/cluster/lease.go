@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -39,27 +40,49 @@ type lease struct {
 	// refill is closed when the round trip in flight that takes a share
 	// returns; nil while none is.
 	refill chan struct{}
+	// dry is the index of a window a prefetch found without a permit
+	// left: no more prefetches in it.
+	dry int64
 }
 
 // take admits one call: from the lease when the window leases and a share
 // is left, else through the store. It returns the admitting window's
 // index on the server's clock (-1 when the OnStoreError fallback decided).
 //
-// When the share is used up, one call at a time takes the next one; the
-// calls that arrive meanwhile wait for its round trip (or their context)
-// and use the new share. A call that finds none after that wait (the
+// When less than half of LeasePermits is left, the next share is taken
+// in the background (prefetch). When the share is used up, one call at a
+// time takes the next one; the calls that arrive meanwhile wait for its
+// round trip, or the prefetch's (or their context), and use the new
+// share. A call that finds none after that wait (the
 // window has no permit left, or the store failed) asks the store for
 // itself, as without a lease: it may reserve a permit of a later window
 // within QueueLimit and its deadline, or is rejected.
-func (w *Window) take(ctx context.Context) (pipeline.Quota, int64, error) {
+//
+// A permit of the share goes to a call that arrived before the share's
+// window ended (inv.Arrival, the kernel's reading of the clock; now when
+// it is unknown), as a process-scope window counts a call in the window
+// of its arrival: the fast path reads no clock of its own.
+func (w *Window) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, int64, error) {
 	c := w.cfg.Load()
 	if c.lease <= 1 {
 		return w.takeStore(ctx, c, 1)
 	}
+	at, known := inv.Arrival()
+	if !known {
+		at = time.Now()
+	}
 	l := &w.lease
 	l.mu.Lock()
-	if q, idx, ok := l.use(c, time.Now()); ok {
+	if q, idx, ok := l.use(c, at); ok {
+		var ahead chan struct{}
+		if l.left < c.lease/2 && l.refill == nil && l.dry != idx && !w.st.degraded.Load() {
+			ahead = make(chan struct{})
+			l.refill = ahead
+		}
 		l.mu.Unlock()
+		if ahead != nil {
+			w.prefetch(c, ahead)
+		}
 		return q, idx, nil
 	}
 	if ch := l.refill; ch != nil {
@@ -87,6 +110,41 @@ func (w *Window) take(ctx context.Context) (pipeline.Quota, int64, error) {
 		close(ch)
 	}()
 	return w.takeStore(ctx, c, c.lease)
+}
+
+// prefetch takes the next share in the background, before this one is
+// used up, so that calls do not wait for the round trip: it asks for
+// LeasePermits permits of the current window and admits no call (a full
+// window reserves nothing: the queue limit it passes is 0). Its failure
+// degrades the operation, as a call's would. ch is closed when it ends.
+func (w *Window) prefetch(c *windowConfig, ch chan struct{}) {
+	l := &w.lease
+	done := func() {
+		l.mu.Lock()
+		l.refill = nil
+		l.mu.Unlock()
+		close(ch)
+	}
+	if !w.st.background(func(ctx context.Context) {
+		defer done()
+		sent := time.Now()
+		res, err := windowScript.Run(ctx, w.st.s.rdb, []string{c.key}, c.args[0], c.args[1], 0, -1, c.lease).Int64Slice()
+		if err == nil && len(res) != 6 {
+			err = fmt.Errorf("cluster: window script returned %d values", len(res))
+		}
+		if !w.st.result(err, false) {
+			return
+		}
+		if res[0] != 1 {
+			l.mu.Lock()
+			l.dry = res[5]
+			l.mu.Unlock()
+			return
+		}
+		l.fill(w, c, int(res[4]), res[5], sent.Add(micros(res[3])), int(res[2]))
+	}) {
+		done()
+	}
 }
 
 // use takes a permit of the share when it is of config c and its window

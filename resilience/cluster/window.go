@@ -211,8 +211,8 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 }
 
 // Take implements resilience.SharedWindow.
-func (w *Window) Take(ctx context.Context, _ *pipeline.Invocation) (pipeline.Quota, error) {
-	q, _, err := w.take(ctx)
+func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error) {
+	q, _, err := w.take(ctx, inv)
 	return q, err
 }
 
