@@ -93,7 +93,7 @@ func (w *Window) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Q
 			return pipeline.Quota{Limit: c.limit, Window: c.length}, -1, ctx.Err()
 		}
 		l.mu.Lock()
-		q, idx, ok := l.use(c, time.Now())
+		q, idx, ok := l.use(c, at)
 		l.mu.Unlock()
 		if ok {
 			return q, idx, nil

@@ -199,7 +199,7 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 	}
 	length = max(length.Round(time.Microsecond), time.Microsecond)
 	c := &windowConfig{key: s.opKey(id, "w:"+strconv.FormatInt(length.Microseconds(), 10)),
-		limit: p.PermitLimit, queue: queueOf(p.QueueLimit, p), expect: p.ExpectedReplicas, lease: max(p.LeasePermits, 1), length: length}
+		limit: p.PermitLimit, queue: queueOf(p.QueueLimit, p), expect: p.ExpectedReplicas, lease: min(max(p.LeasePermits, 1), p.PermitLimit), length: length}
 	c.args = [3]any{c.limit, length.Microseconds(), c.queue}
 	w := s.windows[id]
 	if w == nil {
