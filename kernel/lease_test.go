@@ -22,15 +22,7 @@ func TestLeaseAcrossKernels(t *testing.T) {
 		config := `{"Sundial":{"Kernel":{"Redis":{"Address":"` + srv.Addr() + `","KeyPrefix":"` + prefix + `"},
 			"Resilience":{"Operations":{"orders.create":{"PermitLimit":60,"WindowSeconds":3600,"Scope":"cluster",
 			"LeasePermits":7,"StoreTimeoutMs":2000}}}}}}`
-		var ks []*kernel.Kernel
-		for range 3 {
-			k, err := clusterKernel(config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { k.Close() })
-			ks = append(ks, k)
-		}
+		ks := clusterKernels(t, 3, config)
 		var ok atomic.Int64
 		var wg sync.WaitGroup
 		for i := range 12 {
@@ -65,4 +57,20 @@ func TestLeaseAcrossKernels(t *testing.T) {
 		}
 		return
 	}
+}
+
+// clusterKernels returns n kernels serving orders.create under config
+// (clusterKernel), closed when the test ends.
+func clusterKernels(t *testing.T, n int, config string) []*kernel.Kernel {
+	t.Helper()
+	var ks []*kernel.Kernel
+	for range n {
+		k, err := clusterKernel(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { k.Close() })
+		ks = append(ks, k)
+	}
+	return ks
 }
