@@ -27,7 +27,9 @@ import (
 // The limits are per process — N replicas admit N times PermitLimit per
 // window — unless the kernel hands a shared window and shared slots
 // (Policy.Scope cluster; [WithSharedWindow], [WithSharedSlots]). The
-// breaker is always per process. Limits is safe for concurrent use; a nil
+// breaker is always per process. With Policy.Shadow the built-ins still
+// count and decide, but a call they would turn away runs, counted in
+// LimitsState.Shadowed. Limits is safe for concurrent use; a nil
 // *Limits reports a closed breaker and empty queues.
 type Limits struct {
 	id string
