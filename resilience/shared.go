@@ -33,9 +33,10 @@ func (s Scope) Valid() bool { return s == "" || s == ScopeProcess || s == ScopeC
 // the window told the call, for the RateLimit fields; on admission its
 // Reset must not overstate how long the admitting window lasts from
 // Take's return (the middleware asks again when the call would start
-// after it), or from the call's arrival (Invocation.Arrival) for a window
-// that counts calls by arrival, as a leased cluster window does; 0 means
-// the admission has no window edge to respect.
+// after it). A window that counts calls by their arrival
+// (Invocation.Arrival), as a leased cluster window does, may count it
+// from the arrival instead: its calls belong to the window they arrived
+// in. 0 means the admission has no window edge to respect.
 type SharedWindow interface {
 	Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error)
 }
