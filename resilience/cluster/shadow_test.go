@@ -60,3 +60,45 @@ func TestShadowClusterWindow(t *testing.T) {
 		return
 	}
 }
+
+// TestShadowClusterSlots: a shadow cluster concurrency limit of 1 on two
+// replicas lets 3 calls run at once, and counts the 2 it would have
+// turned away (its queue of 2 does not apply).
+func TestShadowClusterSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	p := resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 2, Shadow: true,
+		Scope: resilience.ScopeCluster, StoreTimeout: 2 * time.Second}
+	var ls []*resilience.Limits
+	for range 2 {
+		r := newReplica(t, srv, cluster.Config{KeyPrefix: "shadow-slots"})
+		s, err := r.store.Slots("reports.export", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, resilience.NewLimits("reports.export", p, resilience.WithSharedSlots(s)))
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	next := func(context.Context, *pipeline.Invocation) (any, error) {
+		entered <- struct{}{}
+		<-release
+		return nil, nil
+	}
+	done := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := ls[i%2].Invoke(t.Context(), inv(), next)
+			done <- err
+		}()
+		<-entered // running: the next call finds the slot held
+	}
+	close(release)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatalf("call: %v", err)
+		}
+	}
+	shadowed := ls[0].State().Shadowed.Concurrency + ls[1].State().Shadowed.Concurrency
+	if shadowed != 2 {
+		t.Fatalf("%d counted as would-be rejections, want 2", shadowed)
+	}
+}
