@@ -87,15 +87,7 @@ func TestClusterScopeAcrossKernels(t *testing.T) {
 	config := `{"Sundial":{"Kernel":{"Redis":{"Address":"` + srv.Addr() + `","KeyPrefix":"kt"},
 		"Resilience":{"Operations":{"orders.create":{"PermitLimit":6,"WindowSeconds":10,"Scope":"cluster",
 		"StoreTimeoutMs":2000,"RateLimitHeaders":true}}}}}}`
-	var ks []*kernel.Kernel
-	for range 3 {
-		k, err := clusterKernel(config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { k.Close() })
-		ks = append(ks, k)
-	}
+	ks := clusterKernels(t, 3, config)
 	if ks[0].ClusterStore() == nil || ks[0].Redis() == nil {
 		t.Fatal("no store")
 	}

@@ -41,6 +41,8 @@ var keySamples = map[string]keySample{
 	"StoreTimeoutMs":               {20.0, 30.0, 0.0},
 	"OnStoreError":                 {"open", "closed", "fail"},
 	"ExpectedReplicas":             {2.0, 3.0, 0.0},
+	"LeasePermits":                 {100.0, 200.0, 0.0},
+	"Shadow":                       {true, false, "yes"},
 	"RateLimitHeaders":             {true, false, "yes"},
 	"Limits":                       {map[string]any{"a": map[string]any{}}, map[string]any{"b": map[string]any{"n": 1.0}}, "x"},
 	"PerKey.PermitLimit":           {5.0, 7.0, 0.0},

@@ -88,13 +88,21 @@ func reloadsBy(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
+	return sumsBy(rm, observe.MetricConfigReloads, func(a attribute.Set) string {
+		v, _ := a.Value(attribute.Key(observe.MetricAttrResult))
+		return v.AsString()
+	})
+}
+
+// sumsBy returns the points of the int64 sum metric name, added up by
+// the key each point's attributes give.
+func sumsBy(rm metricdata.ResourceMetrics, name string, key func(attribute.Set) string) map[string]int64 {
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == observe.MetricConfigReloads {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
 				for _, p := range s.DataPoints {
-					v, _ := p.Attributes.Value(attribute.Key(observe.MetricAttrResult))
-					out[v.AsString()] += p.Value
+					out[key(p.Attributes)] += p.Value
 				}
 			}
 		}

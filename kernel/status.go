@@ -40,6 +40,9 @@ type OperationStatus struct {
 	// InFlight those holding a concurrency slot.
 	RateQueue, ConcurrencyQueue, InFlight int
 	Rejections                            resilience.Rejections
+	// Shadowed counts the calls the limits would have rejected in shadow
+	// mode (Policy.Shadow), and let run.
+	Shadowed resilience.Rejections
 	// Degraded: Scope cluster and the store unreachable.
 	Degraded bool
 	// Calls, P50 and P99 describe the answers of the last 30 to 60 seconds
@@ -65,6 +68,7 @@ func (k *Kernel) Status() Status {
 			ConcurrencyQueue: ls.ConcurrencyQueue,
 			InFlight:         ls.InFlight,
 			Rejections:       ls.Rejections,
+			Shadowed:         ls.Shadowed,
 			Window:           ls.Window,
 			HasWindow:        ls.HasWindow,
 		}

@@ -103,6 +103,7 @@ func (k *Kernel) limitState(id string) (observe.LimitState, bool) {
 		ConcurrencyLimited: p.ConcurrencyLimit > 0,
 	}
 	ls := l.State()
+	st.Shadow, st.Shadowed = p.Shadow, ls.Shadowed
 	if st.HasBreaker {
 		st.Breaker = ls.Breaker
 	}

@@ -27,7 +27,9 @@ import (
 // The limits are per process — N replicas admit N times PermitLimit per
 // window — unless the kernel hands a shared window and shared slots
 // (Policy.Scope cluster; [WithSharedWindow], [WithSharedSlots]). The
-// breaker is always per process. Limits is safe for concurrent use; a nil
+// breaker is always per process. With Policy.Shadow the built-ins still
+// count and decide, but a call they would turn away runs, counted in
+// LimitsState.Shadowed. Limits is safe for concurrent use; a nil
 // *Limits reports a closed breaker and empty queues.
 type Limits struct {
 	id string
@@ -38,7 +40,9 @@ type Limits struct {
 	rateLimited  rejections
 	circuitOpen  rejections
 	concLimitErr *pipeline.Error
-	concRejected atomic.Int64
+	// rejected counts the calls the built-ins turned away; shadowed those
+	// they would have, in shadow mode.
+	rejected, shadowed tally
 }
 
 // inlineLimits is how many permits a call holds without allocating (the
@@ -53,6 +57,9 @@ type chain struct {
 	limits []Limit
 	fast   []Admitter // the leading limits that are Admitters
 	watch  bool       // a permit may be ReleasedAtContextEnd
+	// builtins is how many of limits are built-ins (they come first): in
+	// shadow mode their rejections let the call pass.
+	builtins int
 
 	// The built-ins, for status and for the next Update (nil: none).
 	breaker *breakerLimit
@@ -87,6 +94,9 @@ func normalize(p Policy) Policy {
 	}
 	p.QueueLimit = max(p.QueueLimit, 0)
 	p.ConcurrencyQueueLimit = max(p.ConcurrencyQueueLimit, 0)
+	if p.Shadow { // a shadow limit never makes a call wait
+		p.QueueLimit, p.ConcurrencyQueueLimit = 0, 0
+	}
 	return p
 }
 
@@ -157,6 +167,7 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 	if c.slots != nil {
 		c.add(c.slots, false)
 	}
+	c.builtins = len(c.limits)
 	for _, lim := range o.custom {
 		c.add(lim, true) // a limit of your own may ask for a watch
 	}
@@ -192,6 +203,7 @@ func (l *Limits) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipe
 // admission is what one call holds of its chain's limits: a permit of each
 // of limits[:n], the first inlineLimits inline, the others in more.
 type admission struct {
+	l       *Limits
 	chain   *chain // nil: no limit applies
 	n       int
 	permits [inlineLimits]Permit
@@ -224,7 +236,7 @@ func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 	if len(c.limits) == 0 {
 		return nil
 	}
-	a.chain = c
+	a.l, a.chain = l, c
 	decided := false
 	defer func() {
 		if !decided { // a limit panicked: give back what the call holds
@@ -233,6 +245,10 @@ func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 	}()
 	for a.n < len(c.fast) {
 		p, wait, err := c.fast[a.n].TryAcquire(inv)
+		if err != nil && l.passes(c, a.n, err) {
+			a.hold(Permit{})
+			continue
+		}
 		if err != nil {
 			decided = true
 			a.release(Outcome{Err: err, Verdict: Neutral})
@@ -263,6 +279,10 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 	}()
 	for a.n < len(c.limits) {
 		p, err := c.limits[a.n].Acquire(ctx, inv)
+		if err != nil && a.l.passes(c, a.n, err) {
+			a.hold(Permit{})
+			continue
+		}
 		if err != nil {
 			given = true
 			a.release(Outcome{Err: err, Verdict: Neutral})
@@ -373,6 +393,9 @@ type LimitsState struct {
 	InFlight int
 	// Rejections counts the calls each limit turned away.
 	Rejections Rejections
+	// Shadowed counts the calls each limit would have turned away in
+	// shadow mode (Policy.Shadow), and let run.
+	Shadowed Rejections
 }
 
 // State returns a snapshot of the operation's limits.
@@ -381,9 +404,7 @@ func (l *Limits) State() LimitsState {
 		return LimitsState{}
 	}
 	c := l.cur.Load()
-	st := LimitsState{Rejections: Rejections{
-		Rate: l.rateLimited.count.Load(), Concurrency: l.concRejected.Load(), Breaker: l.circuitOpen.count.Load(),
-	}}
+	st := LimitsState{Rejections: l.rejected.snapshot(), Shadowed: l.shadowed.snapshot()}
 	if c.breaker != nil {
 		st.Breaker, st.BreakerOpenFor = BreakerState(c.breaker.b.State()), c.breaker.b.OpenFor()
 	}

@@ -45,6 +45,18 @@ type Policy struct {
 	// PerKey is a rate limit per key (tenant, API key), counted in the
 	// operation's Scope; the zero value is none.
 	PerKey PerKey
+	// LeasePermits, when above 1, makes a cluster-scoped window lease:
+	// a replica takes up to that many permits of the current window in one
+	// store round trip and admits from them with no round trip, until they
+	// are used or the window ends (docs/cluster.md, "Leases"). 0 or 1: one
+	// round trip per call. Process scope ignores it.
+	LeasePermits int
+	// Shadow puts the operation's breaker, fixed window and concurrency
+	// limit in shadow mode: each still counts and decides, but a call it
+	// would turn away runs, and is counted in LimitsState.Shadowed. Shadow
+	// limits never make a call wait: the queue limits do not apply. Limits
+	// of your own (WithLimit) still enforce.
+	Shadow bool
 	// RateLimitHeaders publishes the rate limit's quota on each call
 	// (pipeline.Invocation.Quota), for the RateLimit-Policy and RateLimit
 	// response fields.

@@ -8,8 +8,8 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// Rejections counts the calls each limit turned away since the process
-// started.
+// Rejections counts the calls each built-in limit turned away (or, in
+// shadow mode, would have) since the process started.
 type Rejections struct {
 	Rate, Concurrency, Breaker int64
 }
@@ -65,7 +65,6 @@ const maxCachedRetry = 120
 // occurs (an *pipeline.Error cannot change, so sharing it is safe). Values beyond maxCachedRetry share one slot holding the latest:
 // they change once a second at most.
 type rejections struct {
-	count atomic.Int64 // rejections handed out
 	id    string
 	make  func(id string, retryAfter time.Duration) *pipeline.Error
 	cache []atomic.Pointer[pipeline.Error] // index: retryAfter seconds
@@ -82,7 +81,6 @@ func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, lo
 }
 
 func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
-	r.count.Add(1)
 	n := pipeline.RetryAfterSeconds(retryAfter)
 	if n >= int64(len(r.cache)) {
 		if l := r.last.Load(); l != nil && l.seconds == n {

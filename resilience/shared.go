@@ -33,7 +33,10 @@ func (s Scope) Valid() bool { return s == "" || s == ScopeProcess || s == ScopeC
 // the window told the call, for the RateLimit fields; on admission its
 // Reset must not overstate how long the admitting window lasts from
 // Take's return (the middleware asks again when the call would start
-// after it); 0 means the admission has no window edge to respect.
+// after it). A window that counts calls by their arrival
+// (Invocation.Arrival), as a leased cluster window does, may count it
+// from the arrival instead: its calls belong to the window they arrived
+// in. 0 means the admission has no window edge to respect.
 type SharedWindow interface {
 	Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error)
 }
@@ -173,13 +176,14 @@ func (s *sharedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 }
 
 // take takes a permit of the shared window (if there is one) and returns
-// until when it is good for (zero: no edge to respect).
+// until when it is good for (zero: no edge to respect, or no slot to wait
+// for before the call runs).
 func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until time.Time, err error) {
 	if s.window == nil {
 		return time.Time{}, nil
 	}
 	q, werr := s.window.Take(ctx, inv)
-	if q.Reset > 0 {
+	if q.Reset > 0 && s.slots != nil { // without slots the call runs at once
 		until = time.Now().Add(q.Reset)
 	}
 	if s.headers {

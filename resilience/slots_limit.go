@@ -50,6 +50,5 @@ func (sl *slotsLimit) Acquire(ctx context.Context, _ *pipeline.Invocation) (Perm
 func (sl *slotsLimit) Release(uint64, Outcome) { sl.conc.Release() }
 
 func (l *Limits) concRejection() *pipeline.Error {
-	l.concRejected.Add(1)
 	return l.concLimitErr
 }

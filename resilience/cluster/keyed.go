@@ -79,7 +79,7 @@ func (kw *KeyedWindow) Wait(ctx context.Context, key string) (time.Duration, err
 		return 0, fmt.Errorf("cluster: limit key: %w", err)
 	}
 	c := kw.w.cfg.Load()
-	_, err := kw.w.take(ctx, c, c.key+key+c.suffix)
+	_, _, err := kw.w.run(ctx, c, c.key+key+c.suffix, 1)
 	if err == errFallback {
 		markDegraded(ctx)
 		err = kw.fallback(ctx, c, key)

@@ -148,7 +148,7 @@ func (s *Store) Slots(id string, p resilience.Policy) (*Slots, error) {
 		c = &Slots{st: st, key: s.opKey(id, "c"), live: make(map[string]struct{})}
 		s.slots[id] = c
 	}
-	cfg := &slotsConfig{limit: p.ConcurrencyLimit, queue: max(p.ConcurrencyQueueLimit, 0), expect: p.ExpectedReplicas}
+	cfg := &slotsConfig{limit: p.ConcurrencyLimit, queue: queueOf(p.ConcurrencyQueueLimit, p), expect: p.ExpectedReplicas}
 	c.cfg.Store(cfg)
 	c.mu.Lock()
 	for len(c.waiters) > cfg.queue {

@@ -171,8 +171,9 @@ func (s *Store) Load(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the heartbeat, removes this replica from the count, and
-// waits for background store calls (give-backs, releases), each bounded
+// Close stops the heartbeat, gives back the unused permits of window
+// leases, removes this replica from the count, and waits for background
+// store calls (give-backs, releases), each bounded
 // by its timeout. It does not close the client.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -186,6 +187,7 @@ func (s *Store) Close() error {
 	s.bg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultStoreTimeout)
 	defer cancel()
+	s.returnLeases(ctx)
 	_ = s.rdb.ZRem(ctx, s.replicaKey(), s.instance).Err()
 	return nil
 }

@@ -32,13 +32,17 @@ import (
 // current window. A record of the earlier form (a: reservations, l: the
 // limit they were filled under) is read as f = floor(a/l), o = the rest.
 // ARGV: limit, length (µs), queue limit, the caller's remaining time (µs;
-// -1 for none). Numbers written back are formatted as integers (Lua's
-// default %.14g would round a large index).
+// -1 for none), and how many permits of the current window to take at
+// most (1 when absent; more is a lease, lease.go). Numbers written back
+// are formatted as integers (Lua's default %.14g would round a large
+// index).
 //
-// Returns {decision, µs, remaining, reset µs}: decision 1 admitted now; 2
-// a permit reserved in a later window opening in µs; 0 rejected, the
-// queue is full (µs until the first window with room); 3 rejected, the
-// window it could reserve opens after the caller's deadline (µs: when).
+// Returns {decision, µs, remaining, reset µs, permits taken, window
+// index}: decision 1 admitted now; 2 a permit reserved in a later window
+// opening in µs; 0 rejected, the queue is full (µs until the first window
+// with room); 3 rejected, the window it could reserve opens after the
+// caller's deadline (µs: when). The index is the admitting window's (the
+// current one's when rejected).
 var windowScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -46,6 +50,7 @@ local limit = tonumber(ARGV[1])
 local len = tonumber(ARGV[2])
 local qlim = tonumber(ARGV[3])
 local left = tonumber(ARGV[4])
+local want = tonumber(ARGV[5]) or 1
 local cur = math.floor(now / len)
 local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'f', 'o', 'a', 'l')
 local w = tonumber(st[1]) or cur
@@ -80,8 +85,9 @@ end
 local reset = (cur + 1) * len - now
 local res
 if u >= 0 and u < limit then
-  u = u + 1
-  res = {1, 0, limit - u, reset}
+  local n = math.min(want, limit - u)
+  u = u + n
+  res = {1, 0, limit - u, reset, n, cur}
 else
   local nf, no = f, o + 1
   if o >= limit then
@@ -89,12 +95,12 @@ else
   end
   local wait = (cur + nf + 1) * len - now
   if f * limit + o >= qlim then
-    res = {0, wait, 0, reset}
+    res = {0, wait, 0, reset, 0, cur}
   elseif left >= 0 and wait >= left then
-    res = {3, wait, 0, reset}
+    res = {3, wait, 0, reset, 0, cur}
   else
     f, o = nf, no
-    res = {2, wait, 0, reset}
+    res = {2, wait, 0, reset, 1, cur + nf + 1}
   end
 end
 redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'u', string.format('%d', u), 'f', string.format('%d', f), 'o', string.format('%d', o))
@@ -107,7 +113,9 @@ return res
 // its window (ARGV[1], an index) opened; ARGV[2] is the length in µs.
 // Only a reservation in the last reserved window (w+f+1) can be taken
 // back: one in a window counted full stays counted (its window admits one
-// call less) rather than free a place where others already sleep.
+// call less) rather than free a place where others already sleep. In the
+// current window it returns ARGV[3] permits (1 when absent: an unused
+// lease returns more) and at most those taken.
 var giveBackScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -123,8 +131,9 @@ if target == w + f + 1 and o > 0 then
   redis.call('HSET', KEYS[1], 'o', string.format('%d', o - 1))
   return 1
 elseif w == target and u > 0 and math.floor(now / len) == w then
-  redis.call('HSET', KEYS[1], 'u', string.format('%d', u - 1))
-  return 1
+  local n = math.min(tonumber(ARGV[3]) or 1, u)
+  redis.call('HSET', KEYS[1], 'u', string.format('%d', u - n))
+  return n
 end
 return 0
 `)
@@ -140,6 +149,8 @@ type Window struct {
 
 	fbMu  sync.Mutex                     // serialises changes of local
 	local atomic.Pointer[fallbackWindow] // the Local fallback
+
+	lease lease // the permits taken ahead (LeasePermits; lease.go)
 }
 
 // windowConfig is one policy's view of a Window.
@@ -147,6 +158,7 @@ type windowConfig struct {
 	key                  string
 	suffix               string // of a KeyedWindow: key+<key>+suffix is one key's
 	limit, queue, expect int
+	lease                int // LeasePermits: permits taken per round trip (> 1: a lease)
 	length               time.Duration
 	args                 [3]any // limit, length µs, queue limit
 
@@ -202,8 +214,9 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := newWindowConfig(p.PermitLimit, p.Window, p.QueueLimit, p.ExpectedReplicas)
+	c := newWindowConfig(p.PermitLimit, p.Window, queueOf(p.QueueLimit, p), p.ExpectedReplicas)
 	c.key = s.opKey(id, c.lengthKey())
+	c.lease = min(max(p.LeasePermits, 1), p.PermitLimit)
 	w := s.windows[id]
 	if w == nil {
 		w = &Window{st: st, origin: time.Now()}
@@ -215,30 +228,42 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 
 // Take implements resilience.SharedWindow.
 func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error) {
-	c := w.cfg.Load()
-	if until := c.exhausted.Load(); until != 0 {
-		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
-			return c.rejected(left)
-		}
-	}
-	q, err := w.take(ctx, c, c.key)
-	if err == errFallback {
-		return w.fallback(ctx, c)
-	}
+	q, _, err := w.take(ctx, inv)
 	return q, err
 }
 
-// errFallback is take's answer when the store is not asked or did not
+// takeStore admits one call through the store, taking up to want permits
+// of the current window (the others go to the lease), and returns the
+// index of the admitting window on the server's clock (-1: not known, the
+// fallback decided).
+func (w *Window) takeStore(ctx context.Context, c *windowConfig, want int) (pipeline.Quota, int64, error) {
+	if until := c.exhausted.Load(); until != 0 {
+		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
+			q, err := c.rejected(left)
+			return q, -1, err
+		}
+	}
+	q, idx, err := w.run(ctx, c, c.key, want)
+	if err == errFallback {
+		q, err = w.fallback(ctx, c)
+		return q, -1, err
+	}
+	return q, idx, err
+}
+
+// errFallback is run's answer when the store is not asked or did not
 // answer: the call goes to the operation's OnStoreError fallback.
 var errFallback = errors.New("cluster: use the fallback")
 
-// take runs the window script on key under c: it admits the call, sleeps
-// until its reserved window opens, or rejects it. It returns errFallback
-// when the operation is degraded (or becomes so).
-func (w *Window) take(ctx context.Context, c *windowConfig, key string) (pipeline.Quota, error) {
+// run runs the window script on key under c: it admits the call, sleeps
+// until its reserved window opens, or rejects it, and returns the index of
+// the admitting window on the server's clock. On the operation's own key,
+// it takes up to want permits, the others going to the lease. It returns
+// errFallback when the operation is degraded (or becomes so).
+func (w *Window) run(ctx context.Context, c *windowConfig, key string, want int) (pipeline.Quota, int64, error) {
 	use, probing := w.st.useStore()
 	if !use {
-		return pipeline.Quota{}, errFallback
+		return pipeline.Quota{}, -1, errFallback
 	}
 	left := int64(-1)
 	if d, ok := ctx.Deadline(); ok {
@@ -246,19 +271,19 @@ func (w *Window) take(ctx context.Context, c *windowConfig, key string) (pipelin
 	}
 	sent := time.Now()
 	sctx, cancel := w.st.storeCtx(ctx)
-	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{key}, c.args[0], c.args[1], c.args[2], left).Int64Slice()
+	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{key}, c.args[0], c.args[1], c.args[2], left, want).Int64Slice()
 	cancel()
-	if err == nil && len(res) != 4 {
+	if err == nil && len(res) != 6 {
 		err = fmt.Errorf("cluster: window script returned %d values", len(res))
 	}
 	if err != nil {
 		if cerr := callerEnded(ctx); cerr != nil {
 			w.st.callerLeft(probing)
-			return pipeline.Quota{}, cerr
+			return pipeline.Quota{}, -1, cerr
 		}
 	}
 	if !w.st.result(err, probing) {
-		return pipeline.Quota{}, errFallback
+		return pipeline.Quota{}, -1, errFallback
 	}
 	us := micros(res[1])
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: micros(res[3])}
@@ -270,18 +295,29 @@ func (w *Window) take(ctx context.Context, c *windowConfig, key string) (pipelin
 	trip := time.Since(sent)
 	switch res[0] {
 	case 1:
+		if res[4] > 1 && key == c.key {
+			q.Remaining += w.lease.fill(w, c, int(res[4])-1, res[5], sent.Add(q.Reset), q.Remaining)
+		}
 		q.Reset = max(q.Reset-trip, time.Nanosecond) // > 0: the window has a known end
-		return q, nil
+		return q, res[5], nil
 	case 2:
 		err := w.sleep(ctx, c, key, us)
 		q.Remaining, q.Reset = 0, max(c.length-trip, time.Nanosecond)
-		return q, err
+		return q, res[5], err
 	case 0:
 		if key == c.key { // the operation's own window, not one key's
 			c.exhausted.Store(int64(time.Since(w.origin) + us))
 		}
 	}
-	return q, &resilience.LimitedError{RetryAfter: us, Quota: q}
+	return q, res[5], &resilience.LimitedError{RetryAfter: us, Quota: q}
+}
+
+// queueOf is a queue limit of p: none in shadow mode, where no call waits.
+func queueOf(n int, p resilience.Policy) int {
+	if p.Shadow {
+		return 0
+	}
+	return max(n, 0)
 }
 
 // micros converts µs from the store to a Duration, saturating at about

@@ -53,6 +53,9 @@ type Op struct {
 	// rejected: add options of MetricRejectionCount per reason (see
 	// reasons).
 	rejected [len(reasons)][]metric.AddOption
+	// observeShadow: observe options of MetricShadowRejectionCount per
+	// reason (rate, concurrency, breaker).
+	observeShadow [3][]metric.ObserveOption
 	// observe: observe options of the observable instruments.
 	observe, observeRate, observeConc []metric.ObserveOption
 	// observeBreaker: observe options of MetricBreakerState per state (see
@@ -114,7 +117,11 @@ func newOp(t *Telemetry, name string, route bool) *Op {
 		o.replays[i] = []metric.AddOption{metric.WithAttributeSet(set)}
 	}
 	for i, r := range reasons {
-		o.rejected[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr, attribute.String(MetricAttrReason, r)))}
+		set := attribute.NewSet(o.idMAttr, attribute.String(MetricAttrReason, r))
+		o.rejected[i] = []metric.AddOption{metric.WithAttributeSet(set)}
+		if i < len(o.observeShadow) {
+			o.observeShadow[i] = []metric.ObserveOption{metric.WithAttributeSet(set)}
+		}
 	}
 	o.observe = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr))}
 	for i, st := range breakerStates {

@@ -26,6 +26,7 @@ type instruments struct {
 	httpDur   metric.Float64Histogram // MetricHTTPServerDuration
 	rpcDur    metric.Float64Histogram // MetricRPCServerDuration
 	rejected  metric.Int64Counter
+	shadow    metric.Int64ObservableCounter // MetricShadowRejectionCount
 	remaining metric.Float64Histogram
 
 	breaker metric.Int64ObservableGauge
@@ -45,7 +46,7 @@ type instruments struct {
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [17]error
+	var errs [18]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -91,11 +92,14 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.outBreaker, errs[16] = m.Int64ObservableGauge(MetricOutboundBreakerState,
 		metric.WithDescription("A dependency's circuit breaker state: 1 for the state it is in (closed, half_open or open), 0 for the others."),
 		metric.WithUnit("{state}"))
+	in.shadow, errs[17] = m.Int64ObservableCounter(MetricShadowRejectionCount,
+		metric.WithDescription("Invocations a limit in shadow mode would have rejected and let run, by operation and reason (rate, concurrency, breaker)."),
+		metric.WithUnit("{invocation}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		in.observeDependencies(t, o)
 		return nil
-	}, in.breaker, in.queue, in.active, in.late, in.cluster, in.outAttempts, in.outRefusals, in.outBreaker)
+	}, in.breaker, in.queue, in.active, in.late, in.cluster, in.shadow, in.outAttempts, in.outRefusals, in.outBreaker)
 	in.err = errors.Join(errs[:]...)
 	return in
 }
@@ -129,6 +133,11 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 		if st.ConcurrencyLimited {
 			o.ObserveInt64(in.queue, int64(st.ConcurrencyQueueDepth), op.observeConc...)
 			o.ObserveInt64(in.active, int64(st.InFlight), op.observe...)
+		}
+		if st.Shadow || st.Shadowed != (resilience.Rejections{}) {
+			for i, n := range [...]int64{st.Shadowed.Rate, st.Shadowed.Concurrency, st.Shadowed.Breaker} {
+				o.ObserveInt64(in.shadow, n, op.observeShadow[i]...)
+			}
 		}
 		if st.Clustered {
 			v := int64(0)

@@ -19,6 +19,12 @@ const (
 	// MetricRejectionCount counts invocations rejected by a per-operation
 	// limit (Int64Counter), by operation and reason.
 	MetricRejectionCount = "sundial.rejection.count"
+	// MetricShadowRejectionCount counts the invocations a limit in shadow
+	// mode (the Shadow key) would have rejected and let run
+	// (Int64ObservableCounter), by operation and reason: "rate",
+	// "concurrency" or "breaker". Only operations in shadow mode, or that
+	// were, are reported.
+	MetricShadowRejectionCount = "sundial.rejection.shadow"
 	// MetricDeadlineRemaining is the time that remained until the caller's
 	// deadline when the invocation arrived, in seconds (Float64Histogram),
 	// by operation (or route) and protocol. Calls without a deadline are not

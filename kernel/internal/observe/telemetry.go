@@ -113,6 +113,10 @@ type LimitState struct {
 	// Degraded that the store is unreachable and OnStoreError applies.
 	Clustered bool
 	Degraded  bool
+	// Shadow reports limits in shadow mode; Shadowed counts the calls
+	// they would have rejected.
+	Shadow   bool
+	Shadowed resilience.Rejections
 }
 
 // LimitsFunc returns the limiter state of the operation id, or false when
