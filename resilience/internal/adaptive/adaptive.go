@@ -1,0 +1,248 @@
+// Package adaptive is the controller of an adaptive concurrency limit: it
+// watches how long the calls it lets in take and moves the limit to the
+// concurrency the protected work can serve without queueing.
+//
+// # Which controller, and why
+//
+// It is a latency-gradient controller of the Vegas family (Netflix
+// concurrency-limits' VegasLimit, TCP Vegas), measured per window as
+// failsafe-go's adaptivelimiter and Envoy's adaptive concurrency filter
+// are, and stepped by Little's law:
+//
+//   - Each window (Config.Window, at least MinSamples samples) yields the
+//     mean latency r of the calls that ended in it and their throughput x.
+//     The baseline m is the lowest window mean seen: the latency of the
+//     work when nothing queues. Then x·(r−m) is the number of calls that
+//     were queued inside the protected work on average, and x·m is the
+//     concurrency it served without queueing.
+//   - When that queue is above β (6·log10 limit), the limit is set to
+//     x·m + α (α = 3·log10 limit, at least 1), at most halving per window:
+//     one step lands on the knee of the latency curve, where Gradient2
+//     (limit·gradient + √limit) needs many and Envoy's gradient needs a
+//     periodic minRTT probe that drops the limit to its minimum.
+//   - When the queue is below α, the limit was used (at least half of it
+//     was in flight) and the latency is at most the healthy ceiling, the
+//     limit grows by β: it reaches a knee of a few hundred in about ten
+//     windows. Between α and β it holds.
+//   - A window in which at least 1 % of the samples were drops (the
+//     operation's own timeouts) multiplies the limit by 0.9 (Netflix's
+//     AIMD backoff), or takes the step above when it is lower.
+//
+// Vegas was chosen over Gradient2 because Gradient2's baseline is an
+// average of the latencies it causes: under sustained load it drifts up
+// with them and the limit with it (Netflix concurrency-limits #146), so it
+// cannot be held near the knee. A minimum baseline does not drift, but is
+// fooled by work that became slower for good (a dependency slowed down):
+// every window then looks queued and the limit would fall to its minimum.
+// The controller tests that case instead of guessing: when a cut of at
+// least 20 % with the limit still in use did not bring the latency down
+// by a tenth, the latency was not a queue, and the baseline becomes the
+// current latency. The limit then climbs back to the slower work's knee.
+// To keep the limit down while latency is above what the operation's
+// callers can live with, set Config.Ceiling: above it, the limit never
+// grows.
+//
+// Only the caller says which calls are samples. Sundial samples successes
+// and the operation's own timeouts (as drops); cancellations, timeouts at
+// a caller's deadline, rejections and faults of the caller are not
+// samples, so callers that give up cannot move the limit (see
+// resilience.Outcome).
+//
+// # Concurrency
+//
+// Nothing here reads the clock: times are offsets from an epoch the caller
+// chooses. Sample is safe for concurrent use and costs a few atomic
+// operations; once per window the call that ends the window takes a mutex
+// to compute the next limit. There is no goroutine.
+package adaptive
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultMin     = 1
+	DefaultMax     = 1000
+	DefaultInitial = 20
+	DefaultWindow  = time.Second
+)
+
+// MinSamples is the fewest samples a window needs: a window that has
+// fewer when its time is up goes on until it has them.
+const MinSamples = 10
+
+// Config is the controller's parameters.
+type Config struct {
+	// Min and Max bound the limit; Initial is where it starts.
+	Min, Max, Initial int
+	// Window is the shortest window the controller computes a limit over.
+	Window time.Duration
+	// Ceiling is the healthy-latency ceiling: while a window's mean
+	// latency is above it, the limit never grows. 0: none.
+	Ceiling time.Duration
+}
+
+// Normalize returns c with its zero values replaced by the defaults,
+// Initial clamped to [Min, Max] and Max raised to Min.
+func (c Config) Normalize() Config {
+	if c.Min <= 0 {
+		c.Min = DefaultMin
+	}
+	if c.Max <= 0 {
+		c.Max = DefaultMax
+	}
+	c.Max = max(c.Max, c.Min)
+	if c.Initial <= 0 {
+		c.Initial = DefaultInitial
+	}
+	c.Initial = min(max(c.Initial, c.Min), c.Max)
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	c.Ceiling = max(c.Ceiling, 0)
+	return c
+}
+
+// Controller computes one adaptive limit. Create it with New.
+type Controller struct {
+	limit atomic.Int64
+
+	// The window being filled.
+	start   atomic.Int64 // ns since the epoch
+	count   atomic.Int64
+	sum     atomic.Int64 // ns
+	drops   atomic.Int64
+	busy    atomic.Int64 // sum of the calls in flight each sample saw
+	closing atomic.Bool  // a Sample is ending the window
+	window  atomic.Int64 // cfg.Window, for Sample
+
+	mu      sync.Mutex // guards the fields below
+	cfg     Config
+	base    time.Duration // the baseline latency; 0: none yet
+	lastR   time.Duration // the previous window's mean latency
+	lastX   float64       // and its samples per second
+	lastCut bool          // the previous window cut the limit by 20 % or more
+	windows int64         // windows ended
+	apply   func(int)     // applies a new limit; nil: none (shadow)
+}
+
+// New returns a controller of the normalized cfg whose first window starts
+// at now.
+func New(cfg Config, now time.Duration) *Controller {
+	c := &Controller{cfg: cfg.Normalize()}
+	c.limit.Store(int64(c.cfg.Initial))
+	c.window.Store(int64(c.cfg.Window))
+	c.start.Store(int64(now))
+	return c
+}
+
+// Limit returns the limit computed last.
+func (c *Controller) Limit() int { return int(c.limit.Load()) }
+
+// Windows returns the number of windows ended.
+func (c *Controller) Windows() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.windows
+}
+
+// Configure puts cfg in force, keeping what the controller learned: the
+// limit is clamped to the new bounds (a new Initial applies only to a new
+// controller). From now on every limit the controller computes is handed
+// to apply (nil: to nothing), under a lock, so that limits are applied in
+// the order they are computed; Configure hands it the limit at once.
+func (c *Controller) Configure(cfg Config, apply func(limit int)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg = cfg.Normalize()
+	c.window.Store(int64(c.cfg.Window))
+	n := min(max(c.limit.Load(), int64(c.cfg.Min)), int64(c.cfg.Max))
+	c.limit.Store(n)
+	c.apply = apply
+	if apply != nil {
+		apply(int(n))
+	}
+}
+
+// Sample records one call that ended at now after rtt, a drop when it
+// ended at the operation's own deadline; inFlight is the calls in flight
+// when it ended, itself included. When the sample ends a window, Sample
+// computes the next limit and returns it with true; otherwise it returns
+// the limit in force and false.
+func (c *Controller) Sample(now, rtt time.Duration, drop bool, inFlight int) (int, bool) {
+	c.count.Add(1)
+	c.sum.Add(int64(max(rtt, 0)))
+	if drop {
+		c.drops.Add(1)
+	}
+	c.busy.Add(int64(inFlight))
+	if int64(now)-c.start.Load() < c.window.Load() || c.count.Load() < MinSamples {
+		return int(c.limit.Load()), false
+	}
+	if !c.closing.CompareAndSwap(false, true) {
+		return int(c.limit.Load()), false
+	}
+	defer c.closing.Store(false)
+	return c.endWindow(now), true
+}
+
+// endWindow ends the window at now and computes the next limit.
+func (c *Controller) endWindow(now time.Duration) int {
+	elapsed := time.Duration(int64(now) - c.start.Swap(int64(now)))
+	n, sum, drops, busy := c.count.Swap(0), c.sum.Swap(0), c.drops.Swap(0), c.busy.Swap(0)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.windows++
+	limit := float64(c.limit.Load())
+	next := c.next(limit, elapsed, n, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
+	next = min(max(next, float64(c.cfg.Min)), float64(c.cfg.Max))
+	out := int64(math.Round(next))
+	c.limit.Store(out)
+	if c.apply != nil {
+		c.apply(int(out))
+	}
+	return int(out)
+}
+
+// next is the controller's rule: the limit after a window of elapsed in
+// which n calls ended with mean latency r, drops of them at their own
+// deadline, with inFlight calls in flight on average. c.mu is held.
+func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.Duration, drops int64, inFlight float64) float64 {
+	if n == 0 || elapsed <= 0 || r <= 0 {
+		return limit
+	}
+	x := float64(n) / elapsed.Seconds() // samples per second
+	stalled := x < c.lastX/2            // calls stopped ending: news is late
+	used := inFlight >= 0.9*limit       // the limit held calls back
+	if c.lastCut && used && c.lastR > 0 && r >= c.lastR*9/10 {
+		// The last cut did not bring latency down: it was not a queue.
+		c.base = r
+	}
+	if c.base == 0 || r < c.base {
+		c.base = r
+	}
+	// Little's law: of the calls in flight, inFlight·base/r would have
+	// been served without queueing; the others were queued.
+	served := inFlight * c.base.Seconds() / r.Seconds()
+	queue := inFlight - served
+	alpha := max(3*math.Log10(limit), 1)
+	beta := 2 * alpha
+	next := limit
+	if queue > beta {
+		next = min(max(served+(alpha+beta)/2, limit/2), limit)
+	}
+	if drops*100 >= n && drops > 0 {
+		next = min(next, limit*0.9)
+	}
+	healthy := c.cfg.Ceiling == 0 || r <= c.cfg.Ceiling
+	if next == limit && queue < alpha/2 && inFlight >= 0.95*limit && healthy && !stalled {
+		next = limit + beta
+	}
+	c.lastCut = next <= 0.8*limit
+	c.lastR, c.lastX = r, x
+	return next
+}
