@@ -34,6 +34,12 @@ var keySamples = map[string]keySample{
 	"QueueLimit":                   {2.0, 3.0, -1.0},
 	"ConcurrencyLimit":             {2.0, 3.0, 0.0},
 	"ConcurrencyQueueLimit":        {2.0, 3.0, -1.0},
+	"Adaptive.MinLimit":            {2.0, 3.0, 0.0},
+	"Adaptive.MaxLimit":            {50.0, 60.0, 0.0},
+	"Adaptive.InitialLimit":        {5.0, 6.0, 0.0},
+	"Adaptive.WindowSeconds":       {2.0, 3.0, 0.0},
+	"Adaptive.HealthyLatencyMs":    {100.0, 200.0, 0.0},
+	"Adaptive.Shadow":              {true, false, "yes"},
 	"FailureThreshold":             {2.0, 3.0, 0.0},
 	"BreakSeconds":                 {2.0, 3.0, 0.0},
 	"TimeoutSeconds":               {2.0, 3.0, 0.0},
@@ -152,25 +158,43 @@ func TestPolicyKeysReachEveryField(t *testing.T) {
 		}
 		fields[changed[0]] = k.Name
 	}
-	target := reflect.TypeFor[config.Target]()
-	for i := range target.NumField() {
-		for j := range target.Field(i).Type.NumField() {
-			if f := target.Field(i).Name + "." + target.Field(i).Type.Field(j).Name; fields[f] == "" {
-				t.Errorf("no key sets %s", f)
-			}
+	for _, f := range leafFields(reflect.TypeFor[config.Target](), "") {
+		if fields[f] == "" {
+			t.Errorf("no key sets %s", f)
 		}
 	}
 }
 
-// changedFields returns the fields (Policy.Window) that differ.
-func changedFields(a, b config.Target) []string {
+// leafFields returns the paths (Policy.Adaptive.Window) of the fields of
+// the struct type typ that are not structs themselves, under prefix.
+func leafFields(typ reflect.Type, prefix string) []string {
 	var out []string
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Type.Kind() == reflect.Struct {
+			out = append(out, leafFields(f.Type, prefix+f.Name+".")...)
+		} else {
+			out = append(out, prefix+f.Name)
+		}
+	}
+	return out
+}
+
+// changedFields returns the fields (Policy.Window, Policy.Adaptive.Shadow)
+// that differ.
+func changedFields(a, b config.Target) []string {
+	return changed(reflect.ValueOf(a), reflect.ValueOf(b), "")
+}
+
+func changed(va, vb reflect.Value, prefix string) []string {
+	var out []string
 	for i := range va.NumField() {
-		for j := range va.Field(i).NumField() {
-			if !va.Field(i).Field(j).Equal(vb.Field(i).Field(j)) {
-				out = append(out, va.Type().Field(i).Name+"."+va.Field(i).Type().Field(j).Name)
-			}
+		name := prefix + va.Type().Field(i).Name
+		switch fa, fb := va.Field(i), vb.Field(i); {
+		case fa.Kind() == reflect.Struct:
+			out = append(out, changed(fa, fb, name+".")...)
+		case !fa.Equal(fb):
+			out = append(out, name)
 		}
 	}
 	return out

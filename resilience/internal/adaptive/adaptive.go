@@ -233,7 +233,7 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.
 	beta := 2 * alpha
 	next := limit
 	if queue > beta {
-		next = min(max(served+(alpha+beta)/2, limit/2), limit)
+		next = max(served+(alpha+beta)/2, inFlight/2)
 	}
 	if drops*100 >= n && drops > 0 {
 		next = min(next, limit*0.9)

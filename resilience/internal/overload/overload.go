@@ -97,6 +97,9 @@ type Scenario struct {
 	// Rate is the arrivals per second; Duration how long they arrive.
 	Rate     float64
 	Duration time.Duration
+	// Ramp, when positive, raises the rate from 0 to Rate over its first
+	// Ramp (traffic that grows, as over a morning).
+	Ramp time.Duration
 	// Seed seeds the arrivals (and Shape's generator).
 	Seed uint64
 	// Deadline is every call's deadline (Arrival.Deadline), the
@@ -194,6 +197,9 @@ func Run(s Scenario) Result {
 		at += time.Duration(rng.ExpFloat64() / s.Rate * float64(time.Second))
 		if at >= s.Duration {
 			break
+		}
+		if at < s.Ramp && rng.Float64() >= float64(at)/float64(s.Ramp) {
+			continue // thinning: the rate at at is Rate·at/Ramp
 		}
 		a := Arrival{Index: i, At: at, Deadline: s.Deadline, CallerDeadline: s.CallerDeadline}
 		if s.Shape != nil {

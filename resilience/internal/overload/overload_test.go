@@ -174,3 +174,59 @@ func TestAdaptiveIgnoresCallersThatGiveUp(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptiveReloadKeepsTheLearnedLimit: a reload that changes only the
+// controller's parameters keeps the limit it learned, clamped to the new
+// bounds (a new InitialLimit does not restart it); raised bounds let it
+// find the knee again.
+func TestAdaptiveReloadKeepsTheLearnedLimit(t *testing.T) {
+	t.Parallel()
+	r := run(t, func() overload.Scenario {
+		l := adaptive(0, nil)
+		update := func(maxLimit int) func() {
+			return func() {
+				l.Update(resilience.Policy{ConcurrencyLimit: resilience.AdaptiveLimit,
+					Adaptive: resilience.Adaptive{MaxLimit: maxLimit, InitialLimit: 5}})
+			}
+		}
+		return overload.Scenario{Limits: l, Backend: overload.NewBackend(workers, service),
+			Rate: 2 * capacity, Duration: 24 * time.Second, Seed: 5, Deadline: 10 * service,
+			Events: []overload.Event{{At: 12*time.Second + 50*time.Millisecond, Do: update(40)}, {At: 16*time.Second + 50*time.Millisecond, Do: update(0)}}}
+	})
+	logTrace(t, r)
+	checkBand(t, r, 11*time.Second, 12*time.Second)
+	for _, p := range r.Trace {
+		if p.At > 12*time.Second+50*time.Millisecond && p.At < 16*time.Second && (p.Limit != 40 || p.Adaptive != 40) {
+			t.Fatalf("at %v, after MaxLimit 40, the limit is %d (controller %d); want 40", p.At, p.Limit, p.Adaptive)
+		}
+	}
+	checkBand(t, r, 17*time.Second, 24*time.Second)
+}
+
+// TestAdaptiveShadow: in shadow mode the static limit (here twice the
+// knee) stays enforced while the controller reports the limit it would
+// apply; switching to "adaptive" enforces what the shadow learned at once.
+// The traffic grows to 2× overload over 5 s: a shadow learns the latency
+// of unqueued calls while the load is below the knee (it cannot lower the
+// load to see it).
+func TestAdaptiveShadow(t *testing.T) {
+	t.Parallel()
+	r := run(t, func() overload.Scenario {
+		l := resilience.NewLimits("sim.op", resilience.Policy{ConcurrencyLimit: 100, Adaptive: resilience.Adaptive{Shadow: true}})
+		return overload.Scenario{Limits: l, Backend: overload.NewBackend(workers, service),
+			Rate: 2 * capacity, Ramp: 5 * time.Second, Duration: 24 * time.Second, Seed: 6, Deadline: 10 * service,
+			Events: []overload.Event{{At: 16*time.Second + 50*time.Millisecond, Do: func() {
+				l.Update(resilience.Policy{ConcurrencyLimit: resilience.AdaptiveLimit})
+			}}}}
+	})
+	logTrace(t, r)
+	for _, p := range r.Trace {
+		if p.At > 0 && p.At < 16*time.Second && p.Limit != 100 {
+			t.Fatalf("at %v, in shadow mode, the limit enforced is %d; want 100", p.At, p.Limit)
+		}
+		if p.At > 16*time.Second+50*time.Millisecond && p.Limit != p.Adaptive {
+			t.Fatalf("at %v, adaptive, the limit enforced is %d, the controller's %d", p.At, p.Limit, p.Adaptive)
+		}
+	}
+	checkBand(t, r, 12*time.Second, 24*time.Second)
+}
