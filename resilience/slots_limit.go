@@ -113,7 +113,7 @@ func (sl *slotsLimit) permit(inv *pipeline.Invocation, waited bool) Permit {
 // timeouts at a caller's deadline, rejections and faults of the caller
 // are not: they say nothing of how much the operation can serve.
 func (sl *slotsLimit) Release(token uint64, o Outcome) {
-	if sl.ad != nil && o.Ran && (o.Verdict == Success || o.TimedOut) {
+	if sl.ad != nil && o.Ran && (o.Verdict == Success || o.TimedOut) && sl.ad.Measure(o.TimedOut) {
 		now := time.Since(sl.epoch)
 		sl.ad.Sample(now, now-time.Duration(int64(token)), o.TimedOut, int(sl.conc.inFlight.Load()))
 	}

@@ -113,7 +113,9 @@ type Controller struct {
 
 	// The window being filled.
 	start   atomic.Int64 // ns since the epoch
-	count   atomic.Int64
+	ended   atomic.Int64 // calls that ended (Measure)
+	stride  atomic.Int64 // of Measure: a power of 2
+	count   atomic.Int64 // samples
 	sum     atomic.Int64 // ns
 	drops   atomic.Int64
 	busy    atomic.Int64 // sum of the calls in flight each sample saw
@@ -136,6 +138,7 @@ func New(cfg Config, now time.Duration) *Controller {
 	c := &Controller{cfg: cfg.Normalize()}
 	c.limit.Store(int64(c.cfg.Initial))
 	c.window.Store(int64(c.cfg.Window))
+	c.stride.Store(1)
 	c.start.Store(int64(now))
 	return c
 }
@@ -168,13 +171,36 @@ func (c *Controller) Configure(cfg Config, apply func(limit int)) {
 	}
 }
 
+// Target samples per window, and the most calls one sample stands for: a
+// window of many calls measures one in stride of them, so that a call
+// that is not measured costs one atomic add and no clock reading.
+const (
+	targetSamples = 256
+	maxStride     = 64
+)
+
+// Measure counts a call that ended and reports whether to measure it (read
+// the clock and Sample it): every drop, and one call in stride, where the
+// stride (a power of 2, at most 64) keeps about 256 samples per window: it
+// is set at the end of each window from its count, and doubled whenever a
+// window's samples reach a power of 2 from 512 on.
+func (c *Controller) Measure(drop bool) bool {
+	n := c.ended.Add(1)
+	return drop || n&(c.stride.Load()-1) == 0
+}
+
 // Sample records one call that ended at now after rtt, a drop when it
 // ended at the operation's own deadline; inFlight is the calls in flight
 // when it ended, itself included. When the sample ends a window, Sample
 // computes the next limit and returns it with true; otherwise it returns
 // the limit in force and false.
 func (c *Controller) Sample(now, rtt time.Duration, drop bool, inFlight int) (int, bool) {
-	c.count.Add(1)
+	if n := c.count.Add(1); n >= 2*targetSamples && n&(n-1) == 0 {
+		// Many samples before the window ends: measure fewer calls.
+		if st := c.stride.Load(); st < maxStride {
+			c.stride.CompareAndSwap(st, st*2)
+		}
+	}
 	c.sum.Add(int64(max(rtt, 0)))
 	if drop {
 		c.drops.Add(1)
@@ -194,11 +220,17 @@ func (c *Controller) Sample(now, rtt time.Duration, drop bool, inFlight int) (in
 func (c *Controller) endWindow(now time.Duration) int {
 	elapsed := time.Duration(int64(now) - c.start.Swap(int64(now)))
 	n, sum, drops, busy := c.count.Swap(0), c.sum.Swap(0), c.drops.Swap(0), c.busy.Swap(0)
+	ended := max(c.ended.Swap(0), n) // n when the caller samples without Measure
+	stride := int64(1)
+	for stride < maxStride && stride*2*targetSamples <= ended {
+		stride *= 2
+	}
+	c.stride.Store(stride)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.windows++
 	limit := float64(c.limit.Load())
-	next := c.next(limit, elapsed, n, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
+	next := c.next(limit, elapsed, ended, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
 	next = min(max(next, float64(c.cfg.Min)), float64(c.cfg.Max))
 	out := int64(math.Round(next))
 	c.limit.Store(out)
@@ -209,13 +241,14 @@ func (c *Controller) endWindow(now time.Duration) int {
 }
 
 // next is the controller's rule: the limit after a window of elapsed in
-// which n calls ended with mean latency r, drops of them at their own
-// deadline, with inFlight calls in flight on average. c.mu is held.
+// which n calls ended (successes and drops), drops of them at their own
+// deadline, with mean latency r and inFlight calls in flight on average
+// as the samples saw them. c.mu is held.
 func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.Duration, drops int64, inFlight float64) float64 {
 	if n == 0 || elapsed <= 0 || r <= 0 {
 		return limit
 	}
-	x := float64(n) / elapsed.Seconds() // samples per second
+	x := float64(n) / elapsed.Seconds() // calls per second
 	stalled := x < c.lastX/2            // calls stopped ending: news is late
 	used := inFlight >= 0.9*limit       // the limit held calls back
 	if c.lastCut && used && c.lastR > 0 && r >= c.lastR*9/10 {

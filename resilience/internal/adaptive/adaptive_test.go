@@ -100,3 +100,28 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("Normalize() = %+v", got)
 	}
 }
+
+// TestMeasureStride: a window of 10 000 calls makes the next measure one
+// call in 32 (about 256 samples per window), and every drop.
+func TestMeasureStride(t *testing.T) {
+	c := New(Config{}, 0)
+	for range 10000 {
+		if !c.Measure(false) {
+			t.Fatal("the first window does not measure every call")
+		}
+	}
+	c.Sample(2*time.Second, time.Millisecond, false, 1)
+	c.Sample(2*time.Second, time.Millisecond, false, 1) // nothing ends before MinSamples
+	for range MinSamples {
+		c.Sample(3*time.Second, time.Millisecond, false, 1)
+	}
+	measured := 0
+	for range 3200 {
+		if c.Measure(false) {
+			measured++
+		}
+	}
+	if measured != 100 || !c.Measure(true) {
+		t.Errorf("measured %d of 3200 calls; want 100, and every drop", measured)
+	}
+}
