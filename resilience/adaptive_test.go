@@ -25,9 +25,9 @@ func TestAdaptiveModes(t *testing.T) {
 	shared := &countedSlots{}
 	l := resilience.NewLimits(opID, resilience.Policy{ConcurrencyLimit: resilience.AdaptiveLimit, Adaptive: resilience.Adaptive{InitialLimit: 30}})
 	for _, step := range []struct {
-		name                string
-		p                   resilience.Policy
-		opts                []resilience.Option
+		name               string
+		p                  resilience.Policy
+		opts               []resilience.Option
 		enforced, adaptive int
 	}{
 		{"adaptive", resilience.Policy{ConcurrencyLimit: resilience.AdaptiveLimit, Adaptive: resilience.Adaptive{InitialLimit: 30}}, nil, 30, 30},
