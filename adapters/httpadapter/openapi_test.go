@@ -145,3 +145,38 @@ func TestOpenAPIIdempotencyKeyHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIAdaptiveConcurrency: an adaptive concurrency limit is a 503
+// the document describes; a shadow controller alone rejects nothing, so
+// it adds none.
+func TestOpenAPIAdaptiveConcurrency(t *testing.T) {
+	s := startServer(t, newTestApp(), serverOpts{
+		config: `{"Sundial": {"Kernel": {"Resilience": {"Operations": {
+			"items.get": {"ConcurrencyLimit": "adaptive"},
+			"items.delete": {"Adaptive": {"Shadow": true}}}}}}}`,
+		routes: func(e *echo.Echo, a *httpadapter.Adapter) {
+			h, err := a.OpenAPIHandler(httpadapter.OpenAPIInfo{Title: "test", Version: "1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.GET("/openapi.json", h)
+		},
+	})
+	resp, err := s.client.Get(s.url + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	doc, err := openapi3.NewLoader().LoadFromData(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := doc.Paths.Find("/items/{id}")
+	if r := item.Get.Responses.Status(503); r == nil || !strings.Contains(*r.Value.Description, "concurrency limited (adaptive)") {
+		t.Errorf("items.get: 503 = %v; want one saying the adaptive concurrency limit", r)
+	}
+	if r := item.Delete.Responses.Status(503); r != nil {
+		t.Errorf("items.delete (shadow only): 503 = %v; want none", *r.Value.Description)
+	}
+}
