@@ -16,7 +16,9 @@ import (
 // Each call meets the operation's limits in order — the circuit breaker
 // (FailureThreshold, BreakSeconds), the fixed window (PermitLimit,
 // WindowSeconds, QueueLimit; see [FixedWindow]), the concurrency limit
-// (ConcurrencyLimit, ConcurrencyQueueLimit; see [ConcurrencyLimiter]) —
+// (ConcurrencyLimit, ConcurrencyQueueLimit; see [ConcurrencyLimiter]; a
+// ConcurrencyLimit of [AdaptiveLimit] moves with the latency, see
+// [Adaptive]) —
 // then the handler. Each is a [Limit]; limits that are not configured are
 // not in the chain. A rejection never reaches later limits or the handler;
 // what a call holds is given back on every exit path, panics included. A
@@ -103,6 +105,9 @@ func normalize(p Policy) Policy {
 //     arrivals; queued calls keep their place;
 //   - the concurrency limit keeps the calls in flight; a shorter queue
 //     turns its newest excess waiters away with KERNEL_UNAVAILABLE_003;
+//     an adaptive controller (enforced or shadow) keeps the limit it
+//     learned, clamped to the new bounds, and a shadow switched to
+//     AdaptiveLimit enforces it;
 //   - the breaker keeps its state and its counts (a closed one its run of
 //     failures, an open one its break; a half-open one lets the next call
 //     probe);

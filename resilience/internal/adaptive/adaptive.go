@@ -9,34 +9,36 @@
 // failsafe-go's adaptivelimiter and Envoy's adaptive concurrency filter
 // are, and stepped by Little's law:
 //
-//   - Each window (Config.Window, at least MinSamples samples) yields the
-//     mean latency r of the calls that ended in it and their throughput x.
-//     The baseline m is the lowest window mean seen: the latency of the
-//     work when nothing queues. Then x·(r−m) is the number of calls that
-//     were queued inside the protected work on average, and x·m is the
-//     concurrency it served without queueing.
+//   - Each window (Config.Window, and at least MinSamples samples) yields
+//     the mean latency r of the calls measured in it and the mean number n
+//     of calls in flight they saw. The baseline m is the lowest window mean
+//     seen: the latency of the work when nothing queues. By Little's law
+//     n·m/r of the calls in flight were being served, and the other
+//     n·(1−m/r) were queued inside the protected work.
 //   - When that queue is above β (6·log10 limit), the limit is set to
-//     x·m + α (α = 3·log10 limit, at least 1), at most halving per window:
-//     one step lands on the knee of the latency curve, where Gradient2
-//     (limit·gradient + √limit) needs many and Envoy's gradient needs a
-//     periodic minRTT probe that drops the limit to its minimum.
-//   - When the queue is below α, the limit was used (at least half of it
-//     was in flight) and the latency is at most the healthy ceiling, the
-//     limit grows by β: it reaches a knee of a few hundred in about ten
-//     windows. Between α and β it holds.
-//   - A window in which at least 1 % of the samples were drops (the
-//     operation's own timeouts) multiplies the limit by 0.9 (Netflix's
-//     AIMD backoff), or takes the step above when it is lower.
+//     what was served plus (α+β)/2 (α = 3·log10 limit, at least 1), and
+//     not below half the calls in flight: one step lands just past the
+//     knee of the latency curve, where Gradient2 (limit·gradient + √limit)
+//     takes many, and Envoy's gradient needs a periodic minRTT probe that
+//     drops the limit to its minimum.
+//   - When the queue is below α/2, the limit held calls back (the calls
+//     in flight averaged 95 % of it), calls kept ending at least half as
+//     fast as in the window before, and r is at most the healthy ceiling,
+//     the limit grows by β: from 20 it reaches a knee of 50 in 5 windows.
+//     Otherwise it holds.
+//   - A window in which at least 1 % of the calls that ended were drops
+//     (the operation's own timeouts) multiplies the limit by 0.9
+//     (Netflix's AIMD backoff), or takes the step above when it is lower.
 //
 // Vegas was chosen over Gradient2 because Gradient2's baseline is an
 // average of the latencies it causes: under sustained load it drifts up
-// with them and the limit with it (Netflix concurrency-limits #146), so it
-// cannot be held near the knee. A minimum baseline does not drift, but is
+// with them and the limit with it, so it is not held near the knee; and
+// over Envoy's gradient because its probe sheds calls every time it runs. A minimum baseline does not drift, but is
 // fooled by work that became slower for good (a dependency slowed down):
 // every window then looks queued and the limit would fall to its minimum.
 // The controller tests that case instead of guessing: when a cut of at
-// least 20 % with the limit still in use did not bring the latency down
-// by a tenth, the latency was not a queue, and the baseline becomes the
+// least 20 % with the limit still in use (the calls in flight averaged
+// 90 % of it) did not bring the latency down by a tenth, the latency was not a queue, and the baseline becomes the
 // current latency. The limit then climbs back to the slower work's knee.
 // To keep the limit down while latency is above what the operation's
 // callers can live with, set Config.Ceiling: above it, the limit never
@@ -51,9 +53,15 @@
 // # Concurrency
 //
 // Nothing here reads the clock: times are offsets from an epoch the caller
-// chooses. Sample is safe for concurrent use and costs a few atomic
-// operations; once per window the call that ends the window takes a mutex
-// to compute the next limit. There is no goroutine.
+// chooses. Measure and Sample are safe for concurrent use and cost a few
+// atomic operations; a busy window measures one call in a stride (see
+// Measure), so most calls read no clock. Once per window the call that
+// ends it takes a mutex to compute the next limit. There is no goroutine.
+//
+// A Vegas baseline is learned while load is below the knee. A controller
+// that starts above the knee under sustained overload, or a shadow behind
+// a static limit above it, sees only queued latency and settles too high;
+// start low (InitialLimit) and let a shadow watch a day's traffic.
 package adaptive
 
 import (
