@@ -46,6 +46,12 @@ func (l *Limits) slotsOf(old *chain, p Policy, shared bool, now time.Time) *slot
 		limit = cfg.Normalize().Initial
 	}
 	if old.slots != nil {
+		if old.slots.ad != nil {
+			// Calls still holding the old chain's permits end windows
+			// too: from now on their controller moves no limit, until
+			// Configure below says so.
+			old.slots.ad.Detach()
+		}
 		sl.conc = old.slots.conc
 		sl.conc.setLimits(limit, p.ConcurrencyQueueLimit)
 	} else {

@@ -197,6 +197,15 @@ func (c *Controller) Measure(drop bool) bool {
 	return drop || n&(c.stride.Load()-1) == 0
 }
 
+// Detach stops handing limits to the function Configure gave: when it
+// returns, none is handed any more (a reload is about to set the limit
+// itself). Configure attaches one again.
+func (c *Controller) Detach() {
+	c.mu.Lock()
+	c.apply = nil
+	c.mu.Unlock()
+}
+
 // Sample records one call that ended at now after rtt, a drop when it
 // ended at the operation's own deadline; inFlight is the calls in flight
 // when it ended, itself included. When the sample ends a window, Sample

@@ -125,3 +125,16 @@ func TestMeasureStride(t *testing.T) {
 		t.Errorf("measured %d of 3200 calls; want 100, and every drop", measured)
 	}
 }
+
+// TestDetach: a detached controller hands no limit on.
+func TestDetach(t *testing.T) {
+	c := New(Config{}, 0)
+	applied := 0
+	c.Configure(Config{}, func(int) { applied++ })
+	c.Detach()
+	var now time.Duration
+	feed(c, &now, 100, 100*time.Millisecond, 0, 20) // grows the limit
+	if applied != 1 || c.Limit() != 28 {
+		t.Errorf("applied %d times, limit %d; want once (by Configure), 28", applied, c.Limit())
+	}
+}
