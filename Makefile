@@ -8,7 +8,7 @@ BENCH     ?= .
 BENCHPKGS ?= ./kernel ./samples/shop
 FUZZTIME  ?= 10s
 
-.PHONY: all run test deps vet fmtcheck build bench fuzz stress generate clean
+.PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean
 
 all: test
 
@@ -51,6 +51,14 @@ bench:
 	@for i in $$(seq $(BENCHCOUNT)); do \
 		$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 1 -timeout 30m $(BENCHPKGS) || exit 1; \
 	done
+
+## bench-overload: Sundial's adaptive concurrency limit side by side with a
+## guessed static limit, failsafe-go's adaptivelimiter, kratos BBR and go-zero's
+## AdaptiveShedder in front of one simulated backend, at 1x, 2x and 4x overload
+## and through a 5x slowdown (about 3 minutes; samples/overload is a module of
+## its own, so the framework's users never download the peers)
+bench-overload:
+	cd samples/overload && $(GO) test -count=1 . && $(GO) run .
 
 ## fuzz: run each fuzz target for $(FUZZTIME), one after the other (`make test`
 ## runs their committed seed corpora in testdata/fuzz)

@@ -32,7 +32,10 @@ import (
 //     deadline (see benchConfigs for what the kernel still enforces);
 //   - deadline: the operation's TimeoutSeconds is 1, nothing else;
 //   - full: TimeoutSeconds 1 plus a breaker, a fixed-window rate limit and
-//     a concurrency limit, all high enough never to reject.
+//     a concurrency limit, all high enough never to reject;
+//   - adaptive: full with an adaptive concurrency limit instead of the
+//     static one (its controller samples every call and computes a limit
+//     every window; its MinLimit keeps it from ever rejecting).
 //
 // The kernel runs with its defaults otherwise: its telemetry is on, with
 // otel's global no-op providers (BenchmarkTelemetry measures
@@ -59,10 +62,15 @@ var benchConfigs = map[string]string{
 		"FailureThreshold":5,"BreakSeconds":1,
 		"PermitLimit":1000000000,"WindowSeconds":3600,
 		"ConcurrencyLimit":1000000}}}}}}`,
+	"adaptive": `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"bench.noop":{
+		"TimeoutSeconds":1,
+		"FailureThreshold":5,"BreakSeconds":1,
+		"PermitLimit":1000000000,"WindowSeconds":3600,
+		"ConcurrencyLimit":"adaptive","Adaptive":{"MinLimit":1000000,"MaxLimit":1000000}}}}}}}`,
 }
 
 // benchCases are the cases of BenchmarkPipeline and BenchmarkPipelineParallel, in order.
-var benchCases = []string{"floor-direct", "floor-withtimeout", "passthrough", "deadline", "full"}
+var benchCases = []string{"floor-direct", "floor-withtimeout", "passthrough", "deadline", "full", "adaptive"}
 
 // newBenchKernel returns a kernel serving benchOp with fn under the JSON
 // config doc.

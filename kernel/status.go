@@ -39,7 +39,12 @@ type OperationStatus struct {
 	// RateQueue and ConcurrencyQueue are the calls waiting in each queue,
 	// InFlight those holding a concurrency slot.
 	RateQueue, ConcurrencyQueue, InFlight int
-	Rejections                            resilience.Rejections
+	// ConcurrencyLimit is the concurrency limit enforced in this process
+	// (0: none): the static one, or the adaptive limit in force.
+	// AdaptiveLimit is the adaptive controller's (0: none), enforced or,
+	// in shadow mode, the one it would apply.
+	ConcurrencyLimit, AdaptiveLimit int
+	Rejections                      resilience.Rejections
 	// Shadowed counts the calls the limits would have rejected in shadow
 	// mode (Policy.Shadow), and let run.
 	Shadowed resilience.Rejections
@@ -67,6 +72,8 @@ func (k *Kernel) Status() Status {
 			RateQueue:        ls.RateQueue,
 			ConcurrencyQueue: ls.ConcurrencyQueue,
 			InFlight:         ls.InFlight,
+			ConcurrencyLimit: ls.ConcurrencyLimit,
+			AdaptiveLimit:    ls.AdaptiveLimit,
 			Rejections:       ls.Rejections,
 			Shadowed:         ls.Shadowed,
 			Window:           ls.Window,

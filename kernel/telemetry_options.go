@@ -100,7 +100,7 @@ func (k *Kernel) limitState(id string) (observe.LimitState, bool) {
 	st := observe.LimitState{
 		HasBreaker:         p.FailureThreshold > 0,
 		RateLimited:        p.PermitLimit > 0,
-		ConcurrencyLimited: p.ConcurrencyLimit > 0,
+		ConcurrencyLimited: p.ConcurrencyLimit != 0 || p.Adaptive.Shadow,
 	}
 	ls := l.State()
 	st.Shadow, st.Shadowed = p.Shadow, ls.Shadowed
@@ -112,6 +112,7 @@ func (k *Kernel) limitState(id string) (observe.LimitState, bool) {
 	}
 	if st.ConcurrencyLimited {
 		st.ConcurrencyQueueDepth, st.InFlight = ls.ConcurrencyQueue, ls.InFlight
+		st.ConcurrencyLimit, st.AdaptiveLimit = ls.ConcurrencyLimit, ls.AdaptiveLimit
 	}
 	if cs := k.store.Load(); p.Scope == resilience.ScopeCluster && cs != nil {
 		st.Clustered = true

@@ -122,6 +122,12 @@ func endedVerdict(ctx context.Context, inv *pipeline.Invocation) Verdict {
 	return Neutral
 }
 
+// ownDeadline reports whether the invocation's context ctx was ended by
+// its operation's own deadline or the kernel's cap, not its caller's.
+func ownDeadline(ctx context.Context, inv *pipeline.Invocation) bool {
+	return ctx.Err() != nil && endedVerdict(ctx, inv) == Failure
+}
+
 // deadlineVerdict judges an invocation stopped by its deadline: a failure
 // when the deadline was the operation's own or the kernel's cap, neutral
 // when it was the caller's.

@@ -193,6 +193,17 @@ func (l *ConcurrencyLimiter) setLimits(limit, queueLimit int) {
 	l.dispatch()
 }
 
+// setLimit changes the limit in place (an adaptive controller moves it):
+// the slots held stay held; with a higher limit, waiters are admitted at
+// once, oldest first.
+func (l *ConcurrencyLimiter) setLimit(limit int) {
+	if l.limit.Swap(int64(limit)) < int64(limit) && l.waiting.Load() > 0 {
+		l.mu.Lock()
+		l.dispatch()
+		l.mu.Unlock()
+	}
+}
+
 // limits returns the limit and the queue.
 func (l *ConcurrencyLimiter) limits() (limit, queueLimit int) {
 	return int(l.limit.Load()), int(l.queueLimit.Load())

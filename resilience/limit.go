@@ -86,4 +86,8 @@ type Outcome struct {
 	// Ran reports whether the handler ran (false: a later limit turned the
 	// call away, or its caller left while it waited).
 	Ran bool
+	// TimedOut reports whether the call was ended by its operation's own
+	// deadline (its TimeoutSeconds or the kernel-wide cap), not by its
+	// caller's: the operation did not finish in its own time.
+	TimedOut bool
 }

@@ -16,7 +16,9 @@ import (
 // Each call meets the operation's limits in order — the circuit breaker
 // (FailureThreshold, BreakSeconds), the fixed window (PermitLimit,
 // WindowSeconds, QueueLimit; see [FixedWindow]), the concurrency limit
-// (ConcurrencyLimit, ConcurrencyQueueLimit; see [ConcurrencyLimiter]) —
+// (ConcurrencyLimit, ConcurrencyQueueLimit; see [ConcurrencyLimiter]; a
+// ConcurrencyLimit of [AdaptiveLimit] moves with the latency, see
+// [Adaptive]) —
 // then the handler. Each is a [Limit]; limits that are not configured are
 // not in the chain. A rejection never reaches later limits or the handler;
 // what a call holds is given back on every exit path, panics included. A
@@ -92,6 +94,10 @@ func normalize(p Policy) Policy {
 	if p.BreakDuration <= 0 {
 		p.BreakDuration = DefaultBreakDuration
 	}
+	if p.ConcurrencyLimit < 0 {
+		p.ConcurrencyLimit = AdaptiveLimit
+		p.Adaptive.Shadow = false
+	}
 	p.QueueLimit = max(p.QueueLimit, 0)
 	p.ConcurrencyQueueLimit = max(p.ConcurrencyQueueLimit, 0)
 	if p.Shadow { // a shadow limit never makes a call wait
@@ -110,6 +116,9 @@ func normalize(p Policy) Policy {
 //     arrivals; queued calls keep their place;
 //   - the concurrency limit keeps the calls in flight; a shorter queue
 //     turns its newest excess waiters away with KERNEL_UNAVAILABLE_003;
+//     an adaptive controller (enforced or shadow) keeps the limit it
+//     learned, clamped to the new bounds, and a shadow switched to
+//     AdaptiveLimit enforces it;
 //   - the breaker keeps its state and its counts (a closed one its run of
 //     failures, an open one its break; a half-open one lets the next call
 //     probe);
@@ -148,8 +157,8 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 			c.window = l.windowOf(old, p, now)
 		}
 		c.shared = l.sharedOf(p, o)
-		if p.ConcurrencyLimit > 0 && o.slots == nil {
-			c.slots = l.slotsOf(old, p)
+		if runs, _ := p.adaptive(); runs || p.ConcurrencyLimit > 0 && o.slots == nil {
+			c.slots = l.slotsOf(old, p, o.slots != nil, now)
 		}
 	}
 	if c.breaker != nil {
@@ -311,6 +320,7 @@ func (a *admission) finish(ctx context.Context, inv *pipeline.Invocation, err er
 	if finished {
 		o.Verdict = VerdictOf(ctx, inv, err)
 	}
+	o.TimedOut = o.Verdict == Failure && ownDeadline(ctx, inv)
 	a.releaseAll(o, w != nil && !w.claim())
 }
 
@@ -349,7 +359,7 @@ func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *wat
 	w := new(watch)
 	w.stop = context.AfterFunc(ctx, func() {
 		if w.claimed.CompareAndSwap(false, true) {
-			o := Outcome{Err: Attribute(ctx), Verdict: endedVerdict(ctx, inv), Ran: true}
+			o := Outcome{Err: Attribute(ctx), Verdict: endedVerdict(ctx, inv), Ran: true, TimedOut: ownDeadline(ctx, inv)}
 			for i := len(watched) - 1; i >= 0; i-- {
 				watched[i].r.Release(watched[i].token, o)
 			}
@@ -391,6 +401,12 @@ type LimitsState struct {
 	// InFlight is the calls holding a slot of a concurrency limit counted
 	// in this process.
 	InFlight int
+	// ConcurrencyLimit is the concurrency limit enforced in this process
+	// (0: none): the static ConcurrencyLimit, or the adaptive limit in
+	// force. AdaptiveLimit is the limit the adaptive controller computed
+	// last (0: no controller): with Adaptive.Shadow, the one it would
+	// apply.
+	ConcurrencyLimit, AdaptiveLimit int
 	// Rejections counts the calls each limit turned away.
 	Rejections Rejections
 	// Shadowed counts the calls each limit would have turned away in
@@ -414,6 +430,7 @@ func (l *Limits) State() LimitsState {
 	}
 	if c.slots != nil {
 		st.ConcurrencyQueue, st.InFlight = c.slots.conc.QueueDepth(), c.slots.conc.InFlight()
+		st.ConcurrencyLimit, st.AdaptiveLimit = c.slots.limits()
 	}
 	if c.shared != nil && c.shared.slots != nil {
 		if q, ok := c.shared.slots.(interface{ QueueDepth() int }); ok {

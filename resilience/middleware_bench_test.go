@@ -97,6 +97,26 @@ func BenchmarkResilience(b *testing.B) {
 			}
 		}
 	})
+	// stack-admitted-static and -adaptive: the stack with its arrival read
+	// on the invocation (as the kernel does), with the static concurrency
+	// limit and with an adaptive one pinned high (its controller samples
+	// every call); compare them run for run.
+	for _, mode := range []string{"static", "adaptive"} {
+		b.Run("stack-admitted-"+mode, func(b *testing.B) {
+			b.ReportAllocs()
+			p := benchNeverRejects
+			if mode == "adaptive" {
+				p.ConcurrencyLimit, p.Adaptive = resilience.AdaptiveLimit, resilience.Adaptive{MinLimit: 1 << 20, MaxLimit: 1 << 20}
+			}
+			h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewLimits(opID, p))))
+			inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Arrival: time.Now()})
+			for b.Loop() {
+				if _, err := h(ctx, inv); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	b.Run("chain-admitted", func(b *testing.B) {
 		b.ReportAllocs()
 		h := pipeline.Chain(benchOK, deadline, resilience.NewLimits(opID, benchNeverRejects))

@@ -15,10 +15,15 @@ type Policy struct {
 	// current one is used up (default 0: reject at once).
 	QueueLimit int
 	// ConcurrencyLimit is the number of calls executing at once; 0 means no
-	// limit.
+	// limit, and [AdaptiveLimit] (any negative value) the limit the
+	// controller configured by Adaptive finds.
 	ConcurrencyLimit int
 	// ConcurrencyQueueLimit is how many calls may wait for a free slot.
 	ConcurrencyQueueLimit int
+	// Adaptive configures the adaptive concurrency limit: its controller
+	// runs when ConcurrencyLimit is AdaptiveLimit, or beside a static
+	// ConcurrencyLimit when Adaptive.Shadow is set.
+	Adaptive Adaptive
 	// FailureThreshold is the number of consecutive failures that opens the
 	// breaker; 0 means no breaker.
 	FailureThreshold int
@@ -66,7 +71,41 @@ type Policy struct {
 // Limited reports whether the policy configures a breaker, a rate limit or
 // a concurrency limit (the Timeout is the DeadlineMiddleware's business).
 func (p Policy) Limited() bool {
-	return p.PermitLimit > 0 || p.ConcurrencyLimit > 0 || p.FailureThreshold > 0 || p.PerKey.PermitLimit > 0
+	return p.PermitLimit > 0 || p.ConcurrencyLimit != 0 || p.Adaptive.Shadow || p.FailureThreshold > 0 || p.PerKey.PermitLimit > 0
+}
+
+// AdaptiveLimit is the ConcurrencyLimit of an adaptive concurrency limit
+// (in JSON, "ConcurrencyLimit": "adaptive"): the limit moves to what the
+// operation serves without queueing, as its latency shows
+// (docs/resilience.md, "Adaptive concurrency").
+const AdaptiveLimit = -1
+
+// Adaptive configures the controller of an adaptive concurrency limit. Its
+// zero value takes the defaults, which work untuned. The limit is per
+// process, whatever the Scope.
+type Adaptive struct {
+	// MinLimit and MaxLimit bound the limit (defaults 1 and 1000; a
+	// MaxLimit below MinLimit is raised to it). InitialLimit is where it
+	// starts (default 20, clamped to the bounds).
+	MinLimit, MaxLimit, InitialLimit int
+	// Window is the shortest time the controller measures before it moves
+	// the limit (default 1s); a window also waits for 10 calls to end.
+	Window time.Duration
+	// HealthyLatency is the healthy-latency ceiling: while the mean latency
+	// of a window is above it, the limit never grows. 0 means none.
+	HealthyLatency time.Duration
+	// Shadow runs the controller beside the static ConcurrencyLimit, which
+	// stays the one enforced (none when 0): the limit the controller would
+	// apply is reported (LimitsState.AdaptiveLimit), not applied. It is
+	// ignored when ConcurrencyLimit is AdaptiveLimit.
+	Shadow bool
+}
+
+// adaptive reports whether the policy runs an adaptive controller, and
+// whether the controller's limit is enforced.
+func (p Policy) adaptive() (runs, enforced bool) {
+	enforced = p.ConcurrencyLimit < 0
+	return enforced || p.Adaptive.Shadow, enforced
 }
 
 // Default values of the keys that have one.

@@ -2,52 +2,141 @@ package resilience
 
 import (
 	"context"
+	"math"
+	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/adaptive"
 )
 
 // slotsLimit is the operation's concurrency limit (ConcurrencyLimit,
 // ConcurrencyQueueLimit) as a [Limit]; see [ConcurrencyLimiter].
 // Rejection: KERNEL_UNAVAILABLE_003. The slot is given back on every exit
 // path, panics included.
+//
+// With an adaptive controller (ad), a permit's token is when the call took
+// its slot (ns since epoch), and its release is a sample of the controller
+// when the call succeeded or ended at its own deadline. The controller
+// moves the limiter's limit in place (enforced), or only reports it
+// (shadow).
 type slotsLimit struct {
-	conc *ConcurrencyLimiter
-	l    *Limits
+	conc     *ConcurrencyLimiter
+	l        *Limits
+	ad       *adaptive.Controller // nil: a static limit
+	epoch    time.Time            // of ad's times
+	enforced bool                 // conc's limit is enforced (false: it only counts, for a shadow)
 }
 
-func (l *Limits) slotsOf(old *chain, p Policy) *slotsLimit {
-	if old.slots != nil {
-		old.slots.conc.setLimits(p.ConcurrencyLimit, p.ConcurrencyQueueLimit)
-		return &slotsLimit{conc: old.slots.conc, l: l}
+// unbounded is the limit of a limiter that only counts the calls in flight
+// (a shadow controller without a static limit in this process).
+const unbounded = math.MaxInt32
+
+func (l *Limits) slotsOf(old *chain, p Policy, shared bool, now time.Time) *slotsLimit {
+	runs, enforcedAdaptive := p.adaptive()
+	sl := &slotsLimit{l: l, enforced: enforcedAdaptive || !shared && p.ConcurrencyLimit > 0}
+	limit := p.ConcurrencyLimit
+	cfg := adaptive.Config{Min: p.Adaptive.MinLimit, Max: p.Adaptive.MaxLimit, Initial: p.Adaptive.InitialLimit,
+		Window: p.Adaptive.Window, Ceiling: p.Adaptive.HealthyLatency}
+	switch {
+	case !sl.enforced:
+		limit = unbounded
+	case enforcedAdaptive && old.slots != nil:
+		limit, _ = old.slots.conc.limits() // until Configure applies the controller's
+	case enforcedAdaptive:
+		limit = cfg.Normalize().Initial
 	}
-	return &slotsLimit{conc: newConcurrencyLimiter(p.ConcurrencyLimit, p.ConcurrencyQueueLimit), l: l}
+	if old.slots != nil {
+		if old.slots.ad != nil {
+			// Calls still holding the old chain's permits end windows
+			// too: from now on their controller moves no limit, until
+			// Configure below says so.
+			old.slots.ad.Detach()
+		}
+		sl.conc = old.slots.conc
+		sl.conc.setLimits(limit, p.ConcurrencyQueueLimit)
+	} else {
+		sl.conc = newConcurrencyLimiter(limit, p.ConcurrencyQueueLimit)
+	}
+	if !runs {
+		return sl
+	}
+	if old.slots != nil && old.slots.ad != nil {
+		sl.ad, sl.epoch = old.slots.ad, old.slots.epoch // keep what it learned
+	} else {
+		sl.ad, sl.epoch = adaptive.New(cfg, 0), now
+	}
+	var apply func(int)
+	if enforcedAdaptive {
+		apply = sl.conc.setLimit
+	}
+	sl.ad.Configure(cfg, apply)
+	return sl
 }
 
 // TryAcquire implements [Admitter]: without a queue the limit never
 // waits, whatever the context.
-func (sl *slotsLimit) TryAcquire(*pipeline.Invocation) (Permit, bool, error) {
+func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
 	if sl.conc.queueLimit.Load() != 0 {
 		return Permit{}, true, nil
 	}
 	if sl.conc.Acquire(context.Background()) != nil {
 		return Permit{}, false, sl.l.concRejection()
 	}
-	return NewPermit(sl, 0), false, nil
+	return sl.permit(inv, false), false, nil
 }
 
 // Acquire implements [Limit].
-func (sl *slotsLimit) Acquire(ctx context.Context, _ *pipeline.Invocation) (Permit, error) {
+func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
+	if sl.ad != nil && sl.conc.TryAcquire() {
+		return sl.permit(inv, false), nil
+	}
 	switch err := sl.conc.Acquire(ctx); {
 	case err == nil:
-		return NewPermit(sl, 0), nil
+		return sl.permit(inv, true), nil
 	case err == ErrLimited:
 		return Permit{}, sl.l.concRejection()
 	}
 	return Permit{}, Attribute(ctx)
 }
 
-// Release implements [Releaser].
-func (sl *slotsLimit) Release(uint64, Outcome) { sl.conc.Release() }
+// permit returns the permit of a call that took its slot now, after
+// waiting for it or not: with a controller, its token is when it took the
+// slot — its arrival, when it did not wait (the Resilience stage is the
+// first to run, so no clock reading is needed).
+func (sl *slotsLimit) permit(inv *pipeline.Invocation, waited bool) Permit {
+	if sl.ad == nil {
+		return NewPermit(sl, 0)
+	}
+	at, ok := inv.Arrival()
+	if waited || !ok {
+		at = time.Now()
+	}
+	return NewPermit(sl, uint64(at.Sub(sl.epoch)))
+}
+
+// Release implements [Releaser]: with a controller, a call that succeeded
+// or ended at its own deadline (a drop) is a sample. Cancellations,
+// timeouts at a caller's deadline, rejections and faults of the caller
+// are not: they say nothing of how much the operation can serve.
+func (sl *slotsLimit) Release(token uint64, o Outcome) {
+	if sl.ad != nil && o.Ran && (o.Verdict == Success || o.TimedOut) && sl.ad.Measure(o.TimedOut) {
+		now := time.Since(sl.epoch)
+		sl.ad.Sample(now, now-time.Duration(int64(token)), o.TimedOut, int(sl.conc.inFlight.Load()))
+	}
+	sl.conc.Release()
+}
+
+// limits returns the limit enforced (0: none) and the controller's (0:
+// none).
+func (sl *slotsLimit) limits() (enforced, adaptive int) {
+	if sl.enforced {
+		enforced, _ = sl.conc.limits()
+	}
+	if sl.ad != nil {
+		adaptive = sl.ad.Limit()
+	}
+	return enforced, adaptive
+}
 
 func (l *Limits) concRejection() *pipeline.Error {
 	return l.concLimitErr

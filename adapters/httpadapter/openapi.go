@@ -168,13 +168,18 @@ func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bo
 		if pol.PermitLimit > 0 {
 			what = append(what, fmt.Sprintf("rate limited (%d per %s)", pol.PermitLimit, pol.Window))
 		}
-		if pol.ConcurrencyLimit > 0 {
+		switch {
+		case pol.ConcurrencyLimit > 0:
 			what = append(what, fmt.Sprintf("concurrency limited (%d)", pol.ConcurrencyLimit))
+		case pol.ConcurrencyLimit < 0:
+			what = append(what, "concurrency limited (adaptive)")
 		}
 		if pol.FailureThreshold > 0 {
 			what = append(what, "circuit open")
 		}
-		describeLimits(op, what)
+		if len(what) > 0 { // a shadow controller alone rejects nothing
+			describeLimits(op, what)
+		}
 	}
 	if ip := a.k.IdempotencyPolicy(d.ID); ip.Enabled {
 		describeIdempotency(op, ip.Required, rt.success)

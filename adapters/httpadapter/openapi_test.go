@@ -23,32 +23,14 @@ import (
 func TestOpenAPICoversEveryRoute(t *testing.T) {
 	app := newTestApp()
 	hooked := map[string]bool{}
-	s := startServer(t, app, serverOpts{
-		adapter: []httpadapter.Option{httpadapter.WithRelativeDeadlineHeader("X-Timeout-Ms")},
-		routes: func(e *echo.Echo, a *httpadapter.Adapter) {
-			h, err := a.OpenAPIHandler(httpadapter.OpenAPIInfo{Title: "test", Version: "1",
-				Operation: func(d *operations.Descriptor, op *openapi3.Operation) {
-					hooked[d.ID] = true
-					if d.ID == "items.create" {
-						op.AddResponse(http.StatusConflict, openapi3.NewResponse().WithDescription("idempotency: the key is in use"))
-					}
-				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.GET("/openapi.json", h)
-		},
-	})
-	resp, err := s.client.Get(s.url + "/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	doc, err := openapi3.NewLoader().LoadFromData(body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, doc := serveOpenAPI(t, app, serverOpts{adapter: []httpadapter.Option{httpadapter.WithRelativeDeadlineHeader("X-Timeout-Ms")}},
+		httpadapter.OpenAPIInfo{Title: "test", Version: "1",
+			Operation: func(d *operations.Descriptor, op *openapi3.Operation) {
+				hooked[d.ID] = true
+				if d.ID == "items.create" {
+					op.AddResponse(http.StatusConflict, openapi3.NewResponse().WithDescription("idempotency: the key is in use"))
+				}
+			}})
 	if err := doc.Validate(t.Context()); err != nil {
 		t.Fatalf("the served document does not validate: %v", err)
 	}
@@ -144,4 +126,46 @@ func TestOpenAPIIdempotencyKeyHeader(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOpenAPIAdaptiveConcurrency: an adaptive concurrency limit is a 503
+// the document describes; a shadow controller alone rejects nothing, so
+// it adds none.
+func TestOpenAPIAdaptiveConcurrency(t *testing.T) {
+	_, doc := serveOpenAPI(t, newTestApp(), serverOpts{config: `{"Sundial": {"Kernel": {"Resilience": {"Operations": {
+		"items.get": {"ConcurrencyLimit": "adaptive"},
+		"items.delete": {"Adaptive": {"Shadow": true}}}}}}}`}, httpadapter.OpenAPIInfo{Title: "test", Version: "1"})
+	item := doc.Paths.Find("/items/{id}")
+	if r := item.Get.Responses.Status(503); r == nil || !strings.Contains(*r.Value.Description, "concurrency limited (adaptive)") {
+		t.Errorf("items.get: 503 = %v; want one saying the adaptive concurrency limit", r)
+	}
+	if r := item.Delete.Responses.Status(503); r != nil {
+		t.Errorf("items.delete (shadow only): 503 = %v; want none", *r.Value.Description)
+	}
+}
+
+// serveOpenAPI starts app's server with so, serving its OpenAPI document
+// of info at /openapi.json, and returns the server and the document as
+// served.
+func serveOpenAPI(t *testing.T, app *testApp, so serverOpts, info httpadapter.OpenAPIInfo) (*server, *openapi3.T) {
+	t.Helper()
+	so.routes = func(e *echo.Echo, a *httpadapter.Adapter) {
+		h, err := a.OpenAPIHandler(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.GET("/openapi.json", h)
+	}
+	s := startServer(t, app, so)
+	resp, err := s.client.Get(s.url + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	doc, err := openapi3.NewLoader().LoadFromData(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, doc
 }

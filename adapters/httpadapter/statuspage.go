@@ -86,14 +86,14 @@ th{background:#f3f3f3}
 Stragglers (handlers still running after their answer left): <b id="stragglers">{{.Stragglers}}</b> of at most {{.MaxStragglers}};
 running: {{.Running}}.</p>
 <table id="operations">
-<tr><th>Operation</th><th>Policy</th><th>Breaker</th><th>Window</th><th>Queues</th><th>In flight</th><th>Rejected</th><th>Answers (last 30–60 s)</th></tr>
+<tr><th>Operation</th><th>Policy</th><th>Breaker</th><th>Window</th><th>Queues</th><th>In flight / limit</th><th>Rejected</th><th>Answers (last 30–60 s)</th></tr>
 {{range .Operations}}<tr id="op-{{.ID}}">
 <td><b>{{.ID}}</b></td>
-<td>{{with .Policy}}{{if .PermitLimit}}{{.PermitLimit}} per {{dur .Window}}{{if .QueueLimit}}, queue {{.QueueLimit}}{{end}}<br>{{end}}{{if .ConcurrencyLimit}}{{.ConcurrencyLimit}} at once{{if .ConcurrencyQueueLimit}}, queue {{.ConcurrencyQueueLimit}}{{end}}<br>{{end}}{{if .FailureThreshold}}breaker after {{.FailureThreshold}} failures, {{dur .BreakDuration}}<br>{{end}}{{if .Timeout}}timeout {{dur .Timeout}}<br>{{end}}{{if .LeasePermits}}lease {{.LeasePermits}}<br>{{end}}{{if .Shadow}}shadow mode<br>{{end}}{{end}}scope {{.Scope}}{{if .Degraded}} <span class="degraded">degraded</span>{{end}}</td>
+<td>{{with .Policy}}{{if .PermitLimit}}{{.PermitLimit}} per {{dur .Window}}{{if .QueueLimit}}, queue {{.QueueLimit}}{{end}}<br>{{end}}{{if .ConcurrencyLimit}}{{if lt .ConcurrencyLimit 0}}adaptive concurrency{{else}}{{.ConcurrencyLimit}} at once{{end}}{{if .ConcurrencyQueueLimit}}, queue {{.ConcurrencyQueueLimit}}{{end}}<br>{{end}}{{if .FailureThreshold}}breaker after {{.FailureThreshold}} failures, {{dur .BreakDuration}}<br>{{end}}{{if .Timeout}}timeout {{dur .Timeout}}<br>{{end}}{{if .LeasePermits}}lease {{.LeasePermits}}<br>{{end}}{{if .Shadow}}shadow mode<br>{{end}}{{end}}scope {{.Scope}}{{if .Degraded}} <span class="degraded">degraded</span>{{end}}</td>
 <td class="breaker {{.Breaker}}">{{.Breaker}}{{if .BreakerOpenFor}}<br>half-opens in {{dur .BreakerOpenFor}}{{end}}</td>
 <td>{{if .HasWindow}}{{used .Window}} of {{.Window.Limit}} used<br>resets in {{dur .Window.Reset}}{{else}}<span class="muted">–</span>{{end}}</td>
 <td>rate {{.RateQueue}}<br>concurrency {{.ConcurrencyQueue}}</td>
-<td>{{.InFlight}}</td>
+<td class="limit">{{.InFlight}}{{if .ConcurrencyLimit}} of {{.ConcurrencyLimit}}{{end}}{{if .AdaptiveLimit}}<br>adaptive {{.AdaptiveLimit}}{{if .Policy.Adaptive.Shadow}} (shadow){{end}}{{end}}</td>
 <td>rate {{.Rejections.Rate}}<br>concurrency {{.Rejections.Concurrency}}<br>breaker {{.Rejections.Breaker}}{{if .Policy.Shadow}}<br><span class="shadow">shadow, would have: rate {{.Shadowed.Rate}}, concurrency {{.Shadowed.Concurrency}}, breaker {{.Shadowed.Breaker}}</span>{{end}}</td>
 <td>{{if .Calls}}{{.Calls}} calls<br>p50 {{dur .P50}}<br>p99 {{dur .P99}}{{else}}<span class="muted">none</span>{{end}}</td>
 </tr>

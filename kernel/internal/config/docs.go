@@ -18,7 +18,7 @@ Its root holds the kernel-wide defaults.
 Its ` + "`Operations`" + ` object maps an operation ID to an object of the same keys, which overrides them.
 An inherited key that an operation does not set takes the root's value.
 An operation without an ` + "`Idempotency`" + ` object takes the root's; with neither, it takes no idempotency keys.
-The keys of the ` + "`Idempotency`" + ` object are not inherited one by one: an operation's ` + "`Idempotency`" + ` object replaces the root's whole.
+The keys of the ` + "`Idempotency`" + ` and ` + "`Adaptive`" + ` objects are not inherited one by one: an operation's object replaces the root's whole.
 Its defaults apply to the keys it does not set.
 A key that a reload applies takes effect for the calls that arrive after it.
 A start-up only key keeps its value until a restart; a reload that changes it logs that it is ignored.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
@@ -129,7 +130,28 @@ func Parse(raw any, path string) (Policies, error) {
 			return Policies{}, err
 		}
 	}
+	if err := check(o.Resolve(""), path); err != nil {
+		return Policies{}, err
+	}
+	for _, id := range o.OperationIDs() {
+		if err := check(o.Resolve(id), path+"."+OperationsKey+"."+id); err != nil {
+			return Policies{}, err
+		}
+	}
 	return o, nil
+}
+
+// check refuses what the keys of one object of the section (at path) say
+// together that none says alone.
+func check(t Target, path string) error {
+	a := t.Policy.Adaptive
+	switch {
+	case a.Shadow && t.Policy.ConcurrencyLimit == resilience.AdaptiveLimit:
+		return fmt.Errorf("kernel: %s.Adaptive.Shadow: a shadow runs beside a static ConcurrencyLimit, not with \"adaptive\"", path)
+	case a.MinLimit > 0 && a.MaxLimit > 0 && a.MinLimit > a.MaxLimit:
+		return fmt.Errorf("kernel: %s.Adaptive.MaxLimit: %d is below MinLimit %d", path, a.MaxLimit, a.MinLimit)
+	}
+	return nil
 }
 
 func (o *Policies) parseOperations(raw any, path string) error {

@@ -87,6 +87,18 @@ func integer(minimum int) func(any, string) (int, error) {
 	}
 }
 
+// concurrencyLimit reads a ConcurrencyLimit: a positive integer, or
+// "adaptive" (resilience.AdaptiveLimit).
+func concurrencyLimit(v any, path string) (int, error) {
+	if s, ok := v.(string); ok {
+		if s == "adaptive" {
+			return resilience.AdaptiveLimit, nil
+		}
+		return 0, fmt.Errorf("kernel: %s: want a positive integer or \"adaptive\", got %q", path, s)
+	}
+	return integer(1)(v, path)
+}
+
 // duration reads a positive number of seconds.
 func duration(v any, path string) (Duration, error) {
 	f, ok := Number(v)

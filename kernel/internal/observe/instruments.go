@@ -32,6 +32,8 @@ type instruments struct {
 	breaker metric.Int64ObservableGauge
 	queue   metric.Int64ObservableUpDownCounter
 	active  metric.Int64ObservableUpDownCounter
+	limit   metric.Int64ObservableGauge // MetricConcurrencyLimit
+	adapt   metric.Int64ObservableGauge // MetricConcurrencyAdaptiveLimit
 	late    metric.Int64ObservableUpDownCounter
 	cluster metric.Int64ObservableGauge
 	reloads metric.Int64Counter
@@ -46,7 +48,7 @@ type instruments struct {
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [18]error
+	var errs [20]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -71,6 +73,12 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.active, errs[6] = m.Int64ObservableUpDownCounter(MetricConcurrencyActive,
 		metric.WithDescription("Invocations holding a slot of an operation's concurrency limit."),
 		metric.WithUnit("{invocation}"))
+	in.limit, errs[17] = m.Int64ObservableGauge(MetricConcurrencyLimit,
+		metric.WithDescription("The concurrency limit an operation enforces in this process: the static one, or the adaptive limit in force."),
+		metric.WithUnit("{invocation}"))
+	in.adapt, errs[18] = m.Int64ObservableGauge(MetricConcurrencyAdaptiveLimit,
+		metric.WithDescription("The limit an operation's adaptive concurrency controller computed last: enforced, or in shadow mode the one it would apply."),
+		metric.WithUnit("{invocation}"))
 	in.late, errs[8] = m.Int64ObservableUpDownCounter(MetricStragglers,
 		metric.WithDescription("Invocations still running after their answer left at the deadline (handlers that ignore their context)."),
 		metric.WithUnit("{invocation}"))
@@ -92,14 +100,14 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.outBreaker, errs[16] = m.Int64ObservableGauge(MetricOutboundBreakerState,
 		metric.WithDescription("A dependency's circuit breaker state: 1 for the state it is in (closed, half_open or open), 0 for the others."),
 		metric.WithUnit("{state}"))
-	in.shadow, errs[17] = m.Int64ObservableCounter(MetricShadowRejectionCount,
+	in.shadow, errs[19] = m.Int64ObservableCounter(MetricShadowRejectionCount,
 		metric.WithDescription("Invocations a limit in shadow mode would have rejected and let run, by operation and reason (rate, concurrency, breaker)."),
 		metric.WithUnit("{invocation}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		in.observeDependencies(t, o)
 		return nil
-	}, in.breaker, in.queue, in.active, in.late, in.cluster, in.shadow, in.outAttempts, in.outRefusals, in.outBreaker)
+	}, in.breaker, in.queue, in.active, in.limit, in.adapt, in.late, in.cluster, in.shadow, in.outAttempts, in.outRefusals, in.outBreaker)
 	in.err = errors.Join(errs[:]...)
 	return in
 }
@@ -133,6 +141,12 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 		if st.ConcurrencyLimited {
 			o.ObserveInt64(in.queue, int64(st.ConcurrencyQueueDepth), op.observeConc...)
 			o.ObserveInt64(in.active, int64(st.InFlight), op.observe...)
+		}
+		if st.ConcurrencyLimit > 0 {
+			o.ObserveInt64(in.limit, int64(st.ConcurrencyLimit), op.observe...)
+		}
+		if st.AdaptiveLimit > 0 {
+			o.ObserveInt64(in.adapt, int64(st.AdaptiveLimit), op.observe...)
 		}
 		if st.Shadow || st.Shadowed != (resilience.Rejections{}) {
 			for i, n := range [...]int64{st.Shadowed.Rate, st.Shadowed.Concurrency, st.Shadowed.Breaker} {

@@ -168,3 +168,25 @@ func TestQueueGauges(t *testing.T) {
 		t.Errorf("%s{test.hold, rate} = %v, want 3", observe.MetricQueueDepth, v)
 	}
 }
+
+// TestConcurrencyLimitGauges: the limit enforced and the adaptive
+// controller's are reported apart (a shadow's differs from the one
+// enforced); an operation without either reports neither.
+func TestConcurrencyLimitGauges(t *testing.T) {
+	h := newHarness(t)
+	h.tel.Operation(op("test.shadow"))
+	h.tel.Operation(op("test.plain"))
+	var l limits
+	l.set("test.shadow", observe.LimitState{ConcurrencyLimited: true, ConcurrencyLimit: 100, AdaptiveLimit: 37})
+	l.set("test.plain", observe.LimitState{RateLimited: true})
+	h.tel.ObserveLimits(l.state)
+	rm := h.collect(t)
+	for name, want := range map[string]float64{observe.MetricConcurrencyLimit: 100, observe.MetricConcurrencyAdaptiveLimit: 37} {
+		if v, _ := valueOf(rm, name, map[string]string{"operation": "test.shadow"}); v != want {
+			t.Errorf("%s{test.shadow} = %v, want %v", name, v, want)
+		}
+		if _, ok := valueOf(rm, name, map[string]string{"operation": "test.plain"}); ok {
+			t.Errorf("%s reports test.plain, which has no concurrency limit", name)
+		}
+	}
+}

@@ -44,6 +44,17 @@ const (
 	// of an operation's concurrency limit (Int64ObservableUpDownCounter),
 	// by operation. Only operations with a concurrency limit are reported.
 	MetricConcurrencyActive = "sundial.concurrency.active"
+	// MetricConcurrencyLimit is the concurrency limit an operation
+	// enforces in this process (Int64ObservableGauge), by operation: the
+	// static ConcurrencyLimit, or the adaptive limit in force. Operations
+	// without one in this process are not reported.
+	MetricConcurrencyLimit = "sundial.concurrency.limit"
+	// MetricConcurrencyAdaptiveLimit is the limit an operation's adaptive
+	// controller computed last (Int64ObservableGauge), by operation:
+	// the one enforced, or with Adaptive.Shadow the one it would apply
+	// (docs/resilience.md, "Adaptive concurrency"). Operations without a
+	// controller are not reported.
+	MetricConcurrencyAdaptiveLimit = "sundial.concurrency.adaptive_limit"
 	// MetricStragglers is the number of invocations still running after
 	// their answer left at the deadline — handlers that ignore their
 	// context (Int64ObservableUpDownCounter). At the kernel's MaxStragglers

@@ -109,6 +109,11 @@ type LimitState struct {
 	ConcurrencyLimited    bool
 	ConcurrencyQueueDepth int
 	InFlight              int
+	// ConcurrencyLimit is the concurrency limit enforced in this process
+	// (0: none, or counted in the store); AdaptiveLimit the adaptive
+	// controller's (0: none), enforced or, in shadow mode, the one it
+	// would apply.
+	ConcurrencyLimit, AdaptiveLimit int
 	// Clustered reports limits counted across replicas (Scope cluster);
 	// Degraded that the store is unreachable and OnStoreError applies.
 	Clustered bool

@@ -1,0 +1,298 @@
+// Package adaptive is the controller of an adaptive concurrency limit: it
+// watches how long the calls it lets in take and moves the limit to the
+// concurrency the protected work can serve without queueing.
+//
+// # Which controller, and why
+//
+// It is a latency-gradient controller of the Vegas family (Netflix
+// concurrency-limits' VegasLimit, TCP Vegas), measured per window as
+// failsafe-go's adaptivelimiter and Envoy's adaptive concurrency filter
+// are, and stepped by Little's law:
+//
+//   - Each window (Config.Window, and at least MinSamples samples) yields
+//     the mean latency r of the calls measured in it and the mean number n
+//     of calls in flight they saw. The baseline m is the lowest window mean
+//     seen: the latency of the work when nothing queues. By Little's law
+//     n·m/r of the calls in flight were being served, and the other
+//     n·(1−m/r) were queued inside the protected work.
+//   - When that queue is above β (6·log10 limit), the limit is set to
+//     what was served plus (α+β)/2 (α = 3·log10 limit, at least 1), and
+//     not below half the calls in flight: one step lands just past the
+//     knee of the latency curve, where Gradient2 (limit·gradient + √limit)
+//     takes many, and Envoy's gradient needs a periodic minRTT probe that
+//     drops the limit to its minimum.
+//   - When the queue is below α/2, the limit held calls back (the calls
+//     in flight averaged 95 % of it), calls kept ending at least half as
+//     fast as in the window before, and r is at most the healthy ceiling,
+//     the limit grows by β: from 20 it reaches a knee of 50 in 5 windows.
+//     Otherwise it holds.
+//   - A window in which at least 1 % of the calls that ended were drops
+//     (the operation's own timeouts) multiplies the limit by 0.9
+//     (Netflix's AIMD backoff), or takes the step above when it is lower.
+//
+// Vegas was chosen over Gradient2 because Gradient2's baseline is an
+// average of the latencies it causes: under sustained load it drifts up
+// with them and the limit with it, so it is not held near the knee; and
+// over Envoy's gradient because its probe sheds calls every time it runs. A minimum baseline does not drift, but is
+// fooled by work that became slower for good (a dependency slowed down):
+// every window then looks queued and the limit would fall to its minimum.
+// The controller tests that case instead of guessing: when a cut of at
+// least 20 % with the limit still in use (the calls in flight averaged
+// 90 % of it) did not bring the latency down by a tenth, the latency was not a queue, and the baseline becomes the
+// current latency. The limit then climbs back to the slower work's knee.
+// To keep the limit down while latency is above what the operation's
+// callers can live with, set Config.Ceiling: above it, the limit never
+// grows.
+//
+// Only the caller says which calls are samples. Sundial samples successes
+// and the operation's own timeouts (as drops); cancellations, timeouts at
+// a caller's deadline, rejections and faults of the caller are not
+// samples, so callers that give up cannot move the limit (see
+// resilience.Outcome).
+//
+// # Concurrency
+//
+// Nothing here reads the clock: times are offsets from an epoch the caller
+// chooses. Measure and Sample are safe for concurrent use and cost a few
+// atomic operations; a busy window measures one call in a stride (see
+// Measure), so most calls read no clock. Once per window the call that
+// ends it takes a mutex to compute the next limit. There is no goroutine.
+//
+// A Vegas baseline is learned while load is below the knee. A controller
+// that starts above the knee under sustained overload, or a shadow behind
+// a static limit above it, sees only queued latency and settles too high;
+// start low (InitialLimit) and let a shadow watch a day's traffic.
+package adaptive
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultMin     = 1
+	DefaultMax     = 1000
+	DefaultInitial = 20
+	DefaultWindow  = time.Second
+)
+
+// MinSamples is the fewest samples a window needs: a window that has
+// fewer when its time is up goes on until it has them.
+const MinSamples = 10
+
+// Config is the controller's parameters.
+type Config struct {
+	// Min and Max bound the limit; Initial is where it starts.
+	Min, Max, Initial int
+	// Window is the shortest window the controller computes a limit over.
+	Window time.Duration
+	// Ceiling is the healthy-latency ceiling: while a window's mean
+	// latency is above it, the limit never grows. 0: none.
+	Ceiling time.Duration
+}
+
+// Normalize returns c with its zero values replaced by the defaults,
+// Initial clamped to [Min, Max] and Max raised to Min.
+func (c Config) Normalize() Config {
+	if c.Min <= 0 {
+		c.Min = DefaultMin
+	}
+	if c.Max <= 0 {
+		c.Max = DefaultMax
+	}
+	c.Max = max(c.Max, c.Min)
+	if c.Initial <= 0 {
+		c.Initial = DefaultInitial
+	}
+	c.Initial = min(max(c.Initial, c.Min), c.Max)
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	c.Ceiling = max(c.Ceiling, 0)
+	return c
+}
+
+// Controller computes one adaptive limit. Create it with New.
+type Controller struct {
+	limit atomic.Int64
+
+	// The window being filled.
+	start   atomic.Int64 // ns since the epoch
+	ended   atomic.Int64 // calls that ended (Measure)
+	stride  atomic.Int64 // of Measure: a power of 2
+	count   atomic.Int64 // samples
+	sum     atomic.Int64 // ns
+	drops   atomic.Int64
+	busy    atomic.Int64 // sum of the calls in flight each sample saw
+	closing atomic.Bool  // a Sample is ending the window
+	window  atomic.Int64 // cfg.Window, for Sample
+
+	mu      sync.Mutex // guards the fields below
+	cfg     Config
+	base    time.Duration // the baseline latency; 0: none yet
+	lastR   time.Duration // the previous window's mean latency
+	lastX   float64       // and its samples per second
+	lastCut bool          // the previous window cut the limit by 20 % or more
+	windows int64         // windows ended
+	apply   func(int)     // applies a new limit; nil: none (shadow)
+}
+
+// New returns a controller of the normalized cfg whose first window starts
+// at now.
+func New(cfg Config, now time.Duration) *Controller {
+	c := &Controller{cfg: cfg.Normalize()}
+	c.limit.Store(int64(c.cfg.Initial))
+	c.window.Store(int64(c.cfg.Window))
+	c.stride.Store(1)
+	c.start.Store(int64(now))
+	return c
+}
+
+// Limit returns the limit computed last.
+func (c *Controller) Limit() int { return int(c.limit.Load()) }
+
+// Windows returns the number of windows ended.
+func (c *Controller) Windows() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.windows
+}
+
+// Configure puts cfg in force, keeping what the controller learned: the
+// limit is clamped to the new bounds (a new Initial applies only to a new
+// controller). From now on every limit the controller computes is handed
+// to apply (nil: to nothing), under a lock, so that limits are applied in
+// the order they are computed; Configure hands it the limit at once.
+func (c *Controller) Configure(cfg Config, apply func(limit int)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg = cfg.Normalize()
+	c.window.Store(int64(c.cfg.Window))
+	n := min(max(c.limit.Load(), int64(c.cfg.Min)), int64(c.cfg.Max))
+	c.limit.Store(n)
+	c.apply = apply
+	if apply != nil {
+		apply(int(n))
+	}
+}
+
+// Target samples per window, and the most calls one sample stands for: a
+// window of many calls measures one in stride of them, so that a call
+// that is not measured costs one atomic add and no clock reading.
+const (
+	targetSamples = 256
+	maxStride     = 64
+)
+
+// Measure counts a call that ended and reports whether to measure it (read
+// the clock and Sample it): every drop, and one call in stride, where the
+// stride (a power of 2, at most 64) keeps about 256 samples per window: it
+// is set at the end of each window from its count, and doubled whenever a
+// window's samples reach a power of 2 from 512 on.
+func (c *Controller) Measure(drop bool) bool {
+	n := c.ended.Add(1)
+	return drop || n&(c.stride.Load()-1) == 0
+}
+
+// Detach stops handing limits to the function Configure gave: when it
+// returns, none is handed any more (a reload is about to set the limit
+// itself). Configure attaches one again.
+func (c *Controller) Detach() {
+	c.mu.Lock()
+	c.apply = nil
+	c.mu.Unlock()
+}
+
+// Sample records one call that ended at now after rtt, a drop when it
+// ended at the operation's own deadline; inFlight is the calls in flight
+// when it ended, itself included. When the sample ends a window, Sample
+// computes the next limit and returns it with true; otherwise it returns
+// the limit in force and false.
+func (c *Controller) Sample(now, rtt time.Duration, drop bool, inFlight int) (int, bool) {
+	if n := c.count.Add(1); n >= 2*targetSamples && n&(n-1) == 0 {
+		// Many samples before the window ends: measure fewer calls.
+		if st := c.stride.Load(); st < maxStride {
+			c.stride.CompareAndSwap(st, st*2)
+		}
+	}
+	c.sum.Add(int64(max(rtt, 0)))
+	if drop {
+		c.drops.Add(1)
+	}
+	c.busy.Add(int64(inFlight))
+	if int64(now)-c.start.Load() < c.window.Load() || c.count.Load() < MinSamples {
+		return int(c.limit.Load()), false
+	}
+	if !c.closing.CompareAndSwap(false, true) {
+		return int(c.limit.Load()), false
+	}
+	defer c.closing.Store(false)
+	return c.endWindow(now), true
+}
+
+// endWindow ends the window at now and computes the next limit.
+func (c *Controller) endWindow(now time.Duration) int {
+	elapsed := time.Duration(int64(now) - c.start.Swap(int64(now)))
+	n, sum, drops, busy := c.count.Swap(0), c.sum.Swap(0), c.drops.Swap(0), c.busy.Swap(0)
+	ended := max(c.ended.Swap(0), n) // n when the caller samples without Measure
+	stride := int64(1)
+	for stride < maxStride && stride*2*targetSamples <= ended {
+		stride *= 2
+	}
+	c.stride.Store(stride)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.windows++
+	limit := float64(c.limit.Load())
+	next := c.next(limit, elapsed, ended, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
+	next = min(max(next, float64(c.cfg.Min)), float64(c.cfg.Max))
+	out := int64(math.Round(next))
+	c.limit.Store(out)
+	if c.apply != nil {
+		c.apply(int(out))
+	}
+	return int(out)
+}
+
+// next is the controller's rule: the limit after a window of elapsed in
+// which n calls ended (successes and drops), drops of them at their own
+// deadline, with mean latency r and inFlight calls in flight on average
+// as the samples saw them. c.mu is held.
+func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.Duration, drops int64, inFlight float64) float64 {
+	if n == 0 || elapsed <= 0 || r <= 0 {
+		return limit
+	}
+	x := float64(n) / elapsed.Seconds() // calls per second
+	stalled := x < c.lastX/2            // calls stopped ending: news is late
+	used := inFlight >= 0.9*limit       // the limit held calls back
+	if c.lastCut && used && c.lastR > 0 && r >= c.lastR*9/10 {
+		// The last cut did not bring latency down: it was not a queue.
+		c.base = r
+	}
+	if c.base == 0 || r < c.base {
+		c.base = r
+	}
+	// Little's law: of the calls in flight, inFlight·base/r would have
+	// been served without queueing; the others were queued.
+	served := inFlight * c.base.Seconds() / r.Seconds()
+	queue := inFlight - served
+	alpha := max(3*math.Log10(limit), 1)
+	beta := 2 * alpha
+	next := limit
+	if queue > beta {
+		next = max(served+(alpha+beta)/2, inFlight/2)
+	}
+	if drops*100 >= n && drops > 0 {
+		next = min(next, limit*0.9)
+	}
+	healthy := c.cfg.Ceiling == 0 || r <= c.cfg.Ceiling
+	if next == limit && queue < alpha/2 && inFlight >= 0.95*limit && healthy && !stalled {
+		next = limit + beta
+	}
+	c.lastCut = next <= 0.8*limit
+	c.lastR, c.lastX = r, x
+	return next
+}
