@@ -39,6 +39,8 @@ type Limits struct {
 	circuitOpen  rejections
 	concLimitErr *pipeline.Error
 	concRejected atomic.Int64
+	shedErr      [2]*pipeline.Error // of a sheddable call, of a default one
+	shedRejected atomic.Int64
 }
 
 // inlineLimits is how many permits a call holds without allocating (the
@@ -73,6 +75,7 @@ func NewLimits(id string, p Policy, opts ...Option) *Limits {
 	l.rateLimited = newRejections(id, RateLimited, p.Window)
 	l.circuitOpen = newRejections(id, CircuitOpen, p.BreakDuration)
 	l.concLimitErr = ConcurrencyLimited(id)
+	l.shedErr = [2]*pipeline.Error{Shed(id, pipeline.PrioritySheddable, shedRetryAfter), Shed(id, pipeline.PriorityDefault, shedRetryAfter)}
 	l.cur.Store(l.build(&chain{}, p, time.Now(), opts))
 	return l
 }
@@ -376,6 +379,7 @@ func (l *Limits) State() LimitsState {
 	c := l.cur.Load()
 	st := LimitsState{Rejections: Rejections{
 		Rate: l.rateLimited.count.Load(), Concurrency: l.concRejected.Load(), Breaker: l.circuitOpen.count.Load(),
+		Shed: l.shedRejected.Load(),
 	}}
 	if c.breaker != nil {
 		st.Breaker, st.BreakerOpenFor = BreakerState(c.breaker.b.State()), c.breaker.b.OpenFor()

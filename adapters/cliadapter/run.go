@@ -35,6 +35,8 @@ type runner struct {
 	// the call's outcome is recorded under it; shared: the record outlives
 	// the process (a store with a lease: Redis), so a rerun can find it.
 	keyed, shared bool
+	// priority is --priority, as given ("": none).
+	priority string
 }
 
 // flagIdempotencyKey is the flag of the caller's idempotency key.
@@ -77,7 +79,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	// replica in the cluster count) goes when the command ends.
 	defer k.Close()
 	now := time.Now()
-	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
+	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now, Priority: r.priority}
 	r.setIdempotencyKey(k, &req)
 	if timeout.set {
 		req.Deadline = now.Add(timeout.d)
