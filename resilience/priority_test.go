@@ -339,4 +339,3 @@ func TestShedWaiterCancelled(t *testing.T) {
 		}
 	})
 }
-
