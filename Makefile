@@ -56,6 +56,7 @@ bench:
 ## runs their committed seed corpora in testdata/fuzz)
 FUZZ_TARGETS = \
 	./operations:FuzzValidateID \
+	./pipeline:FuzzParsePriority \
 	./kernel:FuzzConfig \
 	./adapters/httpadapter:FuzzParseDeadline \
 	./adapters/httpadapter:FuzzParseTimeoutMs \

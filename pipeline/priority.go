@@ -1,7 +1,5 @@
 package pipeline
 
-import "strings"
-
 // Priority is an invocation's criticality class: what a full limit sheds
 // first (docs/resilience.md, "Priority"). The zero value is
 // PriorityDefault. Classes are ordered: PrioritySheddable <
@@ -37,15 +35,26 @@ func (p Priority) String() string {
 }
 
 // ParsePriority returns the class named s ("critical", "default" or
-// "sheddable", in any case, without surrounding spaces) and whether s
-// names one.
+// "sheddable", in any ASCII case, without surrounding spaces) and whether
+// s names one.
 func ParsePriority(s string) (Priority, bool) {
-	switch {
-	case strings.EqualFold(s, "critical"):
+	var b [len("sheddable")]byte
+	if len(s) > len(b) {
+		return PriorityDefault, false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	switch string(b[:len(s)]) {
+	case "critical":
 		return PriorityCritical, true
-	case strings.EqualFold(s, "default"):
+	case "default":
 		return PriorityDefault, true
-	case strings.EqualFold(s, "sheddable"):
+	case "sheddable":
 		return PrioritySheddable, true
 	}
 	return PriorityDefault, false
