@@ -204,10 +204,18 @@ func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag 
 		case valid:
 			p = min(p, h)
 		case e.reject == nil:
-			e.reject = pipeline.ErrBadPriority()
+			e.reject = errBadPriority()
 		}
 	}
 	return p
+}
+
+// errBadPriority is the 400 of a priority header, metadata entry or flag
+// that names no class: VALIDATION, KERNEL_VALIDATION_008. It does not
+// echo the value, which may be large.
+func errBadPriority() *pipeline.Error {
+	return pipeline.Validation(pipeline.CodeBadPriority,
+		"The priority must be critical, default or sheddable; it can only lower the operation's own class.")
 }
 
 // find returns the compiled pipeline of the call, its operation (nil for

@@ -59,10 +59,3 @@ func ParsePriority(s string) (Priority, bool) {
 	}
 	return PriorityDefault, false
 }
-
-// ErrBadPriority is the 400 of a priority header, metadata entry or flag
-// that names no class: VALIDATION, KERNEL_VALIDATION_008.
-func ErrBadPriority() *Error {
-	return Validation(CodeBadPriority,
-		"The priority must be critical, default or sheddable; it can only lower the operation's own class.")
-}
