@@ -9,9 +9,9 @@ import (
 )
 
 // checkout is the operation of ExampleShed.
-type checkout struct{}
+type checkoutOp struct{}
 
-func (checkout) OperationID() string { return "shop.checkout" }
+func (checkoutOp) OperationID() string { return "shop.checkout" }
 
 // A critical operation with one slot: while a checkout holds it, a call
 // its caller lowered to sheddable is shed with KERNEL_UNAVAILABLE_008 and
@@ -21,7 +21,7 @@ func ExampleShed() {
 		ConcurrencyLimit: 1, FailureThreshold: 1, Priority: pipeline.PriorityCritical,
 	})
 	call := func(p pipeline.Priority) *pipeline.Invocation {
-		return pipeline.NewInvocation(pipeline.Spec{Operation: checkout{}, Priority: p})
+		return pipeline.NewInvocation(pipeline.Spec{Operation: checkoutOp{}, Priority: p})
 	}
 	ctx := context.Background()
 	_, _ = limits.Invoke(ctx, call(pipeline.PriorityCritical), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {

@@ -17,8 +17,8 @@ import (
 // arriving evenly at a multiple of its capacity, each with a deadline of
 // its own. (The adaptive limit's simulator can take over these cases.)
 
-// overload describes one simulated run.
-type overload struct {
+// prioOverload describes one simulated run.
+type prioOverload struct {
 	capacity int           // C: calls the backend serves at once
 	service  time.Duration // S: time it takes to serve one
 	factor   int           // arrivals per second, as a multiple of C/S
@@ -30,13 +30,13 @@ type overload struct {
 	classless bool
 }
 
-// classTally counts the calls of one class: sent, and answered with
+// prioTally counts the calls of one class: sent, and answered with
 // success before their deadline.
-type classTally struct{ sent, ok int }
+type prioTally struct{ sent, ok int }
 
-// overloadResult is what a run measured, by class.
-type overloadResult struct {
-	critical, sheddable classTally
+// prioResult is what a run measured, by class.
+type prioResult struct {
+	critical, sheddable prioTally
 	// maxInFlight is the most calls the backend served at once.
 	maxInFlight int
 }
@@ -44,9 +44,9 @@ type overloadResult struct {
 // run simulates o against the limits of policy p: calls of class
 // critical or sheddable arrive every S/(factor·C), the pattern of classes
 // repeating every 10 calls. It returns once every call has ended.
-func (o overload) run(t *testing.T, p resilience.Policy) overloadResult {
+func (o prioOverload) run(t *testing.T, p resilience.Policy) prioResult {
 	t.Helper()
-	var res overloadResult
+	var res prioResult
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex // guards res and running
 		running := 0
@@ -109,7 +109,7 @@ func (o overload) run(t *testing.T, p resilience.Policy) overloadResult {
 // (every call default) loses critical calls like the rest: the classes,
 // not luck, save them.
 func TestOverloadShedsSheddableFirst(t *testing.T) {
-	o := overload{capacity: 10, service: 100 * time.Millisecond, factor: 3, critical: 3,
+	o := prioOverload{capacity: 10, service: 100 * time.Millisecond, factor: 3, critical: 3,
 		deadline: time.Second, length: 10 * time.Second}
 	p := resilience.Policy{ConcurrencyLimit: o.capacity, ConcurrencyQueueLimit: o.capacity,
 		Priority: pipeline.PriorityCritical, PriorityReserve: resilience.DefaultPriorityReserve}

@@ -12,9 +12,9 @@ import (
 )
 
 const (
-	sheddable = pipeline.PrioritySheddable
-	deflt     = pipeline.PriorityDefault
-	critical  = pipeline.PriorityCritical
+	pSheddable = pipeline.PrioritySheddable
+	pDefault   = pipeline.PriorityDefault
+	pCritical  = pipeline.PriorityCritical
 )
 
 // classInv returns an invocation of the operation of class c, named by
@@ -23,17 +23,17 @@ func classInv(c pipeline.Priority, input any) *pipeline.Invocation {
 	return pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Input: input, Priority: c})
 }
 
-// gate is a handler that records the inputs it ran, in order, and holds
+// classGate is a handler that records the inputs it ran, in order, and holds
 // each call until release is closed.
-type gate struct {
+type classGate struct {
 	mu      sync.Mutex
 	ran     []any
 	release chan struct{}
 }
 
-func newGate() *gate { return &gate{release: make(chan struct{})} }
+func newClassGate() *classGate { return &classGate{release: make(chan struct{})} }
 
-func (g *gate) handle(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+func (g *classGate) handle(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 	g.mu.Lock()
 	g.ran = append(g.ran, inv.Input())
 	g.mu.Unlock()
@@ -44,7 +44,7 @@ func (g *gate) handle(ctx context.Context, inv *pipeline.Invocation) (any, error
 	return nil, nil
 }
 
-func (g *gate) order() []any {
+func (g *classGate) order() []any {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return append([]any(nil), g.ran...)
@@ -75,13 +75,13 @@ func checkShed(t *testing.T, err error, c pipeline.Priority) {
 // oldest first within a class, whatever their order of arrival.
 func TestQueueOrdersByClass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
-		h, _ := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 5, Priority: critical}, g.handle)
+		g := newClassGate()
+		h, _ := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 5, Priority: pCritical}, g.handle)
 		var outs []<-chan error
 		for _, c := range []struct {
 			p    pipeline.Priority
 			name string
-		}{{critical, "holder"}, {sheddable, "s1"}, {deflt, "d1"}, {sheddable, "s2"}, {critical, "c1"}, {deflt, "d2"}} {
+		}{{pCritical, "holder"}, {pSheddable, "s1"}, {pDefault, "d1"}, {pSheddable, "s2"}, {pCritical, "c1"}, {pDefault, "d2"}} {
 			outs = append(outs, goClass(h, classInv(c.p, c.name)))
 			synctest.Wait()
 		}
@@ -117,36 +117,36 @@ func equalAny(a, b []any) bool {
 // concurrency rejection when at it.
 func TestFullQueueEvictsTheLowestClass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
-		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 2, Priority: critical}, g.handle)
-		holder := goClass(h, classInv(critical, "holder"))
+		g := newClassGate()
+		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 2, Priority: pCritical}, g.handle)
+		holder := goClass(h, classInv(pCritical, "holder"))
 		synctest.Wait()
-		s1 := goClass(h, classInv(sheddable, "s1"))
+		s1 := goClass(h, classInv(pSheddable, "s1"))
 		synctest.Wait()
-		s2 := goClass(h, classInv(sheddable, "s2"))
+		s2 := goClass(h, classInv(pSheddable, "s2"))
 		synctest.Wait()
-		c1 := goClass(h, classInv(critical, "c1")) // evicts s2, the newest sheddable
+		c1 := goClass(h, classInv(pCritical, "c1")) // evicts s2, the newest sheddable
 		synctest.Wait()
-		checkShed(t, <-s2, sheddable)
-		d1 := goClass(h, classInv(deflt, "d1")) // evicts s1
+		checkShed(t, <-s2, pSheddable)
+		d1 := goClass(h, classInv(pDefault, "d1")) // evicts s1
 		synctest.Wait()
-		checkShed(t, <-s1, sheddable)
+		checkShed(t, <-s1, pSheddable)
 		// The queue holds c1 and d1: a sheddable or default arrival has
 		// nobody lower to evict; a critical one evicts d1.
-		if _, err := h(context.Background(), classInv(sheddable, "s3")); err == nil {
+		if _, err := h(context.Background(), classInv(pSheddable, "s3")); err == nil {
 			t.Fatal("sheddable arrival at a full queue admitted")
 		} else {
-			checkShed(t, err, sheddable)
+			checkShed(t, err, pSheddable)
 		}
-		if _, err := h(context.Background(), classInv(deflt, "d2")); err == nil {
+		if _, err := h(context.Background(), classInv(pDefault, "d2")); err == nil {
 			t.Fatal("default arrival at a full queue of equals admitted")
 		} else {
-			checkShed(t, err, deflt) // below the operation's class
+			checkShed(t, err, pDefault) // below the operation's class
 		}
-		c2 := goClass(h, classInv(critical, "c2"))
+		c2 := goClass(h, classInv(pCritical, "c2"))
 		synctest.Wait()
-		checkShed(t, <-d1, deflt)
-		if _, err := h(context.Background(), classInv(critical, "c3")); pipeline.CodeOf(err) != pipeline.CodeConcurrencyLimited {
+		checkShed(t, <-d1, pDefault)
+		if _, err := h(context.Background(), classInv(pCritical, "c3")); pipeline.CodeOf(err) != pipeline.CodeConcurrencyLimited {
 			t.Fatalf("critical arrival at a queue full of critical = %v, want %s", err, pipeline.CodeConcurrencyLimited)
 		}
 		close(g.release)
@@ -176,15 +176,15 @@ func TestReserveKeptForTheOperationsClass(t *testing.T) {
 		reserve      float64
 		lowered, top int // how many lowered calls, then calls at the class, are admitted
 	}{
-		{"critical, 10, 0.2", critical, 10, 0.2, 8, 2},
-		{"critical, 10, 0.25 rounds down", critical, 10, 0.25, 8, 2},
-		{"critical, 4, 0.1 reserves nothing", critical, 4, 0.1, 4, 0},
-		{"default, 10, 0.1", deflt, 10, 0.1, 9, 1},
-		{"critical, 10, no reserve", critical, 10, 0, 10, 0},
+		{"critical, 10, 0.2", pCritical, 10, 0.2, 8, 2},
+		{"critical, 10, 0.25 rounds down", pCritical, 10, 0.25, 8, 2},
+		{"critical, 4, 0.1 reserves nothing", pCritical, 4, 0.1, 4, 0},
+		{"default, 10, 0.1", pDefault, 10, 0.1, 9, 1},
+		{"critical, 10, no reserve", pCritical, 10, 0, 10, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newGate()
+				g := newClassGate()
 				h, _ := limitStack(t, resilience.Policy{ConcurrencyLimit: tt.limit, Priority: tt.class, PriorityReserve: tt.reserve}, g.handle)
 				var outs []<-chan error
 				admit := func(c pipeline.Priority, n int) {
@@ -193,16 +193,16 @@ func TestReserveKeptForTheOperationsClass(t *testing.T) {
 						synctest.Wait()
 					}
 				}
-				admit(sheddable, tt.lowered)
-				if _, err := h(context.Background(), classInv(sheddable, "over")); err == nil {
+				admit(pSheddable, tt.lowered)
+				if _, err := h(context.Background(), classInv(pSheddable, "over")); err == nil {
 					t.Fatalf("lowered call %d admitted, want %d at most", tt.lowered+1, tt.lowered)
 				} else {
-					checkShed(t, err, sheddable)
+					checkShed(t, err, pSheddable)
 				}
 				admit(tt.class, tt.top)
 				_, err := h(context.Background(), classInv(tt.class, "over"))
-				if want := pipeline.CodeConcurrencyLimited; tt.class == deflt && pipeline.CodeOf(err) != want ||
-					tt.class == critical && pipeline.CodeOf(err) != want {
+				if want := pipeline.CodeConcurrencyLimited; tt.class == pDefault && pipeline.CodeOf(err) != want ||
+					tt.class == pCritical && pipeline.CodeOf(err) != want {
 					t.Fatalf("call at the class past the limit = %v, want %s", err, want)
 				}
 				close(g.release)
@@ -224,7 +224,7 @@ func TestReserveKeptForTheOperationsClass(t *testing.T) {
 // KERNEL_UNAVAILABLE_003, whatever the reserve — as before classes.
 func TestDefaultTrafficUnchanged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
+		g := newClassGate()
 		h, _ := limitStack(t, resilience.Policy{ConcurrencyLimit: 10, PriorityReserve: 0.5}, g.handle)
 		var outs []<-chan error
 		for range 10 {
@@ -249,17 +249,17 @@ func TestDefaultTrafficUnchanged(t *testing.T) {
 // waiters.
 func TestReserveWaitersAdmittedInClassOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
-		p := resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 2, Priority: critical, PriorityReserve: 0.5}
+		g := newClassGate()
+		p := resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 2, Priority: pCritical, PriorityReserve: 0.5}
 		h, l := limitStack(t, p, g.handle)
-		first := goClass(h, classInv(sheddable, "s1"))
+		first := goClass(h, classInv(pSheddable, "s1"))
 		synctest.Wait()
-		waiter := goClass(h, classInv(sheddable, "s2")) // only the reserved slot is free
+		waiter := goClass(h, classInv(pSheddable, "s2")) // only the reserved slot is free
 		synctest.Wait()
 		if st := l.State(); st.InFlight != 1 || st.ConcurrencyQueue != 1 {
 			t.Fatalf("InFlight, ConcurrencyQueue = %d, %d; want 1, 1", st.InFlight, st.ConcurrencyQueue)
 		}
-		c := goClass(h, classInv(critical, "c1"))
+		c := goClass(h, classInv(pCritical, "c1"))
 		synctest.Wait()
 		if st := l.State(); st.InFlight != 2 || st.ConcurrencyQueue != 1 {
 			t.Fatalf("after a critical arrival InFlight, ConcurrencyQueue = %d, %d; want 2, 1", st.InFlight, st.ConcurrencyQueue)
@@ -286,17 +286,17 @@ func TestReserveWaitersAdmittedInClassOrder(t *testing.T) {
 // TestShedIsNeutralToTheBreaker: shed rejections never open the breaker,
 // whether the limit or a middleware returns them.
 func TestShedIsNeutralToTheBreaker(t *testing.T) {
-	err := resilience.Shed(opID, sheddable, time.Second)
+	err := resilience.Shed(opID, pSheddable, time.Second)
 	if v := resilience.VerdictOf(context.Background(), newInv(nil), err); v != resilience.Neutral {
 		t.Errorf("VerdictOf(Shed) = %v, want Neutral", v)
 	}
 	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
-		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, FailureThreshold: 1, Priority: critical}, g.handle)
-		holder := goClass(h, classInv(critical, "holder"))
+		g := newClassGate()
+		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, FailureThreshold: 1, Priority: pCritical}, g.handle)
+		holder := goClass(h, classInv(pCritical, "holder"))
 		synctest.Wait()
 		for range 5 {
-			if _, err := h(context.Background(), classInv(sheddable, "s")); pipeline.CodeOf(err) != pipeline.CodeShed {
+			if _, err := h(context.Background(), classInv(pSheddable, "s")); pipeline.CodeOf(err) != pipeline.CodeShed {
 				t.Fatalf("call = %v, want %s", err, pipeline.CodeShed)
 			}
 		}
@@ -314,15 +314,15 @@ func TestShedIsNeutralToTheBreaker(t *testing.T) {
 // back; the class order of the others holds.
 func TestShedWaiterCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
-		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 3, Priority: critical}, g.handle)
-		holder := goClass(h, classInv(critical, "holder"))
+		g := newClassGate()
+		h, l := limitStack(t, resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 3, Priority: pCritical}, g.handle)
+		holder := goClass(h, classInv(pCritical, "holder"))
 		synctest.Wait()
 		ctx, cancel := context.WithCancel(context.Background())
 		left := make(chan error, 1)
-		go func() { _, err := h(ctx, classInv(deflt, "leaves")); left <- err }()
+		go func() { _, err := h(ctx, classInv(pDefault, "leaves")); left <- err }()
 		synctest.Wait()
-		s := goClass(h, classInv(sheddable, "s"))
+		s := goClass(h, classInv(pSheddable, "s"))
 		synctest.Wait()
 		cancel()
 		if err := <-left; pipeline.KindOf(err) != pipeline.KindCanceled {
