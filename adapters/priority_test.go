@@ -22,6 +22,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // classIn is the input of the operations of the priority tests: Hold
@@ -260,7 +261,7 @@ func (r *priorityRig) protocols(t *testing.T, f func(t *testing.T, call func(id,
 // concurrency limit gets the same UNAVAILABLE KERNEL_UNAVAILABLE_008 with
 // a retry-after of 1 second (HTTP 503 + Retry-After and
 // details.retryAfter, gRPC Unavailable + RetryInfo, CLI exit 6 and
-// details.retryAfter).
+// details.retryAfter); Status counts the three as shed.
 func TestPriorityConformance(t *testing.T) {
 	r := newPriorityRig(t)
 	r.protocols(t, func(t *testing.T, call func(id, priority string) answer, ok, unavailable, invalid int) {
@@ -294,6 +295,15 @@ func TestPriorityConformance(t *testing.T) {
 			t.Errorf("shed call = %+v, want %d %s with a retry-after of 1", a, unavailable, pipeline.CodeShed)
 		}
 	})
+	var got resilience.Rejections
+	for _, op := range r.k.Status().Operations {
+		if op.ID == "shop.checkout" {
+			got = op.Rejections
+		}
+	}
+	if got.Shed != 3 || got.Concurrency != 0 {
+		t.Errorf("shop.checkout's Rejections = %+v, want Shed 3 (one per protocol), Concurrency 0", got)
+	}
 }
 
 // TestPriorityCarriedDownstream: a call its caller lowered carries its
