@@ -35,7 +35,7 @@ var keySamples = map[string]keySample{
 	"ConcurrencyLimit":             {2.0, 3.0, 0.0},
 	"ConcurrencyQueueLimit":        {2.0, 3.0, -1.0},
 	"Priority":                     {"critical", "sheddable", "urgent"},
-	"PriorityReserve":              {0.2, 0.3, 1.0},
+	"PriorityReserve":              {0.3, 0.4, 1.0},
 	"FailureThreshold":             {2.0, 3.0, 0.0},
 	"BreakSeconds":                 {2.0, 3.0, 0.0},
 	"TimeoutSeconds":               {2.0, 3.0, 0.0},

@@ -72,5 +72,5 @@ const (
 	DefaultWindow        = time.Second
 	DefaultBreakDuration = 30 * time.Second
 	// DefaultPriorityReserve is the configuration's PriorityReserve.
-	DefaultPriorityReserve = 0.1
+	DefaultPriorityReserve = 0.2
 )

@@ -108,7 +108,7 @@ var Keys = []Key{
 	{Name: "Priority", Type: "string", Default: `"default"`, Bounds: `"critical", "default" or "sheddable"`, Reloadable: true, Inherited: true,
 		Doc:   "The operation's class: a full concurrency limit sheds calls below it, and sheddable ones, first; a caller may lower it per call, never raise it.",
 		value: use(priority, func(t *Target) *pipeline.Priority { return &t.Policy.Priority })},
-	{Name: "PriorityReserve", Type: "number", Default: "0.1", Bounds: "0 to 0.999", Reloadable: true, Inherited: true,
+	{Name: "PriorityReserve", Type: "number", Default: "0.2", Bounds: "0 to 0.999", Reloadable: true, Inherited: true,
 		Doc:   "Fraction of ConcurrencyLimit, rounded down to whole slots, that calls a caller lowered below Priority may not take.",
 		value: withDefault(fraction, func(t *Target) *float64 { return &t.Policy.PriorityReserve }, resilience.DefaultPriorityReserve)},
 	{Name: "FailureThreshold", Type: "integer", Default: "none (no breaker)", Bounds: positiveInt, Reloadable: true, Inherited: true,
