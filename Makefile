@@ -64,6 +64,7 @@ bench-overload:
 ## runs their committed seed corpora in testdata/fuzz)
 FUZZ_TARGETS = \
 	./operations:FuzzValidateID \
+	./pipeline:FuzzParsePriority \
 	./kernel:FuzzConfig \
 	./adapters/httpadapter:FuzzParseDeadline \
 	./adapters/httpadapter:FuzzParseTimeoutMs \

@@ -4,23 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	"github.com/labstack/echo/v4"
 	"github.com/spf13/cobra"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/adapters/cliadapter"
-	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
@@ -59,22 +54,11 @@ func TestConstraintsConformance(t *testing.T) {
 	want := []string{"amount", "currency", "payee"}
 
 	t.Run("HTTP", func(t *testing.T) {
-		e := echo.New()
-		if _, err := httpadapter.Mount(e, k); err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: e}
-		done := make(chan struct{})
-		go func() { defer close(done); _ = srv.Serve(ln) }()
-		defer func() { srv.Close(); <-done }()
+		url := serveHTTP(t, k)
 		client := &http.Client{Transport: &http.Transport{}}
 		defer client.CloseIdleConnections()
 		body, _ := json.Marshal(bad)
-		resp, err := client.Post("http://"+ln.Addr().String()+"/pay", "application/json", bytes.NewReader(body))
+		resp, err := client.Post(url+"/pay", "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,26 +81,9 @@ func TestConstraintsConformance(t *testing.T) {
 	})
 
 	t.Run("gRPC", func(t *testing.T) {
-		ga, err := grpcadapter.New(k, grpcadapter.WithPackage("shop.v1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		gsrv := grpc.NewServer(grpc.UnknownServiceHandler(ga.UnknownServiceHandler))
-		ga.Register(gsrv)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { defer close(done); _ = gsrv.Serve(ln) }()
-		defer func() { gsrv.Stop(); <-done }()
-		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
+		ga, cc := serveGRPC(t, k)
 		var out paid
-		err = ga.Call(context.Background(), cc, "billing.pay", bad, &out)
+		err := ga.Call(context.Background(), cc, "billing.pay", bad, &out)
 		st := status.Convert(err)
 		reason := pipeline.AsError(err).Details()["reason"]
 		if st.Code() != codes.InvalidArgument || reason != pipeline.CodeConstraint {

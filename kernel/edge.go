@@ -48,6 +48,13 @@ type Request struct {
 	// used. The kernel puts it into the handler's context's baggage, so
 	// that downstream calls carry it.
 	IdempotencyKey string
+	// Priority is the class the caller asked for in a protocol header
+	// (Sundial-Priority, gRPC metadata sundial-priority, --priority), as
+	// sent; "" when none. It can only lower the operation's class (see
+	// pipeline.Invocation.Priority): the kernel keeps the lower of the two,
+	// and of the baggage's sundial.priority member. A value naming no
+	// class rejects the call with KERNEL_VALIDATION_009.
+	Priority string
 	// Handler, when not nil, runs at the end of the operation's chain in
 	// place of its registered handler — an application's own gRPC service
 	// method under the operation's pipeline — or, for a host endpoint, is
@@ -145,6 +152,10 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	if key != "" && telemetry.IdempotencyKey(ctx) != key {
 		ctx, _ = telemetry.WithIdempotencyKey(ctx, key)
 	}
+	prio := k.priority(req, c, op, bag, &e)
+	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[pipeline.BaggagePriority] != prio.String() {
+		ctx = telemetry.WithPriority(ctx, prio)
+	}
 	e.inv = pipeline.NewInvocation(pipeline.Spec{
 		Operation:      op,
 		Protocol:       req.Protocol,
@@ -156,6 +167,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		Baggage:        bag,
 		IdempotencyKey: key,
 		Arrival:        now,
+		Priority:       prio,
 	})
 	if e.reject == nil && req.Handler != nil && op != nil && k.refusesKeys(req.Operation, e.inv) {
 		e.reject = errKeysUnsupported()
@@ -168,6 +180,42 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		}
 	}
 	return e
+}
+
+// priority returns the call's effective class: its operation's, lowered by
+// the caller's header (req.Priority) and by the baggage's sundial.priority
+// member, never raised. A header naming no class is the call's rejection
+// (KERNEL_VALIDATION_009): the caller said something we cannot honour. A
+// baggage member naming none is ignored: it may come from a service far
+// up the chain of calls, which this caller cannot fix.
+func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag map[string]string, e *edge) pipeline.Priority {
+	p := c.priority()
+	if op == nil {
+		return p
+	}
+	if v, ok := bag[pipeline.BaggagePriority]; ok {
+		if b, valid := pipeline.ParsePriority(v); valid {
+			p = min(p, b)
+		}
+	}
+	if req.Priority != "" {
+		h, valid := pipeline.ParsePriority(req.Priority)
+		switch {
+		case valid:
+			p = min(p, h)
+		case e.reject == nil:
+			e.reject = errBadPriority()
+		}
+	}
+	return p
+}
+
+// errBadPriority is the 400 of a priority header, metadata entry or flag
+// that names no class: VALIDATION, KERNEL_VALIDATION_009. It does not
+// echo the value, which may be large.
+func errBadPriority() *pipeline.Error {
+	return pipeline.Validation(pipeline.CodeBadPriority,
+		"The priority must be critical, default or sheddable; it can only lower the operation's own class.")
 }
 
 // find returns the compiled pipeline of the call, its operation (nil for

@@ -188,6 +188,7 @@ type Kernel struct {
 type compiled struct {
 	desc    *operations.Descriptor
 	timeout atomic.Int64          // the operation's TimeoutSeconds in ns; 0: none
+	class   atomic.Int32          // the operation's Priority
 	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
 	handler pipeline.Handler      // the chain around the registered handler
 	obs     *observe.Op           // nil: telemetry off
@@ -274,6 +275,7 @@ func New(opts ...Option) (*Kernel, error) {
 func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy) *compiled {
 	c := &compiled{desc: d}
 	c.timeout.Store(int64(p.Timeout))
+	c.class.Store(int32(p.Priority))
 	c.onPanic = func(inv *pipeline.Invocation, p *pipeline.PanicError) {
 		k.logger.Error("sundial: panic recovered", "operation", inv.Name(), "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
 	}
@@ -420,6 +422,15 @@ func implementsValidator(d *operations.Descriptor) bool {
 // notRegistered is the NOT_FOUND outcome of a call to an unknown operation.
 func notRegistered(id string) *pipeline.Error {
 	return pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+}
+
+// priority returns the operation's configured class (PriorityDefault for
+// the host pipeline).
+func (c *compiled) priority() pipeline.Priority {
+	if c == nil {
+		return pipeline.PriorityDefault
+	}
+	return pipeline.Priority(c.class.Load())
 }
 
 // operationTimeout returns the operation's TimeoutSeconds (0: none, or

@@ -40,6 +40,8 @@ var keySamples = map[string]keySample{
 	"Adaptive.WindowSeconds":       {2.0, 3.0, 0.0},
 	"Adaptive.HealthyLatencyMs":    {100.0, 200.0, 0.0},
 	"Adaptive.Shadow":              {true, false, "yes"},
+	"Priority":                     {"critical", "sheddable", "urgent"},
+	"PriorityReserve":              {0.3, 0.4, 1.0},
 	"FailureThreshold":             {2.0, 3.0, 0.0},
 	"BreakSeconds":                 {2.0, 3.0, 0.0},
 	"TimeoutSeconds":               {2.0, 3.0, 0.0},

@@ -90,9 +90,9 @@ func TestPolicyForInheritsKeyByKey(t *testing.T) {
 		id   string
 		want resilience.Policy
 	}{
-		{"orders.create", resilience.Policy{PermitLimit: 2, Window: time.Minute, ConcurrencyLimit: 1, FailureThreshold: 5, BreakDuration: 30 * time.Second}},
-		{"reports.export", resilience.Policy{PermitLimit: 1000, Window: time.Second, QueueLimit: 3, ConcurrencyLimit: 64, FailureThreshold: 5, BreakDuration: 500 * time.Millisecond, Timeout: 2500 * time.Millisecond}},
-		{"orders.list", resilience.Policy{PermitLimit: 1000, Window: time.Second, ConcurrencyLimit: 64, FailureThreshold: 5, BreakDuration: 30 * time.Second}},
+		{"orders.create", resilience.Policy{PermitLimit: 2, Window: time.Minute, ConcurrencyLimit: 1, FailureThreshold: 5, BreakDuration: 30 * time.Second, PriorityReserve: resilience.DefaultPriorityReserve}},
+		{"reports.export", resilience.Policy{PermitLimit: 1000, Window: time.Second, QueueLimit: 3, ConcurrencyLimit: 64, FailureThreshold: 5, BreakDuration: 500 * time.Millisecond, Timeout: 2500 * time.Millisecond, PriorityReserve: resilience.DefaultPriorityReserve}},
+		{"orders.list", resilience.Policy{PermitLimit: 1000, Window: time.Second, ConcurrencyLimit: 64, FailureThreshold: 5, BreakDuration: 30 * time.Second, PriorityReserve: resilience.DefaultPriorityReserve}},
 	}
 	for _, tt := range tests {
 		if got := o.policyFor(tt.id); got != tt.want {
@@ -111,7 +111,7 @@ func TestPolicyDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parsePolicies(%s) = %v", doc, err)
 		}
-		want := resilience.Policy{Window: resilience.DefaultWindow, BreakDuration: resilience.DefaultBreakDuration}
+		want := resilience.Policy{Window: resilience.DefaultWindow, BreakDuration: resilience.DefaultBreakDuration, PriorityReserve: resilience.DefaultPriorityReserve}
 		if got := o.policyFor("orders.create"); got != want || got.Limited() {
 			t.Errorf("parsePolicies(%s).PolicyFor = %+v (limited %v), want %+v, unlimited", doc, got, got.Limited(), want)
 		}

@@ -90,6 +90,7 @@ func (k *Kernel) Reload() (string, error) {
 			k.closeCustom(ch.id, was)
 		}
 		k.ops[ch.id].timeout.Store(int64(ch.policy.Timeout))
+		k.ops[ch.id].class.Store(int32(ch.policy.Priority))
 	}
 	k.live.Store(lc)
 	k.applyDependencies(lc.dependencies)

@@ -21,11 +21,13 @@ const (
 	CodeUnknownField       = "KERNEL_VALIDATION_003" // an input field the input type does not have (operations.InputPolicy)
 	CodeConstraint         = "KERNEL_VALIDATION_007" // input values break their validate tags (operations.CheckConstraints)
 	CodeLimitKeyMalformed  = "KERNEL_VALIDATION_008" // a per-key rate limit's key is too long or holds a control character or a brace
+	CodeBadPriority        = "KERNEL_VALIDATION_009" // a Sundial-Priority header, metadata entry or --priority naming no class
 	CodeNotFound           = "KERNEL_NOT_FOUND_001"
 	CodeRateLimited        = "KERNEL_UNAVAILABLE_002"
 	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"
 	CodeCircuitOpen        = "KERNEL_UNAVAILABLE_004"
 	CodeOverloaded         = "KERNEL_UNAVAILABLE_005"
+	CodeShed               = "KERNEL_UNAVAILABLE_008" // a full concurrency limit shed a call below its operation's class (docs/resilience.md, "Priority")
 
 	// Idempotency (docs/idempotency.md).
 	CodeIdempotencyKeyMissing     = "KERNEL_VALIDATION_004"    // 400: the operation requires a key

@@ -99,6 +99,9 @@ type Spec struct {
 	// Arrival is when the invocation arrived (the kernel's one reading of
 	// the clock for it); the zero time: unknown.
 	Arrival time.Time
+	// Priority is the invocation's effective class: the operation's, as
+	// the caller may have lowered it (the zero value: PriorityDefault).
+	Priority Priority
 }
 
 // Invocation is one call of an operation (or of a host endpoint) travelling
@@ -121,6 +124,7 @@ type Invocation struct {
 	arrival        time.Time
 	baggage        map[string]string
 	idempotencyKey string
+	priority       Priority
 	reply          Reply
 }
 
@@ -135,6 +139,7 @@ func NewInvocation(s Spec) *Invocation {
 		baggage:        s.Baggage,
 		idempotencyKey: s.IdempotencyKey,
 		arrival:        s.Arrival,
+		priority:       s.Priority,
 	}
 	if !s.CallerDeadline.IsZero() {
 		inv.callerDeadline = s.CallerDeadline
@@ -294,4 +299,15 @@ func (inv *Invocation) IdempotencyKey() string {
 		return ""
 	}
 	return inv.idempotencyKey
+}
+
+// Priority returns the invocation's effective class: its operation's
+// configured class, lowered by the caller if it asked (the Sundial-Priority
+// header, gRPC metadata sundial-priority, --priority, or the baggage member
+// BaggagePriority). A caller never raises it.
+func (inv *Invocation) Priority() Priority {
+	if inv == nil {
+		return PriorityDefault
+	}
+	return inv.priority
 }

@@ -3,13 +3,23 @@ package resilience
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // ConcurrencyLimiter bounds the calls executing at once: at most limit
 // hold a slot; up to queueLimit more wait for one, first come first
 // served; the rest are turned away at once.
+//
+// Inside an operation's [Limits] it also orders calls by their class
+// (pipeline.Invocation.Priority): waiters of a higher class go first, a
+// full queue evicts its newest waiter of the lowest class for an arrival
+// of a higher one, and calls below the operation's class may not take
+// the reserved part of the limit (Policy.PriorityReserve). The methods
+// below treat every call alike.
 //
 // Acquire takes a slot (waiting if need be) and Release gives it back;
 // every successful Acquire or TryAcquire must be paired with exactly one
@@ -26,16 +36,22 @@ type ConcurrencyLimiter struct {
 	_       [64]byte
 	waiting atomic.Int64 // len(queue), readable without mu
 
-	mu    sync.Mutex // guards queue
-	queue []*slotWaiter
+	// class is the operation's class; calls below it may use the limit
+	// but for reserve thousandths of it (rounded down to whole slots).
+	class   atomic.Int32
+	reserve atomic.Int64
+
+	mu    sync.Mutex    // guards queue
+	queue []*slotWaiter // by class, highest first; oldest first within one
 }
 
 // slotWaiter is one call waiting for a slot. ready is closed (under mu)
 // when the slot is handed over.
 type slotWaiter struct {
 	ready    chan struct{}
+	class    pipeline.Priority
 	granted  bool // guarded by ConcurrencyLimiter.mu
-	rejected bool // set before ready is closed: a reload shortened the queue
+	rejected bool // set before ready is closed: a reload shortened the queue, or a higher class evicted it
 }
 
 // NewConcurrencyLimiter returns a limiter of limit slots with up to
@@ -58,7 +74,7 @@ func newConcurrencyLimiter(limit, queueLimit int) *ConcurrencyLimiter {
 // TryAcquire takes a free slot if there is one and nobody is waiting for
 // one. It never waits. To queue instead, use Acquire.
 func (l *ConcurrencyLimiter) TryAcquire() bool {
-	return l.waiting.Load() == 0 && l.tryTake()
+	return l.waiting.Load() == 0 && l.tryTake(pipeline.PriorityDefault)
 }
 
 // Acquire takes a slot, waiting behind earlier callers when all are taken
@@ -69,25 +85,42 @@ func (l *ConcurrencyLimiter) TryAcquire() bool {
 // wait; the caller then holds nothing and its queue place is given back
 // (a slot handed over just as ctx ended is passed on to the next waiter).
 func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error {
+	return l.acquire(ctx, pipeline.PriorityDefault)
+}
+
+// acquire is Acquire for a call of class c: it goes ahead of every waiter
+// of a lower class, and when the queue is full it takes the place of the
+// newest waiter of the lowest class below c, which is turned away with
+// ErrLimited.
+func (l *ConcurrencyLimiter) acquire(ctx context.Context, c pipeline.Priority) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l.TryAcquire() {
+	if l.waiting.Load() == 0 && l.tryTake(c) {
 		return nil
 	}
 	l.mu.Lock()
-	if int64(len(l.queue)) >= l.queueLimit.Load() {
-		// Every slot may have been freed since TryAcquire; a full
-		// queue is then drained by dispatch, not by us.
-		if len(l.queue) == 0 && l.tryTake() {
-			l.mu.Unlock()
-			return nil
-		}
+	// Nobody of c's class or above waits: a free slot is c's (slots
+	// freed since the check above, or reserved ones lower waiters
+	// may not take).
+	if (len(l.queue) == 0 || l.queue[0].class < c) && l.tryTake(c) {
 		l.mu.Unlock()
-		return ErrLimited
+		return nil
 	}
-	w := &slotWaiter{ready: make(chan struct{})}
-	l.queue = append(l.queue, w)
+	if int64(len(l.queue)) >= l.queueLimit.Load() {
+		n := len(l.queue)
+		if n == 0 || l.queue[n-1].class >= c {
+			l.mu.Unlock()
+			return ErrLimited
+		}
+		l.turnAway(n - 1)
+	}
+	w := &slotWaiter{ready: make(chan struct{}), class: c}
+	i := len(l.queue)
+	for i > 0 && l.queue[i-1].class < c {
+		i--
+	}
+	l.queue = slices.Insert(l.queue, i, w)
 	l.waiting.Add(1)
 	l.dispatch()
 	l.mu.Unlock()
@@ -127,9 +160,10 @@ func (l *ConcurrencyLimiter) Release() {
 	l.mu.Unlock()
 }
 
-// dispatch hands free slots to waiters, oldest first. l.mu is held.
+// dispatch hands free slots to waiters, highest class first, oldest
+// first within a class. l.mu is held.
 func (l *ConcurrencyLimiter) dispatch() {
-	for len(l.queue) > 0 && l.tryTake() {
+	for len(l.queue) > 0 && l.tryTake(l.queue[0].class) {
 		w := l.queue[0]
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
@@ -142,17 +176,48 @@ func (l *ConcurrencyLimiter) dispatch() {
 	}
 }
 
-// tryTake increments inFlight if it is below the limit.
-func (l *ConcurrencyLimiter) tryTake() bool {
+// tryTake increments inFlight if it is below the limit of class c.
+func (l *ConcurrencyLimiter) tryTake(c pipeline.Priority) bool {
 	for {
 		n := l.inFlight.Load()
-		if n >= l.limit.Load() {
+		if n >= l.capacity(c) {
 			return false
 		}
 		if l.inFlight.CompareAndSwap(n, n+1) {
 			return true
 		}
 	}
+}
+
+// capacity returns the slots calls of class c may hold: the limit, less
+// the reserve for a class below the operation's.
+func (l *ConcurrencyLimiter) capacity(c pipeline.Priority) int64 {
+	n := l.limit.Load()
+	if int32(c) < l.class.Load() {
+		n -= n * l.reserve.Load() / 1000
+	}
+	return n
+}
+
+// turnAway takes the waiter at i out of the queue and turns it away with
+// ErrLimited. l.mu is held.
+func (l *ConcurrencyLimiter) turnAway(i int) {
+	w := l.queue[i]
+	l.queue = slices.Delete(l.queue, i, i+1)
+	l.waiting.Add(-1)
+	w.rejected = true
+	close(w.ready)
+}
+
+// setPriority sets the operation's class and the thousandths of the limit
+// reserved for it (a reload), handing out the slots a smaller reserve
+// frees.
+func (l *ConcurrencyLimiter) setPriority(class pipeline.Priority, reserve int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.class.Store(int32(class))
+	l.reserve.Store(reserve)
+	l.dispatch()
 }
 
 // remove deletes w from the queue. l.mu is held.
@@ -176,19 +241,14 @@ func (l *ConcurrencyLimiter) QueueDepth() int { return int(l.waiting.Load()) }
 // slots held stay held, so with a lower limit nobody is admitted until
 // fewer than limit are in flight; with a higher one waiters are admitted
 // at once, oldest first. When more calls wait than the new queue holds,
-// the newest of them are turned away with ErrLimited.
+// the newest of the lowest class are turned away with ErrLimited.
 func (l *ConcurrencyLimiter) setLimits(limit, queueLimit int) {
 	l.limit.Store(int64(limit))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.queueLimit.Store(int64(queueLimit))
 	for len(l.queue) > queueLimit {
-		w := l.queue[len(l.queue)-1]
-		l.queue[len(l.queue)-1] = nil
-		l.queue = l.queue[:len(l.queue)-1]
-		l.waiting.Add(-1)
-		w.rejected = true
-		close(w.ready)
+		l.turnAway(len(l.queue) - 1) // the newest of the lowest class
 	}
 	l.dispatch()
 }

@@ -45,6 +45,7 @@ type Limits struct {
 	// rejected counts the calls the built-ins turned away; shadowed those
 	// they would have, in shadow mode.
 	rejected, shadowed tally
+	shedErr            [2]*pipeline.Error // of a sheddable call, of a default one
 }
 
 // inlineLimits is how many permits a call holds without allocating (the
@@ -83,6 +84,7 @@ func NewLimits(id string, p Policy, opts ...Option) *Limits {
 	l.rateLimited = newRejections(id, RateLimited, p.Window)
 	l.circuitOpen = newRejections(id, CircuitOpen, p.BreakDuration)
 	l.concLimitErr = ConcurrencyLimited(id)
+	l.shedErr = [2]*pipeline.Error{Shed(id, pipeline.PrioritySheddable, shedRetryAfter), Shed(id, pipeline.PriorityDefault, shedRetryAfter)}
 	l.cur.Store(l.build(&chain{}, p, time.Now(), opts))
 	return l
 }

@@ -44,7 +44,7 @@ func withDeadline(ctx context.Context, inv *pipeline.Invocation, timeout time.Du
 	if _, ok := inv.Deadline(); ok {
 		return inv
 	}
-	s := pipeline.Spec{Operation: inv.Operation(), Input: inv.Input()}
+	s := pipeline.Spec{Operation: inv.Operation(), Input: inv.Input(), Priority: inv.Priority()}
 	if d, ok := ctx.Deadline(); ok {
 		s.CallerDeadline, s.Deadline, s.DeadlineSource = d, d, pipeline.DeadlineCaller
 	}

@@ -1,6 +1,10 @@
 package resilience
 
-import "time"
+import (
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
 
 // Policy is the resilience policy of one operation, as plain values (the
 // kernel reads it from the configuration). The zero value configures
@@ -24,6 +28,15 @@ type Policy struct {
 	// runs when ConcurrencyLimit is AdaptiveLimit, or beside a static
 	// ConcurrencyLimit when Adaptive.Shadow is set.
 	Adaptive Adaptive
+	// Priority is the operation's class (docs/resilience.md, "Priority"):
+	// a caller may lower it per call, never raise it. When the concurrency
+	// limit is full, calls below it and sheddable ones are shed
+	// (KERNEL_UNAVAILABLE_008) before calls at it.
+	Priority pipeline.Priority
+	// PriorityReserve is the fraction of ConcurrencyLimit (0 to 0.999,
+	// rounded down to whole slots) that calls below Priority may not take;
+	// 0 means none. The configuration's default is DefaultPriorityReserve.
+	PriorityReserve float64
 	// FailureThreshold is the number of consecutive failures that opens the
 	// breaker; 0 means no breaker.
 	FailureThreshold int
@@ -112,4 +125,6 @@ func (p Policy) adaptive() (runs, enforced bool) {
 const (
 	DefaultWindow        = time.Second
 	DefaultBreakDuration = 30 * time.Second
+	// DefaultPriorityReserve is the configuration's PriorityReserve.
+	DefaultPriorityReserve = 0.2
 )

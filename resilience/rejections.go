@@ -9,9 +9,11 @@ import (
 )
 
 // Rejections counts the calls each built-in limit turned away (or, in
-// shadow mode, would have) since the process started.
+// shadow mode, would have) since the process started. Shed counts the
+// calls the concurrency limit shed for their class
+// (KERNEL_UNAVAILABLE_008); Concurrency the others it turned away.
 type Rejections struct {
-	Rate, Concurrency, Breaker int64
+	Rate, Concurrency, Breaker, Shed int64
 }
 
 // RateLimited returns the outcome of a call turned away by a rate limit:
@@ -42,6 +44,24 @@ func ConcurrencyLimited(id string) *pipeline.Error {
 	return pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeConcurrencyLimited,
 		fmt.Sprintf("Operation '%s' has too many calls in progress; retry later.", id)).
 		WithDetail("id", id)
+}
+
+// shedRetryAfter is the retry-after of a shed call: nobody knows when a
+// running call will end, and 1 second is the least a Retry-After can say.
+const shedRetryAfter = time.Second
+
+// Shed returns the outcome of a call of class p that a full concurrency
+// limit turned away, or evicted from its queue, in favour of calls of a
+// higher class: UNAVAILABLE, KERNEL_UNAVAILABLE_008, details "id" and
+// "priority" (p's name) and a retry-after of retryAfter rounded up to
+// whole seconds (at least 1), e.g. "Operation 'orders.create' is shedding
+// sheddable calls under load; retry after 1 second.". The breaker does not
+// count it.
+func Shed(id string, p pipeline.Priority, retryAfter time.Duration) *pipeline.Error {
+	n := pipeline.RetryAfterSeconds(retryAfter)
+	return rejection(pipeline.CodeShed, id, n,
+		fmt.Sprintf("Operation '%s' is shedding %s calls under load; retry after %s.", id, p, seconds(n))).
+		WithDetail("priority", p.String())
 }
 
 func rejection(code, id string, retryAfter int64, msg string) *pipeline.Error {

@@ -7,7 +7,7 @@ import (
 )
 
 // tally counts the rejections of the built-in limits by limit.
-type tally struct{ rate, conc, breaker atomic.Int64 }
+type tally struct{ rate, conc, breaker, shed atomic.Int64 }
 
 // add counts err when it is the rejection of a built-in limit (by its
 // code), and reports whether it is one.
@@ -23,6 +23,8 @@ func (t *tally) add(err error) bool {
 		t.conc.Add(1)
 	case pipeline.CodeCircuitOpen:
 		t.breaker.Add(1)
+	case pipeline.CodeShed:
+		t.shed.Add(1)
 	default:
 		return false
 	}
@@ -30,7 +32,7 @@ func (t *tally) add(err error) bool {
 }
 
 func (t *tally) snapshot() Rejections {
-	return Rejections{Rate: t.rate.Load(), Concurrency: t.conc.Load(), Breaker: t.breaker.Load()}
+	return Rejections{Rate: t.rate.Load(), Concurrency: t.conc.Load(), Breaker: t.breaker.Load(), Shed: t.shed.Load()}
 }
 
 // passes counts err, the error limit i of chain c turned a call away

@@ -156,7 +156,7 @@ func (s *sharedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 				if e := callerEnd(ctx, err); e != nil {
 					return Permit{}, e
 				}
-				return Permit{}, s.l.concRejection()
+				return Permit{}, s.l.concRejection(pipeline.PriorityDefault, nil)
 			}
 			release = rel
 		}

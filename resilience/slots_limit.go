@@ -10,9 +10,10 @@ import (
 )
 
 // slotsLimit is the operation's concurrency limit (ConcurrencyLimit,
-// ConcurrencyQueueLimit) as a [Limit]; see [ConcurrencyLimiter].
-// Rejection: KERNEL_UNAVAILABLE_003. The slot is given back on every exit
-// path, panics included.
+// ConcurrencyQueueLimit, Priority, PriorityReserve) as a [Limit]; see
+// [ConcurrencyLimiter]. Rejection: KERNEL_UNAVAILABLE_003, or
+// KERNEL_UNAVAILABLE_008 (shed) for a call below its operation's class or
+// sheddable. The slot is given back on every exit path, panics included.
 //
 // With an adaptive controller (ad), a permit's token is when the call took
 // its slot (ns since epoch), and its release is a sample of the controller
@@ -57,6 +58,7 @@ func (l *Limits) slotsOf(old *chain, p Policy, shared bool, now time.Time) *slot
 	} else {
 		sl.conc = newConcurrencyLimiter(limit, p.ConcurrencyQueueLimit)
 	}
+	sl.conc.setPriority(p.Priority, reserveThousandths(p.PriorityReserve))
 	if !runs {
 		return sl
 	}
@@ -73,28 +75,39 @@ func (l *Limits) slotsOf(old *chain, p Policy, shared bool, now time.Time) *slot
 	return sl
 }
 
+// reserveThousandths returns a PriorityReserve in thousandths of the
+// limit, within 0 to 999.
+func reserveThousandths(f float64) int64 {
+	if !(f > 0) { // NaN too
+		return 0
+	}
+	return min(int64(f*1000), 999)
+}
+
 // TryAcquire implements [Admitter]: without a queue the limit never
 // waits, whatever the context.
 func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
 	if sl.conc.queueLimit.Load() != 0 {
 		return Permit{}, true, nil
 	}
-	if sl.conc.Acquire(context.Background()) != nil {
-		return Permit{}, false, sl.l.concRejection()
+	c := inv.Priority()
+	if sl.conc.acquire(context.Background(), c) != nil {
+		return Permit{}, false, sl.l.concRejection(c, sl.conc)
 	}
 	return sl.permit(inv, false), false, nil
 }
 
 // Acquire implements [Limit].
 func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
-	if sl.ad != nil && sl.conc.TryAcquire() {
+	c := inv.Priority()
+	if sl.ad != nil && sl.conc.waiting.Load() == 0 && sl.conc.tryTake(c) {
 		return sl.permit(inv, false), nil
 	}
-	switch err := sl.conc.Acquire(ctx); {
+	switch err := sl.conc.acquire(ctx, c); {
 	case err == nil:
 		return sl.permit(inv, true), nil
 	case err == ErrLimited:
-		return Permit{}, sl.l.concRejection()
+		return Permit{}, sl.l.concRejection(c, sl.conc)
 	}
 	return Permit{}, Attribute(ctx)
 }
@@ -138,6 +151,12 @@ func (sl *slotsLimit) limits() (enforced, adaptive int) {
 	return enforced, adaptive
 }
 
-func (l *Limits) concRejection() *pipeline.Error {
+// concRejection returns the rejection of a call of class c that conc
+// turned away: shed when c is sheddable or below the operation's class
+// (conc's), the concurrency limit's otherwise.
+func (l *Limits) concRejection(c pipeline.Priority, conc *ConcurrencyLimiter) *pipeline.Error {
+	if c == pipeline.PrioritySheddable || conc != nil && int32(c) < conc.class.Load() {
+		return l.shedErr[min(max(c, pipeline.PrioritySheddable), pipeline.PriorityDefault)-pipeline.PrioritySheddable]
+	}
 	return l.concLimitErr
 }

@@ -102,7 +102,10 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 //   - the group's persistent flags --timeout SECONDS (the invocation's
 //     deadline, see ParseTimeout; capped like every inbound deadline by the
 //     operation's TimeoutSeconds and Sundial.Kernel.MaxTimeoutSeconds) and
-//     --output json|text (the result's format on stdout, JSON by default).
+//     --output json|text (the result's format on stdout, JSON by default)
+//     and --priority critical|default|sheddable (kernel.Request.Priority:
+//     it can only lower the operation's class; another value is a
+//     VALIDATION failure, exit 2).
 //
 // The command only decodes and encodes: it hands the decoded input (for
 // --input -, a decoder the kernel calls once it has computed the effective
@@ -189,9 +192,10 @@ func commandNames(c *cobra.Command) []string {
 // groupFlags are the persistent flags of a group, shared by its operation
 // commands.
 type groupFlags struct {
-	timeout timeoutValue
-	output  outputValue
-	baggage string
+	timeout  timeoutValue
+	output   outputValue
+	baggage  string
+	priority string
 }
 
 func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
@@ -213,11 +217,13 @@ func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
 	pf.Var(&gf.timeout, "timeout", "deadline of the invocation in seconds (> 0, fractions allowed); capped by the configured maximum")
 	pf.Var(&gf.output, "output", "result format on stdout: json or text")
 	pf.StringVar(&gf.baggage, flagBaggage, "", "W3C baggage of the call, name=value members separated by commas (e.g. tenant=acme): a per-key limit takes its key from it")
+	pf.StringVar(&gf.priority, "priority", "", "class of this call: critical, default or sheddable; it can only lower the operation's configured class")
 	// Errors only when the flags do not exist, which they do.
 	_ = g.RegisterFlagCompletionFunc("output", completeValues(
 		outputJSON+"\tthe result as indented JSON (default)",
 		outputText+"\tone line per field"))
 	_ = g.RegisterFlagCompletionFunc("timeout", completeValues())
+	_ = g.RegisterFlagCompletionFunc("priority", completeValues("critical", "default", "sheddable"))
 	return g
 }
 
@@ -256,6 +262,7 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 		if idemKey != nil {
 			r.idemKey = *idemKey
 		}
+		r.priority = gf.priority
 		return r.run(fields, *inputJSON, gf.timeout, newKernel, o)
 	}
 	return cmd

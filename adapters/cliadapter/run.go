@@ -38,6 +38,8 @@ type runner struct {
 	keyed, shared bool
 	// baggage is --baggage, in the W3C baggage header's format.
 	baggage string
+	// priority is --priority, as given ("": none).
+	priority string
 }
 
 // flagBaggage is the flag of the call's W3C baggage.
@@ -83,7 +85,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	// replica in the cluster count) goes when the command ends.
 	defer k.Close()
 	now := time.Now()
-	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now}
+	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now, Priority: r.priority}
 	r.setIdempotencyKey(k, &req)
 	if timeout.set {
 		req.Deadline = now.Add(timeout.d)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -35,6 +36,12 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 	}
 	if r.Transport.RPCMethod == "" {
 		r.Transport = telemetry.Transport{RPCMethod: full, Status: statusCode}
+	}
+	// A repeated priority names no class: KERNEL_VALIDATION_009.
+	if vs := md.Values(mdPriority); len(vs) == 1 {
+		r.Priority = vs[0]
+	} else if len(vs) > 1 {
+		r.Priority = strings.Join(vs, ", ")
 	}
 	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 {
 		// A key that is repeated, too long or not printable ASCII is a 400
@@ -95,6 +102,7 @@ var errCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %
 const (
 	mdBaggage        = "baggage"
 	mdIdempotencyKey = "idempotency-key"
+	mdPriority       = "sundial-priority" // kernel.Request.Priority
 )
 
 // incomingMD reads the incoming metadata of a server context key by key,

@@ -173,6 +173,7 @@ func (rt *route) serve(c echo.Context) error {
 		Arrival:   x.start,
 		Transport: x.transport(r, rt.desc.Path),
 	}
+	req.Priority = headerValue(r.Header, HeaderPriority)
 	var kerr *pipeline.Error
 	req.IdempotencyKey, kerr = idempotencyKey(r)
 	// A malformed key is a 400 only on an operation that takes keys; one

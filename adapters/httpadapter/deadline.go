@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,7 +21,26 @@ const (
 	// transit. The inbound name is configurable with
 	// WithRelativeDeadlineHeader.
 	DefaultRelativeDeadlineHeader = "Sundial-Timeout-Ms"
+	// HeaderPriority carries the class the caller asks for: "critical",
+	// "default" or "sheddable" (kernel.Request.Priority). It can only
+	// lower the operation's configured class; a value naming no class is
+	// a 400, KERNEL_VALIDATION_009.
+	HeaderPriority = "Sundial-Priority"
 )
+
+// headerValue returns the values of the header name joined with ", ", as
+// a repeated field reads (a repeated priority then names no class): ""
+// when absent.
+func headerValue(h http.Header, name string) string {
+	switch vs := h[name]; len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return vs[0]
+	default:
+		return strings.Join(vs, ", ")
+	}
+}
 
 // Limits of the deadline parsers. Anything longer is rejected before it is
 // looked at: a header value cannot make the parser do unbounded work.

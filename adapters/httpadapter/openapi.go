@@ -267,6 +267,10 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 	op.AddParameter(openapi3.NewHeaderParameter(HeaderDeadline).
 		WithDescription("The caller's absolute deadline, RFC 3339 (e.g. 2026-12-03T08:00:00.250Z).").
 		WithSchema(openapi3.NewDateTimeSchema()))
+	op.AddParameter(openapi3.NewHeaderParameter(HeaderPriority).
+		WithDescription(fmt.Sprintf("The class of this call; it can only lower the operation's class (%s). "+
+			"A value naming no class is a 400 KERNEL_VALIDATION_009.", rt.a.k.PolicyFor(rt.desc.ID).Priority)).
+		WithSchema(openapi3.NewStringSchema().WithEnum("critical", "default", "sheddable")))
 	op.AddParameter(openapi3.NewHeaderParameter("Idempotency-Key").
 		WithDescription(idempotencyKeyDescription(rt.a.k.IdempotencyPolicy(rt.desc.ID).Enabled)).
 		WithSchema(idempotencyKeySchema()))

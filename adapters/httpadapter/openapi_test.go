@@ -169,3 +169,28 @@ func serveOpenAPI(t *testing.T, app *testApp, so serverOpts, info httpadapter.Op
 	}
 	return s, doc
 }
+
+// TestOpenAPIPriorityHeader: each operation documents the Sundial-Priority
+// header as an enum of the three classes, naming the operation's own.
+func TestOpenAPIPriorityHeader(t *testing.T) {
+	app := newTestApp()
+	s := startServer(t, app, serverOpts{config: `{"Sundial": {"Kernel": {"Resilience": {"Operations": {"work.baggage": {"Priority": "critical"}}}}}}`})
+	doc, err := s.adapter.OpenAPI(httpadapter.OpenAPIInfo{Title: "test", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, class := range map[string]string{"/baggage": "critical", "/items": "default"} {
+		p := doc.Paths.Find(path).Post.Parameters.GetByInAndName("header", httpadapter.HeaderPriority)
+		if p == nil {
+			t.Fatalf("POST %s: no %s parameter", path, httpadapter.HeaderPriority)
+		}
+		if !strings.Contains(p.Description, "("+class+")") || !strings.Contains(p.Description, "KERNEL_VALIDATION_009") {
+			t.Errorf("POST %s: description %q, want the class %s and the 400", path, p.Description, class)
+		}
+		for v, ok := range map[string]bool{"critical": true, "default": true, "sheddable": true, "urgent": false} {
+			if err := p.Schema.Value.VisitJSON(v); (err == nil) != ok {
+				t.Errorf("POST %s: %s %q: schema error %v, want valid %v", path, httpadapter.HeaderPriority, v, err, ok)
+			}
+		}
+	}
+}

@@ -176,3 +176,22 @@ func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool)
 	}
 	return baggage.ContextWithBaggage(ctx, b), true
 }
+
+// WithPriority returns ctx with p as the class of the calls made with it:
+// the W3C baggage member sundial.priority, which the outbound HTTP
+// transport and gRPC client interceptor send on every call made with the
+// returned context. A Sundial service takes it as the caller's class, and
+// it can only lower the class of the operation it reaches; mark a
+// prefetch or a batch job pipeline.PrioritySheddable. The kernel marks
+// the handler's context so when the caller lowered its call's class.
+func WithPriority(ctx context.Context, p pipeline.Priority) context.Context {
+	m, err := baggage.NewMemberRaw(pipeline.BaggagePriority, p.String())
+	if err != nil {
+		return ctx
+	}
+	b, err := baggage.FromContext(ctx).SetMember(m)
+	if err != nil {
+		return ctx
+	}
+	return baggage.ContextWithBaggage(ctx, b)
+}

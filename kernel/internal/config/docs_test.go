@@ -2,8 +2,11 @@ package config
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/sundial-go/sundial/resilience"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/policy-keys.md from the table of keys")
@@ -27,4 +30,24 @@ func TestDocsFile(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("%s is not what the table of keys generates; rewrite it with: go test ./kernel/internal/config -run TestDocsFile -update", docsFile)
 	}
+}
+
+// TestStatedPriorityReserve: the default the table states for
+// PriorityReserve is resilience.DefaultPriorityReserve, which the key
+// applies.
+func TestStatedPriorityReserve(t *testing.T) {
+	for _, k := range Keys {
+		if k.Name == "PriorityReserve" {
+			if want := fmt.Sprint(resilience.DefaultPriorityReserve); k.Default != want {
+				t.Errorf("PriorityReserve states default %q; resilience.DefaultPriorityReserve is %s", k.Default, want)
+			}
+			var tg Target
+			k.value.apply(&tg, nil)
+			if tg.Policy.PriorityReserve != resilience.DefaultPriorityReserve {
+				t.Errorf("unset PriorityReserve applies %v, want %v", tg.Policy.PriorityReserve, resilience.DefaultPriorityReserve)
+			}
+			return
+		}
+	}
+	t.Fatal("no PriorityReserve key")
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
@@ -122,6 +123,12 @@ var Keys = []Key{
 	{Name: "Adaptive.Shadow", Type: "boolean", Default: "false", Bounds: `true or false; not with "ConcurrencyLimit": "adaptive"`, Reloadable: true,
 		Doc:   "Runs the controller beside the static ConcurrencyLimit, which stays enforced, and reports the limit it would apply.",
 		value: use(boolean, func(t *Target) *bool { return &t.Policy.Adaptive.Shadow })},
+	{Name: "Priority", Type: "string", Default: `"default"`, Bounds: `"critical", "default" or "sheddable"`, Reloadable: true, Inherited: true,
+		Doc:   "The operation's class: a full concurrency limit sheds calls below it, and sheddable ones, first; a caller may lower it per call, never raise it.",
+		value: use(priority, func(t *Target) *pipeline.Priority { return &t.Policy.Priority })},
+	{Name: "PriorityReserve", Type: "number", Default: "0.2", Bounds: "0 to 0.999", Reloadable: true, Inherited: true,
+		Doc:   "Fraction of ConcurrencyLimit, rounded down to whole slots, that calls a caller lowered below Priority may not take.",
+		value: withDefault(fraction, func(t *Target) *float64 { return &t.Policy.PriorityReserve }, resilience.DefaultPriorityReserve)},
 	{Name: "FailureThreshold", Type: "integer", Default: "none (no breaker)", Bounds: positiveInt, Reloadable: true, Inherited: true,
 		Doc:   "Consecutive failures that open the circuit breaker.",
 		value: use(integer(1), func(t *Target) *int { return &t.Policy.FailureThreshold })},

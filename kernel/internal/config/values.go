@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -149,6 +150,27 @@ func scope(v any, path string) (resilience.Scope, error) {
 		return sc, nil
 	}
 	return "", fmt.Errorf("kernel: %s: want \"process\" or \"cluster\", got %s", path, describe(v))
+}
+
+// priority reads an operation's class.
+func priority(v any, path string) (pipeline.Priority, error) {
+	str, ok := v.(string)
+	if p, valid := pipeline.ParsePriority(str); ok && valid && str == p.String() {
+		return p, nil
+	}
+	return 0, fmt.Errorf("kernel: %s: want \"critical\", \"default\" or \"sheddable\", got %s", path, describe(v))
+}
+
+// fraction reads a PriorityReserve: 0 to 0.999.
+func fraction(v any, path string) (float64, error) {
+	f, ok := Number(v)
+	if !ok {
+		return 0, fmt.Errorf("kernel: %s: want a number from 0 to 0.999, got %s", path, JSONType(v))
+	}
+	if !(f >= 0 && f <= 0.999) {
+		return 0, fmt.Errorf("kernel: %s: must be from 0 to 0.999, got %v", path, f)
+	}
+	return f, nil
 }
 
 func onStoreError(v any, path string) (string, error) {

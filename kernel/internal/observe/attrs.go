@@ -182,7 +182,7 @@ func newOutcomeAttrs(id, proto attribute.KeyValue, k pipeline.Kind, code string)
 
 // reasons are the rejection reasons, indexed as rejectionReason returns
 // them.
-var reasons = [...]string{ReasonRate, ReasonConcurrency, ReasonBreaker, ReasonOverloaded}
+var reasons = [...]string{ReasonRate, ReasonConcurrency, ReasonBreaker, ReasonOverloaded, ReasonShed}
 
 // rejectionReason returns the index in reasons of the limit named by a
 // rejection's code, or -1 when code is not a rejection.
@@ -196,6 +196,21 @@ func rejectionReason(code string) int {
 		return 2
 	case pipeline.CodeOverloaded:
 		return 3
+	case pipeline.CodeShed:
+		return 4
 	}
 	return -1
+}
+
+// priorityAttrs are the span attributes AttrPriority of each class, by
+// class less PrioritySheddable.
+var priorityAttrs = [...]attribute.KeyValue{
+	attribute.String(AttrPriority, pipeline.PrioritySheddable.String()),
+	attribute.String(AttrPriority, pipeline.PriorityDefault.String()),
+	attribute.String(AttrPriority, pipeline.PriorityCritical.String()),
+}
+
+// priorityAttr returns the span attribute of class p.
+func priorityAttr(p pipeline.Priority) attribute.KeyValue {
+	return priorityAttrs[min(max(p, pipeline.PrioritySheddable), pipeline.PriorityCritical)-pipeline.PrioritySheddable]
 }

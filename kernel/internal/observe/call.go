@@ -230,8 +230,11 @@ func (c *Call) annotate(e *ending, end time.Time) {
 
 // spanAttrs returns the span attributes of the ended invocation.
 func (c *Call) spanAttrs(e *ending) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, len(e.a.span)+len(e.semAttrs)+7)
+	attrs := make([]attribute.KeyValue, 0, len(e.a.span)+len(e.semAttrs)+8)
 	attrs = append(attrs, e.a.span...)
+	if !c.o.route {
+		attrs = append(attrs, priorityAttr(c.inv.Priority()))
+	}
 	attrs = append(attrs, e.semAttrs...)
 	if e.orig != nil {
 		attrs = append(attrs, attribute.String(AttrOriginalKind, e.orig.Kind().String()), attribute.String(AttrOriginalCode, e.orig.Code()))

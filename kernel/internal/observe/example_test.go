@@ -43,4 +43,5 @@ func Example() {
 	//   sundial.protocol = inprocess
 	//   sundial.outcome.kind = NOT_FOUND
 	//   sundial.outcome.code = SHOP_NOT_FOUND_001
+	//   sundial.priority = default
 }

@@ -59,7 +59,7 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 		metric.WithDescription("Measures the duration of an incoming Remote Procedure Call (RPC)."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	in.rejected, errs[2] = m.Int64Counter(MetricRejectionCount,
-		metric.WithDescription("Invocations rejected by a per-operation limit, by operation and reason (rate, concurrency, breaker)."),
+		metric.WithDescription("Invocations rejected by a per-operation limit, by operation and reason (rate, concurrency, breaker, overloaded, shed)."),
 		metric.WithUnit("{invocation}"))
 	in.remaining, errs[3] = m.Float64Histogram(MetricDeadlineRemaining,
 		metric.WithDescription("Time remaining until the caller's deadline when the invocation arrived."),

@@ -190,3 +190,41 @@ func TestConcurrencyLimitGauges(t *testing.T) {
 		}
 	}
 }
+
+// TestShedRejectionsAndPriority: a shed call is counted under reason
+// "shed" and its span's rejection event names the limit "shed" with the
+// retry-after; every operation's span carries the call's class
+// (sundial.priority); a host route's carries none.
+func TestShedRejectionsAndPriority(t *testing.T) {
+	h := newHarness(t)
+	o := h.tel.Operation(op("shop.checkout"))
+	for _, p := range []pipeline.Priority{pipeline.PriorityCritical, pipeline.PrioritySheddable} {
+		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op("shop.checkout"), Priority: p})
+		var err error
+		if p == pipeline.PrioritySheddable {
+			err = resilience.Shed("shop.checkout", p, time.Second)
+		}
+		runCall(o, context.Background(), inv, t0, t0.Add(time.Millisecond), err)
+	}
+	runCall(h.tel.Route("GET /healthz"), context.Background(), pipeline.NewInvocation(pipeline.Spec{Route: "GET /healthz"}), t0, t0, nil)
+	rm := h.collect(t)
+	if got, ok := valueOf(rm, observe.MetricRejectionCount, map[string]string{"operation": "shop.checkout", "reason": observe.ReasonShed}); !ok || got != 1 {
+		t.Errorf("%s{reason shed} = %v (present %v), want 1", observe.MetricRejectionCount, got, ok)
+	}
+	spans := h.spans.Ended()
+	if len(spans) != 3 {
+		t.Fatalf("spans = %d, want 3", len(spans))
+	}
+	for i, want := range []string{"critical", "sheddable"} {
+		if a := spanAttrs(spans[i]); a[observe.AttrPriority] != want {
+			t.Errorf("span %d: %s = %q, want %q", i, observe.AttrPriority, a[observe.AttrPriority], want)
+		}
+	}
+	ev, ok := findEvent(spans[1], observe.EventRejection)
+	if a := kvs(ev.Attributes); !ok || a[observe.AttrRejectionLimit] != observe.ReasonShed || a[observe.AttrRetryAfter] != "1" {
+		t.Errorf("shed span's rejection event = %v (found %v), want limit shed, retry after 1", a, ok)
+	}
+	if a := spanAttrs(spans[2]); a[observe.AttrPriority] != "" {
+		t.Errorf("host route's span has %s = %q, want none", observe.AttrPriority, a[observe.AttrPriority])
+	}
+}

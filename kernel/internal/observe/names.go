@@ -112,7 +112,7 @@ const (
 	// "KERNEL_TIMEOUT_001"; absent for OK.
 	MetricAttrCode = "code"
 	// MetricAttrReason is the limit that rejected a call: "rate",
-	// "concurrency" or "breaker".
+	// "concurrency", "breaker", "overloaded" or "shed".
 	MetricAttrReason = "reason"
 	// MetricAttrState is the breaker state of a MetricBreakerState point:
 	// BreakerClosed, BreakerHalfOpen or BreakerOpen.
@@ -164,6 +164,10 @@ const (
 	// replayed from the idempotency store (the handler did not run);
 	// absent otherwise.
 	AttrIdempotencyReplayed = "sundial.idempotency.replayed"
+	// AttrPriority is the invocation's effective class: "critical",
+	// "default" or "sheddable" (its operation's, as the caller may have
+	// lowered it); absent for host endpoints.
+	AttrPriority = "sundial.priority"
 )
 
 // Span events and their attribute keys.
@@ -172,7 +176,7 @@ const (
 	// call.
 	EventRejection = "sundial.rejection"
 	// AttrRejectionLimit is the limit that rejected: "rate",
-	// "concurrency" or "breaker".
+	// "concurrency", "breaker", "overloaded" or "shed".
 	AttrRejectionLimit = "sundial.rejection.limit"
 	// AttrRetryAfter is the rejection's retry hint (its retry-after) in
 	// whole seconds, rounded up; absent when the limit gives none.
@@ -193,6 +197,9 @@ const (
 	// ReasonOverloaded: the kernel shed the call while MaxStragglers
 	// invocations still ran after their answer (KERNEL_UNAVAILABLE_005).
 	ReasonOverloaded = "overloaded"
+	// ReasonShed: a full concurrency limit shed the call for its class
+	// (KERNEL_UNAVAILABLE_008).
+	ReasonShed = "shed"
 )
 
 // Breaker states (MetricAttrState).

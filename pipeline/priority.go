@@ -1,0 +1,61 @@
+package pipeline
+
+// Priority is an invocation's criticality class: what a full limit sheds
+// first (docs/resilience.md, "Priority"). The zero value is
+// PriorityDefault. Classes are ordered: PrioritySheddable <
+// PriorityDefault < PriorityCritical, so the lower of two is min(a, b).
+type Priority int8
+
+// The classes.
+const (
+	// PrioritySheddable: work that may be dropped first under load
+	// (prefetches, batch jobs, retries of best-effort work).
+	PrioritySheddable Priority = -1
+	// PriorityDefault: the class of every operation that configures none.
+	PriorityDefault Priority = 0
+	// PriorityCritical: work a user waits for (a checkout, a login).
+	PriorityCritical Priority = 1
+)
+
+// BaggagePriority is the baggage key that carries a call's class to the
+// services it calls; like the Sundial-Priority header, it can only lower
+// the class of the operation it reaches.
+const BaggagePriority = "sundial.priority"
+
+// String returns "critical", "default" or "sheddable" (a value outside
+// the three reads as the nearest class).
+func (p Priority) String() string {
+	switch {
+	case p >= PriorityCritical:
+		return "critical"
+	case p <= PrioritySheddable:
+		return "sheddable"
+	}
+	return "default"
+}
+
+// ParsePriority returns the class named s ("critical", "default" or
+// "sheddable", in any ASCII case, without surrounding spaces) and whether
+// s names one.
+func ParsePriority(s string) (Priority, bool) {
+	var b [len("sheddable")]byte
+	if len(s) > len(b) {
+		return PriorityDefault, false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	switch string(b[:len(s)]) {
+	case "critical":
+		return PriorityCritical, true
+	case "default":
+		return PriorityDefault, true
+	case "sheddable":
+		return PrioritySheddable, true
+	}
+	return PriorityDefault, false
+}
