@@ -56,13 +56,15 @@ bench:
 ## runs their committed seed corpora in testdata/fuzz)
 FUZZ_TARGETS = \
 	./operations:FuzzValidateID \
+	./operations:FuzzFastPathAgrees \
 	./kernel:FuzzConfig \
 	./adapters/httpadapter:FuzzParseDeadline \
 	./adapters/httpadapter:FuzzParseTimeoutMs \
 	./adapters/httpadapter:FuzzBind \
 	./adapters/cliadapter:FuzzDecodeInput \
 	./adapters/cliadapter:FuzzParseTimeout \
-	./adapters/grpcadapter:FuzzDecode
+	./adapters/grpcadapter:FuzzDecode \
+	./samples/shop:FuzzShopOrderInput
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -48,6 +48,7 @@ var (
 type ruleSet struct {
 	v      *validator.Validate
 	custom map[string]string // custom rule name -> description
+	plans  planCache         // the fast path's compiled types
 }
 
 func newRuleSet() *ruleSet {
@@ -206,6 +207,9 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 		rv = p.Elem()
 	}
 	rs := d.ruleSet()
+	if rs.passes(rv) {
+		return nil
+	}
 	err := rs.v.Struct(rv.Addr().Interface())
 	if err == nil {
 		return nil

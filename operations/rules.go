@@ -3,6 +3,7 @@ package operations
 import (
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"github.com/go-playground/validator/v10"
@@ -249,21 +250,15 @@ func zeroFails(v *validator.Validate, t reflect.Type, tag string) (fails bool) {
 	return false
 }
 
-// oneofValues splits a oneof parameter as the validator does: by spaces,
-// a value in single quotes may hold spaces.
+// oneofValues splits a oneof parameter as the validator does (its
+// parseOneOfParam2): words, or runs in single quotes, which may hold
+// spaces; the quotes are dropped.
 func oneofValues(param string) []string {
-	var out []string
-	for rest := strings.TrimSpace(param); rest != ""; rest = strings.TrimSpace(rest) {
-		if rest[0] == '\'' {
-			if end := strings.IndexByte(rest[1:], '\''); end >= 0 {
-				out = append(out, rest[1:1+end])
-				rest = rest[2+end:]
-				continue
-			}
-		}
-		word, tail, _ := strings.Cut(rest, " ")
-		out = append(out, word)
-		rest = tail
+	vals := oneofSplit.FindAllString(param, -1)
+	for i, v := range vals {
+		vals[i] = strings.ReplaceAll(v, "'", "")
 	}
-	return out
+	return vals
 }
+
+var oneofSplit = regexp.MustCompile(`'[^']*'|\S+`)

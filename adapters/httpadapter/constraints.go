@@ -109,6 +109,7 @@ func (c *constrainer) field(ft reflect.Type, s *openapi3.Schema, rules operation
 	for _, r := range rules {
 		switch {
 		case r.Elem:
+			r.Elem = false // the element's own rule
 			elem = append(elem, r)
 		case r.Name == "omitempty":
 			omitempty = true

@@ -142,6 +142,16 @@ var conformanceRows = []conformanceRow{
 		{op: "orders.create", input: `{"name":"widget","amount":10000}`, want: "OK"},
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: pipeline.CodeRateLimited},
 	}},
+	// ... and are neutral to billing.charge's breaker (FailureThreshold 5).
+	{name: "constraint failures leave the breaker closed", steps: []step{
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":10001}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
+	}},
 	// One input policy (operations.InputPolicy, docs/pipeline.md): an
 	// unknown field or a key in the wrong case is the same VALIDATION
 	// answer on every protocol; tests.lenient allows unknown fields.

@@ -30,24 +30,19 @@ var DefaultConfig []byte
 // CreateOrder is the input of orders.create. Its constraints are declared
 // once, in validate tags (docs/validation.md): checked alike over HTTP,
 // gRPC and the CLI, and published in the OpenAPI document, the gRPC
-// schema and the CLI's help. Currency may be left out (EUR), and so may
-// Email and Reference.
+// schema and the CLI's help. Currency may be left out (EUR).
 type CreateOrder struct {
-	Name      string `json:"name" validate:"required,min=1,max=100"`
-	Amount    int    `json:"amount" validate:"min=1,max=10000"`
-	Currency  string `json:"currency,omitempty" validate:"omitempty,oneof=EUR USD"`
-	Email     string `json:"email,omitempty" validate:"omitempty,email"`
-	Reference string `json:"reference,omitempty" validate:"omitempty,pattern=^[A-Z]{2}-[0-9]+$"`
+	Name     string `json:"name" validate:"required,min=1,max=100"`
+	Amount   int    `json:"amount" validate:"min=1,max=10000"`
+	Currency string `json:"currency,omitempty" validate:"omitempty,oneof=EUR USD"`
 }
 
 // Order is an order as stored and returned.
 type Order struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Amount    int    `json:"amount"`
-	Currency  string `json:"currency,omitempty"` // "" is EUR
-	Email     string `json:"email,omitempty"`
-	Reference string `json:"reference,omitempty"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Amount   int    `json:"amount"`
+	Currency string `json:"currency,omitempty"` // "" is EUR
 }
 
 // GetOrder is the input of orders.get.
@@ -80,6 +75,10 @@ type Charge struct {
 	// the charge runs to its end once started, whatever the deadline says,
 	// as a provider call that cannot be cut half-way does.
 	ProcessMs int `json:"processMs" validate:"min=0,max=3600000"`
+	// ReceiptEmail, if given, is where the receipt goes; Invoice, if
+	// given, names the invoice paid ("INV-42").
+	ReceiptEmail string `json:"receiptEmail,omitempty" validate:"omitempty,email"`
+	Invoice      string `json:"invoice,omitempty" validate:"omitempty,pattern=^INV-[0-9]+$"`
 }
 
 // Receipt is the output of billing.charge.
@@ -128,8 +127,7 @@ func (s *Shop) CreateOrder(_ context.Context, in CreateOrder) (Order, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	o := Order{ID: "ord-" + strconv.Itoa(s.next), Name: in.Name, Amount: in.Amount,
-		Currency: in.Currency, Email: in.Email, Reference: in.Reference}
+	o := Order{ID: "ord-" + strconv.Itoa(s.next), Name: in.Name, Amount: in.Amount, Currency: in.Currency}
 	s.orders[o.ID] = o
 	return o, nil
 }
