@@ -2,6 +2,7 @@ package operations
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -81,3 +82,23 @@ func TestRegisterRefusesBadConstraints(t *testing.T) {
 // builtin is a descriptor Register did not make: it checks the built-in
 // rules only.
 var builtin *Descriptor
+
+// TestCustomRulePanicFails: a custom rule whose check panics fails the
+// value instead of crashing the caller.
+func TestCustomRulePanicFails(t *testing.T) {
+	r := NewRegistry()
+	if err := r.AddRule("boom", "never panics", func(reflect.Value, string) bool { panic("boom") }); err != nil {
+		t.Fatal(err)
+	}
+	type in struct {
+		A string `json:"a" validate:"boom"`
+	}
+	if err := Register(r, Descriptor{ID: "x.boom"}, func(context.Context, in) (struct{}, error) { return struct{}{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := r.Lookup("x.boom")
+	err := d.CheckConstraints(&in{A: "x"})
+	if err == nil || err.Code() != pipeline.CodeConstraint {
+		t.Fatalf("CheckConstraints = %v, want %s", err, pipeline.CodeConstraint)
+	}
+}

@@ -14,7 +14,7 @@ import (
 // ("name" or "name=param"). check receives the field's value (pointers
 // dereferenced, as for the built-in rules) and the rule's parameter, and
 // reports whether the value passes; it must be safe for concurrent use and
-// must not block. doc describes the rule for people, as a phrase
+// must not block. A check that panics fails the value. doc describes the rule for people, as a phrase
 // ("an even number"): it is the failure's message ("must satisfy even: an
 // even number."), the field's help text on the CLI and in the gRPC schema,
 // and the x-sundial-rules extension of the field's OpenAPI schema.
@@ -43,7 +43,12 @@ func (r *Registry) AddRule(name, doc string, check func(value reflect.Value, par
 	if _, dup := r.rules.custom[name]; dup || builtinRule(r.rules.v, name) {
 		return fmt.Errorf("operations: AddRule %q: the rule is defined already", name)
 	}
-	if err := r.rules.v.RegisterValidation(name, func(fl validator.FieldLevel) bool {
+	if err := r.rules.v.RegisterValidation(name, func(fl validator.FieldLevel) (ok bool) {
+		defer func() {
+			if recover() != nil {
+				ok = false // a check that panics fails the value; the process stays up
+			}
+		}()
 		return check(fl.Field(), fl.Param())
 	}); err != nil {
 		return fmt.Errorf("operations: AddRule %q: %w", name, err)
