@@ -230,12 +230,12 @@ func applyRule(r operations.Rule, s *openapi3.Schema, t reflect.Type) bool {
 		}
 		s.Pattern = r.Param
 		return true
-	case "email", "uuid":
-		s.Format = r.Name
-		return kind == reflect.String
-	case "uri", "url":
-		s.Format = "uri"
-		return kind == reflect.String
+	case "email", "uuid", "uri", "url":
+		if kind != reflect.String {
+			return false
+		}
+		s.Format = strings.Replace(r.Name, "url", "uri", 1)
+		return true
 	}
 	return false
 }
