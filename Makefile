@@ -65,13 +65,16 @@ bench-overload:
 FUZZ_TARGETS = \
 	./operations:FuzzValidateID \
 	./pipeline:FuzzParsePriority \
+	./operations:FuzzFastPathAgrees \
 	./kernel:FuzzConfig \
 	./adapters/httpadapter:FuzzParseDeadline \
 	./adapters/httpadapter:FuzzParseTimeoutMs \
 	./adapters/httpadapter:FuzzBind \
 	./adapters/cliadapter:FuzzDecodeInput \
 	./adapters/cliadapter:FuzzParseTimeout \
-	./adapters/grpcadapter:FuzzDecode
+	./adapters/grpcadapter:FuzzDecode \
+	./resilience/internal/limitkey:FuzzCheck \
+	./samples/shop:FuzzShopOrderInput
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -22,18 +22,26 @@ func serveHTTP(t *testing.T, k *kernel.Kernel) string {
 	if _, err := httpadapter.Mount(e, k); err != nil {
 		t.Fatal(err)
 	}
+	return serveHandler(t, e)
+}
+
+// serveHandler serves h on 127.0.0.1 until the test ends, and returns the
+// base URL.
+func serveHandler(t *testing.T, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: e}
+	srv := &http.Server{Handler: h}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close(); <-done })
 	return "http://" + ln.Addr().String()
 }
 
-// serveGRPC serves k's operations over gRPC (package shop.v1) on
+// serveGRPC serves k's operations over gRPC (package shop.v1, with
+// reflection) on
 // 127.0.0.1 until the test ends, and returns the adapter and a client
 // connection to it made with opts.
 func serveGRPC(t *testing.T, k *kernel.Kernel, opts ...grpc.DialOption) (*grpcadapter.Adapter, *grpc.ClientConn) {
@@ -44,6 +52,7 @@ func serveGRPC(t *testing.T, k *kernel.Kernel, opts ...grpc.DialOption) (*grpcad
 	}
 	srv := grpc.NewServer(grpc.UnknownServiceHandler(ga.UnknownServiceHandler))
 	ga.Register(srv)
+	ga.RegisterReflection(srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -336,10 +336,21 @@ func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
 // The context is the parent: its cancellation and deadline apply (its
 // deadline is the caller's). Call runs on the caller's goroutine and
 // returns when the chain does: a handler that ignores its context delays
-// it (the guarded entry points are Serve and Handle).
+// it (the guarded entry points are Serve and Handle). The input's
+// constraints (validate tags) are checked as the adapters check them,
+// before the invocation runs: a failure is KERNEL_VALIDATION_007 and
+// spends no permit.
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
 	req := Request{Operation: id, Input: &in}
+	if c, ok := k.ops[id]; ok {
+		req.Decode = func(time.Time) (any, error) {
+			if perr := c.desc.CheckConstraints(&in); perr != nil {
+				return nil, perr
+			}
+			return &in, nil
+		}
+	}
 	res, err := k.call(ctx, &req)
 	if err != nil {
 		return zero, err

@@ -37,10 +37,23 @@ type Violation struct {
 const DetailViolations = "errors"
 
 var (
-	validate     = newValidate()
+	defaultRules = newRuleSet()
 	constrained  sync.Map // reflect.Type -> bool
 	patternCache sync.Map // string -> *regexp.Regexp
 )
+
+// ruleSet is the validator of one registry and the descriptions of the
+// custom rules registered on it (AddRule). The default set, shared by
+// registries without custom rules, is never changed.
+type ruleSet struct {
+	v      *validator.Validate
+	custom map[string]string // custom rule name -> description
+	plans  planCache         // the fast path's compiled types
+}
+
+func newRuleSet() *ruleSet {
+	return &ruleSet{v: newValidate(), custom: map[string]string{}}
+}
 
 func newValidate() *validator.Validate {
 	v := validator.New(validator.WithRequiredStructEnabled())
@@ -115,7 +128,7 @@ func walkConstraints(t reflect.Type, seen map[reflect.Type]bool) bool {
 // compileConstraints parses the constraints of input type t once, at
 // registration: a malformed tag, an unknown rule or a pattern that does
 // not compile is an error naming the field, not a panic on the first call.
-func compileConstraints(t reflect.Type) (err error) {
+func compileConstraints(rs *ruleSet, t reflect.Type) (err error) {
 	if t == nil || !hasConstraints(t) {
 		return nil
 	}
@@ -133,7 +146,7 @@ func compileConstraints(t reflect.Type) (err error) {
 			err = fmt.Errorf("validate tag: %v", r)
 		}
 	}()
-	_ = validate.Struct(reflect.New(t).Interface()) // parses and caches the tags
+	_ = rs.v.Struct(reflect.New(t).Interface()) // parses and caches the tags
 	return nil
 }
 
@@ -163,12 +176,15 @@ func checkPatterns(t reflect.Type, seen map[reflect.Type]bool) error {
 }
 
 // CheckConstraints checks the validate tags of the decoded input in (a
-// pointer to the input struct, as the adapters decode it) and returns one
-// VALIDATION outcome, code pipeline.CodeConstraint, listing every failing
-// field under details.errors ([]Violation), or nil. Every adapter calls it
-// right after decoding, before the invocation runs: no limit permit is
-// spent and the breaker does not count it.
-func CheckConstraints(in any) *pipeline.Error {
+// pointer to the input struct, as the adapters decode it) with the rules
+// of d's registry (the built-in ones and those added with AddRule), and
+// returns one VALIDATION outcome, code pipeline.CodeConstraint, listing
+// every failing field under details.errors ([]Violation), or nil. Every
+// adapter calls it right after decoding, before the invocation runs: no
+// limit permit is spent and the breaker does not count it. A nil or typed
+// nil in, or an input without validate tags, passes. A Descriptor that
+// Register did not make checks the built-in rules only.
+func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	if in == nil {
 		return nil
 	}
@@ -185,7 +201,16 @@ func CheckConstraints(in any) *pipeline.Error {
 	if rv.Kind() != reflect.Struct {
 		return nil
 	}
-	err := validate.Struct(rv.Addr().Interface())
+	if !rv.CanAddr() { // a struct value, not a pointer: check a copy
+		p := reflect.New(rv.Type())
+		p.Elem().Set(rv)
+		rv = p.Elem()
+	}
+	rs := d.ruleSet()
+	if rs.passes(rv) {
+		return nil
+	}
+	err := rs.v.Struct(rv.Addr().Interface())
 	if err == nil {
 		return nil
 	}
@@ -195,7 +220,7 @@ func CheckConstraints(in any) *pipeline.Error {
 	}
 	vs := make([]Violation, 0, len(errs))
 	for _, fe := range errs {
-		vs = append(vs, violationOf(fe))
+		vs = append(vs, rs.violationOf(fe))
 	}
 	msg := fmt.Sprintf("Field '%s': %s", vs[0].Field, vs[0].Message)
 	if len(vs) > 1 {
@@ -214,12 +239,16 @@ func fieldList(vs []Violation) string {
 
 // violationOf turns one validator failure into a Violation; its path
 // drops the struct's own name ("OrderInput.lines[0].sku" is "lines[0].sku").
-func violationOf(fe validator.FieldError) Violation {
+func (rs *ruleSet) violationOf(fe validator.FieldError) Violation {
 	field := fe.Namespace()
 	if _, rest, ok := strings.Cut(field, "."); ok {
 		field = rest
 	}
-	return Violation{Field: field, Rule: fe.Tag(), Param: fe.Param(), Message: ruleMessage(fe)}
+	msg := ruleMessage(fe)
+	if doc, ok := rs.custom[fe.Tag()]; ok {
+		msg = "must satisfy " + fe.Tag() + ": " + doc + "."
+	}
+	return Violation{Field: field, Rule: fe.Tag(), Param: fe.Param(), Message: msg}
 }
 
 // ruleMessage is a sentence for people describing the rule fe failed.

@@ -2,6 +2,7 @@ package operations
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -27,11 +28,11 @@ type order struct {
 // by its JSON path (nested structs through dive), with its rule.
 func TestCheckConstraints(t *testing.T) {
 	ok := &order{Email: "a@b.c", ID: "6f1c7e0a-8a3b-4b0e-9a51-1f2d3c4b5a69", Code: "EUR", Lines: []line{{SKU: "ABC-1", Qty: 2}}}
-	if err := CheckConstraints(ok); err != nil {
+	if err := builtin.CheckConstraints(ok); err != nil {
 		t.Fatalf("valid order: %v", err)
 	}
 	bad := &order{Email: "nope", Site: "::", ID: "x", Code: "EU", Lines: []line{{SKU: "ABC-1", Qty: 1}, {SKU: "abc", Qty: 100}}}
-	err := CheckConstraints(bad)
+	err := builtin.CheckConstraints(bad)
 	if err == nil || err.Code() != pipeline.CodeConstraint || err.Kind() != pipeline.KindValidation {
 		t.Fatalf("invalid order = %v, want VALIDATION %s", err, pipeline.CodeConstraint)
 	}
@@ -52,10 +53,10 @@ func TestCheckConstraints(t *testing.T) {
 			t.Errorf("field %s: rule %q, want %q (all: %v)", f, got[f], r, got)
 		}
 	}
-	if err := CheckConstraints(&order{Email: "a@b.c", ID: ok.ID, Code: "EUR"}); err == nil {
+	if err := builtin.CheckConstraints(&order{Email: "a@b.c", ID: ok.ID, Code: "EUR"}); err == nil {
 		t.Error("no lines: want required")
 	}
-	if CheckConstraints(&struct{ A int }{}) != nil || CheckConstraints(nil) != nil || CheckConstraints((*order)(nil)) != nil {
+	if builtin.CheckConstraints(&struct{ A int }{}) != nil || builtin.CheckConstraints(nil) != nil || builtin.CheckConstraints((*order)(nil)) != nil {
 		t.Error("no constraints, nil or typed nil input: want nil")
 	}
 }
@@ -75,5 +76,29 @@ func TestRegisterRefusesBadConstraints(t *testing.T) {
 	}
 	if err := Register(r, Descriptor{ID: "x.rule"}, func(context.Context, unknownRule) (struct{}, error) { return struct{}{}, nil }); err == nil || !strings.Contains(err.Error(), "nosuchrule") {
 		t.Errorf("unknown rule: err = %v, want one naming the rule", err)
+	}
+}
+
+// builtin is a descriptor Register did not make: it checks the built-in
+// rules only.
+var builtin *Descriptor
+
+// TestCustomRulePanicFails: a custom rule whose check panics fails the
+// value instead of crashing the caller.
+func TestCustomRulePanicFails(t *testing.T) {
+	r := NewRegistry()
+	if err := r.AddRule("boom", "never panics", func(reflect.Value, string) bool { panic("boom") }); err != nil {
+		t.Fatal(err)
+	}
+	type in struct {
+		A string `json:"a" validate:"boom"`
+	}
+	if err := Register(r, Descriptor{ID: "x.boom"}, func(context.Context, in) (struct{}, error) { return struct{}{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := r.Lookup("x.boom")
+	err := d.CheckConstraints(&in{A: "x"})
+	if err == nil || err.Code() != pipeline.CodeConstraint {
+		t.Fatalf("CheckConstraints = %v, want %s", err, pipeline.CodeConstraint)
 	}
 }

@@ -49,6 +49,15 @@ type Descriptor struct {
 	Output reflect.Type
 
 	handler pipeline.Handler
+	rules   *ruleSet // the registry's rules when registered; nil: the built-in ones
+}
+
+// ruleSet returns the rules d's constraints are checked with.
+func (d *Descriptor) ruleSet() *ruleSet {
+	if d == nil || d.rules == nil {
+		return defaultRules
+	}
+	return d.rules
 }
 
 // OperationID returns d.ID; it makes *Descriptor a pipeline.Operation.
@@ -75,8 +84,9 @@ type Validator interface {
 // call NewRegistry. It is safe for concurrent use, but registration is
 // expected to finish before a kernel is built from it.
 type Registry struct {
-	mu   sync.RWMutex // guards byID
-	byID map[string]*Descriptor
+	mu    sync.RWMutex // guards byID and rules
+	byID  map[string]*Descriptor
+	rules *ruleSet // nil: the built-in rules (defaultRules)
 }
 
 // NewRegistry returns an empty registry.
@@ -102,7 +112,8 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 	}
 	d.Input = reflect.TypeFor[In]()
 	d.Output = reflect.TypeFor[Out]()
-	if err := compileConstraints(d.Input); err != nil {
+	d.rules = r.ruleSet()
+	if err := compileConstraints(d.rules, d.Input); err != nil {
 		return fmt.Errorf("operations: Register %q: input %v: %w", d.ID, d.Input, err)
 	}
 	d.handler = handlerOf(d.ID, d.Input, fn)

@@ -249,8 +249,13 @@ func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, 
 	inputJSON := new(string)
 	cmd.Flags().Var(NamedString(inputJSON, "object"), "input", "the whole input as a JSON object, or - to read it from standard input; flags given too override its fields")
 	_ = cmd.RegisterFlagCompletionFunc("input", completeValues("-\tread the JSON object from standard input"))
-	fields := newInputFlags(d.Input, cmd.Flags())
+	fields := newInputFlags(d.Input, cmd.Flags(), d)
 	fields.policy = d.InputPolicy
+	for _, f := range fields.fields {
+		if f.values != nil {
+			_ = cmd.RegisterFlagCompletionFunc(f.flag, completeValues(f.values...))
+		}
+	}
 	var idemKey *string
 	if cmd.Flags().Lookup(flagIdempotencyKey) == nil {
 		idemKey = cmd.Flags().String(flagIdempotencyKey, "",

@@ -44,7 +44,7 @@ func FuzzDecodeInput(f *testing.F) {
 	f.Fuzz(func(t *testing.T, input []byte, args string) {
 		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
 		fs.Usage = func() {}
-		fields := newInputFlags(reflect.TypeFor[fuzzInput](), fs)
+		fields := newInputFlags(reflect.TypeFor[fuzzInput](), fs, nil)
 		var argv []string
 		if args != "" {
 			argv = strings.Split(args, "\n")

@@ -90,6 +90,7 @@ type inputField struct {
 	flag     string        // flag name
 	value    reflect.Value // pointer to the variable pflag parses into
 	optional bool          // the field is a pointer: set it to a copy of *value
+	values   []string      // the values of its oneof rule: the flag completes them
 }
 
 // inputFlags binds the fields of an operation's input struct to flags of a
@@ -103,6 +104,7 @@ type inputFlags struct {
 	fields    []inputField
 	inputOnly []string // JSON names of fields without a flag (settable with --input only)
 	policy    operations.InputPolicy
+	desc      *operations.Descriptor // its rules check the input (nil: the built-in rules)
 }
 
 // reservedFlags are the flag names the adapter itself defines on an
@@ -116,9 +118,10 @@ var reservedFlags = map[string]bool{"input": true, "help": true, "timeout": true
 // encoding/json's rules: exported, named by their json tag, "-" skipped,
 // untagged embedded structs flattened. A field whose flag name is reserved,
 // not a plain name, or already taken keeps no flag and is listed in
-// inputOnly.
-func newInputFlags(t reflect.Type, fs *pflag.FlagSet) *inputFlags {
-	f := &inputFlags{typ: t}
+// inputOnly. A field's validate tag is shown in its flag's help
+// ("(required; at most 100 characters)"), with d's custom rules.
+func newInputFlags(t reflect.Type, fs *pflag.FlagSet, d *operations.Descriptor) *inputFlags {
+	f := &inputFlags{typ: t, desc: d}
 	if t == nil {
 		return f
 	}
@@ -157,6 +160,15 @@ func (f *inputFlags) walk(t reflect.Type, index []int, fs *pflag.FlagSet, seen m
 		usage := sf.Tag.Get("help")
 		if usage == "" {
 			usage = fmt.Sprintf("input field %q", name)
+		}
+		rules, _ := f.desc.FieldRules(sf)
+		if text := rules.String(); text != "" {
+			usage += " (" + text + ")"
+		}
+		for _, r := range rules {
+			if !r.Elem && r.Values() != nil {
+				field.values = r.Values()
+			}
 		}
 		if !defineFlag(fs, flag, field.value, usage) {
 			f.inputOnly = append(f.inputOnly, name)
@@ -326,7 +338,7 @@ func (f *inputFlags) decode(fs *pflag.FlagSet, raw []byte) (any, error) {
 			dst.Set(field.value.Elem())
 		}
 	}
-	if perr := operations.CheckConstraints(in.Interface()); perr != nil {
+	if perr := f.desc.CheckConstraints(in.Interface()); perr != nil {
 		return nil, f.flagViolations(perr) // the values' validate tags, as over HTTP and gRPC
 	}
 	return in.Interface(), nil

@@ -76,7 +76,7 @@ func newFlagsInput(t *testing.T) (*inputFlags, *pflag.FlagSet) {
 	t.Helper()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.String("input", "", "")
-	return newInputFlags(reflect.TypeFor[flagsInput](), fs), fs
+	return newInputFlags(reflect.TypeFor[flagsInput](), fs, nil), fs
 }
 
 func TestInputFlagsDerivation(t *testing.T) {
@@ -123,7 +123,7 @@ func TestInputFlagsDerivation(t *testing.T) {
 func TestInputFlagsNonStruct(t *testing.T) {
 	t.Parallel()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	f := newInputFlags(reflect.TypeFor[[]int](), fs)
+	f := newInputFlags(reflect.TypeFor[[]int](), fs, nil)
 	if n := len(f.fields); n != 0 {
 		t.Fatalf("flags of []int = %d, want 0", n)
 	}
@@ -134,7 +134,7 @@ func TestInputFlagsNonStruct(t *testing.T) {
 	if v := *got.(*[]int); !reflect.DeepEqual(v, []int{1, 2}) {
 		t.Errorf("decode([1,2]) = %v, want [1 2]", v)
 	}
-	if got, err := newInputFlags(nil, fs).decode(fs, nil); got != nil || err != nil {
+	if got, err := newInputFlags(nil, fs, nil).decode(fs, nil); got != nil || err != nil {
 		t.Errorf("decode with no input type = %v, %v; want nil, nil", got, err)
 	}
 }

@@ -110,6 +110,7 @@ func (a *Adapter) buildMethods(s *schema, ops []namedOp) (map[string]*serviceBui
 		if len(services[mname]) > 1 {
 			base = sname + mname
 		}
+		s.rules = d
 		in, err := s.rpcMessage(d.Input, base+"Request", where+" input")
 		if err != nil {
 			return nil, err
@@ -179,6 +180,9 @@ func (a *Adapter) buildFiles(s *schema, svcs map[string]*serviceBuild) error {
 	fb := fileBuild{main: a.cfg.pkg, byPkg: map[string]*descriptorpb.FileDescriptorProto{}}
 	mf := fb.file(a.cfg.pkg)
 	mf.MessageType = s.protos
+	if len(s.locs) > 0 {
+		mf.SourceCodeInfo = &descriptorpb.SourceCodeInfo{Location: s.locs}
+	}
 	for dep := range s.deps {
 		mf.Dependency = append(mf.Dependency, dep)
 	}

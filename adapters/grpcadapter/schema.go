@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/sundial-go/sundial/operations"
 )
 
 // This file derives protobuf message descriptors from the Go types of the
@@ -118,6 +120,10 @@ type schema struct {
 	deps   map[string]bool // well-known files the messages import
 	empty  *messageCodec
 	rpcs   []*messageCodec // the request and response messages (rpcMessage)
+	// rules describes the fields' validate tags in comments: any
+	// operation of the registry (they share its rules); nil: built-in.
+	rules *operations.Descriptor
+	locs  []*descriptorpb.SourceCodeInfo_Location // the fields' comments
 }
 
 func newSchema(pkg string) *schema {
@@ -223,6 +229,7 @@ func (s *schema) fill(mc *messageCodec, where string) (*messageCodec, error) {
 		return nil, err
 	}
 	mc.fields = fields
+	s.comment(mc, int32(len(s.protos)))
 	s.protos = append(s.protos, s.describe(mc))
 	return mc, nil
 }
@@ -480,6 +487,29 @@ func checkMarshalers(t reflect.Type, where string) error {
 		}
 	}
 	return nil
+}
+
+// comment records, as the leading comment of each field of mc (message
+// number msg of the file), the constraints of its validate tag
+// ("Constraints: required; at most 100 characters."), so that the schema
+// reflection exports shows them, as the OpenAPI document does.
+func (s *schema) comment(mc *messageCodec, msg int32) {
+	for i, f := range mc.fields {
+		sf := mc.goType.FieldByIndex(f.index)
+		rules, mustGive := s.rules.FieldRules(sf)
+		text := rules.String()
+		if mustGive && !strings.HasPrefix(text, "required") {
+			text = strings.TrimSuffix("must be given; "+text, "; ")
+		}
+		if text == "" {
+			continue
+		}
+		s.locs = append(s.locs, &descriptorpb.SourceCodeInfo_Location{
+			Path:            []int32{4, msg, 2, int32(i)}, // message_type[msg].field[i]
+			Span:            []int32{0, 0, 0},
+			LeadingComments: new(" Constraints: " + text + ".\n"),
+		})
+	}
 }
 
 // describe returns the DescriptorProto of a built message codec.

@@ -166,7 +166,7 @@ func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
 		}
 		return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, "The request message is invalid.", err)
 	}
-	if perr := operations.CheckConstraints(p.Interface()); perr != nil {
+	if perr := m.desc.CheckConstraints(p.Interface()); perr != nil {
 		return nil, perr // the values' validate tags, as over HTTP and the CLI
 	}
 	return p.Interface(), nil

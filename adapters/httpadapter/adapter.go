@@ -217,7 +217,7 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 		perr = rt.binder.bind(r, c.ParamNames(), c.ParamValues(), buf.Bytes(), in)
 	}
 	if perr == nil {
-		perr = operations.CheckConstraints(in) // the values' validate tags
+		perr = rt.desc.CheckConstraints(in) // the values' validate tags
 	}
 	buf.Reset()
 	bufPool.Put(buf)

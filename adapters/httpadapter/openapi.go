@@ -125,6 +125,7 @@ func (a *Adapter) describeOperation(b *openAPIBuilder, rt *route) (*openapi3.Ope
 		if err != nil {
 			return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q input: %w", d.ID, err)
 		}
+		s = constrain(d, d.Input, s)
 		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithJSONSchemaRef(s)}
 	}
 	if err := b.describeSuccess(op, rt); err != nil {
@@ -153,7 +154,7 @@ func (b *openAPIBuilder) describeSuccess(op *openapi3.Operation, rt *route) erro
 func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bool) {
 	d := rt.desc
 	pol := a.k.PolicyFor(d.ID)
-	problem(op, http.StatusBadRequest, "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate) or a deadline header is malformed.")
+	problem(op, http.StatusBadRequest, badInput+" or a deadline header is malformed.")
 	if hasBody {
 		problem(op, http.StatusRequestEntityTooLarge, "VALIDATION: the body is over the limit.")
 	}
@@ -188,6 +189,10 @@ func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bo
 	op.Responses.Set("default", &openapi3.ResponseRef{Value: problemResponse("Any other outcome of the operation (e.g. NOT_FOUND, CONFLICT), as Problem Details.")})
 }
 
+// badInput begins the description of the 400 answer.
+const badInput = "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate), " +
+	"breaks the constraints of its schema (KERNEL_VALIDATION_007: errors lists every failing field)"
+
 // describeLimits adds the 503 answer of an operation with limits (rate,
 // concurrency or a breaker), naming them (what), with Retry-After.
 func describeLimits(op *openapi3.Operation, what []string) {
@@ -207,7 +212,7 @@ func describeIdempotency(op *openapi3.Operation, required bool, success int) {
 		"Retry-After": &openapi3.HeaderRef{Ref: "#/components/headers/Retry-After"},
 	}
 	problem(op, http.StatusUnprocessableEntity, "UNPROCESSABLE: this Idempotency-Key was used with a different input (KERNEL_UNPROCESSABLE_001).")
-	desc := "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate), a deadline header or the Idempotency-Key is malformed (KERNEL_VALIDATION_005)."
+	desc := badInput + ", a deadline header or the Idempotency-Key is malformed (KERNEL_VALIDATION_005)."
 	if required {
 		desc += " Also when the Idempotency-Key is missing (KERNEL_VALIDATION_004)."
 		if p := op.Parameters.GetByInAndName("header", "Idempotency-Key"); p != nil {
@@ -244,11 +249,15 @@ func (a *Adapter) OpenAPIHandler(info OpenAPIInfo) (echo.HandlerFunc, error) {
 // deadline headers.
 func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 	t := rt.desc.Input
+	inPath := map[string]bool{}
 	for _, p := range rt.binder.params {
-		s, err := paramSchema(t.FieldByIndex(p.index).Type)
+		f := t.FieldByIndex(p.index)
+		inPath[f.Name] = true
+		s, err := paramSchema(f.Type)
 		if err != nil {
 			return fmt.Errorf("path parameter %q: %w", p.param, err)
 		}
+		constrainParam(rt.desc, f, s)
 		op.AddParameter(openapi3.NewPathParameter(p.param).WithSchema(s))
 	}
 	names := make([]string, 0, len(rt.binder.query))
@@ -257,12 +266,16 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		ft := t.FieldByIndex(rt.binder.query[n].index).Type
-		s, err := paramSchema(ft)
+		f := t.FieldByIndex(rt.binder.query[n].index)
+		s, err := paramSchema(f.Type)
 		if err != nil {
 			return fmt.Errorf("query parameter %q: %w", n, err)
 		}
-		op.AddParameter(openapi3.NewQueryParameter(n).WithSchema(s))
+		qp := openapi3.NewQueryParameter(n).WithSchema(s)
+		// Required when the field must be given and no path parameter
+		// fills it.
+		qp.Required = constrainParam(rt.desc, f, s) && !inPath[f.Name]
+		op.AddParameter(qp)
 	}
 	op.AddParameter(openapi3.NewHeaderParameter(HeaderDeadline).
 		WithDescription("The caller's absolute deadline, RFC 3339 (e.g. 2026-12-03T08:00:00.250Z).").
@@ -365,7 +378,11 @@ func problemSchema() *openapi3.SchemaRef {
 		WithProperty("instance", openapi3.NewStringSchema()).
 		WithProperty("code", openapi3.NewStringSchema()).
 		WithProperty("traceId", openapi3.NewStringSchema()).
-		WithProperty("details", openapi3.NewObjectSchema())
+		WithProperty("details", openapi3.NewObjectSchema()).
+		WithProperty("errors", openapi3.NewArraySchema().WithItems(openapi3.NewObjectSchema().
+			WithProperty("field", openapi3.NewStringSchema()).
+			WithProperty("rule", openapi3.NewStringSchema()).
+			WithProperty("message", openapi3.NewStringSchema())))
 	s.Required = []string{"type", "title", "status", "detail", "instance", "code", "traceId", "details"}
 	s.Description = "RFC 9457 Problem Details with the outcome's stable code, trace ID and details."
 	return s.NewRef()

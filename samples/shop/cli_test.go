@@ -151,7 +151,7 @@ func TestCLI(t *testing.T) {
 			{name: "create", args: []string{"orders", "create", "--name", "widget", "--amount", "1"}, code: 0,
 				stdout: "{\n  \"id\": \"ord-1\",\n  \"name\": \"widget\",\n  \"amount\": 1\n}\n"},
 			{name: "create amount 0", args: []string{"orders", "create", "--name", "widget", "--amount", "0"}, code: 2,
-				stderr: []string{`"code":"SHOP_VALIDATION_001"`, `"details":{"field":"amount"}`, "shop orders create: VALIDATION SHOP_VALIDATION_001: amount must be greater than 0"}},
+				stderr: []string{`"code":"KERNEL_VALIDATION_007"`, `"errors":[{"field":"--amount","rule":"min","param":"1","message":"must be at least 1."}]`, "shop orders create: VALIDATION KERNEL_VALIDATION_007: Field 'amount': must be at least 1."}},
 			{name: "create from stdin, a flag overriding", stdin: `{"name":"gadget","amount":5}`, args: []string{"orders", "create", "--input", "-", "--amount", "7", "--output", "text"}, code: 0,
 				stdout: "id      ord-1\nname    gadget\namount  7\n"},
 			{name: "timeout abc", args: []string{"reports", "export", "--timeout", "abc"}, code: 2,

@@ -132,6 +132,26 @@ var conformanceRows = []conformanceRow{
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: "OK"},
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: pipeline.CodeRateLimited},
 	}},
+	// Constraints are checked before the invocation: inputs that break
+	// them spend no permit of orders.create's rate limit (2 per window).
+	{name: "constraint failures spend no permit", steps: []step{
+		{op: "orders.create", input: `{"name":"","amount":0,"currency":"GBP"}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":10001}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"JPY"}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"USD"}`, want: "OK"},
+		{op: "orders.create", input: `{"name":"widget","amount":10000}`, want: "OK"},
+		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: pipeline.CodeRateLimited},
+	}},
+	// ... and are neutral to billing.charge's breaker (FailureThreshold 5).
+	{name: "constraint failures leave the breaker closed", steps: []step{
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":10001}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
+	}},
 	// One input policy (operations.InputPolicy, docs/pipeline.md): an
 	// unknown field or a key in the wrong case is the same VALIDATION
 	// answer on every protocol; tests.lenient allows unknown fields.
@@ -143,9 +163,9 @@ var conformanceRows = []conformanceRow{
 		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
 	}},
 	{name: "validation", steps: []step{
-		{op: "orders.create", input: `{"name":"","amount":1}`, want: "SHOP_VALIDATION_001"},
-		{op: "orders.create", input: `{"name":"widget","amount":0}`, want: "SHOP_VALIDATION_001"},
-		{op: "reports.export", input: `{"delayMs":-1}`, want: "SHOP_VALIDATION_001"},
+		{op: "orders.create", input: `{"name":"","amount":1}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":0}`, want: pipeline.CodeConstraint},
+		{op: "reports.export", input: `{"delayMs":-1}`, want: pipeline.CodeConstraint},
 	}},
 	{name: "not found", steps: []step{
 		{op: "orders.get", input: `{"id":"ord-9"}`, want: "SHOP_NOT_FOUND_001"},

@@ -27,67 +27,40 @@ import (
 //go:embed shop.json
 var DefaultConfig []byte
 
-// CreateOrder is the input of orders.create.
+// CreateOrder is the input of orders.create. Its constraints are declared
+// once, in validate tags (docs/validation.md): checked alike over HTTP,
+// gRPC and the CLI, and published in the OpenAPI document, the gRPC
+// schema and the CLI's help. Currency may be left out (EUR).
 type CreateOrder struct {
-	Name   string `json:"name"`
-	Amount int    `json:"amount"`
-}
-
-// Validate implements operations.Validator.
-func (c *CreateOrder) Validate() error {
-	if c.Name == "" {
-		return invalid("name", "name must not be empty")
-	}
-	if c.Amount <= 0 {
-		return invalid("amount", "amount must be greater than 0")
-	}
-	return nil
+	Name     string `json:"name" validate:"required,min=1,max=100"`
+	Amount   int    `json:"amount" validate:"min=1,max=10000"`
+	Currency string `json:"currency,omitempty" validate:"omitempty,oneof=EUR USD"`
 }
 
 // Order is an order as stored and returned.
 type Order struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	Amount int    `json:"amount"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Amount   int    `json:"amount"`
+	Currency string `json:"currency,omitempty"` // "" is EUR
 }
 
 // GetOrder is the input of orders.get.
 type GetOrder struct {
-	ID string `json:"id" param:"id"`
-}
-
-// Validate implements operations.Validator.
-func (g *GetOrder) Validate() error {
-	if g.ID == "" {
-		return invalid("id", "id must not be empty")
-	}
-	return nil
+	ID string `json:"id" param:"id" validate:"required,max=64"`
 }
 
 // ExportReport is the input of reports.export.
 type ExportReport struct {
-	DelayMs int `json:"delayMs"` // 0 to MaxDelayMs
+	DelayMs int `json:"delayMs" validate:"min=0,max=3600000"` // 0 to MaxDelayMs
 }
 
-// MaxDelayMs is the largest delayMs reports.export accepts: one hour,
-// longer than any deadline the shop allows (MaxTimeoutSeconds), and far
-// below the 2^63 ns a time.Duration holds, so that the delay computation
-// cannot overflow (a delayMs near 2^63 would otherwise wrap to a negative
-// duration and answer at once).
+// MaxDelayMs is the largest delayMs reports.export accepts (its max
+// constraint): one hour, longer than any deadline the shop allows
+// (MaxTimeoutSeconds), and far below the 2^63 ns a time.Duration holds, so
+// that the delay computation cannot overflow (a delayMs near 2^63 would
+// otherwise wrap to a negative duration and answer at once).
 const MaxDelayMs = 3_600_000
-
-// Validate implements operations.Validator.
-func (e *ExportReport) Validate() error {
-	if e.DelayMs < 0 {
-		return invalid("delayMs", "delayMs must not be negative")
-	}
-	if e.DelayMs > MaxDelayMs {
-		return pipeline.Validation("SHOP_VALIDATION_001",
-			fmt.Sprintf("delayMs must be at most %d (one hour); got %d.", MaxDelayMs, e.DelayMs)).
-			WithDetail("field", "delayMs").WithDetail("max", MaxDelayMs)
-	}
-	return nil
-}
 
 // Report is the output of reports.export.
 type Report struct {
@@ -96,23 +69,16 @@ type Report struct {
 
 // Charge is the input of billing.charge.
 type Charge struct {
-	Amount int  `json:"amount"`
+	Amount int  `json:"amount" validate:"min=1,max=10000"`
 	Fail   bool `json:"fail"`
 	// ProcessMs is how long the payment provider takes (0 to MaxDelayMs);
 	// the charge runs to its end once started, whatever the deadline says,
 	// as a provider call that cannot be cut half-way does.
-	ProcessMs int `json:"processMs"`
-}
-
-// Validate implements operations.Validator.
-func (c *Charge) Validate() error {
-	if c.Amount <= 0 {
-		return invalid("amount", "amount must be greater than 0")
-	}
-	if c.ProcessMs < 0 || c.ProcessMs > MaxDelayMs {
-		return invalid("processMs", fmt.Sprintf("processMs must be 0 to %d", MaxDelayMs))
-	}
-	return nil
+	ProcessMs int `json:"processMs" validate:"min=0,max=3600000"`
+	// ReceiptEmail, if given, is where the receipt goes; Invoice, if
+	// given, names the invoice paid ("INV-42").
+	ReceiptEmail string `json:"receiptEmail,omitempty" validate:"omitempty,email"`
+	Invoice      string `json:"invoice,omitempty" validate:"omitempty,pattern=^INV-[0-9]+$"`
 }
 
 // Receipt is the output of billing.charge.
@@ -121,10 +87,6 @@ type Receipt struct {
 	Charged bool `json:"charged"`
 	// ChargeID names the charge: one per execution of billing.charge.
 	ChargeID string `json:"chargeId"`
-}
-
-func invalid(field, msg string) error {
-	return pipeline.Validation("SHOP_VALIDATION_001", msg).WithDetail("field", field)
 }
 
 // Shop is the application state: its orders, kept in memory only (see the
@@ -165,7 +127,7 @@ func (s *Shop) CreateOrder(_ context.Context, in CreateOrder) (Order, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	o := Order{ID: "ord-" + strconv.Itoa(s.next), Name: in.Name, Amount: in.Amount}
+	o := Order{ID: "ord-" + strconv.Itoa(s.next), Name: in.Name, Amount: in.Amount, Currency: in.Currency}
 	s.orders[o.ID] = o
 	return o, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,20 +36,22 @@ func TestExportReportDelayBound(t *testing.T) {
 		cancel()
 		t.Logf("delayMs %d: %+v, %v after %v", d, out, err, took.Round(time.Microsecond))
 		e := pipeline.AsError(err)
-		if err == nil || e.Kind() != pipeline.KindValidation || e.Code() != "SHOP_VALIDATION_001" {
-			t.Errorf("delayMs %d: got %+v, %v; want VALIDATION SHOP_VALIDATION_001", d, out, err)
+		if err == nil || e.Kind() != pipeline.KindValidation || e.Code() != pipeline.CodeConstraint {
+			t.Errorf("delayMs %d: got %+v, %v; want VALIDATION %s", d, out, err, pipeline.CodeConstraint)
 			continue
 		}
 		if !strings.Contains(e.Error(), "at most 3600000") {
 			t.Errorf("delayMs %d: message %q does not name the bound", d, e.Error())
 		}
-		if det := e.Details(); det["field"] != "delayMs" || det["max"] != app.MaxDelayMs {
-			t.Errorf("delayMs %d: details %v, want field delayMs, max %d", d, det, app.MaxDelayMs)
+		vs, _ := e.Details()[operations.DetailViolations].([]operations.Violation)
+		if len(vs) != 1 || vs[0].Field != "delayMs" || vs[0].Rule != "max" || vs[0].Param != strconv.Itoa(app.MaxDelayMs) {
+			t.Errorf("delayMs %d: violations %+v, want delayMs max %d", d, vs, app.MaxDelayMs)
 		}
 	}
+	desc, _ := reg.Lookup("reports.export")
 	for _, d := range []int{0, app.MaxDelayMs} {
-		if err := (&app.ExportReport{DelayMs: d}).Validate(); err != nil {
-			t.Errorf("delayMs %d: Validate() = %v, want nil", d, err)
+		if err := desc.CheckConstraints(&app.ExportReport{DelayMs: d}); err != nil {
+			t.Errorf("delayMs %d: CheckConstraints = %v, want nil", d, err)
 		}
 	}
 
