@@ -218,16 +218,24 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	if !ok {
 		return pipeline.Validation(pipeline.CodeConstraint, "The input is invalid.")
 	}
-	vs := make([]Violation, 0, len(errs))
-	for _, fe := range errs {
+	vs := make([]Violation, 0, min(len(errs), maxViolations))
+	for _, fe := range errs[:min(len(errs), maxViolations)] {
 		vs = append(vs, rs.violationOf(fe))
 	}
 	msg := fmt.Sprintf("Field '%s': %s", vs[0].Field, vs[0].Message)
-	if len(vs) > 1 {
+	switch {
+	case len(errs) > len(vs):
+		msg = fmt.Sprintf("%d fields are invalid: %s.. and %d more.", len(errs), fieldList(vs), len(errs)-len(vs))
+	case len(vs) > 1:
 		msg = fmt.Sprintf("%d fields are invalid: %s", len(vs), fieldList(vs))
 	}
 	return pipeline.Validation(pipeline.CodeConstraint, msg).WithDetail(DetailViolations, vs)
 }
+
+// maxViolations is how many failing fields an answer lists at most: a
+// small input of many slice elements must not make a large answer (the
+// message says how many more failed).
+const maxViolations = 100
 
 func fieldList(vs []Violation) string {
 	names := make([]string, len(vs))

@@ -102,3 +102,22 @@ func TestCustomRulePanicFails(t *testing.T) {
 		t.Fatalf("CheckConstraints = %v, want %s", err, pipeline.CodeConstraint)
 	}
 }
+
+// TestViolationsBounded: an input failing in 300 slice elements gets an
+// answer listing maxViolations of them, and saying how many failed.
+func TestViolationsBounded(t *testing.T) {
+	type tagged struct {
+		Tags []string `json:"tags" validate:"dive,min=1"`
+	}
+	reg := NewRegistry()
+	if err := Register(reg, Descriptor{ID: "tags.set"}, func(context.Context, tagged) (struct{}, error) { return struct{}{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := reg.Lookup("tags.set")
+	err := d.CheckConstraints(tagged{Tags: make([]string, 300)})
+	e := pipeline.AsError(err)
+	vs, _ := e.Details()[DetailViolations].([]Violation)
+	if e.Code() != pipeline.CodeConstraint || len(vs) != maxViolations || !strings.Contains(e.Message(), "300 fields are invalid") || !strings.HasSuffix(e.Message(), "and 200 more.") {
+		t.Fatalf("CheckConstraints(300 empty tags) = %d violations, %q; want %d listed, 300 counted, 200 more", len(vs), e.Message(), maxViolations)
+	}
+}

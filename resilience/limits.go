@@ -103,7 +103,7 @@ func normalize(p Policy) Policy {
 	p.QueueLimit = max(p.QueueLimit, 0)
 	p.ConcurrencyQueueLimit = max(p.ConcurrencyQueueLimit, 0)
 	if p.Shadow { // a shadow limit never makes a call wait
-		p.QueueLimit, p.ConcurrencyQueueLimit = 0, 0
+		p.QueueLimit, p.ConcurrencyQueueLimit, p.PerKey.QueueLimit = 0, 0, 0
 	}
 	return p
 }

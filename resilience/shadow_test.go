@@ -133,3 +133,24 @@ func TestShadowBreaker(t *testing.T) {
 		}
 	})
 }
+
+// TestShadowPerKey: in shadow mode a per-key window with a queue makes no
+// call wait either: the calls past its limit run at once and are counted.
+func TestShadowPerKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := resilience.Policy{Shadow: true, PerKey: resilience.PerKey{PermitLimit: 1, Window: time.Second, QueueLimit: 5}}
+		h, l := limitStack(t, p, okHandler)
+		start := time.Now()
+		for i := range 3 {
+			if err := callLimited(t.Context(), h); err != nil {
+				t.Fatalf("call %d: %v, want it run", i, err)
+			}
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("3 calls took %v, want no wait", waited)
+		}
+		if st := l.State(); st.Shadowed != (resilience.Rejections{Rate: 2}) || st.Rejections != (resilience.Rejections{}) {
+			t.Fatalf("state %+v; want Shadowed {Rate: 2}, no rejection", st)
+		}
+	})
+}

@@ -57,7 +57,7 @@ func (s *Store) KeyedWindow(id string, p resilience.Policy) (*KeyedWindow, error
 	if err != nil {
 		return nil, err
 	}
-	c := newWindowConfig(k.PermitLimit, k.Window, k.QueueLimit, p.ExpectedReplicas)
+	c := newWindowConfig(k.PermitLimit, k.Window, queueOf(k.QueueLimit, p), p.ExpectedReplicas)
 	c.key, c.suffix = "{"+s.cfg.KeyPrefix+":"+id+"|", "}:"+c.lengthKey()
 	kw := s.keyed[id]
 	if kw == nil {

@@ -154,7 +154,7 @@ var Keys = []Key{
 		Doc:   "Permits a replica takes from a cluster-scoped window in one store round trip and admits locally (docs/cluster.md, leases).",
 		value: use(integer(1), func(t *Target) *int { return &t.Policy.LeasePermits })},
 	{Name: "Shadow", Type: "boolean", Default: "false", Bounds: "true or false", Reloadable: true, Inherited: true,
-		Doc:   "Counts the calls the breaker, window and concurrency limit would turn away, and turns none away (docs/resilience.md, shadow mode).",
+		Doc:   "Counts the calls the breaker, windows (per-key ones too) and concurrency limit would turn away or shed, and turns none away. Not Adaptive.Shadow, which enforces the static limit.",
 		value: use(boolean, func(t *Target) *bool { return &t.Policy.Shadow })},
 	{Name: "RateLimitHeaders", Type: "boolean", Default: "false", Bounds: "true or false", Reloadable: true, Inherited: true,
 		Doc:   "Publishes the rate limit's quota in the RateLimit-Policy and RateLimit response fields.",

@@ -55,7 +55,7 @@ type Op struct {
 	rejected [len(reasons)][]metric.AddOption
 	// observeShadow: observe options of MetricShadowRejectionCount per
 	// reason (rate, concurrency, breaker).
-	observeShadow [3][]metric.ObserveOption
+	observeShadow [len(reasons)][]metric.ObserveOption
 	// observe: observe options of the observable instruments.
 	observe, observeRate, observeConc []metric.ObserveOption
 	// observeBreaker: observe options of MetricBreakerState per state (see
@@ -119,9 +119,7 @@ func newOp(t *Telemetry, name string, route bool) *Op {
 	for i, r := range reasons {
 		set := attribute.NewSet(o.idMAttr, attribute.String(MetricAttrReason, r))
 		o.rejected[i] = []metric.AddOption{metric.WithAttributeSet(set)}
-		if i < len(o.observeShadow) {
-			o.observeShadow[i] = []metric.ObserveOption{metric.WithAttributeSet(set)}
-		}
+		o.observeShadow[i] = []metric.ObserveOption{metric.WithAttributeSet(set)}
 	}
 	o.observe = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(o.idMAttr))}
 	for i, st := range breakerStates {

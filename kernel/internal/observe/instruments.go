@@ -101,7 +101,7 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 		metric.WithDescription("A dependency's circuit breaker state: 1 for the state it is in (closed, half_open or open), 0 for the others."),
 		metric.WithUnit("{state}"))
 	in.shadow, errs[19] = m.Int64ObservableCounter(MetricShadowRejectionCount,
-		metric.WithDescription("Invocations a limit in shadow mode would have rejected and let run, by operation and reason (rate, concurrency, breaker)."),
+		metric.WithDescription("Invocations a limit in shadow mode would have rejected and let run, by operation and reason (rate, concurrency, breaker, shed)."),
 		metric.WithUnit("{invocation}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
@@ -149,8 +149,11 @@ func (in *instruments) observe(t *Telemetry, o metric.Observer) {
 			o.ObserveInt64(in.adapt, int64(st.AdaptiveLimit), op.observe...)
 		}
 		if st.Shadow || st.Shadowed != (resilience.Rejections{}) {
-			for i, n := range [...]int64{st.Shadowed.Rate, st.Shadowed.Concurrency, st.Shadowed.Breaker} {
-				o.ObserveInt64(in.shadow, n, op.observeShadow[i]...)
+			sh := st.Shadowed
+			for i, n := range [...]int64{0: sh.Rate, 1: sh.Concurrency, 2: sh.Breaker, 4: sh.Shed} {
+				if reasons[i] != ReasonOverloaded { // no shadow of the guard's
+					o.ObserveInt64(in.shadow, n, op.observeShadow[i]...)
+				}
 			}
 		}
 		if st.Clustered {

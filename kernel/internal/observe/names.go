@@ -22,7 +22,7 @@ const (
 	// MetricShadowRejectionCount counts the invocations a limit in shadow
 	// mode (the Shadow key) would have rejected and let run
 	// (Int64ObservableCounter), by operation and reason: "rate",
-	// "concurrency" or "breaker". Only operations in shadow mode, or that
+	// "concurrency", "breaker" or "shed". Only operations in shadow mode, or that
 	// were, are reported.
 	MetricShadowRejectionCount = "sundial.rejection.shadow"
 	// MetricDeadlineRemaining is the time that remained until the caller's
