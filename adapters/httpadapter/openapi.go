@@ -164,10 +164,13 @@ func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bo
 	}
 	problem(op, http.StatusGatewayTimeout, timeout)
 	problem(op, http.StatusRequestTimeout, "CANCELLED: the caller went away or the server is shutting down.")
-	if pol.Limited() {
+	if pol.Limited() && !pol.Shadow { // a shadow rejects nothing
 		var what []string
 		if pol.PermitLimit > 0 {
 			what = append(what, fmt.Sprintf("rate limited (%d per %s)", pol.PermitLimit, pol.Window))
+		}
+		if k := pol.PerKey; k.PermitLimit > 0 {
+			what = append(what, fmt.Sprintf("rate limited per key (%d per %s each)", k.PermitLimit, k.Window))
 		}
 		switch {
 		case pol.ConcurrencyLimit > 0:

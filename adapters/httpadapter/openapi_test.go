@@ -194,3 +194,18 @@ func TestOpenAPIPriorityHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIPerKeyAndShadow: a per-key limit alone is a 503 the document
+// describes; an operation in shadow mode rejects nothing, so it has none.
+func TestOpenAPIPerKeyAndShadow(t *testing.T) {
+	_, doc := serveOpenAPI(t, newTestApp(), serverOpts{config: `{"Sundial": {"Kernel": {"Resilience": {"Operations": {
+		"items.get": {"PerKey": {"PermitLimit": 10}},
+		"items.delete": {"PermitLimit": 1, "Shadow": true}}}}}}`}, httpadapter.OpenAPIInfo{Title: "test", Version: "1"})
+	item := doc.Paths.Find("/items/{id}")
+	if r := item.Get.Responses.Status(503); r == nil || !strings.Contains(*r.Value.Description, "rate limited per key (10 per") {
+		t.Errorf("items.get: 503 = %v; want one saying the per-key limit", r)
+	}
+	if r := item.Delete.Responses.Status(503); r != nil {
+		t.Errorf("items.delete (shadow): 503 = %v; want none", *r.Value.Description)
+	}
+}
