@@ -85,13 +85,14 @@ func reserveThousandths(f float64) int64 {
 }
 
 // TryAcquire implements [Admitter]: without a queue the limit never
-// waits, whatever the context.
+// waits, whatever the context. It never queues either, even when a reload
+// gives the limit a queue meanwhile: the call has no context to wait with.
 func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
 	if sl.conc.queueLimit.Load() != 0 {
 		return Permit{}, true, nil
 	}
 	c := inv.Priority()
-	if sl.conc.acquire(context.Background(), c) != nil {
+	if sl.conc.waiting.Load() != 0 || !sl.conc.tryTake(c) {
 		return Permit{}, false, sl.l.concRejection(c, sl.conc)
 	}
 	return sl.permit(inv, false), false, nil
@@ -100,7 +101,7 @@ func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error)
 // Acquire implements [Limit].
 func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
 	c := inv.Priority()
-	if sl.ad != nil && sl.conc.waiting.Load() == 0 && sl.conc.tryTake(c) {
+	if sl.ad != nil && ctx.Err() == nil && sl.conc.waiting.Load() == 0 && sl.conc.tryTake(c) {
 		return sl.permit(inv, false), nil
 	}
 	switch err := sl.conc.acquire(ctx, c); {
