@@ -6,7 +6,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The peers start goroutines of their own at init (kratos' and go-zero's
-// CPU samplers, go-zero's signal handler), which live as long as the
-// process: they are running before TestMain, and ignored.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+// The peers start goroutines of their own when imported (their CPU
+// samplers, go-zero's signal handler); they are not this package's.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/go-kratos/aegis/ratelimit/bbr.cpuproc"),
+		goleak.IgnoreAnyFunction("github.com/go-kratos/aegis/internal/cpu.init.0.func1"),
+		goleak.IgnoreAnyFunction("github.com/zeromicro/go-zero/core/stat.init.1.func1"),
+		goleak.IgnoreAnyFunction("github.com/zeromicro/go-zero/core/proc.init.1.func1"))
+}

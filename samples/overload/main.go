@@ -1,264 +1,368 @@
-// Command overload runs Sundial's adaptive concurrency limit side by side
-// with a guessed static limit and three peers — failsafe-go's
-// adaptivelimiter, kratos' BBR (go-kratos/aegis) and go-zero's
-// AdaptiveShedder — each in front of the same simulated backend, at 1×, 2×
-// and 4× its capacity and through a 5× slowdown, and prints goodput (calls
-// answered successfully before their deadline, per second) and the p99 of
-// the admitted calls. It is a module of its own, so that users of the
-// framework never download the peers. Run it with make bench-overload.
+// Command overload puts five overload guards side by side in front of the
+// same simulated backend, in one run: Sundial's adaptive concurrency
+// limit and a static one (through a real kernel, in process), failsafe-go's
+// adaptivelimiter, kratos's BBR and go-zero's AdaptiveShedder. It offers
+// open-loop Poisson arrivals at 1×, 2× and 4× the backend's capacity and
+// through a 5× slowdown of the backend, and prints the goodput (successes
+// answered before their deadline, per second) and the p99 latency of the
+// admitted calls for each.
 //
-// The backend has 20 workers and a 100 ms service time (capacity 200
-// calls/s, C·S = 20); calls beyond the workers wait for one. Every call
-// has a 1 s deadline of its own. It runs in real time on 127.0.0.1-free
-// in-process calls, bounded: about 3 minutes in all.
+// It is a module of its own, so that the peers are no dependency of
+// Sundial. Run it from the repository's root with `make bench-overload`.
+// It sends nothing over a network, takes about three minutes and stops by
+// itself. See docs/performance.md for a run's figures and how to read them.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
-	"github.com/go-kratos/aegis/ratelimit"
-	"github.com/go-kratos/aegis/ratelimit/bbr"
 	"github.com/zeromicro/go-zero/core/load"
 	"github.com/zeromicro/go-zero/core/logx"
-
-	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/zeromicro/go-zero/core/stat"
 )
 
-const (
-	workers  = 20
-	service  = 100 * time.Millisecond
-	capacity = float64(workers) / 0.1
-	deadline = time.Second
-)
-
-// backend is the protected work: workers at once, the rest wait. (It
-// repeats resilience/internal/overload.Backend, which a module outside the
-// framework cannot import.)
-type backend struct {
-	slots   chan struct{}
-	service atomic.Int64
+// params is the backend and the calls.
+type params struct {
+	c        int           // backend capacity, in calls at once
+	s        time.Duration // mean service time of a call alone
+	deadline time.Duration // every call's deadline, from its arrival
+	burn     bool          // in the CPU-based shedders' runs (backend.burn)
+	scale    float64       // multiplies every scenario's durations
+	seed     uint64
 }
 
-func newBackend() *backend {
-	b := &backend{slots: make(chan struct{}, workers)}
-	b.service.Store(int64(service))
-	return b
+// capacity is the backend's throughput, in calls per second.
+func (p params) capacity() float64 { return float64(p.c) / p.s.Seconds() }
+
+// phase is a span of a scenario reported on its own, by arrival time.
+type phase struct {
+	name       string
+	from, to   time.Duration
+	capacity   float64 // the backend's capacity then, calls/s
+	headline   bool    // the phase printed in the main table
+	slowFactor float64 // 0: unchanged
 }
 
-func (b *backend) serve(ctx context.Context) error {
-	select {
-	case b.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-b.slots }()
-	t := time.NewTimer(time.Duration(b.service.Load()))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// guard is one limiter in front of the backend: call runs work if the
-// limiter admits it, and reports whether it did.
-type guard interface {
-	call(ctx context.Context, work func(context.Context) error) (admitted bool, err error)
-}
-
-type op string
-
-func (o op) OperationID() string { return string(o) }
-
-// sundial runs the real Limits inside a DeadlineMiddleware.
-type sundial struct {
-	mw *resilience.DeadlineMiddleware
-}
-
-func newSundial(p resilience.Policy) guard {
-	return sundial{resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewLimits("bench.op", p)))}
-}
-
-func (s sundial) call(ctx context.Context, work func(context.Context) error) (bool, error) {
-	now := time.Now()
-	inv := pipeline.NewInvocation(pipeline.Spec{Operation: op("bench.op"), Arrival: now,
-		Deadline: now.Add(deadline), DeadlineSource: pipeline.DeadlineOperation})
-	admitted := false
-	_, err := s.mw.Invoke(ctx, inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
-		admitted = true
-		return nil, work(ctx)
-	})
-	return admitted, err
-}
-
-// failsafe is failsafe-go's adaptivelimiter with its defaults.
-type failsafe struct {
-	l adaptivelimiter.AdaptiveLimiter[any]
-}
-
-func (f failsafe) call(ctx context.Context, work func(context.Context) error) (bool, error) {
-	p, ok := f.l.TryAcquirePermit()
-	if !ok {
-		return false, errors.New("rejected")
-	}
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	err := work(ctx)
-	if err != nil {
-		p.Drop()
-	} else {
-		p.Record()
-	}
-	return true, err
-}
-
-// kratos is BBR with its defaults.
-type kratos struct{ l *bbr.BBR }
-
-func (k kratos) call(ctx context.Context, work func(context.Context) error) (bool, error) {
-	done, err := k.l.Allow()
-	if err != nil {
-		return false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	err = work(ctx)
-	done(ratelimit.DoneInfo{Err: err})
-	return true, err
-}
-
-// gozero is go-zero's AdaptiveShedder with its defaults.
-type gozero struct{ s load.Shedder }
-
-func (g gozero) call(ctx context.Context, work func(context.Context) error) (bool, error) {
-	p, err := g.s.Allow()
-	if err != nil {
-		return false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	if err = work(ctx); err != nil {
-		p.Fail()
-	} else {
-		p.Pass()
-	}
-	return true, err
-}
-
-// scenario is one load: rate × capacity for length, with the backend
-// slowed 5× during [slowFrom, slowTo) when slowTo > 0; what arrives in
-// the first warm of it is not counted.
+// scenario is one run's load.
 type scenario struct {
-	name             string
-	rate             float64
-	length, warm     time.Duration
+	name     string
+	load     float64 // arrival rate, in multiples of the capacity
+	duration time.Duration
+	phases   []phase
+	// slow, when set, slows the backend 5× for its span.
 	slowFrom, slowTo time.Duration
 }
 
-type result struct {
-	goodput float64
-	p99     time.Duration
+func scenarios(p params) []scenario {
+	sc := func(d float64) time.Duration { return time.Duration(d * p.scale * float64(time.Second)) }
+	cp := p.capacity()
+	over := func(name string, load float64, dur, warm float64) scenario {
+		return scenario{name: name, load: load, duration: sc(dur),
+			phases: []phase{{name: "steady", from: sc(warm), to: sc(dur), capacity: cp, headline: true}}}
+	}
+	return []scenario{
+		over("1x", 1, 7, 3),
+		over("2x", 2, 7, 3),
+		over("4x", 4, 7, 3),
+		{name: "slow5x", load: 0.5, duration: sc(11), slowFrom: sc(3), slowTo: sc(7),
+			phases: []phase{
+				{name: "before", from: sc(1), to: sc(3), capacity: cp},
+				{name: "slowed", from: sc(3), to: sc(7), capacity: cp / 5},
+				{name: "after", from: sc(7), to: sc(11), capacity: cp},
+				{name: "whole", from: sc(1), to: sc(11), capacity: cp, headline: true},
+			}},
+	}
 }
 
-// run runs s against g.
-func run(s scenario, g guard, seed uint64) result {
-	b := newBackend()
-	rng := rand.New(rand.NewPCG(seed, seed))
-	var (
-		mu       sync.Mutex
-		good     int
-		admitted []time.Duration
-		wg       sync.WaitGroup
-	)
-	start := time.Now()
-	if s.slowTo > 0 {
-		t1 := time.AfterFunc(s.slowFrom, func() { b.service.Store(int64(5 * service)) })
-		t2 := time.AfterFunc(s.slowTo, func() { b.service.Store(int64(service)) })
-		defer t1.Stop()
-		defer t2.Stop()
-	}
-	var at time.Duration
-	for {
-		at += time.Duration(rng.ExpFloat64() / (s.rate * capacity) * float64(time.Second))
-		if at >= s.length {
-			break
-		}
-		time.Sleep(time.Until(start.Add(at)))
-		counted := at >= s.warm
-		wg.Go(func() {
-			t0 := time.Now()
-			ok, err := g.call(context.Background(), b.serve)
-			d := time.Since(t0)
-			if !counted {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if ok {
-				admitted = append(admitted, d)
-			}
-			if ok && err == nil && d <= deadline {
-				good++
-			}
-		})
-	}
-	wg.Wait()
-	slices.Sort(admitted)
-	r := result{goodput: float64(good) / (s.length - s.warm).Seconds()}
-	if n := len(admitted); n > 0 {
-		r.p99 = admitted[min((n*99+99)/100, n)-1]
-	}
-	return r
+// record is how one call went.
+type record struct {
+	at       time.Duration // arrival, since the start
+	latency  time.Duration // arrival to answer
+	lag      time.Duration // how late the call started (the host's scheduling)
+	admitted bool          // it reached the backend
+	ok       bool          // the backend served it (no error)
 }
 
 func main() {
-	scale := flag.Float64("scale", 1, "multiplies every scenario's length (the test runs a short one)")
+	p := params{}
+	flag.IntVar(&p.c, "capacity", 40, "backend capacity: calls served at once at full speed")
+	flag.DurationVar(&p.s, "service", 200*time.Millisecond, "mean service time of a call alone (uniform, ±50%)")
+	flag.DurationVar(&p.deadline, "deadline", 2*time.Second, "every call's deadline from its arrival")
+	static := flag.Int("static", 100, "Sundial's static ConcurrencyLimit (the guess)")
+	flag.BoolVar(&p.burn, "burn", true, "in the CPU-based shedders' runs, burn CPU in proportion to the backend's utilisation")
+	flag.Float64Var(&p.scale, "scale", 1, "multiply every scenario's duration (0.2 for a smoke run)")
+	flag.Uint64Var(&p.seed, "seed", 29, "seed of the arrivals and service times")
+	only := flag.String("only", "", "run only the contenders whose name contains this")
 	flag.Parse()
-	table(os.Stdout, *scale)
-}
+	if p.c < 1 || p.s <= 0 || p.deadline <= 0 || *static < 1 || p.scale <= 0 {
+		fmt.Fprintln(os.Stderr, "overload: -capacity, -service, -deadline, -static and -scale must be positive")
+		os.Exit(2)
+	}
+	// go-zero logs every dropped call and its CPU statistics each minute.
+	logx.Disable()
+	load.DisableLog()
+	stat.DisableLog()
 
-// table runs every scenario against every limiter, each scenario's
-// length multiplied by scale, and writes the results as a Markdown table.
-func table(w io.Writer, scale float64) {
-	logx.Disable() // go-zero logs every shed call
-	sec := func(f float64) time.Duration { return time.Duration(f * scale * float64(time.Second)) }
-	scenarios := []scenario{
-		{name: "1x", rate: 1, length: sec(8), warm: sec(3)},
-		{name: "2x", rate: 2, length: sec(8), warm: sec(3)},
-		{name: "4x", rate: 4, length: sec(8), warm: sec(3)},
-		{name: "2x, 5x slowdown", rate: 2, length: sec(14), warm: sec(3), slowFrom: sec(5), slowTo: sec(10)},
-	}
-	guards := []struct {
-		name string
-		make func() guard
-	}{
-		{"sundial adaptive", func() guard { return newSundial(resilience.Policy{ConcurrencyLimit: resilience.AdaptiveLimit}) }},
-		{"sundial static 100", func() guard { return newSundial(resilience.Policy{ConcurrencyLimit: 100}) }},
-		{"failsafe-go adaptivelimiter", func() guard { return failsafe{adaptivelimiter.NewBuilder[any]().Build()} }},
-		{"kratos BBR", func() guard { return kratos{bbr.NewLimiter()} }},
-		{"go-zero AdaptiveShedder", func() guard { return gozero{load.NewAdaptiveShedder()} }},
-	}
-	fmt.Fprintf(w, "backend: %d workers, %v per call (capacity %.0f calls/s), deadline %v\n\n", workers, service, capacity, deadline)
-	fmt.Fprintln(w, "| scenario | limiter | goodput (calls/s) | of capacity | p99 of admitted |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|")
-	for i, s := range scenarios {
-		for _, g := range guards {
-			r := run(s, g.make(), uint64(i+1))
-			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f %% | %v |\n", s.name, g.name, r.goodput, 100*r.goodput/capacity, r.p99.Round(time.Millisecond))
+	fmt.Printf("backend: processor sharing, capacity %d calls at once, service %v (uniform ±50%%) → %.0f calls/s; deadline %v; CPU burn %v; GOMAXPROCS %d; load average %s\n",
+		p.c, p.s, p.capacity(), p.deadline, p.burn, runtime.GOMAXPROCS(0), loadavg())
+	var all []contender
+	for _, c := range contenders(*static) {
+		if strings.Contains(c.name, *only) {
+			all = append(all, c)
+			fmt.Printf("  %-28s %s\n", c.name, c.options)
 		}
 	}
+	type row struct {
+		contender string
+		sc        scenario
+		runResult
+	}
+	var rows []row
+	start := time.Now()
+	for _, sc := range scenarios(p) {
+		for _, c := range all {
+			res, err := run(p, sc, c)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "overload: %s: %v\n", c.name, err)
+				os.Exit(1)
+			}
+			rows = append(rows, row{c.name, sc, res})
+			fmt.Fprintf(os.Stderr, "  done %-6s %-28s (%v)\n", sc.name, c.name, time.Since(start).Round(time.Second))
+		}
+	}
+
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(w, "scenario\tcontender\toffered/s\tgoodput/s\tof capacity\tp99 admitted ms\tadmitted\tadmitted timed out\tlimit p50 [min-max]\tCPU‰ read\tstart lag p99 ms\t")
+	for _, r := range rows {
+		for _, ph := range r.phases {
+			if !ph.headline {
+				continue
+			}
+			fmt.Fprintf(w, "%s\t%s\t%.0f\t%.0f\t%.0f%%\t%s\t%.0f%%\t%d\t%s\t%s\t%s\t\n", r.sc.name, r.contender,
+				ph.offered, ph.goodput, 100*ph.goodput/ph.capacity, ms(ph.p99), 100*ph.admitted, ph.timedOut, r.limit, cpuText(r.cpu), ms(ph.lag))
+		}
+	}
+	w.Flush()
+	fmt.Println("\nslow5x by phase (goodput/s, p99 admitted ms):")
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(w, "contender\tbefore\tslowed\tafter\t")
+	for _, r := range rows {
+		if r.sc.slowTo == 0 {
+			continue
+		}
+		cells := []string{r.contender}
+		for _, ph := range r.phases {
+			if !ph.headline {
+				cells = append(cells, fmt.Sprintf("%.0f (%s)", ph.goodput, ms(ph.p99)))
+			}
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
+	}
+	w.Flush()
+	fmt.Printf("\ntook %v; load average at the end: %s\n", time.Since(start).Round(time.Second), loadavg())
+}
+
+// loadavg is the machine's load average (1, 5, 15 min), or "?" off Linux.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+func ms(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
+}
+
+func cpuText(c int64) string {
+	if c < 0 {
+		return "-"
+	}
+	return fmt.Sprint(c)
+}
+
+// phaseResult is what a run did in one phase.
+type phaseResult struct {
+	phase
+	offered  float64       // arrivals per second
+	goodput  float64       // successes answered before their deadline, per second
+	p99      time.Duration // of admitted calls (-1: none admitted)
+	admitted float64       // share of the arrivals admitted
+	timedOut int           // admitted calls not answered before their deadline
+	lag      time.Duration // p99 of how late the calls started: the host's noise
+}
+
+// runResult is what one run measured.
+type runResult struct {
+	phases []phaseResult
+	// cpu is the mean of what the guard read of the CPU over the run (-1:
+	// it reads none); limit, the concurrency it allowed in the headline
+	// phase, sampled every 250 ms.
+	cpu   int64
+	limit string
+}
+
+// run offers sc's arrivals to a fresh guard in front of a fresh backend,
+// waits for every call to end, and measures each phase.
+func run(p params, sc scenario, c contender) (runResult, error) {
+	g, err := c.build(p.deadline)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer g.close()
+	b := newBackend(p.c, p.burn && c.cpuBased)
+	defer b.close()
+
+	// The same arrivals and demands for every contender.
+	rng := rand.New(rand.NewPCG(p.seed, uint64(len(sc.name))*0x9e3779b97f4a7c15+uint64(sc.load*1000)))
+	rate := sc.load * p.capacity()
+	var (
+		mu      sync.Mutex
+		records []record
+		calls   sync.WaitGroup
+		cpuSum  atomic.Int64
+		cpuN    atomic.Int64
+		limits  []int // sampled in the headline phase
+	)
+	var headline phase
+	for _, ph := range sc.phases {
+		if ph.headline {
+			headline = ph
+		}
+	}
+	stop := make(chan struct{})
+	start := time.Now()
+	var bg sync.WaitGroup
+	bg.Go(func() { // the CPU the guard reads and its limit, every 250 ms
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				cpuSum.Add(g.cpu())
+				cpuN.Add(1)
+				if at := time.Since(start); at >= headline.from && at < headline.to {
+					mu.Lock()
+					limits = append(limits, g.limit())
+					mu.Unlock()
+				}
+			case <-stop:
+				return
+			}
+		}
+	})
+	if sc.slowTo > 0 {
+		bg.Go(func() {
+			for _, ev := range []struct {
+				at time.Duration
+				f  float64
+			}{{sc.slowFrom, 5}, {sc.slowTo, 1}} {
+				select {
+				case <-time.After(time.Until(start.Add(ev.at))):
+					b.setSlowdown(ev.f)
+				case <-stop:
+					return
+				}
+			}
+		})
+	}
+	var next time.Duration
+	for {
+		next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if next >= sc.duration {
+			break
+		}
+		demand := time.Duration((0.5 + rng.Float64()) * float64(p.s))
+		at := next
+		time.Sleep(time.Until(start.Add(at)))
+		calls.Go(func() {
+			arrival := time.Now()
+			var admitted atomic.Bool
+			err := g.do(arrival, p.deadline, func(ctx context.Context) error {
+				admitted.Store(true)
+				return b.serve(ctx, demand)
+			})
+			r := record{at: at, lag: arrival.Sub(start.Add(at)), latency: time.Since(arrival), admitted: admitted.Load(), ok: err == nil}
+			mu.Lock()
+			records = append(records, r)
+			mu.Unlock()
+		})
+	}
+	calls.Wait()
+	close(stop)
+	bg.Wait()
+
+	res := runResult{cpu: -1, limit: "-"}
+	if n := cpuN.Load(); n > 0 && cpuSum.Load() >= 0 {
+		res.cpu = cpuSum.Load() / n
+	}
+	if slices.Sort(limits); len(limits) > 0 && limits[0] >= 0 {
+		res.limit = fmt.Sprintf("%d [%d-%d]", limits[len(limits)/2], limits[0], limits[len(limits)-1])
+	}
+	for _, ph := range sc.phases {
+		res.phases = append(res.phases, measure(ph, records, p.deadline))
+	}
+	return res, nil
+}
+
+func p99(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[int(math.Ceil(0.99*float64(len(d))))-1]
+}
+
+// measure sums up the calls that arrived within ph (offered, admitted,
+// p99, timed out) and the successes answered within it (goodput).
+func measure(ph phase, records []record, deadline time.Duration) phaseResult {
+	r := phaseResult{phase: ph, p99: -1}
+	var n, admitted, good int
+	var lat, lag []time.Duration
+	for _, c := range records {
+		if c.at < ph.from || c.at >= ph.to {
+			continue
+		}
+		n++
+		lag = append(lag, c.lag)
+		if c.admitted {
+			admitted++
+			lat = append(lat, c.latency)
+			if !c.ok || c.latency > deadline {
+				r.timedOut++
+			}
+		}
+	}
+	for _, c := range records { // goodput by the time of the answer
+		if end := c.at + c.latency; end >= ph.from && end < ph.to && c.ok && c.latency <= deadline {
+			good++
+		}
+	}
+	secs := (ph.to - ph.from).Seconds()
+	r.offered = float64(n) / secs
+	r.goodput = float64(good) / secs
+	if n > 0 {
+		r.admitted = float64(admitted) / float64(n)
+	}
+	if len(lat) > 0 {
+		r.p99 = p99(lat)
+	}
+	if len(lag) > 0 {
+		r.lag = p99(lag)
+	}
+	return r
 }
