@@ -182,28 +182,47 @@ func unknownField(msg protoreflect.Message, path string) string {
 		}
 		return joinPath(path, "#?")
 	}
+	if !holdsMessages(msg.Descriptor()) {
+		return "" // no field of msg is a message: no unknown field below it
+	}
 	var found string
 	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := joinPath(path, fd.JSONName())
 		switch {
 		case fd.IsList() && fd.Message() != nil:
-			l := v.List()
+			name, l := joinPath(path, fd.JSONName()), v.List()
 			for i := range l.Len() {
 				if found = unknownField(l.Get(i).Message(), name+"["+strconv.Itoa(i)+"]"); found != "" {
 					return false
 				}
 			}
 		case fd.IsMap() && fd.MapValue().Message() != nil:
+			name := joinPath(path, fd.JSONName())
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
 				found = unknownField(mv.Message(), joinPath(name, k.String()))
 				return found == ""
 			})
 		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			found = unknownField(v.Message(), name)
+			found = unknownField(v.Message(), joinPath(path, fd.JSONName()))
 		}
 		return found == ""
 	})
 	return found
+}
+
+// holdsMessages reports whether a field of md is a message, a list of
+// messages or a map (whose entries are messages). Looking at the descriptor alone spares a
+// flat message (most requests) the walk over its values, whose callbacks
+// are the deepest frames a call puts on grpc-go's stream goroutine: that
+// goroutine is new for every call, and each doubling of its stack copies
+// it.
+func holdsMessages(md protoreflect.MessageDescriptor) bool {
+	fields := md.Fields()
+	for i := range fields.Len() {
+		if fields.Get(i).Message() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func joinPath(path, name string) string {
