@@ -115,6 +115,7 @@ func (a *Adapter) receiveLoop(r *reception) {
 	defer idle.Stop()
 	for {
 		r.done <- decodeRequest(r.dec, r.req)
+		r = nil // keep nothing of the call while idle
 		idle.Reset(receiverIdle)
 		select {
 		case r = <-a.receivers:
