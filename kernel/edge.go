@@ -262,13 +262,18 @@ func (k *Kernel) deadlines(ctx context.Context, req *Request, c *compiled, now t
 	if !k.settings.UseBuiltInMiddleware {
 		return caller, deadline, source
 	}
-	earlier := func(d time.Duration, s pipeline.DeadlineSource) {
-		if t := now.Add(d); d > 0 && (deadline.IsZero() || t.Before(deadline)) {
+	// The shorter of the operation's timeout and the cap (the operation's
+	// on a tie), then the earlier of now plus it and the caller's: one
+	// addition to the clock's reading rather than one per candidate.
+	d, s := c.operationTimeout(), pipeline.DeadlineOperation
+	if limit := k.live.Load().maxTimeout; limit > 0 && (d <= 0 || limit < d) {
+		d, s = limit, pipeline.DeadlineKernel
+	}
+	if d > 0 {
+		if t := now.Add(d); deadline.IsZero() || t.Before(deadline) {
 			deadline, source = t, s
 		}
 	}
-	earlier(c.operationTimeout(), pipeline.DeadlineOperation)
-	earlier(k.live.Load().maxTimeout, pipeline.DeadlineKernel)
 	return caller, deadline, source
 }
 

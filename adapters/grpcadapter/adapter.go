@@ -40,6 +40,8 @@ type Adapter struct {
 	methods  map[string]*method // by full method name
 	list     []Method
 
+	receivers chan *reception // to an idle receiver goroutine (receive); nil: none
+
 	explicit map[string]*operations.Descriptor // WithMethodOperations
 	resolved sync.Map                          // full method -> *operations.Descriptor (nil: none), for the interceptors
 	cached   atomic.Int64                      // entries stored in resolved (at most maxResolved)
@@ -85,7 +87,7 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if !isPackage(cfg.pkg) {
 		return nil, fmt.Errorf("grpcadapter: WithPackage(%q): want dot-separated protobuf identifiers, e.g. \"shop.v1\"", cfg.pkg)
 	}
-	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, methods: make(map[string]*method)}
+	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, methods: make(map[string]*method), receivers: make(chan *reception)}
 	if a.logger == nil {
 		a.logger = k.Logger()
 	}

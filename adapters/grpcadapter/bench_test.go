@@ -57,8 +57,8 @@ func BenchmarkConvert(b *testing.B) {
 // BenchmarkReceive measures what WithRecvTimeout adds to the receipt of a
 // request message that is already there (grpc-go's dec returns at once
 // with the flat message): off, the adapter decodes on the calling
-// goroutine; at the default bound it decodes on a goroutine of its own
-// under a timer. BenchmarkGRPCRecvTimeout (samples/shop, in make bench)
+// goroutine; at the default bound it hands the read to a receiver
+// goroutine (the same one, call after call) under a timer. BenchmarkGRPCRecvTimeout (samples/shop, in make bench)
 // sets this against a whole call over a loopback connection.
 func BenchmarkReceive(b *testing.B) {
 	a := newTestAdapter(b)

@@ -65,22 +65,63 @@ var errRecvTimeout = errors.New("grpcadapter: request message not received in ti
 // receive decodes the request message into req, waiting at most
 // WithRecvTimeout for it (see there). dec is grpc-go's, the stream's
 // RecvMsg: it returns when the message is complete or the stream's context
-// ends, so when the bound fires the decoding goroutine ends as soon as the
-// answer closes the stream; req is then never touched again.
+// ends, so when the bound fires the receiving goroutine is free again as
+// soon as the answer closes the stream; req is then never touched again.
+//
+// The message is read on a receiver goroutine: an idle one when there is
+// one, else a new one (see receiveLoop).
 func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
 	d := a.cfg.recvTimeout
 	if d <= 0 {
 		return decodeRequest(dec, req)
 	}
-	done := make(chan error, 1)
-	go func() { done <- decodeRequest(dec, req) }()
+	r := &reception{dec: dec, req: req, done: make(chan error, 1)}
+	select {
+	case a.receivers <- r:
+	default:
+		go a.receiveLoop(r)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case err := <-done:
+	case err := <-r.done:
 		return err
 	case <-t.C:
 		return errRecvTimeout
+	}
+}
+
+// reception is one request message to read: decodeRequest(dec, req), its
+// result sent to done (buffered: the sender never waits).
+type reception struct {
+	dec  func(any) error
+	req  *dynamicpb.Message
+	done chan error
+}
+
+// receiverIdle is how long a receiver goroutine waits for another message
+// to read before it exits. A new goroutine starts with a small stack,
+// which grpc-go's read path outgrows, and the runtime copies it each time
+// it doubles — more work than the rest of the adapter's per-call
+// bookkeeping. A receiver that reads one message after another keeps its
+// grown stack. A server under load hands every read to a waiting
+// receiver; an idle server keeps none for more than a few milliseconds.
+const receiverIdle = 5 * time.Millisecond
+
+// receiveLoop reads r, then the messages receive hands it, until it has
+// waited receiverIdle for one.
+func (a *Adapter) receiveLoop(r *reception) {
+	idle := time.NewTimer(receiverIdle)
+	defer idle.Stop()
+	for {
+		r.done <- decodeRequest(r.dec, r.req)
+		r = nil // keep nothing of the call while idle
+		idle.Reset(receiverIdle)
+		select {
+		case r = <-a.receivers:
+		case <-idle.C:
+			return
+		}
 	}
 }
 
@@ -182,28 +223,47 @@ func unknownField(msg protoreflect.Message, path string) string {
 		}
 		return joinPath(path, "#?")
 	}
+	if !holdsMessages(msg.Descriptor()) {
+		return "" // no field of msg is a message: no unknown field below it
+	}
 	var found string
 	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := joinPath(path, fd.JSONName())
 		switch {
 		case fd.IsList() && fd.Message() != nil:
-			l := v.List()
+			name, l := joinPath(path, fd.JSONName()), v.List()
 			for i := range l.Len() {
 				if found = unknownField(l.Get(i).Message(), name+"["+strconv.Itoa(i)+"]"); found != "" {
 					return false
 				}
 			}
 		case fd.IsMap() && fd.MapValue().Message() != nil:
+			name := joinPath(path, fd.JSONName())
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
 				found = unknownField(mv.Message(), joinPath(name, k.String()))
 				return found == ""
 			})
 		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			found = unknownField(v.Message(), name)
+			found = unknownField(v.Message(), joinPath(path, fd.JSONName()))
 		}
 		return found == ""
 	})
 	return found
+}
+
+// holdsMessages reports whether a field of md is a message, a list of
+// messages or a map (whose entries are messages). Looking at the descriptor alone spares a
+// flat message (most requests) the walk over its values, whose callbacks
+// are the deepest frames a call puts on grpc-go's stream goroutine: that
+// goroutine is new for every call, and each doubling of its stack copies
+// it.
+func holdsMessages(md protoreflect.MessageDescriptor) bool {
+	fields := md.Fields()
+	for i := range fields.Len() {
+		if fields.Get(i).Message() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func joinPath(path, name string) string {
