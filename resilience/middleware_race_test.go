@@ -89,6 +89,31 @@ func TestThousandConcurrentCallsDeterministic(t *testing.T) {
 	})
 }
 
+// TestBreakerOpensUnderABurst: the thousand calls of a burst all pass the
+// closed breaker on arrival (synctest: each runs until it blocks); 600 pass
+// the window, 8 run and 64 queue, the others are turned away by the slots.
+// The breaker opens at the 20th failure, and the 64 already queued still
+// run: exactly 72 admitted. Then a call is turned away by the breaker.
+func TestBreakerOpensUnderABurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const sent = 1000
+		var b burst
+		p := resilience.Policy{FailureThreshold: 20, BreakDuration: time.Hour, PermitLimit: 600, Window: time.Hour, ConcurrencyLimit: 8, ConcurrencyQueueLimit: 64}
+		h, l := limitStack(t, p, b.handler(func(context.Context, *pipeline.Invocation) error {
+			time.Sleep(10 * time.Millisecond)
+			return pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
+		}))
+		b.send(t.Context(), h, sent)
+		ran, rate, conc := b.admitted.Load(), b.count(pipeline.CodeRateLimited), b.count(pipeline.CodeConcurrencyLimited)
+		if ran != 72 || rate != 400 || conc != 528 || l.State().Breaker != resilience.BreakerOpen {
+			t.Errorf("admitted %d, rate limited %d, concurrency limited %d, breaker %v; want 72, 400, 528, open", ran, rate, conc, l.State().Breaker)
+		}
+		if err := callLimited(t.Context(), h); pipeline.AsError(err).Code() != pipeline.CodeCircuitOpen {
+			t.Errorf("a call after the burst: %v, want %s", err, pipeline.CodeCircuitOpen)
+		}
+	})
+}
+
 // TestThousandConcurrentCalls is the same burst on the real scheduler and
 // clock (meant for -race): whatever the interleaving, every call is either
 // admitted or rejected, and no limit is ever exceeded.
@@ -125,13 +150,21 @@ func TestThousandConcurrentCalls(t *testing.T) {
 				t.Errorf("%d ran at once, more than ConcurrencyLimit %d", got, tt.p.ConcurrencyLimit)
 			}
 			if tt.fail {
-				// Calls admitted before it opened may still finish (at
-				// most the slots and queue places taken at that moment).
+				// Calls that passed the breaker before it opened may still
+				// run, however many the scheduler had between the breaker
+				// and the slots at that moment (the exact count is in
+				// TestBreakerOpensUnderABurst); every call that comes
+				// after it opened is turned away by it, none admitted.
 				if l.State().Breaker != resilience.BreakerOpen {
 					t.Errorf("after %d failures: breaker %v, want open", admitted, l.State().Breaker)
 				}
-				if limit := int64(tt.p.FailureThreshold + tt.p.ConcurrencyLimit + tt.p.ConcurrencyQueueLimit); admitted > limit {
-					t.Errorf("admitted %d failing calls, want at most threshold + slots + queue = %d", admitted, limit)
+				if admitted < int64(tt.p.FailureThreshold) {
+					t.Errorf("admitted %d failing calls, fewer than the threshold %d that opened it", admitted, tt.p.FailureThreshold)
+				}
+				var after burst
+				after.send(t.Context(), h, 100)
+				if got := after.count(pipeline.CodeCircuitOpen); got != 100 || after.admitted.Load() != 0 {
+					t.Errorf("after it opened: %d of 100 turned away by the breaker, %d admitted; want 100, 0", got, after.admitted.Load())
 				}
 			}
 			if l.State().InFlight != 0 || l.State().ConcurrencyQueue != 0 || l.State().RateQueue != 0 {
