@@ -18,6 +18,11 @@ import (
 const perKeyOps = `"Resilience":{"Operations":{"orders.create":{"Scope":"%s","StoreTimeoutMs":2000,
 	"PerKey":{"PermitLimit":3,"WindowSeconds":1000000000}}}}`
 
+// perKeyRuns numbers the runs of TestPerKeyLimit in this process: each
+// counts under key prefixes of its own, as the shared Redis Cluster keeps
+// the last run's 1e9 s windows (go test -count).
+var perKeyRuns atomic.Int64
+
 // TestPerKeyLimit: the PerKey keys limit each tenant (the baggage member
 // "tenant") separately. Process scope counts per kernel; cluster scope
 // across three kernels sharing Redis — a single server, or a Redis
@@ -26,6 +31,7 @@ const perKeyOps = `"Resilience":{"Operations":{"orders.create":{"Scope":"%s","St
 // KERNEL_VALIDATION_008 and takes nothing.
 func TestPerKeyLimit(t *testing.T) {
 	scope := func(s string) string { return strings.Replace(perKeyOps, "%s", s, 1) }
+	run := strconv.FormatInt(perKeyRuns.Add(1), 10)
 	cases := []struct {
 		name    string
 		config  func(t *testing.T) string
@@ -34,15 +40,15 @@ func TestPerKeyLimit(t *testing.T) {
 	}{
 		{"process", func(*testing.T) string { return `{"Sundial":{"Kernel":{` + scope("process") + `}}}` }, 3, 9},
 		{"cluster on one server", func(t *testing.T) string {
-			return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + redistest.Start(t).Addr() + `","KeyPrefix":"pk1"},` + scope("cluster") + `}}}`
+			return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + redistest.Start(t).Addr() + `","KeyPrefix":"pk1-` + run + `"},` + scope("cluster") + `}}}`
 		}, 3, 3},
 		{"cluster on a Redis Cluster", func(t *testing.T) string {
 			addrs := `"` + strings.Join(redistest.SharedCluster(t).Addrs(), `","`) + `"`
-			return `{"Sundial":{"Kernel":{"Redis":{"Addresses":[` + addrs + `],"KeyPrefix":"pk2"},` + scope("cluster") + `}}}`
+			return `{"Sundial":{"Kernel":{"Redis":{"Addresses":[` + addrs + `],"KeyPrefix":"pk2-` + run + `"},` + scope("cluster") + `}}}`
 		}, 3, 3},
 		{"cluster on a Redis Cluster found from one node", func(t *testing.T) string {
 			seed := redistest.SharedCluster(t).Addrs()[0]
-			return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + seed + `","Cluster":true,"KeyPrefix":"pk3"},` + scope("cluster") + `}}}`
+			return `{"Sundial":{"Kernel":{"Redis":{"Address":"` + seed + `","Cluster":true,"KeyPrefix":"pk3-` + run + `"},` + scope("cluster") + `}}}`
 		}, 3, 3},
 	}
 	for _, tc := range cases {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,20 +77,6 @@ func newReplicaOn(t *testing.T, rdb redis.UniversalClient, cfg cluster.Config) *
 }
 
 func inv() *pipeline.Invocation { return pipeline.NewInvocation(pipeline.Spec{}) }
-
-// alignToWindow waits, on the server's clock, until at least margin is left
-// in the current window of length, so that a burst lands in one window.
-func alignToWindow(t *testing.T, r *replica, length, margin time.Duration) {
-	t.Helper()
-	now, err := r.rdb.Time(t.Context()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	into := time.Duration(now.UnixMicro()%length.Microseconds()) * time.Microsecond
-	if length-into < margin {
-		time.Sleep(length - into + time.Millisecond)
-	}
-}
 
 // TestWindowSharedAcrossReplicas: three replicas share PermitLimit 10;
 // 30 calls in one window admit exactly 10, and each admission is one
@@ -166,44 +153,131 @@ func testExhaustedWindowCostsNoRoundTrip(t *testing.T, connect func() redis.Univ
 }
 
 // TestQueueReservesLaterWindowWithinDeadline: a call finding the window
-// used up reserves a permit of the next one while the queue has room and
-// only if that window opens before its deadline.
+// used up reserves a permit of a later window while the queue has room and
+// only if that window opens before its deadline. PermitLimit 1, QueueLimit
+// 2: A runs in window W, Q1 reserves W+1; S, whose deadline is half a
+// window, would need W+2 (at least a window away) and is turned away at
+// once, the queue untouched; Q2 reserves W+2; D finds the queue full.
+// Every outcome is read on the server's window index, not timed: an
+// attempt in which the server's window changed before D was answered is
+// run again (attempts).
 func TestQueueReservesLaterWindowWithinDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	r := newReplica(t, srv, cluster.Config{KeyPrefix: "t3"})
-	p := resilience.Policy{PermitLimit: 1, Window: 500 * time.Millisecond, QueueLimit: 1, StoreTimeout: time.Second}
-	w, _ := r.store.Window("a.b", p)
-	alignToWindow(t, r, p.Window, 400*time.Millisecond)
-	if _, err := w.Take(t.Context(), inv()); err != nil {
-		t.Fatalf("first call: %v", err)
-	}
-	// A deadline shorter than the wait: rejected at once, queue untouched.
-	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-	start := time.Now()
-	_, err := w.Take(short, inv())
-	cancel()
-	if !errors.Is(err, resilience.ErrLimited) || time.Since(start) > 15*time.Millisecond {
-		t.Fatalf("call whose deadline ends before the next window: %v after %v, want ErrLimited at once", err, time.Since(start))
-	}
-	// Room in the queue: waits for the next window.
-	done := make(chan time.Duration, 1)
-	go func() {
-		s := time.Now()
-		if _, err := w.Take(t.Context(), inv()); err != nil {
-			t.Errorf("queued call: %v", err)
+	p := resilience.Policy{PermitLimit: 1, Window: 500 * time.Millisecond, QueueLimit: 2, StoreTimeout: time.Second}
+	attempts(t, "t3", func(prefix string) string { return queueReservesLaterWindow(t, srv, p, prefix) })
+}
+
+// attempts runs attempt, each time on a key prefix of its own, until one
+// counts (it returns ""), at most 5 times. An attempt does not count when
+// the server's window changed before its scenario was in place (it says
+// how): its assertions are about one window, and stay exact.
+func attempts(t *testing.T, name string, attempt func(prefix string) string) {
+	t.Helper()
+	for i := 1; ; i++ {
+		why := attempt(name + "-" + strconv.Itoa(i))
+		if why == "" {
+			return
 		}
-		done <- time.Since(s)
-	}()
-	time.Sleep(20 * time.Millisecond) // let it reserve
-	// The queue (1) is full now.
-	if _, err := w.Take(t.Context(), inv()); !errors.Is(err, resilience.ErrLimited) {
-		t.Fatalf("call past the queue limit: %v, want ErrLimited", err)
+		if i == 5 {
+			t.Fatalf("five attempts did not count; the last: %s", why)
+		}
+		t.Logf("attempt %d does not count (%s); again", i, why)
 	}
-	waited := <-done
-	if waited <= 0 || waited > p.Window+50*time.Millisecond {
-		t.Fatalf("queued call waited %v, want until the next window (< %v)", waited, p.Window)
+}
+
+// queueReservesLaterWindow is one attempt of
+// TestQueueReservesLaterWindowWithinDeadline on key prefix prefix; it
+// returns why the attempt does not count (the server's window changed
+// before D was answered), or "".
+func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.Policy, prefix string) string {
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})
+	var scripts atomic.Int64
+	r.rdb.AddHook(doneHook{name: "evalsha", n: &scripts})
+	w, _ := r.store.Window("a.b", p)
+	key := "{" + prefix + ":a.b}:w:" + strconv.FormatInt(p.Window.Microseconds(), 10)
+	record := func() string {
+		v, err := r.rdb.HMGet(t.Context(), key, "w", "u", "f", "o").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(v...)
 	}
-	t.Logf("queued call admitted after %v in a %v window", waited, p.Window)
+	_, a, err := w.TakeIndexed(t.Context())
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	// The queued calls, each in its goroutine: it returns when its
+	// reserved window opens (or the attempt is abandoned).
+	type result struct {
+		idx int64
+		now time.Time // the server's clock when the call returned
+		err error
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	queue := func() chan result {
+		ch := make(chan result, 1)
+		n := scripts.Load()
+		wg.Go(func() {
+			_, idx, err := w.TakeIndexed(ctx)
+			now, terr := r.rdb.Time(t.Context()).Result()
+			if terr != nil {
+				t.Error(terr)
+			}
+			ch <- result{idx, now, err}
+		})
+		waitFor(t, func() bool { return scripts.Load() == n+1 }) // its reservation is answered
+		return ch
+	}
+	q1 := queue()
+	before := record()
+	short, cancelShort := context.WithTimeout(t.Context(), p.Window/2)
+	_, sIdx, err := w.TakeIndexed(short)
+	cancelShort()
+	var le *resilience.LimitedError
+	switch {
+	case errors.As(err, &le) && sIdx == a:
+		// S was answered in W: the window it could reserve (W+2) opens at
+		// least a window later, after its deadline.
+		if le.RetryAfter <= p.Window/2 {
+			t.Fatalf("S rejected with retry-after %v, want past its deadline (%v)", le.RetryAfter, p.Window/2)
+		}
+	case err == nil || errors.As(err, &le) || errors.Is(err, context.DeadlineExceeded):
+		// Answered in a later window (admitted, or rejected there), or no
+		// answer before its deadline: the attempt does not count — the last
+		// one fails on it.
+		return fmt.Sprintf("S answered in window %d (A in %d): %v", sIdx, a, err)
+	default:
+		t.Fatalf("S: %v", err)
+	}
+	if after := record(); after != before {
+		t.Fatalf("S, turned away, changed the record %s -> %s; want the queue untouched", before, after)
+	}
+	q2 := queue()
+	_, dIdx, err := w.TakeIndexed(t.Context())
+	if !errors.Is(err, resilience.ErrLimited) {
+		if dIdx != a {
+			return fmt.Sprintf("D answered in window %d (A in %d): %v", dIdx, a, err)
+		}
+		t.Fatalf("D, past the queue limit in window %d: %v, want ErrLimited", dIdx, err)
+	}
+	if dIdx != a {
+		return fmt.Sprintf("D rejected in window %d (A in %d)", dIdx, a)
+	}
+	// A, S and D were answered in W, so Q1 and Q2 reserved in it: each
+	// runs in the window it reserved, not before it opens on the server's
+	// clock.
+	for i, q := range []chan result{q1, q2} {
+		res := <-q
+		want := a + int64(i) + 1
+		opens := time.UnixMicro(want * p.Window.Microseconds())
+		if res.err != nil || res.idx != want || res.now.Before(opens) {
+			t.Fatalf("Q%d: ran in window %d at %v (%v); want window %d, from %v", i+1, res.idx, res.now, res.err, want, opens)
+		}
+	}
+	return ""
 }
 
 // TestSlotsSharedAcrossReplicas: ConcurrencyLimit 2 across three replicas,

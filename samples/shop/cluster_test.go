@@ -317,10 +317,16 @@ func TestClusterShopsShareLimits(t *testing.T) {
 // depends on how long a burst takes.
 func TestClusterShopsRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
+	// StoreTimeoutMs is raised from its 50 ms default: under a loaded
+	// machine one Redis answer in the first burst took longer, the shop
+	// degraded for a moment and its Local fallback admitted that order
+	// from its 1e9 s window — leaving it 9 of its 10 once Redis was
+	// killed (local 19). A killed Redis refuses at once, so the timeout
+	// does not slow the degraded phase.
 	cfg := clusterConfig(srv.Addr(), `
-		"orders.create":{"PermitLimit":20,"WindowSeconds":1000000000,"Scope":"cluster","ExpectedReplicas":2,"OnStoreError":"local","ConcurrencyLimit":1000},
-		"reports.export":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","OnStoreError":"open","ConcurrencyLimit":1000},
-		"billing.charge":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","OnStoreError":"closed"}`)
+		"orders.create":{"PermitLimit":20,"WindowSeconds":1000000000,"Scope":"cluster","ExpectedReplicas":2,"OnStoreError":"local","ConcurrencyLimit":1000,"StoreTimeoutMs":2000},
+		"reports.export":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","OnStoreError":"open","ConcurrencyLimit":1000,"StoreTimeoutMs":2000},
+		"billing.charge":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","OnStoreError":"closed","StoreTimeoutMs":2000}`)
 	shops := []*clusterShop{startClusterShop(t, cfg), startClusterShop(t, cfg)}
 	type call struct{ path, body string }
 	calls := map[string]call{
@@ -368,6 +374,11 @@ func TestClusterShopsRedisDown(t *testing.T) {
 	// saw the window exhausted would not ask the store again in it).
 	if got := burst(8); got["local"] != 16 || got["open"] != 16 || got["closed"] != 16 {
 		t.Fatalf("with Redis up: admitted %v, want 16 of each", got)
+	}
+	for i, s := range shops { // else the local share below was partly spent
+		if strings.Contains(s.stderr.String(), "cluster limits degraded") {
+			t.Fatalf("shop %d degraded while Redis was up:\n%s", i, s.stderr)
+		}
 	}
 	srv.Kill()
 	got := burst(15)
