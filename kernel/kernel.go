@@ -187,6 +187,7 @@ type Kernel struct {
 // compiled is the pipeline of one operation (desc nil: host endpoints).
 type compiled struct {
 	desc    *operations.Descriptor
+	checked bool                  // desc.Constrained(): Call checks the input's constraints
 	timeout atomic.Int64          // the operation's TimeoutSeconds in ns; 0: none
 	class   atomic.Int32          // the operation's Priority
 	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
@@ -273,7 +274,7 @@ func New(opts ...Option) (*Kernel, error) {
 
 // compile builds the chain of one operation (d nil: the host pipeline).
 func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy) *compiled {
-	c := &compiled{desc: d}
+	c := &compiled{desc: d, checked: d.Constrained()}
 	c.timeout.Store(int64(p.Timeout))
 	c.class.Store(int32(p.Priority))
 	c.onPanic = func(inv *pipeline.Invocation, p *pipeline.PanicError) {
@@ -343,12 +344,11 @@ func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
 	req := Request{Operation: id, Input: &in}
-	if c, ok := k.ops[id]; ok {
-		req.Decode = func(time.Time) (any, error) {
-			if perr := c.desc.CheckConstraints(&in); perr != nil {
-				return nil, perr
-			}
-			return &in, nil
+	if c, ok := k.ops[id]; ok && c.checked {
+		// Checked here, handed to the invocation as its decoding's
+		// failure: a call that passes allocates nothing for it.
+		if perr := c.desc.CheckConstraints(&in); perr != nil {
+			req.Decode = func(time.Time) (any, error) { return nil, perr }
 		}
 	}
 	res, err := k.call(ctx, &req)

@@ -96,6 +96,13 @@ func patternOf(expr string) (*regexp.Regexp, error) {
 	return re, nil
 }
 
+// Constrained reports whether d's input type declares a constraint (a
+// validate tag, at any depth). CheckConstraints passes every input of an
+// operation that declares none, so a caller may skip it.
+func (d *Descriptor) Constrained() bool {
+	return d != nil && d.Input != nil && hasConstraints(d.Input)
+}
+
 // hasConstraints reports whether struct type t (or one it holds) has a
 // validate tag; the answer is cached per type, so an input without
 // constraints costs one map load per call.
