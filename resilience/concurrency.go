@@ -74,7 +74,13 @@ func newConcurrencyLimiter(limit, queueLimit int) *ConcurrencyLimiter {
 // TryAcquire takes a free slot if there is one and nobody is waiting for
 // one. It never waits. To queue instead, use Acquire.
 func (l *ConcurrencyLimiter) TryAcquire() bool {
-	return l.waiting.Load() == 0 && l.tryTake(pipeline.PriorityDefault)
+	return l.takeFree(pipeline.PriorityDefault)
+}
+
+// takeFree takes a slot for a call of class c at once when one is free
+// and nobody waits for one (waiters go first), and reports whether it did.
+func (l *ConcurrencyLimiter) takeFree(c pipeline.Priority) bool {
+	return l.waiting.Load() == 0 && l.tryTake(c)
 }
 
 // Acquire takes a slot, waiting behind earlier callers when all are taken
@@ -96,7 +102,7 @@ func (l *ConcurrencyLimiter) acquire(ctx context.Context, c pipeline.Priority) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l.waiting.Load() == 0 && l.tryTake(c) {
+	if l.takeFree(c) {
 		return nil
 	}
 	l.mu.Lock()

@@ -92,7 +92,7 @@ func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error)
 		return Permit{}, true, nil
 	}
 	c := inv.Priority()
-	if sl.conc.waiting.Load() != 0 || !sl.conc.tryTake(c) {
+	if !sl.conc.takeFree(c) {
 		return Permit{}, false, sl.l.concRejection(c, sl.conc)
 	}
 	return sl.permit(inv, false), false, nil
@@ -101,7 +101,7 @@ func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error)
 // Acquire implements [Limit].
 func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
 	c := inv.Priority()
-	if sl.ad != nil && ctx.Err() == nil && sl.conc.waiting.Load() == 0 && sl.conc.tryTake(c) {
+	if sl.ad != nil && ctx.Err() == nil && sl.conc.takeFree(c) {
 		return sl.permit(inv, false), nil
 	}
 	switch err := sl.conc.acquire(ctx, c); {
