@@ -71,6 +71,8 @@ type Request struct {
 	// other response — span, metrics, trace ID — and returns it without
 	// running anything.
 	Reject error
+
+	found *compiled // the operation, when the caller looked it up (Call)
 }
 
 // Outcome is what the kernel hands back for one call.
@@ -130,7 +132,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	}
 	now := req.Arrival
 	if now.IsZero() {
-		now = time.Now()
+		now = k.clock.now()
 	}
 	var e edge
 	c, op, name := k.find(req, &e)
@@ -224,7 +226,10 @@ func (k *Kernel) find(req *Request, e *edge) (c *compiled, op pipeline.Operation
 	if req.Operation == "" {
 		return k.host, nil, req.Route
 	}
-	c, ok := k.ops[req.Operation]
+	c, ok := req.found, req.found != nil
+	if !ok {
+		c, ok = k.ops[req.Operation]
+	}
 	if !ok {
 		e.reject = notRegistered(req.Operation)
 		return nil, nil, req.Operation
@@ -332,7 +337,7 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 	}
 	if e.obs != nil {
 		if at.IsZero() {
-			at = time.Now() // the clock is read only for an observed call
+			at = now(e.inv) // the clock is read only for an observed call
 		}
 		e.obs.End(pe, at)
 		if arrival, ok := e.inv.Arrival(); ok {
@@ -340,6 +345,16 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 		}
 	}
 	return out, pe
+}
+
+// now returns the time now for the end of inv. Measured from its arrival
+// when that carries a monotonic reading, it reads one clock where
+// time.Now reads two (the wall clock and the monotonic one).
+func now(inv *pipeline.Invocation) time.Time {
+	if arrival, ok := inv.Arrival(); ok && arrival != arrival.Round(0) {
+		return arrival.Add(time.Since(arrival))
+	}
+	return time.Now()
 }
 
 // call is Invoke for Call, which needs no trace ID and no Outcome.

@@ -153,6 +153,7 @@ type Kernel struct {
 	limits   map[string]*resilience.Limits // operations with a breaker or limits
 	custom   map[string]customLimits       // limits of your own kinds, by operation
 	tel      *observe.Telemetry            // nil: telemetry off
+	clock    arrivalClock                  // reads a call's arrival
 	deps     atomic.Pointer[map[string]*outbound.Dependency]
 
 	// running counts guarded invocations (Serve, Handle) whose chain has
@@ -343,8 +344,9 @@ func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
 // spends no permit.
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
-	req := Request{Operation: id, Input: &in}
-	if c, ok := k.ops[id]; ok && c.checked {
+	c := k.ops[id]
+	req := Request{Operation: id, Input: &in, found: c}
+	if c != nil && c.checked {
 		// Checked here, handed to the invocation as its decoding's
 		// failure: a call that passes allocates nothing for it.
 		if perr := c.desc.CheckConstraints(&in); perr != nil {

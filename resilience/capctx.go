@@ -30,7 +30,8 @@ import (
 //   - Done arms;
 //   - Err, before anything armed, answers from the parent (and, for the
 //     cap, the clock: DeadlineExceeded once the cap has passed), arming
-//     only when the answer is not nil;
+//     only when the answer is not nil; after settle found the chain back
+//     before the deadline, from the parent alone;
 //   - Value, before anything armed, is the parent's.
 //
 // A call that ends before anyone waited on its context — the common case
@@ -60,8 +61,24 @@ type armedContext struct {
 	cancel context.CancelFunc
 }
 
-// lazyEnded marks a lazyContext that ended without being armed.
-var lazyEnded = new(armedContext)
+// lazyEnded marks a lazyContext that ended without being armed;
+// lazySettled one whose chain returned before its deadline and before
+// anything armed it (see settle).
+var lazyEnded, lazySettled = new(armedContext), new(armedContext)
+
+// armed reports whether s is a real context rather than a mark.
+func armed(s *armedContext) bool { return s != nil && s != lazyEnded && s != lazySettled }
+
+// settle reads the clock once when the chain has returned: if the
+// deadline has not passed, the context counts as live from then until
+// end, and the looks at it that judge the outcome (the limits' verdict,
+// the middleware's attribution) read no clock. Judged as of the chain's
+// return, the outcome is the same; the parent is still asked.
+func (c *lazyContext) settle() {
+	if !c.bound && c.st.Load() == nil && time.Until(c.deadline) > 0 {
+		c.st.CompareAndSwap(nil, lazySettled)
+	}
+}
 
 func (c *lazyContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
@@ -69,8 +86,8 @@ func (c *lazyContext) Done() <-chan struct{} { return c.arm().Done() }
 
 func (c *lazyContext) Err() error {
 	s := c.st.Load()
-	if s == nil {
-		if c.parent.Err() == nil && (c.bound || time.Until(c.deadline) > 0) {
+	if s == nil || s == lazySettled {
+		if c.parent.Err() == nil && (c.bound || s == lazySettled || time.Until(c.deadline) > 0) {
 			return nil
 		}
 		return c.arm().Err()
@@ -82,7 +99,7 @@ func (c *lazyContext) Err() error {
 }
 
 func (c *lazyContext) Value(key any) any {
-	if s := c.st.Load(); s != nil && s != lazyEnded {
+	if s := c.st.Load(); armed(s) {
 		return s.ctx.Value(key)
 	}
 	return c.parent.Value(key)
@@ -92,7 +109,7 @@ func (c *lazyContext) Value(key any) any {
 func (c *lazyContext) arm() context.Context {
 	for {
 		s := c.st.Load()
-		if s != nil && s != lazyEnded {
+		if armed(s) {
 			return s.ctx
 		}
 		var a armedContext
@@ -125,11 +142,11 @@ func (c *lazyContext) end() {
 		if s == lazyEnded {
 			return
 		}
-		if s != nil {
+		if armed(s) {
 			s.cancel()
 			return
 		}
-		if c.st.CompareAndSwap(nil, lazyEnded) {
+		if c.st.CompareAndSwap(s, lazyEnded) {
 			return
 		}
 	}

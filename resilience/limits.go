@@ -312,6 +312,9 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 	}()
 	out, err = next(ctx, inv)
 	finished = true
+	if lc, ok := ctx.(*lazyContext); ok {
+		lc.settle()
+	}
 	return out, err
 }
 

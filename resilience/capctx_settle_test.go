@@ -1,0 +1,48 @@
+package resilience
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestLazyContextSettle: a lazy context settled before its deadline (its
+// chain returned) stays live until end without reading the clock again,
+// still follows its parent, and ends canceled; one settled after its
+// deadline, or never settled, reports the deadline.
+func TestLazyContextSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		parent, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		settled := &lazyContext{parent: parent, deadline: time.Now().Add(time.Second)}
+		settled.settle()
+		followsParent := &lazyContext{parent: parent, deadline: time.Now().Add(time.Minute)}
+		followsParent.settle()
+		late := &lazyContext{parent: parent, deadline: time.Now().Add(time.Second)}
+		time.Sleep(2 * time.Second)
+		if err := settled.Err(); err != nil {
+			t.Errorf("settled, then past its deadline: Err() = %v, want nil (judged at settle)", err)
+		}
+		if err := late.Err(); err != context.DeadlineExceeded {
+			t.Errorf("never settled, past its deadline: Err() = %v, want DeadlineExceeded", err)
+		}
+		late.settle()
+		if err := late.Err(); err != context.DeadlineExceeded {
+			t.Errorf("settled past its deadline: Err() = %v, want DeadlineExceeded", err)
+		}
+		cancel()
+		if err := followsParent.Err(); err != context.Canceled {
+			t.Errorf("settled, parent canceled before the deadline: Err() = %v, want Canceled", err)
+		}
+		ended := &lazyContext{parent: t.Context(), deadline: time.Now().Add(time.Second)}
+		ended.settle()
+		ended.end()
+		if err := ended.Err(); err != context.Canceled {
+			t.Errorf("settled, then ended: Err() = %v, want Canceled", err)
+		}
+		if v := ended.Value(struct{}{}); v != nil {
+			t.Errorf("Value of a missing key = %v, want nil", v)
+		}
+	})
+}
