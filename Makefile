@@ -69,6 +69,7 @@ FUZZ_TARGETS = \
 	./operations:FuzzValidateID \
 	./pipeline:FuzzParsePriority \
 	./operations:FuzzFastPathAgrees \
+	./operations:FuzzCheckJSONAgrees \
 	./kernel:FuzzConfig \
 	./adapters/httpadapter:FuzzParseDeadline \
 	./adapters/httpadapter:FuzzParseTimeoutMs \

@@ -1,11 +1,9 @@
 package operations
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -45,85 +43,23 @@ func UnknownField(path, hint string) *pipeline.Error {
 
 // CheckJSON checks the keys of the JSON document data against input type
 // t under policy p (an operation's Descriptor.Input and InputPolicy), and
-// returns the outcome of the first key that has no field (UnknownField),
-// or nil. A document that is not valid JSON is left to the decoder, which
-// reports it: CheckJSON returns nil.
+// returns the outcome of the first key, in the document's order, that has
+// no field (UnknownField), or nil. A document that is not valid JSON is
+// left to the decoder, which reports it: CheckJSON returns nil. Only the
+// first JSON value of data is read, as a json.Decoder would.
+//
+// It walks the document's bytes rather than decoding it into a generic
+// tree: a valid input costs no allocation. Every occurrence of a repeated
+// key is checked, where encoding/json keeps the last one.
 func CheckJSON(t reflect.Type, p InputPolicy, data []byte) *pipeline.Error {
-	if t == nil || p.AllowUnknownFields && p.FoldKeyCase || len(bytes.TrimSpace(data)) == 0 {
+	if t == nil || p.AllowUnknownFields && p.FoldKeyCase {
 		return nil
 	}
-	var doc any
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
+	w := keyWalk{data: data, p: p}
+	if !w.value(t) || w.found == nil || !json.Valid(data[:w.i]) {
 		return nil
 	}
-	return checkValue(t, p, doc, "")
-}
-
-// checkValue checks the JSON value v, at path, against type t under
-// policy p: the keys of objects, in the elements of arrays and maps too.
-func checkValue(t reflect.Type, p InputPolicy, v any, path string) *pipeline.Error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch x := v.(type) {
-	case map[string]any:
-		switch t.Kind() {
-		case reflect.Struct:
-			return checkFields(t, p, x, path)
-		case reflect.Map:
-			for key, val := range x {
-				if err := checkValue(t.Elem(), p, val, join(path, key)); err != nil {
-					return err
-				}
-			}
-		}
-	case []any:
-		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
-			for i, val := range x {
-				if err := checkValue(t.Elem(), p, val, path+"["+strconv.Itoa(i)+"]"); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// checkFields checks the keys of object x, at path, against the JSON
-// fields of struct type t under policy p, and the values of the keys it
-// knows.
-func checkFields(t reflect.Type, p InputPolicy, x map[string]any, path string) *pipeline.Error {
-	fields := jsonFields(t)
-	for key, val := range x {
-		ft, ok := fields.exact[key]
-		if !ok {
-			exact, folded := fields.folded[strings.ToLower(key)]
-			if folded && p.FoldKeyCase {
-				ft, ok = fields.exact[exact], true
-			} else if !p.AllowUnknownFields {
-				hint := ""
-				if folded {
-					hint = join(path, exact)
-				}
-				return UnknownField(join(path, key), hint)
-			}
-		}
-		if ok {
-			if err := checkValue(ft, p, val, join(path, key)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
+	return w.found
 }
 
 // fieldSet is the JSON fields of a struct type, by exact name and by
