@@ -289,7 +289,7 @@ func (k *Kernel) deadlines(ctx context.Context, req *Request, c *compiled, now t
 // would not be what the first call answered. Its keyed calls are refused,
 // never run unprotected.
 func (k *Kernel) refusesKeys(id string, inv *pipeline.Invocation) bool {
-	pol := k.IdempotencyPolicy(id)
+	pol, _ := k.Idempotency(id)
 	return pol.Enabled && (pol.Required || inv.IdempotencyKey() != "")
 }
 

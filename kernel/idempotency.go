@@ -143,14 +143,14 @@ func (k *Kernel) idempotencyMiddleware(o *options, d *operations.Descriptor) pip
 	})
 }
 
-// IdempotencyPolicy returns the idempotency policy of operation id (the
-// zero Policy, not Enabled, when it has none). The CLI adapter reads it to
-// generate a key for an operation that takes one.
-func (k *Kernel) IdempotencyPolicy(id string) idempotency.Policy { return k.idemPol[id] }
-
-// IdempotencyStore returns the store of idempotency records, or nil when
-// no operation enables them.
-func (k *Kernel) IdempotencyStore() idempotency.Store { return k.idemStore }
+// Idempotency returns the idempotency policy of operation id (the zero
+// Policy, not Enabled, when it has none) and the store of the kernel's
+// idempotency records (nil when no operation enables them). The adapters
+// read the policy to say whether an operation takes keys; the CLI reads
+// the store's lease to know whether a key it made outlives the process.
+func (k *Kernel) Idempotency(id string) (idempotency.Policy, idempotency.Store) {
+	return k.idemPol[id], k.idemStore
+}
 
 // errKeysUnsupported answers a keyed call to an operation served by an
 // application's own handler (Request.Handler), whose outcome cannot be

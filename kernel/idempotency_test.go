@@ -36,13 +36,13 @@ func TestIdempotencyConfigErrorsFailNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := k.IdempotencyPolicy("orders.create"); !p.Enabled || !p.Required || p.Retention != time.Minute {
+	if p, _ := k.Idempotency("orders.create"); !p.Enabled || !p.Required || p.Retention != time.Minute {
 		t.Errorf("orders.create: %+v", p)
 	}
-	if p := k.IdempotencyPolicy("orders.get"); p.Enabled {
+	if p, _ := k.Idempotency("orders.get"); p.Enabled {
 		t.Errorf("orders.get: %+v, want disabled", p)
 	}
-	if k.IdempotencyStore() == nil {
+	if _, store := k.Idempotency("orders.create"); store == nil {
 		t.Error("no store")
 	}
 }

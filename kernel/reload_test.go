@@ -193,7 +193,7 @@ func TestReloadIgnoresStartupOnlyKeys(t *testing.T) {
 			t.Errorf("the log does not say the change of %s is ignored:\n%s", key, log.String())
 		}
 	}
-	if p := k.IdempotencyPolicy("test.echo"); p.Enabled || !strings.Contains(log.String(), "Operations.test.echo.Idempotency changed") {
+	if p, _ := k.Idempotency("test.echo"); p.Enabled || !strings.Contains(log.String(), "Operations.test.echo.Idempotency changed") {
 		t.Errorf("test.echo's Idempotency after the reload: %+v; want the start-up policy (off) and a log line saying the change is ignored:\n%s", p, log.String())
 	}
 }

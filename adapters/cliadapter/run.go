@@ -137,8 +137,8 @@ func (r *runner) setIdempotencyKey(k *kernel.Kernel, req *kernel.Request) {
 	// outlive this process. An in-process store dies with the command,
 	// which makes one call: a generated key would protect nothing. Records
 	// outlive the process in a store with a lease, such as Redis.
-	store := k.IdempotencyStore()
-	enabled, shared := k.IdempotencyPolicy(r.desc.ID).Enabled, store != nil && store.Lease() > 0
+	pol, store := k.Idempotency(r.desc.ID)
+	enabled, shared := pol.Enabled, store != nil && store.Lease() > 0
 	if r.idemKey == "" && enabled && shared {
 		r.idemKey = newIdempotencyKey()
 	}
@@ -248,7 +248,8 @@ func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrup
 	if k.Running() == 0 {
 		return // the call never started, or has returned: its outcome is stored
 	}
-	lease := k.IdempotencyStore().Lease()
+	_, store := k.Idempotency(r.desc.ID)
+	lease := store.Lease()
 	parent := in.ctx
 	if kind == pipeline.KindCanceled || parent.Err() != nil {
 		parent = context.WithoutCancel(parent)

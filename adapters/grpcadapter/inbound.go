@@ -50,7 +50,7 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 		// rejected nor passed on as baggage), so that a client sending keys
 		// of its own form everywhere is not refused where keys mean nothing.
 		if len(vs) > 1 || !pipeline.ValidIdempotencyKey(vs[0]) {
-			if r.Reject == nil && a.k.IdempotencyPolicy(r.Operation).Enabled {
+			if pol, _ := a.k.Idempotency(r.Operation); r.Reject == nil && pol.Enabled {
 				r.Reject = pipeline.ErrIdempotencyKeyMalformed()
 			}
 		} else {

@@ -32,7 +32,7 @@ func (a *Adapter) buildExplicit() error {
 		if !ok {
 			return fmt.Errorf("grpcadapter: WithMethodOperations: method %s: operation %q is not registered", full, id)
 		}
-		if a.k.IdempotencyPolicy(id).Enabled {
+		if pol, _ := a.k.Idempotency(id); pol.Enabled {
 			// The application's method answers in its own types, which a
 			// stored outcome cannot give back: its keyed calls would all be
 			// refused (KERNEL_VALIDATION_006). Said at start-up instead.

@@ -185,7 +185,7 @@ func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bo
 			describeLimits(op, what)
 		}
 	}
-	if ip := a.k.IdempotencyPolicy(d.ID); ip.Enabled {
+	if ip, _ := a.k.Idempotency(d.ID); ip.Enabled {
 		describeIdempotency(op, ip.Required, rt.success)
 	}
 	problem(op, http.StatusInternalServerError, "UNEXPECTED: the handler failed unexpectedly.")
@@ -287,8 +287,9 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 		WithDescription(fmt.Sprintf("The class of this call; it can only lower the operation's class (%s). "+
 			"A value naming no class is a 400 KERNEL_VALIDATION_009.", rt.a.k.PolicyFor(rt.desc.ID).Priority)).
 		WithSchema(openapi3.NewStringSchema().WithEnum("critical", "default", "sheddable")))
+	idem, _ := rt.a.k.Idempotency(rt.desc.ID)
 	op.AddParameter(openapi3.NewHeaderParameter("Idempotency-Key").
-		WithDescription(idempotencyKeyDescription(rt.a.k.IdempotencyPolicy(rt.desc.ID).Enabled)).
+		WithDescription(idempotencyKeyDescription(idem.Enabled)).
 		WithSchema(idempotencyKeySchema()))
 	if a.cfg.relHeader != "" {
 		op.AddParameter(openapi3.NewHeaderParameter(a.cfg.relHeader).
