@@ -8,7 +8,7 @@
 // capacity C is Workers/Service calls per second, and C·S = Workers is the
 // concurrency it serves without queueing: the knee an adaptive limit must
 // find. Arrivals are a Poisson stream of a chosen rate from a seeded
-// generator.
+// generator; Scenario.Jitter spreads their service times about S.
 //
 // Run a Scenario inside a testing/synctest bubble: the clock is then the
 // bubble's, every timer fires at its exact instant and a run of minutes
