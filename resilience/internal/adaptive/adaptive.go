@@ -18,9 +18,12 @@
 //     inside the protected work. Past the knee, x·m is the knee itself:
 //     the work served x per second, which takes x·m calls at m each.
 //   - While no knee is known, a window without a queue in which the limit
-//     held calls back (the calls in flight averaged 95 % of it) doubles
-//     the limit, as TCP's slow start does: from 20, a knee of 40 is
-//     crossed in 2 windows.
+//     held calls back doubles the limit, as TCP's slow start does: from
+//     20, a knee of 40 is crossed in 2 windows. The limit held calls back
+//     when the calls in flight averaged 80 % of it: random arrivals that
+//     would keep 20 calls in flight find a limit of 20 full one time in
+//     six (Erlang's loss formula), and the calls in flight then average
+//     84 % of it.
 //   - When the queue is above α (3·log10 limit, at least 1), the limit is
 //     set to the lower of n·m/r and x·m, and not below half the calls in
 //     flight: the knee, in one step. The latency's figure is right when
@@ -324,7 +327,7 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.
 		c.knee = next
 	case c.knee > 0 && limit > c.knee && queue >= alpha/4:
 		next = c.knee // a probe past the knee found a queue: undo it
-	case queue >= alpha/4 || inFlight < 0.95*limit || !healthy || stalled:
+	case queue >= alpha/4 || inFlight < 0.8*limit || !healthy || stalled:
 		// A queue shows, or the limit held nothing back: hold.
 	case c.knee == 0:
 		next = 2 * limit // no knee known: double (TCP's slow start)

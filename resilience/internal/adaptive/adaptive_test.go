@@ -18,9 +18,9 @@ func feed(c *Controller, now *time.Duration, n int, rtt time.Duration, drops, in
 }
 
 // TestGrowsOnlyWhenUsedAndHealthy: a window without queueing grows the
-// limit when it was in use (doubles it: no knee is known yet); not when
-// the calls in flight were few, nor when the latency is above the healthy
-// ceiling.
+// limit when it was in use, the calls in flight averaging 80 % of it or
+// more (doubles it: no knee is known yet); not when they were fewer, nor
+// when the latency is above the healthy ceiling.
 func TestGrowsOnlyWhenUsedAndHealthy(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -29,7 +29,9 @@ func TestGrowsOnlyWhenUsedAndHealthy(t *testing.T) {
 		want     int
 	}{
 		{"used", 0, 20, 40},
+		{"used at 85 %", 0, 17, 40},
 		{"idle", 0, 10, 20},
+		{"idle at 75 %", 0, 15, 20},
 		{"above the ceiling", 50 * time.Millisecond, 20, 20},
 		{"below the ceiling", 150 * time.Millisecond, 20, 40},
 	} {
