@@ -10,39 +10,59 @@
 // are, and stepped by Little's law:
 //
 //   - Each window (Config.Window, and at least MinSamples samples) yields
-//     the mean latency r of the calls measured in it and the mean number n
-//     of calls in flight they saw. The baseline m is the lowest window mean
-//     seen: the latency of the work when nothing queues. By Little's law
-//     n·m/r of the calls in flight were being served, and the other
-//     n·(1−m/r) were queued inside the protected work.
-//   - When that queue is above β (6·log10 limit), the limit is set to
-//     what was served plus (α+β)/2 (α = 3·log10 limit, at least 1), and
-//     not below half the calls in flight: one step lands just past the
-//     knee of the latency curve, where Gradient2 (limit·gradient + √limit)
-//     takes many, and Envoy's gradient needs a periodic minRTT probe that
-//     drops the limit to its minimum.
-//   - When the queue is below α/2, the limit held calls back (the calls
-//     in flight averaged 95 % of it), calls kept ending at least half as
-//     fast as in the window before, and r is at most the healthy ceiling,
-//     the limit grows by β: from 20 it reaches a knee of 50 in 5 windows.
-//     Otherwise it holds.
+//     the mean latency r of the calls measured in it, the mean number n
+//     of calls in flight they saw, and x, the calls that ended per second.
+//     The baseline m is the lowest window mean seen: the latency of the
+//     work when nothing queues. By Little's law n·m/r of the calls in
+//     flight were being served, and the other n·(1−m/r) were queued
+//     inside the protected work. Past the knee, x·m is the knee itself:
+//     the work served x per second, which takes x·m calls at m each.
+//   - While no knee is known, a window without a queue in which the limit
+//     held calls back doubles the limit, as TCP's slow start does: from
+//     20, a knee of 40 is crossed in 2 windows. The limit held calls back
+//     when the calls in flight averaged 80 % of it: random arrivals that
+//     would keep 20 calls in flight find a limit of 20 full one time in
+//     six (Erlang's loss formula), and the calls in flight then average
+//     84 % of it.
+//   - When the queue is above α (3·log10 limit, at least 1), the limit is
+//     set to the lower of n·m/r and x·m, and not below half the calls in
+//     flight: the knee, in one step. The latency's figure is right when
+//     the window began below the knee, the calls' figure when the window
+//     began past it (the calls it let in wait, and end, later). That is
+//     the knee the controller keeps. The window after a cut does not cut
+//     again: its calls are those the cut drains.
+//   - Below the knee it kept, the limit climbs back by 2α a window, and
+//     to it. At the knee it holds: its calls wait for nothing. After 10
+//     windows there with no queue (less than α/4), it probes one call
+//     past it; a probe whose window shows a queue (α/4 or more) is undone,
+//     one that shows none is the new knee.
 //   - A window in which at least 1 % of the calls that ended were drops
 //     (the operation's own timeouts) multiplies the limit by 0.9
 //     (Netflix's AIMD backoff), or takes the step above when it is lower.
 //
+// The limit settles at the knee, not past it, because past it every call
+// waits: on a processor-sharing backend (a CPU, a database at its knee)
+// each call past the knee slows all of them, so a limit one Vegas band
+// (α to 2α) past it costs its tail latency that band. Holding at the
+// knee and probing one call at a time, rarely, costs a window at most one
+// call past it in ten.
+//
 // Vegas was chosen over Gradient2 because Gradient2's baseline is an
 // average of the latencies it causes: under sustained load it drifts up
 // with them and the limit with it, so it is not held near the knee; and
-// over Envoy's gradient because its probe sheds calls every time it runs. A minimum baseline does not drift, but is
-// fooled by work that became slower for good (a dependency slowed down):
-// every window then looks queued and the limit would fall to its minimum.
-// The controller tests that case instead of guessing: when a cut of at
-// least 20 % with the limit still in use (the calls in flight averaged
-// 90 % of it) did not bring the latency down by a tenth, the latency was not a queue, and the baseline becomes the
-// current latency. The limit then climbs back to the slower work's knee.
-// To keep the limit down while latency is above what the operation's
-// callers can live with, set Config.Ceiling: above it, the limit never
-// grows.
+// over Envoy's gradient because its probe sheds calls every time it runs.
+// A minimum baseline does not drift, but is fooled by work that became
+// slower for good (a dependency slowed down): every window then looks
+// queued and the limit would fall to its minimum. The controller tests
+// that case instead of guessing: when a cut of at least 20 % with the
+// limit still in use (the calls in flight averaged 90 % of it) did not
+// bring the latency down by a tenth, the latency was not a queue, and the
+// baseline becomes the current latency (a cut that undoes a doubling is
+// no such test: the doubling made the queue). The knee is then unknown,
+// as it is when the latency falls a tenth below the baseline (faster
+// work): the limit doubles again to find it. To keep the limit down while
+// latency is above what the operation's callers can live with, set
+// Config.Ceiling: above it, the limit never grows.
 //
 // Only the caller says which calls are samples. Sundial samples successes
 // and the operation's own timeouts (as drops); cancellations, timeouts at
@@ -136,6 +156,10 @@ type Controller struct {
 	lastR   time.Duration // the previous window's mean latency
 	lastX   float64       // and its samples per second
 	lastCut bool          // the previous window cut the limit by 20 % or more
+	knee    float64       // the limit set by the last cut; 0: none known
+	doubled float64       // the limit before the previous window doubled it; 0: it did not
+	quiet   int           // windows in a row at the knee without a queue
+	cut     bool          // the previous window lowered the limit
 	windows int64         // windows ended
 	apply   func(int)     // applies a new limit; nil: none (shadow)
 }
@@ -178,6 +202,10 @@ func (c *Controller) Configure(cfg Config, apply func(limit int)) {
 		apply(int(n))
 	}
 }
+
+// probeAfter is the windows in a row at the knee without a queue after
+// which the limit probes one call above it.
+const probeAfter = 10
 
 // Target samples per window, and the most calls one sample stands for: a
 // window of many calls measures one in stride of them, so that a call
@@ -270,29 +298,59 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.
 	used := inFlight >= 0.9*limit       // the limit held calls back
 	if c.lastCut && used && c.lastR > 0 && r >= c.lastR*9/10 {
 		// The last cut did not bring latency down: it was not a queue.
-		c.base = r
+		c.base, c.knee = r, 0
 	}
 	if c.base == 0 || r < c.base {
+		if r < c.base*9/10 {
+			c.knee = 0 // faster work: its knee is elsewhere
+		}
 		c.base = r
 	}
 	// Little's law: of the calls in flight, inFlight·base/r would have
-	// been served without queueing; the others were queued.
+	// been served without queueing; the others were queued. And the x
+	// calls per second the work served need x·base calls in flight at the
+	// baseline latency: past the knee, that is the knee.
 	served := inFlight * c.base.Seconds() / r.Seconds()
 	queue := inFlight - served
 	alpha := max(3*math.Log10(limit), 1)
 	beta := 2 * alpha
 	next := limit
-	if queue > beta {
-		next = max(served+(alpha+beta)/2, inFlight/2)
+	healthy := c.cfg.Ceiling == 0 || r <= c.cfg.Ceiling
+	quiet, settling := c.quiet, c.cut
+	c.quiet = 0
+	switch {
+	case settling:
+		// The window after a cut still holds the calls the cut drains.
+	case queue > alpha:
+		// Past the knee: back to what was served, at most halving.
+		next = max(min(served, x*c.base.Seconds()), inFlight/2)
+		c.knee = next
+	case c.knee > 0 && limit > c.knee && queue >= alpha/4:
+		next = c.knee // a probe past the knee found a queue: undo it
+	case queue >= alpha/4 || inFlight < 0.8*limit || !healthy || stalled:
+		// A queue shows, or the limit held nothing back: hold.
+	case c.knee == 0:
+		next = 2 * limit // no knee known: double (TCP's slow start)
+	case limit+beta <= c.knee:
+		next = limit + beta // back up to the knee
+	case limit < c.knee:
+		next = c.knee
+	case quiet+1 < probeAfter:
+		c.quiet, c.knee = quiet+1, limit // at the knee: hold, and count
+	default:
+		next = limit + 1 // at the knee for long: probe one call past it
 	}
 	if drops*100 >= n && drops > 0 {
 		next = min(next, limit*0.9)
 	}
-	healthy := c.cfg.Ceiling == 0 || r <= c.cfg.Ceiling
-	if next == limit && queue < alpha/2 && inFlight >= 0.95*limit && healthy && !stalled {
-		next = limit + beta
+	// A cut that undoes a doubling is no test of the baseline: the
+	// doubling made the queue.
+	c.lastCut = next <= 0.8*limit && c.doubled == 0
+	c.cut = next < limit
+	c.doubled = 0
+	if next == 2*limit {
+		c.doubled = limit
 	}
-	c.lastCut = next <= 0.8*limit
 	c.lastR, c.lastX = r, x
 	return next
 }

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -17,7 +18,8 @@ func feed(c *Controller, now *time.Duration, n int, rtt time.Duration, drops, in
 }
 
 // TestGrowsOnlyWhenUsedAndHealthy: a window without queueing grows the
-// limit when it was in use; not when the calls in flight were few, nor
+// limit when it was in use, the calls in flight averaging 80 % of it or
+// more (doubles it: no knee is known yet); not when they were fewer, nor
 // when the latency is above the healthy ceiling.
 func TestGrowsOnlyWhenUsedAndHealthy(t *testing.T) {
 	for _, tc := range []struct {
@@ -26,10 +28,12 @@ func TestGrowsOnlyWhenUsedAndHealthy(t *testing.T) {
 		inFlight int
 		want     int
 	}{
-		{"used", 0, 20, 28},
+		{"used", 0, 20, 40},
+		{"used at 85 %", 0, 17, 40},
 		{"idle", 0, 10, 20},
+		{"idle at 75 %", 0, 15, 20},
 		{"above the ceiling", 50 * time.Millisecond, 20, 20},
-		{"below the ceiling", 150 * time.Millisecond, 20, 28},
+		{"below the ceiling", 150 * time.Millisecond, 20, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := New(Config{Ceiling: tc.ceiling}, 0)
@@ -42,14 +46,69 @@ func TestGrowsOnlyWhenUsedAndHealthy(t *testing.T) {
 }
 
 // TestQueueingCutsToTheKnee: at 100 in flight with latency twice the
-// baseline, half were queued: the limit goes to the other half plus the
-// headroom, in one window.
+// baseline, half were queued: the limit goes to the other half, in one
+// window. The calls that ended tell it too (n per second at the baseline
+// of 100 ms keep n/10 in flight): the limit goes to the lower figure of
+// the two.
 func TestQueueingCutsToTheKnee(t *testing.T) {
-	c := New(Config{Initial: 100}, 0)
+	for _, tc := range []struct {
+		name string
+		n    int
+		rtt  time.Duration
+		want int
+	}{
+		{"by latency", 625, 200 * time.Millisecond, 50},                 // served 62.5 by the calls
+		{"by calls served", 500, 100 * time.Millisecond * 100 / 60, 50}, // 60 by latency
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(Config{Initial: 100}, 0)
+			var now time.Duration
+			feed(c, &now, 500, 100*time.Millisecond, 0, 50) // the baseline, unused
+			if got := feed(c, &now, tc.n, tc.rtt, 0, 100); got != tc.want {
+				t.Errorf("limit = %d; want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFindsAndHoldsTheKnee: in front of work that serves 50 calls at
+// once in 100 ms and queues the others, the limit doubles from 20 until a
+// window shows a queue (80), cuts to the knee (50) and holds there: the
+// window after the cut does not cut again although the calls it drains
+// were queued, and for probeAfter windows it holds. Then it probes one
+// call past the knee, and a probe that finds a queue is undone.
+func TestFindsAndHoldsTheKnee(t *testing.T) {
+	c := New(Config{}, 0)
 	var now time.Duration
-	feed(c, &now, 200, 100*time.Millisecond, 0, 50) // the baseline, unused
-	if got := feed(c, &now, 200, 200*time.Millisecond, 0, 100); got != 59 {
-		t.Errorf("limit = %d; want 59 (50 + 4.5·log10 100)", got)
+	// window feeds one window of the work at the limit: up to the knee
+	// every call takes 100 ms; past it, calls queue and the work serves
+	// 500 per second.
+	window := func(rtt time.Duration) int {
+		limit := c.Limit()
+		x := min(limit*10, 500)
+		if rtt == 0 {
+			rtt = 100 * time.Millisecond * time.Duration(max(limit, 50)) / 50
+		}
+		return feed(c, &now, x, rtt, 0, limit)
+	}
+	var got []int
+	for range 3 {
+		got = append(got, window(0))
+	}
+	got = append(got, window(150*time.Millisecond)) // the queue the cut drains
+	if want := []int{40, 80, 50, 50}; !slices.Equal(got, want) {
+		t.Fatalf("limits %v; want %v", got, want)
+	}
+	for i := range probeAfter - 1 {
+		if got := window(0); got != 50 {
+			t.Fatalf("after %d windows at the knee the limit is %d; want 50", i+1, got)
+		}
+	}
+	if got := window(0); got != 51 {
+		t.Fatalf("after %d windows at the knee the limit is %d; want a probe to 51", probeAfter, got)
+	}
+	if got := window(103 * time.Millisecond); got != 50 {
+		t.Fatalf("after a probe that found 1.5 calls queued the limit is %d; want 50", got)
 	}
 }
 
@@ -134,7 +193,7 @@ func TestDetach(t *testing.T) {
 	c.Detach()
 	var now time.Duration
 	feed(c, &now, 100, 100*time.Millisecond, 0, 20) // grows the limit
-	if applied != 1 || c.Limit() != 28 {
-		t.Errorf("applied %d times, limit %d; want once (by Configure), 28", applied, c.Limit())
+	if applied != 1 || c.Limit() != 40 {
+		t.Errorf("applied %d times, limit %d; want once (by Configure), 40", applied, c.Limit())
 	}
 }

@@ -8,7 +8,7 @@
 // capacity C is Workers/Service calls per second, and C·S = Workers is the
 // concurrency it serves without queueing: the knee an adaptive limit must
 // find. Arrivals are a Poisson stream of a chosen rate from a seeded
-// generator.
+// generator; Scenario.Jitter spreads their service times about S.
 //
 // Run a Scenario inside a testing/synctest bubble: the clock is then the
 // bubble's, every timer fires at its exact instant and a run of minutes
@@ -31,8 +31,9 @@ import (
 )
 
 // Backend is the protected work: Workers calls at once, each for the
-// service time; the others wait for a worker in arrival order. A call
-// whose context ends gives its worker (or its place) back at once.
+// service time (times the call's Arrival.Work); the others wait for a
+// worker in arrival order. A call whose context ends gives its worker (or
+// its place) back at once.
 type Backend struct {
 	workers chan struct{}
 	service atomic.Int64
@@ -50,15 +51,19 @@ func NewBackend(workers int, s time.Duration) *Backend {
 func (b *Backend) SetService(s time.Duration) { b.service.Store(int64(s)) }
 
 // Serve serves one call: it waits for a worker, holds it for the service
-// time, and returns nil, or ctx's error when ctx ends first.
-func (b *Backend) Serve(ctx context.Context) error {
+// time times work (1 when work is 0), and returns nil, or ctx's error
+// when ctx ends first.
+func (b *Backend) Serve(ctx context.Context, work float64) error {
 	select {
 	case b.workers <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-b.workers }()
-	t := time.NewTimer(time.Duration(b.service.Load()))
+	if work <= 0 {
+		work = 1
+	}
+	t := time.NewTimer(time.Duration(work * float64(b.service.Load())))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -81,6 +86,9 @@ type Arrival struct {
 	CallerDeadline bool
 	// CancelAfter, when positive, is when the caller cancels, after At.
 	CancelAfter time.Duration
+	// Work is the call's service time in multiples of the backend's
+	// (0: 1), drawn when Scenario.Jitter is set.
+	Work float64
 }
 
 // Event is a change of the scenario at a time since the start.
@@ -102,6 +110,10 @@ type Scenario struct {
 	Ramp time.Duration
 	// Seed seeds the arrivals (and Shape's generator).
 	Seed uint64
+	// Jitter, when positive, spreads the service times: each call's is
+	// uniform within ±Jitter of the backend's (Arrival.Work), drawn from
+	// the seeded generator.
+	Jitter float64
 	// Deadline is every call's deadline (Arrival.Deadline), the
 	// operation's own unless CallerDeadline.
 	Deadline       time.Duration
@@ -202,6 +214,9 @@ func Run(s Scenario) Result {
 			continue // thinning: the rate at at is Rate·at/Ramp
 		}
 		a := Arrival{Index: i, At: at, Deadline: s.Deadline, CallerDeadline: s.CallerDeadline}
+		if s.Jitter > 0 {
+			a.Work = 1 + s.Jitter*(2*rng.Float64()-1)
+		}
 		if s.Shape != nil {
 			s.Shape(&a, rng)
 		}
@@ -243,7 +258,7 @@ func call(mw *resilience.DeadlineMiddleware, id op, s Scenario, a Arrival) Call 
 	c := Call{Arrival: a}
 	_, c.Err = mw.Invoke(ctx, pipeline.NewInvocation(spec), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		c.Admitted = true
-		return nil, s.Backend.Serve(ctx)
+		return nil, s.Backend.Serve(ctx, a.Work)
 	})
 	c.Latency = time.Since(now)
 	return c

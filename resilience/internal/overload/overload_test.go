@@ -92,6 +92,33 @@ func TestAdaptiveAtThreeTimesOverload(t *testing.T) {
 	t.Logf("goodput %.0f/s of %.0f, p99 %v", r.Goodput(from, to, "*"), float64(capacity), r.AdmittedLatency(from, to, 0.99))
 }
 
+// TestAdaptiveHoldsBelowTheKnee is issue 29's peer bar in the simulator:
+// at 4× overload of the peer benchmark's backend (40 workers, service
+// 200 ms ±50 %, deadline 2 s), from 3 s on, the p99 of the admitted calls
+// stays within 10 ms of the longest service time (no call waits for a
+// worker more than a moment: the limit sits at the knee, not past it),
+// and goodput is ≥ 75 % of the capacity (the limit is not far below it).
+func TestAdaptiveHoldsBelowTheKnee(t *testing.T) {
+	t.Parallel()
+	const workers, jitter = 40, 0.5
+	capacity := workers / service.Seconds()
+	longest := time.Duration((1 + jitter) * float64(service))
+	r := run(t, func() overload.Scenario {
+		return overload.Scenario{Limits: adaptive(0, nil), Backend: overload.NewBackend(workers, service),
+			Rate: 4 * capacity, Duration: 30 * time.Second, Seed: 7, Jitter: jitter, Deadline: 10 * service}
+	})
+	logTrace(t, r)
+	from, to := 3*window, 30*time.Second
+	g, p99 := r.Goodput(from, to, "*"), r.AdmittedLatency(from, to, 0.99)
+	if g < 0.75*capacity {
+		t.Errorf("goodput = %.0f calls/s; want ≥ %.0f (75 %% of %.0f)", g, 0.75*capacity, capacity)
+	}
+	if p99 > longest+10*time.Millisecond {
+		t.Errorf("p99 of admitted calls = %v; want ≤ %v (the longest service time) + 10ms", p99, longest)
+	}
+	t.Logf("goodput %.0f/s of %.0f, p99 %v", g, capacity, p99)
+}
+
 // TestAdaptiveFollowsASlowdown: when the backend's service time grows 5×,
 // the limit falls within 3 s (to at most 60 % of what it was), stays down
 // while the latency is above the healthy ceiling, and is back within
