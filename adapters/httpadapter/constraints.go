@@ -200,30 +200,12 @@ func applyRule(r operations.Rule, s *openapi3.Schema, t reflect.Type) bool {
 	}
 	switch r.Name {
 	case "required":
-		switch {
-		case kind == reflect.String:
-			if s.MinLength < 1 {
-				s.MinLength = 1
-			}
-		case kind == reflect.Bool:
-			s.Enum = []any{true}
-		case number:
-			s.Not = &openapi3.SchemaRef{Value: &openapi3.Schema{Enum: []any{0}}}
-		}
+		applyRequired(s, kind, number)
 		return true
 	case "min", "gte", "max", "lte", "gt", "lt", "len":
 		return applyBound(r, s, kind, size, number)
 	case "oneof":
-		var vals []any
-		for _, v := range r.Values() {
-			x, ok := typedValue(v, kind)
-			if !ok {
-				return false
-			}
-			vals = append(vals, x)
-		}
-		s.Enum = vals
-		return true
+		return applyOneOf(r, s, kind)
 	case "pattern":
 		if kind != reflect.String || s.Pattern != "" {
 			return false
@@ -238,6 +220,36 @@ func applyRule(r operations.Rule, s *openapi3.Schema, t reflect.Type) bool {
 		return true
 	}
 	return false
+}
+
+// applyRequired writes "required" into the schema s of a value of kind:
+// a string is not empty, a bool is true, a number is not zero.
+func applyRequired(s *openapi3.Schema, kind reflect.Kind, number bool) {
+	switch {
+	case kind == reflect.String:
+		if s.MinLength < 1 {
+			s.MinLength = 1
+		}
+	case kind == reflect.Bool:
+		s.Enum = []any{true}
+	case number:
+		s.Not = &openapi3.SchemaRef{Value: &openapi3.Schema{Enum: []any{0}}}
+	}
+}
+
+// applyOneOf writes a oneof rule into s as an enum, and reports whether
+// every value is one of kind.
+func applyOneOf(r operations.Rule, s *openapi3.Schema, kind reflect.Kind) bool {
+	var vals []any
+	for _, v := range r.Values() {
+		x, ok := typedValue(v, kind)
+		if !ok {
+			return false
+		}
+		vals = append(vals, x)
+	}
+	s.Enum = vals
+	return true
 }
 
 // applyBound writes a bound rule (min, max, gte, lte, gt, lt, len) into s.

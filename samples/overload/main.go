@@ -229,60 +229,84 @@ func run(p params, sc scenario, c contender) (runResult, error) {
 	defer g.close()
 	b := newBackend(p.c, p.burn && c.cpuBased)
 	defer b.close()
+	t := &trial{g: g, b: b, stop: make(chan struct{}), start: time.Now()}
+	var bg sync.WaitGroup
+	bg.Go(func() { t.watch(headlineOf(sc)) })
+	if sc.slowTo > 0 {
+		bg.Go(func() { t.slow(sc) })
+	}
+	t.offer(p, sc)
+	close(t.stop)
+	bg.Wait()
+	return t.result(p, sc), nil
+}
 
-	// The same arrivals and demands for every contender.
-	rng := rand.New(rand.NewPCG(p.seed, uint64(len(sc.name))*0x9e3779b97f4a7c15+uint64(sc.load*1000)))
-	rate := sc.load * p.capacity()
-	var (
-		mu      sync.Mutex
-		records []record
-		calls   sync.WaitGroup
-		cpuSum  atomic.Int64
-		cpuN    atomic.Int64
-		limits  []int // sampled in the headline phase
-	)
-	var headline phase
+// trial is one run of one contender in one scenario.
+type trial struct {
+	g     guard
+	b     *backend
+	stop  chan struct{} // closed when every call has ended
+	start time.Time
+
+	mu      sync.Mutex
+	records []record
+	limits  []int // sampled in the headline phase
+	cpuSum  atomic.Int64
+	cpuN    atomic.Int64
+}
+
+// headlineOf returns sc's headline phase.
+func headlineOf(sc scenario) phase {
 	for _, ph := range sc.phases {
 		if ph.headline {
-			headline = ph
+			return ph
 		}
 	}
-	stop := make(chan struct{})
-	start := time.Now()
-	var bg sync.WaitGroup
-	bg.Go(func() { // the CPU the guard reads and its limit, every 250 ms
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				cpuSum.Add(g.cpu())
-				cpuN.Add(1)
-				if at := time.Since(start); at >= headline.from && at < headline.to {
-					mu.Lock()
-					limits = append(limits, g.limit())
-					mu.Unlock()
-				}
-			case <-stop:
-				return
+	return phase{}
+}
+
+// watch samples the CPU the guard reads and, within headline, its limit,
+// every 250 ms until the trial stops.
+func (t *trial) watch(headline phase) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			t.cpuSum.Add(t.g.cpu())
+			t.cpuN.Add(1)
+			if at := time.Since(t.start); at >= headline.from && at < headline.to {
+				t.mu.Lock()
+				t.limits = append(t.limits, t.g.limit())
+				t.mu.Unlock()
 			}
+		case <-t.stop:
+			return
 		}
-	})
-	if sc.slowTo > 0 {
-		bg.Go(func() {
-			for _, ev := range []struct {
-				at time.Duration
-				f  float64
-			}{{sc.slowFrom, 5}, {sc.slowTo, 1}} {
-				select {
-				case <-time.After(time.Until(start.Add(ev.at))):
-					b.setSlowdown(ev.f)
-				case <-stop:
-					return
-				}
-			}
-		})
 	}
+}
+
+// slow slows the backend 5x from sc.slowFrom to sc.slowTo.
+func (t *trial) slow(sc scenario) {
+	for _, ev := range []struct {
+		at time.Duration
+		f  float64
+	}{{sc.slowFrom, 5}, {sc.slowTo, 1}} {
+		select {
+		case <-time.After(time.Until(t.start.Add(ev.at))):
+			t.b.setSlowdown(ev.f)
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+// offer sends sc's arrivals, the same arrivals and demands for every
+// contender, and waits for every call to end.
+func (t *trial) offer(p params, sc scenario) {
+	rng := rand.New(rand.NewPCG(p.seed, uint64(len(sc.name))*0x9e3779b97f4a7c15+uint64(sc.load*1000)))
+	rate := sc.load * p.capacity()
+	var calls sync.WaitGroup
 	var next time.Duration
 	for {
 		next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
@@ -291,35 +315,39 @@ func run(p params, sc scenario, c contender) (runResult, error) {
 		}
 		demand := time.Duration((0.5 + rng.Float64()) * float64(p.s))
 		at := next
-		time.Sleep(time.Until(start.Add(at)))
-		calls.Go(func() {
-			arrival := time.Now()
-			var admitted atomic.Bool
-			err := g.do(arrival, p.deadline, func(ctx context.Context) error {
-				admitted.Store(true)
-				return b.serve(ctx, demand)
-			})
-			r := record{at: at, lag: arrival.Sub(start.Add(at)), latency: time.Since(arrival), admitted: admitted.Load(), ok: err == nil}
-			mu.Lock()
-			records = append(records, r)
-			mu.Unlock()
-		})
+		time.Sleep(time.Until(t.start.Add(at)))
+		calls.Go(func() { t.call(p, at, demand) })
 	}
 	calls.Wait()
-	close(stop)
-	bg.Wait()
+}
 
+// call makes one call, due at at with demand, and records it.
+func (t *trial) call(p params, at, demand time.Duration) {
+	arrival := time.Now()
+	var admitted atomic.Bool
+	err := t.g.do(arrival, p.deadline, func(ctx context.Context) error {
+		admitted.Store(true)
+		return t.b.serve(ctx, demand)
+	})
+	r := record{at: at, lag: arrival.Sub(t.start.Add(at)), latency: time.Since(arrival), admitted: admitted.Load(), ok: err == nil}
+	t.mu.Lock()
+	t.records = append(t.records, r)
+	t.mu.Unlock()
+}
+
+// result measures each phase of the trial.
+func (t *trial) result(p params, sc scenario) runResult {
 	res := runResult{cpu: -1, limit: "-"}
-	if n := cpuN.Load(); n > 0 && cpuSum.Load() >= 0 {
-		res.cpu = cpuSum.Load() / n
+	if n := t.cpuN.Load(); n > 0 && t.cpuSum.Load() >= 0 {
+		res.cpu = t.cpuSum.Load() / n
 	}
-	if slices.Sort(limits); len(limits) > 0 && limits[0] >= 0 {
-		res.limit = fmt.Sprintf("%d [%d-%d]", limits[len(limits)/2], limits[0], limits[len(limits)-1])
+	if slices.Sort(t.limits); len(t.limits) > 0 && t.limits[0] >= 0 {
+		res.limit = fmt.Sprintf("%d [%d-%d]", t.limits[len(t.limits)/2], t.limits[0], t.limits[len(t.limits)-1])
 	}
 	for _, ph := range sc.phases {
-		res.phases = append(res.phases, measure(ph, records, p.deadline))
+		res.phases = append(res.phases, measure(ph, t.records, p.deadline))
 	}
-	return res, nil
+	return res
 }
 
 func p99(d []time.Duration) time.Duration {

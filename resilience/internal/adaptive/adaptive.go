@@ -294,8 +294,41 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.
 		return limit
 	}
 	x := float64(n) / elapsed.Seconds() // calls per second
-	stalled := x < c.lastX/2            // calls stopped ending: news is late
-	used := inFlight >= 0.9*limit       // the limit held calls back
+	c.rebase(r, inFlight >= 0.9*limit)  // used: the limit held calls back
+	// Little's law: of the calls in flight, inFlight·base/r would have
+	// been served without queueing; the others were queued. And the x
+	// calls per second the work served need x·base calls in flight at the
+	// baseline latency: past the knee, that is the knee.
+	served := inFlight * c.base.Seconds() / r.Seconds()
+	w := window{
+		limit: limit, x: x, inFlight: inFlight, served: served, queue: inFlight - served,
+		alpha:   max(3*math.Log10(limit), 1),
+		held:    inFlight < 0.8*limit || c.cfg.Ceiling != 0 && r > c.cfg.Ceiling || x < c.lastX/2,
+		settles: c.cut,
+	}
+	next := c.step(w)
+	if drops*100 >= n && drops > 0 {
+		next = min(next, limit*0.9)
+	}
+	c.remember(limit, next, r, x)
+	return next
+}
+
+// window is what one window saw, as next reads it.
+type window struct {
+	limit, x, inFlight, served, queue, alpha float64
+	// held: the limit held nothing back (calls in flight under 80 % of
+	// it), latency is above the healthy ceiling, or calls stopped ending
+	// (news is late): no reason to grow.
+	held bool
+	// settles: the window follows a cut and still holds the calls the
+	// cut drains.
+	settles bool
+}
+
+// rebase updates the baseline latency with a window's mean latency r;
+// used: the limit held calls back.
+func (c *Controller) rebase(r time.Duration, used bool) {
 	if c.lastCut && used && c.lastR > 0 && r >= c.lastR*9/10 {
 		// The last cut did not bring latency down: it was not a queue.
 		c.base, c.knee = r, 0
@@ -306,43 +339,49 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.
 		}
 		c.base = r
 	}
-	// Little's law: of the calls in flight, inFlight·base/r would have
-	// been served without queueing; the others were queued. And the x
-	// calls per second the work served need x·base calls in flight at the
-	// baseline latency: past the knee, that is the knee.
-	served := inFlight * c.base.Seconds() / r.Seconds()
-	queue := inFlight - served
-	alpha := max(3*math.Log10(limit), 1)
-	beta := 2 * alpha
-	next := limit
-	healthy := c.cfg.Ceiling == 0 || r <= c.cfg.Ceiling
-	quiet, settling := c.quiet, c.cut
+}
+
+// step returns the limit after window w: cut past the knee, undo a probe
+// that found a queue, hold, or grow.
+func (c *Controller) step(w window) float64 {
+	quiet := c.quiet
 	c.quiet = 0
 	switch {
-	case settling:
-		// The window after a cut still holds the calls the cut drains.
-	case queue > alpha:
+	case w.settles:
+		return w.limit
+	case w.queue > w.alpha:
 		// Past the knee: back to what was served, at most halving.
-		next = max(min(served, x*c.base.Seconds()), inFlight/2)
-		c.knee = next
-	case c.knee > 0 && limit > c.knee && queue >= alpha/4:
-		next = c.knee // a probe past the knee found a queue: undo it
-	case queue >= alpha/4 || inFlight < 0.8*limit || !healthy || stalled:
-		// A queue shows, or the limit held nothing back: hold.
+		c.knee = max(min(w.served, w.x*c.base.Seconds()), w.inFlight/2)
+		return c.knee
+	case c.knee > 0 && w.limit > c.knee && w.queue >= w.alpha/4:
+		return c.knee // a probe past the knee found a queue: undo it
+	case w.queue >= w.alpha/4 || w.held:
+		return w.limit // a queue shows, or no reason to grow: hold
+	}
+	return c.grow(w.limit, 2*w.alpha, quiet)
+}
+
+// grow returns the limit after a window without a queue in which the
+// limit held calls back: double while no knee is known (TCP's slow
+// start); climb by beta, then snap, back to a known knee; at the knee,
+// hold for probeAfter windows, then probe one call past it.
+func (c *Controller) grow(limit, beta float64, quiet int) float64 {
+	switch {
 	case c.knee == 0:
-		next = 2 * limit // no knee known: double (TCP's slow start)
+		return 2 * limit
 	case limit+beta <= c.knee:
-		next = limit + beta // back up to the knee
+		return limit + beta
 	case limit < c.knee:
-		next = c.knee
+		return c.knee
 	case quiet+1 < probeAfter:
 		c.quiet, c.knee = quiet+1, limit // at the knee: hold, and count
-	default:
-		next = limit + 1 // at the knee for long: probe one call past it
+		return limit
 	}
-	if drops*100 >= n && drops > 0 {
-		next = min(next, limit*0.9)
-	}
+	return limit + 1
+}
+
+// remember keeps what the next window's rule needs of this one.
+func (c *Controller) remember(limit, next float64, r time.Duration, x float64) {
 	// A cut that undoes a doubling is no test of the baseline: the
 	// doubling made the queue.
 	c.lastCut = next <= 0.8*limit && c.doubled == 0
@@ -352,5 +391,4 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.
 		c.doubled = limit
 	}
 	c.lastR, c.lastX = r, x
-	return next
 }
