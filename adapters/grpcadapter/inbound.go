@@ -19,15 +19,33 @@ import (
 // This file builds the invocation of a call: its parent context, its
 // trace context and baggage, and the caller's idempotency key.
 
-// invoke runs one call, whose server context is ctx, through the kernel:
-// r with the protocol, the route (the full method name) and the caller's
-// idempotency key filled in, under the invocation's parent context (see
-// inbound) carrying the trace context and baggage of the request
-// metadata. The kernel returns the outcome by the invocation's deadline,
-// whatever the handler does; a call r rejects (r.Reject) runs nothing.
+// invoke runs one call, whose server context is ctx, through the kernel
+// (Handle) and returns its outcome, by the invocation's deadline whatever
+// the handler does; a call r rejects (r.Reject) runs nothing. See prepare
+// for what the adapter adds to r and to the context.
 func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) kernel.Outcome {
 	parent, stop := a.inbound(ctx)
 	defer stop()
+	parent = a.prepare(ctx, parent, full, &r)
+	return a.k.Handle(parent, r)
+}
+
+// serve runs one call as invoke does, on the calling goroutine, under the
+// kernel's guard (Serve): respond gets the outcome once, by the
+// invocation's deadline whatever the handler does. serve returns when the
+// chain has returned.
+func (a *Adapter) serve(ctx context.Context, full string, r kernel.Request, respond func(kernel.Outcome)) {
+	parent, stop := a.inbound(ctx)
+	defer stop()
+	parent = a.prepare(ctx, parent, full, &r)
+	a.k.Serve(parent, r, respond)
+}
+
+// prepare fills in r for a call whose server context is ctx — the
+// protocol, the route (the full method name), the caller's priority and
+// idempotency key — and returns the invocation's parent context (see
+// inbound) carrying the trace context and baggage of the request metadata.
+func (a *Adapter) prepare(ctx, parent context.Context, full string, r *kernel.Request) context.Context {
 	md := a.metadata(ctx, r.Operation, full)
 	parent = a.extract(parent, md)
 	r.Protocol = pipeline.ProtocolGRPC
@@ -57,7 +75,7 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 			r.IdempotencyKey = vs[0]
 		}
 	}
-	return a.k.Handle(parent, r)
+	return parent
 }
 
 // inbound returns the invocation's parent context for a call whose server

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,22 +23,17 @@ import (
 // This file serves one unary call: it receives the request, converts it
 // to the operation's input and its result to the response.
 
-// handle is the grpc.MethodDesc handler of one operation.
+// handle is the grpc.MethodDesc handler of one operation. Without an
+// interceptor the whole call is handed to one receiver goroutine (see
+// serve); with one, the request is received first, then the interceptor
+// runs on grpc-go's goroutine and the kernel's guard on another (Handle).
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+	if icpt == nil {
+		return m.serve(ctx, dec)
+	}
 	req := dynamicpb.NewMessage(m.in.desc)
 	if err := m.a.receive(dec, req); err != nil {
-		if err == errRecvTimeout {
-			// The message did not arrive within WithRecvTimeout: the
-			// answer closes the stream, which ends the read.
-			return nil, m.reject(ctx, pipeline.ErrTimeout())
-		}
-		// A request that is not valid protobuf is answered with the
-		// decoder's own status (grpc-go's Internal, or InvalidArgument for
-		// a decoder panic).
-		return nil, m.reject(ctx, fromHandler(err))
-	}
-	if icpt == nil {
-		return m.call(ctx, req)
+		return nil, m.unreceived(ctx, err)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: m.full}
 	return icpt(ctx, req, info, func(ctx context.Context, req any) (any, error) {
@@ -48,6 +44,20 @@ func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt 
 		}
 		return m.call(ctx, msg)
 	})
+}
+
+// unreceived answers a call whose request message could not be read: err
+// is errRecvTimeout or the decoder's.
+func (m *method) unreceived(ctx context.Context, err error) error {
+	if err == errRecvTimeout {
+		// The message did not arrive within WithRecvTimeout: the answer
+		// closes the stream, which ends the read.
+		return m.reject(ctx, pipeline.ErrTimeout())
+	}
+	// A request that is not valid protobuf is answered with the decoder's
+	// own status (grpc-go's Internal, or InvalidArgument for a decoder
+	// panic).
+	return m.reject(ctx, fromHandler(err))
 }
 
 // reject answers a call the adapter turns away before the pipeline with
@@ -61,6 +71,32 @@ func (m *method) reject(ctx context.Context, outcome error) error {
 // errRecvTimeout reports a request message that did not arrive within
 // WithRecvTimeout.
 var errRecvTimeout = errors.New("grpcadapter: request message not received in time")
+
+// serve runs one call with a single hand-off: a receiver goroutine reads
+// the request message and then runs the call itself, under the kernel's
+// guard (kernel.Serve), while grpc-go's goroutine waits for the answer.
+// The guard answers by the invocation's deadline whatever the handler
+// does, from its own goroutine when the chain is late, so the answer
+// never waits for a straggler.
+//
+// WithRecvTimeout bounds the read alone: when its timer fires before the
+// message was read, the call is answered DeadlineExceeded at once (see
+// unreceived); a message that arrives later is dropped. Once the message was read, the timer is stopped and
+// plays no part.
+func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
+	r := &reception{dec: dec, req: dynamicpb.NewMessage(m.in.desc), done: make(chan error, 1), m: m, ctx: ctx}
+	if d := m.a.cfg.recvTimeout; d > 0 {
+		r.timer = time.AfterFunc(d, r.expire)
+	}
+	m.a.handOff(r)
+	if err := <-r.done; err != nil {
+		if err == errRecvTimeout {
+			return nil, m.unreceived(ctx, err)
+		}
+		return nil, err
+	}
+	return r.resp, nil
+}
 
 // receive decodes the request message into req, waiting at most
 // WithRecvTimeout for it (see there). dec is grpc-go's, the stream's
@@ -76,11 +112,7 @@ func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
 		return decodeRequest(dec, req)
 	}
 	r := &reception{dec: dec, req: req, done: make(chan error, 1)}
-	select {
-	case a.receivers <- r:
-	default:
-		go a.receiveLoop(r)
-	}
+	a.handOff(r)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -91,30 +123,98 @@ func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
 	}
 }
 
-// reception is one request message to read: decodeRequest(dec, req), its
-// result sent to done (buffered: the sender never waits).
+// handOff gives r to an idle receiver goroutine, or to a new one.
+func (a *Adapter) handOff(r *reception) {
+	select {
+	case a.receivers <- r:
+	default:
+		go a.receiveLoop(r)
+	}
+}
+
+// The states of a reception that runs its call (serve): reading until the
+// message is read or the WithRecvTimeout timer fires, whichever is first.
+const (
+	receptionReading int32 = iota
+	receptionRead
+	receptionTimedOut
+)
+
+// reception is one request message to read: decodeRequest(dec, req). For
+// receive, the read's result is sent to done. For serve (m not nil), the
+// receiver goroutine runs the call once the message is read, and done
+// gets the answer's status error (nil: resp is the response), or
+// errRecvTimeout. done is buffered and only ever sent to once, by the
+// winner of state: the sender never waits.
 type reception struct {
 	dec  func(any) error
 	req  *dynamicpb.Message
 	done chan error
+
+	m     *method         // nil: only read (receive)
+	ctx   context.Context // the call's server context
+	timer *time.Timer     // WithRecvTimeout's; nil: no bound
+	state atomic.Int32    // receptionReading, then Read or TimedOut
+	start time.Time       // when the message was read
+	resp  any             // the response, set before done is sent nil
+}
+
+// expire runs when WithRecvTimeout fires: unless the message was read,
+// the call is answered without it.
+func (r *reception) expire() {
+	if r.state.CompareAndSwap(receptionReading, receptionTimedOut) {
+		r.done <- errRecvTimeout
+	}
+}
+
+// run reads r's message and, for serve, runs its call (see serve).
+func (r *reception) run() {
+	err := decodeRequest(r.dec, r.req)
+	if r.m == nil {
+		r.done <- err
+		return
+	}
+	if !r.state.CompareAndSwap(receptionReading, receptionRead) {
+		return // answered DeadlineExceeded already: the message is dropped
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	if err != nil {
+		r.done <- r.m.unreceived(r.ctx, err)
+		return
+	}
+	r.start = time.Now()
+	r.m.a.serve(r.ctx, r.m.full, r.m.kernelRequest(r.req), r.respond)
+}
+
+// respond is the kernel's answer to r's call: it converts the outcome to
+// the response and hands it to grpc-go's goroutine. The kernel calls it
+// once, from the receiver goroutine or, for a chain late past its
+// deadline, from the guard's.
+func (r *reception) respond(o kernel.Outcome) {
+	resp, err := r.m.reply(r.ctx, o, r.start)
+	r.resp = resp
+	r.done <- err
 }
 
 // receiverIdle is how long a receiver goroutine waits for another message
 // to read before it exits. A new goroutine starts with a small stack,
-// which grpc-go's read path outgrows, and the runtime copies it each time
-// it doubles — more work than the rest of the adapter's per-call
-// bookkeeping. A receiver that reads one message after another keeps its
-// grown stack. A server under load hands every read to a waiting
-// receiver; an idle server keeps none for more than a few milliseconds.
+// which grpc-go's read path and the call's chain outgrow, and the runtime
+// copies it each time it doubles — more work than the rest of the
+// adapter's per-call bookkeeping. A receiver that reads one message after
+// another keeps its grown stack. A server under load hands every read to
+// a waiting receiver; an idle server keeps none for more than a few
+// milliseconds.
 const receiverIdle = 5 * time.Millisecond
 
-// receiveLoop reads r, then the messages receive hands it, until it has
+// receiveLoop runs r, then the receptions handOff gives it, until it has
 // waited receiverIdle for one.
 func (a *Adapter) receiveLoop(r *reception) {
 	idle := time.NewTimer(receiverIdle)
 	defer idle.Stop()
 	for {
-		r.done <- decodeRequest(r.dec, r.req)
+		r.run()
 		r = nil // keep nothing of the call while idle
 		idle.Reset(receiverIdle)
 		select {
@@ -141,20 +241,32 @@ func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
 // call converts the request to the operation's input, runs the operation
 // through the kernel and converts its outcome to the response.
 func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) {
-	a := m.a
 	start := time.Now()
+	o := m.a.invoke(ctx, m.full, m.kernelRequest(req))
+	return m.reply(ctx, o, start)
+}
+
+// kernelRequest returns the kernel's request for the request message: the
+// operation's input, or the rejection of a message that does not convert.
+func (m *method) kernelRequest(req *dynamicpb.Message) kernel.Request {
 	r := kernel.Request{Operation: m.desc.ID}
 	if in, err := m.decodeInput(req); err != nil {
 		r.Reject = err
 	} else {
 		r.Input = in
 	}
-	o := a.invoke(ctx, m.full, r)
+	return r
+}
+
+// reply converts the outcome of a call that started at start to the
+// response (nil on failure) and the status error of the answer (see
+// answer).
+func (m *method) reply(ctx context.Context, o kernel.Outcome, start time.Time) (any, error) {
 	var resp any
 	if o.Err == nil {
 		resp, o.Err = m.encodeOutput(o.Output)
 	}
-	if err := a.answer(ctx, m.full, o, start); err != nil {
+	if err := m.a.answer(ctx, m.full, o, start); err != nil {
 		return nil, err
 	}
 	return resp, nil
