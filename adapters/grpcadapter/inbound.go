@@ -127,18 +127,23 @@ const (
 // as a propagation.TextMapCarrier for Extract: on every call
 // metadata.FromIncomingContext copies every key and value, which costs
 // more than the rest of the adapter's per-call work; a call reads only a
-// few keys, most of them absent. With noBaggage set it hides the baggage
-// metadata.
+// few keys, most of them absent, and grpc-go looks for an absent key by
+// comparing it with every key present. The baggage values are read once
+// (metadata) and kept. With noBaggage set it hides the baggage metadata.
 type incomingMD struct {
 	ctx       context.Context
+	baggage   []string
 	noBaggage bool
 }
 
 // Values returns the values of key (propagation.ValuesGetter: the W3C
 // baggage propagator reads every baggage value through it).
 func (m incomingMD) Values(key string) []string {
-	if m.noBaggage && key == mdBaggage {
-		return nil
+	if key == mdBaggage {
+		if m.noBaggage {
+			return nil
+		}
+		return m.baggage
 	}
 	return metadata.ValueFromIncomingContext(m.ctx, key)
 }
@@ -168,8 +173,8 @@ func (m incomingMD) Keys() []string {
 // carrier, with baggage over the WithBaggageLimit hidden (and a warning
 // logged).
 func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
-	md := incomingMD{ctx: ctx}
-	if vs := md.Values(mdBaggage); len(vs) > 0 {
+	md := incomingMD{ctx: ctx, baggage: metadata.ValueFromIncomingContext(ctx, mdBaggage)}
+	if vs := md.baggage; len(vs) > 0 {
 		size := 0
 		for _, v := range vs {
 			size += len(v)

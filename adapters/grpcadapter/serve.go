@@ -24,11 +24,13 @@ import (
 // to the operation's input and its result to the response.
 
 // handle is the grpc.MethodDesc handler of one operation. Without an
-// interceptor the whole call is handed to one receiver goroutine (see
-// serve); with one, the request is received first, then the interceptor
-// runs on grpc-go's goroutine and the kernel's guard on another (Handle).
+// interceptor, or with only the adapter's own (which passes the adapter's
+// methods straight through), the whole call is handed to one receiver
+// goroutine (see serve). With others, the request is received first, then
+// the interceptors run on grpc-go's goroutine and the chain on another
+// (kernel.Handle), so that they see the answer the deadline gives.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-	if icpt == nil {
+	if icpt == nil || isOwnUnary(icpt) {
 		return m.serve(ctx, dec)
 	}
 	req := dynamicpb.NewMessage(m.in.desc)
@@ -44,6 +46,20 @@ func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt 
 		}
 		return m.call(ctx, msg)
 	})
+}
+
+// ownUnary is the code of the interceptors UnaryServerInterceptor
+// returns, whatever their adapter.
+var ownUnary = reflect.ValueOf((*Adapter)(nil).UnaryServerInterceptor()).Pointer()
+
+// isOwnUnary reports whether icpt is an interceptor UnaryServerInterceptor
+// returned: the only one on the server, since grpc-go chains two or more
+// into a function of its own. For an adapter's method it calls the handler
+// and returns its result, nothing else, so skipping it changes nothing.
+// UnaryServerInterceptor is not inlined: an inlined copy would compile the
+// function it returns anew at the call site, with code of its own.
+func isOwnUnary(icpt grpc.UnaryServerInterceptor) bool {
+	return reflect.ValueOf(icpt).Pointer() == ownUnary
 }
 
 // unreceived answers a call whose request message could not be read: err
@@ -89,6 +105,7 @@ func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
 		r.timer = time.AfterFunc(d, r.expire)
 	}
 	m.a.handOff(r)
+	growStack(0) // while the receiver reads
 	if err := <-r.done; err != nil {
 		if err == errRecvTimeout {
 			return nil, m.unreceived(ctx, err)
@@ -97,6 +114,30 @@ func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
 	}
 	return r.resp, nil
 }
+
+// growStack grows the stack of grpc-go's goroutine for the call while it
+// holds few frames. grpc-go runs each call on a new goroutine, whose
+// stack starts at 2 KiB and doubles twice per call: once in grpc-go
+// before the handler, once while encoding the response, where proto's
+// reflective walk of a dynamic message is deep. The runtime copies a
+// stack frame by frame, looking up each frame's pointer map, so the
+// second growth costs about twice as much there as here (callgrind:
+// 24k instructions per call instead of 47k for both growths; see
+// docs/performance.md). A stack large enough already costs the frame's
+// zeroing alone. The frame (growFrame) leaves the stack at 8 KiB, where
+// grpc-go's own growths leave it.
+//
+//go:noinline
+func growStack(i int) byte {
+	var buf [growFrame]byte
+	buf[i] = 1
+	return buf[(i+1)%growFrame]
+}
+
+// growFrame is the size of growStack's frame: with the 1–2 KiB grpc-go's
+// goroutine holds when the handler runs, more than its 4 KiB stack has
+// left, less than 8 KiB.
+const growFrame = 3 << 10
 
 // receive decodes the request message into req, waiting at most
 // WithRecvTimeout for it (see there). dec is grpc-go's, the stream's
