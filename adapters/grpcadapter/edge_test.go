@@ -125,15 +125,7 @@ func TestContextIgnoringHandlerAnsweredAtDeadline(t *testing.T) {
 				}
 
 				unblock()
-				h.waitLog(t, lateResult, "operation="+path.op, "protocol=grpc", "code="+pipeline.CodeTimeout, "traceId="+traceID)
-				wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := h.k.Wait(wctx); err != nil {
-					t.Fatal(err)
-				}
-				if late := h.findLog(lateResult); len(late) != 1 {
-					t.Errorf("the late result was logged %d times, want once: %v", len(late), late)
-				}
+				h.waitLateOnce(t, "operation="+path.op, "protocol=grpc", "code="+pipeline.CodeTimeout, "traceId="+traceID)
 				if calls := h.findLog("grpc call", "method="+path.method); len(calls) != 1 {
 					t.Errorf("the call was logged %d times, want once: %v", len(calls), calls)
 				}
@@ -405,7 +397,15 @@ func TestForeignInterceptorSeesTheDeadlineAnswer(t *testing.T) {
 		t.Errorf("the interceptor saw the answer after %v, want within %v of the deadline (%v)", s.at, 100*time.Millisecond, stuckTimeout)
 	}
 	unblock()
-	h.waitLog(t, lateResult, "operation=work.stuck", "protocol=grpc", "code="+pipeline.CodeTimeout)
+	h.waitLateOnce(t, "operation=work.stuck", "protocol=grpc", "code="+pipeline.CodeTimeout)
+}
+
+// waitLateOnce waits for the kernel's record of a straggler's late result
+// with the attributes want, then for every invocation to return, and
+// checks that the late result was logged once.
+func (h *harness) waitLateOnce(t *testing.T, want ...string) {
+	t.Helper()
+	h.waitLog(t, lateResult, want...)
 	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.k.Wait(wctx); err != nil {

@@ -124,7 +124,9 @@ func TestOwnInterceptorIsSkipped(t *testing.T) {
 	if !isOwnUnary(a.UnaryServerInterceptor()) {
 		t.Error("isOwnUnary(UnaryServerInterceptor()) = false, want true")
 	}
-	other := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) { return h(ctx, req) }
+	other := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(ctx, req)
+	}
 	if isOwnUnary(other) {
 		t.Error("isOwnUnary(another interceptor) = true, want false")
 	}
