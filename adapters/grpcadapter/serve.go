@@ -97,8 +97,8 @@ var errRecvTimeout = errors.New("grpcadapter: request message not received in ti
 //
 // WithRecvTimeout bounds the read alone: when its timer fires before the
 // message was read, the call is answered DeadlineExceeded at once (see
-// unreceived); a message that arrives later is dropped. Once the message was read, the timer is stopped and
-// plays no part.
+// unreceived), and a message that arrives later is dropped. Once the
+// message was read, the timer is stopped and plays no part.
 func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
 	r := &reception{dec: dec, req: dynamicpb.NewMessage(m.in.desc), done: make(chan error, 1), m: m, ctx: ctx}
 	if d := m.a.cfg.recvTimeout; d > 0 {
@@ -124,8 +124,7 @@ func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
 // second growth costs about twice as much there as here (callgrind:
 // 24k instructions per call instead of 47k for both growths; see
 // docs/performance.md). A stack large enough already costs the frame's
-// zeroing alone. The frame (growFrame) leaves the stack at 8 KiB, where
-// grpc-go's own growths leave it.
+// zeroing alone.
 //
 //go:noinline
 func growStack(i int) byte {
@@ -134,9 +133,10 @@ func growStack(i int) byte {
 	return buf[(i+1)%growFrame]
 }
 
-// growFrame is the size of growStack's frame: with the 1–2 KiB grpc-go's
-// goroutine holds when the handler runs, more than its 4 KiB stack has
-// left, less than 8 KiB.
+// growFrame is the size of growStack's frame: with the runtime's guard
+// below it, more than a 4 KiB stack has left once grpc-go's frames are on
+// it, and little enough that the stack grows to 8 KiB, where grpc-go's own
+// growths leave it (callgrind counts two growths per call, as before).
 const growFrame = 3 << 10
 
 // receive decodes the request message into req, waiting at most
