@@ -62,7 +62,8 @@ func TestReceiverServesTheNextCallAndExitsWhenIdle(t *testing.T) {
 // run by one receiver goroutine (serve). WithRecvTimeout bounds the read
 // alone: a call whose message was read runs on past the bound and gets its
 // handler's answer; a message that comes after the bound is answered
-// DeadlineExceeded / KERNEL_TIMEOUT_001 at the bound and never runs.
+// DeadlineExceeded / KERNEL_TIMEOUT_001 at the bound and never runs. The
+// calls after it, on reused receptions, are bounded afresh.
 func TestServeBoundsTheReadOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const bound = 100 * time.Millisecond
@@ -112,6 +113,18 @@ func TestServeBoundsTheReadOnly(t *testing.T) {
 		synctest.Wait()
 		if n := ran.Load(); n != 1 {
 			t.Errorf("the handler ran %d times, want once: a message read after the bound ran", n)
+		}
+
+		// Receptions are reused: a later call, read at once, still runs
+		// past the bound.
+		for i := range 2 {
+			start = time.Now()
+			if _, err := m.serve(t.Context(), func(any) error { return nil }); err != nil {
+				t.Errorf("call %d after the timeout: %v, want its handler's answer", i+3, err)
+			}
+			if took := time.Since(start); took != 3*bound {
+				t.Errorf("call %d after the timeout answered after %v, want %v", i+3, took, 3*bound)
+			}
 		}
 	})
 }

@@ -100,19 +100,55 @@ var errRecvTimeout = errors.New("grpcadapter: request message not received in ti
 // unreceived), and a message that arrives later is dropped. Once the
 // message was read, the timer is stopped and plays no part.
 func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
-	r := &reception{dec: dec, req: dynamicpb.NewMessage(m.in.desc), done: make(chan error, 1), m: m, ctx: ctx}
-	if d := m.a.cfg.recvTimeout; d > 0 {
-		r.timer = time.AfterFunc(d, r.expire)
+	a := m.a
+	r := a.reception()
+	r.dec, r.req, r.m, r.ctx = dec, dynamicpb.NewMessage(m.in.desc), m, ctx
+	r.state.Store(receptionReading)
+	r.refs.Store(2) // this goroutine's and the receiver's
+	if d := a.cfg.recvTimeout; d > 0 {
+		if r.timer == nil {
+			r.timer = time.AfterFunc(d, r.expire)
+		} else {
+			r.timer.Reset(d)
+		}
 	}
-	m.a.handOff(r)
+	a.handOff(r)
 	growStack(0) // while the receiver reads
-	if err := <-r.done; err != nil {
+	err := <-r.done
+	resp := r.resp // set before done was sent
+	r.release()
+	if err != nil {
 		if err == errRecvTimeout {
 			return nil, m.unreceived(ctx, err)
 		}
 		return nil, err
 	}
-	return r.resp, nil
+	return resp, nil
+}
+
+// reception returns a reception for serve: a pooled one, or a new one.
+// Pooled, a reception keeps its channel, its timer and its respond
+// function: four allocations a call does not make.
+func (a *Adapter) reception() *reception {
+	if r, ok := a.receptions.Get().(*reception); ok {
+		return r
+	}
+	r := &reception{done: make(chan error, 1)}
+	r.respondFn = r.respond
+	return r
+}
+
+// release lets go of serve's reception, on serve's side or the
+// receiver's; the last to let go pools it when it can be reused: when its
+// timer was stopped before it fired (or it has none), so that done is
+// empty and no expire can still run for the call that used it.
+func (r *reception) release() {
+	if r.refs.Add(-1) != 0 || !r.reusable {
+		return
+	}
+	a := r.m.a
+	r.dec, r.req, r.m, r.ctx, r.resp, r.reusable = nil, nil, nil, nil, nil, false
+	a.receptions.Put(r)
 }
 
 // growStack grows the stack of grpc-go's goroutine for the call while it
@@ -198,6 +234,10 @@ type reception struct {
 	state atomic.Int32    // receptionReading, then Read or TimedOut
 	start time.Time       // when the message was read
 	resp  any             // the response, set before done is sent nil
+
+	respondFn func(kernel.Outcome) // r.respond, made once
+	refs      atomic.Int32         // serve's and the receiver's (see release)
+	reusable  bool                 // the timer was stopped before it fired, or there is none
 }
 
 // expire runs when WithRecvTimeout fires: unless the message was read,
@@ -215,18 +255,17 @@ func (r *reception) run() {
 		r.done <- err
 		return
 	}
+	defer r.release()
 	if !r.state.CompareAndSwap(receptionReading, receptionRead) {
 		return // answered DeadlineExceeded already: the message is dropped
 	}
-	if r.timer != nil {
-		r.timer.Stop()
-	}
+	r.reusable = r.timer == nil || r.timer.Stop()
 	if err != nil {
 		r.done <- r.m.unreceived(r.ctx, err)
 		return
 	}
 	r.start = time.Now()
-	r.m.a.serve(r.ctx, r.m.full, r.m.kernelRequest(r.req), r.respond)
+	r.m.a.serve(r.ctx, r.m.full, r.m.kernelRequest(r.req), r.respondFn)
 }
 
 // respond is the kernel's answer to r's call: it converts the outcome to
