@@ -395,7 +395,7 @@ func (k *Kernel) Invoke(ctx context.Context, req Request) Outcome {
 }
 
 // Handle runs one call for a protocol that answers when Handle returns
-// (gRPC, the CLI) and returns its outcome by the invocation's deadline
+// (the CLI; gRPC under an application's interceptors) and returns its outcome by the invocation's deadline
 // whatever the handler does: the chain runs on a goroutine of its own, and
 // when the deadline passes (or the caller goes away) with the chain still
 // running, Handle returns TIMEOUT (CANCELLED) after a settle window of a
@@ -414,7 +414,7 @@ func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
 }
 
 // Serve runs one call for a protocol that can answer from another
-// goroutine (HTTP): the chain runs on the calling goroutine, and respond is
+// goroutine (HTTP; gRPC, whose waiting goroutine respond wakes): the chain runs on the calling goroutine, and respond is
 // called exactly once with the outcome — when the chain returns, or, when
 // the invocation's context has ended (its deadline, or the caller went
 // away) and the chain has not returned within a settle window of a few

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/kernel"
@@ -124,15 +125,7 @@ func TestContextIgnoringHandlerAnsweredAtDeadline(t *testing.T) {
 				}
 
 				unblock()
-				h.waitLog(t, lateResult, "operation="+path.op, "protocol=grpc", "code="+pipeline.CodeTimeout, "traceId="+traceID)
-				wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := h.k.Wait(wctx); err != nil {
-					t.Fatal(err)
-				}
-				if late := h.findLog(lateResult); len(late) != 1 {
-					t.Errorf("the late result was logged %d times, want once: %v", len(late), late)
-				}
+				h.waitLateOnce(t, "operation="+path.op, "protocol=grpc", "code="+pipeline.CodeTimeout, "traceId="+traceID)
 				if calls := h.findLog("grpc call", "method="+path.method); len(calls) != 1 {
 					t.Errorf("the call was logged %d times, want once: %v", len(calls), calls)
 				}
@@ -335,5 +328,90 @@ func TestUnknownMethodIsObserved(t *testing.T) {
 		if id == "" || n != 1 {
 			t.Errorf("%s: trace ID %q with %d spans named (unknown), want one", tc.full, id, n)
 		}
+	}
+}
+
+// TestForeignInterceptorSeesTheDeadlineAnswer checks the path of the
+// adapter's methods on a server with an interceptor of the application's
+// chained after the adapter's: the interceptor sees the request message
+// and the answer, and for a handler that ignores its context that answer
+// is DeadlineExceeded at the deadline, while the handler still runs; the
+// late result is logged once.
+func TestForeignInterceptorSeesTheDeadlineAnswer(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		req  any
+		code codes.Code
+		at   time.Duration
+	}
+	saw := make(chan seen, 2)
+	var base time.Time
+	var baseMu sync.Mutex
+	foreign := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		baseMu.Lock()
+		at := time.Since(base)
+		baseMu.Unlock()
+		saw <- seen{req: req, code: status.Code(err), at: at}
+		return resp, err
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	h := newHarness(t, harnessOpt{
+		register: func(t testing.TB, reg *operations.Registry) {
+			stuck := func(context.Context, workIn) (workOut, error) {
+				<-release
+				return workOut{Rows: 1}, nil
+			}
+			if err := operations.Register(reg, operations.Descriptor{ID: "work.stuck"}, stuck); err != nil {
+				t.Fatal(err)
+			}
+		},
+		kernel: []kernel.Option{kernel.WithConfigJSON([]byte(stuckConfig))},
+		server: []grpc.ServerOption{grpc.ChainUnaryInterceptor(foreign)},
+	})
+	t.Cleanup(unblock) // before the harness waits for the handlers
+
+	if out, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{"delayMs": 1}`); st != nil || out != `{"rows":"1"}` {
+		t.Fatalf("Run = %s, %v; want {\"rows\":\"1\"}, OK", out, st)
+	}
+	if s := <-saw; s.code != codes.OK {
+		t.Errorf("the interceptor saw %v for Run, want OK", s.code)
+	} else if _, ok := s.req.(protoreflect.ProtoMessage); !ok {
+		t.Errorf("the interceptor saw a request of %T, want a protobuf message", s.req)
+	}
+
+	baseMu.Lock()
+	base = time.Now()
+	baseMu.Unlock()
+	_, st := h.call(t.Context(), t, "/test.v1.Work/Stuck", `{}`)
+	if st.Code() != codes.DeadlineExceeded || errorInfo(t, st).GetReason() != pipeline.CodeTimeout {
+		t.Fatalf("Stuck = %v, want DeadlineExceeded %s", st, pipeline.CodeTimeout)
+	}
+	s := <-saw // before the handler is released
+	if s.code != codes.DeadlineExceeded {
+		t.Errorf("the interceptor saw %v for Stuck, want DeadlineExceeded", s.code)
+	}
+	if s.at < stuckTimeout-10*time.Millisecond || s.at > stuckTimeout+100*time.Millisecond {
+		t.Errorf("the interceptor saw the answer after %v, want within %v of the deadline (%v)", s.at, 100*time.Millisecond, stuckTimeout)
+	}
+	unblock()
+	h.waitLateOnce(t, "operation=work.stuck", "protocol=grpc", "code="+pipeline.CodeTimeout)
+}
+
+// waitLateOnce waits for the kernel's record of a straggler's late result
+// with the attributes want, then for every invocation to return, and
+// checks that the late result was logged once.
+func (h *harness) waitLateOnce(t *testing.T, want ...string) {
+	t.Helper()
+	h.waitLog(t, lateResult, want...)
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.k.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if late := h.findLog(lateResult); len(late) != 1 {
+		t.Errorf("the late result was logged %d times, want once: %v", len(late), late)
 	}
 }

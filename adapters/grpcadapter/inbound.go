@@ -19,15 +19,33 @@ import (
 // This file builds the invocation of a call: its parent context, its
 // trace context and baggage, and the caller's idempotency key.
 
-// invoke runs one call, whose server context is ctx, through the kernel:
-// r with the protocol, the route (the full method name) and the caller's
-// idempotency key filled in, under the invocation's parent context (see
-// inbound) carrying the trace context and baggage of the request
-// metadata. The kernel returns the outcome by the invocation's deadline,
-// whatever the handler does; a call r rejects (r.Reject) runs nothing.
+// invoke runs one call, whose server context is ctx, through the kernel
+// (Handle) and returns its outcome, by the invocation's deadline whatever
+// the handler does; a call r rejects (r.Reject) runs nothing. See prepare
+// for what the adapter adds to r and to the context.
 func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) kernel.Outcome {
 	parent, stop := a.inbound(ctx)
 	defer stop()
+	parent = a.prepare(ctx, parent, full, &r)
+	return a.k.Handle(parent, r)
+}
+
+// serve runs one call as invoke does, on the calling goroutine, under the
+// kernel's guard (Serve): respond gets the outcome once, by the
+// invocation's deadline whatever the handler does. serve returns when the
+// chain has returned.
+func (a *Adapter) serve(ctx context.Context, full string, r kernel.Request, respond func(kernel.Outcome)) {
+	parent, stop := a.inbound(ctx)
+	defer stop()
+	parent = a.prepare(ctx, parent, full, &r)
+	a.k.Serve(parent, r, respond)
+}
+
+// prepare fills in r for a call whose server context is ctx — the
+// protocol, the route (the full method name), the caller's priority and
+// idempotency key — and returns the invocation's parent context (see
+// inbound) carrying the trace context and baggage of the request metadata.
+func (a *Adapter) prepare(ctx, parent context.Context, full string, r *kernel.Request) context.Context {
 	md := a.metadata(ctx, r.Operation, full)
 	parent = a.extract(parent, md)
 	r.Protocol = pipeline.ProtocolGRPC
@@ -57,7 +75,7 @@ func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) ker
 			r.IdempotencyKey = vs[0]
 		}
 	}
-	return a.k.Handle(parent, r)
+	return parent
 }
 
 // inbound returns the invocation's parent context for a call whose server
@@ -109,18 +127,23 @@ const (
 // as a propagation.TextMapCarrier for Extract: on every call
 // metadata.FromIncomingContext copies every key and value, which costs
 // more than the rest of the adapter's per-call work; a call reads only a
-// few keys, most of them absent. With noBaggage set it hides the baggage
-// metadata.
+// few keys, most of them absent, and grpc-go looks for an absent key by
+// comparing it with every key present. The baggage values are read once
+// (metadata) and kept. With noBaggage set it hides the baggage metadata.
 type incomingMD struct {
 	ctx       context.Context
+	baggage   []string
 	noBaggage bool
 }
 
 // Values returns the values of key (propagation.ValuesGetter: the W3C
 // baggage propagator reads every baggage value through it).
 func (m incomingMD) Values(key string) []string {
-	if m.noBaggage && key == mdBaggage {
-		return nil
+	if key == mdBaggage {
+		if m.noBaggage {
+			return nil
+		}
+		return m.baggage
 	}
 	return metadata.ValueFromIncomingContext(m.ctx, key)
 }
@@ -150,8 +173,8 @@ func (m incomingMD) Keys() []string {
 // carrier, with baggage over the WithBaggageLimit hidden (and a warning
 // logged).
 func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
-	md := incomingMD{ctx: ctx}
-	if vs := md.Values(mdBaggage); len(vs) > 0 {
+	md := incomingMD{ctx: ctx, baggage: metadata.ValueFromIncomingContext(ctx, mdBaggage)}
+	if vs := md.baggage; len(vs) > 0 {
 		size := 0
 		for _, v := range vs {
 			size += len(v)

@@ -127,6 +127,8 @@ func passThrough(full string) bool { return strings.HasPrefix(full, "/grpc.") }
 // deadline, a cancellation); its code also decides the outcome's kind (as
 // FromStatus maps it), so an Unavailable counts as a breaker failure. Any other
 // outcome is converted with Status.
+//
+//go:noinline
 func (a *Adapter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if _, own := info.Server.(*service); own {

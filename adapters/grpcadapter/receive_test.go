@@ -1,9 +1,22 @@
 package grpcadapter
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // TestReceiverServesTheNextCallAndExitsWhenIdle: with the bound on, a
@@ -43,4 +56,91 @@ func TestReceiverServesTheNextCallAndExitsWhenIdle(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// TestServeBoundsTheReadOnly: without an interceptor a call is read and
+// run by one receiver goroutine (serve). WithRecvTimeout bounds the read
+// alone: a call whose message was read runs on past the bound and gets its
+// handler's answer; a message that comes after the bound is answered
+// DeadlineExceeded / KERNEL_TIMEOUT_001 at the bound and never runs. The
+// calls after it, on reused receptions, are bounded afresh.
+func TestServeBoundsTheReadOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const bound = 100 * time.Millisecond
+		var ran atomic.Int32
+		reg := operations.NewRegistry()
+		slow := func(ctx context.Context, in struct{}) (struct{}, error) {
+			ran.Add(1)
+			time.Sleep(3 * bound)
+			return struct{}{}, ctx.Err()
+		}
+		if err := operations.Register(reg, operations.Descriptor{ID: "work.slow"}, slow); err != nil {
+			t.Fatal(err)
+		}
+		k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithTelemetry(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(k, WithRecvTimeout(bound), WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := a.methodOf("work.slow")
+		defer func() {
+			time.Sleep(receiverIdle) // the receivers exit, the test failed or not
+			synctest.Wait()
+		}()
+
+		start := time.Now()
+		if _, err := m.serve(t.Context(), func(any) error { return nil }); err != nil {
+			t.Fatalf("a call read at once, running %v past the bound: %v, want its handler's answer", 2*bound, err)
+		}
+		if took := time.Since(start); took != 3*bound || ran.Load() != 1 {
+			t.Fatalf("answered after %v with %d runs, want %v and 1", took, ran.Load(), 3*bound)
+		}
+
+		arrive := make(chan struct{})
+		start = time.Now()
+		_, err = m.serve(t.Context(), func(any) error { <-arrive; return nil })
+		st := status.Convert(err)
+		if st.Code() != codes.DeadlineExceeded || !strings.Contains(fmt.Sprint(st.Details()), pipeline.CodeTimeout) {
+			t.Fatalf("a message not read in time: %v, want DeadlineExceeded %s", st, pipeline.CodeTimeout)
+		}
+		if took := time.Since(start); took != bound {
+			t.Errorf("answered after %v, want %v", took, bound)
+		}
+		close(arrive) // the message comes after all: it is dropped
+		synctest.Wait()
+		if n := ran.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want once: a message read after the bound ran", n)
+		}
+
+		// Receptions are reused: a later call, read at once, still runs
+		// past the bound.
+		for i := range 2 {
+			start = time.Now()
+			if _, err := m.serve(t.Context(), func(any) error { return nil }); err != nil {
+				t.Errorf("call %d after the timeout: %v, want its handler's answer", i+3, err)
+			}
+			if took := time.Since(start); took != 3*bound {
+				t.Errorf("call %d after the timeout answered after %v, want %v", i+3, took, 3*bound)
+			}
+		}
+	})
+}
+
+// TestOwnInterceptorIsSkipped: the interceptor UnaryServerInterceptor
+// returns, alone on a server, is recognised (the adapter's methods then
+// take serve's single hand-off); any other function is not.
+func TestOwnInterceptorIsSkipped(t *testing.T) {
+	a := &Adapter{}
+	if !isOwnUnary(a.UnaryServerInterceptor()) {
+		t.Error("isOwnUnary(UnaryServerInterceptor()) = false, want true")
+	}
+	other := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(ctx, req)
+	}
+	if isOwnUnary(other) {
+		t.Error("isOwnUnary(another interceptor) = true, want false")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,22 +23,19 @@ import (
 // This file serves one unary call: it receives the request, converts it
 // to the operation's input and its result to the response.
 
-// handle is the grpc.MethodDesc handler of one operation.
+// handle is the grpc.MethodDesc handler of one operation. Without an
+// interceptor, or with only the adapter's own (which passes the adapter's
+// methods straight through), the whole call is handed to one receiver
+// goroutine (see serve). With others, the request is received first, then
+// the interceptors run on grpc-go's goroutine and the chain on another
+// (kernel.Handle), so that they see the answer the deadline gives.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+	if icpt == nil || isOwnUnary(icpt) {
+		return m.serve(ctx, dec)
+	}
 	req := dynamicpb.NewMessage(m.in.desc)
 	if err := m.a.receive(dec, req); err != nil {
-		if err == errRecvTimeout {
-			// The message did not arrive within WithRecvTimeout: the
-			// answer closes the stream, which ends the read.
-			return nil, m.reject(ctx, pipeline.ErrTimeout())
-		}
-		// A request that is not valid protobuf is answered with the
-		// decoder's own status (grpc-go's Internal, or InvalidArgument for
-		// a decoder panic).
-		return nil, m.reject(ctx, fromHandler(err))
-	}
-	if icpt == nil {
-		return m.call(ctx, req)
+		return nil, m.unreceived(ctx, err)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: m.full}
 	return icpt(ctx, req, info, func(ctx context.Context, req any) (any, error) {
@@ -48,6 +46,34 @@ func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt 
 		}
 		return m.call(ctx, msg)
 	})
+}
+
+// ownUnary is the code of the interceptors UnaryServerInterceptor
+// returns, whatever their adapter.
+var ownUnary = reflect.ValueOf((*Adapter)(nil).UnaryServerInterceptor()).Pointer()
+
+// isOwnUnary reports whether icpt is an interceptor UnaryServerInterceptor
+// returned: the only one on the server, since grpc-go chains two or more
+// into a function of its own. For an adapter's method it calls the handler
+// and returns its result, nothing else, so skipping it changes nothing.
+// UnaryServerInterceptor is not inlined: an inlined copy would compile the
+// function it returns anew at the call site, with code of its own.
+func isOwnUnary(icpt grpc.UnaryServerInterceptor) bool {
+	return reflect.ValueOf(icpt).Pointer() == ownUnary
+}
+
+// unreceived answers a call whose request message could not be read: err
+// is errRecvTimeout or the decoder's.
+func (m *method) unreceived(ctx context.Context, err error) error {
+	if err == errRecvTimeout {
+		// The message did not arrive within WithRecvTimeout: the answer
+		// closes the stream, which ends the read.
+		return m.reject(ctx, pipeline.ErrTimeout())
+	}
+	// A request that is not valid protobuf is answered with the decoder's
+	// own status (grpc-go's Internal, or InvalidArgument for a decoder
+	// panic).
+	return m.reject(ctx, fromHandler(err))
 }
 
 // reject answers a call the adapter turns away before the pipeline with
@@ -61,6 +87,93 @@ func (m *method) reject(ctx context.Context, outcome error) error {
 // errRecvTimeout reports a request message that did not arrive within
 // WithRecvTimeout.
 var errRecvTimeout = errors.New("grpcadapter: request message not received in time")
+
+// serve runs one call with a single hand-off: a receiver goroutine reads
+// the request message and then runs the call itself, under the kernel's
+// guard (kernel.Serve), while grpc-go's goroutine waits for the answer.
+// The guard answers by the invocation's deadline whatever the handler
+// does, from its own goroutine when the chain is late, so the answer
+// never waits for a straggler.
+//
+// WithRecvTimeout bounds the read alone: when its timer fires before the
+// message was read, the call is answered DeadlineExceeded at once (see
+// unreceived), and a message that arrives later is dropped. Once the
+// message was read, the timer is stopped and plays no part.
+func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
+	a := m.a
+	r := a.reception()
+	r.dec, r.req, r.m, r.ctx = dec, dynamicpb.NewMessage(m.in.desc), m, ctx
+	r.state.Store(receptionReading)
+	r.refs.Store(2) // this goroutine's and the receiver's
+	if d := a.cfg.recvTimeout; d > 0 {
+		if r.timer == nil {
+			r.timer = time.AfterFunc(d, r.expire)
+		} else {
+			r.timer.Reset(d)
+		}
+	}
+	a.handOff(r)
+	growStack(0) // while the receiver reads
+	err := <-r.done
+	resp := r.resp // set before done was sent
+	r.release()
+	if err != nil {
+		if err == errRecvTimeout {
+			return nil, m.unreceived(ctx, err)
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+// reception returns a reception for serve: a pooled one, or a new one.
+// Pooled, a reception keeps its channel, its timer and its respond
+// function: four allocations a call does not make.
+func (a *Adapter) reception() *reception {
+	if r, ok := a.receptions.Get().(*reception); ok {
+		return r
+	}
+	r := &reception{done: make(chan error, 1)}
+	r.respondFn = r.respond
+	return r
+}
+
+// release lets go of serve's reception, on serve's side or the
+// receiver's; the last to let go pools it when it can be reused: when its
+// timer was stopped before it fired (or it has none), so that done is
+// empty and no expire can still run for the call that used it.
+func (r *reception) release() {
+	if r.refs.Add(-1) != 0 || !r.reusable {
+		return
+	}
+	a := r.m.a
+	r.dec, r.req, r.m, r.ctx, r.resp, r.reusable = nil, nil, nil, nil, nil, false
+	a.receptions.Put(r)
+}
+
+// growStack grows the stack of grpc-go's goroutine for the call while it
+// holds few frames. grpc-go runs each call on a new goroutine, whose
+// stack starts at 2 KiB and doubles twice per call: once in grpc-go
+// before the handler, once while encoding the response, where proto's
+// reflective walk of a dynamic message is deep. The runtime copies a
+// stack frame by frame, looking up each frame's pointer map, so the
+// second growth costs about twice as much there as here (callgrind:
+// 24k instructions per call instead of 47k for both growths; see
+// docs/performance.md). A stack large enough already costs the frame's
+// zeroing alone.
+//
+//go:noinline
+func growStack(i int) byte {
+	var buf [growFrame]byte
+	buf[i] = 1
+	return buf[(i+1)%growFrame]
+}
+
+// growFrame is the size of growStack's frame: with the runtime's guard
+// below it, more than a 4 KiB stack has left once grpc-go's frames are on
+// it, and little enough that the stack grows to 8 KiB, where grpc-go's own
+// growths leave it (callgrind counts two growths per call, as before).
+const growFrame = 3 << 10
 
 // receive decodes the request message into req, waiting at most
 // WithRecvTimeout for it (see there). dec is grpc-go's, the stream's
@@ -76,11 +189,7 @@ func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
 		return decodeRequest(dec, req)
 	}
 	r := &reception{dec: dec, req: req, done: make(chan error, 1)}
-	select {
-	case a.receivers <- r:
-	default:
-		go a.receiveLoop(r)
-	}
+	a.handOff(r)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -91,30 +200,101 @@ func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
 	}
 }
 
-// reception is one request message to read: decodeRequest(dec, req), its
-// result sent to done (buffered: the sender never waits).
+// handOff gives r to an idle receiver goroutine, or to a new one.
+func (a *Adapter) handOff(r *reception) {
+	select {
+	case a.receivers <- r:
+	default:
+		go a.receiveLoop(r)
+	}
+}
+
+// The states of a reception that runs its call (serve): reading until the
+// message is read or the WithRecvTimeout timer fires, whichever is first.
+const (
+	receptionReading int32 = iota
+	receptionRead
+	receptionTimedOut
+)
+
+// reception is one request message to read: decodeRequest(dec, req). For
+// receive, the read's result is sent to done. For serve (m not nil), the
+// receiver goroutine runs the call once the message is read, and done
+// gets the answer's status error (nil: resp is the response), or
+// errRecvTimeout. done is buffered and only ever sent to once, by the
+// winner of state: the sender never waits.
 type reception struct {
 	dec  func(any) error
 	req  *dynamicpb.Message
 	done chan error
+
+	m     *method         // nil: only read (receive)
+	ctx   context.Context // the call's server context
+	timer *time.Timer     // WithRecvTimeout's; nil: no bound
+	state atomic.Int32    // receptionReading, then Read or TimedOut
+	start time.Time       // when the message was read
+	resp  any             // the response, set before done is sent nil
+
+	respondFn func(kernel.Outcome) // r.respond, made once
+	refs      atomic.Int32         // serve's and the receiver's (see release)
+	reusable  bool                 // the timer was stopped before it fired, or there is none
+}
+
+// expire runs when WithRecvTimeout fires: unless the message was read,
+// the call is answered without it.
+func (r *reception) expire() {
+	if r.state.CompareAndSwap(receptionReading, receptionTimedOut) {
+		r.done <- errRecvTimeout
+	}
+}
+
+// run reads r's message and, for serve, runs its call (see serve).
+func (r *reception) run() {
+	err := decodeRequest(r.dec, r.req)
+	if r.m == nil {
+		r.done <- err
+		return
+	}
+	defer r.release()
+	if !r.state.CompareAndSwap(receptionReading, receptionRead) {
+		return // answered DeadlineExceeded already: the message is dropped
+	}
+	r.reusable = r.timer == nil || r.timer.Stop()
+	if err != nil {
+		r.done <- r.m.unreceived(r.ctx, err)
+		return
+	}
+	r.start = time.Now()
+	r.m.a.serve(r.ctx, r.m.full, r.m.kernelRequest(r.req), r.respondFn)
+}
+
+// respond is the kernel's answer to r's call: it converts the outcome to
+// the response and hands it to grpc-go's goroutine. The kernel calls it
+// once, from the receiver goroutine or, for a chain late past its
+// deadline, from the guard's.
+func (r *reception) respond(o kernel.Outcome) {
+	resp, err := r.m.reply(r.ctx, o, r.start)
+	r.resp = resp
+	r.done <- err
 }
 
 // receiverIdle is how long a receiver goroutine waits for another message
 // to read before it exits. A new goroutine starts with a small stack,
-// which grpc-go's read path outgrows, and the runtime copies it each time
-// it doubles — more work than the rest of the adapter's per-call
-// bookkeeping. A receiver that reads one message after another keeps its
-// grown stack. A server under load hands every read to a waiting
-// receiver; an idle server keeps none for more than a few milliseconds.
+// which grpc-go's read path and the call's chain outgrow, and the runtime
+// copies it each time it doubles — more work than the rest of the
+// adapter's per-call bookkeeping. A receiver that reads one message after
+// another keeps its grown stack. A server under load hands every read to
+// a waiting receiver; an idle server keeps none for more than a few
+// milliseconds.
 const receiverIdle = 5 * time.Millisecond
 
-// receiveLoop reads r, then the messages receive hands it, until it has
+// receiveLoop runs r, then the receptions handOff gives it, until it has
 // waited receiverIdle for one.
 func (a *Adapter) receiveLoop(r *reception) {
 	idle := time.NewTimer(receiverIdle)
 	defer idle.Stop()
 	for {
-		r.done <- decodeRequest(r.dec, r.req)
+		r.run()
 		r = nil // keep nothing of the call while idle
 		idle.Reset(receiverIdle)
 		select {
@@ -141,20 +321,32 @@ func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
 // call converts the request to the operation's input, runs the operation
 // through the kernel and converts its outcome to the response.
 func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) {
-	a := m.a
 	start := time.Now()
+	o := m.a.invoke(ctx, m.full, m.kernelRequest(req))
+	return m.reply(ctx, o, start)
+}
+
+// kernelRequest returns the kernel's request for the request message: the
+// operation's input, or the rejection of a message that does not convert.
+func (m *method) kernelRequest(req *dynamicpb.Message) kernel.Request {
 	r := kernel.Request{Operation: m.desc.ID}
 	if in, err := m.decodeInput(req); err != nil {
 		r.Reject = err
 	} else {
 		r.Input = in
 	}
-	o := a.invoke(ctx, m.full, r)
+	return r
+}
+
+// reply converts the outcome of a call that started at start to the
+// response (nil on failure) and the status error of the answer (see
+// answer).
+func (m *method) reply(ctx context.Context, o kernel.Outcome, start time.Time) (any, error) {
 	var resp any
 	if o.Err == nil {
 		resp, o.Err = m.encodeOutput(o.Output)
 	}
-	if err := a.answer(ctx, m.full, o, start); err != nil {
+	if err := m.a.answer(ctx, m.full, o, start); err != nil {
 		return nil, err
 	}
 	return resp, nil
