@@ -188,7 +188,7 @@ func ms(d time.Duration) string {
 	if d < 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
+	return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond))
 }
 
 func cpuText(c int64) string {
