@@ -28,8 +28,12 @@ func TestArrivalClock(t *testing.T) {
 	})
 	var c arrivalClock
 	for range 3 {
-		if got := c.now(); got == got.Round(0) {
-			t.Errorf("now() = %v outside a bubble, want a monotonic reading", got)
+		before := time.Now()
+		got := c.now()
+		after := time.Now()
+		if got == got.Round(0) || got.Before(before) || got.After(after) {
+			t.Errorf("now() = %v outside a bubble, want a monotonic reading between %v and %v", got, before, after)
 		}
+		time.Sleep(time.Millisecond) // the kept reading ages: later calls add to it
 	}
 }

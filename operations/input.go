@@ -49,11 +49,12 @@ func UnknownField(path, hint string) *pipeline.Error {
 // first JSON value of data is read, as a json.Decoder would.
 //
 // It walks the document's bytes rather than decoding it into a generic
-// tree: a valid input costs no allocation. Every occurrence of a repeated
-// key is checked, where encoding/json keeps the last one.
+// tree: a valid input whose keys hold no escape and no non-ASCII byte
+// costs no allocation. Every occurrence of a repeated key is checked,
+// where encoding/json keeps the last one.
 func CheckJSON(t reflect.Type, p InputPolicy, data []byte) *pipeline.Error {
-	if t == nil || p.AllowUnknownFields && p.FoldKeyCase {
-		return nil
+	if t == nil || p.AllowUnknownFields {
+		return nil // nothing is unknown (a wrong case is then unknown too)
 	}
 	w := keyWalk{data: data, p: p}
 	if !w.value(t) || w.found == nil || !json.Valid(data[:w.i]) {

@@ -132,8 +132,8 @@ func repeatsKey(doc []byte) bool {
 	}
 }
 
-// TestCheckJSONAllocatesNothing: a valid input costs no allocation, also
-// nested and with its keys escaped; the generic tree cost dozens.
+// TestCheckJSONAllocatesNothing: a valid input whose keys hold no escape
+// costs no allocation, also nested; the generic tree cost dozens.
 func TestCheckJSONAllocatesNothing(t *testing.T) {
 	typ := reflect.TypeFor[walkInput]()
 	for _, doc := range []string{
@@ -153,5 +153,24 @@ func TestCheckJSONAllocatesNothing(t *testing.T) {
 	tooDeep := strings.Repeat(`[`, 10001) + strings.Repeat(`]`, 10001)
 	if err := CheckJSON(reflect.TypeFor[[]any](), InputPolicy{}, []byte(tooDeep)); err != nil {
 		t.Errorf("CheckJSON(10001 levels) = %v, want nil", err)
+	}
+}
+
+// TestCheckJSONRepeatedKeysAndOrder: every occurrence of a repeated key is
+// checked (an unknown field inside an earlier occurrence is reported,
+// though encoding/json would keep only the last), and of several unknown
+// keys the first in the document's order is reported.
+func TestCheckJSONRepeatedKeysAndOrder(t *testing.T) {
+	typ := reflect.TypeFor[walkInput]()
+	for _, tc := range []struct{ doc, field string }{
+		{`{"next":{"zz":1},"next":null}`, "next.zz"},
+		{`{"byName":{"a":{"zz":1},"a":{}}}`, "byName.a.zz"},
+		{`{"b":1,"a":2,"c":3}`, "b"},
+		{`{"lines":[{"sku":"x"},{"q":1,"p":2}],"z":1}`, "lines[1].q"},
+	} {
+		err := CheckJSON(typ, InputPolicy{}, []byte(tc.doc))
+		if err == nil || err.Details()["field"] != tc.field {
+			t.Errorf("CheckJSON(%s) = %v, want the unknown field %q", tc.doc, err, tc.field)
+		}
 	}
 }

@@ -119,7 +119,9 @@ func (c *lazyContext) arm() context.Context {
 			// plain context is by the middleware's deferred cancel.
 			a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(c.parent))
 			a.cancel()
-		case c.bound:
+		case c.bound || s == lazySettled:
+			// Bound: the parent ends at the deadline. Settled: the chain
+			// returned in time, and only end or the parent ends it now.
 			a.ctx, a.cancel = context.WithCancel(c.parent)
 		case time.Until(c.deadline) <= 0:
 			// The deadline has passed: it ended the context, whatever

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // TestLazyContextSettle: a lazy context settled before its deadline (its
@@ -43,6 +45,58 @@ func TestLazyContextSettle(t *testing.T) {
 		}
 		if v := ended.Value(struct{}{}); v != nil {
 			t.Errorf("Value of a missing key = %v, want nil", v)
+		}
+	})
+}
+
+// TestLazyContextSettledStaysLive: a settled context is live until end
+// even past its deadline, whoever looks — Err, and Done for a goroutine
+// the handler left behind — and then ends canceled.
+func TestLazyContextSettledStaysLive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &lazyContext{parent: t.Context(), deadline: time.Now().Add(time.Second)}
+		c.settle()
+		time.Sleep(2 * time.Second)
+		done := c.Done()
+		select {
+		case <-done:
+			t.Fatal("Done() closed after settle, before end")
+		default:
+		}
+		if err := c.Err(); err != nil {
+			t.Errorf("Err() after Done, before end = %v, want nil", err)
+		}
+		c.end()
+		<-done
+		if err := c.Err(); err != context.Canceled {
+			t.Errorf("Err() after end = %v, want Canceled", err)
+		}
+	})
+}
+
+// TestInnerInvocationLeavesOuterContextAlone: a middleware invoked from
+// inside a handler, for an invocation without a deadline, does not settle
+// the outer invocation's context: the outer handler still sees its
+// deadline pass.
+func TestInnerInvocationLeavesOuterContextAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := NewDeadlineMiddleware(WithLimits(NewLimits("inner", Policy{FailureThreshold: 5, BreakDuration: time.Second})))
+		_, err := NewDeadlineMiddleware().Invoke(t.Context(), pipeline.NewInvocation(pipeline.Spec{
+			Deadline: time.Now().Add(time.Second), DeadlineSource: pipeline.DeadlineKernel,
+		}), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			if _, err := inner.Invoke(ctx, pipeline.NewInvocation(pipeline.Spec{}), func(context.Context, *pipeline.Invocation) (any, error) {
+				return nil, nil
+			}); err != nil {
+				t.Fatalf("inner Invoke = %v", err)
+			}
+			time.Sleep(2 * time.Second)
+			if err := ctx.Err(); err != context.DeadlineExceeded {
+				t.Errorf("outer ctx.Err() past its deadline = %v, want DeadlineExceeded", err)
+			}
+			return nil, ctx.Err()
+		})
+		if pipeline.CodeOf(err) != pipeline.CodeTimeout {
+			t.Errorf("outer Invoke = %v, want TIMEOUT", err)
 		}
 	})
 }

@@ -225,6 +225,7 @@ func (m *DeadlineMiddleware) runDerived(parent context.Context, inv *pipeline.In
 // runLazy is runDerived under a lazyContext.
 func (m *DeadlineMiddleware) runLazy(c *lazyContext, inv *pipeline.Invocation, next pipeline.Handler, a *admission) (any, error) {
 	defer c.end()
+	a.lazy = c
 	out, err := m.run(c, inv, next, a)
 	return attribute(c, out, err)
 }

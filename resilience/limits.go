@@ -215,7 +215,8 @@ func (l *Limits) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipe
 // of limits[:n], the first inlineLimits inline, the others in more.
 type admission struct {
 	l       *Limits
-	chain   *chain // nil: no limit applies
+	chain   *chain       // nil: no limit applies
+	lazy    *lazyContext // the handler's context, when the middleware made a lazy one: settled on return
 	n       int
 	permits [inlineLimits]Permit
 	more    []Permit
@@ -312,8 +313,8 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 	}()
 	out, err = next(ctx, inv)
 	finished = true
-	if lc, ok := ctx.(*lazyContext); ok {
-		lc.settle()
+	if a.lazy != nil {
+		a.lazy.settle()
 	}
 	return out, err
 }

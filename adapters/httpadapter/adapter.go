@@ -179,10 +179,12 @@ func (rt *route) serve(c echo.Context) error {
 	// A malformed key is a 400 only on an operation that takes keys; one
 	// that does not ignores it (the key is then "": not passed on as
 	// baggage either), since many clients send bare UUIDs everywhere.
-	if pol, _ := a.k.Idempotency(rt.desc.ID); kerr != nil && pol.Enabled {
-		req.Reject = kerr
-		a.k.Serve(ctx, req, x.answer)
-		return nil
+	if kerr != nil {
+		if pol, _ := a.k.Idempotency(rt.desc.ID); pol.Enabled {
+			req.Reject = kerr
+			a.k.Serve(ctx, req, x.answer)
+			return nil
+		}
 	}
 	if a.cfg.callerDeadlines {
 		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)

@@ -351,7 +351,7 @@ func (c *Controller) step(w window) float64 {
 		return w.limit
 	case w.queue > w.alpha:
 		// Past the knee: back to what was served, at most halving.
-		c.knee = max(min(w.served, w.x*c.base.Seconds()), w.inFlight/2)
+		c.knee = math.Round(max(min(w.served, w.x*c.base.Seconds()), w.inFlight/2))
 		return c.knee
 	case c.knee > 0 && w.limit > c.knee && w.queue >= w.alpha/4:
 		return c.knee // a probe past the knee found a queue: undo it

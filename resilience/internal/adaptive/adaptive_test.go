@@ -112,6 +112,37 @@ func TestFindsAndHoldsTheKnee(t *testing.T) {
 	}
 }
 
+// TestFractionalKneeIsProbed: a cut to a knee that is no whole number of
+// calls (45.3 here) holds at the rounded knee and still probes one call
+// past it after probeAfter quiet windows; an unrounded knee kept the
+// limit below it for good, never probing.
+func TestFractionalKneeIsProbed(t *testing.T) {
+	c := New(Config{}, 0)
+	var now time.Duration
+	const knee = 45.3
+	window := func() int { // 500 samples a window; past the knee, calls queue
+		limit := c.Limit()
+		rtt := time.Duration(float64(100*time.Millisecond) * max(float64(limit), knee) / knee)
+		return feed(c, &now, 500, rtt, 0, limit)
+	}
+	var got []int
+	for range 3 {
+		got = append(got, window())
+	}
+	if want := []int{40, 80, 45}; !slices.Equal(got, want) {
+		t.Fatalf("limits %v; want %v", got, want)
+	}
+	window() // the window after the cut, which drains its queue
+	for i := range probeAfter - 1 {
+		if got := window(); got != 45 {
+			t.Fatalf("after %d windows at the knee the limit is %d; want 45", i+1, got)
+		}
+	}
+	if got := window(); got != 46 {
+		t.Fatalf("after %d windows at the knee the limit is %d; want a probe to 46", probeAfter, got)
+	}
+}
+
 // TestDropsBackOff: 1 % of drops cuts the limit by a tenth, even without
 // queueing.
 func TestDropsBackOff(t *testing.T) {
