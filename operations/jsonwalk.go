@@ -1,7 +1,6 @@
 package operations
 
 import (
-	"bytes"
 	"encoding/json"
 	"reflect"
 	"strconv"
@@ -113,12 +112,9 @@ func (w *keyWalk) object(t reflect.Type) bool {
 		}
 		start := w.i + 1
 		escaped, ok := w.str()
+		key := pathStep{start: start, end: w.i - 1, escaped: escaped} // w.i is past the closing quote
 		if !ok || !w.skipSpace() || w.data[w.i] != ':' {
 			return false
-		}
-		key := pathStep{start: start, end: w.i - 1, escaped: escaped}
-		for w.data[key.end] != '"' {
-			key.end-- // white space before the colon
 		}
 		w.i++
 		w.push(key)
@@ -149,7 +145,7 @@ func (w *keyWalk) member(t reflect.Type, key []byte) reflect.Type {
 	if folded && w.p.FoldKeyCase {
 		return fields.exact[exact]
 	}
-	if !w.p.AllowUnknownFields && w.found == nil {
+	if w.found == nil { // (CheckJSON walks only when unknown fields are refused)
 		at := w.pathString()
 		hint := ""
 		if folded {
@@ -222,8 +218,11 @@ func (w *keyWalk) str() (escaped, ok bool) {
 // delimiter, which must follow something.
 func (w *keyWalk) scalar() bool {
 	start := w.i
-	for w.i < len(w.data) && bytes.IndexByte([]byte(",]} \t\r\n"), w.data[w.i]) < 0 {
-		w.i++
+	for ; w.i < len(w.data); w.i++ {
+		switch w.data[w.i] {
+		case ',', ']', '}', ' ', '\t', '\r', '\n':
+			return w.i > start
+		}
 	}
 	return w.i > start
 }
