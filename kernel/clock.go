@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// arrivalClock reads the time of a call's arrival. time.Now reads two
+// arrivalClock reads the time of a call's arrival, and of an observed
+// call's end. time.Now reads two
 // clocks, the wall clock and the monotonic one (about 40 ns each on a
 // virtual machine's vDSO); arrivalClock reads the monotonic clock alone
 // and adds the time since a full reading it keeps, taken again once that

@@ -121,6 +121,7 @@ type edge struct {
 	lat     *latency         // nil: not recorded (host endpoints)
 	reject  error            // the outcome when nothing runs
 	traceID string
+	clock   *arrivalClock // the kernel's, for the end of an observed call
 }
 
 // begin does what every entry point does on arrival, once: it finds the
@@ -134,7 +135,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	if now.IsZero() {
 		now = k.clock.now()
 	}
-	var e edge
+	e := edge{clock: &k.clock}
 	c, op, name := k.find(req, &e)
 	e.reject = k.admission(req, e.reject)
 	caller, deadline, source := k.deadlines(ctx, req, c, now)
@@ -337,7 +338,7 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 	}
 	if e.obs != nil {
 		if at.IsZero() {
-			at = now(e.inv) // the clock is read only for an observed call
+			at = e.clock.now() // the clock is read only for an observed call
 		}
 		e.obs.End(pe, at)
 		if arrival, ok := e.inv.Arrival(); ok {
@@ -345,16 +346,6 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 		}
 	}
 	return out, pe
-}
-
-// now returns the time now for the end of inv. Measured from its arrival
-// when that carries a monotonic reading, it reads one clock where
-// time.Now reads two (the wall clock and the monotonic one).
-func now(inv *pipeline.Invocation) time.Time {
-	if arrival, ok := inv.Arrival(); ok && arrival != arrival.Round(0) {
-		return arrival.Add(time.Since(arrival))
-	}
-	return time.Now()
 }
 
 // call is Invoke for Call, which needs no trace ID and no Outcome.
