@@ -218,12 +218,16 @@ type admission struct {
 	chain   *chain       // nil: no limit applies
 	lazy    *lazyContext // the handler's context, when the middleware made a lazy one: settled on return
 	n       int
+	watched int // permits held that are ReleasedAtContextEnd
 	permits [inlineLimits]Permit
 	more    []Permit
 }
 
 // hold records p as the permit of limits[a.n].
 func (a *admission) hold(p Permit) {
+	if p.watch && p.r != nil {
+		a.watched++
+	}
 	if a.n < inlineLimits {
 		a.permits[a.n] = p
 	} else {
@@ -303,7 +307,7 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 		a.hold(p)
 	}
 	var w *watch
-	if c.watch {
+	if c.watch && a.watched > 0 {
 		w = a.watchEnd(ctx, inv)
 	}
 	finished := false
@@ -353,14 +357,14 @@ type watch struct {
 
 // watchEnd arms a watch when a permit asks for one (nil: none does).
 func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *watch {
-	var watched []Permit
+	if a.watched == 0 {
+		return nil
+	}
+	watched := make([]Permit, 0, a.watched)
 	for i := range a.n {
 		if p := a.permit(i); p.watch && p.r != nil {
 			watched = append(watched, p)
 		}
-	}
-	if len(watched) == 0 {
-		return nil
 	}
 	w := new(watch)
 	w.stop = context.AfterFunc(ctx, func() {
