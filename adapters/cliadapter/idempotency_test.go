@@ -51,7 +51,7 @@ func (w *timedWriter) String() string {
 
 // runTimed runs `app args...` and returns the exit code, stdout, stderr,
 // when stderr was first written and when the command returned.
-func runTimed(t *testing.T, kf KernelFunc, opts []Option, args ...string) (code int, stdout string, stderr *timedWriter, ended time.Duration) {
+func runTimed(t *testing.T, kf kernelFunc, opts []Option, args ...string) (code int, stdout string, stderr *timedWriter, ended time.Duration) {
 	t.Helper()
 	root := &cobra.Command{Use: "app"}
 	if err := AddCommands(root, testRegistry(t), kf, append([]Option{WithSignals()}, opts...)...); err != nil {
