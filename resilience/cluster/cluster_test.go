@@ -87,7 +87,7 @@ func testWindowSharedAcrossReplicas(t *testing.T, connect func() redis.Universal
 	// A window no test run crosses: the count is exact however long the
 	// burst takes.
 	p := resilience.Policy{PermitLimit: 10, Window: veryLong, Scope: resilience.ScopeCluster, StoreTimeout: 2 * time.Second}
-	var ws []*cluster.Window
+	var ws []resilience.SharedWindow
 	var rs []*replica
 	for range 3 {
 		r := newReplicaOn(t, connect(), cluster.Config{KeyPrefix: "t1"})
@@ -202,7 +202,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 		}
 		return fmt.Sprint(v...)
 	}
-	_, a, err := w.TakeIndexed(t.Context())
+	_, a, err := cluster.TakeIndexed(w, t.Context())
 	if err != nil {
 		t.Fatalf("A: %v", err)
 	}
@@ -221,7 +221,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 		ch := make(chan result, 1)
 		n := scripts.Load()
 		wg.Go(func() {
-			_, idx, err := w.TakeIndexed(ctx)
+			_, idx, err := cluster.TakeIndexed(w, ctx)
 			now, terr := r.rdb.Time(t.Context()).Result()
 			if terr != nil {
 				t.Error(terr)
@@ -234,7 +234,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 	q1 := queue()
 	before := record()
 	short, cancelShort := context.WithTimeout(t.Context(), p.Window/2)
-	_, sIdx, err := w.TakeIndexed(short)
+	_, sIdx, err := cluster.TakeIndexed(w, short)
 	cancelShort()
 	var le *resilience.LimitedError
 	switch {
@@ -256,7 +256,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 		t.Fatalf("S, turned away, changed the record %s -> %s; want the queue untouched", before, after)
 	}
 	q2 := queue()
-	_, dIdx, err := w.TakeIndexed(t.Context())
+	_, dIdx, err := cluster.TakeIndexed(w, t.Context())
 	if !errors.Is(err, resilience.ErrLimited) {
 		if dIdx != a {
 			return fmt.Sprintf("D answered in window %d (A in %d): %v", dIdx, a, err)
@@ -286,7 +286,7 @@ func TestSlotsSharedAcrossReplicas(t *testing.T) { onRedis(t, testSlotsSharedAcr
 
 func testSlotsSharedAcrossReplicas(t *testing.T, connect func() redis.UniversalClient) {
 	p := resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 4, StoreTimeout: 2 * time.Second}
-	var ss []*cluster.Slots
+	var ss []resilience.SharedSlots
 	for range 3 {
 		r := newReplicaOn(t, connect(), cluster.Config{KeyPrefix: "t4", PollInterval: 5 * time.Millisecond})
 		s, err := r.store.Slots("a.b", p)
@@ -388,7 +388,7 @@ func TestStoreDownModes(t *testing.T) {
 	closed, _ := r.store.Window("m.closed", p)
 	srv.Kill()
 
-	count := func(w *cluster.Window, n int) (ok int) {
+	count := func(w resilience.SharedWindow, n int) (ok int) {
 		for range n {
 			if _, err := w.Take(t.Context(), inv()); err == nil {
 				ok++

@@ -87,9 +87,9 @@ func TestReloadChangesWaitersLimits(t *testing.T) {
 	}
 	head, second := make(chan result, 1), make(chan result, 1)
 	go func() { rel, err := s.Acquire(ctx, inv()); head <- result{rel, err} }()
-	waitFor(t, func() bool { return s.QueueDepth() == 1 })
+	waitFor(t, func() bool { return cluster.QueueDepth(s) == 1 })
 	go func() { rel, err := s.Acquire(ctx, inv()); second <- result{rel, err} }()
-	waitFor(t, func() bool { return s.QueueDepth() == 2 })
+	waitFor(t, func() bool { return cluster.QueueDepth(s) == 2 })
 
 	p.ConcurrencyLimit, p.ConcurrencyQueueLimit = 1, 1
 	if _, err := r.store.Slots("a.b", p); err != nil {
@@ -342,7 +342,7 @@ func TestReloadRacesWithCalls(t *testing.T) {
 }
 
 // acquireN takes n slots of s and returns their releases.
-func acquireN(t *testing.T, s *cluster.Slots, n int) []func() {
+func acquireN(t *testing.T, s resilience.SharedSlots, n int) []func() {
 	t.Helper()
 	var rels []func()
 	for range n {
