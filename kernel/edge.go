@@ -213,11 +213,14 @@ func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag 
 	return p
 }
 
+// codeBadPriority is errBadPriority's code.
+const codeBadPriority = "KERNEL_VALIDATION_009"
+
 // errBadPriority is the 400 of a priority header, metadata entry or flag
 // that names no class: VALIDATION, KERNEL_VALIDATION_009. It does not
 // echo the value, which may be large.
 func errBadPriority() *pipeline.Error {
-	return pipeline.Validation(pipeline.CodeBadPriority,
+	return pipeline.Validation(codeBadPriority,
 		"The priority must be critical, default or sheddable; it can only lower the operation's own class.")
 }
 

@@ -152,10 +152,13 @@ func (k *Kernel) Idempotency(id string) (idempotency.Policy, idempotency.Store) 
 	return k.idemPol[id], k.idemStore
 }
 
+// codeIdempotencyKeyUnsupported is errKeysUnsupported's code.
+const codeIdempotencyKeyUnsupported = "KERNEL_VALIDATION_006"
+
 // errKeysUnsupported answers a keyed call to an operation served by an
 // application's own handler (Request.Handler), whose outcome cannot be
 // replayed.
 func errKeysUnsupported() *pipeline.Error {
-	return pipeline.Validation(pipeline.CodeIdempotencyKeyUnsupported,
+	return pipeline.Validation(codeIdempotencyKeyUnsupported,
 		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. A key came with the call (idempotency-key metadata, or the sundial.idempotency-key baggage member an upstream call passed on); call it without one, or serve the operation through Sundial's handler.")
 }

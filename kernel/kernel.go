@@ -432,9 +432,12 @@ func implementsValidator(d *operations.Descriptor) bool {
 	return d.Input.Implements(vt) || reflectPtrTo(d.Input).Implements(vt)
 }
 
+// codeNotFound is notRegistered's code.
+const codeNotFound = "KERNEL_NOT_FOUND_001"
+
 // notRegistered is the NOT_FOUND outcome of a call to an unknown operation.
 func notRegistered(id string) *pipeline.Error {
-	return pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+	return pipeline.NotFound(codeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
 }
 
 // priority returns the operation's configured class (PriorityDefault for

@@ -57,9 +57,16 @@ func New(c Config) *Middleware {
 	return &Middleware{c: c}
 }
 
+// Codes of the middleware's own outcomes: a required key is missing (400);
+// a call ran but its outcome could not be kept (409: too large, or not JSON).
+const (
+	codeKeyMissing = "KERNEL_VALIDATION_004"
+	codeTooLarge   = "KERNEL_CONFLICT_002"
+)
+
 // Errors of the middleware.
 func errMissing() *pipeline.Error {
-	return pipeline.Validation(pipeline.CodeIdempotencyKeyMissing,
+	return pipeline.Validation(codeKeyMissing,
 		"This operation requires an idempotency key (HTTP Idempotency-Key, gRPC metadata idempotency-key, CLI --idempotency-key).")
 }
 
@@ -74,12 +81,12 @@ func errMismatch() *pipeline.Error {
 }
 
 func errTooLarge() *pipeline.Error {
-	return pipeline.Conflict(pipeline.CodeIdempotencyTooLarge,
+	return pipeline.Conflict(codeTooLarge,
 		"A call with this idempotency key already ran; its outcome was too large to keep for replay.")
 }
 
 func errNoJSON() *pipeline.Error {
-	return pipeline.Conflict(pipeline.CodeIdempotencyTooLarge,
+	return pipeline.Conflict(codeTooLarge,
 		"A call with this idempotency key already ran; its outcome has no JSON form (a NaN or infinite number, say), so it was not kept for replay.")
 }
 
