@@ -22,9 +22,6 @@ const (
 	ScopeCluster Scope = "cluster"
 )
 
-// Valid reports whether s is a known scope ("" counts as process).
-func (s Scope) Valid() bool { return s == "" || s == ScopeProcess || s == ScopeCluster }
-
 // SharedWindow is a fixed window whose permits are counted outside this
 // process (package resilience/cluster implements it on Redis). Take
 // admits the call, waiting if its permit is reserved in a later window;

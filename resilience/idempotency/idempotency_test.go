@@ -37,7 +37,7 @@ type receipt struct {
 	Amount int    `json:"amount"`
 }
 
-func newMW(store idempotency.Store, pol idempotency.Policy) *idempotency.Middleware {
+func newMW(store idempotency.Store, pol idempotency.Policy) pipeline.Middleware {
 	pol.Enabled = true
 	return idempotency.New(idempotency.Config{
 		Operation: "billing.charge", Policy: pol, Store: store,
@@ -45,7 +45,7 @@ func newMW(store idempotency.Store, pol idempotency.Policy) *idempotency.Middlew
 	})
 }
 
-func call(mw *idempotency.Middleware, key string, in chargeIn, h pipeline.Handler) (any, error, *pipeline.Invocation) {
+func call(mw pipeline.Middleware, key string, in chargeIn, h pipeline.Handler) (any, error, *pipeline.Invocation) {
 	inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("billing.charge"), IdempotencyKey: key, Input: &in})
 	out, err := mw.Invoke(context.Background(), inv, h)
 	return out, err, inv

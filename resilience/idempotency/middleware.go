@@ -18,7 +18,7 @@ import (
 // scopes never meet.
 type ScopeFunc func(ctx context.Context, inv *pipeline.Invocation) string
 
-// Config builds a [Middleware].
+// Config builds the middleware of [New].
 type Config struct {
 	// Operation is the operation's ID.
 	Operation string
@@ -40,21 +40,21 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Middleware applies an operation's idempotency policy (see the package
-// documentation). The kernel places it first in the Handle stage: after
-// the limits (a call they reject never claims its key) and after
-// authentication and tenant middleware (whose context the Scope reads).
-type Middleware struct{ c Config }
+// middleware applies an operation's idempotency policy.
+type middleware struct{ c Config }
 
-// New returns the middleware of c.
-func New(c Config) *Middleware {
+// New returns the middleware that applies c's idempotency policy (see the
+// package documentation). The kernel places it first in the Handle stage:
+// after the limits (a call they reject never claims its key) and after
+// authentication and tenant middleware (whose context the Scope reads).
+func New(c Config) pipeline.Middleware {
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Middleware{c: c}
+	return &middleware{c: c}
 }
 
 // Codes of the middleware's own outcomes: a required key is missing (400);
@@ -96,7 +96,7 @@ func errStore(err error) *pipeline.Error {
 }
 
 // Invoke implements pipeline.Middleware.
-func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+func (m *middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	key := inv.IdempotencyKey()
 	if key == "" {
 		if m.c.Policy.Required {
@@ -146,7 +146,7 @@ func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 // through here, and the claim must not stay running (with its lease
 // renewed for as long as the process lives). A panic settles as the
 // UNEXPECTED outcome the kernel answers for it, and goes on unwinding.
-func (m *Middleware) run(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, skey, fp, token string) (out any, herr error) {
+func (m *middleware) run(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, skey, fp, token string) (out any, herr error) {
 	stop := m.renew(skey, token)
 	panicked := true
 	defer func() {
@@ -162,13 +162,13 @@ func (m *Middleware) run(ctx context.Context, inv *pipeline.Invocation, next pip
 	return out, herr
 }
 
-func (m *Middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (m *middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), m.c.StoreTimeout)
 }
 
 // renew keeps a leased claim alive while the handler runs; the returned
 // function stops it and waits for it.
-func (m *Middleware) renew(key, token string) func() {
+func (m *middleware) renew(key, token string) func() {
 	lease := m.c.Store.Lease()
 	if lease <= 0 {
 		return func() {}
@@ -214,7 +214,7 @@ func forgets(err error) bool {
 // store has no room for is stored as KERNEL_CONFLICT_002 (already ran,
 // too large to replay), which keeps the key taken; if even that does not
 // fit, the key is freed and the failure logged.
-func (m *Middleware) settle(ctx context.Context, key, fp, token string, out any, herr error) {
+func (m *middleware) settle(ctx context.Context, key, fp, token string, out any, herr error) {
 	sctx, cancel := m.storeContext(ctx)
 	defer cancel()
 	var err error
@@ -304,7 +304,7 @@ func numbers(v any) any {
 	return v
 }
 
-func (m *Middleware) decode(b []byte) (any, error) {
+func (m *middleware) decode(b []byte) (any, error) {
 	var s stored
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber() // integers in details come back exact, as int64

@@ -146,7 +146,7 @@ func boolean(v any, path string) (bool, error) {
 
 func scope(v any, path string) (resilience.Scope, error) {
 	str, ok := v.(string)
-	if sc := resilience.Scope(str); ok && sc != "" && sc.Valid() {
+	if sc := resilience.Scope(str); ok && (sc == resilience.ScopeProcess || sc == resilience.ScopeCluster) {
 		return sc, nil
 	}
 	return "", fmt.Errorf("kernel: %s: want \"process\" or \"cluster\", got %s", path, describe(v))
