@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -16,7 +17,7 @@ import (
 
 type idemOptions struct {
 	store idempotency.Store
-	scope idempotency.ScopeFunc
+	scope func(ctx context.Context, inv *pipeline.Invocation) string
 }
 
 // WithIdempotencyStore sets the store of idempotency records
@@ -31,7 +32,7 @@ func WithIdempotencyStore(s idempotency.Store) Option {
 // or tenant, which scopes idempotency keys: two callers using the same key
 // never see each other's outcome. It runs in the Handle stage, after
 // authentication and tenant middleware, with their context.
-func WithIdempotencyScope(f idempotency.ScopeFunc) Option {
+func WithIdempotencyScope(f func(ctx context.Context, inv *pipeline.Invocation) string) Option {
 	return optionFunc(func(o *options) { o.idem.scope = f })
 }
 

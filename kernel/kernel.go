@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,7 +48,7 @@ type options struct {
 	redis      redis.UniversalClient
 	lookupEnv  func(string) (string, bool)
 	idem       idemOptions          // idempotency.go
-	limitKinds map[string]LimitKind // limitkinds.go
+	limitKinds map[string]limitKind // limitkinds.go
 }
 
 // WithRegistry sets the operations the kernel serves. Without it the
@@ -128,7 +129,7 @@ func WithWorkers(idle time.Duration) Option {
 func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 	return optionFunc(func(o *options) {
 		switch {
-		case !stage.Valid():
+		case !slices.Contains(pipeline.Stages(), stage):
 			o.errs = append(o.errs, fmt.Errorf("kernel: UseAt: invalid stage %d", stage))
 		case mw == nil:
 			o.errs = append(o.errs, fmt.Errorf("kernel: UseAt(%s): nil middleware", stage))

@@ -12,12 +12,6 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// ScopeFunc returns the caller's scope of an idempotency key — its
-// principal or tenant, as the application's authentication or tenant
-// middleware put it in the context — or "" for none. Keys of different
-// scopes never meet.
-type ScopeFunc func(ctx context.Context, inv *pipeline.Invocation) string
-
 // Config builds the middleware of [New].
 type Config struct {
 	// Operation is the operation's ID.
@@ -26,8 +20,11 @@ type Config struct {
 	Policy Policy
 	// Store keeps the records (required).
 	Store Store
-	// Scope returns the caller's scope (nil: none).
-	Scope ScopeFunc
+	// Scope returns the caller's scope of an idempotency key — its
+	// principal or tenant, as the application's authentication or tenant
+	// middleware put it in the context — or "" for none (nil: none). Keys
+	// of different scopes never meet.
+	Scope func(ctx context.Context, inv *pipeline.Invocation) string
 	// NewOutput returns a pointer to a new zero value of the operation's
 	// output type, into which a replayed success is decoded (nil: the
 	// replayed output is a json.RawMessage).
