@@ -2,12 +2,12 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 	"github.com/sundial-go/sundial/resilience/internal/window"
 )
 
@@ -15,7 +15,7 @@ import (
 // call away: the window is used up and its queue is full, the call's
 // deadline comes before the window it would wait for, or every
 // concurrency slot and queue place is taken.
-var ErrLimited = errors.New("resilience: limit reached")
+var ErrLimited = limited.ErrLimited
 
 // FixedWindow is a fixed-window rate limiter with a FIFO queue: at most
 // permitLimit calls are admitted per window; when a window is used up, up

@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 func TestMain(m *testing.M) {
@@ -110,7 +111,7 @@ func testWindowSharedAcrossReplicas(t *testing.T, connect func() redis.Universal
 				}
 				return
 			}
-			var le *resilience.LimitedError
+			var le *limited.Error
 			if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > p.Window {
 				t.Errorf("rejection %v", err)
 			}
@@ -236,7 +237,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 	short, cancelShort := context.WithTimeout(t.Context(), p.Window/2)
 	_, sIdx, err := cluster.TakeIndexed(w, short)
 	cancelShort()
-	var le *resilience.LimitedError
+	var le *limited.Error
 	switch {
 	case errors.As(err, &le) && sIdx == a:
 		// S was answered in W: the window it could reserve (W+2) opens at

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 	"github.com/sundial-go/sundial/resilience/internal/limitkey"
 )
 
@@ -70,7 +71,7 @@ func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKe
 
 // Wait implements resilience.SharedKeyedWindow: it admits a call of key,
 // after sleeping until its reserved window opens when the current one is
-// used up; it returns resilience.ErrLimited (a *resilience.LimitedError)
+// used up; it returns an error matching resilience.ErrLimited
 // with the time to retry after when the call is turned away, and ctx's
 // error when ctx ends first. A key longer than 128 bytes, or holding a
 // control character or a brace, is an error that matches neither.
@@ -84,7 +85,7 @@ func (kw *keyedWindow) Wait(ctx context.Context, key string) (time.Duration, err
 		markDegraded(ctx)
 		err = kw.fallback(ctx, c, key)
 	}
-	var le *resilience.LimitedError
+	var le *limited.Error
 	if errors.As(err, &le) {
 		return le.RetryAfter, err
 	}
@@ -103,7 +104,7 @@ func (kw *keyedWindow) fallback(ctx context.Context, c *windowConfig, key string
 	local := kw.localWindows(c, kw.w.st.share(c.limit, c.expect))
 	retry, err := local.Wait(ctx, key)
 	if errors.Is(err, resilience.ErrLimited) {
-		return &resilience.LimitedError{RetryAfter: retry, Quota: pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}}
+		return &limited.Error{RetryAfter: retry, Quota: pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}}
 	}
 	return err
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 // TestReloadKeepsTheLocalFallback: with the store down (Local fallback)
@@ -165,7 +166,7 @@ func TestWindowRecordAheadOfTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := w.Take(t.Context(), inv())
-	var le *resilience.LimitedError
+	var le *limited.Error
 	if !errors.As(err, &le) || le.RetryAfter > length {
 		t.Fatalf("Take on a record ahead of the clock = %v, want a rejection for at most one window", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 // windowScript admits one call to a fixed window shared by every replica.
@@ -309,7 +310,7 @@ func (w *sharedWindow) run(ctx context.Context, c *windowConfig, key string, wan
 			c.exhausted.Store(int64(time.Since(w.origin) + us))
 		}
 	}
-	return q, res[5], &resilience.LimitedError{RetryAfter: us, Quota: q}
+	return q, res[5], &limited.Error{RetryAfter: us, Quota: q}
 }
 
 // queueOf is a queue limit of p: none in shadow mode, where no call waits.
@@ -333,7 +334,7 @@ func micros(us int64) time.Duration {
 // exhausted for left more.
 func (c *windowConfig) rejected(left time.Duration) (pipeline.Quota, error) {
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: min(left, c.length)}
-	return q, &resilience.LimitedError{RetryAfter: left, Quota: q}
+	return q, &limited.Error{RetryAfter: left, Quota: q}
 }
 
 // sleep waits d for the reserved window to open; when ctx ends first the
@@ -387,7 +388,7 @@ func (w *sharedWindow) admitAll(_ context.Context, c *windowConfig) (pipeline.Qu
 func (w *sharedWindow) rejectAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
 	retry := w.st.retryIn()
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}
-	return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
+	return q, &limited.Error{RetryAfter: retry, Quota: q}
 }
 
 // localShare is OnStoreError "local": this replica's share of the limit,
@@ -400,7 +401,7 @@ func (w *sharedWindow) localShare(ctx context.Context, c *windowConfig) (pipelin
 			return pipeline.Quota{Limit: l.Quota().Limit, Window: c.length}, ctx.Err()
 		}
 		q := pipeline.Quota{Limit: l.Quota().Limit, Window: c.length, Reset: retry}
-		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
+		return q, &limited.Error{RetryAfter: retry, Quota: q}
 	}
 	return l.Quota(), nil
 }

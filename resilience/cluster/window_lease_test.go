@@ -11,6 +11,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 // leasePolicy is a cluster window of limit permits per length, leasing
@@ -163,7 +164,7 @@ func TestLeaseOfDeadReplicaLapsesWithWindow(t *testing.T) {
 		var retry time.Duration
 		for {
 			_, idx, err := cluster.TakeIndexed(lw, t.Context())
-			var le *resilience.LimitedError
+			var le *limited.Error
 			if errors.As(err, &le) {
 				retry = le.RetryAfter
 				break
