@@ -48,17 +48,17 @@ func withTerminal(tty bool) Option {
 // TIMEOUT (7) when the deadline had already fired; a command reading
 // --input - stops waiting for standard input at the first signal too. A
 // second signal while the command still runs (building the kernel, say)
-// exits the process at once (see WithExit). WithSignals() with no signals
+// exits the process at once (os.Exit). WithSignals() with no signals
 // leaves signal handling to the host.
 func WithSignals(sigs ...os.Signal) Option {
 	return optionFunc(func(o *options) { o.signals = slices.Clone(sigs) })
 }
 
-// WithExit sets the function called with the exit code of CANCELLED
-// (ExitCodeFor(pipeline.KindCanceled), 8) when a second
-// signal arrives while an operation is still running. The default is
-// os.Exit. A nil function is ignored.
-func WithExit(exit func(code int)) Option {
+// withExit replaces os.Exit, for tests: exit is called with the exit code
+// of CANCELLED (ExitCodeFor(pipeline.KindCanceled), 8) when a second
+// signal arrives while an operation is still running. A nil function is
+// ignored.
+func withExit(exit func(code int)) Option {
 	return optionFunc(func(o *options) {
 		if exit != nil {
 			o.exit = exit

@@ -523,7 +523,7 @@ func TestSignals(t *testing.T) {
 		errCode  string
 		elapsed  time.Duration
 		stubborn bool  // the answer may leave up to settleBound later
-		exits    []int // WithExit calls
+		exits    []int // withExit calls
 	}{
 		{name: "SIGINT cancels", op: "sleep", sends: []send{{200 * time.Millisecond, os.Interrupt}},
 			code: 8, errCode: pipeline.CodeCanceled, elapsed: 200 * time.Millisecond},
@@ -566,7 +566,7 @@ func TestSignals(t *testing.T) {
 					}
 				}
 				args := append([]string{"test", tc.op, "--delay-ms", "1000"}, tc.args...)
-				r := executeOn(t, testRegistry(t), build, []Option{withSignalChannel(s.ch), WithExit(exit)}, strings.NewReader(""), args...)
+				r := executeOn(t, testRegistry(t), build, []Option{withSignalChannel(s.ch), withExit(exit)}, strings.NewReader(""), args...)
 				if r.code != tc.code {
 					t.Errorf("app %q with signals %v = exit %d, want %d (stderr %q)", args, tc.sends, r.code, tc.code, r.stderr)
 				}

@@ -95,7 +95,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 }
 
 // watchSignals starts watching the signals of o: the first cancels the
-// call, the second exits at once (WithExit) with a line on stderr.
+// call, the second exits at once (withExit) with a line on stderr.
 func (r *runner) watchSignals(o *options, tty bool) *interrupts {
 	onSecond := func(sig os.Signal) {
 		if tty {
@@ -243,7 +243,7 @@ func (r *runner) sendReply(inv *pipeline.Invocation) {
 // lease, after which a vanished holder's key is free anyway — before it
 // closes the kernel and exits with the failure's code. A signal stops the
 // waiting: the first one after a TIMEOUT, and after a CANCELLED (a signal
-// already) the second, which exits at once (WithExit).
+// already) the second, which exits at once (withExit).
 func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrupts) {
 	if k.Running() == 0 {
 		return // the call never started, or has returned: its outcome is stored
