@@ -12,6 +12,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
 // acquireScript takes a concurrency lease. KEYS[1] is a sorted set of
@@ -117,7 +118,7 @@ type slotsConfig struct{ limit, queue, expect int }
 
 // fallbackSlots is the Local fallback of a Slots and its limits.
 type fallbackSlots struct {
-	cl           *resilience.ConcurrencyLimiter
+	cl           *limiter.ConcurrencyLimiter
 	limit, queue int
 }
 
@@ -433,7 +434,7 @@ func (c *sharedSlots) localShare(ctx context.Context) (func(), error) {
 // cfg's limit: always the same limiter, its limits changed in place, so
 // the calls it admitted stay counted when the share or the policy
 // changes.
-func (c *sharedSlots) localSlots(cfg *slotsConfig) *resilience.ConcurrencyLimiter {
+func (c *sharedSlots) localSlots(cfg *slotsConfig) *limiter.ConcurrencyLimiter {
 	n := c.st.share(cfg.limit, cfg.expect)
 	if l := c.local.Load(); l != nil && l.limit == n && l.queue == cfg.queue {
 		return l.cl
@@ -443,7 +444,7 @@ func (c *sharedSlots) localSlots(cfg *slotsConfig) *resilience.ConcurrencyLimite
 	l := c.local.Load()
 	switch {
 	case l == nil:
-		cl, _ := resilience.NewConcurrencyLimiter(n, cfg.queue)
+		cl, _ := limiter.NewConcurrencyLimiter(n, cfg.queue)
 		l = &fallbackSlots{cl: cl, limit: n, queue: cfg.queue}
 	case l.limit != n || l.queue != cfg.queue:
 		_ = l.cl.SetLimits(n, cfg.queue)

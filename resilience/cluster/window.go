@@ -15,6 +15,7 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/internal/limited"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
 // windowScript admits one call to a fixed window shared by every replica.
@@ -192,7 +193,7 @@ func (c *windowConfig) lengthKey() string {
 
 // fallbackWindow is the Local fallback of a Window and what it was made for.
 type fallbackWindow struct {
-	fw     *resilience.FixedWindow
+	fw     *limiter.FixedWindow
 	limit  int
 	length time.Duration
 	queue  int
@@ -409,7 +410,7 @@ func (w *sharedWindow) localShare(ctx context.Context, c *windowConfig) (pipelin
 // localWindow returns the Local fallback for c with n permits: the same
 // limiter as before when only n changed (it keeps the permits it gave in
 // this window), a new one when the length or the queue did.
-func (w *sharedWindow) localWindow(c *windowConfig, n int) *resilience.FixedWindow {
+func (w *sharedWindow) localWindow(c *windowConfig, n int) *limiter.FixedWindow {
 	if l := w.local.Load(); l != nil && l.limit == n && l.length == c.length && l.queue == c.queue {
 		return l.fw
 	}
@@ -423,7 +424,7 @@ func (w *sharedWindow) localWindow(c *windowConfig, n int) *resilience.FixedWind
 		l = &fallbackWindow{fw: l.fw, limit: n, length: c.length, queue: c.queue}
 		w.local.Store(l)
 	default:
-		fw, _ := resilience.NewFixedWindow(n, c.length, c.queue)
+		fw, _ := limiter.NewFixedWindow(n, c.length, c.queue)
 		l = &fallbackWindow{fw: fw, limit: n, length: c.length, queue: c.queue}
 		w.local.Store(l)
 	}
