@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
+	"github.com/sundial-go/sundial/kernel/internal/priority"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -197,12 +198,12 @@ func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag 
 		return p
 	}
 	if v, ok := bag[pipeline.BaggagePriority]; ok {
-		if b, valid := pipeline.ParsePriority(v); valid {
+		if b, valid := priority.Parse(v); valid {
 			p = min(p, b)
 		}
 	}
 	if req.Priority != "" {
-		h, valid := pipeline.ParsePriority(req.Priority)
+		h, valid := priority.Parse(req.Priority)
 		switch {
 		case valid:
 			p = min(p, h)
