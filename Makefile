@@ -67,7 +67,7 @@ bench-overload:
 ## runs their committed seed corpora in testdata/fuzz)
 FUZZ_TARGETS = \
 	./operations:FuzzValidateID \
-	./pipeline:FuzzParsePriority \
+	./kernel/internal/priority:FuzzParsePriority \
 	./operations:FuzzFastPathAgrees \
 	./operations:FuzzCheckJSONAgrees \
 	./kernel:FuzzConfig \

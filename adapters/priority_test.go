@@ -276,8 +276,8 @@ func TestPriorityConformance(t *testing.T) {
 				t.Errorf("%s with priority %q = %+v, want %d and class %s", tt.id, tt.priority, a, ok, tt.want)
 			}
 		}
-		if a := call("shop.class", "urgent"); a.status != invalid || a.code != pipeline.CodeBadPriority {
-			t.Errorf("priority \"urgent\" = %+v, want %d %s", a, invalid, pipeline.CodeBadPriority)
+		if a := call("shop.class", "urgent"); a.status != invalid || a.code != "KERNEL_VALIDATION_009" {
+			t.Errorf("priority \"urgent\" = %+v, want %d %s", a, invalid, "KERNEL_VALIDATION_009")
 		}
 
 		// A critical call holds checkout's one slot: a sheddable one is shed.

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
+	"github.com/sundial-go/sundial/kernel/internal/priority"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -197,12 +198,12 @@ func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag 
 		return p
 	}
 	if v, ok := bag[pipeline.BaggagePriority]; ok {
-		if b, valid := pipeline.ParsePriority(v); valid {
+		if b, valid := priority.Parse(v); valid {
 			p = min(p, b)
 		}
 	}
 	if req.Priority != "" {
-		h, valid := pipeline.ParsePriority(req.Priority)
+		h, valid := priority.Parse(req.Priority)
 		switch {
 		case valid:
 			p = min(p, h)
@@ -213,11 +214,14 @@ func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag 
 	return p
 }
 
+// codeBadPriority is errBadPriority's code.
+const codeBadPriority = "KERNEL_VALIDATION_009"
+
 // errBadPriority is the 400 of a priority header, metadata entry or flag
 // that names no class: VALIDATION, KERNEL_VALIDATION_009. It does not
 // echo the value, which may be large.
 func errBadPriority() *pipeline.Error {
-	return pipeline.Validation(pipeline.CodeBadPriority,
+	return pipeline.Validation(codeBadPriority,
 		"The priority must be critical, default or sheddable; it can only lower the operation's own class.")
 }
 

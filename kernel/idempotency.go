@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -16,7 +17,7 @@ import (
 
 type idemOptions struct {
 	store idempotency.Store
-	scope idempotency.ScopeFunc
+	scope func(ctx context.Context, inv *pipeline.Invocation) string
 }
 
 // WithIdempotencyStore sets the store of idempotency records
@@ -31,7 +32,7 @@ func WithIdempotencyStore(s idempotency.Store) Option {
 // or tenant, which scopes idempotency keys: two callers using the same key
 // never see each other's outcome. It runs in the Handle stage, after
 // authentication and tenant middleware, with their context.
-func WithIdempotencyScope(f idempotency.ScopeFunc) Option {
+func WithIdempotencyScope(f func(ctx context.Context, inv *pipeline.Invocation) string) Option {
 	return optionFunc(func(o *options) { o.idem.scope = f })
 }
 
@@ -152,10 +153,13 @@ func (k *Kernel) Idempotency(id string) (idempotency.Policy, idempotency.Store) 
 	return k.idemPol[id], k.idemStore
 }
 
+// codeIdempotencyKeyUnsupported is errKeysUnsupported's code.
+const codeIdempotencyKeyUnsupported = "KERNEL_VALIDATION_006"
+
 // errKeysUnsupported answers a keyed call to an operation served by an
 // application's own handler (Request.Handler), whose outcome cannot be
 // replayed.
 func errKeysUnsupported() *pipeline.Error {
-	return pipeline.Validation(pipeline.CodeIdempotencyKeyUnsupported,
+	return pipeline.Validation(codeIdempotencyKeyUnsupported,
 		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. A key came with the call (idempotency-key metadata, or the sundial.idempotency-key baggage member an upstream call passed on); call it without one, or serve the operation through Sundial's handler.")
 }

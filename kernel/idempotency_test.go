@@ -113,7 +113,7 @@ func TestIdempotencyAfterTimeout(t *testing.T) {
 		if o := charge(k, "key-1", 11); pipeline.KindOf(o.Err) != pipeline.KindUnprocessable {
 			t.Fatalf("other amount: %v, want 422", o.Err)
 		}
-		if o := charge(k, "", 10); pipeline.CodeOf(o.Err) != pipeline.CodeIdempotencyKeyMissing {
+		if o := charge(k, "", 10); pipeline.CodeOf(o.Err) != "KERNEL_VALIDATION_004" {
 			t.Fatalf("no key: %v, want 400", o.Err)
 		}
 		k.Wait(context.Background())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,7 +48,7 @@ type options struct {
 	redis      redis.UniversalClient
 	lookupEnv  func(string) (string, bool)
 	idem       idemOptions          // idempotency.go
-	limitKinds map[string]LimitKind // limitkinds.go
+	limitKinds map[string]limitKind // limitkinds.go
 }
 
 // WithRegistry sets the operations the kernel serves. Without it the
@@ -128,7 +129,7 @@ func WithWorkers(idle time.Duration) Option {
 func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 	return optionFunc(func(o *options) {
 		switch {
-		case !stage.Valid():
+		case !slices.Contains(pipeline.Stages(), stage):
 			o.errs = append(o.errs, fmt.Errorf("kernel: UseAt: invalid stage %d", stage))
 		case mw == nil:
 			o.errs = append(o.errs, fmt.Errorf("kernel: UseAt(%s): nil middleware", stage))
@@ -432,9 +433,12 @@ func implementsValidator(d *operations.Descriptor) bool {
 	return d.Input.Implements(vt) || reflectPtrTo(d.Input).Implements(vt)
 }
 
+// codeNotFound is notRegistered's code.
+const codeNotFound = "KERNEL_NOT_FOUND_001"
+
 // notRegistered is the NOT_FOUND outcome of a call to an unknown operation.
 func notRegistered(id string) *pipeline.Error {
-	return pipeline.NotFound(pipeline.CodeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+	return pipeline.NotFound(codeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
 }
 
 // priority returns the operation's configured class (PriorityDefault for

@@ -11,11 +11,8 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// LimitKind builds a limit of your own for the operation id from its
-// configuration: the object the kind names in the operation's Limits key
-// (docs/policy-keys.md). An error refuses the configuration, at New or at
-// a reload, with the key path.
-type LimitKind func(id string, config json.RawMessage) (resilience.Limit, error)
+// limitKind builds a limit of its kind for an operation (WithLimitKind).
+type limitKind = func(id string, config json.RawMessage) (resilience.Limit, error)
 
 // WithLimitKind registers the limit kind name, so that the configuration
 // can put limits of that kind on operations:
@@ -23,7 +20,10 @@ type LimitKind func(id string, config json.RawMessage) (resilience.Limit, error)
 //	"Operations": {"orders.create": {"Limits": {"tenant-inflight": {"PerTenant": 2}}}}
 //
 // Each operation gets its own limit, built by build, after the built-in
-// limits and right before the handler. A reload that changes an
+// limits and right before the handler. build gets the operation's ID and
+// the object the kind names in its Limits key (docs/policy-keys.md); an
+// error refuses the configuration, at New or at a reload, with the key
+// path. A reload that changes an
 // operation's Limits builds its limits anew (calls holding the old ones
 // finish under them); one that leaves them as they are keeps them.
 //
@@ -33,14 +33,14 @@ type LimitKind func(id string, config json.RawMessage) (resilience.Limit, error)
 // still give back their permits after Close, so its Release must keep
 // working. Return a new limit from each build: one shared by operations is
 // closed when the first of them drops it.
-func WithLimitKind(name string, build LimitKind) Option {
+func WithLimitKind(name string, build func(id string, config json.RawMessage) (resilience.Limit, error)) Option {
 	return optionFunc(func(o *options) {
 		if name == "" || build == nil {
 			o.errs = append(o.errs, fmt.Errorf("kernel: WithLimitKind(%q): want a name and a build function", name))
 			return
 		}
 		if o.limitKinds == nil {
-			o.limitKinds = make(map[string]LimitKind)
+			o.limitKinds = make(map[string]limitKind)
 		}
 		o.limitKinds[name] = build
 	})

@@ -85,8 +85,8 @@ func TestPerKeyLimit(t *testing.T) {
 				}
 			}
 			out := ks[0].Invoke(withTenant("t{x}"), kernel.Request{Operation: "orders.create", Input: new("x")})
-			if e := pipeline.AsError(out.Err); e == nil || e.Kind() != pipeline.KindValidation || e.Code() != pipeline.CodeLimitKeyMalformed {
-				t.Fatalf("a key with braces: %v, want VALIDATION %s", out.Err, pipeline.CodeLimitKeyMalformed)
+			if e := pipeline.AsError(out.Err); e == nil || e.Kind() != pipeline.KindValidation || e.Code() != "KERNEL_VALIDATION_008" {
+				t.Fatalf("a key with braces: %v, want VALIDATION %s", out.Err, "KERNEL_VALIDATION_008")
 			}
 		})
 	}

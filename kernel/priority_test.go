@@ -110,8 +110,8 @@ func TestPriorityLoweredNeverRaised(t *testing.T) {
 			out := k.Invoke(ctx, kernel.Request{Operation: tt.op, Priority: tt.header})
 			if tt.reject {
 				e := pipeline.AsError(out.Err)
-				if e.Kind() != pipeline.KindValidation || e.Code() != pipeline.CodeBadPriority || got.ran {
-					t.Fatalf("Invoke = %v (ran %v), want VALIDATION %s and nothing run", out.Err, got.ran, pipeline.CodeBadPriority)
+				if e.Kind() != pipeline.KindValidation || e.Code() != "KERNEL_VALIDATION_009" || got.ran {
+					t.Fatalf("Invoke = %v (ran %v), want VALIDATION %s and nothing run", out.Err, got.ran, "KERNEL_VALIDATION_009")
 				}
 				if len(e.Message()) > 200 {
 					t.Errorf("message of %d bytes echoes the header", len(e.Message()))

@@ -236,9 +236,9 @@ func (k *Kernel) warnUnregistered(ps policies) {
 	}
 }
 
-// DefaultWatchDebounce is how long WatchConfig waits after the last change
+// defaultWatchDebounce is how long WatchConfig waits after the last change
 // of the config file before it reloads, when given 0.
-const DefaultWatchDebounce = 100 * time.Millisecond
+const defaultWatchDebounce = 100 * time.Millisecond
 
 // ErrNoConfigFile is returned by WatchConfig for a kernel made without
 // WithConfigFile.
@@ -255,7 +255,7 @@ var ErrNoConfigFile = errors.New("kernel: WatchConfig: no config file (WithConfi
 // file (the provider stops watching at a removal; WatchConfig arms it
 // again as soon as the file is back, and reloads). Changes are debounced:
 // the reload runs once the file has been quiet for debounce (0:
-// DefaultWatchDebounce), so a burst of events makes one reload. A file
+// 100 ms), so a burst of events makes one reload. A file
 // that cannot be watched on the first try is an error.
 func (k *Kernel) WatchConfig(ctx context.Context, debounce time.Duration) error {
 	path := k.opts.configFile
@@ -263,7 +263,7 @@ func (k *Kernel) WatchConfig(ctx context.Context, debounce time.Duration) error 
 		return ErrNoConfigFile
 	}
 	if debounce <= 0 {
-		debounce = DefaultWatchDebounce
+		debounce = defaultWatchDebounce
 	}
 	changed := make(chan struct{}, 1)
 	stopped := make(chan error, 1)

@@ -9,20 +9,23 @@ import (
 	"time"
 )
 
-// Stable codes of the outcomes the framework itself produces. Applications
-// use codes of their own (e.g. "SHOP_UNAVAILABLE_001"). The wire spelling
-// of the cancellation code is British ("CANCELLED"); identifiers use Go's.
+// Stable codes of the outcomes the framework itself produces that a caller
+// may act on. Applications use codes of their own (e.g.
+// "SHOP_UNAVAILABLE_001"). The wire spelling of the cancellation code is
+// British ("CANCELLED"); identifiers use Go's. The codes of malformed
+// requests are written by the package that detects them:
+// KERNEL_VALIDATION_002 (a deadline header), 004, 005 and 006 (an
+// idempotency key missing, malformed, or sent to a method whose answer
+// cannot be replayed), 008 (a per-key limit's key), 009 (a priority),
+// KERNEL_NOT_FOUND_001 (no such operation) and KERNEL_CONFLICT_002 (an
+// outcome too large to keep for replay).
 const (
 	CodeTimeout            = "KERNEL_TIMEOUT_001"
 	CodeCanceled           = "KERNEL_CANCELLED_001"
 	CodeUnexpected         = "KERNEL_UNEXPECTED_001"
 	CodeValidation         = "KERNEL_VALIDATION_001"
-	CodeBadDeadline        = "KERNEL_VALIDATION_002"
 	CodeUnknownField       = "KERNEL_VALIDATION_003" // an input field the input type does not have (operations.InputPolicy)
 	CodeConstraint         = "KERNEL_VALIDATION_007" // input values break their validate tags (operations.CheckConstraints)
-	CodeLimitKeyMalformed  = "KERNEL_VALIDATION_008" // a per-key rate limit's key is too long or holds a control character or a brace
-	CodeBadPriority        = "KERNEL_VALIDATION_009" // a Sundial-Priority header, metadata entry or --priority naming no class
-	CodeNotFound           = "KERNEL_NOT_FOUND_001"
 	CodeRateLimited        = "KERNEL_UNAVAILABLE_002"
 	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"
 	CodeCircuitOpen        = "KERNEL_UNAVAILABLE_004"
@@ -30,13 +33,9 @@ const (
 	CodeShed               = "KERNEL_UNAVAILABLE_008" // a full concurrency limit shed a call below its operation's class (docs/resilience.md, "Priority")
 
 	// Idempotency (docs/idempotency.md).
-	CodeIdempotencyKeyMissing     = "KERNEL_VALIDATION_004"    // 400: the operation requires a key
-	CodeIdempotencyKeyMalformed   = "KERNEL_VALIDATION_005"    // 400: the key header is not a bounded sf-string
-	CodeIdempotencyKeyUnsupported = "KERNEL_VALIDATION_006"    // 400: a keyed call to a method whose answer cannot be replayed
-	CodeIdempotencyInProgress     = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs
-	CodeIdempotencyTooLarge       = "KERNEL_CONFLICT_002"      // 409: ran, but its outcome could not be kept (too large, or not JSON)
-	CodeIdempotencyMismatch       = "KERNEL_UNPROCESSABLE_001" // 422: the key was used with another input
-	CodeIdempotencyStore          = "KERNEL_UNAVAILABLE_006"   // 503: the idempotency store did not answer
+	CodeIdempotencyInProgress = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs
+	CodeIdempotencyMismatch   = "KERNEL_UNPROCESSABLE_001" // 422: the key was used with another input
+	CodeIdempotencyStore      = "KERNEL_UNAVAILABLE_006"   // 503: the idempotency store did not answer
 )
 
 // UnexpectedMessage is the only text a caller ever sees for an UNEXPECTED

@@ -33,29 +33,3 @@ func (p Priority) String() string {
 	}
 	return "default"
 }
-
-// ParsePriority returns the class named s ("critical", "default" or
-// "sheddable", in any ASCII case, without surrounding spaces) and whether
-// s names one.
-func ParsePriority(s string) (Priority, bool) {
-	var b [len("sheddable")]byte
-	if len(s) > len(b) {
-		return PriorityDefault, false
-	}
-	for i := range len(s) {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b[i] = c
-	}
-	switch string(b[:len(s)]) {
-	case "critical":
-		return PriorityCritical, true
-	case "default":
-		return PriorityDefault, true
-	case "sheddable":
-		return PrioritySheddable, true
-	}
-	return PriorityDefault, false
-}

@@ -1,32 +1,16 @@
 package pipeline_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-func TestParsePriority(t *testing.T) {
+// TestPriorityOrder: the classes are ordered, and an invocation without
+// one (a zero Spec, a nil Invocation) is of the default class. The names
+// are parsed by the kernel (TestParsePriority in kernel/internal/priority).
+func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		in   string
-		want pipeline.Priority
-		ok   bool
-	}{
-		{"critical", pipeline.PriorityCritical, true},
-		{"Default", pipeline.PriorityDefault, true},
-		{"SHEDDABLE", pipeline.PrioritySheddable, true},
-		{"", pipeline.PriorityDefault, false},
-		{" critical", pipeline.PriorityDefault, false},
-		{"critical, sheddable", pipeline.PriorityDefault, false},
-		{"high", pipeline.PriorityDefault, false},
-		{"\u017fheddable", pipeline.PriorityDefault, false}, // ſ folds to s in Unicode, not in ASCII
-	} {
-		if got, ok := pipeline.ParsePriority(tt.in); got != tt.want || ok != tt.ok {
-			t.Errorf("ParsePriority(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
-		}
-	}
 	if min(pipeline.PriorityCritical, pipeline.PrioritySheddable) != pipeline.PrioritySheddable ||
 		min(pipeline.PriorityCritical, pipeline.PriorityDefault) != pipeline.PriorityDefault {
 		t.Error("classes are not ordered sheddable < default < critical")
@@ -39,25 +23,4 @@ func TestParsePriority(t *testing.T) {
 	if p := nilInv.Priority(); p != pipeline.PriorityDefault {
 		t.Errorf("nil Invocation's Priority() = %v, want default", p)
 	}
-}
-
-// FuzzParsePriority: ParsePriority never panics; what it accepts is one
-// of the three names in some ASCII case, and the class it returns prints
-// as that name.
-func FuzzParsePriority(f *testing.F) {
-	for _, s := range []string{"critical", "Default", "sheddable", "", "urgent", "critical\x00", strings.Repeat("x", 4096)} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		p, ok := pipeline.ParsePriority(s)
-		if !ok {
-			if p != pipeline.PriorityDefault {
-				t.Fatalf("ParsePriority(%q) = %v, false; want default", s, p)
-			}
-			return
-		}
-		if len(s) != len(p.String()) || !strings.EqualFold(s, p.String()) {
-			t.Fatalf("ParsePriority(%q) = %v", s, p)
-		}
-	})
 }

@@ -43,12 +43,12 @@ func Stages() []Stage {
 	return s
 }
 
-// Valid reports whether s is one of the defined stages.
-func (s Stage) Valid() bool { return s < numStages }
+// valid reports whether s is one of the defined stages.
+func (s Stage) valid() bool { return s < numStages }
 
 // String returns the stage's name, e.g. "Resilience".
 func (s Stage) String() string {
-	if !s.Valid() {
+	if !s.valid() {
 		return "Stage(invalid)"
 	}
 	return stageNames[s]

@@ -42,8 +42,8 @@ func TestConcurrencyLimiterTryAcquire(t *testing.T) {
 			t.Fatalf("waiter's Acquire() = %v, want nil", err)
 		}
 		l.Release()
-		if l.InFlight() != 0 || l.QueueDepth() != 0 {
-			t.Errorf("InFlight, QueueDepth = %d, %d; want 0, 0", l.InFlight(), l.QueueDepth())
+		if resilience.InFlight(l) != 0 || resilience.SlotsQueueDepth(l) != 0 {
+			t.Errorf("InFlight, QueueDepth = %d, %d; want 0, 0", resilience.InFlight(l), resilience.SlotsQueueDepth(l))
 		}
 	})
 }
@@ -67,8 +67,8 @@ func TestConcurrencyLimiterCancelRacesHandOver(t *testing.T) {
 			l.Release()
 			switch err := <-first; {
 			case err == nil: // got the slot despite the cancel
-				if l.InFlight() != 1 {
-					t.Fatalf("InFlight() = %d, want 1", l.InFlight())
+				if resilience.InFlight(l) != 1 {
+					t.Fatalf("InFlight() = %d, want 1", resilience.InFlight(l))
 				}
 				l.Release()
 			case errors.Is(err, context.Canceled):
@@ -79,8 +79,8 @@ func TestConcurrencyLimiterCancelRacesHandOver(t *testing.T) {
 				t.Fatalf("second Acquire() = %v, want the slot", err)
 			}
 			l.Release()
-			if l.InFlight() != 0 || l.QueueDepth() != 0 {
-				t.Fatalf("InFlight, QueueDepth = %d, %d; want 0, 0", l.InFlight(), l.QueueDepth())
+			if resilience.InFlight(l) != 0 || resilience.SlotsQueueDepth(l) != 0 {
+				t.Fatalf("InFlight, QueueDepth = %d, %d; want 0, 0", resilience.InFlight(l), resilience.SlotsQueueDepth(l))
 			}
 		})
 	}
@@ -96,8 +96,8 @@ func TestConcurrencyLimiterQueueTimeout(t *testing.T) {
 		if err := l.Acquire(ctx); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 2*time.Second {
 			t.Fatalf("Acquire() = %v after %v, want DeadlineExceeded after 2s", err, time.Since(start))
 		}
-		if l.QueueDepth() != 0 {
-			t.Fatalf("QueueDepth() = %d after the timeout, want 0", l.QueueDepth())
+		if resilience.SlotsQueueDepth(l) != 0 {
+			t.Fatalf("QueueDepth() = %d after the timeout, want 0", resilience.SlotsQueueDepth(l))
 		}
 		l.Release()
 		if !l.TryAcquire() {

@@ -94,11 +94,15 @@ func (l *Limits) keyedOf(old *chain, p Policy, o options) *keyedLimit {
 	return k
 }
 
+// codeLimitKeyMalformed is the code of a per-key limit's key that is too
+// long or holds a control character or a brace.
+const codeLimitKeyMalformed = "KERNEL_VALIDATION_008"
+
 // Acquire implements [Limit].
 func (k *keyedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
 	key, _ := inv.Baggage(k.baggage)
 	if err := limitkey.Check(key); err != nil {
-		return Permit{}, pipeline.Validation(pipeline.CodeLimitKeyMalformed,
+		return Permit{}, pipeline.Validation(codeLimitKeyMalformed,
 			fmt.Sprintf("The baggage member %q is not a valid limit key: %v.", k.baggage, err))
 	}
 	var retry time.Duration

@@ -435,7 +435,7 @@ func (l *Limits) State() LimitsState {
 		st.Breaker, st.BreakerOpenFor = BreakerState(c.breaker.b.State()), c.breaker.b.OpenFor()
 	}
 	if c.window != nil {
-		st.Window, st.HasWindow = c.window.at(time.Now()).quota(), true
+		st.Window, st.HasWindow = c.window.at(time.Now()).Quota(), true
 		st.RateQueue = c.window.queueDepth()
 	}
 	if c.slots != nil {

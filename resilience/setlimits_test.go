@@ -23,22 +23,22 @@ func TestFixedWindowSetPermitLimit(t *testing.T) {
 					t.Fatal("Allow under the limit refused")
 				}
 			}
-			if err := w.SetPermitLimit(2); err != nil {
+			if err := resilience.SetPermitLimit(w, 2); err != nil {
 				t.Fatal(err)
 			}
 			if ok, _ := w.Allow(); ok {
 				t.Fatalf("queue %d: admitted a third permit after the limit fell to 2", queue)
 			}
-			if q := w.Quota(); q.Limit != 2 || q.Remaining != 0 || q.Window != time.Second || q.Reset != time.Second {
+			if q := resilience.WindowQuota(w); q.Limit != 2 || q.Remaining != 0 || q.Window != time.Second || q.Reset != time.Second {
 				t.Fatalf("queue %d: Quota = %+v", queue, q)
 			}
-			if err := w.SetPermitLimit(4); err != nil {
+			if err := resilience.SetPermitLimit(w, 4); err != nil {
 				t.Fatal(err)
 			}
 			if ok, _ := w.Allow(); !ok {
 				t.Fatalf("queue %d: limit raised to 4 with 2 taken, Allow refused", queue)
 			}
-			if err := w.SetPermitLimit(0); err == nil {
+			if err := resilience.SetPermitLimit(w, 0); err == nil {
 				t.Fatal("SetPermitLimit(0) accepted")
 			}
 		})
@@ -59,26 +59,26 @@ func TestConcurrencySetLimits(t *testing.T) {
 			go func() { errs <- l.Acquire(context.Background()) }()
 			synctest.Wait()
 		}
-		if err := l.SetLimits(1, 1); err != nil {
+		if err := resilience.SetLimits(l, 1, 1); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
 		if err := <-errs; !errors.Is(err, resilience.ErrLimited) {
 			t.Fatalf("newest waiter after the queue shrank: %v", err)
 		}
-		if err := l.SetLimits(2, 1); err != nil {
+		if err := resilience.SetLimits(l, 2, 1); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
 		if err := <-errs; err != nil {
 			t.Fatalf("waiter after the limit rose: %v", err)
 		}
-		if n := l.InFlight(); n != 2 {
+		if n := resilience.InFlight(l); n != 2 {
 			t.Fatalf("InFlight = %d, want 2", n)
 		}
 		l.Release()
 		l.Release()
-		if l.SetLimits(0, 0) == nil || l.SetLimits(1, -1) == nil {
+		if resilience.SetLimits(l, 0, 0) == nil || resilience.SetLimits(l, 1, -1) == nil {
 			t.Fatal("SetLimits accepted a non-positive limit or a negative queue")
 		}
 	})

@@ -3,10 +3,10 @@ package resilience
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 // Scope says where an operation's rate and concurrency limits are counted.
@@ -22,14 +22,13 @@ const (
 	ScopeCluster Scope = "cluster"
 )
 
-// Valid reports whether s is a known scope ("" counts as process).
-func (s Scope) Valid() bool { return s == "" || s == ScopeProcess || s == ScopeCluster }
-
 // SharedWindow is a fixed window whose permits are counted outside this
 // process (package resilience/cluster implements it on Redis). Take
 // admits the call, waiting if its permit is reserved in a later window;
-// it returns a *LimitedError when the call is turned away, and ctx's
-// error, attributed by the caller, when ctx ends first. Quota is what
+// it returns an error matching [ErrLimited] (with the time until the call
+// could be admitted, from package resilience/cluster) when the call is
+// turned away, and ctx's error, attributed by the caller, when ctx ends
+// first. Quota is what
 // the window told the call, for the RateLimit fields; on admission its
 // Reset must not overstate how long the admitting window lasts from
 // Take's return (the middleware asks again when the call would start
@@ -48,21 +47,6 @@ type SharedWindow interface {
 type SharedSlots interface {
 	Acquire(ctx context.Context, inv *pipeline.Invocation) (release func(), err error)
 }
-
-// LimitedError is a rate limit's rejection with the time until the call
-// could be admitted and what the window looked like. It matches
-// [ErrLimited] with errors.Is.
-type LimitedError struct {
-	RetryAfter time.Duration
-	Quota      pipeline.Quota
-}
-
-func (e *LimitedError) Error() string {
-	return fmt.Sprintf("resilience: limit reached; retry after %v", e.RetryAfter)
-}
-
-// Unwrap returns ErrLimited.
-func (e *LimitedError) Unwrap() error { return ErrLimited }
 
 // Option configures [NewLimits] and [Limits.Update].
 type Option interface{ apply(*options) }
@@ -196,7 +180,7 @@ func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until
 		return until, e
 	}
 	retry := s.retry
-	if le, ok := werr.(*LimitedError); ok {
+	if le, ok := werr.(*limited.Error); ok {
 		retry = le.RetryAfter
 	}
 	return until, s.l.rateLimited.get(retry)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/internal/adaptive"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
 // slotsLimit is the operation's concurrency limit (ConcurrencyLimit,
@@ -21,7 +22,7 @@ import (
 // moves the limiter's limit in place (enforced), or only reports it
 // (shadow).
 type slotsLimit struct {
-	conc     *ConcurrencyLimiter
+	conc     *limiter.ConcurrencyLimiter
 	l        *Limits
 	ad       *adaptive.Controller // nil: a static limit
 	epoch    time.Time            // of ad's times
@@ -42,7 +43,7 @@ func (l *Limits) slotsOf(old *chain, p Policy, shared bool, now time.Time) *slot
 	case !sl.enforced:
 		limit = unbounded
 	case enforcedAdaptive && old.slots != nil:
-		limit, _ = old.slots.conc.limits() // until Configure applies the controller's
+		limit, _ = old.slots.conc.Limits() // until Configure applies the controller's
 	case enforcedAdaptive:
 		limit = cfg.Normalize().Initial
 	}
@@ -54,11 +55,11 @@ func (l *Limits) slotsOf(old *chain, p Policy, shared bool, now time.Time) *slot
 			old.slots.ad.Detach()
 		}
 		sl.conc = old.slots.conc
-		sl.conc.setLimits(limit, p.ConcurrencyQueueLimit)
+		sl.conc.SetLimitsUnchecked(limit, p.ConcurrencyQueueLimit)
 	} else {
-		sl.conc = newConcurrencyLimiter(limit, p.ConcurrencyQueueLimit)
+		sl.conc = limiter.NewSlots(limit, p.ConcurrencyQueueLimit)
 	}
-	sl.conc.setPriority(p.Priority, reserveThousandths(p.PriorityReserve))
+	sl.conc.SetPriority(p.Priority, reserveThousandths(p.PriorityReserve))
 	if !runs {
 		return sl
 	}
@@ -69,7 +70,7 @@ func (l *Limits) slotsOf(old *chain, p Policy, shared bool, now time.Time) *slot
 	}
 	var apply func(int)
 	if enforcedAdaptive {
-		apply = sl.conc.setLimit
+		apply = sl.conc.SetLimit
 	}
 	sl.ad.Configure(cfg, apply)
 	return sl
@@ -88,11 +89,11 @@ func reserveThousandths(f float64) int64 {
 // waits, whatever the context. It never queues either, even when a reload
 // gives the limit a queue meanwhile: the call has no context to wait with.
 func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
-	if sl.conc.queueLimit.Load() != 0 {
+	if _, queue := sl.conc.Limits(); queue != 0 {
 		return Permit{}, true, nil
 	}
 	c := inv.Priority()
-	if !sl.conc.takeFree(c) {
+	if !sl.conc.TakeFree(c) {
 		return Permit{}, false, sl.l.concRejection(c, sl.conc)
 	}
 	return sl.permit(inv, false), false, nil
@@ -101,10 +102,10 @@ func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error)
 // Acquire implements [Limit].
 func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
 	c := inv.Priority()
-	if sl.ad != nil && ctx.Err() == nil && sl.conc.takeFree(c) {
+	if sl.ad != nil && ctx.Err() == nil && sl.conc.TakeFree(c) {
 		return sl.permit(inv, false), nil
 	}
-	switch err := sl.conc.acquire(ctx, c); {
+	switch err := sl.conc.AcquireClass(ctx, c); {
 	case err == nil:
 		return sl.permit(inv, true), nil
 	case err == ErrLimited:
@@ -135,7 +136,7 @@ func (sl *slotsLimit) permit(inv *pipeline.Invocation, waited bool) Permit {
 func (sl *slotsLimit) Release(token uint64, o Outcome) {
 	if sl.ad != nil && o.Ran && (o.Verdict == Success || o.TimedOut) && sl.ad.Measure(o.TimedOut) {
 		now := time.Since(sl.epoch)
-		sl.ad.Sample(now, now-time.Duration(int64(token)), o.TimedOut, int(sl.conc.inFlight.Load()))
+		sl.ad.Sample(now, now-time.Duration(int64(token)), o.TimedOut, sl.conc.InFlight())
 	}
 	sl.conc.Release()
 }
@@ -144,7 +145,7 @@ func (sl *slotsLimit) Release(token uint64, o Outcome) {
 // none).
 func (sl *slotsLimit) limits() (enforced, adaptive int) {
 	if sl.enforced {
-		enforced, _ = sl.conc.limits()
+		enforced, _ = sl.conc.Limits()
 	}
 	if sl.ad != nil {
 		adaptive = sl.ad.Limit()
@@ -155,8 +156,8 @@ func (sl *slotsLimit) limits() (enforced, adaptive int) {
 // concRejection returns the rejection of a call of class c that conc
 // turned away: shed when c is sheddable or below the operation's class
 // (conc's), the concurrency limit's otherwise.
-func (l *Limits) concRejection(c pipeline.Priority, conc *ConcurrencyLimiter) *pipeline.Error {
-	if c == pipeline.PrioritySheddable || conc != nil && int32(c) < conc.class.Load() {
+func (l *Limits) concRejection(c pipeline.Priority, conc *limiter.ConcurrencyLimiter) *pipeline.Error {
+	if c == pipeline.PrioritySheddable || conc != nil && c < conc.Class() {
 		return l.shedErr[min(max(c, pipeline.PrioritySheddable), pipeline.PriorityDefault)-pipeline.PrioritySheddable]
 	}
 	return l.concLimitErr

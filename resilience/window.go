@@ -2,199 +2,12 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience/internal/window"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
-
-// ErrLimited is returned by the limiters of this package when they turn a
-// call away: the window is used up and its queue is full, the call's
-// deadline comes before the window it would wait for, or every
-// concurrency slot and queue place is taken.
-var ErrLimited = errors.New("resilience: limit reached")
-
-// FixedWindow is a fixed-window rate limiter with a FIFO queue: at most
-// permitLimit calls are admitted per window; when a window is used up, up
-// to queueLimit calls wait for a later one (oldest first), and the rest
-// are turned away at once with the time until the next window. When a
-// waiting call gives up, those behind it move up: a later arrival never
-// takes the freed permit ahead of them.
-//
-// Windows are aligned to the moment the limiter was created and follow
-// each other back to back; unused permits do not carry over. State is
-// derived from the clock when a call arrives: a FixedWindow starts no
-// goroutine and costs nothing while idle. It is safe for concurrent use.
-//
-// Unlike a token bucket (golang.org/x/time/rate), a fixed window hands out
-// a whole window's permits as soon as it opens: 2 permits per 60 s means
-// two calls now, then none until the minute is over.
-type FixedWindow struct {
-	origin time.Time // windows are aligned to it (monotonic)
-
-	mu      sync.Mutex     // guards st and evicted
-	st      *window.Window // which window each permit belongs to
-	evicted bool           // dropped by a KeyedFixedWindow; take no more permits
-
-	nq *unqueued // not nil: no queue, and st is unused (window_unqueued.go)
-}
-
-// NewFixedWindow returns a limiter admitting permitLimit calls per window
-// of the given length, with up to queueLimit calls waiting for a later
-// window. It fails when permitLimit or length is not positive or
-// queueLimit is negative.
-func NewFixedWindow(permitLimit int, length time.Duration, queueLimit int) (*FixedWindow, error) {
-	if permitLimit <= 0 || length <= 0 || queueLimit < 0 {
-		return nil, fmt.Errorf("resilience: NewFixedWindow(%d, %v, %d): want a positive limit and window and a non-negative queue", permitLimit, length, queueLimit)
-	}
-	return newOperationWindow(permitLimit, length, queueLimit), nil
-}
-
-func newFixedWindow(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
-	return &FixedWindow{origin: time.Now(), st: window.New(permitLimit, length, queueLimit)}
-}
-
-// Allow takes a permit of the current window if one is left. It never
-// waits; when it returns false, retryAfter is the time until the next
-// window opens. To wait in the queue instead, use Wait.
-func (l *FixedWindow) Allow() (ok bool, retryAfter time.Duration) {
-	now := time.Since(l.origin)
-	if l.nq != nil {
-		ok, retry, _ := l.nq.take(now)
-		return ok, retry
-	}
-	l.mu.Lock()
-	d, _, retry := l.st.Reserve(now, 0, false)
-	l.mu.Unlock()
-	return d == window.Admit, retry
-}
-
-// Wait takes a permit, waiting for a later window if the current one is
-// used up and the queue has room. It returns nil when the call may
-// proceed.
-//
-// It returns [ErrLimited] at once, with the time until the next window,
-// when the queue is full or when ctx's deadline comes before the window
-// the call would wait for: a call is never queued only to time out there.
-// It returns ctx.Err() when ctx is done on arrival or ends during the
-// wait; the call's place in the queue is then given back.
-func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	_, retryAfter, err = l.wait(ctx)
-	return retryAfter, err
-}
-
-// wait is Wait without the arrival check; evicted reports that the limiter
-// had been dropped by a KeyedFixedWindow and nothing was taken.
-func (l *FixedWindow) wait(ctx context.Context) (evicted bool, retryAfter time.Duration, err error) {
-	if l.nq != nil {
-		if ok, retry, _ := l.nq.take(time.Since(l.origin)); !ok {
-			return false, retry, ErrLimited
-		}
-		return false, 0, nil
-	}
-	deadline := time.Duration(0) // none
-	if d, ok := ctx.Deadline(); ok {
-		deadline = max(d.Sub(l.origin), 1)
-	}
-	now := time.Since(l.origin)
-	l.mu.Lock()
-	if l.evicted {
-		l.mu.Unlock()
-		return true, 0, nil
-	}
-	dec, wt, retry := l.st.Reserve(now, deadline, true)
-	var start time.Duration
-	if wt != nil {
-		start = l.st.Start(wt.Win())
-	}
-	l.mu.Unlock()
-	switch dec {
-	case window.Admit:
-		return false, 0, nil
-	case window.Reject:
-		return false, retry, ErrLimited
-	}
-	return false, 0, l.sleep(ctx, wt, start-now)
-}
-
-// sleep waits d for the window of wt to open, or gives its permit back
-// when ctx ends first. When a waiter ahead leaves, wt moves to an earlier
-// window and sleep waits for that one instead.
-func (l *FixedWindow) sleep(ctx context.Context, wt *window.Waiter, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			// Its window has opened, unless a reload lowered the limit
-			// and moved it later (SetLimit).
-			l.mu.Lock()
-			start := l.st.Start(wt.Win())
-			l.mu.Unlock()
-			if left := start - time.Since(l.origin); left > 0 {
-				t.Reset(left)
-				continue
-			}
-			return nil
-		case <-wt.Moved:
-			l.mu.Lock()
-			start := l.st.Start(wt.Win())
-			l.mu.Unlock()
-			t.Reset(start - time.Since(l.origin))
-		case <-ctx.Done():
-			l.mu.Lock()
-			l.st.Cancel(time.Since(l.origin), wt)
-			l.mu.Unlock()
-			return ctx.Err()
-		}
-	}
-}
-
-// quota reports the current window as a Quota.
-func (l *FixedWindow) quota() pipeline.Quota {
-	now := time.Since(l.origin)
-	if l.nq != nil {
-		return l.nq.quota(now)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.st.Advance(now)
-	limit := l.st.Limit()
-	length := l.st.Length()
-	i := l.st.Index(now)
-	return pipeline.Quota{Limit: limit, Window: length, Remaining: max(limit-int(l.st.Used()), 0), Reset: l.st.Start(i+1) - now}
-}
-
-// QueueDepth returns the number of calls waiting for a later window.
-func (l *FixedWindow) QueueDepth() int {
-	if l.nq != nil {
-		return 0
-	}
-	now := time.Since(l.origin)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.st.Advance(now)
-	return int(l.st.Queued())
-}
-
-// evictIfIdle reports whether the limiter has no permit taken in the current
-// window and nobody waiting, and if so marks it evicted.
-func (l *FixedWindow) evictIfIdle(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.st.Advance(now.Sub(l.origin))
-	if l.st.Used() > 0 || l.st.Queued() > 0 {
-		return false
-	}
-	l.evicted = true
-	return true
-}
 
 // KeyedFixedWindow is a set of [FixedWindow] limiters, one per key — per
 // tenant, per client, per API key — created on a key's first call with the
@@ -222,7 +35,7 @@ type KeyedFixedWindow struct {
 	maxKeys                 int
 
 	mu            sync.RWMutex // guards parts, sweepAt and nextFullSweep
-	parts         map[string]*FixedWindow
+	parts         map[string]*limiter.FixedWindow
 	sweepAt       int       // sweep idle limiters when parts grows to this size
 	nextFullSweep time.Time // no sweep of a full set, so no new key while full, before then
 
@@ -260,12 +73,12 @@ func WithMaxKeys(n int) KeyedOption {
 // permitLimit calls per window of the given length, with up to queueLimit
 // waiting, each. It fails on the same values as NewFixedWindow.
 func NewKeyedFixedWindow(permitLimit int, length time.Duration, queueLimit int, opts ...KeyedOption) (*KeyedFixedWindow, error) {
-	if _, err := NewFixedWindow(permitLimit, length, queueLimit); err != nil {
+	if _, err := limiter.NewFixedWindow(permitLimit, length, queueLimit); err != nil {
 		return nil, fmt.Errorf("resilience: NewKeyedFixedWindow: %w", err)
 	}
 	k := &KeyedFixedWindow{
 		permitLimit: permitLimit, queueLimit: queueLimit, length: length, maxKeys: defaultMaxKeys,
-		parts: make(map[string]*FixedWindow),
+		parts: make(map[string]*limiter.FixedWindow),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -291,7 +104,7 @@ func (k *KeyedFixedWindow) Wait(ctx context.Context, key string) (retryAfter tim
 		if l == nil {
 			return full, ErrLimited
 		}
-		evicted, retry, err := l.wait(ctx)
+		evicted, retry, err := l.WaitEvicted(ctx)
 		if !evicted {
 			return retry, err
 		}
@@ -307,7 +120,7 @@ func (k *KeyedFixedWindow) Len() int {
 
 // get returns key's limiter, creating it if need be, or nil and the time
 // until the next sweep when every limiter is in use.
-func (k *KeyedFixedWindow) get(key string) (*FixedWindow, time.Duration) {
+func (k *KeyedFixedWindow) get(key string) (*limiter.FixedWindow, time.Duration) {
 	k.mu.RLock()
 	l := k.parts[key]
 	k.mu.RUnlock()
@@ -335,7 +148,7 @@ func (k *KeyedFixedWindow) get(key string) (*FixedWindow, time.Duration) {
 			k.onSweep(len(k.parts))
 		}
 		for key, l := range k.parts {
-			if l.evictIfIdle(now) {
+			if l.EvictIfIdle(now) {
 				delete(k.parts, key)
 			}
 		}
@@ -344,7 +157,7 @@ func (k *KeyedFixedWindow) get(key string) (*FixedWindow, time.Duration) {
 			return nil, k.nextFullSweep.Sub(now)
 		}
 	}
-	l = newFixedWindow(k.permitLimit, k.length, k.queueLimit)
+	l = limiter.NewKeyedPart(k.permitLimit, k.length, k.queueLimit)
 	k.parts[key] = l
 	return l, 0
 }

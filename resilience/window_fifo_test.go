@@ -46,7 +46,7 @@ func TestFixedWindowQueueStaysFIFOAfterCancel(t *testing.T) {
 		queue(t.Context(), "B")
 		queue(cctx, "C")
 		queue(t.Context(), "D")
-		if n := l.QueueDepth(); n != 3 {
+		if n := resilience.WindowQueueDepth(l); n != 3 {
 			t.Fatalf("QueueDepth() with B, C, D queued = %d, want 3", n)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -54,13 +54,13 @@ func TestFixedWindowQueueStaysFIFOAfterCancel(t *testing.T) {
 		if r := <-results; r.name != "C" || !errors.Is(r.err, context.Canceled) {
 			t.Fatalf("C after its cancellation: %s, %v; want C, context.Canceled", r.name, r.err)
 		}
-		if n := l.QueueDepth(); n != 2 {
+		if n := resilience.WindowQueueDepth(l); n != 2 {
 			t.Fatalf("QueueDepth() after C left = %d, want 2", n)
 		}
 		dl, cancel := context.WithDeadline(t.Context(), start.Add(3*time.Second+500*time.Millisecond))
 		defer cancel()
 		queue(dl, "E") // must not be moved back past its deadline either
-		if n := l.QueueDepth(); n != 3 {
+		if n := resilience.WindowQueueDepth(l); n != 3 {
 			t.Fatalf("QueueDepth() with B, D, E queued = %d, want 3", n)
 		}
 		if retry, err := l.Wait(t.Context()); !errors.Is(err, resilience.ErrLimited) || retry != 900*time.Millisecond {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
 // windowLimit is the operation's fixed window (PermitLimit,
@@ -13,10 +14,10 @@ import (
 // window. A call is counted in the window of its arrival (the kernel's
 // reading of the clock, [pipeline.Invocation.Arrival]).
 type windowLimit struct {
-	window *FixedWindow
+	window *limiter.FixedWindow
 	// A WindowSeconds change takes effect at the next boundary: from
 	// switchAt on, calls take their permits in next.
-	next     *FixedWindow
+	next     *limiter.FixedWindow
 	switchAt time.Time
 	headers  bool // RateLimitHeaders: publish the quota in the Reply
 	rej      *rejections
@@ -25,15 +26,15 @@ type windowLimit struct {
 func (l *Limits) windowOf(old *chain, p Policy, now time.Time) *windowLimit {
 	wl := &windowLimit{headers: p.RateLimitHeaders, rej: &l.rateLimited}
 	if old.window != nil {
-		wl.window, wl.next, wl.switchAt = old.window.at(now).reconfigure(now, p.PermitLimit, p.Window, p.QueueLimit)
+		wl.window, wl.next, wl.switchAt = old.window.at(now).Reconfigure(now, p.PermitLimit, p.Window, p.QueueLimit)
 	} else {
-		wl.window = newOperationWindow(p.PermitLimit, p.Window, p.QueueLimit)
+		wl.window = limiter.NewOperationWindow(p.PermitLimit, p.Window, p.QueueLimit)
 	}
 	return wl
 }
 
 // at returns the window calls arriving at now take their permits in.
-func (wl *windowLimit) at(now time.Time) *FixedWindow {
+func (wl *windowLimit) at(now time.Time) *limiter.FixedWindow {
 	if wl.next != nil && !now.Before(wl.switchAt) {
 		return wl.next
 	}
@@ -41,7 +42,7 @@ func (wl *windowLimit) at(now time.Time) *FixedWindow {
 }
 
 // arrival returns the window of inv's arrival and the arrival.
-func (wl *windowLimit) arrival(inv *pipeline.Invocation) (*FixedWindow, time.Time) {
+func (wl *windowLimit) arrival(inv *pipeline.Invocation) (*limiter.FixedWindow, time.Time) {
 	now, known := inv.Arrival()
 	if !known {
 		now = time.Now()
@@ -53,18 +54,17 @@ func (wl *windowLimit) arrival(inv *pipeline.Invocation) (*FixedWindow, time.Tim
 // once; one with a queue waits in Acquire.
 func (wl *windowLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
 	w, now := wl.arrival(inv)
-	if w.nq == nil {
+	if !w.Queueless() {
 		return Permit{}, true, nil
 	}
 	return Permit{}, false, wl.take(inv, w, now)
 }
 
 // take counts the call in the queueless window w.
-func (wl *windowLimit) take(inv *pipeline.Invocation, w *FixedWindow, now time.Time) error {
-	since := max(now.Sub(w.origin), 0)
-	ok, retry, index := w.nq.take(since)
+func (wl *windowLimit) take(inv *pipeline.Invocation, w *limiter.FixedWindow, now time.Time) error {
+	ok, retry, q := w.TakeAt(now, wl.headers)
 	if wl.headers {
-		inv.Reply().SetQuota(w.nq.quotaOf(index, since))
+		inv.Reply().SetQuota(q)
 	}
 	if !ok {
 		return wl.rej.get(retry)
@@ -75,12 +75,12 @@ func (wl *windowLimit) take(inv *pipeline.Invocation, w *FixedWindow, now time.T
 // Acquire implements [Limit].
 func (wl *windowLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
 	w, now := wl.arrival(inv)
-	if w.nq != nil {
+	if w.Queueless() {
 		return Permit{}, wl.take(inv, w, now)
 	}
-	_, retry, err := w.wait(ctx)
+	_, retry, err := w.WaitEvicted(ctx)
 	if wl.headers {
-		inv.Reply().SetQuota(w.quota())
+		inv.Reply().SetQuota(w.Quota())
 	}
 	switch {
 	case err == nil:

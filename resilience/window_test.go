@@ -42,8 +42,8 @@ func TestFixedWindowAllowNeverQueues(t *testing.T) {
 				t.Fatalf("Allow() #%d = %v, %v; want %v (retry 7s when false)", i, ok, retry, want)
 			}
 		}
-		if l.QueueDepth() != 0 {
-			t.Errorf("QueueDepth() = %d, want 0", l.QueueDepth())
+		if resilience.WindowQueueDepth(l) != 0 {
+			t.Errorf("QueueDepth() = %d, want 0", resilience.WindowQueueDepth(l))
 		}
 		time.Sleep(7 * time.Second)
 		if ok, _ := l.Allow(); !ok {
@@ -67,8 +67,8 @@ func TestFixedWindowWait(t *testing.T) {
 		queued := make(chan error, 1)
 		go func() { _, err := l.Wait(t.Context()); queued <- err }()
 		synctest.Wait()
-		if l.QueueDepth() != 1 {
-			t.Fatalf("QueueDepth() = %d, want 1", l.QueueDepth())
+		if resilience.WindowQueueDepth(l) != 1 {
+			t.Fatalf("QueueDepth() = %d, want 1", resilience.WindowQueueDepth(l))
 		}
 		if retry, err := l.Wait(t.Context()); !errors.Is(err, resilience.ErrLimited) || retry != 10*time.Second {
 			t.Errorf("Wait() with the queue full = %v, %v; want 10s, ErrLimited", retry, err)

@@ -61,7 +61,7 @@ func TestFixedWindowWithoutQueueWindows(t *testing.T) {
 		allow("window 4, first", true, 0)
 		allow("window 4, second", true, 0)
 		allow("window 4, third", false, 5*time.Second)
-		if d := l.QueueDepth(); d != 0 {
+		if d := resilience.WindowQueueDepth(l); d != 0 {
 			t.Errorf("QueueDepth() = %d, want 0", d)
 		}
 	})

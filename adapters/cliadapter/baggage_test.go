@@ -32,7 +32,7 @@ func TestBaggageFlag(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, value, code string }{
 		{"malformed", "tenant", pipeline.CodeValidation},
-		{"a limit key with a brace", "tenant=a%7Bb", pipeline.CodeLimitKeyMalformed},
+		{"a limit key with a brace", "tenant=a%7Bb", "KERNEL_VALIDATION_008"},
 	} {
 		before := ran
 		r := executeOn(t, reg, kf, nil, nil, "test", "tenant", "--baggage", tc.value)

@@ -15,13 +15,8 @@ import (
 	"github.com/sundial-go/sundial/operations"
 )
 
-// KernelFunc returns the kernel an operation command runs on. An operation
-// command calls it once per execution, after its flags are parsed, so it
-// may read flags such as the application's --config; when they do not
-// parse it is called too, to observe the usage error, and its own error is
-// then ignored. An error, or a nil kernel, is reported like a usage error
-// (exit code 2).
-type KernelFunc func() (*kernel.Kernel, error)
+// kernelFunc is AddCommands' newKernel.
+type kernelFunc = func() (*kernel.Kernel, error)
 
 // Option configures AddCommands.
 type Option interface{ apply(*options) }
@@ -53,17 +48,17 @@ func withTerminal(tty bool) Option {
 // TIMEOUT (7) when the deadline had already fired; a command reading
 // --input - stops waiting for standard input at the first signal too. A
 // second signal while the command still runs (building the kernel, say)
-// exits the process at once (see WithExit). WithSignals() with no signals
+// exits the process at once (os.Exit). WithSignals() with no signals
 // leaves signal handling to the host.
 func WithSignals(sigs ...os.Signal) Option {
 	return optionFunc(func(o *options) { o.signals = slices.Clone(sigs) })
 }
 
-// WithExit sets the function called with the exit code of CANCELLED
-// (ExitCodeFor(pipeline.KindCanceled), 8) when a second
-// signal arrives while an operation is still running. The default is
-// os.Exit. A nil function is ignored.
-func WithExit(exit func(code int)) Option {
+// withExit replaces os.Exit, for tests: exit is called with the exit code
+// of CANCELLED (ExitCodeFor(pipeline.KindCanceled), 8) when a second
+// signal arrives while an operation is still running. A nil function is
+// ignored.
+func withExit(exit func(code int)) Option {
 	return optionFunc(func(o *options) {
 		if exit != nil {
 			o.exit = exit
@@ -83,13 +78,19 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // becomes "root inventory v2.reserve". The descriptors of reg give the
 // commands' help and flags; the operations run on the kernel newKernel
 // returns, by ID (an ID the kernel does not serve is NOT_FOUND, exit 3).
+// An operation command calls newKernel once per execution, after its flags
+// are parsed, so it may read flags such as the application's --config;
+// when they do not parse it is called too, to observe the usage error, and
+// its own error is then ignored. An error, or a nil kernel, is reported
+// like a usage error (exit code 2).
 //
 // Each operation command has:
 //
 //   - one flag per input field whose type pflag parses (strings, booleans,
 //     integers, floats, time.Duration, []string, []int, pointers to these,
-//     and encoding.TextUnmarshaler types), named by FlagName of the field's
-//     JSON name ("delayMs" -> --delay-ms);
+//     and encoding.TextUnmarshaler types), named after the field's JSON
+//     name in kebab-case ("delayMs" -> --delay-ms, "orderID" -> --order-id;
+//     a name that makes no plain flag can only be set with --input);
 //   - --input JSON, the whole input as a JSON object, or --input - to read
 //     it from standard input. The document is decoded first and the flags
 //     given explicitly then override the fields they name. Unknown fields,
@@ -140,7 +141,7 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // already a command of root. Like any cobra tree, the commands keep the
 // flag values they parsed: execute a tree once, and build a new root for
 // each further execution (tests, in-process callers).
-func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel KernelFunc, opts ...Option) error {
+func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel func() (*kernel.Kernel, error), opts ...Option) error {
 	if root == nil || reg == nil || newKernel == nil {
 		return errors.New("cliadapter: AddCommands: nil root, registry or kernel function")
 	}
@@ -227,7 +228,7 @@ func newGroupCommand(name string, gf *groupFlags) *cobra.Command {
 	return g
 }
 
-func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, newKernel KernelFunc, o *options) *cobra.Command {
+func newOperationCommand(d *operations.Descriptor, name string, gf *groupFlags, newKernel kernelFunc, o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   name + " [flags]",
 		Short: d.Summary,

@@ -115,9 +115,9 @@ func testRegistry(t testing.TB) *operations.Registry {
 	return reg
 }
 
-// testKernel returns a KernelFunc building a kernel over testRegistry and
+// testKernel returns a kernelFunc building a kernel over testRegistry and
 // the given config documents.
-func testKernel(t testing.TB, configs ...string) KernelFunc {
+func testKernel(t testing.TB, configs ...string) kernelFunc {
 	var opts []kernel.Option
 	for _, c := range configs {
 		if c != "" {
@@ -127,8 +127,8 @@ func testKernel(t testing.TB, configs ...string) KernelFunc {
 	return kernelOn(testRegistry(t), opts...)
 }
 
-// kernelOn returns a KernelFunc building a kernel over reg with opts.
-func kernelOn(reg *operations.Registry, opts ...kernel.Option) KernelFunc {
+// kernelOn returns a kernelFunc building a kernel over reg with opts.
+func kernelOn(reg *operations.Registry, opts ...kernel.Option) kernelFunc {
 	return func() (*kernel.Kernel, error) {
 		return kernel.New(append([]kernel.Option{kernel.WithRegistry(reg)}, opts...)...)
 	}
@@ -138,7 +138,7 @@ func kernelOn(reg *operations.Registry, opts ...kernel.Option) KernelFunc {
 // invocation still running on a kernel it built has returned: the
 // stragglers a handler that ignores its context leaves behind. A synctest
 // bubble must end with none.
-func tracked(kf KernelFunc) (KernelFunc, func(testing.TB)) {
+func tracked(kf kernelFunc) (kernelFunc, func(testing.TB)) {
 	var (
 		mu sync.Mutex
 		ks []*kernel.Kernel
@@ -175,14 +175,14 @@ type result struct {
 
 // execute runs `app args...` on a fresh command tree over testRegistry,
 // without OS signal handling unless opts say otherwise.
-func execute(t testing.TB, kf KernelFunc, opts []Option, stdin string, args ...string) result {
+func execute(t testing.TB, kf kernelFunc, opts []Option, stdin string, args ...string) result {
 	t.Helper()
 	return executeOn(t, testRegistry(t), kf, opts, strings.NewReader(stdin), args...)
 }
 
 // executeOn runs `app args...` on a fresh command tree over reg, reading
 // standard input from stdin.
-func executeOn(t testing.TB, reg *operations.Registry, kf KernelFunc, opts []Option, stdin io.Reader, args ...string) result {
+func executeOn(t testing.TB, reg *operations.Registry, kf kernelFunc, opts []Option, stdin io.Reader, args ...string) result {
 	t.Helper()
 	root := &cobra.Command{Use: "app"}
 	if err := AddCommands(root, reg, kf, append([]Option{WithSignals()}, opts...)...); err != nil {
@@ -399,7 +399,7 @@ func TestFailureReports(t *testing.T) {
 func TestKernelError(t *testing.T) {
 	t.Parallel()
 	var nilForeign *nilErr
-	for _, kf := range []KernelFunc{
+	for _, kf := range []kernelFunc{
 		func() (*kernel.Kernel, error) { return nil, nil },
 		func() (*kernel.Kernel, error) { return nil, nilForeign },
 	} {
@@ -523,7 +523,7 @@ func TestSignals(t *testing.T) {
 		errCode  string
 		elapsed  time.Duration
 		stubborn bool  // the answer may leave up to settleBound later
-		exits    []int // WithExit calls
+		exits    []int // withExit calls
 	}{
 		{name: "SIGINT cancels", op: "sleep", sends: []send{{200 * time.Millisecond, os.Interrupt}},
 			code: 8, errCode: pipeline.CodeCanceled, elapsed: 200 * time.Millisecond},
@@ -566,7 +566,7 @@ func TestSignals(t *testing.T) {
 					}
 				}
 				args := append([]string{"test", tc.op, "--delay-ms", "1000"}, tc.args...)
-				r := executeOn(t, testRegistry(t), build, []Option{withSignalChannel(s.ch), WithExit(exit)}, strings.NewReader(""), args...)
+				r := executeOn(t, testRegistry(t), build, []Option{withSignalChannel(s.ch), withExit(exit)}, strings.NewReader(""), args...)
 				if r.code != tc.code {
 					t.Errorf("app %q with signals %v = exit %d, want %d (stderr %q)", args, tc.sends, r.code, tc.code, r.stderr)
 				}
@@ -848,8 +848,8 @@ func TestExitCode(t *testing.T) {
 		{"Unwrap panics", panicUnwrap{}, exitValidation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ExitCode(tc.err); got != tc.want {
-				t.Errorf("ExitCode(%v) = %d, want %d", pipeline.ErrorText(tc.err), got, tc.want)
+			if got := exitCode(tc.err); got != tc.want {
+				t.Errorf("exitCode(%v) = %d, want %d", pipeline.ErrorText(tc.err), got, tc.want)
 			}
 		})
 	}

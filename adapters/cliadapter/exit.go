@@ -93,11 +93,11 @@ func exitErrorOf(err error) (ee *ExitError, ok bool) {
 	return ee, ok && ee != nil
 }
 
-// ExitCode returns the exit code for an error returned by executing a
+// exitCode returns the exit code for an error returned by executing a
 // command tree built with AddCommands: 0 for nil, the Code of an
 // *ExitError, 1 (UNEXPECTED) for a nil *ExitError or any other typed nil,
 // and 2 (VALIDATION, a usage error) for anything else. It never panics.
-func ExitCode(err error) int {
+func exitCode(err error) int {
 	if err == nil {
 		return exitOK
 	}
@@ -141,9 +141,9 @@ func Execute(ctx context.Context, root *cobra.Command) int {
 		return exitOK
 	}
 	if _, ok := exitErrorOf(err); ok {
-		return ExitCode(err)
+		return exitCode(err)
 	}
-	code := ExitCode(err)
+	code := exitCode(err)
 	w := root.ErrOrStderr()
 	msg := pipeline.ErrorText(humanFlagError(err))
 	if !strings.HasPrefix(msg, root.Name()+": ") {

@@ -21,7 +21,7 @@ import (
 // of the operation id, so that it is observed like any other outcome. The
 // caller reports err itself, as a usage error. When the kernel cannot be
 // built, nothing is observed: the usage error is reported all the same.
-func rejectUsage(cmd *cobra.Command, id string, newKernel KernelFunc, err error) {
+func rejectUsage(cmd *cobra.Command, id string, newKernel kernelFunc, err error) {
 	if errors.Is(err, pflag.ErrHelp) {
 		return
 	}
@@ -47,7 +47,7 @@ func inputFailure(err error) *pipeline.Error {
 	if pe, ok := errors.AsType[*pipeline.Error](err); ok {
 		return pe // the input policy's answer (operations.CheckJSON)
 	}
-	ie, ok := errors.AsType[*InputError](err)
+	ie, ok := errors.AsType[*inputError](err)
 	if !ok || ie == nil {
 		return pipeline.Wrap(pipeline.KindValidation, codeMalformedInput, "The --input document is malformed.", err)
 	}

@@ -31,7 +31,7 @@ type fuzzInput struct {
 
 // FuzzDecodeInput feeds arbitrary --input documents and flag arguments
 // (one per line) to the decoder. It must never panic; every rejection of
-// the document must be an *InputError; and an accepted input must survive
+// the document must be an *inputError; and an accepted input must survive
 // a round trip: its JSON encoding decodes as --input (no flags), and the
 // JSON form reaches a fixed point.
 func FuzzDecodeInput(f *testing.F) {
@@ -54,12 +54,12 @@ func FuzzDecodeInput(f *testing.F) {
 		}
 		got, err := fields.decode(fs, input)
 		if err != nil {
-			var ie *InputError
+			var ie *inputError
 			if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe.Code() == pipeline.CodeUnknownField {
 				return // the input policy's answer
 			}
 			if !errors.As(err, &ie) {
-				t.Fatalf("decode(%q, %q) error = %T %v, want *InputError or %s", input, argv, err, err, pipeline.CodeUnknownField)
+				t.Fatalf("decode(%q, %q) error = %T %v, want *inputError or %s", input, argv, err, err, pipeline.CodeUnknownField)
 			}
 			return
 		}

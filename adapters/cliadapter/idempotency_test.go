@@ -51,7 +51,7 @@ func (w *timedWriter) String() string {
 
 // runTimed runs `app args...` and returns the exit code, stdout, stderr,
 // when stderr was first written and when the command returned.
-func runTimed(t *testing.T, kf KernelFunc, opts []Option, args ...string) (code int, stdout string, stderr *timedWriter, ended time.Duration) {
+func runTimed(t *testing.T, kf kernelFunc, opts []Option, args ...string) (code int, stdout string, stderr *timedWriter, ended time.Duration) {
 	t.Helper()
 	root := &cobra.Command{Use: "app"}
 	if err := AddCommands(root, testRegistry(t), kf, append([]Option{WithSignals()}, opts...)...); err != nil {
@@ -132,7 +132,7 @@ func TestSignalStopsWaiting(t *testing.T) {
 				var exits []int
 				exit := func(code int) { mu.Lock(); exits = append(exits, code); mu.Unlock() }
 				args := append([]string{"test", "stubborn", "--delay-ms", "1500"}, tc.args...)
-				code, _, stderr, ended := runTimed(t, kf, []Option{withSignalChannel(s.ch), WithExit(exit)}, args...)
+				code, _, stderr, ended := runTimed(t, kf, []Option{withSignalChannel(s.ch), withExit(exit)}, args...)
 				if code != tc.code || ended < tc.ended || ended > tc.ended+50*time.Millisecond {
 					t.Errorf("exit %d at %v, want %d at %v; stderr %q", code, ended, tc.code, tc.ended, stderr)
 				}

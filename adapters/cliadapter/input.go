@@ -19,19 +19,19 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// MaxInputBytes bounds the JSON document read by --input (from the flag's
+// maxInputBytes bounds the JSON document read by --input (from the flag's
 // value or from standard input with "--input -"). A larger document is a
 // validation error, never a partial read.
-const MaxInputBytes = 16 << 20
+const maxInputBytes = 16 << 20
 
-// FlagName returns the command-line flag name of an input field whose JSON
+// flagName returns the command-line flag name of an input field whose JSON
 // name is jsonName: camelCase and snake_case become kebab-case, and runs of
 // capitals are kept together as one word ("delayMs" -> "delay-ms",
 // "orderID" -> "order-id", "HTTPPort" -> "http-port", "amount_cents" ->
 // "amount-cents"). It returns "" when the result would not be a plain flag
 // name (letters, digits and single inner hyphens, starting with a letter):
 // such a field can only be set with --input.
-func FlagName(jsonName string) string {
+func flagName(jsonName string) string {
 	name := kebab(jsonName)
 	if !plainFlagName(name) {
 		return ""
@@ -39,7 +39,7 @@ func FlagName(jsonName string) string {
 	return name
 }
 
-// kebab returns jsonName in lower-case kebab-case, as FlagName describes.
+// kebab returns jsonName in lower-case kebab-case, as flagName describes.
 func kebab(jsonName string) string {
 	rs := []rune(jsonName)
 	var b strings.Builder
@@ -146,7 +146,7 @@ func (f *inputFlags) walk(t reflect.Type, index []int, fs *pflag.FlagSet, seen m
 		if !sf.IsExported() {
 			continue
 		}
-		flag := FlagName(name)
+		flag := flagName(name)
 		if flag == "" || reservedFlags[flag] || seen[flag] || fs.Lookup(flag) != nil {
 			f.inputOnly = append(f.inputOnly, name)
 			continue
@@ -370,9 +370,9 @@ func (f *inputFlags) flagOf(path string) string {
 	return "--input " + path
 }
 
-// InputError is a malformed --input document. Field is the JSON name of
+// inputError is a malformed --input document. Field is the JSON name of
 // the offending field when known.
-type InputError struct {
+type inputError struct {
 	// Field is the JSON name of the offending field, or "".
 	Field string
 	// Msg says what is wrong.
@@ -383,7 +383,7 @@ type InputError struct {
 	Misfit bool
 }
 
-func (e *InputError) Error() string {
+func (e *inputError) Error() string {
 	if e.Field != "" {
 		return "cliadapter: --input: field " + e.Field + ": " + e.Msg
 	}
@@ -391,44 +391,44 @@ func (e *InputError) Error() string {
 }
 
 // decodeJSON decodes exactly one JSON value from raw into v, rejecting
-// unknown fields and trailing data. Errors are *InputError with messages
+// unknown fields and trailing data. Errors are *inputError with messages
 // that name JSON fields and types, never Go ones.
 func decodeJSON(raw []byte, v any, allowUnknown bool) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return &InputError{Msg: "empty document, want a JSON object"}
+		return &inputError{Msg: "empty document, want a JSON object"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if !allowUnknown {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
-		return inputError(err)
+		return asInputError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &InputError{Msg: fmt.Sprintf("unexpected data after the JSON value at offset %d", dec.InputOffset())}
+		return &inputError{Msg: fmt.Sprintf("unexpected data after the JSON value at offset %d", dec.InputOffset())}
 	}
 	return nil
 }
 
-func inputError(err error) error {
+func asInputError(err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
-		return &InputError{Msg: fmt.Sprintf("invalid JSON at offset %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))}
+		return &inputError{Msg: fmt.Sprintf("invalid JSON at offset %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))}
 	case errors.As(err, &typ):
 		if typ.Field == "" {
-			return &InputError{Msg: fmt.Sprintf("cannot use a JSON %s here, want %s", typ.Value, jsonKind(typ.Type)), Misfit: true}
+			return &inputError{Msg: fmt.Sprintf("cannot use a JSON %s here, want %s", typ.Value, jsonKind(typ.Type)), Misfit: true}
 		}
-		return &InputError{Field: typ.Field, Msg: fmt.Sprintf("cannot use a JSON %s, want %s", typ.Value, jsonKind(typ.Type)), Misfit: true}
+		return &inputError{Field: typ.Field, Msg: fmt.Sprintf("cannot use a JSON %s, want %s", typ.Value, jsonKind(typ.Type)), Misfit: true}
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return &InputError{Msg: "truncated JSON document"}
+		return &inputError{Msg: "truncated JSON document"}
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return &InputError{Field: strings.Trim(name, `"`), Msg: "unknown field", Misfit: true}
+		return &inputError{Field: strings.Trim(name, `"`), Msg: "unknown field", Misfit: true}
 	}
-	return &InputError{Msg: strings.TrimPrefix(msg, "json: ")}
+	return &inputError{Msg: strings.TrimPrefix(msg, "json: ")}
 }
 
 // jsonKind names the JSON shape a Go type wants.
@@ -455,23 +455,23 @@ func jsonKind(t reflect.Type) string {
 }
 
 // readInput returns the --input document: the flag's value, or standard
-// input when the value is "-". It reads at most MaxInputBytes.
+// input when the value is "-". It reads at most maxInputBytes.
 func readInput(value string, stdin io.Reader) ([]byte, error) {
 	if value != "-" {
-		if len(value) > MaxInputBytes {
-			return nil, &InputError{Msg: fmt.Sprintf("document larger than %d bytes", MaxInputBytes)}
+		if len(value) > maxInputBytes {
+			return nil, &inputError{Msg: fmt.Sprintf("document larger than %d bytes", maxInputBytes)}
 		}
 		return []byte(value), nil
 	}
 	if stdin == nil {
-		return nil, &InputError{Msg: "no standard input to read"}
+		return nil, &inputError{Msg: "no standard input to read"}
 	}
-	b, err := io.ReadAll(io.LimitReader(stdin, MaxInputBytes+1))
+	b, err := io.ReadAll(io.LimitReader(stdin, maxInputBytes+1))
 	if err != nil {
-		return nil, &InputError{Msg: "reading standard input: " + err.Error()}
+		return nil, &inputError{Msg: "reading standard input: " + err.Error()}
 	}
-	if len(b) > MaxInputBytes {
-		return nil, &InputError{Msg: fmt.Sprintf("document larger than %d bytes", MaxInputBytes)}
+	if len(b) > maxInputBytes {
+		return nil, &inputError{Msg: fmt.Sprintf("document larger than %d bytes", maxInputBytes)}
 	}
 	return b, nil
 }
@@ -480,8 +480,8 @@ func readInput(value string, stdin io.Reader) ([]byte, error) {
 // waits for it until the deadline (the zero time: none) or until ctx ends
 // (the first SIGINT or SIGTERM), whichever comes first. It then returns
 // TIMEOUT (KERNEL_TIMEOUT_001) or CANCELLED (KERNEL_CANCELLED_001, with
-// the context's cause, a *SignalError for a signal), as a *pipeline.Error;
-// a document that cannot be read returns an *InputError. A deadline that
+// the context's cause, a *signalError for a signal), as a *pipeline.Error;
+// a document that cannot be read returns an *inputError. A deadline that
 // has passed, or a context that has ended, before the read starts returns
 // at once without reading.
 //

@@ -37,8 +37,8 @@ func TestFlagName(t *testing.T) {
 		{"-", ""},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			if got := FlagName(tc.in); got != tc.want {
-				t.Errorf("FlagName(%q) = %q, want %q", tc.in, got, tc.want)
+			if got := flagName(tc.in); got != tc.want {
+				t.Errorf("flagName(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}
@@ -216,9 +216,9 @@ func TestDecodeErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f, fs := newFlagsInput(t)
 			_, err := f.decode(fs, []byte(tc.input))
-			var ie *InputError
+			var ie *inputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("decode(%s) error = %v, want *InputError", tc.input, err)
+				t.Fatalf("decode(%s) error = %v, want *inputError", tc.input, err)
 			}
 			if ie.Field != tc.field || !strings.Contains(ie.Msg, tc.msg) || ie.Misfit != tc.misfit {
 				t.Errorf("decode(%s) = %+v, want field %q, message containing %q, misfit %v", tc.input, *ie, tc.field, tc.msg, tc.misfit)
@@ -259,12 +259,12 @@ func TestReadInput(t *testing.T) {
 	if _, err := readInput("-", nil); err == nil {
 		t.Error("readInput(-, nil stdin) error = nil")
 	}
-	big := strings.NewReader(strings.Repeat(" ", MaxInputBytes+1))
+	big := strings.NewReader(strings.Repeat(" ", maxInputBytes+1))
 	if _, err := readInput("-", big); err == nil || !strings.Contains(err.Error(), "larger than") {
-		t.Errorf("readInput(-, %d bytes) error = %v, want too large", MaxInputBytes+1, err)
+		t.Errorf("readInput(-, %d bytes) error = %v, want too large", maxInputBytes+1, err)
 	}
-	if _, err := readInput(strings.Repeat(" ", MaxInputBytes+1), nil); err == nil {
-		t.Errorf("readInput(%d bytes) error = nil, want too large", MaxInputBytes+1)
+	if _, err := readInput(strings.Repeat(" ", maxInputBytes+1), nil); err == nil {
+		t.Errorf("readInput(%d bytes) error = nil, want too large", maxInputBytes+1)
 	}
 	if _, err := readInput("-", errReader{}); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("readInput(-, failing stdin) error = %v, want the read error", err)

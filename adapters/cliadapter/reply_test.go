@@ -15,7 +15,7 @@ import (
 
 // executeMixed runs `app args...` with stdout and stderr written to one
 // buffer, in the order they were written.
-func executeMixed(t *testing.T, kf KernelFunc, args ...string) (int, string) {
+func executeMixed(t *testing.T, kf kernelFunc, args ...string) (int, string) {
 	t.Helper()
 	root := &cobra.Command{Use: "app"}
 	if err := AddCommands(root, testRegistry(t), kf, WithSignals()); err != nil {

@@ -69,7 +69,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 // run runs the operation once: it watches for signals, builds the kernel
 // and the request, has the kernel handle it and reports the outcome.
-func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue, newKernel KernelFunc, o *options) error {
+func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue, newKernel kernelFunc, o *options) error {
 	r.stderr = &syncWriter{w: r.cmd.ErrOrStderr()}
 	// On a terminal, which echoes ^C without a newline, what follows a
 	// signal starts on a line of its own.
@@ -95,7 +95,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 }
 
 // watchSignals starts watching the signals of o: the first cancels the
-// call, the second exits at once (WithExit) with a line on stderr.
+// call, the second exits at once (withExit) with a line on stderr.
 func (r *runner) watchSignals(o *options, tty bool) *interrupts {
 	onSecond := func(sig os.Signal) {
 		if tty {
@@ -209,7 +209,7 @@ func decodeStdin(in *interrupts, stdin io.Reader, deadline time.Time, fields *in
 // follow a failure's message and precede the output.
 func (r *runner) report(k *kernel.Kernel, out kernel.Outcome, in *interrupts, tty bool) error {
 	if out.Err != nil {
-		if _, ok := context.Cause(in.ctx).(*SignalError); ok && tty {
+		if _, ok := context.Cause(in.ctx).(*signalError); ok && tty {
 			writeStr(r.stderr, "\n") // after the terminal's ^C
 		}
 		err := r.fail(out.Err, out.TraceID)
@@ -243,7 +243,7 @@ func (r *runner) sendReply(inv *pipeline.Invocation) {
 // lease, after which a vanished holder's key is free anyway — before it
 // closes the kernel and exits with the failure's code. A signal stops the
 // waiting: the first one after a TIMEOUT, and after a CANCELLED (a signal
-// already) the second, which exits at once (WithExit).
+// already) the second, which exits at once (withExit).
 func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrupts) {
 	if k.Running() == 0 {
 		return // the call never started, or has returned: its outcome is stored
@@ -265,7 +265,7 @@ func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrup
 // kernelOf calls newKernel, turning a nil kernel, and a typed nil
 // returned as its error (which cobra could not inspect safely), into an
 // error of our own.
-func kernelOf(newKernel KernelFunc) (*kernel.Kernel, error) {
+func kernelOf(newKernel kernelFunc) (*kernel.Kernel, error) {
 	k, err := newKernel()
 	switch {
 	case err != nil && isNil(err):

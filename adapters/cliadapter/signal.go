@@ -8,17 +8,17 @@ import (
 	"sync"
 )
 
-// SignalError is the cause of an invocation context canceled by a signal
+// signalError is the cause of an invocation context canceled by a signal
 // (see context.Cause). It is a cancellation, not a deadline: the kernel
 // attributes it as CANCELLED unless the deadline had fired first.
-type SignalError struct{ Signal os.Signal }
+type signalError struct{ Signal os.Signal }
 
-func (e *SignalError) Error() string {
+func (e *signalError) Error() string {
 	return fmt.Sprintf("cliadapter: received %v", e.Signal)
 }
 
 // interrupts is like signal.NotifyContext with a second stage: the first
-// signal cancels the context (cause *SignalError); a second signal calls
+// signal cancels the context (cause *signalError); a second signal calls
 // onSecond, which exits the process at once. stop releases the signals and
 // waits for the watcher goroutine.
 //
@@ -55,7 +55,7 @@ func watch(parent context.Context, ch <-chan os.Signal, onSecond func(os.Signal)
 	in.wg.Go(func() {
 		select {
 		case sig := <-ch:
-			cancel(&SignalError{Signal: sig})
+			cancel(&signalError{Signal: sig})
 		case <-in.done:
 			return
 		}

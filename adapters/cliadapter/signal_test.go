@@ -12,7 +12,7 @@ import (
 )
 
 // TestNotifyOSSignal sends real signals to the test process: the first
-// cancels the context with a *SignalError cause, the second calls
+// cancels the context with a *signalError cause, the second calls
 // onSecond, and after stop the signal is no longer caught.
 func TestNotifyOSSignal(t *testing.T) {
 	second := make(chan os.Signal, 1)
@@ -27,9 +27,9 @@ func TestNotifyOSSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("context not canceled 10 s after SIGUSR1")
 	}
-	var se *SignalError
+	var se *signalError
 	if cause := context.Cause(in.ctx); !errors.As(cause, &se) || se.Signal != syscall.SIGUSR1 {
-		t.Errorf("context.Cause = %v, want *SignalError for SIGUSR1", cause)
+		t.Errorf("context.Cause = %v, want *signalError for SIGUSR1", cause)
 	}
 	if !errors.Is(in.ctx.Err(), context.Canceled) {
 		t.Errorf("ctx.Err() = %v, want context.Canceled (a cancellation, not a deadline)", in.ctx.Err())

@@ -49,7 +49,7 @@ func TestStdinSignalRealClock(t *testing.T) {
 		}
 	}()
 	args := []string{"test", "echo", "--input", "-", "--timeout", "30"}
-	opts := []Option{WithSignals(syscall.SIGUSR1), WithExit(func(code int) { t.Errorf("exit(%d) called: a second signal", code) })}
+	opts := []Option{WithSignals(syscall.SIGUSR1), withExit(func(code int) { t.Errorf("exit(%d) called: a second signal", code) })}
 	r := executeOn(t, testRegistry(t), testKernel(t), opts, stdin, args...)
 	end := time.Now()
 	if r.code != exitCanceled || problemOf(t, r.stderr).Code != pipeline.CodeCanceled {

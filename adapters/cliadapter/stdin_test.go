@@ -91,7 +91,7 @@ func TestStdinBounded(t *testing.T) {
 				kf, wait := tracked(kernelOn(testRegistry(t), opts...))
 				defer wait(t)
 				args := append([]string{"test", "echo", "--input", "-"}, tc.args...)
-				r := executeOn(t, testRegistry(t), kf, []Option{withSignalChannel(s.ch), WithExit(func(int) { t.Error("exit called") })}, pr, args...)
+				r := executeOn(t, testRegistry(t), kf, []Option{withSignalChannel(s.ch), withExit(func(int) { t.Error("exit called") })}, pr, args...)
 				got := time.Since(start)
 				t.Logf("app %q (document at %s, SIGINT at %s): exit %d after %v", args, at(tc.sendAt), at(tc.signal), r.code, got)
 				if r.code != tc.code {

@@ -127,8 +127,3 @@ func (a *Adapter) ServiceNames() []string {
 	slices.Sort(out)
 	return out
 }
-
-// Files returns the adapter's file descriptors (one per proto package,
-// plus the well-known types they import). Clients and tools can build
-// requests from them with dynamicpb; server reflection serves them.
-func (a *Adapter) Files() *protoregistry.Files { return a.files }

@@ -535,8 +535,8 @@ func TestMalformedKeyMetadata(t *testing.T) {
 			ctx := metadata.AppendToOutgoingContext(t.Context(), md...)
 			_, st := h.call(ctx, t, "/test.v1.Work/Baggage", `{}`)
 			if enabled {
-				if st == nil || st.Code() != codes.InvalidArgument || errorInfo(t, st).GetReason() != pipeline.CodeIdempotencyKeyMalformed {
-					t.Errorf("keys on, %d-byte metadata: %v, want InvalidArgument %s", len(strings.Join(md, "")), st, pipeline.CodeIdempotencyKeyMalformed)
+				if st == nil || st.Code() != codes.InvalidArgument || errorInfo(t, st).GetReason() != "KERNEL_VALIDATION_005" {
+					t.Errorf("keys on, %d-byte metadata: %v, want InvalidArgument %s", len(strings.Join(md, "")), st, "KERNEL_VALIDATION_005")
 				}
 				select {
 				case got := <-seen:

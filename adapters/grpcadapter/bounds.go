@@ -97,43 +97,8 @@ func DefaultBounds() Bounds {
 	}
 }
 
-// BoundsOption changes one of the bounds ServerOptions applies.
-type BoundsOption func(*Bounds)
-
-// WithMaxConcurrentStreams sets the streams per connection (default 256).
-func WithMaxConcurrentStreams(n uint32) BoundsOption {
-	return func(b *Bounds) { b.MaxConcurrentStreams = n }
-}
-
-// WithMaxHeaderListSize sets the largest header list in bytes (default
-// 64 KiB).
-func WithMaxHeaderListSize(n uint32) BoundsOption {
-	return func(b *Bounds) { b.MaxHeaderListSize = n }
-}
-
-// WithMaxRecvMsgSize sets the largest request message in bytes (default
-// 1 MiB); give the HTTP adapter's WithBodyLimit value when you change that.
-func WithMaxRecvMsgSize(n int) BoundsOption {
-	return func(b *Bounds) { b.MaxRecvMsgSize = n }
-}
-
-// WithConnectionTimeout sets the connection set-up bound (default 5s).
-func WithConnectionTimeout(d time.Duration) BoundsOption {
-	return func(b *Bounds) { b.ConnectionTimeout = d }
-}
-
-// WithKeepalive replaces the keepalive server parameters.
-func WithKeepalive(p keepalive.ServerParameters) BoundsOption {
-	return func(b *Bounds) { b.Keepalive = p }
-}
-
-// WithKeepaliveEnforcement replaces the keepalive enforcement policy.
-func WithKeepaliveEnforcement(p keepalive.EnforcementPolicy) BoundsOption {
-	return func(b *Bounds) { b.Enforcement = p }
-}
-
 // ServerOptions returns the recommended bounds of a gRPC listener
-// (DefaultBounds, changed by opts) as server options, to pass to
+// (DefaultBounds().ServerOptions()) as server options, to pass to
 // grpc.NewServer with the application's own:
 //
 //	srv := grpc.NewServer(append(grpcadapter.ServerOptions(),
@@ -145,16 +110,9 @@ func WithKeepaliveEnforcement(p keepalive.EnforcementPolicy) BoundsOption {
 // headers (the adapter's own bound, an Option of New); an idle connection
 // is closed after 2 minutes and a silent one after 80 seconds; and every
 // connection is recycled after 30 minutes. A later option given to
-// grpc.NewServer replaces the one returned here.
-func ServerOptions(opts ...BoundsOption) []grpc.ServerOption {
-	b := DefaultBounds()
-	for _, o := range opts {
-		if o != nil {
-			o(&b)
-		}
-	}
-	return b.ServerOptions()
-}
+// grpc.NewServer replaces the one returned here. To change a bound, change
+// that field of DefaultBounds() and call its ServerOptions method.
+func ServerOptions() []grpc.ServerOption { return DefaultBounds().ServerOptions() }
 
 // ServerOptions returns b as server options; a zero field gives none (and
 // grpc-go's default stands).

@@ -56,8 +56,8 @@ func TestInterceptorRefusesKeys(t *testing.T) {
 	refused := func(what string, err error) {
 		t.Helper()
 		st := status.Convert(err)
-		if st.Code() != codes.InvalidArgument || errorInfo(t, st).GetReason() != pipeline.CodeIdempotencyKeyUnsupported {
-			t.Fatalf("%s: %v, want InvalidArgument %s", what, st, pipeline.CodeIdempotencyKeyUnsupported)
+		if st.Code() != codes.InvalidArgument || errorInfo(t, st).GetReason() != "KERNEL_VALIDATION_006" {
+			t.Fatalf("%s: %v, want InvalidArgument %s", what, st, "KERNEL_VALIDATION_006")
 		}
 	}
 	keyed := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "k1")
@@ -91,8 +91,8 @@ func TestInterceptorRequiredKeyRefused(t *testing.T) {
 			"work.limited":{"Idempotency":{"Required":true}}, "work.capped":{"TimeoutSeconds":0.2}}}}}}`))},
 	})
 	_, err := invokeAcme(t.Context(), h, "Limited")
-	if st := status.Convert(err); errorInfo(t, st).GetReason() != pipeline.CodeIdempotencyKeyUnsupported {
-		t.Fatalf("required key, application method, no key: %v, want %s", st, pipeline.CodeIdempotencyKeyUnsupported)
+	if st := status.Convert(err); errorInfo(t, st).GetReason() != "KERNEL_VALIDATION_006" {
+		t.Fatalf("required key, application method, no key: %v, want %s", st, "KERNEL_VALIDATION_006")
 	}
 }
 
@@ -165,8 +165,8 @@ func TestOutputWithoutJSONFormIsNotReplayedAsFailure(t *testing.T) {
 		t.Fatalf("first call: %v, want success", st)
 	}
 	_, st := h.call(ctx, t, "/test.v1.Pay/Charge", `{"amount":1}`)
-	if st.Code() != codes.AlreadyExists || errorInfo(t, st).GetReason() != pipeline.CodeIdempotencyTooLarge {
-		t.Fatalf("retry: %v, want AlreadyExists %s", st, pipeline.CodeIdempotencyTooLarge)
+	if st.Code() != codes.AlreadyExists || errorInfo(t, st).GetReason() != "KERNEL_CONFLICT_002" {
+		t.Fatalf("retry: %v, want AlreadyExists %s", st, "KERNEL_CONFLICT_002")
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)

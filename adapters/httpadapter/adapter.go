@@ -306,8 +306,11 @@ func headerSize(vs []string) int {
 	return n
 }
 
+// codeBadDeadline is the code of a malformed deadline header.
+const codeBadDeadline = "KERNEL_VALIDATION_002"
+
 func badDeadline(header string) *pipeline.Error {
-	return pipeline.Errorf(pipeline.KindValidation, pipeline.CodeBadDeadline,
+	return pipeline.Errorf(pipeline.KindValidation, codeBadDeadline,
 		"The %s header is malformed: want %s.", header, deadlineFormat(header)).
 		WithDetail("field", header)
 }

@@ -287,7 +287,7 @@ func TestWrapHostEndpoint(t *testing.T) {
 		t.Errorf("GET /healthz = %d %s, want 200 ok", r.status, r.body)
 	}
 	r := s.do(t, "GET", "/healthz", "", map[string]string{httpadapter.HeaderDeadline: "soon"})
-	checkProblem(t, r, 400, "VALIDATION", pipeline.CodeBadDeadline, "/healthz")
+	checkProblem(t, r, 400, "VALIDATION", "KERNEL_VALIDATION_002", "/healthz")
 	r = s.do(t, "GET", "/healthz", "", map[string]string{httpadapter.HeaderDeadline: "2001-01-01T00:00:00Z"})
 	checkProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/healthz")
 	r = s.do(t, "GET", "/teapot", "", nil)
@@ -425,8 +425,8 @@ func TestIdempotencyKeyHeader(t *testing.T) {
 			key, ctxKey := app.idemKey, app.ctxIdemKey
 			app.mu.Unlock()
 			if want == 400 {
-				if !strings.Contains(string(r.body), pipeline.CodeIdempotencyKeyMalformed) {
-					t.Errorf("keys on, Idempotency-Key %.40s: %s, want %s", tc.header, r.body, pipeline.CodeIdempotencyKeyMalformed)
+				if !strings.Contains(string(r.body), "KERNEL_VALIDATION_005") {
+					t.Errorf("keys on, Idempotency-Key %.40s: %s, want %s", tc.header, r.body, "KERNEL_VALIDATION_005")
 				}
 				if key != "unset" {
 					t.Errorf("keys on, Idempotency-Key %.40s: the handler ran (key %q), want nothing run", tc.header, key)

@@ -11,11 +11,11 @@ import (
 	"github.com/sundial-go/sundial/operations"
 )
 
-// ExtensionRules is the OpenAPI extension that lists the rules of a
+// extensionRules is the OpenAPI extension that lists the rules of a
 // field's validate tag JSON Schema cannot say (a custom rule registered
 // with operations.Registry.AddRule, or a built-in one without a keyword):
 // an array of {"rule", "param", "description"}.
-const ExtensionRules = "x-sundial-rules"
+const extensionRules = "x-sundial-rules"
 
 // constrainer writes the validate tags of an operation's input into its
 // generated JSON Schema, so that a validator of the document answers as
@@ -167,7 +167,7 @@ func zeroOf(t reflect.Type) (any, bool) {
 }
 
 // applyRules writes the rules of one value of type t into s; a rule
-// JSON Schema cannot say goes into the ExtensionRules extension.
+// JSON Schema cannot say goes into the extensionRules extension.
 func applyRules(rules operations.Rules, s *openapi3.Schema, t reflect.Type) {
 	for _, r := range rules {
 		if !applyRule(r, s, t) {
@@ -183,8 +183,8 @@ func applyRules(rules operations.Rules, s *openapi3.Schema, t reflect.Type) {
 			if s.Extensions == nil {
 				s.Extensions = map[string]any{}
 			}
-			list, _ := s.Extensions[ExtensionRules].([]any)
-			s.Extensions[ExtensionRules] = append(list, ext)
+			list, _ := s.Extensions[extensionRules].([]any)
+			s.Extensions[extensionRules] = append(list, ext)
 		}
 	}
 }

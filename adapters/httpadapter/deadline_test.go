@@ -187,12 +187,12 @@ func TestInboundDeadline(t *testing.T) {
 		{"past absolute deadline", map[string]string{httpadapter.HeaderDeadline: past}, 504, pipeline.CodeTimeout, ""},
 		{"zero milliseconds left", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "0"}, 504, pipeline.CodeTimeout, ""},
 		{"past absolute wins over a later relative", map[string]string{httpadapter.HeaderDeadline: past, httpadapter.DefaultRelativeDeadlineHeader: "5000"}, 504, pipeline.CodeTimeout, ""},
-		{"malformed absolute", map[string]string{httpadapter.HeaderDeadline: "tomorrow"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
-		{"absurd precision", map[string]string{httpadapter.HeaderDeadline: "2099-01-01T00:00:00.1234567890123Z"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
-		{"overflowing year", map[string]string{httpadapter.HeaderDeadline: "292277026596-12-04T15:30:07Z"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
-		{"overflowing milliseconds", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "99999999999999999999"}, 400, pipeline.CodeBadDeadline, httpadapter.DefaultRelativeDeadlineHeader},
-		{"negative milliseconds", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "-100"}, 400, pipeline.CodeBadDeadline, httpadapter.DefaultRelativeDeadlineHeader},
-		{"tab inside the value", map[string]string{httpadapter.HeaderDeadline: "2099-01-01T00:00:00\tZ"}, 400, pipeline.CodeBadDeadline, httpadapter.HeaderDeadline},
+		{"malformed absolute", map[string]string{httpadapter.HeaderDeadline: "tomorrow"}, 400, "KERNEL_VALIDATION_002", httpadapter.HeaderDeadline},
+		{"absurd precision", map[string]string{httpadapter.HeaderDeadline: "2099-01-01T00:00:00.1234567890123Z"}, 400, "KERNEL_VALIDATION_002", httpadapter.HeaderDeadline},
+		{"overflowing year", map[string]string{httpadapter.HeaderDeadline: "292277026596-12-04T15:30:07Z"}, 400, "KERNEL_VALIDATION_002", httpadapter.HeaderDeadline},
+		{"overflowing milliseconds", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "99999999999999999999"}, 400, "KERNEL_VALIDATION_002", httpadapter.DefaultRelativeDeadlineHeader},
+		{"negative milliseconds", map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "-100"}, 400, "KERNEL_VALIDATION_002", httpadapter.DefaultRelativeDeadlineHeader},
+		{"tab inside the value", map[string]string{httpadapter.HeaderDeadline: "2099-01-01T00:00:00\tZ"}, 400, "KERNEL_VALIDATION_002", httpadapter.HeaderDeadline},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,7 +216,7 @@ func TestInboundDeadline(t *testing.T) {
 		req, _ := http.NewRequest("POST", s.url+"/work", strings.NewReader(`{}`))
 		req.Header.Add(httpadapter.HeaderDeadline, "2099-01-01T00:00:00Z")
 		req.Header.Add(httpadapter.HeaderDeadline, "2099-01-01T00:00:01Z")
-		checkProblem(t, s.send(t, req), 400, "VALIDATION", pipeline.CodeBadDeadline, "/work")
+		checkProblem(t, s.send(t, req), 400, "VALIDATION", "KERNEL_VALIDATION_002", "/work")
 	})
 
 	t.Run("control characters", func(t *testing.T) {

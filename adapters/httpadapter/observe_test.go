@@ -67,9 +67,9 @@ func TestEveryResponseIsObserved(t *testing.T) {
 		span                     string // the span's name
 	}{
 		{"malformed deadline header", "POST", "/work", `{}`, map[string]string{httpadapter.HeaderDeadline: "tomorrow"},
-			400, "VALIDATION", pipeline.CodeBadDeadline, "work.run"},
+			400, "VALIDATION", "KERNEL_VALIDATION_002", "work.run"},
 		{"malformed relative deadline", "POST", "/work", `{}`, map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "-1"},
-			400, "VALIDATION", pipeline.CodeBadDeadline, "work.run"},
+			400, "VALIDATION", "KERNEL_VALIDATION_002", "work.run"},
 		{"bad JSON", "POST", "/items", `{"name": 12a}`, nil, 400, "VALIDATION", httpadapter.CodeMalformedBody, "items.create"},
 		{"wrong type", "GET", "/items/abc", "", nil, 400, "VALIDATION", httpadapter.CodeWrongType, "items.get"},
 		{"body too large", "POST", "/items", `{"name":"` + strings.Repeat("x", 100) + `"}`, nil,
@@ -77,7 +77,7 @@ func TestEveryResponseIsObserved(t *testing.T) {
 		{"unknown route", "GET", "/nope", "", nil, 404, "NOT_FOUND", httpadapter.CodeRouteNotFound, "GET (unmatched)"},
 		{"wrong method", "PUT", "/items", "", nil, 405, "NOT_FOUND", httpadapter.CodeMethodNotAllowed, "PUT (unmatched)"},
 		{"host endpoint, malformed deadline", "GET", "/healthz", "", map[string]string{httpadapter.HeaderDeadline: "soon"},
-			400, "VALIDATION", pipeline.CodeBadDeadline, "GET /healthz"},
+			400, "VALIDATION", "KERNEL_VALIDATION_002", "GET /healthz"},
 		{"application route's error", "GET", "/forbidden", "", nil, 403, "FORBIDDEN", httpadapter.CodeBadRequest, "GET /forbidden"},
 		{"deadline already past", "POST", "/work", `{}`, map[string]string{httpadapter.DefaultRelativeDeadlineHeader: "0"},
 			504, "TIMEOUT", pipeline.CodeTimeout, "work.run"},

@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 func TestMain(m *testing.M) {
@@ -87,7 +88,7 @@ func testWindowSharedAcrossReplicas(t *testing.T, connect func() redis.Universal
 	// A window no test run crosses: the count is exact however long the
 	// burst takes.
 	p := resilience.Policy{PermitLimit: 10, Window: veryLong, Scope: resilience.ScopeCluster, StoreTimeout: 2 * time.Second}
-	var ws []*cluster.Window
+	var ws []resilience.SharedWindow
 	var rs []*replica
 	for range 3 {
 		r := newReplicaOn(t, connect(), cluster.Config{KeyPrefix: "t1"})
@@ -110,7 +111,7 @@ func testWindowSharedAcrossReplicas(t *testing.T, connect func() redis.Universal
 				}
 				return
 			}
-			var le *resilience.LimitedError
+			var le *limited.Error
 			if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > p.Window {
 				t.Errorf("rejection %v", err)
 			}
@@ -202,7 +203,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 		}
 		return fmt.Sprint(v...)
 	}
-	_, a, err := w.TakeIndexed(t.Context())
+	_, a, err := cluster.TakeIndexed(w, t.Context())
 	if err != nil {
 		t.Fatalf("A: %v", err)
 	}
@@ -221,7 +222,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 		ch := make(chan result, 1)
 		n := scripts.Load()
 		wg.Go(func() {
-			_, idx, err := w.TakeIndexed(ctx)
+			_, idx, err := cluster.TakeIndexed(w, ctx)
 			now, terr := r.rdb.Time(t.Context()).Result()
 			if terr != nil {
 				t.Error(terr)
@@ -234,9 +235,9 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 	q1 := queue()
 	before := record()
 	short, cancelShort := context.WithTimeout(t.Context(), p.Window/2)
-	_, sIdx, err := w.TakeIndexed(short)
+	_, sIdx, err := cluster.TakeIndexed(w, short)
 	cancelShort()
-	var le *resilience.LimitedError
+	var le *limited.Error
 	switch {
 	case errors.As(err, &le) && sIdx == a:
 		// S was answered in W: the window it could reserve (W+2) opens at
@@ -256,7 +257,7 @@ func queueReservesLaterWindow(t *testing.T, srv *redistest.Server, p resilience.
 		t.Fatalf("S, turned away, changed the record %s -> %s; want the queue untouched", before, after)
 	}
 	q2 := queue()
-	_, dIdx, err := w.TakeIndexed(t.Context())
+	_, dIdx, err := cluster.TakeIndexed(w, t.Context())
 	if !errors.Is(err, resilience.ErrLimited) {
 		if dIdx != a {
 			return fmt.Sprintf("D answered in window %d (A in %d): %v", dIdx, a, err)
@@ -286,7 +287,7 @@ func TestSlotsSharedAcrossReplicas(t *testing.T) { onRedis(t, testSlotsSharedAcr
 
 func testSlotsSharedAcrossReplicas(t *testing.T, connect func() redis.UniversalClient) {
 	p := resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 4, StoreTimeout: 2 * time.Second}
-	var ss []*cluster.Slots
+	var ss []resilience.SharedSlots
 	for range 3 {
 		r := newReplicaOn(t, connect(), cluster.Config{KeyPrefix: "t4", PollInterval: 5 * time.Millisecond})
 		s, err := r.store.Slots("a.b", p)
@@ -388,7 +389,7 @@ func TestStoreDownModes(t *testing.T) {
 	closed, _ := r.store.Window("m.closed", p)
 	srv.Kill()
 
-	count := func(w *cluster.Window, n int) (ok int) {
+	count := func(w resilience.SharedWindow, n int) (ok int) {
 		for range n {
 			if _, err := w.Take(t.Context(), inv()); err == nil {
 				ok++

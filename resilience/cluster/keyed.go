@@ -10,13 +10,14 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 	"github.com/sundial-go/sundial/resilience/internal/limitkey"
 )
 
-// KeyedWindow is the per-key fixed window of one operation (Policy.PerKey)
+// keyedWindow is the per-key fixed window of one operation (Policy.PerKey)
 // shared through the store; it implements resilience.SharedKeyedWindow.
 // Each key is counted in its own Redis hash with the window script of
-// [Window] (same windows, queue and reservations), under the hash tag
+// a shared window (same windows, queue and reservations), under the hash tag
 // "{<prefix>:<operation ID>|<key>}": the keys of one operation spread
 // over the slots of a Redis Cluster. A key's hash expires three windows
 // (plus the windows reserved) after its last call, so a flood of new keys
@@ -26,8 +27,8 @@ import (
 // OnStoreError says, per key: "local" counts each key's share,
 // ceil(PermitLimit / replicas), in this process (a
 // resilience.KeyedFixedWindow, bounded to its default number of keys).
-type KeyedWindow struct {
-	w *Window // its config's key is the hash tag's start; its state the operation's
+type keyedWindow struct {
+	w *sharedWindow // its config's key is the hash tag's start; its state the operation's
 
 	fbMu  sync.Mutex // guards local
 	local *keyedFallback
@@ -46,7 +47,7 @@ type keyedFallback struct {
 // again for the same id (a reload) it returns the same KeyedWindow with p
 // in force for the calls that arrive from then on; a new length counts in
 // keys of its own.
-func (s *Store) KeyedWindow(id string, p resilience.Policy) (*KeyedWindow, error) {
+func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKeyedWindow, error) {
 	k := p.PerKey
 	if k.PermitLimit <= 0 || !validID(id) || strings.Contains(id, "|") {
 		return nil, fmt.Errorf("cluster: keyed window of %q: want a positive PerKey.PermitLimit and a valid ID", id)
@@ -61,7 +62,7 @@ func (s *Store) KeyedWindow(id string, p resilience.Policy) (*KeyedWindow, error
 	c.key, c.suffix = "{"+s.cfg.KeyPrefix+":"+id+"|", "}:"+c.lengthKey()
 	kw := s.keyed[id]
 	if kw == nil {
-		kw = &KeyedWindow{w: &Window{st: st, origin: time.Now()}}
+		kw = &keyedWindow{w: &sharedWindow{st: st, origin: time.Now()}}
 		s.keyed[id] = kw
 	}
 	kw.w.cfg.Store(c)
@@ -70,11 +71,11 @@ func (s *Store) KeyedWindow(id string, p resilience.Policy) (*KeyedWindow, error
 
 // Wait implements resilience.SharedKeyedWindow: it admits a call of key,
 // after sleeping until its reserved window opens when the current one is
-// used up; it returns resilience.ErrLimited (a *resilience.LimitedError)
+// used up; it returns an error matching resilience.ErrLimited
 // with the time to retry after when the call is turned away, and ctx's
 // error when ctx ends first. A key longer than 128 bytes, or holding a
 // control character or a brace, is an error that matches neither.
-func (kw *KeyedWindow) Wait(ctx context.Context, key string) (time.Duration, error) {
+func (kw *keyedWindow) Wait(ctx context.Context, key string) (time.Duration, error) {
 	if err := limitkey.Check(key); err != nil {
 		return 0, fmt.Errorf("cluster: limit key: %w", err)
 	}
@@ -84,7 +85,7 @@ func (kw *KeyedWindow) Wait(ctx context.Context, key string) (time.Duration, err
 		markDegraded(ctx)
 		err = kw.fallback(ctx, c, key)
 	}
-	var le *resilience.LimitedError
+	var le *limited.Error
 	if errors.As(err, &le) {
 		return le.RetryAfter, err
 	}
@@ -92,7 +93,7 @@ func (kw *KeyedWindow) Wait(ctx context.Context, key string) (time.Duration, err
 }
 
 // fallback is the OnStoreError mode of a degraded operation for key.
-func (kw *KeyedWindow) fallback(ctx context.Context, c *windowConfig, key string) error {
+func (kw *keyedWindow) fallback(ctx context.Context, c *windowConfig, key string) error {
 	switch kw.w.st.mode() {
 	case modeOpen:
 		return nil
@@ -103,7 +104,7 @@ func (kw *KeyedWindow) fallback(ctx context.Context, c *windowConfig, key string
 	local := kw.localWindows(c, kw.w.st.share(c.limit, c.expect))
 	retry, err := local.Wait(ctx, key)
 	if errors.Is(err, resilience.ErrLimited) {
-		return &resilience.LimitedError{RetryAfter: retry, Quota: pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}}
+		return &limited.Error{RetryAfter: retry, Quota: pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}}
 	}
 	return err
 }
@@ -111,7 +112,7 @@ func (kw *KeyedWindow) fallback(ctx context.Context, c *windowConfig, key string
 // localWindows returns the Local fallback for c with n permits per key:
 // the same limiter while n, the length and the queue stay the same, a new
 // one (its keys starting empty) when one of them changes.
-func (kw *KeyedWindow) localWindows(c *windowConfig, n int) *resilience.KeyedFixedWindow {
+func (kw *keyedWindow) localWindows(c *windowConfig, n int) *resilience.KeyedFixedWindow {
 	kw.fbMu.Lock()
 	defer kw.fbMu.Unlock()
 	if l := kw.local; l != nil && l.limit == n && l.length == c.length && l.queue == c.queue {

@@ -52,10 +52,10 @@ func perKey(n int, window time.Duration, queue int) resilience.Policy {
 }
 
 // keyedReplicas returns n replicas' keyed windows of operation id under p.
-func keyedReplicas(t *testing.T, connect func() redis.UniversalClient, n int, prefix, id string, p resilience.Policy) ([]*replica, []*cluster.KeyedWindow) {
+func keyedReplicas(t *testing.T, connect func() redis.UniversalClient, n int, prefix, id string, p resilience.Policy) ([]*replica, []resilience.SharedKeyedWindow) {
 	t.Helper()
 	var rs []*replica
-	var ws []*cluster.KeyedWindow
+	var ws []resilience.SharedKeyedWindow
 	for range n {
 		r := newReplicaOn(t, connect(), cluster.Config{KeyPrefix: prefix})
 		w, err := r.store.KeyedWindow(id, p)
@@ -228,7 +228,7 @@ func TestKeyedWindowRejectsBadKeys(t *testing.T) {
 func TestKeyedWindowStoreDownModes(t *testing.T) {
 	srv := redistest.Start(t)
 	r := newReplica(t, srv, cluster.Config{KeyPrefix: "k4", RetryInterval: time.Hour})
-	windows := map[string]*cluster.KeyedWindow{}
+	windows := map[string]resilience.SharedKeyedWindow{}
 	for _, mode := range []string{"local", "open", "closed"} {
 		p := perKey(4, time.Hour, 0)
 		p.OnStoreError, p.ExpectedReplicas = mode, 2
@@ -335,7 +335,7 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 	p.StoreTimeout, p.ExpectedReplicas = 2*time.Second, 3
 	var transitions atomic.Int64 // degraded or recovered, any replica
 	var rs []*replica
-	var ws []*cluster.KeyedWindow
+	var ws []resilience.SharedKeyedWindow
 	for range 3 {
 		r := newReplicaOn(t, cluster.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()}),
 			cluster.Config{KeyPrefix: prefix, RetryInterval: 50 * time.Millisecond,
@@ -449,7 +449,7 @@ func TestMasterFailoverMidLoad(t *testing.T) {
 // operation id is no longer degraded; all of them within 10 s. (go-redis
 // learns a promoted replica from a MOVED reply or its reload every
 // 60 s; the store has it reload the slots when a call fails.)
-func waitRecovered(t *testing.T, rs []*replica, ws []*cluster.KeyedWindow, id string) {
+func waitRecovered(t *testing.T, rs []*replica, ws []resilience.SharedKeyedWindow, id string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for r := range rs {

@@ -62,7 +62,7 @@ type lease struct {
 // window ended (inv.Arrival, the kernel's reading of the clock; now when
 // it is unknown), as a process-scope window counts a call in the window
 // of its arrival: the fast path reads no clock of its own.
-func (w *Window) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, int64, error) {
+func (w *sharedWindow) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, int64, error) {
 	c := w.cfg.Load()
 	if c.lease <= 1 {
 		return w.takeStore(ctx, c, 1)
@@ -117,7 +117,7 @@ func (w *Window) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Q
 // LeasePermits permits of the current window and admits no call (a full
 // window reserves nothing: the queue limit it passes is 0). Its failure
 // degrades the operation, as a call's would. ch is closed when it ends.
-func (w *Window) prefetch(c *windowConfig, ch chan struct{}) {
+func (w *sharedWindow) prefetch(c *windowConfig, ch chan struct{}) {
 	l := &w.lease
 	done := func() {
 		l.mu.Lock()
@@ -163,7 +163,7 @@ func (l *lease) use(c *windowConfig, now time.Time) (pipeline.Quota, int64, bool
 // config is given back in the background when its window still runs. It
 // returns n, the permits the RateLimit fields count as remaining beyond
 // rest.
-func (l *lease) fill(w *Window, c *windowConfig, n int, idx int64, until time.Time, rest int) int {
+func (l *lease) fill(w *sharedWindow, c *windowConfig, n int, idx int64, until time.Time, rest int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.c == c && l.idx == idx && l.left > 0 {
@@ -179,7 +179,7 @@ func (l *lease) fill(w *Window, c *windowConfig, n int, idx int64, until time.Ti
 }
 
 // giveBack returns n unused permits of window idx to the store's count.
-func giveBack(ctx context.Context, w *Window, c *windowConfig, idx int64, n int) {
+func giveBack(ctx context.Context, w *sharedWindow, c *windowConfig, idx int64, n int) {
 	_ = giveBackScript.Run(ctx, w.st.s.rdb, []string{c.key}, idx, c.length.Microseconds(), n).Err()
 }
 

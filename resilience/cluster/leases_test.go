@@ -70,7 +70,7 @@ func (h doneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 type windowCounter struct {
 	t      *testing.T
 	r      *replica
-	w      *cluster.Window
+	w      resilience.SharedWindow
 	length time.Duration
 	start  int64 // window indexes are counted from it
 	mu     sync.Mutex
@@ -95,8 +95,8 @@ func countedWindow(t *testing.T, srv *redistest.Server, prefix string, p resilie
 func (c *windowCounter) take(ctx context.Context) bool { return c.takeFrom(ctx, c.w) }
 
 // takeFrom is take on window w (another replica's view of the same one).
-func (c *windowCounter) takeFrom(ctx context.Context, w *cluster.Window) bool {
-	_, idx, err := w.TakeIndexed(ctx)
+func (c *windowCounter) takeFrom(ctx context.Context, w resilience.SharedWindow) bool {
+	_, idx, err := cluster.TakeIndexed(w, ctx)
 	if err != nil {
 		return false
 	}
@@ -293,7 +293,7 @@ func TestNewCallQueuesBehindWaiters(t *testing.T) {
 		}
 		waiterDone <- err
 	}()
-	waitFor(t, func() bool { return s1.QueueDepth() == 1 })
+	waitFor(t, func() bool { return cluster.QueueDepth(s1) == 1 })
 	hold()
 	waitFor(t, func() bool { n, _ := srv.Do("ZCARD", "{l5:a.b}:c"); return n == "0" })
 	// The slot is free in the store; the head polls only hourly.
@@ -632,7 +632,7 @@ func TestFullWindowStaysFullUnderAnyLimit(t *testing.T) {
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		defer cancel()
-		take := func(w *cluster.Window) {
+		take := func(w resilience.SharedWindow) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(actx, 3*length)
 				defer cancel()
@@ -721,7 +721,7 @@ func TestHugeWindowWaitDoesNotOverflow(t *testing.T) {
 
 // twoReplicaWindows starts two replicas on srv with the windows of policies
 // pa and pb (one length), their script replies counted together.
-func twoReplicaWindows(t *testing.T, srv *redistest.Server, prefix string, pa, pb resilience.Policy) (*replica, *cluster.Window, *cluster.Window, *atomic.Int64) {
+func twoReplicaWindows(t *testing.T, srv *redistest.Server, prefix string, pa, pb resilience.Policy) (*replica, resilience.SharedWindow, resilience.SharedWindow, *atomic.Int64) {
 	t.Helper()
 	scripts := new(atomic.Int64)
 	ra := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})

@@ -14,6 +14,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 // TestReloadKeepsTheLocalFallback: with the store down (Local fallback)
@@ -87,9 +88,9 @@ func TestReloadChangesWaitersLimits(t *testing.T) {
 	}
 	head, second := make(chan result, 1), make(chan result, 1)
 	go func() { rel, err := s.Acquire(ctx, inv()); head <- result{rel, err} }()
-	waitFor(t, func() bool { return s.QueueDepth() == 1 })
+	waitFor(t, func() bool { return cluster.QueueDepth(s) == 1 })
 	go func() { rel, err := s.Acquire(ctx, inv()); second <- result{rel, err} }()
-	waitFor(t, func() bool { return s.QueueDepth() == 2 })
+	waitFor(t, func() bool { return cluster.QueueDepth(s) == 2 })
 
 	p.ConcurrencyLimit, p.ConcurrencyQueueLimit = 1, 1
 	if _, err := r.store.Slots("a.b", p); err != nil {
@@ -165,7 +166,7 @@ func TestWindowRecordAheadOfTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := w.Take(t.Context(), inv())
-	var le *resilience.LimitedError
+	var le *limited.Error
 	if !errors.As(err, &le) || le.RetryAfter > length {
 		t.Fatalf("Take on a record ahead of the clock = %v, want a rejection for at most one window", err)
 	}
@@ -342,7 +343,7 @@ func TestReloadRacesWithCalls(t *testing.T) {
 }
 
 // acquireN takes n slots of s and returns their releases.
-func acquireN(t *testing.T, s *cluster.Slots, n int) []func() {
+func acquireN(t *testing.T, s resilience.SharedSlots, n int) []func() {
 	t.Helper()
 	var rels []func()
 	for range n {

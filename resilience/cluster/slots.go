@@ -12,6 +12,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
 // acquireScript takes a concurrency lease. KEYS[1] is a sorted set of
@@ -75,7 +76,7 @@ end
 return 0
 `)
 
-// Slots is the concurrency limit of one operation shared through the
+// sharedSlots is the concurrency limit of one operation shared through the
 // store; it implements resilience.SharedSlots. Its waiting queue is local
 // to the process: FIFO, bounded by ConcurrencyQueueLimit, its head asking
 // the store every PollInterval and at once when a call of this process
@@ -84,7 +85,7 @@ return 0
 // A Store has one Slots per operation: a reload changes it in place
 // (Store.Slots), so its queue and its Local fallback keep the calls they
 // hold.
-type Slots struct {
+type sharedSlots struct {
 	st  *opState
 	key string
 	cfg atomic.Pointer[slotsConfig]
@@ -117,7 +118,7 @@ type slotsConfig struct{ limit, queue, expect int }
 
 // fallbackSlots is the Local fallback of a Slots and its limits.
 type fallbackSlots struct {
-	cl           *resilience.ConcurrencyLimiter
+	cl           *limiter.ConcurrencyLimiter
 	limit, queue int
 }
 
@@ -133,7 +134,7 @@ type slotWaiter struct {
 // the same Slots with p in force: the leases held stay held, so with a
 // lower limit nobody is admitted until fewer are held; a shorter queue
 // turns its newest excess waiters away.
-func (s *Store) Slots(id string, p resilience.Policy) (*Slots, error) {
+func (s *Store) Slots(id string, p resilience.Policy) (resilience.SharedSlots, error) {
 	if p.ConcurrencyLimit <= 0 || !validID(id) {
 		return nil, fmt.Errorf("cluster: slots of %q: want a positive ConcurrencyLimit and a valid ID", id)
 	}
@@ -145,7 +146,7 @@ func (s *Store) Slots(id string, p resilience.Policy) (*Slots, error) {
 	}
 	c := s.slots[id]
 	if c == nil {
-		c = &Slots{st: st, key: s.opKey(id, "c"), live: make(map[string]struct{})}
+		c = &sharedSlots{st: st, key: s.opKey(id, "c"), live: make(map[string]struct{})}
 		s.slots[id] = c
 	}
 	cfg := &slotsConfig{limit: p.ConcurrencyLimit, queue: queueOf(p.ConcurrencyQueueLimit, p), expect: p.ExpectedReplicas}
@@ -162,7 +163,7 @@ func (s *Store) Slots(id string, p resilience.Policy) (*Slots, error) {
 }
 
 // Acquire implements resilience.SharedSlots.
-func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), error) {
+func (c *sharedSlots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), error) {
 	member := c.st.s.instance + ":" + strconv.FormatUint(c.seq.Add(1), 36)
 	// First come, first served: while calls of this process wait, a new
 	// one queues behind them instead of asking the store first (it would
@@ -188,7 +189,7 @@ func (c *Slots) Acquire(ctx context.Context, inv *pipeline.Invocation) (func(), 
 
 // attempt asks for a lease once (try). done reports an answer: the lease's
 // release, the fallback's, or an error; otherwise every slot is held.
-func (c *Slots) attempt(ctx context.Context, member string) (rel func(), done bool, err error) {
+func (c *sharedSlots) attempt(ctx context.Context, member string) (rel func(), done bool, err error) {
 	ok, rel, err := c.try(ctx, member)
 	if err != nil || rel != nil {
 		return rel, true, err
@@ -201,7 +202,7 @@ func (c *Slots) attempt(ctx context.Context, member string) (rel func(), done bo
 
 // enqueue adds a waiter at the end of the local queue; first reports that
 // it is the head already. It fails with ErrLimited when the queue is full.
-func (c *Slots) enqueue() (w *slotWaiter, first bool, err error) {
+func (c *sharedSlots) enqueue() (w *slotWaiter, first bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.waiters) >= c.cfg.Load().queue {
@@ -219,7 +220,7 @@ func (c *Slots) enqueue() (w *slotWaiter, first bool, err error) {
 // wait waits until w heads the queue, then asks for a lease at every poll
 // and every release in this process until it gets one (ask: at once, too).
 // It gives up when a shorter queue turns w away or ctx ends.
-func (c *Slots) wait(ctx context.Context, w *slotWaiter, member string, ask bool) (func(), error) {
+func (c *sharedSlots) wait(ctx context.Context, w *slotWaiter, member string, ask bool) (func(), error) {
 	select {
 	case <-w.head:
 	case <-w.out:
@@ -250,7 +251,7 @@ func (c *Slots) wait(ctx context.Context, w *slotWaiter, member string, ask bool
 
 // try asks the store for a lease once; when the store is unreachable it
 // applies OnStoreError instead (rel or err set).
-func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), err error) {
+func (c *sharedSlots) try(ctx context.Context, member string) (ok bool, rel func(), err error) {
 	use, probing := c.st.useStore()
 	if !use {
 		rel, err = c.fallback(ctx)
@@ -309,7 +310,7 @@ func (c *Slots) try(ctx context.Context, member string) (ok bool, rel func(), er
 // background (bounded by StoreTimeout), out of the store, then lets the
 // head of the local queue ask at once. After Close nothing is sent: the
 // lease expires by itself.
-func (c *Slots) remove(member string) {
+func (c *sharedSlots) remove(member string) {
 	c.liveMu.Lock()
 	delete(c.live, member)
 	c.liveMu.Unlock()
@@ -330,11 +331,11 @@ func (c *Slots) remove(member string) {
 }
 
 // tombstone is the key that marks lease member given up.
-func (c *Slots) tombstone(member string) string { return c.key + ":x:" + member }
+func (c *sharedSlots) tombstone(member string) string { return c.key + ":x:" + member }
 
 // cancel gives up lease member, whose acquire failed on the client, in the
 // background (cancelScript, bounded by StoreTimeout).
-func (c *Slots) cancel(member string, lease time.Duration) {
+func (c *sharedSlots) cancel(member string, lease time.Duration) {
 	c.st.background(func(ctx context.Context) {
 		_ = cancelScript.Run(ctx, c.st.s.rdb, []string{c.key, c.tombstone(member)}, member, max(lease.Milliseconds(), 1)).Err()
 		c.kickHead()
@@ -343,7 +344,7 @@ func (c *Slots) cancel(member string, lease time.Duration) {
 
 // renew lengthens the leases of this process's calls that still run to
 // now+ext (the heartbeat calls it).
-func (c *Slots) renew(ctx context.Context, ext time.Duration) {
+func (c *sharedSlots) renew(ctx context.Context, ext time.Duration) {
 	c.renewMu.Lock()
 	defer c.renewMu.Unlock()
 	c.liveMu.Lock()
@@ -362,11 +363,11 @@ func (c *Slots) renew(ctx context.Context, ext time.Duration) {
 
 // releaser returns the release of lease member (remove; when the store is
 // gone the lease expires by itself).
-func (c *Slots) releaser(member string) func() {
+func (c *sharedSlots) releaser(member string) func() {
 	return func() { c.remove(member) }
 }
 
-func (c *Slots) kickHead() {
+func (c *sharedSlots) kickHead() {
 	c.mu.Lock()
 	if len(c.waiters) > 0 {
 		select {
@@ -378,7 +379,7 @@ func (c *Slots) kickHead() {
 }
 
 // leave removes w from the queue and makes the next waiter the head.
-func (c *Slots) leave(w *slotWaiter) {
+func (c *sharedSlots) leave(w *slotWaiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, q := range c.waiters {
@@ -396,7 +397,7 @@ func (c *Slots) leave(w *slotWaiter) {
 }
 
 // QueueDepth returns the number of calls of this process waiting for a slot.
-func (c *Slots) QueueDepth() int {
+func (c *sharedSlots) QueueDepth() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.waiters)
@@ -404,7 +405,7 @@ func (c *Slots) QueueDepth() int {
 
 // fallback delegates the call to the policy OnStoreError names while the
 // store is unreachable (slotsFallbacks).
-func (c *Slots) fallback(ctx context.Context) (func(), error) {
+func (c *sharedSlots) fallback(ctx context.Context) (func(), error) {
 	markDegraded(ctx)
 	return slotsFallbacks[c.st.mode()](c, ctx)
 }
@@ -412,16 +413,16 @@ func (c *Slots) fallback(ctx context.Context) (func(), error) {
 // slotsFallbacks are what degraded Slots delegate to, by mode: "open"
 // admits, "closed" turns away, "local" takes a slot of this replica's
 // share.
-var slotsFallbacks = map[fallbackMode]func(*Slots, context.Context) (func(), error){
-	modeLocal:  (*Slots).localShare,
-	modeOpen:   func(*Slots, context.Context) (func(), error) { return func() {}, nil },
-	modeClosed: func(*Slots, context.Context) (func(), error) { return nil, resilience.ErrLimited },
+var slotsFallbacks = map[fallbackMode]func(*sharedSlots, context.Context) (func(), error){
+	modeLocal:  (*sharedSlots).localShare,
+	modeOpen:   func(*sharedSlots, context.Context) (func(), error) { return func() {}, nil },
+	modeClosed: func(*sharedSlots, context.Context) (func(), error) { return nil, resilience.ErrLimited },
 }
 
 // localShare takes a slot of this replica's share of the limit. Once the
 // store answers again, this call counts against the limit asked of it
 // (try) until it returns; its return may admit the head.
-func (c *Slots) localShare(ctx context.Context) (func(), error) {
+func (c *sharedSlots) localShare(ctx context.Context) (func(), error) {
 	l := c.localSlots(c.cfg.Load())
 	if err := l.Acquire(ctx); err != nil {
 		return nil, err
@@ -433,7 +434,7 @@ func (c *Slots) localShare(ctx context.Context) (func(), error) {
 // cfg's limit: always the same limiter, its limits changed in place, so
 // the calls it admitted stay counted when the share or the policy
 // changes.
-func (c *Slots) localSlots(cfg *slotsConfig) *resilience.ConcurrencyLimiter {
+func (c *sharedSlots) localSlots(cfg *slotsConfig) *limiter.ConcurrencyLimiter {
 	n := c.st.share(cfg.limit, cfg.expect)
 	if l := c.local.Load(); l != nil && l.limit == n && l.queue == cfg.queue {
 		return l.cl
@@ -443,7 +444,7 @@ func (c *Slots) localSlots(cfg *slotsConfig) *resilience.ConcurrencyLimiter {
 	l := c.local.Load()
 	switch {
 	case l == nil:
-		cl, _ := resilience.NewConcurrencyLimiter(n, cfg.queue)
+		cl, _ := limiter.NewConcurrencyLimiter(n, cfg.queue)
 		l = &fallbackSlots{cl: cl, limit: n, queue: cfg.queue}
 	case l.limit != n || l.queue != cfg.queue:
 		_ = l.cl.SetLimits(n, cfg.queue)

@@ -119,9 +119,9 @@ type Store struct {
 
 	mu      sync.Mutex
 	ops     map[string]*opState
-	windows map[string]*Window
-	keyed   map[string]*KeyedWindow
-	slots   map[string]*Slots
+	windows map[string]*sharedWindow
+	keyed   map[string]*keyedWindow
+	slots   map[string]*sharedSlots
 	closed  bool // under mu: no more background work (spawn)
 
 	bg   sync.WaitGroup
@@ -152,7 +152,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	s := &Store{rdb: rdb, cfg: cfg, instance: hex.EncodeToString(b), ops: make(map[string]*opState),
-		windows: make(map[string]*Window), keyed: make(map[string]*KeyedWindow), slots: make(map[string]*Slots), stop: make(chan struct{})}
+		windows: make(map[string]*sharedWindow), keyed: make(map[string]*keyedWindow), slots: make(map[string]*sharedSlots), stop: make(chan struct{})}
 	s.replicas.Store(1)
 	s.bg.Add(1)
 	go s.heartbeat()
@@ -274,7 +274,7 @@ func (s *Store) beat() {
 	// keeps its slot until it returns; a killed replica's leases lapse
 	// within LeaseGrace plus two beats.
 	s.mu.Lock()
-	slots := make([]*Slots, 0, len(s.slots))
+	slots := make([]*sharedSlots, 0, len(s.slots))
 	for _, c := range s.slots {
 		slots = append(slots, c)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
 // windowScript admits one call to a fixed window shared by every replica.
@@ -138,11 +140,11 @@ end
 return 0
 `)
 
-// Window is the fixed window of one operation shared through the store;
+// sharedWindow is the fixed window of one operation shared through the store;
 // it implements resilience.SharedWindow. A Store has one Window per
 // operation: a reload changes it in place (Store.Window), so its Local
 // fallback keeps counting the permits it gave.
-type Window struct {
+type sharedWindow struct {
 	st     *opState
 	cfg    atomic.Pointer[windowConfig]
 	origin time.Time // exhausted counts from it
@@ -191,7 +193,7 @@ func (c *windowConfig) lengthKey() string {
 
 // fallbackWindow is the Local fallback of a Window and what it was made for.
 type fallbackWindow struct {
-	fw     *resilience.FixedWindow
+	fw     *limiter.FixedWindow
 	limit  int
 	length time.Duration
 	queue  int
@@ -204,7 +206,7 @@ type fallbackWindow struct {
 // A new length counts in a key of its own from the first call under it:
 // while replicas disagree on it (a rolling reload), each length is
 // counted apart.
-func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
+func (s *Store) Window(id string, p resilience.Policy) (resilience.SharedWindow, error) {
 	if p.PermitLimit <= 0 || !validID(id) {
 		return nil, fmt.Errorf("cluster: window of %q: want a positive PermitLimit and a valid ID", id)
 	}
@@ -219,7 +221,7 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 	c.lease = min(max(p.LeasePermits, 1), p.PermitLimit)
 	w := s.windows[id]
 	if w == nil {
-		w = &Window{st: st, origin: time.Now()}
+		w = &sharedWindow{st: st, origin: time.Now()}
 		s.windows[id] = w
 	}
 	w.cfg.Store(c)
@@ -227,7 +229,7 @@ func (s *Store) Window(id string, p resilience.Policy) (*Window, error) {
 }
 
 // Take implements resilience.SharedWindow.
-func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error) {
+func (w *sharedWindow) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error) {
 	q, _, err := w.take(ctx, inv)
 	return q, err
 }
@@ -236,7 +238,7 @@ func (w *Window) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Q
 // of the current window (the others go to the lease), and returns the
 // index of the admitting window on the server's clock (-1: not known, the
 // fallback decided).
-func (w *Window) takeStore(ctx context.Context, c *windowConfig, want int) (pipeline.Quota, int64, error) {
+func (w *sharedWindow) takeStore(ctx context.Context, c *windowConfig, want int) (pipeline.Quota, int64, error) {
 	if until := c.exhausted.Load(); until != 0 {
 		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
 			q, err := c.rejected(left)
@@ -260,7 +262,7 @@ var errFallback = errors.New("cluster: use the fallback")
 // the admitting window on the server's clock. On the operation's own key,
 // it takes up to want permits, the others going to the lease. It returns
 // errFallback when the operation is degraded (or becomes so).
-func (w *Window) run(ctx context.Context, c *windowConfig, key string, want int) (pipeline.Quota, int64, error) {
+func (w *sharedWindow) run(ctx context.Context, c *windowConfig, key string, want int) (pipeline.Quota, int64, error) {
 	use, probing := w.st.useStore()
 	if !use {
 		return pipeline.Quota{}, -1, errFallback
@@ -309,7 +311,7 @@ func (w *Window) run(ctx context.Context, c *windowConfig, key string, want int)
 			c.exhausted.Store(int64(time.Since(w.origin) + us))
 		}
 	}
-	return q, res[5], &resilience.LimitedError{RetryAfter: us, Quota: q}
+	return q, res[5], &limited.Error{RetryAfter: us, Quota: q}
 }
 
 // queueOf is a queue limit of p: none in shadow mode, where no call waits.
@@ -333,12 +335,12 @@ func micros(us int64) time.Duration {
 // exhausted for left more.
 func (c *windowConfig) rejected(left time.Duration) (pipeline.Quota, error) {
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: min(left, c.length)}
-	return q, &resilience.LimitedError{RetryAfter: left, Quota: q}
+	return q, &limited.Error{RetryAfter: left, Quota: q}
 }
 
 // sleep waits d for the reserved window to open; when ctx ends first the
 // reservation is given back in the background (bounded by StoreTimeout).
-func (w *Window) sleep(ctx context.Context, c *windowConfig, key string, d time.Duration) error {
+func (w *sharedWindow) sleep(ctx context.Context, c *windowConfig, key string, d time.Duration) error {
 	target := time.Now().Add(d)
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -365,34 +367,34 @@ func (w *Window) sleep(ctx context.Context, c *windowConfig, key string, d time.
 
 // fallback delegates the call to the policy OnStoreError names while the
 // store is unreachable (windowFallbacks).
-func (w *Window) fallback(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
+func (w *sharedWindow) fallback(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
 	markDegraded(ctx)
 	return windowFallbacks[w.st.mode()](w, ctx, c)
 }
 
 // windowFallbacks are what a degraded Window delegates to, by mode.
-var windowFallbacks = map[fallbackMode]func(*Window, context.Context, *windowConfig) (pipeline.Quota, error){
-	modeLocal:  (*Window).localShare,
-	modeOpen:   (*Window).admitAll,
-	modeClosed: (*Window).rejectAll,
+var windowFallbacks = map[fallbackMode]func(*sharedWindow, context.Context, *windowConfig) (pipeline.Quota, error){
+	modeLocal:  (*sharedWindow).localShare,
+	modeOpen:   (*sharedWindow).admitAll,
+	modeClosed: (*sharedWindow).rejectAll,
 }
 
 // admitAll is OnStoreError "open": the limit is off while degraded.
-func (w *Window) admitAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
+func (w *sharedWindow) admitAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
 	return pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
 }
 
 // rejectAll is OnStoreError "closed": every call is turned away until the
 // store is tried again.
-func (w *Window) rejectAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
+func (w *sharedWindow) rejectAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
 	retry := w.st.retryIn()
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}
-	return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
+	return q, &limited.Error{RetryAfter: retry, Quota: q}
 }
 
 // localShare is OnStoreError "local": this replica's share of the limit,
 // in a window of its own.
-func (w *Window) localShare(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
+func (w *sharedWindow) localShare(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
 	l := w.localWindow(c, w.st.share(c.limit, c.expect))
 	retry, err := l.Wait(ctx)
 	if err != nil {
@@ -400,7 +402,7 @@ func (w *Window) localShare(ctx context.Context, c *windowConfig) (pipeline.Quot
 			return pipeline.Quota{Limit: l.Quota().Limit, Window: c.length}, ctx.Err()
 		}
 		q := pipeline.Quota{Limit: l.Quota().Limit, Window: c.length, Reset: retry}
-		return q, &resilience.LimitedError{RetryAfter: retry, Quota: q}
+		return q, &limited.Error{RetryAfter: retry, Quota: q}
 	}
 	return l.Quota(), nil
 }
@@ -408,7 +410,7 @@ func (w *Window) localShare(ctx context.Context, c *windowConfig) (pipeline.Quot
 // localWindow returns the Local fallback for c with n permits: the same
 // limiter as before when only n changed (it keeps the permits it gave in
 // this window), a new one when the length or the queue did.
-func (w *Window) localWindow(c *windowConfig, n int) *resilience.FixedWindow {
+func (w *sharedWindow) localWindow(c *windowConfig, n int) *limiter.FixedWindow {
 	if l := w.local.Load(); l != nil && l.limit == n && l.length == c.length && l.queue == c.queue {
 		return l.fw
 	}
@@ -422,7 +424,7 @@ func (w *Window) localWindow(c *windowConfig, n int) *resilience.FixedWindow {
 		l = &fallbackWindow{fw: l.fw, limit: n, length: c.length, queue: c.queue}
 		w.local.Store(l)
 	default:
-		fw, _ := resilience.NewFixedWindow(n, c.length, c.queue)
+		fw, _ := limiter.NewFixedWindow(n, c.length, c.queue)
 		l = &fallbackWindow{fw: fw, limit: n, length: c.length, queue: c.queue}
 		w.local.Store(l)
 	}

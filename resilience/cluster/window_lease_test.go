@@ -11,6 +11,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
 // leasePolicy is a cluster window of limit permits per length, leasing
@@ -69,7 +70,7 @@ func TestLeaseNeverExceedsLimitAcrossReplicas(t *testing.T) {
 	run := 0
 	got := inOneWindow(t, p.PermitLimit, func(a *admissions) {
 		run++
-		var ws []*cluster.Window
+		var ws []resilience.SharedWindow
 		for range 3 {
 			r := newReplica(t, srv, cluster.Config{KeyPrefix: "lease1-" + string(rune('a'+run))})
 			w, err := r.store.Window("orders.create", p)
@@ -82,7 +83,7 @@ func TestLeaseNeverExceedsLimitAcrossReplicas(t *testing.T) {
 		for i := range 12 {
 			wg.Go(func() {
 				for { // until the window turns it away: demand exceeds the limit
-					_, idx, err := ws[i%3].TakeIndexed(t.Context())
+					_, idx, err := cluster.TakeIndexed(ws[i%3], t.Context())
 					if err != nil {
 						if !errors.Is(err, resilience.ErrLimited) {
 							t.Errorf("Take: %v", err)
@@ -117,7 +118,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 		r.rdb.Del(t.Context(), "{lease2:orders.create}:w:3600000000")
 		before := r.calls.Load()
 		for i := range 100 {
-			q, idx, err := w.TakeIndexed(t.Context())
+			q, idx, err := cluster.TakeIndexed(w, t.Context())
 			if err != nil {
 				t.Fatalf("call %d: %v", i+1, err)
 			}
@@ -127,7 +128,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 			a.add(idx)
 		}
 		for i := range 3 {
-			if _, _, err := w.TakeIndexed(t.Context()); !errors.Is(err, resilience.ErrLimited) {
+			if _, _, err := cluster.TakeIndexed(w, t.Context()); !errors.Is(err, resilience.ErrLimited) {
 				t.Fatalf("call %d past the limit: %v, want ErrLimited", 101+i, err)
 			}
 		}
@@ -153,7 +154,7 @@ func TestLeaseOfDeadReplicaLapsesWithWindow(t *testing.T) {
 		live := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})
 		dw, _ := dead.store.Window("orders.create", p)
 		lw, _ := live.store.Window("orders.create", perCall)
-		_, first, err := dw.TakeIndexed(t.Context())
+		_, first, err := cluster.TakeIndexed(dw, t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,8 +163,8 @@ func TestLeaseOfDeadReplicaLapsesWithWindow(t *testing.T) {
 		var a admissions
 		var retry time.Duration
 		for {
-			_, idx, err := lw.TakeIndexed(t.Context())
-			var le *resilience.LimitedError
+			_, idx, err := cluster.TakeIndexed(lw, t.Context())
+			var le *limited.Error
 			if errors.As(err, &le) {
 				retry = le.RetryAfter
 				break
@@ -186,7 +187,7 @@ func TestLeaseOfDeadReplicaLapsesWithWindow(t *testing.T) {
 		time.Sleep(retry) // the store's retry-after: the next window
 		var next admissions
 		for {
-			_, idx, err := lw.TakeIndexed(t.Context())
+			_, idx, err := cluster.TakeIndexed(lw, t.Context())
 			if err != nil {
 				break
 			}
@@ -221,14 +222,14 @@ func TestLeaseGivenBackOnClose(t *testing.T) {
 		other := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})
 		cw, _ := closing.store.Window("orders.create", p)
 		ow, _ := other.store.Window("orders.create", p)
-		_, idx, err := cw.TakeIndexed(t.Context())
+		_, idx, err := cluster.TakeIndexed(cw, t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		a.add(idx)
 		closing.store.Close()
 		for {
-			_, idx, err := ow.TakeIndexed(t.Context())
+			_, idx, err := cluster.TakeIndexed(ow, t.Context())
 			if err != nil {
 				break
 			}
@@ -255,14 +256,14 @@ func TestLeaseQueuesForNextWindow(t *testing.T) {
 		r.rdb.Del(t.Context(), "{lease5:orders.create}:w:1000000")
 		var a admissions
 		for range 5 {
-			_, idx, err := w.TakeIndexed(t.Context())
+			_, idx, err := cluster.TakeIndexed(w, t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
 			a.add(idx)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		_, reserved, err := w.TakeIndexed(ctx)
+		_, reserved, err := cluster.TakeIndexed(w, ctx)
 		cancel()
 		if err != nil {
 			t.Fatalf("the 6th call: %v, want a reservation in the next window", err)
@@ -293,16 +294,16 @@ func TestLeaseDegradesAsConfigured(t *testing.T) {
 	p.StoreTimeout = 200 * time.Millisecond
 	r := newReplica(t, srv, cluster.Config{KeyPrefix: "lease6"})
 	w, _ := r.store.Window("orders.create", p)
-	if _, _, err := w.TakeIndexed(t.Context()); err != nil {
+	if _, _, err := cluster.TakeIndexed(w, t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	srv.Kill()
 	for i := range 2 {
-		if _, _, err := w.TakeIndexed(t.Context()); err != nil {
+		if _, _, err := cluster.TakeIndexed(w, t.Context()); err != nil {
 			t.Fatalf("call %d from the share: %v", i+2, err)
 		}
 	}
-	_, idx, err := w.TakeIndexed(t.Context())
+	_, idx, err := cluster.TakeIndexed(w, t.Context())
 	if !errors.Is(err, resilience.ErrLimited) || idx != -1 || !r.store.Degraded("orders.create") {
 		t.Fatalf("past the share with the store down: idx %d, %v, degraded %v; want the closed fallback's rejection",
 			idx, err, r.store.Degraded("orders.create"))
@@ -320,7 +321,7 @@ func TestLeaseGivenBackOnReload(t *testing.T) {
 		prefix := "lease7-" + strconv.Itoa(attempt)
 		r := newReplica(t, srv, cluster.Config{KeyPrefix: prefix})
 		w, _ := r.store.Window("orders.create", p)
-		_, first, err := w.TakeIndexed(t.Context())
+		_, first, err := cluster.TakeIndexed(w, t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +330,7 @@ func TestLeaseGivenBackOnReload(t *testing.T) {
 		if _, err := r.store.Window("orders.create", p2); err != nil {
 			t.Fatal(err)
 		}
-		_, second, err := w.TakeIndexed(t.Context())
+		_, second, err := cluster.TakeIndexed(w, t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,7 @@
 // idempotency key, whatever protocol the calls come over
 // (docs/idempotency.md).
 //
-// The kernel puts a [Middleware] first in the Handle stage of every
+// The kernel puts the middleware of [New] first in the Handle stage of every
 // operation whose policy enables it. The first call with a key claims it in
 // a [Store] and runs; a call with the same key while the first runs gets
 // 409 KERNEL_CONFLICT_001 with a retry-after; a call with the same key and a

@@ -37,7 +37,7 @@ type receipt struct {
 	Amount int    `json:"amount"`
 }
 
-func newMW(store idempotency.Store, pol idempotency.Policy) *idempotency.Middleware {
+func newMW(store idempotency.Store, pol idempotency.Policy) pipeline.Middleware {
 	pol.Enabled = true
 	return idempotency.New(idempotency.Config{
 		Operation: "billing.charge", Policy: pol, Store: store,
@@ -45,7 +45,7 @@ func newMW(store idempotency.Store, pol idempotency.Policy) *idempotency.Middlew
 	})
 }
 
-func call(mw *idempotency.Middleware, key string, in chargeIn, h pipeline.Handler) (any, error, *pipeline.Invocation) {
+func call(mw pipeline.Middleware, key string, in chargeIn, h pipeline.Handler) (any, error, *pipeline.Invocation) {
 	inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("billing.charge"), IdempotencyKey: key, Input: &in})
 	out, err := mw.Invoke(context.Background(), inv, h)
 	return out, err, inv
@@ -93,7 +93,7 @@ func TestRequiredKeyMissingIs400(t *testing.T) {
 	var n atomic.Int64
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{Required: true})
 	_, err, _ := call(mw, "", chargeIn{"4242", 10}, counting(&n))
-	if pipeline.KindOf(err) != pipeline.KindValidation || pipeline.CodeOf(err) != pipeline.CodeIdempotencyKeyMissing || n.Load() != 0 {
+	if pipeline.KindOf(err) != pipeline.KindValidation || pipeline.CodeOf(err) != "KERNEL_VALIDATION_004" || n.Load() != 0 {
 		t.Fatalf("err %v executions %d; want 400 KERNEL_VALIDATION_004 and nothing run", err, n.Load())
 	}
 	// Not required: a call without a key simply runs.
@@ -109,7 +109,7 @@ func TestMalformedKeyIs400(t *testing.T) {
 	var n atomic.Int64
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	for _, k := range []string{string(make([]byte, 256)), "tab\there", "é"} {
-		if _, err, _ := call(mw, k, chargeIn{}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyKeyMalformed {
+		if _, err, _ := call(mw, k, chargeIn{}, counting(&n)); pipeline.CodeOf(err) != "KERNEL_VALIDATION_005" {
 			t.Errorf("key %q: %v, want KERNEL_VALIDATION_005", k, err)
 		}
 	}
@@ -235,7 +235,7 @@ func TestOutcomeTooLarge(t *testing.T) {
 	}
 	call(mw, "k", chargeIn{}, h)
 	_, err, _ := call(mw, "k", chargeIn{}, h)
-	if pipeline.CodeOf(err) != pipeline.CodeIdempotencyTooLarge || n.Load() != 1 {
+	if pipeline.CodeOf(err) != "KERNEL_CONFLICT_002" || n.Load() != 1 {
 		t.Fatalf("%v executions %d, want KERNEL_CONFLICT_002 and one execution", err, n.Load())
 	}
 }

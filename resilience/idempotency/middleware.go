@@ -12,13 +12,7 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// ScopeFunc returns the caller's scope of an idempotency key — its
-// principal or tenant, as the application's authentication or tenant
-// middleware put it in the context — or "" for none. Keys of different
-// scopes never meet.
-type ScopeFunc func(ctx context.Context, inv *pipeline.Invocation) string
-
-// Config builds a [Middleware].
+// Config builds the middleware of [New].
 type Config struct {
 	// Operation is the operation's ID.
 	Operation string
@@ -26,8 +20,11 @@ type Config struct {
 	Policy Policy
 	// Store keeps the records (required).
 	Store Store
-	// Scope returns the caller's scope (nil: none).
-	Scope ScopeFunc
+	// Scope returns the caller's scope of an idempotency key — its
+	// principal or tenant, as the application's authentication or tenant
+	// middleware put it in the context — or "" for none (nil: none). Keys
+	// of different scopes never meet.
+	Scope func(ctx context.Context, inv *pipeline.Invocation) string
 	// NewOutput returns a pointer to a new zero value of the operation's
 	// output type, into which a replayed success is decoded (nil: the
 	// replayed output is a json.RawMessage).
@@ -40,26 +37,33 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Middleware applies an operation's idempotency policy (see the package
-// documentation). The kernel places it first in the Handle stage: after
-// the limits (a call they reject never claims its key) and after
-// authentication and tenant middleware (whose context the Scope reads).
-type Middleware struct{ c Config }
+// middleware applies an operation's idempotency policy.
+type middleware struct{ c Config }
 
-// New returns the middleware of c.
-func New(c Config) *Middleware {
+// New returns the middleware that applies c's idempotency policy (see the
+// package documentation). The kernel places it first in the Handle stage:
+// after the limits (a call they reject never claims its key) and after
+// authentication and tenant middleware (whose context the Scope reads).
+func New(c Config) pipeline.Middleware {
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Middleware{c: c}
+	return &middleware{c: c}
 }
+
+// Codes of the middleware's own outcomes: a required key is missing (400);
+// a call ran but its outcome could not be kept (409: too large, or not JSON).
+const (
+	codeKeyMissing = "KERNEL_VALIDATION_004"
+	codeTooLarge   = "KERNEL_CONFLICT_002"
+)
 
 // Errors of the middleware.
 func errMissing() *pipeline.Error {
-	return pipeline.Validation(pipeline.CodeIdempotencyKeyMissing,
+	return pipeline.Validation(codeKeyMissing,
 		"This operation requires an idempotency key (HTTP Idempotency-Key, gRPC metadata idempotency-key, CLI --idempotency-key).")
 }
 
@@ -74,12 +78,12 @@ func errMismatch() *pipeline.Error {
 }
 
 func errTooLarge() *pipeline.Error {
-	return pipeline.Conflict(pipeline.CodeIdempotencyTooLarge,
+	return pipeline.Conflict(codeTooLarge,
 		"A call with this idempotency key already ran; its outcome was too large to keep for replay.")
 }
 
 func errNoJSON() *pipeline.Error {
-	return pipeline.Conflict(pipeline.CodeIdempotencyTooLarge,
+	return pipeline.Conflict(codeTooLarge,
 		"A call with this idempotency key already ran; its outcome has no JSON form (a NaN or infinite number, say), so it was not kept for replay.")
 }
 
@@ -89,7 +93,7 @@ func errStore(err error) *pipeline.Error {
 }
 
 // Invoke implements pipeline.Middleware.
-func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+func (m *middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	key := inv.IdempotencyKey()
 	if key == "" {
 		if m.c.Policy.Required {
@@ -139,7 +143,7 @@ func (m *Middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 // through here, and the claim must not stay running (with its lease
 // renewed for as long as the process lives). A panic settles as the
 // UNEXPECTED outcome the kernel answers for it, and goes on unwinding.
-func (m *Middleware) run(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, skey, fp, token string) (out any, herr error) {
+func (m *middleware) run(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, skey, fp, token string) (out any, herr error) {
 	stop := m.renew(skey, token)
 	panicked := true
 	defer func() {
@@ -155,13 +159,13 @@ func (m *Middleware) run(ctx context.Context, inv *pipeline.Invocation, next pip
 	return out, herr
 }
 
-func (m *Middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (m *middleware) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), m.c.StoreTimeout)
 }
 
 // renew keeps a leased claim alive while the handler runs; the returned
 // function stops it and waits for it.
-func (m *Middleware) renew(key, token string) func() {
+func (m *middleware) renew(key, token string) func() {
 	lease := m.c.Store.Lease()
 	if lease <= 0 {
 		return func() {}
@@ -207,7 +211,7 @@ func forgets(err error) bool {
 // store has no room for is stored as KERNEL_CONFLICT_002 (already ran,
 // too large to replay), which keeps the key taken; if even that does not
 // fit, the key is freed and the failure logged.
-func (m *Middleware) settle(ctx context.Context, key, fp, token string, out any, herr error) {
+func (m *middleware) settle(ctx context.Context, key, fp, token string, out any, herr error) {
 	sctx, cancel := m.storeContext(ctx)
 	defer cancel()
 	var err error
@@ -297,7 +301,7 @@ func numbers(v any) any {
 	return v
 }
 
-func (m *Middleware) decode(b []byte) (any, error) {
+func (m *middleware) decode(b []byte) (any, error) {
 	var s stored
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber() // integers in details come back exact, as int64

@@ -296,7 +296,7 @@ func TestShopMalformedDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := s.call(t, "POST", "/reports/export", `{"delayMs":0}`, map[string]string{tt.header: tt.value})
-			wantProblem(t, r, 400, "VALIDATION", pipeline.CodeBadDeadline, "/reports/export", "", map[string]any{"field": tt.header})
+			wantProblem(t, r, 400, "VALIDATION", "KERNEL_VALIDATION_002", "/reports/export", "", map[string]any{"field": tt.header})
 		})
 	}
 }

@@ -294,7 +294,7 @@ func TestShopGRPCPerTenantLimit(t *testing.T) {
 	if st := order("globex"); st != nil {
 		t.Fatalf("globex's second order: %v, want OK", st)
 	}
-	if st := order("a%7Bb"); st.Code() != codes.InvalidArgument || errorInfoOf(st).GetReason() != pipeline.CodeLimitKeyMalformed {
-		t.Fatalf("a key with a brace: %v, want InvalidArgument %s", st, pipeline.CodeLimitKeyMalformed)
+	if st := order("a%7Bb"); st.Code() != codes.InvalidArgument || errorInfoOf(st).GetReason() != "KERNEL_VALIDATION_008" {
+		t.Fatalf("a key with a brace: %v, want InvalidArgument %s", st, "KERNEL_VALIDATION_008")
 	}
 }

@@ -120,10 +120,10 @@ func Export(tb testing.TB, conn grpc.ClientConnInterface) []protoreflect.FileDes
 	return out
 }
 
-// Write prints the files that are not google/protobuf's well-known types
+// writeFiles prints the files that are not google/protobuf's well-known types
 // (protoc and buf have those built in) as .proto source under dir, as
 // grpcurl's -proto-out-dir does, and returns their paths relative to dir.
-func Write(tb testing.TB, files []protoreflect.FileDescriptor, dir string) []string {
+func writeFiles(tb testing.TB, files []protoreflect.FileDescriptor, dir string) []string {
 	tb.Helper()
 	var own []protoreflect.FileDescriptor
 	var paths []string
@@ -236,7 +236,7 @@ func lint(dir string) error {
 func Check(tb testing.TB, conn grpc.ClientConnInterface) string {
 	tb.Helper()
 	dir := tb.TempDir()
-	paths := Write(tb, Export(tb, conn), dir)
+	paths := writeFiles(tb, Export(tb, conn), dir)
 	compileProtos(tb, dir, paths)
 	lintProtos(tb, dir, paths)
 	return dir

@@ -31,7 +31,7 @@ func TestProtocRejectsMethodNamedLikeItsInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	paths := Write(t, []protoreflect.FileDescriptor{fd}, dir)
+	paths := writeFiles(t, []protoreflect.FileDescriptor{fd}, dir)
 	src, err := os.ReadFile(filepath.Join(dir, paths[0]))
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestBufRejectsNonstandardNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	Write(t, []protoreflect.FileDescriptor{fd}, dir)
+	writeFiles(t, []protoreflect.FileDescriptor{fd}, dir)
 	err = lint(dir)
 	if err == nil || !strings.Contains(err.Error(), `RPC request type "Charge" should be named "PayRequest"`) {
 		t.Fatalf("buf lint(method Pay taking message Charge) = %v, want RPC_REQUEST_STANDARD_NAME (should be named \"PayRequest\")", err)

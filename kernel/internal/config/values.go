@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	classes "github.com/sundial-go/sundial/kernel/internal/priority"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -146,7 +147,7 @@ func boolean(v any, path string) (bool, error) {
 
 func scope(v any, path string) (resilience.Scope, error) {
 	str, ok := v.(string)
-	if sc := resilience.Scope(str); ok && sc != "" && sc.Valid() {
+	if sc := resilience.Scope(str); ok && (sc == resilience.ScopeProcess || sc == resilience.ScopeCluster) {
 		return sc, nil
 	}
 	return "", fmt.Errorf("kernel: %s: want \"process\" or \"cluster\", got %s", path, describe(v))
@@ -155,7 +156,7 @@ func scope(v any, path string) (resilience.Scope, error) {
 // priority reads an operation's class.
 func priority(v any, path string) (pipeline.Priority, error) {
 	str, ok := v.(string)
-	if p, valid := pipeline.ParsePriority(str); ok && valid && str == p.String() {
+	if p, valid := classes.Parse(str); ok && valid && str == p.String() {
 		return p, nil
 	}
 	return 0, fmt.Errorf("kernel: %s: want \"critical\", \"default\" or \"sheddable\", got %s", path, describe(v))

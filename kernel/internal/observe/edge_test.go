@@ -528,7 +528,7 @@ func TestHostEndpointNamedByRoute(t *testing.T) {
 func TestUnknownOperationByRoute(t *testing.T) {
 	h := newHarness(t)
 	inv := pipeline.NewInvocation(pipeline.Spec{Protocol: pipeline.ProtocolGRPC})
-	runCall(h.tel.Route("no.such"), context.Background(), inv, t0, t0, pipeline.NotFound(pipeline.CodeNotFound, "No such operation."))
+	runCall(h.tel.Route("no.such"), context.Background(), inv, t0, t0, pipeline.NotFound("KERNEL_NOT_FOUND_001", "No such operation."))
 	s := h.onlySpan(t)
 	if s.Name() != "no.such" || spanAttrs(s)[observe.AttrRoute] != "no.such" {
 		t.Errorf("span %q %v, want name and %s no.such", s.Name(), spanAttrs(s), observe.AttrRoute)

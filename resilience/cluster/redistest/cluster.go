@@ -45,7 +45,7 @@ func StartCluster(tb testing.TB) *Cluster {
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
-	tb.Cleanup(c.Stop)
+	tb.Cleanup(c.stop)
 	return c
 }
 
@@ -77,22 +77,20 @@ func SharedCluster(tb testing.TB) *Cluster {
 	return shared.c
 }
 
-// Runner is what a TestMain runs: a *testing.M.
-type Runner interface{ Run() int }
-
-// StopSharedAfter returns m, whose Run also stops the cluster of
-// [SharedCluster] (if one was started) once the tests have run, so that
-// a leak check after it finds none of its processes' waiters:
+// StopSharedAfter returns m, a TestMain's *testing.M, wrapped so that its
+// Run also stops the cluster of [SharedCluster] (if one was started) once
+// the tests have run, so that a leak check after it finds none of its
+// processes' waiters:
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.StopSharedAfter(m)) }
-func StopSharedAfter(m Runner) Runner { return stopShared{m} }
+func StopSharedAfter(m interface{ Run() int }) interface{ Run() int } { return stopShared{m} }
 
-type stopShared struct{ m Runner }
+type stopShared struct{ m interface{ Run() int } }
 
 func (s stopShared) Run() int {
 	defer func() {
 		if shared.c != nil {
-			shared.c.Stop()
+			shared.c.stop()
 		}
 	}()
 	return s.m.Run()
@@ -103,7 +101,7 @@ func launchCluster(bin, dir string, ownsDir bool) (_ *Cluster, err error) {
 	c := &Cluster{dir: dir, ownsDir: ownsDir}
 	defer func() {
 		if err != nil {
-			c.Stop()
+			c.stop()
 		}
 	}()
 	var all []*Server
@@ -255,8 +253,8 @@ func (c *Cluster) Each(f func(*Server) error) error {
 	return errors.Join(errs...)
 }
 
-// Stop kills every node and waits for them to exit.
-func (c *Cluster) Stop() {
+// stop kills every node and waits for them to exit.
+func (c *Cluster) stop() {
 	for _, s := range append(append([]*Server(nil), c.masters...), c.replicas...) {
 		s.stop()
 	}

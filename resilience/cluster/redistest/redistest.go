@@ -69,9 +69,6 @@ func lookPath(tb testing.TB) string {
 // Addr is host:port of the server.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-// Port is the server's TCP port.
-func (s *Server) Port() int { return s.port }
-
 // startOnFreePort starts the server on the port pick chooses, trying
 // again with a new one (at most three times) when the server exits at
 // once: another process took the port between pick and the server's

@@ -1,10 +1,9 @@
-package resilience
+package limiter
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/internal/window"
 )
 
@@ -16,13 +15,13 @@ func (l *FixedWindow) length() time.Duration {
 	return l.st.Length()
 }
 
-// reconfigure puts new limits on the window l at now (a reload; see
+// Reconfigure puts new limits on the window l at now (a reload; see
 // Limits.Update) and returns the window calls take their
 // permits in — l itself, changed in place, or one that took over its
 // counts — and, when the length changed, the window of the new length
 // that calls arriving from switchAt (the current window's end) on take
 // their permits in.
-func (l *FixedWindow) reconfigure(now time.Time, limit int, length time.Duration, queue int) (cur, next *FixedWindow, switchAt time.Time) {
+func (l *FixedWindow) Reconfigure(now time.Time, limit int, length time.Duration, queue int) (cur, next *FixedWindow, switchAt time.Time) {
 	newLength, newQueue := length, queue
 	if l.length() != length {
 		// Until the boundary the current window goes on with the new
@@ -74,7 +73,7 @@ func (l *FixedWindow) reconfigure(now time.Time, limit int, length time.Duration
 		cur.mu.Unlock()
 	}
 	switchAt = cur.origin.Add(time.Duration(last+1) * old)
-	next = newOperationWindow(limit, newLength, newQueue)
+	next = NewOperationWindow(limit, newLength, newQueue)
 	next.origin = switchAt
 	return cur, next, switchAt
 }
@@ -99,20 +98,16 @@ func (l *FixedWindow) SetPermitLimit(limit int) error {
 	return nil
 }
 
-// Quota reports the current window: its limit, length, the permits left
-// and the time until the next one opens.
-func (l *FixedWindow) Quota() pipeline.Quota { return l.quota() }
-
 // SetLimits changes the limit and the queue in place: the slots held stay
 // held, so with a lower limit nobody is admitted until fewer than limit
 // are in flight; with a higher one waiters are admitted at once, oldest
 // first. When more calls wait than the new queue holds, the newest of
-// them are turned away with ErrLimited. It fails when limit is not
+// them are turned away with resilience.ErrLimited. It fails when limit is not
 // positive or queueLimit is negative.
 func (l *ConcurrencyLimiter) SetLimits(limit, queueLimit int) error {
 	if limit <= 0 || queueLimit < 0 {
 		return fmt.Errorf("resilience: SetLimits(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
 	}
-	l.setLimits(limit, queueLimit)
+	l.SetLimitsUnchecked(limit, queueLimit)
 	return nil
 }

@@ -1,4 +1,4 @@
-package resilience
+package limiter
 
 import (
 	"sync/atomic"
@@ -76,11 +76,11 @@ func (u *unqueued) quotaOf(i int64, now time.Duration) pipeline.Quota {
 	return pipeline.Quota{Limit: int(limit), Window: u.length, Remaining: int(limit - used), Reset: time.Duration(i+1)*u.length - now}
 }
 
-// newOperationWindow returns a FixedWindow that takes the lock-free path
+// NewOperationWindow returns a FixedWindow that takes the lock-free path
 // when it has no queue. (A KeyedFixedWindow's limiters keep the mutex:
 // evicting an idle one must be atomic with its permits.)
-func newOperationWindow(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
-	l := newFixedWindow(permitLimit, length, queueLimit)
+func NewOperationWindow(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
+	l := NewKeyedPart(permitLimit, length, queueLimit)
 	if queueLimit == 0 {
 		l.nq = newUnqueued(permitLimit, length)
 	}

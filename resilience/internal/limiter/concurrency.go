@@ -1,4 +1,4 @@
-package resilience
+package limiter
 
 import (
 	"context"
@@ -8,26 +8,20 @@ import (
 	"sync/atomic"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
-// ConcurrencyLimiter bounds the calls executing at once: at most limit
-// hold a slot; up to queueLimit more wait for one, first come first
-// served; the rest are turned away at once.
-//
-// Inside an operation's [Limits] it also orders calls by their class
-// (pipeline.Invocation.Priority): waiters of a higher class go first, a
-// full queue evicts its newest waiter of the lowest class for an arrival
-// of a higher one, and calls below the operation's class may not take
-// the reserved part of the limit (Policy.PriorityReserve). The methods
-// below treat every call alike.
-//
-// Acquire takes a slot (waiting if need be) and Release gives it back;
-// every successful Acquire or TryAcquire must be paired with exactly one
-// Release, on every exit path (defer it). The uncontended path is a few
-// atomic operations; the queue is touched only when every slot is taken.
-// It is safe for concurrent use and starts no goroutine.
+// ConcurrencyLimiter is resilience.ConcurrencyLimiter (see its contract).
+// Inside an operation's resilience.Limits it also orders calls by their
+// class (pipeline.Invocation.Priority): waiters of a higher class go
+// first, a full queue evicts its newest waiter of the lowest class for an
+// arrival of a higher one, and calls below the operation's class may not
+// take the reserved part of the limit (Policy.PriorityReserve; see
+// TakeFree, AcquireClass and SetPriority). Acquire, TryAcquire and
+// Release treat every call alike. The uncontended path is a few atomic
+// operations; the queue is touched only when every slot is taken.
 type ConcurrencyLimiter struct {
-	limit      atomic.Int64 // changed in place by a reload (setLimits)
+	limit      atomic.Int64 // changed in place by a reload (SetLimitsUnchecked)
 	queueLimit atomic.Int64
 
 	inFlight atomic.Int64 // slots held, including those handed to waiters
@@ -61,10 +55,12 @@ func NewConcurrencyLimiter(limit, queueLimit int) (*ConcurrencyLimiter, error) {
 	if limit <= 0 || queueLimit < 0 {
 		return nil, fmt.Errorf("resilience: NewConcurrencyLimiter(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
 	}
-	return newConcurrencyLimiter(limit, queueLimit), nil
+	return NewSlots(limit, queueLimit), nil
 }
 
-func newConcurrencyLimiter(limit, queueLimit int) *ConcurrencyLimiter {
+// NewSlots is NewConcurrencyLimiter for valid arguments (the caller
+// checked them).
+func NewSlots(limit, queueLimit int) *ConcurrencyLimiter {
 	l := &ConcurrencyLimiter{}
 	l.limit.Store(int64(limit))
 	l.queueLimit.Store(int64(queueLimit))
@@ -74,35 +70,35 @@ func newConcurrencyLimiter(limit, queueLimit int) *ConcurrencyLimiter {
 // TryAcquire takes a free slot if there is one and nobody is waiting for
 // one. It never waits. To queue instead, use Acquire.
 func (l *ConcurrencyLimiter) TryAcquire() bool {
-	return l.takeFree(pipeline.PriorityDefault)
+	return l.TakeFree(pipeline.PriorityDefault)
 }
 
-// takeFree takes a slot for a call of class c at once when one is free
+// TakeFree takes a slot for a call of class c at once when one is free
 // and nobody waits for one (waiters go first), and reports whether it did.
-func (l *ConcurrencyLimiter) takeFree(c pipeline.Priority) bool {
+func (l *ConcurrencyLimiter) TakeFree(c pipeline.Priority) bool {
 	return l.waiting.Load() == 0 && l.tryTake(c)
 }
 
 // Acquire takes a slot, waiting behind earlier callers when all are taken
 // and the queue has room. It returns nil when the caller holds a slot.
 //
-// It returns [ErrLimited] at once when every slot and queue place is
+// It returns resilience.ErrLimited at once when every slot and queue place is
 // taken, and ctx.Err() when ctx is done on arrival or ends during the
 // wait; the caller then holds nothing and its queue place is given back
 // (a slot handed over just as ctx ended is passed on to the next waiter).
 func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error {
-	return l.acquire(ctx, pipeline.PriorityDefault)
+	return l.AcquireClass(ctx, pipeline.PriorityDefault)
 }
 
-// acquire is Acquire for a call of class c: it goes ahead of every waiter
+// AcquireClass is Acquire for a call of class c: it goes ahead of every waiter
 // of a lower class, and when the queue is full it takes the place of the
 // newest waiter of the lowest class below c, which is turned away with
-// ErrLimited.
-func (l *ConcurrencyLimiter) acquire(ctx context.Context, c pipeline.Priority) error {
+// resilience.ErrLimited.
+func (l *ConcurrencyLimiter) AcquireClass(ctx context.Context, c pipeline.Priority) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l.takeFree(c) {
+	if l.TakeFree(c) {
 		return nil
 	}
 	l.mu.Lock()
@@ -117,7 +113,7 @@ func (l *ConcurrencyLimiter) acquire(ctx context.Context, c pipeline.Priority) e
 		n := len(l.queue)
 		if n == 0 || l.queue[n-1].class >= c {
 			l.mu.Unlock()
-			return ErrLimited
+			return limited.ErrLimited
 		}
 		l.turnAway(n - 1)
 	}
@@ -134,7 +130,7 @@ func (l *ConcurrencyLimiter) acquire(ctx context.Context, c pipeline.Priority) e
 	select {
 	case <-w.ready:
 		if w.rejected {
-			return ErrLimited
+			return limited.ErrLimited
 		}
 		return nil
 	case <-ctx.Done():
@@ -206,7 +202,7 @@ func (l *ConcurrencyLimiter) capacity(c pipeline.Priority) int64 {
 }
 
 // turnAway takes the waiter at i out of the queue and turns it away with
-// ErrLimited. l.mu is held.
+// resilience.ErrLimited. l.mu is held.
 func (l *ConcurrencyLimiter) turnAway(i int) {
 	w := l.queue[i]
 	l.queue = slices.Delete(l.queue, i, i+1)
@@ -215,10 +211,10 @@ func (l *ConcurrencyLimiter) turnAway(i int) {
 	close(w.ready)
 }
 
-// setPriority sets the operation's class and the thousandths of the limit
+// SetPriority sets the operation's class and the thousandths of the limit
 // reserved for it (a reload), handing out the slots a smaller reserve
 // frees.
-func (l *ConcurrencyLimiter) setPriority(class pipeline.Priority, reserve int64) {
+func (l *ConcurrencyLimiter) SetPriority(class pipeline.Priority, reserve int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.class.Store(int32(class))
@@ -243,12 +239,12 @@ func (l *ConcurrencyLimiter) InFlight() int { return int(l.inFlight.Load()) }
 // QueueDepth returns the number of calls waiting for a slot.
 func (l *ConcurrencyLimiter) QueueDepth() int { return int(l.waiting.Load()) }
 
-// setLimits changes the limit and the queue in place (a reload): the
+// SetLimitsUnchecked changes the limit and the queue in place (a reload): the
 // slots held stay held, so with a lower limit nobody is admitted until
 // fewer than limit are in flight; with a higher one waiters are admitted
 // at once, oldest first. When more calls wait than the new queue holds,
-// the newest of the lowest class are turned away with ErrLimited.
-func (l *ConcurrencyLimiter) setLimits(limit, queueLimit int) {
+// the newest of the lowest class are turned away with resilience.ErrLimited.
+func (l *ConcurrencyLimiter) SetLimitsUnchecked(limit, queueLimit int) {
 	l.limit.Store(int64(limit))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -259,10 +255,10 @@ func (l *ConcurrencyLimiter) setLimits(limit, queueLimit int) {
 	l.dispatch()
 }
 
-// setLimit changes the limit in place (an adaptive controller moves it):
+// SetLimit changes the limit in place (an adaptive controller moves it):
 // the slots held stay held; with a higher limit, waiters are admitted at
 // once, oldest first.
-func (l *ConcurrencyLimiter) setLimit(limit int) {
+func (l *ConcurrencyLimiter) SetLimit(limit int) {
 	if l.limit.Swap(int64(limit)) < int64(limit) && l.waiting.Load() > 0 {
 		l.mu.Lock()
 		l.dispatch()
@@ -270,7 +266,10 @@ func (l *ConcurrencyLimiter) setLimit(limit int) {
 	}
 }
 
-// limits returns the limit and the queue.
-func (l *ConcurrencyLimiter) limits() (limit, queueLimit int) {
+// Limits returns the limit and the queue.
+func (l *ConcurrencyLimiter) Limits() (limit, queueLimit int) {
 	return int(l.limit.Load()), int(l.queueLimit.Load())
 }
+
+// Class returns the operation's class (SetPriority).
+func (l *ConcurrencyLimiter) Class() pipeline.Priority { return pipeline.Priority(l.class.Load()) }

@@ -1,0 +1,101 @@
+package resilience
+
+import (
+	"context"
+	"time"
+
+	"github.com/sundial-go/sundial/resilience/internal/limited"
+	"github.com/sundial-go/sundial/resilience/internal/limiter"
+)
+
+// ErrLimited is returned by the limiters of this package when they turn a
+// call away: the window is used up and its queue is full, the call's
+// deadline comes before the window it would wait for, or every
+// concurrency slot and queue place is taken.
+var ErrLimited = limited.ErrLimited
+
+// FixedWindow is a fixed-window rate limiter with a FIFO queue: at most
+// permitLimit calls are admitted per window; when a window is used up, up
+// to queueLimit calls wait for a later one (oldest first), and the rest
+// are turned away at once with the time until the next window. When a
+// waiting call gives up, those behind it move up: a later arrival never
+// takes the freed permit ahead of them.
+//
+// Windows are aligned to the moment the limiter was created and follow
+// each other back to back; unused permits do not carry over. State is
+// derived from the clock when a call arrives: a FixedWindow starts no
+// goroutine and costs nothing while idle. It is safe for concurrent use.
+//
+// Unlike a token bucket (golang.org/x/time/rate), a fixed window hands out
+// a whole window's permits as soon as it opens: 2 permits per 60 s means
+// two calls now, then none until the minute is over.
+type FixedWindow struct{ w *limiter.FixedWindow }
+
+// NewFixedWindow returns a limiter admitting permitLimit calls per window
+// of the given length, with up to queueLimit calls waiting for a later
+// window. It fails when permitLimit or length is not positive or
+// queueLimit is negative.
+func NewFixedWindow(permitLimit int, length time.Duration, queueLimit int) (*FixedWindow, error) {
+	w, err := limiter.NewFixedWindow(permitLimit, length, queueLimit)
+	if err != nil {
+		return nil, err
+	}
+	return &FixedWindow{w}, nil
+}
+
+// Allow takes a permit of the current window if one is left. It never
+// waits; when it returns false, retryAfter is the time until the next
+// window opens. To wait in the queue instead, use Wait.
+func (l *FixedWindow) Allow() (ok bool, retryAfter time.Duration) { return l.w.Allow() }
+
+// Wait takes a permit, waiting for a later window if the current one is
+// used up and the queue has room. It returns nil when the call may
+// proceed.
+//
+// It returns [ErrLimited] at once, with the time until the next window,
+// when the queue is full or when ctx's deadline comes before the window
+// the call would wait for: a call is never queued only to time out there.
+// It returns ctx.Err() when ctx is done on arrival or ends during the
+// wait; the call's place in the queue is then given back.
+func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err error) {
+	return l.w.Wait(ctx)
+}
+
+// ConcurrencyLimiter bounds the calls executing at once: at most limit
+// hold a slot; up to queueLimit more wait for one, first come first
+// served; the rest are turned away at once.
+//
+// Acquire takes a slot (waiting if need be) and Release gives it back;
+// every successful Acquire or TryAcquire must be paired with exactly one
+// Release, on every exit path (defer it). The uncontended path is a few
+// atomic operations; the queue is touched only when every slot is taken.
+// It is safe for concurrent use and starts no goroutine.
+type ConcurrencyLimiter struct{ l *limiter.ConcurrencyLimiter }
+
+// NewConcurrencyLimiter returns a limiter of limit slots with up to
+// queueLimit calls waiting. It fails when limit is not positive or
+// queueLimit is negative.
+func NewConcurrencyLimiter(limit, queueLimit int) (*ConcurrencyLimiter, error) {
+	l, err := limiter.NewConcurrencyLimiter(limit, queueLimit)
+	if err != nil {
+		return nil, err
+	}
+	return &ConcurrencyLimiter{l}, nil
+}
+
+// TryAcquire takes a free slot if there is one and nobody is waiting for
+// one. It never waits. To queue instead, use Acquire.
+func (l *ConcurrencyLimiter) TryAcquire() bool { return l.l.TryAcquire() }
+
+// Acquire takes a slot, waiting behind earlier callers when all are taken
+// and the queue has room. It returns nil when the caller holds a slot.
+//
+// It returns [ErrLimited] at once when every slot and queue place is
+// taken, and ctx.Err() when ctx is done on arrival or ends during the
+// wait; the caller then holds nothing and its queue place is given back
+// (a slot handed over just as ctx ended is passed on to the next waiter).
+func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error { return l.l.Acquire(ctx) }
+
+// Release gives a slot back, handing it to the oldest waiter if there is
+// one.
+func (l *ConcurrencyLimiter) Release() { l.l.Release() }
