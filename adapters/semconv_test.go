@@ -50,11 +50,11 @@ func semconvRegistry(t *testing.T) *operations.Registry {
 		func(context.Context, createOrder) (order, error) { return order{ID: "ord-1"}, nil }))
 	must(operations.Register(reg, operations.Descriptor{ID: "orders.get", Method: "GET", Path: "/orders/:id"},
 		func(_ context.Context, in getOrder) (order, error) {
-			return order{}, pipeline.NotFound("TEST_NOT_FOUND_001", "No such order.")
+			return order{}, pipeline.NewError(pipeline.KindNotFound, "TEST_NOT_FOUND_001", "No such order.")
 		}))
 	must(operations.Register(reg, operations.Descriptor{ID: "billing.charge", Method: "POST", Path: "/billing/charge"},
 		func(context.Context, charge) (order, error) {
-			return order{}, pipeline.Unavailable("TEST_UNAVAILABLE_001", "The bank is down.")
+			return order{}, pipeline.NewError(pipeline.KindUnavailable, "TEST_UNAVAILABLE_001", "The bank is down.")
 		}))
 	return reg
 }

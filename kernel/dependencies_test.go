@@ -28,7 +28,10 @@ func attemptsOf(t *testing.T, k *kernel.Kernel) int {
 		t.Fatal("no billing dependency")
 	}
 	n := 0
-	_ = d.Do(t.Context(), func(context.Context) error { n++; return pipeline.Unavailable("X_UNAVAILABLE_001", "down") })
+	_ = d.Do(t.Context(), func(context.Context) error {
+		n++
+		return pipeline.NewError(pipeline.KindUnavailable, "X_UNAVAILABLE_001", "down")
+	})
 	return n
 }
 
@@ -85,7 +88,9 @@ func TestDependencyMetrics(t *testing.T) {
 	// call 1 retries twice; call 2 once, on the last token, then the budget
 	// refuses; call 3 is refused its retry
 	for range 3 {
-		_ = k.Dependency("billing").Do(t.Context(), func(context.Context) error { return pipeline.Unavailable("X_UNAVAILABLE_001", "down") })
+		_ = k.Dependency("billing").Do(t.Context(), func(context.Context) error {
+			return pipeline.NewError(pipeline.KindUnavailable, "X_UNAVAILABLE_001", "down")
+		})
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

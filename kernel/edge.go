@@ -98,7 +98,7 @@ type Outcome struct {
 
 // errOverloaded is the answer to every call while MaxStragglers
 // invocations still run after their answer left.
-var errOverloaded = pipeline.Unavailable(pipeline.CodeOverloaded,
+var errOverloaded = pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeOverloaded,
 	"The server has too many calls still running after their deadline; retry after 1 second.").WithRetryAfter(time.Second)
 
 // settleWindow is how long the guard waits, once the invocation's context
@@ -221,7 +221,7 @@ const codeBadPriority = "KERNEL_VALIDATION_009"
 // that names no class: VALIDATION, KERNEL_VALIDATION_009. It does not
 // echo the value, which may be large.
 func errBadPriority() *pipeline.Error {
-	return pipeline.Validation(codeBadPriority,
+	return pipeline.NewError(pipeline.KindValidation, codeBadPriority,
 		"The priority must be critical, default or sheddable; it can only lower the operation's own class.")
 }
 

@@ -159,10 +159,10 @@ func TestRejectIsObserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := pipeline.Validation("KERNEL_VALIDATION_002", "malformed deadline")
+	bad := pipeline.NewError(pipeline.KindValidation, "KERNEL_VALIDATION_002", "malformed deadline")
 	for _, req := range []kernel.Request{
 		{Operation: "test.echo", Protocol: pipeline.ProtocolHTTP, Reject: bad},
-		{Route: "GET /nowhere", Protocol: pipeline.ProtocolHTTP, Reject: pipeline.NotFound("KERNEL_NOT_FOUND_001", "no route")},
+		{Route: "GET /nowhere", Protocol: pipeline.ProtocolHTTP, Reject: pipeline.NewError(pipeline.KindNotFound, "KERNEL_NOT_FOUND_001", "no route")},
 		{Operation: "no.such", Protocol: pipeline.ProtocolHTTP},
 	} {
 		var o kernel.Outcome

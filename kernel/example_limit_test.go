@@ -43,7 +43,7 @@ func (l *TenantInflight) Acquire(_ context.Context, inv *pipeline.Invocation) (r
 		l.running[tenant] = c
 	}
 	if c.n >= l.PerTenant {
-		return resilience.Permit{}, pipeline.Unavailable("APP_TENANT_BUSY_001",
+		return resilience.Permit{}, pipeline.NewError(pipeline.KindUnavailable, "APP_TENANT_BUSY_001",
 			fmt.Sprintf("Tenant %q has %d calls running; retry later.", tenant, l.PerTenant))
 	}
 	c.n++

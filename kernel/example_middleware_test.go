@@ -38,7 +38,7 @@ func (a Authenticate) Invoke(ctx context.Context, inv *pipeline.Invocation, next
 	user, known := a.Users[token]
 	if !ok || !known {
 		// A rejection: return an outcome without calling next.
-		return nil, pipeline.Unauthenticated("SHOP_UNAUTHENTICATED_001", "A valid bearer token is required.")
+		return nil, pipeline.NewError(pipeline.KindUnauthenticated, "SHOP_UNAUTHENTICATED_001", "A valid bearer token is required.")
 	}
 	// Pass a derived context down: everything inside sees the user.
 	return next(context.WithValue(ctx, userKey{}, user), inv)

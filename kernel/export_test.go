@@ -55,3 +55,7 @@ func (k *Kernel) Limits(id string) *resilience.Limits { return k.limitsOf(id) }
 
 // DefaultMaxTimeout is MaxTimeoutSeconds when the config does not set it.
 const DefaultMaxTimeout = defaultMaxTimeout
+
+// ErrNoConfigFile is WatchConfig's error for a kernel made without a
+// config file.
+var ErrNoConfigFile = errNoConfigFile

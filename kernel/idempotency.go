@@ -160,6 +160,6 @@ const codeIdempotencyKeyUnsupported = "KERNEL_VALIDATION_006"
 // application's own handler (Request.Handler), whose outcome cannot be
 // replayed.
 func errKeysUnsupported() *pipeline.Error {
-	return pipeline.Validation(codeIdempotencyKeyUnsupported,
+	return pipeline.NewError(pipeline.KindValidation, codeIdempotencyKeyUnsupported,
 		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. A key came with the call (idempotency-key metadata, or the sundial.idempotency-key baggage member an upstream call passed on); call it without one, or serve the operation through Sundial's handler.")
 }

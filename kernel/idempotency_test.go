@@ -219,7 +219,7 @@ type validatedCharge struct {
 
 func (v *validatedCharge) Validate() error {
 	if v.Amount <= 0 {
-		return pipeline.Validation("BILLING_VALIDATION_001", "amount must be greater than 0")
+		return pipeline.NewError(pipeline.KindValidation, "BILLING_VALIDATION_001", "amount must be greater than 0")
 	}
 	return nil
 }

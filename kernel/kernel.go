@@ -438,7 +438,7 @@ const codeNotFound = "KERNEL_NOT_FOUND_001"
 
 // notRegistered is the NOT_FOUND outcome of a call to an unknown operation.
 func notRegistered(id string) *pipeline.Error {
-	return pipeline.NotFound(codeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
+	return pipeline.NewError(pipeline.KindNotFound, codeNotFound, fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
 }
 
 // priority returns the operation's configured class (PriorityDefault for

@@ -27,7 +27,7 @@ type countingLimit struct {
 
 func (l *countingLimit) Acquire(context.Context, *pipeline.Invocation) (resilience.Permit, error) {
 	if l.held.Load() >= l.max {
-		return resilience.Permit{}, pipeline.Unavailable("APP_FULL_001", "full")
+		return resilience.Permit{}, pipeline.NewError(pipeline.KindUnavailable, "APP_FULL_001", "full")
 	}
 	l.held.Add(1)
 	l.granted.Add(1)

@@ -240,9 +240,9 @@ func (k *Kernel) warnUnregistered(ps policies) {
 // of the config file before it reloads, when given 0.
 const defaultWatchDebounce = 100 * time.Millisecond
 
-// ErrNoConfigFile is returned by WatchConfig for a kernel made without
+// errNoConfigFile is returned by WatchConfig for a kernel made without
 // WithConfigFile.
-var ErrNoConfigFile = errors.New("kernel: WatchConfig: no config file (WithConfigFile)")
+var errNoConfigFile = errors.New("kernel: WatchConfig: no config file (WithConfigFile)")
 
 // WatchConfig reloads the configuration (Reload) whenever the config file
 // given to WithConfigFile changes, until ctx ends; it returns then, with
@@ -260,7 +260,7 @@ var ErrNoConfigFile = errors.New("kernel: WatchConfig: no config file (WithConfi
 func (k *Kernel) WatchConfig(ctx context.Context, debounce time.Duration) error {
 	path := k.opts.configFile
 	if path == "" {
-		return ErrNoConfigFile
+		return errNoConfigFile
 	}
 	if debounce <= 0 {
 		debounce = defaultWatchDebounce

@@ -23,7 +23,7 @@ func resKernel(t *testing.T, config string, calls *int, opts ...kernel.Option) (
 			*calls++
 			switch in {
 			case "fail":
-				return "", pipeline.Unavailable("SHOP_UNAVAILABLE_001", "database unavailable")
+				return "", pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "database unavailable")
 			case "block":
 				<-ctx.Done()
 				return "", ctx.Err()

@@ -29,7 +29,7 @@ func observedKernel(t *testing.T, config string, opts ...kernel.Option) (*kernel
 		t.Fatal(err)
 	}
 	if err := operations.Register(reg, operations.Descriptor{ID: "test.fail"}, func(context.Context, echoIn) (string, error) {
-		return "", pipeline.Unavailable("TEST_UNAVAILABLE_001", "down")
+		return "", pipeline.NewError(pipeline.KindUnavailable, "TEST_UNAVAILABLE_001", "down")
 	}); err != nil {
 		t.Fatal(err)
 	}

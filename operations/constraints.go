@@ -223,7 +223,7 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	}
 	errs, ok := err.(validator.ValidationErrors)
 	if !ok {
-		return pipeline.Validation(pipeline.CodeConstraint, "The input is invalid.")
+		return pipeline.NewError(pipeline.KindValidation, pipeline.CodeConstraint, "The input is invalid.")
 	}
 	vs := make([]Violation, 0, min(len(errs), maxViolations))
 	for _, fe := range errs[:min(len(errs), maxViolations)] {
@@ -236,7 +236,7 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	case len(vs) > 1:
 		msg = fmt.Sprintf("%d fields are invalid: %s", len(vs), fieldList(vs))
 	}
-	return pipeline.Validation(pipeline.CodeConstraint, msg).WithDetail(DetailViolations, vs)
+	return pipeline.NewError(pipeline.KindValidation, pipeline.CodeConstraint, msg).WithDetail(DetailViolations, vs)
 }
 
 // maxViolations is how many failing fields an answer lists at most: a

@@ -38,7 +38,7 @@ func UnknownField(path, hint string) *pipeline.Error {
 	if hint != "" {
 		msg = fmt.Sprintf("Unknown field '%s'; field names are case-sensitive (did you mean '%s'?).", path, hint)
 	}
-	return pipeline.Validation(pipeline.CodeUnknownField, msg).WithDetail("field", path)
+	return pipeline.NewError(pipeline.KindValidation, pipeline.CodeUnknownField, msg).WithDetail("field", path)
 }
 
 // CheckJSON checks the keys of the JSON document data against input type

@@ -92,35 +92,6 @@ func Wrap(kind Kind, code, message string, cause error) *Error {
 	return e
 }
 
-// Validation returns a VALIDATION error.
-func Validation(code, message string) *Error { return NewError(KindValidation, code, message) }
-
-// NotFound returns a NOT_FOUND error.
-func NotFound(code, message string) *Error { return NewError(KindNotFound, code, message) }
-
-// Conflict returns a CONFLICT error.
-func Conflict(code, message string) *Error { return NewError(KindConflict, code, message) }
-
-// Unprocessable returns an UNPROCESSABLE error.
-func Unprocessable(code, message string) *Error { return NewError(KindUnprocessable, code, message) }
-
-// Forbidden returns a FORBIDDEN error.
-func Forbidden(code, message string) *Error { return NewError(KindForbidden, code, message) }
-
-// Unauthenticated returns an UNAUTHENTICATED error.
-func Unauthenticated(code, message string) *Error {
-	return NewError(KindUnauthenticated, code, message)
-}
-
-// Unavailable returns an UNAVAILABLE error.
-func Unavailable(code, message string) *Error { return NewError(KindUnavailable, code, message) }
-
-// Timeout returns a TIMEOUT error.
-func Timeout(code, message string) *Error { return NewError(KindTimeout, code, message) }
-
-// Canceled returns a CANCELLED error.
-func Canceled(code, message string) *Error { return NewError(KindCanceled, code, message) }
-
 // Kind returns the error's kind: KindUnexpected for a nil *Error and for
 // one not made by a constructor (the zero Error, new(pipeline.Error)),
 // whose kind would otherwise read as success.

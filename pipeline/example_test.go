@@ -22,7 +22,7 @@ func ExampleChain() {
 	}
 	handler := func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		fmt.Println("handler")
-		return nil, pipeline.NotFound("SHOP_NOT_FOUND_001", "no such order")
+		return nil, pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "no such order")
 	}
 	h := pipeline.Chain(handler, logging("outer"), logging("inner")) // composed once
 	_, _ = h(context.Background(), pipeline.NewInvocation(pipeline.Spec{Route: "GET /orders/{id}"}))
@@ -36,7 +36,7 @@ func ExampleChain() {
 
 // An Error never changes: the With methods return copies.
 func ExampleError_WithDetail() {
-	base := pipeline.Unavailable("SHOP_UNAVAILABLE_001", "The payment provider is down.")
+	base := pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "The payment provider is down.")
 	e := base.WithDetail("provider", "acme").WithRetryAfter(1500 * time.Millisecond)
 	secs, _ := e.RetryAfterSeconds()
 	fmt.Println(e.Details(), secs)
@@ -49,7 +49,7 @@ func ExampleError_WithDetail() {
 // AsError never overwrites an outcome's code, and turns anything else into
 // an outcome a caller may see.
 func ExampleAsError() {
-	notFound := pipeline.NotFound("SHOP_NOT_FOUND_001", "no such order")
+	notFound := pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "no such order")
 	fmt.Println(pipeline.AsError(fmt.Errorf("lookup: %w", notFound)).Code())
 	fmt.Println(pipeline.AsError(context.DeadlineExceeded).Code())
 	foreign := pipeline.AsError(errors.New("pq: password authentication failed"))

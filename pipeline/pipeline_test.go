@@ -102,14 +102,14 @@ func TestChainContextAndOutcome(t *testing.T) {
 	replace := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
 		if pipeline.KindOf(err) == pipeline.KindNotFound {
-			return nil, pipeline.Conflict("X_CONFLICT_001", "replaced").WithCause(err)
+			return nil, pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "replaced").WithCause(err)
 		}
 		return out, err
 	})
 	var seen any
 	h := pipeline.Chain(func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		seen = ctx.Value(key{})
-		return nil, pipeline.NotFound("X_NOT_FOUND_001", "no")
+		return nil, pipeline.NewError(pipeline.KindNotFound, "X_NOT_FOUND_001", "no")
 	}, replace, withValue)
 	_, err := h(context.Background(), nil)
 	if seen != "v" {
@@ -121,7 +121,7 @@ func TestChainContextAndOutcome(t *testing.T) {
 
 	called := false
 	reject := pipeline.MiddlewareFunc(func(context.Context, *pipeline.Invocation, pipeline.Handler) (any, error) {
-		return nil, pipeline.Unavailable("X_UNAVAILABLE_001", "no")
+		return nil, pipeline.NewError(pipeline.KindUnavailable, "X_UNAVAILABLE_001", "no")
 	})
 	h = pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) { called = true; return nil, nil }, reject)
 	if _, err := h(context.Background(), nil); called || pipeline.KindOf(err) != pipeline.KindUnavailable {
@@ -198,8 +198,8 @@ func TestKindOf(t *testing.T) {
 		want pipeline.Kind
 	}{
 		{"nil", nil, pipeline.KindOK},
-		{"coded", pipeline.NotFound("X_NOT_FOUND_001", "no"), pipeline.KindNotFound},
-		{"wrapped coded", fmt.Errorf("ctx: %w", pipeline.Conflict("X_CONFLICT_001", "no")), pipeline.KindConflict},
+		{"coded", pipeline.NewError(pipeline.KindNotFound, "X_NOT_FOUND_001", "no"), pipeline.KindNotFound},
+		{"wrapped coded", fmt.Errorf("ctx: %w", pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "no")), pipeline.KindConflict},
 		{"deadline", context.DeadlineExceeded, pipeline.KindTimeout},
 		{"wrapped deadline", fmt.Errorf("dial: %w", context.DeadlineExceeded), pipeline.KindTimeout},
 		{"canceled", context.Canceled, pipeline.KindCanceled},
@@ -219,14 +219,14 @@ func TestConstructorKinds(t *testing.T) {
 		e    *pipeline.Error
 		want pipeline.Kind
 	}{
-		{pipeline.Validation("C", "m"), pipeline.KindValidation},
-		{pipeline.NotFound("C", "m"), pipeline.KindNotFound},
-		{pipeline.Conflict("C", "m"), pipeline.KindConflict},
-		{pipeline.Forbidden("C", "m"), pipeline.KindForbidden},
-		{pipeline.Unauthenticated("C", "m"), pipeline.KindUnauthenticated},
-		{pipeline.Unavailable("C", "m"), pipeline.KindUnavailable},
-		{pipeline.Timeout("C", "m"), pipeline.KindTimeout},
-		{pipeline.Canceled("C", "m"), pipeline.KindCanceled},
+		{pipeline.NewError(pipeline.KindValidation, "C", "m"), pipeline.KindValidation},
+		{pipeline.NewError(pipeline.KindNotFound, "C", "m"), pipeline.KindNotFound},
+		{pipeline.NewError(pipeline.KindConflict, "C", "m"), pipeline.KindConflict},
+		{pipeline.NewError(pipeline.KindForbidden, "C", "m"), pipeline.KindForbidden},
+		{pipeline.NewError(pipeline.KindUnauthenticated, "C", "m"), pipeline.KindUnauthenticated},
+		{pipeline.NewError(pipeline.KindUnavailable, "C", "m"), pipeline.KindUnavailable},
+		{pipeline.NewError(pipeline.KindTimeout, "C", "m"), pipeline.KindTimeout},
+		{pipeline.NewError(pipeline.KindCanceled, "C", "m"), pipeline.KindCanceled},
 		{pipeline.Errorf(pipeline.KindConflict, "C", "m %d", 1), pipeline.KindConflict},
 		{pipeline.Wrap(pipeline.KindForbidden, "C", "m", errors.New("x")), pipeline.KindForbidden},
 	}
@@ -246,7 +246,7 @@ func TestErrorText(t *testing.T) {
 	if got, want := e.Error(), "X_UNAVAILABLE_001: db down: pq: connection refused"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
-	if got, want := pipeline.NotFound("X_NOT_FOUND_001", "no").Error(), "X_NOT_FOUND_001: no"; got != want {
+	if got, want := pipeline.NewError(pipeline.KindNotFound, "X_NOT_FOUND_001", "no").Error(), "X_NOT_FOUND_001: no"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 	if !errors.Is(e, cause) || e.Unwrap() != cause {
@@ -275,7 +275,7 @@ func TestErrorText(t *testing.T) {
 }
 
 func TestAsErrorNeverOverwritesACode(t *testing.T) {
-	orig := pipeline.Unavailable("SHOP_UNAVAILABLE_001", "down").WithDetail("id", "billing.charge")
+	orig := pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "down").WithDetail("id", "billing.charge")
 	if got := pipeline.AsError(orig); got != orig {
 		t.Errorf("AsError(coded) = %v, want the same *Error", got)
 	}
@@ -317,7 +317,7 @@ func TestAsErrorNeverOverwritesACode(t *testing.T) {
 // TestErrorWithMethodsCopy: WithDetail, WithCause and WithRetryAfter
 // return changed copies and leave their receiver alone.
 func TestErrorWithMethodsCopy(t *testing.T) {
-	base := pipeline.Unavailable("C", "m")
+	base := pipeline.NewError(pipeline.KindUnavailable, "C", "m")
 	a := base.WithDetail("a", 1)
 	b := a.WithDetail("b", 2)
 	a2 := a.WithDetail("a", "replaced")
@@ -358,7 +358,7 @@ func TestErrorWithMethodsCopy(t *testing.T) {
 // TestDetailsReturnsACopy: changing the map Details returns leaves the
 // Error alone.
 func TestDetailsReturnsACopy(t *testing.T) {
-	e := pipeline.Conflict("C", "m").WithDetail("id", "x")
+	e := pipeline.NewError(pipeline.KindConflict, "C", "m").WithDetail("id", "x")
 	d := e.Details()
 	d["id"] = "changed"
 	d["new"] = true
@@ -406,7 +406,7 @@ func TestSentinelsCannotBeChanged(t *testing.T) {
 }
 
 func TestErrorConcurrentUse(t *testing.T) {
-	e := pipeline.Unavailable("C", "m").WithDetail("id", "x")
+	e := pipeline.NewError(pipeline.KindUnavailable, "C", "m").WithDetail("id", "x")
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -486,7 +486,7 @@ func TestUnknownKind(t *testing.T) {
 	if got := pipeline.Kind(42).String(); got != "UNEXPECTED" {
 		t.Errorf("Kind(42).String() = %q, want UNEXPECTED", got)
 	}
-	known := pipeline.Conflict("C", "visible").WithDetail("id", 1)
+	known := pipeline.NewError(pipeline.KindConflict, "C", "visible").WithDetail("id", 1)
 	if known.SafeMessage() != "visible" || known.SafeDetails()["id"] != 1 {
 		t.Errorf("a known kind hides its message or details: %q %v", known.SafeMessage(), known.SafeDetails())
 	}
@@ -527,7 +527,7 @@ func TestRetryAfter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.d.String(), func(t *testing.T) {
-			e := pipeline.Unavailable("C", "m").WithRetryAfter(tt.d)
+			e := pipeline.NewError(pipeline.KindUnavailable, "C", "m").WithRetryAfter(tt.d)
 			if d, has := e.RetryAfter(); !has || d != tt.d {
 				t.Errorf("RetryAfter() = %v, %v; want %v, true", d, has, tt.d)
 			}
@@ -539,7 +539,7 @@ func TestRetryAfter(t *testing.T) {
 			}
 		})
 	}
-	e := pipeline.Unavailable("C", "m")
+	e := pipeline.NewError(pipeline.KindUnavailable, "C", "m")
 	if _, has := e.RetryAfter(); has {
 		t.Error("RetryAfter() without WithRetryAfter reported a delay")
 	}

@@ -24,6 +24,6 @@ const codeIdempotencyKeyMalformed = "KERNEL_VALIDATION_005"
 // ErrIdempotencyKeyMalformed is the 400 of a malformed idempotency key
 // (code KERNEL_VALIDATION_005).
 func ErrIdempotencyKeyMalformed() *Error {
-	return Validation(codeIdempotencyKeyMalformed,
+	return NewError(KindValidation, codeIdempotencyKeyMalformed,
 		"The idempotency key must be 1 to 255 printable ASCII characters (over HTTP: a structured-field string, e.g. Idempotency-Key: \"8e03978e-40d5\").")
 }

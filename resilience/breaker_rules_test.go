@@ -20,20 +20,20 @@ var neutralOutcomes = []struct {
 	name string
 	err  error
 }{
-	{"VALIDATION", pipeline.Validation("SHOP_VALIDATION_001", "bad input")},
-	{"UNAUTHENTICATED", pipeline.Unauthenticated("SHOP_UNAUTHENTICATED_001", "who are you")},
-	{"FORBIDDEN", pipeline.Forbidden("SHOP_FORBIDDEN_001", "not yours")},
-	{"NOT_FOUND", pipeline.NotFound("SHOP_NOT_FOUND_001", "no such order")},
-	{"CONFLICT", pipeline.Conflict("SHOP_CONFLICT_001", "already paid")},
-	{"wrapped VALIDATION", fmt.Errorf("orders: %w", pipeline.Validation("SHOP_VALIDATION_002", "bad sku"))},
+	{"VALIDATION", pipeline.NewError(pipeline.KindValidation, "SHOP_VALIDATION_001", "bad input")},
+	{"UNAUTHENTICATED", pipeline.NewError(pipeline.KindUnauthenticated, "SHOP_UNAUTHENTICATED_001", "who are you")},
+	{"FORBIDDEN", pipeline.NewError(pipeline.KindForbidden, "SHOP_FORBIDDEN_001", "not yours")},
+	{"NOT_FOUND", pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "no such order")},
+	{"CONFLICT", pipeline.NewError(pipeline.KindConflict, "SHOP_CONFLICT_001", "already paid")},
+	{"wrapped VALIDATION", fmt.Errorf("orders: %w", pipeline.NewError(pipeline.KindValidation, "SHOP_VALIDATION_002", "bad sku"))},
 	{"KERNEL_UNAVAILABLE_002 (rate limited)", resilience.RateLimited("tenant.acme", 3*time.Second)},
 	{"KERNEL_UNAVAILABLE_002 of an application limiter", resilience.RateLimited(opID, time.Second).WithDetail("tenant", "acme")},
 	{"KERNEL_UNAVAILABLE_003 (concurrency limited)", resilience.ConcurrencyLimited("tenant.acme")},
-	{"KERNEL_UNAVAILABLE_003 built by hand", pipeline.Unavailable(pipeline.CodeConcurrencyLimited, "busy")},
+	{"KERNEL_UNAVAILABLE_003 built by hand", pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeConcurrencyLimited, "busy")},
 	{"CANCELLED", pipeline.ErrCanceled()},
 }
 
-var errDown = pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
+var errDown = pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "db down")
 
 // TestBreakerNeutralOutcomesDoNotResetTheRun: FailureThreshold-1 failures,
 // then a neutral outcome, then one failure opens the breaker: the neutral
@@ -186,11 +186,11 @@ func TestBreakerDeadlineEndings(t *testing.T) {
 		want    resilience.BreakerState
 	}{
 		{"operation deadline, handler ignores it and succeeds", pipeline.DeadlineOperation, false, ignore(nil), resilience.BreakerOpen},
-		{"operation deadline, handler returns a caller fault", pipeline.DeadlineOperation, false, ignore(pipeline.Validation("V", "bad")), resilience.BreakerOpen},
+		{"operation deadline, handler returns a caller fault", pipeline.DeadlineOperation, false, ignore(pipeline.NewError(pipeline.KindValidation, "V", "bad")), resilience.BreakerOpen},
 		{"caller deadline, handler ignores it and fails", pipeline.DeadlineCaller, false, ignore(errDown), resilience.BreakerClosed},
 		{"operation deadline, caller cancels first", pipeline.DeadlineOperation, true, honoursContext, resilience.BreakerClosed},
 		{"downstream TIMEOUT with a live context", pipeline.DeadlineCaller, false, func(context.Context, *pipeline.Invocation) (any, error) {
-			return nil, pipeline.Timeout("SHOP_TIMEOUT_001", "inventory timed out")
+			return nil, pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "inventory timed out")
 		}, resilience.BreakerOpen},
 		{"budget bounded by the caller's deadline", pipeline.DeadlineCaller, false, budget, resilience.BreakerClosed},
 		{"budget bounded by the operation's deadline", pipeline.DeadlineOperation, false, budget, resilience.BreakerOpen},
@@ -301,7 +301,7 @@ func TestBreakerProbeWatchReleasedWhenTheProbeReturns(t *testing.T) {
 	}{
 		{"success", nil, resilience.BreakerClosed},
 		{"failure", errDown, resilience.BreakerOpen},
-		{"neutral", pipeline.NotFound("SHOP_NOT_FOUND_001", "no"), resilience.BreakerHalfOpen},
+		{"neutral", pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "no"), resilience.BreakerHalfOpen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

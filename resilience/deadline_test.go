@@ -24,8 +24,12 @@ var endings = []struct {
 	{"returns context.Canceled", func(context.Context) error { return context.Canceled }},
 	{"returns context.Cause", func(ctx context.Context) error { return context.Cause(ctx) }},
 	{"writes KERNEL_CANCELLED_001", func(context.Context) error { return pipeline.ErrCanceled() }},
-	{"writes its own CANCELLED", func(context.Context) error { return pipeline.Canceled("SHOP_CANCELLED_001", "Order aborted.") }},
-	{"writes a TIMEOUT", func(context.Context) error { return pipeline.Timeout("SHOP_TIMEOUT_001", "Inventory timed out.") }},
+	{"writes its own CANCELLED", func(context.Context) error {
+		return pipeline.NewError(pipeline.KindCanceled, "SHOP_CANCELLED_001", "Order aborted.")
+	}},
+	{"writes a TIMEOUT", func(context.Context) error {
+		return pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "Inventory timed out.")
+	}},
 	{"returns success", func(context.Context) error { return nil }},
 	{"returns another error", func(context.Context) error { return errors.New("db: connection reset") }},
 }
@@ -417,13 +421,13 @@ func TestDeadlineHandlerSeesEffectiveDeadline(t *testing.T) {
 // result and outcome pass through unchanged; a downstream TIMEOUT is a real
 // TIMEOUT.
 func TestDeadlineOutcomeWhileLive(t *testing.T) {
-	downstream := pipeline.Timeout("SHOP_TIMEOUT_001", "Inventory did not answer in time.")
+	downstream := pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "Inventory did not answer in time.")
 	for _, tc := range []struct {
 		name string
 		ret  error
 	}{
 		{"success", nil},
-		{"validation", pipeline.Validation("SHOP_VALIDATION_001", "bad")},
+		{"validation", pipeline.NewError(pipeline.KindValidation, "SHOP_VALIDATION_001", "bad")},
 		{"downstream 504", downstream},
 		{"downstream call's own deadline", fmt.Errorf("inventory: %w", context.DeadlineExceeded)},
 		{"downstream canceled", context.Canceled},
@@ -503,8 +507,8 @@ func TestIsOwnCancellation(t *testing.T) {
 		{"TIMEOUT outcome, ended", ended, pipeline.ErrTimeout(), true},
 		{"CANCELLED outcome, ended", ended, pipeline.ErrCanceled(), true},
 		{"UNEXPECTED, ended", ended, errors.New("boom"), false},
-		{"UNAVAILABLE, ended", ended, pipeline.Unavailable("X", "down"), false},
-		{"TIMEOUT, live (downstream)", live, pipeline.Timeout("SHOP_TIMEOUT_001", "slow"), false},
+		{"UNAVAILABLE, ended", ended, pipeline.NewError(pipeline.KindUnavailable, "X", "down"), false},
+		{"TIMEOUT, live (downstream)", live, pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "slow"), false},
 		{"DeadlineExceeded, live (downstream)", live, context.DeadlineExceeded, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

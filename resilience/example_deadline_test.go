@@ -38,7 +38,7 @@ func ExampleDeadlineMiddleware_callerCancels() {
 	_, err := resilience.NewDeadlineMiddleware().Invoke(caller, inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		hangUp() // the client disconnects
 		<-ctx.Done()
-		return nil, pipeline.Timeout("SHOP_TIMEOUT_001", "Inventory did not answer.")
+		return nil, pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "Inventory did not answer.")
 	})
 	fmt.Println(pipeline.CodeOf(err))
 	// Output:

@@ -102,7 +102,7 @@ const codeLimitKeyMalformed = "KERNEL_VALIDATION_008"
 func (k *keyedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error) {
 	key, _ := inv.Baggage(k.baggage)
 	if err := limitkey.Check(key); err != nil {
-		return Permit{}, pipeline.Validation(codeLimitKeyMalformed,
+		return Permit{}, pipeline.NewError(pipeline.KindValidation, codeLimitKeyMalformed,
 			fmt.Sprintf("The baggage member %q is not a valid limit key: %v.", k.baggage, err))
 	}
 	var retry time.Duration

@@ -101,7 +101,7 @@ func TestBreakerOpensUnderABurst(t *testing.T) {
 		p := resilience.Policy{FailureThreshold: 20, BreakDuration: time.Hour, PermitLimit: 600, Window: time.Hour, ConcurrencyLimit: 8, ConcurrencyQueueLimit: 64}
 		h, l := limitStack(t, p, b.handler(func(context.Context, *pipeline.Invocation) error {
 			time.Sleep(10 * time.Millisecond)
-			return pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
+			return pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "db down")
 		}))
 		b.send(t.Context(), h, sent)
 		ran, rate, conc := b.admitted.Load(), b.count(pipeline.CodeRateLimited), b.count(pipeline.CodeConcurrencyLimited)
@@ -133,7 +133,7 @@ func TestThousandConcurrentCalls(t *testing.T) {
 			h, l := limitStack(t, tt.p, b.handler(func(context.Context, *pipeline.Invocation) error {
 				runtime.Gosched()
 				if tt.fail {
-					return pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
+					return pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "db down")
 				}
 				return nil
 			}))

@@ -506,15 +506,15 @@ func TestBreakerFailureClassification(t *testing.T) {
 		wantOpen bool
 	}{
 		{"success", nil, 0, false},
-		{"VALIDATION", pipeline.Validation("SHOP_VALIDATION_001", "bad"), 0, false},
-		{"NOT_FOUND", pipeline.NotFound("SHOP_NOT_FOUND_001", "no"), 0, false},
-		{"FORBIDDEN", pipeline.Forbidden("SHOP_FORBIDDEN_001", "no"), 0, false},
-		{"UNAUTHENTICATED", pipeline.Unauthenticated("SHOP_UNAUTHENTICATED_001", "who"), 0, false},
-		{"CONFLICT", pipeline.Conflict("SHOP_CONFLICT_001", "exists"), 0, false},
+		{"VALIDATION", pipeline.NewError(pipeline.KindValidation, "SHOP_VALIDATION_001", "bad"), 0, false},
+		{"NOT_FOUND", pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "no"), 0, false},
+		{"FORBIDDEN", pipeline.NewError(pipeline.KindForbidden, "SHOP_FORBIDDEN_001", "no"), 0, false},
+		{"UNAUTHENTICATED", pipeline.NewError(pipeline.KindUnauthenticated, "SHOP_UNAUTHENTICATED_001", "who"), 0, false},
+		{"CONFLICT", pipeline.NewError(pipeline.KindConflict, "SHOP_CONFLICT_001", "exists"), 0, false},
 		{"CANCELLED", pipeline.ErrCanceled(), 0, false},
 		{"context.Canceled", context.Canceled, 0, false},
-		{"UNAVAILABLE", pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down"), 0, true},
-		{"downstream TIMEOUT, own context alive", pipeline.Timeout("SHOP_TIMEOUT_001", "payment gateway timed out"), 0, true},
+		{"UNAVAILABLE", pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "db down"), 0, true},
+		{"downstream TIMEOUT, own context alive", pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "payment gateway timed out"), 0, true},
 		{"downstream context.DeadlineExceeded, own context alive", fmt.Errorf("gateway: %w", context.DeadlineExceeded), 0, true},
 		{"UNEXPECTED", pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected, "bug"), 0, true},
 		{"unhandled error", errors.New("nil pointer"), 0, true},
@@ -543,7 +543,7 @@ func TestBreakerFailureClassification(t *testing.T) {
 }
 
 func TestBreakerOpenHalfOpenProbe(t *testing.T) {
-	fail := pipeline.Unavailable("SHOP_UNAVAILABLE_001", "db down")
+	fail := pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "db down")
 	tests := []struct {
 		name       string
 		probe      any // the probe's outcome
@@ -552,7 +552,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 	}{
 		{"probe success closes", nil, resilience.BreakerClosed, true},
 		{"probe failure re-opens", fail, resilience.BreakerOpen, false},
-		{"caller error frees the slot (it says nothing of the operation)", pipeline.Validation("V", "bad"), resilience.BreakerHalfOpen, true},
+		{"caller error frees the slot (it says nothing of the operation)", pipeline.NewError(pipeline.KindValidation, "V", "bad"), resilience.BreakerHalfOpen, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

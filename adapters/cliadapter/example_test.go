@@ -29,7 +29,7 @@ func ExampleAddCommands() {
 	err := operations.Register(reg, operations.Descriptor{ID: "greet.hello", Summary: "Say hello."},
 		func(_ context.Context, in greetInput) (greeting, error) {
 			if in.Name == "" {
-				return greeting{}, pipeline.Validation("GREET_VALIDATION_001", "name must not be empty")
+				return greeting{}, pipeline.NewError(pipeline.KindValidation, "GREET_VALIDATION_001", "name must not be empty")
 			}
 			text := "hello"
 			for range in.Times {

@@ -120,7 +120,7 @@ func (r *runner) withBaggage(ctx context.Context, req *kernel.Request) context.C
 	b, err := baggage.Parse(r.baggage)
 	if err != nil {
 		if req.Reject == nil {
-			req.Reject = pipeline.Validation(pipeline.CodeValidation,
+			req.Reject = pipeline.NewError(pipeline.KindValidation, pipeline.CodeValidation,
 				fmt.Sprintf("The --%s flag is malformed: want name=value members separated by commas (W3C baggage).", flagBaggage)).
 				WithDetail("field", "--"+flagBaggage)
 		}

@@ -40,7 +40,7 @@ func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, sta
 	sendReply(ctx, o.Invocation)
 	if st != nil && o.TraceID != "" {
 		// A failure names its trace, as an HTTP problem's traceId does.
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataTraceID, o.TraceID))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(metadataTraceID, o.TraceID))
 	}
 	return st.Err()
 }
@@ -86,9 +86,9 @@ func validMetadata(name, value string) bool {
 	return true
 }
 
-// MetadataTraceID is the trailer key under which a failed call's trace ID
+// metadataTraceID is the trailer key under which a failed call's trace ID
 // goes back to the client (as an HTTP problem's "traceId" does).
-const MetadataTraceID = "sundial-trace-id"
+const metadataTraceID = "sundial-trace-id"
 
 // logCall writes the call log record of one call, answered with status st:
 // Info, or Error for an UNEXPECTED outcome (whose internal text is logged,

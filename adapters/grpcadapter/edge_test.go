@@ -206,7 +206,7 @@ func TestRetryInfoRoundTrip(t *testing.T) {
 		{2500 * time.Millisecond, 3 * time.Second},
 		{42 * time.Second, 42 * time.Second},
 	} {
-		st := grpcadapter.Status(pipeline.Unavailable("X_001", "Later.").WithRetryAfter(tt.in), "")
+		st := grpcadapter.Status(pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithRetryAfter(tt.in), "")
 		got, ok := pipeline.AsError(grpcadapter.FromStatus(st.Err())).RetryAfter()
 		if !ok || got != tt.want {
 			t.Errorf("FromStatus(Status(retry-after %v)).RetryAfter() = %v, %v; want %v", tt.in, got, ok, tt.want)
@@ -276,8 +276,8 @@ func TestEveryAnswerIsObserved(t *testing.T) {
 		rec := h.waitLog(t, "grpc call", append([]string{"method=/test.v1.Work/Tiny", "operation=work.tiny"}, want...)...)
 		id, _ := rec.Attrs["traceId"].(string)
 		if want[0] == "grpcCode=InvalidArgument" {
-			if got := trailer.Get(grpcadapter.MetadataTraceID); len(got) != 1 || got[0] != id {
-				t.Errorf("trailer %s = %v, want the call's trace ID %q", grpcadapter.MetadataTraceID, got, id)
+			if got := trailer.Get("sundial-trace-id"); len(got) != 1 || got[0] != id {
+				t.Errorf("trailer %s = %v, want the call's trace ID %q", "sundial-trace-id", got, id)
 			}
 		}
 		if id == "" {

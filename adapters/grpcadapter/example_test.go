@@ -68,7 +68,7 @@ func ExampleNew() {
 // ExampleStatus shows the status of a rate-limited call: the outcome's
 // code is the ErrorInfo reason, and its retry-after the RetryInfo delay.
 func ExampleStatus() {
-	outcome := pipeline.Unavailable(pipeline.CodeRateLimited, "Too many calls of 'orders.create'.").
+	outcome := pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeRateLimited, "Too many calls of 'orders.create'.").
 		WithDetail("id", "orders.create").WithRetryAfter(42 * time.Second)
 	st := grpcadapter.Status(outcome, "")
 	fmt.Println(st.Code(), st.Message())

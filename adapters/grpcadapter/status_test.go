@@ -31,7 +31,7 @@ func (w *fragileWrapper) Unwrap() error { return w.err }
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	rate := pipeline.Unavailable(pipeline.CodeRateLimited, "Too many calls.").
+	rate := pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeRateLimited, "Too many calls.").
 		WithDetail("id", "orders.create").WithRetryAfter(42 * time.Second)
 	tests := []struct {
 		name     string
@@ -47,21 +47,21 @@ func TestStatus(t *testing.T) {
 		{"timeout", pipeline.ErrTimeout(), codes.DeadlineExceeded, "The invocation's deadline was exceeded.", pipeline.CodeTimeout, nil, -1},
 		{"canceled", pipeline.ErrCanceled(), codes.Canceled, "The caller canceled the invocation.", pipeline.CodeCanceled, nil, -1},
 		{"context deadline", context.DeadlineExceeded, codes.DeadlineExceeded, "The invocation's deadline was exceeded.", pipeline.CodeTimeout, nil, -1},
-		{"wrapped outcome", fmt.Errorf("while charging: %w", pipeline.NotFound("SHOP_NOT_FOUND_001", "No such order.")),
+		{"wrapped outcome", fmt.Errorf("while charging: %w", pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "No such order.")),
 			codes.NotFound, "No such order.", "SHOP_NOT_FOUND_001", nil, -1},
-		{"details of every type", pipeline.Conflict("C_001", "Taken.").WithDetail("n", 1.5).WithDetail("ok", true).
+		{"details of every type", pipeline.NewError(pipeline.KindConflict, "C_001", "Taken.").WithDetail("n", 1.5).WithDetail("ok", true).
 			WithDetail("list", []string{"a", "b"}).WithDetail("nil", nil).WithDetail("wait", 1500*time.Millisecond),
 			codes.AlreadyExists, "Taken.", "C_001",
 			map[string]string{"n": "1.5", "ok": "true", "list": `["a","b"]`, "nil": "", "wait": "1.5"}, -1},
-		{"fractional retry rounds up", pipeline.Unavailable("X_001", "Later.").WithRetryAfter(250 * time.Millisecond),
+		{"fractional retry rounds up", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithRetryAfter(250 * time.Millisecond),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "1"}, time.Second},
-		{"retry rounds up to whole seconds", pipeline.Unavailable("X_001", "Later.").WithRetryAfter(2500 * time.Millisecond),
+		{"retry rounds up to whole seconds", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithRetryAfter(2500 * time.Millisecond),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "3"}, 3 * time.Second},
-		{"negative retry is none", pipeline.Unavailable("X_001", "Later.").WithRetryAfter(-3 * time.Second),
+		{"negative retry is none", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithRetryAfter(-3 * time.Second),
 			codes.Unavailable, "Later.", "X_001", nil, -1},
-		{"a retryAfter detail is only a detail", pipeline.Unavailable("X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5),
+		{"a retryAfter detail is only a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "5"}, -1},
-		{"the retry-after wins over a detail", pipeline.Unavailable("X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5).WithRetryAfter(9 * time.Second),
+		{"the retry-after wins over a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5).WithRetryAfter(9 * time.Second),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "9"}, 9 * time.Second},
 		{"plain error", errors.New("secret: disk /dev/sda1 on fire"), codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
 		{"unexpected with details", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "secret text", errors.New("secret")).
@@ -176,7 +176,7 @@ func TestFromStatus(t *testing.T) {
 		t.Error("FromStatus(no RetryInfo) has a retry-after")
 	}
 	plain := errors.New("not a status")
-	outcome := pipeline.NotFound("X_001", "gone")
+	outcome := pipeline.NewError(pipeline.KindNotFound, "X_001", "gone")
 	for _, err := range []error{nil, plain, outcome, context.Canceled, (*pipeline.Error)(nil), (*fragileError)(nil), (*fragileWrapper)(nil)} {
 		if got := grpcadapter.FromStatus(err); got != err {
 			t.Errorf("FromStatus(%v) = %v, want it unchanged", err, got)

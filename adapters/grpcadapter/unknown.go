@@ -45,13 +45,13 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 			msg = fmt.Sprintf("unknown method %s", full)
 		}
 	}
-	e := pipeline.NotFound(codeUnknownMethod, msg).WithDetail("method", full)
+	e := pipeline.NewError(pipeline.KindNotFound, codeUnknownMethod, msg).WithDetail("method", full)
 	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e,
 		Transport: telemetry.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}})
 	st := status.New(codes.Unimplemented, msg)
 	a.logCall(ctx, full, o, st, start)
 	if o.TraceID != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataTraceID, o.TraceID))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(metadataTraceID, o.TraceID))
 	}
 	return st.Err()
 }

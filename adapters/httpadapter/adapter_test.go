@@ -195,7 +195,7 @@ func TestEchoErrorsAreProblems(t *testing.T) {
 		e.GET("/forbidden", func(c echo.Context) error { return echo.NewHTTPError(http.StatusForbidden, "not yours") })
 		e.GET("/broken", func(c echo.Context) error { return errors.New("internal: disk /dev/sda1 failed") })
 		e.GET("/coded", func(c echo.Context) error {
-			return pipeline.Conflict("TEST_CONFLICT_001", "already there").WithDetail("id", "x")
+			return pipeline.NewError(pipeline.KindConflict, "TEST_CONFLICT_001", "already there").WithDetail("id", "x")
 		})
 	}})
 	tests := []struct {

@@ -31,7 +31,7 @@ func ExampleMount() {
 	_ = operations.Register(reg, operations.Descriptor{ID: "greetings.create", Method: "POST", Path: "/greetings"},
 		func(ctx context.Context, in Greeting) (Reply, error) {
 			if in.Name == "" {
-				return Reply{}, pipeline.Validation("APP_VALIDATION_001", "name must not be empty").WithDetail("field", "name")
+				return Reply{}, pipeline.NewError(pipeline.KindValidation, "APP_VALIDATION_001", "name must not be empty").WithDetail("field", "name")
 			}
 			return Reply{Text: "hello, " + in.Name}, nil
 		})

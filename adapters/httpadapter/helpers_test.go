@@ -42,7 +42,7 @@ type createItem struct {
 
 func (c *createItem) Validate() error {
 	if c.Name == "" {
-		return pipeline.Validation("TEST_VALIDATION_001", "name must not be empty").WithDetail("field", "name")
+		return pipeline.NewError(pipeline.KindValidation, "TEST_VALIDATION_001", "name must not be empty").WithDetail("field", "name")
 	}
 	return nil
 }
@@ -128,7 +128,7 @@ func (app *testApp) register(t *testing.T) *operations.Registry {
 			app.lastGet = in
 			app.mu.Unlock()
 			if in.ID == 404 {
-				return item{}, pipeline.NotFound("TEST_NOT_FOUND_001", "no such item").WithDetail("id", in.ID)
+				return item{}, pipeline.NewError(pipeline.KindNotFound, "TEST_NOT_FOUND_001", "no such item").WithDetail("id", in.ID)
 			}
 			return item{ID: "it-1"}, nil
 		}))
@@ -167,7 +167,7 @@ func (app *testApp) register(t *testing.T) *operations.Registry {
 		func(ctx context.Context, in struct{}) (done, error) {
 			app.calls.Add(1)
 			if app.flaky.Add(1) <= 2 {
-				return done{}, pipeline.Unavailable("TEST_UNAVAILABLE_001", "downstream is down")
+				return done{}, pipeline.NewError(pipeline.KindUnavailable, "TEST_UNAVAILABLE_001", "downstream is down")
 			}
 			return done{Rows: 3}, nil
 		}))

@@ -21,7 +21,7 @@ func Example() {
 	})
 
 	rec := new(pipelinetest.Recorder)
-	h := pipeline.Chain(pipelinetest.Handler(nil, pipeline.NotFound("SHOP_NOT_FOUND_001", "no such order")), audit, rec)
+	h := pipeline.Chain(pipelinetest.Handler(nil, pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "no such order")), audit, rec)
 	inv := pipelinetest.NewInvocation(pipeline.Spec{
 		Operation:      pipelinetest.Operation("orders.get"),
 		CallerDeadline: time.Now().Add(time.Minute),

@@ -144,7 +144,7 @@ func TestRecorder(t *testing.T) {
 	if _, found := rec.Last(); found || len(rec.Calls()) != 0 {
 		t.Fatal("a new Recorder has calls")
 	}
-	notFound := pipeline.NotFound("X_NOT_FOUND_001", "no")
+	notFound := pipeline.NewError(pipeline.KindNotFound, "X_NOT_FOUND_001", "no")
 	h := pipeline.Chain(pipelinetest.Handler("out", notFound), rec)
 
 	// A live context with a deadline.

@@ -195,7 +195,7 @@ func TestCodedFailureReplayed(t *testing.T) {
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	h := func(context.Context, *pipeline.Invocation) (any, error) {
 		n.Add(1)
-		return nil, pipeline.NotFound("SHOP_NOT_FOUND_001", "No card 9.").WithDetail("card", "9").
+		return nil, pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "No card 9.").WithDetail("card", "9").
 			WithDetail("big", int64(1)<<53+1).WithDetail("ratio", 0.5).WithDetail("ids", []int{7, 8})
 	}
 	_, err1, _ := call(mw, "k", chargeIn{"9", 1}, h)
@@ -217,7 +217,7 @@ func TestCodedFailureReplayed(t *testing.T) {
 	// UNAVAILABLE frees the key: a retry runs.
 	h2 := func(context.Context, *pipeline.Invocation) (any, error) {
 		n.Add(1)
-		return nil, pipeline.Unavailable("SHOP_UNAVAILABLE_001", "down")
+		return nil, pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "down")
 	}
 	call(mw, "u", chargeIn{"9", 1}, h2)
 	call(mw, "u", chargeIn{"9", 1}, h2)

@@ -63,27 +63,27 @@ const (
 
 // Errors of the middleware.
 func errMissing() *pipeline.Error {
-	return pipeline.Validation(codeKeyMissing,
+	return pipeline.NewError(pipeline.KindValidation, codeKeyMissing,
 		"This operation requires an idempotency key (HTTP Idempotency-Key, gRPC metadata idempotency-key, CLI --idempotency-key).")
 }
 
 func errInProgress() *pipeline.Error {
-	return pipeline.Conflict(pipeline.CodeIdempotencyInProgress,
+	return pipeline.NewError(pipeline.KindConflict, pipeline.CodeIdempotencyInProgress,
 		"A call with this idempotency key is still running; retry later for its outcome.").WithRetryAfter(inProgressRetryAfter)
 }
 
 func errMismatch() *pipeline.Error {
-	return pipeline.Unprocessable(pipeline.CodeIdempotencyMismatch,
+	return pipeline.NewError(pipeline.KindUnprocessable, pipeline.CodeIdempotencyMismatch,
 		"This idempotency key was used with a different input; use a new key for a new request.")
 }
 
 func errTooLarge() *pipeline.Error {
-	return pipeline.Conflict(codeTooLarge,
+	return pipeline.NewError(pipeline.KindConflict, codeTooLarge,
 		"A call with this idempotency key already ran; its outcome was too large to keep for replay.")
 }
 
 func errNoJSON() *pipeline.Error {
-	return pipeline.Conflict(codeTooLarge,
+	return pipeline.NewError(pipeline.KindConflict, codeTooLarge,
 		"A call with this idempotency key already ran; its outcome has no JSON form (a NaN or infinite number, say), so it was not kept for replay.")
 }
 

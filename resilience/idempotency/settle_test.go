@@ -141,7 +141,7 @@ func TestRetryAfterOutcomeFreesTheKey(t *testing.T) {
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	h := func(context.Context, *pipeline.Invocation) (any, error) {
 		if n.Add(1) == 1 {
-			return nil, pipeline.Conflict("SHOP_CONFLICT_001", "The card is being updated.").WithRetryAfter(5 * time.Second)
+			return nil, pipeline.NewError(pipeline.KindConflict, "SHOP_CONFLICT_001", "The card is being updated.").WithRetryAfter(5 * time.Second)
 		}
 		return receipt{ID: "ch-1"}, nil
 	}

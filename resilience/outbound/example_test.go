@@ -24,7 +24,7 @@ func Example() {
 	err = billing.Do(ctx, func(ctx context.Context) error {
 		attempts++
 		if attempts < 3 {
-			return pipeline.Unavailable("BILLING_UNAVAILABLE_001", "billing is restarting")
+			return pipeline.NewError(pipeline.KindUnavailable, "BILLING_UNAVAILABLE_001", "billing is restarting")
 		}
 		return nil // the real call, made with ctx, goes here
 	})
@@ -34,7 +34,7 @@ func Example() {
 	attempts = 0
 	err = billing.Do(ctx, func(context.Context) error {
 		attempts++
-		return pipeline.Validation("BILLING_VALIDATION_001", "no such card")
+		return pipeline.NewError(pipeline.KindValidation, "BILLING_VALIDATION_001", "no such card")
 	})
 	fmt.Println(attempts, pipeline.CodeOf(err))
 	// Output:

@@ -170,7 +170,7 @@ func (c *call) refusal(now time.Time) error {
 
 // openError is the outcome of a call the breaker turned away.
 func (c *call) openError(retryAfter time.Duration) error {
-	return pipeline.Unavailable(CodeDependencyOpen, "The dependency '"+c.d.name+"' is failing; its circuit breaker is open.").
+	return pipeline.NewError(pipeline.KindUnavailable, CodeDependencyOpen, "The dependency '"+c.d.name+"' is failing; its circuit breaker is open.").
 		WithDetail("dependency", c.d.name).WithRetryAfter(retryAfter)
 }
 

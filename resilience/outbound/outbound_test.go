@@ -34,7 +34,9 @@ func dep(t *testing.T, p Policy) *Dependency {
 	return d
 }
 
-func unavailable() error { return pipeline.Unavailable("BILLING_UNAVAILABLE_001", "down") }
+func unavailable() error {
+	return pipeline.NewError(pipeline.KindUnavailable, "BILLING_UNAVAILABLE_001", "down")
+}
 
 func withKey(ctx context.Context) context.Context {
 	ctx, _ = telemetry.WithIdempotencyKey(ctx, "k-1")
@@ -113,7 +115,7 @@ func retryAfterCall(t *testing.T, first error) ([]time.Duration, error, time.Dur
 
 func TestRetryAfterPastDeadlineEndsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		want := pipeline.Unavailable(pipeline.CodeRateLimited, "slow down").WithRetryAfter(5 * time.Second)
+		want := pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeRateLimited, "slow down").WithRetryAfter(5 * time.Second)
 		at, err, el := retryAfterCall(t, want)
 		equal(t, at, []time.Duration{0})
 		if err != want || el != 0 {
@@ -296,12 +298,12 @@ func TestWhatIsRetried(t *testing.T) {
 		{"connection refused", refused, false, 3},
 		{"not sent", NotSent(errors.New("dial")), false, 3},
 		{"not sent, marked by another package", fmt.Errorf("post: %w", foreignNotSent{}), false, 3},
-		{"validation (caller fault)", pipeline.Validation("X_VALIDATION_001", "bad"), true, 1},
-		{"conflict (caller fault)", pipeline.Conflict("X_CONFLICT_001", "dup"), true, 1},
+		{"validation (caller fault)", pipeline.NewError(pipeline.KindValidation, "X_VALIDATION_001", "bad"), true, 1},
+		{"conflict (caller fault)", pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "dup"), true, 1},
 		{"grpc InvalidArgument", status.Error(codes.InvalidArgument, "bad"), true, 1},
 		{"cancelled", context.Canceled, true, 1},
-		{"timeout without key", pipeline.Timeout("X_TIMEOUT_001", "slow"), false, 1},
-		{"timeout with key", pipeline.Timeout("X_TIMEOUT_001", "slow"), true, 3},
+		{"timeout without key", pipeline.NewError(pipeline.KindTimeout, "X_TIMEOUT_001", "slow"), false, 1},
+		{"timeout with key", pipeline.NewError(pipeline.KindTimeout, "X_TIMEOUT_001", "slow"), true, 3},
 		{"reset without key", reset, false, 1},
 		{"reset with key", reset, true, 3},
 		{"unexpected without key", errors.New("boom"), false, 1},
@@ -389,7 +391,9 @@ func TestBreakerPerDependency(t *testing.T) {
 			t.Fatalf("probe: %v", err)
 		}
 		for range 3 {
-			_ = d.Do(t.Context(), func(context.Context) error { return pipeline.Validation("X_VALIDATION_001", "bad") })
+			_ = d.Do(t.Context(), func(context.Context) error {
+				return pipeline.NewError(pipeline.KindValidation, "X_VALIDATION_001", "bad")
+			})
 		}
 		if err := d.Do(t.Context(), func(context.Context) error { return nil }); err != nil {
 			t.Fatalf("caller faults opened the breaker: %v", err)
@@ -461,7 +465,7 @@ func TestStatsCount(t *testing.T) {
 // a caller's own key is kept; without CreateKey a TIMEOUT is final.
 func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		timeout := pipeline.Timeout("BILLING_TIMEOUT_001", "slow")
+		timeout := pipeline.NewError(pipeline.KindTimeout, "BILLING_TIMEOUT_001", "slow")
 		for _, tc := range []struct {
 			create bool
 			ctx    context.Context

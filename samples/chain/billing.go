@@ -46,7 +46,7 @@ type Charge struct {
 // Validate implements operations.Validator.
 func (c *Charge) Validate() error {
 	if c.Amount <= 0 {
-		return pipeline.Validation("BILLING_VALIDATION_001", "amount must be greater than 0").WithDetail("field", "amount")
+		return pipeline.NewError(pipeline.KindValidation, "BILLING_VALIDATION_001", "amount must be greater than 0").WithDetail("field", "amount")
 	}
 	return nil
 }
@@ -106,7 +106,7 @@ func (s *Billing) Register(reg *operations.Registry) error {
 func (s *Billing) Charge(ctx context.Context, in Charge) (Receipt, error) {
 	if s.cfg.Outage {
 		s.journal.Record(ctx, "outage", "orderId", in.OrderID)
-		return Receipt{}, pipeline.Unavailable("BILLING_UNAVAILABLE_001", "billing is down")
+		return Receipt{}, pipeline.NewError(pipeline.KindUnavailable, "BILLING_UNAVAILABLE_001", "billing is down")
 	}
 	if s.cfg.Committed {
 		s.journal.Record(ctx, "started", "what", "charge")

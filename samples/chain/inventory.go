@@ -56,9 +56,9 @@ type Reserve struct {
 func (r *Reserve) Validate() error {
 	switch {
 	case r.Item == "":
-		return pipeline.Validation("INVENTORY_VALIDATION_001", "item must not be empty").WithDetail("field", "item")
+		return pipeline.NewError(pipeline.KindValidation, "INVENTORY_VALIDATION_001", "item must not be empty").WithDetail("field", "item")
 	case r.Qty <= 0:
-		return pipeline.Validation("INVENTORY_VALIDATION_001", "qty must be greater than 0").WithDetail("field", "qty")
+		return pipeline.NewError(pipeline.KindValidation, "INVENTORY_VALIDATION_001", "qty must be greater than 0").WithDetail("field", "qty")
 	}
 	return nil
 }
@@ -175,7 +175,7 @@ func (s *Inventory) Release(ctx context.Context, in Release) (Released, error) {
 	delete(s.reserved, in.ID)
 	s.mu.Unlock()
 	if !ok {
-		return Released{}, pipeline.NotFound("INVENTORY_NOT_FOUND_001", fmt.Sprintf("Reservation '%s' does not exist.", in.ID)).WithDetail("id", in.ID)
+		return Released{}, pipeline.NewError(pipeline.KindNotFound, "INVENTORY_NOT_FOUND_001", fmt.Sprintf("Reservation '%s' does not exist.", in.ID)).WithDetail("id", in.ID)
 	}
 	s.journal.Record(ctx, "released", "id", in.ID)
 	return Released{ID: in.ID}, nil
@@ -190,7 +190,7 @@ func (s *Inventory) Stock(ctx context.Context, in StockQuery) (Stock, error) {
 	s.mu.Unlock()
 	if n <= s.cfg.StockFailures {
 		s.journal.Record(ctx, "stock-unavailable", "read", strconv.Itoa(n))
-		return Stock{}, pipeline.Unavailable("INVENTORY_UNAVAILABLE_001", "The stock service is briefly overloaded.")
+		return Stock{}, pipeline.NewError(pipeline.KindUnavailable, "INVENTORY_UNAVAILABLE_001", "The stock service is briefly overloaded.")
 	}
 	if s.cfg.StockDelay > 0 {
 		if err := work(ctx, s.journal, "stock", s.cfg.StockDelay, false); err != nil {

@@ -95,7 +95,7 @@ type SubmitOrder struct {
 // Validate implements operations.Validator.
 func (s *SubmitOrder) Validate() error {
 	bad := func(field, msg string) error {
-		return pipeline.Validation("ORDERS_VALIDATION_001", msg).WithDetail("field", field)
+		return pipeline.NewError(pipeline.KindValidation, "ORDERS_VALIDATION_001", msg).WithDetail("field", field)
 	}
 	switch {
 	case s.Item == "":

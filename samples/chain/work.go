@@ -17,7 +17,7 @@ type Slow struct {
 // Validate implements operations.Validator.
 func (s *Slow) Validate() error {
 	if s.DelayMs < 0 {
-		return pipeline.Validation("CHAIN_VALIDATION_001", "delayMs must not be negative").WithDetail("field", "delayMs")
+		return pipeline.NewError(pipeline.KindValidation, "CHAIN_VALIDATION_001", "delayMs must not be negative").WithDetail("field", "delayMs")
 	}
 	return nil
 }
@@ -41,7 +41,7 @@ func refuseIfShort(ctx context.Context, j *Journal, code, what string, need time
 		return nil
 	}
 	j.Record(ctx, "refused", "what", what, "needMs", fmt.Sprint(need.Milliseconds()))
-	return pipeline.Timeout(code, fmt.Sprintf("Not enough time left to %s: %d ms remaining, it takes %d ms.",
+	return pipeline.NewError(pipeline.KindTimeout, code, fmt.Sprintf("Not enough time left to %s: %d ms remaining, it takes %d ms.",
 		what, max(left.Milliseconds(), 0), need.Milliseconds())).
 		WithDetail("remainingMs", max(left.Milliseconds(), 0)).
 		WithDetail("needMs", need.Milliseconds())

@@ -308,7 +308,7 @@ func (in *flakyInput) Validate() error {
 	case "ok", "fail", "throttled", "hang", "stall", "nil-ours", "nil-foreign":
 		return nil
 	}
-	return pipeline.Validation(codeFlakyInvalid, "mode is not one tests.flaky knows.").WithDetail("field", "mode")
+	return pipeline.NewError(pipeline.KindValidation, codeFlakyInvalid, "mode is not one tests.flaky knows.").WithDetail("field", "mode")
 }
 
 // flakyOutput is the output of tests.flaky.
@@ -385,7 +385,7 @@ func (e *shopEnv) releaseStalled() { e.once.Do(func() { close(e.release) }) }
 func (e *shopEnv) flaky(ctx context.Context, in flakyInput) (flakyOutput, error) {
 	switch in.Mode {
 	case "fail":
-		return flakyOutput{}, pipeline.Unavailable(codeFlakyDown, "The flaky dependency is down.")
+		return flakyOutput{}, pipeline.NewError(pipeline.KindUnavailable, codeFlakyDown, "The flaky dependency is down.")
 	case "throttled":
 		return flakyOutput{}, resilience.RateLimited("tests.flaky", time.Second)
 	case "hang":

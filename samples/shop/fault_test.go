@@ -56,7 +56,7 @@ type checkInput struct {
 // Validate implements operations.Validator.
 func (c *checkInput) Validate() error {
 	if c.Mode == "" {
-		return pipeline.Validation("SHOP_VALIDATION_001", "mode must not be empty").WithDetail("field", "mode")
+		return pipeline.NewError(pipeline.KindValidation, "SHOP_VALIDATION_001", "mode must not be empty").WithDetail("field", "mode")
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ import (
 // build theirs: the limit's code, the operation's ID and, when retry is
 // positive, a retry-after.
 func rejection(code, id string, retry time.Duration) *pipeline.Error {
-	e := pipeline.Unavailable(code, "rejected").WithDetail("id", id)
+	e := pipeline.NewError(pipeline.KindUnavailable, code, "rejected").WithDetail("id", id)
 	if retry > 0 {
 		e = e.WithRetryAfter(retry)
 	}
@@ -41,7 +41,7 @@ func rejection(code, id string, retry time.Duration) *pipeline.Error {
 var (
 	errDeadlineFired = pipeline.ErrTimeout().WithCause(context.DeadlineExceeded)
 	errCallerGaveUp  = pipeline.ErrCanceled().WithCause(context.Canceled)
-	errNotFound      = pipeline.NotFound("TEST_NOT_FOUND_001", "No such thing.")
+	errNotFound      = pipeline.NewError(pipeline.KindNotFound, "TEST_NOT_FOUND_001", "No such thing.")
 )
 
 // TestSpanPerOutcome checks the span of each outcome: name, attributes,
@@ -376,10 +376,10 @@ func TestOriginalOutcomeOfAttribution(t *testing.T) {
 		{"timeout over unexpected", pipeline.ErrTimeout().WithCause(errors.New("db: gone")), "UNEXPECTED", pipeline.CodeUnexpected},
 		{"timeout without a cause", pipeline.ErrTimeout(), "", ""},
 		{"timeout over ctx error", errDeadlineFired, "", ""},
-		{"timeout over downstream timeout", pipeline.ErrTimeout().WithCause(pipeline.Timeout("DOWNSTREAM_TIMEOUT_001", "slow")), "TIMEOUT", "DOWNSTREAM_TIMEOUT_001"},
+		{"timeout over downstream timeout", pipeline.ErrTimeout().WithCause(pipeline.NewError(pipeline.KindTimeout, "DOWNSTREAM_TIMEOUT_001", "slow")), "TIMEOUT", "DOWNSTREAM_TIMEOUT_001"},
 		{"cancelled over rejection", pipeline.ErrCanceled().WithCause(rejection(pipeline.CodeConcurrencyLimited, "x", 0)), "UNAVAILABLE", pipeline.CodeConcurrencyLimited},
 		{"wrapped in a foreign error", fmt.Errorf("late: %w", pipeline.ErrTimeout().WithCause(errNotFound)), "NOT_FOUND", "TEST_NOT_FOUND_001"},
-		{"not found with a cause", pipeline.NotFound("APP_NOT_FOUND_001", "gone").WithCause(errors.New("sql: no rows")), "", ""},
+		{"not found with a cause", pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND_001", "gone").WithCause(errors.New("sql: no rows")), "", ""},
 		{"unexpected with a cause", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "x", errNotFound), "", ""},
 	}
 	for _, tt := range tests {
@@ -528,7 +528,7 @@ func TestHostEndpointNamedByRoute(t *testing.T) {
 func TestUnknownOperationByRoute(t *testing.T) {
 	h := newHarness(t)
 	inv := pipeline.NewInvocation(pipeline.Spec{Protocol: pipeline.ProtocolGRPC})
-	runCall(h.tel.Route("no.such"), context.Background(), inv, t0, t0, pipeline.NotFound("KERNEL_NOT_FOUND_001", "No such operation."))
+	runCall(h.tel.Route("no.such"), context.Background(), inv, t0, t0, pipeline.NewError(pipeline.KindNotFound, "KERNEL_NOT_FOUND_001", "No such operation."))
 	s := h.onlySpan(t)
 	if s.Name() != "no.such" || spanAttrs(s)[observe.AttrRoute] != "no.such" {
 		t.Errorf("span %q %v, want name and %s no.such", s.Name(), spanAttrs(s), observe.AttrRoute)

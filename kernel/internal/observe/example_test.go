@@ -27,7 +27,7 @@ func Example() {
 	inv := pipeline.NewInvocation(pipeline.Spec{Operation: op("orders.get")})
 	ctx, call := o.Start(context.Background(), inv, time.Now())
 	_ = ctx // the handler runs under ctx
-	err := pipeline.NotFound("SHOP_NOT_FOUND_001", "Order 'ord-9' does not exist.")
+	err := pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "Order 'ord-9' does not exist.")
 	call.End(err, time.Now())
 	fmt.Println("trace ID recorded:", call.TraceID() != "")
 

@@ -138,7 +138,7 @@ func (s *Shop) GetOrder(_ context.Context, in GetOrder) (Order, error) {
 	o, ok := s.orders[in.ID]
 	s.mu.Unlock()
 	if !ok {
-		return Order{}, pipeline.NotFound("SHOP_NOT_FOUND_001", fmt.Sprintf("Order '%s' does not exist.", in.ID)).WithDetail("id", in.ID)
+		return Order{}, pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", fmt.Sprintf("Order '%s' does not exist.", in.ID)).WithDetail("id", in.ID)
 	}
 	return o, nil
 }
@@ -167,7 +167,7 @@ func (s *Shop) ExportReport(ctx context.Context, in ExportReport) (Report, error
 // second one.
 func (s *Shop) Charge(_ context.Context, in Charge) (Receipt, error) {
 	if in.Fail {
-		return Receipt{}, pipeline.Unavailable("SHOP_UNAVAILABLE_001", "The payment provider is unavailable.")
+		return Receipt{}, pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "The payment provider is unavailable.")
 	}
 	if in.ProcessMs > 0 {
 		time.Sleep(time.Duration(min(in.ProcessMs, MaxDelayMs)) * time.Millisecond)
