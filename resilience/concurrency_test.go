@@ -19,6 +19,19 @@ func TestNewConcurrencyLimiterRejectsBadValues(t *testing.T) {
 	}
 }
 
+// TestConcurrencyLimiterZeroValueRefuses: a ConcurrencyLimiter not made by
+// NewConcurrencyLimiter has no slot and no queue: it turns every call away
+// and does not panic.
+func TestConcurrencyLimiterZeroValueRefuses(t *testing.T) {
+	var l resilience.ConcurrencyLimiter
+	if l.TryAcquire() {
+		t.Error("zero value: TryAcquire() = true, want false")
+	}
+	if err := l.Acquire(context.Background()); !errors.Is(err, resilience.ErrLimited) {
+		t.Errorf("zero value: Acquire() = %v, want ErrLimited", err)
+	}
+}
+
 func TestConcurrencyLimiterTryAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, _ := resilience.NewConcurrencyLimiter(1, 1)

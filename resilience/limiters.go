@@ -69,18 +69,19 @@ func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err e
 // every successful Acquire or TryAcquire must be paired with exactly one
 // Release, on every exit path (defer it). The uncontended path is a few
 // atomic operations; the queue is touched only when every slot is taken.
-// It is safe for concurrent use and starts no goroutine.
-type ConcurrencyLimiter struct{ l *limiter.ConcurrencyLimiter }
+// It is safe for concurrent use and starts no goroutine. Make one with
+// NewConcurrencyLimiter: the zero value turns every call away.
+type ConcurrencyLimiter struct{ l limiter.ConcurrencyLimiter }
 
 // NewConcurrencyLimiter returns a limiter of limit slots with up to
 // queueLimit calls waiting. It fails when limit is not positive or
 // queueLimit is negative.
 func NewConcurrencyLimiter(limit, queueLimit int) (*ConcurrencyLimiter, error) {
-	l, err := limiter.NewConcurrencyLimiter(limit, queueLimit)
-	if err != nil {
+	c := new(ConcurrencyLimiter)
+	if err := c.l.Init(limit, queueLimit); err != nil {
 		return nil, err
 	}
-	return &ConcurrencyLimiter{l}, nil
+	return c, nil
 }
 
 // TryAcquire takes a free slot if there is one and nobody is waiting for

@@ -52,10 +52,25 @@ type slotWaiter struct {
 // queueLimit calls waiting. It fails when limit is not positive or
 // queueLimit is negative.
 func NewConcurrencyLimiter(limit, queueLimit int) (*ConcurrencyLimiter, error) {
-	if limit <= 0 || queueLimit < 0 {
-		return nil, fmt.Errorf("resilience: NewConcurrencyLimiter(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
+	l := new(ConcurrencyLimiter)
+	if err := l.Init(limit, queueLimit); err != nil {
+		return nil, err
 	}
-	return NewSlots(limit, queueLimit), nil
+	return l, nil
+}
+
+// Init makes l, a zero ConcurrencyLimiter not yet in use, a limiter of
+// limit slots with up to queueLimit calls waiting, so that
+// resilience.ConcurrencyLimiter can hold one by value (its zero value then
+// turns every call away, as it always did). It fails as
+// NewConcurrencyLimiter does.
+func (l *ConcurrencyLimiter) Init(limit, queueLimit int) error {
+	if limit <= 0 || queueLimit < 0 {
+		return fmt.Errorf("resilience: NewConcurrencyLimiter(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
+	}
+	l.limit.Store(int64(limit))
+	l.queueLimit.Store(int64(queueLimit))
+	return nil
 }
 
 // NewSlots is NewConcurrencyLimiter for valid arguments (the caller
