@@ -10,8 +10,8 @@ import (
 
 // RegisterReflection registers the gRPC server reflection service, v1 and
 // v1alpha, on s, so that tools such as grpcurl can list and call every
-// method. The adapter's services are described from its own descriptors
-// (Files); every other service on s — health, the application's generated
+// method. The adapter's services are described from its own descriptors;
+// every other service on s — health, the application's generated
 // services — from protoregistry.GlobalFiles, where generated code
 // registers itself. Call it once per server, after registering the other
 // services or before: the list is read on each request.

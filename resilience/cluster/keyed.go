@@ -34,7 +34,7 @@ type keyedWindow struct {
 	local *keyedFallback
 }
 
-// keyedFallback is the Local fallback of a KeyedWindow and what it was
+// keyedFallback is the Local fallback of a keyedWindow and what it was
 // made for.
 type keyedFallback struct {
 	kw           *resilience.KeyedFixedWindow
@@ -44,7 +44,7 @@ type keyedFallback struct {
 
 // KeyedWindow returns the shared per-key window of operation id under
 // policy p (PerKey, StoreTimeout, OnStoreError, ExpectedReplicas). Called
-// again for the same id (a reload) it returns the same KeyedWindow with p
+// again for the same id (a reload) it returns the same keyed window with p
 // in force for the calls that arrive from then on; a new length counts in
 // keys of its own.
 func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKeyedWindow, error) {

@@ -82,7 +82,7 @@ return 0
 // the store every PollInterval and at once when a call of this process
 // releases a slot.
 //
-// A Store has one Slots per operation: a reload changes it in place
+// A Store has one per operation: a reload changes it in place
 // (Store.Slots), so its queue and its Local fallback keep the calls they
 // hold.
 type sharedSlots struct {
@@ -113,10 +113,10 @@ type sharedSlots struct {
 // past, and the slot would not be counted at all).
 const maxLease = 24 * time.Hour
 
-// slotsConfig is one policy's view of a Slots.
+// slotsConfig is one policy's view of a sharedSlots.
 type slotsConfig struct{ limit, queue, expect int }
 
-// fallbackSlots is the Local fallback of a Slots and its limits.
+// fallbackSlots is the Local fallback of a sharedSlots and its limits.
 type fallbackSlots struct {
 	cl           *limiter.ConcurrencyLimiter
 	limit, queue int
@@ -131,7 +131,7 @@ type slotWaiter struct {
 // Slots returns the shared concurrency limit of operation id under policy
 // p (ConcurrencyLimit, ConcurrencyQueueLimit, StoreTimeout, OnStoreError,
 // ExpectedReplicas). Called again for the same id (a reload) it returns
-// the same Slots with p in force: the leases held stay held, so with a
+// the same limit with p in force: the leases held stay held, so with a
 // lower limit nobody is admitted until fewer are held; a shorter queue
 // turns its newest excess waiters away.
 func (s *Store) Slots(id string, p resilience.Policy) (resilience.SharedSlots, error) {
@@ -410,7 +410,7 @@ func (c *sharedSlots) fallback(ctx context.Context) (func(), error) {
 	return slotsFallbacks[c.st.mode()](c, ctx)
 }
 
-// slotsFallbacks are what degraded Slots delegate to, by mode: "open"
+// slotsFallbacks are what a degraded sharedSlots delegates to, by mode: "open"
 // admits, "closed" turns away, "local" takes a slot of this replica's
 // share.
 var slotsFallbacks = map[fallbackMode]func(*sharedSlots, context.Context) (func(), error){

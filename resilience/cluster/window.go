@@ -141,7 +141,7 @@ return 0
 `)
 
 // sharedWindow is the fixed window of one operation shared through the store;
-// it implements resilience.SharedWindow. A Store has one Window per
+// it implements resilience.SharedWindow. A Store has one per
 // operation: a reload changes it in place (Store.Window), so its Local
 // fallback keeps counting the permits it gave.
 type sharedWindow struct {
@@ -155,16 +155,16 @@ type sharedWindow struct {
 	lease lease // the permits taken ahead (LeasePermits; lease.go)
 }
 
-// windowConfig is one policy's view of a Window.
+// windowConfig is one policy's view of a sharedWindow.
 type windowConfig struct {
 	key                  string
-	suffix               string // of a KeyedWindow: key+<key>+suffix is one key's
+	suffix               string // of a keyedWindow: key+<key>+suffix is one key's
 	limit, queue, expect int
 	lease                int // LeasePermits: permits taken per round trip (> 1: a lease)
 	length               time.Duration
 	args                 [3]any // limit, length µs, queue limit
 
-	// exhausted is the monotonic time (since the Window's origin) until
+	// exhausted is the monotonic time (since the sharedWindow's origin) until
 	// which the window is known to be used up with a full queue under these
 	// limits: rejections cost no round trip then. It belongs to one
 	// config, so an answer to a call made before a reload cannot mark
@@ -191,7 +191,7 @@ func (c *windowConfig) lengthKey() string {
 	return "w:" + strconv.FormatInt(c.length.Microseconds(), 10)
 }
 
-// fallbackWindow is the Local fallback of a Window and what it was made for.
+// fallbackWindow is the Local fallback of a sharedWindow and what it was made for.
 type fallbackWindow struct {
 	fw     *limiter.FixedWindow
 	limit  int
@@ -202,7 +202,7 @@ type fallbackWindow struct {
 // Window returns the shared window of operation id under policy p
 // (PermitLimit, Window, QueueLimit, StoreTimeout, OnStoreError,
 // ExpectedReplicas). Called again for the same id (a reload) it returns
-// the same Window with p in force for the calls that arrive from then on.
+// the same window with p in force for the calls that arrive from then on.
 // A new length counts in a key of its own from the first call under it:
 // while replicas disagree on it (a rolling reload), each length is
 // counted apart.
@@ -372,7 +372,7 @@ func (w *sharedWindow) fallback(ctx context.Context, c *windowConfig) (pipeline.
 	return windowFallbacks[w.st.mode()](w, ctx, c)
 }
 
-// windowFallbacks are what a degraded Window delegates to, by mode.
+// windowFallbacks are what a degraded sharedWindow delegates to, by mode.
 var windowFallbacks = map[fallbackMode]func(*sharedWindow, context.Context, *windowConfig) (pipeline.Quota, error){
 	modeLocal:  (*sharedWindow).localShare,
 	modeOpen:   (*sharedWindow).admitAll,

@@ -23,7 +23,7 @@ import (
 type Cluster struct {
 	masters  []*Server
 	replicas []*Server
-	dir      string // removed by Stop when the cluster made it
+	dir      string // removed by stop when the cluster made it
 	ownsDir  bool
 }
 
