@@ -40,8 +40,8 @@ type Adapter struct {
 	methods  map[string]*method // by full method name
 	list     []Method
 
-	receivers chan *reception // to an idle receiver goroutine (receive); nil: none
-	unaries   sync.Pool       // of serve's *unary
+	receivers  chan *reception // to an idle receiver goroutine (receive); nil: none
+	receptions sync.Pool       // of serve's *reception
 
 	explicit map[string]*operations.Descriptor // WithMethodOperations
 	resolved sync.Map                          // full method -> *operations.Descriptor (nil: none), for the interceptors

@@ -359,17 +359,9 @@ func TestForeignInterceptorSeesTheDeadlineAnswer(t *testing.T) {
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
 	h := newHarness(t, harnessOpt{
-		register: func(t testing.TB, reg *operations.Registry) {
-			stuck := func(context.Context, workIn) (workOut, error) {
-				<-release
-				return workOut{Rows: 1}, nil
-			}
-			if err := operations.Register(reg, operations.Descriptor{ID: "work.stuck"}, stuck); err != nil {
-				t.Fatal(err)
-			}
-		},
-		kernel: []kernel.Option{kernel.WithConfigJSON([]byte(stuckConfig))},
-		server: []grpc.ServerOption{grpc.ChainUnaryInterceptor(foreign)},
+		register: registerStuck(release),
+		kernel:   []kernel.Option{kernel.WithConfigJSON([]byte(stuckConfig))},
+		server:   []grpc.ServerOption{grpc.ChainUnaryInterceptor(foreign)},
 	})
 	t.Cleanup(unblock) // before the harness waits for the handlers
 
@@ -413,5 +405,59 @@ func (h *harness) waitLateOnce(t *testing.T, want ...string) {
 	}
 	if late := h.findLog(lateResult); len(late) != 1 {
 		t.Errorf("the late result was logged %d times, want once: %v", len(late), late)
+	}
+}
+
+// TestStragglersDoNotHoldTheConnection: grpc-go counts a call against
+// MaxConcurrentStreams until its handler returns, and past the bound its
+// reader waits for one to return, reading nothing more on the connection.
+// Stragglers answered at their deadline must not count: with a bound of 2
+// and two handlers that ignore their context still running, a third call
+// on the same connection is served at once. The 10 s client deadline is
+// a failsafe only: a held connection fails the call with the client's
+// own DeadlineExceeded, without the kernel's reason.
+func TestStragglersDoNotHoldTheConnection(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	h := newHarness(t, harnessOpt{
+		register: registerStuck(release),
+		kernel:   []kernel.Option{kernel.WithConfigJSON([]byte(stuckConfig))},
+		server:   []grpc.ServerOption{grpc.MaxConcurrentStreams(2)},
+		tcp:      true,
+	})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the harness waits for the handlers
+
+	errs := make(chan *status.Status, 2)
+	for range 2 {
+		go func() {
+			_, st := h.call(t.Context(), t, "/test.v1.Work/Stuck", `{}`)
+			errs <- st
+		}()
+	}
+	for range 2 {
+		if st := <-errs; st.Code() != codes.DeadlineExceeded || errorInfo(t, st).GetReason() != pipeline.CodeTimeout {
+			t.Fatalf("Stuck = %v, want DeadlineExceeded KERNEL_TIMEOUT_001", st)
+		}
+	}
+	// Both handlers still run (release is open only at cleanup).
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, st := h.call(ctx, t, "/test.v1.Work/Run", `{}`); st != nil {
+		t.Fatalf("Run beside 2 stragglers at MaxConcurrentStreams(2) = %v, want OK", st)
+	}
+}
+
+// registerStuck registers work.stuck, whose handler ignores its context
+// and returns once release is closed.
+func registerStuck(release <-chan struct{}) func(testing.TB, *operations.Registry) {
+	return func(t testing.TB, reg *operations.Registry) {
+		stuck := func(context.Context, workIn) (workOut, error) {
+			<-release
+			return workOut{Rows: 1}, nil
+		}
+		if err := operations.Register(reg, operations.Descriptor{ID: "work.stuck"}, stuck); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

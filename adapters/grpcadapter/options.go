@@ -159,10 +159,11 @@ func WithBaggageLimit(n int) Option {
 // handler's dec is the stream's RecvMsg (server.go, wrapUnaryHandler),
 // which waits until the whole message has arrived or the stream's context
 // ends. The adapter therefore waits for dec for at most d; when the bound
-// fires, the timer's goroutine writes the status to the stream, which
-// closes it, cancels the stream's context and ends the read. The bound
-// covers the read only and costs one timer per call (reused from call to
-// call). Your own services' generated handlers call dec
+// fires, grpc-go writes the status and closes the stream, which cancels the
+// stream's context and ends the read. The message is read on a receiver
+// goroutine, which then runs the call itself (the bound covers the read
+// only), reads one message after another and exits once idle for a few
+// milliseconds; the bound costs one timer per call. Your own services' generated handlers call dec
 // themselves, before any interceptor runs: for them the bound is
 // ServerOptions' MaxConcurrentStreams per connection and its keepalive.
 func WithRecvTimeout(d time.Duration) Option {

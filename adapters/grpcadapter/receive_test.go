@@ -58,13 +58,12 @@ func TestReceiverServesTheNextCallAndExitsWhenIdle(t *testing.T) {
 	})
 }
 
-// TestServeBoundsTheReadOnly: a call whose context has no grpc-go server
-// stream is read on a receiver goroutine and run under kernel.Handle
-// (serve's fallback). WithRecvTimeout bounds the read
+// TestServeBoundsTheReadOnly: without an interceptor a call is read and
+// run by one receiver goroutine (serve). WithRecvTimeout bounds the read
 // alone: a call whose message was read runs on past the bound and gets its
 // handler's answer; a message that comes after the bound is answered
 // DeadlineExceeded / KERNEL_TIMEOUT_001 at the bound and never runs. The
-// calls after it are bounded afresh.
+// calls after it, on reused receptions, are bounded afresh.
 func TestServeBoundsTheReadOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const bound = 100 * time.Millisecond
@@ -116,7 +115,8 @@ func TestServeBoundsTheReadOnly(t *testing.T) {
 			t.Errorf("the handler ran %d times, want once: a message read after the bound ran", n)
 		}
 
-		// A later call, read at once, still runs past the bound.
+		// Receptions are reused: a later call, read at once, still runs
+		// past the bound.
 		for i := range 2 {
 			start = time.Now()
 			if _, err := m.serve(t.Context(), func(any) error { return nil }); err != nil {
@@ -131,7 +131,7 @@ func TestServeBoundsTheReadOnly(t *testing.T) {
 
 // TestOwnInterceptorIsSkipped: the interceptor UnaryServerInterceptor
 // returns, alone on a server, is recognised (the adapter's methods then
-// run on grpc-go's goroutine, see serve); any other function is not.
+// take serve's single hand-off); any other function is not.
 func TestOwnInterceptorIsSkipped(t *testing.T) {
 	a := &Adapter{}
 	if !isOwnUnary(a.UnaryServerInterceptor()) {

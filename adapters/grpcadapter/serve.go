@@ -25,8 +25,8 @@ import (
 
 // handle is the grpc.MethodDesc handler of one operation. Without an
 // interceptor, or with only the adapter's own (which passes the adapter's
-// methods straight through), the whole call runs on grpc-go's goroutine
-// (see serve). With others, the request is received first, then
+// methods straight through), the whole call is handed to one receiver
+// goroutine (see serve). With others, the request is received first, then
 // the interceptors run on grpc-go's goroutine and the chain on another
 // (kernel.Handle), so that they see the answer the deadline gives.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
@@ -88,150 +88,87 @@ func (m *method) reject(ctx context.Context, outcome error) error {
 // WithRecvTimeout.
 var errRecvTimeout = errors.New("grpcadapter: request message not received in time")
 
-// serve runs one call on grpc-go's goroutine, under the kernel's guard
-// (kernel.Serve), with no hand-off to another goroutine. A unary handler
-// answers by returning, which a handler that ignores its context delays;
-// so when the guard answers without the chain's outcome (at the deadline,
-// or when the caller went away), the answer is written to the stream at
-// once, from the guard's goroutine, and the handler runs on. WithRecvTimeout
-// bounds the read of the request message the same way: when its timer
-// fires first, the call is answered DeadlineExceeded from the timer's
-// goroutine, which ends the read, and the message is dropped.
+// serve runs one call with a single hand-off: a receiver goroutine reads
+// the request message and then runs the call itself, under the kernel's
+// guard (kernel.Serve), while grpc-go's goroutine waits for the answer.
+// The guard answers by the invocation's deadline whatever the handler
+// does, from its own goroutine when the chain is late, so the answer
+// never waits for a straggler.
 //
-// Writing the status from another goroutine needs grpc-go's server stream
-// (the ServerTransportStream of the call's context), whose WriteStatus
-// ends the stream and cancels its context; a second write, grpc-go's own
-// when the handler returns, finds the stream done and writes nothing.
-// WriteStatus is a method of grpc-go's stream type rather than of its
-// exported interface, so a context without it (a call not made by a
-// grpc-go server) is served as under an application's interceptor: the
-// message read on a receiver goroutine, the chain on another
-// (kernel.Handle). TestServerStreamWritesStatus fails when a grpc-go
-// version drops the method.
+// The chain must not run on grpc-go's goroutine, although that would save
+// the hand-off (about 5 % of throughput) with the guard writing a late
+// answer to the stream itself: grpc-go counts a call against
+// MaxConcurrentStreams until its handler returns, and past the bound its
+// connection reader waits for one to return. Stragglers would then hold
+// their connection, answered calls and pings unread
+// (TestStragglersDoNotHoldTheConnection).
+//
+// WithRecvTimeout bounds the read alone: when its timer fires before the
+// message was read, the call is answered DeadlineExceeded at once (see
+// unreceived), and a message that arrives later is dropped. Once the
+// message was read, the timer is stopped and plays no part.
 func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
-	w, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter)
-	if !ok {
-		req := dynamicpb.NewMessage(m.in.desc)
-		if err := m.a.receive(dec, req); err != nil {
+	a := m.a
+	r := a.reception()
+	r.dec, r.req, r.m, r.ctx = dec, dynamicpb.NewMessage(m.in.desc), m, ctx
+	r.state.Store(receptionReading)
+	r.refs.Store(2) // this goroutine's and the receiver's
+	if d := a.cfg.recvTimeout; d > 0 {
+		if r.timer == nil {
+			r.timer = time.AfterFunc(d, r.expire)
+		} else {
+			r.timer.Reset(d)
+		}
+	}
+	a.handOff(r)
+	growStack(0) // while the receiver reads
+	err := <-r.done
+	resp := r.resp // set before done was sent
+	r.release()
+	if err != nil {
+		if err == errRecvTimeout {
 			return nil, m.unreceived(ctx, err)
 		}
-		return m.call(ctx, req)
+		return nil, err
 	}
-	growStack(0)
-	u := m.a.unary()
-	u.m, u.ctx, u.w = m, ctx, w
-	u.state.Store(unaryReading)
-	if d := m.a.cfg.recvTimeout; d > 0 {
-		if u.timer == nil {
-			u.timer = time.AfterFunc(d, u.expire)
-		} else {
-			u.timer.Reset(d)
-		}
-	}
-	req := dynamicpb.NewMessage(m.in.desc)
-	err := decodeRequest(dec, req)
-	if !u.state.CompareAndSwap(unaryReading, unaryRead) {
-		return nil, <-u.unread // answered at the bound: the message is dropped
-	}
-	reusable := u.timer == nil || u.timer.Stop()
-	if err != nil {
-		u.release(reusable)
-		return nil, m.unreceived(ctx, err)
-	}
-	u.start = time.Now()
-	m.a.serve(ctx, m.full, m.kernelRequest(req), u.respondFn)
-	resp, err := u.resp, u.err // respond has returned: Serve waits for it
-	u.release(reusable)
-	return resp, err
+	return resp, nil
 }
 
-// statusWriter is the method of grpc-go's server stream that serve
-// answers with from another goroutine (see there).
-type statusWriter interface {
-	WriteStatus(*status.Status) error
-}
-
-// The states of a unary call: reading its message until the message is
-// read or the WithRecvTimeout timer fires, whichever is first.
-const (
-	unaryReading int32 = iota
-	unaryRead
-	unaryTimedOut
-)
-
-// unary is one call served on grpc-go's goroutine (see serve). Pooled, it
-// keeps its channel, its timer and its respond function: allocations a
-// call does not make.
-type unary struct {
-	m     *method
-	ctx   context.Context // the call's server context
-	w     statusWriter    // the call's stream
-	timer *time.Timer     // WithRecvTimeout's; nil: no bound
-	state atomic.Int32    // unaryReading, then Read or TimedOut
-	start time.Time       // when the message was read
-
-	resp any   // the response, set by respond
-	err  error // the answer's status error (nil: resp), set by respond
-
-	unread    chan error           // expire's answer, sent once
-	respondFn func(kernel.Outcome) // u.respond, made once
-}
-
-// unary returns a unary call for serve: a pooled one, or a new one.
-func (a *Adapter) unary() *unary {
-	if u, ok := a.unaries.Get().(*unary); ok {
-		return u
+// reception returns a reception for serve: a pooled one, or a new one.
+// Pooled, a reception keeps its channel, its timer and its respond
+// function: four allocations a call does not make.
+func (a *Adapter) reception() *reception {
+	if r, ok := a.receptions.Get().(*reception); ok {
+		return r
 	}
-	u := &unary{unread: make(chan error, 1)}
-	u.respondFn = u.respond
-	return u
+	r := &reception{done: make(chan error, 1)}
+	r.respondFn = r.respond
+	return r
 }
 
-// release pools u when it can be reused: when its timer was stopped before
-// it fired (or it has none), so that no expire can still run for the call
-// that used it.
-func (u *unary) release(reusable bool) {
-	if !reusable {
+// release lets go of serve's reception, on serve's side or the
+// receiver's; the last to let go pools it when it can be reused: when its
+// timer was stopped before it fired (or it has none), so that done is
+// empty and no expire can still run for the call that used it.
+func (r *reception) release() {
+	if r.refs.Add(-1) != 0 || !r.reusable {
 		return
 	}
-	a := u.m.a
-	u.m, u.ctx, u.w, u.resp, u.err = nil, nil, nil, nil, nil
-	a.unaries.Put(u)
-}
-
-// expire runs when WithRecvTimeout fires: unless the message was read,
-// the call is answered DeadlineExceeded now, which ends the stream and so
-// the read; serve returns the same answer once the read has returned.
-func (u *unary) expire() {
-	if u.state.CompareAndSwap(unaryReading, unaryTimedOut) {
-		err := u.m.unreceived(u.ctx, errRecvTimeout)
-		_ = u.w.WriteStatus(status.Convert(err))
-		u.unread <- err
-	}
-}
-
-// respond is the kernel's answer to u's call: it converts the outcome to
-// the response and its status. The kernel calls it once: on grpc-go's
-// goroutine when the chain returned, or, for a chain late past its
-// deadline (o.Expired), on the guard's, which writes the status to the
-// stream now; grpc-go's own write, when the handler returns, then writes
-// nothing.
-func (u *unary) respond(o kernel.Outcome) {
-	u.resp, u.err = u.m.reply(u.ctx, o, u.start)
-	if o.Expired {
-		_ = u.w.WriteStatus(status.Convert(u.err))
-	}
+	a := r.m.a
+	r.dec, r.req, r.m, r.ctx, r.resp, r.reusable = nil, nil, nil, nil, nil, false
+	a.receptions.Put(r)
 }
 
 // growStack grows the stack of grpc-go's goroutine for the call while it
 // holds few frames. grpc-go runs each call on a new goroutine, whose
-// stack starts at 2 KiB and doubles as the call goes deeper: in grpc-go
-// before the handler, in the chain, and while encoding the response,
-// where proto's reflective walk of a dynamic message is deep. The runtime
-// copies a stack frame by frame, looking up each frame's pointer map, so
-// a growth deep in the call costs about twice as much as one here
-// (callgrind; see docs/performance.md). A stack large enough already
-// costs the frame's zeroing alone.
+// stack starts at 2 KiB and doubles twice per call: once in grpc-go
+// before the handler, once while encoding the response, where proto's
+// reflective walk of a dynamic message is deep. The runtime copies a
+// stack frame by frame, looking up each frame's pointer map, so the
+// second growth costs about twice as much there as here (callgrind:
+// 24k instructions per call instead of 47k for both growths; see
+// docs/performance.md). A stack large enough already costs the frame's
+// zeroing alone.
 //
 //go:noinline
 func growStack(i int) byte {
@@ -242,7 +179,8 @@ func growStack(i int) byte {
 
 // growFrame is the size of growStack's frame: with the runtime's guard
 // below it, more than a 4 KiB stack has left once grpc-go's frames are on
-// it, and little enough that the stack grows to 8 KiB.
+// it, and little enough that the stack grows to 8 KiB, where grpc-go's own
+// growths leave it (callgrind counts two growths per call, as before).
 const growFrame = 3 << 10
 
 // receive decodes the request message into req, waiting at most
@@ -279,29 +217,92 @@ func (a *Adapter) handOff(r *reception) {
 	}
 }
 
-// reception is one request message to read on a receiver goroutine
-// (receive): decodeRequest(dec, req), whose result is sent to done.
+// The states of a reception that runs its call (serve): reading until the
+// message is read or the WithRecvTimeout timer fires, whichever is first.
+const (
+	receptionReading int32 = iota
+	receptionRead
+	receptionTimedOut
+)
+
+// reception is one request message to read: decodeRequest(dec, req). For
+// receive, the read's result is sent to done. For serve (m not nil), the
+// receiver goroutine runs the call once the message is read, and done
+// gets the answer's status error (nil: resp is the response), or
+// errRecvTimeout. done is buffered and only ever sent to once, by the
+// winner of state: the sender never waits.
 type reception struct {
 	dec  func(any) error
 	req  *dynamicpb.Message
-	done chan error // buffered: the receiver never waits
+	done chan error
+
+	m     *method         // nil: only read (receive)
+	ctx   context.Context // the call's server context
+	timer *time.Timer     // WithRecvTimeout's; nil: no bound
+	state atomic.Int32    // receptionReading, then Read or TimedOut
+	start time.Time       // when the message was read
+	resp  any             // the response, set before done is sent nil
+
+	respondFn func(kernel.Outcome) // r.respond, made once
+	refs      atomic.Int32         // serve's and the receiver's (see release)
+	reusable  bool                 // the timer was stopped before it fired, or there is none
+}
+
+// expire runs when WithRecvTimeout fires: unless the message was read,
+// the call is answered without it.
+func (r *reception) expire() {
+	if r.state.CompareAndSwap(receptionReading, receptionTimedOut) {
+		r.done <- errRecvTimeout
+	}
+}
+
+// run reads r's message and, for serve, runs its call (see serve).
+func (r *reception) run() {
+	err := decodeRequest(r.dec, r.req)
+	if r.m == nil {
+		r.done <- err
+		return
+	}
+	defer r.release()
+	if !r.state.CompareAndSwap(receptionReading, receptionRead) {
+		return // answered DeadlineExceeded already: the message is dropped
+	}
+	r.reusable = r.timer == nil || r.timer.Stop()
+	if err != nil {
+		r.done <- r.m.unreceived(r.ctx, err)
+		return
+	}
+	r.start = time.Now()
+	r.m.a.serve(r.ctx, r.m.full, r.m.kernelRequest(r.req), r.respondFn)
+}
+
+// respond is the kernel's answer to r's call: it converts the outcome to
+// the response and hands it to grpc-go's goroutine. The kernel calls it
+// once, from the receiver goroutine or, for a chain late past its
+// deadline, from the guard's.
+func (r *reception) respond(o kernel.Outcome) {
+	resp, err := r.m.reply(r.ctx, o, r.start)
+	r.resp = resp
+	r.done <- err
 }
 
 // receiverIdle is how long a receiver goroutine waits for another message
 // to read before it exits. A new goroutine starts with a small stack,
-// which grpc-go's read path outgrows, and the runtime copies it each time
-// it doubles. A receiver that reads one message after another keeps its
-// grown stack; an idle server keeps none for more than a few
+// which grpc-go's read path and the call's chain outgrow, and the runtime
+// copies it each time it doubles — more work than the rest of the
+// adapter's per-call bookkeeping. A receiver that reads one message after
+// another keeps its grown stack. A server under load hands every read to
+// a waiting receiver; an idle server keeps none for more than a few
 // milliseconds.
 const receiverIdle = 5 * time.Millisecond
 
-// receiveLoop reads r's message, then those handOff gives it, until it has
+// receiveLoop runs r, then the receptions handOff gives it, until it has
 // waited receiverIdle for one.
 func (a *Adapter) receiveLoop(r *reception) {
 	idle := time.NewTimer(receiverIdle)
 	defer idle.Stop()
 	for {
-		r.done <- decodeRequest(r.dec, r.req)
+		r.run()
 		r = nil // keep nothing of the call while idle
 		idle.Reset(receiverIdle)
 		select {

@@ -123,11 +123,8 @@ func (g *grpcServer) stop(sctx context.Context) error {
 			case <-g.drained:
 			default:
 				running := g.k.Running()
-				// Stop closes every stream and returns without waiting
-				// for the handlers; GracefulStop, still waiting for a
-				// straggler (a handler running on past its answer, on
-				// grpc-go's goroutine), returns when that one does.
 				g.srv.Stop()
+				<-g.drained
 				if running > 0 {
 					err = fmt.Errorf("grace period over: %d in-flight calls were canceled: %w", running, sctx.Err())
 				}
