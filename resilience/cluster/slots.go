@@ -444,10 +444,9 @@ func (c *sharedSlots) localSlots(cfg *slotsConfig) *limiter.ConcurrencyLimiter {
 	l := c.local.Load()
 	switch {
 	case l == nil:
-		cl, _ := limiter.NewConcurrencyLimiter(n, cfg.queue)
-		l = &fallbackSlots{cl: cl, limit: n, queue: cfg.queue}
+		l = &fallbackSlots{cl: limiter.NewSlots(n, cfg.queue), limit: n, queue: cfg.queue}
 	case l.limit != n || l.queue != cfg.queue:
-		_ = l.cl.SetLimits(n, cfg.queue)
+		l.cl.SetLimitsUnchecked(n, cfg.queue) // share is at least 1, queueOf never negative
 		l = &fallbackSlots{cl: l.cl, limit: n, queue: cfg.queue}
 	}
 	c.local.Store(l)

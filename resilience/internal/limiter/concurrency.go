@@ -48,22 +48,11 @@ type slotWaiter struct {
 	rejected bool // set before ready is closed: a reload shortened the queue, or a higher class evicted it
 }
 
-// NewConcurrencyLimiter returns a limiter of limit slots with up to
-// queueLimit calls waiting. It fails when limit is not positive or
-// queueLimit is negative.
-func NewConcurrencyLimiter(limit, queueLimit int) (*ConcurrencyLimiter, error) {
-	l := new(ConcurrencyLimiter)
-	if err := l.Init(limit, queueLimit); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
 // Init makes l, a zero ConcurrencyLimiter not yet in use, a limiter of
 // limit slots with up to queueLimit calls waiting, so that
 // resilience.ConcurrencyLimiter can hold one by value (its zero value then
-// turns every call away, as it always did). It fails as
-// NewConcurrencyLimiter does.
+// turns every call away, as it always did). It fails when limit is not
+// positive or queueLimit is negative.
 func (l *ConcurrencyLimiter) Init(limit, queueLimit int) error {
 	if limit <= 0 || queueLimit < 0 {
 		return fmt.Errorf("resilience: NewConcurrencyLimiter(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
@@ -73,8 +62,8 @@ func (l *ConcurrencyLimiter) Init(limit, queueLimit int) error {
 	return nil
 }
 
-// NewSlots is NewConcurrencyLimiter for valid arguments (the caller
-// checked them).
+// NewSlots returns a limiter of limit slots with up to queueLimit calls
+// waiting, for arguments the caller checked (as Init does).
 func NewSlots(limit, queueLimit int) *ConcurrencyLimiter {
 	l := &ConcurrencyLimiter{}
 	l.limit.Store(int64(limit))
