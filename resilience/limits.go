@@ -355,11 +355,9 @@ type watch struct {
 	stop    func() bool
 }
 
-// watchEnd arms a watch when a permit asks for one (nil: none does).
+// watchEnd arms a watch over the a.watched permits that ask for one
+// (proceed calls it only when there is one).
 func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *watch {
-	if a.watched == 0 {
-		return nil
-	}
 	watched := make([]Permit, 0, a.watched)
 	for i := range a.n {
 		if p := a.permit(i); p.watch && p.r != nil {
