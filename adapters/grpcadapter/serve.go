@@ -98,10 +98,12 @@ var errRecvTimeout = errors.New("grpcadapter: request message not received in ti
 // The chain must not run on grpc-go's goroutine, although that would save
 // the hand-off (about 5 % of throughput) with the guard writing a late
 // answer to the stream itself: grpc-go counts a call against
-// MaxConcurrentStreams until its handler returns, and past the bound its
-// connection reader waits for one to return. Stragglers would then hold
-// their connection, answered calls and pings unread
-// (TestStragglersDoNotHoldTheConnection).
+// MaxConcurrentStreams until its handler returns (by design since its
+// rapid-reset fix, grpc-go #6703), and past the bound its connection
+// reader waits for one to return. Stragglers would then hold their
+// connection, answered calls and pings unread
+// (TestStragglersDoNotHoldTheConnection), and GracefulStop, which waits
+// for every handler to return.
 //
 // WithRecvTimeout bounds the read alone: when its timer fires before the
 // message was read, the call is answered DeadlineExceeded at once (see
