@@ -59,7 +59,6 @@ type chain struct {
 	policy Policy
 	limits []Limit
 	fast   []Admitter // the leading limits that are Admitters
-	watch  bool       // a permit may be ReleasedAtContextEnd
 	// builtins is how many of limits are built-ins (they come first): in
 	// shadow mode their rejections let the call pass.
 	builtins int
@@ -164,31 +163,29 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 		}
 	}
 	if c.breaker != nil {
-		c.add(c.breaker, true)
+		c.add(c.breaker)
 	}
 	if c.keyed != nil { // a key over its limit takes none of the operation's permits
-		c.add(c.keyed, false)
+		c.add(c.keyed)
 	}
 	if c.window != nil {
-		c.add(c.window, false)
+		c.add(c.window)
 	}
 	if c.shared != nil {
-		c.add(c.shared, false)
+		c.add(c.shared)
 	}
 	if c.slots != nil {
-		c.add(c.slots, false)
+		c.add(c.slots)
 	}
 	c.builtins = len(c.limits)
 	for _, lim := range o.custom {
-		c.add(lim, true) // a limit of your own may ask for a watch
+		c.add(lim)
 	}
 	return c
 }
 
-// add appends lim to the chain; watch says its permits may be
-// ReleasedAtContextEnd.
-func (c *chain) add(lim Limit, watch bool) {
-	c.watch = c.watch || watch
+// add appends lim to the chain.
+func (c *chain) add(lim Limit) {
 	c.limits = append(c.limits, lim)
 	if a, ok := lim.(Admitter); ok && len(c.fast) == len(c.limits)-1 {
 		c.fast = append(c.fast, a)
@@ -307,7 +304,7 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 		a.hold(p)
 	}
 	var w *watch
-	if c.watch && a.watched > 0 {
+	if a.watched > 0 {
 		w = a.watchEnd(ctx, inv)
 	}
 	finished := false
