@@ -9,10 +9,11 @@ import (
 // call's end. time.Now reads two clocks, the wall clock and the monotonic
 // one (about 40 ns each on a virtual machine's vDSO); arrivalClock reads
 // the monotonic clock alone and adds the time since a full reading it
-// keeps, taken again once that is a second old. The wall part of its times can thus lag a step of the
-// system clock (an NTP step, a manual set) by up to a second; deadlines,
-// budgets and durations use the monotonic part, which is exact. No
-// library offers this: Go's time package reads both clocks on every Now.
+// keeps, taken again once that is a second old. The wall part of its times
+// can thus lag a step of the system clock (an NTP step, a manual set) by up
+// to a second; deadlines, budgets and durations use the monotonic part,
+// which is exact. No library offers this: Go's time package reads both
+// clocks on every Now.
 type arrivalClock struct {
 	base atomic.Pointer[time.Time]
 }

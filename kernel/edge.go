@@ -389,14 +389,14 @@ func (k *Kernel) Invoke(ctx context.Context, req Request) Outcome {
 	return e.end(out, err, time.Time{})
 }
 
-// Handle runs one call for a protocol that answers when Handle returns
-// (the CLI; gRPC under an application's interceptors) and returns its outcome by the invocation's deadline
-// whatever the handler does: the chain runs on a goroutine of its own, and
-// when the deadline passes (or the caller goes away) with the chain still
-// running, Handle returns TIMEOUT (CANCELLED) after a settle window of a
-// few milliseconds while the chain runs on, keeping its concurrency slot,
-// until its handler returns; its late result is then logged once, with the
-// trace ID. Wait waits for such stragglers.
+// Handle runs one call for a protocol that answers when Handle returns (the
+// CLI; gRPC under an application's interceptors) and returns its outcome by
+// the invocation's deadline whatever the handler does: the chain runs on a
+// goroutine of its own, and when the deadline passes (or the caller goes
+// away) with the chain still running, Handle returns TIMEOUT (CANCELLED)
+// after a settle window of a few milliseconds while the chain runs on,
+// keeping its concurrency slot, until its handler returns; its late result
+// is then logged once, with the trace ID. Wait waits for such stragglers.
 func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
 	e := k.begin(ctx, &req)
 	if e.h == nil {
@@ -408,15 +408,15 @@ func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
 	return <-g.result
 }
 
-// Serve runs one call for a protocol that can answer from another
-// goroutine (HTTP; gRPC, whose waiting goroutine respond wakes): the chain runs on the calling goroutine, and respond is
-// called exactly once with the outcome — when the chain returns, or, when
-// the invocation's context has ended (its deadline, or the caller went
-// away) and the chain has not returned within a settle window of a few
-// milliseconds, with TIMEOUT (CANCELLED) from another goroutine while the
-// chain runs on. Serve returns when the chain has returned and respond has
-// returned; after a straggler's early answer it logs the late result once,
-// with the trace ID.
+// Serve runs one call for a protocol that can answer from another goroutine
+// (HTTP; gRPC, whose waiting goroutine respond wakes): the chain runs on
+// the calling goroutine, and respond is called exactly once with the
+// outcome — when the chain returns, or, when the invocation's context has
+// ended (its deadline, or the caller went away) and the chain has not
+// returned within a settle window of a few milliseconds, with TIMEOUT
+// (CANCELLED) from another goroutine while the chain runs on. Serve returns
+// when the chain has returned and respond has returned; after a straggler's
+// early answer it logs the late result once, with the trace ID.
 //
 // respond must not block for long: on the guard's goroutine it delays
 // nothing else, but on the calling goroutine it delays Serve's return.

@@ -163,9 +163,10 @@ func WithBaggageLimit(n int) Option {
 // stream's context and ends the read. The message is read on a receiver
 // goroutine, which then runs the call itself (the bound covers the read
 // only), reads one message after another and exits once idle for a few
-// milliseconds; the bound costs one timer per call. Your own services' generated handlers call dec
-// themselves, before any interceptor runs: for them the bound is
-// ServerOptions' MaxConcurrentStreams per connection and its keepalive.
+// milliseconds; the bound costs one timer per call. Your own services'
+// generated handlers call dec themselves, before any interceptor runs: for
+// them the bound is ServerOptions' MaxConcurrentStreams per connection and
+// its keepalive.
 func WithRecvTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d >= 0 {
