@@ -24,23 +24,24 @@ import (
 // costs Redis memory in proportion to the window's length only.
 //
 // While the store is unreachable it does what the operation's
-// OnStoreError says, per key: "local" counts each key's share,
-// ceil(PermitLimit / replicas), in this process (a
-// resilience.KeyedFixedWindow, bounded to its default number of keys).
+// OnStoreError says, per key: "local" admits each key's part of what the
+// store had left of its window, at most ceil(PermitLimit / replicas), in
+// this process (counted, for at most maxKeys keys at once).
 type keyedWindow struct {
 	w *sharedWindow // its config's key is the hash tag's start; its state the operation's
 
-	fbMu  sync.Mutex // guards local
-	local *keyedFallback
+	mu      sync.Mutex          // guards keys and sweepAt
+	keys    map[string]*counted // the store's count and the fallback, per key
+	sweepAt time.Time           // no sweep of a full map before then
 }
 
-// keyedFallback is the Local fallback of a keyedWindow and what it was
-// made for.
-type keyedFallback struct {
-	kw           *resilience.KeyedFixedWindow
-	limit, queue int
-	length       time.Duration
-}
+// maxKeys is the most keys whose count a keyedWindow keeps at once.
+const maxKeys = 10_000
+
+// fullSweepInterval is the least time between two sweeps of a full
+// keyedWindow: a flood of new keys costs one pass over the keys per
+// interval at most.
+const fullSweepInterval = 100 * time.Millisecond
 
 // KeyedWindow returns the shared per-key window of operation id under
 // policy p (PerKey, StoreTimeout, OnStoreError, ExpectedReplicas). Called
@@ -62,7 +63,7 @@ func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKe
 	c.key, c.suffix = "{"+s.cfg.KeyPrefix+":"+id+"|", "}:"+c.lengthKey()
 	kw := s.keyed[id]
 	if kw == nil {
-		kw = &keyedWindow{w: &sharedWindow{st: st, origin: time.Now()}}
+		kw = &keyedWindow{w: &sharedWindow{st: st, origin: time.Now()}, keys: make(map[string]*counted)}
 		s.keyed[id] = kw
 	}
 	kw.w.cfg.Store(c)
@@ -76,15 +77,7 @@ func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKe
 // error when ctx ends first. A key longer than 128 bytes, or holding a
 // control character or a brace, is an error that matches neither.
 func (kw *keyedWindow) Wait(ctx context.Context, key string) (time.Duration, error) {
-	if err := limitkey.Check(key); err != nil {
-		return 0, fmt.Errorf("cluster: limit key: %w", err)
-	}
-	c := kw.w.cfg.Load()
-	_, _, err := kw.w.run(ctx, c, c.key+key+c.suffix, 1)
-	if err == errFallback {
-		markDegraded(ctx)
-		err = kw.fallback(ctx, c, key)
-	}
+	_, _, _, err := kw.wait(ctx, key)
 	var le *limited.Error
 	if errors.As(err, &le) {
 		return le.RetryAfter, err
@@ -92,33 +85,52 @@ func (kw *keyedWindow) Wait(ctx context.Context, key string) (time.Duration, err
 	return 0, err
 }
 
-// fallback is the OnStoreError mode of a degraded operation for key.
-func (kw *keyedWindow) fallback(ctx context.Context, c *windowConfig, key string) error {
-	switch kw.w.st.mode() {
-	case modeOpen:
-		return nil
-	case modeClosed:
-		_, err := kw.w.rejectAll(ctx, c)
-		return err
+// wait is Wait, with the store's quota of the key's window when it
+// decided, the index of the admitting window, and whether the store did
+// not decide (local; the index is then the fallback's reading, or -1).
+func (kw *keyedWindow) wait(ctx context.Context, key string) (q pipeline.Quota, idx int64, local bool, err error) {
+	if err := limitkey.Check(key); err != nil {
+		return q, -1, false, fmt.Errorf("cluster: limit key: %w", err)
 	}
-	local := kw.localWindows(c, kw.w.st.share(c.limit, c.expect))
-	retry, err := local.Wait(ctx, key)
-	if errors.Is(err, resilience.ErrLimited) {
-		return &limited.Error{RetryAfter: retry, Quota: pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}}
+	c := kw.w.cfg.Load()
+	cnt := kw.counted(key)
+	q, idx, err = kw.w.run(ctx, c, c.key+key+c.suffix, 1, cnt)
+	switch err {
+	case errFallback:
+		q, idx, err = kw.w.fallback(ctx, c, cnt)
+		return q, idx, true, err
+	case errRefused:
+		q, err = kw.w.refuse(c)
+		return q, -1, true, err
 	}
-	return err
+	return q, idx, false, err
 }
 
-// localWindows returns the Local fallback for c with n permits per key:
-// the same limiter while n, the length and the queue stay the same, a new
-// one (its keys starting empty) when one of them changes.
-func (kw *keyedWindow) localWindows(c *windowConfig, n int) *resilience.KeyedFixedWindow {
-	kw.fbMu.Lock()
-	defer kw.fbMu.Unlock()
-	if l := kw.local; l != nil && l.limit == n && l.length == c.length && l.queue == c.queue {
-		return l.kw
+// counted returns the count of key, nil when maxKeys keys have one and
+// none is idle.
+func (kw *keyedWindow) counted(key string) *counted {
+	kw.mu.Lock()
+	defer kw.mu.Unlock()
+	if c := kw.keys[key]; c != nil {
+		return c
 	}
-	w, _ := resilience.NewKeyedFixedWindow(n, c.length, c.queue) // n >= 1, length > 0
-	kw.local = &keyedFallback{kw: w, limit: n, queue: c.queue, length: c.length}
-	return w
+	if len(kw.keys) >= maxKeys {
+		now := time.Now()
+		if now.Before(kw.sweepAt) {
+			return nil
+		}
+		kw.sweepAt = now.Add(fullSweepInterval)
+		a := kw.w.align.Load()
+		for k, c := range kw.keys {
+			if c.idle(a, now) {
+				delete(kw.keys, k)
+			}
+		}
+		if len(kw.keys) >= maxKeys {
+			return nil
+		}
+	}
+	c := &counted{}
+	kw.keys[key] = c
+	return c
 }

@@ -62,7 +62,7 @@ type lease struct {
 // window ended (inv.Arrival, the kernel's reading of the clock; now when
 // it is unknown), as a process-scope window counts a call in the window
 // of its arrival: the fast path reads no clock of its own.
-func (w *sharedWindow) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, int64, error) {
+func (w *sharedWindow) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, int64, bool, error) {
 	c := w.cfg.Load()
 	if c.lease <= 1 {
 		return w.takeStore(ctx, c, 1)
@@ -83,20 +83,20 @@ func (w *sharedWindow) take(ctx context.Context, inv *pipeline.Invocation) (pipe
 		if ahead != nil {
 			w.prefetch(c, ahead)
 		}
-		return q, idx, nil
+		return q, idx, false, nil
 	}
 	if ch := l.refill; ch != nil {
 		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return pipeline.Quota{Limit: c.limit, Window: c.length}, -1, ctx.Err()
+			return pipeline.Quota{Limit: c.limit, Window: c.length}, -1, false, ctx.Err()
 		}
 		l.mu.Lock()
 		q, idx, ok := l.use(c, at)
 		l.mu.Unlock()
 		if ok {
-			return q, idx, nil
+			return q, idx, false, nil
 		}
 		return w.takeStore(ctx, c, 1)
 	}
@@ -129,12 +129,13 @@ func (w *sharedWindow) prefetch(c *windowConfig, ch chan struct{}) {
 		defer done()
 		sent := time.Now()
 		res, err := windowScript.Run(ctx, w.st.s.rdb, []string{c.key}, c.args[0], c.args[1], 0, -1, c.lease).Int64Slice()
-		if err == nil && len(res) != 6 {
+		if err == nil && len(res) != 7 {
 			err = fmt.Errorf("cluster: window script returned %d values", len(res))
 		}
-		if !w.st.result(err, false) {
+		if !w.st.result(err, false, sent) {
 			return
 		}
+		w.count.observe(w.aligned(res[6], sent.Add(micros(res[3])), c.length), c.limit-int(res[2]))
 		if res[0] != 1 {
 			l.mu.Lock()
 			l.dry = res[5]

@@ -24,7 +24,7 @@ import (
 // Store.Window return the same limiter for an operation.
 func TestReloadKeepsTheLocalFallback(t *testing.T) {
 	srv := redistest.Start(t)
-	r := newReplica(t, srv, cluster.Config{KeyPrefix: "r1", RetryInterval: time.Hour})
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "r1", RetryInterval: time.Hour, DegradeAfter: 1})
 	p := resilience.Policy{ConcurrencyLimit: 2, PermitLimit: 2, Window: time.Hour, ExpectedReplicas: 1}
 	s1, _ := r.store.Slots("a.b", p)
 	w1, _ := r.store.Window("a.b", p)
@@ -123,7 +123,7 @@ func TestReloadChangesWaitersLimits(t *testing.T) {
 // for ever).
 func TestProbeWhoseCallerLeftKeepsTheStoreTried(t *testing.T) {
 	srv := redistest.Start(t)
-	r := newReplica(t, srv, cluster.Config{KeyPrefix: "r3", RetryInterval: 10 * time.Millisecond})
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "r3", RetryInterval: 10 * time.Millisecond, DegradeAfter: 1})
 	w, _ := r.store.Window("a.b", resilience.Policy{PermitLimit: 1000, Window: time.Hour, StoreTimeout: time.Second})
 	srv.Kill()
 	if _, err := w.Take(t.Context(), inv()); err != nil {

@@ -269,6 +269,7 @@ func (c *sharedSlots) try(ctx context.Context, member string) (ok bool, rel func
 	if l := c.local.Load(); l != nil {
 		limit = max(limit-l.cl.InFlight(), 0)
 	}
+	sent := time.Now()
 	sctx, cancel := c.st.storeCtx(ctx)
 	n, serr := acquireScript.Run(sctx, c.st.s.rdb, []string{c.key, c.tombstone(member)}, limit, member, max(lease.Microseconds(), 1)).Int64()
 	cancel()
@@ -280,7 +281,7 @@ func (c *sharedSlots) try(ctx context.Context, member string) (ok bool, rel func
 		serr = c.st.s.rdb.ZRem(rctx, c.key, member).Err()
 		rcancel()
 		if serr == nil {
-			c.st.result(nil, probing) // the store answered (a probe's way is free)
+			c.st.result(nil, probing, sent) // the store answered (a probe's way is free)
 			return c.try(ctx, member)
 		}
 	}
@@ -299,7 +300,12 @@ func (c *sharedSlots) try(ctx context.Context, member string) (ok bool, rel func
 			return false, nil, cerr
 		}
 	}
-	if !c.st.result(serr, probing) {
+	if !c.st.result(serr, probing, sent) {
+		if !c.st.degraded.Load() {
+			// One failure is no evidence that the store is gone: no slot
+			// this time (the call waits in the queue, or is turned away).
+			return false, nil, nil
+		}
 		rel, err = c.fallback(ctx)
 		return false, rel, err
 	}

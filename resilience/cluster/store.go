@@ -12,11 +12,12 @@
 //
 // Every store call is one Lua script (one round trip), runs on the
 // server's clock (TIME), and is bounded by the policy's StoreTimeout and
-// by the invocation's remaining deadline. When the store is slow or gone
-// an operation is "degraded" and does what its OnStoreError says: "local"
-// (this replica's share of the limit, ceil(limit / replicas)), "open" or
+// by the invocation's remaining deadline. When the store fails several
+// calls in a row (Config.DegradeAfter), an operation is "degraded" and
+// does what its OnStoreError says: "local" (this replica's part of what
+// the window had left, at most ceil(limit / replicas)), "open" or
 // "closed"; it tries the store again after RetryInterval and recovers by
-// itself.
+// itself. One failed call alone degrades nothing.
 package cluster
 
 import (
@@ -73,6 +74,7 @@ const (
 	defaultRetryInterval = time.Second
 	defaultPollInterval  = 10 * time.Millisecond
 	defaultHeartbeat     = time.Second
+	defaultDegradeAfter  = 3
 )
 
 // Config tunes a Store. Zero values take the defaults given.
@@ -90,6 +92,14 @@ type Config struct {
 	LeaseGrace time.Duration
 	// DefaultLease is the lease of a call without a deadline (60 s).
 	DefaultLease time.Duration
+	// DegradeAfter is how many store calls in a row must fail before an
+	// operation is degraded (3 by default). A failure counts only when its
+	// call was sent after the last counted one came in: calls that fail
+	// together in one stall are one failure. After a failure, a check
+	// bounded by StoreTimeout asks the store again at once, so that a dead
+	// store is found out without waiting for traffic. An answer starts the
+	// count over.
+	DegradeAfter int
 	// RetryInterval is how long a degraded operation waits before it tries
 	// the store again (one call tries; the others keep the fallback); 1 s
 	// by default.
@@ -145,6 +155,9 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	def(&cfg.RetryInterval, defaultRetryInterval)
 	def(&cfg.PollInterval, defaultPollInterval)
 	def(&cfg.Heartbeat, defaultHeartbeat)
+	if cfg.DegradeAfter <= 0 {
+		cfg.DegradeAfter = defaultDegradeAfter
+	}
 	cfg.LeaseGrace = max(cfg.LeaseGrace, 2*cfg.Heartbeat)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -292,6 +305,8 @@ type opState struct {
 	cfg atomic.Pointer[opConfig] // replaced by a reload while calls read it
 
 	degraded atomic.Bool
+	failures atomic.Int64 // store calls failed in a row, as counted (evidence)
+	failedAt atomic.Int64 // unix nanos: when the last counted failure came in
 	nextTry  atomic.Int64 // unix nanos: when a degraded op tries the store again
 	trying   atomic.Bool  // one call at a time tries a degraded store
 	checking atomic.Bool  // a health check runs (check)
@@ -356,18 +371,35 @@ func (st *opState) callerLeft(probing bool) {
 	st.check()
 }
 
-// check asks the store in the background, bounded by StoreTimeout only,
-// and records the result: a failure degrades the operation, an answer
-// recovers it. One check at a time per operation.
+// check asks the store in the background, each time bounded by
+// StoreTimeout only, and records the result: an answer recovers the
+// operation, failures count towards degrading it. It asks again after each
+// failure until the operation is degraded or the store answers (at most
+// DegradeAfter times). One check at a time per operation.
 func (st *opState) check() {
 	if !st.checking.CompareAndSwap(false, true) {
 		return
 	}
-	if !st.background(func(ctx context.Context) {
+	s := st.s
+	if !s.spawn(func() {
 		defer st.checking.Store(false)
-		// A command on the operation's own key: on Redis Cluster it goes
-		// to the node that holds the operation (a PING would go anywhere).
-		st.result(st.s.rdb.PTTL(ctx, st.s.opKey(st.id, "c")).Err(), false)
+		for range s.cfg.DegradeAfter {
+			sent := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), st.timeout())
+			// A command on the operation's own key: on Redis Cluster it
+			// goes to the node that holds the operation (a PING would go
+			// anywhere).
+			err := s.rdb.PTTL(ctx, s.opKey(st.id, "c")).Err()
+			cancel()
+			if st.result(err, false, sent) || st.degraded.Load() {
+				return
+			}
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+		}
 	}) {
 		st.checking.Store(false)
 	}
@@ -385,13 +417,15 @@ func (st *opState) background(f func(ctx context.Context)) bool {
 	})
 }
 
-// result records the outcome of a store call; it returns whether the
-// store answered.
-func (st *opState) result(err error, probing bool) bool {
+// result records the outcome of a store call sent at sent; it returns
+// whether the store answered. A failure degrades the operation once it is
+// the DegradeAfter-th in a row (evidence); before that it starts a check.
+func (st *opState) result(err error, probing bool, sent time.Time) bool {
 	if probing {
 		defer st.trying.Store(false)
 	}
 	if err == nil {
+		st.failures.Store(0)
 		if st.degraded.CompareAndSwap(true, false) {
 			st.s.cfg.Logger.Info("sundial: cluster limits recovered: the store answers again", "operation", st.id)
 			if f := st.s.cfg.OnTransition; f != nil {
@@ -400,8 +434,12 @@ func (st *opState) result(err error, probing bool) bool {
 		}
 		return true
 	}
-	st.nextTry.Store(time.Now().Add(st.s.cfg.RetryInterval).UnixNano())
 	st.s.reloadSlots()
+	if !st.degraded.Load() && !st.evidence(sent) {
+		st.check()
+		return false
+	}
+	st.nextTry.Store(time.Now().Add(st.s.cfg.RetryInterval).UnixNano())
 	if st.degraded.CompareAndSwap(false, true) {
 		st.s.cfg.Logger.Warn("sundial: cluster limits degraded: the store is unreachable or slow",
 			"operation", st.id, "onStoreError", string(st.mode()), "error", err.Error())
@@ -410,6 +448,24 @@ func (st *opState) result(err error, probing bool) bool {
 		}
 	}
 	return false
+}
+
+// evidence counts the failure of a store call sent at sent, and reports
+// whether DegradeAfter failures in a row have now been counted. A call
+// sent before the last counted failure came in overlapped it: it failed
+// in the same stall, and is not counted again.
+func (st *opState) evidence(sent time.Time) bool {
+	now := time.Now().UnixNano()
+	for {
+		last := st.failedAt.Load()
+		if sent.UnixNano() < last {
+			return false
+		}
+		if st.failedAt.CompareAndSwap(last, now) {
+			break
+		}
+	}
+	return st.failures.Add(1) >= int64(st.s.cfg.DegradeAfter)
 }
 
 // slotsReloader is a Redis Cluster client (go-redis's ClusterClient).
@@ -437,13 +493,18 @@ func (st *opState) storeCtx(ctx context.Context) (context.Context, context.Cance
 	return context.WithTimeout(ctx, st.timeout())
 }
 
+// replicas is the replica count the Local fallback divides by: expected
+// when positive, else the live count last learnt.
+func (st *opState) replicas(expected int) int {
+	if expected > 0 {
+		return expected
+	}
+	return max(st.s.replicaCount(), 1)
+}
+
 // share is this replica's part of limit while degraded in Local mode.
 func (st *opState) share(limit, expected int) int {
-	n := expected
-	if n <= 0 {
-		n = st.s.replicaCount()
-	}
-	n = max(n, 1)
+	n := st.replicas(expected)
 	return max((limit+n-1)/n, 1)
 }
 

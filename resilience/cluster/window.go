@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/internal/limited"
-	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
 // windowScript admits one call to a fixed window shared by every replica.
@@ -34,17 +32,19 @@ import (
 // current window. A record of the earlier form (a: reservations, l: the
 // limit they were filled under) is read as f = floor(a/l), o = the rest.
 // ARGV: limit, length (µs), queue limit, the caller's remaining time (µs;
-// -1 for none), and how many permits of the current window to take at
-// most (1 when absent; more is a lease, lease.go). Numbers written back
-// are formatted as integers (Lua's default %.14g would round a large
-// index).
+// -1 for none), how many permits of the current window to take at most
+// (1 when absent; more is a lease, lease.go), and a charge: a window index
+// and a count of calls a replica's local fallback admitted in it, added
+// to the current window's count first when that index is not before it
+// (fallback.go). Numbers written back are formatted as integers (Lua's
+// default %.14g would round a large index).
 //
 // Returns {decision, µs, remaining, reset µs, permits taken, window
-// index}: decision 1 admitted now; 2 a permit reserved in a later window
-// opening in µs; 0 rejected, the queue is full (µs until the first window
-// with room); 3 rejected, the window it could reserve opens after the
-// caller's deadline (µs: when). The index is the admitting window's (the
-// current one's when rejected).
+// index, current index}: decision 1 admitted now; 2 a permit reserved in
+// a later window opening in µs; 0 rejected, the queue is full (µs until
+// the first window with room); 3 rejected, the window it could reserve
+// opens after the caller's deadline (µs: when). The window index is the
+// admitting window's (the current one's when rejected).
 var windowScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -53,6 +53,8 @@ local len = tonumber(ARGV[2])
 local qlim = tonumber(ARGV[3])
 local left = tonumber(ARGV[4])
 local want = tonumber(ARGV[5]) or 1
+local cidx = tonumber(ARGV[6]) or 0
+local cn = tonumber(ARGV[7]) or 0
 local cur = math.floor(now / len)
 local st = redis.call('HMGET', KEYS[1], 'w', 'u', 'f', 'o', 'a', 'l')
 local w = tonumber(st[1]) or cur
@@ -84,12 +86,15 @@ if w < cur then
   end
   w = cur
 end
+if cn > 0 and cidx >= cur and u >= 0 then
+  u = math.min(u + cn, limit)
+end
 local reset = (cur + 1) * len - now
 local res
 if u >= 0 and u < limit then
   local n = math.min(want, limit - u)
   u = u + n
-  res = {1, 0, limit - u, reset, n, cur}
+  res = {1, 0, limit - u, reset, n, cur, cur}
 else
   local nf, no = f, o + 1
   if o >= limit then
@@ -97,12 +102,12 @@ else
   end
   local wait = (cur + nf + 1) * len - now
   if f * limit + o >= qlim then
-    res = {0, wait, 0, reset, 0, cur}
+    res = {0, wait, 0, reset, 0, cur, cur}
   elseif left >= 0 and wait >= left then
-    res = {3, wait, 0, reset, 0, cur}
+    res = {3, wait, 0, reset, 0, cur, cur}
   else
     f, o = nf, no
-    res = {2, wait, 0, reset, 1, cur + nf + 1}
+    res = {2, wait, 0, reset, 1, cur + nf + 1, cur}
   end
 end
 redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'u', string.format('%d', u), 'f', string.format('%d', f), 'o', string.format('%d', o))
@@ -149,8 +154,8 @@ type sharedWindow struct {
 	cfg    atomic.Pointer[windowConfig]
 	origin time.Time // exhausted counts from it
 
-	fbMu  sync.Mutex                     // serialises changes of local
-	local atomic.Pointer[fallbackWindow] // the Local fallback
+	align atomic.Pointer[alignment] // the server's windows on this process's clock
+	count counted                   // the store's count and the Local fallback (fallback.go)
 
 	lease lease // the permits taken ahead (LeasePermits; lease.go)
 }
@@ -191,14 +196,6 @@ func (c *windowConfig) lengthKey() string {
 	return "w:" + strconv.FormatInt(c.length.Microseconds(), 10)
 }
 
-// fallbackWindow is the Local fallback of a sharedWindow and what it was made for.
-type fallbackWindow struct {
-	fw     *limiter.FixedWindow
-	limit  int
-	length time.Duration
-	queue  int
-}
-
 // Window returns the shared window of operation id under policy p
 // (PermitLimit, Window, QueueLimit, StoreTimeout, OnStoreError,
 // ExpectedReplicas). Called again for the same id (a reload) it returns
@@ -230,39 +227,75 @@ func (s *Store) Window(id string, p resilience.Policy) (resilience.SharedWindow,
 
 // Take implements resilience.SharedWindow.
 func (w *sharedWindow) Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error) {
-	q, _, err := w.take(ctx, inv)
+	q, _, _, err := w.take(ctx, inv)
 	return q, err
 }
 
 // takeStore admits one call through the store, taking up to want permits
 // of the current window (the others go to the lease), and returns the
-// index of the admitting window on the server's clock (-1: not known, the
-// fallback decided).
-func (w *sharedWindow) takeStore(ctx context.Context, c *windowConfig, want int) (pipeline.Quota, int64, error) {
+// index of the admitting window on the server's clock. local reports
+// that the store did not decide: the index is then the Local fallback's
+// reading of the server's window, or -1.
+func (w *sharedWindow) takeStore(ctx context.Context, c *windowConfig, want int) (q pipeline.Quota, idx int64, local bool, err error) {
 	if until := c.exhausted.Load(); until != 0 {
 		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
 			q, err := c.rejected(left)
-			return q, -1, err
+			return q, -1, false, err
 		}
 	}
-	q, idx, err := w.run(ctx, c, c.key, want)
-	if err == errFallback {
-		q, err = w.fallback(ctx, c)
-		return q, -1, err
+	q, idx, err = w.run(ctx, c, c.key, want, &w.count)
+	switch err {
+	case errFallback:
+		q, idx, err = w.fallback(ctx, c, &w.count)
+		return q, idx, true, err
+	case errRefused:
+		q, err = w.refuse(c)
+		return q, -1, true, err
 	}
-	return q, idx, err
+	return q, idx, false, err
 }
 
 // errFallback is run's answer when the store is not asked or did not
 // answer: the call goes to the operation's OnStoreError fallback.
 var errFallback = errors.New("cluster: use the fallback")
 
+// errRefused is run's answer when the store did not answer a healthy
+// operation in time: one failure is no evidence that it is gone (refuse).
+var errRefused = errors.New("cluster: the store did not answer")
+
+// refuse answers a call whose store call failed while the operation is
+// not degraded. Admitting it could overfill a window the other replicas
+// have filled, so it is turned away with "local" and "closed", and admitted
+// with "open" only.
+func (w *sharedWindow) refuse(c *windowConfig) (pipeline.Quota, error) {
+	if w.st.mode() == modeOpen {
+		return w.admitAll(c), nil
+	}
+	retry := w.st.timeout()
+	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}
+	return q, &limited.Error{RetryAfter: retry, Quota: q}
+}
+
+// aligned returns the alignment of the server's window idx, which ends at
+// end on this process's clock.
+func (w *sharedWindow) aligned(idx int64, end time.Time, length time.Duration) *alignment {
+	if a := w.align.Load(); a != nil && a.idx == idx && a.length == length {
+		return a
+	}
+	a := &alignment{idx: idx, end: end, length: length}
+	w.align.Store(a)
+	return a
+}
+
 // run runs the window script on key under c: it admits the call, sleeps
 // until its reserved window opens, or rejects it, and returns the index of
 // the admitting window on the server's clock. On the operation's own key,
-// it takes up to want permits, the others going to the lease. It returns
-// errFallback when the operation is degraded (or becomes so).
-func (w *sharedWindow) run(ctx context.Context, c *windowConfig, key string, want int) (pipeline.Quota, int64, error) {
+// it takes up to want permits, the others going to the lease. The round
+// trip adds the calls cnt's fallback admitted to the store's count, and
+// cnt learns the store's count (cnt may be nil). It returns errFallback
+// when the operation is degraded (or becomes so), errRefused when the
+// store failed a healthy operation.
+func (w *sharedWindow) run(ctx context.Context, c *windowConfig, key string, want int, cnt *counted) (pipeline.Quota, int64, error) {
 	use, probing := w.st.useStore()
 	if !use {
 		return pipeline.Quota{}, -1, errFallback
@@ -271,11 +304,15 @@ func (w *sharedWindow) run(ctx context.Context, c *windowConfig, key string, wan
 	if d, ok := ctx.Deadline(); ok {
 		left = max(time.Until(d).Microseconds(), 0)
 	}
+	var cidx, cn int64
+	if cnt != nil {
+		cidx, cn = cnt.charge()
+	}
 	sent := time.Now()
 	sctx, cancel := w.st.storeCtx(ctx)
-	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{key}, c.args[0], c.args[1], c.args[2], left, want).Int64Slice()
+	res, err := windowScript.Run(sctx, w.st.s.rdb, []string{key}, c.args[0], c.args[1], c.args[2], left, want, cidx, cn).Int64Slice()
 	cancel()
-	if err == nil && len(res) != 6 {
+	if err == nil && len(res) != 7 {
 		err = fmt.Errorf("cluster: window script returned %d values", len(res))
 	}
 	if err != nil {
@@ -284,8 +321,15 @@ func (w *sharedWindow) run(ctx context.Context, c *windowConfig, key string, wan
 			return pipeline.Quota{}, -1, cerr
 		}
 	}
-	if !w.st.result(err, probing) {
-		return pipeline.Quota{}, -1, errFallback
+	if !w.st.result(err, probing, sent) {
+		if w.st.degraded.Load() {
+			return pipeline.Quota{}, -1, errFallback
+		}
+		return pipeline.Quota{}, -1, errRefused
+	}
+	if cnt != nil {
+		cnt.charged(cidx, cn)
+		cnt.observe(w.aligned(res[6], sent.Add(micros(res[3])), c.length), c.limit-int(res[2]))
 	}
 	us := micros(res[1])
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: int(res[2]), Reset: micros(res[3])}
@@ -365,68 +409,52 @@ func (w *sharedWindow) sleep(ctx context.Context, c *windowConfig, key string, d
 	return ctx.Err()
 }
 
-// fallback delegates the call to the policy OnStoreError names while the
-// store is unreachable (windowFallbacks).
-func (w *sharedWindow) fallback(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
+// fallback is the OnStoreError mode of a degraded operation for the
+// window cnt counts (nil: none has room, and the call is turned away). It
+// returns the label of the admitting window (-1 when none counts it).
+func (w *sharedWindow) fallback(ctx context.Context, c *windowConfig, cnt *counted) (pipeline.Quota, int64, error) {
 	markDegraded(ctx)
-	return windowFallbacks[w.st.mode()](w, ctx, c)
-}
-
-// windowFallbacks are what a degraded sharedWindow delegates to, by mode.
-var windowFallbacks = map[fallbackMode]func(*sharedWindow, context.Context, *windowConfig) (pipeline.Quota, error){
-	modeLocal:  (*sharedWindow).localShare,
-	modeOpen:   (*sharedWindow).admitAll,
-	modeClosed: (*sharedWindow).rejectAll,
+	switch w.st.mode() {
+	case modeOpen:
+		return w.admitAll(c), -1, nil
+	case modeClosed:
+		q, err := w.rejectAll(c)
+		return q, -1, err
+	}
+	if cnt == nil {
+		q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: fullSweepInterval}
+		return q, -1, &limited.Error{RetryAfter: fullSweepInterval, Quota: q}
+	}
+	return w.localShare(ctx, c, cnt)
 }
 
 // admitAll is OnStoreError "open": the limit is off while degraded.
-func (w *sharedWindow) admitAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
-	return pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}, nil
+func (w *sharedWindow) admitAll(c *windowConfig) pipeline.Quota {
+	return pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: c.limit}
 }
 
 // rejectAll is OnStoreError "closed": every call is turned away until the
 // store is tried again.
-func (w *sharedWindow) rejectAll(_ context.Context, c *windowConfig) (pipeline.Quota, error) {
+func (w *sharedWindow) rejectAll(c *windowConfig) (pipeline.Quota, error) {
 	retry := w.st.retryIn()
 	q := pipeline.Quota{Limit: c.limit, Window: c.length, Reset: retry}
 	return q, &limited.Error{RetryAfter: retry, Quota: q}
 }
 
-// localShare is OnStoreError "local": this replica's share of the limit,
-// in a window of its own.
-func (w *sharedWindow) localShare(ctx context.Context, c *windowConfig) (pipeline.Quota, error) {
-	l := w.localWindow(c, w.st.share(c.limit, c.expect))
-	retry, err := l.Wait(ctx)
+// localShare is OnStoreError "local": this replica's part of what the
+// store had left of the window cnt counts, in windows aligned to the
+// server's (counted.admit). It returns the label of the window that
+// admitted the call or turned it away.
+func (w *sharedWindow) localShare(ctx context.Context, c *windowConfig, cnt *counted) (pipeline.Quota, int64, error) {
+	n := w.st.replicas(c.expect)
+	share := max((c.limit+n-1)/n, 1)
+	fw, label, retry, err := cnt.admit(ctx, w.align.Load(), c.limit, share, n, c.queue, c.length)
 	if err != nil {
 		if ctx.Err() != nil {
-			return pipeline.Quota{Limit: l.Quota().Limit, Window: c.length}, ctx.Err()
+			return pipeline.Quota{Limit: share, Window: c.length}, label, ctx.Err()
 		}
-		q := pipeline.Quota{Limit: l.Quota().Limit, Window: c.length, Reset: retry}
-		return q, &limited.Error{RetryAfter: retry, Quota: q}
+		q := pipeline.Quota{Limit: share, Window: c.length, Reset: retry}
+		return q, label, &limited.Error{RetryAfter: retry, Quota: q}
 	}
-	return l.Quota(), nil
-}
-
-// localWindow returns the Local fallback for c with n permits: the same
-// limiter as before when only n changed (it keeps the permits it gave in
-// this window), a new one when the length or the queue did.
-func (w *sharedWindow) localWindow(c *windowConfig, n int) *limiter.FixedWindow {
-	if l := w.local.Load(); l != nil && l.limit == n && l.length == c.length && l.queue == c.queue {
-		return l.fw
-	}
-	w.fbMu.Lock()
-	defer w.fbMu.Unlock()
-	l := w.local.Load()
-	switch {
-	case l != nil && l.limit == n && l.length == c.length && l.queue == c.queue:
-	case l != nil && l.length == c.length && l.queue == c.queue:
-		_ = l.fw.SetPermitLimit(n)
-		l = &fallbackWindow{fw: l.fw, limit: n, length: c.length, queue: c.queue}
-		w.local.Store(l)
-	default:
-		fw, _ := limiter.NewFixedWindow(n, c.length, c.queue)
-		l = &fallbackWindow{fw: fw, limit: n, length: c.length, queue: c.queue}
-		w.local.Store(l)
-	}
-	return l.fw
+	return fw.Quota(), label, nil
 }

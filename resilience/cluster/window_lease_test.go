@@ -292,7 +292,7 @@ func TestLeaseDegradesAsConfigured(t *testing.T) {
 	p := leasePolicy(100, 3, time.Hour)
 	p.OnStoreError = "closed"
 	p.StoreTimeout = 200 * time.Millisecond
-	r := newReplica(t, srv, cluster.Config{KeyPrefix: "lease6"})
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "lease6", DegradeAfter: 1})
 	w, _ := r.store.Window("orders.create", p)
 	if _, _, err := cluster.TakeIndexed(w, t.Context()); err != nil {
 		t.Fatal(err)

@@ -31,6 +31,9 @@ type Cluster struct {
 // may be unreachable before it is suspected failed.
 const clusterNodeTimeout = 500 * time.Millisecond
 
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
 // clusterReady bounds the wait for a cluster to be formed or to recover.
 const clusterReady = 30 * time.Second
 
@@ -140,9 +143,8 @@ func launchCluster(bin, dir string, ownsDir bool) (_ *Cluster, err error) {
 			c.replicas = append(c.replicas, s)
 		}
 	}
-	const slots = 16384
 	for i, m := range c.masters {
-		lo, hi := i*slots/3, (i+1)*slots/3-1
+		lo, hi := i*clusterSlots/len(c.masters), (i+1)*clusterSlots/len(c.masters)-1
 		if _, err := m.do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
 			return nil, fmt.Errorf("CLUSTER ADDSLOTSRANGE on %s: %w", m.Addr(), err)
 		}
@@ -240,6 +242,25 @@ func (c *Cluster) KillMaster(tb testing.TB, i int) time.Duration {
 		tb.Fatalf("redistest: no failover after killing %s: %v", c.masters[i].Addr(), err)
 	}
 	return time.Since(start)
+}
+
+// KillMasterOf is [Cluster.KillMaster] on the master that served key's
+// slot when the cluster was formed.
+func (c *Cluster) KillMasterOf(tb testing.TB, key string) time.Duration {
+	tb.Helper()
+	out, err := c.masters[0].do("CLUSTER", "KEYSLOT", key)
+	if err != nil {
+		tb.Fatalf("redistest: CLUSTER KEYSLOT %s: %v", key, err)
+	}
+	slot, err := strconv.Atoi(out)
+	if err != nil {
+		tb.Fatalf("redistest: CLUSTER KEYSLOT %s = %q", key, out)
+	}
+	i := 0
+	for i+1 < len(c.masters) && slot >= (i+1)*clusterSlots/len(c.masters) {
+		i++
+	}
+	return c.KillMaster(tb, i)
 }
 
 // Each calls f with every live master, and returns the first error.

@@ -83,11 +83,19 @@ func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err e
 // WaitEvicted is Wait without the arrival check; evicted reports that the limiter
 // had been dropped by a KeyedFixedWindow and nothing was taken.
 func (l *FixedWindow) WaitEvicted(ctx context.Context) (evicted bool, retryAfter time.Duration, err error) {
+	evicted, _, retryAfter, err = l.WaitIndexed(ctx)
+	return evicted, retryAfter, err
+}
+
+// WaitIndexed is WaitEvicted that also returns the index of the window
+// the call was admitted in (counted from the limiter's origin).
+func (l *FixedWindow) WaitIndexed(ctx context.Context) (evicted bool, win int64, retryAfter time.Duration, err error) {
 	if l.nq != nil {
-		if ok, retry, _ := l.nq.take(time.Since(l.origin)); !ok {
-			return false, retry, limited.ErrLimited
+		ok, retry, i := l.nq.take(time.Since(l.origin))
+		if !ok {
+			return false, 0, retry, limited.ErrLimited
 		}
-		return false, 0, nil
+		return false, i, 0, nil
 	}
 	deadline := time.Duration(0) // none
 	if d, ok := ctx.Deadline(); ok {
@@ -97,7 +105,7 @@ func (l *FixedWindow) WaitEvicted(ctx context.Context) (evicted bool, retryAfter
 	l.mu.Lock()
 	if l.evicted {
 		l.mu.Unlock()
-		return true, 0, nil
+		return true, 0, 0, nil
 	}
 	dec, wt, retry := l.st.Reserve(now, deadline, true)
 	var start time.Duration
@@ -107,11 +115,15 @@ func (l *FixedWindow) WaitEvicted(ctx context.Context) (evicted bool, retryAfter
 	l.mu.Unlock()
 	switch dec {
 	case window.Admit:
-		return false, 0, nil
+		return false, l.st.Index(now), 0, nil
 	case window.Reject:
-		return false, retry, limited.ErrLimited
+		return false, 0, retry, limited.ErrLimited
 	}
-	return false, 0, l.sleep(ctx, wt, start-now)
+	err = l.sleep(ctx, wt, start-now)
+	l.mu.Lock()
+	win = wt.Win()
+	l.mu.Unlock()
+	return false, win, 0, err
 }
 
 // sleep waits d for the window of wt to open, or gives its permit back
