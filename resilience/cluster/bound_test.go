@@ -261,12 +261,15 @@ func (g *boundRig) recovered(t *testing.T) {
 // operation or of a key admits more than its limit.
 func TestSlowRepliesDegradeNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	const timeout = 200 * time.Millisecond
+	// A StoreTimeout that a healthy Redis meets even on a loaded machine:
+	// degrading would take three failures in a row, 900 ms without an
+	// answer.
+	const timeout = 300 * time.Millisecond
 	var replies, delayed atomic.Int64
 	var busy atomic.Bool
 	addr := startProxy(t, srv.Addr(), func([]byte) time.Duration { return 0 }, func([]byte) time.Duration {
-		// Every 25th reply, while no other is held: one at a time.
-		if replies.Add(1)%25 != 0 || !busy.CompareAndSwap(false, true) {
+		// Every 20th reply, while no other is held: one at a time.
+		if replies.Add(1)%20 != 0 || !busy.CompareAndSwap(false, true) {
 			return 0
 		}
 		delayed.Add(1)
@@ -274,7 +277,7 @@ func TestSlowRepliesDegradeNothing(t *testing.T) {
 		return 3 * timeout
 	})
 	g := newBoundRig(t, func() redis.UniversalClient { return cluster.NewClient(&redis.Options{Addr: addr}) }, "b1", timeout)
-	g.windows(5)
+	g.windows(6)
 	g.halt()
 	worst, worstKey := g.led.check(t)
 	if n := g.transitions.Load(); n > 0 {
@@ -337,4 +340,51 @@ func TestFailoverKeepsTheBound(t *testing.T) {
 	}
 	t.Logf("failover in %v; %d calls, %d transitions; busiest window %d (limit %d), key %d (limit %d)",
 		took.Round(time.Millisecond), g.calls.Load(), g.transitions.Load(), worst, boundLimit, worstKey, boundKeyLimit)
+}
+
+// TestRecoveryChargesTheFallback: a replica that admitted calls on its
+// local fallback adds them to the store's count with its first round trip
+// after the store answers again, so the window admits no more than its
+// limit across the replicas (without the charge: the fallback's 5 on top
+// of 10). One window for the whole test; PermitLimit 10, two replicas.
+func TestRecoveryChargesTheFallback(t *testing.T) {
+	srv := redistest.Start(t)
+	slow := new(atomic.Bool)
+	p := resilience.Policy{PermitLimit: 10, Window: veryLong, StoreTimeout: 50 * time.Millisecond, ExpectedReplicas: 2}
+	a := newReplicaOn(t, cluster.NewClient(&redis.Options{Addr: startDelayProxy(t, srv.Addr(), slow, 300*time.Millisecond, nil)}),
+		cluster.Config{KeyPrefix: "b4", RetryInterval: 10 * time.Millisecond, DegradeAfter: 1})
+	b := newReplica(t, srv, cluster.Config{KeyPrefix: "b4"})
+	wa, _ := a.store.Window("a.b", p)
+	wb, _ := b.store.Window("a.b", p)
+	admitted := 0
+	take := func(w resilience.SharedWindow) bool {
+		_, err := w.Take(t.Context(), inv())
+		if err != nil && !errors.Is(err, resilience.ErrLimited) {
+			t.Fatal(err)
+		}
+		if err == nil {
+			admitted++
+		}
+		return err == nil
+	}
+	take(wa) // the store's count: 1
+	slow.Store(true)
+	local := 0
+	for range 10 {
+		if take(wa) {
+			local++
+		}
+	}
+	if !a.store.Degraded("a.b") || local != 5 {
+		t.Fatalf("degraded %v, the fallback admitted %d of 10; want ceil((10 - 1) / 2) = 5", a.store.Degraded("a.b"), local)
+	}
+	slow.Store(false)
+	waitFor(t, func() bool { take(wa); return !a.store.Degraded("a.b") })
+	for take(wb) {
+	}
+	if admitted > p.PermitLimit {
+		t.Fatalf("the window admitted %d across the replicas, limit %d: the fallback's %d were not counted on recovery",
+			admitted, p.PermitLimit, local)
+	}
+	t.Logf("the window admitted %d (limit %d), %d of them on the fallback", admitted, p.PermitLimit, local)
 }

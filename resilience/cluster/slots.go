@@ -303,7 +303,11 @@ func (c *sharedSlots) try(ctx context.Context, member string) (ok bool, rel func
 	if !c.st.result(serr, probing, sent) {
 		if !c.st.degraded.Load() {
 			// One failure is no evidence that the store is gone: no slot
-			// this time (the call waits in the queue, or is turned away).
+			// this time (the call waits in the queue, or is turned away),
+			// unless OnStoreError is "open".
+			if c.st.mode() == modeOpen {
+				return false, func() {}, nil
+			}
 			return false, nil, nil
 		}
 		rel, err = c.fallback(ctx)

@@ -309,12 +309,13 @@ func TestClusterShopsShareLimits(t *testing.T) {
 
 // TestClusterShopsRedisDown: two shops under load lose Redis. Each
 // OnStoreError mode does what it says — "local": each replica admits its
-// share, ceil(PermitLimit / ExpectedReplicas), per window; "open": every
-// call; "closed": none, 503 KERNEL_UNAVAILABLE_002 — nothing is lost (every
+// part of what the window had left when it last read the store's count,
+// ceil((PermitLimit - count) / ExpectedReplicas); "open": every call;
+// "closed": none, 503 KERNEL_UNAVAILABLE_002 — nothing is lost (every
 // request answered), and once Redis is back each operation is cluster-wide
-// again within seconds, its shared limit exact (20 admitted across both,
-// no more). The local limit's window outlasts the test, so no count
-// depends on how long a burst takes.
+// again within seconds: the store counts what the fallbacks admitted, and
+// admits the rest of its limit, no more. The local limit's window
+// outlasts the test, so no count depends on how long a burst takes.
 func TestClusterShopsRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	// StoreTimeoutMs is raised from its 50 ms default: under a loaded
@@ -375,7 +376,14 @@ func TestClusterShopsRedisDown(t *testing.T) {
 	if got := burst(8); got["local"] != 16 || got["open"] != 16 || got["closed"] != 16 {
 		t.Fatalf("with Redis up: admitted %v, want 16 of each", got)
 	}
-	for i, s := range shops { // else the local share below was partly spent
+	// One more order on each shop in turn: the last counts they read are
+	// 17 and 18.
+	for i, s := range shops {
+		if a := post(context.Background(), client, s.url+calls["local"].path, calls["local"].body); a.err != nil || a.status != 201 {
+			t.Fatalf("order %d with Redis up: status %d, %v", 17+i, a.status, a.err)
+		}
+	}
+	for i, s := range shops { // else the local part below was partly spent
 		if strings.Contains(s.stderr.String(), "cluster limits degraded") {
 			t.Fatalf("shop %d degraded while Redis was up:\n%s", i, s.stderr)
 		}
@@ -383,8 +391,9 @@ func TestClusterShopsRedisDown(t *testing.T) {
 	srv.Kill()
 	got := burst(15)
 	t.Logf("Redis down: admitted %v of 30 each", got)
-	if got["local"] != 20 || got["open"] != 30 || got["closed"] != 0 {
-		t.Fatalf("with Redis down: admitted %v; want local 2 x ceil(20/2) = 20 (each shop its share), open 30, closed 0", got)
+	const parts = 2 + 1 // ceil((20-17)/2) + ceil((20-18)/2)
+	if got["local"] != parts || got["open"] != 30 || got["closed"] != 0 {
+		t.Fatalf("with Redis down: admitted %v; want local %d (each shop its part of the 2 and 3 left), open 30, closed 0", got, parts)
 	}
 	for _, s := range shops {
 		if !strings.Contains(s.stderr.String(), "cluster limits degraded") {
@@ -392,20 +401,22 @@ func TestClusterShopsRedisDown(t *testing.T) {
 		}
 	}
 	// Redis comes back empty: the shared window starts again with 20
-	// permits, and the local shares are spent, so orders admitted from
-	// now on are the store's, at most 20 in all; bursts go on until both
-	// shops use it again for every mode (closed admits all 30 in a burst
-	// and the 20 orders have been admitted).
+	// permits, less the 3 the fallbacks admitted (each shop's first round
+	// trip adds them to the store's count), and the local parts are
+	// spent, so orders admitted from now on are the store's, at most 17
+	// in all; bursts go on until both shops use it again for every mode
+	// (closed admits all 30 in a burst and the 17 orders have been
+	// admitted).
 	srv.Restart()
 	back := time.Now()
 	admitted := 0
 	for {
 		got = burst(15)
 		admitted += got["local"]
-		if admitted > 20 {
-			t.Fatalf("%d orders admitted since Redis came back, limit 20 (last burst %v)", admitted, got)
+		if admitted > 20-parts {
+			t.Fatalf("%d orders admitted since Redis came back, limit 20 less the fallbacks' %d (last burst %v)", admitted, parts, got)
 		}
-		if got["closed"] == 30 && admitted == 20 {
+		if got["closed"] == 30 && admitted == 20-parts {
 			break
 		}
 		if time.Since(back) > 10*time.Second {
@@ -423,19 +434,25 @@ func TestClusterShopsRedisDown(t *testing.T) {
 // TestClusterShopPausedRedis: with Redis paused (CLIENT PAUSE), the
 // operation's p99 stays within its unloaded p99 + StoreTimeoutMs + a small
 // margin: each store call is bounded, and a degraded operation does not
-// ask again before RetryInterval.
+// ask again before RetryInterval. The calls before the operation degrades
+// (three failed store calls in a row) are turned away with 503
+// KERNEL_UNAVAILABLE_002, at most three.
 func TestClusterShopPausedRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := clusterConfig(srv.Addr(), `"orders.create":{"PermitLimit":1000000,"WindowSeconds":1,"Scope":"cluster","StoreTimeoutMs":50,"ConcurrencyLimit":1000}`)
 	s := startClusterShop(t, cfg)
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
+	refused := 0
 	measure := func(n int) (p99, worst time.Duration) {
 		var lat []time.Duration
 		for range n {
 			a := post(context.Background(), client, s.url+"/orders", `{"name":"widget","amount":1}`)
-			if a.err != nil || a.status != 201 {
-				t.Fatalf("status %d, %v", a.status, a.err)
+			switch {
+			case a.err == nil && a.status == 503 && a.problem["code"] == pipeline.CodeRateLimited && refused < 3:
+				refused++
+			case a.err != nil || a.status != 201:
+				t.Fatalf("status %d %v, %v (%d turned away before)", a.status, a.problem, a.err, refused)
 			}
 			lat = append(lat, a.latency)
 		}
@@ -447,7 +464,7 @@ func TestClusterShopPausedRedis(t *testing.T) {
 	srv.Pause(3 * time.Second)
 	paused, worst := measure(300)
 	const margin = 25 * time.Millisecond
-	t.Logf("p99 unloaded %v, with Redis paused %v, slowest %v (StoreTimeoutMs 50, margin %v)", base, paused, worst, margin)
+	t.Logf("p99 unloaded %v, with Redis paused %v, slowest %v (StoreTimeoutMs 50, margin %v); %d turned away", base, paused, worst, margin, refused)
 	if paused > base+50*time.Millisecond+margin {
 		t.Fatalf("p99 with Redis paused %v > unloaded p99 %v + StoreTimeoutMs 50ms + %v", paused, base, margin)
 	}
@@ -494,7 +511,10 @@ func TestClusterShopKilledHolderFreesSlots(t *testing.T) {
 			freed = time.Since(started)
 			break
 		}
-		if r.status != 503 || r.problem["code"] != pipeline.CodeConcurrencyLimited {
+		// 503 _003 while the slots are held; 503 _002 when a store call
+		// took longer than StoreTimeoutMs (50 ms) on a loaded machine: one
+		// failure is turned away, not a reason to degrade.
+		if r.status != 503 || (r.problem["code"] != pipeline.CodeConcurrencyLimited && r.problem["code"] != pipeline.CodeRateLimited) {
 			t.Fatalf("status %d %v", r.status, r.problem)
 		}
 		if time.Since(started) > 15*time.Second {
