@@ -194,7 +194,7 @@ func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bo
 
 // badInput begins the description of the 400 answer.
 const badInput = "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate), " +
-	"breaks the constraints of its schema (KERNEL_VALIDATION_007: errors lists every failing field)"
+	"breaks the constraints of its schema (KERNEL_VALIDATION_007: details.errors lists every failing field)"
 
 // describeLimits adds the 503 answer of an operation with limits (rate,
 // concurrency or a breaker), naming them (what), with Retry-After.
@@ -382,14 +382,26 @@ func problemSchema() *openapi3.SchemaRef {
 		WithProperty("instance", openapi3.NewStringSchema()).
 		WithProperty("code", openapi3.NewStringSchema()).
 		WithProperty("traceId", openapi3.NewStringSchema()).
-		WithProperty("details", openapi3.NewObjectSchema()).
-		WithProperty("errors", openapi3.NewArraySchema().WithItems(openapi3.NewObjectSchema().
-			WithProperty("field", openapi3.NewStringSchema()).
-			WithProperty("rule", openapi3.NewStringSchema()).
-			WithProperty("message", openapi3.NewStringSchema())))
+		WithProperty("details", openapi3.NewObjectSchema().
+			WithProperty(operations.DetailViolations, violationsSchema()))
 	s.Required = []string{"type", "title", "status", "detail", "instance", "code", "traceId", "details"}
 	s.Description = "RFC 9457 Problem Details with the outcome's stable code, trace ID and details."
 	return s.NewRef()
+}
+
+// violationsSchema is the schema of details.errors, the failing fields of
+// a KERNEL_VALIDATION_007 outcome: operations.Violation's JSON.
+func violationsSchema() *openapi3.Schema {
+	v := openapi3.NewObjectSchema().
+		WithProperty("field", openapi3.NewStringSchema()).
+		WithProperty("rule", openapi3.NewStringSchema()).
+		WithProperty("param", openapi3.NewStringSchema()).
+		WithProperty("message", openapi3.NewStringSchema())
+	v.Required = []string{"field", "rule", "message"}
+	v.Properties["field"].Value.Description = "The field's JSON pointer (RFC 6901), e.g. /lines/0/sku."
+	v.Properties["rule"].Value.Description = "The validate rule it breaks, e.g. max."
+	v.Properties["param"].Value.Description = "The rule's parameter, e.g. 10000; absent when it has none."
+	return openapi3.NewArraySchema().WithItems(v)
 }
 
 // openAPIPath turns echo's "/orders/:id" into "/orders/{id}" (and a
