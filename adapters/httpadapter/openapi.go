@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,11 +19,24 @@ import (
 	"github.com/sundial-go/sundial/operations"
 )
 
-// OpenAPIInfo is the info object of the OpenAPI document, and a hook.
+// OpenAPIInfo is what the application says of its OpenAPI document: the
+// info object, where it is served, how callers authenticate, and a hook.
 type OpenAPIInfo struct {
 	Title       string
 	Version     string
 	Description string
+	// License and Contact go into the info object when not nil.
+	License *openapi3.License
+	Contact *openapi3.Contact
+	// Servers are the document's servers, e.g. {URL: "https://api.example.com"}.
+	// Without any, tools assume the host that served the document.
+	Servers openapi3.Servers
+	// SecuritySchemes are the document's components.securitySchemes, and
+	// Security its top-level security requirements, which apply to every
+	// operation: e.g. a "bearer" http scheme and [{"bearer": []}]. The
+	// adapter does not authenticate: a middleware of the application does.
+	SecuritySchemes openapi3.SecuritySchemes
+	Security        openapi3.SecurityRequirements
 	// Operation, if not nil, is called for each operation after the
 	// adapter has described it, to add what the adapter does not know of
 	// (e.g. the answers of an idempotency layer, 409/422). The document
@@ -63,7 +78,32 @@ func (a *Adapter) OpenAPI(info OpenAPIInfo) (*openapi3.T, error) {
 	if err := b.doc.Validate(context.Background()); err != nil {
 		return nil, fmt.Errorf("httpadapter: OpenAPI: the document does not validate: %w", err)
 	}
+	if err := checkSecurity(b.doc); err != nil {
+		return nil, err
+	}
 	return b.doc, nil
+}
+
+// checkSecurity reports a security requirement, top-level or of an
+// operation, that names no security scheme of the document (kin-openapi's
+// Validate does not).
+func checkSecurity(doc *openapi3.T) error {
+	reqs := slices.Clone(doc.Security)
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			if op.Security != nil {
+				reqs = append(reqs, *op.Security...)
+			}
+		}
+	}
+	for _, req := range reqs {
+		for name := range req {
+			if ref := doc.Components.SecuritySchemes[name]; ref == nil || ref.Value == nil {
+				return fmt.Errorf("httpadapter: OpenAPI: security requirement %q names no security scheme; add it to OpenAPIInfo.SecuritySchemes", name)
+			}
+		}
+	}
+	return nil
 }
 
 // openAPIBuilder holds the document being built and its two schema
@@ -86,10 +126,14 @@ func newOpenAPIBuilder(info OpenAPIInfo) *openAPIBuilder {
 		info.Version = "0"
 	}
 	doc := &openapi3.T{
-		OpenAPI:    "3.1.0",
-		Info:       &openapi3.Info{Title: info.Title, Version: info.Version, Description: info.Description},
-		Paths:      openapi3.NewPaths(),
-		Components: &openapi3.Components{Schemas: openapi3.Schemas{}, Headers: openapi3.Headers{}},
+		OpenAPI: "3.1.0",
+		Info: &openapi3.Info{Title: info.Title, Version: info.Version, Description: info.Description,
+			License: info.License, Contact: info.Contact},
+		Servers:  slices.Clone(info.Servers),
+		Security: slices.Clone(info.Security),
+		Paths:    openapi3.NewPaths(),
+		Components: &openapi3.Components{Schemas: openapi3.Schemas{}, Headers: openapi3.Headers{},
+			SecuritySchemes: maps.Clone(info.SecuritySchemes)},
 	}
 	doc.Components.Schemas[problemSchemaName] = problemSchema()
 	doc.Components.Headers["Retry-After"] = &openapi3.HeaderRef{Value: &openapi3.Header{Parameter: openapi3.Parameter{
