@@ -41,7 +41,7 @@ type paid struct {
 // TestConstraintsConformance: the same input with three fields wrong
 // (payee missing, amount over its maximum, currency not one of EUR USD)
 // gives KERNEL_VALIDATION_007 naming the same three fields on HTTP (the
-// Problem's errors array, JSON pointers), gRPC (a google.rpc.BadRequest
+// Problem's details.errors, JSON pointers), gRPC (a google.rpc.BadRequest
 // with one FieldViolation each) and the CLI (one line per flag, exit 2);
 // the handler never runs.
 func TestConstraintsConformance(t *testing.T) {
@@ -73,7 +73,7 @@ func failuresEverywhere(t *testing.T, reg *operations.Registry, id, path string,
 		t.Fatal(err)
 	}
 	out := map[string][]string{}
-	// HTTP: the Problem's errors, fields as JSON pointers.
+	// HTTP: the Problem's details.errors, fields as JSON pointers.
 	url := serveHTTP(t, k)
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
@@ -88,7 +88,7 @@ func failuresEverywhere(t *testing.T, reg *operations.Registry, id, path string,
 	if err != nil || resp.StatusCode != 400 || p.Code != pipeline.CodeConstraint {
 		t.Fatalf("HTTP: status %d code %q (%v), want 400 %s", resp.StatusCode, p.Code, err, pipeline.CodeConstraint)
 	}
-	for _, fe := range p.Errors {
+	for _, fe := range p.Violations() {
 		out["HTTP"] = append(out["HTTP"], strings.TrimPrefix(fe.Field, "/")+" "+fe.Rule)
 		if !strings.HasPrefix(fe.Field, "/") || fe.Rule == "" || fe.Message == "" {
 			t.Errorf("HTTP field error %+v: want a JSON pointer, a rule and a message", fe)

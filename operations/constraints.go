@@ -1,6 +1,7 @@
 package operations
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -33,8 +34,38 @@ type Violation struct {
 }
 
 // DetailViolations is the details key of a CodeConstraint outcome: a
-// []Violation, one per failing field.
+// []Violation, one per failing field. Every JSON form of the outcome
+// carries it in the same place, details.errors, with Violation's members.
 const DetailViolations = "errors"
+
+// Violations returns the failing fields of a CodeConstraint outcome, or
+// nil when err has none.
+func Violations(err error) []Violation {
+	pe, ok := errors.AsType[*pipeline.Error](err)
+	if !ok || pe == nil {
+		return nil
+	}
+	v, _ := pe.Detail(DetailViolations)
+	vs, _ := v.([]Violation)
+	return vs
+}
+
+// NameFields returns e with each failing field named name(path), where
+// path is the field's path in JSON names ("lines[1].sku"). Adapters use it
+// to name fields as their callers know them: a JSON pointer over HTTP, a
+// flag on the CLI. An e without violations is returned as it is.
+func NameFields(e *pipeline.Error, name func(path string) string) *pipeline.Error {
+	vs := Violations(e)
+	if vs == nil {
+		return e
+	}
+	out := make([]Violation, len(vs))
+	for i, v := range vs {
+		v.Field = name(v.Field)
+		out[i] = v
+	}
+	return e.WithDetail(DetailViolations, out)
+}
 
 var (
 	defaultRules = newRuleSet()

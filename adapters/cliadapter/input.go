@@ -348,16 +348,7 @@ func (f *inputFlags) decode(fs *pflag.FlagSet, raw []byte) (any, error) {
 // flag ("--name"), or, for a field without one, by its path in --input
 // ("--input lines[0].sku").
 func (f *inputFlags) flagViolations(perr *pipeline.Error) *pipeline.Error {
-	vs, _ := perr.Details()[operations.DetailViolations].([]operations.Violation)
-	if len(vs) == 0 {
-		return perr
-	}
-	out := make([]operations.Violation, len(vs))
-	for i, v := range vs {
-		v.Field = f.flagOf(v.Field)
-		out[i] = v
-	}
-	return perr.WithDetail(operations.DetailViolations, out)
+	return operations.NameFields(perr, f.flagOf)
 }
 
 // flagOf returns the flag of the field at JSON path, or the --input path.

@@ -147,7 +147,8 @@ type Problem struct {
 	TraceID string `json:"traceId"`
 	// Details are the outcome's details, e.g. {"field": "amount"}, and its
 	// retry-after in whole seconds under "retryAfter"; an empty object when
-	// there are none, and always for UNEXPECTED.
+	// there are none, and always for UNEXPECTED. A constraint outcome's
+	// failing fields are under "errors", named by their flags.
 	Details map[string]any `json:"details"`
 }
 

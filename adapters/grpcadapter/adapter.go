@@ -88,6 +88,9 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if !isPackage(cfg.pkg) {
 		return nil, fmt.Errorf("grpcadapter: WithPackage(%q): want dot-separated protobuf identifiers, e.g. \"shop.v1\"", cfg.pkg)
 	}
+	if cfg.goPrefix != "" && !isImportPath(cfg.goPrefix) {
+		return nil, fmt.Errorf("grpcadapter: WithGoPackagePrefix(%q): want a Go import path, e.g. \"example.com/shop/gen\"", cfg.goPrefix)
+	}
 	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, methods: make(map[string]*method), receivers: make(chan *reception)}
 	if a.logger == nil {
 		a.logger = k.Logger()

@@ -2,7 +2,9 @@ package grpcadapter
 
 import (
 	"fmt"
+	"go/token"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -177,7 +179,7 @@ func (a *Adapter) buildFiles(s *schema, svcs map[string]*serviceBuild) error {
 	if err := registerWellKnown(a.files); err != nil {
 		return err
 	}
-	fb := fileBuild{main: a.cfg.pkg, byPkg: map[string]*descriptorpb.FileDescriptorProto{}}
+	fb := fileBuild{main: a.cfg.pkg, goPrefix: a.cfg.goPrefix, byPkg: map[string]*descriptorpb.FileDescriptorProto{}}
 	mf := fb.file(a.cfg.pkg)
 	mf.MessageType = s.protos
 	if len(s.locs) > 0 {
@@ -191,6 +193,39 @@ func (a *Adapter) buildFiles(s *schema, svcs map[string]*serviceBuild) error {
 	}
 	return fb.register(a.files)
 }
+
+// goPackage is the go_package of the file of proto package pkg under
+// prefix, as buf's managed mode names it: the import path is prefix and
+// the package's directory, and the name is its last element, after the one
+// before it when the last is a version ("shop.v1" is shopv1).
+func goPackage(prefix, pkg string) string {
+	elems := strings.Split(strings.ToLower(pkg), ".")
+	name := elems[len(elems)-1]
+	if len(elems) > 1 && protoVersion.MatchString(name) {
+		name = elems[len(elems)-2] + name
+	}
+	name = strings.ReplaceAll(name, "_", "")
+	if token.IsKeyword(name) || name == "" {
+		name += "pb"
+	}
+	return prefix + "/" + strings.ReplaceAll(pkg, ".", "/") + ";" + name
+}
+
+// protoVersion matches a proto package's version element: v1, v2beta1.
+var protoVersion = regexp.MustCompile(`^v[0-9]+((alpha|beta)[0-9]*)?$`)
+
+// isImportPath reports whether p is a Go import path: non-empty elements
+// separated by '/', of letters, digits and "-._~+", none "." or "..".
+func isImportPath(p string) bool {
+	for _, e := range strings.Split(p, "/") {
+		if e == "" || e == "." || e == ".." || strings.TrimLeft(e, importPathChars) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+const importPathChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~+"
 
 // registerWellKnown registers the well-known types the files may import.
 func registerWellKnown(files *protoregistry.Files) error {
@@ -207,10 +242,12 @@ func registerWellKnown(files *protoregistry.Files) error {
 }
 
 // fileBuild holds the file descriptor protos being built, by package;
-// main is the application package.
+// main is the application package and goPrefix the prefix of their
+// go_package options ("": none).
 type fileBuild struct {
-	main  string
-	byPkg map[string]*descriptorpb.FileDescriptorProto
+	main     string
+	goPrefix string
+	byPkg    map[string]*descriptorpb.FileDescriptorProto
 }
 
 // file returns the file of package pkg, creating it (importing the main
@@ -220,6 +257,9 @@ func (fb *fileBuild) file(pkg string) *descriptorpb.FileDescriptorProto {
 		return f
 	}
 	f := &descriptorpb.FileDescriptorProto{Name: new(fileOf(pkg)), Package: new(pkg), Syntax: new("proto3")}
+	if fb.goPrefix != "" {
+		f.Options = &descriptorpb.FileOptions{GoPackage: new(goPackage(fb.goPrefix, pkg))}
+	}
 	if pkg != fb.main {
 		f.Dependency = append(f.Dependency, fileOf(fb.main))
 	}

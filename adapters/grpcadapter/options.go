@@ -31,6 +31,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	pkg          string
+	goPrefix     string
 	domain       string
 	logger       *slog.Logger
 	tolerance    time.Duration
@@ -60,6 +61,16 @@ func defaultConfig() config {
 // package that is not dot-separated protobuf identifiers.
 func WithPackage(pkg string) Option {
 	return optionFunc(func(c *config) { c.pkg = pkg })
+}
+
+// WithGoPackagePrefix gives every .proto file the adapter describes a
+// go_package option under prefix, as buf's managed mode does with its
+// go_package_prefix: file shop/v1/operations.proto (package shop.v1) gets
+// "<prefix>/shop/v1;shopv1". protoc-gen-go then generates the files the
+// reflection service exports without M flags. The default is no
+// go_package. New rejects a prefix that is not a Go import path.
+func WithGoPackagePrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.goPrefix = prefix })
 }
 
 // WithDomain sets the domain of the google.rpc.ErrorInfo attached to every

@@ -27,7 +27,8 @@ const defaultDomain = "sundial"
 // safe message, a google.rpc.ErrorInfo whose reason is the outcome's stable
 // code, whose domain is domain ("sundial" when empty) and whose
 // metadata are the outcome's details as strings (numbers in decimal,
-// durations in seconds, other values as JSON), and,
+// durations in seconds, other values as JSON), a google.rpc.BadRequest
+// for a constraint outcome's failing fields (instead of metadata), and,
 // when the outcome has a retry-after ([pipeline.Error.RetryAfter]), a
 // google.rpc.RetryInfo with that delay and the metadata entry
 // [pipeline.DetailRetryAfter], both in whole seconds rounded up.
@@ -60,15 +61,17 @@ func Status(err error, domain string) *status.Status {
 	details := []protoadapt.MessageV1{info}
 	if kind != pipeline.KindUnexpected {
 		safe := e.SafeDetails()
+		if vs := operations.Violations(e); vs != nil {
+			// The failing fields go in their typed form only.
+			delete(safe, operations.DetailViolations)
+			details = append(details, badRequest(vs))
+		}
 		secs, retry := e.RetryAfterSeconds()
 		if len(safe) > 0 || retry {
 			info.Metadata = make(map[string]string, len(safe)+1)
 			for k, v := range safe {
 				info.Metadata[k] = detailString(v)
 			}
-		}
-		if vs, ok := safe[operations.DetailViolations].([]operations.Violation); ok {
-			details = append(details, badRequest(vs))
 		}
 		if retry {
 			info.Metadata[pipeline.DetailRetryAfter] = strconv.FormatInt(secs, 10)
@@ -260,7 +263,9 @@ func foreignStatus(err error) (st *status.Status, ok bool) {
 }
 
 // badRequest is the google.rpc.BadRequest detail of a constraint outcome:
-// one FieldViolation per failing field, named by its proto field path.
+// one FieldViolation per failing field, named by its proto field path,
+// with the rule as reason and the message (which states the rule's
+// parameter) as description.
 func badRequest(vs []operations.Violation) *errdetails.BadRequest {
 	br := &errdetails.BadRequest{FieldViolations: make([]*errdetails.BadRequest_FieldViolation, len(vs))}
 	for i, v := range vs {

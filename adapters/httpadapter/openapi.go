@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,11 +19,24 @@ import (
 	"github.com/sundial-go/sundial/operations"
 )
 
-// OpenAPIInfo is the info object of the OpenAPI document, and a hook.
+// OpenAPIInfo is what the application says of its OpenAPI document: the
+// info object, where it is served, how callers authenticate, and a hook.
 type OpenAPIInfo struct {
 	Title       string
 	Version     string
 	Description string
+	// License and Contact go into the info object when not nil.
+	License *openapi3.License
+	Contact *openapi3.Contact
+	// Servers are the document's servers, e.g. {URL: "https://api.example.com"}.
+	// Without any, tools assume the host that served the document.
+	Servers openapi3.Servers
+	// SecuritySchemes are the document's components.securitySchemes, and
+	// Security its top-level security requirements, which apply to every
+	// operation: e.g. a "bearer" http scheme and [{"bearer": []}]. The
+	// adapter does not authenticate: a middleware of the application does.
+	SecuritySchemes openapi3.SecuritySchemes
+	Security        openapi3.SecurityRequirements
 	// Operation, if not nil, is called for each operation after the
 	// adapter has described it, to add what the adapter does not know of
 	// (e.g. the answers of an idempotency layer, 409/422). The document
@@ -63,7 +78,32 @@ func (a *Adapter) OpenAPI(info OpenAPIInfo) (*openapi3.T, error) {
 	if err := b.doc.Validate(context.Background()); err != nil {
 		return nil, fmt.Errorf("httpadapter: OpenAPI: the document does not validate: %w", err)
 	}
+	if err := checkSecurity(b.doc); err != nil {
+		return nil, err
+	}
 	return b.doc, nil
+}
+
+// checkSecurity reports a security requirement, top-level or of an
+// operation, that names no security scheme of the document (kin-openapi's
+// Validate does not).
+func checkSecurity(doc *openapi3.T) error {
+	reqs := slices.Clone(doc.Security)
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			if op.Security != nil {
+				reqs = append(reqs, *op.Security...)
+			}
+		}
+	}
+	for _, req := range reqs {
+		for name := range req {
+			if ref := doc.Components.SecuritySchemes[name]; ref == nil || ref.Value == nil {
+				return fmt.Errorf("httpadapter: OpenAPI: security requirement %q names no security scheme; add it to OpenAPIInfo.SecuritySchemes", name)
+			}
+		}
+	}
+	return nil
 }
 
 // openAPIBuilder holds the document being built and its two schema
@@ -86,10 +126,14 @@ func newOpenAPIBuilder(info OpenAPIInfo) *openAPIBuilder {
 		info.Version = "0"
 	}
 	doc := &openapi3.T{
-		OpenAPI:    "3.1.0",
-		Info:       &openapi3.Info{Title: info.Title, Version: info.Version, Description: info.Description},
-		Paths:      openapi3.NewPaths(),
-		Components: &openapi3.Components{Schemas: openapi3.Schemas{}, Headers: openapi3.Headers{}},
+		OpenAPI: "3.1.0",
+		Info: &openapi3.Info{Title: info.Title, Version: info.Version, Description: info.Description,
+			License: info.License, Contact: info.Contact},
+		Servers:  slices.Clone(info.Servers),
+		Security: slices.Clone(info.Security),
+		Paths:    openapi3.NewPaths(),
+		Components: &openapi3.Components{Schemas: openapi3.Schemas{}, Headers: openapi3.Headers{},
+			SecuritySchemes: maps.Clone(info.SecuritySchemes)},
 	}
 	doc.Components.Schemas[problemSchemaName] = problemSchema()
 	doc.Components.Headers["Retry-After"] = &openapi3.HeaderRef{Value: &openapi3.Header{Parameter: openapi3.Parameter{
@@ -194,7 +238,7 @@ func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bo
 
 // badInput begins the description of the 400 answer.
 const badInput = "VALIDATION: the input does not fit (unknown field, wrong type, failed Validate), " +
-	"breaks the constraints of its schema (KERNEL_VALIDATION_007: errors lists every failing field)"
+	"breaks the constraints of its schema (KERNEL_VALIDATION_007: details.errors lists every failing field)"
 
 // describeLimits adds the 503 answer of an operation with limits (rate,
 // concurrency or a breaker), naming them (what), with Retry-After.
@@ -382,14 +426,26 @@ func problemSchema() *openapi3.SchemaRef {
 		WithProperty("instance", openapi3.NewStringSchema()).
 		WithProperty("code", openapi3.NewStringSchema()).
 		WithProperty("traceId", openapi3.NewStringSchema()).
-		WithProperty("details", openapi3.NewObjectSchema()).
-		WithProperty("errors", openapi3.NewArraySchema().WithItems(openapi3.NewObjectSchema().
-			WithProperty("field", openapi3.NewStringSchema()).
-			WithProperty("rule", openapi3.NewStringSchema()).
-			WithProperty("message", openapi3.NewStringSchema())))
+		WithProperty("details", openapi3.NewObjectSchema().
+			WithProperty(operations.DetailViolations, violationsSchema()))
 	s.Required = []string{"type", "title", "status", "detail", "instance", "code", "traceId", "details"}
 	s.Description = "RFC 9457 Problem Details with the outcome's stable code, trace ID and details."
 	return s.NewRef()
+}
+
+// violationsSchema is the schema of details.errors, the failing fields of
+// a KERNEL_VALIDATION_007 outcome: operations.Violation's JSON.
+func violationsSchema() *openapi3.Schema {
+	v := openapi3.NewObjectSchema().
+		WithProperty("field", openapi3.NewStringSchema()).
+		WithProperty("rule", openapi3.NewStringSchema()).
+		WithProperty("param", openapi3.NewStringSchema()).
+		WithProperty("message", openapi3.NewStringSchema())
+	v.Required = []string{"field", "rule", "message"}
+	v.Properties["field"].Value.Description = "The field's JSON pointer (RFC 6901), e.g. /lines/0/sku."
+	v.Properties["rule"].Value.Description = "The validate rule it breaks, e.g. max."
+	v.Properties["param"].Value.Description = "The rule's parameter, e.g. 10000; absent when it has none."
+	return openapi3.NewArraySchema().WithItems(v)
 }
 
 // openAPIPath turns echo's "/orders/:id" into "/orders/{id}" (and a

@@ -60,35 +60,29 @@ type Problem struct {
 	// is installed, else the caller's (an incoming traceparent), else "".
 	TraceID string `json:"traceId"`
 	// Details are the outcome's details, e.g. {"id": ..., "retryAfter": 60}.
-	// UNEXPECTED outcomes never carry any.
+	// UNEXPECTED outcomes never carry any. A KERNEL_VALIDATION_007
+	// outcome lists its failing fields under "errors" (see Violations).
 	Details map[string]any `json:"details"`
-	// Errors lists every failing field of a KERNEL_VALIDATION_007
-	// outcome (the input's validate tags); Field is a JSON pointer
-	// ("/lines/0/sku").
-	Errors []FieldError `json:"errors,omitempty"`
 }
 
-// FieldError is one failing field of a Problem: Field is its JSON pointer
-// (RFC 6901), Rule the validate rule it breaks and Message a sentence.
-type FieldError struct {
-	Field   string `json:"field"`
-	Rule    string `json:"rule"`
-	Message string `json:"message"`
-}
-
-// fieldErrors moves the constraint violations out of details into the
-// Problem's errors array, their paths as JSON pointers.
-func fieldErrors(details map[string]any) []FieldError {
-	vs, _ := details[operations.DetailViolations].([]operations.Violation)
-	if vs == nil {
+// Violations returns the failing fields of a KERNEL_VALIDATION_007
+// Problem, details.errors, whether p was built or decoded from JSON; nil
+// when it has none or they do not decode. Field is a JSON pointer (RFC
+// 6901), e.g. "/lines/0/sku".
+func (p *Problem) Violations() []operations.Violation {
+	switch v := p.Details[operations.DetailViolations].(type) {
+	case []operations.Violation:
+		return v
+	case nil:
 		return nil
+	default:
+		b, err := json.Marshal(v)
+		var vs []operations.Violation
+		if err != nil || json.Unmarshal(b, &vs) != nil {
+			return nil
+		}
+		return vs
 	}
-	delete(details, operations.DetailViolations)
-	out := make([]FieldError, len(vs))
-	for i, v := range vs {
-		out[i] = FieldError{Field: jsonPointer(v.Field), Rule: v.Rule, Message: v.Message}
-	}
-	return out
 }
 
 // jsonPointer turns a path ("lines[1].sku") into a JSON pointer
@@ -106,21 +100,20 @@ var emptyDetails = map[string]any{}
 // newProblem builds the Problem of a failure with the given status. An
 // UNEXPECTED outcome (unknown kinds included) shows nothing of its message
 // or details; an outcome with a retry-after has it as details.retryAfter,
-// in whole seconds.
+// in whole seconds, and a constraint outcome names its failing fields in
+// details.errors by JSON pointers.
 func newProblem(e *pipeline.Error, status int, instance, traceID string) *Problem {
-	details := e.SafeDetails()
+	details := operations.NameFields(e, jsonPointer).SafeDetails()
 	if s, ok := e.RetryAfterSeconds(); ok && e.Kind() != pipeline.KindUnexpected {
 		if details == nil {
 			details = make(map[string]any, 1)
 		}
 		details[pipeline.DetailRetryAfter] = s
 	}
-	errs := fieldErrors(details)
 	if len(details) == 0 {
 		details = emptyDetails
 	}
 	return &Problem{
-		Errors:   errs,
 		Type:     typePrefix + e.Code(),
 		Title:    e.Kind().String(),
 		Status:   status,

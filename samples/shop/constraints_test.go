@@ -138,8 +138,8 @@ func agree(t *testing.T, s *shopServer, router routers.Router, method, path, bod
 		t.Errorf("%s %s (%s) %s = 400 %s; the schema accepts it", method, path, c.name, body, answer)
 	case !c.valid && (resp.StatusCode != http.StatusBadRequest || p.Code != pipeline.CodeConstraint):
 		t.Errorf("%s %s (%s) %s = %d %s; the schema rejects it, want 400 %s", method, path, c.name, body, resp.StatusCode, answer, pipeline.CodeConstraint)
-	case !c.valid && len(p.Errors) != c.broken:
-		t.Errorf("%s %s (%s) %s: %d failing fields %+v, want %d", method, path, c.name, body, len(p.Errors), p.Errors, c.broken)
+	case !c.valid && len(p.Violations()) != c.broken:
+		t.Errorf("%s %s (%s) %s: %d failing fields %+v, want %d", method, path, c.name, body, len(p.Violations()), p.Violations(), c.broken)
 	}
 }
 

@@ -62,10 +62,10 @@ func FuzzShopOrderInput(f *testing.F) {
 				t.Fatalf("%q was created, but it breaks the constraints: %v", body, err)
 			}
 		case p.Code == pipeline.CodeConstraint:
-			if len(p.Errors) == 0 {
+			if len(p.Violations()) == 0 {
 				t.Fatalf("%q: %s without failing fields", body, p.Code)
 			}
-			for _, fe := range p.Errors {
+			for _, fe := range p.Violations() {
 				if !strings.HasPrefix(fe.Field, "/") || fe.Rule == "" || fe.Message == "" {
 					t.Fatalf("%q: field error %+v", body, fe)
 				}

@@ -24,6 +24,10 @@ import (
 // orders.create is /shop.v1.Orders/Create.
 const grpcPackage = "shop.v1"
 
+// goPackagePrefix is where Go clients generate the shop's schema:
+// shop.v1's go_package is this prefix, then "/shop/v1;shopv1".
+const goPackagePrefix = "github.com/sundial-go/sundial/samples/shop/gen"
+
 // grpcServer is the shop's gRPC listener: every operation as a method of
 // shop.v1.<Group>, server reflection (grpcurl can list and call them) and
 // the standard health service.
@@ -50,7 +54,8 @@ type grpcServer struct {
 
 // startGRPC starts serving k over gRPC on addr.
 func startGRPC(k *kernel.Kernel, addr string, logger *slog.Logger, stdout io.Writer) (*grpcServer, error) {
-	a, err := grpcadapter.New(k, grpcadapter.WithPackage(grpcPackage), grpcadapter.WithLogger(logger))
+	a, err := grpcadapter.New(k, grpcadapter.WithPackage(grpcPackage), grpcadapter.WithLogger(logger),
+		grpcadapter.WithGoPackagePrefix(goPackagePrefix))
 	if err != nil {
 		return nil, err
 	}

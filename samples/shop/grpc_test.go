@@ -346,11 +346,13 @@ func TestShopGRPCReflection(t *testing.T) {
 // TestProtocAndBufAcceptTheSchema exports the shop's gRPC schema through
 // server reflection over a real loopback listener, prints it as .proto
 // source as grpcurl -proto-out-dir does, compiles it with protoc and lints
-// it with buf (docs/grpc.md, "Schemas other tools accept"). Issue 19's
-// failure was protoc's `"Charge" is not a message type`.
+// it with buf (docs/grpc.md, "Schemas other tools accept"), then
+// generates Go from it with protoc-gen-go, without M flags, and builds it.
+// Issue 19's failure was protoc's `"Charge" is not a message type`.
 func TestProtocAndBufAcceptTheSchema(t *testing.T) {
 	g := startShopGRPC(t, serveOptions{})
 	prototest.Check(t, g.conn)
+	prototest.GenerateGo(t, g.conn)
 }
 
 func TestShopGRPCHealth(t *testing.T) {

@@ -187,10 +187,8 @@ func wantProblem(t *testing.T, r shopResponse, status int, kind, code, instance,
 	if r.status != status || r.problem == nil {
 		t.Fatalf("status %d, Content-Type %q, body %s; want %d Problem Details", r.status, r.header.Get("Content-Type"), r.body, status)
 	}
+	// A constraint outcome's failing fields are in details.errors.
 	members := []string{"type", "title", "status", "detail", "instance", "code", "traceId", "details"}
-	if code == pipeline.CodeConstraint {
-		members = append(members, "errors") // every failing field
-	}
 	if len(r.problem) != len(members) {
 		t.Errorf("problem members = %d (%s), want exactly %v", len(r.problem), r.body, members)
 	}
@@ -417,7 +415,8 @@ func TestShopHTTPErrors(t *testing.T) {
 		{"body over the limit", "POST", "/orders", `{"name":"` + strings.Repeat("x", 1<<20) + `"}`, 413, "VALIDATION", "HTTP_VALIDATION_003", map[string]any{"limit": 1 << 20}},
 		{"malformed body", "POST", "/orders", `{"name":"widget","amount":}`, 400, "VALIDATION", "HTTP_VALIDATION_001", nil},
 		{"wrong type", "POST", "/orders", `{"name":"widget","amount":"one"}`, 400, "VALIDATION", "HTTP_VALIDATION_002", map[string]any{"expected": "integer", "field": "amount"}},
-		{"failed validation", "POST", "/orders", `{"name":"","amount":1}`, 400, "VALIDATION", pipeline.CodeConstraint, map[string]any{}},
+		{"failed validation", "POST", "/orders", `{"name":"","amount":1}`, 400, "VALIDATION", pipeline.CodeConstraint,
+			map[string]any{"errors": []any{map[string]any{"field": "/name", "rule": "required", "message": "is required."}}}},
 		{"no such route", "GET", "/nope", "", 404, "NOT_FOUND", "HTTP_NOT_FOUND_001", map[string]any{}},
 		{"wrong method", "GET", "/orders", "", 405, "NOT_FOUND", "HTTP_NOT_FOUND_002", map[string]any{}},
 	}

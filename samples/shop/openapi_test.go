@@ -44,6 +44,13 @@ func TestShopServesOpenAPI(t *testing.T) {
 	if doc.OpenAPI != "3.1.0" {
 		t.Errorf("openapi = %q, want 3.1.0", doc.OpenAPI)
 	}
+	// What redocly's recommended rules ask of the application.
+	if l := doc.Info.License; l == nil || l.Name != "MIT" || l.Identifier != "MIT" {
+		t.Errorf("info.license = %+v, want MIT", l)
+	}
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != "/" {
+		t.Errorf("servers = %+v, want the one that serves the document, /", doc.Servers)
+	}
 
 	// The idempotency answers where keys are enabled (orders.create and
 	// billing.charge in the shop's config), and only there.

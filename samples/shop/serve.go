@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/labstack/echo/v4"
 	"github.com/spf13/cobra"
 
@@ -231,7 +232,10 @@ func shopRoutes(k *kernel.Kernel, tel *shopTelemetry, draining *atomic.Bool, o s
 	e.GET("/metrics", echo.WrapHandler(tel.metrics)) // Prometheus (telemetry.go)
 	// The OpenAPI 3.1 document of the operations (docs/http.md).
 	openapi, err := a.OpenAPIHandler(httpadapter.OpenAPIInfo{Title: "shop", Version: serviceVersion(),
-		Description: "The Sundial shop sample: orders, reports and billing."})
+		Description: "The Sundial shop sample: orders, reports and billing.",
+		License:     &openapi3.License{Name: "MIT", Identifier: "MIT"},
+		// The host that serves the document, whatever its address.
+		Servers: openapi3.Servers{{URL: "/", Description: "this shop"}}})
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,8 @@
 // describes through server reflection are what other languages' tools
 // accept: it exports the descriptors the way grpcurl does
 // (-proto-out-dir), prints them as .proto source, compiles them with
-// protoc and lints them with buf.
+// protoc and lints them with buf (Check), and generates Go from them with
+// protoc-gen-go (GenerateGo).
 //
 // protoc is Debian's protobuf-compiler (`make deps` installs it); when it
 // is not on PATH the test fails with the command that installs it under
@@ -17,7 +18,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -240,6 +243,118 @@ func Check(tb testing.TB, conn grpc.ClientConnInterface) string {
 	compileProtos(tb, dir, paths)
 	lintProtos(tb, dir, paths)
 	return dir
+}
+
+// GenerateGo exports the schemas served on conn as Check does and
+// generates Go from them with protoc and protoc-gen-go, without M flags,
+// as a Go client of the service would; it then builds the generated
+// packages. It returns the module directory holding them. Each file needs
+// a go_package option (grpcadapter.WithGoPackagePrefix gives one).
+// protoc-gen-go is built from the google.golang.org/protobuf module the
+// test's module requires, or taken from the path in SUNDIAL_PROTOC_GEN_GO.
+func GenerateGo(tb testing.TB, conn grpc.ClientConnInterface) string {
+	tb.Helper()
+	dir, err := generateGo(tb, Export(tb, conn))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// generateGo compiles files with protoc and protoc-gen-go into a new
+// module and builds it; it returns the module's directory.
+func generateGo(tb testing.TB, files []protoreflect.FileDescriptor) (string, error) {
+	tb.Helper()
+	src := tb.TempDir()
+	paths := writeFiles(tb, files, src)
+	compileProtos(tb, src, paths) // protoc is there, or the test has ended
+	bin, _ := exec.LookPath("protoc")
+	mod := goModule(files)
+	out := tb.TempDir()
+	args := []string{"-I", src, "--plugin=protoc-gen-go=" + protocGenGo(tb), "--go_out=" + out, "--go_opt=module=" + mod}
+	if msg, err := run(bin, src, append(args, paths...)...); err != nil {
+		return "", fmt.Errorf("prototest: protoc-gen-go rejects the exported schema: %v\n%s\n%s", err, msg, dump(src, paths))
+	}
+	goMod := "module " + mod + "\n\ngo " + goVersion() + "\n\nrequire google.golang.org/protobuf " + protobufVersion(tb) + "\n"
+	if err := os.WriteFile(filepath.Join(out, "go.mod"), []byte(goMod), 0o644); err != nil {
+		return "", err
+	}
+	// The protobuf module is in the module cache: build offline.
+	env := []string{"GOFLAGS=-mod=mod", "GOWORK=off", "GOPROXY=off", "GOSUMDB=off"}
+	if msg, err := runEnv(goCommand(tb), out, env, "build", "./..."); err != nil {
+		return "", fmt.Errorf("prototest: the Go protoc-gen-go generated does not build: %v\n%s", err, msg)
+	}
+	return out, nil
+}
+
+// goVersion is the language version of the running Go, e.g. "1.26".
+func goVersion() string {
+	v := strings.TrimPrefix(runtime.Version(), "go")
+	if major, rest, ok := strings.Cut(v, "."); ok {
+		minor, _, _ := strings.Cut(rest, ".")
+		return major + "." + minor
+	}
+	return "1.21"
+}
+
+// goModule returns the longest import path that holds every file's
+// go_package, the module of the generated code.
+func goModule(files []protoreflect.FileDescriptor) string {
+	var common []string
+	first := true
+	for _, fd := range files {
+		if strings.HasPrefix(fd.Path(), "google/protobuf/") {
+			continue
+		}
+		opts, _ := fd.Options().(*descriptorpb.FileOptions)
+		ip, _, _ := strings.Cut(opts.GetGoPackage(), ";")
+		elems := strings.Split(path.Dir(ip), "/")
+		if first {
+			common, first = elems, false
+			continue
+		}
+		n := 0
+		for n < len(common) && n < len(elems) && common[n] == elems[n] {
+			n++
+		}
+		common = common[:n]
+	}
+	return strings.Join(common, "/")
+}
+
+// protocGenGo returns the protoc-gen-go to run: SUNDIAL_PROTOC_GEN_GO, or
+// one built from the module cache.
+func protocGenGo(tb testing.TB) string {
+	tb.Helper()
+	if bin := os.Getenv("SUNDIAL_PROTOC_GEN_GO"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(tb.TempDir(), "protoc-gen-go")
+	if msg, err := run(goCommand(tb), "", "build", "-o", bin, "google.golang.org/protobuf/cmd/protoc-gen-go"); err != nil {
+		tb.Fatalf("prototest: building protoc-gen-go: %v\n%s", err, msg)
+	}
+	return bin
+}
+
+// protobufVersion is the version of google.golang.org/protobuf the test's
+// module requires.
+func protobufVersion(tb testing.TB) string {
+	tb.Helper()
+	v, err := exec.Command(goCommand(tb), "list", "-m", "-f", "{{.Version}}", "google.golang.org/protobuf").Output()
+	if err != nil {
+		tb.Fatalf("prototest: go list -m google.golang.org/protobuf: %v", err)
+	}
+	return strings.TrimSpace(string(v))
+}
+
+// goCommand returns the go command, or ends the test without one.
+func goCommand(tb testing.TB) string {
+	tb.Helper()
+	bin, err := exec.LookPath("go")
+	if err != nil {
+		tb.Fatalf("prototest: the go command is needed: %v", err)
+	}
+	return bin
 }
 
 func run(bin, dir string, args ...string) ([]byte, error) { return runEnv(bin, dir, nil, args...) }

@@ -80,3 +80,32 @@ func chargeFile() *descriptorpb.FileDescriptorProto {
 		}},
 	}
 }
+
+// TestProtocGenGoNeedsGoPackage shows what generateGo checks: protoc-gen-go
+// refuses a file without go_package (and without M flags), and generates
+// Go that builds from the same file with one.
+func TestProtocGenGoNeedsGoPackage(t *testing.T) {
+	if _, err := exec.LookPath("protoc"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("protoc not found; run `make deps`")
+		}
+		t.Skip("protoc not found; run `make deps`")
+	}
+	build := func(fdp *descriptorpb.FileDescriptorProto) error {
+		fd, err := protodesc.NewFile(fdp, new(protoregistry.Files))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = generateGo(t, []protoreflect.FileDescriptor{fd})
+		return err
+	}
+	fdp := chargeFile()
+	fdp.Service[0].Method[0].Name = new("Pay")
+	if err := build(fdp); err == nil || !strings.Contains(err.Error(), "unable to determine Go import path") {
+		t.Errorf("generateGo(no go_package) = %v, want protoc-gen-go's \"unable to determine Go import path\"", err)
+	}
+	fdp.Options = &descriptorpb.FileOptions{GoPackage: new("example.com/gen/shop/v1;shopv1")}
+	if err := build(fdp); err != nil {
+		t.Errorf("generateGo(with go_package) = %v", err)
+	}
+}
