@@ -56,6 +56,14 @@ func TestSnippetsCompile(t *testing.T) {
 		}
 		pkgs = append(pkgs, snippetPackages(t, name, string(b))...)
 	}
+	for _, err := range checkSnippets(t, pkgs) {
+		t.Error(err)
+	}
+}
+
+// checkSnippets type-checks pkgs and returns their errors.
+func checkSnippets(t *testing.T, pkgs []*snippetPackage) []error {
+	t.Helper()
 	exports := exportData(t, pkgs)
 	imp := importer.ForCompiler(token.NewFileSet(), "gc", func(path string) (io.ReadCloser, error) {
 		f, ok := exports[path]
@@ -64,14 +72,37 @@ func TestSnippetsCompile(t *testing.T) {
 		}
 		return os.Open(f)
 	})
+	var errs []error
 	for _, p := range pkgs {
 		conf := types.Config{Importer: imp, Error: func(err error) {
 			if te, ok := err.(types.Error); ok && te.Soft {
 				return // declared and not used, imported and not used
 			}
-			t.Error(err)
+			errs = append(errs, err)
 		}}
 		_, _ = conf.Check(p.path, p.fset, p.files, nil)
+	}
+	return errs
+}
+
+// TestSnippetsCompileFails: the check reports a block that does not
+// compile at its chapter's line, uses a harness, and leaves a fragment
+// out.
+func TestSnippetsCompileFails(t *testing.T) {
+	chapter := "# A chapter\n\n" +
+		"```go\nr := kernel.Request{Baggage: nil}\n```\n\n" + // line 4: no such field
+		"<!-- go:harness\nfunc _() (int, error) {\n\t// block\n}\n-->\n" +
+		"```go\nreturn 0, errors.New(\"x\")\n```\n\n" + // compiles in its harness
+		"<!-- go:fragment a sketch -->\n```go\nfunc Acquire(...)\n```\n\n" +
+		"```go\nreturn 1\n```\n" // line 22: too many return values
+	errs := checkSnippets(t, snippetPackages(t, "docs/x.md", chapter))
+	var got []string
+	for _, err := range errs {
+		got = append(got, err.Error())
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], "docs/x.md:4:") || !strings.Contains(got[0], "Baggage") ||
+		!strings.HasPrefix(got[1], "docs/x.md:22:") {
+		t.Errorf("errors = %q, want Baggage at docs/x.md:4 and a return at docs/x.md:22", got)
 	}
 }
 

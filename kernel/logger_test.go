@@ -75,3 +75,24 @@ func TestDefaultLoggerInfoIsFree(t *testing.T) {
 		t.Errorf("filtered Info and Debug records: %v allocations, want 0", allocs)
 	}
 }
+
+// BenchmarkDefaultLoggerFiltered is the cost of an Info record the default
+// logger filters out, against a logger that discards everything.
+func BenchmarkDefaultLoggerFiltered(b *testing.B) {
+	k, err := kernel.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		l    *slog.Logger
+	}{{"default", k.Logger()}, {"discard", slog.New(slog.DiscardHandler)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.l.LogAttrs(ctx, slog.LevelInfo, "http request", slog.String("operation", "test.echo"))
+			}
+		})
+	}
+}
