@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"log/slog"
+	"os"
 	"slices"
 )
 
@@ -19,14 +20,14 @@ type defaultHandler struct {
 }
 
 func (h defaultHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= defaultLogLevel && slog.Default().Handler().Enabled(ctx, l)
+	return l >= defaultLogLevel && target().Enabled(ctx, l)
 }
 
 func (h defaultHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level < defaultLogLevel {
 		return nil
 	}
-	d := slog.Default().Handler()
+	d := target()
 	for _, w := range h.with {
 		d = w(d)
 	}
@@ -49,4 +50,18 @@ func (h defaultHandler) WithGroup(name string) slog.Handler {
 
 func (h defaultHandler) then(w func(slog.Handler) slog.Handler) defaultHandler {
 	return defaultHandler{with: append(slices.Clip(h.with), w)}
+}
+
+// stderrHandler writes records as text to stderr.
+var stderrHandler = slog.NewTextHandler(os.Stderr, nil)
+
+// target returns the handler of slog.Default, or stderrHandler when that
+// is a defaultHandler itself (slog.SetDefault(k.Logger())), which would
+// hand each record back to itself.
+func target() slog.Handler {
+	d := slog.Default().Handler()
+	if _, ok := d.(defaultHandler); ok {
+		return stderrHandler
+	}
+	return d
 }

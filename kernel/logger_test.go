@@ -96,3 +96,22 @@ func BenchmarkDefaultLoggerFiltered(b *testing.B) {
 		})
 	}
 }
+
+// TestDefaultLoggerAsSlogDefault: a program that makes the kernel's
+// default logger slog's default does not send each record round in a
+// circle; its records go to stderr.
+func TestDefaultLoggerAsSlogDefault(t *testing.T) {
+	k, err := kernel.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs pipelinetest.LogSink
+	logs.CaptureDefault(t) // restores slog's default and the log package when t ends
+	slog.SetDefault(k.Logger().With("service", "test"))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.Logger().Warn("kernel: a warning from TestDefaultLoggerAsSlogDefault")
+	}()
+	<-done // a record handed back to itself overflows the stack instead
+}
