@@ -92,9 +92,13 @@ func withEnviron(environ func() []string) Option {
 	return optionFunc(func(o *options) { o.environ = environ })
 }
 
-// WithLogger sets the logger for panics, late results and framework
-// events. The default discards everything: the kernel prints nothing it was
-// not asked to. A nil logger is a no-op.
+// WithLogger sets the logger for panics, late results, configuration
+// warnings and other framework events. The adapters write their request
+// logs to it too, unless given their own. The default writes Warn and
+// above to slog.Default, as it is when each record is written: a
+// misspelt operation ID and the cause of an UNEXPECTED outcome reach
+// stderr, while the request logs at Info cost nothing. A nil logger is a
+// no-op.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) {
 		if l != nil {
@@ -216,7 +220,7 @@ func New(opts ...Option) (*Kernel, error) {
 		o.registry = operations.NewRegistry()
 	}
 	if o.logger == nil {
-		o.logger = slog.New(slog.DiscardHandler)
+		o.logger = slog.New(defaultHandler{})
 	}
 	if o.environ == nil {
 		o.environ = os.Environ

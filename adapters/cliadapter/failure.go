@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -72,6 +73,7 @@ func (r *runner) fail(err error, traceID string) error {
 		pe = pe.WithDetail("idempotencyKey", r.idemKey)
 	}
 	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe, traceID)
+	r.logUnexpected(pe, traceID)
 	if _, ok := pe.Detail("idempotencyKey"); ok {
 		if r.shared {
 			// The record outlives the process, and the command waits for the
@@ -88,6 +90,25 @@ func (r *runner) fail(err error, traceID string) error {
 		}
 	}
 	return &ExitError{Code: ExitCodeFor(pe.Kind()), Err: pe}
+}
+
+// logUnexpected logs the cause of an UNEXPECTED outcome, which the Problem
+// Details on stderr do not show, at Error on the kernel's logger. It
+// follows the Problem Details, so that they stay stderr's first line.
+func (r *runner) logUnexpected(pe *pipeline.Error, traceID string) {
+	if r.logger == nil || pe.Kind() != pipeline.KindUnexpected {
+		return
+	}
+	ctx := r.cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r.logger.LogAttrs(ctx, slog.LevelError, "cli command",
+		slog.String("operation", r.desc.ID),
+		slog.String("command", r.cmd.CommandPath()),
+		slog.String("code", pe.Code()),
+		slog.String("traceId", traceID),
+		slog.String("error", pipeline.ErrorText(pe)))
 }
 
 // writeStr writes s to w, ignoring errors: stderr has nowhere to report

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -40,6 +41,8 @@ type runner struct {
 	baggage string
 	// priority is --priority, as given ("": none).
 	priority string
+	// logger is the kernel's: it gets the cause of an UNEXPECTED outcome.
+	logger *slog.Logger
 }
 
 // flagBaggage is the flag of the call's W3C baggage.
@@ -84,6 +87,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	// What the kernel holds outside the process (a Redis client, this
 	// replica in the cluster count) goes when the command ends.
 	defer k.Close()
+	r.logger = k.Logger()
 	now := time.Now()
 	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now, Priority: r.priority}
 	r.setIdempotencyKey(k, &req)

@@ -2,6 +2,7 @@ package pipelinetest
 
 import (
 	"context"
+	"log"
 	"log/slog"
 	"maps"
 	"sync"
@@ -38,6 +39,20 @@ type LogSink struct {
 
 // Logger returns a logger that logs to s.
 func (s *LogSink) Logger() *slog.Logger { return slog.New(sinkHandler{sink: s}) }
+
+// CaptureDefault makes s's logger slog's default (slog.SetDefault) until
+// the test t ends; it then restores the default logger and the log
+// package's output and flags, which SetDefault changes. A test that calls
+// it must not run in parallel with others.
+func (s *LogSink) CaptureDefault(t interface{ Cleanup(func()) }) {
+	prev, out, flags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(s.Logger())
+	t.Cleanup(func() {
+		slog.SetDefault(prev)
+		log.SetOutput(out)
+		log.SetFlags(flags)
+	})
+}
 
 // Records returns a copy of the records kept so far, oldest first.
 func (s *LogSink) Records() []Record {

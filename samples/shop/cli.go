@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -17,23 +18,24 @@ import (
 // config, --config and the SUNDIAL_ environment; Ctrl-C or SIGTERM cancels
 // it (exit code 8).
 //
-// With an OTLP endpoint configured (OTEL_EXPORTER_OTLP_ENDPOINT), the
-// command's invocation span is exported like serve's; *tracing is then
-// set, and the caller flushes it before exiting.
-func addOperationCommands(root *cobra.Command, configFile *string, tracing **cliTracing) error {
+// The commands' kernel logs to logger. With an OTLP endpoint configured
+// (OTEL_EXPORTER_OTLP_ENDPOINT), the command's invocation span is exported
+// like serve's, and OpenTelemetry's errors go to logger too; *tracing is
+// then set, and the caller flushes it before exiting.
+func addOperationCommands(root *cobra.Command, configFile *string, logger *slog.Logger, tracing **cliTracing) error {
 	reg, err := newRegistry()
 	if err != nil {
 		return err
 	}
 	return cliadapter.AddCommands(root, reg, func() (*kernel.Kernel, error) {
-		tr, err := startCLITracing(context.Background(), os.Getenv)
+		tr, err := startCLITracing(context.Background(), os.Getenv, logger)
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: %w", err)
 		}
 		if tr == nil {
-			return newKernel(*configFile)
+			return newKernel(*configFile, kernel.WithLogger(logger))
 		}
 		*tracing = tr
-		return newKernel(*configFile, kernel.WithTracerProvider(tr.tp))
+		return newKernel(*configFile, kernel.WithLogger(logger), kernel.WithTracerProvider(tr.tp))
 	})
 }

@@ -14,7 +14,9 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -36,6 +38,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// The command's output, its Problem Details and its log records share
+	// stderr, from more than one goroutine.
+	stderr = &lockedWriter{w: stderr}
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -43,14 +48,30 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	configFile := new(string)
 	root.PersistentFlags().Var(cliadapter.NamedString(configFile, "file"), "config", "JSON config file loaded over the embedded default config")
 	root.AddCommand(newServeCommand(configFile))
+	// The operation commands log Warn and above as JSON on stderr: a
+	// config naming no operation, the cause of an UNEXPECTED outcome,
+	// OpenTelemetry's errors. stdout keeps the result alone.
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var tracing *cliTracing
-	if err := addOperationCommands(root, configFile, &tracing); err != nil {
+	if err := addOperationCommands(root, configFile, logger, &tracing); err != nil {
 		io.WriteString(stderr, "shop: "+err.Error()+"\n")
 		return 1
 	}
 	code := cliadapter.Execute(context.Background(), root)
-	tracing.shutdown(stderr) // the operation command's spans, when OTLP is configured
+	tracing.shutdown(logger) // the operation command's spans, when OTLP is configured
 	return code
+}
+
+// lockedWriter serialises the writes of several goroutines to w.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // newKernel builds the shop's kernel: its operations, the embedded default

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -23,6 +22,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // meterName is the instrumentation scope of the shop's own instruments
@@ -152,11 +152,14 @@ func serviceVersion() string {
 // span is exported like serve's, and flushed before the process exits.
 type cliTracing struct {
 	tp *sdktrace.TracerProvider
+	// restore gives OpenTelemetry's errors back to the logger before.
+	restore func()
 }
 
 // startCLITracing returns the command's tracer provider, or nil when no
-// OTLP endpoint is configured (the command then records no span).
-func startCLITracing(ctx context.Context, getenv func(string) string) (*cliTracing, error) {
+// OTLP endpoint is configured (the command then records no span). Until
+// its shutdown, OpenTelemetry's errors (a failed export) go to logger.
+func startCLITracing(ctx context.Context, getenv func(string) string, logger *slog.Logger) (*cliTracing, error) {
 	texp, err := otlpExporter(ctx, getenv)
 	if err != nil || texp == nil {
 		return nil, err
@@ -165,22 +168,27 @@ func startCLITracing(ctx context.Context, getenv func(string) string) (*cliTraci
 	if err != nil {
 		return nil, err
 	}
-	return &cliTracing{tp: sdktrace.NewTracerProvider(
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
-		sdktrace.WithBatcher(texp),
-	)}, nil
+	return &cliTracing{
+		tp: sdktrace.NewTracerProvider(
+			sdktrace.WithResource(res),
+			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+			sdktrace.WithBatcher(texp),
+		),
+		restore: telemetry.LogErrors(logger),
+	}, nil
 }
 
-// shutdown flushes the command's spans (bounded by shutdownTimeout).
-func (c *cliTracing) shutdown(stderr io.Writer) {
+// shutdown flushes the command's spans (bounded by shutdownTimeout),
+// logging what failed.
+func (c *cliTracing) shutdown(logger *slog.Logger) {
 	if c == nil {
 		return
 	}
+	defer c.restore()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := c.tp.Shutdown(ctx); err != nil {
-		fmt.Fprintf(stderr, "shop: telemetry: %s\n", strings.TrimSpace(err.Error()))
+		logger.Warn("shop: telemetry shutdown", "error", strings.TrimSpace(err.Error()))
 	}
 }
 
