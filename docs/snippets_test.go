@@ -136,6 +136,7 @@ var packageNames = map[string]string{
 	"idempotency":  "github.com/sundial-go/sundial/resilience/idempotency",
 	"outbound":     "github.com/sundial-go/sundial/resilience/outbound",
 	"echo":         "github.com/labstack/echo/v4",
+	"openapi3":     "github.com/getkin/kin-openapi/openapi3",
 	"cobra":        "github.com/spf13/cobra",
 	"grpc":         "google.golang.org/grpc",
 	"otel":         "go.opentelemetry.io/otel",
