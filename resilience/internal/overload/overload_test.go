@@ -257,3 +257,39 @@ func TestAdaptiveShadow(t *testing.T) {
 	}
 	checkBand(t, r, 12*time.Second, 24*time.Second)
 }
+
+// TestAdaptiveAdmitsNominalLoad: offered exactly the capacity of the peer
+// benchmark's backend (40 workers, service 200 ms ±50 %), random arrivals
+// keep 40 calls in flight on average, and a limit at that mean would turn
+// away one in eight (Erlang's loss formula). Once the knee is found (from
+// 5 s), the limit keeps room for the bursts above it: ≥ 97 % of the calls
+// are admitted and succeed, and the limit stays at or above the knee.
+func TestAdaptiveAdmitsNominalLoad(t *testing.T) {
+	t.Parallel()
+	const workers, jitter = 40, 0.5
+	capacity := workers / service.Seconds()
+	r := run(t, func() overload.Scenario {
+		return overload.Scenario{Limits: adaptive(0, nil), Backend: overload.NewBackend(workers, service),
+			Rate: capacity, Duration: 60 * time.Second, Seed: 8, Jitter: jitter, Deadline: 10 * service}
+	})
+	logTrace(t, r)
+	from, to := 5*window, 60*time.Second
+	offered, good := 0, 0
+	for _, c := range r.Calls {
+		if c.At >= from && c.At < to {
+			offered++
+			if c.Good() {
+				good++
+			}
+		}
+	}
+	if good*100 < offered*97 {
+		t.Errorf("%d of %d calls succeeded (%.1f %%); want ≥ 97 %%", good, offered, 100*float64(good)/float64(offered))
+	}
+	for _, n := range r.Limits(from, to) {
+		if n < workers*9/10 {
+			t.Fatalf("the limit fell to %d; want at least the knee, %d, less a tenth", n, workers)
+		}
+	}
+	t.Logf("%d of %d calls succeeded (%.1f %%), p99 %v", good, offered, 100*float64(good)/float64(offered), r.AdmittedLatency(from, to, 0.99))
+}
