@@ -333,15 +333,19 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64
 		next = min(next, vegas*0.9)
 	}
 	// The load offered: the calls that ended and those turned away, in
-	// calls in flight at the baseline latency.
+	// calls in flight at the baseline latency. It is known unless the
+	// calls filled the limit and none was turned away (they waited).
 	offered := float64(n+refused) / elapsed.Seconds() * c.base.Seconds()
+	full := inFlight >= 0.8*limit
 	switch room := c.headroom(offered); {
-	case dropping || hot:
+	case dropping || hot || full && !w.settles && w.queue > w.alpha:
+		// A queue behind a full limit: the work is past its knee, or
+		// slower (its baseline is then stale: see rebase).
 		c.room = 0
-	case refused > 0:
-		c.room = room
-	default: // nothing turned away: no reason to make more room
+	case full && refused == 0:
 		c.room = min(c.room, room)
+	default:
+		c.room = room
 	}
 	c.lastR, c.lastX = r, x
 	return next
@@ -406,6 +410,9 @@ func (c *Controller) grow(limit, beta float64, quiet int) float64 {
 		return limit + beta
 	case limit < c.knee:
 		return c.knee
+	case c.room > 0: // the load fits under the knee: nothing to probe
+		c.knee = limit
+		return limit
 	case quiet+1 < probeAfter:
 		c.quiet, c.knee = quiet+1, limit // at the knee: hold, and count
 		return limit
@@ -418,7 +425,7 @@ func (c *Controller) grow(limit, beta float64, quiet int) float64 {
 // burstLoss of random arrivals offering the knee; from roomFull to
 // roomNone times the knee the room shrinks to none.
 const (
-	burstLoss          = 0.03
+	burstLoss          = 0.025
 	roomFull, roomNone = 1.1, 1.5
 )
 
@@ -430,8 +437,8 @@ const (
 // Room of h calls above the knee lets bursts wait a little instead. On
 // work that serves k at once, those that arrive at k per second find the
 // k+h calls full B/(1+h·B) of the time, the states past k being as likely
-// as k itself. So h = 1/burstLoss − 1/B(k), at most k: 25 calls at k = 40,
-// none from k ≈ 700, where B(k) is under burstLoss. When the load is
+// as k itself. So h = 1/burstLoss − 1/B(k), at most k: 31 calls at k = 40,
+// none from k ≈ 1000, where B(k) is under burstLoss. When the load is
 // past the knee the room buys no goodput and every call waits: it goes.
 func (c *Controller) headroom(offered float64) float64 {
 	k := c.knee

@@ -264,16 +264,37 @@ func TestAdaptiveShadow(t *testing.T) {
 // away one in eight (Erlang's loss formula). Once the knee is found (from
 // 5 s), the limit keeps room for the bursts above it: ≥ 97 % of the calls
 // are admitted and succeed, and the limit stays at or above the knee.
+//
+// The limit learns the load offered from the calls it turns away too: in
+// "after 2×", the knee is found at twice the capacity and the load falls
+// to 1× at 15 s, where the limit at the knee is as full as the calls
+// that end can tell.
 func TestAdaptiveAdmitsNominalLoad(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		load float64
+		from time.Duration
+	}{{"from the start", 1, 5 * window}, {"after 2×", 2, 20 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			admitsNominalLoad(t, tc.load, tc.from)
+		})
+	}
+}
+
+// admitsNominalLoad offers load times the capacity until 15 s (15 s: 0),
+// then the capacity, and checks the calls that arrive from from on.
+func admitsNominalLoad(t *testing.T, load float64, from time.Duration) {
 	const workers, jitter = 40, 0.5
 	capacity := workers / service.Seconds()
 	r := run(t, func() overload.Scenario {
 		return overload.Scenario{Limits: adaptive(0, nil), Backend: overload.NewBackend(workers, service),
-			Rate: capacity, Duration: 60 * time.Second, Seed: 8, Jitter: jitter, Deadline: 10 * service}
+			Rate: load * capacity, Duration: 60 * time.Second, Seed: 8, Jitter: jitter, Deadline: 10 * service,
+			Shape: func(a *overload.Arrival, rng *rand.Rand) { a.Skip = a.At >= 15*time.Second && rng.Float64() >= 1/load }}
 	})
 	logTrace(t, r)
-	from, to := 5*window, 60*time.Second
+	to := 60 * time.Second
 	offered, good := 0, 0
 	for _, c := range r.Calls {
 		if c.At >= from && c.At < to {
