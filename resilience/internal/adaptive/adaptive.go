@@ -39,9 +39,18 @@
 //   - A window in which at least 1 % of the calls that ended were drops
 //     (the operation's own timeouts) multiplies the limit by 0.9
 //     (Netflix's AIMD backoff), or takes the step above when it is lower.
+//   - Above the knee it kept, the limit leaves room for bursts while the
+//     load offered fits under the knee (see headroom). The load offered
+//     is the calls that ended and those the limit turned away (Refuse),
+//     at the baseline latency. A limit at the knee turns away what random
+//     arrivals bring above their mean: 12 % at a knee of 40. The room
+//     lets them wait a little instead, and its queue is no sign of a
+//     knee. It goes with drops, above the ceiling, or when a full limit
+//     still shows a queue: the work is past its knee, or slower. While
+//     there is room the limit does not probe: the knee does not bind.
 //
-// The limit settles at the knee, not past it, because past it every call
-// waits: on a processor-sharing backend (a CPU, a database at its knee)
+// Under overload the limit settles at the knee, not past it, because past
+// it every call waits: on a processor-sharing backend (a CPU, a database at its knee)
 // each call past the knee slows all of them, so a limit one Vegas band
 // (α to 2α) past it costs its tail latency that band. Holding at the
 // knee and probing one call at a time, rarely, costs a window at most one

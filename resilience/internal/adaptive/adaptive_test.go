@@ -233,9 +233,9 @@ func TestDetach(t *testing.T) {
 // atKnee returns a controller that found a knee of 40 calls at a baseline
 // of 100 ms: a window at 80 in flight took 200 ms (a queue of 40), which
 // cut the limit to 40, and the window after, at 40, drained it.
-func atKnee(t *testing.T, now *time.Duration) *Controller {
+func atKnee(t *testing.T, now *time.Duration, ceiling time.Duration) *Controller {
 	t.Helper()
-	c := New(Config{Initial: 80}, 0)
+	c := New(Config{Initial: 80, Ceiling: ceiling}, 0)
 	feed(c, now, 250, 100*time.Millisecond, 0, 25) // the baseline, unused
 	got := []int{feed(c, now, 400, 200*time.Millisecond, 0, 80), feed(c, now, 400, 100*time.Millisecond, 0, 40)}
 	if want := []int{40, 40}; !slices.Equal(got, want) {
@@ -257,23 +257,26 @@ func refuse(c *Controller, n int) {
 // shrinks as the offered load (calls that ended and calls turned away)
 // grows past 1.1 times the knee, and is none from 1.5 times it: there
 // the room would buy no goodput, only waiting. When the calls filled the
-// limit and none was turned away, the load is unknown: no room.
+// limit and none was turned away, the load is unknown: no room. Above the
+// healthy-latency ceiling, there is none either.
 func TestRoomForBursts(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
+		ceiling           time.Duration
 		refused, inFlight int
 		want              int
 	}{
-		{"offered the knee", 80, 36, 71},      // 320 + 80 per second, at 100 ms: 40
-		{"offered 1.1 times it", 120, 36, 71}, // 44
-		{"offered 1.3 times it", 200, 36, 56}, // 52: half the room
-		{"offered twice it", 480, 36, 40},
-		{"not full, none turned away", 0, 30, 71}, // 32: the calls that ended are the load
-		{"full, none turned away", 0, 36, 40},
+		{"offered the knee", 0, 80, 36, 71},      // 320 + 80 per second, at 100 ms: 40
+		{"offered 1.1 times it", 0, 120, 36, 71}, // 44
+		{"offered 1.3 times it", 0, 200, 36, 56}, // 52: half the room
+		{"offered twice it", 0, 480, 36, 40},
+		{"not full, none turned away", 0, 0, 30, 71}, // 32: the calls that ended are the load
+		{"full, none turned away", 0, 0, 36, 40},
+		{"above the ceiling", 50 * time.Millisecond, 80, 36, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var now time.Duration
-			c := atKnee(t, &now)
+			c := atKnee(t, &now, tc.ceiling)
 			refuse(c, tc.refused)
 			if got := feed(c, &now, 320, 100*time.Millisecond, 0, tc.inFlight); got != tc.want {
 				t.Errorf("limit = %d; want %d", got, tc.want)
@@ -290,7 +293,7 @@ func TestRoomForBursts(t *testing.T) {
 // slower makes the baseline stale).
 func TestRoomIsNoKnee(t *testing.T) {
 	var now time.Duration
-	c := atKnee(t, &now)
+	c := atKnee(t, &now, 0)
 	refuse(c, 80)
 	if got := feed(c, &now, 320, 100*time.Millisecond, 0, 36); got != 71 {
 		t.Fatalf("limit = %d; want 71", got)
@@ -314,7 +317,7 @@ func TestRoomIsNoKnee(t *testing.T) {
 // backs the limit off by a tenth.
 func TestDropsTakeTheRoom(t *testing.T) {
 	var now time.Duration
-	c := atKnee(t, &now)
+	c := atKnee(t, &now, 0)
 	refuse(c, 80)
 	feed(c, &now, 320, 100*time.Millisecond, 0, 36)
 	refuse(c, 40)
