@@ -294,10 +294,12 @@ func (c *Controller) endWindow(now time.Duration) int {
 	defer c.mu.Unlock()
 	c.windows++
 	limit, vegas := float64(c.limit.Load()), c.vegas
-	next := c.next(limit, elapsed, ended, refused, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
+	next, ok := c.next(limit, elapsed, ended, refused, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
 	c.vegas = c.clamp(next)
 	out := c.clamp(float64(c.vegas) + c.room)
-	c.remember(limit, float64(out), c.vegas < vegas)
+	if ok {
+		c.remember(limit, float64(out), c.vegas < vegas)
+	}
 	c.limit.Store(out)
 	if c.apply != nil {
 		c.apply(int(out))
@@ -315,11 +317,11 @@ func (c *Controller) clamp(n float64) int64 {
 // at their own deadline, and refused were turned away, with mean latency
 // r and inFlight calls in flight on average as the samples saw them; the
 // limit was limit, c.room of it room for bursts. It sets the room of the
-// next window. c.mu is held.
-func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64, r time.Duration, drops int64, inFlight float64) float64 {
+// next window. ok is false when the window measured nothing. c.mu is held.
+func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64, r time.Duration, drops int64, inFlight float64) (_ float64, ok bool) {
 	vegas := float64(c.vegas)
 	if n == 0 || elapsed <= 0 || r <= 0 {
-		return vegas
+		return vegas, false
 	}
 	x := float64(n) / elapsed.Seconds() // calls per second
 	c.rebase(r, inFlight >= 0.9*limit)  // used: the limit held calls back
@@ -331,7 +333,7 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64
 	served := inFlight * c.base.Seconds() / r.Seconds()
 	hot := c.cfg.Ceiling != 0 && r > c.cfg.Ceiling
 	w := window{
-		limit: vegas, x: x, inFlight: inFlight, served: served, queue: inFlight - served - c.room,
+		limit: vegas, x: x, inFlight: inFlight, served: served, queue: inFlight - served - max(limit-vegas, 0),
 		alpha:   max(3*math.Log10(vegas), 1),
 		held:    inFlight < 0.8*limit || hot || x < c.lastX/2,
 		settles: c.cut,
@@ -357,7 +359,7 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64
 		c.room = room
 	}
 	c.lastR, c.lastX = r, x
-	return next
+	return next, true
 }
 
 // window is what one window saw, as next reads it.
