@@ -50,11 +50,11 @@
 //     there is room the limit does not probe: the knee does not bind.
 //
 // Under overload the limit settles at the knee, not past it, because past
-// it every call waits: on a processor-sharing backend (a CPU, a database at its knee)
-// each call past the knee slows all of them, so a limit one Vegas band
-// (α to 2α) past it costs its tail latency that band. Holding at the
-// knee and probing one call at a time, rarely, costs a window at most one
-// call past it in ten.
+// it every call waits: on a processor-sharing backend (a CPU, a database
+// at its knee) each call past the knee slows all of them, so a limit one
+// Vegas band (α to 2α) past it costs its tail latency that band. Holding
+// at the knee and probing one call at a time, rarely, costs a window at
+// most one call past it in ten.
 //
 // Vegas was chosen over Gradient2 because Gradient2's baseline is an
 // average of the latencies it causes: under sustained load it drifts up
