@@ -89,8 +89,9 @@ func (p Policy) Limited() bool {
 
 // AdaptiveLimit is the ConcurrencyLimit of an adaptive concurrency limit
 // (in JSON, "ConcurrencyLimit": "adaptive"): the limit moves to what the
-// operation serves without queueing, as its latency shows
-// (docs/resilience.md, "Adaptive concurrency").
+// operation serves without queueing, as its latency shows, with room for
+// bursts while the load offered fits under it (docs/resilience.md,
+// "Adaptive concurrency").
 const AdaptiveLimit = -1
 
 // Adaptive configures the controller of an adaptive concurrency limit. Its

@@ -94,7 +94,7 @@ func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error)
 	}
 	c := inv.Priority()
 	if !sl.conc.TakeFree(c) {
-		return Permit{}, false, sl.l.concRejection(c, sl.conc)
+		return Permit{}, false, sl.refuse(c)
 	}
 	return sl.permit(inv, false), false, nil
 }
@@ -109,9 +109,18 @@ func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 	case err == nil:
 		return sl.permit(inv, true), nil
 	case err == ErrLimited:
-		return Permit{}, sl.l.concRejection(c, sl.conc)
+		return Permit{}, sl.refuse(c)
 	}
 	return Permit{}, Attribute(ctx)
+}
+
+// refuse returns the rejection of a call of class c that the limit turned
+// away, and tells the controller: the calls turned away are offered load.
+func (sl *slotsLimit) refuse(c pipeline.Priority) *pipeline.Error {
+	if sl.ad != nil {
+		sl.ad.Refuse()
+	}
+	return sl.l.concRejection(c, sl.conc)
 }
 
 // permit returns the permit of a call that took its slot now, after

@@ -119,6 +119,13 @@ func (b *backend) utilisation() float64 {
 	return math.Min(1, float64(len(b.jobs))/float64(b.c))
 }
 
+// inFlight is the calls in the backend.
+func (b *backend) inFlight() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.jobs)
+}
+
 // serve runs one call of the given demand: it returns nil when the call
 // is done, or ctx's error when ctx ends first.
 func (b *backend) serve(ctx context.Context, demand time.Duration) error {

@@ -41,6 +41,7 @@ type params struct {
 	burn     bool          // in the CPU-based shedders' runs (backend.burn)
 	scale    float64       // multiplies every scenario's durations
 	seed     uint64
+	trace    bool // print each run's trace (see trial.watch)
 }
 
 // capacity is the backend's throughput, in calls per second.
@@ -105,6 +106,7 @@ func main() {
 	flag.Float64Var(&p.scale, "scale", 1, "multiply every scenario's duration (0.2 for a smoke run)")
 	flag.Uint64Var(&p.seed, "seed", 29, "seed of the arrivals and service times")
 	only := flag.String("only", "", "run only the contenders whose name contains this")
+	flag.BoolVar(&p.trace, "trace", false, "print each run's limit, calls in the backend and calls turned away, every 250 ms")
 	flag.Parse()
 	if p.c < 1 || p.s <= 0 || p.deadline <= 0 || *static < 1 || p.scale <= 0 {
 		fmt.Fprintln(os.Stderr, "overload: -capacity, -service, -deadline, -static and -scale must be positive")
@@ -139,6 +141,9 @@ func main() {
 				os.Exit(1)
 			}
 			rows = append(rows, row{c.name, sc, res})
+			if p.trace {
+				fmt.Printf("trace %s %s: t ms, limit, calls in the backend, turned away in the last 250 ms\n%s", sc.name, c.name, res.trace)
+			}
 			fmt.Fprintf(os.Stderr, "  done %-6s %-28s (%v)\n", sc.name, c.name, time.Since(start).Round(time.Second))
 		}
 	}
@@ -217,6 +222,7 @@ type runResult struct {
 	// phase, sampled every 250 ms.
 	cpu   int64
 	limit string
+	trace string // one line per 250 ms (see trial.watch)
 }
 
 // run offers sc's arrivals to a fresh guard in front of a fresh backend,
@@ -251,6 +257,8 @@ type trial struct {
 	mu      sync.Mutex
 	records []record
 	limits  []int // sampled in the headline phase
+	trace   strings.Builder
+	refused atomic.Int64 // calls turned away so far
 	cpuSum  atomic.Int64
 	cpuN    atomic.Int64
 }
@@ -266,20 +274,26 @@ func headlineOf(sc scenario) phase {
 }
 
 // watch samples the CPU the guard reads and, within headline, its limit,
-// every 250 ms until the trial stops.
+// every 250 ms until the trial stops. It also writes the trace: the limit,
+// the calls in the backend and the calls turned away since the last line.
 func (t *trial) watch(headline phase) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	var refused int64
 	for {
 		select {
 		case <-tick.C:
 			t.cpuSum.Add(t.g.cpu())
 			t.cpuN.Add(1)
-			if at := time.Since(t.start); at >= headline.from && at < headline.to {
-				t.mu.Lock()
-				t.limits = append(t.limits, t.g.limit())
-				t.mu.Unlock()
+			at, limit := time.Since(t.start), t.g.limit()
+			n := t.refused.Load()
+			t.mu.Lock()
+			fmt.Fprintf(&t.trace, "  %6d %4d %4d %4d\n", at.Milliseconds(), limit, t.b.inFlight(), n-refused)
+			if at >= headline.from && at < headline.to {
+				t.limits = append(t.limits, limit)
 			}
+			t.mu.Unlock()
+			refused = n
 		case <-t.stop:
 			return
 		}
@@ -330,6 +344,9 @@ func (t *trial) call(p params, at, demand time.Duration) {
 		return t.b.serve(ctx, demand)
 	})
 	r := record{at: at, lag: arrival.Sub(t.start.Add(at)), latency: time.Since(arrival), admitted: admitted.Load(), ok: err == nil}
+	if !r.admitted {
+		t.refused.Add(1)
+	}
 	t.mu.Lock()
 	t.records = append(t.records, r)
 	t.mu.Unlock()
@@ -337,7 +354,7 @@ func (t *trial) call(p params, at, demand time.Duration) {
 
 // result measures each phase of the trial.
 func (t *trial) result(p params, sc scenario) runResult {
-	res := runResult{cpu: -1, limit: "-"}
+	res := runResult{cpu: -1, limit: "-", trace: t.trace.String()}
 	if n := t.cpuN.Load(); n > 0 && t.cpuSum.Load() >= 0 {
 		res.cpu = t.cpuSum.Load() / n
 	}

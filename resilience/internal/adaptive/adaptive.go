@@ -39,13 +39,22 @@
 //   - A window in which at least 1 % of the calls that ended were drops
 //     (the operation's own timeouts) multiplies the limit by 0.9
 //     (Netflix's AIMD backoff), or takes the step above when it is lower.
+//   - Above the knee it kept, the limit leaves room for bursts while the
+//     load offered fits under the knee (see headroom). The load offered
+//     is the calls that ended and those the limit turned away (Refuse),
+//     at the baseline latency. A limit at the knee turns away what random
+//     arrivals bring above their mean: 12 % at a knee of 40. The room
+//     lets them wait a little instead, and its queue is no sign of a
+//     knee. It goes with drops, above the ceiling, or when a full limit
+//     still shows a queue: the work is past its knee, or slower. While
+//     there is room the limit does not probe: the knee does not bind.
 //
-// The limit settles at the knee, not past it, because past it every call
-// waits: on a processor-sharing backend (a CPU, a database at its knee)
-// each call past the knee slows all of them, so a limit one Vegas band
-// (α to 2α) past it costs its tail latency that band. Holding at the
-// knee and probing one call at a time, rarely, costs a window at most one
-// call past it in ten.
+// Under overload the limit settles at the knee, not past it, because past
+// it every call waits: on a processor-sharing backend (a CPU, a database
+// at its knee) each call past the knee slows all of them, so a limit one
+// Vegas band (α to 2α) past it costs its tail latency that band. Holding
+// at the knee and probing one call at a time, rarely, costs a window at
+// most one call past it in ten.
 //
 // Vegas was chosen over Gradient2 because Gradient2's baseline is an
 // average of the latencies it causes: under sustained load it drifts up
@@ -147,11 +156,14 @@ type Controller struct {
 	sum     atomic.Int64 // ns
 	drops   atomic.Int64
 	busy    atomic.Int64 // sum of the calls in flight each sample saw
+	refused atomic.Int64 // calls the limit turned away (Refuse)
 	closing atomic.Bool  // a Sample is ending the window
 	window  atomic.Int64 // cfg.Window, for Sample
 
 	mu      sync.Mutex // guards the fields below
 	cfg     Config
+	vegas   int64         // the limit the rule keeps; the limit is vegas plus room
+	room    float64       // the room for bursts above it (see headroom)
 	base    time.Duration // the baseline latency; 0: none yet
 	lastR   time.Duration // the previous window's mean latency
 	lastX   float64       // and its samples per second
@@ -169,6 +181,7 @@ type Controller struct {
 func New(cfg Config, now time.Duration) *Controller {
 	c := &Controller{cfg: cfg.Normalize()}
 	c.limit.Store(int64(c.cfg.Initial))
+	c.vegas = int64(c.cfg.Initial)
 	c.window.Store(int64(c.cfg.Window))
 	c.stride.Store(1)
 	c.start.Store(int64(now))
@@ -195,7 +208,8 @@ func (c *Controller) Configure(cfg Config, apply func(limit int)) {
 	defer c.mu.Unlock()
 	c.cfg = cfg.Normalize()
 	c.window.Store(int64(c.cfg.Window))
-	n := min(max(c.limit.Load(), int64(c.cfg.Min)), int64(c.cfg.Max))
+	c.vegas = c.clamp(float64(c.vegas))
+	n := c.clamp(float64(c.vegas) + c.room)
 	c.limit.Store(n)
 	c.apply = apply
 	if apply != nil {
@@ -224,6 +238,10 @@ func (c *Controller) Measure(drop bool) bool {
 	n := c.ended.Add(1)
 	return drop || n&(c.stride.Load()-1) == 0
 }
+
+// Refuse counts a call the limit turned away: with the calls that end, it
+// is the load offered to the operation.
+func (c *Controller) Refuse() { c.refused.Add(1) }
 
 // Detach stops handing limits to the function Configure gave: when it
 // returns, none is handed any more (a reload is about to set the limit
@@ -265,6 +283,7 @@ func (c *Controller) Sample(now, rtt time.Duration, drop bool, inFlight int) (in
 func (c *Controller) endWindow(now time.Duration) int {
 	elapsed := time.Duration(int64(now) - c.start.Swap(int64(now)))
 	n, sum, drops, busy := c.count.Swap(0), c.sum.Swap(0), c.drops.Swap(0), c.busy.Swap(0)
+	refused := c.refused.Swap(0)
 	ended := max(c.ended.Swap(0), n) // n when the caller samples without Measure
 	stride := int64(1)
 	for stride < maxStride && stride*2*targetSamples <= ended {
@@ -274,10 +293,13 @@ func (c *Controller) endWindow(now time.Duration) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.windows++
-	limit := float64(c.limit.Load())
-	next := c.next(limit, elapsed, ended, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
-	next = min(max(next, float64(c.cfg.Min)), float64(c.cfg.Max))
-	out := int64(math.Round(next))
+	limit, vegas := float64(c.limit.Load()), c.vegas
+	next, ok := c.next(limit, elapsed, ended, refused, time.Duration(sum/max(n, 1)), drops, float64(busy)/float64(max(n, 1)))
+	c.vegas = c.clamp(next)
+	out := c.clamp(float64(c.vegas) + c.room)
+	if ok {
+		c.remember(limit, float64(out), c.vegas < vegas)
+	}
 	c.limit.Store(out)
 	if c.apply != nil {
 		c.apply(int(out))
@@ -285,33 +307,59 @@ func (c *Controller) endWindow(now time.Duration) int {
 	return int(out)
 }
 
-// next is the controller's rule: the limit after a window of elapsed in
-// which n calls ended (successes and drops), drops of them at their own
-// deadline, with mean latency r and inFlight calls in flight on average
-// as the samples saw them. c.mu is held.
-func (c *Controller) next(limit float64, elapsed time.Duration, n int64, r time.Duration, drops int64, inFlight float64) float64 {
+// clamp returns the limit n, rounded, within the bounds (c.mu held).
+func (c *Controller) clamp(n float64) int64 {
+	return int64(math.Round(min(max(n, float64(c.cfg.Min)), float64(c.cfg.Max))))
+}
+
+// next is the controller's rule: the limit (without room) after a window
+// of elapsed in which n calls ended (successes and drops), drops of them
+// at their own deadline, and refused were turned away, with mean latency
+// r and inFlight calls in flight on average as the samples saw them; the
+// limit was limit, c.room of it room for bursts. It sets the room of the
+// next window. ok is false when the window measured nothing. c.mu is held.
+func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64, r time.Duration, drops int64, inFlight float64) (_ float64, ok bool) {
+	vegas := float64(c.vegas)
 	if n == 0 || elapsed <= 0 || r <= 0 {
-		return limit
+		return vegas, false
 	}
 	x := float64(n) / elapsed.Seconds() // calls per second
 	c.rebase(r, inFlight >= 0.9*limit)  // used: the limit held calls back
 	// Little's law: of the calls in flight, inFlight·base/r would have
 	// been served without queueing; the others were queued. And the x
 	// calls per second the work served need x·base calls in flight at the
-	// baseline latency: past the knee, that is the knee.
+	// baseline latency: past the knee, that is the knee. The room let
+	// bursts queue on purpose: that much queue is no sign of a knee.
 	served := inFlight * c.base.Seconds() / r.Seconds()
+	hot := c.cfg.Ceiling != 0 && r > c.cfg.Ceiling
 	w := window{
-		limit: limit, x: x, inFlight: inFlight, served: served, queue: inFlight - served,
-		alpha:   max(3*math.Log10(limit), 1),
-		held:    inFlight < 0.8*limit || c.cfg.Ceiling != 0 && r > c.cfg.Ceiling || x < c.lastX/2,
+		limit: vegas, x: x, inFlight: inFlight, served: served, queue: inFlight - served - max(limit-vegas, 0),
+		alpha:   max(3*math.Log10(vegas), 1),
+		held:    inFlight < 0.8*limit || hot || x < c.lastX/2,
 		settles: c.cut,
 	}
 	next := c.step(w)
-	if drops*100 >= n && drops > 0 {
-		next = min(next, limit*0.9)
+	dropping := drops*100 >= n && drops > 0
+	if dropping {
+		next = min(next, vegas*0.9)
 	}
-	c.remember(limit, next, r, x)
-	return next
+	// The load offered: the calls that ended and those turned away, in
+	// calls in flight at the baseline latency. It is known unless the
+	// calls filled the limit and none was turned away (they waited).
+	offered := float64(n+refused) / elapsed.Seconds() * c.base.Seconds()
+	full := inFlight >= 0.8*limit
+	switch room := c.headroom(offered); {
+	case dropping || hot || full && !w.settles && w.queue > w.alpha:
+		// A queue behind a full limit: the work is past its knee, or
+		// slower (its baseline is then stale: see rebase).
+		c.room = 0
+	case full && refused == 0:
+		c.room = min(c.room, room)
+	default:
+		c.room = room
+	}
+	c.lastR, c.lastX = r, x
+	return next, true
 }
 
 // window is what one window saw, as next reads it.
@@ -373,6 +421,9 @@ func (c *Controller) grow(limit, beta float64, quiet int) float64 {
 		return limit + beta
 	case limit < c.knee:
 		return c.knee
+	case c.room > 0: // the load fits under the knee: nothing to probe
+		c.knee = limit
+		return limit
 	case quiet+1 < probeAfter:
 		c.quiet, c.knee = quiet+1, limit // at the knee: hold, and count
 		return limit
@@ -380,15 +431,50 @@ func (c *Controller) grow(limit, beta float64, quiet int) float64 {
 	return limit + 1
 }
 
-// remember keeps what the next window's rule needs of this one.
-func (c *Controller) remember(limit, next float64, r time.Duration, x float64) {
+// Room for bursts: while the load offered is at most roomFull times the
+// knee, the limit is the knee plus the room that turns away at most
+// burstLoss of random arrivals offering the knee; from roomFull to
+// roomNone times the knee the room shrinks to none.
+const (
+	burstLoss          = 0.025
+	roomFull, roomNone = 1.1, 1.5
+)
+
+// headroom returns the room for bursts above the knee, for a load of
+// offered calls in flight (at the baseline latency). c.mu is held.
+//
+// Random arrivals that keep k calls in flight on average find a limit of
+// k full B(k) of the time, B being Erlang's loss formula: 12 % at k = 40.
+// Room of h calls above the knee lets bursts wait a little instead. On
+// work that serves k at once, those that arrive at k per second find the
+// k+h calls full B/(1+h·B) of the time, the states past k being as likely
+// as k itself. So h = 1/burstLoss − 1/B(k), at most k: 31 calls at k = 40,
+// none from k ≈ 1000, where B(k) is under burstLoss. When the load is
+// past the knee the room buys no goodput and every call waits: it goes.
+func (c *Controller) headroom(offered float64) float64 {
+	k := c.knee
+	if k <= 0 || offered <= 0 {
+		return 0
+	}
+	b := 1.0 // Erlang's B(k) at a load of k, by its recurrence
+	for i := 1; i <= int(k); i++ {
+		b = k * b / (float64(i) + k*b)
+	}
+	room := min(k, max(1/burstLoss-1/b, 0))
+	load := offered / k
+	return room * min(max((roomNone-load)/(roomNone-roomFull), 0), 1)
+}
+
+// remember keeps what the next window's rule needs of this one: the
+// limit went from limit to next; cut: the rule lowered it (not only the
+// room).
+func (c *Controller) remember(limit, next float64, cut bool) {
 	// A cut that undoes a doubling is no test of the baseline: the
-	// doubling made the queue.
-	c.lastCut = next <= 0.8*limit && c.doubled == 0
+	// doubling made the queue. Nor is room that goes.
+	c.lastCut = cut && next <= 0.8*limit && c.doubled == 0
 	c.cut = next < limit
 	c.doubled = 0
 	if next == 2*limit {
 		c.doubled = limit
 	}
-	c.lastR, c.lastX = r, x
 }

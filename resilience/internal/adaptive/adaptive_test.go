@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -226,5 +227,114 @@ func TestDetach(t *testing.T) {
 	feed(c, &now, 100, 100*time.Millisecond, 0, 20) // grows the limit
 	if applied != 1 || c.Limit() != 40 {
 		t.Errorf("applied %d times, limit %d; want once (by Configure), 40", applied, c.Limit())
+	}
+}
+
+// atKnee returns a controller that found a knee of 40 calls at a baseline
+// of 100 ms: a window at 80 in flight took 200 ms (a queue of 40), which
+// cut the limit to 40, and the window after, at 40, drained it.
+func atKnee(t *testing.T, now *time.Duration, ceiling time.Duration) *Controller {
+	t.Helper()
+	c := New(Config{Initial: 80, Ceiling: ceiling}, 0)
+	feed(c, now, 250, 100*time.Millisecond, 0, 25) // the baseline, unused
+	got := []int{feed(c, now, 400, 200*time.Millisecond, 0, 80), feed(c, now, 400, 100*time.Millisecond, 0, 40)}
+	if want := []int{40, 40}; !slices.Equal(got, want) {
+		t.Fatalf("limits %v; want %v", got, want)
+	}
+	return c
+}
+
+// refuse tells c that the limit turned n calls away.
+func refuse(c *Controller, n int) {
+	for range n {
+		c.Refuse()
+	}
+}
+
+// TestRoomForBursts: at a knee of 40, random arrivals that offer the knee
+// find it full 12 % of the time (Erlang's loss formula), so the limit
+// keeps room above it: 31 calls, which turn away at most 2.5 %. The room
+// shrinks as the offered load (calls that ended and calls turned away)
+// grows past 1.1 times the knee, and is none from 1.5 times it: there
+// the room would buy no goodput, only waiting. When the calls filled the
+// limit and none was turned away, the load is unknown: no room. Above the
+// healthy-latency ceiling, there is none either.
+func TestRoomForBursts(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		ceiling           time.Duration
+		refused, inFlight int
+		want              int
+	}{
+		{"offered the knee", 0, 80, 36, 71},      // 320 + 80 per second, at 100 ms: 40
+		{"offered 1.1 times it", 0, 120, 36, 71}, // 44
+		{"offered 1.3 times it", 0, 200, 36, 56}, // 52: half the room
+		{"offered twice it", 0, 480, 36, 40},
+		{"not full, none turned away", 0, 0, 30, 71}, // 32: the calls that ended are the load
+		{"full, none turned away", 0, 0, 36, 40},
+		{"above the ceiling", 50 * time.Millisecond, 80, 36, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var now time.Duration
+			c := atKnee(t, &now, tc.ceiling)
+			refuse(c, tc.refused)
+			if got := feed(c, &now, 320, 100*time.Millisecond, 0, tc.inFlight); got != tc.want {
+				t.Errorf("limit = %d; want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRoomIsNoKnee: the queue the room lets bursts make is no sign of a
+// knee: the limit keeps it, and does not probe past the knee while it has
+// room (the load fits under it). A queue beyond the room, a full limit
+// that still queues, is: the limit is cut, and the room goes, although
+// the load offered looks like the knee at the baseline (work that became
+// slower makes the baseline stale).
+func TestRoomIsNoKnee(t *testing.T) {
+	var now time.Duration
+	c := atKnee(t, &now, 0)
+	refuse(c, 80)
+	if got := feed(c, &now, 320, 100*time.Millisecond, 0, 36); got != 71 {
+		t.Fatalf("limit = %d; want 71", got)
+	}
+	for i := range 2 * probeAfter {
+		// 60 in flight at 150 ms: 40 served, 20 queued, within the room.
+		refuse(c, 8)
+		if got := feed(c, &now, 400, 150*time.Millisecond, 0, 60); got != 71 {
+			t.Fatalf("window %d with a queue within the room: limit = %d; want 71", i+1, got)
+		}
+	}
+	// 71 in flight at 400 ms: 18 served, 53 queued; 160 + 240 calls
+	// offered per second, at 100 ms: 40.
+	refuse(c, 240)
+	if got := feed(c, &now, 160, 400*time.Millisecond, 0, 71); got != 36 {
+		t.Fatalf("after a queue beyond the room the limit is %d; want 36 (half the calls in flight)", got)
+	}
+}
+
+// TestDropsTakeTheRoom: a window with 1 % of drops takes the room away and
+// backs the limit off by a tenth.
+func TestDropsTakeTheRoom(t *testing.T) {
+	var now time.Duration
+	c := atKnee(t, &now, 0)
+	refuse(c, 80)
+	feed(c, &now, 320, 100*time.Millisecond, 0, 36)
+	refuse(c, 40)
+	if got := feed(c, &now, 400, 100*time.Millisecond, 4, 40); got != 36 {
+		t.Errorf("limit = %d; want 36", got)
+	}
+}
+
+// TestHeadroom: the room at a knee k offered k is 1/0.025 − 1/B(k), at
+// most k: B(1) = 1/2, B(40) ≈ 0.116; at 1100, B is under 2.5 %: no room.
+func TestHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		knee, want float64
+	}{{1, 1}, {5, 5}, {40, 31.39}, {100, 26.79}, {1100, 0}} {
+		c := &Controller{knee: tc.knee}
+		if got := c.headroom(tc.knee); math.Abs(got-tc.want) > 0.01 {
+			t.Errorf("headroom at a knee of %v = %.2f; want %.2f", tc.knee, got, tc.want)
+		}
 	}
 }

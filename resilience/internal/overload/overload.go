@@ -89,6 +89,9 @@ type Arrival struct {
 	// Work is the call's service time in multiples of the backend's
 	// (0: 1), drawn when Scenario.Jitter is set.
 	Work float64
+	// Skip, set by Scenario.Shape, drops the arrival: the call is not
+	// made (a rate that falls).
+	Skip bool
 }
 
 // Event is a change of the scenario at a time since the start.
@@ -218,7 +221,9 @@ func Run(s Scenario) Result {
 			a.Work = 1 + s.Jitter*(2*rng.Float64()-1)
 		}
 		if s.Shape != nil {
-			s.Shape(&a, rng)
+			if s.Shape(&a, rng); a.Skip {
+				continue
+			}
 		}
 		time.Sleep(time.Until(start.Add(at)))
 		calls.Go(func() {

@@ -257,3 +257,60 @@ func TestAdaptiveShadow(t *testing.T) {
 	}
 	checkBand(t, r, 12*time.Second, 24*time.Second)
 }
+
+// TestAdaptiveAdmitsNominalLoad: offered exactly the capacity of the peer
+// benchmark's backend (40 workers, service 200 ms ±50 %), random arrivals
+// keep 40 calls in flight on average, and a limit at that mean would turn
+// away one in eight (Erlang's loss formula). Once the knee is found (from
+// 5 s), the limit keeps room for the bursts above it: ≥ 97 % of the calls
+// are admitted and succeed, and the limit stays at or above the knee.
+//
+// The limit learns the load offered from the calls it turns away too: in
+// "after 2×", the knee is found at twice the capacity and the load falls
+// to 1× at 15 s, where the limit at the knee is as full as the calls
+// that end can tell.
+func TestAdaptiveAdmitsNominalLoad(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		load float64
+		from time.Duration
+	}{{"from the start", 1, 5 * window}, {"after 2×", 2, 20 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			admitsNominalLoad(t, tc.load, tc.from)
+		})
+	}
+}
+
+// admitsNominalLoad offers load times the capacity until 15 s (15 s: 0),
+// then the capacity, and checks the calls that arrive from from on.
+func admitsNominalLoad(t *testing.T, load float64, from time.Duration) {
+	const workers, jitter = 40, 0.5
+	capacity := workers / service.Seconds()
+	r := run(t, func() overload.Scenario {
+		return overload.Scenario{Limits: adaptive(0, nil), Backend: overload.NewBackend(workers, service),
+			Rate: load * capacity, Duration: 60 * time.Second, Seed: 8, Jitter: jitter, Deadline: 10 * service,
+			Shape: func(a *overload.Arrival, rng *rand.Rand) { a.Skip = a.At >= 15*time.Second && rng.Float64() >= 1/load }}
+	})
+	logTrace(t, r)
+	to := 60 * time.Second
+	offered, good := 0, 0
+	for _, c := range r.Calls {
+		if c.At >= from && c.At < to {
+			offered++
+			if c.Good() {
+				good++
+			}
+		}
+	}
+	if good*100 < offered*97 {
+		t.Errorf("%d of %d calls succeeded (%.1f %%); want ≥ 97 %%", good, offered, 100*float64(good)/float64(offered))
+	}
+	for _, n := range r.Limits(from, to) {
+		if n < workers*9/10 {
+			t.Fatalf("the limit fell to %d; want at least the knee, %d, less a tenth", n, workers)
+		}
+	}
+	t.Logf("%d of %d calls succeeded (%.1f %%), p99 %v", good, offered, 100*float64(good)/float64(offered), r.AdmittedLatency(from, to, 0.99))
+}
