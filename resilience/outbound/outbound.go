@@ -113,7 +113,24 @@ func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error
 	if d == nil {
 		return attempt(ctx)
 	}
-	s := d.cur.Load()
+	return d.do(ctx, d.cur.Load(), attempt)
+}
+
+// DoOnce runs one call of a single attempt: Do under the policy with
+// Attempts 1. The breaker, the counts, the span and the budget's deposit
+// apply; nothing is retried or hedged. Use it for a request that cannot
+// be sent twice, such as an HTTP body that can be read only once.
+func (d *Dependency) DoOnce(ctx context.Context, attempt func(context.Context) error) error {
+	if d == nil {
+		return attempt(ctx)
+	}
+	once := *d.cur.Load() // the same budget and breaker
+	once.p.Attempts = 1
+	return d.do(ctx, &once, attempt)
+}
+
+// do runs one call under s.
+func (d *Dependency) do(ctx context.Context, s *state, attempt func(context.Context) error) error {
 	keyed := baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != ""
 	if !keyed && s.p.CreateKey {
 		ctx, keyed = withNewKey(ctx)
