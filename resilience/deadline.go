@@ -91,9 +91,12 @@ func (deadlineError) Temporary() bool { return true }
 // caller already gone ends it with CANCELLED (TIMEOUT if its context ended
 // with a deadline), before anything inside runs: the limits and the
 // handler never see it. "Now" is the invocation's arrival
-// ([pipeline.Invocation.Arrival], the kernel's one reading of the clock);
-// a deadline that passes between the arrival and this stage ends the
-// handler's context at once instead.
+// ([pipeline.Invocation.Arrival], the kernel's one reading of the clock).
+// The clock is read once more when the rest of the chain would start,
+// after the limits admitted the call: a deadline that has passed by then
+// ends the invocation with TIMEOUT, the limits take it as neutral, and
+// nothing inside runs. A timer runs a little after its instant, so the
+// handler's context alone cannot say so yet.
 //
 // # Limits inside
 //

@@ -278,10 +278,14 @@ func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 }
 
 // proceed acquires the limits admitNow left, with the call's context, then
-// runs next and gives back what the call holds.
+// runs next and gives back what the call holds. Next never starts once
+// the invocation's deadline has passed (see tooLate).
 func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (out any, err error) {
 	c := a.chain
 	if c == nil {
+		if tooLate(inv) {
+			return nil, pipeline.ErrTimeout()
+		}
 		return next(ctx, inv)
 	}
 	given := false // the permits were given back
@@ -303,6 +307,11 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 		}
 		a.hold(p)
 	}
+	if tooLate(inv) {
+		given = true
+		a.release(Outcome{Err: pipeline.ErrTimeout(), Verdict: Neutral})
+		return nil, pipeline.ErrTimeout()
+	}
 	var w *watch
 	if a.watched > 0 {
 		w = a.watchEnd(ctx, inv)
@@ -318,6 +327,15 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 		a.lazy.settle()
 	}
 	return out, err
+}
+
+// tooLate reports whether the deadline of inv has passed, read from the
+// clock just before the handler's chain would start. The handler's context
+// cannot say so yet: a timer ends it, and a timer runs a little after its
+// instant. A handler must never start under a deadline that has passed.
+func tooLate(inv *pipeline.Invocation) bool {
+	d, ok := inv.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // finish gives back every permit with the call's outcome: a panic (not

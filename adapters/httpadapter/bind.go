@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,8 +19,9 @@ import (
 )
 
 // binder fills an operation's input from a request: the JSON body first,
-// then path parameters, then (for GET, HEAD and DELETE) query parameters,
-// so that the path, which names the resource, always wins.
+// then path parameters, then (for GET, HEAD and DELETE) query parameters.
+// The path names the resource, so it always wins: a field a path
+// parameter fills is never read from the query.
 //
 // It is ours rather than echo's DefaultBinder because a wrong type must be
 // a VALIDATION outcome that names the field (details.field), and echo's
@@ -60,7 +62,22 @@ func newBinder(t reflect.Type, method string, params []string) (*binder, error) 
 		b.params = append(b.params, pf)
 	}
 	b.query = queryFields(fields, method == http.MethodGet || method == http.MethodDelete || method == http.MethodHead)
+	for name, ref := range b.query {
+		if b.fromPath(ref) {
+			delete(b.query, name)
+		}
+	}
 	return b, nil
+}
+
+// fromPath reports whether a path parameter fills the field ref.
+func (b *binder) fromPath(ref fieldRef) bool {
+	for _, p := range b.params {
+		if slices.Equal(p.index, ref.index) {
+			return true
+		}
+	}
+	return false
 }
 
 // paramFieldOf returns the field of struct t (whose visible fields are

@@ -296,10 +296,8 @@ func (a *Adapter) OpenAPIHandler(info OpenAPIInfo) (echo.HandlerFunc, error) {
 // deadline headers.
 func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 	t := rt.desc.Input
-	inPath := map[string]bool{}
 	for _, p := range rt.binder.params {
 		f := t.FieldByIndex(p.index)
-		inPath[f.Name] = true
 		s, err := paramSchema(f.Type)
 		if err != nil {
 			return fmt.Errorf("path parameter %q: %w", p.param, err)
@@ -318,10 +316,9 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 		if err != nil {
 			return fmt.Errorf("query parameter %q: %w", n, err)
 		}
+		// The binder leaves out the fields path parameters fill.
 		qp := openapi3.NewQueryParameter(n).WithSchema(s)
-		// Required when the field must be given and no path parameter
-		// fills it.
-		qp.Required = constrainParam(rt.desc, f, s) && !inPath[f.Name]
+		qp.Required = constrainParam(rt.desc, f, s)
 		op.AddParameter(qp)
 	}
 	op.AddParameter(openapi3.NewHeaderParameter(HeaderDeadline).

@@ -2,6 +2,7 @@ package httpadapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
@@ -87,8 +88,10 @@ func WithAbsoluteHeader(write bool) TransportOption {
 
 // Dependency runs the attempts of one outbound call under a dependency's
 // policies; the *outbound.Dependency that Kernel.Dependency returns is one.
+// DoOnce runs a call of one attempt under the same breaker and counts.
 type Dependency interface {
 	Do(ctx context.Context, attempt func(context.Context) error) error
+	DoOnce(ctx context.Context, attempt func(context.Context) error) error
 }
 
 // sentNothing marks the failure of an attempt that wrote no byte, which
@@ -113,8 +116,9 @@ func notSent(err error) error { return &sentNothing{err: err} }
 // client interceptor does, so that it is retried or not by its kind; the
 // http.Client wraps it in a *url.Error, which errors.As sees through. A
 // failure before any byte of the request was written is marked
-// as not sent (see outbound.NotSent). A request with a body that cannot be read again
-// (Body set, GetBody nil) goes out once, as without a dependency.
+// as not sent (see outbound.NotSent). A request with a body that cannot be
+// read again (Body set, GetBody nil) goes through d.DoOnce: one attempt,
+// never retried or hedged, under the same breaker, outcome and counts.
 func WithDependency(d Dependency) TransportOption {
 	return transportOptionFunc(func(t *Transport) { t.dep = d })
 }
@@ -139,20 +143,25 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.internal(req) {
 		return t.base.RoundTrip(req)
 	}
-	if t.dep != nil && (req.GetBody != nil || req.Body == nil || req.Body == http.NoBody) {
-		return t.roundTripDependency(req)
+	if t.dep == nil {
+		return t.send(req)
 	}
-	return t.send(req)
+	if req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
+		return t.roundTripDependency(req, t.dep.DoOnce) // the body can be read once
+	}
+	return t.roundTripDependency(req, t.dep.Do)
 }
 
-// roundTripDependency sends req through the Transport's dependency.
-func (t *Transport) roundTripDependency(req *http.Request) (*http.Response, error) {
+// roundTripDependency sends req through do, the Transport's dependency's
+// Do or DoOnce.
+func (t *Transport) roundTripDependency(req *http.Request,
+	do func(context.Context, func(context.Context) error) error) (*http.Response, error) {
 	var (
 		mu   sync.Mutex
 		won  *http.Response
 		used atomic.Bool // the caller's Body went with an attempt
 	)
-	err := t.dep.Do(req.Context(), func(ctx context.Context) error {
+	err := do(req.Context(), func(ctx context.Context) error {
 		r, err := attemptRequest(ctx, req, &used)
 		if err != nil {
 			return err
@@ -195,6 +204,9 @@ func attemptRequest(ctx context.Context, req *http.Request, used *atomic.Bool) (
 	if req.Body == nil || req.Body == http.NoBody || used.CompareAndSwap(false, true) {
 		return r, nil
 	}
+	if req.GetBody == nil { // a DoOnce that tried twice: the body is gone
+		return nil, errBodyUsed
+	}
 	body, err := req.GetBody()
 	if err != nil {
 		return nil, notSent(err)
@@ -202,6 +214,10 @@ func attemptRequest(ctx context.Context, req *http.Request, used *atomic.Bool) (
 	r.Body = body
 	return r, nil
 }
+
+// errBodyUsed is the outcome of a second attempt at a request whose body
+// can be read only once.
+var errBodyUsed = errors.New("httpadapter: the request body was sent once and cannot be read again")
 
 // send writes the deadline, trace context and baggage of req's context
 // into a clone of req and sends it.

@@ -3,6 +3,8 @@ package outbound
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"syscall"
 	"time"
 
@@ -84,6 +86,47 @@ func classify(err error) (class, time.Duration, bool) {
 		return final, 0, false
 	}
 	return ambiguous, 0, false // a reset, an EOF, an attempt's own timeout
+}
+
+// unanswered reports whether err says that the dependency gave no answer:
+// nothing was sent (NotSent); the connection was refused, reset, aborted
+// or closed before an answer (EOF); the network or the host could not be
+// reached, or its name not resolved; or a gRPC Unavailable status without
+// details, which is how grpc-go reports such a failure. A timeout, a
+// context's end and any other outcome are answers of a kind, or the
+// caller's own: they are not.
+func unanswered(err error) (yes bool) {
+	defer func() {
+		if recover() != nil {
+			yes = false // a typed nil in the chain: say nothing about it
+		}
+	}()
+	if st, ok := grpcStatus(err); ok {
+		return st.Code() == codes.Unavailable && len(st.Details()) == 0
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if _, ok := errors.AsType[*pipeline.Error](err); ok {
+		return false
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return false
+	}
+	if ns, ok := errors.AsType[interface {
+		error
+		NotSent() bool
+	}](err); ok && ns.NotSent() {
+		return true
+	}
+	for _, e := range [...]error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED,
+		syscall.EPIPE, syscall.ENETUNREACH, syscall.EHOSTUNREACH, io.EOF, io.ErrUnexpectedEOF} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	_, dns := errors.AsType[*net.DNSError](err)
+	return dns
 }
 
 // grpcStatus returns the gRPC status err carries, if any; an error whose

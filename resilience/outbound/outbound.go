@@ -3,6 +3,7 @@ package outbound
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	mrand "math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,13 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
 )
+
+// CodeDependencyUnavailable is the code of the UNAVAILABLE outcome of a
+// call whose last attempt got no answer from the dependency: nothing was
+// sent, or the connection was refused, reset or closed. A gRPC Unavailable
+// status without details (grpc-go's own, for a connection that failed) is
+// one too. The outcome wraps the attempt's error and keeps its retry-after.
+const CodeDependencyUnavailable = "KERNEL_UNAVAILABLE_009"
 
 // CodeDependencyOpen is the code of the UNAVAILABLE outcome of a call that
 // a dependency's open breaker turned away before any attempt; its
@@ -104,7 +112,9 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // downstream's answer, never a made-up one. It makes one of its own only
 // when no attempt ran: a dependency's open breaker (UNAVAILABLE
 // [CodeDependencyOpen], with a retry-after) or a deadline too close for
-// MinAttemptTimeout (TIMEOUT resilience.CodeBudgetExhausted).
+// MinAttemptTimeout (TIMEOUT resilience.CodeBudgetExhausted). When the
+// last attempt got no answer at all (refused, reset, nothing sent), the
+// outcome is UNAVAILABLE [CodeDependencyUnavailable], wrapping its error.
 //
 // A nil *Dependency (Kernel.Dependency of a name the configuration does
 // not have) runs attempt once, with no policy: a client given one through
@@ -113,7 +123,24 @@ func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error
 	if d == nil {
 		return attempt(ctx)
 	}
-	s := d.cur.Load()
+	return d.do(ctx, d.cur.Load(), attempt)
+}
+
+// DoOnce runs one call of a single attempt: Do under the policy with
+// Attempts 1. The breaker, the counts, the span and the budget's deposit
+// apply; nothing is retried or hedged. Use it for a request that cannot
+// be sent twice, such as an HTTP body that can be read only once.
+func (d *Dependency) DoOnce(ctx context.Context, attempt func(context.Context) error) error {
+	if d == nil {
+		return attempt(ctx)
+	}
+	once := *d.cur.Load() // the same budget and breaker
+	once.p.Attempts = 1
+	return d.do(ctx, &once, attempt)
+}
+
+// do runs one call under s.
+func (d *Dependency) do(ctx context.Context, s *state, attempt func(context.Context) error) error {
 	keyed := baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != ""
 	if !keyed && s.p.CreateKey {
 		ctx, keyed = withNewKey(ctx)
@@ -124,9 +151,9 @@ func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error
 	}
 	s.budget.deposit()
 	if s.p.HedgeDelay > 0 && s.p.Attempts > 1 && (c.keyed || s.p.SafeToHedge) {
-		return c.hedged(attempt)
+		return c.unavailable(c.hedged(attempt))
 	}
-	return c.sequential(attempt)
+	return c.unavailable(c.sequential(attempt))
 }
 
 // withNewKey returns ctx with a fresh idempotency key ("sundial-" and 26
@@ -166,6 +193,24 @@ func (c *call) refusal(now time.Time) error {
 		return c.openError(b.OpenFor())
 	}
 	return nil
+}
+
+// unavailable returns the outcome of a call that ended with err: err as
+// it is, unless the dependency gave no answer while the call's own
+// context was live (see unanswered). Then it is UNAVAILABLE
+// [CodeDependencyUnavailable], naming the dependency and wrapping err.
+func (c *call) unavailable(err error) error {
+	if err == nil || c.ctx.Err() != nil || !unanswered(err) {
+		return err
+	}
+	e := pipeline.Wrap(pipeline.KindUnavailable, CodeDependencyUnavailable,
+		"The dependency '"+c.d.name+"' is unavailable.", err).WithDetail("dependency", c.d.name)
+	if pe, ok := errors.AsType[*pipeline.Error](err); ok {
+		if ra, has := pe.RetryAfter(); has {
+			e = e.WithRetryAfter(ra)
+		}
+	}
+	return e
 }
 
 // openError is the outcome of a call the breaker turned away.

@@ -292,22 +292,25 @@ func TestWhatIsRetried(t *testing.T) {
 		err   error
 		keyed bool
 		want  int
+		// unanswered: the dependency gave no answer, so the call's
+		// outcome is CodeDependencyUnavailable wrapping the last error.
+		unanswered bool
 	}{
-		{"unavailable", unavailable(), false, 3},
-		{"grpc Unavailable", status.Error(codes.Unavailable, "down"), false, 3},
-		{"connection refused", refused, false, 3},
-		{"not sent", NotSent(errors.New("dial")), false, 3},
-		{"not sent, marked by another package", fmt.Errorf("post: %w", foreignNotSent{}), false, 3},
-		{"validation (caller fault)", pipeline.NewError(pipeline.KindValidation, "X_VALIDATION_001", "bad"), true, 1},
-		{"conflict (caller fault)", pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "dup"), true, 1},
-		{"grpc InvalidArgument", status.Error(codes.InvalidArgument, "bad"), true, 1},
-		{"cancelled", context.Canceled, true, 1},
-		{"timeout without key", pipeline.NewError(pipeline.KindTimeout, "X_TIMEOUT_001", "slow"), false, 1},
-		{"timeout with key", pipeline.NewError(pipeline.KindTimeout, "X_TIMEOUT_001", "slow"), true, 3},
-		{"reset without key", reset, false, 1},
-		{"reset with key", reset, true, 3},
-		{"unexpected without key", errors.New("boom"), false, 1},
-		{"unexpected with key", errors.New("boom"), true, 3},
+		{"unavailable", unavailable(), false, 3, false},
+		{"grpc Unavailable", status.Error(codes.Unavailable, "down"), false, 3, true},
+		{"connection refused", refused, false, 3, true},
+		{"not sent", NotSent(errors.New("dial")), false, 3, true},
+		{"not sent, marked by another package", fmt.Errorf("post: %w", foreignNotSent{}), false, 3, true},
+		{"validation (caller fault)", pipeline.NewError(pipeline.KindValidation, "X_VALIDATION_001", "bad"), true, 1, false},
+		{"conflict (caller fault)", pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "dup"), true, 1, false},
+		{"grpc InvalidArgument", status.Error(codes.InvalidArgument, "bad"), true, 1, false},
+		{"cancelled", context.Canceled, true, 1, false},
+		{"timeout without key", pipeline.NewError(pipeline.KindTimeout, "X_TIMEOUT_001", "slow"), false, 1, false},
+		{"timeout with key", pipeline.NewError(pipeline.KindTimeout, "X_TIMEOUT_001", "slow"), true, 3, false},
+		{"reset without key", reset, false, 1, true},
+		{"reset with key", reset, true, 3, true},
+		{"unexpected without key", errors.New("boom"), false, 1, false},
+		{"unexpected with key", errors.New("boom"), true, 3, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -320,6 +323,15 @@ func TestWhatIsRetried(t *testing.T) {
 				}
 				n := 0
 				err := d.Do(ctx, func(context.Context) error { n++; return tc.err })
+				if tc.unanswered {
+					e := pipeline.AsError(err)
+					if dep, _ := e.Detail("dependency"); n != tc.want || e.Code() != CodeDependencyUnavailable ||
+						e.Kind() != pipeline.KindUnavailable || dep != "billing" || !errors.Is(err, tc.err) {
+						t.Fatalf("%d attempts, err %v; want %d and %s naming billing, wrapping the last error",
+							n, err, tc.want, CodeDependencyUnavailable)
+					}
+					return
+				}
 				if n != tc.want || err != tc.err {
 					t.Fatalf("%d attempts, err %v; want %d and the last answer", n, err, tc.want)
 				}
