@@ -38,6 +38,7 @@ type config struct {
 	propagator   propagation.TextMapPropagator // with defaultPropagator false
 	baggageLimit int
 	recvTimeout  time.Duration
+	recvExact    bool // recvTimeout without its jitter (tests)
 	// defaultPropagator: extract with telemetry.Propagator(), which
 	// carries the baggage too.
 	defaultPropagator bool
