@@ -70,6 +70,10 @@ const (
 	// a second.
 	defaultResetBurst = 4 * defaultMaxConcurrentStreams
 	defaultResetRate  = 256
+	// defaultMaxConnections bounds the connections open at once
+	// (unlimited), and with MaxConcurrentStreams the calls of the listener:
+	// a connection past it is closed as it is accepted.
+	defaultMaxConnections = 1024
 )
 
 // Bounds are the resource bounds of a gRPC listener that ServerOptions
@@ -116,8 +120,9 @@ func DefaultBounds() Bounds {
 			Time:                  defaultKeepaliveTime,
 			Timeout:               defaultKeepaliveTimeout,
 		},
-		ResetBurst: defaultResetBurst,
-		ResetRate:  defaultResetRate,
+		ResetBurst:     defaultResetBurst,
+		ResetRate:      defaultResetRate,
+		MaxConnections: defaultMaxConnections,
 		Enforcement: keepalive.EnforcementPolicy{
 			MinTime:             defaultKeepaliveMinTime,
 			PermitWithoutStream: false,

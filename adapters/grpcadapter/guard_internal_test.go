@@ -10,6 +10,10 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // pipeConn is a net.Conn whose input the test queues and whose output it
@@ -220,4 +224,38 @@ func TestGuardWritesGoAwayAtAFrameBoundary(t *testing.T) {
 	if _, code, debug, ok := goAwayIn(t, out); !ok || code != errCodeEnhanceYourCalm || debug != reasonStalls {
 		t.Fatalf("GOAWAY %v %#x %q after the frame, want ENHANCE_YOUR_CALM %q", ok, code, debug, reasonStalls)
 	}
+}
+
+// TestCanceledCallsAreSampled: of 100 calls canceled by their clients at
+// once, 10 get a record each; 10 s after the first of the others one
+// record sums them up, early ones included; a second later one more gets
+// its own.
+func TestCanceledCallsAreSampled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logs := new(pipelinetest.LogSink)
+		c := newCanceledCalls(logs.Logger(), noop.NewMeterProvider())
+		own := 0
+		for i := range 100 {
+			if c.add(t.Context(), i%10 == 9) {
+				own++
+			}
+		}
+		if own != canceledLogBurst {
+			t.Fatalf("%d of 100 canceled calls got a record each, want %d", own, canceledLogBurst)
+		}
+		time.Sleep(canceledSummaryAfter - time.Nanosecond)
+		synctest.Wait()
+		if n := len(logs.Records()); n != 0 {
+			t.Fatalf("%d records before the summary is due, want 0", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		recs := logs.Records()
+		if len(recs) != 1 || recs[0].Message != "grpc calls canceled by their clients" || recs[0].Attrs["calls"] != int64(100-own) {
+			t.Fatalf("records %+v, want one summing up %d calls", recs, 100-own)
+		}
+		if !c.add(t.Context(), false) {
+			t.Error("a canceled call 10 s later got no record of its own")
+		}
+	})
 }
