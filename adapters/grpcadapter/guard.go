@@ -136,8 +136,9 @@ func (g *guard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 		resets: bucket{tokens: g.resetBurst, burst: g.resetBurst, rate: g.resetRate},
 		stalls: bucket{tokens: stallBurst, burst: stallBurst, rate: stallRate},
 	}
-	c.key = connKey(conn.LocalAddr(), conn.RemoteAddr())
-	guarded.Store(c.key, c)
+	if c.key = connKey(conn.LocalAddr(), conn.RemoteAddr()); c.key != "" {
+		guarded.Store(c.key, c)
+	}
 	return c, info, nil
 }
 
@@ -158,15 +159,20 @@ func (g *guard) OverrideServerName(name string) error {
 	return g.inner.OverrideServerName(name) //nolint:staticcheck // the interface's method
 }
 
-// guarded maps the addresses of every guarded connection (connKey) to it,
-// for the calls that charge their connection (chargeStall).
+// guarded maps the addresses of every guarded TCP connection (connKey) to
+// it, for the calls that charge their connection (chargeStall).
 var guarded sync.Map
 
+// connKey returns the key of a TCP connection in guarded: its two
+// addresses, which no other connection of the process has at once. Other
+// connections (a Unix socket's peers may have no address) have none ("").
 func connKey(local, remote net.Addr) string {
-	if local == nil || remote == nil {
+	l, ok1 := local.(*net.TCPAddr)
+	r, ok2 := remote.(*net.TCPAddr)
+	if !ok1 || !ok2 {
 		return ""
 	}
-	return local.String() + "|" + remote.String()
+	return l.String() + "|" + r.String()
 }
 
 // bucket is a token bucket: burst tokens, refilled at rate a second.
@@ -348,7 +354,11 @@ func chargeStall(ctx context.Context) (closing bool) {
 	if !ok {
 		return false
 	}
-	v, ok := guarded.Load(connKey(p.LocalAddr, p.Addr))
+	key := connKey(p.LocalAddr, p.Addr)
+	if key == "" {
+		return false
+	}
+	v, ok := guarded.Load(key)
 	if !ok {
 		return false
 	}
