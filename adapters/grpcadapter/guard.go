@@ -395,7 +395,16 @@ func (c *guardedConn) trip(reason string) {
 	if c.wmu.TryLock() {
 		c.goAwayLocked()
 		c.wmu.Unlock()
+		return
 	}
+	// A write is under way, and may have looked at tripped before it was
+	// set: write the GOAWAY once it is done. A write that never ends
+	// (a client that does not read) ends with the connection.
+	go func() {
+		c.wmu.Lock()
+		c.goAwayLocked()
+		c.wmu.Unlock()
+	}()
 }
 
 // goAwayLocked writes the GOAWAY once, at a frame boundary of the
