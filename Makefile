@@ -87,10 +87,13 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-## stress: the shop under 20,000 requests from 200 clients on 127.0.0.1
-## (build tag `stress`; bounded, stops by itself, prints its figures)
+## stress: the shop under 20,000 requests from 200 clients on 127.0.0.1,
+## then a healthy client beside slowloris, a gRPC stall flood, a rapid reset
+## and a straggler flood, the shop and the attackers on CPUs of their own
+## where taskset allows (build tag `stress`; bounded, stops by itself,
+## prints its figures)
 stress:
-	$(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 6m ./samples/shop
+	$(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 12m ./samples/shop
 
 clean:
 	rm -rf bin

@@ -3,6 +3,7 @@ package kernel
 import (
 	"log/slog"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -41,6 +42,16 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // default (and a nil mp) is otel's global provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(o *options) { o.telemetry.mp = mp })
+}
+
+// MeterProvider returns the meter provider of the Sundial metrics:
+// WithMeterProvider's, or otel's global provider. Adapters record their
+// own metrics with it.
+func (k *Kernel) MeterProvider() metric.MeterProvider {
+	if mp := k.opts.telemetry.mp; mp != nil {
+		return mp
+	}
+	return otel.GetMeterProvider()
 }
 
 // WithAccessLog writes one line per finished invocation, with the

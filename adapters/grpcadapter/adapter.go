@@ -42,6 +42,7 @@ type Adapter struct {
 
 	receivers  chan *reception // to an idle receiver goroutine (receive); nil: none
 	receptions sync.Pool       // of serve's *reception
+	canceled   *canceledCalls  // calls canceled by their clients
 
 	explicit map[string]*operations.Descriptor // WithMethodOperations
 	resolved sync.Map                          // full method -> *operations.Descriptor (nil: none), for the interceptors
@@ -95,6 +96,7 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if a.logger == nil {
 		a.logger = k.Logger()
 	}
+	a.canceled = newCanceledCalls(a.logger, k.MeterProvider())
 	if err := a.build(); err != nil {
 		return nil, err
 	}

@@ -92,9 +92,13 @@ const metadataTraceID = "sundial-trace-id"
 
 // logCall writes the call log record of one call, answered with status st:
 // Info, or Error for an UNEXPECTED outcome (whose internal text is logged,
-// never sent).
+// never sent). Calls their clients canceled are counted, and only a few
+// get a record each (see canceledCalls).
 func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time) {
 	kind := pipeline.KindOf(o.Err)
+	if kind == pipeline.KindCanceled && ctx.Err() != nil && !a.canceled.add(ctx, false) {
+		return
+	}
 	level := slog.LevelInfo
 	if kind == pipeline.KindUnexpected {
 		level = slog.LevelError

@@ -1,9 +1,12 @@
 package grpcadapter
 
 import (
+	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -59,6 +62,18 @@ const (
 	// request message of an adapter method may take to arrive once its
 	// headers have. It is the HTTP server's ReadHeaderTimeout.
 	defaultRecvTimeout = 5 * time.Second
+	// defaultResetBurst and defaultResetRate bound the streams one
+	// connection may reset before the server answered them (none): 1024
+	// at once, four times MaxConcurrentStreams (the bound
+	// golang.org/x/net/http2's server puts on such resets), and 256 a
+	// second on average. A rapid-reset client crosses it within a tenth of
+	// a second.
+	defaultResetBurst = 4 * defaultMaxConcurrentStreams
+	defaultResetRate  = 256
+	// defaultMaxConnections bounds the connections open at once
+	// (unlimited), and with MaxConcurrentStreams the calls of the listener:
+	// a connection past it is closed as it is accepted.
+	defaultMaxConnections = 1024
 )
 
 // Bounds are the resource bounds of a gRPC listener that ServerOptions
@@ -74,6 +89,21 @@ type Bounds struct {
 	// defaults).
 	Keepalive   keepalive.ServerParameters
 	Enforcement keepalive.EnforcementPolicy
+
+	// ResetBurst and ResetRate bound the streams one connection may reset
+	// (RST_STREAM) before the server ended them: ResetBurst at once and
+	// ResetRate a second on average. A connection past them is sent
+	// GOAWAY ENHANCE_YOUR_CALM and closed. ResetBurst 0: no bound.
+	ResetBurst int
+	ResetRate  float64
+	// MaxConnections bounds the connections open at once; one past it is
+	// closed as it is accepted. 0: no bound.
+	MaxConnections int
+	// Logger gets one warning per connection the guard closes; nil logs
+	// nothing. MeterProvider gets the guard's counters; nil is otel's
+	// global provider.
+	Logger        *slog.Logger
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultBounds returns the recommended bounds, which ServerOptions lists.
@@ -90,6 +120,9 @@ func DefaultBounds() Bounds {
 			Time:                  defaultKeepaliveTime,
 			Timeout:               defaultKeepaliveTimeout,
 		},
+		ResetBurst:     defaultResetBurst,
+		ResetRate:      defaultResetRate,
+		MaxConnections: defaultMaxConnections,
 		Enforcement: keepalive.EnforcementPolicy{
 			MinTime:             defaultKeepaliveMinTime,
 			PermitWithoutStream: false,
@@ -136,5 +169,24 @@ func (b Bounds) ServerOptions() []grpc.ServerOption {
 	if b.Enforcement != (keepalive.EnforcementPolicy{}) {
 		out = append(out, grpc.KeepaliveEnforcementPolicy(b.Enforcement))
 	}
+	if b.guarded() {
+		out = append(out, grpc.Creds(b.Credentials(nil)))
+	}
 	return out
+}
+
+// guarded reports whether b has a bound the connection guard enforces.
+func (b Bounds) guarded() bool { return b.ResetBurst > 0 || b.MaxConnections > 0 }
+
+// Credentials returns transport credentials that enforce b's connection
+// bounds (ResetBurst, ResetRate, MaxConnections, and the bound on calls
+// whose request message is late; see WithRecvTimeout) around creds. A
+// server with TLS passes its TLS credentials through it:
+//
+//	grpc.Creds(b.Credentials(credentials.NewTLS(cfg)))
+//
+// in place of the insecure ones ServerOptions installs. A nil creds is
+// insecure.NewCredentials().
+func (b Bounds) Credentials(creds credentials.TransportCredentials) credentials.TransportCredentials {
+	return newGuard(b, creds)
 }

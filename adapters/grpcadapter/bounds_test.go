@@ -268,13 +268,20 @@ func TestServerOptionsValues(t *testing.T) {
 		b.Keepalive.MaxConnectionAgeGrace != 30*time.Second || b.Keepalive.Time != time.Minute || b.Keepalive.Timeout != 20*time.Second {
 		t.Errorf("DefaultBounds() = %+v", b)
 	}
-	if n := len(grpcadapter.ServerOptions()); n != 6 {
-		t.Errorf("ServerOptions() gave %d options, want 6", n)
+	if b.ResetBurst != 1024 || b.ResetRate != 256 || b.MaxConnections != 1024 {
+		t.Errorf("DefaultBounds() resets %d, %g/s, connections %d; want 1024, 256/s, 1024", b.ResetBurst, b.ResetRate, b.MaxConnections)
+	}
+	if n := len(grpcadapter.ServerOptions()); n != 7 {
+		t.Errorf("ServerOptions() gave %d options, want 7", n)
 	}
 	b.MaxConcurrentStreams, b.Keepalive = 0, keepalive.ServerParameters{}
 	n := len(b.ServerOptions())
-	if n != 4 {
-		t.Errorf("ServerOptions with two bounds zeroed gave %d options, want 4", n)
+	if n != 5 {
+		t.Errorf("ServerOptions with two bounds zeroed gave %d options, want 5", n)
+	}
+	b.ResetBurst, b.MaxConnections = 0, 0
+	if n := len(b.ServerOptions()); n != 4 {
+		t.Errorf("ServerOptions with the connection guard's bounds zeroed too gave %d options, want 4", n)
 	}
 }
 

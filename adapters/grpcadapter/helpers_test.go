@@ -198,11 +198,17 @@ type harnessOpt struct {
 	services func(*grpc.Server)
 	// tcp serves on a 127.0.0.1 listener instead of bufconn.
 	tcp bool
+	// logs, if set, is the log sink (the test's server options may log
+	// to it too).
+	logs *pipelinetest.LogSink
 }
 
 func newHarness(t testing.TB, ho harnessOpt) *harness {
 	t.Helper()
-	h := &harness{app: newTestApp(), logs: new(pipelinetest.LogSink)}
+	h := &harness{app: newTestApp(), logs: ho.logs}
+	if h.logs == nil {
+		h.logs = new(pipelinetest.LogSink)
+	}
 	reg := operations.NewRegistry()
 	h.app.register(t, reg)
 	if ho.register != nil {

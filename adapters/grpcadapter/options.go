@@ -39,6 +39,7 @@ type config struct {
 	propagator   propagation.TextMapPropagator // with defaultPropagator false
 	baggageLimit int
 	recvTimeout  time.Duration
+	recvExact    bool // recvTimeout without its jitter (tests)
 	// defaultPropagator: extract with telemetry.Propagator(), which
 	// carries the baggage too.
 	defaultPropagator bool
@@ -161,10 +162,13 @@ func WithBaggageLimit(n int) Option {
 // call to the adapter (its headers have arrived): a call whose message is
 // not complete by then is answered DeadlineExceeded / KERNEL_TIMEOUT_001,
 // observed by the kernel as a rejection (no permit spent), and its stream
-// is closed. The caller's own deadline (grpc-timeout) ends the wait earlier
-// when it is shorter. The default is 5s; 0 turns the
-// bound off (the wait then lasts until the caller's deadline or the
-// connection's keepalive ends it); a negative d keeps the default.
+// is closed. Each call waits d plus up to d/4 drawn at random, so that
+// calls stalled together are answered apart. The caller's own deadline
+// (grpc-timeout) ends the wait earlier when it is shorter. The default is
+// 5s; 0 turns the bound off (the wait then lasts until the caller's
+// deadline or the connection's keepalive ends it); a negative d keeps the
+// default. A connection that stalls many calls is closed (see
+// Bounds.Credentials).
 //
 // grpc-go (v1.85) reads a unary request inside the method handler: the
 // handler's dec is the stream's RecvMsg (server.go, wrapUnaryHandler),

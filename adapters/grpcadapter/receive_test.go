@@ -85,6 +85,7 @@ func TestServeBoundsTheReadOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		a.cfg.recvExact = true // the bound itself, without its jitter (TestRecvWaitIsJittered)
 		m := a.methodOf("work.slow")
 		defer func() {
 			time.Sleep(receiverIdle) // the receivers exit, the test failed or not
@@ -142,5 +143,29 @@ func TestOwnInterceptorIsSkipped(t *testing.T) {
 	}
 	if isOwnUnary(other) {
 		t.Error("isOwnUnary(another interceptor) = true, want false")
+	}
+}
+
+// TestRecvWaitIsJittered: each call's wait for its message is
+// WithRecvTimeout's d plus up to d/4 drawn at random, so that calls
+// stalled together are not answered together.
+func TestRecvWaitIsJittered(t *testing.T) {
+	const d = time.Second
+	a := &Adapter{cfg: defaultConfig()}
+	a.cfg.recvTimeout = d
+	lo, hi := time.Duration(1<<62), time.Duration(0)
+	for range 1000 {
+		w := a.recvWait()
+		if w < d || w > d+d/4 {
+			t.Fatalf("recvWait() = %v, want within [%v, %v]", w, d, d+d/4)
+		}
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	if hi-lo < d/8 {
+		t.Errorf("1000 waits spread over %v, want at least %v of the %v allowed", hi-lo, d/8, d/4)
+	}
+	a.cfg.recvTimeout = 0
+	if w := a.recvWait(); w != 0 {
+		t.Errorf("recvWait() with the bound off = %v, want 0", w)
 	}
 }

@@ -3,6 +3,7 @@ package grpcadapter
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"sync/atomic"
@@ -67,8 +68,22 @@ func isOwnUnary(icpt grpc.UnaryServerInterceptor) bool {
 func (m *method) unreceived(ctx context.Context, err error) error {
 	if err == errRecvTimeout {
 		// The message did not arrive within WithRecvTimeout: the answer
-		// closes the stream, which ends the read.
+		// closes the stream, which ends the read. The connection is
+		// charged for it (see Bounds.Credentials); once the guard closes
+		// it (or the stream has ended anyway), its calls end with it,
+		// unanswered.
+		if ctx.Err() == context.Canceled || chargeStall(ctx) {
+			m.a.canceled.add(ctx, true)
+			return status.Error(codes.Unavailable, "grpcadapter: connection closed by the listener's guard")
+		}
 		return m.reject(ctx, pipeline.ErrTimeout())
+	}
+	if status.Code(err) == codes.Canceled && ctx.Err() == context.Canceled {
+		// The client reset the stream (or its connection ended) before
+		// the message: no one is left to answer, and no invocation ran.
+		// It is counted, not logged one by one (see canceledCalls).
+		m.a.canceled.add(ctx, true)
+		return err
 	}
 	// A request that is not valid protobuf is answered with the decoder's
 	// own status (grpc-go's Internal, or InvalidArgument for a decoder
@@ -115,7 +130,7 @@ func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
 	r.dec, r.req, r.m, r.ctx = dec, dynamicpb.NewMessage(m.in.desc), m, ctx
 	r.state.Store(receptionReading)
 	r.refs.Store(2) // this goroutine's and the receiver's
-	if d := a.cfg.recvTimeout; d > 0 {
+	if d := a.recvWait(); d > 0 {
 		if r.timer == nil {
 			r.timer = time.AfterFunc(d, r.expire)
 		} else {
@@ -194,7 +209,7 @@ const growFrame = 3 << 10
 // The message is read on a receiver goroutine: an idle one when there is
 // one, else a new one (see receiveLoop).
 func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
-	d := a.cfg.recvTimeout
+	d := a.recvWait()
 	if d <= 0 {
 		return decodeRequest(dec, req)
 	}
@@ -208,6 +223,18 @@ func (a *Adapter) receive(dec func(any) error, req *dynamicpb.Message) error {
 	case <-t.C:
 		return errRecvTimeout
 	}
+}
+
+// recvWait returns how long one call's request message may take to
+// arrive: WithRecvTimeout's d, plus up to d/4 drawn at random. Calls
+// stalled together are then answered over a quarter of d, not in one
+// burst that takes the CPU from the calls that are served meanwhile.
+func (a *Adapter) recvWait() time.Duration {
+	d := a.cfg.recvTimeout
+	if d <= 0 || a.cfg.recvExact {
+		return d
+	}
+	return d + rand.N(d/4+1)
 }
 
 // handOff gives r to an idle receiver goroutine, or to a new one.

@@ -65,7 +65,12 @@ func startGRPC(k *kernel.Kernel, addr string, logger *slog.Logger, stdout io.Wri
 	}
 	g := &grpcServer{k: k, served: make(chan error, 1), drained: make(chan struct{})}
 	g.draining, g.endStreams = context.WithCancel(context.Background())
-	g.srv = grpc.NewServer(append(grpcadapter.ServerOptions(), // the recommended listener bounds (docs/grpc.md)
+	// The recommended listener bounds (docs/grpc.md); the guard that
+	// closes misbehaving connections logs to the shop's log and counts on
+	// its /metrics.
+	bounds := grpcadapter.DefaultBounds()
+	bounds.Logger, bounds.MeterProvider = logger, k.MeterProvider()
+	g.srv = grpc.NewServer(append(bounds.ServerOptions(),
 		// The shop has no services of its own; the interceptors would run
 		// them through the kernel like the operations.
 		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),

@@ -13,6 +13,7 @@ package main
 // its figures.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,8 +21,10 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -31,10 +34,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -461,7 +467,7 @@ func TestStressShop(t *testing.T) {
 		stallStreams, stallMethod, stallConns, grpcadapter.DefaultBounds().MaxConcurrentStreams, stallRecvBound)
 	row("", "straggler flood", "gRPC stall flood")
 	row("answered", fmt.Sprintf("%d 504 %s + %d 503 %s", sf.codes[pipeline.CodeTimeout], pipeline.CodeTimeout, sf.codes[pipeline.CodeOverloaded], pipeline.CodeOverloaded),
-		fmt.Sprintf("%d DeadlineExceeded", gf.codes[codes.DeadlineExceeded.String()]))
+		fmt.Sprintf("%d DeadlineExceeded + %d Unavailable (connection closed)", gf.codes[codes.DeadlineExceeded.String()], gf.codes[codes.Unavailable.String()]))
 	row("other answers / lost", fmt.Sprintf("%d / %d", sf.other, sf.lost), fmt.Sprintf("%d / %d", gf.other, gf.lost))
 	row("handlers held at once, at most", fmt.Sprintf("%d stalled (bound %d + %d clients); kernel stragglers %s", sf.heldPeak, maxStragglers, stragglerClients, sf.kernelStragglers),
 		fmt.Sprintf("%d stalled calls (bound %d x %d connections)", gf.heldPeak, grpcadapter.DefaultBounds().MaxConcurrentStreams, stallConns))
@@ -904,10 +910,15 @@ func stallFlood(t *testing.T, addr string) *flood {
 			case st.Code() == codes.DeadlineExceeded:
 				f.codes[st.Code().String()]++
 				first, f.last = min(first, took), max(f.last, took)
+			case st.Code() == codes.Unavailable:
+				// Its connection was closed by the listener's guard
+				// (GOAWAY too_many_stalled_requests).
+				f.codes[st.Code().String()]++
+				f.last = max(f.last, took)
 			default:
 				f.other++
 				if f.other <= 3 {
-					f.problem("answered %v, want DeadlineExceeded", st)
+					f.problem("answered %v, want DeadlineExceeded or Unavailable", st)
 				}
 			}
 		})
@@ -936,9 +947,13 @@ func stallFlood(t *testing.T, addr string) *flood {
 	if f.heldPeak < bound/2 {
 		f.problem("the server held at most %d stalled calls: the flood never reached the stream bound %d", f.heldPeak, bound)
 	}
-	if f.codes[codes.DeadlineExceeded.String()] != stallStreams {
-		f.problem("%d of %d stalled calls answered DeadlineExceeded (%d other, %d cancelled at the end)",
-			f.codes[codes.DeadlineExceeded.String()], stallStreams, f.other, f.lost)
+	// Each call is answered DeadlineExceeded at the recv bound, or ends
+	// Unavailable with its connection, which the guard closes once it has
+	// stalled 16 calls; every connection stalled its first 16.
+	timedOut, closed := f.codes[codes.DeadlineExceeded.String()], f.codes[codes.Unavailable.String()]
+	if timedOut+closed != stallStreams || timedOut < 16*stallConns {
+		f.problem("%d of %d stalled calls answered DeadlineExceeded and %d Unavailable (%d other, %d cancelled at the end); want all, at least %d DeadlineExceeded",
+			timedOut, stallStreams, closed, f.other, f.lost, 16*stallConns)
 	}
 	if f.first < stallRecvBound {
 		f.problem("a stalled call was answered after %v, before the recv bound %v", f.first, stallRecvBound)
@@ -970,4 +985,624 @@ func serverGoroutines() (n, waiting int) {
 		}
 	}
 	return n, waiting
+}
+
+// The attacks (TestStressAttacks): the shop in a process of its own,
+// pinned to one core where the machine has two and taskset is there, the
+// attackers in this process, pinned to the other. A healthy client, a
+// process of its own beside the shop, reads an order at healthyRate; its
+// latency is measured alone, then beside each attack, and beside all of
+// them at once.
+const (
+	healthyRate   = 100 // GET /orders/{id} a second
+	attackMeasure = 8 * time.Second
+	attackWarmUp  = 500 * time.Millisecond
+	// attackRecover bounds the wait for the shop's goroutines to come
+	// back to where they were before an attack.
+	attackRecover = 30 * time.Second
+	// goroutineSlack is what go_goroutines may read above its baseline
+	// once back: the scrape's own connection, timers firing.
+	goroutineSlack = 10
+
+	slowlorisConns = 500
+	// The gRPC stall flood: stallFloodConns connections, each holding
+	// MaxConcurrentStreams calls that never send their message, each
+	// reopened as soon as it ends.
+	stallFloodConns = 20
+	// The rapid reset: a raw HTTP/2 connection a second, each opening and
+	// resetting up to rapidResetStreams streams as fast as it can.
+	rapidResetStreams = 100_000
+	// The straggler flood: billing.charge (which ignores its context) for
+	// stragglerProcess, at stragglerRate a second, each call cut at
+	// stragglerDeadlineMs; its ConcurrencyLimit holds the stragglers.
+	stragglerRate       = 500
+	stragglerDeadlineMs = 200
+	stragglerProcess    = 2 * time.Second
+	stragglerLimit      = 8
+)
+
+// attackConfig leaves orders.get unlimited and holds billing.charge's
+// stragglers with a ConcurrencyLimit (its breaker out of the way).
+var attackConfig = fmt.Sprintf(`{"Sundial":{"Kernel":{"Resilience":{"PermitLimit":100000000,"Operations":{
+	"billing.charge":{"ConcurrencyLimit":%d,"ConcurrencyQueueLimit":0,"FailureThreshold":1000000}}}}}}`, stragglerLimit)
+
+// attackedShop is the shop process under attack.
+type attackedShop struct {
+	url, grpcAddr string
+	pid           int
+	pinned        bool
+	// Lines of its log (stderr), by kind.
+	grpcCalls, grpcCanceled, guardClosed, lines atomic.Int64
+}
+
+// startAttackedShop starts `shop serve` as a process (the test binary),
+// pinned to CPU 0 with taskset when it can be.
+func startAttackedShop(t *testing.T, pin bool) *attackedShop {
+	cfg := filepath.Join(t.TempDir(), "attack.json")
+	if err := os.WriteFile(cfg, []byte(attackConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{os.Args[0], "serve", "--config", cfg, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--grace", "5s", "--lame-duck", "0"}
+	if pin {
+		args = append([]string{"taskset", "-c", "0"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = childEnv()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &attackedShop{pid: cmd.Process.Pid, pinned: pin}
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.lines.Add(1)
+			switch {
+			case strings.Contains(line, `"msg":"grpc call"`):
+				s.grpcCalls.Add(1)
+			case strings.Contains(line, `"msg":"grpc calls canceled by their clients"`):
+				s.grpcCanceled.Add(1)
+			case strings.Contains(line, "GOAWAY ENHANCE_YOUR_CALM"):
+				s.guardClosed.Add(1)
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("the shop exited with %v after SIGTERM", err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Error("the shop did not exit within 15s of SIGTERM")
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for s.url == "" || s.grpcAddr == "" {
+		if !sc.Scan() {
+			t.Fatalf("the shop printed no addresses: %v", sc.Err())
+		}
+		if a, ok := strings.CutPrefix(sc.Text(), "shop: serving HTTP on "); ok {
+			s.url = a
+		}
+		if a, ok := strings.CutPrefix(sc.Text(), "shop: serving gRPC on "); ok {
+			s.grpcAddr = a
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	return s
+}
+
+// cpu returns the CPU time the shop has used so far (/proc/PID/stat).
+func (s *attackedShop) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command (which may hold spaces): utime and
+	// stime are the 12th and 13th, in clock ticks (100 a second).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// goroutines returns go_goroutines from the shop's /metrics (-1: unread).
+func (s *attackedShop) goroutines() int {
+	n, err := strconv.Atoi(metricValue(s.url, "go_goroutines"))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// healthy reads the order at healthyRate for d, each request on the
+// schedule whatever the others do, and returns the latencies and the
+// requests that failed.
+func healthy(url string, d time.Duration) (lat []time.Duration, failed []string) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	every := time.Second / healthyRate
+	start := time.Now()
+	for i := range int(d / every) {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+		wg.Go(func() {
+			t0 := time.Now()
+			resp, err := hc.Get(url + "/orders/ord-1")
+			took := time.Since(t0)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, err.Error())
+				return
+			}
+			lat = append(lat, took)
+		})
+	}
+	wg.Wait()
+	return lat, failed
+}
+
+// healthyEnv makes the test binary the healthy client of
+// TestStressAttacks: "URL DURATION". It runs as a process of its own,
+// beside the shop on its CPU, so that the attackers' work on theirs
+// does not delay it.
+const healthyEnv = "SHOP_STRESS_HEALTHY"
+
+func init() {
+	v := os.Getenv(healthyEnv)
+	if v == "" {
+		return
+	}
+	url, ds, _ := strings.Cut(v, " ")
+	d, err := time.ParseDuration(ds)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	var r healthyResult
+	r.Latencies, r.Failed = healthy(url, d)
+	_ = json.NewEncoder(os.Stdout).Encode(r)
+	os.Exit(0)
+}
+
+type healthyResult struct {
+	Latencies []time.Duration
+	Failed    []string
+}
+
+// healthyProcess runs the healthy client for d as a process, pinned to
+// CPU 0 beside the shop when pin is set.
+func healthyProcess(t *testing.T, url string, d time.Duration, pin bool) ([]time.Duration, []string) {
+	args := []string{os.Args[0]}
+	if pin {
+		args = append([]string{"taskset", "-c", "0"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), healthyEnv+"="+url+" "+d.String())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the healthy client: %v", err)
+	}
+	var r healthyResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("the healthy client's figures: %v", err)
+	}
+	return r.Latencies, r.Failed
+}
+
+// attackStats is what an attacker counted.
+type attackStats struct {
+	name                 string
+	reset                bool // the rapid reset
+	opened, ended, conns atomic.Int64
+	goAways              atomic.Int64
+	firstGoAway          atomic.Int64 // ns from the first connection's start to its GOAWAY; 0: none
+	streamsBefore        atomic.Int64 // resets the first connection sent before its GOAWAY
+}
+
+// slowloris holds slowlorisConns HTTP connections that send a header a
+// byte a second and never finish; each is reopened once the server closes
+// it.
+func slowloris(ctx context.Context, url string, st *attackStats) {
+	addr := strings.TrimPrefix(url, "http://")
+	var wg sync.WaitGroup
+	for range slowlorisConns {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					sleepCtx(ctx, 100*time.Millisecond)
+					continue
+				}
+				st.conns.Add(1)
+				stop := context.AfterFunc(ctx, func() { c.Close() })
+				_, err = io.WriteString(c, "GET /orders/ord-1 HTTP/1.1\r\nHost: shop\r\nX-Slow: ")
+				for err == nil && ctx.Err() == nil {
+					sleepCtx(ctx, time.Second)
+					_, err = c.Write([]byte("a"))
+				}
+				stop()
+				c.Close()
+				st.ended.Add(1)
+				sleepCtx(ctx, 100*time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// stallFloodAttack holds MaxConcurrentStreams stalled calls on each of
+// stallFloodConns connections, reopening each call as soon as it ends.
+func stallFloodAttack(ctx context.Context, addr string, st *attackStats) {
+	var wg sync.WaitGroup
+	per := int(grpcadapter.DefaultBounds().MaxConcurrentStreams)
+	for range stallFloodConns {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return
+		}
+		st.conns.Add(1)
+		for range per {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, stallMethod)
+					if err != nil {
+						sleepCtx(ctx, 10*time.Millisecond) // the connection is being replaced
+						continue
+					}
+					st.opened.Add(1)
+					_ = s.RecvMsg(new(emptypb.Empty)) // never sent a message; the server ends it
+					st.ended.Add(1)
+				}
+			})
+		}
+		defer cc.Close()
+	}
+	wg.Wait()
+}
+
+// rapidReset opens a raw HTTP/2 connection a second; each opens and
+// resets up to rapidResetStreams streams as fast as it writes, until the
+// server closes it.
+func rapidReset(ctx context.Context, addr string, st *attackStats) {
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range []hpack.HeaderField{
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: stallMethod}, {Name: ":authority", Value: addr},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+	} {
+		_ = enc.WriteField(f)
+	}
+	block := hb.Bytes()
+	first := true
+	for ctx.Err() == nil {
+		start := time.Now()
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		st.conns.Add(1)
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		bw := bufio.NewWriterSize(c, 64<<10)
+		fr := http2.NewFramer(bw, c)
+		goAway := make(chan struct{})
+		go func() {
+			defer close(goAway)
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					return
+				}
+				if _, ok := f.(*http2.GoAwayFrame); ok {
+					st.goAways.Add(1)
+					return
+				}
+			}
+		}()
+		_, err = bw.WriteString(http2.ClientPreface)
+		if err == nil {
+			err = fr.WriteSettings()
+		}
+		sent := 0
+		for i := 0; i < rapidResetStreams && err == nil; i++ {
+			id := uint32(2*i + 1)
+			if err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err == nil {
+				err = fr.WriteRSTStream(id, http2.ErrCodeCancel)
+			}
+			sent++
+			if sent%128 == 0 {
+				if err == nil {
+					err = bw.Flush()
+				}
+				select {
+				case <-goAway:
+					err = io.EOF
+				default:
+				}
+			}
+		}
+		_ = bw.Flush()
+		<-goAway
+		if first {
+			st.firstGoAway.Store(int64(time.Since(start)))
+			st.streamsBefore.Store(int64(sent))
+			first = false
+		}
+		st.opened.Add(int64(sent))
+		stop()
+		c.Close()
+		sleepCtx(ctx, time.Until(start.Add(time.Second)))
+	}
+}
+
+// stragglerAttack calls billing.charge at stragglerRate, each cut at
+// stragglerDeadlineMs while its handler runs on for stragglerProcess.
+func stragglerAttack(ctx context.Context, url string, st *attackStats) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	body := fmt.Sprintf(`{"amount":1,"processMs":%d}`, stragglerProcess.Milliseconds())
+	inFlight := make(chan struct{}, 256)
+	var wg sync.WaitGroup
+	tk := time.NewTicker(time.Second / stragglerRate)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-tk.C:
+		}
+		select {
+		case inFlight <- struct{}{}:
+		default:
+			continue // as many in flight as the attacker holds
+		}
+		wg.Go(func() {
+			defer func() { <-inFlight }()
+			req, _ := http.NewRequest("POST", url+"/billing/charge", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(httpadapter.DefaultRelativeDeadlineHeader, strconv.Itoa(stragglerDeadlineMs))
+			st.opened.Add(1)
+			if resp, err := hc.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				st.ended.Add(1)
+			}
+		})
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// pinSelf pins every thread of this process to CPU 1, and reports whether
+// it could; undo restores the CPUs it had.
+func pinSelf(t *testing.T) (ok bool, undo func()) {
+	if runtime.NumCPU() < 2 {
+		t.Logf("one CPU: the shop and the attackers share it")
+		return false, func() {}
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Logf("no taskset: the shop and the attackers share the CPUs")
+		return false, func() {}
+	}
+	pid := strconv.Itoa(os.Getpid())
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", "1", pid).CombinedOutput(); err != nil {
+		t.Logf("taskset could not pin the attackers (%v: %s): the shop and the attackers share the CPUs", err, out)
+		return false, func() {}
+	}
+	all := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
+	return true, func() { _ = exec.Command("taskset", "-a", "-p", "-c", all, pid).Run() }
+}
+
+// attackPhase is one row of TestStressAttacks' table.
+type attackPhase struct {
+	name                   string
+	alone, under           []time.Duration
+	failed                 []string
+	cpu                    float64 // the shop's, in cores, while the healthy client measured
+	grpcCalls, canceled    int64   // gRPC log records while attacked
+	guardClosed, lines     int64
+	goroutinesBefore, peak int
+	goroutinesAfter        int
+	recovered              time.Duration // -1: not within attackRecover
+	stats                  []*attackStats
+}
+
+// TestStressAttacks measures a healthy client's latency beside each
+// attack and all of them at once (STRESS_ATTACKS=stall,reset: only the
+// attacks whose names hold one of the words, and not all at once): p99 under every attack at most twice its
+// p99 alone (measured just before), every healthy request answered 200,
+// and the shop's goroutines back to where they were within attackRecover.
+// The rapid reset's first connection gets GOAWAY within a second.
+func TestStressAttacks(t *testing.T) {
+	pinned, undo := pinSelf(t)
+	defer undo()
+	s := startAttackedShop(t, pinned)
+	setup := &http.Client{Transport: &http.Transport{}}
+	resp, err := setup.Post(s.url+"/orders", "application/json", strings.NewReader(`{"name":"widget","amount":1}`))
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("POST /orders = %v, %v; want 201", resp, err)
+	}
+	resp.Body.Close()
+	setup.CloseIdleConnections()
+	healthyProcess(t, s.url, time.Second, pinned) // warm up
+
+	type attack struct {
+		name  string
+		run   func(ctx context.Context, st *attackStats)
+		reset bool // the rapid reset: its first connection gets GOAWAY within a second
+	}
+	one := []attack{
+		{fmt.Sprintf("%d slowloris connections", slowlorisConns),
+			func(ctx context.Context, st *attackStats) { slowloris(ctx, s.url, st) }, false},
+		{fmt.Sprintf("gRPC stall flood (%d conns x %d streams)", stallFloodConns, grpcadapter.DefaultBounds().MaxConcurrentStreams),
+			func(ctx context.Context, st *attackStats) { stallFloodAttack(ctx, s.grpcAddr, st) }, false},
+		{fmt.Sprintf("rapid reset (1 conn/s, up to %d streams each)", rapidResetStreams),
+			func(ctx context.Context, st *attackStats) { rapidReset(ctx, s.grpcAddr, st) }, true},
+		{fmt.Sprintf("straggler flood (%d/s, ConcurrencyLimit %d)", stragglerRate, stragglerLimit),
+			func(ctx context.Context, st *attackStats) { stragglerAttack(ctx, s.url, st) }, false},
+	}
+	attacks := [][]attack{}
+	only := os.Getenv("STRESS_ATTACKS") // a comma-separated list of words of attack names; empty: all
+	for _, a := range one {
+		if only == "" || slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return strings.Contains(a.name, w) }) {
+			attacks = append(attacks, []attack{a})
+		}
+	}
+	if only == "" {
+		attacks = append(attacks, one) // all at once
+	}
+
+	var phases []*attackPhase
+	for _, a := range attacks {
+		p := &attackPhase{name: a[0].name}
+		if len(a) > 1 {
+			p.name = "all at once"
+		}
+		phases = append(phases, p)
+		p.goroutinesBefore = s.goroutines()
+		var failedAlone []string
+		p.alone, failedAlone = healthyProcess(t, s.url, attackMeasure, pinned)
+		p.failed = append(p.failed, failedAlone...)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, at := range a {
+			st := &attackStats{name: at.name, reset: at.reset}
+			p.stats = append(p.stats, st)
+			wg.Go(func() { at.run(ctx, st) })
+		}
+		peakDone := make(chan struct{})
+		go func() { // the shop's goroutines while attacked
+			defer close(peakDone)
+			for ctx.Err() == nil {
+				p.peak = max(p.peak, s.goroutines())
+				sleepCtx(ctx, 500*time.Millisecond)
+			}
+		}()
+		time.Sleep(attackWarmUp)
+		cpu0, at0 := s.cpu(), time.Now()
+		calls0, canceled0, closed0, lines0 := s.grpcCalls.Load(), s.grpcCanceled.Load(), s.guardClosed.Load(), s.lines.Load()
+		var failed []string
+		p.under, failed = healthyProcess(t, s.url, attackMeasure, pinned)
+		p.failed = append(p.failed, failed...)
+		p.cpu = float64(s.cpu()-cpu0) / float64(time.Since(at0))
+		p.grpcCalls, p.canceled = s.grpcCalls.Load()-calls0, s.grpcCanceled.Load()-canceled0
+		p.guardClosed, p.lines = s.guardClosed.Load()-closed0, s.lines.Load()-lines0
+		cancel()
+		wg.Wait()
+		<-peakDone
+
+		start := time.Now()
+		p.recovered = -1
+		for time.Since(start) < attackRecover {
+			if p.goroutinesAfter = s.goroutines(); p.goroutinesAfter >= 0 && p.goroutinesAfter <= p.goroutinesBefore+goroutineSlack {
+				p.recovered = time.Since(start)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	// The figures.
+	var tab bytes.Buffer
+	where := "the shop and the healthy client (a process of its own) pinned to CPU 0, the attackers to CPU 1 (taskset)"
+	if !pinned {
+		where = "the shop, the attackers and the healthy client sharing the CPUs (no taskset pinning)"
+	}
+	fmt.Fprintf(&tab, "healthy GET /orders/{id} at %d/s for %v alone, then %v beside each attack; %s; %d CPUs, load average %s\n",
+		healthyRate, attackMeasure, attackMeasure, where, runtime.NumCPU(), loadAverage())
+	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+	fmt.Fprintln(tw, "attack\tp50 alone\tp99 alone\tp50 under\tp99 under\tp99 ratio\tfailed\tshop CPU\tgRPC log lines\tguard GOAWAYs\tgoroutines before/peak/after\tback after\t")
+	for _, p := range phases {
+		a99, u99 := percentile(p.alone, 0.99), percentile(p.under, 0.99)
+		fmt.Fprintf(tw, "%s\t%s ms\t%s ms\t%s ms\t%s ms\t%.2fx\t%d\t%.2f cores\t%d calls + %d summaries\t%d\t%d/%d/%d\t%s\t\n",
+			p.name, ms(percentile(p.alone, 0.5)), ms(a99), ms(percentile(p.under, 0.5)), ms(u99), float64(u99)/float64(a99),
+			len(p.failed), p.cpu, p.grpcCalls, p.canceled, p.guardClosed,
+			p.goroutinesBefore, p.peak, p.goroutinesAfter, recoveryIn(p.recovered))
+	}
+	tw.Flush()
+	for _, p := range phases {
+		for _, st := range p.stats {
+			fmt.Fprintf(&tab, "%s / %s: %d connections, %d streams or requests opened, %d ended, %d GOAWAYs read", p.name, st.name,
+				st.conns.Load(), st.opened.Load(), st.ended.Load(), st.goAways.Load())
+			if d := st.firstGoAway.Load(); d > 0 {
+				fmt.Fprintf(&tab, "; first connection: GOAWAY after %v, %d resets sent", time.Duration(d).Round(time.Millisecond), st.streamsBefore.Load())
+			}
+			fmt.Fprintln(&tab)
+		}
+	}
+	t.Log("\n" + tab.String())
+
+	// The assertions.
+	for _, p := range phases {
+		a99, u99 := percentile(p.alone, 0.99), percentile(p.under, 0.99)
+		if u99 > 2*a99 {
+			t.Errorf("%s: healthy p99 %v, want at most twice its p99 alone %v", p.name, u99, a99)
+		}
+		for _, f := range p.failed[:min(len(p.failed), 3)] {
+			t.Errorf("%s: a healthy request failed: %s", p.name, f)
+		}
+		if len(p.failed) > 3 {
+			t.Errorf("%s: %d healthy requests failed in all", p.name, len(p.failed))
+		}
+		if p.recovered < 0 {
+			t.Errorf("%s: the shop's goroutines %d, not back to %d (+%d) within %v", p.name, p.goroutinesAfter, p.goroutinesBefore, goroutineSlack, attackRecover)
+		}
+		for _, st := range p.stats {
+			if d := time.Duration(st.firstGoAway.Load()); st.reset && (d <= 0 || d > time.Second || st.goAways.Load() == 0) {
+				t.Errorf("%s: the rapid reset's first connection ended after %v with %d GOAWAYs read, want GOAWAY within 1s", p.name, d, st.goAways.Load())
+			}
+		}
+	}
+}
+
+func recoveryIn(d time.Duration) string {
+	if d < 0 {
+		return fmt.Sprintf("not within %v", attackRecover)
+	}
+	return d.Round(time.Millisecond).String()
 }

@@ -1,0 +1,468 @@
+package grpcadapter
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+)
+
+// This file guards a gRPC listener's connections: it bounds how many are
+// open, and closes one whose client misbehaves with GOAWAY
+// ENHANCE_YOUR_CALM. grpc-go has no hook on its connections but the
+// transport credentials, whose handshake returns the net.Conn its HTTP/2
+// transport reads and writes; the guard wraps it and reads the frame
+// headers that pass (after TLS, when the credentials it wraps do TLS).
+
+// HTTP/2 frame types, flags and error codes the guard reads and writes
+// (RFC 9113).
+const (
+	frameData      = 0x0
+	frameHeaders   = 0x1
+	frameRSTStream = 0x3
+	frameGoAway    = 0x7
+	flagEndStream  = 0x1
+
+	errCodeEnhanceYourCalm = 0xb
+
+	frameHeaderLen = 9
+	clientPreface  = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+)
+
+// Why the guard closed a connection: the GOAWAY's debug data, and the
+// reason attribute of sundial.grpc.connections.closed.
+const (
+	reasonResets = "too_many_early_resets"
+	reasonStalls = "too_many_stalled_requests"
+)
+
+// stallBurst and stallRate bound the calls of one connection whose
+// request message does not arrive within WithRecvTimeout: stallBurst at
+// once, stallRate a second on average. A client that sends its headers
+// sends its message with them; one that does not, call after call, holds
+// the server's streams for nothing.
+const (
+	stallBurst = 16
+	stallRate  = 1.0
+)
+
+// guardLinger is how long a connection the guard closes stays open for
+// reading after its GOAWAY, which the client then reads before the close
+// (golang.org/x/net/http2's server waits as long).
+const guardLinger = time.Second
+
+// errGuardClosed is the read error that ends a connection the guard
+// closed: grpc-go's transport then closes it.
+var errGuardClosed = errors.New("grpcadapter: connection closed by the listener's guard")
+
+// errTooManyConnections refuses a connection past MaxConnections.
+var errTooManyConnections = errors.New("grpcadapter: too many connections")
+
+// guard is the transport credentials Bounds.ServerOptions installs.
+type guard struct {
+	inner      credentials.TransportCredentials
+	resetBurst float64
+	resetRate  float64
+	maxConns   int64
+	logger     *slog.Logger
+	mp         metric.MeterProvider
+
+	open     atomic.Int64 // connections handed to grpc-go and not closed
+	initOnce sync.Once
+	closed   metric.Int64Counter // sundial.grpc.connections.closed
+	refused  metric.Int64Counter // sundial.grpc.connections.refused
+}
+
+// newGuard returns the guard of b around inner (nil: no security).
+func newGuard(b Bounds, inner credentials.TransportCredentials) *guard {
+	if inner == nil {
+		inner = insecure.NewCredentials()
+	}
+	return &guard{
+		inner:      inner,
+		resetBurst: float64(b.ResetBurst),
+		resetRate:  b.ResetRate,
+		maxConns:   int64(b.MaxConnections),
+		logger:     b.Logger,
+		mp:         b.MeterProvider,
+	}
+}
+
+// instruments creates the guard's counters on first use.
+func (g *guard) instruments() {
+	g.initOnce.Do(func() {
+		mp := g.mp
+		if mp == nil {
+			mp = otel.GetMeterProvider()
+		}
+		m := mp.Meter(meterName)
+		g.closed, _ = m.Int64Counter("sundial.grpc.connections.closed",
+			metric.WithDescription("gRPC connections closed with GOAWAY ENHANCE_YOUR_CALM, by reason."),
+			metric.WithUnit("{connection}"))
+		g.refused, _ = m.Int64Counter("sundial.grpc.connections.refused",
+			metric.WithDescription("gRPC connections refused past Bounds.MaxConnections."),
+			metric.WithUnit("{connection}"))
+	})
+}
+
+func (g *guard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if n := g.open.Add(1); g.maxConns > 0 && n > g.maxConns {
+		g.open.Add(-1)
+		g.instruments()
+		g.refused.Add(context.Background(), 1)
+		return nil, nil, errTooManyConnections // grpc-go closes raw
+	}
+	conn, info, err := g.inner.ServerHandshake(raw)
+	if err != nil {
+		g.open.Add(-1)
+		return nil, nil, err
+	}
+	c := &guardedConn{
+		Conn:   conn,
+		g:      g,
+		in:     frameScanner{skip: len(clientPreface)},
+		open:   make(map[uint32]struct{}),
+		resets: bucket{tokens: g.resetBurst, burst: g.resetBurst, rate: g.resetRate},
+		stalls: bucket{tokens: stallBurst, burst: stallBurst, rate: stallRate},
+	}
+	if c.key = connKey(conn.LocalAddr(), conn.RemoteAddr()); c.key != "" {
+		guarded.Store(c.key, c)
+	}
+	return c, info, nil
+}
+
+func (g *guard) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return g.inner.ClientHandshake(ctx, authority, raw)
+}
+
+func (g *guard) Info() credentials.ProtocolInfo { return g.inner.Info() }
+
+func (g *guard) Clone() credentials.TransportCredentials {
+	c := &guard{inner: g.inner.Clone(), resetBurst: g.resetBurst, resetRate: g.resetRate,
+		maxConns: g.maxConns, logger: g.logger, mp: g.mp}
+	return c
+}
+
+// OverrideServerName is the wrapped credentials' (deprecated in grpc-go).
+func (g *guard) OverrideServerName(name string) error {
+	return g.inner.OverrideServerName(name) //nolint:staticcheck // the interface's method
+}
+
+// guarded maps the addresses of every guarded TCP connection (connKey) to
+// it, for the calls that charge their connection (chargeStall).
+var guarded sync.Map
+
+// connKey returns the key of a TCP connection in guarded: its two
+// addresses, which no other connection of the process has at once. Other
+// connections (a Unix socket's peers may have no address) have none ("").
+func connKey(local, remote net.Addr) string {
+	l, ok1 := local.(*net.TCPAddr)
+	r, ok2 := remote.(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	return l.String() + "|" + r.String()
+}
+
+// bucket is a token bucket: burst tokens, refilled at rate a second.
+type bucket struct {
+	tokens, burst, rate float64
+	last                time.Time
+}
+
+// take spends one token at now and reports whether there was one. A
+// bucket of burst 0 always has one (no bound).
+func (b *bucket) take(now time.Time) bool {
+	if b.burst <= 0 {
+		return true
+	}
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// frameScanner follows the frames of one direction of an HTTP/2
+// connection, however its bytes are split between reads or writes.
+type frameScanner struct {
+	skip int // bytes of the client preface still to pass
+	hdr  [frameHeaderLen]byte
+	n    int    // header bytes gathered
+	left uint32 // payload bytes of the current frame still to pass
+}
+
+// atBoundary reports whether the bytes so far end a frame.
+func (s *frameScanner) atBoundary() bool { return s.skip == 0 && s.n == 0 && s.left == 0 }
+
+// scan passes p, calling f with each frame header completed in it. When
+// f returns false, scan stops and returns the offset in p where that
+// frame's header starts (0 when it started in an earlier p) and false.
+func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool) (int, bool) {
+	i := 0
+	for i < len(p) {
+		switch {
+		case s.skip > 0:
+			k := min(s.skip, len(p)-i)
+			s.skip -= k
+			i += k
+		case s.left > 0:
+			k := min(int(s.left), len(p)-i)
+			s.left -= uint32(k)
+			i += k
+		default:
+			start := i - s.n
+			k := copy(s.hdr[s.n:], p[i:])
+			s.n += k
+			i += k
+			if s.n < frameHeaderLen {
+				continue
+			}
+			s.n = 0
+			s.left = uint32(s.hdr[0])<<16 | uint32(s.hdr[1])<<8 | uint32(s.hdr[2])
+			id := binary.BigEndian.Uint32(s.hdr[5:]) & (1<<31 - 1)
+			if !f(s.hdr[3], s.hdr[4], id) {
+				return max(start, 0), false
+			}
+		}
+	}
+	return len(p), true
+}
+
+// maxOpen bounds the streams a guarded connection tracks: grpc-go holds
+// at most MaxConcurrentStreams open, and refuses the others.
+const maxOpen = 1 << 12
+
+// guardedConn is one guarded connection. grpc-go reads it on one
+// goroutine and writes it on another.
+type guardedConn struct {
+	net.Conn
+	g   *guard
+	key string
+
+	// The reader's: the client's frames.
+	in     frameScanner
+	resets bucket
+
+	mu        sync.Mutex // guards open, maxStream and stalls
+	open      map[uint32]struct{}
+	maxStream uint32
+	stalls    bucket
+
+	wmu  sync.Mutex // guards out and sent, and serialises writes
+	out  frameScanner
+	sent bool // the GOAWAY was written
+
+	tripping  atomic.Bool // trip has begun
+	reason    string      // why, set before tripped
+	tripped   atomic.Bool
+	closeOnce sync.Once
+}
+
+// Read reads the client's bytes and follows its frames. Past the bound of
+// early resets it returns the bytes before the frame that crossed it,
+// sends GOAWAY, and fails the next read, which ends grpc-go's transport.
+func (c *guardedConn) Read(p []byte) (int, error) {
+	if c.tripped.Load() {
+		return 0, errGuardClosed
+	}
+	n, err := c.Conn.Read(p)
+	cut, ok := c.in.scan(p[:n], c.clientFrame)
+	if ok {
+		if c.tripped.Load() { // tripped by a call meanwhile (chargeStall)
+			return 0, errGuardClosed
+		}
+		return n, err
+	}
+	c.trip(reasonResets)
+	if cut == 0 {
+		return 0, errGuardClosed
+	}
+	return cut, nil
+}
+
+// clientFrame follows one frame from the client; it returns false when
+// the frame is a reset past the bound.
+func (c *guardedConn) clientFrame(typ, _ byte, id uint32) bool {
+	switch typ {
+	case frameHeaders:
+		c.mu.Lock()
+		if id > c.maxStream {
+			c.maxStream = id
+			if len(c.open) < maxOpen {
+				c.open[id] = struct{}{}
+			}
+		}
+		c.mu.Unlock()
+	case frameRSTStream:
+		c.mu.Lock()
+		_, early := c.open[id]
+		delete(c.open, id)
+		c.mu.Unlock()
+		if early && !c.resets.take(time.Now()) {
+			return false
+		}
+	}
+	return true
+}
+
+// Write writes the server's bytes, following its frames: a stream it ends
+// is no longer open. Once the guard has tripped, the GOAWAY goes out at
+// the first frame boundary.
+func (c *guardedConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.out.scan(p, c.serverFrame)
+	n, err := c.Conn.Write(p)
+	if err == nil && c.tripped.Load() {
+		c.goAwayLocked()
+	}
+	return n, err
+}
+
+// serverFrame follows one frame from the server.
+func (c *guardedConn) serverFrame(typ, flags byte, id uint32) bool {
+	if typ == frameRSTStream || (typ == frameHeaders || typ == frameData) && flags&flagEndStream != 0 {
+		c.mu.Lock()
+		delete(c.open, id)
+		c.mu.Unlock()
+	}
+	return true
+}
+
+// chargeStall charges the connection of a call whose request message did
+// not arrive in time; past stallBurst the guard closes it. It reports
+// whether the connection is closing, by this call or an earlier one: the
+// call's answer would then reach no one.
+func chargeStall(ctx context.Context) (closing bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	key := connKey(p.LocalAddr, p.Addr)
+	if key == "" {
+		return false
+	}
+	v, ok := guarded.Load(key)
+	if !ok {
+		return false
+	}
+	c := v.(*guardedConn)
+	if c.tripped.Load() {
+		return true
+	}
+	c.mu.Lock()
+	ok = c.stalls.take(time.Now())
+	c.mu.Unlock()
+	if !ok {
+		c.trip(reasonStalls)
+		// The reader may wait for bytes that never come: wake it; its
+		// read then fails and grpc-go ends the transport.
+		_ = c.Conn.SetReadDeadline(time.Now())
+	}
+	return !ok
+}
+
+// trip closes the connection for reason: GOAWAY ENHANCE_YOUR_CALM, now if
+// the writer is idle between frames, else at its next frame boundary.
+func (c *guardedConn) trip(reason string) {
+	if !c.tripping.CompareAndSwap(false, true) {
+		return
+	}
+	c.reason = reason
+	c.tripped.Store(true)
+	c.g.instruments()
+	c.g.closed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+	if l := c.g.logger; l != nil {
+		l.LogAttrs(context.Background(), slog.LevelWarn, "grpcadapter: connection closed with GOAWAY ENHANCE_YOUR_CALM",
+			slog.String("reason", reason), slog.String("remote", c.Conn.RemoteAddr().String()))
+	}
+	if c.wmu.TryLock() {
+		c.goAwayLocked()
+		c.wmu.Unlock()
+		return
+	}
+	// A write is under way, and may have looked at tripped before it was
+	// set: write the GOAWAY once it is done. A write that never ends
+	// (a client that does not read) ends with the connection.
+	go func() {
+		c.wmu.Lock()
+		c.goAwayLocked()
+		c.wmu.Unlock()
+	}()
+}
+
+// goAwayLocked writes the GOAWAY once, at a frame boundary of the
+// server's bytes; c.wmu is held. Its last stream is the highest the client
+// opened: grpc-go has seen them all.
+func (c *guardedConn) goAwayLocked() {
+	if c.sent || !c.out.atBoundary() {
+		return
+	}
+	c.sent = true
+	c.mu.Lock()
+	last := c.maxStream
+	c.mu.Unlock()
+	f := make([]byte, frameHeaderLen+8, frameHeaderLen+8+len(c.reason))
+	f = append(f, c.reason...)
+	n := len(f) - frameHeaderLen
+	f[0], f[1], f[2] = byte(n>>16), byte(n>>8), byte(n)
+	f[3] = frameGoAway
+	binary.BigEndian.PutUint32(f[9:], last)
+	binary.BigEndian.PutUint32(f[13:], errCodeEnhanceYourCalm)
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(guardLinger))
+	_, _ = c.Conn.Write(f)
+}
+
+// Close closes the connection. One the guard tripped stays open for
+// guardLinger, its input discarded, so that the client reads the GOAWAY
+// before the close (a close with unread input resets the connection).
+func (c *guardedConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.g.open.Add(-1)
+		if !c.tripped.Load() {
+			guarded.Delete(c.key)
+			err = c.Conn.Close()
+			return
+		}
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_ = c.Conn.SetReadDeadline(time.Now().Add(guardLinger))
+		go c.linger()
+	})
+	return err
+}
+
+// linger discards the client's input until it closes or guardLinger
+// passes, then closes the connection. The calls that end meanwhile still
+// find it closing (chargeStall).
+func (c *guardedConn) linger() {
+	buf := make([]byte, 4<<10)
+	for {
+		if _, err := c.Conn.Read(buf); err != nil {
+			break
+		}
+	}
+	guarded.Delete(c.key)
+	c.Conn.Close()
+}
+
+// meterName is the instrumentation scope of the adapter's instruments.
+const meterName = "github.com/sundial-go/sundial/adapters/grpcadapter"

@@ -1,0 +1,261 @@
+package grpcadapter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+)
+
+// pipeConn is a net.Conn whose input the test queues and whose output it
+// reads back.
+type pipeConn struct {
+	mu     sync.Mutex
+	in     [][]byte // reads, one chunk each
+	out    bytes.Buffer
+	closed bool
+}
+
+func (p *pipeConn) Read(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.in) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, p.in[0])
+	if p.in[0] = p.in[0][n:]; len(p.in[0]) == 0 {
+		p.in = p.in[1:]
+	}
+	return n, nil
+}
+
+func (p *pipeConn) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *pipeConn) Close() error                     { p.closed = true; return nil }
+func (p *pipeConn) LocalAddr() net.Addr              { return &net.TCPAddr{Port: 1} }
+func (p *pipeConn) RemoteAddr() net.Addr             { return &net.TCPAddr{Port: 2} }
+func (p *pipeConn) SetDeadline(time.Time) error      { return nil }
+func (p *pipeConn) SetReadDeadline(time.Time) error  { return nil }
+func (p *pipeConn) SetWriteDeadline(time.Time) error { return nil }
+
+// frame returns one HTTP/2 frame with a payload of n zero bytes.
+func frame(typ, flags byte, id uint32, n int) []byte {
+	f := make([]byte, frameHeaderLen+n)
+	f[0], f[1], f[2] = byte(n>>16), byte(n>>8), byte(n)
+	f[3], f[4] = typ, flags
+	binary.BigEndian.PutUint32(f[5:], id)
+	return f
+}
+
+func newTestConn(t *testing.T, burst int, rate float64) (*guardedConn, *pipeConn) {
+	t.Helper()
+	p := &pipeConn{}
+	g := newGuard(Bounds{ResetBurst: burst, ResetRate: rate}, nil)
+	c, _, err := g.ServerHandshake(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { guarded.Delete(c.(*guardedConn).key) })
+	return c.(*guardedConn), p
+}
+
+// feed queues b as one read and reads it through c; it returns what the
+// read returned.
+func feed(c *guardedConn, p *pipeConn, b []byte) (int, error) {
+	p.mu.Lock()
+	p.in = append(p.in, b)
+	p.mu.Unlock()
+	return c.Read(make([]byte, len(b)+1))
+}
+
+// goAwayIn returns the last stream, error code and debug data of the
+// first GOAWAY frame in out.
+func goAwayIn(t *testing.T, out []byte) (last, code uint32, debug string, ok bool) {
+	t.Helper()
+	for len(out) >= frameHeaderLen {
+		n := int(out[0])<<16 | int(out[1])<<8 | int(out[2])
+		if len(out) < frameHeaderLen+n {
+			break
+		}
+		if out[3] == frameGoAway {
+			p := out[frameHeaderLen : frameHeaderLen+n]
+			return binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), string(p[8:]), true
+		}
+		out = out[frameHeaderLen+n:]
+	}
+	return 0, 0, "", false
+}
+
+// TestGuardBoundsEarlyResets: the guard lets a connection reset burst
+// streams at once and rate a second after; the reset past them gets
+// GOAWAY ENHANCE_YOUR_CALM naming the last stream, the read stops before
+// it, and the next read fails. A client that resets at the rate, or resets
+// streams the server has ended, is never closed.
+func TestGuardBoundsEarlyResets(t *testing.T) {
+	const burst, rate = 4, 2.0
+	synctest.Test(t, func(t *testing.T) {
+		c, p := newTestConn(t, burst, rate)
+		if _, err := feed(c, p, []byte(clientPreface)); err != nil {
+			t.Fatal(err)
+		}
+		id := uint32(1)
+		open := func() []byte { return frame(frameHeaders, 0x4, id, 3) }
+		reset := func() []byte { return frame(frameRSTStream, 0, id, 4) }
+		// A burst, then one a second (half the rate) for a minute.
+		for i := range burst + 60 {
+			if i >= burst {
+				time.Sleep(time.Second)
+			}
+			in := append(open(), reset()...)
+			if n, err := feed(c, p, in); n != len(in) || err != nil {
+				t.Fatalf("reset %d (stream %d): read %d of %d bytes, %v", i+1, id, n, len(in), err)
+			}
+			id += 2
+		}
+		// Streams the server ended first: their resets are not early.
+		for range 3 * burst {
+			if _, err := feed(c, p, open()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Write(frame(frameHeaders, flagEndStream|0x4, id, 2)); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := feed(c, p, reset()); n != len(reset()) || err != nil {
+				t.Fatalf("a reset after the server's answer: read %d, %v", n, err)
+			}
+			id += 2
+		}
+		if _, _, _, ok := goAwayIn(t, p.out.Bytes()); ok || c.tripped.Load() {
+			t.Fatal("GOAWAY sent to a client under the bound")
+		}
+		// A burst at once, in one read, once the bucket is full again: the
+		// first burst pass, the next one trips.
+		time.Sleep(time.Second)
+		var in []byte
+		for range burst + 1 {
+			in = append(in, open()...)
+			in = append(in, reset()...)
+			id += 2
+		}
+		lastID := id - 2
+		n, err := feed(c, p, in)
+		want := len(in) - len(reset())
+		if n != want || err != nil {
+			t.Fatalf("read %d bytes, %v; want the %d before the reset past the bound", n, err, want)
+		}
+		if _, err := c.Read(make([]byte, 64)); !errors.Is(err, errGuardClosed) {
+			t.Fatalf("the read after the trip: %v, want errGuardClosed", err)
+		}
+		last, code, debug, ok := goAwayIn(t, p.out.Bytes())
+		if !ok || last != lastID || code != errCodeEnhanceYourCalm || debug != reasonResets {
+			t.Fatalf("GOAWAY %v: last stream %d, code %#x, %q; want %d, ENHANCE_YOUR_CALM, %q",
+				ok, last, code, debug, lastID, reasonResets)
+		}
+		c.Close()
+		time.Sleep(guardLinger) // the linger reads EOF at once
+		synctest.Wait()
+		if !p.closed {
+			t.Error("the connection was not closed after the GOAWAY")
+		}
+	})
+}
+
+// TestGuardScansSplitFrames: frame headers split across reads at every
+// byte are followed as whole ones. The reset past the bound never reaches
+// grpc-go whole: the read that completes its header returns nothing.
+func TestGuardScansSplitFrames(t *testing.T) {
+	c, p := newTestConn(t, 1, 0)
+	var in []byte
+	in = append(in, clientPreface...)
+	for id := uint32(1); id <= 5; id += 2 {
+		in = append(in, frame(frameHeaders, 0x4, id, 5)...)
+		in = append(in, frame(frameData, 0, id, 7)...)
+		in = append(in, frame(frameRSTStream, 0, id, 4)...)
+	}
+	total := 0
+	for i := range in {
+		n, err := feed(c, p, in[i:i+1])
+		total += n
+		if err != nil || c.tripped.Load() {
+			break
+		}
+	}
+	// The first reset passes (burst 1, no refill), the second trips: the
+	// read of its header's last byte returns nothing.
+	stream := 3*frameHeaderLen + 5 + 7 + 4
+	second := len(clientPreface) + stream + (stream - frameHeaderLen - 4)
+	if want := second + frameHeaderLen - 1; !c.tripped.Load() || total != want {
+		t.Fatalf("tripped %v after %d bytes, want true after %d", c.tripped.Load(), total, want)
+	}
+}
+
+// TestGuardWritesGoAwayAtAFrameBoundary: a trip while the server is in
+// the middle of a frame sends the GOAWAY once the frame is written.
+func TestGuardWritesGoAwayAtAFrameBoundary(t *testing.T) {
+	c, p := newTestConn(t, 1, 0)
+	data := frame(frameData, 0, 1, 100)
+	if _, err := c.Write(data[:50]); err != nil {
+		t.Fatal(err)
+	}
+	c.trip(reasonStalls)
+	if _, _, _, ok := goAwayIn(t, p.out.Bytes()); ok {
+		t.Fatal("GOAWAY written in the middle of a frame")
+	}
+	if _, err := c.Write(data[50:]); err != nil {
+		t.Fatal(err)
+	}
+	out := p.out.Bytes()
+	if !bytes.Equal(out[:len(data)], data) {
+		t.Fatal("the server's frame was not written whole first")
+	}
+	if _, code, debug, ok := goAwayIn(t, out); !ok || code != errCodeEnhanceYourCalm || debug != reasonStalls {
+		t.Fatalf("GOAWAY %v %#x %q after the frame, want ENHANCE_YOUR_CALM %q", ok, code, debug, reasonStalls)
+	}
+}
+
+// TestCanceledCallsAreSampled: of 100 calls canceled by their clients at
+// once, 10 get a record each; 10 s after the first of the others one
+// record sums them up, early ones included; a second later one more gets
+// its own.
+func TestCanceledCallsAreSampled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logs := new(pipelinetest.LogSink)
+		c := newCanceledCalls(logs.Logger(), noop.NewMeterProvider())
+		own := 0
+		for i := range 100 {
+			if c.add(t.Context(), i%10 == 9) {
+				own++
+			}
+		}
+		if own != canceledLogBurst {
+			t.Fatalf("%d of 100 canceled calls got a record each, want %d", own, canceledLogBurst)
+		}
+		time.Sleep(canceledSummaryAfter - time.Nanosecond)
+		synctest.Wait()
+		if n := len(logs.Records()); n != 0 {
+			t.Fatalf("%d records before the summary is due, want 0", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		recs := logs.Records()
+		if len(recs) != 1 || recs[0].Message != "grpc calls canceled by their clients" || recs[0].Attrs["calls"] != int64(100-own) {
+			t.Fatalf("records %+v, want one summing up %d calls", recs, 100-own)
+		}
+		if !c.add(t.Context(), false) {
+			t.Error("a canceled call 10 s later got no record of its own")
+		}
+	})
+}
