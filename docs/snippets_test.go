@@ -139,6 +139,8 @@ var packageNames = map[string]string{
 	"openapi3":     "github.com/getkin/kin-openapi/openapi3",
 	"cobra":        "github.com/spf13/cobra",
 	"grpc":         "google.golang.org/grpc",
+	"credentials":  "google.golang.org/grpc/credentials",
+	"tls":          "crypto/tls",
 	"otel":         "go.opentelemetry.io/otel",
 	"baggage":      "go.opentelemetry.io/otel/baggage",
 	"prometheus":   "go.opentelemetry.io/otel/exporters/prometheus",

@@ -11,7 +11,7 @@ import (
 
 // The fast path. The validator parses each rule's parameter and boxes each
 // field's value on every call: about 1 µs for the shop's order input,
-// the whole budget issue 31 gives a check. So a type's tags are also
+// the whole budget a check has. So a type's tags are also
 // compiled once into plain checks, for the rules whose semantics are
 // simple and fixed (required, omitempty, min, max, gte, lte, gt, lt, len,
 // oneof on strings, integers, floats and booleans), mirroring the
