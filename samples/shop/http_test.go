@@ -25,6 +25,7 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/samples/internal/pipenet"
 )
 
 // syncBuffer is a goroutine-safe buffer, for serve's stdout.
@@ -482,10 +483,13 @@ func TestShopServerTimeouts(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 				srv := newHTTPServer(ok, opts)
-				ln := newPipeListener()
+				ln := pipenet.Listen()
 				served := make(chan error, 1)
 				go func() { served <- srv.Serve(ln) }()
-				conn := ln.dial()
+				conn, err := ln.Dial()
+				if err != nil {
+					t.Fatal(err)
+				}
 				defer conn.Close()
 				if took := untilClosed(t, conn, tt.send, tt.dflt); took != tt.want {
 					t.Errorf("the server closed the connection after %v, want %v", took, tt.want)
@@ -513,50 +517,6 @@ func TestShopServerTimeouts(t *testing.T) {
 		})
 	}
 }
-
-// pipeListener is a net.Listener over net.Pipe: an in-memory network
-// whose reads and writes block durably, as synctest requires.
-type pipeListener struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-// dial connects to the listener and returns the client's end.
-func (l *pipeListener) dial() net.Conn {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- server:
-	case <-l.closed:
-		server.Close()
-	}
-	return client
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
 
 // shopProcess runs the test binary as the shop (see runMainEnv).
 func shopProcess(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
