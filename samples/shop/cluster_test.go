@@ -59,6 +59,21 @@ func handlerLogOption(path string) kernel.Option {
 	}))
 }
 
+// handlerStartedEnv names a file that a shop process started by a test
+// creates when a handler starts: the test then knows the process is past
+// its start-up.
+const handlerStartedEnv = "SHOP_TEST_HANDLER_STARTED"
+
+// handlerStartedOption creates path when a handler starts.
+func handlerStartedOption(path string) kernel.Option {
+	return kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+		if f, err := os.Create(path); err == nil {
+			f.Close()
+		}
+		return next(ctx, inv)
+	}))
+}
+
 // handlerRun is one line of a handler log.
 type handlerRun struct {
 	op         string
