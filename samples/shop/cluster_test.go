@@ -331,6 +331,7 @@ func TestClusterShopsShareLimits(t *testing.T) {
 // no more). The local limit's window outlasts the test, so no count
 // depends on how long a burst takes.
 func TestClusterShopsRedisDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	// StoreTimeoutMs is raised from its 50 ms default: under a loaded
 	// machine one Redis answer in the first burst took longer, the shop
@@ -479,6 +480,7 @@ func TestClusterShopPausedRedis(t *testing.T) {
 // loaded machine a store call can outlast StoreTimeoutMs, and the default
 // "local" would then admit on the replica's own share, as documented.
 func TestClusterShopKilledHolderFreesSlots(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cfg := clusterConfig(srv.Addr(), `"reports.export":{"PermitLimit":1000000,"ConcurrencyLimit":2,"Scope":"cluster","OnStoreError":"closed"}`)
 	a, b := startClusterShop(t, cfg), startClusterShop(t, cfg)
@@ -527,7 +529,9 @@ func TestClusterShopKilledHolderFreesSlots(t *testing.T) {
 			freed = time.Now()
 			break
 		}
-		if r.status != 503 || r.problem["code"] != pipeline.CodeConcurrencyLimited {
+		// Refused: the slots are held, or ("closed") the store was slow
+		// to answer the slots' or the permits' call.
+		if code := r.problem["code"]; r.status != 503 || code != pipeline.CodeConcurrencyLimited && code != pipeline.CodeRateLimited {
 			t.Fatalf("status %d %v", r.status, r.problem)
 		}
 		if time.Since(expiry) > 30*time.Second {
