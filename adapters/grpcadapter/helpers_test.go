@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -176,6 +177,17 @@ func (h *harness) waitLog(t testing.TB, msg string, want ...string) pipelinetest
 // whose attributes match want.
 func (h *harness) findLog(msg string, want ...string) []pipelinetest.Record {
 	return h.logs.Find(func(r pipelinetest.Record) bool { return r.Message == msg && matches(r, want...) })
+}
+
+// inBubble runs f in a synctest bubble. A bufconn harness made inside it
+// takes no time on the network, so a test reads exact times. Its last
+// cleanup waits out the adapter's idle receivers, which exit on a timer.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(func() { time.Sleep(time.Second) })
+		f(t)
+	})
 }
 
 // harness is one kernel served over bufconn.

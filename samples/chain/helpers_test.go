@@ -176,7 +176,7 @@ func (b *outputBuffer) waitWrite(limit time.Duration) {
 }
 
 // stopOnCleanup stops srv when the test ends, within 10 s.
-func stopOnCleanup(t *testing.T, srv *server) {
+func stopOnCleanup(t testing.TB, srv *server) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -256,23 +256,28 @@ func TestShopGRPCThreeOrders(t *testing.T) {
 	g.logs.waitGRPCRecord(t, "orders.create", pipeline.CodeRateLimited)
 }
 
+// TestShopGRPCDeadlineCutsLongCall: a 300 ms grpc-timeout cuts a 2 s
+// export: DeadlineExceeded no sooner than the deadline, the handler's
+// context ended by it, and the server's record says TIMEOUT. The caller
+// waits for the server (patientContext), so the attribution is the
+// server's deadline whatever the machine's speed; a client's own
+// cancellation near the deadline is TestInboundAttribution's.
 func TestShopGRPCDeadlineCutsLongCall(t *testing.T) {
 	g := startShopGRPC(t, serveOptions{})
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
 	start := time.Now()
+	ctx := patientContext{t.Context(), start.Add(300 * time.Millisecond)}
 	_, st := g.call(ctx, t, "shop.v1.Reports", "Export", `{"delayMs":2000}`)
 	took := time.Since(start)
 	if st.Code() != codes.DeadlineExceeded {
 		t.Fatalf("Export(2 s) with a 300 ms deadline = %v, want DeadlineExceeded", st)
 	}
-	if took < 290*time.Millisecond || took >= time.Second {
-		t.Errorf("a 300 ms deadline on a 2 s export returned after %v, want between 0.3 s and 1 s", took)
+	if took < 290*time.Millisecond {
+		t.Errorf("a 300 ms deadline on a 2 s export returned after %v, before the deadline", took)
 	}
 	select {
 	case ended := <-g.probe.ctxEnded:
-		if d := ended.Sub(start); d < 250*time.Millisecond || d >= time.Second {
-			t.Errorf("the handler's context ended %v after the call, want between 0.25 s and 1 s", d)
+		if d := ended.Sub(start); d < 250*time.Millisecond {
+			t.Errorf("the handler's context ended %v after the call, before the deadline", d)
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the handler's context did not end")

@@ -229,6 +229,7 @@ func handlerRuns(t *testing.T, path string) int {
 // input through the shop CLI (a third process) with the key is a replay
 // too, another amount exit 9 (UNPROCESSABLE); the handler ran once, on A.
 func TestShopReplicasShareIdempotency(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cfg := clusterConfig(srv.Addr(), `"billing.charge":{"Idempotency":{"RetentionSeconds":600}}`)
 	a, b := startClusterShop(t, cfg), startClusterShop(t, cfg)
@@ -293,8 +294,12 @@ func TestShopReplicasShareIdempotency(t *testing.T) {
 // The charge takes 2 s, so that many processes arrive while it runs. One
 // charge ran (exit 0 without the replay note); each of the 49 others got
 // exit 5 (CONFLICT KERNEL_CONFLICT_001: the charge still ran) or the
-// replay of that charge.
+// replay of that charge. A process may also find the store too slow to
+// answer in time (50 processes starting at once on a loaded machine):
+// exit 6, KERNEL_UNAVAILABLE_006, nothing ran. It is run again a second
+// later, as its retryAfter says, until it gets one of the others.
 func TestShopFiftyCLICallsOneKey(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	path := writeConfig(t, clusterConfig(srv.Addr(), `"billing.charge":{"Idempotency":{"RetentionSeconds":600}}`))
 	type result struct {
@@ -302,27 +307,38 @@ func TestShopFiftyCLICallsOneKey(t *testing.T) {
 		stdout, stderr string
 	}
 	results := make([]result, 50)
+	var unavailable atomic.Int32
 	var wg sync.WaitGroup
 	for i := range results {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "billing", "charge", "--amount", "3", "--process-ms", "2000",
-				"--idempotency-key", "fifty-cli", "--config", path)
-			cmd.Env = childEnv()
-			var so, se strings.Builder
-			cmd.Stdout, cmd.Stderr = &so, &se
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				code = -1
+			for {
+				cmd := exec.CommandContext(ctx, os.Args[0], "billing", "charge", "--amount", "3", "--process-ms", "2000",
+					"--idempotency-key", "fifty-cli", "--config", path)
+				cmd.Env = childEnv()
+				var so, se strings.Builder
+				cmd.Stdout, cmd.Stderr = &so, &se
+				err := cmd.Run()
+				code := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				} else if err != nil {
+					code = -1
+				}
+				results[i] = result{code, so.String(), se.String()}
+				if code != 6 || !strings.Contains(se.String(), pipeline.CodeIdempotencyStore) || ctx.Err() != nil {
+					return
+				}
+				unavailable.Add(1)
+				time.Sleep(time.Second)
 			}
-			results[i] = result{code, so.String(), se.String()}
 		})
 	}
 	wg.Wait()
+	if n := unavailable.Load(); n > 0 {
+		t.Logf("%d runs found the store unavailable (exit 6, nothing ran) and ran again", n)
+	}
 	var executed, conflicts, replays int
 	for i, r := range results {
 		switch {
@@ -352,6 +368,7 @@ func TestShopFiftyCLICallsOneKey(t *testing.T) {
 // a replay (the charge did not run again), and a second rerun gets the
 // same receipt.
 func TestShopCLITimeoutRerunGetsOutcome(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	path := writeConfig(t, clusterConfig(srv.Addr(), `"billing.charge":{"Idempotency":{"RetentionSeconds":600}}`))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -397,11 +414,12 @@ func TestShopCLITimeoutRerunGetsOutcome(t *testing.T) {
 		t.Fatalf("first run: stderr lacks the rerun line for %s or the waiting line:\n%s", key, all)
 	}
 	t.Logf("first run: TIMEOUT reported %v after the process started, process exited after %v (the charge takes 1.5 s)", reported, exited)
-	// The process's start-up (a race-instrumented binary, a busy machine)
-	// comes before the call's arrival and is not the CLI's to bound: the
-	// deadline shows as the gap between the report and the exit, nominally
-	// 1.5 s - 0.3 s.
-	if exited < 1500*time.Millisecond || exited-reported < 800*time.Millisecond {
+	// The report came first, then the waiting line, then the exit, no
+	// sooner than the 1.5 s charge finished. When the report is written
+	// (at the 0.3 s deadline) is TestTimeoutWaitsForTheKeyedCall's, in
+	// cliadapter on a synctest clock: here the child's start-up and a
+	// loaded machine's scheduling come between the deadline and the line.
+	if exited < 1500*time.Millisecond {
 		t.Errorf("the process exited %v after its start (%v after reporting), want after the 1.5 s charge finished", exited, exited-reported)
 	}
 

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		if path := os.Getenv(handlerLogEnv); path != "" {
 			extraKernelOptions = append(extraKernelOptions, handlerLogOption(path))
 		}
+		if path := os.Getenv(handlerStartedEnv); path != "" {
+			extraKernelOptions = append(extraKernelOptions, handlerStartedOption(path))
+		}
 		main() // exits
 	}
 	goleak.VerifyTestMain(m)

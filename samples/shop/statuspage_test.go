@@ -33,6 +33,7 @@ func chromium(t *testing.T) string {
 // it half-opens. The screenshot is kept as a test artifact (go test
 // -artifacts keeps it; the test logs its path).
 func TestStatusPageInChromium(t *testing.T) {
+	t.Parallel()
 	bin := chromium(t)
 	cfg := writeConfig(t, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 		"billing.charge":{"FailureThreshold":3,"BreakSeconds":60},

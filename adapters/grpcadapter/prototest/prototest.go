@@ -7,9 +7,9 @@
 //
 // protoc is Debian's protobuf-compiler (`make deps` installs it); when it
 // is not on PATH the test fails with the command that installs it under
-// CI (CI set), and is skipped otherwise, like redistest. buf is built from
-// the Go module proxy with `go run` (bufVersion), or taken from the path
-// in SUNDIAL_BUF.
+// CI (CI set), and is skipped otherwise, like redistest. buf is the path
+// in SUNDIAL_BUF, else the bufVersion that `make deps` installs, else
+// built from the Go module proxy with `go run`.
 package prototest
 
 import (
@@ -179,9 +179,9 @@ func lintProtos(tb testing.TB, dir string, paths []string) {
 }
 
 // installedBuf returns the buf of bufVersion that `make deps` installs
-// with `go install` (in GOBIN, else GOPATH/bin), or "" when there is none:
-// building it once there, before the tests, spares every package that
-// lints a `go run` build of its own.
+// (in GOBIN, else GOPATH/bin), or "" when there is none: installing it
+// once there, before the tests, spares every package that lints a `go run`
+// build of its own.
 func installedBuf() string {
 	gobin, err := exec.LookPath("go")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"testing/slogtest"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -106,112 +107,114 @@ func blockWriter(t *testing.T, l *slog.Logger, w *blockingWriter) {
 	}
 }
 
-// The issue: with stderr blocked the server froze after 256 requests. Here
-// the destination blocks forever, 8 goroutines log 10,000 records, and every
-// call returns at once; what did not fit is counted exactly, and once the
-// destination accepts bytes again the accepted records come out in order,
-// followed by one drop report.
+// With stderr blocked a server must not freeze. Here the destination
+// blocks forever, 8 goroutines log 10,000 records, and every call returns
+// at once (in a synctest bubble: no time passes); what did not fit is
+// counted exactly, and once the destination accepts bytes again the
+// accepted records come out in order, followed by one drop report.
 func TestBlockedWriterNeverBlocksHandle(t *testing.T) {
-	const (
-		queue      = asynclog.DefaultQueue
-		goroutines = 8
-		perG       = 1250
-		total      = goroutines * perG
-	)
-	w := newBlockingWriter()
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(w.release)
-		}
-	}
-	defer release()
-	// No periodic report: with an hour's interval the report comes when
-	// the queue drains, after every accepted record.
-	h := asynclog.New(slog.NewJSONHandler(w, nil), asynclog.WithReportInterval(time.Hour))
-	l := slog.New(h)
-	blockWriter(t, l, w)
-
-	var (
-		wg       sync.WaitGroup
-		accepted [goroutines][]int
-		maxCall  [goroutines]time.Duration
-		dropped  [goroutines]int
-	)
-	start := time.Now()
-	for g := range goroutines {
-		wg.Go(func() {
-			ctx := context.Background()
-			for i := range perG {
-				r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
-				r.AddAttrs(slog.Int("g", g), slog.Int("i", i))
-				t0 := time.Now()
-				err := h.Handle(ctx, r)
-				if d := time.Since(t0); d > maxCall[g] {
-					maxCall[g] = d
-				}
-				switch {
-				case err == nil:
-					accepted[g] = append(accepted[g], i)
-				case errors.Is(err, asynclog.ErrDropped):
-					dropped[g]++
-				default:
-					t.Errorf("Handle: %v", err)
-				}
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			queue      = asynclog.DefaultQueue
+			goroutines = 8
+			perG       = 1250
+			total      = goroutines * perG
+		)
+		w := newBlockingWriter()
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				close(w.release)
 			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	var worst time.Duration
-	nAccepted, nDropped := 0, 0
-	for g := range goroutines {
-		worst = max(worst, maxCall[g])
-		nAccepted += len(accepted[g])
-		nDropped += dropped[g]
-	}
-	t.Logf("blocked writer: %d Handle calls from %d goroutines in %v, slowest call %v; accepted %d (queue %d), dropped %d, Dropped() = %d",
-		total, goroutines, elapsed, worst, nAccepted, queue, nDropped, h.Dropped())
-	if elapsed > 2*time.Second {
-		t.Errorf("%d Handle calls took %v with the writer blocked, want < 2s", total, elapsed)
-	}
-	if worst > time.Second {
-		t.Errorf("slowest Handle call took %v with the writer blocked: it waited on the writer", worst)
-	}
-	if nAccepted != queue {
-		t.Errorf("accepted %d records, want exactly the queue (%d)", nAccepted, queue)
-	}
-	if want := uint64(total - queue); h.Dropped() != want || uint64(nDropped) != want {
-		t.Errorf("Dropped() = %d, ErrDropped returned %d times, want %d", h.Dropped(), nDropped, want)
-	}
-
-	release()
-	closeNow(t, h)
-
-	lines := w.lines(t)
-	if len(lines) != 1+queue+1 {
-		t.Fatalf("wrote %d lines, want first + %d accepted + drop report", len(lines), queue)
-	}
-	if lines[0]["msg"] != "first" {
-		t.Errorf("line 0 = %v, want the first record", lines[0])
-	}
-	next := [goroutines]int{}
-	for _, m := range lines[1 : 1+queue] {
-		if m["msg"] != "access" {
-			t.Fatalf("got %v among the accepted records", m)
 		}
-		g, i := int(m["g"].(float64)), int(m["i"].(float64))
-		if next[g] >= len(accepted[g]) || accepted[g][next[g]] != i {
-			t.Fatalf("goroutine %d: record %d written out of order or never accepted (next accepted %v)", g, i, accepted[g][next[g]:min(next[g]+3, len(accepted[g]))])
+		defer release()
+		// No periodic report: with an hour's interval the report comes when
+		// the queue drains, after every accepted record.
+		h := asynclog.New(slog.NewJSONHandler(w, nil), asynclog.WithReportInterval(time.Hour))
+		l := slog.New(h)
+		blockWriter(t, l, w)
+
+		var (
+			wg       sync.WaitGroup
+			accepted [goroutines][]int
+			maxCall  [goroutines]time.Duration
+			dropped  [goroutines]int
+		)
+		start := time.Now()
+		for g := range goroutines {
+			wg.Go(func() {
+				ctx := context.Background()
+				for i := range perG {
+					r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
+					r.AddAttrs(slog.Int("g", g), slog.Int("i", i))
+					t0 := time.Now()
+					err := h.Handle(ctx, r)
+					if d := time.Since(t0); d > maxCall[g] {
+						maxCall[g] = d
+					}
+					switch {
+					case err == nil:
+						accepted[g] = append(accepted[g], i)
+					case errors.Is(err, asynclog.ErrDropped):
+						dropped[g]++
+					default:
+						t.Errorf("Handle: %v", err)
+					}
+				}
+			})
 		}
-		next[g]++
-	}
-	last := lines[len(lines)-1]
-	want := fmt.Sprintf("asynclog: dropped %d records", total-queue)
-	if last["msg"] != want || last["level"] != "WARN" || last["dropped"] != float64(total-queue) {
-		t.Errorf("last line = %v, want the drop report %q", last, want)
-	}
+		wg.Wait()
+		elapsed := time.Since(start)
+		var worst time.Duration
+		nAccepted, nDropped := 0, 0
+		for g := range goroutines {
+			worst = max(worst, maxCall[g])
+			nAccepted += len(accepted[g])
+			nDropped += dropped[g]
+		}
+		t.Logf("blocked writer: %d Handle calls from %d goroutines in %v, slowest call %v; accepted %d (queue %d), dropped %d, Dropped() = %d",
+			total, goroutines, elapsed, worst, nAccepted, queue, nDropped, h.Dropped())
+		// In the bubble time passes only when every goroutine waits: a Handle
+		// waiting on the writer would never return (the bubble deadlocks), one
+		// waiting on a timer would take time.
+		if elapsed != 0 || worst != 0 {
+			t.Errorf("%d Handle calls took %v (slowest %v) with the writer blocked, want no time at all", total, elapsed, worst)
+		}
+		if nAccepted != queue {
+			t.Errorf("accepted %d records, want exactly the queue (%d)", nAccepted, queue)
+		}
+		if want := uint64(total - queue); h.Dropped() != want || uint64(nDropped) != want {
+			t.Errorf("Dropped() = %d, ErrDropped returned %d times, want %d", h.Dropped(), nDropped, want)
+		}
+
+		release()
+		closeNow(t, h)
+
+		lines := w.lines(t)
+		if len(lines) != 1+queue+1 {
+			t.Fatalf("wrote %d lines, want first + %d accepted + drop report", len(lines), queue)
+		}
+		if lines[0]["msg"] != "first" {
+			t.Errorf("line 0 = %v, want the first record", lines[0])
+		}
+		next := [goroutines]int{}
+		for _, m := range lines[1 : 1+queue] {
+			if m["msg"] != "access" {
+				t.Fatalf("got %v among the accepted records", m)
+			}
+			g, i := int(m["g"].(float64)), int(m["i"].(float64))
+			if next[g] >= len(accepted[g]) || accepted[g][next[g]] != i {
+				t.Fatalf("goroutine %d: record %d written out of order or never accepted (next accepted %v)", g, i, accepted[g][next[g]:min(next[g]+3, len(accepted[g]))])
+			}
+			next[g]++
+		}
+		last := lines[len(lines)-1]
+		want := fmt.Sprintf("asynclog: dropped %d records", total-queue)
+		if last["msg"] != want || last["level"] != "WARN" || last["dropped"] != float64(total-queue) {
+			t.Errorf("last line = %v, want the drop report %q", last, want)
+		}
+	})
 }
 
 // One goroutine, a small queue: the records are written exactly in the order
