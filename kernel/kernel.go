@@ -67,7 +67,9 @@ func WithConfigJSON(doc []byte) Option {
 }
 
 // WithConfigFile loads a JSON config file over the JSON documents. An empty
-// path is a no-op; a missing or malformed file fails New.
+// path is a no-op. A missing or malformed file fails New with a
+// *ConfigFileError, and so does anything but a regular file of at most
+// MaxConfigFileBytes.
 func WithConfigFile(path string) Option {
 	return optionFunc(func(o *options) { o.configFile = path })
 }

@@ -140,8 +140,8 @@ func serve(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	defer tel.shutdown(o.logger)
-	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...), o.kernelOpts...)...)
-	if err != nil {
+	k, err := startKernel(ctx, o, tel)
+	if err != nil || k == nil {
 		return err
 	}
 	defer k.Close() // after the servers drained: the cluster store and Redis client
@@ -181,6 +181,35 @@ func serve(ctx context.Context, o serveOptions) error {
 	}
 	sd := shutdown{o: o, k: k, srv: srv, g: g, served: served, draining: &draining}
 	return sd.run(ctx, serveErr)
+}
+
+// startKernel builds the shop's kernel. A signal while it is built (a
+// config slow to read, a Redis slow to answer) stops serve at once: it
+// returns nil and no kernel; a kernel built later is closed.
+func startKernel(ctx context.Context, o serveOptions, tel *shopTelemetry) (*kernel.Kernel, error) {
+	opts := append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...)
+	opts = append(opts, o.kernelOpts...)
+	type built struct {
+		k   *kernel.Kernel
+		err error
+	}
+	ch := make(chan built, 1)
+	go func() {
+		k, err := newKernel(o.configFile, opts...)
+		ch <- built{k, err}
+	}()
+	select {
+	case b := <-ch:
+		return b.k, b.err
+	case <-ctx.Done():
+		o.logger.Info("shop: stopped while starting; not serving")
+		go func() {
+			if b := <-ch; b.k != nil {
+				b.k.Close()
+			}
+		}()
+		return nil, nil
+	}
 }
 
 // setDefaults fills the options serve needs and the caller left unset.
