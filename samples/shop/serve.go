@@ -346,15 +346,45 @@ func (sd *shutdown) waitStragglers(sctx context.Context) error {
 // closeWhenDraining answers through h and, once draining is set, asks
 // for the connection to be closed after the response (Connection: close):
 // a keep-alive client then sends its next request on a new connection
-// instead of on one the shutdown could close as the request arrives.
+// instead of on one the shutdown could close as the request arrives. It
+// decides when the response's header is written, so that a call that
+// began before the signal and answers after it closes its connection too.
 func closeWhenDraining(h http.Handler, draining *atomic.Bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if draining.Load() {
-			w.Header().Set("Connection", "close")
-		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(&closingWriter{ResponseWriter: w, draining: draining}, r)
 	})
 }
+
+// closingWriter sets Connection: close on its response when draining is
+// set by the time the header is written.
+type closingWriter struct {
+	http.ResponseWriter
+	draining *atomic.Bool
+	written  bool
+}
+
+func (w *closingWriter) header() {
+	if !w.written {
+		w.written = true
+		if w.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+	}
+}
+
+func (w *closingWriter) WriteHeader(code int) {
+	w.header()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closingWriter) Write(b []byte) (int, error) {
+	w.header()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the server's writer (Flush,
+// Hijack, deadlines).
+func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // newHTTPServer returns the shop's http.Server, with timeouts that keep
 // slow and idle clients from holding connections.
