@@ -121,7 +121,7 @@ type edge struct {
 	h       pipeline.Handler // the chain to run; nil when rejected
 	obs     *observe.Call    // nil: not observed
 	lat     *latency         // nil: not recorded (host endpoints)
-	strag   *atomic.Int64    // the chain's straggler count; nil when rejected unfound
+	strag   *atomic.Int64    // the chain's straggler count; nil for an unknown operation
 	reject  error            // the outcome when nothing runs
 	traceID string
 	clock   *arrivalClock // the kernel's, for the end of an observed call
