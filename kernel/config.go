@@ -2,7 +2,10 @@ package kernel
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -12,7 +15,6 @@ import (
 
 	kjson "github.com/knadh/koanf/parsers/json"
 	"github.com/knadh/koanf/providers/env/v2"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 
@@ -76,15 +78,15 @@ func loadConfig(o *options) (*koanf.Koanf, error) {
 		}
 	}
 	if o.configFile != "" {
-		b, err := os.ReadFile(o.configFile)
+		b, err := readConfigFile(o.configFile)
+		if err == nil {
+			err = validDocument(b)
+		}
+		if err == nil {
+			err = k.Load(rawbytes.Provider(b), kjson.Parser())
+		}
 		if err != nil {
-			return nil, fmt.Errorf("kernel: config file: %w", err)
-		}
-		if err := checkDocument(b, "config file "+o.configFile); err != nil {
-			return nil, err
-		}
-		if err := k.Load(file.Provider(o.configFile), kjson.Parser()); err != nil {
-			return nil, fmt.Errorf("kernel: config file %s: %w", o.configFile, err)
+			return nil, &ConfigFileError{Path: o.configFile, Err: err}
 		}
 	}
 	if o.envPrefix != "" {
@@ -265,23 +267,28 @@ func parseUseBuiltIn(s *parsedSettings, v any, path string) error {
 // keys containing the path delimiter (a key "Sundial::Kernel" must not
 // stand for the nested section).
 func checkDocument(b []byte, what string) error {
-	var doc any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("kernel: %s: %w", what, err)
-	}
-	root, ok := doc.(map[string]any)
-	if !ok {
-		return fmt.Errorf("kernel: %s: the document must be a JSON object", what)
-	}
-	if v, ok := root["Sundial"]; ok {
-		if _, isObj := v.(map[string]any); !isObj {
-			return fmt.Errorf("kernel: %s: Sundial: want an object", what)
-		}
-	}
-	if err := checkKeys(root, ""); err != nil {
+	if err := validDocument(b); err != nil {
 		return fmt.Errorf("kernel: %s: %w", what, err)
 	}
 	return nil
+}
+
+// validDocument is checkDocument without the name of the document.
+func validDocument(b []byte) error {
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	root, ok := doc.(map[string]any)
+	if !ok {
+		return errors.New("the document must be a JSON object")
+	}
+	if v, ok := root["Sundial"]; ok {
+		if _, isObj := v.(map[string]any); !isObj {
+			return errors.New("Sundial: want an object")
+		}
+	}
+	return checkKeys(root, "")
 }
 
 func checkKeys(v any, path string) error {
@@ -302,4 +309,96 @@ func checkKeys(v any, path string) error {
 		}
 	}
 	return nil
+}
+
+// MaxConfigFileBytes bounds a file the configuration reads: the config
+// file (at New, at each Reload and so for WatchConfig) and Redis's
+// TLS.CAFile. A larger file is refused; it is never read further.
+const MaxConfigFileBytes = 4 << 20
+
+// ConfigFileError is the error of New and Reload for a config file that
+// cannot be read or is not a valid document. Path is the file; Err says
+// why, without the path.
+type ConfigFileError struct {
+	Path string
+	Err  error
+}
+
+func (e *ConfigFileError) Error() string {
+	return "kernel: config file " + e.Path + ": " + e.Err.Error()
+}
+
+func (e *ConfigFileError) Unwrap() error { return e.Err }
+
+// readConfigFile reads the file at path, which must be a regular file of
+// at most MaxConfigFileBytes. A device, a pipe, a socket or a directory
+// is refused before it is opened, so that none blocks or streams without
+// end; a file that grows past the bound while being read is refused too.
+func readConfigFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	if err := checkConfigFile(fi); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil { // the file opened, if path was replaced meanwhile
+		return nil, unwrapPath(err)
+	}
+	if err := checkConfigFile(fi); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigFileBytes+1))
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	if len(b) > MaxConfigFileBytes {
+		return nil, errTooLarge
+	}
+	return b, nil
+}
+
+var errTooLarge = fmt.Errorf("larger than %d bytes (kernel.MaxConfigFileBytes)", MaxConfigFileBytes)
+
+// checkConfigFile refuses what readConfigFile must not read.
+func checkConfigFile(fi fs.FileInfo) error {
+	if t := fi.Mode().Type(); t != 0 {
+		return fmt.Errorf("not a regular file but a %s", fileKind(t))
+	}
+	if fi.Size() > MaxConfigFileBytes {
+		return errTooLarge
+	}
+	return nil
+}
+
+// fileKind names a file type for an error message.
+func fileKind(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeDir != 0:
+		return "directory"
+	case t&fs.ModeCharDevice != 0:
+		return "character device"
+	case t&fs.ModeDevice != 0:
+		return "block device"
+	case t&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case t&fs.ModeSocket != 0:
+		return "socket"
+	}
+	return "special file"
+}
+
+// unwrapPath drops the path an *fs.PathError repeats: ConfigFileError
+// and the callers name the file already.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -120,6 +121,7 @@ type edge struct {
 	h       pipeline.Handler // the chain to run; nil when rejected
 	obs     *observe.Call    // nil: not observed
 	lat     *latency         // nil: not recorded (host endpoints)
+	strag   *atomic.Int64    // the chain's straggler count; nil for an unknown operation
 	reject  error            // the outcome when nothing runs
 	traceID string
 	clock   *arrivalClock // the kernel's, for the end of an observed call
@@ -138,7 +140,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	}
 	e := edge{clock: &k.clock}
 	c, op, name := k.find(req, &e)
-	e.reject = k.admission(req, e.reject)
+	e.reject = k.admission(req, c, e.reject)
 	caller, deadline, source := k.deadlines(ctx, req, c, now)
 	input := req.Input
 	if req.Decode != nil && e.reject == nil {
@@ -229,6 +231,7 @@ func errBadPriority() *pipeline.Error {
 // a host endpoint) and its name; an unknown operation is e's rejection.
 func (k *Kernel) find(req *Request, e *edge) (c *compiled, op pipeline.Operation, name string) {
 	if req.Operation == "" {
+		e.strag = &k.host.stragglers
 		return k.host, nil, req.Route
 	}
 	c, ok := req.found, req.found != nil
@@ -239,7 +242,7 @@ func (k *Kernel) find(req *Request, e *edge) (c *compiled, op pipeline.Operation
 		e.reject = notRegistered(req.Operation)
 		return nil, nil, req.Operation
 	}
-	e.lat = c.lat
+	e.lat, e.strag = c.lat, &c.stragglers
 	return c, c.desc, req.Operation
 }
 
@@ -247,14 +250,35 @@ func (k *Kernel) find(req *Request, e *edge) (c *compiled, op pipeline.Operation
 // protocol's (req.Reject), else the overload answer while too many
 // handlers still run after their answer left (shed new calls until some
 // return, rather than pile up more), else reject.
-func (k *Kernel) admission(req *Request, reject error) error {
+func (k *Kernel) admission(req *Request, c *compiled, reject error) error {
 	if req.Reject != nil {
 		return pipeline.AsError(req.Reject)
 	}
-	if lc := k.live.Load(); k.stragglers.Load() >= int64(lc.maxStragglers) {
+	if k.overloaded(c, int64(k.live.Load().maxStragglers)) {
 		return errOverloaded
 	}
 	return reject
+}
+
+// overloaded reports whether a call to c (nil: no operation) is shed for
+// the stragglers: when c's own, plus every other chain's up to half of
+// limit each, reach limit. One operation may use the whole allowance for
+// itself, but takes at most half of it from the others, so its
+// stragglers alone never shed them. The sum is taken only when the
+// stragglers in all reach limit.
+func (k *Kernel) overloaded(c *compiled, limit int64) bool {
+	if k.stragglers.Load() < limit {
+		return false
+	}
+	half, n := limit/2, int64(0)
+	for _, o := range k.all {
+		s := o.stragglers.Load()
+		if o != c {
+			s = min(s, half)
+		}
+		n += s
+	}
+	return n >= limit
 }
 
 // deadlines returns the caller's deadline (the earlier of the protocol's
@@ -452,6 +476,7 @@ func (k *Kernel) serve(g *guard) {
 	answered, sent := g.answered, g.sent
 	g.amu.Unlock()
 	k.stragglers.Add(-1) // counted by claim
+	g.e.strag.Add(-1)
 	k.logLate(&g.e, answered, sent, err)
 }
 

@@ -302,3 +302,74 @@ func TestStragglersBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestOneOperationsStragglersDoNotShedTheOthers: with MaxStragglers 4,
+// ten calls to an operation whose handler ignores its context, admitted
+// together on time, all outlive their deadline: ten stragglers, past the
+// bound. That operation is shed (503 KERNEL_UNAVAILABLE_005), but another
+// still answers: it counts the first one's stragglers only up to half of
+// MaxStragglers. A second operation may then straggle up to that half; with
+// both at their half, every operation is shed, until they return.
+func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		reg := operations.NewRegistry()
+		ignore := func(context.Context, string) (string, error) {
+			<-release
+			return "late", nil
+		}
+		for _, err := range []error{
+			operations.Register(reg, operations.Descriptor{ID: "test.slow"}, ignore),
+			operations.Register(reg, operations.Descriptor{ID: "test.other"}, ignore),
+			operations.Register(reg, operations.Descriptor{ID: "test.ok"}, func(context.Context, string) (string, error) { return "ok", nil }),
+		} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(
+			`{"Sundial":{"Kernel":{"MaxStragglers":4,"Resilience":{"TimeoutSeconds":0.1}}}}`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(op string) error {
+			in := "x"
+			return k.Handle(t.Context(), kernel.Request{Operation: op, Input: &in}).Err
+		}
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				if err := call("test.slow"); pipeline.CodeOf(err) != pipeline.CodeTimeout {
+					t.Errorf("slow call = %v, want %s", err, pipeline.CodeTimeout)
+				}
+			})
+		}
+		wg.Wait()
+		if n := k.Stragglers(); n != 10 {
+			t.Fatalf("Stragglers() = %d, want 10: every call admitted on time outlived its deadline", n)
+		}
+		if err := call("test.slow"); pipeline.CodeOf(err) != pipeline.CodeOverloaded {
+			t.Errorf("call to the straggling operation = %v, want %s", err, pipeline.CodeOverloaded)
+		}
+		if err := call("test.ok"); err != nil {
+			t.Errorf("call to another operation = %v, want success: one operation's stragglers shed it", err)
+		}
+		for i := range 2 {
+			if err := call("test.other"); pipeline.CodeOf(err) != pipeline.CodeTimeout {
+				t.Fatalf("second operation's straggler %d = %v, want %s", i, err, pipeline.CodeTimeout)
+			}
+		}
+		for _, op := range []string{"test.other", "test.ok", "test.slow"} {
+			if err := call(op); pipeline.CodeOf(err) != pipeline.CodeOverloaded {
+				t.Errorf("with two operations at half of MaxStragglers each, %s = %v, want %s", op, err, pipeline.CodeOverloaded)
+			}
+		}
+		close(release)
+		if err := k.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := call("test.ok"); err != nil {
+			t.Errorf("call after the stragglers returned = %v, want success", err)
+		}
+	})
+}

@@ -217,6 +217,7 @@ func (g *guard) claim() {
 	}
 	g.answered = time.Now()
 	g.stragglers.Add(1) // the chain runs on without its caller; serve lowers it
+	g.e.strag.Add(1)
 	g.sent = resilience.Attribute(g)
 	o := g.e.end(nil, g.sent, g.answered)
 	o.Expired = true

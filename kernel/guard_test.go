@@ -17,7 +17,8 @@ import (
 func newTestGuard(t *testing.T, parent context.Context, d time.Time) *guard {
 	t.Helper()
 	g := &guard{
-		e:          edge{ctx: parent, inv: pipeline.NewInvocation(pipeline.Spec{Deadline: d, DeadlineSource: pipeline.DeadlineOperation})},
+		e: edge{ctx: parent, inv: pipeline.NewInvocation(pipeline.Spec{Deadline: d, DeadlineSource: pipeline.DeadlineOperation}),
+			strag: new(atomic.Int64)},
 		respond:    func(Outcome) {},
 		stragglers: new(atomic.Int64),
 	}

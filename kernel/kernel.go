@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -67,7 +68,9 @@ func WithConfigJSON(doc []byte) Option {
 }
 
 // WithConfigFile loads a JSON config file over the JSON documents. An empty
-// path is a no-op; a missing or malformed file fails New.
+// path is a no-op. A missing or malformed file fails New with a
+// *ConfigFileError, and so does anything but a regular file of at most
+// MaxConfigFileBytes.
 func WithConfigFile(path string) Option {
 	return optionFunc(func(o *options) { o.configFile = path })
 }
@@ -155,6 +158,7 @@ type Kernel struct {
 	reloads  [3]atomic.Int64      // by reloadResult
 	ops      map[string]*compiled // fixed at New: read without a lock
 	host     *compiled
+	all      []*compiled                   // the operations' and the host's, fixed at New
 	limits   map[string]*resilience.Limits // operations with a breaker or limits
 	custom   map[string]customLimits       // limits of your own kinds, by operation
 	tel      *observe.Telemetry            // nil: telemetry off
@@ -201,6 +205,9 @@ type compiled struct {
 	obs     *observe.Op           // nil: telemetry off
 	lat     *latency              // answer times for Status; nil: host pipeline
 	onPanic func(*pipeline.Invocation, *pipeline.PanicError)
+	// stragglers counts this chain's calls still running after their
+	// answer left (part of Kernel.stragglers).
+	stragglers atomic.Int64
 }
 
 // New builds a kernel. It loads and validates the configuration (every
@@ -274,6 +281,7 @@ func New(opts ...Option) (*Kernel, error) {
 		k.ops[d.ID] = k.compile(o, d, k.PolicyFor(d.ID))
 	}
 	k.host = k.compile(o, nil, resilience.Policy{})
+	k.all = append(slices.Collect(maps.Values(k.ops)), k.host)
 	observeLimits(o, k)
 	return k, nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -215,9 +214,9 @@ func newRedisClient(r *redisSettings, lookupEnv func(string) (string, bool)) (re
 	if r.TLS != nil {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLS.ServerName}
 		if r.TLS.CAFile != "" {
-			pem, err := os.ReadFile(r.TLS.CAFile)
+			pem, err := readConfigFile(r.TLS.CAFile)
 			if err != nil {
-				return nil, fmt.Errorf("kernel: Sundial.Kernel.Redis.TLS.CAFile: %w", err)
+				return nil, fmt.Errorf("kernel: Sundial.Kernel.Redis.TLS.CAFile: %s: %w", r.TLS.CAFile, err)
 			}
 			tc.RootCAs = x509.NewCertPool()
 			if !tc.RootCAs.AppendCertsFromPEM(pem) {

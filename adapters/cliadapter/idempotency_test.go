@@ -142,6 +142,9 @@ func TestSignalStopsWaiting(t *testing.T) {
 				if !equalJSON(exits, tc.exits) {
 					t.Errorf("exit called with %v, want %v", exits, tc.exits)
 				}
+				if again := strings.Contains(stderr.String(), "interrupt again, exiting at once"); again != (tc.exits != nil) {
+					t.Errorf("stderr %q: the second-signal line %v, want %v", stderr, again, tc.exits != nil)
+				}
 				if stopped := strings.Contains(stderr.String(), "stopped waiting"); stopped != (tc.exits == nil) {
 					t.Errorf("stderr %q: 'stopped waiting' %v, want %v", stderr, stopped, tc.exits == nil)
 				}

@@ -80,7 +80,7 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	in := r.watchSignals(o, tty)
 	defer in.stop()
 
-	k, err := kernelOf(newKernel)
+	k, err := r.kernelUnlessSignalled(newKernel, in)
 	if err != nil {
 		return err
 	}
@@ -264,6 +264,35 @@ func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrup
 	if err := k.Wait(ctx); err != nil {
 		fmt.Fprintf(r.stderr, "stopped waiting: the call still runs; its key is free again once its lease (%s) ends, and a rerun then runs the operation again\n", lease)
 	}
+}
+
+// kernelUnlessSignalled builds the kernel, unless the first signal comes
+// first: a config that is slow to read or a store that is slow to answer
+// must not keep the process from ending. The command then ends at once
+// with exit code 8 and nothing run; a kernel built later is closed.
+func (r *runner) kernelUnlessSignalled(newKernel kernelFunc, in *interrupts) (*kernel.Kernel, error) {
+	type built struct {
+		k   *kernel.Kernel
+		err error
+	}
+	ch := make(chan built, 1)
+	go func() {
+		k, err := kernelOf(newKernel)
+		ch <- built{k, err}
+	}()
+	select {
+	case b := <-ch:
+		return b.k, b.err
+	case <-in.ctx.Done():
+	}
+	go func() {
+		if b := <-ch; b.k != nil {
+			b.k.Close()
+		}
+	}()
+	cause := context.Cause(in.ctx)
+	fmt.Fprintf(r.stderr, "%s: stopped while starting (%s); nothing ran\n", r.cmd.CommandPath(), pipeline.ErrorText(cause))
+	return nil, &ExitError{Code: exitCanceled, Err: cause}
 }
 
 // kernelOf calls newKernel, turning a nil kernel, and a typed nil

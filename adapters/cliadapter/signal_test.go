@@ -6,9 +6,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sundial-go/sundial/kernel"
 )
 
 // TestNotifyOSSignal sends real signals to the test process: the first
@@ -70,4 +74,51 @@ func TestWatchStopBeforeSignal(t *testing.T) {
 		t.Errorf("after stop, cause = %v, want context.Canceled", context.Cause(in.ctx))
 	}
 	ch <- os.Interrupt // nobody watches any more: not a second signal
+}
+
+// TestSignalWhileBuildingTheKernel: a signal while the kernel function
+// still runs (a config slow to read, a store slow to answer) ends the
+// command at once, exit 8, saying so and running nothing; the kernel the
+// function returns later is closed.
+func TestSignalWhileBuildingTheKernel(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	building, release := make(chan struct{}), make(chan struct{})
+	built := make(chan *kernel.Kernel, 1)
+	kf := func() (*kernel.Kernel, error) {
+		close(building)
+		<-release
+		k, err := testKernel(t)()
+		built <- k
+		return k, err
+	}
+	go func() {
+		<-building
+		sigs <- syscall.SIGTERM
+	}()
+	args := []string{"test", "echo", "--name", "x"}
+	opts := []Option{withSignalChannel(sigs), withExit(func(code int) { t.Errorf("exit(%d) called", code) })}
+	// Without the signal's effect, the build ends after a while, and the
+	// call runs on a canceled context instead of not at all.
+	var once sync.Once
+	stopBuild := func() { once.Do(func() { close(release) }) }
+	timer := time.AfterFunc(5*time.Second, stopBuild)
+	defer timer.Stop()
+	r := executeOn(t, testRegistry(t), kf, opts, nil, args...)
+	stopBuild()
+	if r.code != exitCanceled || r.stdout != "" || !strings.Contains(r.stderr, "app test echo: stopped while starting") ||
+		!strings.Contains(r.stderr, "nothing ran") {
+		t.Errorf("app %q with a signal while building the kernel = exit %d, stdout %q, stderr %q; want exit 8, "+
+			"saying it stopped while starting", args, r.code, r.stdout, r.stderr)
+	}
+	k := <-built
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := k.Reload(); errors.Is(err, kernel.ErrClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the kernel built after the signal was not closed")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

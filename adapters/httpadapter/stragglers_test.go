@@ -23,8 +23,9 @@ import (
 // measured 9,553 such calls → 9,906 goroutines, 896 MB); with the
 // kernel's MaxStragglers the stragglers stop at the bound (plus the calls
 // already admitted when it was reached), every later call is shed at once
-// with 503 KERNEL_UNAVAILABLE_005 and Retry-After: 1, running nothing —
-// another operation's calls too — and the goroutines are back to their baseline once the handlers return.
+// with 503 KERNEL_UNAVAILABLE_005 and Retry-After: 1, running nothing,
+// while another operation still answers; the goroutines are back to their
+// baseline once the handlers return.
 func TestStragglerFloodIsBounded(t *testing.T) {
 	const (
 		maxStragglers = 50
@@ -123,10 +124,12 @@ func TestStragglerFloodIsBounded(t *testing.T) {
 	watch()
 	held := s.k.Status().Stragglers
 	ran := app.calls.Load()
-	// At the bound every operation is shed, not only the one whose
-	// handlers straggle.
-	other503 := s.do(t, "GET", "/items/it-1", "", nil)
-	checkProblem(t, other503, 503, "UNAVAILABLE", pipeline.CodeOverloaded, "/items/it-1")
+	// Only the operation whose handlers straggle is shed: another counts
+	// its stragglers up to half of MaxStragglers, and still answers.
+	otherOp := s.do(t, "GET", "/items/1", "", nil)
+	if otherOp.status != http.StatusOK {
+		t.Errorf("GET /items/1 beside the flood = %d %s, want 200: one operation's stragglers shed another", otherOp.status, otherOp.body)
+	}
 
 	app.unblock()
 	released = true
@@ -140,9 +143,9 @@ func TestStragglerFloodIsBounded(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("straggler flood: %d calls from %d clients in %v, MaxStragglers %d: %d answered 504 at the deadline (handlers ran: %d), %d shed 503 %s, %d other; stragglers peak %d, %d at the end of the flood (items.get then: %d); goroutines %d before, peak %d (+%d), %d after the handlers returned",
+	t.Logf("straggler flood: %d calls from %d clients in %v, MaxStragglers %d: %d answered 504 at the deadline (handlers ran: %d), %d shed 503 %s, %d other; stragglers peak %d, %d at the end of the flood (items.get beside it: %d); goroutines %d before, peak %d (+%d), %d after the handlers returned",
 		floodCalls, clients, took.Round(time.Millisecond), maxStragglers, timeouts.Load(), ran, shed.Load(), pipeline.CodeOverloaded, other.Load(),
-		peakStraggle.Load(), held, other503.status, base, peakGoroutines.Load(), peakGoroutines.Load()-int64(base), after)
+		peakStraggle.Load(), held, otherOp.status, base, peakGoroutines.Load(), peakGoroutines.Load()-int64(base), after)
 	if other.Load() != 0 {
 		t.Fatalf("%d calls got neither the 504 nor the 503 (first: %v)", other.Load(), firstOther.Load())
 	}

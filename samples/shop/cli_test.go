@@ -163,7 +163,7 @@ func TestCLI(t *testing.T) {
 			{name: "export", args: []string{"reports", "export", "--delay-ms", "10"}, code: 0,
 				stdout: "{\n  \"rows\": 101\n}\n"},
 			{name: "missing config", args: []string{"reports", "export", "--config", "/nonexistent/shop.json"}, code: 2,
-				stderr: []string{"shop: kernel: config file"}},
+				stderr: []string{"shop: --config /nonexistent/shop.json: no such file or directory"}},
 			{name: "unknown command", args: []string{"orders", "delete"}, code: 2,
 				stderr: []string{`unknown command "delete" for "shop orders"`}},
 		} {

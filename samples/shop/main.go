@@ -13,6 +13,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -88,7 +90,11 @@ func newKernel(configFile string, opts ...kernel.Option) (*kernel.Kernel, error)
 		kernel.WithEnv("SUNDIAL_"),
 	}
 	base = append(base, extraKernelOptions...)
-	return kernel.New(append(base, opts...)...)
+	k, err := kernel.New(append(base, opts...)...)
+	if fe, ok := errors.AsType[*kernel.ConfigFileError](err); ok && fe.Path == configFile {
+		return nil, fmt.Errorf("--config %s: %w", fe.Path, fe.Err)
+	}
+	return k, err
 }
 
 // extraKernelOptions are added to every kernel the shop builds; only the

@@ -145,8 +145,8 @@ func serve(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	defer tel.shutdown(o.logger)
-	k, err := newKernel(o.configFile, append(append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...), o.kernelOpts...)...)
-	if err != nil {
+	k, err := startKernel(ctx, o, tel)
+	if err != nil || k == nil {
 		return err
 	}
 	defer k.Close() // after the servers drained: the cluster store and Redis client
@@ -186,6 +186,35 @@ func serve(ctx context.Context, o serveOptions) error {
 	}
 	sd := shutdown{o: o, k: k, srv: srv, g: g, served: served, draining: &draining}
 	return sd.run(ctx, serveErr)
+}
+
+// startKernel builds the shop's kernel. A signal while it is built (a
+// config slow to read, a Redis slow to answer) stops serve at once: it
+// returns nil and no kernel; a kernel built later is closed.
+func startKernel(ctx context.Context, o serveOptions, tel *shopTelemetry) (*kernel.Kernel, error) {
+	opts := append([]kernel.Option{kernel.WithLogger(o.logger), kernel.WithWorkers(serveWorkerIdle)}, tel.kernelOptions()...)
+	opts = append(opts, o.kernelOpts...)
+	type built struct {
+		k   *kernel.Kernel
+		err error
+	}
+	ch := make(chan built, 1)
+	go func() {
+		k, err := newKernel(o.configFile, opts...)
+		ch <- built{k, err}
+	}()
+	select {
+	case b := <-ch:
+		return b.k, b.err
+	case <-ctx.Done():
+		o.logger.Info("shop: stopped while starting; not serving")
+		go func() {
+			if b := <-ch; b.k != nil {
+				b.k.Close()
+			}
+		}()
+		return nil, nil
+	}
 }
 
 // setDefaults fills the options serve needs and the caller left unset.
@@ -325,15 +354,45 @@ func (sd *shutdown) waitStragglers(sctx context.Context) error {
 // closeWhenDraining answers through h and, once draining is set, asks
 // for the connection to be closed after the response (Connection: close):
 // a keep-alive client then sends its next request on a new connection
-// instead of on one the shutdown could close as the request arrives.
+// instead of on one the shutdown could close as the request arrives. It
+// decides when the response's header is written, so that a call that
+// began before the signal and answers after it closes its connection too.
 func closeWhenDraining(h http.Handler, draining *atomic.Bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if draining.Load() {
-			w.Header().Set("Connection", "close")
-		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(&closingWriter{ResponseWriter: w, draining: draining}, r)
 	})
 }
+
+// closingWriter sets Connection: close on its response when draining is
+// set by the time the header is written.
+type closingWriter struct {
+	http.ResponseWriter
+	draining *atomic.Bool
+	written  bool
+}
+
+func (w *closingWriter) header() {
+	if !w.written {
+		w.written = true
+		if w.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+	}
+}
+
+func (w *closingWriter) WriteHeader(code int) {
+	w.header()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closingWriter) Write(b []byte) (int, error) {
+	w.header()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the server's writer (Flush,
+// Hijack, deadlines).
+func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // newHTTPServer returns the shop's http.Server, with timeouts that keep
 // slow and idle clients from holding connections.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -420,5 +421,101 @@ func TestShutdownLameDuck(t *testing.T) {
 	}
 	if after.Code() != codes.Unavailable {
 		t.Errorf("a new call after the drain = %v, want Unavailable", after)
+	}
+}
+
+// gate holds orders.get calls on entry until release is closed.
+type gate struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	if inv.OperationID() == "orders.get" {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return next(ctx, inv)
+}
+
+// TestShutdownClosesKeptAliveConnectionsOfEarlierCalls: a call that began
+// on a keep-alive connection before the signal and answers during the
+// lame duck says Connection: close, like the calls that begin after it,
+// so that its client does not keep a connection the drain will close as
+// it sends its next request; that next request, on a new connection, is
+// answered.
+func TestShutdownClosesKeptAliveConnectionsOfEarlierCalls(t *testing.T) {
+	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s := startServe(t, serveOptions{grace: 5 * time.Second, lameDuck: 2 * time.Second,
+		kernelOpts: []kernel.Option{kernel.UseAt(pipeline.StageHandle, g)}})
+	var reused []bool
+	var mu sync.Mutex
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		mu.Lock()
+		reused = append(reused, i.Reused)
+		mu.Unlock()
+	}}
+	tr := &http.Transport{MaxIdleConnsPerHost: 1}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", s.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	if _, err := get("/healthz"); err != nil { // a kept-alive connection
+		t.Fatal(err)
+	}
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	held := make(chan result, 1)
+	go func() {
+		resp, err := get("/orders/o-1")
+		held <- result{resp, err}
+	}()
+	<-g.entered
+	s.cancel() // the signal: the lame duck begins
+	probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		resp, err := probe.Get(s.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/healthz never failed after the signal")
+		}
+	}
+	close(g.release)
+	r := <-held
+	if r.err != nil {
+		t.Fatalf("the call begun before the signal = %v, want an answer", r.err)
+	}
+	if !r.resp.Close {
+		t.Errorf("the call begun before the signal answered during the lame duck without Connection: close (header %q)",
+			r.resp.Header.Get("Connection"))
+	}
+	next, err := get("/healthz")
+	if err != nil || next.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("the next request = %v, %v; want the lame duck's 503", next, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []bool{false, true, false}; !slices.Equal(reused, want) {
+		t.Errorf("connections reused: %v, want %v (the next request on a new connection)", reused, want)
+	}
+	if err := <-s.done; err != nil {
+		t.Errorf("serve() = %v, want nil", err)
 	}
 }
