@@ -27,6 +27,10 @@ func TestClusterConfigErrorsFailNew(t *testing.T) {
 		{"store timeout too long", wrap(`{"StoreTimeoutMs":600000}`), root + `.StoreTimeoutMs: must be greater than 0 and at most 60000`},
 		{"store timeout zero", wrap(`{"StoreTimeoutMs":0}`), root + `.StoreTimeoutMs: must be greater than 0`},
 		{"store timeout below a microsecond", wrap(`{"StoreTimeoutMs":0.0000001}`), root + `.StoreTimeoutMs: must be at least 0.001 (1 µs)`},
+		{"degrade after zero", wrap(`{"DegradeAfter":0}`), root + `.DegradeAfter: must be greater than 0, got 0`},
+		{"degrade after a fraction", wrap(`{"Operations":{"orders.create":{"DegradeAfter":2.5}}}`), root + `.Operations.orders.create.DegradeAfter: want an integer, got 2.5`},
+		{"degrade after too many", wrap(`{"Operations":{"orders.create":{"DegradeAfter":101}}}`), root + `.Operations.orders.create.DegradeAfter: 101 is too large (at most 100)`},
+		{"degrade after a string", wrap(`{"DegradeAfter":"3"}`), root + `.DegradeAfter: want an integer, got a string`},
 		{"replicas zero", wrap(`{"ExpectedReplicas":0}`), root + `.ExpectedReplicas: must be greater than 0`},
 		{"headers not boolean", wrap(`{"RateLimitHeaders":"yes"}`), root + `.RateLimitHeaders: want a boolean, got a string`},
 		{"cluster without redis", wrap(`{"Operations":{"orders.create":{"PermitLimit":5,"Scope":"cluster"}}}`),
@@ -63,7 +67,7 @@ func TestClusterConfigErrorsFailNew(t *testing.T) {
 // root like every other key, and process is the default scope.
 func TestClusterPolicyMerges(t *testing.T) {
 	var calls int
-	k, err := resKernel(t, wrap(`{"StoreTimeoutMs":20,"OnStoreError":"closed","RateLimitHeaders":true,
+	k, err := resKernel(t, wrap(`{"StoreTimeoutMs":20,"OnStoreError":"closed","RateLimitHeaders":true,"DegradeAfter":7,
 		"Operations":{"orders.create":{"PermitLimit":5,"ExpectedReplicas":3}}}`), &calls)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +75,7 @@ func TestClusterPolicyMerges(t *testing.T) {
 	defer k.Close()
 	p := k.PolicyFor("orders.create")
 	if p.Scope != resilience.Scope("") || p.StoreTimeout != 20*time.Millisecond || p.OnStoreError != "closed" ||
-		!p.RateLimitHeaders || p.ExpectedReplicas != 3 {
+		!p.RateLimitHeaders || p.ExpectedReplicas != 3 || p.DegradeAfter != 7 {
 		t.Fatalf("policy %+v", p)
 	}
 	if k.ClusterStore() != nil {

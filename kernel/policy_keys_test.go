@@ -47,6 +47,7 @@ var keySamples = map[string]keySample{
 	"TimeoutSeconds":               {2.0, 3.0, 0.0},
 	"Scope":                        {"process", "cluster", "global"},
 	"StoreTimeoutMs":               {20.0, 30.0, 0.0},
+	"DegradeAfter":                 {5.0, 1.0, 101.0},
 	"OnStoreError":                 {"open", "closed", "fail"},
 	"ExpectedReplicas":             {2.0, 3.0, 0.0},
 	"LeasePermits":                 {100.0, 200.0, 0.0},

@@ -53,6 +53,10 @@ type Policy struct {
 	// StoreTimeout bounds every call to the shared store (Scope cluster);
 	// 0 means the store's default.
 	StoreTimeout time.Duration
+	// DegradeAfter is how many store calls in a row must fail before a
+	// cluster-scoped limit turns to OnStoreError; 0 means the store's
+	// default (3).
+	DegradeAfter int
 	// OnStoreError is what a cluster-scoped limit does while its store is
 	// slow or unreachable: "local" (enforce this replica's share, the
 	// default), "open" (admit) or "closed" (reject).

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +24,15 @@ func statedDefault(t *testing.T, key string) string {
 	return ""
 }
 
-// TestStatedDefaults: the store timeout the key table states as the
-// default of StoreTimeoutMs is the one the store applies.
+// TestStatedDefaults: the store timeout and the failures in a row the
+// key table states as the defaults of StoreTimeoutMs and DegradeAfter are
+// the ones the store applies.
 func TestStatedDefaults(t *testing.T) {
 	if got, want := statedDefault(t, "StoreTimeoutMs"), defaultStoreTimeout; got != strconvMs(want) {
 		t.Errorf("docs state StoreTimeoutMs default %s; the store applies %v", got, want)
+	}
+	if got, want := statedDefault(t, "DegradeAfter"), strconv.Itoa(defaultDegradeAfter); got != want {
+		t.Errorf("docs state DegradeAfter default %s; the store applies %s", got, want)
 	}
 }
 

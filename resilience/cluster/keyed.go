@@ -44,10 +44,10 @@ const maxKeys = 10_000
 const fullSweepInterval = 100 * time.Millisecond
 
 // KeyedWindow returns the shared per-key window of operation id under
-// policy p (PerKey, StoreTimeout, OnStoreError, ExpectedReplicas). Called
-// again for the same id (a reload) it returns the same keyed window with p
-// in force for the calls that arrive from then on; a new length counts in
-// keys of its own.
+// policy p (PerKey, StoreTimeout, DegradeAfter, OnStoreError,
+// ExpectedReplicas). Called again for the same id (a reload) it returns
+// the same keyed window with p in force for the calls that arrive from
+// then on; a new length counts in keys of its own.
 func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKeyedWindow, error) {
 	k := p.PerKey
 	if k.PermitLimit <= 0 || !validID(id) || strings.Contains(id, "|") {

@@ -129,11 +129,11 @@ type slotWaiter struct {
 }
 
 // Slots returns the shared concurrency limit of operation id under policy
-// p (ConcurrencyLimit, ConcurrencyQueueLimit, StoreTimeout, OnStoreError,
-// ExpectedReplicas). Called again for the same id (a reload) it returns
-// the same limit with p in force: the leases held stay held, so with a
-// lower limit nobody is admitted until fewer are held; a shorter queue
-// turns its newest excess waiters away.
+// p (ConcurrencyLimit, ConcurrencyQueueLimit, StoreTimeout, DegradeAfter,
+// OnStoreError, ExpectedReplicas). Called again for the same id (a
+// reload) it returns the same limit with p in force: the leases held
+// stay held, so with a lower limit nobody is admitted until fewer are
+// held; a shorter queue turns its newest excess waiters away.
 func (s *Store) Slots(id string, p resilience.Policy) (resilience.SharedSlots, error) {
 	if p.ConcurrencyLimit <= 0 || !validID(id) {
 		return nil, fmt.Errorf("cluster: slots of %q: want a positive ConcurrencyLimit and a valid ID", id)

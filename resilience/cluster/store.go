@@ -13,11 +13,12 @@
 // Every store call is one Lua script (one round trip), runs on the
 // server's clock (TIME), and is bounded by the policy's StoreTimeout and
 // by the invocation's remaining deadline. When the store fails several
-// calls in a row (Config.DegradeAfter), an operation is "degraded" and
-// does what its OnStoreError says: "local" (this replica's part of what
-// the window had left, at most ceil(limit / replicas)), "open" or
-// "closed"; it tries the store again after RetryInterval and recovers by
-// itself. One failed call alone degrades nothing.
+// calls in a row (the policy's DegradeAfter, else Config.DegradeAfter),
+// an operation is "degraded" and does what its OnStoreError says:
+// "local" (this replica's part of what the window had left, at most
+// ceil(limit / replicas)), "open" or "closed"; it tries the store again
+// after RetryInterval and recovers by itself. One failed call alone
+// degrades nothing.
 package cluster
 
 import (
@@ -93,7 +94,8 @@ type Config struct {
 	// DefaultLease is the lease of a call without a deadline (60 s).
 	DefaultLease time.Duration
 	// DegradeAfter is how many store calls in a row must fail before an
-	// operation is degraded (3 by default). A failure counts only when its
+	// operation is degraded (3 by default), unless its policy's
+	// DegradeAfter says otherwise. A failure counts only when its
 	// call was sent after the last counted one came in: calls that fail
 	// together in one stall are one failure. After a failure, a check
 	// bounded by StoreTimeout asks the store again at once, so that a dead
@@ -314,15 +316,17 @@ type opState struct {
 
 // opConfig is what an operation's policy says about its store.
 type opConfig struct {
-	mode    fallbackMode
-	timeout time.Duration
+	mode         fallbackMode
+	timeout      time.Duration
+	degradeAfter int
 }
 
 func (st *opState) mode() fallbackMode     { return st.cfg.Load().mode }
 func (st *opState) timeout() time.Duration { return st.cfg.Load().timeout }
+func (st *opState) degradeAfter() int      { return st.cfg.Load().degradeAfter }
 
-// state returns the state of operation id with p's OnStoreError and
-// StoreTimeout in force; s.mu is held.
+// state returns the state of operation id with p's OnStoreError,
+// StoreTimeout and DegradeAfter in force; s.mu is held.
 func (s *Store) state(id string, p resilience.Policy) (*opState, error) {
 	mode, err := parseMode(p.OnStoreError)
 	if err != nil {
@@ -333,9 +337,12 @@ func (s *Store) state(id string, p resilience.Policy) (*opState, error) {
 		st = &opState{s: s, id: id}
 		s.ops[id] = st
 	}
-	c := &opConfig{mode: mode, timeout: p.StoreTimeout}
+	c := &opConfig{mode: mode, timeout: p.StoreTimeout, degradeAfter: p.DegradeAfter}
 	if c.timeout <= 0 {
 		c.timeout = defaultStoreTimeout
+	}
+	if c.degradeAfter <= 0 {
+		c.degradeAfter = s.cfg.DegradeAfter
 	}
 	st.cfg.Store(c)
 	return st, nil
@@ -383,7 +390,7 @@ func (st *opState) check() {
 	s := st.s
 	if !s.spawn(func() {
 		defer st.checking.Store(false)
-		for range s.cfg.DegradeAfter {
+		for range st.degradeAfter() {
 			sent := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), st.timeout())
 			// A command on the operation's own key: on Redis Cluster it
@@ -465,7 +472,7 @@ func (st *opState) evidence(sent time.Time) bool {
 			break
 		}
 	}
-	return st.failures.Add(1) >= int64(st.s.cfg.DegradeAfter)
+	return st.failures.Add(1) >= int64(st.degradeAfter())
 }
 
 // slotsReloader is a Redis Cluster client (go-redis's ClusterClient).

@@ -197,9 +197,10 @@ func (c *windowConfig) lengthKey() string {
 }
 
 // Window returns the shared window of operation id under policy p
-// (PermitLimit, Window, QueueLimit, StoreTimeout, OnStoreError,
-// ExpectedReplicas). Called again for the same id (a reload) it returns
-// the same window with p in force for the calls that arrive from then on.
+// (PermitLimit, Window, QueueLimit, StoreTimeout, DegradeAfter,
+// OnStoreError, ExpectedReplicas). Called again for the same id (a
+// reload) it returns the same window with p in force for the calls that
+// arrive from then on.
 // A new length counts in a key of its own from the first call under it:
 // while replicas disagree on it (a rolling reload), each length is
 // counted apart.

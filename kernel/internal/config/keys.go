@@ -83,9 +83,10 @@ const positiveInt = "1 to 2147483647"
 const seconds = "> 0, at most 1e9"
 
 // The defaults the table states of keys whose default the store or the
-// middleware applies (cluster's 50 ms store timeout, idempotency's 24 h
-// retention and 64 KiB outcomes) are written out: the docs state them,
-// and TestStatedDefaults checks them against what the packages apply.
+// middleware applies (cluster's 50 ms store timeout and 3 failures to
+// degrade, idempotency's 24 h retention and 64 KiB outcomes) are written
+// out: the docs state them, and TestStatedDefaults checks them against
+// what the packages apply.
 
 // Keys is the table of the section's keys, in the order error messages
 // and the docs list them.
@@ -144,6 +145,9 @@ var Keys = []Key{
 	{Name: "StoreTimeoutMs", Type: "number", Default: "50", Bounds: "0.001 to 60000", Reloadable: true, Inherited: true,
 		Doc:   "Bound of each call to the shared store of a cluster-scoped limit, in milliseconds.",
 		value: use(milliseconds, func(t *Target) *Duration { return &t.Policy.StoreTimeout })},
+	{Name: "DegradeAfter", Type: "integer", Default: "3", Bounds: fmt.Sprintf("1 to %d", maxDegradeAfter), Reloadable: true, Inherited: true,
+		Doc:   "Store calls in a row that must fail before a cluster-scoped limit does what OnStoreError says.",
+		value: use(integerUpTo(1, maxDegradeAfter), func(t *Target) *int { return &t.Policy.DegradeAfter })},
 	{Name: "OnStoreError", Type: "string", Default: `"local"`, Bounds: `"local", "open" or "closed"`, Reloadable: true, Inherited: true,
 		Doc:   "What a cluster-scoped limit does while its store fails: enforce this replica's share, admit, or reject.",
 		value: use(onStoreError, func(t *Target) *string { return &t.Policy.OnStoreError })},
@@ -185,5 +189,5 @@ var Keys = []Key{
 		value: use(duration, func(t *Target) *Duration { return &t.Idempotency.Retention })},
 	{Name: "Idempotency.MaxOutcomeBytes", Type: "integer", Default: "65536", Bounds: fmt.Sprintf("1 to %d", maxOutcomeBytes),
 		Doc:   "Largest outcome kept for a replay, in bytes; a repeat of a larger one gets 409.",
-		value: use(outcomeBytes, func(t *Target) *int { return &t.Idempotency.MaxOutcomeBytes })},
+		value: use(integerUpTo(1, maxOutcomeBytes), func(t *Target) *int { return &t.Idempotency.MaxOutcomeBytes })},
 }

@@ -66,6 +66,11 @@ const maxSeconds = 1e9
 // maxOutcomeBytes bounds Idempotency.MaxOutcomeBytes (1 MiB).
 const maxOutcomeBytes = 1 << 20
 
+// maxDegradeAfter bounds DegradeAfter: after each failure a store check
+// runs at once, up to DegradeAfter of them, so a larger count would
+// keep a failing store busy with checks.
+const maxDegradeAfter = 100
+
 // integer reads an integer of at least minimum (0 or 1).
 func integer(minimum int) func(any, string) (int, error) {
 	return func(v any, path string) (int, error) {
@@ -224,13 +229,15 @@ func describeSize(v any) string {
 	return JSONType(v)
 }
 
-// outcomeBytes reads Idempotency.MaxOutcomeBytes.
-func outcomeBytes(v any, path string) (int, error) {
-	n, err := integer(1)(v, path)
-	if err == nil && n > maxOutcomeBytes {
-		return 0, fmt.Errorf("kernel: %s: %d is too large (at most %d)", path, n, maxOutcomeBytes)
+// integerUpTo reads an integer from minimum (0 or 1) to most.
+func integerUpTo(minimum, most int) func(any, string) (int, error) {
+	return func(v any, path string) (int, error) {
+		n, err := integer(minimum)(v, path)
+		if err == nil && n > most {
+			return 0, fmt.Errorf("kernel: %s: %d is too large (at most %d)", path, n, most)
+		}
+		return n, err
 	}
-	return n, err
 }
 
 // Number returns a JSON number (as decoded, or as an environment value)
