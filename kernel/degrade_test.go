@@ -60,7 +60,8 @@ func (f *failedCalls) of(id string) int {
 // operation's cluster limits, inherited from the section's root or set
 // by the operation, and a reload changes it. With Redis gone, an
 // operation degrades after exactly DegradeAfter failed store calls: the
-// call's own and the checks that follow it.
+// call's own and the checks that follow it. A call whose store call
+// failed gets 503 KERNEL_UNAVAILABLE_002 with a retry-after.
 func TestDegradeAfterReachesTheStore(t *testing.T) {
 	srv := redistest.Start(t)
 	failed := &failedCalls{n: map[string]int{}}
@@ -91,8 +92,11 @@ func TestDegradeAfterReachesTheStore(t *testing.T) {
 	srv.Kill()
 	for id, want := range map[string]int{"orders.create": 5, "orders.get": 1} {
 		out := k.Invoke(t.Context(), kernel.Request{Operation: id, Input: new("x")})
-		if code := pipeline.CodeOf(out.Err); code != pipeline.CodeRateLimited {
-			t.Fatalf("%s with Redis gone: %v, want %s", id, out.Err, pipeline.CodeRateLimited)
+		// Turned away as by the limit, after 1 s: StoreTimeoutMs before
+		// degrading, the time until the next try once degraded.
+		ra, has := pipeline.AsError(out.Err).RetryAfter()
+		if code := pipeline.CodeOf(out.Err); code != pipeline.CodeRateLimited || !has || ra != time.Second {
+			t.Fatalf("%s with Redis gone: %v (retry after %v), want %s after 1s", id, out.Err, ra, pipeline.CodeRateLimited)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for !k.ClusterStore().Degraded(id) && time.Now().Before(deadline) {
