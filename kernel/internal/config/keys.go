@@ -147,7 +147,7 @@ var Keys = []Key{
 		value: use(milliseconds, func(t *Target) *Duration { return &t.Policy.StoreTimeout })},
 	{Name: "DegradeAfter", Type: "integer", Default: "3", Bounds: fmt.Sprintf("1 to %d", maxDegradeAfter), Reloadable: true, Inherited: true,
 		Doc:   "Store calls in a row that must fail before a cluster-scoped limit does what OnStoreError says.",
-		value: use(integerUpTo(1, maxDegradeAfter), func(t *Target) *int { return &t.Policy.DegradeAfter })},
+		value: use(bounded(1, maxDegradeAfter), func(t *Target) *int { return &t.Policy.DegradeAfter })},
 	{Name: "OnStoreError", Type: "string", Default: `"local"`, Bounds: `"local", "open" or "closed"`, Reloadable: true, Inherited: true,
 		Doc:   "What a cluster-scoped limit does while its store fails: enforce this replica's share, admit, or reject.",
 		value: use(onStoreError, func(t *Target) *string { return &t.Policy.OnStoreError })},
@@ -189,5 +189,5 @@ var Keys = []Key{
 		value: use(duration, func(t *Target) *Duration { return &t.Idempotency.Retention })},
 	{Name: "Idempotency.MaxOutcomeBytes", Type: "integer", Default: "65536", Bounds: fmt.Sprintf("1 to %d", maxOutcomeBytes),
 		Doc:   "Largest outcome kept for a replay, in bytes; a repeat of a larger one gets 409.",
-		value: use(integerUpTo(1, maxOutcomeBytes), func(t *Target) *int { return &t.Idempotency.MaxOutcomeBytes })},
+		value: use(bounded(1, maxOutcomeBytes), func(t *Target) *int { return &t.Idempotency.MaxOutcomeBytes })},
 }

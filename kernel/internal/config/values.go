@@ -229,17 +229,6 @@ func describeSize(v any) string {
 	return JSONType(v)
 }
 
-// integerUpTo reads an integer from minimum (0 or 1) to most.
-func integerUpTo(minimum, most int) func(any, string) (int, error) {
-	return func(v any, path string) (int, error) {
-		n, err := integer(minimum)(v, path)
-		if err == nil && n > most {
-			return 0, fmt.Errorf("kernel: %s: %d is too large (at most %d)", path, n, most)
-		}
-		return n, err
-	}
-}
-
 // Number returns a JSON number (as decoded, or as an environment value)
 // as a float64.
 func Number(v any) (float64, bool) {
