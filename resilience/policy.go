@@ -54,8 +54,8 @@ type Policy struct {
 	// 0 means the store's default.
 	StoreTimeout time.Duration
 	// DegradeAfter is how many store calls in a row must fail before a
-	// cluster-scoped limit turns to OnStoreError; 0 means the store's
-	// default (3).
+	// cluster-scoped limit turns to OnStoreError, at most 100; 0 means the
+	// store's default (3).
 	DegradeAfter int
 	// OnStoreError is what a cluster-scoped limit does while its store is
 	// slow or unreachable: "local" (enforce this replica's share, the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -470,6 +471,27 @@ func TestPausedStoreCostsAtMostStoreTimeout(t *testing.T) {
 		t.Fatal("admitted, not degraded")
 	}
 	t.Logf("paused Redis cost at most %v per call for StoreTimeout 30ms; %d refused before the fallback admitted (each a refusal, none a TIMEOUT)", worst, refused)
+}
+
+// TestDegradeAfterIsBounded: a policy's DegradeAfter above 100 counts as
+// 100, so a dead store is found after at most 100 checks in a row, not
+// after billions of them.
+func TestDegradeAfterIsBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newReplica(t, srv, cluster.Config{KeyPrefix: "t10", RetryInterval: time.Hour, DegradeAfter: math.MaxInt32})
+	w, _ := r.store.Window("a.b", resilience.Policy{PermitLimit: 100, Window: time.Hour,
+		StoreTimeout: time.Second, DegradeAfter: math.MaxInt32})
+	srv.Kill()
+	if _, err := w.Take(t.Context(), inv()); !errors.Is(err, resilience.ErrLimited) {
+		t.Fatalf("Take with Redis gone: %v, want a refusal", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !r.store.Degraded("a.b") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !r.store.Degraded("a.b") {
+		t.Fatal("not degraded 60 s after Redis went away: DegradeAfter is not bounded")
+	}
 }
 
 // TestStoreCallBoundedByCallerDeadline: when the caller's deadline is

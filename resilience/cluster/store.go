@@ -76,6 +76,9 @@ const (
 	defaultPollInterval  = 10 * time.Millisecond
 	defaultHeartbeat     = time.Second
 	defaultDegradeAfter  = 3
+	// maxDegradeAfter bounds DegradeAfter: a failing store gets up to
+	// DegradeAfter checks in a row, back to back.
+	maxDegradeAfter = 100
 )
 
 // Config tunes a Store. Zero values take the defaults given.
@@ -100,7 +103,7 @@ type Config struct {
 	// together in one stall are one failure. After a failure, a check
 	// bounded by StoreTimeout asks the store again at once, so that a dead
 	// store is found out without waiting for traffic. An answer starts the
-	// count over.
+	// count over. A value above 100, here or in a policy, counts as 100.
 	DegradeAfter int
 	// RetryInterval is how long a degraded operation waits before it tries
 	// the store again (one call tries; the others keep the fallback); 1 s
@@ -160,6 +163,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	if cfg.DegradeAfter <= 0 {
 		cfg.DegradeAfter = defaultDegradeAfter
 	}
+	cfg.DegradeAfter = min(cfg.DegradeAfter, maxDegradeAfter)
 	cfg.LeaseGrace = max(cfg.LeaseGrace, 2*cfg.Heartbeat)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -344,6 +348,7 @@ func (s *Store) state(id string, p resilience.Policy) (*opState, error) {
 	if c.degradeAfter <= 0 {
 		c.degradeAfter = s.cfg.DegradeAfter
 	}
+	c.degradeAfter = min(c.degradeAfter, maxDegradeAfter)
 	st.cfg.Store(c)
 	return st, nil
 }
