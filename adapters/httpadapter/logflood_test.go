@@ -54,25 +54,10 @@ func TestBaggageFloodIsSampled(t *testing.T) {
 func checkSampled(t *testing.T, logs *pipelinetest.LogSink, msg string, want int64, elapsed time.Duration) {
 	t.Helper()
 	limit := int64(telemetry.SampleBurst + telemetry.SampleRate*elapsed.Seconds() + 1)
-	deadline := time.Now().Add(telemetry.SampleSummaryAfter + elapsed + 30*time.Second)
-	for {
-		var own, suppressed int64
-		for _, r := range logs.Find(pipelinetest.Message(msg)) {
-			if v, ok := r.Attrs["suppressed"].(int64); ok {
-				suppressed += v
-			} else {
-				own++
-			}
-		}
-		switch {
-		case own > limit:
-			t.Fatalf("%d of %d events logged one by one as %q in %v, want at most %d", own, want, msg, elapsed, limit)
-		case own+suppressed == want && own > 0:
-			t.Logf("%q: %d records of their own, %d counted in summaries", msg, own, suppressed)
-			return
-		case time.Now().After(deadline):
-			t.Fatalf("%q: %d records of their own and %d in summaries, want %d in all", msg, own, suppressed, want)
-		}
-		time.Sleep(50 * time.Millisecond) // polls: the summary is due SampleSummaryAfter after the flood
+	own, suppressed := logs.WaitSampled(telemetry.SampleSummaryAfter+elapsed+30*time.Second, msg, want)
+	if own > limit || own == 0 || own+suppressed != want {
+		t.Fatalf("%q: %d records of their own (at most %d in %v) and %d counted in summaries, want %d in all",
+			msg, own, limit, elapsed, suppressed, want)
 	}
+	t.Logf("%q: %d records of their own, %d counted in summaries", msg, own, suppressed)
 }
