@@ -7,12 +7,14 @@ import (
 	"time"
 )
 
-// A LogSampler gives SampleBurst events at once a record each, then
-// SampleRate a second on average. It sums up the others
-// SampleSummaryAfter after the first of them.
+// The bounds of a LogSampler.
 const (
-	SampleBurst        = 10
-	SampleRate         = 1.0
+	// SampleBurst events at once get a record each.
+	// Then SampleRate a second do, on average.
+	SampleBurst = 10
+	SampleRate  = 1.0
+	// SampleSummaryAfter is how long after the first event without a
+	// record of its own the summary comes.
 	SampleSummaryAfter = 10 * time.Second
 )
 
@@ -21,9 +23,9 @@ const (
 // it, a flood of such calls writes a flood of records, synchronously.
 //
 // [SampleBurst] events at once get a record each, then [SampleRate] a
-// second on average. The others are counted, and a summary function
-// receives their count [SampleSummaryAfter] after the first of them. A LogSampler is safe for
-// concurrent use.
+// second on average. The others are counted. A summary function receives
+// their count [SampleSummaryAfter] after the first of them. A LogSampler
+// is safe for concurrent use.
 type LogSampler struct {
 	summary func(suppressed int64)
 
