@@ -153,7 +153,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	// idempotency key from a protocol header goes into the context's
 	// baggage too, so that downstream calls carry it (the invocation takes
 	// a key from the baggage itself when no header sent one).
-	bag := telemetry.Baggage(ctx, k.logger)
+	bag := telemetry.Baggage(ctx, k.baggageLog)
 	key := req.IdempotencyKey
 	if key != "" && telemetry.IdempotencyKey(ctx) != key {
 		ctx, _ = telemetry.WithIdempotencyKey(ctx, key)
@@ -516,8 +516,17 @@ func (k *Kernel) work(g *guard) {
 	}
 }
 
+// msgLate and msgBaggageCut are the messages of two records callers
+// cause at will, once per call: their records are sampled
+// (telemetry.SampledLogger).
+const (
+	msgLate       = "kernel: late result discarded"
+	msgBaggageCut = "sundial: baggage over the limit; members dropped"
+)
+
 // logLate logs, once, the result of a straggler whose answer left without
-// it.
+// it. A flood of calls to a handler that ignores its context makes a
+// flood of them: the records are sampled.
 func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 	own := resilience.Original(got)
 	late := time.Since(answered)
@@ -536,7 +545,7 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 	if own != nil && pipeline.KindOf(own) == pipeline.KindUnexpected {
 		attrs = append(attrs, slog.String("error", pipeline.ErrorText(own)))
 	}
-	k.logger.LogAttrs(context.Background(), level, "kernel: late result discarded", attrs...)
+	k.lateLog.LogAttrs(context.Background(), level, msgLate, attrs...)
 }
 
 // waitPoll is how often Wait looks at the count of running invocations.

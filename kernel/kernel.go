@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -172,6 +173,11 @@ type Kernel struct {
 	// (see Settings.MaxStragglers).
 	stragglers atomic.Int64
 
+	// baggageLog and lateLog are logger, sampled: callers cause their
+	// records at will (too much baggage; calls to a handler that ignores
+	// its context).
+	baggageLog, lateLog *slog.Logger
+
 	// With WithWorkers, Handle's chains run on workers: jobs hands a call
 	// to an idle one, workers counts the live ones (see dispatch).
 	workerIdle time.Duration
@@ -252,6 +258,9 @@ func New(opts ...Option) (*Kernel, error) {
 
 		workerIdle: o.workerIdle,
 		jobs:       make(chan *guard),
+
+		baggageLog: telemetry.SampledLogger(o.logger, slog.LevelWarn, msgBaggageCut),
+		lateLog:    telemetry.SampledLogger(o.logger, slog.LevelWarn, msgLate),
 	}
 	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers, dependencies: settings.Dependencies}
 	k.applyDependencies(lc.dependencies)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 )
 
@@ -43,6 +44,7 @@ type Adapter struct {
 	receivers  chan *reception // to an idle receiver goroutine (receive); nil: none
 	receptions sync.Pool       // of serve's *reception
 	canceled   *canceledCalls  // calls canceled by their clients
+	baggageLog *slog.Logger    // logger, sampled: records of dropped baggage
 
 	explicit map[string]*operations.Descriptor // WithMethodOperations
 	resolved sync.Map                          // full method -> *operations.Descriptor (nil: none), for the interceptors
@@ -97,6 +99,7 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 		a.logger = k.Logger()
 	}
 	a.canceled = newCanceledCalls(a.logger, k.MeterProvider())
+	a.baggageLog = telemetry.SampledLogger(a.logger, slog.LevelWarn, msgBaggageDropped)
 	if err := a.build(); err != nil {
 		return nil, err
 	}

@@ -99,8 +99,8 @@ type Bounds struct {
 	// MaxConnections bounds the connections open at once; one past it is
 	// closed as it is accepted. 0: no bound.
 	MaxConnections int
-	// Logger gets one warning per connection the guard closes; nil logs
-	// nothing. MeterProvider gets the guard's counters; nil is otel's
+	// Logger gets a warning per connection the guard closes, sampled as
+	// telemetry.LogSampler does; nil logs nothing. MeterProvider gets the guard's counters; nil is otel's
 	// global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider

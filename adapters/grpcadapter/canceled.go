@@ -3,11 +3,11 @@ package grpcadapter
 import (
 	"context"
 	"log/slog"
-	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // This file counts the calls that ended before their answer: canceled by
@@ -18,12 +18,12 @@ import (
 // log record of their own.
 
 // At most canceledLogBurst calls canceled by their clients get a call log
-// record at once, and canceledLogRate a second on average. The others are
-// summed up in one record canceledSummaryAfter after the first of them.
+// record at once, and one a second on average (telemetry.LogSampler). The
+// others are summed up in one record canceledSummaryAfter after the first
+// of them.
 const (
-	canceledLogBurst     = 10
-	canceledLogRate      = 1.0
-	canceledSummaryAfter = 10 * time.Second
+	canceledLogBurst     = telemetry.SampleBurst
+	canceledSummaryAfter = telemetry.SampleSummaryAfter
 )
 
 // canceledCalls counts the calls canceled by their clients and samples
@@ -31,16 +31,12 @@ const (
 type canceledCalls struct {
 	logger  *slog.Logger
 	counter metric.Int64Counter
-
-	mu      sync.Mutex // guards logs, pending and summary
-	logs    bucket
-	pending int64       // calls not logged since the last summary
-	summary *time.Timer // pending the summary; nil: none
+	logs    *telemetry.LogSampler
 }
 
 func newCanceledCalls(logger *slog.Logger, mp metric.MeterProvider) *canceledCalls {
-	c := &canceledCalls{logger: logger,
-		logs: bucket{tokens: canceledLogBurst, burst: canceledLogBurst, rate: canceledLogRate}}
+	c := &canceledCalls{logger: logger}
+	c.logs = telemetry.NewLogSampler(c.summarize)
 	c.counter, _ = mp.Meter(meterName).Int64Counter("sundial.grpc.calls.canceled",
 		metric.WithDescription("gRPC calls that ended before their answer, canceled by their client "+
 			"or with their connection; early: before the request message arrived (no invocation ran)."),
@@ -56,24 +52,15 @@ func (c *canceledCalls) add(ctx context.Context, early bool) bool {
 	if c.counter != nil {
 		c.counter.Add(ctx, 1, metric.WithAttributes(attribute.Bool("early", early)))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !early && c.logs.take(time.Now()) {
-		return true
+	if early {
+		c.logs.Suppress()
+		return false
 	}
-	c.pending++
-	if c.summary == nil {
-		c.summary = time.AfterFunc(canceledSummaryAfter, c.summarize)
-	}
-	return false
+	return c.logs.Allow()
 }
 
-// summarize writes the record of the calls not logged one by one.
-func (c *canceledCalls) summarize() {
-	c.mu.Lock()
-	n := c.pending
-	c.pending, c.summary = 0, nil
-	c.mu.Unlock()
+// summarize writes the record of the n calls not logged one by one.
+func (c *canceledCalls) summarize(n int64) {
 	c.logger.LogAttrs(context.Background(), slog.LevelInfo, "grpc calls canceled by their clients",
 		slog.Int64("calls", n), slog.Float64("withinS", canceledSummaryAfter.Seconds()))
 }

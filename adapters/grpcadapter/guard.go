@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
+
+	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // This file guards a gRPC listener's connections: it bounds how many are
@@ -69,6 +71,10 @@ var errGuardClosed = errors.New("grpcadapter: connection closed by the listener'
 // errTooManyConnections refuses a connection past MaxConnections.
 var errTooManyConnections = errors.New("grpcadapter: too many connections")
 
+// msgGuardClosed is the message of the record of a connection the guard
+// closes. Such records are sampled (telemetry.LogSampler).
+const msgGuardClosed = "grpcadapter: connection closed with GOAWAY ENHANCE_YOUR_CALM"
+
 // guard is the transport credentials Bounds.ServerOptions installs.
 type guard struct {
 	inner      credentials.TransportCredentials
@@ -89,12 +95,14 @@ func newGuard(b Bounds, inner credentials.TransportCredentials) *guard {
 	if inner == nil {
 		inner = insecure.NewCredentials()
 	}
+	// A client can open connections only to have them closed.
+	logger := telemetry.SampledLogger(b.Logger, slog.LevelWarn, msgGuardClosed)
 	return &guard{
 		inner:      inner,
 		resetBurst: float64(b.ResetBurst),
 		resetRate:  b.ResetRate,
 		maxConns:   int64(b.MaxConnections),
-		logger:     b.Logger,
+		logger:     logger,
 		mp:         b.MeterProvider,
 	}
 }
@@ -389,7 +397,7 @@ func (c *guardedConn) trip(reason string) {
 	c.g.instruments()
 	c.g.closed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
 	if l := c.g.logger; l != nil {
-		l.LogAttrs(context.Background(), slog.LevelWarn, "grpcadapter: connection closed with GOAWAY ENHANCE_YOUR_CALM",
+		l.LogAttrs(context.Background(), slog.LevelWarn, msgGuardClosed,
 			slog.String("reason", reason), slog.String("remote", c.Conn.RemoteAddr().String()))
 	}
 	if c.wmu.TryLock() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -213,6 +214,9 @@ type harnessOpt struct {
 	// logs, if set, is the log sink (the test's server options may log
 	// to it too).
 	logs *pipelinetest.LogSink
+	// defaultLogger leaves the kernel and the adapter their default
+	// logger (slog.Default, from Warn).
+	defaultLogger bool
 }
 
 func newHarness(t testing.TB, ho harnessOpt) *harness {
@@ -226,7 +230,10 @@ func newHarness(t testing.TB, ho harnessOpt) *harness {
 	if ho.register != nil {
 		ho.register(t, reg)
 	}
-	logger := h.logs.Logger()
+	var logger *slog.Logger // nil: the default
+	if !ho.defaultLogger {
+		logger = h.logs.Logger()
+	}
 	kopts := append([]kernel.Option{
 		kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(testConfig)), kernel.WithLogger(logger),
 	}, ho.kernel...)

@@ -169,9 +169,13 @@ func (m incomingMD) Keys() []string {
 	return keys
 }
 
+// msgBaggageDropped is the message of the record of dropped baggage
+// metadata.
+const msgBaggageDropped = "grpcadapter: baggage metadata dropped"
+
 // metadata returns the incoming metadata of the server context ctx as a
 // carrier, with baggage over the WithBaggageLimit hidden (and a warning
-// logged).
+// logged, sampled: callers send such metadata at will).
 func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
 	md := incomingMD{ctx: ctx, baggage: metadata.ValueFromIncomingContext(ctx, mdBaggage)}
 	if vs := md.baggage; len(vs) > 0 {
@@ -181,7 +185,7 @@ func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
 		}
 		if size > a.cfg.baggageLimit {
 			md.noBaggage = true
-			a.logger.LogAttrs(ctx, slog.LevelWarn, "grpcadapter: baggage metadata dropped",
+			a.baggageLog.LogAttrs(ctx, slog.LevelWarn, msgBaggageDropped,
 				slog.String("operation", cmp.Or(op, full)), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
 		}
 	}

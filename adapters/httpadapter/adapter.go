@@ -30,6 +30,8 @@ type Adapter struct {
 	cfg    config
 	logger *slog.Logger
 	routes []*route // the mounted operations, in registry order (OpenAPI)
+
+	baggageLog *slog.Logger // logger, sampled: records of dropped baggage
 }
 
 // Mount mounts every operation of k that has an HTTP Method and Path on e,
@@ -79,6 +81,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if a.logger == nil {
 		a.logger = k.Logger()
 	}
+	a.baggageLog = telemetry.SampledLogger(a.logger, slog.LevelWarn, msgBaggageDropped)
 	seen := make(map[string]string)
 	var routes []*route
 	for _, d := range k.Registry().All() {
@@ -279,7 +282,8 @@ func parseSFString(s string) (string, bool) {
 // and baggage (telemetry.ExtractHTTP), so that the invocation's span
 // continues the caller's trace and the kernel finds the baggage. A baggage
 // header over the limit is dropped whole, with a warning, before anything
-// parses it.
+// parses it. Callers send such headers at will: their records are sampled
+// (telemetry.LogSampler).
 func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 	h := r.Header
 	bag, hasTrace := h["Baggage"], len(h["Traceparent"]) > 0
@@ -287,7 +291,7 @@ func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 		return r.Context() // nothing to extract: skip the propagator
 	}
 	if size := headerSize(bag); size > a.cfg.baggageLimit {
-		a.logger.LogAttrs(r.Context(), slog.LevelWarn, "httpadapter: baggage header dropped",
+		a.baggageLog.LogAttrs(r.Context(), slog.LevelWarn, msgBaggageDropped,
 			slog.String("operation", name), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
 		if !hasTrace {
 			return r.Context()
@@ -297,6 +301,9 @@ func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 	}
 	return telemetry.ExtractHTTP(r.Context(), h)
 }
+
+// msgBaggageDropped is the message of the record of a dropped baggage header.
+const msgBaggageDropped = "httpadapter: baggage header dropped"
 
 func headerSize(vs []string) int {
 	n := 0

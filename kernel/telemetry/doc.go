@@ -18,4 +18,7 @@
 //     with [IdempotencyKey]; clients set it with [WithIdempotencyKey].
 //   - An adapter describes the protocol request with [Transport], so that
 //     the span and metrics carry the semantic conventions' attributes.
+//   - [LogSampler] and [SampledLogger] bound the log records that callers
+//     can cause at will, once per call; the adapters and the kernel use
+//     them for dropped baggage and late results.
 package telemetry

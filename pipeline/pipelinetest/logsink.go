@@ -106,6 +106,26 @@ func (s *LogSink) WaitFor(timeout time.Duration, match func(Record) bool) (Recor
 	}
 }
 
+// WaitSampled waits up to timeout until the records whose message is msg
+// account for want events, and returns their counts: own, the records
+// of one event each; suppressed, the sum of the "suppressed" attribute of
+// the summaries of a sampled logger (telemetry.SampledLogger).
+func (s *LogSink) WaitSampled(timeout time.Duration, msg string, want int64) (own, suppressed int64) {
+	count := func() {
+		own, suppressed = 0, 0
+		for _, r := range s.Find(Message(msg)) {
+			if n, ok := r.Attrs["suppressed"].(int64); ok {
+				suppressed += n
+			} else {
+				own++
+			}
+		}
+	}
+	s.WaitFor(timeout, func(Record) bool { count(); return own+suppressed >= want })
+	count()
+	return own, suppressed
+}
+
 // Reset forgets the records kept so far.
 func (s *LogSink) Reset() {
 	s.mu.Lock()

@@ -1,0 +1,55 @@
+package grpcadapter_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+)
+
+// TestBaggageFloodIsSampled: a flood of calls whose baggage the adapter
+// drops (over its limit) or the kernel cuts (over 32 members), on a real
+// loopback listener, writes a handful of records on the default logger;
+// summaries count the others.
+func TestBaggageFloodIsSampled(t *testing.T) {
+	var logs pipelinetest.LogSink
+	logs.CaptureDefault(t) // no t.Parallel: the default logger is global
+	h := newHarness(t, harnessOpt{tcp: true, defaultLogger: true, logs: &logs,
+		adapter: []grpcadapter.Option{grpcadapter.WithBaggageLimit(1024)}})
+	members := make([]string, 40)
+	for i := range members {
+		members[i] = fmt.Sprintf("m%02d=v", i)
+	}
+	bags := []string{"tenant=" + strings.Repeat("x", 2000), strings.Join(members, ",")}
+	const n = 200
+	start := time.Now()
+	for i := range n {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "baggage", bags[i%2])
+		if _, st := h.call(ctx, t, "/test.v1.Work/Baggage", `{}`); st != nil {
+			t.Fatalf("call %d = %v, want OK", i, st)
+		}
+	}
+	elapsed := time.Since(start)
+	checkSampled(t, &logs, "grpcadapter: baggage metadata dropped", n/2, elapsed)
+	checkSampled(t, &logs, "sundial: baggage over the limit; members dropped", n/2, elapsed)
+}
+
+// checkSampled checks that of want events logged as msg over elapsed, at
+// most the sampler's burst and rate got a record each, and that the
+// summaries count the others.
+func checkSampled(t *testing.T, logs *pipelinetest.LogSink, msg string, want int64, elapsed time.Duration) {
+	t.Helper()
+	limit := int64(telemetry.SampleBurst + telemetry.SampleRate*elapsed.Seconds() + 1)
+	own, suppressed := logs.WaitSampled(telemetry.SampleSummaryAfter+elapsed+30*time.Second, msg, want)
+	if own > limit || own == 0 || own+suppressed != want {
+		t.Fatalf("%q: %d records of their own (at most %d in %v) and %d counted in summaries, want %d in all",
+			msg, own, limit, elapsed, suppressed, want)
+	}
+	t.Logf("%q: %d records of their own, %d counted in summaries", msg, own, suppressed)
+}

@@ -1,0 +1,63 @@
+package httpadapter_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+)
+
+// TestBaggageFloodIsSampled: a flood of requests whose baggage the adapter
+// drops (over its limit) or the kernel cuts (over 32 members) writes a
+// handful of records on the default logger; summaries count the others.
+func TestBaggageFloodIsSampled(t *testing.T) {
+	var logs pipelinetest.LogSink
+	logs.CaptureDefault(t) // no t.Parallel: the default logger is global
+	app := newTestApp()
+	k, err := kernel.New(kernel.WithRegistry(app.register(t)), kernel.WithConfigJSON([]byte(testConfig)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	if _, err := httpadapter.Mount(e, k, httpadapter.WithBaggageLimit(1024)); err != nil {
+		t.Fatal(err)
+	}
+	s := serveEcho(t, e)
+	members := make([]string, 40)
+	for i := range members {
+		members[i] = fmt.Sprintf("m%02d=v", i)
+	}
+	bags := []string{"tenant=" + strings.Repeat("x", 2000), strings.Join(members, ",")}
+	const n = 200
+	start := time.Now()
+	for i := range n {
+		if r := s.do(t, "POST", "/baggage", "", map[string]string{"Baggage": bags[i%2]}); r.status != 200 {
+			t.Fatalf("request %d = %d %s, want 200", i, r.status, r.body)
+		}
+	}
+	elapsed := time.Since(start)
+	checkSampled(t, &logs, "httpadapter: baggage header dropped", n/2, elapsed)
+	checkSampled(t, &logs, "sundial: baggage over the limit; members dropped", n/2, elapsed)
+}
+
+// checkSampled checks that of want events logged as msg over elapsed, at
+// most the sampler's burst and rate got a record each, and that the
+// summaries count the others.
+func checkSampled(t *testing.T, logs *pipelinetest.LogSink, msg string, want int64, elapsed time.Duration) {
+	t.Helper()
+	limit := int64(telemetry.SampleBurst + telemetry.SampleRate*elapsed.Seconds() + 1)
+	own, suppressed := logs.WaitSampled(telemetry.SampleSummaryAfter+elapsed+30*time.Second, msg, want)
+	if own > limit || own == 0 || own+suppressed != want {
+		t.Fatalf("%q: %d records of their own (at most %d in %v) and %d counted in summaries, want %d in all",
+			msg, own, limit, elapsed, suppressed, want)
+	}
+	t.Logf("%q: %d records of their own, %d counted in summaries", msg, own, suppressed)
+}
