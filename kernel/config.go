@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	kjson "github.com/knadh/koanf/parsers/json"
@@ -342,7 +343,9 @@ func readConfigFile(path string) ([]byte, error) {
 	if err := checkConfigFile(fi); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO put in path's place since the Stat does not
+	// block the open; the check below then refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, unwrapPath(err)
 	}

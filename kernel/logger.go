@@ -20,14 +20,18 @@ type defaultHandler struct {
 }
 
 func (h defaultHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= defaultLogLevel && target().Enabled(ctx, l)
+	if l < defaultLogLevel {
+		return false
+	}
+	d, ctx := target(ctx)
+	return d.Enabled(ctx, l)
 }
 
 func (h defaultHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level < defaultLogLevel {
 		return nil
 	}
-	d := target()
+	d, ctx := target(ctx)
 	for _, w := range h.with {
 		d = w(d)
 	}
@@ -55,13 +59,20 @@ func (h defaultHandler) then(w func(slog.Handler) slog.Handler) defaultHandler {
 // stderrHandler writes records as text to stderr.
 var stderrHandler = slog.NewTextHandler(os.Stderr, nil)
 
-// target returns the handler of slog.Default, or stderrHandler when that
-// is a defaultHandler itself (slog.SetDefault(k.Logger())), which would
-// hand each record back to itself.
-func target() slog.Handler {
-	d := slog.Default().Handler()
-	if _, ok := d.(defaultHandler); ok {
-		return stderrHandler
+// passing marks the context of a record a defaultHandler passes on.
+type passing struct{}
+
+// target returns the handler of slog.Default and the context to give it.
+// It returns stderrHandler when that handler would hand the record back to
+// a defaultHandler: it is one (slog.SetDefault(k.Logger())), or ctx shows
+// that the record came round once already (a handler that wraps one).
+func target(ctx context.Context) (slog.Handler, context.Context) {
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	return d
+	d := slog.Default().Handler()
+	if _, ok := d.(defaultHandler); ok || ctx.Value(passing{}) != nil {
+		return stderrHandler, ctx
+	}
+	return d, context.WithValue(ctx, passing{}, true)
 }

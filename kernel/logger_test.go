@@ -115,3 +115,44 @@ func TestDefaultLoggerAsSlogDefault(t *testing.T) {
 	}()
 	<-done // a record handed back to itself overflows the stack instead
 }
+
+// forward is a handler that passes every record to next, as a fan-out or
+// an enriching handler of an application does.
+type forward struct {
+	next slog.Handler
+	seen *int
+}
+
+func (f forward) Enabled(ctx context.Context, l slog.Level) bool { return f.next.Enabled(ctx, l) }
+func (f forward) Handle(ctx context.Context, r slog.Record) error {
+	*f.seen++
+	return f.next.Handle(ctx, r)
+}
+func (f forward) WithAttrs(as []slog.Attr) slog.Handler {
+	return forward{f.next.WithAttrs(as), f.seen}
+}
+func (f forward) WithGroup(name string) slog.Handler { return forward{f.next.WithGroup(name), f.seen} }
+
+// TestDefaultLoggerWrappedAsSlogDefault: a program whose slog default is
+// a handler of its own around the kernel's default logger's handler does
+// not send each record round in a circle either: the record passes the
+// wrapper once, then goes to stderr.
+func TestDefaultLoggerWrappedAsSlogDefault(t *testing.T) {
+	k, err := kernel.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs pipelinetest.LogSink
+	logs.CaptureDefault(t) // restores slog's default and the log package when t ends
+	seen := 0
+	slog.SetDefault(slog.New(forward{k.Logger().Handler(), &seen}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.Logger().Warn("kernel: a warning from TestDefaultLoggerWrappedAsSlogDefault")
+	}()
+	<-done // a record handed back to itself overflows the stack instead
+	if seen != 1 {
+		t.Errorf("the wrapper saw the record %d times, want once", seen)
+	}
+}

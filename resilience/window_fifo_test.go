@@ -11,7 +11,7 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// TestFixedWindowQueueStaysFIFOAfterCancel is the case of issue 15: one
+// TestFixedWindowQueueStaysFIFOAfterCancel is the case where one
 // permit per 1 s window, a queue of 3; B, C and D queue for windows 1, 2
 // and 3, C gives up, then E arrives. Oldest first means D moves up into
 // C's window and E waits behind it: B at 1 s, D at 2 s, E at 3 s (before

@@ -272,16 +272,25 @@ func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrup
 // with exit code 8 and nothing run; a kernel built later is closed.
 func (r *runner) kernelUnlessSignalled(newKernel kernelFunc, in *interrupts) (*kernel.Kernel, error) {
 	type built struct {
-		k   *kernel.Kernel
-		err error
+		k        *kernel.Kernel
+		err      error
+		panicked any // what newKernel panicked with; nil: it returned
 	}
 	ch := make(chan built, 1)
 	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				ch <- built{panicked: v}
+			}
+		}()
 		k, err := kernelOf(newKernel)
-		ch <- built{k, err}
+		ch <- built{k: k, err: err}
 	}()
 	select {
 	case b := <-ch:
+		if b.panicked != nil {
+			panic(b.panicked) // on the caller's goroutine, as a direct call would
+		}
 		return b.k, b.err
 	case <-in.ctx.Done():
 	}

@@ -122,3 +122,17 @@ func TestSignalWhileBuildingTheKernel(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestKernelFunctionPanicReachesTheCaller: a kernel function that panics
+// panics on the goroutine that executes the command, where the
+// application can recover it, as it would calling the function itself.
+func TestKernelFunctionPanicReachesTheCaller(t *testing.T) {
+	kf := func() (*kernel.Kernel, error) { panic("no kernel today") }
+	defer func() {
+		if v := recover(); v != "no kernel today" {
+			t.Errorf("recovered %v, want the kernel function's panic", v)
+		}
+	}()
+	r := executeOn(t, testRegistry(t), kf, nil, nil, "test", "echo", "--name", "x")
+	t.Errorf("the command returned (exit %d, stderr %q), want the kernel function's panic", r.code, r.stderr)
+}

@@ -104,6 +104,12 @@ type Bounds struct {
 	// global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
+	// Creds are the server's transport credentials (TLS, say), which the
+	// guard wraps; nil is insecure. ServerOptions installs them with
+	// grpc.Creds, so a server with TLS sets them here: a grpc.Creds of its
+	// own given to grpc.NewServer would replace the guard, or be replaced
+	// by it when given before ServerOptions.
+	Creds credentials.TransportCredentials
 }
 
 // DefaultBounds returns the recommended bounds, which ServerOptions lists.
@@ -143,7 +149,9 @@ func DefaultBounds() Bounds {
 // headers (the adapter's own bound, an Option of New); an idle connection
 // is closed after 2 minutes and a silent one after 80 seconds; and every
 // connection is recycled after 30 minutes. A later option given to
-// grpc.NewServer replaces the one returned here. To change a bound, change
+// grpc.NewServer replaces the one returned here. The options include
+// grpc.Creds (the connection guard, insecure): a server with TLS sets
+// Bounds.Creds rather than passing grpc.Creds itself. To change a bound, change
 // that field of DefaultBounds() and call its ServerOptions method.
 func ServerOptions() []grpc.ServerOption { return DefaultBounds().ServerOptions() }
 
@@ -170,7 +178,9 @@ func (b Bounds) ServerOptions() []grpc.ServerOption {
 		out = append(out, grpc.KeepaliveEnforcementPolicy(b.Enforcement))
 	}
 	if b.guarded() {
-		out = append(out, grpc.Creds(b.Credentials(nil)))
+		out = append(out, grpc.Creds(b.Credentials(b.Creds)))
+	} else if b.Creds != nil {
+		out = append(out, grpc.Creds(b.Creds))
 	}
 	return out
 }
@@ -180,12 +190,8 @@ func (b Bounds) guarded() bool { return b.ResetBurst > 0 || b.MaxConnections > 0
 
 // Credentials returns transport credentials that enforce b's connection
 // bounds (ResetBurst, ResetRate, MaxConnections, and the bound on calls
-// whose request message is late; see WithRecvTimeout) around creds. A
-// server with TLS passes its TLS credentials through it:
-//
-//	grpc.Creds(b.Credentials(credentials.NewTLS(cfg)))
-//
-// in place of the insecure ones ServerOptions installs. A nil creds is
+// whose request message is late; see WithRecvTimeout) around creds.
+// ServerOptions calls it with b.Creds. A nil creds is
 // insecure.NewCredentials().
 func (b Bounds) Credentials(creds credentials.TransportCredentials) credentials.TransportCredentials {
 	return newGuard(b, creds)

@@ -128,7 +128,9 @@ func (g *guard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 	if n := g.open.Add(1); g.maxConns > 0 && n > g.maxConns {
 		g.open.Add(-1)
 		g.instruments()
-		g.refused.Add(context.Background(), 1)
+		if g.refused != nil {
+			g.refused.Add(context.Background(), 1)
+		}
 		return nil, nil, errTooManyConnections // grpc-go closes raw
 	}
 	conn, info, err := g.inner.ServerHandshake(raw)
@@ -395,7 +397,9 @@ func (c *guardedConn) trip(reason string) {
 	c.reason = reason
 	c.tripped.Store(true)
 	c.g.instruments()
-	c.g.closed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+	if c.g.closed != nil {
+		c.g.closed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+	}
 	if l := c.g.logger; l != nil {
 		l.LogAttrs(context.Background(), slog.LevelWarn, msgGuardClosed,
 			slog.String("reason", reason), slog.String("remote", c.Conn.RemoteAddr().String()))

@@ -247,6 +247,7 @@ func TestStallingConnectionGetsGoAway(t *testing.T) {
 	if err := c.bw.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	sent := time.Now()
 	answered := 0
 	var ga *goAway
 	for {
@@ -284,8 +285,10 @@ func TestStallingConnectionGetsGoAway(t *testing.T) {
 		return timedOut+int(early) == calls
 	})
 	t.Logf("%d answered at the bound, %d ended with the connection", timedOut, early)
-	if timedOut != 16 {
-		t.Errorf("%d calls answered at the bound, want the 16 the guard allows", timedOut)
+	// 16 at once, and one more for each second the stalls took to time
+	// out: on a loaded machine they may spread past a second.
+	if most := 16 + int(time.Since(sent)/time.Second); timedOut < 16 || timedOut > most {
+		t.Errorf("%d calls answered at the bound, want the 16 the guard allows at once, at most %d in all", timedOut, most)
 	}
 	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{}`); st != nil {
 		t.Fatalf("a call on another connection after the stall: %v", st)

@@ -10,8 +10,8 @@ import (
 // TestInputPolicyOverHTTP: the JSON body goes through the operation's
 // input policy (operations.InputPolicy): an unknown field, nested too, or
 // a key in the wrong case is 400 KERNEL_VALIDATION_003 with details.field
-// naming it, and the handler does not run — before issue 19 the body
-// {"name":"a","extra":true} was 200 and "Name" set name.
+// naming it, and the handler does not run: the body
+// {"name":"a","extra":true} is not 200, nor does "Name" set name.
 func TestInputPolicyOverHTTP(t *testing.T) {
 	app := newTestApp()
 	s := startServer(t, app, serverOpts{})

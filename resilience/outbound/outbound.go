@@ -3,7 +3,6 @@ package outbound
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	mrand "math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -203,14 +202,8 @@ func (c *call) unavailable(err error) error {
 	if err == nil || c.ctx.Err() != nil || !unanswered(err) {
 		return err
 	}
-	e := pipeline.Wrap(pipeline.KindUnavailable, CodeDependencyUnavailable,
+	return pipeline.Wrap(pipeline.KindUnavailable, CodeDependencyUnavailable,
 		"The dependency '"+c.d.name+"' is unavailable.", err).WithDetail("dependency", c.d.name)
-	if pe, ok := errors.AsType[*pipeline.Error](err); ok {
-		if ra, has := pe.RetryAfter(); has {
-			e = e.WithRetryAfter(ra)
-		}
-	}
-	return e
 }
 
 // openError is the outcome of a call the breaker turned away.

@@ -415,7 +415,7 @@ type plainOrder struct {
 // input (validate tags: name 1-100 characters, amount 1-10000, currency
 // one of EUR USD, checked before the invocation) and with an untagged
 // twin, measured seconds apart; their difference is what checking the
-// constraints costs a valid call (issue 31's bound: 1 µs). "check" is
+// constraints costs a valid call (the bound: 1 µs). "check" is
 // Descriptor.CheckConstraints alone.
 func BenchmarkShopConstraints(b *testing.B) {
 	plain := orderKernel(b, func(reg *operations.Registry, shop *app.Shop) error {

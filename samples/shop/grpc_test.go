@@ -353,7 +353,8 @@ func TestShopGRPCReflection(t *testing.T) {
 // source as grpcurl -proto-out-dir does, compiles it with protoc and lints
 // it with buf (docs/grpc.md, "Schemas other tools accept"), then
 // generates Go from it with protoc-gen-go, without M flags, and builds it.
-// Issue 19's failure was protoc's `"Charge" is not a message type`.
+// A method named like its input fails protoc with `"Charge" is not a message
+// type` (TestProtocRejectsMethodNamedLikeItsInput).
 func TestProtocAndBufAcceptTheSchema(t *testing.T) {
 	g := startShopGRPC(t, serveOptions{})
 	prototest.Check(t, g.conn)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
-// TestProtocRejectsMethodNamedLikeItsInput is the failure of issue 19: a
+// TestProtocRejectsMethodNamedLikeItsInput: a
 // schema whose method Charge takes a message named Charge, printed as
 // grpcurl prints it, does not compile ("Charge" is not a message type).
 // It shows that compileProtos can fail; the shop and the chain sample pass it
@@ -60,7 +60,7 @@ func TestBufRejectsNonstandardNames(t *testing.T) {
 	}
 }
 
-// chargeFile is shop.v1 as it was before issue 19: method Billing/Charge
+// chargeFile is a shop.v1 that protoc refuses: method Billing/Charge
 // takes and returns message Charge.
 func chargeFile() *descriptorpb.FileDescriptorProto {
 	return &descriptorpb.FileDescriptorProto{

@@ -92,7 +92,7 @@ func TestAdaptiveAtThreeTimesOverload(t *testing.T) {
 	t.Logf("goodput %.0f/s of %.0f, p99 %v", r.Goodput(from, to, "*"), float64(capacity), r.AdmittedLatency(from, to, 0.99))
 }
 
-// TestAdaptiveHoldsBelowTheKnee is issue 29's peer bar in the simulator:
+// TestAdaptiveHoldsBelowTheKnee is the peer bar in the simulator:
 // at 4× overload of the peer benchmark's backend (40 workers, service
 // 200 ms ±50 %, deadline 2 s), from 3 s on, the p99 of the admitted calls
 // stays within 10 ms of the longest service time (no call waits for a
