@@ -462,7 +462,7 @@ func logDocFigures(t *testing.T, pkgs []*srcPackage) {
 	var visLib, visAll, visAdapters, all docStats
 	var comments []docComment
 	t.Log("doc comments, samples excluded: shown by go doc | all (exported or not)")
-	t.Logf("  %-30s %5s %6s %6s | %5s %6s %6s %5s", "package", "sent", "w/sent", ">40w",
+	t.Logf("  %-30s %5s %6s %10s | %5s %6s %10s %5s", "package", "sent", "w/sent", ">40w",
 		"sent", "w/sent", ">40w", ">=20ln")
 	for _, p := range pkgs {
 		if !docScope(p.dir) {
@@ -504,9 +504,10 @@ func logDocFigures(t *testing.T, pkgs []*srcPackage) {
 	}
 }
 
-// row formats sentences, words per sentence and the long share.
+// row formats sentences, words per sentence, the long share and count.
 func (d docStats) row() string {
-	return fmt.Sprintf("%5d %6.1f %5.1f%%", d.sentences, d.wordsPerSentence(), 100*d.longShare())
+	return fmt.Sprintf("%5d %6.1f %5.1f%% %3d", d.sentences, d.wordsPerSentence(),
+		100*d.longShare(), d.long)
 }
 
 // TestDocCommentStyle holds the doc comments to the budget. Until the
