@@ -122,7 +122,7 @@ func receiverBase(fd *ast.FuncDecl) string {
 	}
 }
 
-// surface is a package's exported API as the issue counts it.
+// surface is a package's exported API: its names, counted one by one.
 type surface struct {
 	names     []string // exported top-level names and exported methods of exported types
 	ifaceMeth int      // exported methods of exported interfaces, counted apart
@@ -456,7 +456,7 @@ func TestAPIFigures(t *testing.T) {
 
 // logDocFigures prints the doc-comment figures per package and overall,
 // twice: over the comments go doc shows (package docs and the docs of
-// exported names, the issue's method) and over every doc comment.
+// exported names: the headline figure) and over every doc comment.
 func logDocFigures(t *testing.T, pkgs []*srcPackage) {
 	t.Helper()
 	var visLib, visAll, visAdapters, all docStats
@@ -488,7 +488,7 @@ func logDocFigures(t *testing.T, pkgs []*srcPackage) {
 	}
 	t.Logf("  %-30s %s | %s %5d", "TOTAL (incl. internal, kits)", visAll.row(), all.row(),
 		all.over20)
-	t.Logf("  %-30s %s   (the issue's method: library packages, go doc's view)",
+	t.Logf("  %-30s %s   (headline: library packages, go doc's view)",
 		"LIBRARY", visLib.row())
 	t.Logf("  %-30s %s", "LIBRARY adapters/*", visAdapters.row())
 	t.Logf("  doc comments of 20+ lines: %d; over %d lines, not a package doc: %d",
