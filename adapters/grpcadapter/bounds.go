@@ -63,12 +63,13 @@ const (
 	// headers have. It is the HTTP server's ReadHeaderTimeout.
 	defaultRecvTimeout = 5 * time.Second
 	// defaultResetBurst and defaultResetRate bound the streams one
-	// connection may reset before the server answered them (none): 1024
-	// at once, four times MaxConcurrentStreams (the bound
-	// golang.org/x/net/http2's server puts on such resets), and 256 a
-	// second on average. A rapid-reset client crosses it within a tenth of
-	// a second.
-	defaultResetBurst = 4 * defaultMaxConcurrentStreams
+	// connection may reset before the server answered them (none): 256
+	// at once, and 256 a second on average. A client may cancel every
+	// call it may hold at once (MaxConcurrentStreams). Each reset stream
+	// costs the server a goroutine and its wake-ups, all at once on a
+	// single core; 256 of them cost a quarter of what 1024 did. A
+	// rapid-reset client crosses the bound within a few milliseconds.
+	defaultResetBurst = defaultMaxConcurrentStreams
 	defaultResetRate  = 256
 	// defaultMaxConnections bounds the connections open at once
 	// (unlimited), and with MaxConcurrentStreams the calls of the listener:

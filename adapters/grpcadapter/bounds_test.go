@@ -271,8 +271,10 @@ func TestServerOptionsValues(t *testing.T) {
 		b.Keepalive.MaxConnectionAgeGrace != 30*time.Second || b.Keepalive.Time != time.Minute || b.Keepalive.Timeout != 20*time.Second {
 		t.Errorf("DefaultBounds() = %+v", b)
 	}
-	if b.ResetBurst != 1024 || b.ResetRate != 256 || b.MaxConnections != 1024 {
-		t.Errorf("DefaultBounds() resets %d, %g/s, connections %d; want 1024, 256/s, 1024", b.ResetBurst, b.ResetRate, b.MaxConnections)
+	// A client may reset every call it may hold at once, and no more.
+	if b.ResetBurst != 256 || b.ResetBurst != int(b.MaxConcurrentStreams) || b.ResetRate != 256 || b.MaxConnections != 1024 {
+		t.Errorf("DefaultBounds() resets %d, %g/s, connections %d; want 256 (MaxConcurrentStreams), 256/s, 1024",
+			b.ResetBurst, b.ResetRate, b.MaxConnections)
 	}
 	if n := len(grpcadapter.ServerOptions()); n != 7 {
 		t.Errorf("ServerOptions() gave %d options, want 7", n)

@@ -169,3 +169,50 @@ func TestRecvWaitIsJittered(t *testing.T) {
 		t.Errorf("recvWait() with the bound off = %v, want 0", w)
 	}
 }
+
+// TestResetBeforeItsHandlerDoesNoWork: a call whose client reset it
+// before its handler started (as a rapid-reset client does) is answered
+// Canceled at once: its message is not read, no receiver goroutine
+// starts, and no invocation runs. Its interceptors do not run either.
+func TestResetBeforeItsHandlerDoesNoWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ran atomic.Int32
+		reg := operations.NewRegistry()
+		work := func(context.Context, struct{}) (struct{}, error) { ran.Add(1); return struct{}{}, nil }
+		if err := operations.Register(reg, operations.Descriptor{ID: "work.any"}, work); err != nil {
+			t.Fatal(err)
+		}
+		k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithTelemetry(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(k, WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := a.methodOf("work.any")
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		var reads atomic.Int32
+		dec := func(any) error { reads.Add(1); return status.Error(codes.Canceled, "context canceled") }
+		icpt := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			t.Error("an interceptor ran for a call reset before its handler")
+			return h(ctx, req)
+		}
+		for _, ic := range []grpc.UnaryServerInterceptor{nil, icpt} {
+			_, err := m.handle(nil, ctx, dec, ic)
+			if status.Code(err) != codes.Canceled {
+				t.Errorf("a call reset before its handler: %v, want Canceled", err)
+			}
+		}
+		synctest.Wait()
+		if reads.Load() != 0 || ran.Load() != 0 {
+			t.Errorf("%d reads and %d runs for calls reset before their handler, want none", reads.Load(), ran.Load())
+		}
+		select {
+		case a.receivers <- &reception{dec: dec, done: make(chan error, 1)}:
+			t.Error("a receiver goroutine started for a call reset before its handler")
+		default:
+		}
+	})
+}

@@ -31,6 +31,13 @@ import (
 // the interceptors run on grpc-go's goroutine and the chain on another
 // (kernel.Handle), so that they see the answer the deadline gives.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+	if ctx.Err() == context.Canceled {
+		// The client reset the stream before its handler started, as a
+		// rapid-reset client does call after call: no one is left to
+		// answer, and nothing is read or started for it.
+		m.a.canceled.add(ctx, true)
+		return nil, status.Error(codes.Canceled, context.Canceled.Error())
+	}
 	if icpt == nil || isOwnUnary(icpt) {
 		return m.serve(ctx, dec)
 	}
