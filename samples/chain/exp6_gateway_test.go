@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/samples/internal/pipenet"
@@ -41,6 +42,17 @@ func TestExperiment6GatewayBudget(t *testing.T) {
 	t.Run("20 ms: 504 at once, remaining below gateway minimum", func(t *testing.T) {
 		before := slowCalls()
 		r := call(context.Background(), http.MethodGet, c.URL("gateway")+"/order", "", deadlineIn(20*time.Millisecond))
+		// On a loaded machine the 20 ms may be spent before the gateway's
+		// handler starts: the deadline then answers (TIMEOUT_001) and the
+		// handler never runs. The gateway's own refusal is asserted exactly
+		// in the bubble's subtest below.
+		if r.Err == nil && r.Status == http.StatusGatewayTimeout && r.Problem.Code == pipeline.CodeTimeout {
+			if n := slowCalls() - before; n != 0 {
+				t.Errorf("dependency calls = %d, want 0", n)
+			}
+			t.Logf("20 ms: the deadline passed before the gateway's handler started: %s", r.Body)
+			return
+		}
 		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != resilience.CodeBudgetExhausted {
 			t.Fatalf("GET /order with 20 ms = %d %s (err %v), want 504 %s", r.Status, r.Body, r.Err, resilience.CodeBudgetExhausted)
 		}
