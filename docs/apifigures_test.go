@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -437,7 +438,7 @@ func TestAPIFigures(t *testing.T) {
 		totalTypes += s.types
 		t.Logf("  %-28s %4d  (+%d interface methods; %d types)", p.dir, len(s.names),
 			s.ifaceMeth, s.types)
-		if testing.Verbose() && p.dir == "pipeline" {
+		if testing.Verbose() && (os.Getenv("APIFIGURES_NAMES") == "all" || p.dir == "pipeline") {
 			t.Logf("    %s", strings.Join(s.names, " "))
 		}
 	}
