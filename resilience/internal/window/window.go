@@ -171,13 +171,19 @@ func (w *Window) Cancel(now time.Duration, wt *Waiter) {
 		if len(w.q) == 0 {
 			return
 		}
-		head := w.q[0]
-		head.queued, head.win = false, w.cur
-		w.used++
-		notify(head)
-		w.q = slices.Delete(w.q, 0, 1)
+		w.admitHead()
 		w.moveUp(0)
 	}
+}
+
+// admitHead gives the oldest waiter a permit in the current window and
+// tells it so.
+func (w *Window) admitHead() {
+	head := w.q[0]
+	head.queued, head.win = false, w.cur
+	w.used++
+	notify(head)
+	w.q = slices.Delete(w.q, 0, 1)
 }
 
 // moveUp gives each waiter from place i on the window of its place, after
@@ -211,11 +217,7 @@ func (w *Window) SetLimit(now time.Duration, limit int) {
 	w.Advance(now)
 	w.limit = int64(limit)
 	for len(w.q) > 0 && w.used < w.limit {
-		head := w.q[0]
-		head.queued, head.win = false, w.cur
-		w.used++
-		notify(head)
-		w.q = slices.Delete(w.q, 0, 1)
+		w.admitHead()
 	}
 	w.moveUp(0)
 }
