@@ -20,13 +20,14 @@ import (
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
 // Propagator returns the W3C propagator (trace context and baggage) that
-// the Extract and Inject functions use, for APIs that take a
+// the Extract and Inject functions use. Pass it to APIs that take a
 // propagation.TextMapPropagator.
 func Propagator() propagation.TextMapPropagator { return propagator }
 
 // ExtractHTTP returns ctx carrying the remote span context and the baggage
 // of the request headers h (traceparent, tracestate, baggage). The span
-// [Op.Start] starts under that context continues the caller's trace. Malformed headers are ignored; baggage beyond the W3C limits (64
+// [Op.Start] starts under that context continues the caller's trace.
+// Malformed headers are ignored. Baggage beyond the W3C limits (64
 // members, 8192 bytes) is cut by otel's parser.
 func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
 	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
@@ -38,16 +39,16 @@ func InjectHTTP(ctx context.Context, h http.Header) {
 	propagator.Inject(ctx, propagation.HeaderCarrier(h))
 }
 
-// ExtractGRPC is ExtractHTTP for gRPC metadata: md is the incoming
-// metadata (a google.golang.org/grpc/metadata.MD may be passed as it is),
-// whose keys are lower case.
+// ExtractGRPC is ExtractHTTP for gRPC metadata. md is the incoming
+// metadata, whose keys are lower case. A google.golang.org/grpc/metadata.MD
+// may be passed as it is.
 func ExtractGRPC(ctx context.Context, md map[string][]string) context.Context {
 	return propagator.Extract(ctx, mdCarrier(md))
 }
 
-// InjectGRPC is InjectHTTP for gRPC metadata: it sets traceparent,
-// tracestate and baggage in md, which must not be nil (copy the outgoing
-// metadata before changing it).
+// InjectGRPC is InjectHTTP for gRPC metadata. It sets traceparent,
+// tracestate and baggage in md, which must not be nil. Copy the outgoing
+// metadata before changing it.
 func InjectGRPC(ctx context.Context, md map[string][]string) {
 	propagator.Inject(ctx, mdCarrier(md))
 }
@@ -85,17 +86,16 @@ const (
 	maxBaggageBytes = 4096
 )
 
-// Baggage returns the W3C baggage of ctx (see ExtractHTTP and
-// ExtractGRPC) as a map, bounded, for the invocation's
-// [pipeline.Spec.Baggage] — the idempotency key among it
-// (pipeline.BaggageIdempotencyKey, read by
-// [pipeline.Invocation.IdempotencyKey]). It returns nil when ctx carries
-// no baggage.
+// Baggage returns the W3C baggage of ctx as a map, bounded, for the
+// invocation's [pipeline.Spec.Baggage]. ExtractHTTP and ExtractGRPC put it
+// there. The idempotency key is among it (pipeline.BaggageIdempotencyKey,
+// read by [pipeline.Invocation.IdempotencyKey]). Baggage returns nil when
+// ctx carries no baggage.
 //
-// At most 32 members and 4096 bytes of keys and values are copied:
-// the idempotency key first, then the other members in key order. Members
-// that do not fit are dropped — the rest are still copied — and one Warn
-// line on logger (nil: nothing is logged) names how many and which.
+// At most 32 members and 4096 bytes of keys and values are copied. The
+// idempotency key comes first, then the other members in key order.
+// Members that do not fit are dropped; the rest are still copied. One
+// Warn line on logger names how many and which (nil: nothing is logged).
 func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 	members := baggage.FromContext(ctx).Members()
 	if len(members) == 0 {
@@ -138,11 +138,10 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 }
 
 // IdempotencyKey returns the caller's idempotency key as a handler sees it
-// from its context: the W3C baggage member sundial.idempotency-key, or "".
-// The kernel puts the invocation's key (pipeline.Invocation.IdempotencyKey,
-// whatever header it came from) into the baggage of the handler's context,
-// so a typed handler —
-// func(context.Context, In) (Out, error) — reads it here:
+// from its context. It is the W3C baggage member sundial.idempotency-key,
+// or "". The kernel puts the invocation's key into the baggage of the
+// handler's context, whatever header it came from. So a typed handler
+// reads it here:
 //
 //	if key := telemetry.IdempotencyKey(ctx); key != "" {
 //		if o, ok := s.byKey[key]; ok {
@@ -153,12 +152,12 @@ func IdempotencyKey(ctx context.Context) string {
 	return baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value()
 }
 
-// WithIdempotencyKey returns ctx with key as its idempotency key: the W3C
-// baggage member sundial.idempotency-key, which the outbound HTTP
-// transport and gRPC client interceptor send on every call made with the
-// returned context, and which a Sundial service takes as the call's key
-// when no header sent one. A client that retries a call — after a 504, or
-// a 409 whose first attempt still runs — retries it with the same key.
+// WithIdempotencyKey returns ctx with key as its idempotency key. The key
+// is the W3C baggage member sundial.idempotency-key. The outbound HTTP
+// transport and gRPC client interceptor send it on every call made with
+// the returned context. A Sundial service takes it as the call's key when
+// no header sent one. A client retries a call with the same key: after a
+// 504, or a 409 whose first attempt still runs.
 //
 // It returns ctx unchanged and false when key is not a valid idempotency
 // key (1 to pipeline.MaxIdempotencyKey printable ASCII characters).
@@ -177,13 +176,13 @@ func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool)
 	return baggage.ContextWithBaggage(ctx, b), true
 }
 
-// WithPriority returns ctx with p as the class of the calls made with it:
-// the W3C baggage member sundial.priority, which the outbound HTTP
-// transport and gRPC client interceptor send on every call made with the
-// returned context. A Sundial service takes it as the caller's class, and
-// it can only lower the class of the operation it reaches; mark a
-// prefetch or a batch job pipeline.PrioritySheddable. The kernel marks
-// the handler's context so when the caller lowered its call's class.
+// WithPriority returns ctx with p as the class of the calls made with it.
+// The class is the W3C baggage member sundial.priority. The outbound HTTP
+// transport and gRPC client interceptor send it on every call made with
+// the returned context. A Sundial service takes it as the caller's class.
+// It can only lower the class of the operation it reaches. Mark a prefetch
+// or a batch job pipeline.PrioritySheddable. The kernel marks the
+// handler's context so when the caller lowered its call's class.
 func WithPriority(ctx context.Context, p pipeline.Priority) context.Context {
 	m, err := baggage.NewMemberRaw(pipeline.BaggagePriority, p.String())
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
-// alignment places the server's windows on this process's clock: window
-// idx ends at end, read early (the instant the call that learnt it was
-// sent, plus the time the server said was left).
+// alignment places the server's windows on this process's clock. Window idx
+// ends at end, read early. That is the instant the call that learnt it was
+// sent, plus the time the server said was left.
 type alignment struct {
 	idx    int64
 	end    time.Time
@@ -28,19 +28,18 @@ func (a *alignment) index(t time.Time) int64 {
 	return a.idx + j
 }
 
-// unaligned labels the windows of a fallback that never learnt the
-// server's: a charge in it goes to whatever window is current.
+// unaligned labels the windows of a fallback that never learnt the server's.
+// A charge in it goes to whatever window is current.
 const unaligned = math.MaxInt64
 
-// counted is what one replica knows of one window's count (an
-// operation's, or one key's) and its Local fallback for it. While the
-// store answers, it keeps the count the store last reported for the
-// current window. While degraded, the fallback admits this replica's part
-// of what that count left: ceil((limit - count) / replicas), or the whole
-// share, ceil(limit / replicas), in a window it saw nothing of. The calls
-// the fallback admits are added to the store's count by the next round
-// trip of the same window (charge), so that a replica that recovers
-// counts them once.
+// counted is what one replica knows of one window's count (an operation's, or
+// one key's) and its Local fallback for it. While the store answers, it keeps
+// the count the store last reported for the current window. While degraded,
+// the fallback admits this replica's part of what that count left. That is
+// ceil((limit - count) / replicas). In a window it saw nothing of, it is the
+// whole share, ceil(limit / replicas). The next round trip of the same window
+// adds the calls the fallback admits to the store's count (charge). So a
+// replica that recovers counts them once.
 type counted struct {
 	mu sync.Mutex
 
@@ -49,9 +48,9 @@ type counted struct {
 	idx  int64
 	used int
 
-	// The fallback, nil until its first call: a window of the share,
-	// aligned so that its window j is the server's window base+j
-	// (aligned; else its own), with the limits it was made for.
+	// The fallback, nil until its first call: a window of the share, with the
+	// limits it was made for. It is aligned so that its window j is the server's
+	// window base+j (aligned; else its own).
 	fw           *limiter.FixedWindow
 	aligned      bool
 	base         int64
@@ -59,8 +58,8 @@ type counted struct {
 	length       time.Duration
 	seeded       int64 // the fallback's window last given the store's count
 	seededAny    bool
-	// pend fallback admissions of server window pendIdx (the fallback's
-	// window pendWin) are not yet in the store's count.
+	// pend fallback admissions of server window pendIdx are not yet in the
+	// store's count. pendWin is the fallback's window.
 	pendIdx, pendWin, pend int64
 }
 
@@ -74,7 +73,7 @@ func (c *counted) observe(a *alignment, used int) {
 }
 
 // charge returns the fallback admissions the next round trip adds to the
-// store's count: n in window idx (unaligned: the current one).
+// store's count. That is n in window idx (unaligned: the current one).
 func (c *counted) charge() (idx, n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -94,12 +93,13 @@ func (c *counted) charged(idx, n int64) {
 	c.mu.Unlock()
 }
 
-// admit runs one call through the Local fallback: a window of share
-// permits (limit across the cluster, replicas sharing it) with queue
-// places, aligned to the server's windows by a (nil: not known). It
-// returns the fallback to read the quota from and the label of the window
-// that admitted the call, or turned it away: the server's index as this
-// process reads it (its own index when the fallback is not aligned).
+// admit runs one call through the Local fallback. The fallback is a window of
+// share permits with queue places; the replicas share limit across the
+// cluster. a aligns it to the server's windows (nil: not known). It returns
+// the fallback to read the quota from, and the label of the window that
+// admitted the call or turned it away. The label is the server's index as
+// this process reads it. It is the fallback's own index when the fallback is
+// not aligned.
 func (c *counted) admit(ctx context.Context, a *alignment, limit, share, replicas, queue int, length time.Duration) (*limiter.FixedWindow, int64, time.Duration, error) {
 	now := time.Now()
 	c.mu.Lock()
@@ -135,10 +135,10 @@ func (c *counted) admit(ctx context.Context, a *alignment, limit, share, replica
 	return fw, base + win, 0, nil
 }
 
-// window returns the fallback for share permits per length with queue
-// places: the same limiter while the length and the queue stay (a new
-// share changes its limit in place), a new one, aligned by a when known,
-// when either changes. c.mu is held.
+// window returns the fallback for share permits per length with queue places.
+// It is the same limiter while the length and the queue stay; a new share
+// changes its limit in place. When either changes, it is a new one, aligned
+// by a when known. c.mu is held.
 func (c *counted) window(a *alignment, share, queue int, length time.Duration, now time.Time) *limiter.FixedWindow {
 	realign := !c.aligned && a != nil && a.length == length
 	if c.fw != nil && c.length == length && c.queue == queue && !realign {
@@ -162,9 +162,9 @@ func (c *counted) window(a *alignment, share, queue int, length time.Duration, n
 	return c.fw
 }
 
-// idle reports whether c holds nothing of the server's current window
-// (by a; with none known, nothing of any window): no count from the
-// store, no fallback admission or waiter, no charge.
+// idle reports whether c holds nothing of the server's current window (by a;
+// with none known, nothing of any window). That means no count from the
+// store, no fallback admission or waiter, and no charge.
 func (c *counted) idle(a *alignment, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -15,18 +15,18 @@ import (
 )
 
 // keyedWindow is the per-key fixed window of one operation (Policy.PerKey)
-// shared through the store; it implements resilience.SharedKeyedWindow.
-// Each key is counted in its own Redis hash with the window script of
-// a shared window (same windows, queue and reservations), under the hash tag
-// "{<prefix>:<operation ID>|<key>}": the keys of one operation spread
-// over the slots of a Redis Cluster. A key's hash expires three windows
-// (plus the windows reserved) after its last call, so a flood of new keys
-// costs Redis memory in proportion to the window's length only.
+// shared through the store. It implements resilience.SharedKeyedWindow. Each
+// key is counted in its own Redis hash with the window script of a shared
+// window. It has the same windows, queue and reservations. Its hash tag is
+// "{<prefix>:<operation ID>|<key>}", so the keys of one operation spread over
+// the slots of a Redis Cluster. A key's hash expires three windows (plus the
+// windows reserved) after its last call. So a flood of new keys costs Redis
+// memory in proportion to the window's length only.
 //
-// While the store is unreachable it does what the operation's
-// OnStoreError says, per key: "local" admits each key's part of what the
-// store had left of its window, at most ceil(PermitLimit / replicas), in
-// this process (counted, for at most maxKeys keys at once).
+// While the store is unreachable, it does what the operation's OnStoreError
+// says, per key. "local" admits each key's part of what the store had left of
+// its window, in this process. That is at most ceil(PermitLimit / replicas).
+// It counts at most maxKeys keys at once.
 type keyedWindow struct {
 	w *sharedWindow // its config's key is the hash tag's start; its state the operation's
 
@@ -39,15 +39,15 @@ type keyedWindow struct {
 const maxKeys = 10_000
 
 // fullSweepInterval is the least time between two sweeps of a full
-// keyedWindow: a flood of new keys costs one pass over the keys per
-// interval at most.
+// keyedWindow. A flood of new keys costs one pass over the keys per interval
+// at most.
 const fullSweepInterval = 100 * time.Millisecond
 
-// KeyedWindow returns the shared per-key window of operation id under
-// policy p (PerKey, StoreTimeout, DegradeAfter, OnStoreError,
-// ExpectedReplicas). Called again for the same id (a reload) it returns
-// the same keyed window with p in force for the calls that arrive from
-// then on; a new length counts in keys of its own.
+// KeyedWindow returns the shared per-key window of operation id under policy
+// p. It reads PerKey, StoreTimeout, DegradeAfter, OnStoreError and
+// ExpectedReplicas. Called again for the same id (a reload), it returns the
+// same keyed window. Then p is in force for the calls that arrive from then
+// on. A new length counts in keys of its own.
 func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKeyedWindow, error) {
 	k := p.PerKey
 	if k.PermitLimit <= 0 || !validID(id) || strings.Contains(id, "|") {
@@ -70,12 +70,12 @@ func (s *Store) KeyedWindow(id string, p resilience.Policy) (resilience.SharedKe
 	return kw, nil
 }
 
-// Wait implements resilience.SharedKeyedWindow: it admits a call of key,
-// after sleeping until its reserved window opens when the current one is
-// used up; it returns an error matching resilience.ErrLimited
-// with the time to retry after when the call is turned away, and ctx's
-// error when ctx ends first. A key longer than 128 bytes, or holding a
-// control character or a brace, is an error that matches neither.
+// Wait implements resilience.SharedKeyedWindow. It admits a call of key. When
+// the current window is used up, it first sleeps until its reserved window
+// opens. When the call is turned away, it returns an error matching
+// resilience.ErrLimited with the time to retry after. When ctx ends first, it
+// returns ctx's error. A key longer than 128 bytes, or holding a control
+// character or a brace, is an error that matches neither.
 func (kw *keyedWindow) Wait(ctx context.Context, key string) (time.Duration, error) {
 	_, _, _, err := kw.wait(ctx, key)
 	var le *limited.Error
@@ -85,9 +85,9 @@ func (kw *keyedWindow) Wait(ctx context.Context, key string) (time.Duration, err
 	return 0, err
 }
 
-// wait is Wait, with the store's quota of the key's window when it
-// decided, the index of the admitting window, and whether the store did
-// not decide (local; the index is then the fallback's reading, or -1).
+// wait is Wait, with the store's quota of the key's window when it decided
+// and the index of the admitting window. It also reports whether the store
+// did not decide (local). The index is then the fallback's reading, or -1.
 func (kw *keyedWindow) wait(ctx context.Context, key string) (q pipeline.Quota, idx int64, local bool, err error) {
 	if err := limitkey.Check(key); err != nil {
 		return q, -1, false, fmt.Errorf("cluster: limit key: %w", err)

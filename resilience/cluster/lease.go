@@ -12,30 +12,29 @@ import (
 )
 
 // lease is the share of one window's permits this replica took ahead
-// (Policy.LeasePermits): the round trip that admits a call takes up to
-// LeasePermits permits of the current window in the same script, and
-// later calls use the rest with no round trip until it is used or the
-// window ends. Every permit of a share is counted in the store's window
-// when it is taken, so the window never admits more than PermitLimit
-// across replicas. A share outlives no window: its permits are good only
-// until the window ends on the server's clock, read conservatively (see
-// fill), and a replica that dies holds them only that long. Close gives
-// back what is left of a share whose window still runs; a share left by a
-// reload is given back by the next round trip.
+// (Policy.LeasePermits). The round trip that admits a call takes up to
+// LeasePermits permits of the current window in the same script. Later calls
+// use the rest with no round trip, until it is used or the window ends. Every
+// permit of a share is counted in the store's window when it is taken. So the
+// window never admits more than PermitLimit across replicas. A share outlives
+// no window. Its permits are good only until the window ends on the server's
+// clock, read conservatively (see fill). A replica that dies holds them only
+// that long. Close gives back what is left of a share whose window still
+// runs. The next round trip gives back a share left by a reload.
 //
-// Written here rather than taken from a library: the share lives in the
-// same record as the window's count and reservations (windowScript), so
-// that a lease and a per-call admission of another replica see one count.
+// The share lives in the same record as the window's count and reservations
+// (windowScript). So a lease and a per-call admission of another replica see
+// one count.
 type lease struct {
 	mu sync.Mutex // guards the fields below
 	c  *windowConfig
-	// left is the permits not used yet, of the window idx (its index on
-	// the server's clock), good until until on this process's clock.
+	// left is the permits not used yet, of the window idx (its index on the
+	// server's clock). They are good until until on this process's clock.
 	left  int
 	idx   int64
 	until time.Time
-	// rest is the window's permits nobody had taken when the share was
-	// taken: with left, the remaining count the RateLimit fields show.
+	// rest is the window's permits nobody had taken when the share was taken.
+	// With left, it is the remaining count the RateLimit fields show.
 	rest int
 	// refill is closed when the round trip in flight that takes a share
 	// returns; nil while none is.
@@ -45,23 +44,23 @@ type lease struct {
 	dry int64
 }
 
-// take admits one call: from the lease when the window leases and a share
-// is left, else through the store. It returns the admitting window's
-// index on the server's clock (-1 when the OnStoreError fallback decided).
+// take admits one call: from the lease when the window leases and a share is
+// left, else through the store. It returns the admitting window's index on
+// the server's clock. The index is -1 when the OnStoreError fallback decided.
 //
-// When less than half of LeasePermits is left, the next share is taken
-// in the background (prefetch). When the share is used up, one call at a
-// time takes the next one; the calls that arrive meanwhile wait for its
-// round trip, or the prefetch's (or their context), and use the new
-// share. A call that finds none after that wait (the
-// window has no permit left, or the store failed) asks the store for
-// itself, as without a lease: it may reserve a permit of a later window
-// within QueueLimit and its deadline, or is rejected.
+// When less than half of LeasePermits is left, the next share is taken in the
+// background (prefetch). When the share is used up, one call at a time takes
+// the next one. The calls that arrive meanwhile wait for its round trip, or
+// the prefetch's, or their context. They then use the new share. A call may
+// find none after that wait: the window has no permit left, or the store
+// failed. It then asks the store for itself, as without a lease. It may
+// reserve a permit of a later window within QueueLimit and its deadline, or
+// is rejected.
 //
-// A permit of the share goes to a call that arrived before the share's
-// window ended (inv.Arrival, the kernel's reading of the clock; now when
-// it is unknown), as a process-scope window counts a call in the window
-// of its arrival: the fast path reads no clock of its own.
+// A permit of the share goes to a call that arrived before the share's window
+// ended. The arrival is inv.Arrival, the kernel's reading of the clock (now
+// when it is unknown). A process-scope window counts a call in the window of
+// its arrival too. The fast path reads no clock of its own.
 func (w *sharedWindow) take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, int64, bool, error) {
 	c := w.cfg.Load()
 	if c.lease <= 1 {
@@ -112,11 +111,11 @@ func (w *sharedWindow) take(ctx context.Context, inv *pipeline.Invocation) (pipe
 	return w.takeStore(ctx, c, c.lease)
 }
 
-// prefetch takes the next share in the background, before this one is
-// used up, so that calls do not wait for the round trip: it asks for
-// LeasePermits permits of the current window and admits no call (a full
-// window reserves nothing: the queue limit it passes is 0). Its failure
-// degrades the operation, as a call's would. ch is closed when it ends.
+// prefetch takes the next share in the background, before this one is used
+// up, so that calls do not wait for the round trip. It asks for LeasePermits
+// permits of the current window and admits no call. A full window reserves
+// nothing: the queue limit it passes is 0. Its failure degrades the
+// operation, as a call's would. ch is closed when it ends.
 func (w *sharedWindow) prefetch(c *windowConfig, ch chan struct{}) {
 	l := &w.lease
 	done := func() {
@@ -148,8 +147,8 @@ func (w *sharedWindow) prefetch(c *windowConfig, ch chan struct{}) {
 	}
 }
 
-// use takes a permit of the share when it is of config c and its window
-// still runs at now; l.mu is held.
+// use takes a permit of the share when it is of config c and its window still
+// runs at now. l.mu is held.
 func (l *lease) use(c *windowConfig, now time.Time) (pipeline.Quota, int64, bool) {
 	if l.c != c || l.left <= 0 || !now.Before(l.until) {
 		return pipeline.Quota{}, 0, false
@@ -158,12 +157,9 @@ func (l *lease) use(c *windowConfig, now time.Time) (pipeline.Quota, int64, bool
 	return pipeline.Quota{Limit: c.limit, Window: c.length, Remaining: l.rest + l.left, Reset: l.until.Sub(now)}, l.idx, true
 }
 
-// fill records n permits of window idx, taken under c, as the share; the
-// window ends no earlier than until (the script's reset added to the
-// instant the call was sent). A share still left of another window or
-// config is given back in the background when its window still runs. It
-// returns n, the permits the RateLimit fields count as remaining beyond
-// rest.
+// fill records n permits of window idx, taken under c, as the share. The
+// window ends no earlier than until: the script's reset added to the instant
+// the call was sent.
 func (l *lease) fill(w *sharedWindow, c *windowConfig, n int, idx int64, until time.Time, rest int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -15,15 +15,15 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
-// acquireScript takes a concurrency lease. KEYS[1] is a sorted set of
-// leases scored by their expiry (µs on the server's clock); expired ones
-// are dropped first, so a replica killed with calls in flight gives its
-// slots back without anyone's help. KEYS[2] is the member's tombstone: set
-// when its caller gave up on this very script (cancelScript), so a script
-// that arrives after the give-up takes nothing. ARGV: limit, member, lease
-// (µs, positive: a lease that would expire at once, or never, is an
-// error). Returns 1 when the lease was taken, 0 when every slot is held
-// (or the member was given up).
+// acquireScript takes a concurrency lease. KEYS[1] is a sorted set of leases
+// scored by their expiry (µs on the server's clock). Expired ones are dropped
+// first. So a replica killed with calls in flight gives its slots back
+// without anyone's help. KEYS[2] is the member's tombstone. It is set when
+// its caller gave up on this very script (cancelScript). A script that
+// arrives after the give-up then takes nothing. ARGV: limit, member, lease
+// (µs). The lease must be positive: one that would expire at once, or never,
+// is an error. It returns 1 when the lease was taken, 0 when every slot is
+// held (or the member was given up).
 var acquireScript = redis.NewScript(`
 local lease = tonumber(ARGV[3])
 if not lease or lease <= 0 then
@@ -47,20 +47,20 @@ end
 return 1
 `)
 
-// cancelScript gives up lease ARGV[1] whose acquire failed on the client
-// (its answer did not come in time): it removes the lease if the script
-// ran, and leaves a tombstone (KEYS[2], for ARGV[2] ms: as long as the
-// lease could have lived) so that a script still on its way takes nothing.
+// cancelScript gives up lease ARGV[1] whose acquire failed on the client: its
+// answer did not come in time. It removes the lease if the script ran. It
+// leaves a tombstone in KEYS[2] for ARGV[2] ms, as long as the lease could
+// have lived. So a script still on its way takes nothing.
 var cancelScript = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 return 0
 `)
 
-// renewScript lengthens the leases ARGV[2:] of calls that still run to
-// now + ARGV[1] µs (never shortens one), and the key's expiry with them. A
-// lease that lapsed (its call outlived its deadline by more than the
-// grace) is added back: the call still runs, and counting it is the truth.
+// renewScript lengthens the leases ARGV[2:] of calls that still run to now +
+// ARGV[1] µs. It never shortens one, and lengthens the key's expiry with
+// them. A lease that lapsed is added back: its call outlived its deadline by
+// more than the grace. The call still runs, and counting it is the truth.
 var renewScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -77,14 +77,12 @@ return 0
 `)
 
 // sharedSlots is the concurrency limit of one operation shared through the
-// store; it implements resilience.SharedSlots. Its waiting queue is local
-// to the process: FIFO, bounded by ConcurrencyQueueLimit, its head asking
-// the store every PollInterval and at once when a call of this process
-// releases a slot.
-//
-// A Store has one per operation: a reload changes it in place
-// (Store.Slots), so its queue and its Local fallback keep the calls they
-// hold.
+// store. It implements resilience.SharedSlots. Its waiting queue is local to
+// the process: FIFO, bounded by ConcurrencyQueueLimit. Its head asks the
+// store every PollInterval. It asks at once when a call of this process
+// releases a slot. A Store has one per operation, and a reload changes it in
+// place (Store.Slots). So its queue and its Local fallback keep the calls
+// they hold.
 type sharedSlots struct {
 	st  *opState
 	key string
@@ -97,20 +95,20 @@ type sharedSlots struct {
 	fbMu  sync.Mutex // serialises changes of the local fallback's limits
 	local atomic.Pointer[fallbackSlots]
 
-	// live holds the leases of this process's calls that still run: the
-	// heartbeat renews them (renew), so a call running past its deadline
-	// keeps its slot until it returns. renewMu orders a renewal (held) and
-	// the removal of a lease it read (shared: removals run side by side),
-	// so a released lease is never renewed back into the store.
+	// live holds the leases of this process's calls that still run. The
+	// heartbeat renews them (renew). So a call running past its deadline keeps
+	// its slot until it returns. renewMu orders a renewal (held) and the removal
+	// of a lease it read (shared: removals run side by side). So a released
+	// lease is never renewed back into the store.
 	liveMu  sync.Mutex
 	live    map[string]struct{}
 	renewMu sync.RWMutex
 }
 
-// maxLease bounds a concurrency lease: a call whose deadline is further
-// away holds its slot in the store for at most maxLease plus the grace (a
-// deadline centuries away would otherwise overflow the lease into the
-// past, and the slot would not be counted at all).
+// maxLease bounds a concurrency lease. A call whose deadline is further away
+// holds its slot in the store for at most maxLease plus the grace. Otherwise
+// a deadline centuries away would overflow the lease into the past, and the
+// slot would not be counted at all.
 const maxLease = 24 * time.Hour
 
 // slotsConfig is one policy's view of a sharedSlots.
@@ -128,12 +126,12 @@ type slotWaiter struct {
 	out  chan struct{} // closed when a shorter queue turns it away
 }
 
-// Slots returns the shared concurrency limit of operation id under policy
-// p (ConcurrencyLimit, ConcurrencyQueueLimit, StoreTimeout, DegradeAfter,
-// OnStoreError, ExpectedReplicas). Called again for the same id (a
-// reload) it returns the same limit with p in force: the leases held
-// stay held, so with a lower limit nobody is admitted until fewer are
-// held; a shorter queue turns its newest excess waiters away.
+// Slots returns the shared concurrency limit of operation id under policy p.
+// It reads ConcurrencyLimit, ConcurrencyQueueLimit, StoreTimeout,
+// DegradeAfter, OnStoreError and ExpectedReplicas. Called again for the same
+// id (a reload), it returns the same limit with p in force. The leases held
+// stay held. With a lower limit, nobody is admitted until fewer are held. A
+// shorter queue turns its newest excess waiters away.
 func (s *Store) Slots(id string, p resilience.Policy) (resilience.SharedSlots, error) {
 	if p.ConcurrencyLimit <= 0 || !validID(id) {
 		return nil, fmt.Errorf("cluster: slots of %q: want a positive ConcurrencyLimit and a valid ID", id)
@@ -188,7 +186,7 @@ func (c *sharedSlots) Acquire(ctx context.Context, inv *pipeline.Invocation) (fu
 }
 
 // attempt asks for a lease once (try). done reports an answer: the lease's
-// release, the fallback's, or an error; otherwise every slot is held.
+// release, the fallback's, or an error. Otherwise every slot is held.
 func (c *sharedSlots) attempt(ctx context.Context, member string) (rel func(), done bool, err error) {
 	ok, rel, err := c.try(ctx, member)
 	if err != nil || rel != nil {
@@ -217,9 +215,9 @@ func (c *sharedSlots) enqueue() (w *slotWaiter, first bool, err error) {
 	return w, first, nil
 }
 
-// wait waits until w heads the queue, then asks for a lease at every poll
-// and every release in this process until it gets one (ask: at once, too).
-// It gives up when a shorter queue turns w away or ctx ends.
+// wait waits until w heads the queue. Then it asks for a lease at every poll
+// and every release in this process until it gets one (ask: at once, too). It
+// gives up when a shorter queue turns w away or ctx ends.
 func (c *sharedSlots) wait(ctx context.Context, w *slotWaiter, member string, ask bool) (func(), error) {
 	select {
 	case <-w.head:
@@ -316,10 +314,10 @@ func (c *sharedSlots) try(ctx context.Context, member string) (ok bool, rel func
 	return n == 1, nil, nil
 }
 
-// remove takes lease member out of the live leases and, in the
-// background (bounded by StoreTimeout), out of the store, then lets the
-// head of the local queue ask at once. After Close nothing is sent: the
-// lease expires by itself.
+// remove takes lease member out of the live leases. In the background
+// (bounded by StoreTimeout), it takes it out of the store. Then it lets the
+// head of the local queue ask at once. After Close nothing is sent: the lease
+// expires by itself.
 func (c *sharedSlots) remove(member string) {
 	c.liveMu.Lock()
 	delete(c.live, member)
@@ -420,8 +418,8 @@ func (c *sharedSlots) fallback(ctx context.Context) (func(), error) {
 	return slotsFallbacks[c.st.mode()](c, ctx)
 }
 
-// slotsFallbacks are what a degraded sharedSlots delegates to, by mode: "open"
-// admits, "closed" turns away, "local" takes a slot of this replica's
+// slotsFallbacks are what a degraded sharedSlots delegates to, by mode.
+// "open" admits, "closed" turns away, "local" takes a slot of this replica's
 // share.
 var slotsFallbacks = map[fallbackMode]func(*sharedSlots, context.Context) (func(), error){
 	modeLocal:  (*sharedSlots).localShare,
@@ -440,10 +438,9 @@ func (c *sharedSlots) localShare(ctx context.Context) (func(), error) {
 	return func() { l.Release(); c.kickHead() }, nil
 }
 
-// localSlots returns the Local fallback with this replica's share of
-// cfg's limit: always the same limiter, its limits changed in place, so
-// the calls it admitted stay counted when the share or the policy
-// changes.
+// localSlots returns the Local fallback with this replica's share of cfg's
+// limit. It is always the same limiter, its limits changed in place. So the
+// calls it admitted stay counted when the share or the policy changes.
 func (c *sharedSlots) localSlots(cfg *slotsConfig) *limiter.ConcurrencyLimiter {
 	n := c.st.share(cfg.limit, cfg.expect)
 	if l := c.local.Load(); l != nil && l.limit == n && l.queue == cfg.queue {

@@ -1,24 +1,17 @@
 // Package cluster counts an operation's fixed window and concurrency limit
-// across every process that shares one Redis (Policy.Scope "cluster"),
-// through github.com/redis/go-redis/v9.
+// across every process that shares one Redis (Policy.Scope "cluster"). It
+// uses github.com/redis/go-redis/v9. The chapter docs/cluster.md explains the
+// model.
 //
-// It is written here rather than taken from a library because none has the
-// semantics Sundial promises for the process scope: a fixed window with a
-// bounded queue whose callers reserve a permit of a later window only when
-// that window opens before their own deadline, and concurrency leases that
-// expire by themselves shortly after their holder's deadline. go-zero's and
-// go-redis/redis_rate's limiters have no queue and no deadline; see
-// docs/cluster.md.
-//
-// Every store call is one Lua script (one round trip), runs on the
-// server's clock (TIME), and is bounded by the policy's StoreTimeout and
-// by the invocation's remaining deadline. When the store fails several
-// calls in a row (the policy's DegradeAfter, else Config.DegradeAfter),
-// an operation is "degraded" and does what its OnStoreError says:
-// "local" (this replica's part of what the window had left, at most
-// ceil(limit / replicas)), "open" or "closed"; it tries the store again
-// after RetryInterval and recovers by itself. One failed call alone
-// degrades nothing.
+// Every store call is one Lua script: one round trip, on the server's clock
+// (TIME). The policy's StoreTimeout and the invocation's remaining deadline
+// bound it. When the store fails several calls in a row, an operation is
+// "degraded". The policy's DegradeAfter says how many, else
+// Config.DegradeAfter. A degraded operation does what its OnStoreError says.
+// "local" admits this replica's part of what the window had left, at most
+// ceil(limit / replicas). "open" admits and "closed" turns away. The
+// operation tries the store again after RetryInterval and recovers by itself.
+// One failed call alone degrades nothing.
 package cluster
 
 import (
@@ -87,31 +80,28 @@ type Config struct {
 	// "{<prefix>:<id>}:w:<window length in µs>" and "{<prefix>:<id>}:c",
 	// one hash slot per operation.
 	KeyPrefix string
-	// LeaseGrace is how long after its holder's deadline a concurrency
-	// lease expires by itself when nobody renews it. It is at least two
-	// heartbeats: a replica's heartbeat renews the leases of its calls
-	// that still run (one past its deadline keeps its slot until it
-	// returns), and the lease must outlast the wait for the next beat.
-	// The default is 2 s.
+	// LeaseGrace is how long after its holder's deadline a concurrency lease
+	// expires by itself when nobody renews it. It is at least two heartbeats. A
+	// replica's heartbeat renews the leases of its calls that still run; one
+	// past its deadline keeps its slot until it returns. The lease must outlast
+	// the wait for the next beat. The default is 2 s.
 	LeaseGrace time.Duration
 	// DefaultLease is the lease of a call without a deadline (60 s).
 	DefaultLease time.Duration
 	// DegradeAfter is how many store calls in a row must fail before an
-	// operation is degraded (3 by default), unless its policy's
-	// DegradeAfter says otherwise. A failure counts only when its
-	// call was sent after the last counted one came in: calls that fail
-	// together in one stall are one failure. After a failure, a check
-	// bounded by StoreTimeout asks the store again at once, so that a dead
-	// store is found out without waiting for traffic. An answer starts the
-	// count over. A value above 100, here or in a policy, counts as 100.
+	// operation is degraded (3 by default). A policy's DegradeAfter overrides
+	// it. A failure counts only when its call was sent after the last counted
+	// one came in. Calls that fail together in one stall are one failure. After
+	// a failure, a check bounded by StoreTimeout asks the store again at once.
+	// So a dead store is found out without waiting for traffic. An answer starts
+	// the count over. A value above 100, here or in a policy, counts as 100.
 	DegradeAfter int
-	// RetryInterval is how long a degraded operation waits before it tries
-	// the store again (one call tries; the others keep the fallback); 1 s
-	// by default.
+	// RetryInterval is how long a degraded operation waits before it tries the
+	// store again; 1 s by default. One call tries; the others keep the fallback.
 	RetryInterval time.Duration
-	// PollInterval is how often the head of a local concurrency queue asks
-	// the store for a slot (a release in this process asks at once); 10 ms
-	// by default.
+	// PollInterval is how often the head of a local concurrency queue asks the
+	// store for a slot; 10 ms by default. A release in this process asks at
+	// once.
 	PollInterval time.Duration
 	// Heartbeat is how often the replica announces itself; a replica not
 	// heard of for three heartbeats is no longer counted. The default is
@@ -211,10 +201,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// spawn runs f in the background, counted by Close's wait; after Close it
-// does not run f and returns false. (Counting under the lock that Close
-// sets closed with keeps a WaitGroup Add from racing with its Wait.)
+// spawn runs f in the background, counted by Close's wait. After Close it
+// does not run f and returns false.
 func (s *Store) spawn(f func()) bool {
+	// Counting under the lock that Close sets closed with keeps a
+	// WaitGroup Add from racing with its Wait.
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -247,9 +238,9 @@ func (s *Store) opKey(id, suffix string) string {
 	return "{" + s.cfg.KeyPrefix + ":" + id + "}:" + suffix
 }
 
-// heartbeatScript announces a replica until now+ttl and returns the count
-// of replicas whose announcement is still valid. The key's expiry is only
-// ever lengthened: a replica with a shorter heartbeat must not expire the
+// heartbeatScript announces a replica until now+ttl. It returns the count of
+// replicas whose announcement is still valid. The key's expiry is only ever
+// lengthened. A replica with a shorter heartbeat must not expire the
 // announcements of one with a longer heartbeat.
 var heartbeatScript = redis.NewScript(`
 local t = redis.call('TIME')
@@ -369,12 +360,12 @@ func (st *opState) useStore() (use, probing bool) {
 	return false, false
 }
 
-// callerLeft is the end of a store call cut short by its caller (its
-// context ended or its deadline passed). That says nothing about the
-// store, yet callers whose deadlines are all shorter than StoreTimeout
-// would never let a slow store be found out: a health check bounded by
-// StoreTimeout alone decides (check). A probe frees the way for the next
-// one after RetryInterval.
+// callerLeft is the end of a store call cut short by its caller: its context
+// ended or its deadline passed. That says nothing about the store. Yet
+// callers whose deadlines are all shorter than StoreTimeout would never let a
+// slow store be found out. So a health check bounded by StoreTimeout alone
+// decides (check). A probe frees the way for the next one after
+// RetryInterval.
 func (st *opState) callerLeft(probing bool) {
 	if probing {
 		st.nextTry.Store(time.Now().Add(st.s.cfg.RetryInterval).UnixNano())
@@ -483,10 +474,10 @@ func (st *opState) evidence(sent time.Time) bool {
 // slotsReloader is a Redis Cluster client (go-redis's ClusterClient).
 type slotsReloader interface{ ReloadState(ctx context.Context) }
 
-// reloadSlots has a Redis Cluster client learn the cluster's slots again
-// (in the background, at most one reload at a time). A store call failed:
-// its node may be dead and its slots served by a promoted replica, which
-// the client otherwise learns only from a MOVED reply (a dead node sends
+// reloadSlots has a Redis Cluster client learn the cluster's slots again. It
+// does so in the background, at most one reload at a time. A store call
+// failed, so its node may be dead and its slots served by a promoted replica.
+// The client otherwise learns that only from a MOVED reply (a dead node sends
 // none) or after its periodic reload.
 func (s *Store) reloadSlots() {
 	if r, ok := s.rdb.(slotsReloader); ok {
@@ -521,8 +512,8 @@ func (st *opState) share(limit, expected int) int {
 }
 
 // callerEnded returns the caller's context error when ctx has ended or its
-// deadline has passed (a store call bounded by that deadline may return
-// before ctx's own timer fires), else nil.
+// deadline has passed, else nil. A store call bounded by that deadline may
+// return before ctx's own timer fires.
 func callerEnded(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -533,27 +524,34 @@ func callerEnded(ctx context.Context) error {
 	return nil
 }
 
-// NewClient returns a go-redis client set up for limits: context
-// timeouts on (a call ends at its context's deadline), no hidden retries
-// (MaxRetries -1), short dial/read/write timeouts and a bounded pool.
+// NewClient returns a go-redis client set up for limits. Context timeouts are
+// on: a call ends at its context's deadline. There are no hidden retries
+// (MaxRetries -1). Dial, read and write timeouts are short, and the pool is
+// bounded.
 func NewClient(o *redis.Options) *redis.Client {
 	c := *o
-	c.ContextTimeoutEnabled = true
-	c.MaxRetries = -1
-	setTimeouts(&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
+	limitSettings(&c.ContextTimeoutEnabled, &c.MaxRetries,
+		&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
 	return redis.NewClient(&c)
 }
 
-// NewClusterClient is [NewClient] for a Redis Cluster: the same settings,
-// and a MOVED or ASK redirect (a slot moved, a replica promoted) is
-// followed at most MaxRedirects times (go-redis's default, 3) within the
-// call's context.
+// NewClusterClient is [NewClient] for a Redis Cluster, with the same
+// settings. A MOVED or ASK redirect (a slot moved, a replica promoted) is
+// followed within the call's context. It is followed at most MaxRedirects
+// times (go-redis's default, 3).
 func NewClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {
 	c := *o
-	c.ContextTimeoutEnabled = true
-	c.MaxRetries = -1
-	setTimeouts(&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
+	limitSettings(&c.ContextTimeoutEnabled, &c.MaxRetries,
+		&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
 	return redis.NewClusterClient(&c)
+}
+
+// limitSettings sets a client's options for limits: context timeouts on,
+// no hidden retries, and one second for each zero timeout.
+func limitSettings(contextTimeouts *bool, maxRetries *int, timeouts ...*time.Duration) {
+	*contextTimeouts = true
+	*maxRetries = -1
+	setTimeouts(timeouts...)
 }
 
 // setTimeouts sets each zero timeout to one second.
@@ -565,8 +563,8 @@ func setTimeouts(ds ...*time.Duration) {
 	}
 }
 
-// validID reports whether id can be part of a key (operation IDs always
-// can; the check keeps a hash tag from being closed early).
+// validID reports whether id can be part of a key. Operation IDs always can;
+// the check keeps a hash tag from being closed early.
 func validID(id string) bool { return !strings.ContainsAny(id, "{}") }
 
 // spanAttrDegraded marks the span of a call whose cluster limits were

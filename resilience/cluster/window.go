@@ -18,33 +18,34 @@ import (
 
 // windowScript admits one call to a fixed window shared by every replica.
 //
-// KEYS[1] is a hash: w (index of the window the record is at), u (permits
-// taken in window w; -1: w was reserved full), f (windows after w
-// reserved full) and o (the reservations in the window after those). A
-// window counts as full whatever limit filled it, and the last one admits reservations while o
-// is below the caller's limit: replicas that disagree on PermitLimit (a
-// rolling reload) never put more than the larger limit in a window, and a
-// limit changed with reservations queued neither empties their windows
-// nor overfills them. Windows are aligned to multiples of the length on
-// the server's clock (TIME); the length is part of the key, so replicas
-// configured with another length never read these indexes. A record
-// ahead of the clock (the server's clock stepped back) counts as the
-// current window. A record of the earlier form (a: reservations, l: the
-// limit they were filled under) is read as f = floor(a/l), o = the rest.
-// ARGV: limit, length (µs), queue limit, the caller's remaining time (µs;
-// -1 for none), how many permits of the current window to take at most
-// (1 when absent; more is a lease, lease.go), and a charge: a window index
-// and a count of calls a replica's local fallback admitted in it, added
-// to the current window's count first when that index is not before it
-// (fallback.go). Numbers written back are formatted as integers (Lua's
-// default %.14g would round a large index).
+// KEYS[1] is a hash. Field w is the index of the window the record is at.
+// Field u is the permits taken in window w (-1: w was reserved full). Field f
+// is the windows after w reserved full. Field o is the reservations in the
+// window after those. A window counts as full whatever limit filled it. The
+// last one admits reservations while o is below the caller's limit. So
+// replicas that disagree on PermitLimit (a rolling reload) never put more
+// than the larger limit in a window. A limit changed with reservations queued
+// neither empties their windows nor overfills them. Windows are aligned to
+// multiples of the length on the server's clock (TIME). The length is part of
+// the key, so replicas configured with another length never read these
+// indexes. A record ahead of the clock (the server's clock stepped back)
+// counts as the current window. A record with fields a (reservations) and l
+// (the limit they were filled under) is read as f = floor(a/l), o = the rest.
 //
-// Returns {decision, µs, remaining, reset µs, permits taken, window
-// index, current index}: decision 1 admitted now; 2 a permit reserved in
-// a later window opening in µs; 0 rejected, the queue is full (µs until
-// the first window with room); 3 rejected, the window it could reserve
-// opens after the caller's deadline (µs: when). The window index is the
-// admitting window's (the current one's when rejected).
+// ARGV holds the limit, the length (µs) and the queue limit. Then the
+// caller's remaining time (µs; -1 for none). Then the most permits of the
+// current window to take (1 when absent; more is a lease, lease.go). Last
+// comes a charge: a window index and a count of calls a replica's local
+// fallback admitted in it (fallback.go). The charge is added to the current
+// window's count first when that index is not before it. Numbers written back
+// are formatted as integers (Lua's default %.14g would round a large index).
+//
+// It returns {decision, µs, remaining, reset µs, permits taken, window index,
+// current index}. Decision 1: admitted now. Decision 2: a permit reserved in
+// a later window opening in µs. Decision 0: rejected, the queue is full (µs
+// until the first window with room). Decision 3: rejected, the window it
+// could reserve opens after the caller's deadline (µs: when). The window
+// index is the admitting window's (the current one's when rejected).
 var windowScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -116,13 +117,13 @@ redis.call('PEXPIRE', KEYS[1], math.ceil((f + 3) * len / 1000))
 return res
 `)
 
-// giveBackScript returns the reserved permit of a caller that left before
-// its window (ARGV[1], an index) opened; ARGV[2] is the length in µs.
-// Only a reservation in the last reserved window (w+f+1) can be taken
-// back: one in a window counted full stays counted (its window admits one
-// call less) rather than free a place where others already sleep. In the
-// current window it returns ARGV[3] permits (1 when absent: an unused
-// lease returns more) and at most those taken.
+// giveBackScript returns the reserved permit of a caller that left before its
+// window opened. ARGV[1] is the window's index, ARGV[2] the length in µs.
+// Only a reservation in the last reserved window (w+f+1) can be taken back.
+// One in a window counted full stays counted: its window admits one call
+// less. Freeing it would free a place where others already sleep. In the
+// current window it returns ARGV[3] permits (1 when absent: an unused lease
+// returns more). It returns at most those taken.
 var giveBackScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -145,10 +146,10 @@ end
 return 0
 `)
 
-// sharedWindow is the fixed window of one operation shared through the store;
-// it implements resilience.SharedWindow. A Store has one per
-// operation: a reload changes it in place (Store.Window), so its Local
-// fallback keeps counting the permits it gave.
+// sharedWindow is the fixed window of one operation shared through the store.
+// It implements resilience.SharedWindow. A Store has one per operation, and a
+// reload changes it in place (Store.Window). So its Local fallback keeps
+// counting the permits it gave.
 type sharedWindow struct {
 	st     *opState
 	cfg    atomic.Pointer[windowConfig]
@@ -170,16 +171,16 @@ type windowConfig struct {
 	args                 [3]any // limit, length µs, queue limit
 
 	// exhausted is the monotonic time (since the sharedWindow's origin) until
-	// which the window is known to be used up with a full queue under these
-	// limits: rejections cost no round trip then. It belongs to one
-	// config, so an answer to a call made before a reload cannot mark
-	// the new limits exhausted.
+	// which the window is known to be used up. Its queue is full under these
+	// limits too. Rejections cost no round trip until then. It belongs to one
+	// config. So an answer to a call made before a reload cannot mark the new
+	// limits exhausted.
 	exhausted atomic.Int64
 }
 
-// newWindowConfig returns the config of a window of limit permits per
-// length (DefaultWindow when not positive; whole µs) with queue places,
-// without its key.
+// newWindowConfig returns the config of a window of limit permits per length,
+// with queue places, without its key. A length that is not positive is
+// DefaultWindow; it is rounded to whole µs.
 func newWindowConfig(limit int, length time.Duration, queue, expect int) *windowConfig {
 	if length <= 0 {
 		length = resilience.DefaultWindow
@@ -196,14 +197,12 @@ func (c *windowConfig) lengthKey() string {
 	return "w:" + strconv.FormatInt(c.length.Microseconds(), 10)
 }
 
-// Window returns the shared window of operation id under policy p
-// (PermitLimit, Window, QueueLimit, StoreTimeout, DegradeAfter,
-// OnStoreError, ExpectedReplicas). Called again for the same id (a
-// reload) it returns the same window with p in force for the calls that
-// arrive from then on.
-// A new length counts in a key of its own from the first call under it:
-// while replicas disagree on it (a rolling reload), each length is
-// counted apart.
+// Window returns the shared window of operation id under policy p. It reads
+// PermitLimit, Window, QueueLimit, StoreTimeout, DegradeAfter, OnStoreError
+// and ExpectedReplicas. Called again for the same id (a reload), it returns
+// the same window. Then p is in force for the calls that arrive from then on.
+// A new length counts in a key of its own from the first call under it. While
+// replicas disagree on it (a rolling reload), each length is counted apart.
 func (s *Store) Window(id string, p resilience.Policy) (resilience.SharedWindow, error) {
 	if p.PermitLimit <= 0 || !validID(id) {
 		return nil, fmt.Errorf("cluster: window of %q: want a positive PermitLimit and a valid ID", id)
@@ -232,11 +231,11 @@ func (w *sharedWindow) Take(ctx context.Context, inv *pipeline.Invocation) (pipe
 	return q, err
 }
 
-// takeStore admits one call through the store, taking up to want permits
-// of the current window (the others go to the lease), and returns the
-// index of the admitting window on the server's clock. local reports
-// that the store did not decide: the index is then the Local fallback's
-// reading of the server's window, or -1.
+// takeStore admits one call through the store. It takes up to want permits of
+// the current window; the others go to the lease. It returns the index of the
+// admitting window on the server's clock. local reports that the store did
+// not decide. The index is then the Local fallback's reading of the server's
+// window, or -1.
 func (w *sharedWindow) takeStore(ctx context.Context, c *windowConfig, want int) (q pipeline.Quota, idx int64, local bool, err error) {
 	if until := c.exhausted.Load(); until != 0 {
 		if left := time.Duration(until) - time.Since(w.origin); left > 0 {
@@ -261,13 +260,13 @@ func (w *sharedWindow) takeStore(ctx context.Context, c *windowConfig, want int)
 var errFallback = errors.New("cluster: use the fallback")
 
 // errRefused is run's answer when the store did not answer a healthy
-// operation in time: one failure is no evidence that it is gone (refuse).
+// operation in time. One failure is no evidence that it is gone (refuse).
 var errRefused = errors.New("cluster: the store did not answer")
 
-// refuse answers a call whose store call failed while the operation is
-// not degraded. Admitting it could overfill a window the other replicas
-// have filled, so it is turned away with "local" and "closed", and admitted
-// with "open" only.
+// refuse answers a call whose store call failed while the operation is not
+// degraded. Admitting it could overfill a window the other replicas have
+// filled. So it is turned away with "local" and "closed". It is admitted with
+// "open" only.
 func (w *sharedWindow) refuse(c *windowConfig) (pipeline.Quota, error) {
 	if w.st.mode() == modeOpen {
 		return w.admitAll(c), nil
@@ -288,14 +287,14 @@ func (w *sharedWindow) aligned(idx int64, end time.Time, length time.Duration) *
 	return a
 }
 
-// run runs the window script on key under c: it admits the call, sleeps
-// until its reserved window opens, or rejects it, and returns the index of
-// the admitting window on the server's clock. On the operation's own key,
-// it takes up to want permits, the others going to the lease. The round
-// trip adds the calls cnt's fallback admitted to the store's count, and
-// cnt learns the store's count (cnt may be nil). It returns errFallback
-// when the operation is degraded (or becomes so), errRefused when the
-// store failed a healthy operation.
+// run runs the window script on key under c. It admits the call, sleeps until
+// its reserved window opens, or rejects it. It returns the index of the
+// admitting window on the server's clock. On the operation's own key, it
+// takes up to want permits, the others going to the lease. The round trip
+// adds the calls cnt's fallback admitted to the store's count. cnt learns the
+// store's count (cnt may be nil). It returns errFallback when the operation
+// is degraded (or becomes so). It returns errRefused when the store failed a
+// healthy operation.
 func (w *sharedWindow) run(ctx context.Context, c *windowConfig, key string, want int, cnt *counted) (pipeline.Quota, int64, error) {
 	use, probing := w.st.useStore()
 	if !use {
@@ -367,10 +366,10 @@ func queueOf(n int, p resilience.Policy) int {
 	return max(n, 0)
 }
 
-// micros converts µs from the store to a Duration, saturating at about
-// 146 years: a wait in a window of a billion seconds would otherwise
-// overflow into the past (and the call run at once), and half the range
-// leaves room for the monotonic time it is added to (exhausted).
+// micros converts µs from the store to a Duration, saturating at about 146
+// years. Otherwise a wait in a window of a billion seconds would overflow
+// into the past, and the call would run at once. Half the range leaves room
+// for the monotonic time it is added to (exhausted).
 func micros(us int64) time.Duration {
 	const most = math.MaxInt64 / 2 / int64(time.Microsecond)
 	return time.Duration(min(max(us, 0), most)) * time.Microsecond
@@ -383,7 +382,7 @@ func (c *windowConfig) rejected(left time.Duration) (pipeline.Quota, error) {
 	return q, &limited.Error{RetryAfter: left, Quota: q}
 }
 
-// sleep waits d for the reserved window to open; when ctx ends first the
+// sleep waits d for the reserved window to open. When ctx ends first, the
 // reservation is given back in the background (bounded by StoreTimeout).
 func (w *sharedWindow) sleep(ctx context.Context, c *windowConfig, key string, d time.Duration) error {
 	target := time.Now().Add(d)
@@ -442,10 +441,10 @@ func (w *sharedWindow) rejectAll(c *windowConfig) (pipeline.Quota, error) {
 	return q, &limited.Error{RetryAfter: retry, Quota: q}
 }
 
-// localShare is OnStoreError "local": this replica's part of what the
-// store had left of the window cnt counts, in windows aligned to the
-// server's (counted.admit). It returns the label of the window that
-// admitted the call or turned it away.
+// localShare is OnStoreError "local": this replica's part of what the store
+// had left of the window cnt counts. Its windows are aligned to the server's
+// (counted.admit). It returns the label of the window that admitted the call
+// or turned it away.
 func (w *sharedWindow) localShare(ctx context.Context, c *windowConfig, cnt *counted) (pipeline.Quota, int64, error) {
 	n := w.st.replicas(c.expect)
 	share := max((c.limit+n-1)/n, 1)

@@ -1,14 +1,14 @@
 // Package priority reads a call's class (pipeline.Priority) from what a
-// caller sends: the Sundial-Priority header, the gRPC metadata entry, the
-// CLI's --priority, the baggage member pipeline.BaggagePriority, and the
-// Priority policy key.
+// caller sends. The sources are the Sundial-Priority header, the gRPC
+// metadata entry and the CLI's --priority. The baggage member
+// pipeline.BaggagePriority and the Priority policy key are sources too.
 package priority
 
 import "github.com/sundial-go/sundial/pipeline"
 
-// Parse returns the class named s ("critical", "default" or
-// "sheddable", in any ASCII case, without surrounding spaces) and whether
-// s names one.
+// Parse returns the class named s and whether s names one. The names are
+// "critical", "default" and "sheddable", in any ASCII case, without
+// surrounding spaces.
 func Parse(s string) (pipeline.Priority, bool) {
 	var b [len("sheddable")]byte
 	if len(s) > len(b) {

@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// Cluster is a real Redis Cluster owned by a test: three masters, each
-// with one replica, on free 127.0.0.1 ports, persistence off, data
-// directories under the test's temporary directory. A master's failure
-// is detected within about a second (cluster-node-timeout 500 ms), and
-// its replica takes over by itself.
+// Cluster is a real Redis Cluster owned by a test. It has three masters,
+// each with one replica, on free 127.0.0.1 ports. Persistence is off; data
+// directories are under the test's temporary directory. A master's failure
+// is detected within about a second (cluster-node-timeout 500 ms). Its
+// replica then takes over by itself.
 //
 // The cluster is built with CLUSTER ADDSLOTSRANGE, MEET and REPLICATE
 // (as `redis-cli --cluster create` does), so it needs redis-server only.
@@ -80,10 +80,10 @@ func SharedCluster(tb testing.TB) *Cluster {
 	return shared.c
 }
 
-// StopSharedAfter returns m, a TestMain's *testing.M, wrapped so that its
-// Run also stops the cluster of [SharedCluster] (if one was started) once
-// the tests have run, so that a leak check after it finds none of its
-// processes' waiters:
+// StopSharedAfter wraps m, a TestMain's *testing.M. The wrapper's Run also
+// stops the cluster of [SharedCluster], if one was started, once the tests
+// have run. A leak check after it then finds none of its processes'
+// waiters:
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.StopSharedAfter(m)) }
 func StopSharedAfter(m interface{ Run() int }) interface{ Run() int } { return stopShared{m} }
@@ -232,8 +232,8 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// KillMaster kills master i with SIGKILL and waits until its replica has
-// taken over and the cluster is ok again; it returns how long that took.
+// KillMaster kills master i with SIGKILL. It waits until the replica has
+// taken over and the cluster is ok again, and returns how long that took.
 func (c *Cluster) KillMaster(tb testing.TB, i int) time.Duration {
 	tb.Helper()
 	start := time.Now()

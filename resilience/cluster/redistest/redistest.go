@@ -3,9 +3,9 @@
 // are real too: [Server.Kill] sends SIGKILL, [Server.Restart] starts the
 // server again on the same port, [Server.Pause] runs CLIENT PAUSE.
 //
-// When redis-server is not on PATH the test fails with the command that
-// installs it (`make deps`, or apt-get install redis-server); outside CI
-// (CI unset) it is skipped instead, so that `go test` in one package works
+// When redis-server is not on PATH, the test fails with the command that
+// installs it: `make deps`, or apt-get install redis-server. Outside CI
+// (CI unset) the test is skipped instead. So `go test` in one package works
 // on a laptop without Redis. `make test` installs it first.
 package redistest
 
@@ -69,10 +69,10 @@ func lookPath(tb testing.TB) string {
 // Addr is host:port of the server.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-// startOnFreePort starts the server on the port pick chooses, trying
-// again with a new one (at most three times) when the server exits at
-// once: another process took the port between pick and the server's
-// bind.
+// startOnFreePort starts the server on the port pick chooses. When the
+// server exits at once, another process took the port between pick and
+// the server's bind. It then tries again with a new port, at most three
+// times.
 func (s *Server) startOnFreePort(pick func() error) error {
 	var err error
 	for range 3 {
@@ -179,10 +179,10 @@ func (s *Server) Pause(d time.Duration) {
 	}
 }
 
-// Do sends one command over a fresh connection and returns its reply: a
-// bulk string's value ("" for nil), else the first line of the reply
-// (without its type byte; the count of an array). It is meant for setup and
-// inspection (FLUSHALL, KEYS, GET), not for load.
+// Do sends one command over a fresh connection and returns its reply. A
+// bulk string's reply is its value ("" for nil). Any other reply is its
+// first line without the type byte (for an array, the count). Do is meant
+// for setup and inspection (FLUSHALL, KEYS, GET), not for load.
 func (s *Server) Do(args ...string) (string, error) { return s.do(args...) }
 
 func (s *Server) do(args ...string) (string, error) {
