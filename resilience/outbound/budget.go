@@ -8,26 +8,15 @@ const maxBudgetMin = 1_000_000
 // milli is the budget's fixed-point unit: one token is 1000.
 const milli = 1000
 
-// budget is a dependency's retry budget: a token bucket shared by retries
-// and hedges. Every first attempt deposits ratio of a token, every retry or
-// hedge withdraws a whole one, and the bucket holds at most capacity
-// tokens (it starts full). So over any run of calls, the retries and
-// hedges sent are at most ratio × calls + capacity: with 0.2 a downstream
-// outage costs the dependency at most 1.2× its normal load, plus the
-// reserve.
-//
-// Why this design: grpc-go's retry throttling is a token bucket too, but
-// it counts failures against successes, so it says nothing about the load
-// retries add, and it is per channel. Envoy's budget bounds concurrent
-// retries against active requests, which needs a gauge of requests in
-// flight and lets retries through again as soon as the failing ones end.
-// Finagle's RetryBudget states the guarantee we want (retries ≤ 20 % of
-// requests plus a reserve) but keeps a ring of deposits that expire after
-// 10 s, a clock read per call. failsafe-go's budget is shared by retries
-// and hedges, as here, but it bounds concurrent executions, like Envoy's.
-// This bucket keeps Finagle's ratio guarantee with one atomic word and no
-// clock: its reserve is refilled by traffic, not by time, so a dependency
-// that is not called earns nothing (a quiet client gets only the reserve).
+// budget is a dependency's retry budget: a token bucket shared by retries and
+// hedges. Every first attempt deposits ratio of a token. Every retry or hedge
+// withdraws a whole one. The bucket holds at most capacity tokens, and it
+// starts full. So over any run of calls, the retries and hedges sent are at
+// most ratio × calls + capacity. With 0.2, a downstream outage costs the
+// dependency at most 1.2× its normal load, plus the reserve. One atomic word
+// holds it, and it reads no clock. Its reserve is refilled by traffic, not by
+// time. So a dependency that is not called earns nothing: a quiet client gets
+// only the reserve.
 type budget struct {
 	ratio    int64 // milli-tokens deposited per first attempt
 	capacity int64 // milli-tokens

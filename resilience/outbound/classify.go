@@ -30,14 +30,14 @@ func (e *notSent) Error() string { return e.err.Error() }
 func (e *notSent) Unwrap() error { return e.err }
 func (e *notSent) NotSent() bool { return true }
 
-// NotSent returns err marked as the failure of an attempt that sent
-// nothing (e.g. the dial failed), which [Dependency.Do] retries without
-// an idempotency key. Clients call it when they know; nil stays nil.
-// Any error in the chain with a method NotSent() bool that returns true
-// counts alike, so a client package can mark its errors without
-// importing this one (httpadapter does). The opposite mark, a method
-// NoRetry() bool that returns true, makes an outcome final: grpcadapter
-// sets it when the server's grpc-retry-pushback-ms asks not to retry.
+// NotSent returns err marked as the failure of an attempt that sent nothing
+// (eg the dial failed). [Dependency.Do] retries it without an idempotency
+// key. Clients call it when they know; nil stays nil. Any error in the chain
+// with a method NotSent() bool that returns true counts alike. So a client
+// package can mark its errors without importing this one (httpadapter does).
+// The opposite mark, a method NoRetry() bool that returns true, makes an
+// outcome final. grpcadapter sets it when the server's grpc-retry-pushback-ms
+// asks not to retry.
 func NotSent(err error) error {
 	if err == nil {
 		return nil
@@ -45,8 +45,8 @@ func NotSent(err error) error {
 	return &notSent{err: err}
 }
 
-// classify judges the outcome err of an attempt of a call whose own
-// context is parent (still live), and returns the downstream's retry-after.
+// classify judges the outcome err of an attempt of a call whose own context
+// is parent (still live). It returns the downstream's retry-after.
 func classify(err error) (class, time.Duration, bool) {
 	if err == nil {
 		return final, 0, false
@@ -88,13 +88,13 @@ func classify(err error) (class, time.Duration, bool) {
 	return ambiguous, 0, false // a reset, an EOF, an attempt's own timeout
 }
 
-// unanswered reports whether err says that the dependency gave no answer:
-// nothing was sent (NotSent); the connection was refused, reset, aborted
-// or closed before an answer (EOF); the network or the host could not be
-// reached, or its name not resolved; or a gRPC Unavailable status without
-// details, which is how grpc-go reports such a failure. A timeout, a
-// context's end and any other outcome are answers of a kind, or the
-// caller's own: they are not.
+// unanswered reports whether err says that the dependency gave no answer.
+// Nothing was sent (NotSent). The connection was refused, reset, aborted or
+// closed before an answer (EOF). The network or the host could not be
+// reached, or its name not resolved. A gRPC Unavailable status without
+// details counts too: grpc-go reports such a failure that way. A timeout, a
+// context's end and any other outcome are answers of a kind, or the caller's
+// own; they do not count.
 func unanswered(err error) (yes bool) {
 	defer func() {
 		if recover() != nil {

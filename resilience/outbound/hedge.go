@@ -5,13 +5,13 @@ import (
 	"time"
 )
 
-// hedged runs a call whose attempts may overlap: each hedge delay
-// (HedgeDelay, or the HedgeQuantile of recent latency) without an answer
-// starts another attempt, while attempts, budget and deadline allow. The first final answer (a success, or an outcome not to retry)
-// ends the call: the other attempts are cancelled, and hedged returns once
-// they have returned. A retryable failure while others run waits for
-// them; with none running it is retried after a backoff, as a sequential
-// call would be.
+// hedged runs a call whose attempts may overlap. Each hedge delay without an
+// answer starts another attempt, while attempts, budget and deadline allow.
+// The delay is HedgeDelay, or the HedgeQuantile of recent latency. The first
+// final answer ends the call: a success, or an outcome not to retry. The
+// other attempts are cancelled, and hedged returns once they have returned. A
+// retryable failure while others run waits for them. With none running, it is
+// retried after a backoff, as a sequential call would be.
 func (c *call) hedged(attempt func(context.Context) error) error {
 	h := &hedging{c: c, attempt: attempt, results: make(chan result, c.s.p.Attempts), winner: -1}
 	defer h.stop()

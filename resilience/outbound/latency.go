@@ -7,12 +7,10 @@ import (
 	"time"
 )
 
-// Hedge delays from a quantile of recent latency (failsafe-go and Envoy
-// take a percentile too). No library keeps a sliding quantile cheap
-// enough and lock-free on the read side for this: the ring of the last
-// latencySamples successes is small, so an exact quantile recomputed every
-// latencyRefresh samples costs a sort of 128 durations per 16 calls, and a
-// call reads it with one atomic load.
+// Hedge delays follow a quantile of recent latency. The ring of the last
+// latencySamples successes is small. An exact quantile is recomputed every
+// latencyRefresh samples: a sort of 128 durations per 16 calls. A call reads
+// it with one atomic load.
 const (
 	latencySamples = 128 // successful attempts the quantile is taken over
 	latencyMin     = 20  // samples before the quantile replaces HedgeDelay

@@ -17,16 +17,16 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
 )
 
-// CodeDependencyUnavailable is the code of the UNAVAILABLE outcome of a
-// call whose last attempt got no answer from the dependency: nothing was
-// sent, or the connection was refused, reset or closed. A gRPC Unavailable
-// status without details (grpc-go's own, for a connection that failed) is
-// one too. The outcome wraps the attempt's error and keeps its retry-after.
+// CodeDependencyUnavailable is the code of the UNAVAILABLE outcome of a call
+// whose last attempt got no answer. Nothing was sent, or the connection was
+// refused, reset or closed. A gRPC Unavailable status without details
+// (grpc-go's own, for a connection that failed) is one too. The outcome wraps
+// the attempt's error and keeps its retry-after.
 const CodeDependencyUnavailable = "KERNEL_UNAVAILABLE_009"
 
-// CodeDependencyOpen is the code of the UNAVAILABLE outcome of a call that
-// a dependency's open breaker turned away before any attempt; its
-// retry-after is the time until the breaker half-opens.
+// CodeDependencyOpen is the code of the UNAVAILABLE outcome of a call that a
+// dependency's open breaker turned away before any attempt. Its retry-after
+// is the time until the breaker half-opens.
 const CodeDependencyOpen = "KERNEL_UNAVAILABLE_007"
 
 // Dependency runs the calls to one dependency under its [Policy]. Its
@@ -47,8 +47,8 @@ type state struct {
 	breaker *breaker.Breaker // nil: none
 }
 
-// New returns the Dependency name under p, or the errors of p, each
-// naming its field (e.g. "Attempts: 0 is out of range (1 to 10)").
+// New returns the Dependency name under p, or the errors of p. Each error
+// names its field (eg "Attempts: 0 is out of range (1 to 10)").
 func New(name string, p Policy) (*Dependency, error) {
 	d := &Dependency{name: name, jitter: mrand.Float64}
 	if err := d.Reconfigure(p); err != nil {
@@ -57,9 +57,9 @@ func New(name string, p Policy) (*Dependency, error) {
 	return d, nil
 }
 
-// Reconfigure changes the policy in place, for calls that start after it:
-// the budget keeps its balance (capped by the new reserve) and the breaker
-// its state, as the inbound breaker does on a reload. An invalid p changes
+// Reconfigure changes the policy in place, for calls that start after it. The
+// budget keeps its balance (capped by the new reserve) and the breaker its
+// state. The inbound breaker does the same on a reload. An invalid p changes
 // nothing.
 func (d *Dependency) Reconfigure(p Policy) error {
 	if err := p.validate(); err != nil {
@@ -88,36 +88,38 @@ func (d *Dependency) Reconfigure(p Policy) error {
 // tracerName names the tracer of the attempts' spans.
 const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 
-// Do runs one call: it calls attempt with a context derived from ctx (with
-// the same deadline, or shorter with AttemptTimeout, the same baggage —
-// the idempotency key included, or one made once by CreateKey — and a
-// child span of its own), and calls
-// it again, after a backoff, as long as the outcome is retryable (see the
-// package doc), attempts are left, the budget has a token, the breaker is
-// closed and what remains of the deadline after the sleep still holds a
-// MinAttemptTimeout. A downstream's retry-after replaces a shorter
-// backoff; one that would end past the deadline ends the call at once.
+// Do runs one call. It calls attempt with a context derived from ctx. That
+// context has the same deadline, or a shorter one with AttemptTimeout. It has
+// the same baggage, the idempotency key included (or one made once by
+// CreateKey). It has a child span of its own. Do calls attempt again, after a
+// backoff, while four things hold. The outcome is retryable (see the package
+// doc), and attempts are left. The budget has a token, and the breaker is
+// closed. What remains of the deadline after the sleep still holds a
+// MinAttemptTimeout. A downstream's retry-after replaces a shorter backoff.
+// One that would end past the deadline ends the call at once.
 //
-// The context of the attempt whose success Do returns is not cancelled
-// when Do returns, so that a response body read afterwards still reads:
-// it ends with the call's context, or at AttemptTimeout. Every other
-// attempt's context is cancelled (a hedge that lost) or over.
+// The context of the attempt whose success Do returns is not cancelled when
+// Do returns. So a response body read afterwards still reads. That context
+// ends with the call's context, or at AttemptTimeout. Every other attempt's
+// context is cancelled (a hedge that lost) or over.
 //
-// Each attempt has a child span of the caller's span ("outbound <name>",
-// attributes sundial.dependency, sundial.attempt, sundial.hedge) from the
-// caller's tracer provider; a call without a span makes none.
+// Each attempt has a child span of the caller's span, from the caller's
+// tracer provider. It is named "outbound <name>", with attributes
+// sundial.dependency, sundial.attempt and sundial.hedge. A call without a
+// span makes none.
 //
-// Do returns the last attempt's error as it is (nil on success): the
-// downstream's answer, never a made-up one. It makes one of its own only
-// when no attempt ran: a dependency's open breaker (UNAVAILABLE
-// [CodeDependencyOpen], with a retry-after) or a deadline too close for
-// MinAttemptTimeout (TIMEOUT resilience.CodeBudgetExhausted). When the
-// last attempt got no answer at all (refused, reset, nothing sent), the
-// outcome is UNAVAILABLE [CodeDependencyUnavailable], wrapping its error.
+// Do returns the last attempt's error as it is (nil on success). That is the
+// downstream's answer, never a made-up one. Do makes an error of its own only
+// when no attempt ran. A dependency's open breaker gives UNAVAILABLE
+// [CodeDependencyOpen], with a retry-after. A deadline too close for
+// MinAttemptTimeout gives TIMEOUT resilience.CodeBudgetExhausted. The last
+// attempt may get no answer at all (refused, reset, nothing sent). The
+// outcome is then UNAVAILABLE [CodeDependencyUnavailable], wrapping its
+// error.
 //
-// A nil *Dependency (Kernel.Dependency of a name the configuration does
-// not have) runs attempt once, with no policy: a client given one through
-// an interface keeps working instead of panicking.
+// A nil *Dependency runs attempt once, with no policy. Kernel.Dependency
+// returns one for a name the configuration does not have. So a client given
+// one through an interface keeps working instead of panicking.
 func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error) error {
 	if d == nil {
 		return attempt(ctx)

@@ -1,28 +1,29 @@
-// Package outbound runs the calls a service makes to its dependencies under
-// one policy per dependency: retries with exponential backoff and jitter,
-// never past the call's deadline; a retry budget, so that an outage
-// downstream is never amplified; optional hedging drawn from the same
-// budget; and a circuit breaker with the same type and rules as the
-// inbound one (resilience's Limits).
+// Package outbound runs the calls a service makes to its dependencies, under
+// one policy per dependency. A policy has retries with exponential backoff
+// and jitter, never past the call's deadline. It has a retry budget, so that
+// an outage downstream is never amplified. It has optional hedging drawn from
+// the same budget. It has a circuit breaker with the same type and rules as
+// the inbound one (resilience's Limits).
 //
-// Build a [Dependency] from a [Policy] once per dependency and run each
-// call with [Dependency.Do]. The HTTP transport and the gRPC client
-// interceptor of the adapters use it; any other client can too.
+// Build a [Dependency] from a [Policy] once per dependency, and run each call
+// with [Dependency.Do]. The HTTP transport and the gRPC client interceptor of
+// the adapters use it. Any other client can too.
 //
-// An attempt is retried only when its outcome says the downstream did not
-// act on it, or when acting twice is harmless:
+// An attempt is retried only when its outcome says the downstream did not act
+// on it. It is retried too when acting twice is harmless.
 //
-//   - UNAVAILABLE outcomes (a *pipeline.Error of KindUnavailable, with or
-//     without a retry-after; a gRPC Unavailable status); a connection
-//     refused; an error marked by [NotSent] (nothing reached the wire);
-//   - TIMEOUT outcomes and ambiguous failures (UNEXPECTED, a reset
-//     connection, any other transport error) only when the call carries an
-//     idempotency key (the W3C baggage member sundial.idempotency-key, see
-//     pipeline.BaggageIdempotencyKey), so that the downstream can tell a
-//     retry from a new call;
-//   - never a caller fault (VALIDATION, UNAUTHENTICATED, FORBIDDEN,
-//     NOT_FOUND, CONFLICT, UNPROCESSABLE), never CANCELLED, and never once
-//     the call's own context has ended.
+//   - UNAVAILABLE outcomes are retried: a *pipeline.Error of KindUnavailable,
+//     with or without a retry-after, or a gRPC Unavailable status. So are a
+//     connection refused and an error marked by [NotSent] (nothing reached
+//     the wire).
+//   - TIMEOUT outcomes and ambiguous failures are retried only when the call
+//     carries an idempotency key. Ambiguous failures are UNEXPECTED, a reset
+//     connection, and any other transport error. The key is the W3C baggage
+//     member sundial.idempotency-key (pipeline.BaggageIdempotencyKey). With
+//     it, the downstream can tell a retry from a new call.
+//   - A caller fault (VALIDATION, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
+//     CONFLICT, UNPROCESSABLE) is never retried. Nor is CANCELLED, nor any
+//     outcome once the call's own context has ended.
 package outbound
 
 import (
@@ -35,11 +36,11 @@ import (
 // [DefaultPolicy] and change what you need: the zero Policy is not valid
 // (Attempts 0).
 type Policy struct {
-	// Attempts is the most attempts one call makes, the first included,
-	// hedges included: 1 to 10 (1: no retry, no hedge).
+	// Attempts is the most attempts one call makes, the first and hedges
+	// included. It is 1 to 10 (1: no retry, no hedge).
 	Attempts int
-	// MinAttemptTimeout is the least time an attempt needs: an attempt
-	// starts only when at least this much remains of the call's deadline.
+	// MinAttemptTimeout is the least time an attempt needs. An attempt starts
+	// only when at least this much remains of the call's deadline.
 	MinAttemptTimeout time.Duration
 	// AttemptTimeout caps one attempt (0: only the call's deadline).
 	AttemptTimeout time.Duration
@@ -47,40 +48,38 @@ type Policy struct {
 	// each retry, up to BackoffMax. Each sleep is drawn uniformly from
 	// [backoff/2, backoff] (equal jitter).
 	BackoffBase, BackoffMax time.Duration
-	// BudgetRatio is the retries and hedges the budget earns per first
-	// attempt (0 to 1; 0.2: one retry per five calls), and BudgetMin the
-	// tokens it holds at most and starts with (see [Dependency]).
+	// BudgetRatio is the retries and hedges the budget earns per first attempt
+	// (0 to 1; 0.2: one retry per five calls). BudgetMin is the tokens it holds
+	// at most and starts with (see [Dependency]).
 	BudgetRatio float64
 	BudgetMin   int
-	// HedgeDelay, when positive, starts another attempt each time this
-	// long passes without an answer (up to Attempts in flight). Hedging a
-	// call needs an idempotency key, unless SafeToHedge says that the
+	// HedgeDelay, when positive, starts another attempt each time this long
+	// passes without an answer (up to Attempts in flight). Hedging a call needs
+	// an idempotency key, unless SafeToHedge is set. SafeToHedge says that the
 	// dependency's calls are safe to repeat (reads).
 	HedgeDelay  time.Duration
 	SafeToHedge bool
-	// HedgeQuantile, when positive (below 1), replaces HedgeDelay by that
-	// quantile of the latencies of the dependency's last 128 successful
-	// attempts once 20 are in (e.g. 0.9: hedge the slowest tenth).
-	// HedgeDelay still turns hedging on, and is the delay until then.
+	// HedgeQuantile, when positive (below 1), replaces HedgeDelay by a quantile
+	// of recent latency (eg 0.9: hedge the slowest tenth). It is taken over the
+	// dependency's last 128 successful attempts, once 20 are in. HedgeDelay
+	// still turns hedging on, and is the delay until then.
 	HedgeQuantile float64
-	// CreateKey gives a call that carries no idempotency key a fresh one
-	// before its first attempt, so that every attempt carries the same
-	// key: set it when the dependency's operations take keys (e.g.
-	// Idempotency on billing.charge), so that a TIMEOUT or a lost answer
-	// is retried and answered once.
+	// CreateKey gives a call that carries no idempotency key a fresh one before
+	// its first attempt. So every attempt carries the same key. Set it when the
+	// dependency's operations take keys (eg Idempotency on billing.charge). A
+	// TIMEOUT or a lost answer is then retried and answered once.
 	CreateKey bool
-	// FailureThreshold, when positive, gives the dependency a circuit
-	// breaker that opens after this many consecutive failed attempts and
-	// fails calls fast for BreakDuration.
+	// FailureThreshold, when positive, gives the dependency a circuit breaker.
+	// It opens after this many consecutive failed attempts and fails calls fast
+	// for BreakDuration.
 	FailureThreshold int
 	BreakDuration    time.Duration
 }
 
-// DefaultPolicy returns the defaults: 3 attempts, an attempt needs 10 ms,
-// backoff 50 ms doubling to 1 s, a budget of 20 % of calls with a reserve of
-// 10, no hedging, a breaker opening after 5 consecutive failures for 5 s.
-// They follow the SRE book (3 attempts) and Finagle and failsafe-go's
-// budgets (0.2).
+// DefaultPolicy returns the defaults. A call makes 3 attempts, and an attempt
+// needs 10 ms. The backoff is 50 ms, doubling to 1 s. The budget is 20 % of
+// calls with a reserve of 10. There is no hedging. A breaker opens after 5
+// consecutive failures, for 5 s.
 func DefaultPolicy() Policy {
 	return Policy{
 		Attempts:          3,
