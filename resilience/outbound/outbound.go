@@ -88,38 +88,35 @@ func (d *Dependency) Reconfigure(p Policy) error {
 // tracerName names the tracer of the attempts' spans.
 const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 
-// Do runs one call. It calls attempt with a context derived from ctx. That
-// context has the same deadline, or a shorter one with AttemptTimeout. It has
-// the same baggage, the idempotency key included (or one made once by
-// CreateKey). It has a child span of its own. Do calls attempt again, after a
-// backoff, while four things hold. The outcome is retryable (see the package
-// doc), and attempts are left. The budget has a token, and the breaker is
-// closed. What remains of the deadline after the sleep still holds a
-// MinAttemptTimeout. A downstream's retry-after replaces a shorter backoff.
-// One that would end past the deadline ends the call at once.
+// Do runs one call. It calls attempt with a context derived from ctx, with
+// the same deadline (or a shorter one with AttemptTimeout). The context has
+// the same baggage, with the idempotency key (or one made once by CreateKey).
+// Do calls attempt again, after a backoff, while the outcome is retryable
+// (see the package doc) and attempts are left. The budget must have a token,
+// and the breaker must be closed. What remains of the deadline after the
+// sleep must still hold a MinAttemptTimeout. A downstream's retry-after
+// replaces a shorter backoff. One that would end past the deadline ends the
+// call at once.
 //
 // The context of the attempt whose success Do returns is not cancelled when
-// Do returns. So a response body read afterwards still reads. That context
-// ends with the call's context, or at AttemptTimeout. Every other attempt's
-// context is cancelled (a hedge that lost) or over.
+// Do returns, so a response body read afterwards still reads. That context
+// ends with the call's, or at AttemptTimeout. Every other attempt's context
+// is cancelled (a hedge that lost) or over.
 //
-// Each attempt has a child span of the caller's span, from the caller's
-// tracer provider. It is named "outbound <name>", with attributes
-// sundial.dependency, sundial.attempt and sundial.hedge. A call without a
-// span makes none.
+// Each attempt has a child span "outbound <name>" of the caller's span, from
+// the caller's tracer provider, with attributes sundial.dependency,
+// sundial.attempt and sundial.hedge. A call without a span makes none.
 //
-// Do returns the last attempt's error as it is (nil on success). That is the
-// downstream's answer, never a made-up one. Do makes an error of its own only
-// when no attempt ran. A dependency's open breaker gives UNAVAILABLE
-// [CodeDependencyOpen], with a retry-after. A deadline too close for
-// MinAttemptTimeout gives TIMEOUT resilience.CodeBudgetExhausted. The last
-// attempt may get no answer at all (refused, reset, nothing sent). The
-// outcome is then UNAVAILABLE [CodeDependencyUnavailable], wrapping its
-// error.
+// Do returns the last attempt's error as it is (nil on success): the
+// downstream's answer. Only when no attempt ran does Do make its own. An
+// open breaker gives UNAVAILABLE [CodeDependencyOpen], with a retry-after. A
+// deadline too close for MinAttemptTimeout gives TIMEOUT
+// resilience.CodeBudgetExhausted. A last attempt that got no answer at all
+// (refused, reset, nothing sent) gives UNAVAILABLE [CodeDependencyUnavailable],
+// wrapping its error.
 //
-// A nil *Dependency runs attempt once, with no policy. Kernel.Dependency
-// returns one for a name the configuration does not have. So a client given
-// one through an interface keeps working instead of panicking.
+// A nil *Dependency (Kernel.Dependency of an unknown name) runs attempt once
+// with no policy, so a client given one through an interface does not panic.
 func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error) error {
 	if d == nil {
 		return attempt(ctx)
