@@ -25,9 +25,10 @@ func protoSlot(p pipeline.Protocol) int {
 }
 
 // maxCodes bounds the distinct outcome codes (with their kinds) given their
-// own metric attributes per operation and protocol; further codes are
-// reported as otherCode, with their own kind. Codes are stable identifiers, so the bound is only a guard
-// against an application that puts variable text in them.
+// own metric attributes, per operation and protocol. Further codes are
+// reported as otherCode, with their own kind. Codes are stable identifiers.
+// So the bound is only a guard against an application that puts variable text
+// in them.
 const (
 	maxCodes  = 64
 	otherCode = "OTHER"

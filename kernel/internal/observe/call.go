@@ -34,23 +34,24 @@ type Call struct {
 }
 
 // Start starts observing inv, which arrived at start. When a tracer is
-// installed it starts the invocation's span, a child of ctx's span context
-// (a local span, or a caller's extracted with [telemetry.ExtractHTTP]
-// or [telemetry.ExtractGRPC]), and returns ctx carrying it: run the
-// invocation under that context so that outbound calls continue its
-// trace. End the returned Call with the invocation's outcome.
+// installed, it starts the invocation's span as a child of ctx's span
+// context. That is a local span, or a caller's extracted with
+// [telemetry.ExtractHTTP] or [telemetry.ExtractGRPC]. Start returns ctx
+// carrying the span. Run the invocation under that context, so that outbound
+// calls continue its trace. End the returned Call with the invocation's
+// outcome.
 //
-// When nothing observes the invocation — no tracer, the instruments
-// disabled (as with otel's no-op default) and no access log — or o is nil,
-// Start returns ctx and a nil *Call, and allocates nothing.
+// Nothing may observe the invocation: no tracer, the instruments disabled (as
+// with otel's no-op default) and no access log. Then, or when o is nil, Start
+// returns ctx and a nil *Call, and allocates nothing.
 func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Time) (context.Context, *Call) {
 	return o.StartTransport(ctx, inv, start, nil)
 }
 
 // StartTransport is Start for an invocation whose protocol request tr
-// describes (nil: none): the span and the OpenTelemetry conventions'
-// duration metric (MetricHTTPServerDuration, MetricRPCServerDuration) also
-// carry the conventions' HTTP or RPC server attributes.
+// describes (nil: none). The span and the conventions' duration metric then
+// also carry the conventions' HTTP or RPC server attributes. That metric is
+// MetricHTTPServerDuration or MetricRPCServerDuration.
 func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *telemetry.Transport) (context.Context, *Call) {
 	if o == nil {
 		return ctx, nil
@@ -86,10 +87,10 @@ func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start
 	return c.ctx, c
 }
 
-// TraceID returns the trace ID to report for the invocation (Problem
-// Details "traceId", logs): its span's, or — when no span was recorded —
-// the caller's, carried by the context given to Start (an incoming
-// traceparent), or "". It returns "" for a nil Call.
+// TraceID returns the trace ID to report for the invocation (Problem Details
+// "traceId", logs). That is its span's, or the caller's when no span was
+// recorded, or "". The caller's comes with the context given to Start (an
+// incoming traceparent). TraceID returns "" for a nil Call.
 func (c *Call) TraceID() string {
 	if c == nil {
 		return ""
@@ -100,14 +101,14 @@ func (c *Call) TraceID() string {
 	return ""
 }
 
-// End finishes observing the invocation, whose attributed outcome — what
-// its caller is told — is err (nil for success), at end: it ends the span,
-// records the metrics and writes the access-log line. Only the first call
-// of End has an effect; on a nil Call it does nothing.
+// End finishes observing the invocation at end. Its attributed outcome, what
+// its caller is told, is err (nil for success). End ends the span, records
+// the metrics and writes the access-log line. Only the first call of End has
+// an effect; on a nil Call it does nothing.
 //
 // When err is the TIMEOUT or CANCELLED outcome the kernel attributed over
-// another one (which it wraps as its cause), the span and the access log
-// report that original outcome beside the attributed one.
+// another one, it wraps that one as its cause. The span and the access log
+// then report that original outcome beside the attributed one.
 func (c *Call) End(err error, end time.Time) {
 	if c == nil || !c.ended.CompareAndSwap(false, true) {
 		return
@@ -195,9 +196,10 @@ func (c *Call) record(e *ending, end time.Time) {
 }
 
 // original returns the outcome the kernel's deadline attribution replaced
-// with perr — the cause of a KERNEL_TIMEOUT_001 or KERNEL_CANCELLED_001
-// outcome, as the handler returned it and the breaker classified it — or
-// nil when perr is no such outcome or its cause has the same code.
+// with perr. That is the cause of a KERNEL_TIMEOUT_001 or
+// KERNEL_CANCELLED_001 outcome, as the handler returned it and the breaker
+// classified it. It returns nil when perr is no such outcome, or its cause
+// has the same code.
 func original(perr *pipeline.Error) *pipeline.Error {
 	if perr == nil {
 		return nil

@@ -10,11 +10,11 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// Histogram bucket boundaries, in seconds. Durations start at 50 µs, so
-// that operations of a few hundred microseconds (an in-memory handler
-// behind the pipeline) are resolved, and follow a 1-2.5-5 series up to the
-// 10 s of OpenTelemetry's recommended HTTP boundaries; deadline budgets
-// reach further, up to the kernel's default MaxTimeout.
+// Histogram bucket boundaries, in seconds. Durations start at 50 µs. So
+// operations of a few hundred microseconds (an in-memory handler behind the
+// pipeline) are resolved. They follow a 1-2.5-5 series up to the 10 s of
+// OpenTelemetry's recommended HTTP boundaries. Deadline budgets reach
+// further, up to the kernel's default MaxTimeout.
 var (
 	durationBuckets  = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 	remainingBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}

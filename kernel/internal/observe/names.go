@@ -70,14 +70,14 @@ const (
 	// "invalid" (refused; the last good configuration stays) or
 	// "unchanged" (nothing to apply).
 	MetricConfigReloads = "sundial.config.reloads"
-	// MetricIdempotencyReplays counts the invocations answered with the
-	// stored outcome of an earlier call with the same idempotency key
-	// instead of running (Int64Counter), by operation and protocol
-	// (docs/idempotency.md). The other answers of the idempotency
-	// middleware are outcome codes of MetricInvocationDuration:
-	// KERNEL_CONFLICT_001 (still running), KERNEL_UNPROCESSABLE_001
-	// (another input), KERNEL_VALIDATION_004/_005 (key missing or
-	// malformed), KERNEL_UNAVAILABLE_006 (store unavailable).
+	// MetricIdempotencyReplays counts the invocations answered with the stored
+	// outcome of an earlier call with the same idempotency key, instead of
+	// running (Int64Counter). It counts them by operation and protocol
+	// (docs/idempotency.md). The other answers of the idempotency middleware are
+	// outcome codes of MetricInvocationDuration. They are KERNEL_CONFLICT_001
+	// (still running) and KERNEL_UNPROCESSABLE_001 (another input). They are
+	// KERNEL_VALIDATION_004/_005 (key missing or malformed) and
+	// KERNEL_UNAVAILABLE_006 (store unavailable).
 	MetricIdempotencyReplays = "sundial.idempotency.replays"
 	// MetricOutboundAttempts counts the attempts of outbound calls made
 	// through a configured dependency (Int64ObservableCounter), by

@@ -44,11 +44,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(t *Telemetry) { t.mp = mp })
 }
 
-// WithAccessLog writes one line per finished invocation to l at level Info
-// (Error for UNEXPECTED outcomes): operation or route, protocol, the
-// attributed kind and code, the original kind and code when they differ,
-// the duration, and the trace and span IDs when a span was recorded. The
-// default (and a nil l) writes nothing.
+// WithAccessLog writes one line per finished invocation to l, at level Info
+// (Error for UNEXPECTED outcomes). The line holds the operation or route, the
+// protocol, and the attributed kind and code. It holds the original kind and
+// code when they differ, and the duration. It holds the trace and span IDs
+// when a span was recorded. The default (and a nil l) writes nothing.
 func WithAccessLog(l *slog.Logger) Option {
 	return optionFunc(func(t *Telemetry) { t.access = l })
 }
@@ -109,10 +109,10 @@ type LimitState struct {
 	ConcurrencyLimited    bool
 	ConcurrencyQueueDepth int
 	InFlight              int
-	// ConcurrencyLimit is the concurrency limit enforced in this process
-	// (0: none, or counted in the store); AdaptiveLimit the adaptive
-	// controller's (0: none), enforced or, in shadow mode, the one it
-	// would apply.
+	// ConcurrencyLimit is the concurrency limit enforced in this process (0:
+	// none, or counted in the store). AdaptiveLimit is the adaptive controller's
+	// (0: none). It is the one enforced or, in shadow mode, the one it would
+	// apply.
 	ConcurrencyLimit, AdaptiveLimit int
 	// Clustered reports limits counted across replicas (Scope cluster);
 	// Degraded that the store is unreachable and OnStoreError applies.
@@ -256,12 +256,11 @@ func (t *Telemetry) Operation(op pipeline.Operation) *Op {
 // attributes; further routes share the route name "other".
 const maxRoutes = 256
 
-// Route returns the telemetry of a host endpoint, or of a call to an
-// unknown operation ID, whose spans and metrics are named by name (a route
-// such as "GET /healthz", or the ID). Results are cached by name; past
-// 256 distinct names, further ones share the metric attributes of the
-// name "other" (spans keep the invocation's own name). It returns nil when
-// t is nil.
+// Route returns the telemetry of a host endpoint, or of a call to an unknown
+// operation ID. Its spans and metrics are named by name: a route such as "GET
+// /healthz", or the ID. Results are cached by name. Past 256 distinct names,
+// further ones share the metric attributes of the name "other". Spans keep
+// the invocation's own name. Route returns nil when t is nil.
 func (t *Telemetry) Route(name string) *Op {
 	if t == nil {
 		return nil
