@@ -5,15 +5,12 @@ import (
 	"time"
 )
 
-// arrivalClock reads the time of a call's arrival, and of an observed
-// call's end. time.Now reads two clocks, the wall clock and the monotonic
-// one (about 40 ns each on a virtual machine's vDSO); arrivalClock reads
-// the monotonic clock alone and adds the time since a full reading it
-// keeps, taken again once that is a second old. The wall part of its times
-// can thus lag a step of the system clock (an NTP step, a manual set) by up
-// to a second; deadlines, budgets and durations use the monotonic part,
-// which is exact. No library offers this: Go's time package reads both
-// clocks on every Now.
+// arrivalClock reads the time of a call's arrival, and of an observed call's
+// end. It reads the monotonic clock alone, where time.Now reads two clocks.
+// It adds the time since a full reading it keeps, taken again once that is a
+// second old. So the wall part of its times can lag a step of the system
+// clock by up to a second: an NTP step, a manual set. Deadlines, budgets and
+// durations use the monotonic part, which is exact.
 type arrivalClock struct {
 	base atomic.Pointer[time.Time]
 }

@@ -30,8 +30,8 @@ import (
 const delimiter = "::"
 
 // defaultMaxTimeout is Sundial.Kernel.MaxTimeoutSeconds when the config does
-// not set it: no inbound deadline, however far in the future, lets a call
-// run longer.
+// not set it. No inbound deadline, however far in the future, lets a call run
+// longer.
 const defaultMaxTimeout = 5 * time.Minute
 
 // parsedSettings is the parsed section Sundial.Kernel (minus Resilience).
@@ -43,12 +43,11 @@ type parsedSettings struct {
 	// Limits (key UseBuiltInMiddleware, boolean, default
 	// true). When false, the Resilience section is not read.
 	UseBuiltInMiddleware bool
-	// MaxStragglers bounds the invocations still running after their
-	// answer left at the deadline (handlers that ignore their context; key
-	// MaxStragglers, integer > 0, default defaultMaxStragglers). While
-	// that many run, every new call is answered 503
-	// KERNEL_UNAVAILABLE_005 with a retry-after of 1 second, and runs
-	// nothing.
+	// MaxStragglers bounds the invocations still running after their answer left
+	// at the deadline. Those are handlers that ignore their context. The key is
+	// MaxStragglers, an integer > 0, by default defaultMaxStragglers. While that
+	// many run, every new call is answered 503 KERNEL_UNAVAILABLE_005 and runs
+	// nothing. Its retry-after is 1 second.
 	MaxStragglers int
 	// Redis is the store of cluster-scoped limits (key Redis, object; see
 	// redisSettings and docs/cluster.md); nil when not configured.
@@ -105,8 +104,8 @@ func loadConfig(o *options) (*koanf.Koanf, error) {
 }
 
 // knownNames are canonical spellings that environment variable names are
-// mapped to, case-insensitively: the kernel's keys, then those of the
-// Resilience section (its table, kernel/internal/config).
+// mapped to, case-insensitively. The kernel's keys come first, then those of
+// the Resilience section (its table, kernel/internal/config).
 var knownNames = slices.Concat([]string{
 	"Sundial", "Kernel", "Resilience", "MaxTimeoutSeconds", "MaxStragglers", "UseBuiltInMiddleware",
 	"Redis", "Address", "DB", "Username", "PasswordEnv", "TLS", "ServerName", "CAFile", "PoolSize", "KeyPrefix",
@@ -263,10 +262,10 @@ func parseUseBuiltIn(s *parsedSettings, v any, path string) error {
 	return nil
 }
 
-// checkDocument rejects what koanf would silently reinterpret: a document
-// that is not a JSON object, a "Sundial" member that is not an object, and
-// keys containing the path delimiter (a key "Sundial::Kernel" must not
-// stand for the nested section).
+// checkDocument rejects what koanf would silently reinterpret. That is a
+// document that is not a JSON object, or a "Sundial" member that is not an
+// object. It is also a key containing the path delimiter: a key
+// "Sundial::Kernel" must not stand for the nested section.
 func checkDocument(b []byte, what string) error {
 	if err := validDocument(b); err != nil {
 		return fmt.Errorf("kernel: %s: %w", what, err)
@@ -331,10 +330,10 @@ func (e *ConfigFileError) Error() string {
 
 func (e *ConfigFileError) Unwrap() error { return e.Err }
 
-// readConfigFile reads the file at path, which must be a regular file of
-// at most MaxConfigFileBytes. A device, a pipe, a socket or a directory
-// is refused before it is opened, so that none blocks or streams without
-// end; a file that grows past the bound while being read is refused too.
+// readConfigFile reads the file at path, which must be a regular file of at
+// most MaxConfigFileBytes. A device, a pipe, a socket or a directory is
+// refused before it is opened. So none blocks or streams without end. A file
+// that grows past the bound while being read is refused too.
 func readConfigFile(path string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {

@@ -79,11 +79,11 @@ func parseIdempotencyStore(raw any, path string) (*idempotencyStoreSettings, err
 	return st, nil
 }
 
-// setUpIdempotency picks the store when some operation enables
-// idempotency keys. An operation whose output type is an interface cannot
-// take them: a replay decodes the stored output into the output type, and
-// JSON cannot restore the dynamic type behind an interface (the first call
-// would succeed and every replay fail).
+// setUpIdempotency picks the store when some operation enables idempotency
+// keys. An operation whose output type is an interface cannot take them. A
+// replay decodes the stored output into the output type. JSON cannot restore
+// the dynamic type behind an interface. So the first call would succeed and
+// every replay fail.
 func (k *Kernel) setUpIdempotency(o *options, pols policies) error {
 	for _, d := range o.registry.All() {
 		if p := pols.idempotencyFor(d.ID); p.Enabled {

@@ -76,16 +76,16 @@ func WithConfigFile(path string) Option {
 	return optionFunc(func(o *options) { o.configFile = path })
 }
 
-// WithEnv enables environment overrides: variables starting with prefix
-// (e.g. "SUNDIAL_") override config keys. After the prefix, "__" separates
-// key segments, matched case-insensitively; the segment after Operations is
-// an operation ID with "_" standing for ".":
+// WithEnv enables environment overrides: variables starting with prefix (eg
+// "SUNDIAL_") override config keys. After the prefix, "__" separates key
+// segments, matched case-insensitively. The segment after Operations is an
+// operation ID, with "_" standing for ".". For example:
 //
 //	SUNDIAL_KERNEL__MAXTIMEOUTSECONDS=10
 //	SUNDIAL_KERNEL__RESILIENCE__OPERATIONS__ORDERS_CREATE__PERMITLIMIT=5
 //
 // Values are read as JSON scalars (numbers, booleans), else as strings.
-// Off by default; an empty prefix is a no-op.
+// Environment overrides are off by default. An empty prefix is a no-op.
 func WithEnv(prefix string) Option {
 	return optionFunc(func(o *options) { o.envPrefix = prefix })
 }
@@ -96,13 +96,12 @@ func withEnviron(environ func() []string) Option {
 	return optionFunc(func(o *options) { o.environ = environ })
 }
 
-// WithLogger sets the logger for panics, late results, configuration
-// warnings and other framework events. The adapters write their request
-// logs to it too, unless given their own. The default writes Warn and
-// above to slog.Default, as it is when each record is written: a
-// misspelt operation ID and the cause of an UNEXPECTED outcome reach
-// stderr, while the request logs at Info cost nothing. A nil logger is a
-// no-op.
+// WithLogger sets the logger for panics, late results, configuration warnings
+// and other framework events. The adapters write their request logs to it
+// too, unless given their own. The default writes Warn and above to
+// slog.Default, as it is when each record is written. So a misspelt operation
+// ID and the cause of an UNEXPECTED outcome reach stderr. The request logs at
+// Info cost nothing. A nil logger is a no-op.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) {
 		if l != nil {
@@ -111,22 +110,19 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithWorkers makes Handle (the gRPC and CLI adapters' entry point) run
-// chains on worker goroutines that stay for further calls until they have
-// been idle for idle, instead of on a new goroutine per call — as grpc-go's
-// own grpc.NumStreamWorkers does for streams. A new goroutine starts with
-// a small stack that the runtime copies, frame by frame, each time the
-// chain outgrows it; a worker keeps its grown stack. Worth it for a server
-// under load (the shop's gRPC benchmark at 64 connections: 0.89x bare
-// grpc-go with a goroutine per call, 0.93-1.00x with workers).
+// WithWorkers makes Handle run chains on worker goroutines, instead of on a
+// new goroutine per call. Handle is the gRPC and CLI adapters' entry point. A
+// worker stays for further calls until it has been idle for idle. A new
+// goroutine starts with a small stack that grows by copying; a worker keeps
+// its grown stack. Use it for a server under load (docs/performance.md).
 //
-// A worker serves one call after another: goroutine state a handler
-// leaves changed (pprof labels, runtime.LockOSThread without an unlock)
-// carries over to later calls, as with grpc-go's workers. Idle workers
-// outlive the calls that started them: Kernel.Wait, which a
-// server calls at shutdown, dismisses them, and so must a test under
-// testing/synctest before its bubble ends. The default, and 0 or a
-// negative idle, is a goroutine per call.
+// A worker serves one call after another. So goroutine state a handler leaves
+// changed carries over to later calls, as with grpc-go's workers. Examples
+// are pprof labels, or runtime.LockOSThread without an unlock. Idle workers
+// outlive the calls that started them. Kernel.Wait, which a server calls at
+// shutdown, dismisses them. So must a test under testing/synctest before its
+// bubble ends. The default, and 0 or a negative idle, is a goroutine per
+// call.
 func WithWorkers(idle time.Duration) Option {
 	return optionFunc(func(o *options) { o.workerIdle = max(idle, 0) })
 }
@@ -173,9 +169,8 @@ type Kernel struct {
 	// (see Settings.MaxStragglers).
 	stragglers atomic.Int64
 
-	// baggageLog and lateLog are logger, sampled: callers cause their
-	// records at will (too much baggage; calls to a handler that ignores
-	// its context).
+	// baggageLog and lateLog are logger, sampled. Callers cause their records at
+	// will: too much baggage, or calls to a handler that ignores its context.
 	baggageLog, lateLog *slog.Logger
 
 	// With WithWorkers, Handle's chains run on workers: jobs hands a call
@@ -192,9 +187,9 @@ type Kernel struct {
 	// Cluster-scoped limits (redis.go).
 	rdb       redis.UniversalClient
 	ownsRedis bool
-	// store is the cluster store, made by New or by the first Reload that
-	// scopes an operation to the cluster; read by calls, Status and
-	// Close concurrently with that Reload.
+	// store is the cluster store, made by New or by the first Reload that scopes
+	// an operation to the cluster. Calls, Status and Close read it concurrently
+	// with that Reload.
 	store     atomic.Pointer[cluster.Store]
 	closed    bool // set by Close under reloadMu: Reload refuses after it
 	closeOnce sync.Once
@@ -411,10 +406,11 @@ func (k *Kernel) PolicyFor(id string) resilience.Policy {
 }
 
 // limitsOf returns the breaker, rate limit and concurrency limit of the
-// operation id — for observing their state — or nil when the operation
-// has none of them (nothing configured, built-in middleware off, or an
-// unknown id). The methods of a nil *Limits report an idle, closed state.
-// After a reload it reports the limits then in force.
+// operation id, for observing their state. It returns nil when the operation
+// has none of them. That is so when nothing is configured, the built-in
+// middleware is off, or the id is unknown. The methods of a nil *Limits
+// report an idle, closed state. After a reload it reports the limits then in
+// force.
 func (k *Kernel) limitsOf(id string) *resilience.Limits {
 	if l := k.limits[id]; l != nil && l.Policy().Limited() {
 		return l

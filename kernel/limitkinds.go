@@ -14,25 +14,25 @@ import (
 // limitKind builds a limit of its kind for an operation (WithLimitKind).
 type limitKind = func(id string, config json.RawMessage) (resilience.Limit, error)
 
-// WithLimitKind registers the limit kind name, so that the configuration
-// can put limits of that kind on operations:
+// WithLimitKind registers the limit kind name, so that the configuration can
+// put limits of that kind on operations:
 //
 //	"Operations": {"orders.create": {"Limits": {"tenant-inflight": {"PerTenant": 2}}}}
 //
 // Each operation gets its own limit, built by build, after the built-in
-// limits and right before the handler. build gets the operation's ID and
-// the object the kind names in its Limits key (docs/policy-keys.md); an
-// error refuses the configuration, at New or at a reload, with the key
-// path. A reload that changes an
-// operation's Limits builds its limits anew (calls holding the old ones
-// finish under them); one that leaves them as they are keeps them.
+// limits and right before the handler. build gets the operation's ID and the
+// object the kind names in its Limits key (docs/policy-keys.md). An error
+// refuses the configuration, at New or at a reload, with the key path. A
+// reload that changes an operation's Limits builds its limits anew. Calls
+// holding the old ones finish under them. A reload that leaves them as they
+// are keeps them.
 //
-// A limit that implements io.Closer is closed once it has left the chain:
-// after the reload that replaced or dropped it, after a refused reload for
-// one built for it, and at Kernel.Close. Calls that met it before may
-// still give back their permits after Close, so its Release must keep
-// working. Return a new limit from each build: one shared by operations is
-// closed when the first of them drops it.
+// A limit that implements io.Closer is closed once it has left the chain.
+// That is after the reload that replaced or dropped it, and after a refused
+// reload for one built for it. Kernel.Close closes it too. Calls that met it
+// before may still give back their permits after Close, so its Release must
+// keep working. Return a new limit from each build. One shared by operations
+// is closed when the first of them drops it.
 func WithLimitKind(name string, build func(id string, config json.RawMessage) (resilience.Limit, error)) Option {
 	return optionFunc(func(o *options) {
 		if name == "" || build == nil {
@@ -54,8 +54,8 @@ type customLimits struct {
 	lims []resilience.Limit // as built, for close
 }
 
-// close closes the limits of c that are io.Closers (c has left the chain
-// of the operation id, or never entered it); an error is logged.
+// close closes the limits of c that are io.Closers; an error is logged. c has
+// left the chain of the operation id, or never entered it.
 func (k *Kernel) closeCustom(id string, c customLimits) {
 	for _, lim := range c.lims {
 		if cl, ok := lim.(io.Closer); ok {
@@ -77,10 +77,10 @@ func closeLimit(cl io.Closer) (err error) {
 	return cl.Close()
 }
 
-// buildCustom builds the limits of your own kinds of the operation id
-// from its Limits configuration from (as the policies ps resolve it), or
-// returns old when from is old's. Errors name the key path of the Limits
-// object that set them; the limits built before the error are closed.
+// buildCustom builds the limits of your own kinds of the operation id from
+// its Limits configuration from. The policies ps resolve that configuration.
+// It returns old when from is old's. Errors name the key path of the Limits
+// object that set them. The limits built before the error are closed.
 func (k *Kernel) buildCustom(ps policies, id, from string, old customLimits) (c customLimits, err error) {
 	if from == old.from {
 		return old, nil

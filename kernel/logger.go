@@ -62,10 +62,11 @@ var stderrHandler = slog.NewTextHandler(os.Stderr, nil)
 // passing marks the context of a record a defaultHandler passes on.
 type passing struct{}
 
-// target returns the handler of slog.Default and the context to give it.
-// It returns stderrHandler when that handler would hand the record back to
-// a defaultHandler: it is one (slog.SetDefault(k.Logger())), or ctx shows
-// that the record came round once already (a handler that wraps one).
+// target returns the handler of slog.Default and the context to give it. It
+// returns stderrHandler when that handler would hand the record back to a
+// defaultHandler. That is so when it is one (slog.SetDefault(k.Logger())). It
+// is so too when ctx shows that the record came round once already (a handler
+// that wraps one).
 func target(ctx context.Context) (slog.Handler, context.Context) {
 	if ctx == nil {
 		ctx = context.Background()

@@ -328,13 +328,13 @@ func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Opt
 	return opts
 }
 
-// Close releases what the kernel holds outside the process: it stops the
-// cluster store (removing this replica from the count) and closes the
-// Redis client the kernel made itself (not one handed in with WithRedis)
-// and the limits of your own kinds that are io.Closers (WithLimitKind).
-// Call it after the servers have stopped. It is safe to call more than
-// once, and concurrently with Reload: a Reload after Close returns
-// ErrClosed (it would start a store nothing stops).
+// Close releases what the kernel holds outside the process. It stops the
+// cluster store, removing this replica from the count. It closes the Redis
+// client the kernel made itself, but not one handed in with WithRedis. It
+// closes the limits of your own kinds that are io.Closers (WithLimitKind).
+// Call it after the servers have stopped. It is safe to call more than once,
+// and concurrently with Reload. A Reload after Close returns ErrClosed: it
+// would start a store nothing stops.
 func (k *Kernel) Close() error {
 	var err error
 	k.closeOnce.Do(func() {

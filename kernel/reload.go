@@ -34,30 +34,30 @@ const (
 
 var reloadResults = [...]string{ReloadOK, ReloadInvalid, ReloadUnchanged}
 
-// startupOnly are the keys of Sundial.Kernel that a reload does not
-// apply: changing them takes a restart, and a reload that changes them
-// logs that it ignored them.
+// startupOnly are the keys of Sundial.Kernel that a reload does not apply.
+// Changing them takes a restart. A reload that changes them logs that it
+// ignored them.
 var startupOnly = []string{"UseBuiltInMiddleware", "Redis", "IdempotencyStore"}
 
 // ErrClosed is returned by Reload after Close.
 var ErrClosed = errors.New("kernel: closed")
 
-// Reload reads the configuration again — the JSON documents, the config
-// file and the environment, as New does — validates all of it with the
-// rules of New, and puts it in force at once, or not at all: on any error
-// the configuration in force stays, the error (which names the key path)
-// is logged and returned, and the reload is counted as invalid. It returns
-// the result: ReloadOK, ReloadInvalid or ReloadUnchanged (the document
-// says what is already in force).
+// Reload reads the configuration again, as New does: the JSON documents, the
+// config file and the environment. It validates all of it with the rules of
+// New. It puts it in force at once, or not at all. On any error the
+// configuration in force stays. The error, which names the key path, is
+// logged and returned, and the reload is counted as invalid. Reload returns
+// the result: ReloadOK, ReloadInvalid or ReloadUnchanged. ReloadUnchanged
+// means the document says what is already in force.
 //
-// What a reload applies, per operation and in place (see
-// docs/resilience.md, "Changing limits at run time"): the resilience
-// policies, whose limiters keep what they know
-// ([resilience.Limits.Update]), TimeoutSeconds, and the
-// kernel-wide MaxTimeoutSeconds and MaxStragglers, for the invocations
-// that arrive after it. The startup-only keys (UseBuiltInMiddleware,
-// Redis, IdempotencyStore, and each operation's Idempotency) keep their value from New; a reload that changes one logs that
-// it is ignored. Reloads are serialised; calls are never blocked by one.
+// A reload applies these per operation, in place, for the invocations that
+// arrive after it. They are the resilience policies, whose limiters keep what
+// they know ([resilience.Limits.Update]), and TimeoutSeconds. The kernel-wide
+// MaxTimeoutSeconds and MaxStragglers apply too. See docs/resilience.md,
+// "Changing limits at run time". The startup-only keys keep their value from
+// New. They are UseBuiltInMiddleware, Redis, IdempotencyStore, and each
+// operation's Idempotency. A reload that changes one logs that it is ignored.
+// Reloads are serialised; calls are never blocked by one.
 func (k *Kernel) Reload() (string, error) {
 	k.reloadMu.Lock()
 	defer k.reloadMu.Unlock()
@@ -116,9 +116,9 @@ type change struct {
 	custom customLimits
 }
 
-// changes returns the operations whose keys lc changes from old, with
-// their limits of your own kinds built (an error refuses the reload
-// before anything is applied).
+// changes returns the operations whose keys lc changes from old, with their
+// limits of your own kinds built. An error refuses the reload before anything
+// is applied.
 func (k *Kernel) changes(old, lc *liveConfig) ([]change, error) {
 	var out []change
 	for _, d := range k.registry.All() {
@@ -182,16 +182,16 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 	return lc, nil
 }
 
-// inForce returns what the keys of the operation id hold in force: the
-// reloadable ones as lc says, the start-up only ones (Idempotency) as New
-// read them.
+// inForce returns what the keys of the operation id hold in force. The
+// reloadable ones are as lc says. The start-up only ones (Idempotency) are as
+// New read them.
 func (k *Kernel) inForce(lc *liveConfig, id string) config.Target {
 	return config.Target{Policy: lc.policies.policyFor(id), Idempotency: k.idemPol[id], Custom: k.customTarget(id)}
 }
 
-// warnStartupOnly logs, for each operation, the keys of its policy read at
-// start-up only that the policies ps change: their change is ignored
-// until a restart.
+// warnStartupOnly logs, for each operation, the keys of its policy that the
+// policies ps change but that are read at start-up only. Their change is
+// ignored until a restart.
 func (k *Kernel) warnStartupOnly(ps policies) {
 	lc := k.live.Load()
 	for _, d := range k.registry.All() {
@@ -203,9 +203,9 @@ func (k *Kernel) warnStartupOnly(ps policies) {
 	}
 }
 
-// keyPath returns the key path a configuration error names ("" when it
-// names none, e.g. a JSON syntax error): the errors of New and Reload read
-// "kernel: <path>: <what is wrong>".
+// keyPath returns the key path a configuration error names. It returns ""
+// when the error names none, eg a JSON syntax error. The errors of New and
+// Reload read "kernel: <path>: <what is wrong>".
 func keyPath(err error) string {
 	msg := strings.TrimPrefix(err.Error(), "kernel: ")
 	path, _, ok := strings.Cut(msg, ": ")
@@ -225,8 +225,8 @@ func (k *Kernel) countReload(result string) {
 }
 
 // warnUnregistered warns of overrides for operations this kernel does not
-// serve: allowed (one config file may serve several services) but most
-// likely a typo that leaves a limit unapplied.
+// serve. They are allowed, as one config file may serve several services. But
+// most likely a typo leaves a limit unapplied.
 func (k *Kernel) warnUnregistered(ps policies) {
 	for _, id := range ps.operationIDs() {
 		if _, ok := k.registry.Lookup(id); !ok {
@@ -245,18 +245,18 @@ const defaultWatchDebounce = 100 * time.Millisecond
 var errNoConfigFile = errors.New("kernel: WatchConfig: no config file (WithConfigFile)")
 
 // WatchConfig reloads the configuration (Reload) whenever the config file
-// given to WithConfigFile changes, until ctx ends; it returns then, with
-// its watcher stopped. Run it on a goroutine of its own.
+// given to WithConfigFile changes, until ctx ends. It returns then, with its
+// watcher stopped. Run it on a goroutine of its own.
 //
-// It watches the file's directory (koanf's file provider, on fsnotify), so
-// that every way of replacing the file is seen: an editor's write to a
-// temporary file renamed over it, a write in place, a Kubernetes
-// ConfigMap's swap of the ..data symlink, and a removal followed by a new
-// file (the provider stops watching at a removal; WatchConfig arms it
-// again as soon as the file is back, and reloads). Changes are debounced:
-// the reload runs once the file has been quiet for debounce (0:
-// 100 ms), so a burst of events makes one reload. A file
-// that cannot be watched on the first try is an error.
+// It watches the file's directory (koanf's file provider, on fsnotify). So
+// every way of replacing the file is seen. An editor may write a temporary
+// file and rename it over the file, or write in place. A Kubernetes ConfigMap
+// swaps the ..data symlink. A removal may be followed by a new file. The
+// provider stops watching at a removal; WatchConfig arms it again as soon as
+// the file is back, and reloads. Changes are debounced. The reload runs once
+// the file has been quiet for debounce (0: 100 ms), so a burst of events
+// makes one reload. A file that cannot be watched on the first try is an
+// error.
 func (k *Kernel) WatchConfig(ctx context.Context, debounce time.Duration) error {
 	path := k.opts.configFile
 	if path == "" {

@@ -12,8 +12,8 @@ import (
 )
 
 // Status is a snapshot of the kernel for a status page (see
-// httpadapter.StatusPage): every operation with its effective policy and
-// the live state of its limits, and the kernel-wide counts.
+// httpadapter.StatusPage). It holds every operation with its effective policy
+// and the live state of its limits. It holds the kernel-wide counts too.
 type Status struct {
 	// Stragglers are invocations still running after their answer left
 	// (MaxStragglers bounds them); Running counts every guarded invocation
@@ -50,9 +50,9 @@ type OperationStatus struct {
 	Shadowed resilience.Rejections
 	// Degraded: Scope cluster and the store unreachable.
 	Degraded bool
-	// Calls, P50 and P99 describe the answers of the last 30 to 60 seconds
-	// (rejections included); zero when there were none, and always with
-	// the kernel's telemetry off (WithTelemetry(false)), whose clock
+	// Calls, P50 and P99 describe the answers of the last 30 to 60 seconds,
+	// rejections included. They are zero when there were none. They are always
+	// zero with the kernel's telemetry off (WithTelemetry(false)), whose clock
 	// readings they reuse.
 	Calls    int64
 	P50, P99 time.Duration
@@ -106,11 +106,11 @@ func breakerName(p resilience.Policy, b resilience.BreakerState) string {
 	return "closed"
 }
 
-// latency is a histogram of one operation's answer times over the last 30
-// to 60 seconds: the current period and the one before. Buckets are
+// latency is a histogram of one operation's answer times over the last 30 to
+// 60 seconds. It keeps the current period and the one before. Buckets are
 // log-scaled (four per doubling of nanoseconds), so a quantile is off by at
-// most 19 %. Recording is an atomic add; a period is replaced by the first
-// call after it ended.
+// most 19 %. Recording is an atomic add. The first call after a period ended
+// replaces it.
 type latency struct {
 	cur, prev atomic.Pointer[latPeriod]
 }

@@ -22,11 +22,12 @@ type telemetryOptions struct {
 	t        *observe.Telemetry // set by newTelemetry
 }
 
-// WithTelemetry turns the kernel's telemetry (kernel/internal/observe: one
-// span per invocation, the invocation metrics, the access log — for every
-// answer, early rejections and answers at the deadline included) on or
-// off. It is on by default; with otel's no-op default
-// providers it costs next to nothing, so turn it off only to replace it.
+// WithTelemetry turns the kernel's telemetry on or off. That is one span per
+// invocation, the invocation metrics and the access log
+// (kernel/internal/observe). They cover every answer, early rejections and
+// answers at the deadline included. Telemetry is on by default. With otel's
+// no-op default providers it costs next to nothing, so turn it off only to
+// replace it.
 func WithTelemetry(enabled bool) Option {
 	return optionFunc(func(o *options) { o.telemetry.disabled = !enabled })
 }
