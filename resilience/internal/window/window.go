@@ -1,19 +1,20 @@
 // Package window is the bookkeeping of a fixed-window rate limiter with a
-// queue: which window each admitted or queued call takes a permit in.
+// queue. It tracks which window each admitted or queued call takes a permit
+// in.
 //
-// Time is an offset from the limiter's origin; window i covers
-// [i*Length, (i+1)*Length). Nothing here reads the clock, sleeps or locks:
-// the caller serialises access and waits (see resilience.FixedWindow).
+// Time is an offset from the limiter's origin; window i covers [i*Length,
+// (i+1)*Length). Nothing here reads the clock, sleeps or locks. The caller
+// serialises access and waits (see resilience.FixedWindow).
 //
-// A call that finds the current window used up joins a FIFO queue and
-// waits for a later window. The queue is packed: its i-th waiter holds a
-// permit in window cur+1+i/Limit, so the oldest waiter is admitted first.
-// A waiter that gives up leaves the queue and every waiter behind it moves
-// up one place — into an earlier window when it crosses a window boundary,
-// which its Moved channel reports — so a later arrival never takes a freed
+// A call that finds the current window used up joins a FIFO queue and waits
+// for a later window. The queue is packed: its i-th waiter holds a permit in
+// window cur+1+i/Limit. So the oldest waiter is admitted first. A waiter that
+// gives up leaves the queue, and every waiter behind it moves up one place. A
+// waiter that crosses a window boundary so moves into an earlier window,
+// which its Moved channel reports. So a later arrival never takes a freed
 // permit ahead of an older waiter. A waiter only ever moves to an earlier
-// window, so none is admitted later than the window it was first given.
-// At most Limit permits are ever taken in one window.
+// window. So none is admitted later than the window it was first given. At
+// most Limit permits are ever taken in one window.
 package window
 
 import (
@@ -205,14 +206,14 @@ func notify(wt *Waiter) {
 	}
 }
 
-// SetLimit changes the permits per window, at now, keeping the permits
-// taken in the current window: with a lower limit nothing more is
-// admitted in it until they fall below the new one, i.e. not before the
-// next window. Every waiter is given the window of its place under the
-// new limit — a later one when the limit is lower, an earlier one when it
-// is higher, the current one for the oldest while permits are left in it —
-// and those whose window changed are told on Moved. No waiter is dropped.
-// limit must be positive.
+// SetLimit changes the permits per window, at now, keeping the permits taken
+// in the current window. With a lower limit, nothing more is admitted in it
+// until they fall below the new one, ie not before the next window. Every
+// waiter is given the window of its place under the new limit. That is a
+// later one when the limit is lower, and an earlier one when it is higher.
+// The oldest get the current one while permits are left in it. Those whose
+// window changed are told on Moved. No waiter is dropped. limit must be
+// positive.
 func (w *Window) SetLimit(now time.Duration, limit int) {
 	w.Advance(now)
 	w.limit = int64(limit)
