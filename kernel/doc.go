@@ -23,8 +23,8 @@
 // call the adapter turned away before the pipeline ([Request.Reject])
 // included. Last, it runs the operation's chain and returns the [Outcome].
 //
-// The methods [Kernel.Invoke] and [Call] run the chain on the caller's
-// goroutine. The methods [Kernel.Serve] (HTTP) and [Kernel.Handle] (gRPC,
+// Both [Kernel.Invoke] and [Call] run the chain on the caller's goroutine.
+// The methods [Kernel.Serve] (HTTP) and [Kernel.Handle] (gRPC,
 // the CLI) also guarantee that the answer leaves at the deadline, whatever
 // the handler does. A handler that ignores its context keeps running, and
 // keeps its concurrency slot. Meanwhile the caller gets TIMEOUT (CANCELLED
