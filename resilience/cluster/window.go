@@ -32,13 +32,13 @@ import (
 // counts as the current window. A record with fields a (reservations) and l
 // (the limit they were filled under) is read as f = floor(a/l), o = the rest.
 //
-// ARGV holds the limit, the length (µs) and the queue limit. Then the
-// caller's remaining time (µs; -1 for none). Then the most permits of the
-// current window to take (1 when absent; more is a lease, lease.go). Last
-// comes a charge: a window index and a count of calls a replica's local
-// fallback admitted in it (fallback.go). The charge is added to the current
-// window's count first when that index is not before it. Numbers written back
-// are formatted as integers (Lua's default %.14g would round a large index).
+// ARGV: limit, length (µs), queue limit, the caller's remaining time (µs;
+// -1 for none). Then the most permits of the current window to take (1
+// when absent; more is a lease, lease.go). Last, a charge: a window index
+// and a count of calls a replica's local fallback admitted in it
+// (fallback.go), added to the current window's count first when that index
+// is not before it. Numbers written back are integers (Lua's %.14g would
+// round a large index).
 //
 // It returns {decision, µs, remaining, reset µs, permits taken, window index,
 // current index}. Decision 1: admitted now. Decision 2: a permit reserved in
