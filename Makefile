@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
 BENCH     ?= .
-BENCHPKGS ?= ./kernel ./samples/shop
+BENCHPKGS ?= ./kernel ./samples/shop/systemtest
 FUZZTIME  ?= 10s
 
 .PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean
@@ -78,7 +78,7 @@ FUZZ_TARGETS = \
 	./adapters/cliadapter:FuzzParseTimeout \
 	./adapters/grpcadapter:FuzzDecode \
 	./resilience/internal/limitkey:FuzzCheck \
-	./samples/shop:FuzzShopOrderInput
+	./samples/shop/systemtest:FuzzShopOrderInput
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -93,7 +93,7 @@ fuzz:
 ## where taskset allows (build tag `stress`; bounded, stops by itself,
 ## prints its figures)
 stress:
-	$(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 12m ./samples/shop
+	$(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 12m ./samples/shop/systemtest
 
 clean:
 	rm -rf bin

@@ -129,11 +129,18 @@ func kindOfStatus(status int) pipeline.Kind {
 // response), and nothing bounding the call as a whole — the Go rendering
 // of a client configured with "timeout=1s" that means per read. A body
 // that drips one byte every 500 ms never trips it.
-func newPlainTransport(readTimeout time.Duration) *http.Transport {
+//
+// It connects with dial when it is set, else over TCP; either way a
+// connection not made within readTimeout fails.
+func newPlainTransport(readTimeout time.Duration, dial dialFunc) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	d := &net.Dialer{Timeout: readTimeout}
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
+		ctx, cancel := context.WithTimeout(ctx, readTimeout)
+		defer cancel()
+		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -159,9 +166,10 @@ func (c *readTimeoutConn) Read(p []byte) (int, error) {
 // newServiceClient returns the HTTP client a chain service uses for its
 // internal dependencies: the plain per-read-timeout transport under
 // Sundial's outbound Transport, which writes what remains of the request
-// context's deadline on every request (every retry attempt).
-func newServiceClient(readTimeout time.Duration) *http.Client {
-	return &http.Client{Transport: httpadapter.NewTransport(newPlainTransport(readTimeout))}
+// context's deadline on every request (every retry attempt). dial, if
+// set, makes its connections instead of TCP.
+func newServiceClient(readTimeout time.Duration, dial dialFunc) *http.Client {
+	return &http.Client{Transport: httpadapter.NewTransport(newPlainTransport(readTimeout, dial))}
 }
 
 // counter hands out increasing numbers.

@@ -99,7 +99,7 @@ func TestDependencyDown(t *testing.T) {
 	}
 	down := "http://" + ln.Addr().String()
 	ln.Close() // nothing listens there any more
-	o := NewOrders(OrdersConfig{Inventory: down, Backoff: time.Millisecond}, newJournal("orders", nil), newServiceClient(time.Second), nil)
+	o := NewOrders(OrdersConfig{Inventory: down, Backoff: time.Millisecond}, newJournal("orders", nil), newServiceClient(time.Second, nil), nil)
 	_, err = o.Stock(context.Background(), StockCheck{Item: "book"})
 	if pe := pipeline.AsError(err); pe.Kind() != pipeline.KindUnavailable || pe.Code() != "ORDERS_UNAVAILABLE_002" {
 		t.Errorf("Stock with Inventory down = %v, want UNAVAILABLE ORDERS_UNAVAILABLE_002", err)

@@ -19,11 +19,27 @@ type ClusterConfig struct {
 	// "orders", "inventory", "billing"); a missing role listens on
 	// "127.0.0.1:0".
 	Listen map[string]string
+	// Network, if set, opens the roles' listeners and connects the roles
+	// to one another instead of TCP: tests use an in-memory network. Listen
+	// is then ignored.
+	Network Network
 	// ConfigFile is loaded over the embedded config by every role.
 	ConfigFile string
 	// Logger returns the logger of a role (nil, or a nil result: discard).
 	Logger func(role string) *slog.Logger
 }
+
+// Network is where the roles of a Cluster listen and how they reach one
+// another.
+type Network interface {
+	// Listen opens the listener of role.
+	Listen(role string) (net.Listener, error)
+	// DialContext connects to the address of a listener Listen opened.
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// dialFunc connects to an address, as net.Dialer's DialContext does.
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // Cluster is the four roles running in one process, each on its own
 // listener, talking to each other over real sockets exactly as separate
@@ -38,6 +54,7 @@ type Cluster struct {
 	Addrs map[string]string
 
 	servers []*server // in start order
+	network Network   // ClusterConfig.Network
 }
 
 // URL returns the base URL of an HTTP role ("gateway", "orders",
@@ -47,7 +64,7 @@ func (c *Cluster) URL(role string) string { return "http://" + c.Addrs[role] }
 // StartCluster starts Inventory, Billing, Orders and Gateway, in that
 // order, wired to each other. On error, whatever started is stopped.
 func StartCluster(cfg ClusterConfig) (_ *Cluster, err error) {
-	c := &Cluster{Addrs: make(map[string]string, len(roles))}
+	c := &Cluster{Addrs: make(map[string]string, len(roles)), network: cfg.Network}
 	lns := make(map[string]net.Listener, len(roles))
 	defer func() {
 		if err != nil {
@@ -57,12 +74,22 @@ func StartCluster(cfg ClusterConfig) (_ *Cluster, err error) {
 			c.Close(context.Background())
 		}
 	}()
-	for _, r := range roles {
+	listen := func(r string) (net.Listener, error) {
+		if cfg.Network != nil {
+			return cfg.Network.Listen(r)
+		}
 		addr := cfg.Listen[r]
 		if addr == "" {
 			addr = "127.0.0.1:0"
 		}
-		ln, err := net.Listen("tcp", addr)
+		return net.Listen("tcp", addr)
+	}
+	var dial dialFunc
+	if cfg.Network != nil {
+		dial = cfg.Network.DialContext
+	}
+	for _, r := range roles {
+		ln, err := listen(r)
 		if err != nil {
 			return nil, fmt.Errorf("chain: %s: %w", r, err)
 		}
@@ -98,7 +125,7 @@ func StartCluster(cfg ClusterConfig) (_ *Cluster, err error) {
 	started("billing", srv)
 
 	oc := cfg.Orders
-	oc.Inventory = c.URL("inventory")
+	oc.Inventory, oc.Dial = c.URL("inventory"), dial
 	if c.Orders, srv, err = startOrders(take("orders"), oc, c.Addrs["billing"], cfg.ConfigFile, logger("orders")); err != nil {
 		return nil, err
 	}
@@ -106,6 +133,7 @@ func StartCluster(cfg ClusterConfig) (_ *Cluster, err error) {
 
 	gc := cfg.Gateway
 	gc.Orders, gc.Inventory, gc.Billing = c.URL("orders"), c.URL("inventory"), c.Addrs["billing"]
+	gc.Dial = dial
 	if c.Gateway, srv, err = startGateway(take("gateway"), gc, cfg.ConfigFile, logger("gateway")); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
@@ -29,13 +30,13 @@ func TestExperiment7CancellationPropagation(t *testing.T) {
 	// dependency did, with the instant of the disconnect.
 	run := func(t *testing.T, cfg ClusterConfig, delayMs string) (map[string]observation, time.Time, *pipelinetest.LogSink) {
 		logs := new(pipelinetest.LogSink)
-		c := startCluster(t, cfg, logs)
+		c := startBubbleCluster(t, cfg, logs)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		left := make(chan time.Time, 1)
 		stop := time.AfterFunc(disconnectAt, func() { left <- time.Now(); cancel() })
 		defer stop.Stop()
-		r := call(ctx, http.MethodGet, c.URL("gateway")+"/fanout?delayMs="+delayMs, "", nil)
+		r := c.call(ctx, http.MethodGet, c.URL("gateway")+"/fanout?delayMs="+delayMs, "", nil)
 		if !errors.Is(r.Err, context.Canceled) {
 			t.Fatalf("GET /fanout = %d %s (err %v), want the client to give up at %v", r.Status, r.Body, r.Err, disconnectAt)
 		}
@@ -56,19 +57,22 @@ func TestExperiment7CancellationPropagation(t *testing.T) {
 
 	t.Run("both dependencies stop within 100 ms of the disconnect", func(t *testing.T) {
 		t.Parallel()
-		obs, disconnected, _ := run(t, ClusterConfig{}, "5000")
-		for _, dep := range []string{"inventory", "billing"} {
-			o := obs[dep]
-			if o.ctxDone.IsZero() {
-				t.Errorf("%s: its context never ended", dep)
-				continue
+		synctest.Test(t, func(t *testing.T) {
+			obs, disconnected, _ := run(t, ClusterConfig{}, "5000")
+			for _, dep := range []string{"inventory", "billing"} {
+				o := obs[dep]
+				if o.ctxDone.IsZero() {
+					t.Errorf("%s: its context never ended", dep)
+					continue
+				}
+				// At the very instant: no time passes on the way down.
+				exactly(t, dep+" saw its context end after the disconnect", o.ctxDone.Sub(disconnected), 0)
+				exactly(t, dep+" stopped working after the disconnect", o.ended.Sub(disconnected), 0)
+				if o.swallowed(grace) {
+					t.Errorf("%s swallowed the cancellation: %s", dep, o)
+				}
 			}
-			within(t, dep+" saw its context end after the disconnect", o.ctxDone.Sub(disconnected), 0, grace)
-			within(t, dep+" stopped working after the disconnect", o.ended.Sub(disconnected), 0, grace)
-			if o.swallowed(grace) {
-				t.Errorf("%s swallowed the cancellation: %s", dep, o)
-			}
-		}
+		})
 	})
 
 	// The failure mode: Billing's slow operation catches the cancellation
@@ -76,18 +80,20 @@ func TestExperiment7CancellationPropagation(t *testing.T) {
 	// it asserts that the detector sees it, not that the bug is absent.
 	t.Run("a dependency that swallows the cancellation is flagged", func(t *testing.T) {
 		t.Parallel()
-		obs, disconnected, _ := run(t, ClusterConfig{Billing: BillingConfig{SwallowCancel: true}}, "3000")
-		inv, bill := obs["inventory"], obs["billing"]
-		within(t, "inventory stopped working after the disconnect", inv.ended.Sub(disconnected), 0, grace)
-		if inv.swallowed(grace) {
-			t.Errorf("inventory flagged as swallowing the cancellation: %s", inv)
-		}
-		if !bill.swallowed(grace) {
-			t.Fatalf("billing built with SwallowCancel was not flagged: %s", bill)
-		}
-		within(t, "billing's context ended after the disconnect (the cancellation did arrive)", bill.ctxDone.Sub(disconnected), 0, grace)
-		t.Logf("FAILURE MODE DETECTED: billing.slow swallowed the cancellation: %s — it kept running %s after the client left, for nobody",
-			bill, secs(bill.ended.Sub(disconnected)))
+		synctest.Test(t, func(t *testing.T) {
+			obs, disconnected, _ := run(t, ClusterConfig{Billing: BillingConfig{SwallowCancel: true}}, "3000")
+			inv, bill := obs["inventory"], obs["billing"]
+			exactly(t, "inventory stopped working after the disconnect", inv.ended.Sub(disconnected), 0)
+			if inv.swallowed(grace) {
+				t.Errorf("inventory flagged as swallowing the cancellation: %s", inv)
+			}
+			if !bill.swallowed(grace) {
+				t.Fatalf("billing built with SwallowCancel was not flagged: %s", bill)
+			}
+			exactly(t, "billing's context ended after the disconnect (the cancellation did arrive)", bill.ctxDone.Sub(disconnected), 0)
+			t.Logf("FAILURE MODE DETECTED: billing.slow swallowed the cancellation: %s — it kept running %s after the client left, for nobody",
+				bill, secs(bill.ended.Sub(disconnected)))
+		})
 	})
 }
 

@@ -72,6 +72,9 @@ type GatewayConfig struct {
 	// RetryWithoutKey is the anti-pattern experiment 8 shows: the gateway
 	// makes no idempotency key, so every retry after a 504 charges again.
 	RetryWithoutKey bool
+	// Dial, if set, connects the gateway to its dependencies instead of
+	// TCP.
+	Dial dialFunc
 }
 
 func (c GatewayConfig) withDefaults() GatewayConfig {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -31,9 +32,10 @@ type grpcBilling struct {
 	cc *grpc.ClientConn
 }
 
-// dialBilling returns a Billing client for target ("127.0.0.1:7003").
-// The connection is made lazily, on the first call.
-func dialBilling(target string) (*grpcBilling, error) {
+// dialBilling returns a Billing client for target ("127.0.0.1:7003"),
+// connected with dial when it is set, else over TCP. The connection is
+// made lazily, on the first call.
+func dialBilling(target string, dial dialFunc) (*grpcBilling, error) {
 	reg := operations.NewRegistry()
 	if err := NewBilling(BillingConfig{}, newJournal("billing", nil)).Register(reg); err != nil {
 		return nil, err
@@ -46,9 +48,18 @@ func dialBilling(target string) (*grpcBilling, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc, err := grpc.NewClient(target,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(grpcadapter.UnaryClientInterceptor(billingCallCap)))
+		grpc.WithUnaryInterceptor(grpcadapter.UnaryClientInterceptor(billingCallCap)),
+	}
+	if dial != nil {
+		// The address as it is: no DNS on a network of another kind.
+		target = "passthrough:///" + target
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		}))
+	}
+	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, err
 	}

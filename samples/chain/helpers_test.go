@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/samples/internal/pipenet"
 )
 
 // startCluster starts the four roles on 127.0.0.1 for one test and stops
@@ -48,9 +50,46 @@ type reply struct {
 	Err     error // transport error (the request never got an answer)
 }
 
+// pipeNetwork is an in-memory Network: a role listens at "<role>:80".
+// A cluster on it runs inside a testing/synctest bubble.
+type pipeNetwork struct{ n pipenet.Network }
+
+func (p *pipeNetwork) Listen(role string) (net.Listener, error) { return p.n.Listen(role + ":80") }
+
+func (p *pipeNetwork) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return p.n.DialContext(ctx, network, addr)
+}
+
+// startBubbleCluster starts the four roles on an in-memory network, for a
+// test inside a synctest bubble, and stops them when it ends. Reach them
+// with the cluster's call.
+func startBubbleCluster(t *testing.T, cfg ClusterConfig, logs *pipelinetest.LogSink) *Cluster {
+	t.Helper()
+	// Last: the goroutines that outlive a call by a timer of their own (a
+	// gRPC receiver waiting for another message) end before the bubble
+	// does; virtual time moves only while every goroutine waits.
+	t.Cleanup(func() { time.Sleep(time.Minute) })
+	cfg.Network = new(pipeNetwork)
+	return startCluster(t, cfg, logs)
+}
+
+// call is the package's call, over the cluster's network.
+func (c *Cluster) call(ctx context.Context, method, url, body string, headers map[string]string) reply {
+	var dial dialFunc
+	if c.network != nil {
+		dial = c.network.DialContext
+	}
+	return callVia(dial, ctx, method, url, body, headers)
+}
+
 // call makes one HTTP request with the given headers and measures how long
 // it took, from just before sending to the end of the body.
 func call(ctx context.Context, method, url, body string, headers map[string]string) reply {
+	return callVia(nil, ctx, method, url, body, headers)
+}
+
+// callVia is call, connecting with dial when it is set.
+func callVia(dial dialFunc, ctx context.Context, method, url, body string, headers map[string]string) reply {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -65,7 +104,7 @@ func call(ctx context.Context, method, url, body string, headers map[string]stri
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	tr := &http.Transport{DisableKeepAlives: true}
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: dial}
 	defer tr.CloseIdleConnections()
 	start := time.Now()
 	resp, err := (&http.Client{Transport: tr}).Do(req)
@@ -86,15 +125,15 @@ func deadlineIn(d time.Duration) map[string]string {
 	return map[string]string{httpadapter.HeaderDeadline: time.Now().Add(d).UTC().Format("2006-01-02T15:04:05.000Z")}
 }
 
-// within fails the test unless lo <= got <= hi, and logs the figure either
-// way: the experiments' output is their measured numbers.
-func within(t *testing.T, what string, got, lo, hi time.Duration) {
+// exactly fails the test unless got is want, and logs the figure: in a
+// synctest bubble, time moves only by the timers of the code under test.
+func exactly(t *testing.T, what string, got, want time.Duration) {
 	t.Helper()
-	if got < lo || got > hi {
-		t.Errorf("%s = %v, want between %v and %v", what, got.Round(time.Millisecond), lo, hi)
+	if got != want {
+		t.Errorf("%s = %v, want exactly %v", what, got, want)
 		return
 	}
-	t.Logf("%s: %v (bound %v to %v)", what, got.Round(time.Millisecond), lo, hi)
+	t.Logf("%s: %v", what, got)
 }
 
 // secs formats a duration as seconds with two decimals: "1.50 s".

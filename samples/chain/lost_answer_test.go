@@ -52,7 +52,7 @@ func TestExperiment8LostAnswerRetriedByTheDependency(t *testing.T) {
 			t.Fatal(err)
 		}
 		stopOnCleanup(t, srv)
-		client, err := dialBilling(ln.Addr().String())
+		client, err := dialBilling(ln.Addr().String(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,6 +59,9 @@ type OrdersConfig struct {
 	Margin            time.Duration
 	ReserveForBilling time.Duration
 	CallCap           time.Duration
+	// Dial, if set, connects Orders to Inventory and Billing instead of
+	// TCP.
+	Dial dialFunc
 }
 
 func (c OrdersConfig) withDefaults() OrdersConfig {

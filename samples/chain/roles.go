@@ -41,11 +41,11 @@ func startBilling(ln net.Listener, cfg BillingConfig, configFile string, logger 
 // with its plain per-read-timeout client under Sundial's Transport, and
 // Billing over gRPC.
 func startOrders(ln net.Listener, cfg OrdersConfig, billingTarget, configFile string, logger *slog.Logger) (*Orders, *server, error) {
-	billing, err := dialBilling(billingTarget)
+	billing, err := dialBilling(billingTarget, cfg.Dial)
 	if err != nil {
 		return nil, nil, err
 	}
-	hc := newServiceClient(cfg.withDefaults().ReadTimeout)
+	hc := newServiceClient(cfg.withDefaults().ReadTimeout, cfg.Dial)
 	svc := NewOrders(cfg, newJournal("orders", logger), hc, billing)
 	k, err := newKernel(svc, configFile, logger)
 	if err != nil {
@@ -64,11 +64,15 @@ func startOrders(ln net.Listener, cfg OrdersConfig, billingTarget, configFile st
 // middleware at the Resilience stage.
 func startGateway(ln net.Listener, cfg GatewayConfig, configFile string, logger *slog.Logger) (*Gateway, *server, error) {
 	cfg = cfg.withDefaults()
-	billing, err := dialBilling(cfg.Billing)
+	billing, err := dialBilling(cfg.Billing, cfg.Dial)
 	if err != nil {
 		return nil, nil, err
 	}
-	hc := &http.Client{Transport: httpadapter.NewTransport(http.DefaultTransport.(*http.Transport).Clone())}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.Dial != nil {
+		tr.DialContext = cfg.Dial
+	}
+	hc := &http.Client{Transport: httpadapter.NewTransport(tr)}
 	journal := newJournal("gateway", logger)
 	svc := NewGateway(cfg, journal, hc, billing)
 	k, err := newKernel(svc, configFile, logger,
