@@ -559,39 +559,32 @@ func (s *schema) describe(mc *messageCodec) *descriptorpb.DescriptorProto {
 	return dp
 }
 
+// scalarTypes are the proto types of the scalar kinds: 64-bit, then
+// 32-bit.
+var scalarTypes = map[valueKind][2]descriptorpb.FieldDescriptorProto_Type{
+	vString: {descriptorpb.FieldDescriptorProto_TYPE_STRING, descriptorpb.FieldDescriptorProto_TYPE_STRING},
+	vBool:   {descriptorpb.FieldDescriptorProto_TYPE_BOOL, descriptorpb.FieldDescriptorProto_TYPE_BOOL},
+	vInt:    {descriptorpb.FieldDescriptorProto_TYPE_INT64, descriptorpb.FieldDescriptorProto_TYPE_INT32},
+	vUint:   {descriptorpb.FieldDescriptorProto_TYPE_UINT64, descriptorpb.FieldDescriptorProto_TYPE_UINT32},
+	vFloat:  {descriptorpb.FieldDescriptorProto_TYPE_DOUBLE, descriptorpb.FieldDescriptorProto_TYPE_FLOAT},
+	vBytes:  {descriptorpb.FieldDescriptorProto_TYPE_BYTES, descriptorpb.FieldDescriptorProto_TYPE_BYTES},
+}
+
 func setType(fp *descriptorpb.FieldDescriptorProto, vc valueCodec) {
-	var t descriptorpb.FieldDescriptorProto_Type
+	t := descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 	switch vc.kind {
-	case vString:
-		t = descriptorpb.FieldDescriptorProto_TYPE_STRING
-	case vBool:
-		t = descriptorpb.FieldDescriptorProto_TYPE_BOOL
-	case vInt:
-		t = descriptorpb.FieldDescriptorProto_TYPE_INT64
-		if vc.bits == 32 {
-			t = descriptorpb.FieldDescriptorProto_TYPE_INT32
-		}
-	case vUint:
-		t = descriptorpb.FieldDescriptorProto_TYPE_UINT64
-		if vc.bits == 32 {
-			t = descriptorpb.FieldDescriptorProto_TYPE_UINT32
-		}
-	case vFloat:
-		t = descriptorpb.FieldDescriptorProto_TYPE_DOUBLE
-		if vc.bits == 32 {
-			t = descriptorpb.FieldDescriptorProto_TYPE_FLOAT
-		}
-	case vBytes:
-		t = descriptorpb.FieldDescriptorProto_TYPE_BYTES
 	case vTime:
-		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 		fp.TypeName = new(".google.protobuf.Timestamp")
 	case vDuration:
-		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 		fp.TypeName = new(".google.protobuf.Duration")
 	case vMessage:
-		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 		fp.TypeName = new("." + vc.msg.full)
+	default:
+		pair := scalarTypes[vc.kind]
+		t = pair[0]
+		if vc.bits == 32 {
+			t = pair[1]
+		}
 	}
 	fp.Type = t.Enum()
 }

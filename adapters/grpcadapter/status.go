@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -56,11 +57,11 @@ func Status(err error, domain string) *status.Status {
 		domain = defaultDomain
 	}
 	kind := e.Kind()
-	st := status.New(CodeFor(kind), e.SafeMessage())
+	st := status.New(CodeFor(kind), outcome.SafeMessage(e))
 	info := &errdetails.ErrorInfo{Reason: e.Code(), Domain: domain}
 	details := []protoadapt.MessageV1{info}
 	if kind != pipeline.KindUnexpected {
-		safe := e.SafeDetails()
+		safe := outcome.SafeDetails(e)
 		if vs := operations.Violations(e); vs != nil {
 			// The failing fields go in their typed form only.
 			delete(safe, operations.DetailViolations)
@@ -118,34 +119,15 @@ func detailString(v any) string {
 	return string(b)
 }
 
-// kindFor returns the outcome kind of a gRPC status code, the inverse of
-// [CodeFor] where CodeFor is one-to-one: InvalidArgument and OutOfRange are
-// VALIDATION; FailedPrecondition is UNPROCESSABLE; AlreadyExists and Aborted are CONFLICT;
-// Unavailable and ResourceExhausted are UNAVAILABLE; OK is OK; every code
-// without a kind of its own (Unknown, Internal, Unimplemented, DataLoss) is
-// UNEXPECTED.
+// kindFor returns the outcome kind of a gRPC status code. It inverts
+// [CodeFor] where CodeFor is one-to-one. InvalidArgument and OutOfRange are
+// VALIDATION; FailedPrecondition is UNPROCESSABLE. AlreadyExists and
+// Aborted are CONFLICT; Unavailable and ResourceExhausted are UNAVAILABLE.
+// Every code without a kind of its own is UNEXPECTED: Unknown, Internal,
+// Unimplemented, DataLoss.
 func kindFor(c codes.Code) pipeline.Kind {
-	switch c {
-	case codes.OK:
-		return pipeline.KindOK
-	case codes.InvalidArgument, codes.OutOfRange:
-		return pipeline.KindValidation
-	case codes.FailedPrecondition:
-		return pipeline.KindUnprocessable
-	case codes.Unauthenticated:
-		return pipeline.KindUnauthenticated
-	case codes.PermissionDenied:
-		return pipeline.KindForbidden
-	case codes.NotFound:
-		return pipeline.KindNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return pipeline.KindConflict
-	case codes.Canceled:
-		return pipeline.KindCanceled
-	case codes.DeadlineExceeded:
-		return pipeline.KindTimeout
-	case codes.Unavailable, codes.ResourceExhausted:
-		return pipeline.KindUnavailable
+	if k, ok := grpcCodes.KindOf(c); ok {
+		return k
 	}
 	return pipeline.KindUnexpected
 }
@@ -194,33 +176,27 @@ func FromStatus(err error) error {
 	return out
 }
 
+// codeNames are the canonical upper-snake names of the codes whose String
+// is not one in upper case.
+var codeNames = map[codes.Code]string{
+	codes.Canceled:           "CANCELLED",
+	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
+	codes.InvalidArgument:    "INVALID_ARGUMENT",
+	codes.NotFound:           "NOT_FOUND",
+	codes.AlreadyExists:      "ALREADY_EXISTS",
+	codes.PermissionDenied:   "PERMISSION_DENIED",
+	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.OutOfRange:         "OUT_OF_RANGE",
+	codes.Unimplemented:      "UNIMPLEMENTED",
+	codes.DataLoss:           "DATA_LOSS",
+	codes.Unauthenticated:    "UNAUTHENTICATED",
+}
+
 // codeName is the canonical upper-snake name of a code: "DEADLINE_EXCEEDED".
 func codeName(c codes.Code) string {
-	switch c {
-	case codes.Canceled:
-		return "CANCELLED"
-	case codes.DeadlineExceeded:
-		return "DEADLINE_EXCEEDED"
-	case codes.InvalidArgument:
-		return "INVALID_ARGUMENT"
-	case codes.NotFound:
-		return "NOT_FOUND"
-	case codes.AlreadyExists:
-		return "ALREADY_EXISTS"
-	case codes.PermissionDenied:
-		return "PERMISSION_DENIED"
-	case codes.ResourceExhausted:
-		return "RESOURCE_EXHAUSTED"
-	case codes.FailedPrecondition:
-		return "FAILED_PRECONDITION"
-	case codes.OutOfRange:
-		return "OUT_OF_RANGE"
-	case codes.Unimplemented:
-		return "UNIMPLEMENTED"
-	case codes.DataLoss:
-		return "DATA_LOSS"
-	case codes.Unauthenticated:
-		return "UNAUTHENTICATED"
+	if name, ok := codeNames[c]; ok {
+		return name
 	}
 	return strings.ToUpper(c.String())
 }
@@ -256,7 +232,7 @@ func foreignStatus(err error) (st *status.Status, ok bool) {
 			st, ok = nil, false
 		}
 	}()
-	if _, outcome := errors.AsType[*pipeline.Error](err); outcome {
+	if _, isOutcome := errors.AsType[*pipeline.Error](err); isOutcome {
 		return nil, false
 	}
 	return status.FromError(err)
