@@ -160,11 +160,11 @@ func (s *schema) topMessage(t reflect.Type, hint, where string) (*messageCodec, 
 }
 
 // rpcMessage returns the codec of the request or response message of one
-// method: a message named name (e.g. "ChargeRequest") with the fields of
-// Go type t. It is not shared with other methods or with fields of type t
-// (those use t's own message), so that every method has its own request
-// and response types, as protoc style guides and buf lint ask. struct{}
-// stays google.protobuf.Empty.
+// method. It is a message named name (e.g. "ChargeRequest") with the
+// fields of Go type t. It is not shared with other methods or with fields
+// of type t, which use t's own message. So every method has its own
+// request and response types, as protoc style guides and buf lint ask.
+// struct{} stays google.protobuf.Empty.
 func (s *schema) rpcMessage(t reflect.Type, name, where string) (*messageCodec, error) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -489,10 +489,11 @@ func checkMarshalers(t reflect.Type, where string) error {
 	return nil
 }
 
-// comment records, as the leading comment of each field of mc (message
-// number msg of the file), the constraints of its validate tag
-// ("Constraints: required; at most 100 characters."), so that the schema
-// reflection exports shows them, as the OpenAPI document does.
+// comment records the constraints of each field's validate tag as the
+// field's leading comment: "Constraints: required; at most 100
+// characters." The fields are those of mc, message number msg of the file.
+// So the schema reflection exports shows them, as the OpenAPI document
+// does.
 func (s *schema) comment(mc *messageCodec, msg int32) {
 	for i, f := range mc.fields {
 		sf := mc.goType.FieldByIndex(f.index)
