@@ -58,8 +58,8 @@ const DetailRetryAfter = "retryAfter"
 //
 // Its kind is always one of the closed set of [Kinds] other than KindOK:
 // constructors given any other kind make an UNEXPECTED error. An
-// UNEXPECTED error shows callers nothing of its message, details or cause
-// ([Error.SafeMessage], [Error.SafeDetails]).
+// UNEXPECTED error shows callers nothing of its message, details or cause:
+// the adapters send [UnexpectedMessage] and no details.
 type Error struct {
 	kind       Kind
 	code       string
@@ -111,19 +111,10 @@ func (e *Error) Code() string {
 	return e.code
 }
 
-// Message returns the error's message as made. Use SafeMessage for what may
-// reach a caller.
+// Message returns the error's message as made. For an UNEXPECTED error,
+// callers see [UnexpectedMessage] instead.
 func (e *Error) Message() string {
 	if e == nil {
-		return UnexpectedMessage
-	}
-	return e.message
-}
-
-// SafeMessage returns the message a caller may see: [UnexpectedMessage]
-// for an UNEXPECTED error, the message otherwise.
-func (e *Error) SafeMessage() string {
-	if e.Kind() == KindUnexpected {
 		return UnexpectedMessage
 	}
 	return e.message
@@ -156,15 +147,6 @@ func (e *Error) Details() map[string]any {
 		return nil
 	}
 	return maps.Clone(e.details)
-}
-
-// SafeDetails returns the details a caller may see: nil for an UNEXPECTED
-// error, a copy of the details otherwise.
-func (e *Error) SafeDetails() map[string]any {
-	if e.Kind() == KindUnexpected {
-		return nil
-	}
-	return e.Details()
 }
 
 // Detail returns the detail key.

@@ -53,7 +53,7 @@ func ExampleAsError() {
 	fmt.Println(pipeline.AsError(fmt.Errorf("lookup: %w", notFound)).Code())
 	fmt.Println(pipeline.AsError(context.DeadlineExceeded).Code())
 	foreign := pipeline.AsError(errors.New("pq: password authentication failed"))
-	fmt.Println(foreign.Kind(), foreign.SafeMessage())
+	fmt.Println(foreign.Kind(), foreign.Message())
 	// Output:
 	// SHOP_NOT_FOUND_001
 	// KERNEL_TIMEOUT_001

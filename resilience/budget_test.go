@@ -184,8 +184,8 @@ func TestBudgetExhaustedError(t *testing.T) {
 			t.Errorf("details[%q] = %v, want %v", k, e.Details()[k], v)
 		}
 	}
-	if msg := e.SafeMessage(); !strings.Contains(msg, "'orders.submit'") || !strings.Contains(msg, "'billing'") || !strings.Contains(msg, "230 ms remaining, 30 ms allotted") {
-		t.Errorf("SafeMessage() = %q, want stage, dependency and both figures", msg)
+	if msg := e.Message(); e.Kind() == pipeline.KindUnexpected || !strings.Contains(msg, "'orders.submit'") || !strings.Contains(msg, "'billing'") || !strings.Contains(msg, "230 ms remaining, 30 ms allotted") {
+		t.Errorf("Message() = %q, want stage, dependency and both figures", msg)
 	}
 }
 

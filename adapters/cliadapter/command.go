@@ -72,75 +72,34 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 	return optionFunc(func(o *options) { o.signalCh = ch })
 }
 
-// AddCommands adds the operations of reg to root as commands, one group per
-// first segment of the operation ID and one command per operation under it:
-// "orders.create" becomes "root orders create" and "inventory.v2.reserve"
-// becomes "root inventory v2.reserve". The descriptors of reg give the
-// commands' help and flags; the operations run on the kernel newKernel
-// returns, by ID (an ID the kernel does not serve is NOT_FOUND, exit 3).
+// AddCommands adds the operations of reg to root as commands. There is one
+// group per first segment of the operation ID, and one command per
+// operation under it. "orders.create" becomes "root orders create", and
+// "inventory.v2.reserve" becomes "root inventory v2.reserve". The
+// descriptors of reg give the commands' help and flags. The operations run
+// by ID on the kernel newKernel returns. An ID the kernel does not serve is
+// NOT_FOUND, exit 3.
+//
 // An operation command calls newKernel once per execution, after its flags
-// are parsed, so it may read flags such as the application's --config;
-// when they do not parse it is called too, to observe the usage error, and
-// its own error is then ignored. An error, or a nil kernel, is reported
-// like a usage error (exit code 2).
+// are parsed, so it may read flags such as the application's --config.
+// When they do not parse, it is called too, to observe the usage error,
+// and its own error is ignored. An error or a nil kernel is reported like
+// a usage error, exit 2.
 //
-// Each operation command has:
+// Each operation command has one flag per input field whose type pflag
+// parses, and --input for the whole input as JSON. Its group has
+// --timeout, --output and --priority. docs/cli.md describes them. The
+// command only decodes and encodes; the kernel runs and observes the call.
+// Input that does not decode and malformed flags are rejections, observed
+// too. The outcome is reported by the deadline or the first signal,
+// whatever the handler does.
 //
-//   - one flag per input field whose type pflag parses (strings, booleans,
-//     integers, floats, time.Duration, []string, []int, pointers to these,
-//     and encoding.TextUnmarshaler types), named after the field's JSON
-//     name in kebab-case ("delayMs" -> --delay-ms, "orderID" -> --order-id;
-//     a name that makes no plain flag can only be set with --input);
-//   - --input JSON, the whole input as a JSON object, or --input - to read
-//     it from standard input. The document is decoded first and the flags
-//     given explicitly then override the fields they name. Unknown fields,
-//     trailing data and type mismatches are VALIDATION failures (exit 2).
-//     Standard input is read within the invocation's effective deadline
-//     and until the first signal: a stdin that has not ended by then fails
-//     the call with TIMEOUT (exit 7) or CANCELLED (8), while the read,
-//     which cannot be interrupted, stays blocked on a goroutine of its own
-//     until stdin yields or the process exits;
-//   - the group's persistent flags --timeout SECONDS (the invocation's
-//     deadline, see ParseTimeout; capped like every inbound deadline by the
-//     operation's TimeoutSeconds and Sundial.Kernel.MaxTimeoutSeconds) and
-//     --output json|text (the result's format on stdout, JSON by default)
-//     and --priority critical|default|sheddable (kernel.Request.Priority:
-//     it can only lower the operation's class; another value is a
-//     VALIDATION failure, exit 2).
-//
-// The command only decodes and encodes: it hands the decoded input (for
-// --input -, a decoder the kernel calls once it has computed the effective
-// deadline, kernel.Request.Decode), the --timeout deadline and a context
-// that SIGINT and SIGTERM cancel to the kernel (kernel.Kernel.Handle,
-// protocol CLI), which computes the effective deadline, runs the
-// operation's pipeline and observes the call. The outcome is reported by
-// the deadline whatever the handler does: the command fails with TIMEOUT
-// (exit code 7) at the deadline, or CANCELLED (8) at the first signal,
-// while a handler that ignores its context runs on until it returns or the
-// process exits (see kernel.Kernel.Wait). On an operation that takes
-// idempotency keys whose records outlive the process (Redis,
-// kernel.Kernel.IdempotencyOutlivesProcess), a key is generated when
-// --idempotency-key is absent, printed with a TIMEOUT or CANCELLED failure
-// with a rerun line, and the command, the failure printed, waits for the
-// running call (at most the store's lease; a signal stops the waiting) so
-// that its outcome is stored under the key before the process exits. With
-// the in-process store no key is generated: the records die with the
-// command. An input that does not decode
-// and a malformed flag or argument are handed to the kernel as rejections
-// (kernel.Request.Reject), so that they too are observed (span, metrics,
-// access log) before they are reported.
-//
-// A success writes the result to the command's stdout and returns nil. A
-// failure writes RFC 9457 Problem Details JSON and a human line to stderr
-// (only the line with --output text) and returns an *ExitError whose Code
-// is ExitCodeFor the outcome's kind. Usage errors (an unknown or malformed
-// flag, a positional argument) are returned as they are, for Execute to
-// print. Run the root with Execute to turn errors into exit codes.
-//
-// AddCommands returns an error, adding nothing, when a group's name is
-// already a command of root. Like any cobra tree, the commands keep the
-// flag values they parsed: execute a tree once, and build a new root for
-// each further execution (tests, in-process callers).
+// A success writes the result to stdout and returns nil. A failure writes
+// Problem Details and a human line to stderr. It returns an *ExitError
+// whose Code is ExitCodeFor the outcome's kind. Usage errors are returned
+// as they are, for Execute to print. AddCommands adds nothing and returns
+// an error when a group's name is already a command of root. The commands
+// keep the flag values they parsed: execute a tree once.
 func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel func() (*kernel.Kernel, error), opts ...Option) error {
 	if root == nil || reg == nil || newKernel == nil {
 		return errors.New("cliadapter: AddCommands: nil root, registry or kernel function")

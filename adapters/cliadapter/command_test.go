@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
@@ -690,7 +691,7 @@ func TestTypedNilErrorsWithLoggers(t *testing.T) {
 				t.Errorf("fail --kind %s exit code = %d, want %d (stderr %q)", kind, r.code, exitUnexpected, r.stderr)
 			}
 			p := problemOf(t, r.stderr)
-			want := Problem{Type: typePrefix + pipeline.CodeUnexpected, Title: "UNEXPECTED", Detail: pipeline.UnexpectedMessage,
+			want := Problem{Type: outcome.TypePrefix + pipeline.CodeUnexpected, Title: "UNEXPECTED", Detail: pipeline.UnexpectedMessage,
 				Code: pipeline.CodeUnexpected, Operation: "test.fail", ExitCode: exitUnexpected, Details: map[string]any{}}
 			if !equalJSON(p, want) {
 				t.Errorf("fail --kind %s problem = %+v, want %+v", kind, p, want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -30,30 +31,24 @@ const (
 	exitUnprocessable = 9
 )
 
+// exitCodes is the outcome table's exit-code column.
+var exitCodes = outcome.NewTable(exitUnexpected, map[pipeline.Kind]int{
+	pipeline.KindOK:              exitOK,
+	pipeline.KindValidation:      exitValidation,
+	pipeline.KindUnauthenticated: exitDenied,
+	pipeline.KindForbidden:       exitDenied,
+	pipeline.KindNotFound:        exitNotFound,
+	pipeline.KindConflict:        exitConflict,
+	pipeline.KindUnprocessable:   exitUnprocessable,
+	pipeline.KindCanceled:        exitCanceled,
+	pipeline.KindTimeout:         exitTimeout,
+	pipeline.KindUnavailable:     exitUnavailable,
+}, nil)
+
 // ExitCodeFor returns the process exit code of an outcome kind. A kind
 // outside the closed set is UNEXPECTED.
 func ExitCodeFor(k pipeline.Kind) int {
-	switch k {
-	case pipeline.KindOK:
-		return exitOK
-	case pipeline.KindValidation:
-		return exitValidation
-	case pipeline.KindUnauthenticated, pipeline.KindForbidden:
-		return exitDenied
-	case pipeline.KindNotFound:
-		return exitNotFound
-	case pipeline.KindConflict:
-		return exitConflict
-	case pipeline.KindUnprocessable:
-		return exitUnprocessable
-	case pipeline.KindCanceled:
-		return exitCanceled
-	case pipeline.KindTimeout:
-		return exitTimeout
-	case pipeline.KindUnavailable:
-		return exitUnavailable
-	}
-	return exitUnexpected
+	return exitCodes.For(k)
 }
 
 // ExitError is returned by an operation command whose invocation failed.
@@ -120,20 +115,22 @@ func isNil(err error) bool {
 	return false
 }
 
-// Execute runs root with ctx as the commands' parent context and returns
-// the process exit code: 0 on success; the Code of an *ExitError (a
-// failed operation, already reported by the operation command); and
-// 2 (VALIDATION) for any other error — an unknown command or flag, a
-// malformed flag value, a config that does not load — which Execute
-// writes to root's stderr as "<root>: <error>" (the prefix only once),
-// followed by a pointer to the command's --help. A typed nil returned as
-// an error is 1 (UNEXPECTED), written without the pointer. Other commands
-// of the tree that report a run-time failure themselves return an
-// *ExitError with the code they want (e.g.
-// ExitCodeFor(pipeline.KindUnexpected)). Execute
-// silences cobra's own error and usage printing, and prints errors with
-// pipeline.ErrorText, so that one whose Error method panics does not take
-// the process down.
+// Execute runs root with ctx as the commands' parent context. It returns
+// the process exit code.
+//   - 0 on success.
+//   - The Code of an *ExitError: a failed operation, already reported by
+//     the operation command.
+//   - 2 (VALIDATION) for any other error, such as an unknown command or
+//     flag, a malformed flag value or a config that does not load. Execute
+//     writes it to root's stderr as "<root>: <error>", the prefix once,
+//     and then a pointer to the command's --help.
+//   - 1 (UNEXPECTED) for a typed nil returned as an error, written without
+//     the pointer.
+//
+// Other commands of the tree that report a failure themselves return an
+// *ExitError with the code they want. Execute silences cobra's own error
+// and usage printing. It prints errors with pipeline.ErrorText, so one
+// whose Error method panics does not take the process down.
 func Execute(ctx context.Context, root *cobra.Command) int {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	cmd, err := root.ExecuteContextC(ctx)

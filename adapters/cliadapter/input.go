@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sundial-go/sundial/adapters/internal/jsontype"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -25,12 +26,12 @@ import (
 const maxInputBytes = 16 << 20
 
 // flagName returns the command-line flag name of an input field whose JSON
-// name is jsonName: camelCase and snake_case become kebab-case, and runs of
-// capitals are kept together as one word ("delayMs" -> "delay-ms",
+// name is jsonName. camelCase and snake_case become kebab-case. Runs of
+// capitals are kept together as one word: "delayMs" -> "delay-ms",
 // "orderID" -> "order-id", "HTTPPort" -> "http-port", "amount_cents" ->
-// "amount-cents"). It returns "" when the result would not be a plain flag
-// name (letters, digits and single inner hyphens, starting with a letter):
-// such a field can only be set with --input.
+// "amount-cents". A plain flag name has letters, digits and single inner
+// hyphens, and starts with a letter. flagName returns "" when the result
+// would not be one; such a field can only be set with --input.
 func flagName(jsonName string) string {
 	name := kebab(jsonName)
 	if !plainFlagName(name) {
@@ -94,11 +95,11 @@ type inputField struct {
 }
 
 // inputFlags binds the fields of an operation's input struct to flags of a
-// pflag.FlagSet, and decodes an input from --input JSON and those flags.
+// pflag.FlagSet. It decodes an input from --input JSON and those flags.
 //
-// pflag parses each flag into a variable of its own (value); decode copies
-// only the flags the user actually gave into a fresh input, so a flag's
-// zero default never overwrites a field set by --input.
+// pflag parses each flag into a variable of its own (value). decode copies
+// only the flags the user gave into a fresh input. So a flag's zero
+// default never overwrites a field set by --input.
 type inputFlags struct {
 	typ       reflect.Type // the input type (may be a non-struct)
 	fields    []inputField
@@ -422,27 +423,22 @@ func asInputError(err error) error {
 	return &inputError{Msg: strings.TrimPrefix(msg, "json: ")}
 }
 
-// jsonKind names the JSON shape a Go type wants.
+// jsonKind names the JSON shape a Go type wants: "a string", "an integer
+// that fits int64".
 func jsonKind(t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	switch name := jsontype.Of(t); name {
+	case "":
+		return "a " + t.Kind().String()
+	case "integer":
 		return "an integer that fits " + t.Kind().String()
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
+	case "array", "object":
+		return "an " + name
+	default:
+		return "a " + name
 	}
-	return "a " + t.Kind().String()
 }
 
 // readInput returns the --input document: the flag's value, or standard
@@ -467,23 +463,22 @@ func readInput(value string, stdin io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-// readStdin reads the --input - document from stdin (see readInput), and
-// waits for it until the deadline (the zero time: none) or until ctx ends
-// (the first SIGINT or SIGTERM), whichever comes first. It then returns
-// TIMEOUT (KERNEL_TIMEOUT_001) or CANCELLED (KERNEL_CANCELLED_001, with
-// the context's cause, a *signalError for a signal), as a *pipeline.Error;
-// a document that cannot be read returns an *inputError. A deadline that
-// has passed, or a context that has ended, before the read starts returns
-// at once without reading.
+// readStdin reads the --input - document from stdin (see readInput). It
+// waits for it until the deadline or until ctx ends, whichever comes
+// first. A zero deadline is none; ctx ends at the first SIGINT or SIGTERM.
+// It then returns TIMEOUT (KERNEL_TIMEOUT_001) or CANCELLED
+// (KERNEL_CANCELLED_001) as a *pipeline.Error. CANCELLED carries the
+// context's cause, a *signalError for a signal. A document that cannot be
+// read returns an *inputError. A deadline that has passed, or a context
+// that has ended, before the read starts returns at once without reading.
 //
-// A read from an *os.File (a terminal, a pipe the writer keeps open)
-// cannot be interrupted portably, so the read runs on a goroutine of its
-// own and readStdin stops waiting for it: that goroutine stays blocked on
-// the read until stdin yields data, an error or end of file — for the
-// process's own stdin, until the process exits, which a command does
-// right after reporting the outcome. Whatever it reads then is discarded.
-// An in-process caller that executes commands on a reader of its own must
-// therefore not hand the same reader to a later command before closing it.
+// A read from an *os.File cannot be interrupted portably: a terminal, or a
+// pipe the writer keeps open. So the read runs on a goroutine of its own,
+// and readStdin stops waiting for it. That goroutine stays blocked until
+// stdin yields data, an error or end of file. For the process's own stdin,
+// that is until the process exits, right after the outcome is reported.
+// Whatever it reads then is discarded. So an in-process caller must not
+// hand its own reader to a later command before closing it.
 func readStdin(ctx context.Context, stdin io.Reader, deadline time.Time) ([]byte, error) {
 	if err := stopped(ctx, deadline); err != nil {
 		return nil, err

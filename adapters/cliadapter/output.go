@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -43,12 +44,12 @@ func (v *outputValue) get() string {
 	return v.format
 }
 
-// writeResult writes an operation's output: indented JSON, or with
-// outputText one "name  value" line per top-level field of a JSON object
-// (strings unquoted, other values as compact JSON) and a JSON string's
-// text or any other value's JSON as one line. An output that does not
-// encode — its MarshalJSON panicking included — is an error, and nothing
-// is written.
+// writeResult writes an operation's output as indented JSON. With
+// outputText, a JSON object is one "name  value" line per top-level field.
+// Strings are unquoted, other values compact JSON. A JSON string is its
+// text on one line, and any other value its JSON. An output that does not
+// encode is an error, and nothing is written. A MarshalJSON that panics is
+// such an output.
 func writeResult(w io.Writer, format string, out any) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -152,37 +153,31 @@ type Problem struct {
 	Details map[string]any `json:"details"`
 }
 
-// typePrefix prefixes a code to make a Problem's type.
-const typePrefix = "urn:sundial:error:"
-
 // newProblem returns the Problem Details of a failure of the operation id
-// whose trace ID is traceID. An UNEXPECTED outcome (a nil e included)
+// whose trace ID is traceID. An UNEXPECTED outcome, a nil e included,
 // shows only pipeline.UnexpectedMessage and no details.
 func newProblem(id string, e *pipeline.Error, traceID string) Problem {
 	kind := e.Kind()
-	p := Problem{
-		Type:      typePrefix + e.Code(),
+	details := outcome.Details(e)
+	if details == nil {
+		details = map[string]any{}
+	}
+	return Problem{
+		Type:      outcome.TypePrefix + e.Code(),
 		Title:     kind.String(),
-		Detail:    e.SafeMessage(),
+		Detail:    outcome.SafeMessage(e),
 		Code:      e.Code(),
 		Operation: id,
 		ExitCode:  ExitCodeFor(kind),
 		TraceID:   traceID,
-		Details:   e.SafeDetails(), // a copy: ours to change
+		Details:   details,
 	}
-	if p.Details == nil {
-		p.Details = map[string]any{}
-	}
-	if s, ok := e.RetryAfterSeconds(); ok && kind != pipeline.KindUnexpected {
-		p.Details[pipeline.DetailRetryAfter] = s
-	}
-	return p
 }
 
-// writeProblem writes a failure to stderr: the Problem Details JSON (not
-// with outputText) and then one human line, "<command path>: <TITLE>
-// <code>: <detail>", followed with outputText by "  key: value" lines of
-// the details and, when there is a trace ID, a "  traceId: ..." line.
+// writeProblem writes a failure to stderr. It writes the Problem Details
+// JSON, except with outputText. Then comes one human line, "<command
+// path>: <TITLE> <code>: <detail>". With outputText, "  key: value" lines
+// of the details follow. A trace ID adds a "  traceId: ..." line.
 func writeProblem(w io.Writer, format, path, id string, e *pipeline.Error, traceID string) {
 	p := newProblem(id, e, traceID)
 	var b strings.Builder

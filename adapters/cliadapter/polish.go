@@ -12,12 +12,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// humanFlagError rewrites pflag's error for a malformed flag value, which
-// quotes Go's parser (`strconv.ParseInt: parsing "x": invalid syntax`),
-// as a line for people: the flag, the value and what it takes, e.g.
-// `invalid value "x" for --amount: want an integer`. Other errors are
-// returned unchanged, as is an error whose chain cannot be walked (an
-// Unwrap method that panics).
+// humanFlagError rewrites pflag's error for a malformed flag value as a
+// line for people. pflag's quotes Go's parser: `strconv.ParseInt: parsing
+// "x": invalid syntax`. The line names the flag, the value and what it
+// takes: `invalid value "x" for --amount: want an integer`. Other errors
+// are returned unchanged. So is an error whose chain cannot be walked, an
+// Unwrap method that panics.
 func humanFlagError(err error) (out error) {
 	defer func() {
 		if recover() != nil {
@@ -78,16 +78,16 @@ type namedString struct {
 	name string
 }
 
-// NamedString returns a string flag value over p whose value is called
-// name in the help ("--config file"), for use with pflag's Var:
+// NamedString returns a string flag value over p, for use with pflag's
+// Var. The help calls its value name ("--config file"):
 //
 //	file := "" // the default
 //	cmd.Flags().Var(cliadapter.NamedString(&file, "file"), "config", "JSON config file")
 //
-// pflag's own way, back-quoting the name in the usage text ("JSON config
-// `file`"), leaves the back quotes in the descriptions shell completion
-// shows. The flag's type is then name, so read it through p, not
-// FlagSet.GetString.
+// pflag's own way back-quotes the name in the usage text ("JSON config
+// `file`"). That leaves the back quotes in the descriptions shell
+// completion shows. The flag's type is then name, so read it through p,
+// not FlagSet.GetString.
 func NamedString(p *string, name string) pflag.Value { return &namedString{p: p, name: name} }
 
 func (v *namedString) Set(s string) error { *v.p = s; return nil }

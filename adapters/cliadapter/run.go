@@ -240,14 +240,14 @@ func (r *runner) sendReply(inv *pipeline.Invocation) {
 }
 
 // awaitOutcome is called after a TIMEOUT or CANCELLED failure (kind) of a
-// call whose key's record outlives the process, once the failure has been
-// reported: the handler may still run (a straggler), and its outcome is
-// stored under the key only when it returns, which it can do only while
-// the process lives. So the command waits for it — at most the store's
-// lease, after which a vanished holder's key is free anyway — before it
-// closes the kernel and exits with the failure's code. A signal stops the
-// waiting: the first one after a TIMEOUT, and after a CANCELLED (a signal
-// already) the second, which exits at once (withExit).
+// call whose key's record outlives the process. The failure has been
+// reported, but the handler may still run. Its outcome is stored under the
+// key only when it returns, which it can do only while the process lives.
+// So the command waits for it, at most the store's lease. After that, a
+// vanished holder's key is free anyway. Then it closes the kernel and
+// exits with the failure's code. A signal stops the waiting: the first one
+// after a TIMEOUT. After a CANCELLED, a signal already, it is the second,
+// which exits at once (withExit).
 func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrupts) {
 	if k.Running() == 0 {
 		return // the call never started, or has returned: its outcome is stored

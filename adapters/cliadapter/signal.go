@@ -17,13 +17,13 @@ func (e *signalError) Error() string {
 	return fmt.Sprintf("cliadapter: received %v", e.Signal)
 }
 
-// interrupts is like signal.NotifyContext with a second stage: the first
-// signal cancels the context (cause *signalError); a second signal calls
-// onSecond, which exits the process at once. stop releases the signals and
-// waits for the watcher goroutine.
+// interrupts is like signal.NotifyContext with a second stage. The first
+// signal cancels the context, with cause *signalError. A second signal
+// calls onSecond, which exits the process at once. stop releases the
+// signals and waits for the watcher goroutine.
 //
-// It reads signals from a channel so that tests can feed it without
-// signalling the process; notify fills that channel from the OS.
+// It reads signals from a channel, so tests can feed it without signalling
+// the process. notify fills that channel from the OS.
 type interrupts struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc

@@ -75,9 +75,9 @@ type service struct{ a *Adapter }
 
 // New builds the gRPC services of every operation registered with k. It
 // fails, naming the operation and the field, when an input or output type
-// has no protobuf form (see docs/grpc.md), when two operations map to the
-// same method, when a name is not a protobuf identifier, and when an
-// option is invalid.
+// has no protobuf form (see docs/grpc.md). It fails too when two
+// operations map to the same method, when a name is not a protobuf
+// identifier, and when an option is invalid.
 func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if k == nil {
 		return nil, errors.New("grpcadapter: New: nil kernel")

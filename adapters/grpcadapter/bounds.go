@@ -45,17 +45,16 @@ const (
 	// this long with a GOAWAY (infinite): the HTTP server's IdleTimeout.
 	defaultMaxConnectionIdle = 2 * time.Minute
 	// defaultMaxConnectionAge sends a connection GOAWAY after this long,
-	// give or take 10% (infinite), so that clients rebalance and no
-	// connection holds resources for ever; the calls in flight then have
+	// give or take 10% (infinite). So clients rebalance, and no connection
+	// holds resources for ever. The calls in flight then have
 	// defaultMaxConnectionAgeGrace (infinite) to finish before the
 	// connection is closed.
 	defaultMaxConnectionAge      = 30 * time.Minute
 	defaultMaxConnectionAgeGrace = 30 * time.Second
 	// defaultKeepaliveTime is how long a connection may be silent before
-	// the server pings it (2h), and defaultKeepaliveTimeout how long the
-	// server waits for the ack before closing it (20s): a client that
-	// vanished without closing — and every call it held — is gone within
-	// 80s.
+	// the server pings it (2h). defaultKeepaliveTimeout is how long the
+	// server waits for the ack before closing it (20s). So a client that
+	// vanished without closing is gone within 80s, with every call it held.
 	defaultKeepaliveTime    = time.Minute
 	defaultKeepaliveTimeout = 20 * time.Second
 	// defaultRecvTimeout is WithRecvTimeout's default: the time the
@@ -138,22 +137,22 @@ func DefaultBounds() Bounds {
 }
 
 // ServerOptions returns the recommended bounds of a gRPC listener
-// (DefaultBounds().ServerOptions()) as server options, to pass to
+// (DefaultBounds().ServerOptions()) as server options. Pass them to
 // grpc.NewServer with the application's own:
 //
 //	srv := grpc.NewServer(append(grpcadapter.ServerOptions(),
 //		grpc.UnknownServiceHandler(a.UnknownServiceHandler))...)
 //
-// With them, one connection holds at most 256 calls, whose metadata is at
-// most 64 KiB each and whose request message at most 1 MiB; an adapter
+// With them, one connection holds at most 256 calls. A call's metadata is
+// at most 64 KiB and its request message at most 1 MiB. An adapter
 // method's request message must arrive within WithRecvTimeout (5s) of its
-// headers (the adapter's own bound, an Option of New); an idle connection
-// is closed after 2 minutes and a silent one after 80 seconds; and every
-// connection is recycled after 30 minutes. A later option given to
+// headers; that bound is the adapter's own, an Option of New. An idle
+// connection is closed after 2 minutes, and a silent one after 80 seconds.
+// Every connection is recycled after 30 minutes. A later option given to
 // grpc.NewServer replaces the one returned here. The options include
-// grpc.Creds (the connection guard, insecure): a server with TLS sets
-// Bounds.Creds rather than passing grpc.Creds itself. To change a bound, change
-// that field of DefaultBounds() and call its ServerOptions method.
+// grpc.Creds, the connection guard, insecure. A server with TLS sets
+// Bounds.Creds rather than passing grpc.Creds itself. To change a bound,
+// change that field of DefaultBounds() and call its ServerOptions method.
 func ServerOptions() []grpc.ServerOption { return DefaultBounds().ServerOptions() }
 
 // ServerOptions returns b as server options; a zero field gives none (and

@@ -195,9 +195,9 @@ func (a *Adapter) buildFiles(s *schema, svcs map[string]*serviceBuild) error {
 }
 
 // goPackage is the go_package of the file of proto package pkg under
-// prefix, as buf's managed mode names it: the import path is prefix and
-// the package's directory, and the name is its last element, after the one
-// before it when the last is a version ("shop.v1" is shopv1).
+// prefix, as buf's managed mode names it. The import path is prefix and
+// the package's directory. The name is its last element. When the last is
+// a version, it comes after the one before it: "shop.v1" is shopv1.
 func goPackage(prefix, pkg string) string {
 	elems := strings.Split(strings.ToLower(pkg), ".")
 	name := elems[len(elems)-1]

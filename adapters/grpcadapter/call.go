@@ -9,18 +9,18 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
-// Call invokes the operation id over cc, a connection to a server whose
-// adapter was built from the same operations (the same Go types, the same
-// WithPackage), with the operation's Go types and no generated stubs. in
-// is a value of the operation's input type, or a pointer to one (nil sends
-// an empty message); the reply is decoded into out, a non-nil pointer to
-// the output type, or discarded when out is nil.
+// Call invokes the operation id over cc with the operation's Go types and
+// no generated stubs. cc is a connection to a server whose adapter was
+// built from the same operations: the same Go types, the same WithPackage.
+// in is a value of the operation's input type, or a pointer to one; nil
+// sends an empty message. The reply is decoded into out, a non-nil pointer
+// to the output type. It is discarded when out is nil.
 //
 // To call another service, build an Adapter from a kernel whose registry
-// holds that service's operations — their handlers never run on this side
-// — and keep it for the life of the client. The call runs through cc's
-// interceptors (UnaryClientInterceptor caps it), carries ctx's deadline as
-// grpc-timeout, and a failure comes back as an outcome (FromStatus): a
+// holds that service's operations. Their handlers never run on this side.
+// Keep the Adapter for the life of the client. The call runs through cc's
+// interceptors; UnaryClientInterceptor caps it. It carries ctx's deadline
+// as grpc-timeout. A failure comes back as an outcome (FromStatus): a
 // downstream DeadlineExceeded is a TIMEOUT.
 func (a *Adapter) Call(ctx context.Context, cc grpc.ClientConnInterface, id string, in, out any, opts ...grpc.CallOption) error {
 	m := a.methodOf(id)

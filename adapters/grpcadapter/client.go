@@ -94,17 +94,17 @@ func capped(ctx context.Context, timeout time.Duration) (context.Context, contex
 }
 
 // UnaryClientInterceptor returns a client interceptor that caps each call
-// at min(timeout, what remains of the call's context) — it can only
-// shorten a deadline, never extend it — and converts a failed call's
-// status to an outcome with FromStatus, so that the handler making the
-// call can return the error as it is: a downstream DeadlineExceeded is a
-// TIMEOUT, an Unavailable an UNAVAILABLE (with the downstream's retry hint
-// as its retry-after). timeout <= 0 adds no cap; WithCallTimeout overrides
-// it per call.
+// at min(timeout, what remains of the call's context). It can only shorten
+// a deadline, never extend it. It converts a failed call's status to an
+// outcome with FromStatus. So the handler making the call can return the
+// error as it is. A downstream DeadlineExceeded is a TIMEOUT. An
+// Unavailable is UNAVAILABLE, with the downstream's retry hint as its
+// retry-after. timeout <= 0 adds no cap; WithCallTimeout overrides it per
+// call.
 //
-// grpc-go sends the resulting deadline downstream as grpc-timeout; the
+// grpc-go sends the resulting deadline downstream as grpc-timeout. The
 // interceptor adds the W3C trace context and baggage of the call's context
-// to the outgoing metadata, so the server's span continues the trace.
+// to the outgoing metadata. So the server's span continues the trace.
 func UnaryClientInterceptor(timeout time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if d := dependencyFor(opts); d != nil {
@@ -155,10 +155,10 @@ func unaryThrough(ctx context.Context, d Dependency, timeout time.Duration, meth
 const pushbackKey = "grpc-retry-pushback-ms"
 
 // withPushback applies the server's grpc-retry-pushback-ms trailer to the
-// outcome err of an attempt, as gRFC A6 says: a whole number of
+// outcome err of an attempt, as gRFC A6 says. A whole number of
 // milliseconds (0 or more) is the retry-after of the outcome, replacing
-// any other; a negative or unreadable one asks the client not to retry
-// (the outcome is marked so for the dependency). An outcome that is not a
+// any other. A negative or unreadable one asks the client not to retry;
+// the outcome is marked so for the dependency. An outcome that is not a
 // *pipeline.Error, or no trailer, leaves err as it is.
 func withPushback(err error, trailer metadata.MD) error {
 	v := trailer.Get(pushbackKey)

@@ -3,34 +3,34 @@ package grpcadapter
 import (
 	"google.golang.org/grpc/codes"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// CodeFor returns the gRPC status code of an outcome kind, as the outcome
-// table of docs/pipeline.md gives it. CONFLICT maps to AlreadyExists, UNPROCESSABLE to FailedPrecondition;
-// UNEXPECTED, and any value outside the closed set of kinds, to Internal.
+// grpcCodes is the outcome table's gRPC column. A downstream's OutOfRange
+// reads as VALIDATION, Aborted as CONFLICT and ResourceExhausted as
+// UNAVAILABLE.
+var grpcCodes = outcome.NewTable(codes.Internal, map[pipeline.Kind]codes.Code{
+	pipeline.KindOK:              codes.OK,
+	pipeline.KindValidation:      codes.InvalidArgument,
+	pipeline.KindUnauthenticated: codes.Unauthenticated,
+	pipeline.KindForbidden:       codes.PermissionDenied,
+	pipeline.KindNotFound:        codes.NotFound,
+	pipeline.KindConflict:        codes.AlreadyExists,
+	pipeline.KindUnprocessable:   codes.FailedPrecondition,
+	pipeline.KindCanceled:        codes.Canceled,
+	pipeline.KindTimeout:         codes.DeadlineExceeded,
+	pipeline.KindUnavailable:     codes.Unavailable,
+}, map[codes.Code]pipeline.Kind{
+	codes.OutOfRange:        pipeline.KindValidation,
+	codes.Aborted:           pipeline.KindConflict,
+	codes.ResourceExhausted: pipeline.KindUnavailable,
+})
+
+// CodeFor returns the gRPC status code of an outcome kind, from the outcome
+// table of docs/pipeline.md. CONFLICT maps to AlreadyExists and
+// UNPROCESSABLE to FailedPrecondition. UNEXPECTED, and any value outside
+// the closed set of kinds, maps to Internal.
 func CodeFor(k pipeline.Kind) codes.Code {
-	switch k {
-	case pipeline.KindOK:
-		return codes.OK
-	case pipeline.KindValidation:
-		return codes.InvalidArgument
-	case pipeline.KindUnauthenticated:
-		return codes.Unauthenticated
-	case pipeline.KindForbidden:
-		return codes.PermissionDenied
-	case pipeline.KindNotFound:
-		return codes.NotFound
-	case pipeline.KindConflict:
-		return codes.AlreadyExists
-	case pipeline.KindUnprocessable:
-		return codes.FailedPrecondition
-	case pipeline.KindCanceled:
-		return codes.Canceled
-	case pipeline.KindTimeout:
-		return codes.DeadlineExceeded
-	case pipeline.KindUnavailable:
-		return codes.Unavailable
-	}
-	return codes.Internal
+	return grpcCodes.For(k)
 }

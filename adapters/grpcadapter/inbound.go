@@ -41,10 +41,10 @@ func (a *Adapter) serve(ctx context.Context, full string, r kernel.Request, resp
 	a.k.Serve(parent, r, respond)
 }
 
-// prepare fills in r for a call whose server context is ctx — the
-// protocol, the route (the full method name), the caller's priority and
-// idempotency key — and returns the invocation's parent context (see
-// inbound) carrying the trace context and baggage of the request metadata.
+// prepare fills in r for a call whose server context is ctx: the protocol,
+// the route (the full method name), the caller's priority and idempotency
+// key. It returns the invocation's parent context (see inbound). That
+// carries the trace context and baggage of the request metadata.
 func (a *Adapter) prepare(ctx, parent context.Context, full string, r *kernel.Request) context.Context {
 	md := a.metadata(ctx, r.Operation, full)
 	parent = a.extract(parent, md)
@@ -82,13 +82,13 @@ func (a *Adapter) prepare(ctx, parent context.Context, full string, r *kernel.Re
 // context is ctx. The kernel reads the caller's deadline from it.
 //
 // Without a deadline the parent is ctx itself. With one, the parent keeps
-// ctx's values but not its cancellation: when ctx ends, the parent ends
-// with a cause that says which token fired — the deadline when ctx's own
-// deadline fired or when the cancellation arrived no earlier than the
-// tolerance before the deadline (a client's deadline timer, seen from the
-// server), the caller's cancellation otherwise. The kernel attributes the
-// outcome from that cause. stop releases the parent; call it once the
-// kernel has answered.
+// ctx's values but not its cancellation. When ctx ends, the parent ends
+// with a cause that says which token fired. It is the deadline when ctx's
+// own deadline fired. It is the deadline too when the cancellation arrived
+// no earlier than the tolerance before the deadline: a client's deadline
+// timer, seen from the server. Otherwise it is the caller's cancellation.
+// The kernel attributes the outcome from that cause. stop releases the
+// parent; call it once the kernel has answered.
 func (a *Adapter) inbound(ctx context.Context) (parent context.Context, stop func()) {
 	d, ok := ctx.Deadline()
 	if !ok {
@@ -124,12 +124,12 @@ const (
 )
 
 // incomingMD reads the incoming metadata of a server context key by key,
-// as a propagation.TextMapCarrier for Extract: on every call
-// metadata.FromIncomingContext copies every key and value, which costs
-// more than the rest of the adapter's per-call work; a call reads only a
-// few keys, most of them absent, and grpc-go looks for an absent key by
-// comparing it with every key present. The baggage values are read once
-// (metadata) and kept. With noBaggage set it hides the baggage metadata.
+// as a propagation.TextMapCarrier for Extract. On every call,
+// metadata.FromIncomingContext copies every key and value. That costs more
+// than the rest of the adapter's per-call work. A call reads only a few
+// keys, most of them absent. grpc-go looks for an absent key by comparing
+// it with every key present. The baggage values are read once (metadata)
+// and kept. With noBaggage set, it hides the baggage metadata.
 type incomingMD struct {
 	ctx       context.Context
 	baggage   []string

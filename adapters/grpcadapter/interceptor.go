@@ -44,10 +44,10 @@ func (a *Adapter) buildExplicit() error {
 }
 
 // resolve returns the operation an application method runs under, or nil
-// for none: the WithMethodOperations map first, then the adapter's own
-// method names, then the convention read backwards (service "Orders" and
-// method "ExportCsv" in any package are operation "orders.export-csv")
-// when that operation is registered.
+// for none. It looks in the WithMethodOperations map first, then the
+// adapter's own method names. Then it reads the convention backwards, when
+// that operation is registered. Service "Orders" and method "ExportCsv" in
+// any package are operation "orders.export-csv".
 func (a *Adapter) resolve(full string) *operations.Descriptor {
 	if d, ok := a.explicit[full]; ok {
 		return d
@@ -101,32 +101,32 @@ func kebab(s string) string {
 func passThrough(full string) bool { return strings.HasPrefix(full, "/grpc.") }
 
 // UnaryServerInterceptor returns an interceptor that runs the
-// application's own unary methods (generated from .proto files and
-// registered on the same *grpc.Server) through the kernel, so they get the
-// same deadline, attribution, breaker, limits, middleware, telemetry and
-// call log as the adapter's methods.
+// application's own unary methods through the kernel. Those are methods
+// generated from .proto files and registered on the same *grpc.Server.
+// They get the same deadline, attribution, breaker, limits, middleware,
+// telemetry and call log as the adapter's methods.
 //
-// A method runs under an operation's pipeline — that operation's
-// deadline, breaker and limits, with the application's handler in place of
-// the registered one — when WithMethodOperations maps it to one, or when
-// its service and method name, read backwards through the naming
-// convention, are a registered operation (/acme.v1.Orders/Create, in any
-// package, runs under orders.create). Any other method runs through the
-// kernel's host pipeline (deadline and application middleware; no
-// per-operation limits), named by its full method name. The adapter's own
-// methods and gRPC's infrastructure services (health, reflection: package
-// "grpc.*") pass straight through.
+// A method runs under an operation's pipeline when WithMethodOperations
+// maps it to one. It does too when its service and method name, read
+// backwards through the naming convention, are a registered operation:
+// /acme.v1.Orders/Create, in any package, runs under orders.create. It
+// then has that operation's deadline, breaker and limits. The
+// application's handler takes the registered one's place. Any other method
+// runs through the kernel's host pipeline, named by its full method name.
+// That gives it the deadline and application middleware, but no
+// per-operation limits. The adapter's own methods pass straight through,
+// as do gRPC's services (health, reflection: package "grpc.*").
 //
 // The handler receives the invocation's context, which carries the
-// effective deadline, and middleware sees the request message as the
+// effective deadline. Middleware sees the request message as the
 // invocation's input. The answer leaves by that deadline whatever the
-// handler does: a handler that ignores its context is answered
-// DeadlineExceeded at the deadline and runs on, and the kernel logs its
-// late result. An error the handler returns with a gRPC status goes back
-// to the client unchanged unless the pipeline replaced the outcome (a
-// deadline, a cancellation); its code also decides the outcome's kind (as
-// FromStatus maps it), so an Unavailable counts as a breaker failure. Any other
-// outcome is converted with Status.
+// handler does. A handler that ignores its context is answered
+// DeadlineExceeded at the deadline and runs on; the kernel logs its late
+// result. An error the handler returns with a gRPC status goes back to the
+// client unchanged. That holds unless the pipeline replaced the outcome,
+// with a deadline or a cancellation. Its code also decides the outcome's
+// kind, as FromStatus maps it. So an Unavailable counts as a breaker
+// failure. Any other outcome is converted with Status.
 //
 //go:noinline
 func (a *Adapter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {

@@ -96,14 +96,13 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithDeadlineTolerance sets how close to the inbound deadline a client's
-// cancellation may arrive and still be attributed to the deadline
-// (TIMEOUT rather than CANCELLED). gRPC
-// gives the server no reason with a cancellation (a client whose deadline
-// expires sends the same RST_STREAM CANCEL as one that gives up), and the
-// client's timer fires a network hop before the server's, so without a
-// tolerance a timed-out call would often be logged and counted as
-// cancelled. The default is 10ms; 0 turns the
-// tolerance off; a negative d keeps the default.
+// cancellation may arrive and still count as the deadline: TIMEOUT rather
+// than CANCELLED. gRPC gives the server no reason with a cancellation. A
+// client whose deadline expires sends the same RST_STREAM CANCEL as one
+// that gives up. The client's timer fires a network hop before the
+// server's. Without a tolerance, a timed-out call would often be logged
+// and counted as cancelled. The default is 10ms. 0 turns the tolerance
+// off, and a negative d keeps the default.
 func WithDeadlineTolerance(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d >= 0 {
@@ -158,31 +157,32 @@ func WithBaggageLimit(n int) Option {
 }
 
 // WithRecvTimeout bounds the time the request message of one of the
-// adapter's methods may take to arrive, counted from when grpc-go hands the
-// call to the adapter (its headers have arrived): a call whose message is
-// not complete by then is answered DeadlineExceeded / KERNEL_TIMEOUT_001,
-// observed by the kernel as a rejection (no permit spent), and its stream
-// is closed. Each call waits d plus up to d/4 drawn at random, so that
-// calls stalled together are answered apart. The caller's own deadline
-// (grpc-timeout) ends the wait earlier when it is shorter. The default is
-// 5s; 0 turns the bound off (the wait then lasts until the caller's
-// deadline or the connection's keepalive ends it); a negative d keeps the
+// adapter's methods may take to arrive. It counts from when grpc-go hands
+// the call to the adapter, once its headers have arrived. A call whose
+// message is not complete by then is answered DeadlineExceeded /
+// KERNEL_TIMEOUT_001. The kernel observes it as a rejection, with no
+// permit spent, and its stream is closed. Each call waits d plus up to d/4
+// drawn at random, so calls stalled together are answered apart. The
+// caller's own deadline (grpc-timeout) ends the wait earlier when it is
+// shorter. The default is 5s. 0 turns the bound off: the caller's deadline
+// or the connection's keepalive then ends the wait. A negative d keeps the
 // default. A connection that stalls many calls is closed (see
 // Bounds.Credentials).
 //
-// grpc-go (v1.85) reads a unary request inside the method handler: the
-// handler's dec is the stream's RecvMsg (server.go, wrapUnaryHandler),
-// which waits until the whole message has arrived or the stream's context
-// ends. The adapter therefore waits for dec for at most d; when the bound
-// fires, grpc-go writes the status and closes the stream, which cancels the
-// stream's context and ends the read. The message is read on a receiver
-// goroutine, which then runs the call itself (the bound covers the read
-// only), reads one message after another and exits once idle for a few
-// milliseconds; the bound costs one timer per call. Your own services'
-// generated handlers call dec themselves, before any interceptor runs: for
-// them the bound is ServerOptions' MaxConcurrentStreams per connection and
-// its keepalive.
+// Your own services' generated handlers read the message before any
+// interceptor runs. For them the bound is ServerOptions'
+// MaxConcurrentStreams per connection and its keepalive.
 func WithRecvTimeout(d time.Duration) Option {
+	// grpc-go (v1.85) reads a unary request inside the method handler: the
+	// handler's dec is the stream's RecvMsg (server.go, wrapUnaryHandler).
+	// It waits until the whole message has arrived or the stream's context
+	// ends. So the adapter waits for dec for at most d. When the bound
+	// fires, grpc-go writes the status and closes the stream, which cancels
+	// the stream's context and ends the read. The message is read on a
+	// receiver goroutine, which then runs the call itself; the bound covers
+	// the read only. The goroutine reads one message after another and
+	// exits once idle for a few milliseconds. The bound costs one timer per
+	// call. Generated handlers call dec themselves, before any interceptor.
 	return optionFunc(func(c *config) {
 		if d >= 0 {
 			c.recvTimeout = d

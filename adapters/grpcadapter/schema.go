@@ -160,11 +160,11 @@ func (s *schema) topMessage(t reflect.Type, hint, where string) (*messageCodec, 
 }
 
 // rpcMessage returns the codec of the request or response message of one
-// method: a message named name (e.g. "ChargeRequest") with the fields of
-// Go type t. It is not shared with other methods or with fields of type t
-// (those use t's own message), so that every method has its own request
-// and response types, as protoc style guides and buf lint ask. struct{}
-// stays google.protobuf.Empty.
+// method. It is a message named name (e.g. "ChargeRequest") with the
+// fields of Go type t. It is not shared with other methods or with fields
+// of type t, which use t's own message. So every method has its own
+// request and response types, as protoc style guides and buf lint ask.
+// struct{} stays google.protobuf.Empty.
 func (s *schema) rpcMessage(t reflect.Type, name, where string) (*messageCodec, error) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -489,10 +489,11 @@ func checkMarshalers(t reflect.Type, where string) error {
 	return nil
 }
 
-// comment records, as the leading comment of each field of mc (message
-// number msg of the file), the constraints of its validate tag
-// ("Constraints: required; at most 100 characters."), so that the schema
-// reflection exports shows them, as the OpenAPI document does.
+// comment records the constraints of each field's validate tag as the
+// field's leading comment: "Constraints: required; at most 100
+// characters." The fields are those of mc, message number msg of the file.
+// So the schema reflection exports shows them, as the OpenAPI document
+// does.
 func (s *schema) comment(mc *messageCodec, msg int32) {
 	for i, f := range mc.fields {
 		sf := mc.goType.FieldByIndex(f.index)
@@ -559,39 +560,32 @@ func (s *schema) describe(mc *messageCodec) *descriptorpb.DescriptorProto {
 	return dp
 }
 
+// scalarTypes are the proto types of the scalar kinds: 64-bit, then
+// 32-bit.
+var scalarTypes = map[valueKind][2]descriptorpb.FieldDescriptorProto_Type{
+	vString: {descriptorpb.FieldDescriptorProto_TYPE_STRING, descriptorpb.FieldDescriptorProto_TYPE_STRING},
+	vBool:   {descriptorpb.FieldDescriptorProto_TYPE_BOOL, descriptorpb.FieldDescriptorProto_TYPE_BOOL},
+	vInt:    {descriptorpb.FieldDescriptorProto_TYPE_INT64, descriptorpb.FieldDescriptorProto_TYPE_INT32},
+	vUint:   {descriptorpb.FieldDescriptorProto_TYPE_UINT64, descriptorpb.FieldDescriptorProto_TYPE_UINT32},
+	vFloat:  {descriptorpb.FieldDescriptorProto_TYPE_DOUBLE, descriptorpb.FieldDescriptorProto_TYPE_FLOAT},
+	vBytes:  {descriptorpb.FieldDescriptorProto_TYPE_BYTES, descriptorpb.FieldDescriptorProto_TYPE_BYTES},
+}
+
 func setType(fp *descriptorpb.FieldDescriptorProto, vc valueCodec) {
-	var t descriptorpb.FieldDescriptorProto_Type
+	t := descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 	switch vc.kind {
-	case vString:
-		t = descriptorpb.FieldDescriptorProto_TYPE_STRING
-	case vBool:
-		t = descriptorpb.FieldDescriptorProto_TYPE_BOOL
-	case vInt:
-		t = descriptorpb.FieldDescriptorProto_TYPE_INT64
-		if vc.bits == 32 {
-			t = descriptorpb.FieldDescriptorProto_TYPE_INT32
-		}
-	case vUint:
-		t = descriptorpb.FieldDescriptorProto_TYPE_UINT64
-		if vc.bits == 32 {
-			t = descriptorpb.FieldDescriptorProto_TYPE_UINT32
-		}
-	case vFloat:
-		t = descriptorpb.FieldDescriptorProto_TYPE_DOUBLE
-		if vc.bits == 32 {
-			t = descriptorpb.FieldDescriptorProto_TYPE_FLOAT
-		}
-	case vBytes:
-		t = descriptorpb.FieldDescriptorProto_TYPE_BYTES
 	case vTime:
-		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 		fp.TypeName = new(".google.protobuf.Timestamp")
 	case vDuration:
-		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 		fp.TypeName = new(".google.protobuf.Duration")
 	case vMessage:
-		t = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
 		fp.TypeName = new("." + vc.msg.full)
+	default:
+		pair := scalarTypes[vc.kind]
+		t = pair[0]
+		if vc.bits == 32 {
+			t = pair[1]
+		}
 	}
 	fp.Type = t.Enum()
 }

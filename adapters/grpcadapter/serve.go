@@ -110,27 +110,24 @@ func (m *method) reject(ctx context.Context, outcome error) error {
 // WithRecvTimeout.
 var errRecvTimeout = errors.New("grpcadapter: request message not received in time")
 
-// serve runs one call with a single hand-off: a receiver goroutine reads
+// serve runs one call with a single hand-off. A receiver goroutine reads
 // the request message and then runs the call itself, under the kernel's
-// guard (kernel.Serve), while grpc-go's goroutine waits for the answer.
-// The guard answers by the invocation's deadline whatever the handler
-// does, from its own goroutine when the chain is late, so the answer
+// guard (kernel.Serve). grpc-go's goroutine waits for the answer. The
+// guard answers by the invocation's deadline whatever the handler does. It
+// answers from its own goroutine when the chain is late, so the answer
 // never waits for a straggler.
 //
-// The chain must not run on grpc-go's goroutine, although that would save
-// the hand-off (about 5 % of throughput) with the guard writing a late
-// answer to the stream itself: grpc-go counts a call against
-// MaxConcurrentStreams until its handler returns (by design since its
-// rapid-reset fix, grpc-go #6703), and past the bound its connection
-// reader waits for one to return. Stragglers would then hold their
-// connection, answered calls and pings unread
-// (TestStragglersDoNotHoldTheConnection), and GracefulStop, which waits
-// for every handler to return.
+// The chain must not run on grpc-go's goroutine. grpc-go counts a call
+// against MaxConcurrentStreams until its handler returns. Past the bound,
+// its connection reader waits for one to return. Stragglers would then
+// hold their connection, with answered calls and pings unread
+// (TestStragglersDoNotHoldTheConnection). GracefulStop would wait for
+// them too. docs/performance.md gives the cost of the hand-off.
 //
-// WithRecvTimeout bounds the read alone: when its timer fires before the
+// WithRecvTimeout bounds the read alone. When its timer fires before the
 // message was read, the call is answered DeadlineExceeded at once (see
-// unreceived), and a message that arrives later is dropped. Once the
-// message was read, the timer is stopped and plays no part.
+// unreceived). A message that arrives later is dropped. Once the message
+// was read, the timer is stopped and plays no part.
 func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
 	a := m.a
 	r := a.reception()
@@ -170,10 +167,10 @@ func (a *Adapter) reception() *reception {
 	return r
 }
 
-// release lets go of serve's reception, on serve's side or the
-// receiver's; the last to let go pools it when it can be reused: when its
-// timer was stopped before it fired (or it has none), so that done is
-// empty and no expire can still run for the call that used it.
+// release lets go of serve's reception, on serve's side or the receiver's.
+// The last to let go pools it when it can be reused. That is when its
+// timer was stopped before it fired, or it has none. Then done is empty,
+// and no expire can still run for the call that used it.
 func (r *reception) release() {
 	if r.refs.Add(-1) != 0 || !r.reusable {
 		return
@@ -184,15 +181,13 @@ func (r *reception) release() {
 }
 
 // growStack grows the stack of grpc-go's goroutine for the call while it
-// holds few frames. grpc-go runs each call on a new goroutine, whose
-// stack starts at 2 KiB and doubles twice per call: once in grpc-go
-// before the handler, once while encoding the response, where proto's
-// reflective walk of a dynamic message is deep. The runtime copies a
-// stack frame by frame, looking up each frame's pointer map, so the
-// second growth costs about twice as much there as here (callgrind:
-// 24k instructions per call instead of 47k for both growths; see
-// docs/performance.md). A stack large enough already costs the frame's
-// zeroing alone.
+// holds few frames. grpc-go runs each call on a new goroutine, whose stack
+// starts at 2 KiB. It doubles twice per call: once in grpc-go before the
+// handler, and once while encoding the response. There, proto's reflective
+// walk of a dynamic message is deep. The runtime copies a stack frame by
+// frame, looking up each frame's pointer map. So the second growth costs
+// about twice as much there as here (docs/performance.md). A stack large
+// enough already costs the frame's zeroing alone.
 //
 //go:noinline
 func growStack(i int) byte {
@@ -201,17 +196,17 @@ func growStack(i int) byte {
 	return buf[(i+1)%growFrame]
 }
 
-// growFrame is the size of growStack's frame: with the runtime's guard
-// below it, more than a 4 KiB stack has left once grpc-go's frames are on
-// it, and little enough that the stack grows to 8 KiB, where grpc-go's own
-// growths leave it (callgrind counts two growths per call, as before).
+// growFrame is the size of growStack's frame. With the runtime's guard
+// below it, it is more than a 4 KiB stack has left once grpc-go's frames
+// are on it. It is little enough that the stack grows to 8 KiB, where
+// grpc-go's own growths leave it.
 const growFrame = 3 << 10
 
-// receive decodes the request message into req, waiting at most
+// receive decodes the request message into req. It waits at most
 // WithRecvTimeout for it (see there). dec is grpc-go's, the stream's
-// RecvMsg: it returns when the message is complete or the stream's context
-// ends, so when the bound fires the receiving goroutine is free again as
-// soon as the answer closes the stream; req is then never touched again.
+// RecvMsg. It returns when the message is complete or the stream's context
+// ends. So when the bound fires, the receiving goroutine is free again as
+// soon as the answer closes the stream. req is then never touched again.
 //
 // The message is read on a receiver goroutine: an idle one when there is
 // one, else a new one (see receiveLoop).
@@ -263,10 +258,10 @@ const (
 
 // reception is one request message to read: decodeRequest(dec, req). For
 // receive, the read's result is sent to done. For serve (m not nil), the
-// receiver goroutine runs the call once the message is read, and done
-// gets the answer's status error (nil: resp is the response), or
-// errRecvTimeout. done is buffered and only ever sent to once, by the
-// winner of state: the sender never waits.
+// receiver goroutine runs the call once the message is read. done then
+// gets the answer's status error, or errRecvTimeout; nil means resp is the
+// response. done is buffered and only ever sent to once, by the winner of
+// state: the sender never waits.
 type reception struct {
 	dec  func(any) error
 	req  *dynamicpb.Message
@@ -349,10 +344,10 @@ func (a *Adapter) receiveLoop(r *reception) {
 	}
 }
 
-// decodeRequest runs grpc-go's decoder into req. protobuf-go's generic
-// (reflective) unmarshal path, the one dynamic messages take, panics on
-// some malformed map entries (a key field repeated with another wire
-// type); such a panic is a malformed request, not a crash.
+// decodeRequest runs grpc-go's decoder into req. Dynamic messages take
+// protobuf-go's generic (reflective) unmarshal path. It panics on some
+// malformed map entries, such as a key field repeated with another wire
+// type. Such a panic is a malformed request, not a crash.
 func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -487,11 +482,11 @@ func unknownField(msg protoreflect.Message, path string) string {
 }
 
 // holdsMessages reports whether a field of md is a message, a list of
-// messages or a map (whose entries are messages). Looking at the descriptor alone spares a
-// flat message (most requests) the walk over its values, whose callbacks
-// are the deepest frames a call puts on grpc-go's stream goroutine: that
-// goroutine is new for every call, and each doubling of its stack copies
-// it.
+// messages or a map, whose entries are messages. Looking at the descriptor
+// alone spares a flat message the walk over its values; most requests are
+// flat. The walk's callbacks are the deepest frames a call puts on
+// grpc-go's stream goroutine. That goroutine is new for every call, and
+// each doubling of its stack copies it.
 func holdsMessages(md protoreflect.MessageDescriptor) bool {
 	fields := md.Fields()
 	for i := range fields.Len() {

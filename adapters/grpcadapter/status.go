@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -22,26 +23,26 @@ import (
 // adapter writes when WithDomain is not given.
 const defaultDomain = "sundial"
 
-// Status returns the gRPC status of an outcome: nil for a nil outcome (OK),
-// otherwise the code of [CodeFor] for the outcome's kind, the outcome's
-// safe message, a google.rpc.ErrorInfo whose reason is the outcome's stable
-// code, whose domain is domain ("sundial" when empty) and whose
-// metadata are the outcome's details as strings (numbers in decimal,
-// durations in seconds, other values as JSON), a google.rpc.BadRequest
-// for a constraint outcome's failing fields (instead of metadata), and,
-// when the outcome has a retry-after ([pipeline.Error.RetryAfter]), a
-// google.rpc.RetryInfo with that delay and the metadata entry
-// [pipeline.DetailRetryAfter], both in whole seconds rounded up.
+// Status returns the gRPC status of an outcome, or nil for a nil outcome
+// (OK). Its code is [CodeFor] the outcome's kind, and its message the
+// outcome's safe message. It carries a google.rpc.ErrorInfo. The reason is
+// the outcome's stable code, and the domain is domain ("sundial" when
+// empty). The metadata are the outcome's details as strings: numbers in
+// decimal, durations in seconds, other values as JSON. A constraint
+// outcome's failing fields go in a google.rpc.BadRequest instead of the
+// metadata. An outcome with a retry-after ([pipeline.Error.RetryAfter])
+// adds a google.rpc.RetryInfo with that delay. It also adds the metadata
+// entry [pipeline.DetailRetryAfter]. Both are in whole seconds, rounded up.
 //
-// Any error is an outcome: err is read with [pipeline.AsError], so a
-// context error is TIMEOUT or CANCELLED, and a foreign error — a typed nil
-// of any type included — is UNEXPECTED. An UNEXPECTED outcome carries only
-// [pipeline.UnexpectedMessage] and its code: neither the wrapped error's
+// Any error is an outcome: err is read with [pipeline.AsError]. So a
+// context error is TIMEOUT or CANCELLED. A foreign error is UNEXPECTED,
+// typed nils of any type included. An UNEXPECTED outcome carries only
+// [pipeline.UnexpectedMessage] and its code. Neither the wrapped error's
 // text nor its details nor a retry-after reach the caller.
 //
-// A status that an application's own gRPC handler returned (see
-// [Adapter.UnaryServerInterceptor]) goes back as the handler wrote it,
-// unless the pipeline replaced the outcome.
+// A status that an application's own gRPC handler returned goes back as
+// the handler wrote it, unless the pipeline replaced the outcome (see
+// [Adapter.UnaryServerInterceptor]).
 func Status(err error, domain string) *status.Status {
 	if err == nil {
 		return nil
@@ -56,11 +57,11 @@ func Status(err error, domain string) *status.Status {
 		domain = defaultDomain
 	}
 	kind := e.Kind()
-	st := status.New(CodeFor(kind), e.SafeMessage())
+	st := status.New(CodeFor(kind), outcome.SafeMessage(e))
 	info := &errdetails.ErrorInfo{Reason: e.Code(), Domain: domain}
 	details := []protoadapt.MessageV1{info}
 	if kind != pipeline.KindUnexpected {
-		safe := e.SafeDetails()
+		safe := outcome.SafeDetails(e)
 		if vs := operations.Violations(e); vs != nil {
 			// The failing fields go in their typed form only.
 			delete(safe, operations.DetailViolations)
@@ -118,34 +119,15 @@ func detailString(v any) string {
 	return string(b)
 }
 
-// kindFor returns the outcome kind of a gRPC status code, the inverse of
-// [CodeFor] where CodeFor is one-to-one: InvalidArgument and OutOfRange are
-// VALIDATION; FailedPrecondition is UNPROCESSABLE; AlreadyExists and Aborted are CONFLICT;
-// Unavailable and ResourceExhausted are UNAVAILABLE; OK is OK; every code
-// without a kind of its own (Unknown, Internal, Unimplemented, DataLoss) is
-// UNEXPECTED.
+// kindFor returns the outcome kind of a gRPC status code. It inverts
+// [CodeFor] where CodeFor is one-to-one. InvalidArgument and OutOfRange are
+// VALIDATION; FailedPrecondition is UNPROCESSABLE. AlreadyExists and
+// Aborted are CONFLICT; Unavailable and ResourceExhausted are UNAVAILABLE.
+// Every code without a kind of its own is UNEXPECTED: Unknown, Internal,
+// Unimplemented, DataLoss.
 func kindFor(c codes.Code) pipeline.Kind {
-	switch c {
-	case codes.OK:
-		return pipeline.KindOK
-	case codes.InvalidArgument, codes.OutOfRange:
-		return pipeline.KindValidation
-	case codes.FailedPrecondition:
-		return pipeline.KindUnprocessable
-	case codes.Unauthenticated:
-		return pipeline.KindUnauthenticated
-	case codes.PermissionDenied:
-		return pipeline.KindForbidden
-	case codes.NotFound:
-		return pipeline.KindNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return pipeline.KindConflict
-	case codes.Canceled:
-		return pipeline.KindCanceled
-	case codes.DeadlineExceeded:
-		return pipeline.KindTimeout
-	case codes.Unavailable, codes.ResourceExhausted:
-		return pipeline.KindUnavailable
+	if k, ok := grpcCodes.KindOf(c); ok {
+		return k
 	}
 	return pipeline.KindUnexpected
 }
@@ -154,24 +136,24 @@ func kindFor(c codes.Code) pipeline.Kind {
 // statuses of downstream calls: "GRPC_UNAVAILABLE", "GRPC_DEADLINE_EXCEEDED".
 const codePrefix = "GRPC_"
 
-// FromStatus converts the error of a gRPC call to an outcome: nil stays
-// nil, an error without a gRPC status (or already a *pipeline.Error) is
-// returned as it is, and a status error becomes a *pipeline.Error of
-// the code's kind with code "GRPC_<CODE>" (e.g. GRPC_UNAVAILABLE), the
-// status message, details "grpcCode" and, when the status carries a
-// google.rpc.ErrorInfo, "reason" and "domain", and, when it carries a
-// google.rpc.RetryInfo, that delay as its retry-after
+// FromStatus converts the error of a gRPC call to an outcome. nil stays
+// nil. An error without a gRPC status, or already a *pipeline.Error, is
+// returned as it is. A status error becomes a *pipeline.Error of the
+// code's kind (see below). Its code is "GRPC_<CODE>", e.g.
+// GRPC_UNAVAILABLE, and its message the status message. Its details hold
+// "grpcCode". A google.rpc.ErrorInfo adds "reason" and "domain". A
+// google.rpc.RetryInfo gives that delay as its retry-after
 // ([pipeline.Error.WithRetryAfter]). The result wraps the status error, so
-// status.Code(err) still works on it. FromStatus never panics: an error
-// whose methods do (a typed nil) is returned as it is.
+// status.Code(err) still works on it. FromStatus never panics. An error
+// whose methods do, such as a typed nil, is returned as it is.
 //
-// The client interceptors apply FromStatus to every failed call, so a
-// downstream timeout is a TIMEOUT outcome and a downstream that is down is
-// UNAVAILABLE, instead of an UNEXPECTED error.
+// The client interceptors apply FromStatus to every failed call. So a
+// downstream timeout is a TIMEOUT outcome, and a downstream that is down
+// is UNAVAILABLE, instead of an UNEXPECTED error.
 //
 // The kind of a code is the inverse of [CodeFor] where CodeFor is
 // one-to-one. InvalidArgument and OutOfRange are VALIDATION;
-// FailedPrecondition is UNPROCESSABLE; AlreadyExists and Aborted are
+// FailedPrecondition is UNPROCESSABLE. AlreadyExists and Aborted are
 // CONFLICT; Unavailable and ResourceExhausted are UNAVAILABLE. Unknown,
 // Internal, Unimplemented and DataLoss are UNEXPECTED.
 func FromStatus(err error) error {
@@ -194,33 +176,27 @@ func FromStatus(err error) error {
 	return out
 }
 
+// codeNames are the canonical upper-snake names of the codes whose String
+// is not one in upper case.
+var codeNames = map[codes.Code]string{
+	codes.Canceled:           "CANCELLED",
+	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
+	codes.InvalidArgument:    "INVALID_ARGUMENT",
+	codes.NotFound:           "NOT_FOUND",
+	codes.AlreadyExists:      "ALREADY_EXISTS",
+	codes.PermissionDenied:   "PERMISSION_DENIED",
+	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.OutOfRange:         "OUT_OF_RANGE",
+	codes.Unimplemented:      "UNIMPLEMENTED",
+	codes.DataLoss:           "DATA_LOSS",
+	codes.Unauthenticated:    "UNAUTHENTICATED",
+}
+
 // codeName is the canonical upper-snake name of a code: "DEADLINE_EXCEEDED".
 func codeName(c codes.Code) string {
-	switch c {
-	case codes.Canceled:
-		return "CANCELLED"
-	case codes.DeadlineExceeded:
-		return "DEADLINE_EXCEEDED"
-	case codes.InvalidArgument:
-		return "INVALID_ARGUMENT"
-	case codes.NotFound:
-		return "NOT_FOUND"
-	case codes.AlreadyExists:
-		return "ALREADY_EXISTS"
-	case codes.PermissionDenied:
-		return "PERMISSION_DENIED"
-	case codes.ResourceExhausted:
-		return "RESOURCE_EXHAUSTED"
-	case codes.FailedPrecondition:
-		return "FAILED_PRECONDITION"
-	case codes.OutOfRange:
-		return "OUT_OF_RANGE"
-	case codes.Unimplemented:
-		return "UNIMPLEMENTED"
-	case codes.DataLoss:
-		return "DATA_LOSS"
-	case codes.Unauthenticated:
-		return "UNAUTHENTICATED"
+	if name, ok := codeNames[c]; ok {
+		return name
 	}
 	return strings.ToUpper(c.String())
 }
@@ -256,7 +232,7 @@ func foreignStatus(err error) (st *status.Status, ok bool) {
 			st, ok = nil, false
 		}
 	}()
-	if _, outcome := errors.AsType[*pipeline.Error](err); outcome {
+	if _, isOutcome := errors.AsType[*pipeline.Error](err); isOutcome {
 		return nil, false
 	}
 	return status.FromError(err)

@@ -18,19 +18,19 @@ import (
 // serve.
 const codeUnknownMethod = "GRPC_NOT_FOUND_001"
 
-// UnknownServiceHandler answers calls to methods no service registered on
-// the server implements — as grpc-go does by default, codes.Unimplemented
-// with "unknown service …" or "unknown method …" — through the kernel as
-// a rejection (kernel.Request.Reject, a NOT_FOUND outcome with code
-// GRPC_NOT_FOUND_001 and detail "method"), so that like every other answer
-// it gets a span, metrics, a trace ID and a call log record. Install it
-// with grpc.UnknownServiceHandler:
+// UnknownServiceHandler answers calls to methods that no service on the
+// server implements. It answers as grpc-go does by default:
+// codes.Unimplemented with "unknown service …" or "unknown method …". But
+// it answers through the kernel as a rejection (kernel.Request.Reject). The
+// outcome is NOT_FOUND, with code GRPC_NOT_FOUND_001 and detail "method".
+// So like every other answer it gets a span, metrics, a trace ID and a call
+// log record. Install it with grpc.UnknownServiceHandler:
 //
 //	srv := grpc.NewServer(grpc.UnknownServiceHandler(a.UnknownServiceHandler))
 //
-// The invocations are named "(unknown)", whatever the method, so that a
-// scan of random method names cannot use up the telemetry's bounded set
-// of route names; the call log record has the method.
+// The invocations are named "(unknown)", whatever the method. So a scan of
+// random method names cannot use up the telemetry's bounded set of route
+// names. The call log record has the method.
 func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 	start := time.Now()
 	ctx := stream.Context()

@@ -34,39 +34,32 @@ type Adapter struct {
 	baggageLog *slog.Logger // logger, sampled: records of dropped baggage
 }
 
-// Mount mounts every operation of k that has an HTTP Method and Path on e,
-// which the application owns: its own middleware and routes stay as they
-// are. Unless WithErrorHandler(false) is given, it also installs the
+// Mount mounts every operation of k that has an HTTP Method and Path on e.
+// The application owns e: its own middleware and routes stay as they are.
+// Unless WithErrorHandler(false) is given, Mount also installs the
 // adapter's HTTPErrorHandler on e.
 //
-// Each route reads the caller's deadline (Sundial-Deadline, or the header of
-// WithRelativeDeadlineHeader), reads the body to its end within the body
-// limit, binds the JSON body, path parameters and (for GET, HEAD and
-// DELETE) query parameters into the operation's input, hands the call to
-// k (kernel.Kernel.Serve), and writes the outcome: the descriptor's
-// success status with the JSON output, or Problem Details. A request the
-// adapter turns away before the pipeline — a malformed deadline header, a
-// body that does not decode or is too large — goes through k too, as a
-// rejection, so that it is observed like any other call. Each request
-// leaves one access log record.
+// Each route reads the caller's deadline: Sundial-Deadline, or the header
+// of WithRelativeDeadlineHeader. It reads the body to its end within the
+// body limit. It binds the JSON body, the path parameters and, for GET,
+// HEAD and DELETE, the query parameters into the operation's input. It
+// hands the call to k (kernel.Kernel.Serve) and writes the outcome: the
+// descriptor's success status with the JSON output, or Problem Details. A
+// request turned away before the pipeline goes through k too, as a
+// rejection, so it is observed like any other call. Each request leaves
+// one access log record.
 //
-// Every response of e to an HTTP/1.x request with a chunked body — on
-// the operations' routes, the application's own and echo's 404 and 405 —
-// says Connection: close, and the server closes the connection after it:
-// Go's server hides whether such a request also carried Content-Length,
-// which RFC 9112 §6.1 requires closing the connection for (request
-// smuggling). Every response of e to an HTTP/1.x request whose body has
-// not been read to its end when the response is written — echo's 404 and
-// 405, a host endpoint, an operation's rejection before its body is read,
-// an application route that ignores the body — says Connection: close,
-// and the server sends it without reading the rest of the body and then
-// closes the connection: a client that dribbles a body the server does
-// not want gets its answer at once, and holds neither a goroutine nor
+// Some responses of e to an HTTP/1.x request say Connection: close, and
+// the server closes the connection after them. This holds for every
+// request with a chunked body, on any route (request smuggling, RFC 9112
+// §6.1). It also holds when the body has not been read to its end as the
+// response is written. The server then sends without reading the rest, so
+// a client that dribbles a body holds neither a goroutine nor
 // Server.Shutdown. Mount adds a Pre middleware to e for both; Wrap and
 // HTTPErrorHandler do it too wherever they are used.
 //
 // Mount fails, naming the operation, when two operations share a method
-// and path, or when a path parameter has no field in the input to go to.
+// and path. It also fails when a path parameter has no input field.
 func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if e == nil || k == nil {
 		return nil, errors.New("httpadapter: Mount: nil echo or kernel")
@@ -232,11 +225,11 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 	return in, nil
 }
 
-// idempotencyKey returns the Idempotency-Key header's key, "" when it is
-// absent, and "" with a 400 KERNEL_VALIDATION_005 when it is not a structured-field
-// string (RFC 9651 sf-string, as draft-ietf-httpapi-idempotency-key-header
-// requires: "..." with \" and \\ escapes) of 1 to 255 printable ASCII
-// characters, or when the header is repeated.
+// idempotencyKey returns the Idempotency-Key header's key, or "" when it is
+// absent. The key is an RFC 9651 sf-string: "..." with \" and \\ escapes,
+// as draft-ietf-httpapi-idempotency-key-header requires. It holds 1 to 255
+// printable ASCII characters. Any other value, or a repeated header, gives
+// "" with a 400 KERNEL_VALIDATION_005.
 func idempotencyKey(r *http.Request) (string, *pipeline.Error) {
 	vs := r.Header["Idempotency-Key"]
 	if len(vs) == 0 {
@@ -330,14 +323,15 @@ func deadlineFormat(header string) string {
 }
 
 // readBody reads the whole request body, up to the limit, into a pooled
-// buffer. Reading to the end matters beyond decoding: Go's HTTP/1 server
-// only starts watching the connection for a vanished client — and cancels
-// the request's context when it goes — once the body has been read to EOF.
+// buffer. Reading to the end matters beyond decoding. Go's HTTP/1 server
+// only watches the connection for a vanished client once the body has been
+// read to EOF. Only then does it cancel the request's context when the
+// client goes.
 //
-// The read is bounded by deadline (when it is not zero and the connection
-// supports read deadlines): a client that sends its headers and then
-// dribbles the body gets a 504 at the deadline instead of holding the
-// server for as long as it likes.
+// The read is bounded by deadline, when it is not zero and the connection
+// supports read deadlines. A client that sends its headers and then
+// dribbles the body gets a 504 at the deadline. It cannot hold the server
+// for as long as it likes.
 func (a *Adapter) readBody(c echo.Context, deadline time.Time) (*bytes.Buffer, *pipeline.Error, int) {
 	r := c.Request()
 	buf := bufPool.Get().(*bytes.Buffer)
@@ -473,16 +467,16 @@ func (x *exchange) reject(e *pipeline.Error, status int) {
 }
 
 // respond writes the outcome of the call and its access log record. The
-// kernel calls it exactly once: on the request's goroutine, or — when the
-// answer leaves at the deadline while the handler runs on (o.Expired) —
-// on another, while the request's goroutine waits in the kernel. It then
-// asks an HTTP/1 client to close the connection (the request's goroutine
-// stays busy with the handler, so the connection cannot serve another
-// request before it returns; an HTTP/2 stream holds no one else up, and
-// Connection: close there would make the server drain the whole
-// connection), and flushes, so that the client has the whole response at
-// once.
+// kernel calls it exactly once. It runs on the request's goroutine, or on
+// another when the answer leaves at the deadline while the handler runs on
+// (o.Expired). The request's goroutine then waits in the kernel.
 func (x *exchange) respond(o kernel.Outcome) {
+	// At the deadline, respond asks an HTTP/1 client to close the
+	// connection: the request's goroutine stays busy with the handler, so
+	// the connection cannot serve another request before it returns. An
+	// HTTP/2 stream holds no one else up, and Connection: close there
+	// would make the server drain the whole connection. respond flushes,
+	// so that the client has the whole response at once.
 	c := x.c
 	if o.Expired && c.Request().ProtoMajor < 2 {
 		c.Response().Header().Set(echo.HeaderConnection, "close")

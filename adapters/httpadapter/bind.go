@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/sundial-go/sundial/adapters/internal/fields"
+	"github.com/sundial-go/sundial/adapters/internal/jsontype"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -323,7 +324,9 @@ func setString(f reflect.Value, s string) error {
 	return nil
 }
 
-// jsonTypeName names what a Go type looks like in JSON.
+// jsonTypeName names what a Go type looks like in JSON. A type that
+// decodes from text is a string; any kind JSON has no name for is an
+// object.
 func jsonTypeName(t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -331,18 +334,8 @@ func jsonTypeName(t reflect.Type) string {
 	if reflect.PointerTo(t).Implements(textUnmarshalerType) {
 		return "string"
 	}
-	switch t.Kind() {
-	case reflect.String:
-		return "string"
-	case reflect.Bool:
-		return "boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "integer"
-	case reflect.Float32, reflect.Float64:
-		return "number"
-	case reflect.Slice, reflect.Array:
-		return "array"
+	if name := jsontype.Of(t); name != "" {
+		return name
 	}
 	return "object"
 }

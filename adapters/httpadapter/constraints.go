@@ -18,14 +18,18 @@ import (
 const extensionRules = "x-sundial-rules"
 
 // constrainer writes the validate tags of an operation's input into its
-// generated JSON Schema, so that a validator of the document answers as
-// the server does: min/max/gte/lte/gt/lt/len become minLength/maxLength,
-// minItems/maxItems, minProperties/maxProperties or minimum/maximum and
-// the exclusive bounds; oneof an enum; pattern a pattern; email, uri/url
-// and uuid a format; rules after dive apply to items (or a map's values).
-// A field whose zero value fails its rules (what a missing field decodes
-// to) is required; an omitempty scalar accepts its zero value besides
-// (anyOf). It copies each schema it changes: a generator may share them.
+// generated JSON Schema. So a validator of the document answers as the
+// server does.
+//   - min, max, gte, lte, gt, lt and len become minLength/maxLength,
+//     minItems/maxItems, minProperties/maxProperties or minimum/maximum,
+//     and the exclusive bounds.
+//   - oneof becomes an enum, and pattern a pattern.
+//   - email, uri, url and uuid become a format.
+//   - Rules after dive apply to items, or to a map's values.
+//
+// A field whose zero value fails its rules is required: a missing field
+// decodes to it. An omitempty scalar accepts its zero value besides
+// (anyOf). It copies each schema it changes, as a generator may share them.
 type constrainer struct {
 	d    *operations.Descriptor
 	seen map[reflect.Type]bool

@@ -12,20 +12,23 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// HTTPErrorHandler is an echo.HTTPErrorHandler that writes every error as
-// Problem Details and logs the request: echo's own errors (no route: 404
-// HTTP_NOT_FOUND_001; wrong method: 405 HTTP_NOT_FOUND_002, with echo's
-// Allow header; a body over echo's BodyLimit: 413 HTTP_VALIDATION_003),
-// *echo.HTTPError values returned by application handlers (their status is
-// kept; the title is the nearest kind), *pipeline.Error values (the kind's
-// status), and any other error (500 UNEXPECTED; its text goes to the log
-// only). Nothing is written when the response is already committed.
+// HTTPErrorHandler is an echo.HTTPErrorHandler. It writes every error as
+// Problem Details and logs the request.
+//   - echo's own errors: no route is 404 HTTP_NOT_FOUND_001; a wrong method
+//     is 405 HTTP_NOT_FOUND_002, with echo's Allow header; a body over
+//     echo's BodyLimit is 413 HTTP_VALIDATION_003.
+//   - An *echo.HTTPError of an application handler keeps its status. The
+//     title is the nearest kind.
+//   - A *pipeline.Error has its kind's status.
+//   - Any other error is 500 UNEXPECTED. Its text goes to the log only.
 //
-// Each such error is handed to the kernel's host pipeline as a rejection
-// (kernel.Request.Reject), named "METHOD /route" — "METHOD (unmatched)"
-// for echo's 404 and 405, whatever the path, so that a scan cannot use up
-// the telemetry's bounded route names — so that it gets a span, metrics and
-// a trace ID like any other call; nothing runs.
+// Nothing is written when the response is already committed.
+//
+// Each such error goes to the kernel's host pipeline as a rejection
+// (kernel.Request.Reject). So it gets a span, metrics and a trace ID like
+// any other call; nothing runs. It is named "METHOD /route". echo's 404
+// and 405 are "METHOD (unmatched)", whatever the path. So a scan cannot
+// use up the telemetry's bounded route names.
 //
 // Mount installs it on the echo instance unless WithErrorHandler(false) is
 // given.
@@ -138,16 +141,16 @@ func echoKind(code int) (pipeline.Kind, string) {
 	return pipeline.KindUnexpected, pipeline.CodeUnexpected
 }
 
-// Wrap runs an application's own echo handler — a host endpoint, such as
-// a health check — through the kernel's host pipeline
-// (kernel.Request.Handler with no operation), so that it gets the caller's
-// deadline (its request context ends at it), the application middleware,
-// a span, metrics and a trace ID, Problem Details for its errors, and an
-// access log record named "METHOD /route". Per-operation limits do not
-// apply. Unlike an operation's, a host handler writes its own response, so
-// nothing can answer for it at the deadline: it runs on the request's
-// goroutine (kernel.Kernel.Invoke), and a handler that ignores its context
-// holds its response until it returns.
+// Wrap runs an application's own echo handler through the kernel's host
+// pipeline. Such a host endpoint is, for example, a health check. It runs
+// as kernel.Request.Handler with no operation. So it gets the caller's
+// deadline: its request context ends at it. It gets the application
+// middleware, a span, metrics and a trace ID, and Problem Details for its
+// errors. Its access log record is named "METHOD /route". Per-operation
+// limits do not apply. A host handler writes its own response, so nothing
+// can answer for it at the deadline. It runs on the request's goroutine
+// (kernel.Kernel.Invoke). A handler that ignores its context holds its
+// response until it returns.
 func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		// Watched here unless Mount's Pre middleware does (framing.go).

@@ -111,9 +111,9 @@ func mayWaitOnBody(r *http.Request) bool {
 }
 
 // watchBody watches the body of c's request (see above) and returns the
-// watch, which the caller settles (settleBody) and unwatches after its
-// handler; nil when there is nothing to watch or the body is already
-// watched (by Mount's Pre middleware, which settles it).
+// watch. The caller settles it (settleBody) and unwatches it after its
+// handler. It is nil when there is nothing to watch. It is nil too when
+// Mount's Pre middleware already watches the body and settles it.
 func watchBody(c echo.Context) *watchedBody {
 	r := c.Request()
 	if !mayWaitOnBody(r) {
@@ -133,12 +133,12 @@ func watchBody(c echo.Context) *watchedBody {
 var aLongTimeAgo = time.Unix(1, 0)
 
 // settleBody is called when c's handler has returned, before the server
-// sends the response: if the request's body was not read to its end (or
-// is not watched, so that nobody knows), the response says Connection:
-// close and the connection's read deadline is set in the past, so that
-// the server neither reads the rest of the body nor keeps the connection.
-// A response already committed without Connection: close (written past
-// the watch) is left to the server.
+// sends the response. The request's body may not have been read to its
+// end, or may not be watched, so that nobody knows. Then the response says
+// Connection: close, and the connection's read deadline is set in the
+// past. So the server neither reads the rest of the body nor keeps the
+// connection. A response already committed without Connection: close,
+// written past the watch, is left to the server.
 func settleBody(c echo.Context) {
 	r := c.Request()
 	if !mayWaitOnBody(r) {
@@ -157,10 +157,10 @@ func settleBody(c echo.Context) {
 	_ = http.NewResponseController(resp).SetReadDeadline(aLongTimeAgo)
 }
 
-// framingMiddleware is the Pre middleware Mount adds to its echo instance,
-// so that every request — on the application's routes too, and echo's 404
-// and 405 — gets closeAfterChunked before routing, and has its body
-// watched and settled around the handler.
+// framingMiddleware is the Pre middleware Mount adds to its echo instance.
+// Every request gets closeAfterChunked before routing, and has its body
+// watched and settled around the handler. That covers the application's
+// routes, and echo's 404 and 405.
 func framingMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		closeAfterChunked(c)

@@ -96,27 +96,12 @@ func retryAfterOf(h string) (time.Duration, bool) {
 	return 0, false
 }
 
-// kindForStatus is the outcome kind of an HTTP status, the inverse of
-// StatusFor where StatusFor is one-to-one; 429 is UNAVAILABLE, other 4xx
-// VALIDATION, other 5xx UNEXPECTED.
+// kindForStatus is the outcome kind of an HTTP status. It inverts
+// StatusFor where StatusFor is one-to-one; 410 is NOT_FOUND and 429 is
+// UNAVAILABLE. Any other 4xx is VALIDATION, any other 5xx UNEXPECTED.
 func kindForStatus(status int) pipeline.Kind {
-	switch status {
-	case http.StatusUnauthorized:
-		return pipeline.KindUnauthenticated
-	case http.StatusForbidden:
-		return pipeline.KindForbidden
-	case http.StatusNotFound, http.StatusGone:
-		return pipeline.KindNotFound
-	case http.StatusConflict:
-		return pipeline.KindConflict
-	case http.StatusUnprocessableEntity:
-		return pipeline.KindUnprocessable
-	case http.StatusRequestTimeout:
-		return pipeline.KindCanceled
-	case http.StatusGatewayTimeout:
-		return pipeline.KindTimeout
-	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
-		return pipeline.KindUnavailable
+	if k, ok := statuses.KindOf(status); ok && k != pipeline.KindOK {
+		return k
 	}
 	if status < 500 {
 		return pipeline.KindValidation

@@ -49,17 +49,17 @@ type OpenAPIInfo struct {
 const problemSchemaName = "Problem"
 
 // OpenAPI returns the OpenAPI 3.1 document of the operations the adapter
-// mounted: one path item per route (echo's ":id" becomes "{id}"), with
-// the path and query parameters the binder fills, the deadline headers
-// the adapter reads (Sundial-Deadline and the relative header), the JSON
-// request body and success response built from the Go types (kin-openapi's
-// openapi3gen, encoding/json names), and the Problem Details
-// (application/problem+json) answers the operation's effective policy can
-// produce: 400 and 500 always; 413 with a body; 504 and 408 (every call
-// may carry a deadline; the operation's own TimeoutSeconds is named when
-// it has one); 503 with Retry-After when it has limits (rate, concurrency
-// or a breaker). The document is validated (openapi3.T.Validate) before
-// it is returned.
+// mounted. It has one path item per route; echo's ":id" becomes "{id}".
+// Each lists the path and query parameters the binder fills. It lists the
+// deadline headers the adapter reads: Sundial-Deadline and the relative
+// header. The JSON request body and success response are built from the Go
+// types, by kin-openapi's openapi3gen with encoding/json names. The Problem
+// Details answers are those the operation's effective policy can produce.
+// 400 and 500 are always there, and 413 with a body. 504 and 408 are too,
+// as every call may carry a deadline; the operation's own TimeoutSeconds
+// is named when it has one. 503 with Retry-After appears when it has
+// limits: rate, concurrency or a breaker. The document is validated
+// (openapi3.T.Validate) before it is returned.
 func (a *Adapter) OpenAPI(info OpenAPIInfo) (*openapi3.T, error) {
 	b := newOpenAPIBuilder(info)
 	for _, rt := range a.routes {
@@ -355,12 +355,12 @@ func idempotencyKeyDescription(enabled bool) string {
 
 // idempotencyKeySchema is the schema of the Idempotency-Key header's raw
 // value, the quoted sf-string. Its bounds are the raw value's, not the
-// key's: a key of 1 character is 3 quoted, and one of 255 is 257 quoted, or
-// 2*255+2 = 512 when every character is escaped (\" or \\) — the longest
-// value that can hold a valid key, and the bound the adapter checks before
-// parsing (idempotencyKey). The pattern is the sf-string grammar over
-// printable ASCII; the 255-character bound on the unescaped key cannot be
-// said by maxLength, and is in the description.
+// key's. A key of 1 character is 3 quoted, and one of 255 is 257 quoted.
+// It is 2*255+2 = 512 when every character is escaped (\" or \\). That is
+// the longest value that can hold a valid key. It is the bound the adapter
+// checks before parsing (idempotencyKey). The pattern is the sf-string
+// grammar over printable ASCII. maxLength cannot say the 255-character
+// bound on the unescaped key, so the description does.
 func idempotencyKeySchema() *openapi3.Schema {
 	s := openapi3.NewStringSchema()
 	s.MinLength = 3

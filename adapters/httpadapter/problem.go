@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -92,9 +93,6 @@ func jsonPointer(path string) string {
 	return "/" + r.Replace(path)
 }
 
-// typePrefix prefixes a code to make a Problem's type.
-const typePrefix = "urn:sundial:error:"
-
 var emptyDetails = map[string]any{}
 
 // newProblem builds the Problem of a failure with the given status. An
@@ -103,21 +101,15 @@ var emptyDetails = map[string]any{}
 // in whole seconds, and a constraint outcome names its failing fields in
 // details.errors by JSON pointers.
 func newProblem(e *pipeline.Error, status int, instance, traceID string) *Problem {
-	details := operations.NameFields(e, jsonPointer).SafeDetails()
-	if s, ok := e.RetryAfterSeconds(); ok && e.Kind() != pipeline.KindUnexpected {
-		if details == nil {
-			details = make(map[string]any, 1)
-		}
-		details[pipeline.DetailRetryAfter] = s
-	}
+	details := outcome.Details(operations.NameFields(e, jsonPointer))
 	if len(details) == 0 {
 		details = emptyDetails
 	}
 	return &Problem{
-		Type:     typePrefix + e.Code(),
+		Type:     outcome.TypePrefix + e.Code(),
 		Title:    e.Kind().String(),
 		Status:   status,
-		Detail:   e.SafeMessage(),
+		Detail:   outcome.SafeMessage(e),
 		Instance: instance,
 		Code:     e.Code(),
 		TraceID:  traceID,

@@ -3,35 +3,32 @@ package httpadapter
 import (
 	"net/http"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// StatusFor returns the HTTP status of a failure kind (the outcome table
-// of docs/pipeline.md). KindOK maps to 200, and an unknown kind, like
-// UNEXPECTED, to 500; the success status of an operation is chosen by its
-// descriptor.
+// statuses is the outcome table's HTTP column. A downstream's 410 reads as
+// NOT_FOUND and its 429 as UNAVAILABLE.
+var statuses = outcome.NewTable(http.StatusInternalServerError, map[pipeline.Kind]int{
+	pipeline.KindOK:              http.StatusOK,
+	pipeline.KindValidation:      http.StatusBadRequest,
+	pipeline.KindUnauthenticated: http.StatusUnauthorized,
+	pipeline.KindForbidden:       http.StatusForbidden,
+	pipeline.KindNotFound:        http.StatusNotFound,
+	pipeline.KindConflict:        http.StatusConflict,
+	pipeline.KindUnprocessable:   http.StatusUnprocessableEntity,
+	pipeline.KindCanceled:        http.StatusRequestTimeout,
+	pipeline.KindTimeout:         http.StatusGatewayTimeout,
+	pipeline.KindUnavailable:     http.StatusServiceUnavailable,
+}, map[int]pipeline.Kind{
+	http.StatusGone:            pipeline.KindNotFound,
+	http.StatusTooManyRequests: pipeline.KindUnavailable,
+})
+
+// StatusFor returns the HTTP status of a failure kind, from the outcome
+// table of docs/pipeline.md. KindOK maps to 200. UNEXPECTED and any
+// unknown kind map to 500. An operation's descriptor chooses its success
+// status.
 func StatusFor(k pipeline.Kind) int {
-	switch k {
-	case pipeline.KindOK:
-		return http.StatusOK
-	case pipeline.KindValidation:
-		return http.StatusBadRequest
-	case pipeline.KindUnauthenticated:
-		return http.StatusUnauthorized
-	case pipeline.KindForbidden:
-		return http.StatusForbidden
-	case pipeline.KindNotFound:
-		return http.StatusNotFound
-	case pipeline.KindConflict:
-		return http.StatusConflict
-	case pipeline.KindUnprocessable:
-		return http.StatusUnprocessableEntity
-	case pipeline.KindCanceled:
-		return http.StatusRequestTimeout
-	case pipeline.KindTimeout:
-		return http.StatusGatewayTimeout
-	case pipeline.KindUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
+	return statuses.For(k)
 }

@@ -17,18 +17,20 @@ import (
 // StatusPagePath is where the shop mounts StatusPage; any path works.
 const StatusPagePath = "/debug/sundial"
 
-// StatusPage returns a handler serving a live status page of k, in the
-// tradition of net/http/pprof, gRPC's channelz and OpenCensus' zpages:
-// every operation with its effective policy, its breaker's state and the
-// time until it half-opens, its window's usage and time to reset, its
-// queues, calls in flight and rejections by reason, its p50 and p99, and
-// the kernel's stragglers. The page is plain server-rendered HTML —
-// everything escaped by html/template, no script, no external asset — and
+// StatusPage returns a handler serving a live status page of k. It is in
+// the tradition of net/http/pprof, gRPC's channelz and OpenCensus' zpages.
+// It shows every operation with its effective policy. For each it shows
+// the breaker's state and the time until it half-opens. It shows the
+// window's usage and time to reset, the queues, the calls in flight and
+// the rejections by reason, and the p50 and p99. It also shows the
+// kernel's stragglers. The page is plain server-rendered HTML: html/template
+// escapes everything, and there is no script and no external asset. It
 // reloads itself every refresh (2 s when refresh <= 0).
 //
-// It is off unless mounted: it shows the service's configuration and load,
-// so mount it where only operators reach it (an admin listener, or behind
-// the application's authentication middleware), as one would pprof:
+// It is off unless mounted. It shows the service's configuration and load,
+// so mount it where only operators reach it, as one would pprof. That is
+// an admin listener, or behind the application's authentication
+// middleware:
 //
 //	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
 func StatusPage(k *kernel.Kernel, refresh time.Duration) echo.HandlerFunc {

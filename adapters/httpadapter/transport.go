@@ -18,24 +18,24 @@ import (
 )
 
 // Transport is an http.RoundTripper that carries the deadline of each
-// request's context to the server: on every request — every attempt of a
-// retry loop, since each attempt is a request — it computes what remains
-// of the deadline at that moment and writes it in the headers the inbound
-// side reads: Sundial-Deadline (absolute, RFC 3339 UTC, truncated to the
-// millisecond) and Sundial-Timeout-Ms (relative, whole milliseconds,
-// rounded down). A request whose context has no deadline gets no deadline
-// header; one whose deadline has already passed is not sent at all and
-// fails with an error wrapping context.DeadlineExceeded. It also writes
-// the W3C trace context and baggage of the request's context
-// (telemetry.InjectHTTP: traceparent, tracestate, baggage), so that the
+// request's context to the server. It does so on every request, so on
+// every attempt of a retry loop. It computes what remains of the deadline
+// at that moment. It writes it in the headers the inbound side reads:
+// Sundial-Deadline and Sundial-Timeout-Ms. The first is absolute, RFC 3339
+// UTC, truncated to the millisecond. The second is relative, in whole
+// milliseconds, rounded down. A request whose context has no deadline gets
+// no deadline header. One whose deadline has passed is not sent at all; it
+// fails with an error wrapping context.DeadlineExceeded. Transport also
+// writes the W3C trace context and baggage of the request's context
+// (telemetry.InjectHTTP: traceparent, tracestate, baggage). So the
 // server's span continues the caller's trace.
 //
-// Deadlines, trace context and baggage are the caller's business: give a
+// Deadlines, trace context and baggage are the caller's business. Give a
 // Transport only to clients of internal services, or restrict it with
-// WithHosts; requests to other hosts go out exactly as they came.
+// WithHosts. Requests to other hosts go out exactly as they came.
 //
 // Create it with NewTransport. It is safe for concurrent use. It never
-// modifies the caller's request (it sends a clone when it adds headers).
+// modifies the caller's request: it sends a clone when it adds headers.
 type Transport struct {
 	base      http.RoundTripper
 	absolute  bool
@@ -105,19 +105,20 @@ func (e *sentNothing) NotSent() bool { return true }
 
 func notSent(err error) error { return &sentNothing{err: err} }
 
-// WithDependency runs every request to the Transport's hosts through d
-// (see outbound.Dependency.Do): retries within d's budget, hedging, d's
-// breaker. Each attempt is a clone of the request with the same headers,
-// baggage (so the same idempotency key) and trace, in a child span of its
-// own, and its remaining deadline written anew.
+// WithDependency runs every request to the Transport's hosts through d, as
+// outbound.Dependency.Do does. That gives retries within d's budget,
+// hedging and d's breaker. Each attempt is a clone of the request with the
+// same headers, baggage and trace; so it has the same idempotency key.
+// Each runs in a child span of its own, with its remaining deadline
+// written anew.
 //
 // With a dependency, an answer of status 400 or above is not returned as a
-// response: RoundTrip returns its outcome (FromResponse), as the gRPC
-// client interceptor does, so that it is retried or not by its kind; the
+// response. RoundTrip returns its outcome (FromResponse), as the gRPC
+// client interceptor does, so its kind decides whether it is retried. The
 // http.Client wraps it in a *url.Error, which errors.As sees through. A
-// failure before any byte of the request was written is marked
-// as not sent (see outbound.NotSent). A request with a body that cannot be
-// read again (Body set, GetBody nil) goes through d.DoOnce: one attempt,
+// failure before any byte of the request was written is marked as not
+// sent (see outbound.NotSent). A request whose body cannot be read again
+// (Body set, GetBody nil) goes through d.DoOnce. That is one attempt,
 // never retried or hedged, under the same breaker, outcome and counts.
 func WithDependency(d Dependency) TransportOption {
 	return transportOptionFunc(func(t *Transport) { t.dep = d })

@@ -1,15 +1,14 @@
-// Package prototest checks, in tests, that the gRPC schemas a server
-// describes through server reflection are what other languages' tools
-// accept: it exports the descriptors the way grpcurl does
-// (-proto-out-dir), prints them as .proto source, compiles them with
-// protoc and lints them with buf (Check), and generates Go from them with
-// protoc-gen-go (GenerateGo).
+// Package prototest checks, in tests, that other languages' tools accept
+// the gRPC schemas a server describes through server reflection. It
+// exports the descriptors the way grpcurl does (-proto-out-dir). It prints
+// them as .proto source. Check compiles them with protoc and lints them
+// with buf. GenerateGo generates Go from them with protoc-gen-go.
 //
-// protoc is Debian's protobuf-compiler (`make deps` installs it); when it
-// is not on PATH the test fails with the command that installs it under
-// CI (CI set), and is skipped otherwise, like redistest. buf is the path
-// in SUNDIAL_BUF, else the bufVersion that `make deps` installs, else
-// built from the Go module proxy with `go run`.
+// protoc is Debian's protobuf-compiler; `make deps` installs it. When it
+// is not on PATH, the test fails under CI (CI set), naming the command
+// that installs it. Otherwise it is skipped, like redistest. buf is the
+// path in SUNDIAL_BUF, else the bufVersion that `make deps` installs. Else
+// it is built from the Go module proxy with `go run`.
 package prototest
 
 import (
@@ -38,17 +37,18 @@ import (
 // bufVersion is the buf release Check lints with.
 const bufVersion = "v1.75.0"
 
-// BufConfig is the buf.yaml Check lints with: buf's STANDARD rules except
+// BufConfig is the buf.yaml Check lints with. It has buf's STANDARD rules
+// except these two:
 //
-//   - SERVICE_SUFFIX: Sundial names a service after the first segment of
-//     its operation IDs ("billing.charge" -> shop.v1.Billing), and renaming
-//     every service to …Service would break every existing client;
-//   - FIELD_LOWER_SNAKE_CASE: a field's name is its JSON name (the json tag),
-//     so that one input means the same over HTTP, gRPC and the CLI;
+//   - SERVICE_SUFFIX. Sundial names a service after the first segment of
+//     its operation IDs: "billing.charge" -> shop.v1.Billing. Renaming
+//     every service to …Service would break every existing client.
+//   - FIELD_LOWER_SNAKE_CASE. A field's name is its JSON name (the json
+//     tag), so one input means the same over HTTP, gRPC and the CLI.
 //
-// and with google.protobuf.Empty allowed as a request and as a response
-// (the message of an operation's struct{} input or output, shared by
-// every such method).
+// It allows google.protobuf.Empty as a request and as a response. That is
+// the message of an operation's struct{} input or output, shared by every
+// such method.
 const BufConfig = `version: v2
 lint:
   use:
@@ -61,8 +61,8 @@ lint:
 `
 
 // Export asks the reflection service on conn for every service except
-// gRPC's own (grpc.*) and returns the files that describe them with
-// their imports, in dependency order, as grpcurl receives them.
+// gRPC's own (grpc.*). It returns the files that describe them with their
+// imports, in dependency order, as grpcurl receives them.
 func Export(tb testing.TB, conn grpc.ClientConnInterface) []protoreflect.FileDescriptor {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -178,8 +178,8 @@ func lintProtos(tb testing.TB, dir string, paths []string) {
 	}
 }
 
-// installedBuf returns the buf of bufVersion that `make deps` installs
-// (in GOBIN, else GOPATH/bin), or "" when there is none: installing it
+// installedBuf returns the buf of bufVersion that `make deps` installs, in
+// GOBIN, else GOPATH/bin. It returns "" when there is none. Installing it
 // once there, before the tests, spares every package that lints a `go run`
 // build of its own.
 func installedBuf() string {
@@ -233,9 +233,9 @@ func lint(dir string) error {
 	return nil
 }
 
-// Check exports the schemas served on conn, writes them under a temporary
-// directory, compiles them with protoc and lints them with buf; it returns
-// the directory.
+// Check exports the schemas served on conn and writes them under a
+// temporary directory. It compiles them with protoc and lints them with
+// buf. It returns the directory.
 func Check(tb testing.TB, conn grpc.ClientConnInterface) string {
 	tb.Helper()
 	dir := tb.TempDir()
@@ -245,9 +245,9 @@ func Check(tb testing.TB, conn grpc.ClientConnInterface) string {
 	return dir
 }
 
-// GenerateGo exports the schemas served on conn as Check does and
+// GenerateGo exports the schemas served on conn as Check does. It
 // generates Go from them with protoc and protoc-gen-go, without M flags,
-// as a Go client of the service would; it then builds the generated
+// as a Go client of the service would. It then builds the generated
 // packages. It returns the module directory holding them. Each file needs
 // a go_package option (grpcadapter.WithGoPackagePrefix gives one).
 // protoc-gen-go is built from the google.golang.org/protobuf module the

@@ -1,14 +1,15 @@
-// Package fields sets a struct field by its index path
-// (reflect.StructField.Index, reflect.VisibleFields) through embedded
-// pointers, allocating those that are nil, where reflect.Value.FieldByIndex
-// panics (reading one is reflect.Value.FieldByIndexErr).
+// Package fields sets a struct field by its index path through embedded
+// pointers. The path is reflect.StructField.Index, as reflect.VisibleFields
+// gives it. Nil embedded pointers on the way are allocated. There,
+// reflect.Value.FieldByIndex panics; reading one is
+// reflect.Value.FieldByIndexErr.
 package fields
 
 import "reflect"
 
-// Alloc returns the field of v (addressable) at index, allocating nil
-// embedded pointers on the way; false when one cannot be set (an embedded
-// pointer to an unexported type).
+// Alloc returns the field of v (addressable) at index. It allocates nil
+// embedded pointers on the way. It returns false when one cannot be set:
+// an embedded pointer to an unexported type.
 func Alloc(v reflect.Value, index []int) (reflect.Value, bool) {
 	if len(index) == 1 {
 		return v.Field(index[0]), true

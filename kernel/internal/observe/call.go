@@ -282,7 +282,13 @@ func (c *Call) deadlineEvent(deadline time.Time) {
 // errorStatus sets the span's status Error, and records the cause of an
 // UNEXPECTED outcome as an exception event.
 func (c *Call) errorStatus(perr *pipeline.Error, end time.Time) {
-	c.span.SetStatus(codes.Error, perr.Code()+": "+perr.SafeMessage())
+	// The description shows what a caller sees: an UNEXPECTED outcome's
+	// message is the generic one.
+	msg := perr.Message()
+	if perr.Kind() == pipeline.KindUnexpected {
+		msg = pipeline.UnexpectedMessage
+	}
+	c.span.SetStatus(codes.Error, perr.Code()+": "+msg)
 	if cause := perr.Unwrap(); perr.Kind() == pipeline.KindUnexpected && cause != nil {
 		// Operators, not callers, read traces: the real error helps.
 		// This is span.RecordError, with the text read by

@@ -131,7 +131,7 @@ func TestSpanPerOutcome(t *testing.T) {
 			if s.Status().Code != tt.wantStatus {
 				t.Errorf("span status = %v, want %v", s.Status().Code, tt.wantStatus)
 			}
-			if tt.wantStatus == codes.Error && s.Status().Description != tt.wantCode+": "+pipeline.AsError(tt.err).SafeMessage() {
+			if tt.wantStatus == codes.Error && s.Status().Description != tt.wantCode+": "+callerMessage(tt.err) {
 				t.Errorf("span status description = %q, want the code and the caller's message", s.Status().Description)
 			}
 			if got := eventNames(s); fmt.Sprint(got) != fmt.Sprint(tt.wantEvents) {
@@ -797,4 +797,14 @@ func TestIdempotencyReplayObserved(t *testing.T) {
 	}); !ok || v != 1 {
 		t.Errorf("%s{billing.charge, grpc} = %v (%v), want 1", observe.MetricIdempotencyReplays, v, ok)
 	}
+}
+
+// callerMessage is the message a caller sees of err's outcome: the generic
+// one for an UNEXPECTED outcome.
+func callerMessage(err error) string {
+	e := pipeline.AsError(err)
+	if e.Kind() == pipeline.KindUnexpected {
+		return pipeline.UnexpectedMessage
+	}
+	return e.Message()
 }
