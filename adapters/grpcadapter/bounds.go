@@ -52,8 +52,9 @@ const (
 	defaultMaxConnectionAge      = 30 * time.Minute
 	defaultMaxConnectionAgeGrace = 30 * time.Second
 	// defaultKeepaliveTime is how long a connection may be silent before
-	// the server pings it (2h). defaultKeepaliveTimeout is how long the
-	// server waits for the ack before closing it (20s). So a client that
+	// the server pings it (grpc-go's default: 2h). defaultKeepaliveTimeout
+	// is how long the server waits for the ack before closing it (grpc-go's
+	// default: 20s). So a client that
 	// vanished without closing is gone within 80s, with every call it held.
 	defaultKeepaliveTime    = time.Minute
 	defaultKeepaliveTimeout = 20 * time.Second
