@@ -386,16 +386,14 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 				c.await[id] = struct{}{}
 			}
 		}
-		waiting := len(c.await)
+		held := opened && len(c.await) > awaitFree
+		if opened && !held {
+			c.passed = id
+		}
 		c.mu.Unlock()
-		if opened && waiting > awaitFree {
+		if held {
 			c.paceOwed = true
 			return false
-		}
-		if opened {
-			c.mu.Lock()
-			c.passed = id
-			c.mu.Unlock()
 		}
 	case frameData:
 		c.mu.Lock()
