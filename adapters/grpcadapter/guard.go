@@ -59,6 +59,19 @@ const (
 	stallRate  = 1.0
 )
 
+// A connection holds at most awaitFree streams whose request message has
+// not begun to arrive. Past them, each new stream waits for the guard's
+// pacer: pacedBurst at once, pacedRate a second after, shared by the
+// listener's connections. A client's stub sends each call's message right
+// after its headers, so its streams wait only while it stalls them. A
+// flood of stalled calls is then admitted at a steady pace, not by the
+// hundred at once, and the work of answering them is spread alike.
+const (
+	awaitFree  = 16
+	pacedBurst = 16
+	pacedRate  = 256
+)
+
 // guardLinger is how long a connection the guard closes stays open for
 // reading after its GOAWAY, which the client then reads before the close
 // (golang.org/x/net/http2's server waits as long).
@@ -85,6 +98,7 @@ type guard struct {
 	mp         metric.MeterProvider
 
 	open     atomic.Int64 // connections handed to grpc-go and not closed
+	paced    pacer        // the streams opened past awaitFree
 	initOnce sync.Once
 	closed   metric.Int64Counter // sundial.grpc.connections.closed
 	refused  metric.Int64Counter // sundial.grpc.connections.refused
@@ -104,6 +118,7 @@ func newGuard(b Bounds, inner credentials.TransportCredentials) *guard {
 		maxConns:   int64(b.MaxConnections),
 		logger:     logger,
 		mp:         b.MeterProvider,
+		paced:      newPacer(pacedBurst, pacedRate),
 	}
 }
 
@@ -143,6 +158,8 @@ func (g *guard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 		g:      g,
 		in:     frameScanner{skip: len(clientPreface)},
 		open:   make(map[uint32]struct{}),
+		await:  make(map[uint32]struct{}),
+		wake:   make(chan struct{}),
 		resets: bucket{tokens: g.resetBurst, burst: g.resetBurst, rate: g.resetRate},
 		stalls: bucket{tokens: stallBurst, burst: stallBurst, rate: stallRate},
 	}
@@ -160,7 +177,7 @@ func (g *guard) Info() credentials.ProtocolInfo { return g.inner.Info() }
 
 func (g *guard) Clone() credentials.TransportCredentials {
 	c := &guard{inner: g.inner.Clone(), resetBurst: g.resetBurst, resetRate: g.resetRate,
-		maxConns: g.maxConns, logger: g.logger, mp: g.mp}
+		maxConns: g.maxConns, logger: g.logger, mp: g.mp, paced: newPacer(pacedBurst, pacedRate)}
 	return c
 }
 
@@ -221,9 +238,10 @@ type frameScanner struct {
 func (s *frameScanner) atBoundary() bool { return s.skip == 0 && s.n == 0 && s.left == 0 }
 
 // scan passes p, calling f with each frame header completed in it. When
-// f returns false, scan stops and returns the offset in p where that
-// frame's header starts (0 when it started in an earlier p) and false.
-func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool) (int, bool) {
+// f returns false, scan stops and returns false with the offsets in p
+// where that frame's header starts (0 when it started in an earlier p)
+// and ends; a later scan goes on from its end.
+func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool) (start, end int, ok bool) {
 	i := 0
 	for i < len(p) {
 		switch {
@@ -247,11 +265,11 @@ func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool) (
 			s.left = uint32(s.hdr[0])<<16 | uint32(s.hdr[1])<<8 | uint32(s.hdr[2])
 			id := binary.BigEndian.Uint32(s.hdr[5:]) & (1<<31 - 1)
 			if !f(s.hdr[3], s.hdr[4], id) {
-				return max(start, 0), false
+				return max(start, 0), i, false
 			}
 		}
 	}
-	return len(p), true
+	return len(p), len(p), true
 }
 
 // maxOpen bounds the streams a guarded connection tracks: grpc-go holds
@@ -266,13 +284,20 @@ type guardedConn struct {
 	key string
 
 	// The reader's: the client's frames.
-	in     frameScanner
-	resets bucket
+	in       frameScanner
+	resets   bucket
+	paceOwed bool   // the next read waits for the pacer first
+	held     []byte // bytes read from the client and not yet returned
+	heldErr  error  // the read error that came with held
 
-	mu        sync.Mutex // guards open, maxStream and stalls
+	mu        sync.Mutex // guards open, await, maxStream and stalls
 	open      map[uint32]struct{}
+	await     map[uint32]struct{} // open streams whose message has not begun
 	maxStream uint32
+	passed    uint32 // the highest stream passed to grpc-go: not held back
 	stalls    bucket
+	wake      chan struct{} // closed when the connection closes or trips
+	wakeOnce  sync.Once
 
 	wmu  sync.Mutex // guards out and sent, and serialises writes
 	out  frameScanner
@@ -282,22 +307,60 @@ type guardedConn struct {
 	reason    string      // why, set before tripped
 	tripped   atomic.Bool
 	closeOnce sync.Once
+	dmu       sync.Mutex // orders chargeStall's read deadline before Close's
+	closing   bool       // Close has set the linger's read deadline
 }
 
 // Read reads the client's bytes and follows its frames. Past the bound of
 // early resets it returns the bytes before the frame that crossed it,
 // sends GOAWAY, and fails the next read, which ends grpc-go's transport.
+//
+// A new stream past awaitFree is held back: the read returns the bytes up
+// to its frame header, and the next read waits for the pacer (see pace)
+// before it returns the rest.
 func (c *guardedConn) Read(p []byte) (int, error) {
 	if c.tripped.Load() {
 		return 0, errGuardClosed
 	}
-	n, err := c.Conn.Read(p)
-	cut, ok := c.in.scan(p[:n], c.clientFrame)
-	if ok {
+	if c.paceOwed {
+		c.paceOwed = false
+		c.pace()
+		if c.tripped.Load() {
+			return 0, errGuardClosed
+		}
+		c.mu.Lock()
+		c.passed = c.maxStream
+		c.mu.Unlock()
+	}
+	var (
+		n   int
+		err error
+	)
+	if len(c.held) > 0 {
+		n = copy(p, c.held)
+		if c.held = c.held[n:]; len(c.held) == 0 {
+			err, c.heldErr = c.heldErr, nil
+		}
+	} else {
+		n, err = c.Conn.Read(p)
+	}
+	cut, end, ok := c.in.scan(p[:n], c.clientFrame)
+	switch {
+	case ok:
 		if c.tripped.Load() { // tripped by a call meanwhile (chargeStall)
 			return 0, errGuardClosed
 		}
 		return n, err
+	case c.paceOwed:
+		// Hold back what follows the new stream's frame header. Its
+		// payload, the header block, stays unread by grpc-go until then.
+		if end < n {
+			c.held = append(append([]byte(nil), p[end:n]...), c.held...)
+			if err != nil {
+				c.heldErr, err = err, nil
+			}
+		}
+		return end, err
 	}
 	c.trip(reasonResets)
 	if cut == 0 {
@@ -307,22 +370,40 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 }
 
 // clientFrame follows one frame from the client; it returns false when
-// the frame is a reset past the bound.
-func (c *guardedConn) clientFrame(typ, _ byte, id uint32) bool {
+// the frame is a reset past the bound, or opens a stream that must wait
+// for the pacer (paceOwed is then set).
+func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 	switch typ {
 	case frameHeaders:
 		c.mu.Lock()
-		if id > c.maxStream {
+		opened := id > c.maxStream
+		if opened {
 			c.maxStream = id
 			if len(c.open) < maxOpen {
 				c.open[id] = struct{}{}
 			}
+			if flags&flagEndStream == 0 && len(c.await) < maxOpen {
+				c.await[id] = struct{}{}
+			}
 		}
+		held := opened && len(c.await) > awaitFree
+		if opened && !held {
+			c.passed = id
+		}
+		c.mu.Unlock()
+		if held {
+			c.paceOwed = true
+			return false
+		}
+	case frameData:
+		c.mu.Lock()
+		delete(c.await, id)
 		c.mu.Unlock()
 	case frameRSTStream:
 		c.mu.Lock()
 		_, early := c.open[id]
 		delete(c.open, id)
+		delete(c.await, id)
 		c.mu.Unlock()
 		if early && !c.resets.take(time.Now()) {
 			return false
@@ -337,7 +418,7 @@ func (c *guardedConn) clientFrame(typ, _ byte, id uint32) bool {
 func (c *guardedConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.out.scan(p, c.serverFrame)
+	_, _, _ = c.out.scan(p, c.serverFrame)
 	n, err := c.Conn.Write(p)
 	if err == nil && c.tripped.Load() {
 		c.goAwayLocked()
@@ -350,9 +431,54 @@ func (c *guardedConn) serverFrame(typ, flags byte, id uint32) bool {
 	if typ == frameRSTStream || (typ == frameHeaders || typ == frameData) && flags&flagEndStream != 0 {
 		c.mu.Lock()
 		delete(c.open, id)
+		delete(c.await, id)
 		c.mu.Unlock()
 	}
 	return true
+}
+
+// pace waits for the guard's pacer, or until the connection closes or
+// trips. grpc-go starts no goroutine for the held stream meanwhile.
+func (c *guardedConn) pace() {
+	d := c.g.paced.reserve(time.Now())
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.wake:
+	}
+}
+
+// wakeReader ends a wait in pace.
+func (c *guardedConn) wakeReader() { c.wakeOnce.Do(func() { close(c.wake) }) }
+
+// pacer spaces events every interval on average, burst at once at most:
+// a token bucket whose events reserve the time they may happen.
+type pacer struct {
+	mu    sync.Mutex
+	next  time.Time // when the next event may happen, with no burst left
+	every time.Duration
+	burst int
+}
+
+func newPacer(burst int, rate float64) pacer {
+	return pacer{every: time.Duration(float64(time.Second) / rate), burst: burst}
+}
+
+// reserve reserves the next event's time and returns how long after now
+// it is (0 or less: now).
+func (p *pacer) reserve(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if floor := now.Add(-time.Duration(p.burst-1) * p.every); p.next.Before(floor) {
+		p.next = floor
+	}
+	at := p.next
+	p.next = at.Add(p.every)
+	return at.Sub(now)
 }
 
 // chargeStall charges the connection of a call whose request message did
@@ -383,7 +509,11 @@ func chargeStall(ctx context.Context) (closing bool) {
 		c.trip(reasonStalls)
 		// The reader may wait for bytes that never come: wake it; its
 		// read then fails and grpc-go ends the transport.
-		_ = c.Conn.SetReadDeadline(time.Now())
+		c.dmu.Lock()
+		if !c.closing {
+			_ = c.Conn.SetReadDeadline(time.Now())
+		}
+		c.dmu.Unlock()
 	}
 	return !ok
 }
@@ -396,6 +526,7 @@ func (c *guardedConn) trip(reason string) {
 	}
 	c.reason = reason
 	c.tripped.Store(true)
+	c.wakeReader()
 	c.g.instruments()
 	if c.g.closed != nil {
 		c.g.closed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
@@ -420,15 +551,16 @@ func (c *guardedConn) trip(reason string) {
 }
 
 // goAwayLocked writes the GOAWAY once, at a frame boundary of the
-// server's bytes; c.wmu is held. Its last stream is the highest the client
-// opened: grpc-go has seen them all.
+// server's bytes; c.wmu is held. Its last stream is the highest the guard
+// passed to grpc-go: a stream it held back was not processed, and the
+// client may retry it.
 func (c *guardedConn) goAwayLocked() {
 	if c.sent || !c.out.atBoundary() {
 		return
 	}
 	c.sent = true
 	c.mu.Lock()
-	last := c.maxStream
+	last := c.passed
 	c.mu.Unlock()
 	f := make([]byte, frameHeaderLen+8, frameHeaderLen+8+len(c.reason))
 	f = append(f, c.reason...)
@@ -448,6 +580,7 @@ func (c *guardedConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.g.open.Add(-1)
+		c.wakeReader()
 		if !c.tripped.Load() {
 			guarded.Delete(c.key)
 			err = c.Conn.Close()
@@ -456,7 +589,10 @@ func (c *guardedConn) Close() error {
 		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
+		c.dmu.Lock()
+		c.closing = true
 		_ = c.Conn.SetReadDeadline(time.Now().Add(guardLinger))
+		c.dmu.Unlock()
 		go c.linger()
 	})
 	return err

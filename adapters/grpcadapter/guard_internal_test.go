@@ -259,3 +259,80 @@ func TestCanceledCallsAreSampled(t *testing.T) {
 		}
 	})
 }
+
+// TestGuardPacesStreamsAwaitingTheirMessage: a connection opens awaitFree
+// streams whose message has not begun at once; the read of the next new
+// stream returns the bytes up to its frame header, and the read after it
+// waits for the pacer: pacedBurst of them at once, then one every
+// 1/pacedRate. A client whose streams carry their message is never held.
+func TestGuardPacesStreamsAwaitingTheirMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, p := newTestConn(t, 0, 0)
+		if _, err := feed(c, p, []byte(clientPreface)); err != nil {
+			t.Fatal(err)
+		}
+		id := uint32(1)
+		// A well-behaved client: 10 times awaitFree calls at once, each
+		// with its message, in one read.
+		var in []byte
+		for range 10 * awaitFree {
+			in = append(in, frame(frameHeaders, 0x4, id, 3)...)
+			in = append(in, frame(frameData, flagEndStream, id, 5)...)
+			id += 2
+		}
+		start := time.Now()
+		if n, err := feed(c, p, in); n != len(in) || err != nil {
+			t.Fatalf("calls with their message: read %d of %d bytes, %v", n, len(in), err)
+		}
+		// A stalling client: streams without their message, in one read.
+		const stalled = awaitFree + pacedBurst + 4
+		in = in[:0]
+		for range stalled {
+			in = append(in, frame(frameHeaders, 0x4, id, 3)...)
+			id += 2
+		}
+		p.mu.Lock()
+		p.in = append(p.in, in)
+		p.mu.Unlock()
+		got := 0
+		var at []time.Duration // when each held stream's header block was read
+		buf := make([]byte, len(in)+1)
+		for got < len(in) {
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got > 0 && got%len(frame(frameHeaders, 0, 0, 3)) == frameHeaderLen {
+				at = append(at, time.Since(start))
+			}
+			got += n
+		}
+		free := awaitFree * len(frame(frameHeaders, 0, 0, 3))
+		if want := stalled - awaitFree; len(at) != want {
+			t.Fatalf("%d streams held back, want %d (the first %d bytes free)", len(at), want, free)
+		}
+		every := time.Second / pacedRate
+		for i, d := range at {
+			want := time.Duration(0)
+			if i >= pacedBurst {
+				want = time.Duration(i-pacedBurst+1) * every
+			}
+			if d != want {
+				t.Errorf("held stream %d read after %v, want %v", i+1, d, want)
+			}
+		}
+		// Once the server has answered the stalled streams, a new one is
+		// free again.
+		for sid := id - 2*stalled; sid < id; sid += 2 {
+			if _, err := c.Write(frame(frameHeaders, flagEndStream|0x4, sid, 2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, err := feed(c, p, frame(frameHeaders, 0x4, id, 3)); n != frameHeaderLen+3 || err != nil {
+			t.Fatalf("a stream after the answers: read %d bytes, %v", n, err)
+		}
+		if c.tripped.Load() {
+			t.Fatal("the guard tripped on paced streams")
+		}
+	})
+}
