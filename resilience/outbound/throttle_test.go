@@ -261,3 +261,42 @@ func BenchmarkDoThrottle(b *testing.B) {
 		})
 	}
 }
+
+// TestReconfigureKeepsTheThrottle: a reload with the same window keeps the
+// throttle's counts and applies a new K at once. Another window starts an
+// empty one; turning throttling off drops it.
+func TestReconfigureKeepsTheThrottle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := throttledDep(t)
+		d.coin = func() float64 { return 0.999999 }
+		for i := range 4 {
+			_ = d.Do(context.Background(), func(context.Context) error {
+				if i == 0 {
+					return nil
+				}
+				return unavailable()
+			})
+		}
+		if st := d.Stats(); st.Rejection != 2.0/5 { // (4 − 2·1) / 5
+			t.Fatalf("K 2: %+v", st)
+		}
+		p := d.cur.Load().p
+		p.ThrottleK = 3
+		if err := d.Reconfigure(p); err != nil {
+			t.Fatal(err)
+		}
+		if st := d.Stats(); st.WindowRequests != 4 || st.Rejection != 1.0/5 { // (4 − 3·1) / 5
+			t.Fatalf("same window: %+v, want 4 requests kept", st)
+		}
+		p.ThrottleWindow = 5 * time.Second
+		_ = d.Reconfigure(p)
+		if st := d.Stats(); st.WindowRequests != 0 || st.Rejection != 0 {
+			t.Fatalf("another window: %+v, want an empty one", st)
+		}
+		p.Throttle = false
+		_ = d.Reconfigure(p)
+		if st := d.Stats(); st.HasThrottle {
+			t.Fatalf("off: %+v", st)
+		}
+	})
+}
