@@ -31,17 +31,7 @@ func TestStatusPageShowsTheThrottle(t *testing.T) {
 	for _, answer := range []error{nil, nil, down, down, down} {
 		_ = billing.Do(t.Context(), func(context.Context) error { return answer })
 	} // the probability stays 0 until the last answer: then (5 − 2·2) / 6
-	e := echo.New()
-	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + httpadapter.StatusPagePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	page := string(body)
+	page := fetchStatusPage(t, k)
 	for _, want := range []string{
 		`<tr id="dep-billing">`,
 		`<td class="throttle">requests 5, accepts 2, rejection 16.7 %<br>refused 0</td>`,
@@ -52,4 +42,20 @@ func TestStatusPageShowsTheThrottle(t *testing.T) {
 			t.Errorf("the status page lacks %q:\n%s", want, page)
 		}
 	}
+}
+
+// fetchStatusPage serves k's status page on 127.0.0.1 and returns it.
+func fetchStatusPage(t *testing.T, k *kernel.Kernel) string {
+	t.Helper()
+	e := echo.New()
+	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + httpadapter.StatusPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }
