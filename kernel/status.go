@@ -9,6 +9,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Status is a snapshot of the kernel for a status page (see
@@ -20,6 +21,8 @@ type Status struct {
 	// whose chain has not returned.
 	Stragglers, Running, MaxStragglers int
 	Operations                         []OperationStatus
+	// Dependencies are the configured dependencies' stats, by name.
+	Dependencies map[string]outbound.Stats
 }
 
 // OperationStatus is one operation in a Status.
@@ -60,7 +63,8 @@ type OperationStatus struct {
 
 // Status returns a snapshot of the kernel's operations, sorted by ID.
 func (k *Kernel) Status() Status {
-	st := Status{Stragglers: int(k.stragglers.Load()), Running: k.Running(), MaxStragglers: k.live.Load().maxStragglers}
+	st := Status{Stragglers: int(k.stragglers.Load()), Running: k.Running(), MaxStragglers: k.live.Load().maxStragglers,
+		Dependencies: k.dependencyStats()}
 	for id, c := range k.ops {
 		l := k.limitsOf(id)
 		ls := l.State()

@@ -70,6 +70,7 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 		return d.Round(100 * time.Millisecond).String()
 	},
 	"used": func(q pipeline.Quota) int { return q.Limit - q.Remaining },
+	"pct":  func(p float64) float64 { return 100 * p },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{{.Refresh}}">
@@ -100,5 +101,14 @@ running: {{.Running}}.</p>
 <td>{{if .Calls}}{{.Calls}} calls<br>p50 {{dur .P50}}<br>p99 {{dur .P99}}{{else}}<span class="muted">none</span>{{end}}</td>
 </tr>
 {{end}}</table>
+{{if .Dependencies}}<table id="dependencies">
+<tr><th>Dependency</th><th>Attempts</th><th>Breaker</th><th>Throttle (window)</th></tr>
+{{range $name, $d := .Dependencies}}<tr id="dep-{{$name}}">
+<td><b>{{$name}}</b></td>
+<td>{{$d.Attempts}}: {{$d.Retries}} retries, {{$d.Hedges}} hedges<br>budget refused {{$d.BudgetRefusals}}</td>
+<td>{{if $d.HasBreaker}}{{$d.Breaker}}{{else}}<span class="muted">none</span>{{end}}</td>
+<td class="throttle">{{if $d.HasThrottle}}requests {{$d.WindowRequests}}, accepts {{$d.WindowAccepts}}, rejection {{printf "%.1f" (pct $d.Rejection)}} %<br>refused {{$d.Throttled}}{{else}}<span class="muted">off</span>{{end}}</td>
+</tr>
+{{end}}</table>{{end}}
 </body></html>
 `))

@@ -2,15 +2,9 @@ package httpadapter_test
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/labstack/echo/v4"
-
-	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 )
@@ -33,17 +27,7 @@ func TestStatusPageShowsTheLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	e := echo.New()
-	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + httpadapter.StatusPagePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	page := string(body)
+	page := fetchStatusPage(t, k)
 	for _, want := range []string{
 		`adaptive concurrency<br>`,
 		`<td class="limit">0 of 30<br>adaptive 30</td>`,

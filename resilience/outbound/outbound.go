@@ -37,20 +37,22 @@ type Dependency struct {
 	name   string
 	cur    atomic.Pointer[state]
 	jitter func() float64 // in [0, 1); tests replace it
+	coin   func() float64 // in [0, 1), the throttle's draws; tests replace it
 	lat    latencies      // of successful attempts, for HedgeQuantile
 	count  counters
 }
 
 type state struct {
-	p       Policy
-	budget  *budget
-	breaker *breaker.Breaker // nil: none
+	p        Policy
+	budget   *budget
+	breaker  *breaker.Breaker // nil: none
+	throttle *throttle        // nil: none
 }
 
 // New returns the Dependency name under p, or the errors of p. Each error
 // names its field (eg "Attempts: 0 is out of range (1 to 10)").
 func New(name string, p Policy) (*Dependency, error) {
-	d := &Dependency{name: name, jitter: mrand.Float64}
+	d := &Dependency{name: name, jitter: mrand.Float64, coin: mrand.Float64}
 	if err := d.Reconfigure(p); err != nil {
 		return nil, err
 	}
@@ -68,10 +70,14 @@ func (d *Dependency) Reconfigure(p Policy) error {
 	old := d.cur.Load()
 	s := &state{p: p}
 	var ob *breaker.Breaker
+	var ot *throttle
 	if old != nil {
-		s.budget, ob = old.budget.carry(p.BudgetRatio, p.BudgetMin), old.breaker
+		s.budget, ob, ot = old.budget.carry(p.BudgetRatio, p.BudgetMin), old.breaker, old.throttle
 	} else {
 		s.budget = newBudget(p.BudgetRatio, p.BudgetMin)
+	}
+	if p.Throttle {
+		s.throttle = ot.carry(p.ThrottleWindow)
 	}
 	if p.FailureThreshold > 0 {
 		s.breaker = breaker.Carry(ob, p.FailureThreshold, p.BreakDuration)
@@ -109,11 +115,11 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 //
 // Do returns the last attempt's error as it is (nil on success): the
 // downstream's answer. Only when no attempt ran does Do make its own. An
-// open breaker gives UNAVAILABLE [CodeDependencyOpen], with a retry-after. A
-// deadline too close for MinAttemptTimeout gives TIMEOUT
-// resilience.CodeBudgetExhausted. A last attempt that got no answer at all
-// (refused, reset, nothing sent) gives UNAVAILABLE [CodeDependencyUnavailable],
-// wrapping its error.
+// open breaker gives UNAVAILABLE [CodeDependencyOpen] and the throttle
+// [CodeDependencyThrottled], each with a retry-after. A deadline too close
+// for MinAttemptTimeout gives TIMEOUT resilience.CodeBudgetExhausted. A last
+// attempt that got no answer at all (refused, reset, nothing sent) gives
+// UNAVAILABLE [CodeDependencyUnavailable], wrapping its error.
 //
 // A nil *Dependency (Kernel.Dependency of an unknown name) runs attempt once
 // with no policy, so a client given one through an interface does not panic.
@@ -190,7 +196,7 @@ func (c *call) refusal(now time.Time) error {
 	if b := c.s.breaker; b != nil && b.State() == breaker.Open {
 		return c.openError(b.OpenFor())
 	}
-	return nil
+	return c.throttled()
 }
 
 // unavailable returns the outcome of a call that ended with err: err as
@@ -278,10 +284,15 @@ func (c *call) backoff() time.Duration {
 	return b/2 + time.Duration(c.d.jitter()*float64(b-b/2))
 }
 
-// admit asks the breaker to let attempt number c.n+1 start, and counts
-// it; a refusal is the breaker's outcome.
+// admit asks the throttle (for a retry or a hedge) and the breaker to let
+// attempt number c.n+1 start, and counts it. A refusal is their outcome.
 func (c *call) admit() (breaker.Ticket, error) {
 	var ticket breaker.Ticket
+	if c.n > 0 {
+		if err := c.throttled(); err != nil {
+			return ticket, err // the first attempt met the throttle in refusal
+		}
+	}
 	if b := c.s.breaker; b != nil {
 		t, ok, retry := b.Allow()
 		if !ok {
@@ -295,7 +306,7 @@ func (c *call) admit() (breaker.Ticket, error) {
 
 // run makes attempt number n, admitted with ticket, under actx (the
 // call's context, or a hedge's cancellable child), in a child span, and
-// tells the breaker how it ended.
+// tells the breaker and the throttle how it ended.
 func (c *call) run(attempt func(context.Context) error, n int, hedge bool, actx context.Context, ticket breaker.Ticket) (err error) {
 	if t := c.s.p.AttemptTimeout; t > 0 {
 		var cancel context.CancelFunc
@@ -321,8 +332,15 @@ func (c *call) run(attempt func(context.Context) error, n int, hedge bool, actx 
 		c.d.lat.record(time.Since(began), q)
 	}
 	span.End()
+	if c.s.breaker == nil && c.s.throttle == nil {
+		return err
+	}
+	v := c.verdict(actx, err)
 	if b := c.s.breaker; b != nil {
-		b.Done(ticket, c.verdict(actx, err))
+		b.Done(ticket, v)
+	}
+	if t := c.s.throttle; t != nil {
+		t.record(v)
 	}
 	return err
 }

@@ -74,12 +74,20 @@ type Policy struct {
 	// for BreakDuration.
 	FailureThreshold int
 	BreakDuration    time.Duration
+	// Throttle turns on adaptive throttling. A call or a retry is refused
+	// locally with probability max(0, (requests − K·accepts) / (requests + 1)).
+	// Requests are the attempts the dependency failed or accepted within the
+	// last ThrottleWindow; K is ThrottleK (1 to 100). Neutral outcomes are not
+	// counted: a caller fault (4xx), or the call's own cancel or deadline.
+	Throttle       bool
+	ThrottleK      float64
+	ThrottleWindow time.Duration
 }
 
 // DefaultPolicy returns the defaults. A call makes 3 attempts, and an attempt
 // needs 10 ms. The backoff is 50 ms, doubling to 1 s. The budget is 20 % of
 // calls with a reserve of 10. There is no hedging. A breaker opens after 5
-// consecutive failures, for 5 s.
+// consecutive failures, for 5 s. Throttling is off; on, K is 2 over 10 s.
 func DefaultPolicy() Policy {
 	return Policy{
 		Attempts:          3,
@@ -90,11 +98,16 @@ func DefaultPolicy() Policy {
 		BudgetMin:         10,
 		FailureThreshold:  5,
 		BreakDuration:     5 * time.Second,
+		ThrottleK:         2,
+		ThrottleWindow:    10 * time.Second,
 	}
 }
 
 // maxAttempts bounds Policy.Attempts.
 const maxAttempts = 10
+
+// maxThrottleK bounds Policy.ThrottleK.
+const maxThrottleK = 100
 
 // validate returns the policy's errors, each naming its field.
 func (p Policy) validate() error {
@@ -132,6 +145,12 @@ func (p Policy) validate() error {
 	}
 	if p.FailureThreshold < 0 {
 		bad("FailureThreshold", "%d is negative", p.FailureThreshold)
+	}
+	if p.Throttle && !(p.ThrottleK >= 1 && p.ThrottleK <= maxThrottleK) {
+		bad("ThrottleK", "%v is out of range (1 to %d)", p.ThrottleK, maxThrottleK)
+	}
+	if p.Throttle && p.ThrottleWindow < throttleBuckets*time.Millisecond {
+		bad("ThrottleWindow", "%v is below %v", p.ThrottleWindow, throttleBuckets*time.Millisecond)
 	}
 	if p.FailureThreshold > 0 && p.BreakDuration <= 0 {
 		bad("BreakDuration", "must be positive with a breaker (FailureThreshold %d)", p.FailureThreshold)

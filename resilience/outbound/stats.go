@@ -21,11 +21,18 @@ type Stats struct {
 	// its state.
 	HasBreaker bool
 	Breaker    resilience.BreakerState
+	// Throttled counts calls and retries the throttle refused. HasThrottle
+	// reports whether the policy throttles. WindowRequests and WindowAccepts
+	// are its window's counts, and Rejection its probability of refusing now.
+	Throttled                     int64
+	HasThrottle                   bool
+	WindowRequests, WindowAccepts int64
+	Rejection                     float64
 }
 
 // counters are a Dependency's Stats counts, kept across reloads.
 type counters struct {
-	attempts, retries, hedges, refusals atomic.Int64
+	attempts, retries, hedges, refusals, throttled atomic.Int64
 }
 
 // Stats returns what d has done; a nil d has done nothing.
@@ -34,9 +41,14 @@ func (d *Dependency) Stats() Stats {
 		return Stats{}
 	}
 	s := Stats{Attempts: d.count.attempts.Load(), Retries: d.count.retries.Load(),
-		Hedges: d.count.hedges.Load(), BudgetRefusals: d.count.refusals.Load()}
-	if b := d.cur.Load().breaker; b != nil {
+		Hedges: d.count.hedges.Load(), BudgetRefusals: d.count.refusals.Load(), Throttled: d.count.throttled.Load()}
+	cur := d.cur.Load()
+	if b := cur.breaker; b != nil {
 		s.HasBreaker, s.Breaker = true, resilience.BreakerState(b.State())
+	}
+	if t := cur.throttle; t != nil {
+		s.HasThrottle = true
+		s.WindowRequests, s.WindowAccepts, s.Rejection = t.window(cur.p.ThrottleK)
 	}
 	return s
 }

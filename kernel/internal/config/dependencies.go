@@ -60,6 +60,18 @@ func ratio(v any, path string) (float64, error) {
 	return f, nil
 }
 
+// throttleK reads a throttle's K: a number from 1 to 100.
+func throttleK(v any, path string) (float64, error) {
+	f, ok := Number(v)
+	if !ok {
+		return 0, fmt.Errorf("kernel: %s: want a number from 1 to 100, got %s", path, describe(v))
+	}
+	if math.IsNaN(f) || f < 1 || f > 100 {
+		return 0, fmt.Errorf("kernel: %s: want a number from 1 to 100, got %v", path, f)
+	}
+	return f, nil
+}
+
 // DependencyKeys is the table of a dependency's keys, in the order error
 // messages and the docs list them.
 var DependencyKeys = []DependencyKey{
@@ -102,6 +114,15 @@ var DependencyKeys = []DependencyKey{
 	{Name: "Breaker.BreakSeconds", Type: "number", Default: "5", Bounds: seconds, field: "BreakDuration",
 		Doc: "How long the open breaker fails calls at once, in seconds.",
 		set: setter(duration, func(p *outbound.Policy) *Duration { return &p.BreakDuration })},
+	{Name: "Throttle.Enabled", Type: "boolean", Default: "false", Bounds: "true or false", field: "Throttle",
+		Doc: "Refuses calls locally with probability max(0, (requests − K·accepts) / (requests + 1)) over the window.",
+		set: setter(boolean, func(p *outbound.Policy) *bool { return &p.Throttle })},
+	{Name: "Throttle.K", Type: "number", Default: "2", Bounds: "1 to 100", field: "ThrottleK",
+		Doc: "Requests the throttle lets through per accepted one before it refuses any.",
+		set: setter(throttleK, func(p *outbound.Policy) *float64 { return &p.ThrottleK })},
+	{Name: "Throttle.WindowSeconds", Type: "number", Default: "10", Bounds: "0.02 to 1e9", field: "ThrottleWindow",
+		Doc: "The throttle's sliding window, in 20 buckets, in seconds.",
+		set: setter(duration, func(p *outbound.Policy) *Duration { return &p.ThrottleWindow })},
 }
 
 // ParseDependencies parses Sundial.Kernel.Dependencies (path): an object

@@ -42,13 +42,15 @@ type instruments struct {
 	outAttempts metric.Int64ObservableCounter // MetricOutboundAttempts
 	outRefusals metric.Int64ObservableCounter // MetricOutboundBudgetRefusals
 	outBreaker  metric.Int64ObservableGauge   // MetricOutboundBreakerState
+	outThrottle metric.Int64ObservableCounter // MetricOutboundThrottled
+	outProb     metric.Float64ObservableGauge // MetricOutboundThrottleProbability
 
 	err error // instrument creation errors (the instruments are then no-ops)
 }
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [20]error
+	var errs [22]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -103,11 +105,18 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.shadow, errs[19] = m.Int64ObservableCounter(MetricShadowRejectionCount,
 		metric.WithDescription("Invocations a limit in shadow mode would have rejected and let run, by operation and reason (rate, concurrency, breaker, shed)."),
 		metric.WithUnit("{invocation}"))
+	in.outThrottle, errs[20] = m.Int64ObservableCounter(MetricOutboundThrottled,
+		metric.WithDescription("Calls and retries a dependency's adaptive throttle refused locally, by dependency."),
+		metric.WithUnit("{attempt}"))
+	in.outProb, errs[21] = m.Float64ObservableGauge(MetricOutboundThrottleProbability,
+		metric.WithDescription("The probability that a dependency's adaptive throttle refuses a call now, by dependency."),
+		metric.WithUnit("1"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		in.observeDependencies(t, o)
 		return nil
-	}, in.breaker, in.queue, in.active, in.limit, in.adapt, in.late, in.cluster, in.shadow, in.outAttempts, in.outRefusals, in.outBreaker)
+	}, in.breaker, in.queue, in.active, in.limit, in.adapt, in.late, in.cluster, in.shadow, in.outAttempts, in.outRefusals, in.outBreaker,
+		in.outThrottle, in.outProb)
 	in.err = errors.Join(errs[:]...)
 	return in
 }
@@ -213,6 +222,10 @@ func (in *instruments) observeDependencies(t *Telemetry, o metric.Observer) {
 			observeBreaker(o, in.outBreaker, st.Breaker, func(i int) []metric.ObserveOption {
 				return []metric.ObserveOption{metric.WithAttributes(dep, attribute.String(MetricAttrState, breakerStates[i]))}
 			})
+		}
+		if st.HasThrottle {
+			o.ObserveInt64(in.outThrottle, st.Throttled, metric.WithAttributes(dep))
+			o.ObserveFloat64(in.outProb, st.Rejection, metric.WithAttributes(dep))
 		}
 	}
 }

@@ -93,6 +93,14 @@ const (
 	// by dependency and state. Dependencies without a breaker are not
 	// reported.
 	MetricOutboundBreakerState = "sundial.outbound.breaker.state"
+	// MetricOutboundThrottled counts the calls and retries a dependency's
+	// adaptive throttle refused locally (Int64ObservableCounter), by
+	// dependency. Dependencies without a throttle are not reported.
+	MetricOutboundThrottled = "sundial.outbound.throttle.rejections"
+	// MetricOutboundThrottleProbability is the probability that a
+	// dependency's throttle refuses a call now (Float64ObservableGauge), by
+	// dependency. Dependencies without a throttle are not reported.
+	MetricOutboundThrottleProbability = "sundial.outbound.throttle.probability"
 )
 
 // Metric attribute keys. They are short because the metric names are
