@@ -5,6 +5,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
+	"github.com/sundial-go/sundial/resilience/internal/deadlinectx"
 )
 
 // BreakerState is the state of an operation's circuit breaker.
@@ -106,7 +107,7 @@ func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict
 		pipeline.KindNotFound, pipeline.KindConflict, pipeline.KindUnprocessable, pipeline.KindCanceled:
 		return Neutral
 	case pipeline.KindTimeout:
-		if callerBoundBudget(err) {
+		if deadlinectx.CallerBound(err) {
 			return deadlineVerdict(inv)
 		}
 	}

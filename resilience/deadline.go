@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/deadlinectx"
 )
 
 // ErrDeadline is the cause recorded on a handler's context when the
@@ -283,7 +284,7 @@ func Attribute(ctx context.Context) *pipeline.Error {
 // rather than a failure of the operation: err is a TIMEOUT or CANCELLED
 // outcome (ctx.Err(), a wrapped context error, or a *pipeline.Error of
 // either kind) and either the invocation's context ctx has ended, or err is
-// a [BudgetExhaustedError] whose allotment was bounded by the invocation's
+// a budget exhaustion (outbound.BudgetExhaustedError) whose allotment was bounded by the invocation's
 // deadline (the handler stopped early for the same reason the deadline
 // would have stopped it). A TIMEOUT reported while ctx is still live — a
 // downstream's 504, or a call cut by its own per-call cap — is a real
@@ -297,19 +298,5 @@ func IsOwnCancellation(ctx context.Context, err error) bool {
 	if k := pipeline.KindOf(err); k != pipeline.KindTimeout && k != pipeline.KindCanceled {
 		return false
 	}
-	return ctx.Err() != nil || callerBoundBudget(err)
-}
-
-// callerBoundBudget reports whether err is a BudgetExhaustedError whose
-// allotment was bounded by the invocation's deadline.
-// A foreign error whose methods panic while the chain is walked is not
-// one.
-func callerBoundBudget(err error) (bound bool) {
-	defer func() {
-		if recover() != nil {
-			bound = false
-		}
-	}()
-	be, ok := errors.AsType[*BudgetExhaustedError](err)
-	return ok && be != nil && be.callerBound
+	return ctx.Err() != nil || deadlinectx.CallerBound(err)
 }

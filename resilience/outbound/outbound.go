@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
 )
 
@@ -111,7 +110,7 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // downstream's answer, never a made-up one. It makes one of its own only
 // when no attempt ran: a dependency's open breaker (UNAVAILABLE
 // [CodeDependencyOpen], with a retry-after) or a deadline too close for
-// MinAttemptTimeout (TIMEOUT resilience.CodeBudgetExhausted). When the
+// MinAttemptTimeout (TIMEOUT [CodeBudgetExhausted]). When the
 // last attempt got no answer at all (refused, reset, nothing sent), the
 // outcome is UNAVAILABLE [CodeDependencyUnavailable], wrapping its error.
 //
@@ -186,7 +185,7 @@ func (c *call) refusal(now time.Time) error {
 	}
 	if !c.fits(now) {
 		dl, _ := c.ctx.Deadline()
-		return (&resilience.BudgetExhaustedError{Stage: "outbound", Dependency: c.d.name, Remaining: dl.Sub(now)}).Outcome()
+		return (&BudgetExhaustedError{Stage: "outbound", Dependency: c.d.name, Remaining: dl.Sub(now)}).Outcome()
 	}
 	if b := c.s.breaker; b != nil && b.State() == breaker.Open {
 		return c.openError(b.OpenFor())
