@@ -63,7 +63,7 @@ func (bl *breakerLimit) TryAcquire(*pipeline.Invocation) (Permit, bool, error) {
 	if !ok {
 		return Permit{}, false, bl.rej.get(retry)
 	}
-	p := NewPermit(bl, t.Token())
+	p := newTokenPermit(bl, t.Token())
 	if t.Probe() {
 		p = p.ReleasedAtContextEnd()
 	}
@@ -76,8 +76,8 @@ func (bl *breakerLimit) Acquire(_ context.Context, inv *pipeline.Invocation) (Pe
 	return p, err
 }
 
-// Release implements [Releaser].
-func (bl *breakerLimit) Release(token uint64, o Outcome) {
+// release gives back the ticket token with the call's verdict.
+func (bl *breakerLimit) release(token uint64, o Outcome) {
 	bl.b.Done(breaker.TicketOf(token), breaker.Result(o.Verdict))
 }
 

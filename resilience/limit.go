@@ -35,21 +35,44 @@ type Admitter interface {
 }
 
 // Releaser takes back the permits its limit handed out: Release is called
-// exactly once per permit, with the permit's token and how the call ended.
+// exactly once per permit, with how the call ended.
 type Releaser interface {
-	Release(token uint64, o Outcome)
+	Release(o Outcome)
+}
+
+// tokenReleaser is the Releaser of a built-in limit, which tells its
+// permits apart by a token.
+type tokenReleaser interface {
+	release(token uint64, o Outcome)
 }
 
 // Permit is what an admitted call holds of one [Limit] until it ends. The
 // zero Permit holds nothing and needs no release.
 type Permit struct {
-	r     Releaser
+	r     Releaser      // a custom limit's
+	tr    tokenReleaser // a built-in's, with token
 	token uint64
 	watch bool
 }
 
-// NewPermit returns a permit that r takes back with token.
-func NewPermit(r Releaser, token uint64) Permit { return Permit{r: r, token: token} }
+// NewPermit returns a permit that r takes back.
+func NewPermit(r Releaser) Permit { return Permit{r: r} }
+
+// newTokenPermit returns a built-in's permit that r takes back with token.
+func newTokenPermit(r tokenReleaser, token uint64) Permit { return Permit{tr: r, token: token} }
+
+// held reports whether p has a releaser to give it back to.
+func (p Permit) held() bool { return p.r != nil || p.tr != nil }
+
+// release gives p back with the call's outcome o.
+func (p Permit) release(o Outcome) {
+	switch {
+	case p.tr != nil:
+		p.tr.release(p.token, o)
+	case p.r != nil:
+		p.r.Release(o)
+	}
+}
 
 // ReleasedAtContextEnd returns p, given back when the call's context ends
 // if its handler has not returned by then: a handler that ignores its

@@ -222,7 +222,7 @@ type admission struct {
 
 // hold records p as the permit of limits[a.n].
 func (a *admission) hold(p Permit) {
-	if p.watch && p.r != nil {
+	if p.watch && p.held() {
 		a.watched++
 	}
 	if a.n < inlineLimits {
@@ -356,8 +356,8 @@ func (a *admission) release(o Outcome) { a.releaseAll(o, false) }
 // watch gave back already when watched is true.
 func (a *admission) releaseAll(o Outcome, watched bool) {
 	for i := a.n - 1; i >= 0; i-- {
-		if p := a.permit(i); p.r != nil && !(watched && p.watch) {
-			p.r.Release(p.token, o)
+		if p := a.permit(i); p.held() && !(watched && p.watch) {
+			p.release(o)
 		}
 	}
 }
@@ -375,7 +375,7 @@ type watch struct {
 func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *watch {
 	watched := make([]Permit, 0, a.watched)
 	for i := range a.n {
-		if p := a.permit(i); p.watch && p.r != nil {
+		if p := a.permit(i); p.watch && p.held() {
 			watched = append(watched, p)
 		}
 	}
@@ -384,7 +384,7 @@ func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *wat
 		if w.claimed.CompareAndSwap(false, true) {
 			o := Outcome{Err: Attribute(ctx), Verdict: endedVerdict(ctx, inv), Ran: true, TimedOut: ownDeadline(ctx, inv)}
 			for i := len(watched) - 1; i >= 0; i-- {
-				watched[i].r.Release(watched[i].token, o)
+				watched[i].release(o)
 			}
 		}
 	})

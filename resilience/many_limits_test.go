@@ -17,10 +17,10 @@ type countingLimit struct {
 
 func (c *countingLimit) Acquire(context.Context, *pipeline.Invocation) (resilience.Permit, error) {
 	c.acquired++
-	return resilience.NewPermit(c, uint64(c.acquired)), nil
+	return resilience.NewPermit(c), nil
 }
 
-func (c *countingLimit) Release(_ uint64, o resilience.Outcome) { c.released++; c.last = o }
+func (c *countingLimit) Release(o resilience.Outcome) { c.released++; c.last = o }
 
 // TestMoreLimitsThanInline: an operation with more limits than a call
 // holds inline (8) is built (it panicked) and each limit gives its permit

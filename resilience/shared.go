@@ -148,7 +148,7 @@ func (s *sharedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 			if release == nil {
 				return Permit{}, nil
 			}
-			return NewPermit(release, 0), nil
+			return NewPermit(release), nil
 		}
 		if release != nil {
 			release()
@@ -190,7 +190,7 @@ func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until
 type releaseFunc func()
 
 // Release implements [Releaser].
-func (f releaseFunc) Release(uint64, Outcome) { f() }
+func (f releaseFunc) Release(Outcome) { f() }
 
 // callerEnd returns the TIMEOUT or CANCELLED outcome when a shared
 // limiter's failure err is the caller's own end, else nil: ctx has ended,

@@ -129,20 +129,20 @@ func (sl *slotsLimit) refuse(c pipeline.Priority) *pipeline.Error {
 // first to run, so no clock reading is needed).
 func (sl *slotsLimit) permit(inv *pipeline.Invocation, waited bool) Permit {
 	if sl.ad == nil {
-		return NewPermit(sl, 0)
+		return newTokenPermit(sl, 0)
 	}
 	at, ok := inv.Arrival()
 	if waited || !ok {
 		at = time.Now()
 	}
-	return NewPermit(sl, uint64(at.Sub(sl.epoch)))
+	return newTokenPermit(sl, uint64(at.Sub(sl.epoch)))
 }
 
-// Release implements [Releaser]: with a controller, a call that succeeded
+// release gives back a slot: with a controller, a call that succeeded
 // or ended at its own deadline (a drop) is a sample. Cancellations,
 // timeouts at a caller's deadline, rejections and faults of the caller
 // are not: they say nothing of how much the operation can serve.
-func (sl *slotsLimit) Release(token uint64, o Outcome) {
+func (sl *slotsLimit) release(token uint64, o Outcome) {
 	if sl.ad != nil && o.Ran && (o.Verdict == Success || o.TimedOut) && sl.ad.Measure(o.TimedOut) {
 		now := time.Since(sl.epoch)
 		sl.ad.Sample(now, now-time.Duration(int64(token)), o.TimedOut, sl.conc.InFlight())
