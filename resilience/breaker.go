@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
 	"github.com/sundial-go/sundial/resilience/internal/deadlinectx"
 )
@@ -86,7 +87,7 @@ func (bl *breakerLimit) release(token uint64, o Outcome) {
 // the breaker and every other limit (the rules: docs/pipeline.md,
 // "Circuit breaker").
 func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
-	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(Original(err)) == pipeline.CodeIdempotencyStore {
+	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(deadline.Original(err)) == pipeline.CodeIdempotencyStore {
 		// Nothing ran: neutral, even when the deadline passed while the
 		// store was asked (a hung store must not open the breaker).
 		return Neutral
@@ -117,7 +118,7 @@ func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict
 // endedVerdict judges an invocation whose context ctx has ended: by its
 // deadline, as deadlineVerdict says; by cancellation, neutral.
 func endedVerdict(ctx context.Context, inv *pipeline.Invocation) Verdict {
-	if Attribute(ctx).Kind() == pipeline.KindTimeout {
+	if deadline.Attribute(ctx).Kind() == pipeline.KindTimeout {
 		return deadlineVerdict(inv)
 	}
 	return Neutral

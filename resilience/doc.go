@@ -1,7 +1,7 @@
 // Package resilience bounds every invocation in time and protects each
 // operation from overload.
 //
-// [DeadlineMiddleware] is the first built-in of the Resilience stage: it
+// [deadline.Middleware] is the first built-in of the Resilience stage: it
 // derives the handler's context from the invocation's effective deadline
 // (computed once by the kernel), cancels everything below it when the
 // deadline fires, and attributes the outcome truthfully — TIMEOUT when the

@@ -86,7 +86,7 @@ type Policy struct {
 }
 
 // Limited reports whether the policy configures a breaker, a rate limit or
-// a concurrency limit (the Timeout is the DeadlineMiddleware's business).
+// a concurrency limit (the Timeout is the deadline middleware's business).
 func (p Policy) Limited() bool {
 	return p.PermitLimit > 0 || p.ConcurrencyLimit != 0 || p.Adaptive.Shadow || p.FailureThreshold > 0 || p.PerKey.PermitLimit > 0
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
@@ -200,7 +201,7 @@ func (f releaseFunc) Release(Outcome) { f() }
 // run). Without the second case such a call was told it was rate or
 // concurrency limited.
 func callerEnd(ctx context.Context, err error) *pipeline.Error {
-	if e := Attribute(ctx); e != nil {
+	if e := deadline.Attribute(ctx); e != nil {
 		return e
 	}
 	if d, ok := ctx.Deadline(); ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(d) {

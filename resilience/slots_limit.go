@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/internal/adaptive"
 	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
@@ -111,7 +112,7 @@ func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 	case err == ErrLimited:
 		return Permit{}, sl.refuse(c)
 	}
-	return Permit{}, Attribute(ctx)
+	return Permit{}, deadline.Attribute(ctx)
 }
 
 // refuse returns the rejection of a call of class c that the limit turned

@@ -17,7 +17,7 @@ const CodeBudgetExhausted = "KERNEL_TIMEOUT_002"
 
 // Budget splits what remains of a deadline across the outbound calls of one
 // handler. Create it with [NewBudget] from the handler's context: its end
-// is the context's deadline (the invocation's, set by [DeadlineMiddleware]),
+// is the context's deadline (the invocation's, set by [deadline.Middleware]),
 // or earlier with [WithTotal].
 //
 // Each call asks for its timeout with [Budget.Timeout] (or gets a derived

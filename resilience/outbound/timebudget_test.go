@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
@@ -19,7 +19,7 @@ const ms = time.Millisecond
 // TestBudgetReferenceNumbers mirrors the reference: a 2.0 s deadline, a
 // 0.2 s safety margin and 0.5 s reserved for the next step give the first
 // call at most 1.3 s; when it takes 1.0 s, the next call gets 0.8 s. The
-// budget is built inside a handler, from the context DeadlineMiddleware
+// budget is built inside a handler, from the context the deadline middleware
 // gives it.
 func TestBudgetReferenceNumbers(t *testing.T) {
 	for _, tc := range []struct {
@@ -34,7 +34,7 @@ func TestBudgetReferenceNumbers(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
 				inv := pipeline.NewInvocation(pipeline.Spec{Deadline: start.Add(tc.deadline)})
-				_, err := resilience.NewDeadlineMiddleware().Invoke(t.Context(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+				_, err := deadline.Middleware().Invoke(t.Context(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 					opts := append([]outbound.BudgetOption{outbound.WithMargin(200 * ms)}, tc.opts...)
 					b, err := outbound.NewBudget(ctx, "orders.submit", opts...)
 					if err != nil {
@@ -100,7 +100,7 @@ func TestBudgetFirstCallCutAtItsAllotment(t *testing.T) {
 		}
 		// Bounded by the caller's 2 s deadline, not by a cap: the cut is the
 		// caller's deadline, not a failure for the breaker.
-		if !resilience.IsOwnCancellation(ctx, cause) {
+		if !deadline.IsOwnCancellation(ctx, cause) {
 			t.Error("IsOwnCancellation(live ctx, deadline-bound cut) = false, want true")
 		}
 	})
@@ -149,7 +149,7 @@ func TestBudgetAllotments(t *testing.T) {
 			if (err != nil) != (tc.want == 0) {
 				t.Fatalf("Timeout at start+%v (%+v) error = %v, want an error only for an exhausted budget", tc.at, tc.call, err)
 			}
-			if err != nil && resilience.IsOwnCancellation(context.Background(), err) != tc.owned {
+			if err != nil && deadline.IsOwnCancellation(context.Background(), err) != tc.owned {
 				t.Errorf("IsOwnCancellation(live, %v) = %v, want %v", err, !tc.owned, tc.owned)
 			}
 		})
@@ -270,14 +270,14 @@ func TestBudgetBreakerView(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				inv := due(tc.deadline, pipeline.DeadlineCaller)
 				var own bool
-				_, err := resilience.NewDeadlineMiddleware().Invoke(t.Context(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+				_, err := deadline.Middleware().Invoke(t.Context(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 					b, err := outbound.NewBudget(ctx, "orders.submit", tc.opts...)
 					if err != nil {
-						own = resilience.IsOwnCancellation(ctx, err)
+						own = deadline.IsOwnCancellation(ctx, err)
 						return nil, err
 					}
 					_, err = b.Timeout(tc.call)
-					own = resilience.IsOwnCancellation(ctx, err)
+					own = deadline.IsOwnCancellation(ctx, err)
 					return nil, err
 				})
 				if pipeline.CodeOf(err) != outbound.CodeBudgetExhausted {
