@@ -82,11 +82,11 @@ func (bl *breakerLimit) release(token uint64, o Outcome) {
 	bl.b.Done(breaker.TicketOf(token), breaker.Result(o.Verdict))
 }
 
-// VerdictOf judges the outcome err of an invocation inv that ran under the
+// verdictOf judges the outcome err of an invocation inv that ran under the
 // handler's context ctx: what it says about the operation's health, for
 // the breaker and every other limit (the rules: docs/pipeline.md,
 // "Circuit breaker").
-func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
+func verdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
 	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(deadline.Original(err)) == pipeline.CodeIdempotencyStore {
 		// Nothing ran: neutral, even when the deadline passed while the
 		// store was asked (a hung store must not open the breaker).

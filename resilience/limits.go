@@ -359,7 +359,7 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 func (a *admission) finish(ctx context.Context, inv *pipeline.Invocation, err error, finished bool, w *watch) {
 	o := Outcome{Err: err, Verdict: Failure, Ran: true}
 	if finished {
-		o.Verdict = VerdictOf(ctx, inv, err)
+		o.Verdict = verdictOf(ctx, inv, err)
 	}
 	o.TimedOut = o.Verdict == Failure && ownDeadline(ctx, inv)
 	a.releaseAll(o, w != nil && !w.claim())

@@ -169,9 +169,6 @@ func NewBudget(ctx context.Context, stage string, opts ...BudgetOption) (*Budget
 	return b, nil
 }
 
-// Deadline returns the end of the budget (before the margin).
-func (b *Budget) Deadline() time.Time { return b.end }
-
 // Timeout returns the allotment of call c starting now, or an error: a
 // plain error for an invalid Call, the exhausted TIMEOUT outcome when the
 // allotment is not positive or is below the minimum timeout.

@@ -276,7 +276,8 @@ func (g *Gateway) callShare(ctx context.Context, b *outbound.Budget, dep Depende
 	// dependency itself at the deadline it was sent.
 	g.journal.Record(ctx, "budget-exhausted", "dependency", dep.Name, "reason", ReasonDownstreamTimeout,
 		"budgetMs", strconv.FormatInt(budget.Milliseconds(), 10), "elapsedMs", strconv.FormatInt(elapsed.Milliseconds(), 10))
-	cut := &outbound.BudgetExhaustedError{Stage: "gateway.order", Dependency: dep.Name, Remaining: b.Deadline().Sub(start), Allotted: budget, Cut: true}
+	end, _ := ctx.Deadline() // the budget's end: it has no WithTotal
+	cut := &outbound.BudgetExhaustedError{Stage: "gateway.order", Dependency: dep.Name, Remaining: end.Sub(start), Allotted: budget, Cut: true}
 	return out, cut.Outcome().
 		WithCause(err).
 		WithDetail("reason", ReasonDownstreamTimeout).
