@@ -28,12 +28,12 @@ const (
 // String returns "closed", "open" or "half-open".
 func (s BreakerState) String() string { return breaker.State(s).String() }
 
-// breakerLimit is the circuit breaker as a [Limit]: it opens after
-// FailureThreshold consecutive failures and turns every call away for
-// BreakSeconds with KERNEL_UNAVAILABLE_004 and a retry-after, the time
-// until it half-opens. Then exactly one call — the probe — goes through;
-// its success closes the breaker, its failure re-opens it, and a neutral
-// end frees the half-open slot for the next call. A probe is judged at the
+// breakerLimit is the circuit breaker as a [Limit]. It opens after
+// FailureThreshold consecutive failures. Then it turns every call away
+// for BreakSeconds with KERNEL_UNAVAILABLE_004 and a retry-after: the
+// time until it half-opens. Then exactly one call, the probe, goes
+// through. Its success closes the breaker and its failure re-opens it. A
+// neutral end frees the half-open slot for the next call. A probe is judged at the
 // end of its context if its handler has not returned by then. Calls still
 // running when the breaker changed state do not change it when they end.
 type breakerLimit struct {
@@ -83,9 +83,9 @@ func (bl *breakerLimit) release(token uint64, o Outcome) {
 }
 
 // verdictOf judges the outcome err of an invocation inv that ran under the
-// handler's context ctx: what it says about the operation's health, for
-// the breaker and every other limit (the rules: docs/pipeline.md,
-// "Circuit breaker").
+// handler's context ctx. The verdict says what err tells of the
+// operation's health, for every limit. The rules are in docs/pipeline.md,
+// "Circuit breaker".
 func verdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
 	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(deadline.Original(err)) == pipeline.CodeIdempotencyStore {
 		// Nothing ran: neutral, even when the deadline passed while the

@@ -13,12 +13,12 @@ import (
 // call or turns it away; an admitted call holds a [Permit] of each until
 // it ends, and gives them back, last first, with its [Outcome].
 //
-// Acquire admits the call, waiting (in a queue of the limit's own) at most
+// Acquire admits the call, waiting in a queue of the limit's own at most
 // until ctx ends. It returns the call's permit, or the error the caller
-// gets: a rejection (an UNAVAILABLE *pipeline.Error with a retry-after,
-// see [RateLimited]), or the caller's own end ([Attribute](ctx)) when ctx
-// ends first. ctx is the handler's context, bounded by the invocation's
-// deadline. A Limit is safe for concurrent use.
+// gets. A rejection is an UNAVAILABLE *pipeline.Error with a retry-after
+// (see [RateLimited]). When ctx ends first, the error is the caller's own
+// end, deadline.Attribute(ctx). ctx is the handler's context, bounded by
+// the invocation's deadline. A Limit is safe for concurrent use.
 type Limit interface {
 	Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error)
 }
@@ -26,8 +26,8 @@ type Limit interface {
 // Admitter is a [Limit] that can often decide on the call's arrival,
 // before the handler's context exists, so that a rejection costs no
 // context and no timer. TryAcquire returns the permit or the rejection
-// when it decides at once, and wait true when the call has to wait: it
-// then gets the same limit's Acquire, with its context. Limits run their
+// when it decides at once. It returns wait true when the call has to
+// wait; the call then gets the same limit's Acquire, with its context. Limits run their
 // leading Admitters this way, up to the first that says wait.
 type Admitter interface {
 	Limit
@@ -75,10 +75,10 @@ func (p Permit) release(o Outcome) {
 }
 
 // ReleasedAtContextEnd returns p, given back when the call's context ends
-// if its handler has not returned by then: a handler that ignores its
-// context must not hold it past its deadline (a circuit breaker's probe,
-// whose slot keeps every other call out). The Outcome is then judged by
-// how the context ended.
+// if its handler has not returned by then. A handler that ignores its
+// context must not hold such a permit past its deadline. A circuit
+// breaker's probe is one: its slot keeps every other call out. The
+// Outcome is then judged by how the context ended.
 func (p Permit) ReleasedAtContextEnd() Permit {
 	p.watch = true
 	return p
@@ -110,7 +110,7 @@ type Outcome struct {
 	// call away, or its caller left while it waited).
 	Ran bool
 	// TimedOut reports whether the call was ended by its operation's own
-	// deadline (its TimeoutSeconds or the kernel-wide cap), not by its
-	// caller's: the operation did not finish in its own time.
+	// deadline: its TimeoutSeconds or the kernel-wide cap, not its
+	// caller's. The operation did not finish in its own time.
 	TimedOut bool
 }

@@ -107,29 +107,27 @@ func normalize(p Policy) Policy {
 	return p
 }
 
-// Update puts policy p in force for the calls that arrive from now on,
-// keeping what the limiters know (a reload; docs/resilience.md, "Changing
-// limits at run time"):
+// Update puts policy p in force for the calls that arrive from now on. It
+// keeps what the limiters know. This is a reload: see docs/resilience.md,
+// "Changing limits at run time".
 //
-//   - the fixed window keeps its origin and the permits taken in the
-//     current window; a new PermitLimit applies at once, a new
-//     WindowSeconds from the next boundary on, a new QueueLimit to
-//     arrivals; queued calls keep their place;
-//   - the concurrency limit keeps the calls in flight; a shorter queue
-//     turns its newest excess waiters away with KERNEL_UNAVAILABLE_003;
-//     an adaptive controller (enforced or shadow) keeps the limit it
-//     learned, clamped to the new bounds, and a shadow switched to
-//     AdaptiveLimit enforces it;
-//   - the breaker keeps its state and its counts (a closed one its run of
-//     failures, an open one its break; a half-open one lets the next call
-//     probe);
-//   - a limit the policy gains starts empty; a limit it loses is dropped
-//     (calls holding its permits finish normally).
+//   - The fixed window keeps its origin and the permits taken in the
+//     current window. A new PermitLimit applies at once. A new
+//     WindowSeconds applies from the next boundary on. A new QueueLimit
+//     applies to arrivals. Queued calls keep their place.
+//   - The concurrency limit keeps the calls in flight. A shorter queue
+//     turns its newest excess waiters away with KERNEL_UNAVAILABLE_003.
+//     An adaptive controller keeps the limit it learned, clamped to the
+//     new bounds. A shadow switched to AdaptiveLimit enforces it.
+//   - The breaker keeps its state and its counts. A half-open one lets
+//     the next call probe.
+//   - A limit the policy gains starts empty. A limit it loses is dropped;
+//     calls holding its permits finish normally.
 //
-// Options are as for NewLimits; a policy moving between scopes starts the
+// Options are as for NewLimits. A policy moving between scopes starts the
 // limits of its new scope. Calls already admitted, or waiting in a queue,
-// keep the limits they met. Update is safe for concurrent use with calls;
-// concurrent Updates are not (the kernel serialises reloads).
+// keep the limits they met. Update is safe for concurrent use with calls.
+// Concurrent Updates are not: the kernel serialises reloads.
 func (l *Limits) Update(p Policy, opts ...Option) {
 	p = normalize(p)
 	old := l.cur.Load()
@@ -198,9 +196,9 @@ func (l *Limits) limited() bool {
 }
 
 // Invoke implements pipeline.Middleware. It runs the deadline middleware
-// (package deadline), with the limits inside it: the breaker and the
-// limits without a queue decide before the handler's context exists, so a
-// rejection costs no context and no timer. A nil *Limits runs the
+// (package deadline), with the limits inside it. The breaker and the
+// limits without a queue decide before the handler's context exists. So
+// a rejection costs no context and no timer. A nil *Limits runs the
 // deadline alone.
 func (l *Limits) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	d, ok, err := deadlinectx.Arrive(ctx, inv)
@@ -264,7 +262,7 @@ func (a *admission) permit(i int) Permit {
 }
 
 // admitNow lets the chain's leading Admitters decide on arrival, up to the
-// first that says the call must wait, and returns the rejection of one
+// first that says the call must wait. It returns the rejection of one
 // that turns the call away.
 func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 	if l == nil {
@@ -429,9 +427,9 @@ type LimitsState struct {
 	Breaker BreakerState
 	// BreakerOpenFor is how long an open breaker stays open.
 	BreakerOpenFor time.Duration
-	// Window is the fixed window's state — permits left, time to reset —
-	// when HasWindow (false: no rate limit in this process, none
-	// configured or Scope cluster, whose state is in the store).
+	// Window is the fixed window's state: permits left, time to reset.
+	// HasWindow is false when there is no rate limit in this process: none
+	// is configured, or Scope is cluster and the state is in the store.
 	Window    pipeline.Quota
 	HasWindow bool
 	// RateQueue and ConcurrencyQueue are the calls waiting for a window

@@ -11,14 +11,14 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
-// slotsLimit is the operation's concurrency limit (ConcurrencyLimit,
-// ConcurrencyQueueLimit, Priority, PriorityReserve) as a [Limit]; see
-// [ConcurrencyLimiter]. Rejection: KERNEL_UNAVAILABLE_003, or
-// KERNEL_UNAVAILABLE_008 (shed) for a call below its operation's class or
-// sheddable. The slot is given back on every exit path, panics included.
+// slotsLimit is the operation's concurrency limit as a [Limit] (see
+// [ConcurrencyLimiter]). Its rejection is KERNEL_UNAVAILABLE_003. A call
+// below its operation's class, or sheddable, is shed instead
+// (KERNEL_UNAVAILABLE_008). The slot is given back on every exit path,
+// panics included.
 //
 // With an adaptive controller (ad), a permit's token is when the call took
-// its slot (ns since epoch), and its release is a sample of the controller
+// its slot (ns since epoch). Its release is a sample of the controller
 // when the call succeeded or ended at its own deadline. The controller
 // moves the limiter's limit in place (enforced), or only reports it
 // (shadow).
@@ -125,9 +125,9 @@ func (sl *slotsLimit) refuse(c pipeline.Priority) *pipeline.Error {
 }
 
 // permit returns the permit of a call that took its slot now, after
-// waiting for it or not: with a controller, its token is when it took the
-// slot — its arrival, when it did not wait (the Resilience stage is the
-// first to run, so no clock reading is needed).
+// waiting for it or not. With a controller, its token is when it took the
+// slot. That is its arrival when it did not wait: the Resilience stage
+// runs first, so no clock reading is needed.
 func (sl *slotsLimit) permit(inv *pipeline.Invocation, waited bool) Permit {
 	if sl.ad == nil {
 		return newTokenPermit(sl, 0)
@@ -164,8 +164,8 @@ func (sl *slotsLimit) limits() (enforced, adaptive int) {
 }
 
 // concRejection returns the rejection of a call of class c that conc
-// turned away: shed when c is sheddable or below the operation's class
-// (conc's), the concurrency limit's otherwise.
+// turned away. It is shed when c is sheddable or below the operation's
+// class (conc's). Otherwise it is the concurrency limit's.
 func (l *Limits) concRejection(c pipeline.Priority, conc *limiter.ConcurrencyLimiter) *pipeline.Error {
 	if c == pipeline.PrioritySheddable || conc != nil && c < conc.Class() {
 		return l.shedErr[min(max(c, pipeline.PrioritySheddable), pipeline.PriorityDefault)-pipeline.PrioritySheddable]
