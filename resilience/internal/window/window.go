@@ -8,10 +8,10 @@
 // A call that finds the current window used up joins a FIFO queue and
 // waits for a later window. The queue is packed: its i-th waiter holds a
 // permit in window cur+1+i/Limit, so the oldest waiter is admitted first.
-// A waiter that gives up leaves the queue and every waiter behind it moves
-// up one place — into an earlier window when it crosses a window boundary,
-// which its Moved channel reports — so a later arrival never takes a freed
-// permit ahead of an older waiter. A waiter only ever moves to an earlier
+// A waiter that gives up leaves the queue, and every waiter behind it moves
+// up one place. A waiter that crosses a window boundary so moves into an
+// earlier window, and its Moved channel reports it. So a later arrival
+// never takes a freed permit ahead of an older waiter. A waiter only ever moves to an earlier
 // window, so none is admitted later than the window it was first given.
 // At most Limit permits are ever taken in one window.
 package window
@@ -37,9 +37,9 @@ type Window struct {
 
 // A Waiter is a call queued for a later window by Reserve.
 type Waiter struct {
-	// Moved receives a value when the waiter is moved to an earlier window
-	// (a waiter ahead of it left): it should read Win again and wait for
-	// that window instead.
+	// Moved receives a value when the waiter is moved to an earlier
+	// window, because a waiter ahead of it left. It should then read Win
+	// again and wait for that window instead.
 	Moved chan struct{}
 
 	win    int64  // the window it holds a permit in
@@ -53,7 +53,7 @@ func (wt *Waiter) Win() int64 { return wt.win }
 
 // New returns a window state admitting limit calls per length, with up to
 // queue calls waiting for later windows. limit and length must be
-// positive and queue non-negative (the caller validates).
+// positive and queue non-negative; the caller validates them.
 func New(limit int, length time.Duration, queue int) *Window {
 	return &Window{length: length, limit: int64(limit), queue: queue}
 }
@@ -122,9 +122,9 @@ const (
 )
 
 // Reserve takes a permit for a call arriving at now whose deadline is at
-// offset deadline (deadline <= 0: none). On Admit the call proceeds; on
-// Wait it has joined the queue as wt and must wait until Start(wt.Win())
-// (reading Win again whenever wt.Moved fires) and then proceed, or leave
+// offset deadline (deadline <= 0: none). On Admit the call proceeds. On
+// Wait it has joined the queue as wt. It must wait until Start(wt.Win()),
+// reading Win again whenever wt.Moved fires. Then it proceeds, or leaves
 // with Cancel. On Reject, retryAfter is the time until the next window
 // opens. With mayWait false the call is never queued.
 func (w *Window) Reserve(now, deadline time.Duration, mayWait bool) (d Decision, wt *Waiter, retryAfter time.Duration) {
@@ -199,14 +199,14 @@ func notify(wt *Waiter) {
 	}
 }
 
-// SetLimit changes the permits per window, at now, keeping the permits
-// taken in the current window: with a lower limit nothing more is
-// admitted in it until they fall below the new one, i.e. not before the
-// next window. Every waiter is given the window of its place under the
-// new limit — a later one when the limit is lower, an earlier one when it
-// is higher, the current one for the oldest while permits are left in it —
-// and those whose window changed are told on Moved. No waiter is dropped.
-// limit must be positive.
+// SetLimit changes the permits per window, at now. It keeps the permits
+// taken in the current window. With a lower limit, nothing more is
+// admitted in it until they fall below the new one: not before the next
+// window. Every waiter is given the window of its place under the new
+// limit. That is a later one when the limit is lower, and an earlier one
+// when it is higher. The oldest get the current one while permits are
+// left in it. Those whose window changed are told on Moved. No waiter is
+// dropped. limit must be positive.
 func (w *Window) SetLimit(now time.Duration, limit int) {
 	w.Advance(now)
 	w.limit = int64(limit)
