@@ -11,35 +11,36 @@ import (
 )
 
 // CodeBudgetExhausted is the code of the TIMEOUT outcome a [Budget] returns
-// when it cannot cover an outbound call, or records as the cause of a call
-// it cut (see [BudgetExhaustedError]).
+// when it cannot cover an outbound call. A call it cut has that outcome as
+// its context's cause (see [BudgetExhaustedError]).
 const CodeBudgetExhausted = "KERNEL_TIMEOUT_002"
 
 // Budget splits what remains of a deadline across the outbound calls of one
-// handler. Create it with [NewBudget] from the handler's context: its end
-// is the context's deadline (the invocation's, set by [deadline.Middleware]),
-// or earlier with [WithTotal].
+// handler. Create it with [NewBudget] from the handler's context. Its end
+// is the context's deadline, or earlier with [WithTotal]. The deadline
+// middleware (package deadline) sets the invocation's deadline there.
 //
-// Each call asks for its timeout with [Budget.Timeout] (or gets a derived
-// context with [Budget.Context]). The allotment is
+// Each call asks for its timeout with [Budget.Timeout], or gets a derived
+// context with [Budget.Context]. The allotment is
 //
 //	min(cap, (end - now - margin - reserve) × share)
 //
-// where margin ([WithMargin]) is kept back for the handler's own work after
-// the last call (assembling the reply), reserve ([Call].Reserve) is kept for
-// the steps after this call, share ([Call].Share) is this call's fraction
-// when several calls run in parallel, and cap ([Call].Cap or [WithCallCap])
-// bounds one call. Sequential calls consume the budget naturally: each
-// allotment is computed from what remains when it is asked for.
+// The margin ([WithMargin]) is kept back for the handler's own work after
+// the last call, such as assembling the reply. The reserve
+// ([Call].Reserve) is kept for the steps after this call. The share
+// ([Call].Share) is this call's fraction when several calls run in
+// parallel. The cap ([Call].Cap or [WithCallCap]) bounds one call.
+// Sequential calls consume the budget naturally: each allotment is
+// computed from what remains when it is asked for.
 //
-// An allotment that is not positive, or is below the minimum timeout
-// ([WithMinTimeout], default 0), is not started: the Budget returns a
-// TIMEOUT outcome (code [CodeBudgetExhausted]) wrapping a
-// [*BudgetExhaustedError] that names the stage, the dependency, the
-// remaining and the allotted milliseconds. A Budget never rounds an
-// allotment up: it never gives a call more time than remains, so a
-// downstream deadline is never later than the upstream one, and the margin
-// and reserves stay intact. A handler can return that error as it is.
+// An allotment that is not positive, or below the minimum timeout
+// ([WithMinTimeout], default 0), is not started. The Budget returns a
+// TIMEOUT outcome (code [CodeBudgetExhausted]) instead. It wraps a
+// [*BudgetExhaustedError] that names the stage, the dependency, and the
+// remaining and allotted milliseconds. A handler can return that error as
+// it is. A Budget never rounds an allotment up: it never gives a call more
+// time than remains. So a downstream deadline is never later than the
+// upstream one, and the margin and reserves stay intact.
 //
 // A Budget is immutable; it is safe for concurrent use by parallel calls.
 type Budget struct {
@@ -120,15 +121,16 @@ type Call struct {
 	Cap time.Duration
 }
 
-// NewBudget returns the budget of stage (a name for errors and logs, e.g.
-// the operation or the step) for calls made with ctx, starting now. Its end
-// is ctx's deadline, or now + WithTotal's total when that is earlier.
+// NewBudget returns the budget of stage for calls made with ctx, starting
+// now. stage names the budget in errors and logs: the operation or the
+// step. The budget's end is ctx's deadline, or now + WithTotal's total
+// when that is earlier.
 //
-// NewBudget returns a plain error for invalid options (a non-positive
-// total or cap, a negative margin or minimum timeout) and when ctx has no
-// deadline and no WithTotal was given. It returns the exhausted TIMEOUT
-// outcome (see [Budget]) when the margin leaves nothing of the budget —
-// including a deadline already past. It never panics.
+// NewBudget returns a plain error for invalid options: a non-positive
+// total or cap, or a negative margin or minimum timeout. It does so too
+// when ctx has no deadline and no WithTotal was given. It returns the
+// exhausted TIMEOUT outcome (see [Budget]) when the margin leaves nothing
+// of the budget, a deadline already past included. It never panics.
 func NewBudget(ctx context.Context, stage string, opts ...BudgetOption) (*Budget, error) {
 	c := budgetConfig{now: time.Now}
 	for _, o := range opts {
@@ -169,21 +171,23 @@ func NewBudget(ctx context.Context, stage string, opts ...BudgetOption) (*Budget
 	return b, nil
 }
 
-// Timeout returns the allotment of call c starting now, or an error: a
-// plain error for an invalid Call, the exhausted TIMEOUT outcome when the
-// allotment is not positive or is below the minimum timeout.
+// Timeout returns the allotment of call c starting now, or an error. The
+// error is a plain one for an invalid Call. It is the exhausted TIMEOUT
+// outcome when the allotment is not positive or is below the minimum
+// timeout.
 func (b *Budget) Timeout(c Call) (time.Duration, error) {
 	d, _, err := b.allot(b.now(), c)
 	return d, err
 }
 
-// Context returns a context for call c derived from ctx (the handler's
-// context, or one derived from it) that ends when c's allotment runs out,
-// with cause the TIMEOUT outcome of a cut [BudgetExhaustedError] (it wraps
-// context.DeadlineExceeded, so http.Client and grpc-go report a deadline).
-// The derived deadline is never later than ctx's. Call the CancelFunc when
-// the call is done. On error — the same as Timeout's — Context returns ctx
-// itself and a CancelFunc that does nothing.
+// Context returns a context for call c derived from ctx, the handler's
+// context or one derived from it. The context ends when c's allotment
+// runs out. Its cause is then the TIMEOUT outcome of a cut
+// [BudgetExhaustedError]. That wraps context.DeadlineExceeded, so
+// http.Client and grpc-go report a deadline. The derived deadline is
+// never later than ctx's. Call the CancelFunc when the call is done. On
+// error, the same as Timeout's, Context returns ctx itself and a
+// CancelFunc that does nothing.
 func (b *Budget) Context(ctx context.Context, c Call) (context.Context, context.CancelFunc, error) {
 	now := b.now()
 	d, callerBound, err := b.allot(now, c)
