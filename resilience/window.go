@@ -111,8 +111,8 @@ func (k *KeyedFixedWindow) Wait(ctx context.Context, key string) (retryAfter tim
 	}
 }
 
-// keys returns the number of keys that currently have a limiter.
-func (k *KeyedFixedWindow) keys() int {
+// Len returns the number of keys that currently have a limiter.
+func (k *KeyedFixedWindow) Len() int {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	return len(k.parts)

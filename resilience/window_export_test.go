@@ -21,6 +21,3 @@ func SetPermitLimit(l *FixedWindow, limit int) error          { return l.w.SetPe
 
 // VerdictOf is verdictOf, for the verdict's tests.
 var VerdictOf = verdictOf
-
-// Len returns the number of keys of k that have a limiter.
-func (k *KeyedFixedWindow) Len() int { return k.keys() }
