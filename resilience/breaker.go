@@ -58,7 +58,7 @@ func (l *Limits) breakerOf(old *chain, p Policy) *breakerLimit {
 	return &breakerLimit{b: b, rej: &l.circuitOpen}
 }
 
-// TryAcquire implements [Admitter]: the breaker never waits.
+// TryAcquire implements the optional method of [Limit]: the breaker never waits.
 func (bl *breakerLimit) TryAcquire(*pipeline.Invocation) (Permit, bool, error) {
 	t, ok, retry := bl.b.Allow()
 	if !ok {

@@ -19,17 +19,23 @@ import (
 // (see [RateLimited]). When ctx ends first, the error is the caller's own
 // end, deadline.Attribute(ctx). ctx is the handler's context, bounded by
 // the invocation's deadline. A Limit is safe for concurrent use.
+//
+// A Limit may also have a method
+//
+//	TryAcquire(inv *pipeline.Invocation) (p Permit, wait bool, err error)
+//
+// that can often decide on the call's arrival, before the handler's
+// context exists. A rejection then costs no context and no timer.
+// TryAcquire returns the permit or the rejection when it decides at once.
+// It returns wait true when the call has to wait; the call then gets
+// Acquire, with its context. Limits runs its leading limits with
+// TryAcquire this way, up to the first that says wait.
 type Limit interface {
 	Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error)
 }
 
-// Admitter is a [Limit] that can often decide on the call's arrival,
-// before the handler's context exists, so that a rejection costs no
-// context and no timer. TryAcquire returns the permit or the rejection
-// when it decides at once. It returns wait true when the call has to
-// wait; the call then gets the same limit's Acquire, with its context. Limits run their
-// leading Admitters this way, up to the first that says wait.
-type Admitter interface {
+// admitter is a [Limit] with TryAcquire (see Limit).
+type admitter interface {
 	Limit
 	TryAcquire(inv *pipeline.Invocation) (p Permit, wait bool, err error)
 }

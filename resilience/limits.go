@@ -58,7 +58,7 @@ const inlineLimits = 8
 type chain struct {
 	policy Policy
 	limits []Limit
-	fast   []Admitter // the leading limits that are Admitters
+	fast   []admitter // the leading limits with TryAcquire
 	// builtins is how many of limits are built-ins (they come first): in
 	// shadow mode their rejections let the call pass.
 	builtins int
@@ -185,7 +185,7 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 // add appends lim to the chain.
 func (c *chain) add(lim Limit) {
 	c.limits = append(c.limits, lim)
-	if a, ok := lim.(Admitter); ok && len(c.fast) == len(c.limits)-1 {
+	if a, ok := lim.(admitter); ok && len(c.fast) == len(c.limits)-1 {
 		c.fast = append(c.fast, a)
 	}
 }
@@ -261,7 +261,7 @@ func (a *admission) permit(i int) Permit {
 	return a.more[i-inlineLimits]
 }
 
-// admitNow lets the chain's leading Admitters decide on arrival, up to the
+// admitNow lets the chain's leading admitters decide on arrival, up to the
 // first that says the call must wait. It returns the rejection of one
 // that turns the call away.
 func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {

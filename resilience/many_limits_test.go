@@ -8,8 +8,8 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// countingLimit admits every call and counts its permits; its Admitter
-// side (TryAcquire) makes the leading ones decide on arrival.
+// countingLimit admits every call and counts its permits; its TryAcquire
+// method makes the leading ones decide on arrival.
 type countingLimit struct {
 	acquired, released int
 	last               resilience.Outcome

@@ -86,7 +86,7 @@ func reserveThousandths(f float64) int64 {
 	return min(int64(f*1000), 999)
 }
 
-// TryAcquire implements [Admitter]: without a queue the limit never
+// TryAcquire implements the optional method of [Limit]: without a queue the limit never
 // waits, whatever the context. It never queues either, even when a reload
 // gives the limit a queue meanwhile: the call has no context to wait with.
 func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {

@@ -51,7 +51,7 @@ func (wl *windowLimit) arrival(inv *pipeline.Invocation) (*limiter.FixedWindow, 
 	return wl.at(now), now
 }
 
-// TryAcquire implements [Admitter]: a window without a queue decides at
+// TryAcquire implements the optional method of [Limit]: a window without a queue decides at
 // once; one with a queue waits in Acquire.
 func (wl *windowLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
 	w, now := wl.arrival(inv)
