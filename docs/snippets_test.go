@@ -135,6 +135,7 @@ var packageNames = map[string]string{
 	"cluster":      "github.com/sundial-go/sundial/resilience/cluster",
 	"idempotency":  "github.com/sundial-go/sundial/resilience/idempotency",
 	"outbound":     "github.com/sundial-go/sundial/resilience/outbound",
+	"deadline":     "github.com/sundial-go/sundial/resilience/deadline",
 	"echo":         "github.com/labstack/echo/v4",
 	"openapi3":     "github.com/getkin/kin-openapi/openapi3",
 	"cobra":        "github.com/spf13/cobra",

@@ -13,7 +13,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/priority"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // Request is what a protocol hands the kernel for one call: what the
@@ -528,7 +528,7 @@ const (
 // it. A flood of calls to a handler that ignores its context makes a
 // flood of them: the records are sampled.
 func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
-	own := resilience.Original(got)
+	own := deadline.Original(got)
 	late := time.Since(answered)
 	level := slog.LevelInfo
 	if late >= lateWarnAfter {

@@ -47,11 +47,11 @@ func (l *TenantInflight) Acquire(_ context.Context, inv *pipeline.Invocation) (r
 			fmt.Sprintf("Tenant %q has %d calls running; retry later.", tenant, l.PerTenant))
 	}
 	c.n++
-	return resilience.NewPermit(c, 0), nil
+	return resilience.NewPermit(c), nil
 }
 
 // Release implements resilience.Releaser.
-func (c *tenantCalls) Release(uint64, resilience.Outcome) {
+func (c *tenantCalls) Release(resilience.Outcome) {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
 	if c.n--; c.n == 0 {

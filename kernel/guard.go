@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // The states of a guard's answer: armed, then claimed by whoever answers.
@@ -207,7 +207,7 @@ func (g *guard) expire() {
 }
 
 // claim answers TIMEOUT or CANCELLED — decided as the DeadlineMiddleware
-// decides it (resilience.Attribute) — and ends the observation, unless
+// decides it (deadline.Attribute) — and ends the observation, unless
 // the chain's outcome was claimed first.
 func (g *guard) claim() {
 	g.amu.Lock()
@@ -218,7 +218,7 @@ func (g *guard) claim() {
 	g.answered = time.Now()
 	g.stragglers.Add(1) // the chain runs on without its caller; serve lowers it
 	g.e.strag.Add(1)
-	g.sent = resilience.Attribute(g)
+	g.sent = deadline.Attribute(g)
 	o := g.e.end(nil, g.sent, g.answered)
 	o.Expired = true
 	g.answer(o)

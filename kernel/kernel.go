@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
@@ -310,11 +311,11 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 			// deadline.
 			// Every operation gets its limits, configured or not, so that
 			// a reload can give it some (Reload).
-			var dopts []resilience.DeadlineOption
 			if d != nil {
-				dopts = append(dopts, resilience.WithLimits(k.newLimits(d.ID, p)))
+				c.mws = append(c.mws, k.newLimits(d.ID, p))
+			} else {
+				c.mws = append(c.mws, deadline.Middleware())
 			}
-			c.mws = append(c.mws, resilience.NewDeadlineMiddleware(dopts...))
 		}
 		if stage == pipeline.StageHandle && d != nil {
 			if mw := k.idempotencyMiddleware(o, d); mw != nil {

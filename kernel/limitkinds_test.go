@@ -31,10 +31,10 @@ func (l *countingLimit) Acquire(context.Context, *pipeline.Invocation) (resilien
 	}
 	l.held.Add(1)
 	l.granted.Add(1)
-	return resilience.NewPermit(l, 0), nil
+	return resilience.NewPermit(l), nil
 }
 
-func (l *countingLimit) Release(uint64, resilience.Outcome) { l.held.Add(-1) }
+func (l *countingLimit) Release(resilience.Outcome) { l.held.Add(-1) }
 
 // limitKindKernel returns a kernel of one operation, "work.do", whose
 // handler panics when its input says so, with the limit kind "count"

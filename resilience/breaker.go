@@ -4,7 +4,9 @@ import (
 	"context"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
+	"github.com/sundial-go/sundial/resilience/internal/deadlinectx"
 )
 
 // BreakerState is the state of an operation's circuit breaker.
@@ -26,12 +28,12 @@ const (
 // String returns "closed", "open" or "half-open".
 func (s BreakerState) String() string { return breaker.State(s).String() }
 
-// breakerLimit is the circuit breaker as a [Limit]: it opens after
-// FailureThreshold consecutive failures and turns every call away for
-// BreakSeconds with KERNEL_UNAVAILABLE_004 and a retry-after, the time
-// until it half-opens. Then exactly one call — the probe — goes through;
-// its success closes the breaker, its failure re-opens it, and a neutral
-// end frees the half-open slot for the next call. A probe is judged at the
+// breakerLimit is the circuit breaker as a [Limit]. It opens after
+// FailureThreshold consecutive failures. Then it turns every call away
+// for BreakSeconds with KERNEL_UNAVAILABLE_004 and a retry-after: the
+// time until it half-opens. Then exactly one call, the probe, goes
+// through. Its success closes the breaker and its failure re-opens it. A
+// neutral end frees the half-open slot for the next call. A probe is judged at the
 // end of its context if its handler has not returned by then. Calls still
 // running when the breaker changed state do not change it when they end.
 type breakerLimit struct {
@@ -56,13 +58,13 @@ func (l *Limits) breakerOf(old *chain, p Policy) *breakerLimit {
 	return &breakerLimit{b: b, rej: &l.circuitOpen}
 }
 
-// TryAcquire implements [Admitter]: the breaker never waits.
+// TryAcquire implements the optional method of [Limit]: the breaker never waits.
 func (bl *breakerLimit) TryAcquire(*pipeline.Invocation) (Permit, bool, error) {
 	t, ok, retry := bl.b.Allow()
 	if !ok {
 		return Permit{}, false, bl.rej.get(retry)
 	}
-	p := NewPermit(bl, t.Token())
+	p := newTokenPermit(bl, t.Token())
 	if t.Probe() {
 		p = p.ReleasedAtContextEnd()
 	}
@@ -75,17 +77,17 @@ func (bl *breakerLimit) Acquire(_ context.Context, inv *pipeline.Invocation) (Pe
 	return p, err
 }
 
-// Release implements [Releaser].
-func (bl *breakerLimit) Release(token uint64, o Outcome) {
+// release gives back the ticket token with the call's verdict.
+func (bl *breakerLimit) release(token uint64, o Outcome) {
 	bl.b.Done(breaker.TicketOf(token), breaker.Result(o.Verdict))
 }
 
-// VerdictOf judges the outcome err of an invocation inv that ran under the
-// handler's context ctx: what it says about the operation's health, for
-// the breaker and every other limit (the rules: docs/pipeline.md,
-// "Circuit breaker").
-func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
-	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(Original(err)) == pipeline.CodeIdempotencyStore {
+// verdictOf judges the outcome err of an invocation inv that ran under the
+// handler's context ctx. The verdict says what err tells of the
+// operation's health, for every limit. The rules are in docs/pipeline.md,
+// "Circuit breaker".
+func verdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
+	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(deadline.Original(err)) == pipeline.CodeIdempotencyStore {
 		// Nothing ran: neutral, even when the deadline passed while the
 		// store was asked (a hung store must not open the breaker).
 		return Neutral
@@ -106,7 +108,7 @@ func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict
 		pipeline.KindNotFound, pipeline.KindConflict, pipeline.KindUnprocessable, pipeline.KindCanceled:
 		return Neutral
 	case pipeline.KindTimeout:
-		if callerBoundBudget(err) {
+		if deadlinectx.CallerBound(err) {
 			return deadlineVerdict(inv)
 		}
 	}
@@ -116,7 +118,7 @@ func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict
 // endedVerdict judges an invocation whose context ctx has ended: by its
 // deadline, as deadlineVerdict says; by cancellation, neutral.
 func endedVerdict(ctx context.Context, inv *pipeline.Invocation) Verdict {
-	if Attribute(ctx).Kind() == pipeline.KindTimeout {
+	if deadline.Attribute(ctx).Kind() == pipeline.KindTimeout {
 		return deadlineVerdict(inv)
 	}
 	return Neutral

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // neutralOutcomes are the outcomes the breaker must neither count, nor let
@@ -171,11 +172,11 @@ func TestBreakerDeadlineEndings(t *testing.T) {
 		}
 	}
 	budget := func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
-		b, err := resilience.NewBudget(ctx, "orders.submit", resilience.WithMinTimeout(2*time.Second))
+		b, err := outbound.NewBudget(ctx, "orders.submit", outbound.WithMinTimeout(2*time.Second))
 		if err != nil {
 			return nil, err
 		}
-		_, err = b.Timeout(resilience.Call{Dependency: "inventory"})
+		_, err = b.Timeout(outbound.Call{Dependency: "inventory"})
 		return nil, err
 	}
 	for _, tc := range []struct {

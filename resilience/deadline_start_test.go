@@ -8,6 +8,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // unfired is a context whose deadline has passed but whose timer has not
@@ -43,12 +44,11 @@ func TestDeadlinePassedBeforeStartNeverRuns(t *testing.T) {
 		for _, limited := range []bool{false, true} {
 			t.Run(name+map[bool]string{false: "", true: "/limits"}[limited], func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					var opts []resilience.DeadlineOption
+					mw := deadline.Middleware()
 					if limited {
-						opts = append(opts, resilience.WithLimits(resilience.NewLimits(opID,
-							resilience.Policy{FailureThreshold: 1, BreakDuration: time.Minute, ConcurrencyLimit: 1})))
+						mw = resilience.NewLimits(opID,
+							resilience.Policy{FailureThreshold: 1, BreakDuration: time.Minute, ConcurrencyLimit: 1})
 					}
-					mw := resilience.NewDeadlineMiddleware(opts...)
 					now := time.Now()
 					d := now.Add(-time.Microsecond)
 					late := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Arrival: now.Add(-time.Millisecond),
@@ -72,5 +72,13 @@ func TestDeadlinePassedBeforeStartNeverRuns(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// wantCode fails unless err has code.
+func wantCode(t *testing.T, what string, err error, code string) {
+	t.Helper()
+	if got := pipeline.CodeOf(err); got != code {
+		t.Errorf("%s = %v (code %q), want code %q", what, err, got, code)
 	}
 }

@@ -1,18 +1,14 @@
-// Package resilience bounds every invocation in time and protects each
-// operation from overload.
+// Package resilience protects each operation from overload.
 //
-// [DeadlineMiddleware] is the first built-in of the Resilience stage: it
-// derives the handler's context from the invocation's effective deadline
-// (computed once by the kernel), cancels everything below it when the
-// deadline fires, and attributes the outcome truthfully — TIMEOUT when the
-// deadline ended the handler's context, CANCELLED when the caller gave up
-// first ([Attribute] is that decision, for whoever else needs it).
+// [Limits] is the built-in middleware of the Resilience stage. It runs the
+// invocation's deadline (package deadline) and, inside it, the operation's
+// limits. Each operation gets one circuit breaker, one fixed-window rate
+// limiter and one concurrency limiter, configured by a [Policy]. The
+// kernel reads the policy from the configuration. A limit of your own is
+// a [Limit].
 //
-// The [Limits] sits right inside it and applies one circuit
-// breaker, one fixed-window rate limiter and one concurrency limiter per
-// operation ID, configured by a [Policy] (the kernel reads it from the
-// configuration). [Budget] splits what remains of a deadline across
-// outbound calls.
+// The primitives behind the limits are public too: [FixedWindow],
+// [KeyedFixedWindow] and [ConcurrencyLimiter].
 //
 // The package knows nothing of HTTP, gRPC, the CLI or the configuration.
 package resilience

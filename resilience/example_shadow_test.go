@@ -17,7 +17,7 @@ func ExampleLimits_shadow() {
 	h := pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) {
 		ran++
 		return nil, nil
-	}, resilience.NewDeadlineMiddleware(resilience.WithLimits(l)))
+	}, l)
 	for range 5 {
 		if _, err := h(context.Background(), pipeline.NewInvocation(pipeline.Spec{})); err != nil {
 			fmt.Println(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // TenantRateLimit is application middleware that limits each tenant
@@ -45,7 +46,7 @@ func (m *TenantRateLimit) Invoke(ctx context.Context, inv *pipeline.Invocation, 
 		// must not open it for everybody.
 		return nil, resilience.RateLimited(inv.OperationID(), retryAfter).WithDetail("tenant", tenant)
 	case err != nil:
-		return nil, err // the invocation's context ended; the DeadlineMiddleware says why
+		return nil, err // the invocation's context ended; the deadline middleware says why
 	}
 	return next(ctx, inv)
 }
@@ -61,7 +62,7 @@ func Example_tenantRateLimit() {
 	}
 	limits := resilience.NewLimits("orders.create", resilience.Policy{PermitLimit: 100, Window: time.Minute})
 	create := pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) { return "created", nil },
-		resilience.NewDeadlineMiddleware(resilience.WithLimits(limits)), perTenant)
+		limits, perTenant)
 	for _, tenant := range []string{"acme", "acme", "acme", "globex"} {
 		inv := pipeline.NewInvocation(pipeline.Spec{
 			Operation: op("orders.create"),
@@ -95,7 +96,7 @@ func ExampleNewLimits() {
 		fmt.Println("second export:", pipeline.AsError(err).Message())
 		fmt.Println("in flight:", limits.State().InFlight)
 		return nil, nil
-	}, resilience.NewDeadlineMiddleware(), limits)
+	}, deadline.Middleware(), limits)
 
 	inv := pipeline.NewInvocation(pipeline.Spec{
 		Operation:      op("reports.export"),

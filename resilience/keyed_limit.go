@@ -10,13 +10,13 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/limitkey"
 )
 
-// PerKey is a rate limit counted per key — per tenant, per API key — on
-// top of the operation's own limits (Policy.PerKey). Each key gets its own
-// fixed window of PermitLimit calls per Window, with up to QueueLimit
-// calls of that key waiting for a later window, as the operation's window
-// does. With Policy.Scope cluster the windows are counted across the
-// replicas sharing a store ([WithSharedKeyedWindow]); else in this
-// process ([KeyedFixedWindow]). The zero value is no per-key limit.
+// PerKey is a rate limit counted per key, such as a tenant or an API key,
+// on top of the operation's own limits (Policy.PerKey). Each key gets its
+// own fixed window of PermitLimit calls per Window. Up to QueueLimit calls
+// of that key wait for a later window, as in the operation's window. With
+// Policy.Scope cluster the windows are counted across the replicas
+// sharing a store ([WithSharedKeyedWindow]). Else they are counted in
+// this process ([KeyedFixedWindow]). The zero value is no per-key limit.
 type PerKey struct {
 	// PermitLimit is the number of calls admitted per Window for each
 	// key; 0 means no per-key limit.
@@ -40,10 +40,10 @@ const defaultKeyBaggage = "tenant"
 
 // SharedKeyedWindow is a per-key fixed window whose permits are counted
 // outside this process (package resilience/cluster implements it on
-// Redis). Wait has the contract of [KeyedFixedWindow.Wait]: nil when the
-// call of key is admitted (after waiting for a reserved window if need
-// be), [ErrLimited] with the time to retry after when it is turned away,
-// and ctx's error when ctx ends first.
+// Redis). Wait has the contract of [KeyedFixedWindow.Wait]. It returns
+// nil when the call of key is admitted, after waiting for a reserved
+// window if need be. It returns [ErrLimited] with the time to retry after
+// when the call is turned away, and ctx's error when ctx ends first.
 type SharedKeyedWindow interface {
 	Wait(ctx context.Context, key string) (retryAfter time.Duration, err error)
 }

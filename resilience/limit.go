@@ -13,49 +13,78 @@ import (
 // call or turns it away; an admitted call holds a [Permit] of each until
 // it ends, and gives them back, last first, with its [Outcome].
 //
-// Acquire admits the call, waiting (in a queue of the limit's own) at most
+// Acquire admits the call, waiting in a queue of the limit's own at most
 // until ctx ends. It returns the call's permit, or the error the caller
-// gets: a rejection (an UNAVAILABLE *pipeline.Error with a retry-after,
-// see [RateLimited]), or the caller's own end ([Attribute](ctx)) when ctx
-// ends first. ctx is the handler's context, bounded by the invocation's
-// deadline. A Limit is safe for concurrent use.
+// gets. A rejection is an UNAVAILABLE *pipeline.Error with a retry-after
+// (see [RateLimited]). When ctx ends first, the error is the caller's own
+// end, deadline.Attribute(ctx). ctx is the handler's context, bounded by
+// the invocation's deadline. A Limit is safe for concurrent use.
+//
+// A Limit may also have a method
+//
+//	TryAcquire(inv *pipeline.Invocation) (p Permit, wait bool, err error)
+//
+// that can often decide on the call's arrival, before the handler's
+// context exists. A rejection then costs no context and no timer.
+// TryAcquire returns the permit or the rejection when it decides at once.
+// It returns wait true when the call has to wait; the call then gets
+// Acquire, with its context. Limits runs its leading limits with
+// TryAcquire this way, up to the first that says wait.
 type Limit interface {
 	Acquire(ctx context.Context, inv *pipeline.Invocation) (Permit, error)
 }
 
-// Admitter is a [Limit] that can often decide on the call's arrival,
-// before the handler's context exists, so that a rejection costs no
-// context and no timer. TryAcquire returns the permit or the rejection
-// when it decides at once, and wait true when the call has to wait: it
-// then gets the same limit's Acquire, with its context. Limits run their
-// leading Admitters this way, up to the first that says wait.
-type Admitter interface {
+// admitter is a [Limit] with TryAcquire (see Limit).
+type admitter interface {
 	Limit
 	TryAcquire(inv *pipeline.Invocation) (p Permit, wait bool, err error)
 }
 
 // Releaser takes back the permits its limit handed out: Release is called
-// exactly once per permit, with the permit's token and how the call ended.
+// exactly once per permit, with how the call ended.
 type Releaser interface {
-	Release(token uint64, o Outcome)
+	Release(o Outcome)
+}
+
+// tokenReleaser is the Releaser of a built-in limit, which tells its
+// permits apart by a token.
+type tokenReleaser interface {
+	release(token uint64, o Outcome)
 }
 
 // Permit is what an admitted call holds of one [Limit] until it ends. The
 // zero Permit holds nothing and needs no release.
 type Permit struct {
-	r     Releaser
+	r     Releaser      // a custom limit's
+	tr    tokenReleaser // a built-in's, with token
 	token uint64
 	watch bool
 }
 
-// NewPermit returns a permit that r takes back with token.
-func NewPermit(r Releaser, token uint64) Permit { return Permit{r: r, token: token} }
+// NewPermit returns a permit that r takes back.
+func NewPermit(r Releaser) Permit { return Permit{r: r} }
+
+// newTokenPermit returns a built-in's permit that r takes back with token.
+func newTokenPermit(r tokenReleaser, token uint64) Permit { return Permit{tr: r, token: token} }
+
+// held reports whether p has a releaser to give it back to.
+func (p Permit) held() bool { return p.r != nil || p.tr != nil }
+
+// release gives p back with the call's outcome o.
+func (p Permit) release(o Outcome) {
+	switch {
+	case p.tr != nil:
+		p.tr.release(p.token, o)
+	case p.r != nil:
+		p.r.Release(o)
+	}
+}
 
 // ReleasedAtContextEnd returns p, given back when the call's context ends
-// if its handler has not returned by then: a handler that ignores its
-// context must not hold it past its deadline (a circuit breaker's probe,
-// whose slot keeps every other call out). The Outcome is then judged by
-// how the context ended.
+// if its handler has not returned by then. A handler that ignores its
+// context must not hold such a permit past its deadline. A circuit
+// breaker's probe is one: its slot keeps every other call out. The
+// Outcome is then judged by how the context ended.
 func (p Permit) ReleasedAtContextEnd() Permit {
 	p.watch = true
 	return p
@@ -87,7 +116,7 @@ type Outcome struct {
 	// call away, or its caller left while it waited).
 	Ran bool
 	// TimedOut reports whether the call was ended by its operation's own
-	// deadline (its TimeoutSeconds or the kernel-wide cap), not by its
-	// caller's: the operation did not finish in its own time.
+	// deadline: its TimeoutSeconds or the kernel-wide cap, not its
+	// caller's. The operation did not finish in its own time.
 	TimedOut bool
 }

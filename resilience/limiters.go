@@ -9,25 +9,25 @@ import (
 )
 
 // ErrLimited is returned by the limiters of this package when they turn a
-// call away: the window is used up and its queue is full, the call's
-// deadline comes before the window it would wait for, or every
-// concurrency slot and queue place is taken.
+// call away. The window may be used up with its queue full. The call's
+// deadline may come before the window it would wait for. Or every
+// concurrency slot and queue place may be taken.
 var ErrLimited = limited.ErrLimited
 
-// FixedWindow is a fixed-window rate limiter with a FIFO queue: at most
-// permitLimit calls are admitted per window; when a window is used up, up
-// to queueLimit calls wait for a later one (oldest first), and the rest
-// are turned away at once with the time until the next window. When a
-// waiting call gives up, those behind it move up: a later arrival never
+// FixedWindow is a fixed-window rate limiter with a FIFO queue. At most
+// permitLimit calls are admitted per window. When a window is used up, up
+// to queueLimit calls wait for a later one, oldest first. The rest are
+// turned away at once with the time until the next window. When a
+// waiting call gives up, those behind it move up. A later arrival never
 // takes the freed permit ahead of them.
 //
 // Windows are aligned to the moment the limiter was created and follow
-// each other back to back; unused permits do not carry over. State is
-// derived from the clock when a call arrives: a FixedWindow starts no
+// each other back to back. Unused permits do not carry over. State is
+// derived from the clock when a call arrives, so a FixedWindow starts no
 // goroutine and costs nothing while idle. It is safe for concurrent use.
 //
 // Unlike a token bucket (golang.org/x/time/rate), a fixed window hands out
-// a whole window's permits as soon as it opens: 2 permits per 60 s means
+// a whole window's permits as soon as it opens. 2 permits per 60 s means
 // two calls now, then none until the minute is over.
 type FixedWindow struct{ w *limiter.FixedWindow }
 
@@ -53,24 +53,24 @@ func (l *FixedWindow) Allow() (ok bool, retryAfter time.Duration) { return l.w.A
 // proceed.
 //
 // It returns [ErrLimited] at once, with the time until the next window,
-// when the queue is full or when ctx's deadline comes before the window
-// the call would wait for: a call is never queued only to time out there.
-// It returns ctx.Err() when ctx is done on arrival or ends during the
-// wait; the call's place in the queue is then given back.
+// when the queue is full. It does so too when ctx's deadline comes before
+// the window the call would wait for. A call is never queued only to time
+// out there. It returns ctx.Err() when ctx is done on arrival or ends
+// during the wait. The call's place in the queue is then given back.
 func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err error) {
 	return l.w.Wait(ctx)
 }
 
-// ConcurrencyLimiter bounds the calls executing at once: at most limit
-// hold a slot; up to queueLimit more wait for one, first come first
-// served; the rest are turned away at once.
+// ConcurrencyLimiter bounds the calls executing at once. At most limit
+// hold a slot. Up to queueLimit more wait for one, first come first
+// served. The rest are turned away at once.
 //
-// Acquire takes a slot (waiting if need be) and Release gives it back;
-// every successful Acquire or TryAcquire must be paired with exactly one
-// Release, on every exit path (defer it). The uncontended path is a few
-// atomic operations; the queue is touched only when every slot is taken.
-// It is safe for concurrent use and starts no goroutine. Make one with
-// NewConcurrencyLimiter: the zero value turns every call away.
+// Acquire takes a slot, waiting if need be, and Release gives it back.
+// Pair every successful Acquire or TryAcquire with exactly one Release,
+// on every exit path (defer it). The uncontended path is a few atomic
+// operations. The queue is touched only when every slot is taken. It is
+// safe for concurrent use and starts no goroutine. Make one with
+// NewConcurrencyLimiter; the zero value turns every call away.
 type ConcurrencyLimiter struct{ l limiter.ConcurrencyLimiter }
 
 // NewConcurrencyLimiter returns a limiter of limit slots with up to
@@ -92,9 +92,9 @@ func (l *ConcurrencyLimiter) TryAcquire() bool { return l.l.TryAcquire() }
 // and the queue has room. It returns nil when the caller holds a slot.
 //
 // It returns [ErrLimited] at once when every slot and queue place is
-// taken, and ctx.Err() when ctx is done on arrival or ends during the
-// wait; the caller then holds nothing and its queue place is given back
-// (a slot handed over just as ctx ended is passed on to the next waiter).
+// taken. It returns ctx.Err() when ctx is done on arrival or ends during
+// the wait. The caller then holds nothing, and its queue place is given
+// back. A slot handed over just as ctx ended goes to the next waiter.
 func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error { return l.l.Acquire(ctx) }
 
 // Release gives a slot back, handing it to the oldest waiter if there is

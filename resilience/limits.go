@@ -6,32 +6,32 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
+	"github.com/sundial-go/sundial/resilience/internal/deadlinectx"
 )
 
-// Limits applies the limits of one operation: the second built-in of the
-// Resilience stage, right inside [DeadlineMiddleware] (the kernel runs both
-// as one middleware, see [WithLimits]). Create it with [NewLimits], once
+// Limits applies the limits of one operation. It is the Resilience
+// stage's built-in middleware: it runs the deadline middleware (package
+// deadline) with the limits inside it. Create it with [NewLimits], once
 // per operation ID per process; the kernel does this at kernel.New.
 //
-// Each call meets the operation's limits in order — the circuit breaker
-// (FailureThreshold, BreakSeconds), the fixed window (PermitLimit,
-// WindowSeconds, QueueLimit; see [FixedWindow]), the concurrency limit
-// (ConcurrencyLimit, ConcurrencyQueueLimit; see [ConcurrencyLimiter]; a
-// ConcurrencyLimit of [AdaptiveLimit] moves with the latency, see
-// [Adaptive]) —
-// then the handler. Each is a [Limit]; limits that are not configured are
-// not in the chain. A rejection never reaches later limits or the handler;
-// what a call holds is given back on every exit path, panics included. A
-// wait in a queue ends when the call may proceed, at the deadline
-// (KERNEL_TIMEOUT_001) or when the caller cancels (KERNEL_CANCELLED_001).
-// The codes and the breaker's rules are in docs/pipeline.md.
+// Each call meets the operation's limits in order, then the handler:
+// the circuit breaker, the fixed window ([FixedWindow]) and the
+// concurrency limit ([ConcurrencyLimiter]). A ConcurrencyLimit of
+// [AdaptiveLimit] moves with the latency ([Adaptive]). Each is a [Limit];
+// limits that are not configured are not in the chain. A rejection never
+// reaches later limits or the handler. What a call holds is given back on
+// every exit path, panics included. A wait in a queue ends when the call
+// may proceed, at the deadline (KERNEL_TIMEOUT_001), or when the caller
+// cancels (KERNEL_CANCELLED_001). The codes and the breaker's rules are
+// in docs/pipeline.md.
 //
-// The limits are per process — N replicas admit N times PermitLimit per
-// window — unless the kernel hands a shared window and shared slots
-// (Policy.Scope cluster; [WithSharedWindow], [WithSharedSlots]). The
+// The limits are per process: N replicas admit N times PermitLimit per
+// window. With Policy.Scope cluster, the kernel hands a shared window and
+// shared slots instead ([WithSharedWindow], [WithSharedSlots]). The
 // breaker is always per process. With Policy.Shadow the built-ins still
-// count and decide, but a call they would turn away runs, counted in
-// LimitsState.Shadowed. Limits is safe for concurrent use; a nil
+// count and decide, but a call they would turn away runs. It is counted
+// in LimitsState.Shadowed. Limits is safe for concurrent use. A nil
 // *Limits reports a closed breaker and empty queues.
 type Limits struct {
 	id string
@@ -58,7 +58,7 @@ const inlineLimits = 8
 type chain struct {
 	policy Policy
 	limits []Limit
-	fast   []Admitter // the leading limits that are Admitters
+	fast   []admitter // the leading limits with TryAcquire
 	// builtins is how many of limits are built-ins (they come first): in
 	// shadow mode their rejections let the call pass.
 	builtins int
@@ -107,29 +107,27 @@ func normalize(p Policy) Policy {
 	return p
 }
 
-// Update puts policy p in force for the calls that arrive from now on,
-// keeping what the limiters know (a reload; docs/resilience.md, "Changing
-// limits at run time"):
+// Update puts policy p in force for the calls that arrive from now on. It
+// keeps what the limiters know. This is a reload: see docs/resilience.md,
+// "Changing limits at run time".
 //
-//   - the fixed window keeps its origin and the permits taken in the
-//     current window; a new PermitLimit applies at once, a new
-//     WindowSeconds from the next boundary on, a new QueueLimit to
-//     arrivals; queued calls keep their place;
-//   - the concurrency limit keeps the calls in flight; a shorter queue
-//     turns its newest excess waiters away with KERNEL_UNAVAILABLE_003;
-//     an adaptive controller (enforced or shadow) keeps the limit it
-//     learned, clamped to the new bounds, and a shadow switched to
-//     AdaptiveLimit enforces it;
-//   - the breaker keeps its state and its counts (a closed one its run of
-//     failures, an open one its break; a half-open one lets the next call
-//     probe);
-//   - a limit the policy gains starts empty; a limit it loses is dropped
-//     (calls holding its permits finish normally).
+//   - The fixed window keeps its origin and the permits taken in the
+//     current window. A new PermitLimit applies at once. A new
+//     WindowSeconds applies from the next boundary on. A new QueueLimit
+//     applies to arrivals. Queued calls keep their place.
+//   - The concurrency limit keeps the calls in flight. A shorter queue
+//     turns its newest excess waiters away with KERNEL_UNAVAILABLE_003.
+//     An adaptive controller keeps the limit it learned, clamped to the
+//     new bounds. A shadow switched to AdaptiveLimit enforces it.
+//   - The breaker keeps its state and its counts. A half-open one lets
+//     the next call probe.
+//   - A limit the policy gains starts empty. A limit it loses is dropped;
+//     calls holding its permits finish normally.
 //
-// Options are as for NewLimits; a policy moving between scopes starts the
+// Options are as for NewLimits. A policy moving between scopes starts the
 // limits of its new scope. Calls already admitted, or waiting in a queue,
-// keep the limits they met. Update is safe for concurrent use with calls;
-// concurrent Updates are not (the kernel serialises reloads).
+// keep the limits they met. Update is safe for concurrent use with calls.
+// Concurrent Updates are not: the kernel serialises reloads.
 func (l *Limits) Update(p Policy, opts ...Option) {
 	p = normalize(p)
 	old := l.cur.Load()
@@ -187,7 +185,7 @@ func (l *Limits) build(old *chain, p Policy, now time.Time, opts []Option) *chai
 // add appends lim to the chain.
 func (c *chain) add(lim Limit) {
 	c.limits = append(c.limits, lim)
-	if a, ok := lim.(Admitter); ok && len(c.fast) == len(c.limits)-1 {
+	if a, ok := lim.(admitter); ok && len(c.fast) == len(c.limits)-1 {
 		c.fast = append(c.fast, a)
 	}
 }
@@ -197,23 +195,45 @@ func (l *Limits) limited() bool {
 	return l != nil && len(l.cur.Load().limits) > 0
 }
 
-// Invoke implements pipeline.Middleware. ctx must be the handler's
-// context, bounded by the invocation's deadline: run it inside a
-// [DeadlineMiddleware] (or with [WithLimits]).
+// Invoke implements pipeline.Middleware. It runs the deadline middleware
+// (package deadline), with the limits inside it. The breaker and the
+// limits without a queue decide before the handler's context exists. So
+// a rejection costs no context and no timer. A nil *Limits runs the
+// deadline alone.
 func (l *Limits) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	d, ok, err := deadlinectx.Arrive(ctx, inv)
+	if err != nil {
+		return nil, err
+	}
 	var a admission
 	if err := l.admitNow(inv, &a); err != nil {
 		return nil, err
 	}
-	return a.proceed(ctx, inv, next)
+	if !ok {
+		// No deadline anywhere: only the caller can end the call.
+		out, err := a.proceed(ctx, inv, next)
+		return deadlinectx.Result(ctx, out, err)
+	}
+	return a.under(ctx, inv, next, d)
+}
+
+// under runs the call under a context derived from parent that ends at d.
+// It is kept apart from Invoke, whose many returns would stop the
+// compiler from open-coding the defer.
+func (a *admission) under(parent context.Context, inv *pipeline.Invocation, next pipeline.Handler, d time.Time) (any, error) {
+	s := deadlinectx.Enter(parent, inv, d, nil)
+	defer s.End()
+	a.lazy = s.Lazy
+	out, err := a.proceed(s.Ctx, inv, next)
+	return deadlinectx.Result(s.Ctx, out, err)
 }
 
 // admission is what one call holds of its chain's limits: a permit of each
 // of limits[:n], the first inlineLimits inline, the others in more.
 type admission struct {
 	l       *Limits
-	chain   *chain       // nil: no limit applies
-	lazy    *lazyContext // the handler's context, when the middleware made a lazy one: settled on return
+	chain   *chain            // nil: no limit applies
+	lazy    *deadlinectx.Lazy // the handler's context, when it is lazy: settled on return
 	n       int
 	watched int // permits held that are ReleasedAtContextEnd
 	permits [inlineLimits]Permit
@@ -222,7 +242,7 @@ type admission struct {
 
 // hold records p as the permit of limits[a.n].
 func (a *admission) hold(p Permit) {
-	if p.watch && p.r != nil {
+	if p.watch && p.held() {
 		a.watched++
 	}
 	if a.n < inlineLimits {
@@ -241,10 +261,13 @@ func (a *admission) permit(i int) Permit {
 	return a.more[i-inlineLimits]
 }
 
-// admitNow lets the chain's leading Admitters decide on arrival, up to the
-// first that says the call must wait, and returns the rejection of one
+// admitNow lets the chain's leading admitters decide on arrival, up to the
+// first that says the call must wait. It returns the rejection of one
 // that turns the call away.
 func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
+	if l == nil {
+		return nil
+	}
 	c := l.cur.Load()
 	if len(c.limits) == 0 {
 		return nil
@@ -279,11 +302,11 @@ func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 
 // proceed acquires the limits admitNow left, with the call's context, then
 // runs next and gives back what the call holds. Next never starts once
-// the invocation's deadline has passed (see tooLate).
+// the invocation's deadline has passed (deadlinectx.TooLate).
 func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (out any, err error) {
 	c := a.chain
 	if c == nil {
-		if tooLate(inv) {
+		if deadlinectx.TooLate(inv) {
 			return nil, pipeline.ErrTimeout()
 		}
 		return next(ctx, inv)
@@ -307,7 +330,7 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 		}
 		a.hold(p)
 	}
-	if tooLate(inv) {
+	if deadlinectx.TooLate(inv) {
 		given = true
 		a.release(Outcome{Err: pipeline.ErrTimeout(), Verdict: Neutral})
 		return nil, pipeline.ErrTimeout()
@@ -324,18 +347,9 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 	out, err = next(ctx, inv)
 	finished = true
 	if a.lazy != nil {
-		a.lazy.settle()
+		a.lazy.Settle()
 	}
 	return out, err
-}
-
-// tooLate reports whether the deadline of inv has passed, read from the
-// clock just before the handler's chain would start. The handler's context
-// cannot say so yet: a timer ends it, and a timer runs a little after its
-// instant. A handler must never start under a deadline that has passed.
-func tooLate(inv *pipeline.Invocation) bool {
-	d, ok := inv.Deadline()
-	return ok && !time.Now().Before(d)
 }
 
 // finish gives back every permit with the call's outcome: a panic (not
@@ -343,7 +357,7 @@ func tooLate(inv *pipeline.Invocation) bool {
 func (a *admission) finish(ctx context.Context, inv *pipeline.Invocation, err error, finished bool, w *watch) {
 	o := Outcome{Err: err, Verdict: Failure, Ran: true}
 	if finished {
-		o.Verdict = VerdictOf(ctx, inv, err)
+		o.Verdict = verdictOf(ctx, inv, err)
 	}
 	o.TimedOut = o.Verdict == Failure && ownDeadline(ctx, inv)
 	a.releaseAll(o, w != nil && !w.claim())
@@ -356,8 +370,8 @@ func (a *admission) release(o Outcome) { a.releaseAll(o, false) }
 // watch gave back already when watched is true.
 func (a *admission) releaseAll(o Outcome, watched bool) {
 	for i := a.n - 1; i >= 0; i-- {
-		if p := a.permit(i); p.r != nil && !(watched && p.watch) {
-			p.r.Release(p.token, o)
+		if p := a.permit(i); p.held() && !(watched && p.watch) {
+			p.release(o)
 		}
 	}
 }
@@ -375,16 +389,16 @@ type watch struct {
 func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *watch {
 	watched := make([]Permit, 0, a.watched)
 	for i := range a.n {
-		if p := a.permit(i); p.watch && p.r != nil {
+		if p := a.permit(i); p.watch && p.held() {
 			watched = append(watched, p)
 		}
 	}
 	w := new(watch)
 	w.stop = context.AfterFunc(ctx, func() {
 		if w.claimed.CompareAndSwap(false, true) {
-			o := Outcome{Err: Attribute(ctx), Verdict: endedVerdict(ctx, inv), Ran: true, TimedOut: ownDeadline(ctx, inv)}
+			o := Outcome{Err: deadline.Attribute(ctx), Verdict: endedVerdict(ctx, inv), Ran: true, TimedOut: ownDeadline(ctx, inv)}
 			for i := len(watched) - 1; i >= 0; i-- {
-				watched[i].r.Release(watched[i].token, o)
+				watched[i].release(o)
 			}
 		}
 	})
@@ -413,9 +427,9 @@ type LimitsState struct {
 	Breaker BreakerState
 	// BreakerOpenFor is how long an open breaker stays open.
 	BreakerOpenFor time.Duration
-	// Window is the fixed window's state — permits left, time to reset —
-	// when HasWindow (false: no rate limit in this process, none
-	// configured or Scope cluster, whose state is in the store).
+	// Window is the fixed window's state: permits left, time to reset.
+	// HasWindow is false when there is no rate limit in this process: none
+	// is configured, or Scope is cluster and the state is in the store.
 	Window    pipeline.Quota
 	HasWindow bool
 	// RateQueue and ConcurrencyQueue are the calls waiting for a window

@@ -8,8 +8,8 @@ import (
 	"github.com/sundial-go/sundial/resilience"
 )
 
-// countingLimit admits every call and counts its permits; its Admitter
-// side (TryAcquire) makes the leading ones decide on arrival.
+// countingLimit admits every call and counts its permits; its TryAcquire
+// method makes the leading ones decide on arrival.
 type countingLimit struct {
 	acquired, released int
 	last               resilience.Outcome
@@ -17,10 +17,10 @@ type countingLimit struct {
 
 func (c *countingLimit) Acquire(context.Context, *pipeline.Invocation) (resilience.Permit, error) {
 	c.acquired++
-	return resilience.NewPermit(c, uint64(c.acquired)), nil
+	return resilience.NewPermit(c), nil
 }
 
-func (c *countingLimit) Release(_ uint64, o resilience.Outcome) { c.released++; c.last = o }
+func (c *countingLimit) Release(o resilience.Outcome) { c.released++; c.last = o }
 
 // TestMoreLimitsThanInline: an operation with more limits than a call
 // holds inline (8) is built (it panicked) and each limit gives its permit

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // Policies for the benchmarks: every limit configured, high enough never
@@ -64,10 +65,11 @@ func rejecting(b testing.TB, kind string) (*resilience.Limits, func()) {
 
 // BenchmarkResilience measures the built-in Resilience stage per call:
 // the bare cost of context.WithTimeout (what any deadline costs), the
-// DeadlineMiddleware alone, the whole stack (deadline, breaker, rate and
-// concurrency limits) when nothing is rejected, as one middleware
-// (WithLimits) and as a chain of two, the limits alone, and each kind of
-// rejection.
+// deadline middleware alone, the whole stack (Limits: the deadline, then
+// the breaker, rate and concurrency limits) when nothing is rejected, the
+// stack behind a second deadline middleware (chain), the limits alone (an
+// invocation without a deadline, so the deadline derives no context), and
+// each kind of rejection.
 func BenchmarkResilience(b *testing.B) {
 	ctx := context.Background()
 	inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(time.Hour), DeadlineSource: pipeline.DeadlineOperation})
@@ -79,18 +81,18 @@ func BenchmarkResilience(b *testing.B) {
 			cancel()
 		}
 	})
-	deadline := resilience.NewDeadlineMiddleware()
+	dmw := deadline.Middleware()
 	b.Run("deadline", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := deadline.Invoke(ctx, inv, benchOK); err != nil {
+			if _, err := dmw.Invoke(ctx, inv, benchOK); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("stack-admitted", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewLimits(opID, benchNeverRejects))))
+		h := pipeline.Chain(benchOK, resilience.NewLimits(opID, benchNeverRejects))
 		for b.Loop() {
 			if _, err := h(ctx, inv); err != nil {
 				b.Fatal(err)
@@ -108,7 +110,7 @@ func BenchmarkResilience(b *testing.B) {
 			if mode == "adaptive" {
 				p.ConcurrencyLimit, p.Adaptive = resilience.AdaptiveLimit, resilience.Adaptive{MinLimit: 1 << 20, MaxLimit: 1 << 20}
 			}
-			h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewLimits(opID, p))))
+			h := pipeline.Chain(benchOK, resilience.NewLimits(opID, p))
 			inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Arrival: time.Now()})
 			for b.Loop() {
 				if _, err := h(ctx, inv); err != nil {
@@ -119,7 +121,7 @@ func BenchmarkResilience(b *testing.B) {
 	}
 	b.Run("chain-admitted", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, deadline, resilience.NewLimits(opID, benchNeverRejects))
+		h := pipeline.Chain(benchOK, dmw, resilience.NewLimits(opID, benchNeverRejects))
 		for b.Loop() {
 			if _, err := h(ctx, inv); err != nil {
 				b.Fatal(err)
@@ -128,7 +130,7 @@ func BenchmarkResilience(b *testing.B) {
 	})
 	b.Run("stack-admitted-parallel", func(b *testing.B) {
 		b.ReportAllocs()
-		h := pipeline.Chain(benchOK, resilience.NewDeadlineMiddleware(resilience.WithLimits(resilience.NewLimits(opID, benchNeverRejects))))
+		h := pipeline.Chain(benchOK, resilience.NewLimits(opID, benchNeverRejects))
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if _, err := h(ctx, inv); err != nil {
@@ -141,6 +143,7 @@ func BenchmarkResilience(b *testing.B) {
 	b.Run("limits-admitted", func(b *testing.B) {
 		b.ReportAllocs()
 		l := resilience.NewLimits(opID, benchNeverRejects)
+		inv := newInv(nil) // no deadline: the limits alone
 		for b.Loop() {
 			_, _ = l.Invoke(ctx, inv, benchOK)
 		}
@@ -228,7 +231,7 @@ func BenchmarkUpdate(b *testing.B) {
 	b.Run("limits-admitted-after-update", func(b *testing.B) {
 		b.ReportAllocs()
 		ctx := context.Background()
-		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op(opID), Deadline: time.Now().Add(time.Hour), DeadlineSource: pipeline.DeadlineOperation})
+		inv := newInv(nil) // no deadline: the limits alone
 		l := resilience.NewLimits(opID, benchNeverRejects)
 		p := benchNeverRejects
 		p.PermitLimit--

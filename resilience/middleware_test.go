@@ -11,6 +11,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 const opID = "orders.create"
@@ -20,7 +21,7 @@ type op string
 func (o op) OperationID() string { return string(o) }
 
 // limitStack builds the built-in Resilience stage for one operation around
-// h, as the kernel does: the DeadlineMiddleware with the operation's limits
+// h, as the kernel does: the deadline middleware with the operation's limits
 // (WithLimits); panics become UNEXPECTED outside it. The returned handler
 // stands for the kernel too: an invocation without a deadline gets the
 // effective one computed from the caller's context and the policy's
@@ -29,7 +30,7 @@ func (o op) OperationID() string { return string(o) }
 func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...pipeline.Middleware) (pipeline.Handler, *resilience.Limits) {
 	t.Helper()
 	l := resilience.NewLimits(opID, p)
-	mws := append([]pipeline.Middleware{resilience.NewDeadlineMiddleware(resilience.WithLimits(l))}, inner...)
+	mws := append([]pipeline.Middleware{l}, inner...)
 	chain := pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil)
 	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		return chain(ctx, withDeadline(ctx, inv, p.Timeout))
@@ -103,11 +104,11 @@ func TestNewLimitsEmptyPolicyIsUsable(t *testing.T) {
 		if l.ID() != opID || l.State().Breaker != resilience.BreakerClosed || l.State().InFlight != 0 {
 			t.Errorf("%s: ID, BreakerState, InFlight = %q, %v, %d; want %q, closed, 0", tt.name, l.ID(), l.State().Breaker, l.State().InFlight, opID)
 		}
-		// Usable on its own, in a chain, and inside a DeadlineMiddleware.
+		// Usable on its own, in a chain, and inside the deadline middleware.
 		for name, h := range map[string]pipeline.Handler{
 			"Chain":       pipeline.Chain(okResult, l),
-			"WithLimits":  pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(resilience.WithLimits(l))),
-			"both chains": pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(), l),
+			"WithLimits":  pipeline.Chain(okResult, l),
+			"both chains": pipeline.Chain(okResult, deadline.Middleware(), l),
 		} {
 			for range 3 {
 				if out, err := h(context.Background(), newInv(nil)); out != "ok" || err != nil {
@@ -120,7 +121,7 @@ func TestNewLimitsEmptyPolicyIsUsable(t *testing.T) {
 	if l.State().Breaker != resilience.BreakerClosed || l.State().RateQueue != 0 || l.State().ConcurrencyQueue != 0 || l.State().InFlight != 0 || l.ID() != "" || l.Policy() != (resilience.Policy{}) {
 		t.Errorf("nil *Limits does not report an idle, closed state")
 	}
-	if h := pipeline.Chain(okResult, resilience.NewDeadlineMiddleware(resilience.WithLimits(nil))); true {
+	if h := pipeline.Chain(okResult, (*resilience.Limits)(nil)); true {
 		if out, err := h(context.Background(), newInv(nil)); out != "ok" || err != nil {
 			t.Errorf("WithLimits(nil): call = %v, %v; want ok, nil", out, err)
 		}

@@ -46,9 +46,10 @@ type Policy struct {
 	// none, and a cap on what a caller sends; 0 means none.
 	Timeout time.Duration
 
-	// Scope is where the rate and concurrency limits are counted: this
-	// process ("" or ScopeProcess) or every process sharing a store
-	// (ScopeCluster; the kernel hands the shared window and slots).
+	// Scope is where the rate and concurrency limits are counted. It is
+	// this process ("" or ScopeProcess), or every process sharing a store
+	// (ScopeCluster). With ScopeCluster the kernel hands the shared
+	// window and slots.
 	Scope Scope
 	// StoreTimeout bounds every call to the shared store (Scope cluster);
 	// 0 means the store's default.
@@ -58,8 +59,8 @@ type Policy struct {
 	// store's default (3).
 	DegradeAfter int
 	// OnStoreError is what a cluster-scoped limit does while its store is
-	// slow or unreachable: "local" (enforce this replica's share, the
-	// default), "open" (admit) or "closed" (reject).
+	// slow or unreachable. "local", the default, enforces this replica's
+	// share; "open" admits; "closed" rejects.
 	OnStoreError string
 	// ExpectedReplicas, when positive, is the replica count the "local"
 	// share is computed with instead of the live count the store learns.
@@ -67,14 +68,14 @@ type Policy struct {
 	// PerKey is a rate limit per key (tenant, API key), counted in the
 	// operation's Scope; the zero value is none.
 	PerKey PerKey
-	// LeasePermits, when above 1, makes a cluster-scoped window lease:
-	// a replica takes up to that many permits of the current window in one
-	// store round trip and admits from them with no round trip, until they
-	// are used or the window ends (docs/cluster.md, "Leases"). 0 or 1: one
-	// round trip per call. Process scope ignores it.
+	// LeasePermits, when above 1, makes a cluster-scoped window lease. A
+	// replica takes up to that many permits of the current window in one
+	// store round trip. It admits from them with no round trip, until they
+	// are used or the window ends (docs/cluster.md, "Leases"). 0 or 1
+	// means one round trip per call. Process scope ignores it.
 	LeasePermits int
 	// Shadow puts the operation's breaker, fixed window and concurrency
-	// limit in shadow mode: each still counts and decides, but a call it
+	// limit in shadow mode. Each still counts and decides. But a call it
 	// would turn away runs, and is counted in LimitsState.Shadowed. Shadow
 	// limits never make a call wait: the queue limits do not apply. Limits
 	// of your own (WithLimit) still enforce.
@@ -86,16 +87,16 @@ type Policy struct {
 }
 
 // Limited reports whether the policy configures a breaker, a rate limit or
-// a concurrency limit (the Timeout is the DeadlineMiddleware's business).
+// a concurrency limit (the Timeout is the deadline middleware's business).
 func (p Policy) Limited() bool {
 	return p.PermitLimit > 0 || p.ConcurrencyLimit != 0 || p.Adaptive.Shadow || p.FailureThreshold > 0 || p.PerKey.PermitLimit > 0
 }
 
 // AdaptiveLimit is the ConcurrencyLimit of an adaptive concurrency limit
-// (in JSON, "ConcurrencyLimit": "adaptive"): the limit moves to what the
-// operation serves without queueing, as its latency shows, with room for
-// bursts while the load offered fits under it (docs/resilience.md,
-// "Adaptive concurrency").
+// (in JSON, "ConcurrencyLimit": "adaptive"). The limit moves to what the
+// operation serves without queueing, as its latency shows. It leaves room
+// for bursts while the load offered fits under it. See
+// docs/resilience.md, "Adaptive concurrency".
 const AdaptiveLimit = -1
 
 // Adaptive configures the controller of an adaptive concurrency limit. Its

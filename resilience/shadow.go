@@ -36,9 +36,9 @@ func (t *tally) snapshot() Rejections {
 }
 
 // passes counts err, the error limit i of chain c turned a call away
-// with, and reports whether the call proceeds all the same: in shadow
+// with, and reports whether the call proceeds all the same. In shadow
 // mode (Policy.Shadow) a built-in limit's rejection is counted in
-// Shadowed and the call runs without that limit's permit. A caller's end
+// Shadowed, and the call runs without that limit's permit. A caller's end
 // (TIMEOUT, CANCELLED) and the rejections of limits of your own are never
 // passed.
 func (l *Limits) passes(c *chain, i int, err error) bool {

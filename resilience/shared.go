@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/internal/limited"
 )
 
@@ -23,26 +24,27 @@ const (
 )
 
 // SharedWindow is a fixed window whose permits are counted outside this
-// process (package resilience/cluster implements it on Redis). Take
-// admits the call, waiting if its permit is reserved in a later window;
-// it returns an error matching [ErrLimited] (with the time until the call
-// could be admitted, from package resilience/cluster) when the call is
-// turned away, and ctx's error, attributed by the caller, when ctx ends
-// first. Quota is what
-// the window told the call, for the RateLimit fields; on admission its
-// Reset must not overstate how long the admitting window lasts from
-// Take's return (the middleware asks again when the call would start
-// after it). A window that counts calls by their arrival
-// (Invocation.Arrival), as a leased cluster window does, may count it
-// from the arrival instead: its calls belong to the window they arrived
-// in. 0 means the admission has no window edge to respect.
+// process. Package resilience/cluster implements it on Redis.
+//
+// Take admits the call, waiting if its permit is reserved in a later
+// window. When the call is turned away, it returns an error matching
+// [ErrLimited], with the time until the call could be admitted. When ctx
+// ends first, it returns ctx's error, which the caller attributes.
+//
+// Quota is what the window told the call, for the RateLimit fields. On
+// admission its Reset must not overstate how long the admitting window
+// lasts from Take's return. The middleware asks again when the call would
+// start after it. A window that counts calls by their arrival
+// (Invocation.Arrival) may count Reset from the arrival instead; a leased
+// cluster window does. A Reset of 0 means there is no window edge to
+// respect.
 type SharedWindow interface {
 	Take(ctx context.Context, inv *pipeline.Invocation) (pipeline.Quota, error)
 }
 
 // SharedSlots is a concurrency limit whose slots are counted outside this
 // process. Acquire returns a release func to call exactly once when the
-// call ends; it returns [ErrLimited] when every slot and local queue place
+// call ends. It returns [ErrLimited] when every slot and local queue place
 // is taken, and ctx's error when ctx ends first.
 type SharedSlots interface {
 	Acquire(ctx context.Context, inv *pipeline.Invocation) (release func(), err error)
@@ -95,11 +97,11 @@ func WithLimit(lim Limit) Option {
 
 // sharedLimit is a window and slots counted outside this process (Scope
 // cluster) as one [Limit]: the window, then the slots. A call runs in the
-// window that admitted it: the shared window reports, conservatively, how
-// long its window lasts from Take's return (Quota.Reset; 0 when it does
-// not say, as a degraded store's local fallback). When the slot took
-// longer than that, the permit is left unused and the call asks the
-// window again, so that no window's calls spill into the next one.
+// window that admitted it. The shared window reports how long its window
+// lasts from Take's return (Quota.Reset), erring short. It reports 0 when
+// it does not say, as a degraded store's local fallback. When the slot
+// took longer than that, the permit is left unused and the call asks the
+// window again. So no window's calls spill into the next one.
 type sharedLimit struct {
 	window  SharedWindow // nil: none
 	slots   SharedSlots  // nil: none
@@ -148,7 +150,7 @@ func (s *sharedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 			if release == nil {
 				return Permit{}, nil
 			}
-			return NewPermit(release, 0), nil
+			return NewPermit(release), nil
 		}
 		if release != nil {
 			release()
@@ -159,9 +161,9 @@ func (s *sharedLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 	}
 }
 
-// take takes a permit of the shared window (if there is one) and returns
-// until when it is good for (zero: no edge to respect, or no slot to wait
-// for before the call runs).
+// take takes a permit of the shared window, if there is one. It returns
+// until when the permit is good for. Zero means no edge to respect, or no
+// slot to wait for before the call runs.
 func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until time.Time, err error) {
 	if s.window == nil {
 		return time.Time{}, nil
@@ -190,17 +192,16 @@ func (s *sharedLimit) take(ctx context.Context, inv *pipeline.Invocation) (until
 type releaseFunc func()
 
 // Release implements [Releaser].
-func (f releaseFunc) Release(uint64, Outcome) { f() }
+func (f releaseFunc) Release(Outcome) { f() }
 
 // callerEnd returns the TIMEOUT or CANCELLED outcome when a shared
-// limiter's failure err is the caller's own end, else nil: ctx has ended,
-// or the limiter saw the deadline pass before ctx's timer fired and
-// returned the context's error for it (a shared limiter compares the
-// deadline with the clock, to spend no round trip on a call that cannot
-// run). Without the second case such a call was told it was rate or
-// concurrency limited.
+// limiter's failure err is the caller's own end, else nil. Either ctx has
+// ended, or the limiter saw the deadline pass before ctx's timer fired.
+// A shared limiter compares the deadline with the clock, to spend no
+// round trip on a call that cannot run. It then returns the context's
+// error, and such a call must not be told it was limited.
 func callerEnd(ctx context.Context, err error) *pipeline.Error {
-	if e := Attribute(ctx); e != nil {
+	if e := deadline.Attribute(ctx); e != nil {
 		return e
 	}
 	if d, ok := ctx.Deadline(); ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(d) {

@@ -6,18 +6,19 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/internal/adaptive"
 	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
-// slotsLimit is the operation's concurrency limit (ConcurrencyLimit,
-// ConcurrencyQueueLimit, Priority, PriorityReserve) as a [Limit]; see
-// [ConcurrencyLimiter]. Rejection: KERNEL_UNAVAILABLE_003, or
-// KERNEL_UNAVAILABLE_008 (shed) for a call below its operation's class or
-// sheddable. The slot is given back on every exit path, panics included.
+// slotsLimit is the operation's concurrency limit as a [Limit] (see
+// [ConcurrencyLimiter]). Its rejection is KERNEL_UNAVAILABLE_003. A call
+// below its operation's class, or sheddable, is shed instead
+// (KERNEL_UNAVAILABLE_008). The slot is given back on every exit path,
+// panics included.
 //
 // With an adaptive controller (ad), a permit's token is when the call took
-// its slot (ns since epoch), and its release is a sample of the controller
+// its slot (ns since epoch). Its release is a sample of the controller
 // when the call succeeded or ended at its own deadline. The controller
 // moves the limiter's limit in place (enforced), or only reports it
 // (shadow).
@@ -85,7 +86,7 @@ func reserveThousandths(f float64) int64 {
 	return min(int64(f*1000), 999)
 }
 
-// TryAcquire implements [Admitter]: without a queue the limit never
+// TryAcquire implements the optional method of [Limit]: without a queue the limit never
 // waits, whatever the context. It never queues either, even when a reload
 // gives the limit a queue meanwhile: the call has no context to wait with.
 func (sl *slotsLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
@@ -111,7 +112,7 @@ func (sl *slotsLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (Pe
 	case err == ErrLimited:
 		return Permit{}, sl.refuse(c)
 	}
-	return Permit{}, Attribute(ctx)
+	return Permit{}, deadline.Attribute(ctx)
 }
 
 // refuse returns the rejection of a call of class c that the limit turned
@@ -124,25 +125,25 @@ func (sl *slotsLimit) refuse(c pipeline.Priority) *pipeline.Error {
 }
 
 // permit returns the permit of a call that took its slot now, after
-// waiting for it or not: with a controller, its token is when it took the
-// slot — its arrival, when it did not wait (the Resilience stage is the
-// first to run, so no clock reading is needed).
+// waiting for it or not. With a controller, its token is when it took the
+// slot. That is its arrival when it did not wait: the Resilience stage
+// runs first, so no clock reading is needed.
 func (sl *slotsLimit) permit(inv *pipeline.Invocation, waited bool) Permit {
 	if sl.ad == nil {
-		return NewPermit(sl, 0)
+		return newTokenPermit(sl, 0)
 	}
 	at, ok := inv.Arrival()
 	if waited || !ok {
 		at = time.Now()
 	}
-	return NewPermit(sl, uint64(at.Sub(sl.epoch)))
+	return newTokenPermit(sl, uint64(at.Sub(sl.epoch)))
 }
 
-// Release implements [Releaser]: with a controller, a call that succeeded
+// release gives back a slot: with a controller, a call that succeeded
 // or ended at its own deadline (a drop) is a sample. Cancellations,
 // timeouts at a caller's deadline, rejections and faults of the caller
 // are not: they say nothing of how much the operation can serve.
-func (sl *slotsLimit) Release(token uint64, o Outcome) {
+func (sl *slotsLimit) release(token uint64, o Outcome) {
 	if sl.ad != nil && o.Ran && (o.Verdict == Success || o.TimedOut) && sl.ad.Measure(o.TimedOut) {
 		now := time.Since(sl.epoch)
 		sl.ad.Sample(now, now-time.Duration(int64(token)), o.TimedOut, sl.conc.InFlight())
@@ -163,8 +164,8 @@ func (sl *slotsLimit) limits() (enforced, adaptive int) {
 }
 
 // concRejection returns the rejection of a call of class c that conc
-// turned away: shed when c is sheddable or below the operation's class
-// (conc's), the concurrency limit's otherwise.
+// turned away. It is shed when c is sheddable or below the operation's
+// class (conc's). Otherwise it is the concurrency limit's.
 func (l *Limits) concRejection(c pipeline.Priority, conc *limiter.ConcurrencyLimiter) *pipeline.Error {
 	if c == pipeline.PrioritySheddable || conc != nil && c < conc.Class() {
 		return l.shedErr[min(max(c, pipeline.PrioritySheddable), pipeline.PriorityDefault)-pipeline.PrioritySheddable]

@@ -9,9 +9,9 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
-// KeyedFixedWindow is a set of [FixedWindow] limiters, one per key — per
-// tenant, per client, per API key — created on a key's first call with the
-// same limits. Use it in application middleware to limit each caller
+// KeyedFixedWindow is a set of [FixedWindow] limiters, one per key: per
+// tenant, per client, per API key. A key's limiter is created on its first
+// call, with the same limits. Use it in application middleware to limit each caller
 // separately (see the package example).
 //
 // A key's limiter is dropped once its current window has no permit taken
@@ -19,14 +19,14 @@ import (
 // memory follows the keys active in the last window, not every key ever
 // seen, which matters when keys come from callers.
 //
-// The number of limiters is also capped (WithMaxKeys, default
-// 10,000), so that a flood of distinct keys — one new tenant value
-// per request — cannot make it allocate without bound within one window.
-// When that many keys have a limiter, a call for a key that has none is
-// turned away with [ErrLimited] until a sweep finds an idle one; a full
-// set is swept at most once per 100 ms, however fast new keys arrive, so
-// the flood costs at most one pass over the limiters per 100 ms. Keys
-// that already have a limiter keep it and their limits.
+// The number of limiters is also capped (WithMaxKeys, default 10,000). A
+// flood of distinct keys, one new tenant value per request, thus cannot
+// make it allocate without bound within one window. When that many keys
+// have a limiter, a call for a key that has none is turned away with
+// [ErrLimited] until a sweep finds an idle one. A full set is swept at
+// most once per 100 ms, however fast new keys arrive. So the flood costs
+// at most one pass over the limiters per 100 ms. Keys that already have a
+// limiter keep it and their limits.
 //
 // It is safe for concurrent use and starts no goroutine.
 type KeyedFixedWindow struct {

@@ -18,3 +18,6 @@ func SetLimits(l *ConcurrencyLimiter, limit, queue int) error { return l.l.SetLi
 func WindowQueueDepth(l *FixedWindow) int                     { return l.w.QueueDepth() }
 func WindowQuota(l *FixedWindow) pipeline.Quota               { return l.w.Quota() }
 func SetPermitLimit(l *FixedWindow, limit int) error          { return l.w.SetPermitLimit(limit) }
+
+// VerdictOf is verdictOf, for the verdict's tests.
+var VerdictOf = verdictOf

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/internal/limiter"
 )
 
@@ -50,7 +51,7 @@ func (wl *windowLimit) arrival(inv *pipeline.Invocation) (*limiter.FixedWindow, 
 	return wl.at(now), now
 }
 
-// TryAcquire implements [Admitter]: a window without a queue decides at
+// TryAcquire implements the optional method of [Limit]: a window without a queue decides at
 // once; one with a queue waits in Acquire.
 func (wl *windowLimit) TryAcquire(inv *pipeline.Invocation) (Permit, bool, error) {
 	w, now := wl.arrival(inv)
@@ -88,7 +89,7 @@ func (wl *windowLimit) Acquire(ctx context.Context, inv *pipeline.Invocation) (P
 	case err == ErrLimited:
 		return Permit{}, wl.rej.get(retry)
 	}
-	return Permit{}, Attribute(ctx)
+	return Permit{}, deadline.Attribute(ctx)
 }
 
 // queueDepth returns the calls waiting in the window (and in the one of

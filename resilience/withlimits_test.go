@@ -9,20 +9,21 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // compositions are the two ways to run the deadline and the limits: the
-// plain chain and one DeadlineMiddleware WithLimits. They must not differ
+// plain chain and one the deadline middleware WithLimits. They must not differ
 // in behavior.
 var compositions = []struct {
 	name    string
 	compose func(*resilience.Limits) []pipeline.Middleware
 }{
 	{"chain", func(l *resilience.Limits) []pipeline.Middleware {
-		return []pipeline.Middleware{resilience.NewDeadlineMiddleware(), l}
+		return []pipeline.Middleware{deadline.Middleware(), l}
 	}},
 	{"WithLimits", func(l *resilience.Limits) []pipeline.Middleware {
-		return []pipeline.Middleware{resilience.NewDeadlineMiddleware(resilience.WithLimits(l))}
+		return []pipeline.Middleware{l}
 	}},
 }
 
@@ -121,4 +122,31 @@ func TestWithLimitsRejectionCostsNoContext(t *testing.T) {
 			t.Errorf("AllocsPerRun(rejection through the chain) = 0, want the deadline context's allocations (is the comparison still meaningful?)")
 		}
 	}
+}
+
+// TestInnerInvocationLeavesOuterContextAlone: a middleware invoked from
+// inside a handler, for an invocation without a deadline, does not settle
+// the outer invocation's context: the outer handler still sees its
+// deadline pass.
+func TestInnerInvocationLeavesOuterContextAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := resilience.NewLimits("inner", resilience.Policy{FailureThreshold: 5, BreakDuration: time.Second})
+		_, err := deadline.Middleware().Invoke(t.Context(), pipeline.NewInvocation(pipeline.Spec{
+			Deadline: time.Now().Add(time.Second), DeadlineSource: pipeline.DeadlineKernel,
+		}), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			if _, err := inner.Invoke(ctx, pipeline.NewInvocation(pipeline.Spec{}), func(context.Context, *pipeline.Invocation) (any, error) {
+				return nil, nil
+			}); err != nil {
+				t.Fatalf("inner Invoke = %v", err)
+			}
+			time.Sleep(2 * time.Second)
+			if err := ctx.Err(); err != context.DeadlineExceeded {
+				t.Errorf("outer ctx.Err() past its deadline = %v, want DeadlineExceeded", err)
+			}
+			return nil, ctx.Err()
+		})
+		if pipeline.CodeOf(err) != pipeline.CodeTimeout {
+			t.Errorf("outer Invoke = %v, want TIMEOUT", err)
+		}
+	})
 }

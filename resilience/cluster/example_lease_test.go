@@ -26,5 +26,5 @@ func ExampleStore_Window_lease() {
 		log.Fatal(err)
 	}
 	limits := resilience.NewLimits("orders.create", p, resilience.WithSharedWindow(w))
-	_ = limits // run it as the operation's middleware (resilience.WithLimits)
+	_ = limits // run it as the operation's middleware (a pipeline.Middleware)
 }

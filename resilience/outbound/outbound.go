@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
 )
 
@@ -117,7 +116,7 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // downstream's answer. Only when no attempt ran does Do make its own. An
 // open breaker gives UNAVAILABLE [CodeDependencyOpen] and the throttle
 // [CodeDependencyThrottled], each with a retry-after. A deadline too close
-// for MinAttemptTimeout gives TIMEOUT resilience.CodeBudgetExhausted. A last
+// for MinAttemptTimeout gives TIMEOUT [CodeBudgetExhausted]. A last
 // attempt that got no answer at all (refused, reset, nothing sent) gives
 // UNAVAILABLE [CodeDependencyUnavailable], wrapping its error.
 //
@@ -191,7 +190,7 @@ func (c *call) refusal(now time.Time) error {
 	}
 	if !c.fits(now) {
 		dl, _ := c.ctx.Deadline()
-		return (&resilience.BudgetExhaustedError{Stage: "outbound", Dependency: c.d.name, Remaining: dl.Sub(now)}).Outcome()
+		return (&BudgetExhaustedError{Stage: "outbound", Dependency: c.d.name, Remaining: dl.Sub(now)}).Outcome()
 	}
 	if b := c.s.breaker; b != nil && b.State() == breaker.Open {
 		return c.openError(b.OpenFor())

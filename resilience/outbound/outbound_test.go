@@ -377,8 +377,8 @@ func TestNoAttemptWithoutMinTimeout(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
 		defer cancel()
 		err := d.Do(ctx, func(context.Context) error { t.Fatal("attempt started"); return nil })
-		if pipeline.CodeOf(err) != resilience.CodeBudgetExhausted {
-			t.Fatalf("err = %v, want %s", err, resilience.CodeBudgetExhausted)
+		if pipeline.CodeOf(err) != CodeBudgetExhausted {
+			t.Fatalf("err = %v, want %s", err, CodeBudgetExhausted)
 		}
 	})
 }

@@ -69,7 +69,7 @@ func (c *jsonClient) do(ctx context.Context, method, path string, body io.Reader
 
 // transportError classifies the error of a request to dependency dep that
 // got no complete answer. The end of the request's context stays as it is
-// (the DeadlineMiddleware attributes the caller's own deadline and
+// (the deadline middleware attributes the caller's own deadline and
 // cancellation; a Budget's cut carries its TIMEOUT outcome as the cause); a
 // network timeout, such as a per-read timeout, is a TIMEOUT; anything else
 // — refused, reset — is UNAVAILABLE: the dependency is down, not the

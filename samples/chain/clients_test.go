@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 func TestTransportError(t *testing.T) {
 	t.Parallel()
-	budgetCut := (&resilience.BudgetExhaustedError{Stage: "s", Dependency: "d", Cut: true}).Outcome()
+	budgetCut := (&outbound.BudgetExhaustedError{Stage: "s", Dependency: "d", Cut: true}).Outcome()
 	for _, tc := range []struct {
 		name     string
 		err      error

@@ -12,7 +12,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 	"github.com/sundial-go/sundial/samples/internal/pipenet"
 )
 
@@ -53,8 +53,8 @@ func TestExperiment6GatewayBudget(t *testing.T) {
 			t.Logf("20 ms: the deadline passed before the gateway's handler started: %s", r.Body)
 			return
 		}
-		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != resilience.CodeBudgetExhausted {
-			t.Fatalf("GET /order with 20 ms = %d %s (err %v), want 504 %s", r.Status, r.Body, r.Err, resilience.CodeBudgetExhausted)
+		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != outbound.CodeBudgetExhausted {
+			t.Fatalf("GET /order with 20 ms = %d %s (err %v), want 504 %s", r.Status, r.Body, r.Err, outbound.CodeBudgetExhausted)
 		}
 		d := r.Problem.Details
 		if d["reason"] != ReasonGatewayMinimum || d["stage"] != "gateway" {
@@ -106,8 +106,8 @@ func TestExperiment6GatewayBudget(t *testing.T) {
 			err = json.NewDecoder(resp.Body).Decode(&p)
 			resp.Body.Close()
 			took := time.Since(start)
-			if err != nil || resp.StatusCode != http.StatusGatewayTimeout || p.Code != resilience.CodeBudgetExhausted {
-				t.Fatalf("GET /order with 20 ms = %d %+v (err %v), want 504 %s", resp.StatusCode, p, err, resilience.CodeBudgetExhausted)
+			if err != nil || resp.StatusCode != http.StatusGatewayTimeout || p.Code != outbound.CodeBudgetExhausted {
+				t.Fatalf("GET /order with 20 ms = %d %+v (err %v), want 504 %s", resp.StatusCode, p, err, outbound.CodeBudgetExhausted)
 			}
 			if p.Details["reason"] != ReasonGatewayMinimum || p.Details["remainingMs"] != float64(20) {
 				t.Errorf("details = %v, want reason %q with remainingMs 20", p.Details, ReasonGatewayMinimum)
@@ -120,8 +120,8 @@ func TestExperiment6GatewayBudget(t *testing.T) {
 
 	t.Run("150 ms: the primary's share is below its 120 ms latency", func(t *testing.T) {
 		r := call(context.Background(), http.MethodGet, c.URL("gateway")+"/order", "", deadlineIn(150*time.Millisecond))
-		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != resilience.CodeBudgetExhausted {
-			t.Fatalf("GET /order with 150 ms = %d %s (err %v), want 504 %s", r.Status, r.Body, r.Err, resilience.CodeBudgetExhausted)
+		if r.Err != nil || r.Status != http.StatusGatewayTimeout || r.Problem.Code != outbound.CodeBudgetExhausted {
+			t.Fatalf("GET /order with 150 ms = %d %s (err %v), want 504 %s", r.Status, r.Body, r.Err, outbound.CodeBudgetExhausted)
 		}
 		d := r.Problem.Details
 		if d["reason"] != ReasonDownstreamTimeout || d["dependency"] != "primary" {

@@ -12,7 +12,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Reasons the gateway gives in the details of its budget failures
@@ -238,8 +238,8 @@ func (g *Gateway) retryWait(ctx context.Context, err error) (time.Duration, bool
 // Order calls the primary dependency, then the secondary one, each with
 // its share of what remains after the gateway's reserve.
 func (g *Gateway) Order(ctx context.Context, _ struct{}) (OrderView, error) {
-	b, err := resilience.NewBudget(ctx, "gateway.order",
-		resilience.WithMargin(g.cfg.Reserve), resilience.WithMinTimeout(g.cfg.MinDownstream))
+	b, err := outbound.NewBudget(ctx, "gateway.order",
+		outbound.WithMargin(g.cfg.Reserve), outbound.WithMinTimeout(g.cfg.MinDownstream))
 	if err != nil {
 		return OrderView{}, budgetFailure(err, ReasonGatewayMinimum)
 	}
@@ -256,8 +256,8 @@ func (g *Gateway) Order(ctx context.Context, _ struct{}) (OrderView, error) {
 // callShare calls one dependency under its share of b. A share below the
 // minimum is refused before the call; a call that runs out of its share
 // is a TIMEOUT naming the dependency, its budget and the elapsed time.
-func (g *Gateway) callShare(ctx context.Context, b *resilience.Budget, dep Dependency) (SlowDone, error) {
-	cctx, cancel, err := b.Context(ctx, resilience.Call{Dependency: dep.Name, Share: dep.Share})
+func (g *Gateway) callShare(ctx context.Context, b *outbound.Budget, dep Dependency) (SlowDone, error) {
+	cctx, cancel, err := b.Context(ctx, outbound.Call{Dependency: dep.Name, Share: dep.Share})
 	if err != nil {
 		g.journal.Record(ctx, "budget-exhausted", "dependency", dep.Name, "reason", ReasonDownstreamMinimum)
 		return SlowDone{}, budgetFailure(err, ReasonDownstreamMinimum)
@@ -279,7 +279,8 @@ func (g *Gateway) callShare(ctx context.Context, b *resilience.Budget, dep Depen
 	// dependency itself at the deadline it was sent.
 	g.journal.Record(ctx, "budget-exhausted", "dependency", dep.Name, "reason", ReasonDownstreamTimeout,
 		"budgetMs", strconv.FormatInt(budget.Milliseconds(), 10), "elapsedMs", strconv.FormatInt(elapsed.Milliseconds(), 10))
-	cut := &resilience.BudgetExhaustedError{Stage: "gateway.order", Dependency: dep.Name, Remaining: b.Remaining(start), Allotted: budget, Cut: true}
+	end, _ := ctx.Deadline() // the budget's end: it has no WithTotal
+	cut := &outbound.BudgetExhaustedError{Stage: "gateway.order", Dependency: dep.Name, Remaining: end.Sub(start), Allotted: budget, Cut: true}
 	return out, cut.Outcome().
 		WithCause(err).
 		WithDetail("reason", ReasonDownstreamTimeout).
@@ -290,7 +291,7 @@ func (g *Gateway) callShare(ctx context.Context, b *resilience.Budget, dep Depen
 // budgetFailure adds a reason to a Budget's exhausted outcome; other
 // errors (invalid options) pass unchanged.
 func budgetFailure(err error, reason string) error {
-	var bee *resilience.BudgetExhaustedError
+	var bee *outbound.BudgetExhaustedError
 	if !errors.As(err, &bee) {
 		return err
 	}
@@ -342,7 +343,7 @@ type gatewayMinimum struct {
 // Invoke implements pipeline.Middleware.
 func (m gatewayMinimum) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	if _, ok := inv.Deadline(); ok {
-		if _, err := resilience.NewBudget(ctx, "gateway", resilience.WithMargin(m.min)); err != nil {
+		if _, err := outbound.NewBudget(ctx, "gateway", outbound.WithMargin(m.min)); err != nil {
 			m.journal.Record(ctx, "budget-exhausted", "operation", inv.Name(), "reason", ReasonGatewayMinimum)
 			return nil, pipeline.AsError(budgetFailure(err, ReasonGatewayMinimum)).WithDetail("minimumMs", m.min.Milliseconds())
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Strategies of orders.submit: how Orders gives time to its two
@@ -208,11 +208,11 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	s.journal.Record(ctx, "submit", "id", id, "strategy", in.Strategy)
 	out := OrderResult{ID: id, Strategy: in.Strategy}
 
-	var budget *resilience.Budget
+	var budget *outbound.Budget
 	if in.Strategy == StrategyReserve {
 		var err error
-		budget, err = resilience.NewBudget(ctx, "orders.submit",
-			resilience.WithMargin(s.cfg.Margin), resilience.WithCallCap(s.cfg.CallCap))
+		budget, err = outbound.NewBudget(ctx, "orders.submit",
+			outbound.WithMargin(s.cfg.Margin), outbound.WithCallCap(s.cfg.CallCap))
 		if err != nil {
 			return out, err
 		}
@@ -263,7 +263,7 @@ func (s *Orders) orderID(ctx context.Context) string {
 // strategy. budget is StrategyReserve's, created by Submit from the
 // invocation's context; reserve is the time it keeps back for the steps
 // after this one.
-func (s *Orders) stepContext(ctx context.Context, strategy string, budget *resilience.Budget, reserve time.Duration, dep string) (context.Context, context.CancelFunc, error) {
+func (s *Orders) stepContext(ctx context.Context, strategy string, budget *outbound.Budget, reserve time.Duration, dep string) (context.Context, context.CancelFunc, error) {
 	switch strategy {
 	case StrategyFresh:
 		// The anti-pattern: a fresh timeout from nothing. The caller's
@@ -271,7 +271,7 @@ func (s *Orders) stepContext(ctx context.Context, strategy string, budget *resil
 		c, cancel := context.WithTimeout(context.Background(), s.cfg.FreshTimeout)
 		return c, cancel, nil
 	case StrategyReserve:
-		return budget.Context(ctx, resilience.Call{Dependency: dep, Reserve: reserve})
+		return budget.Context(ctx, outbound.Call{Dependency: dep, Reserve: reserve})
 	}
 	return ctx, func() {}, nil // propagate: the handler's context as it is
 }

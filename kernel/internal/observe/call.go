@@ -13,7 +13,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // Call is one observed invocation, from [Op.Start] to [Call.End]. A nil
@@ -204,7 +204,7 @@ func original(perr *pipeline.Error) *pipeline.Error {
 	if perr == nil {
 		return nil
 	}
-	cause := resilience.Original(perr)
+	cause := deadline.Original(perr)
 	if cause == nil || cause == error(perr) {
 		return nil
 	}

@@ -1,96 +1,103 @@
-// Package adaptive is the controller of an adaptive concurrency limit: it
-// watches how long the calls it lets in take and moves the limit to the
+// Package adaptive is the controller of an adaptive concurrency limit. It
+// watches how long the calls it lets in take. It moves the limit to the
 // concurrency the protected work can serve without queueing.
 //
 // # Which controller, and why
 //
 // It is a latency-gradient controller of the Vegas family (Netflix
-// concurrency-limits' VegasLimit, TCP Vegas), measured per window as
+// concurrency-limits' VegasLimit, TCP Vegas). It measures per window, as
 // failsafe-go's adaptivelimiter and Envoy's adaptive concurrency filter
-// are, and stepped by Little's law:
+// do. Little's law sets its steps.
 //
 //   - Each window (Config.Window, and at least MinSamples samples) yields
-//     the mean latency r of the calls measured in it, the mean number n
-//     of calls in flight they saw, and x, the calls that ended per second.
-//     The baseline m is the lowest window mean seen: the latency of the
-//     work when nothing queues. By Little's law n·m/r of the calls in
-//     flight were being served, and the other n·(1−m/r) were queued
-//     inside the protected work. Past the knee, x·m is the knee itself:
-//     the work served x per second, which takes x·m calls at m each.
-//   - While no knee is known, a window without a queue in which the limit
-//     held calls back doubles the limit, as TCP's slow start does: from
+//     three figures. r is the mean latency of the calls measured in it. n
+//     is the mean number of calls in flight they saw. x is the calls that
+//     ended per second. The baseline m is the lowest window mean seen: the
+//     latency of the work when nothing queues. By Little's law n·m/r of
+//     the calls in flight were being served. The other n·(1−m/r) were
+//     queued inside the protected work. Past the knee, x·m is the knee
+//     itself. The work served x per second, which takes x·m calls at m
+//     each.
+//   - While no knee is known, the limit doubles after a window without a
+//     queue in which it held calls back, as TCP's slow start does. From
 //     20, a knee of 40 is crossed in 2 windows. The limit held calls back
-//     when the calls in flight averaged 80 % of it: random arrivals that
+//     when the calls in flight averaged 80 % of it. Random arrivals that
 //     would keep 20 calls in flight find a limit of 20 full one time in
-//     six (Erlang's loss formula), and the calls in flight then average
-//     84 % of it.
-//   - When the queue is above α (3·log10 limit, at least 1), the limit is
-//     set to the lower of n·m/r and x·m, and not below half the calls in
-//     flight: the knee, in one step. The latency's figure is right when
-//     the window began below the knee, the calls' figure when the window
-//     began past it (the calls it let in wait, and end, later). That is
-//     the knee the controller keeps. The window after a cut does not cut
-//     again: its calls are those the cut drains.
+//     six (Erlang's loss formula). The calls in flight then average 84 %
+//     of it.
+//   - When the queue is above α (3·log10 limit, at least 1), the limit
+//     takes the lower of n·m/r and x·m. It goes no lower than half the
+//     calls in flight. That is the knee, in one step. The latency's
+//     figure is right when the window began below the knee. The calls'
+//     figure is right when the window began past it: the calls it let in
+//     wait, and end, later. That is the knee the controller keeps. The
+//     window after a cut does not cut again: its calls are those the cut
+//     drains.
 //   - Below the knee it kept, the limit climbs back by 2α a window, and
 //     to it. At the knee it holds: its calls wait for nothing. After 10
 //     windows there with no queue (less than α/4), it probes one call
-//     past it; a probe whose window shows a queue (α/4 or more) is undone,
-//     one that shows none is the new knee.
+//     past it. A probe whose window shows a queue (α/4 or more) is undone.
+//     One that shows none is the new knee.
 //   - A window in which at least 1 % of the calls that ended were drops
-//     (the operation's own timeouts) multiplies the limit by 0.9
-//     (Netflix's AIMD backoff), or takes the step above when it is lower.
+//     (the operation's own timeouts) multiplies the limit by 0.9. That is
+//     Netflix's AIMD backoff. The step above applies instead when it is
+//     lower.
 //   - Above the knee it kept, the limit leaves room for bursts while the
 //     load offered fits under the knee (see headroom). The load offered
 //     is the calls that ended and those the limit turned away (Refuse),
 //     at the baseline latency. A limit at the knee turns away what random
 //     arrivals bring above their mean: 12 % at a knee of 40. The room
 //     lets them wait a little instead, and its queue is no sign of a
-//     knee. It goes with drops, above the ceiling, or when a full limit
-//     still shows a queue: the work is past its knee, or slower. While
-//     there is room the limit does not probe: the knee does not bind.
+//     knee. The room goes with drops, above the ceiling, or when a full
+//     limit still shows a queue. The work is then past its knee, or
+//     slower. While there is room the limit does not probe: the knee
+//     does not bind.
 //
-// Under overload the limit settles at the knee, not past it, because past
-// it every call waits: on a processor-sharing backend (a CPU, a database
-// at its knee) each call past the knee slows all of them, so a limit one
-// Vegas band (α to 2α) past it costs its tail latency that band. Holding
-// at the knee and probing one call at a time, rarely, costs a window at
-// most one call past it in ten.
+// Under overload the limit settles at the knee, not past it. Past it,
+// every call waits. On a processor-sharing backend (a CPU, a database at
+// its knee) each call past the knee slows all of them. So a limit one
+// Vegas band (α to 2α) past the knee costs its tail latency that band.
+// Holding at the knee and probing one call at a time, rarely, costs a
+// window at most one call past it in ten.
 //
-// Vegas was chosen over Gradient2 because Gradient2's baseline is an
-// average of the latencies it causes: under sustained load it drifts up
-// with them and the limit with it, so it is not held near the knee; and
-// over Envoy's gradient because its probe sheds calls every time it runs.
-// A minimum baseline does not drift, but is fooled by work that became
-// slower for good (a dependency slowed down): every window then looks
-// queued and the limit would fall to its minimum. The controller tests
-// that case instead of guessing: when a cut of at least 20 % with the
-// limit still in use (the calls in flight averaged 90 % of it) did not
-// bring the latency down by a tenth, the latency was not a queue, and the
-// baseline becomes the current latency (a cut that undoes a doubling is
-// no such test: the doubling made the queue). The knee is then unknown,
-// as it is when the latency falls a tenth below the baseline (faster
-// work): the limit doubles again to find it. To keep the limit down while
+// Vegas was chosen over Gradient2, whose baseline is an average of the
+// latencies it causes. Under sustained load that baseline drifts up with
+// them, and the limit with it, so it is not held near the knee. Vegas was
+// chosen over Envoy's gradient too, whose probe sheds calls every time it
+// runs.
+//
+// A minimum baseline does not drift. But work that became slower for good
+// fools it, as when a dependency slowed down. Every window then looks
+// queued, and the limit would fall to its minimum. The controller tests
+// that case instead of guessing. Take a cut of at least 20 % with the
+// limit still in use (the calls in flight averaged 90 % of it). If it did
+// not bring the latency down by a tenth, the latency was not a queue. The
+// baseline then becomes the current latency. A cut that undoes a doubling
+// is no such test: the doubling made the queue. The knee is then unknown.
+// So it is when the latency falls a tenth below the baseline (faster
+// work). The limit doubles again to find it. To keep the limit down while
 // latency is above what the operation's callers can live with, set
-// Config.Ceiling: above it, the limit never grows.
+// Config.Ceiling. Above it, the limit never grows.
 //
 // Only the caller says which calls are samples. Sundial samples successes
-// and the operation's own timeouts (as drops); cancellations, timeouts at
+// and the operation's own timeouts (as drops). Cancellations, timeouts at
 // a caller's deadline, rejections and faults of the caller are not
-// samples, so callers that give up cannot move the limit (see
+// samples. So callers that give up cannot move the limit (see
 // resilience.Outcome).
 //
 // # Concurrency
 //
 // Nothing here reads the clock: times are offsets from an epoch the caller
 // chooses. Measure and Sample are safe for concurrent use and cost a few
-// atomic operations; a busy window measures one call in a stride (see
+// atomic operations. A busy window measures one call in a stride (see
 // Measure), so most calls read no clock. Once per window the call that
 // ends it takes a mutex to compute the next limit. There is no goroutine.
 //
-// A Vegas baseline is learned while load is below the knee. A controller
-// that starts above the knee under sustained overload, or a shadow behind
-// a static limit above it, sees only queued latency and settles too high;
-// start low (InitialLimit) and let a shadow watch a day's traffic.
+// A Vegas baseline is learned while load is below the knee. Some
+// controllers see only queued latency and settle too high: one that
+// starts above the knee under sustained overload, or a shadow behind a
+// static limit above it. Start low (InitialLimit), and let a shadow watch
+// a day's traffic.
 package adaptive
 
 import (
@@ -108,7 +115,7 @@ const (
 	DefaultWindow  = time.Second
 )
 
-// MinSamples is the fewest samples a window needs: a window that has
+// MinSamples is the fewest samples a window needs. A window that has
 // fewer when its time is up goes on until it has them.
 const MinSamples = 10
 
@@ -198,11 +205,11 @@ func (c *Controller) Windows() int64 {
 	return c.windows
 }
 
-// Configure puts cfg in force, keeping what the controller learned: the
-// limit is clamped to the new bounds (a new Initial applies only to a new
-// controller). From now on every limit the controller computes is handed
-// to apply (nil: to nothing), under a lock, so that limits are applied in
-// the order they are computed; Configure hands it the limit at once.
+// Configure puts cfg in force, keeping what the controller learned. The
+// limit is clamped to the new bounds; a new Initial applies only to a new
+// controller. From now on every limit the controller computes is handed
+// to apply (nil: to nothing), under a lock. So limits are applied in the
+// order they are computed. Configure hands it the limit at once.
 func (c *Controller) Configure(cfg Config, apply func(limit int)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,19 +228,19 @@ func (c *Controller) Configure(cfg Config, apply func(limit int)) {
 // which the limit probes one call above it.
 const probeAfter = 10
 
-// Target samples per window, and the most calls one sample stands for: a
-// window of many calls measures one in stride of them, so that a call
-// that is not measured costs one atomic add and no clock reading.
+// Target samples per window, and the most calls one sample stands for. A
+// window of many calls measures one in stride of them. A call that is not
+// measured then costs one atomic add and no clock reading.
 const (
 	targetSamples = 256
 	maxStride     = 64
 )
 
-// Measure counts a call that ended and reports whether to measure it (read
-// the clock and Sample it): every drop, and one call in stride, where the
-// stride (a power of 2, at most 64) keeps about 256 samples per window: it
-// is set at the end of each window from its count, and doubled whenever a
-// window's samples reach a power of 2 from 512 on.
+// Measure counts a call that ended and reports whether to measure it:
+// read the clock and Sample it. It measures every drop, and one call in
+// stride. The stride is a power of 2, at most 64, that keeps about 256
+// samples per window. It is set at the end of each window from its count.
+// It doubles whenever a window's samples reach a power of 2 from 512 on.
 func (c *Controller) Measure(drop bool) bool {
 	n := c.ended.Add(1)
 	return drop || n&(c.stride.Load()-1) == 0
@@ -243,19 +250,19 @@ func (c *Controller) Measure(drop bool) bool {
 // is the load offered to the operation.
 func (c *Controller) Refuse() { c.refused.Add(1) }
 
-// Detach stops handing limits to the function Configure gave: when it
-// returns, none is handed any more (a reload is about to set the limit
-// itself). Configure attaches one again.
+// Detach stops handing limits to the function Configure gave. When it
+// returns, none is handed any more: a reload is about to set the limit
+// itself. Configure attaches one again.
 func (c *Controller) Detach() {
 	c.mu.Lock()
 	c.apply = nil
 	c.mu.Unlock()
 }
 
-// Sample records one call that ended at now after rtt, a drop when it
-// ended at the operation's own deadline; inFlight is the calls in flight
+// Sample records one call that ended at now after rtt. drop says it
+// ended at the operation's own deadline. inFlight is the calls in flight
 // when it ended, itself included. When the sample ends a window, Sample
-// computes the next limit and returns it with true; otherwise it returns
+// computes the next limit and returns it with true. Otherwise it returns
 // the limit in force and false.
 func (c *Controller) Sample(now, rtt time.Duration, drop bool, inFlight int) (int, bool) {
 	if n := c.count.Add(1); n >= 2*targetSamples && n&(n-1) == 0 {
@@ -312,11 +319,11 @@ func (c *Controller) clamp(n float64) int64 {
 	return int64(math.Round(min(max(n, float64(c.cfg.Min)), float64(c.cfg.Max))))
 }
 
-// next is the controller's rule: the limit (without room) after a window
-// of elapsed in which n calls ended (successes and drops), drops of them
-// at their own deadline, and refused were turned away, with mean latency
-// r and inFlight calls in flight on average as the samples saw them; the
-// limit was limit, c.room of it room for bursts. It sets the room of the
+// next is the controller's rule: the limit, without room, after a window
+// of elapsed. In the window n calls ended (successes and drops), drops of
+// them at their own deadline, and refused were turned away. The samples
+// saw a mean latency r and inFlight calls in flight on average. The limit
+// was limit, c.room of it room for bursts. It sets the room of the
 // next window. ok is false when the window measured nothing. c.mu is held.
 func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64, r time.Duration, drops int64, inFlight float64) (_ float64, ok bool) {
 	vegas := float64(c.vegas)
@@ -365,9 +372,9 @@ func (c *Controller) next(limit float64, elapsed time.Duration, n, refused int64
 // window is what one window saw, as next reads it.
 type window struct {
 	limit, x, inFlight, served, queue, alpha float64
-	// held: the limit held nothing back (calls in flight under 80 % of
-	// it), latency is above the healthy ceiling, or calls stopped ending
-	// (news is late): no reason to grow.
+	// held: there is no reason to grow. The limit held nothing back
+	// (calls in flight under 80 % of it), latency is above the healthy
+	// ceiling, or calls stopped ending (news is late).
 	held bool
 	// settles: the window follows a cut and still holds the calls the
 	// cut drains.
@@ -410,9 +417,10 @@ func (c *Controller) step(w window) float64 {
 }
 
 // grow returns the limit after a window without a queue in which the
-// limit held calls back: double while no knee is known (TCP's slow
-// start); climb by beta, then snap, back to a known knee; at the knee,
-// hold for probeAfter windows, then probe one call past it.
+// limit held calls back. While no knee is known, it doubles (TCP's slow
+// start). Below a known knee, it climbs by beta, then snaps to the knee.
+// At the knee, it holds for probeAfter windows, then probes one call past
+// it.
 func (c *Controller) grow(limit, beta float64, quiet int) float64 {
 	switch {
 	case c.knee == 0:
@@ -431,10 +439,10 @@ func (c *Controller) grow(limit, beta float64, quiet int) float64 {
 	return limit + 1
 }
 
-// Room for bursts: while the load offered is at most roomFull times the
-// knee, the limit is the knee plus the room that turns away at most
-// burstLoss of random arrivals offering the knee; from roomFull to
-// roomNone times the knee the room shrinks to none.
+// Room for bursts. While the load offered is at most roomFull times the
+// knee, the limit is the knee plus room. The room turns away at most
+// burstLoss of random arrivals offering the knee. From roomFull to
+// roomNone times the knee, the room shrinks to none.
 const (
 	burstLoss          = 0.025
 	roomFull, roomNone = 1.1, 1.5
@@ -444,13 +452,14 @@ const (
 // offered calls in flight (at the baseline latency). c.mu is held.
 //
 // Random arrivals that keep k calls in flight on average find a limit of
-// k full B(k) of the time, B being Erlang's loss formula: 12 % at k = 40.
-// Room of h calls above the knee lets bursts wait a little instead. On
-// work that serves k at once, those that arrive at k per second find the
+// k full B(k) of the time. B is Erlang's loss formula: 12 % at k = 40.
+// Room of h calls above the knee lets bursts wait a little instead. Take
+// work that serves k at once, and arrivals at k per second. They find the
 // k+h calls full B/(1+h·B) of the time, the states past k being as likely
-// as k itself. So h = 1/burstLoss − 1/B(k), at most k: 31 calls at k = 40,
-// none from k ≈ 1000, where B(k) is under burstLoss. When the load is
-// past the knee the room buys no goodput and every call waits: it goes.
+// as k itself. So h = 1/burstLoss − 1/B(k), at most k. That is 31 calls
+// at k = 40, and none from k ≈ 1000, where B(k) is under burstLoss. When
+// the load is past the knee, the room buys no goodput and every call
+// waits: it goes.
 func (c *Controller) headroom(offered float64) float64 {
 	k := c.knee
 	if k <= 0 || offered <= 0 {
@@ -465,9 +474,9 @@ func (c *Controller) headroom(offered float64) float64 {
 	return room * min(max((roomNone-load)/(roomNone-roomFull), 0), 1)
 }
 
-// remember keeps what the next window's rule needs of this one: the
-// limit went from limit to next; cut: the rule lowered it (not only the
-// room).
+// remember keeps what the next window's rule needs of this one. The
+// limit went from limit to next. cut says the rule lowered it, not only
+// the room.
 func (c *Controller) remember(limit, next float64, cut bool) {
 	// A cut that undoes a doubling is no test of the baseline: the
 	// doubling made the queue. Nor is room that goes.

@@ -3,21 +3,21 @@
 //
 // It is written here rather than taken from github.com/sony/gobreaker/v2.
 // Since v2.4.0 gobreaker has the third outcome this breaker needs besides
-// success and failure: Settings.IsExcluded leaves a call uncounted, and an
+// success and failure. Settings.IsExcluded leaves a call uncounted, and an
 // excluded half-open request frees its slot. Our Neutral verdict would map
-// onto it. Three needs still are not met:
+// onto it. Three needs still are not met.
 //
-//   - the instant the breaker will half-open, to answer a rejection with a
-//     retry-after (gobreaker keeps it private and returns ErrOpenState);
-//   - a reload that changes FailureThreshold or BreakSeconds in place,
-//     keeping the run of failures or the break in progress (gobreaker's
-//     Settings are fixed at creation: a new breaker forgets its state);
-//   - a closed-state cost of one atomic load on entry and one on exit,
-//     with no lock and no clock read (gobreaker takes a mutex and reads the
-//     clock twice per call).
+//   - The instant the breaker will half-open, to answer a rejection with a
+//     retry-after. Gobreaker keeps it private and returns ErrOpenState.
+//   - A reload that changes FailureThreshold or BreakSeconds in place,
+//     keeping the run of failures or the break in progress. Gobreaker's
+//     Settings are fixed at creation: a new breaker forgets its state.
+//   - A closed-state cost of one atomic load on entry and one on exit,
+//     with no lock and no clock read. Gobreaker takes a mutex and reads
+//     the clock twice per call.
 //
-// The generation rule — a call counts only against the state it was
-// admitted in — is the same idea gobreaker uses.
+// The generation rule is the same idea gobreaker uses: a call counts only
+// against the state it was admitted in.
 package breaker
 
 import (
@@ -67,10 +67,10 @@ const (
 
 // The state word packs, from the low bits: the phase (2 bits), the
 // consecutive failures of a closed breaker (30 bits) and the generation
-// (32 bits). Every transition bumps the generation, so a Ticket issued in
-// one state cannot change a later one; all transitions are single CAS
-// operations on the word, except opening, which also writes the break's
-// end and so is serialised by a mutex.
+// (32 bits). Every transition bumps the generation. So a Ticket issued in
+// one state cannot change a later one. All transitions are single CAS
+// operations on the word, except opening. Opening also writes the break's
+// end, so a mutex serialises it.
 const (
 	phaseClosed  = 0
 	phaseOpen    = 1
@@ -116,10 +116,10 @@ func (t Ticket) Token() uint64 {
 // TicketOf unpacks a Token.
 func TicketOf(token uint64) Ticket { return Ticket{gen: token >> 1, probe: token&1 == 1} }
 
-// Breaker opens after a number of consecutive failures, stays open for a
-// fixed break, then lets exactly one probe through: the probe's success
-// closes it, its failure re-opens it, a neutral end lets the next call
-// probe.
+// Breaker opens after a number of consecutive failures and stays open
+// for a fixed break. Then it lets exactly one probe through. The probe's
+// success closes it, and its failure re-opens it. A neutral end lets the
+// next call probe.
 //
 // A Breaker is safe for concurrent use. It starts no goroutine: the end of
 // a break is noticed by the first call that arrives after it.
@@ -144,7 +144,7 @@ func New(threshold int, breakFor time.Duration) *Breaker {
 }
 
 // Allow admits a call, or rejects it and says how long until the breaker
-// half-opens (0 when it already has and its probe is running).
+// half-opens. That is 0 when it already has, and its probe is running.
 //
 // A closed breaker costs one atomic load. An open one reads the clock; the
 // first call after the break ends becomes the probe.
@@ -255,13 +255,16 @@ func (b *Breaker) Failures() int { return int(failures(b.w.Load())) }
 func (b *Breaker) now() int64 { return int64(time.Since(b.origin)) }
 
 // Carry returns a breaker with new thresholds that takes over the state of
-// old (nil: a closed breaker, as New): a closed one keeps its run of
-// failures, capped at threshold-1 so that the next failure opens it when
-// the run already reaches the new threshold; an open one stays open until
-// its current break ends (the new break applies from its next opening);
-// a half-open one, probing or not, is open with that break over, so the
-// next call probes the new breaker (a probe still running reports to old,
-// which no longer decides anything).
+// old. A nil old gives a closed breaker, as New does.
+//
+//   - A closed one keeps its run of failures, capped at threshold-1. So
+//     the next failure opens it when the run already reaches the new
+//     threshold.
+//   - An open one stays open until its current break ends. The new break
+//     applies from its next opening.
+//   - A half-open one, probing or not, is open with that break over. So
+//     the next call probes the new breaker. A probe still running reports
+//     to old, which no longer decides anything.
 func Carry(old *Breaker, threshold int, breakFor time.Duration) *Breaker {
 	b := New(threshold, breakFor)
 	if old == nil {

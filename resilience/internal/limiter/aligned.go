@@ -6,9 +6,9 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/window"
 )
 
-// NewAlignedWindow returns a FixedWindow whose window 0 opens at origin
-// (rather than now), so that its windows follow another clock's: the
-// cluster's local fallback aligns them to the windows of the server.
+// NewAlignedWindow returns a FixedWindow whose window 0 opens at origin,
+// not now. Its windows then follow another clock's. The cluster's local
+// fallback aligns them to the windows of the server.
 // origin must not be after now. The arguments are valid (the caller
 // checked them).
 func NewAlignedWindow(permitLimit int, length time.Duration, queueLimit int, origin time.Time) *FixedWindow {
@@ -21,8 +21,8 @@ func (l *FixedWindow) Index(now time.Time) int64 {
 }
 
 // Hold takes up to n permits of the window containing now for calls
-// counted elsewhere: no more than are left, and none when calls are
-// queued (the window is then used up).
+// counted elsewhere. It takes no more than are left. It takes none when
+// calls are queued: the window is then used up.
 func (l *FixedWindow) Hold(now time.Time, n int) {
 	if n <= 0 || l.nq != nil {
 		return

@@ -13,13 +13,13 @@ import (
 
 // ConcurrencyLimiter is resilience.ConcurrencyLimiter (see its contract).
 // Inside an operation's resilience.Limits it also orders calls by their
-// class (pipeline.Invocation.Priority): waiters of a higher class go
-// first, a full queue evicts its newest waiter of the lowest class for an
-// arrival of a higher one, and calls below the operation's class may not
-// take the reserved part of the limit (Policy.PriorityReserve; see
-// TakeFree, AcquireClass and SetPriority). Acquire, TryAcquire and
-// Release treat every call alike. The uncontended path is a few atomic
-// operations; the queue is touched only when every slot is taken.
+// class (pipeline.Invocation.Priority). Waiters of a higher class go
+// first. A full queue evicts its newest waiter of the lowest class for an
+// arrival of a higher one. Calls below the operation's class may not take
+// the reserved part of the limit (Policy.PriorityReserve). See TakeFree,
+// AcquireClass and SetPriority. Acquire, TryAcquire and Release treat
+// every call alike. The uncontended path is a few atomic operations. The
+// queue is touched only when every slot is taken.
 type ConcurrencyLimiter struct {
 	limit      atomic.Int64 // changed in place by a reload (SetLimitsUnchecked)
 	queueLimit atomic.Int64
@@ -49,10 +49,10 @@ type slotWaiter struct {
 }
 
 // Init makes l, a zero ConcurrencyLimiter not yet in use, a limiter of
-// limit slots with up to queueLimit calls waiting, so that
-// resilience.ConcurrencyLimiter can hold one by value (its zero value then
-// turns every call away, as it always did). It fails when limit is not
-// positive or queueLimit is negative.
+// limit slots with up to queueLimit calls waiting. So
+// resilience.ConcurrencyLimiter can hold one by value, and its zero value
+// turns every call away. Init fails when limit is not positive or
+// queueLimit is negative.
 func (l *ConcurrencyLimiter) Init(limit, queueLimit int) error {
 	if limit <= 0 || queueLimit < 0 {
 		return fmt.Errorf("resilience: NewConcurrencyLimiter(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)
@@ -78,7 +78,8 @@ func (l *ConcurrencyLimiter) TryAcquire() bool {
 }
 
 // TakeFree takes a slot for a call of class c at once when one is free
-// and nobody waits for one (waiters go first), and reports whether it did.
+// and nobody waits for one. Waiters go first. It reports whether it took
+// one.
 func (l *ConcurrencyLimiter) TakeFree(c pipeline.Priority) bool {
 	return l.waiting.Load() == 0 && l.tryTake(c)
 }
@@ -86,18 +87,19 @@ func (l *ConcurrencyLimiter) TakeFree(c pipeline.Priority) bool {
 // Acquire takes a slot, waiting behind earlier callers when all are taken
 // and the queue has room. It returns nil when the caller holds a slot.
 //
-// It returns resilience.ErrLimited at once when every slot and queue place is
-// taken, and ctx.Err() when ctx is done on arrival or ends during the
-// wait; the caller then holds nothing and its queue place is given back
-// (a slot handed over just as ctx ended is passed on to the next waiter).
+// It returns resilience.ErrLimited at once when every slot and queue
+// place is taken. It returns ctx.Err() when ctx is done on arrival or ends
+// during the wait. The caller then holds nothing, and its queue place is
+// given back. A slot handed over just as ctx ended goes to the next
+// waiter.
 func (l *ConcurrencyLimiter) Acquire(ctx context.Context) error {
 	return l.AcquireClass(ctx, pipeline.PriorityDefault)
 }
 
-// AcquireClass is Acquire for a call of class c: it goes ahead of every waiter
-// of a lower class, and when the queue is full it takes the place of the
-// newest waiter of the lowest class below c, which is turned away with
-// resilience.ErrLimited.
+// AcquireClass is Acquire for a call of class c. It goes ahead of every
+// waiter of a lower class. When the queue is full, it takes the place of
+// the newest waiter of the lowest class below c. That waiter is turned
+// away with resilience.ErrLimited.
 func (l *ConcurrencyLimiter) AcquireClass(ctx context.Context, c pipeline.Priority) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -243,11 +245,12 @@ func (l *ConcurrencyLimiter) InFlight() int { return int(l.inFlight.Load()) }
 // QueueDepth returns the number of calls waiting for a slot.
 func (l *ConcurrencyLimiter) QueueDepth() int { return int(l.waiting.Load()) }
 
-// SetLimitsUnchecked changes the limit and the queue in place (a reload): the
-// slots held stay held, so with a lower limit nobody is admitted until
-// fewer than limit are in flight; with a higher one waiters are admitted
+// SetLimitsUnchecked changes the limit and the queue in place (a reload).
+// The slots held stay held. With a lower limit, nobody is admitted until
+// fewer than limit are in flight. With a higher one, waiters are admitted
 // at once, oldest first. When more calls wait than the new queue holds,
-// the newest of the lowest class are turned away with resilience.ErrLimited.
+// the newest of the lowest class are turned away with
+// resilience.ErrLimited.
 func (l *ConcurrencyLimiter) SetLimitsUnchecked(limit, queueLimit int) {
 	l.limit.Store(int64(limit))
 	l.mu.Lock()
@@ -259,8 +262,8 @@ func (l *ConcurrencyLimiter) SetLimitsUnchecked(limit, queueLimit int) {
 	l.dispatch()
 }
 
-// SetLimit changes the limit in place (an adaptive controller moves it):
-// the slots held stay held; with a higher limit, waiters are admitted at
+// SetLimit changes the limit in place, as an adaptive controller does.
+// The slots held stay held. With a higher limit, waiters are admitted at
 // once, oldest first.
 func (l *ConcurrencyLimiter) SetLimit(limit int) {
 	if l.limit.Swap(int64(limit)) < int64(limit) && l.waiting.Load() > 0 {

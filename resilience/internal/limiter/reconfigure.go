@@ -16,11 +16,11 @@ func (l *FixedWindow) length() time.Duration {
 }
 
 // Reconfigure puts new limits on the window l at now (a reload; see
-// Limits.Update) and returns the window calls take their
-// permits in — l itself, changed in place, or one that took over its
-// counts — and, when the length changed, the window of the new length
-// that calls arriving from switchAt (the current window's end) on take
-// their permits in.
+// Limits.Update). It returns cur, the window calls take their permits in.
+// cur is l itself, changed in place, or one that took over its counts.
+// When the length changed, it also returns next, the window of the new
+// length. Calls arriving from switchAt, the current window's end, take
+// their permits in next.
 func (l *FixedWindow) Reconfigure(now time.Time, limit int, length time.Duration, queue int) (cur, next *FixedWindow, switchAt time.Time) {
 	newLength, newQueue := length, queue
 	if l.length() != length {
@@ -78,9 +78,9 @@ func (l *FixedWindow) Reconfigure(now time.Time, limit int, length time.Duration
 	return cur, next, switchAt
 }
 
-// SetPermitLimit changes the window's limit in place, keeping the permits
-// already taken in the current window (a lower limit admits nothing more
-// in it once they reach the new one) and the calls queued. Its length and
+// SetPermitLimit changes the window's limit in place. It keeps the permits
+// already taken in the current window, and the calls queued. A lower
+// limit admits nothing more in the window once they reach the new one. Its length and
 // queue stay as they are; to change those, make a new FixedWindow. It
 // fails when limit is not positive.
 func (l *FixedWindow) SetPermitLimit(limit int) error {
@@ -98,12 +98,12 @@ func (l *FixedWindow) SetPermitLimit(limit int) error {
 	return nil
 }
 
-// SetLimits changes the limit and the queue in place: the slots held stay
-// held, so with a lower limit nobody is admitted until fewer than limit
-// are in flight; with a higher one waiters are admitted at once, oldest
+// SetLimits changes the limit and the queue in place. The slots held stay
+// held. With a lower limit, nobody is admitted until fewer than limit are
+// in flight. With a higher one, waiters are admitted at once, oldest
 // first. When more calls wait than the new queue holds, the newest of
-// them are turned away with resilience.ErrLimited. It fails when limit is not
-// positive or queueLimit is negative.
+// them are turned away with resilience.ErrLimited. It fails when limit is
+// not positive or queueLimit is negative.
 func (l *ConcurrencyLimiter) SetLimits(limit, queueLimit int) error {
 	if limit <= 0 || queueLimit < 0 {
 		return fmt.Errorf("resilience: SetLimits(%d, %d): want a positive limit and a non-negative queue", limit, queueLimit)

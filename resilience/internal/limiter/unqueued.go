@@ -7,16 +7,16 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// unqueued is the state of a FixedWindow without a queue (queueLimit 0),
-// the common case and the one on every call's path: with nobody waiting
-// for a later window, a window's state is one counter, so a call takes its
-// permit with one atomic add instead of the limiter's mutex, and calls on
-// several cores never wait for each other.
+// unqueued is the state of a FixedWindow without a queue (queueLimit 0).
+// It is the common case, and the one on every call's path. With nobody
+// waiting for a later window, a window's state is one counter. So a call
+// takes its permit with one atomic add instead of the limiter's mutex.
+// Calls on several cores never wait for each other.
 //
 // cur is the latest window a call has seen. A call in a later window
-// replaces it with a fresh count (one allocation per window, not per
-// call); a call that read the clock just before such a replacement counts
-// its permit in the newer window, so no window ever admits more than
+// replaces it with a fresh count: one allocation per window, not per
+// call. A call that read the clock just before such a replacement counts
+// its permit in the newer window. So no window ever admits more than
 // limit calls. A count may run past limit: every call after the last
 // permit adds one and is turned away.
 type unqueued struct {
@@ -39,10 +39,10 @@ func newUnqueued(limit int, length time.Duration) *unqueued {
 	return u
 }
 
-// take takes a permit for a call arriving at now (since the limiter's
-// origin), or reports the time until the next window. index is the window
-// the call was counted in: the one containing now, or a later one when
-// another call had already moved on to it.
+// take takes a permit for a call arriving at now, since the limiter's
+// origin. Or it reports the time until the next window. index is the
+// window the call was counted in. That is the one containing now, or a
+// later one when another call had already moved on to it.
 func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration, index int64) {
 	i := int64(now / u.length)
 	for {
@@ -77,8 +77,8 @@ func (u *unqueued) quotaOf(i int64, now time.Duration) pipeline.Quota {
 }
 
 // NewOperationWindow returns a FixedWindow that takes the lock-free path
-// when it has no queue. (A KeyedFixedWindow's limiters keep the mutex:
-// evicting an idle one must be atomic with its permits.)
+// when it has no queue. A KeyedFixedWindow's limiters keep the mutex:
+// evicting an idle one must be atomic with its permits.
 func NewOperationWindow(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
 	l := NewKeyedPart(permitLimit, length, queueLimit)
 	if queueLimit == 0 {
@@ -88,10 +88,10 @@ func NewOperationWindow(permitLimit int, length time.Duration, queueLimit int) *
 }
 
 // setLimit changes the limit in place, at now. The count of the current
-// window runs past the old limit by the calls it turned away; it is cut
-// back to the permits actually taken, so that a higher limit admits the
-// difference. (Calls adding to the old count were turned away: it was
-// already past the limit.)
+// window runs past the old limit by the calls it turned away. It is cut
+// back to the permits actually taken, so a higher limit admits the
+// difference. Calls adding to the old count were turned away: it was
+// already past the limit.
 func (u *unqueued) setLimit(now time.Duration, limit int) {
 	old := u.limit.Swap(int64(limit))
 	i := int64(now / u.length)

@@ -1,9 +1,10 @@
 // Package limiter is the fixed window and the concurrency limiter of
-// package resilience, with the controls its Limits and the shared limits'
-// local fallbacks (resilience/cluster) use: the queue depth, the calls in
-// flight, the quota, limits changed in place, priority classes. Package
-// resilience exports the part an application calls (FixedWindow.Allow and
-// Wait; ConcurrencyLimiter.Acquire, TryAcquire and Release).
+// package resilience. It has the controls that resilience.Limits and the
+// shared limits' local fallbacks (resilience/cluster) use. They are the
+// queue depth, the calls in flight, the quota, limits changed in place,
+// and priority classes. Package resilience exports the part an
+// application calls: FixedWindow.Allow and Wait, and
+// ConcurrencyLimiter.Acquire, TryAcquire and Release.
 package limiter
 
 import (
@@ -41,9 +42,9 @@ func NewFixedWindow(permitLimit int, length time.Duration, queueLimit int) (*Fix
 	return NewOperationWindow(permitLimit, length, queueLimit), nil
 }
 
-// NewKeyedPart returns the limiter of one key of a KeyedFixedWindow: the
-// mutex path even without a queue, so that evicting it is atomic with its
-// permits. The arguments are valid (the caller checked them).
+// NewKeyedPart returns the limiter of one key of a KeyedFixedWindow. It
+// takes the mutex path even without a queue, so evicting it is atomic
+// with its permits. The arguments are valid (the caller checked them).
 func NewKeyedPart(permitLimit int, length time.Duration, queueLimit int) *FixedWindow {
 	return &FixedWindow{origin: time.Now(), st: window.New(permitLimit, length, queueLimit)}
 }
@@ -67,9 +68,10 @@ func (l *FixedWindow) Allow() (ok bool, retryAfter time.Duration) {
 // used up and the queue has room. It returns nil when the call may
 // proceed.
 //
-// It returns resilience.ErrLimited at once, with the time until the next window,
-// when the queue is full or when ctx's deadline comes before the window
-// the call would wait for: a call is never queued only to time out there.
+// It returns resilience.ErrLimited at once, with the time until the next
+// window, when the queue is full. It does so too when ctx's deadline
+// comes before the window the call would wait for. A call is never queued
+// only to time out there.
 // It returns ctx.Err() when ctx is done on arrival or ends during the
 // wait; the call's place in the queue is then given back.
 func (l *FixedWindow) Wait(ctx context.Context) (retryAfter time.Duration, err error) {
@@ -206,8 +208,8 @@ func (l *FixedWindow) Queueless() bool { return l.nq != nil }
 
 // TakeAt takes a permit of a queueless window (Queueless) for a call that
 // arrived at now, or reports the time until the next window. With quota,
-// q is the window the call was counted in: the one containing now, or a
-// later one when another call had already moved on to it.
+// q is the window the call was counted in. That is the one containing
+// now, or a later one when another call had already moved on to it.
 func (l *FixedWindow) TakeAt(now time.Time, quota bool) (ok bool, retryAfter time.Duration, q pipeline.Quota) {
 	since := max(now.Sub(l.origin), 0)
 	ok, retryAfter, index := l.nq.take(since)

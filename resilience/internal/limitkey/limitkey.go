@@ -7,10 +7,10 @@ import "fmt"
 // MaxLen is the longest key, in bytes.
 const MaxLen = 128
 
-// Check returns an error when key is longer than MaxLen bytes or holds a
-// control character or a brace ("{" and "}" would end a Redis Cluster
-// hash tag early); it looks at no more than MaxLen+1 bytes. The empty key
-// is valid: calls that bring none share it.
+// Check returns an error when key is longer than MaxLen bytes, or holds a
+// control character or a brace. A brace ("{" or "}") would end a Redis
+// Cluster hash tag early. Check looks at no more than MaxLen+1 bytes. The
+// empty key is valid: calls that bring none share it.
 func Check(key string) error {
 	if len(key) > MaxLen {
 		return fmt.Errorf("longer than %d bytes", MaxLen)

@@ -1,6 +1,6 @@
 // Package overload is a deterministic overload simulator: a backend of a
 // fixed capacity, and a stream of calls that an operation's real limits —
-// a resilience.Limits inside a resilience.DeadlineMiddleware, as the
+// a resilience.Limits, which runs the deadline middleware, as the
 // kernel runs them — admit to it, each with its deadline.
 //
 // The backend has Workers workers; a call holds one for the service time,
@@ -172,7 +172,7 @@ func Run(s Scenario) Result {
 		every = 100 * time.Millisecond
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, s.Seed^0x9e3779b97f4a7c15))
-	mw := resilience.NewDeadlineMiddleware(resilience.WithLimits(s.Limits))
+	mw := s.Limits
 	start := time.Now()
 	var (
 		mu    sync.Mutex
@@ -241,7 +241,7 @@ func Run(s Scenario) Result {
 }
 
 // call makes one call of s.
-func call(mw *resilience.DeadlineMiddleware, id op, s Scenario, a Arrival) Call {
+func call(mw *resilience.Limits, id op, s Scenario, a Arrival) Call {
 	now := time.Now()
 	spec := pipeline.Spec{Operation: id, Arrival: now, Deadline: now.Add(a.Deadline), DeadlineSource: pipeline.DeadlineOperation}
 	ctx := context.Background()

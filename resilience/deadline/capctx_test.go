@@ -1,4 +1,4 @@
-package resilience_test
+package deadline_test
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
-// capOnly is a DeadlineMiddleware; capped returns an invocation bounded by
+// capOnly is a deadline middleware; capped returns an invocation bounded by
 // the kernel-wide cap alone, a minute from now.
-func capOnly() *resilience.DeadlineMiddleware {
-	return resilience.NewDeadlineMiddleware()
+func capOnly() pipeline.Middleware {
+	return deadline.Middleware()
 }
 
 func capped() *pipeline.Invocation { return due(time.Minute, pipeline.DeadlineKernel) }
@@ -29,7 +29,7 @@ func TestCapReleasesBlockedHandlerAsTimeout(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b, err := invokeBlocked(capOnly(), t.Context(), capped(), e.ret)
 				wantCode(t, "Invoke", err, pipeline.CodeTimeout)
-				if b.released != time.Minute || !errors.Is(b.cause, resilience.ErrDeadline) {
+				if b.released != time.Minute || !errors.Is(b.cause, deadline.ErrDeadline) {
 					t.Errorf("handler released after %v with cause %v, want 1m and ErrDeadline", b.released, b.cause)
 				}
 				wantCause(t, err, b.ret)
@@ -54,7 +54,7 @@ func TestCapCallerCancelled(t *testing.T) {
 
 // TestCapIgnoredContext: a handler that never looks at its context and
 // outlives the cap is a TIMEOUT — also when the caller left too, before or
-// after the cap (nothing looked, so the cap wins: see DeadlineMiddleware);
+// after the cap (nothing looked, so the cap wins: see the deadline middleware);
 // one that returns in time is not.
 func TestCapIgnoredContext(t *testing.T) {
 	for _, tc := range []struct {
@@ -145,7 +145,7 @@ func TestCapContextBehavesAsAContext(t *testing.T) {
 				child, cancel := context.WithCancel(ctx)
 				defer cancel()
 				<-child.Done()
-				if e := time.Since(start); e != time.Minute || !errors.Is(context.Cause(child), resilience.ErrDeadline) {
+				if e := time.Since(start); e != time.Minute || !errors.Is(context.Cause(child), deadline.ErrDeadline) {
 					t.Errorf("child ended after %v with cause %v, want 1m and ErrDeadline", e, context.Cause(child))
 				}
 				return nil, child.Err()
@@ -281,7 +281,7 @@ func TestParentBoundAllocations(t *testing.T) {
 // ignored its context and returns after the deadline is TIMEOUT.
 func TestUncancellableParentDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mw := resilience.NewDeadlineMiddleware()
+		mw := deadline.Middleware()
 		start := time.Now()
 		var released time.Duration
 		var cause error
@@ -291,7 +291,7 @@ func TestUncancellableParentDeadline(t *testing.T) {
 			return nil, ctx.Err()
 		})
 		wantCode(t, "blocked handler", err, pipeline.CodeTimeout)
-		if released != time.Second || cause != resilience.ErrDeadline {
+		if released != time.Second || cause != deadline.ErrDeadline {
 			t.Errorf("handler released after %v with cause %v, want 1s and ErrDeadline", released, cause)
 		}
 		_, err = mw.Invoke(context.Background(), due(time.Second, pipeline.DeadlineOperation), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {

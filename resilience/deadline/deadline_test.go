@@ -1,4 +1,4 @@
-package resilience_test
+package deadline_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // endings are the ways a handler reports that its context ended. Each is
@@ -44,7 +44,7 @@ type blocked struct {
 
 // invokeBlocked runs mw on inv under ctx with a handler that waits for its
 // context to end and reports the end with ret.
-func invokeBlocked(mw *resilience.DeadlineMiddleware, ctx context.Context, inv *pipeline.Invocation, ret func(context.Context) error) (blocked, error) {
+func invokeBlocked(mw pipeline.Middleware, ctx context.Context, inv *pipeline.Invocation, ret func(context.Context) error) (blocked, error) {
 	start := time.Now()
 	var b blocked
 	_, err := mw.Invoke(ctx, inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
@@ -93,13 +93,13 @@ func TestDeadlineReleasesBlockedHandlerAsTimeout(t *testing.T) {
 	for _, e := range endings {
 		t.Run(e.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				mw := resilience.NewDeadlineMiddleware()
+				mw := deadline.Middleware()
 				b, err := invokeBlocked(mw, t.Context(), due(time.Second, pipeline.DeadlineCaller), e.ret)
 				wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 				if b.released != time.Second {
 					t.Errorf("handler released after %v, want 1s (the deadline)", b.released)
 				}
-				if b.cause != resilience.ErrDeadline || !errors.Is(b.cause, context.DeadlineExceeded) {
+				if b.cause != deadline.ErrDeadline || !errors.Is(b.cause, context.DeadlineExceeded) {
 					t.Errorf("context.Cause(handler ctx) = %v, want ErrDeadline wrapping context.DeadlineExceeded", b.cause)
 				}
 				wantCause(t, err, b.ret)
@@ -114,7 +114,7 @@ func TestDeadlineCallerCanceledIsCanceled(t *testing.T) {
 	for _, e := range endings {
 		t.Run(e.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				mw := resilience.NewDeadlineMiddleware()
+				mw := deadline.Middleware()
 				parent, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				go func() {
@@ -138,7 +138,7 @@ func TestDeadlineCallerCanceledIsCanceled(t *testing.T) {
 // cancellation -> CANCELLED.
 func TestDeadlineCanceledStaysCanceledPastDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mw := resilience.NewDeadlineMiddleware()
+		mw := deadline.Middleware()
 		start := time.Now()
 		parent, cancel := context.WithCancel(t.Context())
 		_, err := mw.Invoke(parent, due(time.Second, pipeline.DeadlineCaller), func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
@@ -169,17 +169,17 @@ type hiddenDeadline struct{ context.Context }
 
 func (hiddenDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-// holdToken makes mw's deadline fire only when the returned function is
-// called.
-func holdToken(mw *resilience.DeadlineMiddleware) (fire func()) {
+// holdToken returns a deadline middleware whose deadline fires only when
+// the returned function is called.
+func holdToken() (mw pipeline.Middleware, fire func()) {
 	var fireCause context.CancelCauseFunc
 	var cause error
-	mw.SetDeriveForTest(func(parent context.Context, d time.Time, c error) (context.Context, context.CancelFunc) {
+	mw = deadline.MiddlewareWithDeriveForTest(func(parent context.Context, d time.Time, c error) (context.Context, context.CancelFunc) {
 		ctx, cancel := context.WithCancelCause(parent)
 		fireCause, cause = cancel, c
 		return heldDeadline{ctx, d}, func() { cancel(context.Canceled) }
 	})
-	return func() { fireCause(cause) }
+	return mw, func() { fireCause(cause) }
 }
 
 // TestDeadlineClockPastDeadlineTokenNotFired uses the test seam to hold the
@@ -200,8 +200,7 @@ func TestDeadlineClockPastDeadlineTokenNotFired(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				mw := resilience.NewDeadlineMiddleware()
-				fire := holdToken(mw)
+				mw, fire := holdToken()
 				start := time.Now()
 				parent, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -239,7 +238,7 @@ func TestDeadlineTies(t *testing.T) {
 			start := time.Now()
 			parent, cancel := context.WithDeadline(t.Context(), start.Add(time.Second))
 			defer cancel()
-			b, err := invokeBlocked(resilience.NewDeadlineMiddleware(), parent, due(time.Second, pipeline.DeadlineCaller), context.Context.Err)
+			b, err := invokeBlocked(deadline.Middleware(), parent, due(time.Second, pipeline.DeadlineCaller), context.Context.Err)
 			wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 			if b.released != time.Second {
 				t.Errorf("handler released after %v, want 1s", b.released)
@@ -254,7 +253,7 @@ func TestDeadlineTies(t *testing.T) {
 			start := time.Now()
 			parent, cancel := context.WithDeadline(t.Context(), start.Add(500*time.Millisecond))
 			defer cancel()
-			b, err := invokeBlocked(resilience.NewDeadlineMiddleware(), parent, due(time.Second, pipeline.DeadlineOperation), context.Context.Err)
+			b, err := invokeBlocked(deadline.Middleware(), parent, due(time.Second, pipeline.DeadlineOperation), context.Context.Err)
 			wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 			if b.released != 500*time.Millisecond || !errors.Is(b.cause, context.DeadlineExceeded) {
 				t.Errorf("released after %v with cause %v, want 500ms and a cause wrapping context.DeadlineExceeded", b.released, b.cause)
@@ -269,7 +268,7 @@ func TestDeadlineTies(t *testing.T) {
 			start := time.Now()
 			up, cancel := context.WithDeadline(t.Context(), start.Add(500*time.Millisecond))
 			defer cancel()
-			b, err := invokeBlocked(resilience.NewDeadlineMiddleware(), hiddenDeadline{up}, due(time.Second, pipeline.DeadlineCaller), context.Context.Err)
+			b, err := invokeBlocked(deadline.Middleware(), hiddenDeadline{up}, due(time.Second, pipeline.DeadlineCaller), context.Context.Err)
 			wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 			if b.released != 500*time.Millisecond || b.cause != context.DeadlineExceeded {
 				t.Errorf("released after %v with cause %v, want 500ms and context.DeadlineExceeded", b.released, b.cause)
@@ -287,7 +286,7 @@ func TestDeadlineTies(t *testing.T) {
 				cancel()
 				canceled <- time.Since(start)
 			}()
-			_, err := resilience.NewDeadlineMiddleware().Invoke(parent, due(time.Second, pipeline.DeadlineCaller), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			_, err := deadline.Middleware().Invoke(parent, due(time.Second, pipeline.DeadlineCaller), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 				<-ctx.Done()
 				if at := <-canceled; at != time.Second {
 					t.Errorf("caller canceled at %v, want 1s (the deadline instant)", at)
@@ -300,7 +299,7 @@ func TestDeadlineTies(t *testing.T) {
 	t.Run("cancel after the deadline while the handler runs", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			parent, cancel := context.WithCancel(t.Context())
-			_, err := resilience.NewDeadlineMiddleware().Invoke(parent, due(time.Second, pipeline.DeadlineCaller), func(context.Context, *pipeline.Invocation) (any, error) {
+			_, err := deadline.Middleware().Invoke(parent, due(time.Second, pipeline.DeadlineCaller), func(context.Context, *pipeline.Invocation) (any, error) {
 				time.Sleep(1500 * time.Millisecond)
 				cancel()
 				return nil, pipeline.ErrCanceled()
@@ -318,7 +317,7 @@ func TestDeadlineTieRawCancelAgreesWithToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent, cancel := context.WithCancel(t.Context())
 		go func() { time.Sleep(time.Second); cancel() }()
-		b, err := invokeBlocked(resilience.NewDeadlineMiddleware(), parent, due(time.Second, pipeline.DeadlineCaller), context.Context.Err)
+		b, err := invokeBlocked(deadline.Middleware(), parent, due(time.Second, pipeline.DeadlineCaller), context.Context.Err)
 		want := pipeline.CodeCanceled
 		if errors.Is(context.Cause(b.ctx), context.DeadlineExceeded) {
 			want = pipeline.CodeTimeout
@@ -373,7 +372,7 @@ func TestDeadlinePastOnArrival(t *testing.T) {
 				parent, d := tc.setup(t, time.Now())
 				inv := pipeline.NewInvocation(pipeline.Spec{Deadline: d})
 				called := false
-				_, err := resilience.NewDeadlineMiddleware().Invoke(parent, inv, func(context.Context, *pipeline.Invocation) (any, error) {
+				_, err := deadline.Middleware().Invoke(parent, inv, func(context.Context, *pipeline.Invocation) (any, error) {
 					called = true
 					return nil, nil
 				})
@@ -397,7 +396,7 @@ func TestDeadlineHandlerSeesEffectiveDeadline(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
 				want := start.Add(2 * time.Second)
-				out, err := resilience.NewDeadlineMiddleware().Invoke(t.Context(), due(2*time.Second, src), func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+				out, err := deadline.Middleware().Invoke(t.Context(), due(2*time.Second, src), func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 					d, ok := inv.Deadline()
 					cd, cok := ctx.Deadline()
 					if !ok || !cok || !d.Equal(want) || !cd.Equal(want) {
@@ -435,9 +434,9 @@ func TestDeadlineOutcomeWhileLive(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var own bool
-				out, err := resilience.NewDeadlineMiddleware().Invoke(t.Context(), due(time.Second, pipeline.DeadlineCaller), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+				out, err := deadline.Middleware().Invoke(t.Context(), due(time.Second, pipeline.DeadlineCaller), func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 					time.Sleep(100 * time.Millisecond)
-					own = resilience.IsOwnCancellation(ctx, tc.ret)
+					own = deadline.IsOwnCancellation(ctx, tc.ret)
 					return 42, tc.ret
 				})
 				if err != tc.ret || out != 42 {
@@ -457,7 +456,7 @@ func TestDeadlineWithoutAnyDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent, cancel := context.WithCancel(t.Context())
 		go func() { time.Sleep(time.Hour); cancel() }()
-		b, err := invokeBlocked(resilience.NewDeadlineMiddleware(), parent, noDeadline(), context.Context.Err)
+		b, err := invokeBlocked(deadline.Middleware(), parent, noDeadline(), context.Context.Err)
 		wantCode(t, "Invoke", err, pipeline.CodeCanceled)
 		if _, ok := b.ctx.Deadline(); ok || b.released != time.Hour {
 			t.Errorf("handler context has a deadline: %v; released after %v; want none and 1h", ok, b.released)
@@ -470,7 +469,7 @@ func TestAttribute(t *testing.T) {
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel2()
-	ours, cancel3 := context.WithDeadlineCause(context.Background(), time.Now().Add(-time.Second), resilience.ErrDeadline)
+	ours, cancel3 := context.WithDeadlineCause(context.Background(), time.Now().Add(-time.Second), deadline.ErrDeadline)
 	defer cancel3()
 	causeDeadline, cancel4 := context.WithCancelCause(context.Background())
 	cancel4(fmt.Errorf("upstream: %w", context.DeadlineExceeded))
@@ -485,7 +484,7 @@ func TestAttribute(t *testing.T) {
 		{"ErrDeadline", ours, pipeline.ErrTimeout()},
 		{"canceled with a deadline cause", causeDeadline, pipeline.ErrTimeout()},
 	} {
-		if got := resilience.Attribute(tc.ctx); got != tc.want {
+		if got := deadline.Attribute(tc.ctx); got != tc.want {
 			t.Errorf("Attribute(%s) = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -512,7 +511,7 @@ func TestIsOwnCancellation(t *testing.T) {
 		{"DeadlineExceeded, live (downstream)", live, context.DeadlineExceeded, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := resilience.IsOwnCancellation(tc.ctx, tc.err); got != tc.want {
+			if got := deadline.IsOwnCancellation(tc.ctx, tc.err); got != tc.want {
 				t.Errorf("IsOwnCancellation(%s, %v) = %v, want %v", tc.name, tc.err, got, tc.want)
 			}
 		})
@@ -522,17 +521,17 @@ func TestIsOwnCancellation(t *testing.T) {
 // TestDeadlineAllocations: the middleware costs no allocation beyond the
 // context.WithDeadlineCause it needs.
 func TestDeadlineAllocations(t *testing.T) {
-	mw := resilience.NewDeadlineMiddleware()
+	mw := deadline.Middleware()
 	inv := due(time.Hour, pipeline.DeadlineOperation)
 	ctx := context.Background()
 	ok := func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }
 	got := testing.AllocsPerRun(500, func() { _, _ = mw.Invoke(ctx, inv, ok) })
 	floor := testing.AllocsPerRun(500, func() {
-		ctx, cancel := context.WithDeadlineCause(context.Background(), time.Now().Add(time.Second), resilience.ErrDeadline)
+		ctx, cancel := context.WithDeadlineCause(context.Background(), time.Now().Add(time.Second), deadline.ErrDeadline)
 		_ = ctx.Err()
 		cancel()
 	})
 	if got > floor {
-		t.Errorf("AllocsPerRun(DeadlineMiddleware.Invoke) = %v, want at most %v (context.WithDeadlineCause)", got, floor)
+		t.Errorf("AllocsPerRun(the deadline middleware.Invoke) = %v, want at most %v (context.WithDeadlineCause)", got, floor)
 	}
 }

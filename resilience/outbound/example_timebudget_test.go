@@ -1,4 +1,4 @@
-package resilience_test
+package outbound_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // Two sequential calls share a 2 s deadline: 0.2 s is kept back for the
@@ -18,18 +18,23 @@ func ExampleBudget() {
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(2*time.Second))
 	defer cancel()
 
-	b, err := resilience.NewBudgetAt(ctx, "orders.submit", start, resilience.WithMargin(200*time.Millisecond))
+	// A clock the example moves by hand; a handler uses the default.
+	now := start
+	clock := outbound.WithClock(func() time.Time { return now })
+	b, err := outbound.NewBudget(ctx, "orders.submit", outbound.WithMargin(200*time.Millisecond), clock)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	inventory, _ := b.TimeoutAt(start, resilience.Call{Dependency: "inventory", Reserve: 500 * time.Millisecond})
+	inventory, _ := b.Timeout(outbound.Call{Dependency: "inventory", Reserve: 500 * time.Millisecond})
 	fmt.Println("inventory:", inventory)
 
-	billing, _ := b.TimeoutAt(start.Add(time.Second), resilience.Call{Dependency: "billing"})
+	now = start.Add(time.Second)
+	billing, _ := b.Timeout(outbound.Call{Dependency: "billing"})
 	fmt.Println("billing:", billing)
 
-	_, err = b.TimeoutAt(start.Add(1900*time.Millisecond), resilience.Call{Dependency: "email"})
+	now = start.Add(1900 * time.Millisecond)
+	_, err = b.Timeout(outbound.Call{Dependency: "email"})
 	e := pipeline.AsError(err)
 	fmt.Println(e.Kind(), e.Code(), e.Details())
 	// Output:
@@ -45,13 +50,14 @@ func ExampleCall() {
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(time.Second))
 	defer cancel()
 
-	b, _ := resilience.NewBudgetAt(ctx, "search", start, resilience.WithMargin(100*time.Millisecond))
-	for _, c := range []resilience.Call{
+	clock := outbound.WithClock(func() time.Time { return start })
+	b, _ := outbound.NewBudget(ctx, "search", outbound.WithMargin(100*time.Millisecond), clock)
+	for _, c := range []outbound.Call{
 		{Dependency: "catalog", Share: 0.6},
 		{Dependency: "reviews", Share: 0.4},
 		{Dependency: "ads", Cap: 50 * time.Millisecond},
 	} {
-		d, _ := b.TimeoutAt(start, c)
+		d, _ := b.Timeout(c)
 		fmt.Println(c.Dependency, d)
 	}
 	// Output:
@@ -65,9 +71,9 @@ func ExampleCall() {
 func ExampleBudget_Context() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, _ := resilience.NewBudget(ctx, "orders.submit", resilience.WithCallCap(20*time.Millisecond))
+	b, _ := outbound.NewBudget(ctx, "orders.submit", outbound.WithCallCap(20*time.Millisecond))
 
-	callCtx, done, err := b.Context(ctx, resilience.Call{Dependency: "inventory"})
+	callCtx, done, err := b.Context(ctx, outbound.Call{Dependency: "inventory"})
 	if err != nil {
 		fmt.Println(err)
 		return

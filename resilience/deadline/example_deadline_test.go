@@ -1,4 +1,4 @@
-package resilience_test
+package deadline_test
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // A handler waiting on a slow dependency is released at the operation's
 // 20 ms timeout. The world sees TIMEOUT; the outcome wraps what the
 // handler returned.
-func ExampleDeadlineMiddleware() {
-	mw := resilience.NewDeadlineMiddleware()
+func ExampleMiddleware() {
+	mw := deadline.Middleware()
 	inv := pipeline.NewInvocation(pipeline.Spec{
 		Deadline:       time.Now().Add(20 * time.Millisecond),
 		DeadlineSource: pipeline.DeadlineOperation,
@@ -32,10 +32,10 @@ func ExampleDeadlineMiddleware() {
 
 // The caller goes away before the deadline: CANCELLED, however the handler
 // reports it — here as a TIMEOUT of its own.
-func ExampleDeadlineMiddleware_callerCancels() {
+func ExampleMiddleware_callerCancels() {
 	caller, hangUp := context.WithCancel(context.Background())
 	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: time.Now().Add(time.Minute)})
-	_, err := resilience.NewDeadlineMiddleware().Invoke(caller, inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+	_, err := deadline.Middleware().Invoke(caller, inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		hangUp() // the client disconnects
 		<-ctx.Done()
 		return nil, pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "Inventory did not answer.")
@@ -47,9 +47,9 @@ func ExampleDeadlineMiddleware_callerCancels() {
 
 // A deadline already past on arrival ends the invocation before the handler
 // runs.
-func ExampleDeadlineMiddleware_pastDeadline() {
+func ExampleMiddleware_pastDeadline() {
 	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: time.Now().Add(-time.Second)})
-	_, err := resilience.NewDeadlineMiddleware().Invoke(context.Background(), inv, func(context.Context, *pipeline.Invocation) (any, error) {
+	_, err := deadline.Middleware().Invoke(context.Background(), inv, func(context.Context, *pipeline.Invocation) (any, error) {
 		fmt.Println("never printed")
 		return nil, nil
 	})

@@ -1,4 +1,4 @@
-package resilience_test
+package deadline_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
 // These tests run over real loopback listeners, outside synctest (sockets
@@ -40,10 +40,10 @@ func listenLoopback(t *testing.T) net.Listener {
 
 // withinDeadline fails unless at is no earlier than deadline-early and no
 // later than deadline+slack.
-func withinDeadline(t *testing.T, what string, at, deadline time.Time, early time.Duration) {
+func withinDeadline(t *testing.T, what string, at, dl time.Time, early time.Duration) {
 	t.Helper()
-	if at.Before(deadline.Add(-early)) || at.After(deadline.Add(downstreamSlack)) {
-		t.Errorf("%s at deadline%+v, want between -%v and +%v", what, at.Sub(deadline), early, downstreamSlack)
+	if at.Before(dl.Add(-early)) || at.After(dl.Add(downstreamSlack)) {
+		t.Errorf("%s at deadline%+v, want between -%v and +%v", what, at.Sub(dl), early, downstreamSlack)
 	}
 }
 
@@ -83,11 +83,11 @@ func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
 	client := &http.Client{Transport: deadlineRecorder{transport, seen}}
 
 	start := time.Now()
-	deadline := start.Add(downstreamDeadline)
-	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: deadline, DeadlineSource: pipeline.DeadlineOperation})
+	dl := start.Add(downstreamDeadline)
+	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: dl, DeadlineSource: pipeline.DeadlineOperation})
 	var callErr error
 	var cutAt time.Time
-	_, err := resilience.NewDeadlineMiddleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+	_, err := deadline.Middleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+lis.Addr().String()+"/slow", nil)
 		if err != nil {
 			return nil, err
@@ -101,17 +101,17 @@ func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
 		return nil, err
 	})
 
-	if d := <-seen; !d.Equal(deadline) {
-		t.Errorf("outbound request's deadline = %v, want the invocation's %v", d, deadline)
+	if d := <-seen; !d.Equal(dl) {
+		t.Errorf("outbound request's deadline = %v, want the invocation's %v", d, dl)
 	}
-	withinDeadline(t, "client call cut", cutAt, deadline, 0)
+	withinDeadline(t, "client call cut", cutAt, dl, 0)
 	var ue *url.Error
-	if !errors.Is(callErr, resilience.ErrDeadline) || !errors.Is(callErr, context.DeadlineExceeded) || !errors.As(callErr, &ue) || !ue.Timeout() {
+	if !errors.Is(callErr, deadline.ErrDeadline) || !errors.Is(callErr, context.DeadlineExceeded) || !errors.As(callErr, &ue) || !ue.Timeout() {
 		t.Errorf("client.Do error = %v, want a url.Error that reports Timeout and wraps ErrDeadline", callErr)
 	}
 	select {
 	case at := <-serverReleased:
-		withinDeadline(t, "server saw the request end", at, deadline, 0)
+		withinDeadline(t, "server saw the request end", at, dl, 0)
 	case <-time.After(5 * time.Second):
 		t.Error("the server's request context never ended")
 	}
@@ -134,15 +134,15 @@ func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
 // its own context, so the attributed outcome is deterministic.
 func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 	type serverSide struct {
-		deadline time.Time
-		hasDL    bool
-		ended    time.Time
-		err      error // the server context's Err when the handler returned
+		dl    time.Time
+		hasDL bool
+		ended time.Time
+		err   error // the server context's Err when the handler returned
 	}
 	seen := make(chan serverSide, 1)
 	srv := grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		var s serverSide
-		s.deadline, s.hasDL = ss.Context().Deadline()
+		s.dl, s.hasDL = ss.Context().Deadline()
 		err := h(srv, ss)
 		s.ended, s.err = time.Now(), ss.Context().Err()
 		seen <- s
@@ -163,11 +163,11 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	deadline := time.Now().Add(downstreamDeadline)
-	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: deadline, DeadlineSource: pipeline.DeadlineOperation})
+	dl := time.Now().Add(downstreamDeadline)
+	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: dl, DeadlineSource: pipeline.DeadlineOperation})
 	var callErr error
 	var cutAt time.Time
-	_, err = resilience.NewDeadlineMiddleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+	_, err = deadline.Middleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
 		if err == nil {
 			if _, err = stream.Recv(); err == nil { // SERVING
@@ -179,7 +179,7 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 		return nil, err
 	})
 
-	withinDeadline(t, "client call cut", cutAt, deadline, 0)
+	withinDeadline(t, "client call cut", cutAt, dl, 0)
 	var s serverSide
 	select {
 	case s = <-seen:
@@ -191,8 +191,8 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 	}
 	// The server's deadline is the client's plus the time the request took
 	// to arrive; grpc-timeout is rounded up, so it is never earlier.
-	withinDeadline(t, "server's deadline", s.deadline, deadline, time.Millisecond)
-	withinDeadline(t, "server handler ended", s.ended, deadline, 0)
+	withinDeadline(t, "server's dl", s.dl, dl, time.Millisecond)
+	withinDeadline(t, "server handler ended", s.ended, dl, 0)
 	switch code := status.Code(callErr); {
 	case code == codes.DeadlineExceeded:
 	case code == codes.Canceled && s.err == context.DeadlineExceeded:
@@ -203,17 +203,17 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 }
 
-// TestErrDeadlineIsADeadlineDownstream: the cause DeadlineMiddleware puts
+// TestErrDeadlineIsADeadlineDownstream: the cause the deadline middleware puts
 // on the handler's context reads as a deadline to net/http and grpc-go; a
 // cause that wrapped neither context error would read as Unknown.
 func TestErrDeadlineIsADeadlineDownstream(t *testing.T) {
-	if !errors.Is(resilience.ErrDeadline, context.DeadlineExceeded) {
+	if !errors.Is(deadline.ErrDeadline, context.DeadlineExceeded) {
 		t.Error("errors.Is(ErrDeadline, context.DeadlineExceeded) = false, want true")
 	}
-	if ue := (&url.Error{Op: "Get", URL: "http://127.0.0.1/", Err: resilience.ErrDeadline}); !ue.Timeout() {
+	if ue := (&url.Error{Op: "Get", URL: "http://127.0.0.1/", Err: deadline.ErrDeadline}); !ue.Timeout() {
 		t.Error("url.Error{Err: ErrDeadline}.Timeout() = false, want true")
 	}
-	if c := status.FromContextError(resilience.ErrDeadline).Code(); c != codes.DeadlineExceeded {
+	if c := status.FromContextError(deadline.ErrDeadline).Code(); c != codes.DeadlineExceeded {
 		t.Errorf("status.FromContextError(ErrDeadline).Code() = %v, want DeadlineExceeded", c)
 	}
 	if c := status.FromContextError(errors.New("deadline")).Code(); c != codes.Unknown {

@@ -1,4 +1,4 @@
-package resilience
+package outbound
 
 import (
 	"context"
@@ -7,42 +7,45 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/internal/deadlinectx"
 )
 
 // CodeBudgetExhausted is the code of the TIMEOUT outcome a [Budget] returns
-// when it cannot cover an outbound call, or records as the cause of a call
-// it cut (see [BudgetExhaustedError]).
+// when it cannot cover an outbound call. A call it cut has that outcome as
+// its context's cause (see [BudgetExhaustedError]).
 const CodeBudgetExhausted = "KERNEL_TIMEOUT_002"
 
 // Budget splits what remains of a deadline across the outbound calls of one
-// handler. Create it with [NewBudget] from the handler's context: its end
-// is the context's deadline (the invocation's, set by [DeadlineMiddleware]),
-// or earlier with [WithTotal].
+// handler. Create it with [NewBudget] from the handler's context. Its end
+// is the context's deadline, or earlier with [WithTotal]. The deadline
+// middleware (package deadline) sets the invocation's deadline there.
 //
-// Each call asks for its timeout with [Budget.Timeout] (or gets a derived
-// context with [Budget.Context]). The allotment is
+// Each call asks for its timeout with [Budget.Timeout], or gets a derived
+// context with [Budget.Context]. The allotment is
 //
 //	min(cap, (end - now - margin - reserve) × share)
 //
-// where margin ([WithMargin]) is kept back for the handler's own work after
-// the last call (assembling the reply), reserve ([Call].Reserve) is kept for
-// the steps after this call, share ([Call].Share) is this call's fraction
-// when several calls run in parallel, and cap ([Call].Cap or [WithCallCap])
-// bounds one call. Sequential calls consume the budget naturally: each
-// allotment is computed from what remains when it is asked for.
+// The margin ([WithMargin]) is kept back for the handler's own work after
+// the last call, such as assembling the reply. The reserve
+// ([Call].Reserve) is kept for the steps after this call. The share
+// ([Call].Share) is this call's fraction when several calls run in
+// parallel. The cap ([Call].Cap or [WithCallCap]) bounds one call.
+// Sequential calls consume the budget naturally: each allotment is
+// computed from what remains when it is asked for.
 //
-// An allotment that is not positive, or is below the minimum timeout
-// ([WithMinTimeout], default 0), is not started: the Budget returns a
-// TIMEOUT outcome (code [CodeBudgetExhausted]) wrapping a
-// [*BudgetExhaustedError] that names the stage, the dependency, the
-// remaining and the allotted milliseconds. A Budget never rounds an
-// allotment up: it never gives a call more time than remains, so a
-// downstream deadline is never later than the upstream one, and the margin
-// and reserves stay intact. A handler can return that error as it is.
+// An allotment that is not positive, or below the minimum timeout
+// ([WithMinTimeout], default 0), is not started. The Budget returns a
+// TIMEOUT outcome (code [CodeBudgetExhausted]) instead. It wraps a
+// [*BudgetExhaustedError] that names the stage, the dependency, and the
+// remaining and allotted milliseconds. A handler can return that error as
+// it is. A Budget never rounds an allotment up: it never gives a call more
+// time than remains. So a downstream deadline is never later than the
+// upstream one, and the margin and reserves stay intact.
 //
 // A Budget is immutable; it is safe for concurrent use by parallel calls.
 type Budget struct {
 	stage      string
+	now        func() time.Time
 	end        time.Time
 	margin     time.Duration
 	callCap    time.Duration
@@ -56,6 +59,7 @@ type Budget struct {
 type BudgetOption interface{ applyBudget(*budgetConfig) }
 
 type budgetConfig struct {
+	now                                func() time.Time
 	total, margin, callCap, minTimeout time.Duration
 	totalSet, capSet                   bool
 }
@@ -92,6 +96,13 @@ func WithMinTimeout(d time.Duration) BudgetOption {
 	return budgetOptionFunc(func(c *budgetConfig) { c.minTimeout = d })
 }
 
+// WithClock makes the budget read the time from now instead of
+// time.Now: at its creation and for every call. It suits tests and
+// examples that need fixed instants. now must not be nil.
+func WithClock(now func() time.Time) BudgetOption {
+	return budgetOptionFunc(func(c *budgetConfig) { c.now = now })
+}
+
 // Call describes one outbound call to [Budget.Timeout]. The zero value is a
 // call to an unnamed dependency that may use everything the budget has
 // left.
@@ -110,22 +121,18 @@ type Call struct {
 	Cap time.Duration
 }
 
-// NewBudget returns the budget of stage (a name for errors and logs, e.g.
-// the operation or the step) for calls made with ctx, starting now. Its end
-// is ctx's deadline, or now + WithTotal's total when that is earlier.
+// NewBudget returns the budget of stage for calls made with ctx, starting
+// now. stage names the budget in errors and logs: the operation or the
+// step. The budget's end is ctx's deadline, or now + WithTotal's total
+// when that is earlier.
 //
-// NewBudget returns a plain error for invalid options (a non-positive
-// total or cap, a negative margin or minimum timeout) and when ctx has no
-// deadline and no WithTotal was given. It returns the exhausted TIMEOUT
-// outcome (see [Budget]) when the margin leaves nothing of the budget —
-// including a deadline already past. It never panics.
+// NewBudget returns a plain error for invalid options: a non-positive
+// total or cap, or a negative margin or minimum timeout. It does so too
+// when ctx has no deadline and no WithTotal was given. It returns the
+// exhausted TIMEOUT outcome (see [Budget]) when the margin leaves nothing
+// of the budget, a deadline already past included. It never panics.
 func NewBudget(ctx context.Context, stage string, opts ...BudgetOption) (*Budget, error) {
-	return NewBudgetAt(ctx, stage, time.Now(), opts...)
-}
-
-// NewBudgetAt is NewBudget for a budget starting at now.
-func NewBudgetAt(ctx context.Context, stage string, now time.Time, opts ...BudgetOption) (*Budget, error) {
-	var c budgetConfig
+	c := budgetConfig{now: time.Now}
 	for _, o := range opts {
 		if o != nil {
 			o.applyBudget(&c)
@@ -133,17 +140,20 @@ func NewBudgetAt(ctx context.Context, stage string, now time.Time, opts ...Budge
 	}
 	switch {
 	case ctx == nil:
-		return nil, fmt.Errorf("resilience: budget %q: nil context", stage)
+		return nil, fmt.Errorf("outbound: budget %q: nil context", stage)
 	case c.totalSet && c.total <= 0:
-		return nil, fmt.Errorf("resilience: budget %q: WithTotal(%v): the total must be positive", stage, c.total)
+		return nil, fmt.Errorf("outbound: budget %q: WithTotal(%v): the total must be positive", stage, c.total)
 	case c.margin < 0:
-		return nil, fmt.Errorf("resilience: budget %q: WithMargin(%v): the margin must not be negative", stage, c.margin)
+		return nil, fmt.Errorf("outbound: budget %q: WithMargin(%v): the margin must not be negative", stage, c.margin)
 	case c.capSet && c.callCap <= 0:
-		return nil, fmt.Errorf("resilience: budget %q: WithCallCap(%v): the cap must be positive", stage, c.callCap)
+		return nil, fmt.Errorf("outbound: budget %q: WithCallCap(%v): the cap must be positive", stage, c.callCap)
 	case c.minTimeout < 0:
-		return nil, fmt.Errorf("resilience: budget %q: WithMinTimeout(%v): the minimum must not be negative", stage, c.minTimeout)
+		return nil, fmt.Errorf("outbound: budget %q: WithMinTimeout(%v): the minimum must not be negative", stage, c.minTimeout)
+	case c.now == nil:
+		return nil, fmt.Errorf("outbound: budget %q: WithClock(nil): the clock must not be nil", stage)
 	}
-	b := &Budget{stage: stage, margin: c.margin, callCap: c.callCap, minTimeout: c.minTimeout}
+	now := c.now()
+	b := &Budget{stage: stage, now: c.now, margin: c.margin, callCap: c.callCap, minTimeout: c.minTimeout}
 	if d, ok := ctx.Deadline(); ok {
 		b.end, b.callerBound = d, true
 	}
@@ -153,7 +163,7 @@ func NewBudgetAt(ctx context.Context, stage string, now time.Time, opts ...Budge
 		}
 	}
 	if b.end.IsZero() {
-		return nil, fmt.Errorf("resilience: budget %q: the context has no deadline and WithTotal was not given", stage)
+		return nil, fmt.Errorf("outbound: budget %q: the context has no deadline and WithTotal was not given", stage)
 	}
 	if remaining := b.end.Sub(now); remaining-b.margin <= 0 {
 		return nil, b.exhausted("", remaining, 0, b.callerBound, false)
@@ -161,36 +171,25 @@ func NewBudgetAt(ctx context.Context, stage string, now time.Time, opts ...Budge
 	return b, nil
 }
 
-// Deadline returns the end of the budget (before the margin).
-func (b *Budget) Deadline() time.Time { return b.end }
-
-// Remaining returns the time left at now until the end of the budget,
-// margin included; it is negative once the end has passed.
-func (b *Budget) Remaining(now time.Time) time.Duration { return b.end.Sub(now) }
-
-// Timeout returns the allotment of call c starting now, or an error: a
-// plain error for an invalid Call, the exhausted TIMEOUT outcome when the
-// allotment is not positive or is below the minimum timeout.
+// Timeout returns the allotment of call c starting now, or an error. The
+// error is a plain one for an invalid Call. It is the exhausted TIMEOUT
+// outcome when the allotment is not positive or is below the minimum
+// timeout.
 func (b *Budget) Timeout(c Call) (time.Duration, error) {
-	d, _, err := b.allot(time.Now(), c)
+	d, _, err := b.allot(b.now(), c)
 	return d, err
 }
 
-// TimeoutAt is Timeout for a call starting at now.
-func (b *Budget) TimeoutAt(now time.Time, c Call) (time.Duration, error) {
-	d, _, err := b.allot(now, c)
-	return d, err
-}
-
-// Context returns a context for call c derived from ctx (the handler's
-// context, or one derived from it) that ends when c's allotment runs out,
-// with cause the TIMEOUT outcome of a cut [BudgetExhaustedError] (it wraps
-// context.DeadlineExceeded, so http.Client and grpc-go report a deadline).
-// The derived deadline is never later than ctx's. Call the CancelFunc when
-// the call is done. On error — the same as Timeout's — Context returns ctx
-// itself and a CancelFunc that does nothing.
+// Context returns a context for call c derived from ctx, the handler's
+// context or one derived from it. The context ends when c's allotment
+// runs out. Its cause is then the TIMEOUT outcome of a cut
+// [BudgetExhaustedError]. That wraps context.DeadlineExceeded, so
+// http.Client and grpc-go report a deadline. The derived deadline is
+// never later than ctx's. Call the CancelFunc when the call is done. On
+// error, the same as Timeout's, Context returns ctx itself and a
+// CancelFunc that does nothing.
 func (b *Budget) Context(ctx context.Context, c Call) (context.Context, context.CancelFunc, error) {
-	now := time.Now()
+	now := b.now()
 	d, callerBound, err := b.allot(now, c)
 	if err != nil {
 		return ctx, func() {}, err
@@ -205,11 +204,11 @@ func (b *Budget) Context(ctx context.Context, c Call) (context.Context, context.
 func (b *Budget) allot(now time.Time, c Call) (time.Duration, bool, error) {
 	switch {
 	case c.Reserve < 0:
-		return 0, false, fmt.Errorf("resilience: budget %q: call to %q: Reserve must not be negative, got %v", b.stage, c.Dependency, c.Reserve)
+		return 0, false, fmt.Errorf("outbound: budget %q: call to %q: Reserve must not be negative, got %v", b.stage, c.Dependency, c.Reserve)
 	case c.Cap < 0:
-		return 0, false, fmt.Errorf("resilience: budget %q: call to %q: Cap must not be negative, got %v", b.stage, c.Dependency, c.Cap)
+		return 0, false, fmt.Errorf("outbound: budget %q: call to %q: Cap must not be negative, got %v", b.stage, c.Dependency, c.Cap)
 	case math.IsNaN(c.Share) || c.Share < 0 || c.Share > 1:
-		return 0, false, fmt.Errorf("resilience: budget %q: call to %q: Share must be in (0, 1], got %v", b.stage, c.Dependency, c.Share)
+		return 0, false, fmt.Errorf("outbound: budget %q: call to %q: Share must be in (0, 1], got %v", b.stage, c.Dependency, c.Share)
 	}
 	remaining := b.end.Sub(now)
 	d := remaining - b.margin - c.Reserve
@@ -232,7 +231,8 @@ func (b *Budget) allot(now time.Time, c Call) (time.Duration, bool, error) {
 
 // exhausted returns the TIMEOUT outcome of an exhausted budget.
 func (b *Budget) exhausted(dep string, remaining, allotted time.Duration, callerBound, cut bool) *pipeline.Error {
-	e := &BudgetExhaustedError{Stage: b.stage, Dependency: dep, Remaining: remaining, Allotted: allotted, Cut: cut, callerBound: callerBound}
+	e := &BudgetExhaustedError{Stage: b.stage, Dependency: dep, Remaining: remaining, Allotted: allotted, Cut: cut}
+	e.deadlineMark = deadlinectx.Marked(callerBound)
 	return e.Outcome()
 }
 
@@ -258,16 +258,19 @@ type BudgetExhaustedError struct {
 	// allotment, false for a call that was never started.
 	Cut bool
 
-	callerBound bool
+	deadlineMark // whether the allotment ended at the invocation's deadline
 }
+
+// deadlineMark lets the deadline package tell a caller-bound budget apart.
+type deadlineMark = deadlinectx.Mark
 
 // Error implements error.
 func (e *BudgetExhaustedError) Error() string {
 	if e.Cut {
-		return fmt.Sprintf("resilience: budget %q: call to '%s' cut after its allotted %d ms (%d ms remained when it started)",
+		return fmt.Sprintf("outbound: budget %q: call to '%s' cut after its allotted %d ms (%d ms remained when it started)",
 			e.Stage, e.Dependency, e.Allotted.Milliseconds(), e.Remaining.Milliseconds())
 	}
-	return fmt.Sprintf("resilience: budget %q exhausted%s: %d ms remaining, %d ms allotted",
+	return fmt.Sprintf("outbound: budget %q exhausted%s: %d ms remaining, %d ms allotted",
 		e.Stage, e.before(), e.Remaining.Milliseconds(), e.Allotted.Milliseconds())
 }
 
