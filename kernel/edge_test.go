@@ -17,6 +17,7 @@ import (
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // stragglerKernel serves test.slow, whose handler ignores its context and
@@ -70,8 +71,8 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 			t.Errorf("Running() = %d while the straggler runs, want 1", n)
 		}
 		quick := "quick"
-		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
-			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, pipeline.CodeConcurrencyLimited)
+		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
+			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, resilience.CodeConcurrencyLimited)
 		}
 		if len(sink.Find(pipelinetest.Message("kernel: late result discarded"))) != 0 {
 			t.Error("late result logged before the handler returned")

@@ -13,6 +13,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
@@ -130,7 +131,7 @@ func TestIdempotencyRejectedCallFreesTheKey(t *testing.T) {
 		done := make(chan kernel.Outcome)
 		go func() { done <- charge(k, "other", 10) }()
 		time.Sleep(10 * time.Millisecond)
-		if o := charge(k, "key-1", 10); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
+		if o := charge(k, "key-1", 10); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 			t.Fatalf("while the slot is taken: %v, want 503 _003", o.Err)
 		}
 		<-done
@@ -261,7 +262,7 @@ func TestIdempotencyClaimsOnlyCallsThatRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); req("k-holder", 99, time.Time{}) }()
 	<-held
-	if o := req("k-rejected", 5, time.Time{}); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
+	if o := req("k-rejected", 5, time.Time{}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 		t.Fatalf("while the slot is held: %v, want 503 _003", o.Err)
 	}
 	close(hold)

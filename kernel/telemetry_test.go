@@ -15,6 +15,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // observedKernel serves test.echo (whose handler reports the span context
@@ -82,8 +83,8 @@ func TestRealRejectionsObserved(t *testing.T) {
 	k, rec, reader := observedKernel(t, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.fail":{"FailureThreshold":1,"BreakSeconds":30}}}}}}`)
 	_ = k.Invoke(context.Background(), kernel.Request{Operation: "test.fail", Input: &echoIn{}})
 	o := k.Invoke(context.Background(), kernel.Request{Operation: "test.fail", Input: &echoIn{}})
-	if pipeline.CodeOf(o.Err) != pipeline.CodeCircuitOpen {
-		t.Fatalf("second call = %v, want %s", o.Err, pipeline.CodeCircuitOpen)
+	if pipeline.CodeOf(o.Err) != resilience.CodeCircuitOpen {
+		t.Fatalf("second call = %v, want %s", o.Err, resilience.CodeCircuitOpen)
 	}
 	spans := rec.Ended()
 	last := spans[len(spans)-1]

@@ -98,7 +98,7 @@ func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict
 	}
 	e := pipeline.AsError(err)
 	switch e.Code() {
-	case pipeline.CodeRateLimited, pipeline.CodeConcurrencyLimited, pipeline.CodeShed, pipeline.CodeIdempotencyStore:
+	case CodeRateLimited, CodeConcurrencyLimited, CodeShed, pipeline.CodeIdempotencyStore:
 		return Neutral
 	}
 	switch e.Kind() {

@@ -8,6 +8,14 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
+// The codes of the built-in limits' rejections, all UNAVAILABLE.
+const (
+	CodeRateLimited        = "KERNEL_UNAVAILABLE_002" // a rate limit turned the call away
+	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003" // a concurrency limit turned it away
+	CodeCircuitOpen        = "KERNEL_UNAVAILABLE_004" // the breaker is open
+	CodeShed               = "KERNEL_UNAVAILABLE_008" // a full limit shed it for its class
+)
+
 // Rejections counts the calls each built-in limit turned away (or, in
 // shadow mode, would have) since the process started. Shed counts the
 // calls the concurrency limit shed for their class
@@ -23,7 +31,7 @@ type Rejections struct {
 // seconds.". The breaker does not count it.
 func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
 	n := pipeline.RetryAfterSeconds(retryAfter)
-	return rejection(pipeline.CodeRateLimited, id, n,
+	return rejection(CodeRateLimited, id, n,
 		fmt.Sprintf("Operation '%s' is rate limited; retry after %s.", id, seconds(n)))
 }
 
@@ -33,7 +41,7 @@ func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
 // rounded up to whole seconds (at least 1).
 func CircuitOpen(id string, retryAfter time.Duration) *pipeline.Error {
 	n := pipeline.RetryAfterSeconds(retryAfter)
-	return rejection(pipeline.CodeCircuitOpen, id, n,
+	return rejection(CodeCircuitOpen, id, n,
 		fmt.Sprintf("Operation '%s' is unavailable: its circuit breaker is open; retry after %s.", id, seconds(n)))
 }
 
@@ -41,7 +49,7 @@ func CircuitOpen(id string, retryAfter time.Duration) *pipeline.Error {
 // concurrency limit: UNAVAILABLE, KERNEL_UNAVAILABLE_003, detail "id".
 // The breaker does not count it.
 func ConcurrencyLimited(id string) *pipeline.Error {
-	return pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeConcurrencyLimited,
+	return pipeline.NewError(pipeline.KindUnavailable, CodeConcurrencyLimited,
 		fmt.Sprintf("Operation '%s' has too many calls in progress; retry later.", id)).
 		WithDetail("id", id)
 }
@@ -59,7 +67,7 @@ const shedRetryAfter = time.Second
 // count it.
 func Shed(id string, p pipeline.Priority, retryAfter time.Duration) *pipeline.Error {
 	n := pipeline.RetryAfterSeconds(retryAfter)
-	return rejection(pipeline.CodeShed, id, n,
+	return rejection(CodeShed, id, n,
 		fmt.Sprintf("Operation '%s' is shedding %s calls under load; retry after %s.", id, p, seconds(n))).
 		WithDetail("priority", p.String())
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // call sends method path body to s and converts the answer with
@@ -45,8 +46,8 @@ func TestFromResponseRateLimited(t *testing.T) {
 	}
 	err := call(t, s, "POST", "/items", `{"name":"bolt","qty":1}`, nil)
 	e, ok := errors.AsType[*pipeline.Error](err)
-	if !ok || e.Kind() != pipeline.KindUnavailable || e.Code() != pipeline.CodeRateLimited {
-		t.Fatalf("err = %v, want UNAVAILABLE %s", err, pipeline.CodeRateLimited)
+	if !ok || e.Kind() != pipeline.KindUnavailable || e.Code() != resilience.CodeRateLimited {
+		t.Fatalf("err = %v, want UNAVAILABLE %s", err, resilience.CodeRateLimited)
 	}
 	ra, has := e.RetryAfter()
 	if !has || ra <= 0 || ra > time.Minute {

@@ -115,7 +115,7 @@ func retryAfterCall(t *testing.T, first error) ([]time.Duration, error, time.Dur
 
 func TestRetryAfterPastDeadlineEndsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		want := pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeRateLimited, "slow down").WithRetryAfter(5 * time.Second)
+		want := pipeline.NewError(pipeline.KindUnavailable, resilience.CodeRateLimited, "slow down").WithRetryAfter(5 * time.Second)
 		at, err, el := retryAfterCall(t, want)
 		equal(t, at, []time.Duration{0})
 		if err != want || el != 0 {

@@ -246,7 +246,7 @@ func TestShopThreeOrders(t *testing.T) {
 		t.Fatalf("order 3: %d %s, want 503", r.status, r.body)
 	}
 	n := retryAfterOf(t, r, 60)
-	wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeRateLimited, "/orders",
+	wantProblem(t, r, 503, "UNAVAILABLE", resilience.CodeRateLimited, "/orders",
 		resilience.RateLimited("orders.create", time.Duration(n)*time.Second).Message(),
 		map[string]any{"id": "orders.create", "retryAfter": n})
 	t.Logf("order 3: %d Retry-After: %s\n%s", r.status, r.header.Get("Retry-After"), r.body)
@@ -362,7 +362,7 @@ func TestShopBreakerOpens(t *testing.T) {
 			t.Fatalf("with the breaker open, %s = %d %s, want 503", body, r.status, r.body)
 		}
 		n := retryAfterOf(t, r, 30)
-		wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeCircuitOpen, "/billing/charge",
+		wantProblem(t, r, 503, "UNAVAILABLE", resilience.CodeCircuitOpen, "/billing/charge",
 			resilience.CircuitOpen("billing.charge", time.Duration(n)*time.Second).Message(),
 			map[string]any{"id": "billing.charge", "retryAfter": n})
 	}

@@ -51,6 +51,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // The load and the limits under test.
@@ -421,7 +422,7 @@ func TestStressShop(t *testing.T) {
 	// Calls that got past the rate limit: those the concurrency limit
 	// then turned away, and those that ran. The load spans at most
 	// loadTook/window + 2 windows.
-	passedRate := limited.c2xx + limited.codes[pipeline.CodeConcurrencyLimited]
+	passedRate := limited.c2xx + limited.codes[resilience.CodeConcurrencyLimited]
 	loadWindows := int(loadTook/limitedWindow) + 2
 
 	// The figures.
@@ -442,8 +443,8 @@ func TestStressShop(t *testing.T) {
 	row("4xx", free.c4xx, limited.c4xx)
 	row("5xx", free.c5xx, limited.c5xx)
 	row("lost (no response)", free.lost, limited.lost)
-	row("503 "+pipeline.CodeRateLimited, free.codes[pipeline.CodeRateLimited], limited.codes[pipeline.CodeRateLimited])
-	row("503 "+pipeline.CodeConcurrencyLimited, free.codes[pipeline.CodeConcurrencyLimited], limited.codes[pipeline.CodeConcurrencyLimited])
+	row("503 "+resilience.CodeRateLimited, free.codes[resilience.CodeRateLimited], limited.codes[resilience.CodeRateLimited])
+	row("503 "+resilience.CodeConcurrencyLimited, free.codes[resilience.CodeConcurrencyLimited], limited.codes[resilience.CodeConcurrencyLimited])
 	row("latency p50", ms(percentile(free.lat, 0.5)), ms(percentile(limited.lat, 0.5)))
 	row("latency p99", ms(loadP99), ms(percentile(limited.lat, 0.99)))
 	row("latency max", ms(percentile(free.lat, 1)), ms(percentile(limited.lat, 1)))
@@ -499,10 +500,10 @@ func TestStressShop(t *testing.T) {
 	if limited.c2xx != len(at) {
 		t.Errorf("reports.export: %d 2xx responses but %d admissions: a call was lost between the limits and the response", limited.c2xx, len(at))
 	}
-	if got := limited.codes[pipeline.CodeRateLimited] + limited.codes[pipeline.CodeConcurrencyLimited]; limited.c2xx+got != limited.sent {
+	if got := limited.codes[resilience.CodeRateLimited] + limited.codes[resilience.CodeConcurrencyLimited]; limited.c2xx+got != limited.sent {
 		t.Errorf("reports.export: %d 2xx + %d rejections != %d sent; codes %v", limited.c2xx, got, limited.sent, limited.codes)
 	}
-	if limited.codes[pipeline.CodeRateLimited] == 0 || limited.codes[pipeline.CodeConcurrencyLimited] == 0 {
+	if limited.codes[resilience.CodeRateLimited] == 0 || limited.codes[resilience.CodeConcurrencyLimited] == 0 {
 		t.Errorf("reports.export: rejections %v, want both limits to have turned calls away (the load is too light to test them)", limited.codes)
 	}
 	if passedRate > limitedPermits*loadWindows {

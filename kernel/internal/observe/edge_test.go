@@ -21,6 +21,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
@@ -79,18 +80,18 @@ func TestSpanPerOutcome(t *testing.T) {
 			wantKind: "NOT_FOUND", wantCode: "TEST_NOT_FOUND_001", wantStatus: codes.Error,
 		},
 		{
-			name: "rate limited", err: rejection(pipeline.CodeRateLimited, "test.op", 60*time.Second),
-			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeRateLimited, wantStatus: codes.Error,
+			name: "rate limited", err: rejection(resilience.CodeRateLimited, "test.op", 60*time.Second),
+			wantKind: "UNAVAILABLE", wantCode: resilience.CodeRateLimited, wantStatus: codes.Error,
 			wantEvents: []string{observe.EventRejection},
 		},
 		{
-			name: "concurrency limited", err: rejection(pipeline.CodeConcurrencyLimited, "test.op", 0),
-			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeConcurrencyLimited, wantStatus: codes.Error,
+			name: "concurrency limited", err: rejection(resilience.CodeConcurrencyLimited, "test.op", 0),
+			wantKind: "UNAVAILABLE", wantCode: resilience.CodeConcurrencyLimited, wantStatus: codes.Error,
 			wantEvents: []string{observe.EventRejection},
 		},
 		{
-			name: "breaker open", err: rejection(pipeline.CodeCircuitOpen, "test.op", 30*time.Second),
-			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeCircuitOpen, wantStatus: codes.Error,
+			name: "breaker open", err: rejection(resilience.CodeCircuitOpen, "test.op", 30*time.Second),
+			wantKind: "UNAVAILABLE", wantCode: resilience.CodeCircuitOpen, wantStatus: codes.Error,
 			wantEvents: []string{observe.EventRejection},
 		},
 	}
@@ -183,10 +184,10 @@ func TestRejectionEvent(t *testing.T) {
 		name, code, wantLimit, wantRetry string
 		retryAfter                       time.Duration
 	}{
-		{"rate", pipeline.CodeRateLimited, "rate", "60", 60 * time.Second},
-		{"concurrency", pipeline.CodeConcurrencyLimited, "concurrency", "", 0},
-		{"breaker", pipeline.CodeCircuitOpen, "breaker", "30", 30 * time.Second},
-		{"rounded up", pipeline.CodeRateLimited, "rate", "3", 2500 * time.Millisecond},
+		{"rate", resilience.CodeRateLimited, "rate", "60", 60 * time.Second},
+		{"concurrency", resilience.CodeConcurrencyLimited, "concurrency", "", 0},
+		{"breaker", resilience.CodeCircuitOpen, "breaker", "30", 30 * time.Second},
+		{"rounded up", resilience.CodeRateLimited, "rate", "3", 2500 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -377,7 +378,7 @@ func TestOriginalOutcomeOfAttribution(t *testing.T) {
 		{"timeout without a cause", pipeline.ErrTimeout(), "", ""},
 		{"timeout over ctx error", errDeadlineFired, "", ""},
 		{"timeout over downstream timeout", pipeline.ErrTimeout().WithCause(pipeline.NewError(pipeline.KindTimeout, "DOWNSTREAM_TIMEOUT_001", "slow")), "TIMEOUT", "DOWNSTREAM_TIMEOUT_001"},
-		{"cancelled over rejection", pipeline.ErrCanceled().WithCause(rejection(pipeline.CodeConcurrencyLimited, "x", 0)), "UNAVAILABLE", pipeline.CodeConcurrencyLimited},
+		{"cancelled over rejection", pipeline.ErrCanceled().WithCause(rejection(resilience.CodeConcurrencyLimited, "x", 0)), "UNAVAILABLE", resilience.CodeConcurrencyLimited},
 		{"wrapped in a foreign error", fmt.Errorf("late: %w", pipeline.ErrTimeout().WithCause(errNotFound)), "NOT_FOUND", "TEST_NOT_FOUND_001"},
 		{"not found with a cause", pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND_001", "gone").WithCause(errors.New("sql: no rows")), "", ""},
 		{"unexpected with a cause", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "x", errNotFound), "", ""},
