@@ -97,9 +97,13 @@ type Outcome struct {
 	Expired bool
 }
 
+// CodeOverloaded is the code of the answer to every call while too many
+// invocations still run after their answer left (UNAVAILABLE).
+const CodeOverloaded = observe.CodeOverloaded
+
 // errOverloaded is the answer to every call while MaxStragglers
 // invocations still run after their answer left.
-var errOverloaded = pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeOverloaded,
+var errOverloaded = pipeline.NewError(pipeline.KindUnavailable, CodeOverloaded,
 	"The server has too many calls still running after their deadline; retry after 1 second.").WithRetryAfter(time.Second)
 
 // settleWindow is how long the guard waits, once the invocation's context

@@ -288,8 +288,8 @@ func TestStragglersBounded(t *testing.T) {
 		o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick})
 		e := pipeline.AsError(o.Err)
 		retry, ok := e.RetryAfter()
-		if e.Code() != pipeline.CodeOverloaded || e.Kind() != pipeline.KindUnavailable || !ok || retry != time.Second {
-			t.Fatalf("call at the bound = %v (retry %v, %v), want %s with a retry-after of 1s", o.Err, retry, ok, pipeline.CodeOverloaded)
+		if e.Code() != kernel.CodeOverloaded || e.Kind() != pipeline.KindUnavailable || !ok || retry != time.Second {
+			t.Fatalf("call at the bound = %v (retry %v, %v), want %s with a retry-after of 1s", o.Err, retry, ok, kernel.CodeOverloaded)
 		}
 		close(release)
 		if err := k.Wait(t.Context()); err != nil {
@@ -349,8 +349,8 @@ func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
 		if n := k.Stragglers(); n != 10 {
 			t.Fatalf("Stragglers() = %d, want 10: every call admitted on time outlived its deadline", n)
 		}
-		if err := call("test.slow"); pipeline.CodeOf(err) != pipeline.CodeOverloaded {
-			t.Errorf("call to the straggling operation = %v, want %s", err, pipeline.CodeOverloaded)
+		if err := call("test.slow"); pipeline.CodeOf(err) != kernel.CodeOverloaded {
+			t.Errorf("call to the straggling operation = %v, want %s", err, kernel.CodeOverloaded)
 		}
 		if err := call("test.ok"); err != nil {
 			t.Errorf("call to another operation = %v, want success: one operation's stragglers shed it", err)
@@ -361,8 +361,8 @@ func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
 			}
 		}
 		for _, op := range []string{"test.other", "test.ok", "test.slow"} {
-			if err := call(op); pipeline.CodeOf(err) != pipeline.CodeOverloaded {
-				t.Errorf("with two operations at half of MaxStragglers each, %s = %v, want %s", op, err, pipeline.CodeOverloaded)
+			if err := call(op); pipeline.CodeOf(err) != kernel.CodeOverloaded {
+				t.Errorf("with two operations at half of MaxStragglers each, %s = %v, want %s", op, err, kernel.CodeOverloaded)
 			}
 		}
 		close(release)

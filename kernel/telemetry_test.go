@@ -152,8 +152,8 @@ func TestStragglersMetric(t *testing.T) {
 	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 		t.Fatalf("stalled call = %v, want TIMEOUT", o.Err)
 	}
-	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeOverloaded {
-		t.Fatalf("call at the bound = %v, want %s", o.Err, pipeline.CodeOverloaded)
+	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != kernel.CodeOverloaded {
+		t.Fatalf("call at the bound = %v, want %s", o.Err, kernel.CodeOverloaded)
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

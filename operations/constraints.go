@@ -216,7 +216,7 @@ func checkPatterns(t reflect.Type, seen map[reflect.Type]bool) error {
 // CheckConstraints checks the validate tags of the decoded input in (a
 // pointer to the input struct, as the adapters decode it) with the rules
 // of d's registry (the built-in ones and those added with AddRule), and
-// returns one VALIDATION outcome, code pipeline.CodeConstraint, listing
+// returns one VALIDATION outcome, code CodeConstraint, listing
 // every failing field under details.errors ([]Violation), or nil. Every
 // adapter calls it right after decoding, before the invocation runs: no
 // limit permit is spent and the breaker does not count it. A nil or typed
@@ -254,7 +254,7 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	}
 	errs, ok := err.(validator.ValidationErrors)
 	if !ok {
-		return pipeline.NewError(pipeline.KindValidation, pipeline.CodeConstraint, "The input is invalid.")
+		return pipeline.NewError(pipeline.KindValidation, CodeConstraint, "The input is invalid.")
 	}
 	vs := make([]Violation, 0, min(len(errs), maxViolations))
 	for _, fe := range errs[:min(len(errs), maxViolations)] {
@@ -267,7 +267,7 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	case len(vs) > 1:
 		msg = fmt.Sprintf("%d fields are invalid: %s", len(vs), fieldList(vs))
 	}
-	return pipeline.NewError(pipeline.KindValidation, pipeline.CodeConstraint, msg).WithDetail(DetailViolations, vs)
+	return pipeline.NewError(pipeline.KindValidation, CodeConstraint, msg).WithDetail(DetailViolations, vs)
 }
 
 // maxViolations is how many failing fields an answer lists at most: a

@@ -20,13 +20,10 @@ import (
 // KERNEL_NOT_FOUND_001 (no such operation) and KERNEL_CONFLICT_002 (an
 // outcome too large to keep for replay).
 const (
-	CodeTimeout      = "KERNEL_TIMEOUT_001"
-	CodeCanceled     = "KERNEL_CANCELLED_001"
-	CodeUnexpected   = "KERNEL_UNEXPECTED_001"
-	CodeValidation   = "KERNEL_VALIDATION_001"
-	CodeUnknownField = "KERNEL_VALIDATION_003" // an input field the input type does not have (operations.InputPolicy)
-	CodeConstraint   = "KERNEL_VALIDATION_007" // input values break their validate tags (operations.CheckConstraints)
-	CodeOverloaded   = "KERNEL_UNAVAILABLE_005"
+	CodeTimeout    = "KERNEL_TIMEOUT_001"
+	CodeCanceled   = "KERNEL_CANCELLED_001"
+	CodeUnexpected = "KERNEL_UNEXPECTED_001"
+	CodeValidation = "KERNEL_VALIDATION_001"
 
 	// Idempotency (docs/idempotency.md).
 	CodeIdempotencyInProgress = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs

@@ -135,37 +135,37 @@ var conformanceRows = []conformanceRow{
 	// Constraints are checked before the invocation: inputs that break
 	// them spend no permit of orders.create's rate limit (2 per window).
 	{name: "constraint failures spend no permit", steps: []step{
-		{op: "orders.create", input: `{"name":"","amount":0,"currency":"GBP"}`, want: pipeline.CodeConstraint},
-		{op: "orders.create", input: `{"name":"widget","amount":10001}`, want: pipeline.CodeConstraint},
-		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"JPY"}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"","amount":0,"currency":"GBP"}`, want: operations.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":10001}`, want: operations.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"JPY"}`, want: operations.CodeConstraint},
 		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"USD"}`, want: "OK"},
 		{op: "orders.create", input: `{"name":"widget","amount":10000}`, want: "OK"},
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: resilience.CodeRateLimited},
 	}},
 	// ... and are neutral to billing.charge's breaker (FailureThreshold 5).
 	{name: "constraint failures leave the breaker closed", steps: []step{
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":10001}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":10001}`, want: operations.CodeConstraint},
 		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
 	}},
 	// One input policy (operations.InputPolicy, docs/pipeline.md): an
 	// unknown field or a key in the wrong case is the same VALIDATION
 	// answer on every protocol; tests.lenient allows unknown fields.
 	{name: "input policy", steps: []step{
-		{op: "billing.charge", input: `{"amount":5,"extra":true}`, want: pipeline.CodeUnknownField},
-		{op: "billing.charge", input: `{"Amount":5}`, want: pipeline.CodeUnknownField},
-		{op: "orders.create", input: `{"name":"widget","amount":1,"note":"x"}`, want: pipeline.CodeUnknownField},
+		{op: "billing.charge", input: `{"amount":5,"extra":true}`, want: operations.CodeUnknownField},
+		{op: "billing.charge", input: `{"Amount":5}`, want: operations.CodeUnknownField},
+		{op: "orders.create", input: `{"name":"widget","amount":1,"note":"x"}`, want: operations.CodeUnknownField},
 		{op: "tests.lenient", input: `{"mode":"ok","extra":true}`, want: "OK"},
 		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
 	}},
 	{name: "validation", steps: []step{
-		{op: "orders.create", input: `{"name":"","amount":1}`, want: pipeline.CodeConstraint},
-		{op: "orders.create", input: `{"name":"widget","amount":0}`, want: pipeline.CodeConstraint},
-		{op: "reports.export", input: `{"delayMs":-1}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"","amount":1}`, want: operations.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":0}`, want: operations.CodeConstraint},
+		{op: "reports.export", input: `{"delayMs":-1}`, want: operations.CodeConstraint},
 	}},
 	{name: "not found", steps: []step{
 		{op: "orders.get", input: `{"id":"ord-9"}`, want: "SHOP_NOT_FOUND_001"},

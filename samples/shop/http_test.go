@@ -22,6 +22,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
@@ -420,7 +421,7 @@ func TestShopHTTPErrors(t *testing.T) {
 		{"body over the limit", "POST", "/orders", `{"name":"` + strings.Repeat("x", 1<<20) + `"}`, 413, "VALIDATION", "HTTP_VALIDATION_003", map[string]any{"limit": 1 << 20}},
 		{"malformed body", "POST", "/orders", `{"name":"widget","amount":}`, 400, "VALIDATION", "HTTP_VALIDATION_001", nil},
 		{"wrong type", "POST", "/orders", `{"name":"widget","amount":"one"}`, 400, "VALIDATION", "HTTP_VALIDATION_002", map[string]any{"expected": "integer", "field": "amount"}},
-		{"failed validation", "POST", "/orders", `{"name":"","amount":1}`, 400, "VALIDATION", pipeline.CodeConstraint,
+		{"failed validation", "POST", "/orders", `{"name":"","amount":1}`, 400, "VALIDATION", operations.CodeConstraint,
 			map[string]any{"errors": []any{map[string]any{"field": "/name", "rule": "required", "message": "is required."}}}},
 		{"no such route", "GET", "/nope", "", 404, "NOT_FOUND", "HTTP_NOT_FOUND_001", map[string]any{}},
 		{"wrong method", "GET", "/orders", "", 405, "NOT_FOUND", "HTTP_NOT_FOUND_002", map[string]any{}},

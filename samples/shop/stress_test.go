@@ -467,7 +467,7 @@ func TestStressShop(t *testing.T) {
 	fmt.Fprintf(&tab, "gRPC stall flood: %d calls to %s that never send their message, on %d connections (MaxConcurrentStreams %d, recv bound %v)\n",
 		stallStreams, stallMethod, stallConns, grpcadapter.DefaultBounds().MaxConcurrentStreams, stallRecvBound)
 	row("", "straggler flood", "gRPC stall flood")
-	row("answered", fmt.Sprintf("%d 504 %s + %d 503 %s", sf.codes[pipeline.CodeTimeout], pipeline.CodeTimeout, sf.codes[pipeline.CodeOverloaded], pipeline.CodeOverloaded),
+	row("answered", fmt.Sprintf("%d 504 %s + %d 503 %s", sf.codes[pipeline.CodeTimeout], pipeline.CodeTimeout, sf.codes[kernel.CodeOverloaded], kernel.CodeOverloaded),
 		fmt.Sprintf("%d DeadlineExceeded + %d Unavailable (connection closed)", gf.codes[codes.DeadlineExceeded.String()], gf.codes[codes.Unavailable.String()]))
 	row("other answers / lost", fmt.Sprintf("%d / %d", sf.other, sf.lost), fmt.Sprintf("%d / %d", gf.other, gf.lost))
 	row("handlers held at once, at most", fmt.Sprintf("%d stalled (bound %d + %d clients); kernel stragglers %s", sf.heldPeak, maxStragglers, stragglerClients, sf.kernelStragglers),
@@ -821,13 +821,13 @@ func stragglerFlood(t *testing.T, url string, stall *stallingHandler) *flood {
 					f.other++
 					f.problem("%s", problem)
 				case resp.StatusCode == http.StatusGatewayTimeout && code == pipeline.CodeTimeout,
-					resp.StatusCode == http.StatusServiceUnavailable && code == pipeline.CodeOverloaded && resp.Header.Get("Retry-After") != "":
+					resp.StatusCode == http.StatusServiceUnavailable && code == kernel.CodeOverloaded && resp.Header.Get("Retry-After") != "":
 					f.codes[code]++
 				default:
 					f.other++
 					if f.other <= 3 {
 						f.problem("answered %d %s (Retry-After %q), want 504 %s or 503 %s with Retry-After",
-							resp.StatusCode, code, resp.Header.Get("Retry-After"), pipeline.CodeTimeout, pipeline.CodeOverloaded)
+							resp.StatusCode, code, resp.Header.Get("Retry-After"), pipeline.CodeTimeout, kernel.CodeOverloaded)
 					}
 				}
 				mu.Unlock()
@@ -848,10 +848,10 @@ func stragglerFlood(t *testing.T, url string, stall *stallingHandler) *flood {
 		f.problem("%d handlers stalled at once, want at most MaxStragglers %d + the %d calls in flight when it was reached",
 			f.heldPeak, maxStragglers, stragglerClients)
 	}
-	if ran < maxStragglers || f.codes[pipeline.CodeOverloaded] == 0 {
-		f.problem("%d calls timed out and %d were shed: the flood never reached MaxStragglers %d", ran, f.codes[pipeline.CodeOverloaded], maxStragglers)
+	if ran < maxStragglers || f.codes[kernel.CodeOverloaded] == 0 {
+		f.problem("%d calls timed out and %d were shed: the flood never reached MaxStragglers %d", ran, f.codes[kernel.CodeOverloaded], maxStragglers)
 	}
-	if n := f.codes[pipeline.CodeTimeout] + f.codes[pipeline.CodeOverloaded] + f.other + f.lost; n != stragglerCalls {
+	if n := f.codes[pipeline.CodeTimeout] + f.codes[kernel.CodeOverloaded] + f.other + f.lost; n != stragglerCalls {
 		f.problem("%d calls accounted for, want %d", n, stragglerCalls)
 	}
 	// Unbounded, every call would leave its handler's goroutines behind;

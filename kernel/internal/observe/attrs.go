@@ -183,6 +183,10 @@ func newOutcomeAttrs(id, proto attribute.KeyValue, k pipeline.Kind, code string)
 // them.
 var reasons = [...]string{ReasonRate, ReasonConcurrency, ReasonBreaker, ReasonOverloaded, ReasonShed}
 
+// CodeOverloaded is the code of the kernel's overload answer
+// (kernel.CodeOverloaded).
+const CodeOverloaded = "KERNEL_UNAVAILABLE_005"
+
 // rejectionReason returns the index in reasons of the limit named by a
 // rejection's code, or -1 when code is not a rejection.
 func rejectionReason(code string) int {
@@ -193,7 +197,7 @@ func rejectionReason(code string) int {
 		return 1
 	case resilience.CodeCircuitOpen:
 		return 2
-	case pipeline.CodeOverloaded:
+	case CodeOverloaded:
 		return 3
 	case resilience.CodeShed:
 		return 4
