@@ -178,6 +178,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		IdempotencyKey: key,
 		Arrival:        now,
 		Priority:       prio,
+		ReplayMark:     &k.replay,
 	})
 	if e.reject == nil && req.Handler != nil && op != nil && k.refusesKeys(req.Operation, e.inv) {
 		e.reject = errKeysUnsupported()

@@ -151,6 +151,7 @@ func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 // concurrent use.
 type Kernel struct {
 	registry *operations.Registry
+	replay   pipeline.ReplayMark // every invocation's; the idempotency middleware's alone
 	logger   *slog.Logger
 	settings parsedSettings // as at New; the live parts are in live
 	live     atomic.Pointer[liveConfig]

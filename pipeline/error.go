@@ -24,11 +24,6 @@ const (
 	CodeCanceled   = "KERNEL_CANCELLED_001"
 	CodeUnexpected = "KERNEL_UNEXPECTED_001"
 	CodeValidation = "KERNEL_VALIDATION_001"
-
-	// Idempotency (docs/idempotency.md).
-	CodeIdempotencyInProgress = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs
-	CodeIdempotencyMismatch   = "KERNEL_UNPROCESSABLE_001" // 422: the key was used with another input
-	CodeIdempotencyStore      = "KERNEL_UNAVAILABLE_006"   // 503: the idempotency store did not answer
 )
 
 // UnexpectedMessage is the only text a caller ever sees for an UNEXPECTED

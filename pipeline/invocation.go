@@ -102,6 +102,9 @@ type Spec struct {
 	// Priority is the invocation's effective class: the operation's, as
 	// the caller may have lowered it (the zero value: PriorityDefault).
 	Priority Priority
+	// ReplayMark is the one mark that may set the reply's Replayed (nil:
+	// none may).
+	ReplayMark *ReplayMark
 }
 
 // Invocation is one call of an operation (or of a host endpoint) travelling
@@ -125,6 +128,7 @@ type Invocation struct {
 	baggage        map[string]string
 	idempotencyKey string
 	priority       Priority
+	mark           *ReplayMark
 	reply          Reply
 }
 
@@ -140,6 +144,7 @@ func NewInvocation(s Spec) *Invocation {
 		idempotencyKey: s.IdempotencyKey,
 		arrival:        s.Arrival,
 		priority:       s.Priority,
+		mark:           s.ReplayMark,
 	}
 	if !s.CallerDeadline.IsZero() {
 		inv.callerDeadline = s.CallerDeadline

@@ -85,7 +85,7 @@ func (bl *breakerLimit) Release(token uint64, o Outcome) {
 // the breaker and every other limit (the rules: docs/pipeline.md,
 // "Circuit breaker").
 func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
-	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(Original(err)) == pipeline.CodeIdempotencyStore {
+	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(Original(err)) == codeIdempotencyStore {
 		// Nothing ran: neutral, even when the deadline passed while the
 		// store was asked (a hung store must not open the breaker).
 		return Neutral
@@ -98,7 +98,7 @@ func VerdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict
 	}
 	e := pipeline.AsError(err)
 	switch e.Code() {
-	case CodeRateLimited, CodeConcurrencyLimited, CodeShed, pipeline.CodeIdempotencyStore:
+	case CodeRateLimited, CodeConcurrencyLimited, CodeShed, codeIdempotencyStore:
 		return Neutral
 	}
 	switch e.Kind() {

@@ -16,6 +16,10 @@ const (
 	CodeShed               = "KERNEL_UNAVAILABLE_008" // a full limit shed it for its class
 )
 
+// codeIdempotencyStore is idempotency.CodeStore: the breaker counts an
+// idempotency store's failure as neutral.
+const codeIdempotencyStore = "KERNEL_UNAVAILABLE_006"
+
 // Rejections counts the calls each built-in limit turned away (or, in
 // shadow mode, would have) since the process started. Shed counts the
 // calls the concurrency limit shed for their class

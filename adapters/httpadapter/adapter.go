@@ -243,11 +243,11 @@ func idempotencyKey(r *http.Request) (string, *pipeline.Error) {
 		return "", nil
 	}
 	if len(vs) > 1 || len(vs[0]) > 2*maxIdempotencyKey+2 {
-		return "", pipeline.ErrIdempotencyKeyMalformed()
+		return "", kernel.ErrIdempotencyKeyMalformed()
 	}
 	key, ok := parseSFString(strings.Trim(vs[0], " \t"))
-	if !ok || !pipeline.ValidIdempotencyKey(key) {
-		return "", pipeline.ErrIdempotencyKeyMalformed()
+	if !ok || !kernel.ValidIdempotencyKey(key) {
+		return "", kernel.ErrIdempotencyKeyMalformed()
 	}
 	return key, nil
 }

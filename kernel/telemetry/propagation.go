@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // propagator carries the W3C trace context (traceparent, tracestate) and
@@ -161,9 +162,9 @@ func IdempotencyKey(ctx context.Context) string {
 // a 409 whose first attempt still runs — retries it with the same key.
 //
 // It returns ctx unchanged and false when key is not a valid idempotency
-// key (1 to pipeline.MaxIdempotencyKey printable ASCII characters).
+// key (1 to 255 printable ASCII characters).
 func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool) {
-	if !pipeline.ValidIdempotencyKey(key) {
+	if !idempotency.ValidKey(key) {
 		return ctx, false
 	}
 	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, key)

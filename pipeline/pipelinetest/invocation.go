@@ -13,6 +13,11 @@ type Operation string
 // OperationID returns o.
 func (o Operation) OperationID() string { return string(o) }
 
+// Mark is the replay mark of every invocation NewInvocation makes from a
+// Spec that names none. Give it to the idempotency middleware under test
+// (idempotency.Config.Mark), so that its replays set Reply.Replayed.
+var Mark pipeline.ReplayMark
+
 // NewInvocation returns the invocation [pipeline.NewInvocation] makes from
 // s, with the deadlines reconciled as the kernel would. The zero Spec is an
 // in-process call of no operation, with no route, input, deadline or
@@ -25,6 +30,9 @@ func (o Operation) OperationID() string { return string(o) }
 // no caller's deadline was set. Without a deadline, the source is
 // [pipeline.DeadlineNone].
 func NewInvocation(s pipeline.Spec) *pipeline.Invocation {
+	if s.ReplayMark == nil {
+		s.ReplayMark = &Mark
+	}
 	if s.Deadline.IsZero() {
 		s.DeadlineSource = pipeline.DeadlineNone
 	}

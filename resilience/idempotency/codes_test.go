@@ -4,19 +4,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // TestCodeWireValues pins the wire value of every code and field the
 // idempotency middleware produces: callers match on these strings.
 func TestCodeWireValues(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
-		{pipeline.CodeIdempotencyInProgress, "KERNEL_CONFLICT_001"},
-		{pipeline.CodeIdempotencyMismatch, "KERNEL_UNPROCESSABLE_001"},
-		{pipeline.CodeIdempotencyStore, "KERNEL_UNAVAILABLE_006"},
-		{pipeline.ErrIdempotencyKeyMalformed().Code(), "KERNEL_VALIDATION_005"},
-		{pipeline.ErrIdempotencyKeyMalformed().Kind().String(), "VALIDATION"},
-		{pipeline.FieldReplayed, "Idempotent-Replayed"},
+		{idempotency.CodeInProgress, "KERNEL_CONFLICT_001"},
+		{idempotency.CodeMismatch, "KERNEL_UNPROCESSABLE_001"},
+		{idempotency.CodeStore, "KERNEL_UNAVAILABLE_006"},
+		{idempotency.ErrKeyMalformed().Code(), "KERNEL_VALIDATION_005"},
+		{idempotency.ErrKeyMalformed().Kind().String(), "VALIDATION"},
+		{idempotency.FieldReplayed, "Idempotent-Replayed"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
@@ -27,7 +27,7 @@ func TestCodeWireValues(t *testing.T) {
 		"": false, "a": true, strings.Repeat("k", 255): true, strings.Repeat("k", 256): false,
 		" ~": true, "a\x1f": false, "a\x7f": false, "é": false,
 	} {
-		if got := pipeline.ValidIdempotencyKey(key); got != want {
+		if got := idempotency.ValidKey(key); got != want {
 			t.Errorf("ValidKey(%q) = %v, want %v", key, got, want)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"time"
-	_ "unsafe" // go:linkname: markReply
 
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -35,6 +34,9 @@ type Config struct {
 	// Logger receives store failures after the handler ran (discarded when
 	// nil).
 	Logger *slog.Logger
+	// Mark sets Reply.Replayed on a replayed outcome: the mark the
+	// invocations were made with (nil: the field and note only).
+	Mark *pipeline.ReplayMark
 }
 
 // middleware applies an operation's idempotency policy.
@@ -68,12 +70,12 @@ func errMissing() *pipeline.Error {
 }
 
 func errInProgress() *pipeline.Error {
-	return pipeline.NewError(pipeline.KindConflict, pipeline.CodeIdempotencyInProgress,
+	return pipeline.NewError(pipeline.KindConflict, CodeInProgress,
 		"A call with this idempotency key is still running; retry later for its outcome.").WithRetryAfter(inProgressRetryAfter)
 }
 
 func errMismatch() *pipeline.Error {
-	return pipeline.NewError(pipeline.KindUnprocessable, pipeline.CodeIdempotencyMismatch,
+	return pipeline.NewError(pipeline.KindUnprocessable, CodeMismatch,
 		"This idempotency key was used with a different input; use a new key for a new request.")
 }
 
@@ -88,7 +90,7 @@ func errNoJSON() *pipeline.Error {
 }
 
 func errStore(err error) *pipeline.Error {
-	return pipeline.Wrap(pipeline.KindUnavailable, pipeline.CodeIdempotencyStore,
+	return pipeline.Wrap(pipeline.KindUnavailable, CodeStore,
 		"The idempotency store is unavailable; nothing ran.", err).WithRetryAfter(time.Second)
 }
 
@@ -101,8 +103,8 @@ func (m *middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 		}
 		return next(ctx, inv)
 	}
-	if !pipeline.ValidIdempotencyKey(key) {
-		return nil, pipeline.ErrIdempotencyKeyMalformed()
+	if !ValidKey(key) {
+		return nil, ErrKeyMalformed()
 	}
 	fp, err := fingerprint(inv.Input())
 	if err != nil {
@@ -131,7 +133,7 @@ func (m *middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 		case !rec.Done:
 			return nil, errInProgress()
 		}
-		markReplayed(inv)
+		m.markReplayed(inv)
 		return m.decode(rec.Outcome)
 	}
 	return m.run(ctx, inv, next, skey, fp, token)
@@ -330,17 +332,12 @@ func (m *middleware) decode(b []byte) (any, error) {
 }
 
 // markReplayed marks inv's answer as the stored outcome of an earlier call
-// with the same key: the Idempotent-Replayed field (HTTP header, gRPC
-// metadata) and, on the command line, a note on standard error.
-func markReplayed(inv *pipeline.Invocation) {
+// with the same key: the replay mark, the Idempotent-Replayed field (HTTP
+// header, gRPC metadata) and, on the command line, a note on standard
+// error.
+func (m *middleware) markReplayed(inv *pipeline.Invocation) {
+	m.c.Mark.Set(inv)
 	r := inv.Reply()
-	markReply(r)
+	r.Set(FieldReplayed, "true")
 	r.Note("replayed: the stored outcome of an earlier call with idempotency key " + inv.IdempotencyKey())
 }
-
-// markReply sets the replay mark of r (Reply.Replayed) and its
-// Idempotent-Replayed field. The mark is pipeline's unexported
-// markReplayed, reached here alone: no other middleware can set it.
-//
-//go:linkname markReply github.com/sundial-go/sundial/pipeline.markReplayed
-func markReply(r *pipeline.Reply)

@@ -21,6 +21,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
@@ -750,9 +751,10 @@ func replayed(t *testing.T, spec pipeline.Spec) *pipeline.Invocation {
 	t.Helper()
 	mw := idempotency.New(idempotency.Config{
 		Operation: spec.Operation.OperationID(), Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}),
-		NewOutput: func() any { return new(string) },
+		NewOutput: func() any { return new(string) }, Mark: &pipelinetest.Mark,
 	})
 	ok := func(context.Context, *pipeline.Invocation) (any, error) { return "done", nil }
+	spec.ReplayMark = &pipelinetest.Mark
 	for range 2 {
 		inv := pipeline.NewInvocation(spec)
 		if _, err := mw.Invoke(context.Background(), inv, ok); err != nil {
