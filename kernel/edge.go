@@ -162,8 +162,11 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	if key != "" && telemetry.IdempotencyKey(ctx) != key {
 		ctx, _ = telemetry.WithIdempotencyKey(ctx, key)
 	}
+	if key == "" {
+		key = bag[telemetry.BaggageIdempotencyKey]
+	}
 	prio := k.priority(req, c, op, bag, &e)
-	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[pipeline.BaggagePriority] != prio.String() {
+	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[telemetry.BaggagePriority] != prio.String() {
 		ctx = telemetry.WithPriority(ctx, prio)
 	}
 	e.inv = pipeline.NewInvocation(pipeline.Spec{
@@ -204,7 +207,7 @@ func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag 
 	if op == nil {
 		return p
 	}
-	if v, ok := bag[pipeline.BaggagePriority]; ok {
+	if v, ok := bag[telemetry.BaggagePriority]; ok {
 		if b, valid := priority.Parse(v); valid {
 			p = min(p, b)
 		}

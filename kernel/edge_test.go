@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
@@ -230,7 +231,7 @@ func TestBaggageAndIdempotencyKey(t *testing.T) {
 	var inv *pipeline.Invocation
 	k, err := kernel.New(kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(func(ctx context.Context, i *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		mu.Lock()
-		seen, inv = baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value(), i
+		seen, inv = baggage.FromContext(ctx).Member(telemetry.BaggageIdempotencyKey).Value(), i
 		mu.Unlock()
 		return next(ctx, i)
 	})), kernel.WithRegistry(newRegistry(t, nil)))

@@ -32,10 +32,6 @@ func (p Protocol) String() string {
 	return "inprocess"
 }
 
-// BaggageIdempotencyKey is the baggage key that carries a caller's
-// idempotency key (see [Invocation.IdempotencyKey]).
-const BaggageIdempotencyKey = "sundial.idempotency-key"
-
 // DeadlineSource says which deadline binds an invocation: the earliest of
 // the caller's, the operation's own (TimeoutSeconds) and the kernel-wide cap
 // (MaxTimeoutSeconds). When two are the same instant, the caller's wins
@@ -93,8 +89,7 @@ type Spec struct {
 	// Baggage is the caller's baggage. NewInvocation keeps the map: the
 	// caller must not change it afterwards.
 	Baggage map[string]string
-	// IdempotencyKey is the caller's idempotency key; when empty, the
-	// baggage's BaggageIdempotencyKey member is used.
+	// IdempotencyKey is the caller's idempotency key, or "".
 	IdempotencyKey string
 	// Arrival is when the invocation arrived (the kernel's one reading of
 	// the clock for it); the zero time: unknown.
@@ -155,9 +150,6 @@ func NewInvocation(s Spec) *Invocation {
 		if inv.source == DeadlineNone {
 			inv.source = DeadlineCaller
 		}
-	}
-	if inv.idempotencyKey == "" {
-		inv.idempotencyKey = s.Baggage[BaggageIdempotencyKey]
 	}
 	return inv
 }
@@ -309,7 +301,7 @@ func (inv *Invocation) IdempotencyKey() string {
 // Priority returns the invocation's effective class: its operation's
 // configured class, lowered by the caller if it asked (the Sundial-Priority
 // header, gRPC metadata sundial-priority, --priority, or the baggage member
-// BaggagePriority). A caller never raises it.
+// sundial.priority). A caller never raises it.
 func (inv *Invocation) Priority() Priority {
 	if inv == nil {
 		return PriorityDefault

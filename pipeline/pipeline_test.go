@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -593,7 +594,7 @@ func TestNewInvocation(t *testing.T) {
 		CallerDeadline: caller,
 		Deadline:       eff,
 		DeadlineSource: pipeline.DeadlineOperation,
-		Baggage:        map[string]string{"tenant": "acme", pipeline.BaggageIdempotencyKey: "from-baggage"},
+		Baggage:        map[string]string{"tenant": "acme", telemetry.BaggageIdempotencyKey: "from-baggage"},
 		IdempotencyKey: "explicit",
 	})
 	if inv.OperationID() != "orders.get" || inv.Name() != "orders.get" || inv.Operation() != op("orders.get") {
@@ -646,12 +647,6 @@ func TestNewInvocation(t *testing.T) {
 	none := pipeline.NewInvocation(pipeline.Spec{DeadlineSource: pipeline.DeadlineKernel, CallerDeadline: caller})
 	if _, has := none.Deadline(); has || none.DeadlineSource() != pipeline.DeadlineNone {
 		t.Errorf("no Deadline: has %v, source %v; want none", has, none.DeadlineSource())
-	}
-
-	// The idempotency key falls back to the baggage's.
-	bk := pipeline.NewInvocation(pipeline.Spec{Baggage: map[string]string{pipeline.BaggageIdempotencyKey: "k1"}})
-	if bk.IdempotencyKey() != "k1" {
-		t.Errorf("IdempotencyKey() = %q, want k1 from the baggage", bk.IdempotencyKey())
 	}
 }
 

@@ -15,6 +15,15 @@ import (
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
+// The baggage keys Sundial reads and writes.
+const (
+	// BaggageIdempotencyKey carries a caller's idempotency key.
+	BaggageIdempotencyKey = "sundial.idempotency-key"
+	// BaggagePriority carries a call's class to the services it calls.
+	// Like the Sundial-Priority header, it only lowers a class.
+	BaggagePriority = "sundial.priority"
+)
+
 // propagator carries the W3C trace context (traceparent, tracestate) and
 // W3C baggage. It is fixed, not otel's global propagator: Sundial services
 // always speak W3C to each other.
@@ -89,7 +98,7 @@ const (
 // Baggage returns the W3C baggage of ctx (see ExtractHTTP and
 // ExtractGRPC) as a map, bounded, for the invocation's
 // [pipeline.Spec.Baggage] — the idempotency key among it
-// (pipeline.BaggageIdempotencyKey, read by
+// (BaggageIdempotencyKey, read by
 // [pipeline.Invocation.IdempotencyKey]). It returns nil when ctx carries
 // no baggage.
 //
@@ -103,7 +112,7 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 		return nil
 	}
 	slices.SortFunc(members, func(a, b baggage.Member) int {
-		ai, bi := a.Key() == pipeline.BaggageIdempotencyKey, b.Key() == pipeline.BaggageIdempotencyKey
+		ai, bi := a.Key() == BaggageIdempotencyKey, b.Key() == BaggageIdempotencyKey
 		switch {
 		case ai && !bi:
 			return -1
@@ -151,7 +160,7 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 //		}
 //	}
 func IdempotencyKey(ctx context.Context) string {
-	return baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value()
+	return baggage.FromContext(ctx).Member(BaggageIdempotencyKey).Value()
 }
 
 // WithIdempotencyKey returns ctx with key as its idempotency key: the W3C
@@ -167,7 +176,7 @@ func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool)
 	if !idempotency.ValidKey(key) {
 		return ctx, false
 	}
-	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, key)
+	m, err := baggage.NewMemberRaw(BaggageIdempotencyKey, key)
 	if err != nil {
 		return ctx, false
 	}
@@ -186,7 +195,7 @@ func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool)
 // prefetch or a batch job pipeline.PrioritySheddable. The kernel marks
 // the handler's context so when the caller lowered its call's class.
 func WithPriority(ctx context.Context, p pipeline.Priority) context.Context {
-	m, err := baggage.NewMemberRaw(pipeline.BaggagePriority, p.String())
+	m, err := baggage.NewMemberRaw(BaggagePriority, p.String())
 	if err != nil {
 		return ctx
 	}

@@ -491,7 +491,7 @@ func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
 			p.CreateKey, p.BackoffBase, p.BackoffMax = tc.create, time.Millisecond, time.Millisecond
 			var keys []string
 			_ = dep(t, p).Do(tc.ctx, func(ctx context.Context) error {
-				keys = append(keys, baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value())
+				keys = append(keys, baggage.FromContext(ctx).Member(telemetry.BaggageIdempotencyKey).Value())
 				return timeout
 			})
 			if len(keys) != len(tc.want) {
@@ -505,4 +505,12 @@ func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestBaggageIdempotencyKeyIsTelemetrys: outbound's copy of the baggage key
+// is the kernel's.
+func TestBaggageIdempotencyKeyIsTelemetrys(t *testing.T) {
+	if baggageIdempotencyKey != telemetry.BaggageIdempotencyKey {
+		t.Errorf("%q, want %q", baggageIdempotencyKey, telemetry.BaggageIdempotencyKey)
+	}
 }

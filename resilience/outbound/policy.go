@@ -18,7 +18,7 @@
 //   - TIMEOUT outcomes and ambiguous failures (UNEXPECTED, a reset
 //     connection, any other transport error) only when the call carries an
 //     idempotency key (the W3C baggage member sundial.idempotency-key, see
-//     pipeline.BaggageIdempotencyKey), so that the downstream can tell a
+//     baggageIdempotencyKey), so that the downstream can tell a
 //     retry from a new call;
 //   - never a caller fault (VALIDATION, UNAUTHENTICATED, FORBIDDEN,
 //     NOT_FOUND, CONFLICT, UNPROCESSABLE), never CANCELLED, and never once

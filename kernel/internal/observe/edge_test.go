@@ -705,8 +705,9 @@ func TestIdempotencyKeyAttribute(t *testing.T) {
 	for _, key := range []string{"", "order-7f3a"} {
 		h := newHarness(t)
 		inv := pipeline.NewInvocation(pipeline.Spec{
-			Operation: op("orders.create"),
-			Baggage:   map[string]string{pipeline.BaggageIdempotencyKey: key},
+			Operation:      op("orders.create"),
+			Baggage:        map[string]string{telemetry.BaggageIdempotencyKey: key},
+			IdempotencyKey: key, // as the kernel's edge takes it from the baggage
 		})
 		runCall(h.tel.Operation(op("orders.create")), context.Background(), inv, t0, t0, nil)
 		s := h.onlySpan(t)
@@ -728,7 +729,7 @@ func TestIdempotencyKeyAttribute(t *testing.T) {
 // TestIdempotencyKeyFromContext: IdempotencyKey reads the baggage member
 // the kernel puts into the handler's context.
 func TestIdempotencyKeyFromContext(t *testing.T) {
-	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, "order-7f3a")
+	m, err := baggage.NewMemberRaw(telemetry.BaggageIdempotencyKey, "order-7f3a")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package priority reads a call's class (pipeline.Priority) from what a
 // caller sends: the Sundial-Priority header, the gRPC metadata entry, the
-// CLI's --priority, the baggage member pipeline.BaggagePriority, and the
+// CLI's --priority, the baggage member telemetry.BaggagePriority, and the
 // Priority policy key.
 package priority
 
