@@ -114,7 +114,7 @@ func TestViolationsOneShape(t *testing.T) {
 	}
 	fr := pipeline.AsError(httpadapter.FromResponse(&http.Response{StatusCode: resp.StatusCode,
 		Header: resp.Header, Body: io.NopCloser(bytes.NewReader(raw))}))
-	if got, _ := fr.Detail(operations.DetailViolations); got == nil {
+	if got, _ := fr.Details()[operations.DetailViolations]; got == nil {
 		t.Errorf("FromResponse(%s) details = %v, want the failing fields kept", raw, fr.Details())
 	}
 

@@ -45,7 +45,7 @@ func Violations(err error) []Violation {
 	if !ok || pe == nil {
 		return nil
 	}
-	v, _ := pe.Detail(DetailViolations)
+	v, _ := pe.Details()[DetailViolations]
 	vs, _ := v.([]Violation)
 	return vs
 }

@@ -155,15 +155,6 @@ func (e *Error) SafeDetails() map[string]any {
 	return e.Details()
 }
 
-// Detail returns the detail key.
-func (e *Error) Detail(key string) (any, bool) {
-	if e == nil {
-		return nil, false
-	}
-	v, ok := e.details[key]
-	return v, ok
-}
-
 // WithDetail returns a copy of e with the detail key set to value. The
 // retry-after is not a detail: set it with WithRetryAfter.
 func (e *Error) WithDetail(key string, value any) *Error {

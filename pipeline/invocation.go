@@ -242,22 +242,6 @@ func (inv *Invocation) Arrival() (time.Time, bool) {
 	return inv.arrival, !inv.arrival.IsZero()
 }
 
-// Remaining returns the time left before the effective deadline at now
-// (negative once it passed); without a deadline, the largest Duration.
-func (inv *Invocation) Remaining(now time.Time) time.Duration {
-	d, ok := inv.Deadline()
-	if !ok {
-		return time.Duration(1<<63 - 1)
-	}
-	return d.Sub(now)
-}
-
-// Expired reports whether the effective deadline is at or before now.
-func (inv *Invocation) Expired(now time.Time) bool {
-	d, ok := inv.Deadline()
-	return ok && !d.After(now)
-}
-
 // Baggage returns the caller's baggage member key.
 func (inv *Invocation) Baggage(key string) (string, bool) {
 	if inv == nil {

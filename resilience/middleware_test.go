@@ -152,7 +152,7 @@ func TestRateLimitRejection(t *testing.T) {
 		if want := "Operation 'orders.create' is rate limited; retry after 60 seconds."; pe.Message() != want {
 			t.Errorf("rejection message = %q, want %q", pe.Message(), want)
 		}
-		if id, _ := pe.Detail("id"); id != opID {
+		if id, _ := pe.Details()["id"]; id != opID {
 			t.Errorf("details.id = %v, want %q", id, opID)
 		}
 		if ra, _ := pe.RetryAfterSeconds(); ra != 60 { // 59.5 s rounded up
@@ -190,7 +190,7 @@ func TestRetryAfterRounding(t *testing.T) {
 		if ra, ok := e.RetryAfterSeconds(); !ok || ra != tt.want {
 			t.Errorf("RateLimited(%v).RetryAfterSeconds() = %v, %v; want %d", tt.d, ra, ok, tt.want)
 		}
-		if _, ok := e.Detail(pipeline.DetailRetryAfter); ok {
+		if _, ok := e.Details()[pipeline.DetailRetryAfter]; ok {
 			t.Errorf("RateLimited(%v) has a retryAfter detail; the retry-after is typed", tt.d)
 		}
 		if want := "Operation 'orders.create' is rate limited; " + tt.msg; e.Message() != want {
@@ -310,7 +310,7 @@ func TestConcurrencyLimit(t *testing.T) {
 		err := callLimited(t.Context(), h)
 		expectCode(t, "fifth call", err, resilience.CodeConcurrencyLimited)
 		pe := pipeline.AsError(err)
-		if id, _ := pe.Detail("id"); id != opID || pe.Kind() != pipeline.KindUnavailable {
+		if id, _ := pe.Details()["id"]; id != opID || pe.Kind() != pipeline.KindUnavailable {
 			t.Errorf("rejection = %v, details %v; want UNAVAILABLE with id", pe, pe.Details())
 		}
 		if _, has := pe.RetryAfter(); has {

@@ -66,7 +66,7 @@ func checkShed(t *testing.T, err error, c pipeline.Priority) {
 	if e.Code() != resilience.CodeShed || e.Kind() != pipeline.KindUnavailable || !ok || ra != 1 {
 		t.Fatalf("outcome = %v (retry-after %d, %v); want UNAVAILABLE %s with a retry-after of 1 s", err, ra, ok, resilience.CodeShed)
 	}
-	if p, _ := e.Detail("priority"); p != c.String() {
+	if p, _ := e.Details()["priority"]; p != c.String() {
 		t.Errorf("details.priority = %v, want %q", p, c)
 	}
 }

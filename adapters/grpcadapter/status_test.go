@@ -161,7 +161,7 @@ func TestFromStatus(t *testing.T) {
 				t.Errorf("FromStatus(%v) = %s %s, want %s %s", tt.err, e.Kind(), e.Code(), tt.kind, tt.code)
 			}
 			for k, v := range tt.details {
-				if d, _ := e.Detail(k); d != v {
+				if d, _ := e.Details()[k]; d != v {
 					t.Errorf("FromStatus(%v) details[%s] = %v (%T), want %v (%T)", tt.err, k, d, d, v, v)
 				}
 			}

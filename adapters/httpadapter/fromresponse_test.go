@@ -53,7 +53,7 @@ func TestFromResponseRateLimited(t *testing.T) {
 	if !has || ra <= 0 || ra > time.Minute {
 		t.Fatalf("retry-after %v %v, want the window's remainder", ra, has)
 	}
-	if st, _ := e.Detail(httpadapter.DetailDownstreamStatus); st != 503 {
+	if st, _ := e.Details()[httpadapter.DetailDownstreamStatus]; st != 503 {
 		t.Fatalf("downstreamStatus = %v", st)
 	}
 }
@@ -72,7 +72,7 @@ func TestFromResponseDownstreamTimeoutIsNotOurs(t *testing.T) {
 	if errors.Is(err, context.DeadlineExceeded) || t.Context().Err() != nil {
 		t.Fatalf("a downstream 504 reads as our own deadline: %v", err)
 	}
-	if st, _ := e.Detail(httpadapter.DetailDownstreamStatus); st != 504 {
+	if st, _ := e.Details()[httpadapter.DetailDownstreamStatus]; st != 504 {
 		t.Fatalf("downstreamStatus = %v", st)
 	}
 }
@@ -83,7 +83,7 @@ func TestFromResponseDownstreamTimeoutIsNotOurs(t *testing.T) {
 func TestFromResponseDetails(t *testing.T) {
 	s := startServer(t, newTestApp(), serverOpts{})
 	e := pipeline.AsError(call(t, s, "GET", "/items/404", "", nil))
-	if id, _ := e.Detail("id"); e.Kind() != pipeline.KindNotFound || e.Code() != "TEST_NOT_FOUND_001" || fmt.Sprint(id) != "404" ||
+	if id, _ := e.Details()["id"]; e.Kind() != pipeline.KindNotFound || e.Code() != "TEST_NOT_FOUND_001" || fmt.Sprint(id) != "404" ||
 		e.Message() != "no such item" {
 		t.Fatalf("err = %v (id %v)", e, id)
 	}

@@ -1,6 +1,8 @@
 package pipelinetest
 
 import (
+	"time"
+
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -48,4 +50,20 @@ func NewInvocation(s pipeline.Spec) *pipeline.Invocation {
 		}
 	}
 	return pipeline.NewInvocation(s)
+}
+
+// Remaining returns the time left before inv's deadline at now (negative
+// once it passed); without a deadline, the largest Duration.
+func Remaining(inv *pipeline.Invocation, now time.Time) time.Duration {
+	d, ok := inv.Deadline()
+	if !ok {
+		return time.Duration(1<<63 - 1)
+	}
+	return d.Sub(now)
+}
+
+// Expired reports whether inv's deadline is at or before now.
+func Expired(inv *pipeline.Invocation, now time.Time) bool {
+	d, ok := inv.Deadline()
+	return ok && !d.After(now)
 }

@@ -205,12 +205,12 @@ func TestCodedFailureReplayed(t *testing.T) {
 		t.Fatalf("replay %v of %v, executions %d", err2, err1, n.Load())
 	}
 	// Details come back in their JSON form, integers exact (as int64).
-	if v, _ := e.Detail("card"); v != "9" {
+	if v, _ := e.Details()["card"]; v != "9" {
 		t.Fatalf("details %v", e.Details())
 	}
-	big, _ := e.Detail("big")
-	ratio, _ := e.Detail("ratio")
-	ids, _ := e.Detail("ids")
+	big, _ := e.Details()["big"]
+	ratio, _ := e.Details()["ratio"]
+	ids, _ := e.Details()["ids"]
 	if big != int64(1)<<53+1 || ratio != 0.5 || fmt.Sprint(ids) != "[7 8]" {
 		t.Fatalf("replayed details %#v %#v %#v, want int64 %d, 0.5, [7 8]", big, ratio, ids, int64(1)<<53+1)
 	}

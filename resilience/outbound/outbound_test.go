@@ -325,7 +325,7 @@ func TestWhatIsRetried(t *testing.T) {
 				err := d.Do(ctx, func(context.Context) error { n++; return tc.err })
 				if tc.unanswered {
 					e := pipeline.AsError(err)
-					if dep, _ := e.Detail("dependency"); n != tc.want || e.Code() != CodeDependencyUnavailable ||
+					if dep, _ := e.Details()["dependency"]; n != tc.want || e.Code() != CodeDependencyUnavailable ||
 						e.Kind() != pipeline.KindUnavailable || dep != "billing" || !errors.Is(err, tc.err) {
 						t.Fatalf("%d attempts, err %v; want %d and %s naming billing, wrapping the last error",
 							n, err, tc.want, CodeDependencyUnavailable)

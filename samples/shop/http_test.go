@@ -99,7 +99,7 @@ func (p *probe) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipel
 	switch inv.OperationID() {
 	case "billing.charge":
 		p.mu.Lock()
-		p.remaining = append(p.remaining, inv.Remaining(time.Now()))
+		p.remaining = append(p.remaining, pipelinetest.Remaining(inv, time.Now()))
 		p.mu.Unlock()
 	case "reports.export":
 		go func() {
