@@ -350,7 +350,7 @@ func (k *Kernel) observe(ctx context.Context, req *Request, c *compiled, name st
 func (k *Kernel) run(ctx context.Context, e *edge) (out any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			out, err = nil, pipeline.Recovered(e.inv, v, k.host.onPanic)
+			out, err = nil, recovered(e.inv, v, k.host.onPanic)
 		}
 	}()
 	return e.h(ctx, e.inv)

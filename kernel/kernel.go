@@ -348,7 +348,7 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 // the terminal becomes its UNEXPECTED outcome, which every middleware
 // sees; a panic in a middleware is recovered at the kernel's edge (run).
 func (c *compiled) chain(terminal pipeline.Handler) pipeline.Handler {
-	return pipeline.Chain(pipeline.Recover(terminal, c.onPanic), c.mws...)
+	return pipeline.Chain(recoverHandler(terminal, c.onPanic), c.mws...)
 }
 
 // missingHandler is the terminal of a host invocation that came without a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -30,7 +31,7 @@ func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...
 	t.Helper()
 	l := resilience.NewLimits(opID, p)
 	mws := append([]pipeline.Middleware{resilience.NewDeadlineMiddleware(resilience.WithLimits(l))}, inner...)
-	chain := pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil)
+	chain := pipelinetest.Recover(pipeline.Chain(pipelinetest.Recover(h), mws...))
 	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		return chain(ctx, withDeadline(ctx, inv, p.Timeout))
 	}, l

@@ -1,6 +1,7 @@
 package pipelinetest
 
 import (
+	"context"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
@@ -66,4 +67,18 @@ func Remaining(inv *pipeline.Invocation, now time.Time) time.Duration {
 func Expired(inv *pipeline.Invocation, now time.Time) bool {
 	d, ok := inv.Deadline()
 	return ok && !d.After(now)
+}
+
+// Recover returns h with a panic turned into an UNEXPECTED outcome
+// wrapping a *pipeline.PanicError, as the kernel recovers a handler's.
+func Recover(h pipeline.Handler) pipeline.Handler {
+	return func(ctx context.Context, inv *pipeline.Invocation) (out any, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				out, err = nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+					pipeline.UnexpectedMessage, &pipeline.PanicError{Value: v})
+			}
+		}()
+		return h(ctx, inv)
+	}
 }

@@ -156,7 +156,7 @@ func TestUnexpectedRecordsCause(t *testing.T) {
 		wantType, wantText string
 	}{
 		{"foreign", errors.New("db: connection refused"), "*errors.errorString", "db: connection refused"},
-		{"panic", pipeline.Recovered(nil, "boom", nil), "*pipeline.PanicError", "panic: boom"},
+		{"panic", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage, &pipeline.PanicError{Value: "boom"}), "*pipeline.PanicError", "panic: boom"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
