@@ -9,16 +9,10 @@ import (
 	"time"
 )
 
-// Stable codes of the outcomes the framework itself produces that a caller
-// may act on. Applications use codes of their own (e.g.
-// "SHOP_UNAVAILABLE_001"). The wire spelling of the cancellation code is
-// British ("CANCELLED"); identifiers use Go's. The codes of malformed
-// requests are written by the package that detects them:
-// KERNEL_VALIDATION_002 (a deadline header), 004, 005 and 006 (an
-// idempotency key missing, malformed, or sent to a method whose answer
-// cannot be replayed), 008 (a per-key limit's key), 009 (a priority),
-// KERNEL_NOT_FOUND_001 (no such operation) and KERNEL_CONFLICT_002 (an
-// outcome too large to keep for replay).
+// The codes of the pipeline's own outcomes. Applications use codes of
+// their own (e.g. "SHOP_UNAVAILABLE_001"). The wire spelling of the
+// cancellation code is British ("CANCELLED"); identifiers use Go's. Every
+// other code belongs to the package that produces it.
 const (
 	CodeTimeout    = "KERNEL_TIMEOUT_001"
 	CodeCanceled   = "KERNEL_CANCELLED_001"
@@ -35,10 +29,10 @@ const UnexpectedMessage = "An unexpected error occurred."
 // seconds.
 const DetailRetryAfter = "retryAfter"
 
-// Error is the outcome of a failed invocation: a [Kind], a stable code, a
-// human message that may reach the caller, details (a small map of
-// JSON-encodable values, e.g. "id"), an optional retry-after and an
-// optional wrapped cause that never reaches the caller.
+// Error is the outcome of a failed invocation. It has a [Kind], a stable
+// code and a human message that may reach the caller. It may have details
+// (a small map of JSON-encodable values, e.g. "id") and a retry-after.
+// It may wrap a cause, which never reaches the caller.
 //
 // An Error cannot be changed once made: the With methods return changed
 // copies, and [Error.Details] returns a copy of the details. Share Error
@@ -276,11 +270,10 @@ func KindOf(err error) Kind {
 	return AsError(err).Kind()
 }
 
-// AsError returns err as an *Error: nil for nil; the *Error in err's chain
-// when there is one (never overwritten); KERNEL_TIMEOUT_001 or
-// KERNEL_CANCELLED_001 wrapping err for a context error; an UNEXPECTED
-// outcome wrapping err for anything else, a typed nil of any type
-// included.
+// AsError returns err as an *Error. It returns nil for nil, and the
+// *Error in err's chain when there is one. A context error gives
+// KERNEL_TIMEOUT_001 or KERNEL_CANCELLED_001 wrapping err. Anything else,
+// a typed nil included, gives an UNEXPECTED outcome wrapping err.
 func AsError(err error) *Error {
 	if err == nil {
 		return nil

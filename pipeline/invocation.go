@@ -102,10 +102,9 @@ type Spec struct {
 	ReplayMark *ReplayMark
 }
 
-// Invocation is one call of an operation (or of a host endpoint) travelling
-// through the pipeline: the per-call facts, fixed when the invocation is
-// made — the operation, the protocol, the route, the input, the caller's
-// deadline and the effective one, baggage, the idempotency key.
+// Invocation is one call of an operation (or of a host endpoint) in the
+// pipeline. It holds the call's facts, fixed when it is made: operation,
+// protocol, route, input, deadlines, baggage and idempotency key.
 //
 // An Invocation has no setters: the context travels as the first argument
 // of every [Handler], and the outcome is what the handler returns. Its

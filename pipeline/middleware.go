@@ -6,10 +6,10 @@ import (
 	"reflect"
 )
 
-// Handler runs an invocation under ctx and returns its result and outcome:
-// a nil error for success, else the outcome (ideally an [*Error]). ctx
-// carries the invocation's cancellation and, inside the Resilience stage
-// and below, its deadline: pass it to every downstream call.
+// Handler runs an invocation under ctx and returns its result and outcome.
+// The outcome is nil for success, else ideally an [*Error]. ctx carries
+// the invocation's cancellation and, inside the Resilience stage and
+// below, its deadline. Pass it to every downstream call.
 type Handler func(ctx context.Context, inv *Invocation) (any, error)
 
 // Middleware acts on an invocation before and after the rest of the chain.

@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// Reply is the response side of one invocation: the facts a middleware
-// adds to the answer besides the outcome itself, which every adapter
-// carries in its protocol's form:
+// Reply is the response side of one invocation. It holds the facts a
+// middleware adds to the answer besides the outcome. Every adapter
+// carries them in its protocol's form:
 //
 //   - a field (Set) is an HTTP response header and gRPC header metadata
 //     (its name lower-cased), sent on success and failure alike;

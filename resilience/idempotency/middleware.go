@@ -139,12 +139,12 @@ func (m *middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 	return m.run(ctx, inv, next, skey, fp, token)
 }
 
-// run runs the rest of the chain under the claim and settles it when the
-// chain returns — or panics: the kernel recovers a panic of the handler,
-// but one in a middleware between this one and the handler unwinds
-// through here, and the claim must not stay running (with its lease
-// renewed for as long as the process lives). A panic settles as the
-// UNEXPECTED outcome the kernel answers for it, and goes on unwinding.
+// run runs the rest of the chain under the claim. It settles the claim
+// when the chain returns or panics. The kernel recovers a handler's
+// panic, but a panic in a middleware below this one unwinds through here.
+// The claim must not stay running, its lease renewed for as long as the
+// process lives. A panic settles as the UNEXPECTED outcome the kernel
+// answers for it, and goes on unwinding.
 func (m *middleware) run(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, skey, fp, token string) (out any, herr error) {
 	stop := m.renew(skey, token)
 	panicked := true
@@ -194,9 +194,9 @@ func (m *middleware) renew(key, token string) func() {
 }
 
 // forgets reports whether an outcome frees the key instead of being
-// stored: TIMEOUT, CANCELLED and UNAVAILABLE say "try again", and a
-// handler returning one has (by contract) not completed its effect, or
-// passed on a downstream's that carries the same key. So does any outcome
+// stored. TIMEOUT, CANCELLED and UNAVAILABLE say "try again". A handler
+// returning one has, by contract, not completed its effect. Or it passed
+// on a downstream's outcome that carries the same key. So does any outcome
 // with a retry-after (a CONFLICT "retry in 5 s" from the handler, say):
 // replaying it for the whole retention would tell the caller to retry a
 // call whose answer could never change.
