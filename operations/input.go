@@ -17,12 +17,11 @@ const (
 )
 
 // InputPolicy says how strictly an operation reads its input, the same on
-// every protocol: the HTTP adapter applies it to the JSON body, the CLI
-// adapter to --input, the gRPC adapter to the request message (where a
-// field the schema does not have is a field number it does not know). The
-// zero value is strict: a field the input type does not have, or a key
-// whose case differs from the field's JSON name, is a VALIDATION outcome
-// with code CodeUnknownField and details.field naming it. See
+// every protocol. The HTTP adapter applies it to the JSON body, the CLI
+// adapter to --input, and the gRPC adapter to the request message. The
+// zero value is strict. A field the input type does not have is then a
+// VALIDATION outcome, code CodeUnknownField, with details.field naming it.
+// So is a key whose case differs from the field's JSON name. See
 // docs/pipeline.md, "One input policy".
 type InputPolicy struct {
 	// AllowUnknownFields ignores fields the input type does not have,
