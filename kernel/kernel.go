@@ -354,7 +354,7 @@ func (c *compiled) chain(terminal pipeline.Handler) pipeline.Handler {
 // missingHandler is the terminal of a host invocation that came without a
 // handler.
 func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
-	return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
+	return nil, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
 }
 
 // Call invokes the operation id in-process with a typed input and output.
@@ -382,7 +382,7 @@ func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, e
 	}
 	out, ok := res.(Out)
 	if !ok && res != nil {
-		return zero, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: operation %q returned %T", id, res)
+		return zero, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected, fmt.Sprintf("kernel: operation %q returned %T", id, res))
 	}
 	return out, nil
 }

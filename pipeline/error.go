@@ -60,11 +60,6 @@ func NewError(kind Kind, code, message string) *Error {
 	return &Error{kind: kind, code: code, message: message}
 }
 
-// Errorf is NewError with a formatted message.
-func Errorf(kind Kind, code, format string, args ...any) *Error {
-	return NewError(kind, code, fmt.Sprintf(format, args...))
-}
-
 // Wrap returns an error of the given kind and code that wraps cause, so that
 // errors.Is and errors.As see through it. The cause's text is not part of
 // the message.
@@ -193,11 +188,11 @@ func (e *Error) RetryAfterSeconds() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return RetryAfterSeconds(d), true
+	return retryAfterSeconds(d), true
 }
 
-// RetryAfterSeconds rounds d up to whole seconds, at least 1.
-func RetryAfterSeconds(d time.Duration) int64 {
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
 	if d <= time.Second {
 		return 1
 	}

@@ -34,7 +34,7 @@ type Rejections struct {
 // e.g. "Operation 'orders.create' is rate limited; retry after 60
 // seconds.". The breaker does not count it.
 func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
+	n := retrySeconds(retryAfter)
 	return rejection(CodeRateLimited, id, n,
 		fmt.Sprintf("Operation '%s' is rate limited; retry after %s.", id, seconds(n)))
 }
@@ -44,7 +44,7 @@ func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
 // retry-after of retryAfter (the time until the breaker half-opens)
 // rounded up to whole seconds (at least 1).
 func CircuitOpen(id string, retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
+	n := retrySeconds(retryAfter)
 	return rejection(CodeCircuitOpen, id, n,
 		fmt.Sprintf("Operation '%s' is unavailable: its circuit breaker is open; retry after %s.", id, seconds(n)))
 }
@@ -70,7 +70,7 @@ const shedRetryAfter = time.Second
 // sheddable calls under load; retry after 1 second.". The breaker does not
 // count it.
 func Shed(id string, p pipeline.Priority, retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
+	n := retrySeconds(retryAfter)
 	return rejection(CodeShed, id, n,
 		fmt.Sprintf("Operation '%s' is shedding %s calls under load; retry after %s.", id, p, seconds(n))).
 		WithDetail("priority", p.String())
@@ -109,11 +109,11 @@ type lastRejection struct {
 }
 
 func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, longest time.Duration) rejections {
-	return rejections{id: id, make: mk, cache: make([]atomic.Pointer[pipeline.Error], min(pipeline.RetryAfterSeconds(longest), maxCachedRetry)+1)}
+	return rejections{id: id, make: mk, cache: make([]atomic.Pointer[pipeline.Error], min(retrySeconds(longest), maxCachedRetry)+1)}
 }
 
 func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
+	n := retrySeconds(retryAfter)
 	if n >= int64(len(r.cache)) {
 		if l := r.last.Load(); l != nil && l.seconds == n {
 			return l.err
@@ -128,4 +128,10 @@ func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
 	e := r.make(r.id, retryAfter)
 	r.cache[n].Store(e)
 	return e
+}
+
+// retrySeconds is d in whole seconds, rounded up and at least 1, as
+// Error.RetryAfterSeconds reports it.
+func retrySeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
 }
