@@ -85,8 +85,8 @@ func failuresEverywhere(t *testing.T, reg *operations.Registry, id, path string,
 	var p httpadapter.Problem
 	err = json.NewDecoder(resp.Body).Decode(&p)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != 400 || p.Code != pipeline.CodeConstraint {
-		t.Fatalf("HTTP: status %d code %q (%v), want 400 %s", resp.StatusCode, p.Code, err, pipeline.CodeConstraint)
+	if err != nil || resp.StatusCode != 400 || p.Code != operations.CodeConstraint {
+		t.Fatalf("HTTP: status %d code %q (%v), want 400 %s", resp.StatusCode, p.Code, err, operations.CodeConstraint)
 	}
 	for _, fe := range p.Violations() {
 		out["HTTP"] = append(out["HTTP"], strings.TrimPrefix(fe.Field, "/")+" "+fe.Rule)
@@ -99,8 +99,8 @@ func failuresEverywhere(t *testing.T, reg *operations.Registry, id, path string,
 	var res paid
 	err = ga.Call(context.Background(), cc, id, bad, &res)
 	st := status.Convert(err)
-	if reason := pipeline.AsError(err).Details()["reason"]; st.Code() != codes.InvalidArgument || reason != pipeline.CodeConstraint {
-		t.Fatalf("gRPC = %v (reason %v), want InvalidArgument %s", err, reason, pipeline.CodeConstraint)
+	if reason := pipeline.AsError(err).Details()["reason"]; st.Code() != codes.InvalidArgument || reason != operations.CodeConstraint {
+		t.Fatalf("gRPC = %v (reason %v), want InvalidArgument %s", err, reason, operations.CodeConstraint)
 	}
 	for _, d := range st.Details() {
 		if br, ok := d.(*errdetails.BadRequest); ok {
@@ -118,8 +118,8 @@ func failuresEverywhere(t *testing.T, reg *operations.Registry, id, path string,
 	root.SetArgs(append(slices.Clone(cliArgs), "--output", "text"))
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	if code := cliadapter.Execute(context.Background(), root); code != 2 || !strings.Contains(stderr.String(), pipeline.CodeConstraint) {
-		t.Fatalf("CLI: exit %d, stderr %q; want 2 and %s", code, stderr.String(), pipeline.CodeConstraint)
+	if code := cliadapter.Execute(context.Background(), root); code != 2 || !strings.Contains(stderr.String(), operations.CodeConstraint) {
+		t.Fatalf("CLI: exit %d, stderr %q; want 2 and %s", code, stderr.String(), operations.CodeConstraint)
 	}
 	for l := range strings.Lines(stderr.String()) {
 		if f, ok := strings.CutPrefix(l, "  --"); ok {

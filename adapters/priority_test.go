@@ -291,8 +291,8 @@ func TestPriorityConformance(t *testing.T) {
 		if out := <-held; out.Err != nil {
 			t.Fatalf("holder = %v", out.Err)
 		}
-		if a.status != unavailable || a.code != pipeline.CodeShed || a.retryAfter != 1 {
-			t.Errorf("shed call = %+v, want %d %s with a retry-after of 1", a, unavailable, pipeline.CodeShed)
+		if a.status != unavailable || a.code != resilience.CodeShed || a.retryAfter != 1 {
+			t.Errorf("shed call = %+v, want %d %s with a retry-after of 1", a, unavailable, resilience.CodeShed)
 		}
 	})
 	var got resilience.Rejections

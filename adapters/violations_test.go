@@ -92,8 +92,8 @@ func TestViolationsOneShape(t *testing.T) {
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var hp map[string]any
-	if err := json.Unmarshal(raw, &hp); err != nil || resp.StatusCode != 400 || hp["code"] != pipeline.CodeConstraint {
-		t.Fatalf("HTTP: %d %s (%v), want 400 %s", resp.StatusCode, raw, err, pipeline.CodeConstraint)
+	if err := json.Unmarshal(raw, &hp); err != nil || resp.StatusCode != 400 || hp["code"] != operations.CodeConstraint {
+		t.Fatalf("HTTP: %d %s (%v), want 400 %s", resp.StatusCode, raw, err, operations.CodeConstraint)
 	}
 	if _, top := hp["errors"]; top {
 		t.Errorf("HTTP: a top-level errors member beside details.errors: %s", raw)
@@ -114,7 +114,7 @@ func TestViolationsOneShape(t *testing.T) {
 	}
 	fr := pipeline.AsError(httpadapter.FromResponse(&http.Response{StatusCode: resp.StatusCode,
 		Header: resp.Header, Body: io.NopCloser(bytes.NewReader(raw))}))
-	if got, _ := fr.Detail(operations.DetailViolations); got == nil {
+	if got, _ := fr.Details()[operations.DetailViolations]; got == nil {
 		t.Errorf("FromResponse(%s) details = %v, want the failing fields kept", raw, fr.Details())
 	}
 
@@ -132,8 +132,8 @@ func TestViolationsOneShape(t *testing.T) {
 	}
 	line, _, _ := strings.Cut(stderr.String(), "\n")
 	var cp map[string]any
-	if err := json.Unmarshal([]byte(line), &cp); err != nil || cp["code"] != pipeline.CodeConstraint {
-		t.Fatalf("CLI: stderr %q (%v), want Problem Details %s", stderr.String(), err, pipeline.CodeConstraint)
+	if err := json.Unmarshal([]byte(line), &cp); err != nil || cp["code"] != operations.CodeConstraint {
+		t.Fatalf("CLI: stderr %q (%v), want Problem Details %s", stderr.String(), err, operations.CodeConstraint)
 	}
 	if _, top := cp["errors"]; top {
 		t.Errorf("CLI: a top-level errors member: %s", line)

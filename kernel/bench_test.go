@@ -17,6 +17,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
@@ -160,9 +161,9 @@ func BenchmarkRejection(b *testing.B) {
 		name, limits string
 		code         string
 	}{
-		{"rate", `"PermitLimit":1,"WindowSeconds":3600`, pipeline.CodeRateLimited},
-		{"concurrency", `"ConcurrencyLimit":1`, pipeline.CodeConcurrencyLimited},
-		{"breaker", `"FailureThreshold":1,"BreakSeconds":3600`, pipeline.CodeCircuitOpen},
+		{"rate", `"PermitLimit":1,"WindowSeconds":3600`, resilience.CodeRateLimited},
+		{"concurrency", `"ConcurrencyLimit":1`, resilience.CodeConcurrencyLimited},
+		{"breaker", `"FailureThreshold":1,"BreakSeconds":3600`, resilience.CodeCircuitOpen},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

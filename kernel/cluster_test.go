@@ -109,7 +109,7 @@ func TestClusterScopeAcrossKernels(t *testing.T) {
 			switch {
 			case out.Err == nil:
 				ok.Add(1)
-			case pipeline.AsError(out.Err).Code() == pipeline.CodeRateLimited:
+			case pipeline.AsError(out.Err).Code() == resilience.CodeRateLimited:
 				limited.Add(1)
 				if ra, _ := pipeline.AsError(out.Err).RetryAfter(); q.Remaining != 0 || q.Reset <= 0 || ra < q.Reset {
 					t.Errorf("rejected with quota %+v, retry-after %v", q, ra)

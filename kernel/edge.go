@@ -97,9 +97,13 @@ type Outcome struct {
 	Expired bool
 }
 
+// CodeOverloaded is the code of the answer to every call while too many
+// invocations still run after their answer left (UNAVAILABLE).
+const CodeOverloaded = observe.CodeOverloaded
+
 // errOverloaded is the answer to every call while MaxStragglers
 // invocations still run after their answer left.
-var errOverloaded = pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeOverloaded,
+var errOverloaded = pipeline.NewError(pipeline.KindUnavailable, CodeOverloaded,
 	"The server has too many calls still running after their deadline; retry after 1 second.").WithRetryAfter(time.Second)
 
 // settleWindow is how long the guard waits, once the invocation's context
@@ -158,8 +162,11 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	if key != "" && telemetry.IdempotencyKey(ctx) != key {
 		ctx, _ = telemetry.WithIdempotencyKey(ctx, key)
 	}
+	if key == "" {
+		key = bag[telemetry.BaggageIdempotencyKey]
+	}
 	prio := k.priority(req, c, op, bag, &e)
-	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[pipeline.BaggagePriority] != prio.String() {
+	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[telemetry.BaggagePriority] != prio.String() {
 		ctx = telemetry.WithPriority(ctx, prio)
 	}
 	e.inv = pipeline.NewInvocation(pipeline.Spec{
@@ -174,6 +181,7 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		IdempotencyKey: key,
 		Arrival:        now,
 		Priority:       prio,
+		ReplayMark:     &k.replay,
 	})
 	if e.reject == nil && req.Handler != nil && op != nil && k.refusesKeys(req.Operation, e.inv) {
 		e.reject = errKeysUnsupported()
@@ -199,7 +207,7 @@ func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag 
 	if op == nil {
 		return p
 	}
-	if v, ok := bag[pipeline.BaggagePriority]; ok {
+	if v, ok := bag[telemetry.BaggagePriority]; ok {
 		if b, valid := priority.Parse(v); valid {
 			p = min(p, b)
 		}
@@ -342,7 +350,7 @@ func (k *Kernel) observe(ctx context.Context, req *Request, c *compiled, name st
 func (k *Kernel) run(ctx context.Context, e *edge) (out any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			out, err = nil, pipeline.Recovered(e.inv, v, k.host.onPanic)
+			out, err = nil, recovered(e.inv, v, k.host.onPanic)
 		}
 	}()
 	return e.h(ctx, e.inv)

@@ -14,9 +14,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // stragglerKernel serves test.slow, whose handler ignores its context and
@@ -70,8 +72,8 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 			t.Errorf("Running() = %d while the straggler runs, want 1", n)
 		}
 		quick := "quick"
-		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
-			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, pipeline.CodeConcurrencyLimited)
+		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
+			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, resilience.CodeConcurrencyLimited)
 		}
 		if len(sink.Find(pipelinetest.Message("kernel: late result discarded"))) != 0 {
 			t.Error("late result logged before the handler returned")
@@ -229,7 +231,7 @@ func TestBaggageAndIdempotencyKey(t *testing.T) {
 	var inv *pipeline.Invocation
 	k, err := kernel.New(kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(func(ctx context.Context, i *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		mu.Lock()
-		seen, inv = baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value(), i
+		seen, inv = baggage.FromContext(ctx).Member(telemetry.BaggageIdempotencyKey).Value(), i
 		mu.Unlock()
 		return next(ctx, i)
 	})), kernel.WithRegistry(newRegistry(t, nil)))
@@ -287,8 +289,8 @@ func TestStragglersBounded(t *testing.T) {
 		o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick})
 		e := pipeline.AsError(o.Err)
 		retry, ok := e.RetryAfter()
-		if e.Code() != pipeline.CodeOverloaded || e.Kind() != pipeline.KindUnavailable || !ok || retry != time.Second {
-			t.Fatalf("call at the bound = %v (retry %v, %v), want %s with a retry-after of 1s", o.Err, retry, ok, pipeline.CodeOverloaded)
+		if e.Code() != kernel.CodeOverloaded || e.Kind() != pipeline.KindUnavailable || !ok || retry != time.Second {
+			t.Fatalf("call at the bound = %v (retry %v, %v), want %s with a retry-after of 1s", o.Err, retry, ok, kernel.CodeOverloaded)
 		}
 		close(release)
 		if err := k.Wait(t.Context()); err != nil {
@@ -348,8 +350,8 @@ func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
 		if n := k.Stragglers(); n != 10 {
 			t.Fatalf("Stragglers() = %d, want 10: every call admitted on time outlived its deadline", n)
 		}
-		if err := call("test.slow"); pipeline.CodeOf(err) != pipeline.CodeOverloaded {
-			t.Errorf("call to the straggling operation = %v, want %s", err, pipeline.CodeOverloaded)
+		if err := call("test.slow"); pipeline.CodeOf(err) != kernel.CodeOverloaded {
+			t.Errorf("call to the straggling operation = %v, want %s", err, kernel.CodeOverloaded)
 		}
 		if err := call("test.ok"); err != nil {
 			t.Errorf("call to another operation = %v, want success: one operation's stragglers shed it", err)
@@ -360,8 +362,8 @@ func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
 			}
 		}
 		for _, op := range []string{"test.other", "test.ok", "test.slow"} {
-			if err := call(op); pipeline.CodeOf(err) != pipeline.CodeOverloaded {
-				t.Errorf("with two operations at half of MaxStragglers each, %s = %v, want %s", op, err, pipeline.CodeOverloaded)
+			if err := call(op); pipeline.CodeOf(err) != kernel.CodeOverloaded {
+				t.Errorf("with two operations at half of MaxStragglers each, %s = %v, want %s", op, err, kernel.CodeOverloaded)
 			}
 		}
 		close(release)

@@ -141,6 +141,7 @@ func (k *Kernel) idempotencyMiddleware(o *options, d *operations.Descriptor) pip
 		Scope:     o.idem.scope,
 		NewOutput: newOut,
 		Logger:    k.logger,
+		Mark:      &k.replay,
 	})
 }
 
@@ -163,3 +164,11 @@ func errKeysUnsupported() *pipeline.Error {
 	return pipeline.NewError(pipeline.KindValidation, codeIdempotencyKeyUnsupported,
 		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. A key came with the call (idempotency-key metadata, or the sundial.idempotency-key baggage member an upstream call passed on); call it without one, or serve the operation through Sundial's handler.")
 }
+
+// ValidIdempotencyKey reports whether key can be an idempotency key: 1 to
+// 255 bytes of printable ASCII. Adapters use it before they call.
+func ValidIdempotencyKey(key string) bool { return idempotency.ValidKey(key) }
+
+// ErrIdempotencyKeyMalformed returns the 400 of a malformed idempotency
+// key (KERNEL_VALIDATION_005).
+func ErrIdempotencyKeyMalformed() *pipeline.Error { return idempotency.ErrKeyMalformed() }

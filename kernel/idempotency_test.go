@@ -13,6 +13,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
@@ -99,7 +100,7 @@ func TestIdempotencyAfterTimeout(t *testing.T) {
 			t.Fatalf("first call: %v after %v, want 504 at the deadline", o.Err, time.Since(start))
 		}
 		o = charge(k, "key-1", 10)
-		if pe := pipeline.AsError(o.Err); pe.Code() != pipeline.CodeIdempotencyInProgress || pe.Kind() != pipeline.KindConflict {
+		if pe := pipeline.AsError(o.Err); pe.Code() != idempotency.CodeInProgress || pe.Kind() != pipeline.KindConflict {
 			t.Fatalf("retry while running: %v, want 409 KERNEL_CONFLICT_001", o.Err)
 		} else if s, ok := pe.RetryAfterSeconds(); !ok || s != 1 {
 			t.Fatalf("retry-after %d %v", s, ok)
@@ -130,7 +131,7 @@ func TestIdempotencyRejectedCallFreesTheKey(t *testing.T) {
 		done := make(chan kernel.Outcome)
 		go func() { done <- charge(k, "other", 10) }()
 		time.Sleep(10 * time.Millisecond)
-		if o := charge(k, "key-1", 10); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
+		if o := charge(k, "key-1", 10); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 			t.Fatalf("while the slot is taken: %v, want 503 _003", o.Err)
 		}
 		<-done
@@ -261,7 +262,7 @@ func TestIdempotencyClaimsOnlyCallsThatRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); req("k-holder", 99, time.Time{}) }()
 	<-held
-	if o := req("k-rejected", 5, time.Time{}); pipeline.CodeOf(o.Err) != pipeline.CodeConcurrencyLimited {
+	if o := req("k-rejected", 5, time.Time{}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 		t.Fatalf("while the slot is held: %v, want 503 _003", o.Err)
 	}
 	close(hold)
@@ -352,8 +353,8 @@ func TestHungIdempotencyStoreIsNeutralToTheBreaker(t *testing.T) {
 	for range 2 {
 		o := k.Invoke(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
 			Input: &chargeReq{Card: "4242", Amount: 1}, IdempotencyKey: "k"})
-		if !strings.Contains(pipeline.ErrorText(o.Err), pipeline.CodeIdempotencyStore) {
-			t.Fatalf("keyed call on a hung store: %v, want %s in it", o.Err, pipeline.CodeIdempotencyStore)
+		if !strings.Contains(pipeline.ErrorText(o.Err), idempotency.CodeStore) {
+			t.Fatalf("keyed call on a hung store: %v, want %s in it", o.Err, idempotency.CodeStore)
 		}
 	}
 	if o := k.Invoke(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,

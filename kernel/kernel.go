@@ -148,6 +148,7 @@ func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 // concurrent use.
 type Kernel struct {
 	registry *operations.Registry
+	replay   pipeline.ReplayMark // every invocation's; the idempotency middleware's alone
 	logger   *slog.Logger
 	settings parsedSettings // as at New; the live parts are in live
 	live     atomic.Pointer[liveConfig]
@@ -343,13 +344,13 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 // the terminal becomes its UNEXPECTED outcome, which every middleware
 // sees; a panic in a middleware is recovered at the kernel's edge (run).
 func (c *compiled) chain(terminal pipeline.Handler) pipeline.Handler {
-	return pipeline.Chain(pipeline.Recover(terminal, c.onPanic), c.mws...)
+	return pipeline.Chain(recoverHandler(terminal, c.onPanic), c.mws...)
 }
 
 // missingHandler is the terminal of a host invocation that came without a
 // handler.
 func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
-	return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
+	return nil, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: host invocation without a handler")
 }
 
 // Call invokes the operation id in-process with a typed input and output.
@@ -377,7 +378,7 @@ func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, e
 	}
 	out, ok := res.(Out)
 	if !ok && res != nil {
-		return zero, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected, "kernel: operation %q returned %T", id, res)
+		return zero, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected, fmt.Sprintf("kernel: operation %q returned %T", id, res))
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
 
@@ -30,7 +31,7 @@ func TestLeaseAcrossKernels(t *testing.T) {
 				for {
 					out := ks[i%3].Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")})
 					if out.Err != nil {
-						if pipeline.AsError(out.Err).Code() != pipeline.CodeRateLimited {
+						if pipeline.AsError(out.Err).Code() != resilience.CodeRateLimited {
 							t.Errorf("outcome %v", out.Err)
 						}
 						return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
 
@@ -72,8 +73,8 @@ func TestPerKeyLimit(t *testing.T) {
 						switch code := pipeline.CodeOf(out.Err); {
 						case out.Err == nil:
 							admitted[tenant].Add(1)
-						case code != pipeline.CodeRateLimited:
-							t.Errorf("tenant %d: %v, want admitted or %s", tenant, out.Err, pipeline.CodeRateLimited)
+						case code != resilience.CodeRateLimited:
+							t.Errorf("tenant %d: %v, want admitted or %s", tenant, out.Err, resilience.CodeRateLimited)
 						}
 					})
 				}

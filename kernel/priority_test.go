@@ -41,7 +41,7 @@ func priorityKernel(t *testing.T, got *seen, opts ...kernel.Option) *kernel.Kern
 		}
 	}
 	record := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-		*got = seen{ran: true, priority: inv.Priority(), carried: baggage.FromContext(ctx).Member(pipeline.BaggagePriority).Value()}
+		*got = seen{ran: true, priority: inv.Priority(), carried: baggage.FromContext(ctx).Member(telemetry.BaggagePriority).Value()}
 		return next(ctx, inv)
 	})
 	k, err := kernel.New(append([]kernel.Option{kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(priorityConfig)),
@@ -57,7 +57,7 @@ func priorityKernel(t *testing.T, got *seen, opts ...kernel.Option) *kernel.Kern
 // sundial.priority = v, as a caller's header would bring it.
 func withMember(t *testing.T, v string) context.Context {
 	t.Helper()
-	m, err := baggage.NewMemberRaw(pipeline.BaggagePriority, v)
+	m, err := baggage.NewMemberRaw(telemetry.BaggagePriority, v)
 	if err != nil {
 		t.Fatal(err)
 	}

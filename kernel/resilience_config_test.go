@@ -111,7 +111,7 @@ func TestResilienceRejectsThroughTheKernel(t *testing.T) {
 		}
 		_, err = kernel.Call[string, string](t.Context(), k, "orders.create", "")
 		pe := pipeline.AsError(err)
-		if pe == nil || pe.Code() != pipeline.CodeRateLimited || pe.Message() != "Operation 'orders.create' is rate limited; retry after 60 seconds." {
+		if pe == nil || pe.Code() != resilience.CodeRateLimited || pe.Message() != "Operation 'orders.create' is rate limited; retry after 60 seconds." {
 			t.Fatalf("third call = %v, want KERNEL_UNAVAILABLE_002 \"... retry after 60 seconds.\"", err)
 		}
 		if calls != 2 {

@@ -15,6 +15,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // observedKernel serves test.echo (whose handler reports the span context
@@ -82,8 +83,8 @@ func TestRealRejectionsObserved(t *testing.T) {
 	k, rec, reader := observedKernel(t, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.fail":{"FailureThreshold":1,"BreakSeconds":30}}}}}}`)
 	_ = k.Invoke(context.Background(), kernel.Request{Operation: "test.fail", Input: &echoIn{}})
 	o := k.Invoke(context.Background(), kernel.Request{Operation: "test.fail", Input: &echoIn{}})
-	if pipeline.CodeOf(o.Err) != pipeline.CodeCircuitOpen {
-		t.Fatalf("second call = %v, want %s", o.Err, pipeline.CodeCircuitOpen)
+	if pipeline.CodeOf(o.Err) != resilience.CodeCircuitOpen {
+		t.Fatalf("second call = %v, want %s", o.Err, resilience.CodeCircuitOpen)
 	}
 	spans := rec.Ended()
 	last := spans[len(spans)-1]
@@ -151,8 +152,8 @@ func TestStragglersMetric(t *testing.T) {
 	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 		t.Fatalf("stalled call = %v, want TIMEOUT", o.Err)
 	}
-	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeOverloaded {
-		t.Fatalf("call at the bound = %v, want %s", o.Err, pipeline.CodeOverloaded)
+	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != kernel.CodeOverloaded {
+		t.Fatalf("call at the bound = %v, want %s", o.Err, kernel.CodeOverloaded)
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

@@ -14,18 +14,17 @@ import (
 )
 
 // Constraints on input values are declared once, in `validate:"..."` struct
-// tags, and checked by github.com/go-playground/validator/v10: its tag
-// grammar (required, min, max, len, oneof, email, uri, uuid, dive, ...) is
-// the convention of the Go web ecosystem, it caches each struct's parsed
-// tags, and it reports every failing field at once. Sundial adds one rule,
-// pattern=<regexp> (the regexp may not hold ',' or '|', which separate
-// rules in the tag grammar), and names fields by their JSON names, which
-// are also their gRPC field names and, in kebab-case, their CLI flags.
+// tags. github.com/go-playground/validator/v10 checks them. Its tag grammar
+// (required, min, max, len, oneof, email, uri, uuid, dive, ...) is the Go
+// web ecosystem's convention. It caches each struct's parsed tags and
+// reports every failing field at once. Sundial adds one rule,
+// pattern=<regexp>; the regexp may not hold ',' or '|'. Fields are named by
+// their JSON names. These are also their gRPC field names and, in
+// kebab-case, their CLI flags.
 
-// Violation is one failing field of a CONSTRAINT outcome: Field is its path
-// in JSON names ("name", "lines[1].sku"), Rule the tag rule that failed
-// ("min"), Param the rule's parameter ("1") and Message a sentence for
-// people.
+// Violation is one failing field of a CONSTRAINT outcome. Field is its
+// path in JSON names ("lines[1].sku"). Rule is the tag rule that failed
+// ("min") and Param its parameter ("1"). Message is a sentence for people.
 type Violation struct {
 	Field   string `json:"field"`
 	Rule    string `json:"rule"`
@@ -45,7 +44,7 @@ func Violations(err error) []Violation {
 	if !ok || pe == nil {
 		return nil
 	}
-	v, _ := pe.Detail(DetailViolations)
+	v, _ := pe.Details()[DetailViolations]
 	vs, _ := v.([]Violation)
 	return vs
 }
@@ -213,13 +212,13 @@ func checkPatterns(t reflect.Type, seen map[reflect.Type]bool) error {
 	return nil
 }
 
-// CheckConstraints checks the validate tags of the decoded input in (a
-// pointer to the input struct, as the adapters decode it) with the rules
-// of d's registry (the built-in ones and those added with AddRule), and
-// returns one VALIDATION outcome, code pipeline.CodeConstraint, listing
-// every failing field under details.errors ([]Violation), or nil. Every
-// adapter calls it right after decoding, before the invocation runs: no
-// limit permit is spent and the breaker does not count it. A nil or typed
+// CheckConstraints checks the validate tags of the decoded input in, a
+// pointer to the input struct. It uses the rules of d's registry: the
+// built-in ones and those added with AddRule. It returns nil, or one
+// VALIDATION outcome, code CodeConstraint. The outcome lists every failing
+// field under details.errors ([]Violation). Every adapter calls it right
+// after decoding, before the invocation runs. So no limit permit is spent
+// and the breaker does not count it. A nil or typed
 // nil in, or an input without validate tags, passes. A Descriptor that
 // Register did not make checks the built-in rules only.
 func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
@@ -254,7 +253,7 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	}
 	errs, ok := err.(validator.ValidationErrors)
 	if !ok {
-		return pipeline.NewError(pipeline.KindValidation, pipeline.CodeConstraint, "The input is invalid.")
+		return pipeline.NewError(pipeline.KindValidation, CodeConstraint, "The input is invalid.")
 	}
 	vs := make([]Violation, 0, min(len(errs), maxViolations))
 	for _, fe := range errs[:min(len(errs), maxViolations)] {
@@ -267,7 +266,7 @@ func (d *Descriptor) CheckConstraints(in any) *pipeline.Error {
 	case len(vs) > 1:
 		msg = fmt.Sprintf("%d fields are invalid: %s", len(vs), fieldList(vs))
 	}
-	return pipeline.NewError(pipeline.KindValidation, pipeline.CodeConstraint, msg).WithDetail(DetailViolations, vs)
+	return pipeline.NewError(pipeline.KindValidation, CodeConstraint, msg).WithDetail(DetailViolations, vs)
 }
 
 // maxViolations is how many failing fields an answer lists at most: a

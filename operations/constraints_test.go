@@ -33,8 +33,8 @@ func TestCheckConstraints(t *testing.T) {
 	}
 	bad := &order{Email: "nope", Site: "::", ID: "x", Code: "EU", Lines: []line{{SKU: "ABC-1", Qty: 1}, {SKU: "abc", Qty: 100}}}
 	err := builtin.CheckConstraints(bad)
-	if err == nil || err.Code() != pipeline.CodeConstraint || err.Kind() != pipeline.KindValidation {
-		t.Fatalf("invalid order = %v, want VALIDATION %s", err, pipeline.CodeConstraint)
+	if err == nil || err.Code() != CodeConstraint || err.Kind() != pipeline.KindValidation {
+		t.Fatalf("invalid order = %v, want VALIDATION %s", err, CodeConstraint)
 	}
 	vs, _ := err.Details()[DetailViolations].([]Violation)
 	got := map[string]string{}
@@ -98,8 +98,8 @@ func TestCustomRulePanicFails(t *testing.T) {
 	}
 	d, _ := r.Lookup("x.boom")
 	err := d.CheckConstraints(&in{A: "x"})
-	if err == nil || err.Code() != pipeline.CodeConstraint {
-		t.Fatalf("CheckConstraints = %v, want %s", err, pipeline.CodeConstraint)
+	if err == nil || err.Code() != CodeConstraint {
+		t.Fatalf("CheckConstraints = %v, want %s", err, CodeConstraint)
 	}
 }
 
@@ -117,7 +117,7 @@ func TestViolationsBounded(t *testing.T) {
 	err := d.CheckConstraints(tagged{Tags: make([]string, 300)})
 	e := pipeline.AsError(err)
 	vs, _ := e.Details()[DetailViolations].([]Violation)
-	if e.Code() != pipeline.CodeConstraint || len(vs) != maxViolations || !strings.Contains(e.Message(), "300 fields are invalid") || !strings.HasSuffix(e.Message(), "and 200 more.") {
+	if e.Code() != CodeConstraint || len(vs) != maxViolations || !strings.Contains(e.Message(), "300 fields are invalid") || !strings.HasSuffix(e.Message(), "and 200 more.") {
 		t.Fatalf("CheckConstraints(300 empty tags) = %d violations, %q; want %d listed, 300 counted, 200 more", len(vs), e.Message(), maxViolations)
 	}
 }

@@ -10,15 +10,14 @@ import (
 )
 
 // The fast path. The validator parses each rule's parameter and boxes each
-// field's value on every call: about 1 µs for the shop's order input,
-// the whole budget a check has. So a type's tags are also
-// compiled once into plain checks, for the rules whose semantics are
-// simple and fixed (required, omitempty, min, max, gte, lte, gt, lt, len,
-// oneof on strings, integers, floats and booleans), mirroring the
-// validator's own code (baked_in.go: rune counts, ParseInt base 0, float32
-// parameters at 32 bits, oneof by canonical decimal). The fast path only
-// ever accepts: a value it cannot decide (another rule, a nested struct,
-// a slice) or that fails a check goes to the validator, which stays the
+// field's value on every call (docs/validation.md gives the cost). So a
+// type's tags are also compiled once into plain checks. This covers the
+// rules whose semantics are simple and fixed: required, omitempty, min,
+// max, gte, lte, gt, lt, len and oneof on strings, numbers and booleans.
+// The checks mirror the validator's own code (baked_in.go: rune counts,
+// ParseInt base 0, float32 parameters at 32 bits, oneof by canonical
+// decimal). The fast path only ever accepts. A value it cannot decide, or
+// that fails a check, goes to the validator. The validator stays the
 // authority and words the failures. FuzzFastPathAgrees checks the two
 // agree.
 

@@ -10,13 +10,18 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
+// The codes of the input checks' outcomes, both VALIDATION.
+const (
+	CodeUnknownField = "KERNEL_VALIDATION_003" // an input field the input type does not have
+	CodeConstraint   = "KERNEL_VALIDATION_007" // input values break their validate tags
+)
+
 // InputPolicy says how strictly an operation reads its input, the same on
-// every protocol: the HTTP adapter applies it to the JSON body, the CLI
-// adapter to --input, the gRPC adapter to the request message (where a
-// field the schema does not have is a field number it does not know). The
-// zero value is strict: a field the input type does not have, or a key
-// whose case differs from the field's JSON name, is a VALIDATION outcome
-// with code pipeline.CodeUnknownField and details.field naming it. See
+// every protocol. The HTTP adapter applies it to the JSON body, the CLI
+// adapter to --input, and the gRPC adapter to the request message. The
+// zero value is strict. A field the input type does not have is then a
+// VALIDATION outcome, code CodeUnknownField, with details.field naming it.
+// So is a key whose case differs from the field's JSON name. See
 // docs/pipeline.md, "One input policy".
 type InputPolicy struct {
 	// AllowUnknownFields ignores fields the input type does not have,
@@ -38,7 +43,7 @@ func UnknownField(path, hint string) *pipeline.Error {
 	if hint != "" {
 		msg = fmt.Sprintf("Unknown field '%s'; field names are case-sensitive (did you mean '%s'?).", path, hint)
 	}
-	return pipeline.NewError(pipeline.KindValidation, pipeline.CodeUnknownField, msg).WithDetail("field", path)
+	return pipeline.NewError(pipeline.KindValidation, CodeUnknownField, msg).WithDetail("field", path)
 }
 
 // CheckJSON checks the keys of the JSON document data against input type

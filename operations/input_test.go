@@ -67,8 +67,8 @@ func TestCheckJSON(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || err.Kind() != pipeline.KindValidation || err.Code() != pipeline.CodeUnknownField || err.Details()["field"] != tt.field {
-				t.Fatalf("CheckJSON(%s) = %v, want VALIDATION %s with field %q", tt.doc, err, pipeline.CodeUnknownField, tt.field)
+			if err == nil || err.Kind() != pipeline.KindValidation || err.Code() != operations.CodeUnknownField || err.Details()["field"] != tt.field {
+				t.Fatalf("CheckJSON(%s) = %v, want VALIDATION %s with field %q", tt.doc, err, operations.CodeUnknownField, tt.field)
 			}
 			if tt.msg != "" && !strings.Contains(err.Message(), tt.msg) {
 				t.Errorf("message = %q, want it to contain %q", err.Message(), tt.msg)

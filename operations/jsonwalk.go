@@ -13,10 +13,9 @@ import (
 // records the first key its input type has no field for (CheckJSON).
 //
 // It reads the bytes as they come and stops, reporting false, at anything
-// it does not expect: it does not validate the document, which CheckJSON
-// leaves to json.Valid once it has something to report. encoding/json has
-// no walk over an object's keys that does not allocate each token (its
-// Decoder.Token), hence this one.
+// it does not expect. It does not validate the document: CheckJSON leaves
+// that to json.Valid once it has something to report. encoding/json has no
+// walk over an object's keys that does not allocate each token.
 type keyWalk struct {
 	data  []byte
 	i     int

@@ -158,8 +158,8 @@ func handlerOf[In, Out any](id string, inType reflect.Type, fn func(context.Cont
 			in = v
 		case nil:
 		default:
-			return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-				"operation %q: input of type %T, want %v", id, v, inType)
+			return nil, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+				fmt.Sprintf("operation %q: input of type %T, want %v", id, v, inType))
 		}
 		out, err := fn(ctx, in)
 		if err != nil {

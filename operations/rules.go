@@ -9,22 +9,21 @@ import (
 	"github.com/go-playground/validator/v10"
 )
 
-// AddRule registers a custom constraint rule on r under name, so that the
-// validate tags of the operations registered on r afterwards may use it
-// ("name" or "name=param"). check receives the field's value (pointers
-// dereferenced, as for the built-in rules) and the rule's parameter, and
-// reports whether the value passes; it must be safe for concurrent use and
-// must not block. A check that panics fails the value. doc describes the rule for people, as a phrase
-// ("an even number"): it is the failure's message ("must satisfy even: an
-// even number."), the field's help text on the CLI and in the gRPC schema,
-// and the x-sundial-rules extension of the field's OpenAPI schema.
+// AddRule registers a custom constraint rule on r under name. The validate
+// tags of operations registered on r afterwards may use it ("name" or
+// "name=param"). check receives the field's value, pointers dereferenced,
+// and the rule's parameter. It reports whether the value passes. It must
+// be safe for concurrent use and must not block. A check that panics fails
+// the value. doc describes the rule for people, as a phrase ("an even
+// number"). It is the failure's message and the field's help text on the
+// CLI, in the gRPC schema and in the OpenAPI schema (x-sundial-rules).
 //
 // The rule is enforced on every protocol, by the same check as the
 // built-in rules. AddRule returns an error when name is not a lower-case
-// identifier (letters, digits, '_'), names a built-in rule or one added
-// before, when check is nil or doc empty. Add rules before registering
-// the operations that use them: Register refuses a tag naming an unknown
-// rule. Rules are per registry; another registry does not see them.
+// identifier (letters, digits, '_'), or names a built-in or earlier rule.
+// It also fails when check is nil or doc empty. Add rules before
+// registering the operations that use them: Register refuses a tag naming
+// an unknown rule. Rules are per registry.
 func (r *Registry) AddRule(name, doc string, check func(value reflect.Value, param string) bool) error {
 	if r == nil {
 		return fmt.Errorf("operations: AddRule %q: nil registry", name)
@@ -93,13 +92,12 @@ func builtinRule(v *validator.Validate, name string) (known bool) {
 	return true
 }
 
-// Rule is one rule of a field's validate tag, parsed for publishing (the
-// OpenAPI document, the gRPC schema's comments, the CLI's help): Name is
-// the rule ("min", "oneof", a custom rule's name; a "|" alternative is
-// kept whole, "email|uuid"), Param its parameter ("1", "EUR USD"), and
-// Elem says it applies to each element of a slice or map (it follows
-// "dive"). Doc is the description of a custom rule (AddRule), "" for a
-// built-in one.
+// Rule is one rule of a field's validate tag, parsed for publishing: the
+// OpenAPI document, the gRPC schema's comments and the CLI's help. Name is
+// the rule ("min", "oneof", a custom rule's name). A "|" alternative is
+// kept whole ("email|uuid"). Param is its parameter ("1", "EUR USD"). Elem
+// says it applies to each element of a slice or map (it follows "dive").
+// Doc describes a custom rule (AddRule); it is "" for a built-in one.
 type Rule struct {
 	Name  string
 	Param string

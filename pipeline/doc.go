@@ -39,7 +39,8 @@
 // it may also reject the invocation by not calling next at all. Stages
 // order middleware coarsely (see [Stage]): the kernel sorts the built-in
 // and application middleware by stage and hands the result to Chain.
-// [Recover] turns a handler's panic into an UNEXPECTED outcome.
+// The kernel turns a handler's panic into an UNEXPECTED outcome that
+// wraps a [*PanicError].
 //
 // # Outcomes
 //

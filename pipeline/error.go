@@ -9,33 +9,15 @@ import (
 	"time"
 )
 
-// Stable codes of the outcomes the framework itself produces that a caller
-// may act on. Applications use codes of their own (e.g.
-// "SHOP_UNAVAILABLE_001"). The wire spelling of the cancellation code is
-// British ("CANCELLED"); identifiers use Go's. The codes of malformed
-// requests are written by the package that detects them:
-// KERNEL_VALIDATION_002 (a deadline header), 004, 005 and 006 (an
-// idempotency key missing, malformed, or sent to a method whose answer
-// cannot be replayed), 008 (a per-key limit's key), 009 (a priority),
-// KERNEL_NOT_FOUND_001 (no such operation) and KERNEL_CONFLICT_002 (an
-// outcome too large to keep for replay).
+// The codes of the pipeline's own outcomes. Applications use codes of
+// their own (e.g. "SHOP_UNAVAILABLE_001"). The wire spelling of the
+// cancellation code is British ("CANCELLED"); identifiers use Go's. Every
+// other code belongs to the package that produces it.
 const (
-	CodeTimeout            = "KERNEL_TIMEOUT_001"
-	CodeCanceled           = "KERNEL_CANCELLED_001"
-	CodeUnexpected         = "KERNEL_UNEXPECTED_001"
-	CodeValidation         = "KERNEL_VALIDATION_001"
-	CodeUnknownField       = "KERNEL_VALIDATION_003" // an input field the input type does not have (operations.InputPolicy)
-	CodeConstraint         = "KERNEL_VALIDATION_007" // input values break their validate tags (operations.CheckConstraints)
-	CodeRateLimited        = "KERNEL_UNAVAILABLE_002"
-	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003"
-	CodeCircuitOpen        = "KERNEL_UNAVAILABLE_004"
-	CodeOverloaded         = "KERNEL_UNAVAILABLE_005"
-	CodeShed               = "KERNEL_UNAVAILABLE_008" // a full concurrency limit shed a call below its operation's class (docs/resilience.md, "Priority")
-
-	// Idempotency (docs/idempotency.md).
-	CodeIdempotencyInProgress = "KERNEL_CONFLICT_001"      // 409: a call with this key still runs
-	CodeIdempotencyMismatch   = "KERNEL_UNPROCESSABLE_001" // 422: the key was used with another input
-	CodeIdempotencyStore      = "KERNEL_UNAVAILABLE_006"   // 503: the idempotency store did not answer
+	CodeTimeout    = "KERNEL_TIMEOUT_001"
+	CodeCanceled   = "KERNEL_CANCELLED_001"
+	CodeUnexpected = "KERNEL_UNEXPECTED_001"
+	CodeValidation = "KERNEL_VALIDATION_001"
 )
 
 // UnexpectedMessage is the only text a caller ever sees for an UNEXPECTED
@@ -47,10 +29,10 @@ const UnexpectedMessage = "An unexpected error occurred."
 // seconds.
 const DetailRetryAfter = "retryAfter"
 
-// Error is the outcome of a failed invocation: a [Kind], a stable code, a
-// human message that may reach the caller, details (a small map of
-// JSON-encodable values, e.g. "id"), an optional retry-after and an
-// optional wrapped cause that never reaches the caller.
+// Error is the outcome of a failed invocation. It has a [Kind], a stable
+// code and a human message that may reach the caller. It may have details
+// (a small map of JSON-encodable values, e.g. "id") and a retry-after.
+// It may wrap a cause, which never reaches the caller.
 //
 // An Error cannot be changed once made: the With methods return changed
 // copies, and [Error.Details] returns a copy of the details. Share Error
@@ -76,11 +58,6 @@ func NewError(kind Kind, code, message string) *Error {
 		kind = KindUnexpected
 	}
 	return &Error{kind: kind, code: code, message: message}
-}
-
-// Errorf is NewError with a formatted message.
-func Errorf(kind Kind, code, format string, args ...any) *Error {
-	return NewError(kind, code, fmt.Sprintf(format, args...))
 }
 
 // Wrap returns an error of the given kind and code that wraps cause, so that
@@ -149,15 +126,6 @@ func (e *Error) Details() map[string]any {
 	return maps.Clone(e.details)
 }
 
-// Detail returns the detail key.
-func (e *Error) Detail(key string) (any, bool) {
-	if e == nil {
-		return nil, false
-	}
-	v, ok := e.details[key]
-	return v, ok
-}
-
 // WithDetail returns a copy of e with the detail key set to value. The
 // retry-after is not a detail: set it with WithRetryAfter.
 func (e *Error) WithDetail(key string, value any) *Error {
@@ -202,11 +170,11 @@ func (e *Error) RetryAfterSeconds() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return RetryAfterSeconds(d), true
+	return retryAfterSeconds(d), true
 }
 
-// RetryAfterSeconds rounds d up to whole seconds, at least 1.
-func RetryAfterSeconds(d time.Duration) int64 {
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
 	if d <= time.Second {
 		return 1
 	}
@@ -279,11 +247,10 @@ func KindOf(err error) Kind {
 	return AsError(err).Kind()
 }
 
-// AsError returns err as an *Error: nil for nil; the *Error in err's chain
-// when there is one (never overwritten); KERNEL_TIMEOUT_001 or
-// KERNEL_CANCELLED_001 wrapping err for a context error; an UNEXPECTED
-// outcome wrapping err for anything else, a typed nil of any type
-// included.
+// AsError returns err as an *Error. It returns nil for nil, and the
+// *Error in err's chain when there is one. A context error gives
+// KERNEL_TIMEOUT_001 or KERNEL_CANCELLED_001 wrapping err. Anything else,
+// a typed nil included, gives an UNEXPECTED outcome wrapping err.
 func AsError(err error) *Error {
 	if err == nil {
 		return nil

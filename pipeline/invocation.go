@@ -32,10 +32,6 @@ func (p Protocol) String() string {
 	return "inprocess"
 }
 
-// BaggageIdempotencyKey is the baggage key that carries a caller's
-// idempotency key (see [Invocation.IdempotencyKey]).
-const BaggageIdempotencyKey = "sundial.idempotency-key"
-
 // DeadlineSource says which deadline binds an invocation: the earliest of
 // the caller's, the operation's own (TimeoutSeconds) and the kernel-wide cap
 // (MaxTimeoutSeconds). When two are the same instant, the caller's wins
@@ -93,8 +89,7 @@ type Spec struct {
 	// Baggage is the caller's baggage. NewInvocation keeps the map: the
 	// caller must not change it afterwards.
 	Baggage map[string]string
-	// IdempotencyKey is the caller's idempotency key; when empty, the
-	// baggage's BaggageIdempotencyKey member is used.
+	// IdempotencyKey is the caller's idempotency key, or "".
 	IdempotencyKey string
 	// Arrival is when the invocation arrived (the kernel's one reading of
 	// the clock for it); the zero time: unknown.
@@ -102,12 +97,14 @@ type Spec struct {
 	// Priority is the invocation's effective class: the operation's, as
 	// the caller may have lowered it (the zero value: PriorityDefault).
 	Priority Priority
+	// ReplayMark is the one mark that may set the reply's Replayed (nil:
+	// none may).
+	ReplayMark *ReplayMark
 }
 
-// Invocation is one call of an operation (or of a host endpoint) travelling
-// through the pipeline: the per-call facts, fixed when the invocation is
-// made — the operation, the protocol, the route, the input, the caller's
-// deadline and the effective one, baggage, the idempotency key.
+// Invocation is one call of an operation (or of a host endpoint) in the
+// pipeline. It holds the call's facts, fixed when it is made: operation,
+// protocol, route, input, deadlines, baggage and idempotency key.
 //
 // An Invocation has no setters: the context travels as the first argument
 // of every [Handler], and the outcome is what the handler returns. Its
@@ -125,6 +122,7 @@ type Invocation struct {
 	baggage        map[string]string
 	idempotencyKey string
 	priority       Priority
+	mark           *ReplayMark
 	reply          Reply
 }
 
@@ -140,6 +138,7 @@ func NewInvocation(s Spec) *Invocation {
 		idempotencyKey: s.IdempotencyKey,
 		arrival:        s.Arrival,
 		priority:       s.Priority,
+		mark:           s.ReplayMark,
 	}
 	if !s.CallerDeadline.IsZero() {
 		inv.callerDeadline = s.CallerDeadline
@@ -150,9 +149,6 @@ func NewInvocation(s Spec) *Invocation {
 		if inv.source == DeadlineNone {
 			inv.source = DeadlineCaller
 		}
-	}
-	if inv.idempotencyKey == "" {
-		inv.idempotencyKey = s.Baggage[BaggageIdempotencyKey]
 	}
 	return inv
 }
@@ -245,22 +241,6 @@ func (inv *Invocation) Arrival() (time.Time, bool) {
 	return inv.arrival, !inv.arrival.IsZero()
 }
 
-// Remaining returns the time left before the effective deadline at now
-// (negative once it passed); without a deadline, the largest Duration.
-func (inv *Invocation) Remaining(now time.Time) time.Duration {
-	d, ok := inv.Deadline()
-	if !ok {
-		return time.Duration(1<<63 - 1)
-	}
-	return d.Sub(now)
-}
-
-// Expired reports whether the effective deadline is at or before now.
-func (inv *Invocation) Expired(now time.Time) bool {
-	d, ok := inv.Deadline()
-	return ok && !d.After(now)
-}
-
 // Baggage returns the caller's baggage member key.
 func (inv *Invocation) Baggage(key string) (string, bool) {
 	if inv == nil {
@@ -304,7 +284,7 @@ func (inv *Invocation) IdempotencyKey() string {
 // Priority returns the invocation's effective class: its operation's
 // configured class, lowered by the caller if it asked (the Sundial-Priority
 // header, gRPC metadata sundial-priority, --priority, or the baggage member
-// BaggagePriority). A caller never raises it.
+// sundial.priority). A caller never raises it.
 func (inv *Invocation) Priority() Priority {
 	if inv == nil {
 		return PriorityDefault

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"runtime/debug"
 )
 
-// Handler runs an invocation under ctx and returns its result and outcome:
-// a nil error for success, else the outcome (ideally an [*Error]). ctx
-// carries the invocation's cancellation and, inside the Resilience stage
-// and below, its deadline: pass it to every downstream call.
+// Handler runs an invocation under ctx and returns its result and outcome.
+// The outcome is nil for success, else ideally an [*Error]. ctx carries
+// the invocation's cancellation and, inside the Resilience stage and
+// below, its deadline. Pass it to every downstream call.
 type Handler func(ctx context.Context, inv *Invocation) (any, error)
 
 // Middleware acts on an invocation before and after the rest of the chain.
@@ -71,30 +70,4 @@ func (p *PanicError) Error() string {
 		return "panic"
 	}
 	return fmt.Sprintf("panic: %v", p.Value)
-}
-
-// Recover returns h with panics turned into an UNEXPECTED outcome wrapping
-// a [*PanicError] (its text never reaches a caller). onPanic, when not nil,
-// is called with the invocation and the panic first.
-func Recover(h Handler, onPanic func(inv *Invocation, p *PanicError)) Handler {
-	return func(ctx context.Context, inv *Invocation) (out any, err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				out, err = nil, Recovered(inv, v, onPanic)
-			}
-		}()
-		return h(ctx, inv)
-	}
-}
-
-// Recovered is the outcome of a panic with value v recovered while running
-// inv: an UNEXPECTED outcome wrapping a *PanicError with the stack. It
-// calls onPanic first when not nil. Use it in a deferred recover of your
-// own.
-func Recovered(inv *Invocation, v any, onPanic func(inv *Invocation, p *PanicError)) *Error {
-	p := &PanicError{Value: v, Stack: debug.Stack()}
-	if onPanic != nil {
-		onPanic(inv, p)
-	}
-	return Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, p)
 }

@@ -17,11 +17,6 @@ const (
 	PriorityCritical Priority = 1
 )
 
-// BaggagePriority is the baggage key that carries a call's class to the
-// services it calls; like the Sundial-Priority header, it can only lower
-// the class of the operation it reaches.
-const BaggagePriority = "sundial.priority"
-
 // String returns "critical", "default" or "sheddable" (a value outside
 // the three reads as the nearest class).
 func (p Priority) String() string {

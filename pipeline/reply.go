@@ -5,12 +5,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	_ "unsafe" // go:linkname: markReplayed
 )
 
-// Reply is the response side of one invocation: the facts a middleware
-// adds to the answer besides the outcome itself, which every adapter
-// carries in its protocol's form:
+// Reply is the response side of one invocation. It holds the facts a
+// middleware adds to the answer besides the outcome. Every adapter
+// carries them in its protocol's form:
 //
 //   - a field (Set) is an HTTP response header and gRPC header metadata
 //     (its name lower-cased), sent on success and failure alike;
@@ -24,7 +23,7 @@ import (
 // sent. Reply is safe for concurrent use; its zero value is empty.
 type Reply struct {
 	n        atomic.Int32 // facts added, read without the lock
-	replayed atomic.Bool  // the replay mark: set by markReplayed only
+	replayed atomic.Bool  // set by the invocation's ReplayMark only
 	mu       sync.Mutex
 	f        *replyFacts // nil until the first fact: most calls add none
 }
@@ -53,10 +52,6 @@ func (f *replyFacts) has(name string) bool {
 
 // Field is one response field of a [Reply].
 type Field struct{ Name, Value string }
-
-// FieldReplayed is the field the idempotency middleware sets to "true" on
-// an outcome replayed for a repeated idempotency key.
-const FieldReplayed = "Idempotent-Replayed"
 
 // Set sets the field name to value, replacing a field of the same name
 // (compared case-insensitively). A nil Reply ignores it.
@@ -152,27 +147,27 @@ func (r *Reply) Notes() []string {
 	return append([]string(nil), r.f.notes...)
 }
 
-// Replayed reports whether the idempotency middleware answered with the
-// stored outcome of an earlier call: nothing ran. Only that middleware can
-// mark a reply so; a field named [FieldReplayed] set by another one is
-// sent as it is, but is not the mark (the breaker and the telemetry trust
-// Replayed).
+// Replayed reports whether the reply is a stored outcome of an earlier
+// call: nothing ran. Only the [ReplayMark] the invocation was made with
+// sets it. The breaker and the telemetry trust it.
 func (r *Reply) Replayed() bool {
 	return r != nil && r.replayed.Load()
 }
 
-// markReplayed puts the replay mark on r: the flag Replayed reports and
-// the Idempotent-Replayed field. It is not exported: Go has no friend
-// packages, and the one caller, resilience/idempotency, reaches it with
-// go:linkname, so that no other middleware can mark a reply replayed.
-//
-//go:linkname markReplayed
-func markReplayed(r *Reply) {
-	if r == nil {
-		return
+// ReplayMark is the capability to mark a reply replayed. An invocation
+// accepts the one mark its [Spec] names: no other mark sets
+// [Reply.Replayed]. The kernel makes one and hands it to the idempotency
+// middleware alone. The zero value is ready to use; use it by pointer.
+type ReplayMark struct{ _ byte } // not zero-sized: each mark has its own address
+
+// Set marks inv's reply replayed if inv was made with m. It reports
+// whether it did.
+func (m *ReplayMark) Set(inv *Invocation) bool {
+	if m == nil || inv == nil || inv.mark != m {
+		return false
 	}
-	r.Set(FieldReplayed, "true")
-	r.replayed.Store(true)
+	inv.reply.replayed.Store(true)
+	return true
 }
 
 // SetQuota records what a rate limit told the call about its window (the

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // TestReplyQuotaFields: a quota is kept typed and sent as the
@@ -59,7 +60,7 @@ func equalFields(a, b []pipeline.Field) bool {
 // set).
 func TestReplayMarkCannotBeSet(t *testing.T) {
 	var r pipeline.Reply
-	r.Set(pipeline.FieldReplayed, "true")
+	r.Set(idempotency.FieldReplayed, "true")
 	if r.Replayed() {
 		t.Error("Replayed after Set(FieldReplayed): a middleware spoofed the replay mark")
 	}
@@ -68,5 +69,25 @@ func TestReplayMarkCannotBeSet(t *testing.T) {
 	}
 	if (*pipeline.Reply)(nil).Replayed() {
 		t.Error("a nil Reply is replayed")
+	}
+}
+
+// TestForeignReplayMarkDoesNotSetReplayed: only the mark an invocation was
+// made with sets Replayed; another mark, or none, does not.
+func TestForeignReplayMarkDoesNotSetReplayed(t *testing.T) {
+	var own, foreign pipeline.ReplayMark
+	inv := pipeline.NewInvocation(pipeline.Spec{ReplayMark: &own})
+	if foreign.Set(inv) || inv.Reply().Replayed() {
+		t.Fatal("a foreign mark set Replayed")
+	}
+	if (*pipeline.ReplayMark)(nil).Set(inv) || inv.Reply().Replayed() {
+		t.Fatal("a nil mark set Replayed")
+	}
+	unmarked := pipeline.NewInvocation(pipeline.Spec{})
+	if own.Set(unmarked) || unmarked.Reply().Replayed() {
+		t.Fatal("a mark set Replayed on an invocation made without one")
+	}
+	if !own.Set(inv) || !inv.Reply().Replayed() {
+		t.Fatal("the invocation's own mark did not set Replayed")
 	}
 }

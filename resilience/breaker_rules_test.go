@@ -30,7 +30,7 @@ var neutralOutcomes = []struct {
 	{"KERNEL_UNAVAILABLE_002 (rate limited)", resilience.RateLimited("tenant.acme", 3*time.Second)},
 	{"KERNEL_UNAVAILABLE_002 of an application limiter", resilience.RateLimited(opID, time.Second).WithDetail("tenant", "acme")},
 	{"KERNEL_UNAVAILABLE_003 (concurrency limited)", resilience.ConcurrencyLimited("tenant.acme")},
-	{"KERNEL_UNAVAILABLE_003 built by hand", pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeConcurrencyLimited, "busy")},
+	{"KERNEL_UNAVAILABLE_003 built by hand", pipeline.NewError(pipeline.KindUnavailable, resilience.CodeConcurrencyLimited, "busy")},
 	{"CANCELLED", pipeline.ErrCanceled()},
 }
 
@@ -253,7 +253,7 @@ func TestBreakerProbeIgnoringItsContext(t *testing.T) {
 				<-running
 				time.Sleep(500 * time.Millisecond)
 				err := invokeLimited(t.Context(), h, nil)
-				expectCode(t, "call while the probe runs, before its deadline", err, pipeline.CodeCircuitOpen)
+				expectCode(t, "call while the probe runs, before its deadline", err, resilience.CodeCircuitOpen)
 
 				time.Sleep(500 * time.Millisecond) // the probe's deadline
 				synctest.Wait()
@@ -269,7 +269,7 @@ func TestBreakerProbeIgnoringItsContext(t *testing.T) {
 				} else {
 					expectBreaker(t, "at the probe's (operation's) deadline", l, resilience.BreakerOpen)
 					err := invokeLimited(t.Context(), h, nil)
-					expectCode(t, "next call after the failed probe", err, pipeline.CodeCircuitOpen)
+					expectCode(t, "next call after the failed probe", err, resilience.CodeCircuitOpen)
 					if ra, _ := pipeline.AsError(err).RetryAfter(); ra != 10*time.Second {
 						t.Errorf("retry-after = %v, want a full break of 10s from the deadline", ra)
 					}

@@ -72,7 +72,7 @@ func Example_tenantRateLimit() {
 		out, err := create(context.Background(), inv)
 		if err != nil {
 			e := pipeline.AsError(err)
-			t, _ := e.Detail("tenant")
+			t, _ := e.Details()["tenant"]
 			fmt.Printf("%s: %s %s (tenant %v)\n", tenant, e.Kind(), e.Code(), t)
 			continue
 		}

@@ -56,7 +56,7 @@ func (b *burst) count(code string) int64 {
 
 // rejected counts the limiters' and the breaker's rejections.
 func (b *burst) rejected() int64 {
-	return b.count(pipeline.CodeRateLimited) + b.count(pipeline.CodeConcurrencyLimited) + b.count(pipeline.CodeCircuitOpen)
+	return b.count(resilience.CodeRateLimited) + b.count(resilience.CodeConcurrencyLimited) + b.count(resilience.CodeCircuitOpen)
 }
 
 // TestThousandConcurrentCallsDeterministic sends 1,000 calls at once at
@@ -73,7 +73,7 @@ func TestThousandConcurrentCallsDeterministic(t *testing.T) {
 			b.handler(func(context.Context, *pipeline.Invocation) error { time.Sleep(10 * time.Millisecond); return nil }))
 		b.send(t.Context(), h, sent)
 
-		ok, rate, conc := b.count(""), b.count(pipeline.CodeRateLimited), b.count(pipeline.CodeConcurrencyLimited)
+		ok, rate, conc := b.count(""), b.count(resilience.CodeRateLimited), b.count(resilience.CodeConcurrencyLimited)
 		if ok != 150 || rate != 700 || conc != 150 {
 			t.Errorf("outcomes: ok %d, rate limited %d, concurrency limited %d; want 150, 700, 150", ok, rate, conc)
 		}
@@ -104,12 +104,12 @@ func TestBreakerOpensUnderABurst(t *testing.T) {
 			return pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "db down")
 		}))
 		b.send(t.Context(), h, sent)
-		ran, rate, conc := b.admitted.Load(), b.count(pipeline.CodeRateLimited), b.count(pipeline.CodeConcurrencyLimited)
+		ran, rate, conc := b.admitted.Load(), b.count(resilience.CodeRateLimited), b.count(resilience.CodeConcurrencyLimited)
 		if ran != 72 || rate != 400 || conc != 528 || l.State().Breaker != resilience.BreakerOpen {
 			t.Errorf("admitted %d, rate limited %d, concurrency limited %d, breaker %v; want 72, 400, 528, open", ran, rate, conc, l.State().Breaker)
 		}
-		if err := callLimited(t.Context(), h); pipeline.AsError(err).Code() != pipeline.CodeCircuitOpen {
-			t.Errorf("a call after the burst: %v, want %s", err, pipeline.CodeCircuitOpen)
+		if err := callLimited(t.Context(), h); pipeline.AsError(err).Code() != resilience.CodeCircuitOpen {
+			t.Errorf("a call after the burst: %v, want %s", err, resilience.CodeCircuitOpen)
 		}
 	})
 }
@@ -163,7 +163,7 @@ func TestThousandConcurrentCalls(t *testing.T) {
 				}
 				var after burst
 				after.send(t.Context(), h, 100)
-				if got := after.count(pipeline.CodeCircuitOpen); got != 100 || after.admitted.Load() != 0 {
+				if got := after.count(resilience.CodeCircuitOpen); got != 100 || after.admitted.Load() != 0 {
 					t.Errorf("after it opened: %d of 100 turned away by the breaker, %d admitted; want 100, 0", got, after.admitted.Load())
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
@@ -31,7 +32,7 @@ func limitStack(t *testing.T, p resilience.Policy, h pipeline.Handler, inner ...
 	t.Helper()
 	l := resilience.NewLimits(opID, p)
 	mws := append([]pipeline.Middleware{l}, inner...)
-	chain := pipeline.Recover(pipeline.Chain(pipeline.Recover(h, nil), mws...), nil)
+	chain := pipelinetest.Recover(pipeline.Chain(pipelinetest.Recover(h), mws...))
 	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		return chain(ctx, withDeadline(ctx, inv, p.Timeout))
 	}, l
@@ -141,7 +142,7 @@ func TestRateLimitRejection(t *testing.T) {
 		expectCode(t, "call 2", callLimited(t.Context(), h), "")
 		time.Sleep(500 * time.Millisecond)
 		err := callLimited(t.Context(), h)
-		expectCode(t, "call 3", err, pipeline.CodeRateLimited)
+		expectCode(t, "call 3", err, resilience.CodeRateLimited)
 		if reached != 2 {
 			t.Errorf("handler ran %d times, want 2 (a rejection never reaches it)", reached)
 		}
@@ -153,7 +154,7 @@ func TestRateLimitRejection(t *testing.T) {
 		if want := "Operation 'orders.create' is rate limited; retry after 60 seconds."; pe.Message() != want {
 			t.Errorf("rejection message = %q, want %q", pe.Message(), want)
 		}
-		if id, _ := pe.Detail("id"); id != opID {
+		if id, _ := pe.Details()["id"]; id != opID {
 			t.Errorf("details.id = %v, want %q", id, opID)
 		}
 		if ra, _ := pe.RetryAfterSeconds(); ra != 60 { // 59.5 s rounded up
@@ -191,7 +192,7 @@ func TestRetryAfterRounding(t *testing.T) {
 		if ra, ok := e.RetryAfterSeconds(); !ok || ra != tt.want {
 			t.Errorf("RateLimited(%v).RetryAfterSeconds() = %v, %v; want %d", tt.d, ra, ok, tt.want)
 		}
-		if _, ok := e.Detail(pipeline.DetailRetryAfter); ok {
+		if _, ok := e.Details()[pipeline.DetailRetryAfter]; ok {
 			t.Errorf("RateLimited(%v) has a retryAfter detail; the retry-after is typed", tt.d)
 		}
 		if want := "Operation 'orders.create' is rate limited; " + tt.msg; e.Message() != want {
@@ -223,7 +224,7 @@ func TestRateQueueWaitsForTheNextWindow(t *testing.T) {
 		if got := l.State().RateQueue; got != 2 {
 			t.Fatalf("RateQueueDepth() = %d, want 2", got)
 		}
-		expectCode(t, "call 3 (queue full)", <-run(3), pipeline.CodeRateLimited)
+		expectCode(t, "call 3 (queue full)", <-run(3), resilience.CodeRateLimited)
 		expectCode(t, "call 1", <-c1, "")
 		if at := time.Since(start); at != 10*time.Second {
 			t.Errorf("first queued call admitted at %v, want 10s (the next window)", at)
@@ -250,7 +251,7 @@ func TestRateQueueRejectsCallsThatWouldTimeOutThere(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		err := callLimited(ctx, h)
-		expectCode(t, "call with a 5s deadline", err, pipeline.CodeRateLimited)
+		expectCode(t, "call with a 5s deadline", err, resilience.CodeRateLimited)
 		if waited := time.Since(start); waited != 0 {
 			t.Errorf("rejected after %v, want at once", waited)
 		}
@@ -309,9 +310,9 @@ func TestConcurrencyLimit(t *testing.T) {
 			t.Fatalf("InFlight, ConcurrencyQueueDepth = %d, %d; want 2, 2", l.State().InFlight, l.State().ConcurrencyQueue)
 		}
 		err := callLimited(t.Context(), h)
-		expectCode(t, "fifth call", err, pipeline.CodeConcurrencyLimited)
+		expectCode(t, "fifth call", err, resilience.CodeConcurrencyLimited)
 		pe := pipeline.AsError(err)
-		if id, _ := pe.Detail("id"); id != opID || pe.Kind() != pipeline.KindUnavailable {
+		if id, _ := pe.Details()["id"]; id != opID || pe.Kind() != pipeline.KindUnavailable {
 			t.Errorf("rejection = %v, details %v; want UNAVAILABLE with id", pe, pe.Details())
 		}
 		if _, has := pe.RetryAfter(); has {
@@ -564,7 +565,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 				expectBreaker(t, "after two failures", l, resilience.BreakerOpen)
 				time.Sleep(2500 * time.Millisecond)
 				err := invokeLimited(t.Context(), h, nil)
-				expectCode(t, "call while open", err, pipeline.CodeCircuitOpen)
+				expectCode(t, "call while open", err, resilience.CodeCircuitOpen)
 				pe := pipeline.AsError(err)
 				if ra, _ := pe.RetryAfterSeconds(); ra != 8 { // 7.5 s rounded up
 					t.Errorf("retryAfter = %v, want 8", ra)
@@ -588,7 +589,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 				synctest.Wait()
 				for i := range 3 {
 					err := invokeLimited(t.Context(), h, nil)
-					expectCode(t, fmt.Sprintf("call %d while the probe runs", i), err, pipeline.CodeCircuitOpen)
+					expectCode(t, fmt.Sprintf("call %d while the probe runs", i), err, resilience.CodeCircuitOpen)
 					if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 1 {
 						t.Errorf("retryAfter while probing = %v, want 1", ra)
 					}
@@ -725,7 +726,7 @@ func TestProbeRejectedByARateLimitFreesTheSlot(t *testing.T) {
 		h, l := breakerStack(t, resilience.Policy{FailureThreshold: 1, BreakDuration: 10 * time.Second, PermitLimit: 1, Window: 11 * time.Second})
 		expectCode(t, "failure", invokeLimited(t.Context(), h, errors.New("db down")), pipeline.CodeUnexpected)
 		time.Sleep(10 * time.Second) // half-open; the rate window (11 s) is still used up
-		expectCode(t, "probe", invokeLimited(t.Context(), h, nil), pipeline.CodeRateLimited)
+		expectCode(t, "probe", invokeLimited(t.Context(), h, nil), resilience.CodeRateLimited)
 		expectBreaker(t, "after the rate-limited probe", l, resilience.BreakerHalfOpen)
 		time.Sleep(time.Second)
 		expectCode(t, "next probe", invokeLimited(t.Context(), h, nil), "")

@@ -63,10 +63,10 @@ func checkShed(t *testing.T, err error, c pipeline.Priority) {
 	t.Helper()
 	e := pipeline.AsError(err)
 	ra, ok := e.RetryAfterSeconds()
-	if e.Code() != pipeline.CodeShed || e.Kind() != pipeline.KindUnavailable || !ok || ra != 1 {
-		t.Fatalf("outcome = %v (retry-after %d, %v); want UNAVAILABLE %s with a retry-after of 1 s", err, ra, ok, pipeline.CodeShed)
+	if e.Code() != resilience.CodeShed || e.Kind() != pipeline.KindUnavailable || !ok || ra != 1 {
+		t.Fatalf("outcome = %v (retry-after %d, %v); want UNAVAILABLE %s with a retry-after of 1 s", err, ra, ok, resilience.CodeShed)
 	}
-	if p, _ := e.Detail("priority"); p != c.String() {
+	if p, _ := e.Details()["priority"]; p != c.String() {
 		t.Errorf("details.priority = %v, want %q", p, c)
 	}
 }
@@ -146,8 +146,8 @@ func TestFullQueueEvictsTheLowestClass(t *testing.T) {
 		c2 := goClass(h, classInv(pCritical, "c2"))
 		synctest.Wait()
 		checkShed(t, <-d1, pDefault)
-		if _, err := h(context.Background(), classInv(pCritical, "c3")); pipeline.CodeOf(err) != pipeline.CodeConcurrencyLimited {
-			t.Fatalf("critical arrival at a queue full of critical = %v, want %s", err, pipeline.CodeConcurrencyLimited)
+		if _, err := h(context.Background(), classInv(pCritical, "c3")); pipeline.CodeOf(err) != resilience.CodeConcurrencyLimited {
+			t.Fatalf("critical arrival at a queue full of critical = %v, want %s", err, resilience.CodeConcurrencyLimited)
 		}
 		close(g.release)
 		for _, o := range []<-chan error{holder, c1, c2} {
@@ -201,7 +201,7 @@ func TestReserveKeptForTheOperationsClass(t *testing.T) {
 				}
 				admit(tt.class, tt.top)
 				_, err := h(context.Background(), classInv(tt.class, "over"))
-				if want := pipeline.CodeConcurrencyLimited; tt.class == pDefault && pipeline.CodeOf(err) != want ||
+				if want := resilience.CodeConcurrencyLimited; tt.class == pDefault && pipeline.CodeOf(err) != want ||
 					tt.class == pCritical && pipeline.CodeOf(err) != want {
 					t.Fatalf("call at the class past the limit = %v, want %s", err, want)
 				}
@@ -231,8 +231,8 @@ func TestDefaultTrafficUnchanged(t *testing.T) {
 			outs = append(outs, goClass(h, newInv(nil)))
 			synctest.Wait()
 		}
-		if _, err := h(context.Background(), newInv(nil)); pipeline.CodeOf(err) != pipeline.CodeConcurrencyLimited {
-			t.Fatalf("11th call = %v, want %s", err, pipeline.CodeConcurrencyLimited)
+		if _, err := h(context.Background(), newInv(nil)); pipeline.CodeOf(err) != resilience.CodeConcurrencyLimited {
+			t.Fatalf("11th call = %v, want %s", err, resilience.CodeConcurrencyLimited)
 		}
 		close(g.release)
 		for _, o := range outs {
@@ -296,8 +296,8 @@ func TestShedIsNeutralToTheBreaker(t *testing.T) {
 		holder := goClass(h, classInv(pCritical, "holder"))
 		synctest.Wait()
 		for range 5 {
-			if _, err := h(context.Background(), classInv(pSheddable, "s")); pipeline.CodeOf(err) != pipeline.CodeShed {
-				t.Fatalf("call = %v, want %s", err, pipeline.CodeShed)
+			if _, err := h(context.Background(), classInv(pSheddable, "s")); pipeline.CodeOf(err) != resilience.CodeShed {
+				t.Fatalf("call = %v, want %s", err, resilience.CodeShed)
 			}
 		}
 		close(g.release)

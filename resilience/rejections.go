@@ -8,6 +8,18 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
+// The codes of the built-in limits' rejections, all UNAVAILABLE.
+const (
+	CodeRateLimited        = "KERNEL_UNAVAILABLE_002" // a rate limit turned the call away
+	CodeConcurrencyLimited = "KERNEL_UNAVAILABLE_003" // a concurrency limit turned it away
+	CodeCircuitOpen        = "KERNEL_UNAVAILABLE_004" // the breaker is open
+	CodeShed               = "KERNEL_UNAVAILABLE_008" // a full limit shed it for its class
+)
+
+// codeIdempotencyStore is idempotency.CodeStore: the breaker counts an
+// idempotency store's failure as neutral.
+const codeIdempotencyStore = "KERNEL_UNAVAILABLE_006"
+
 // Rejections counts the calls each built-in limit turned away (or, in
 // shadow mode, would have) since the process started. Shed counts the
 // calls the concurrency limit shed for their class
@@ -22,8 +34,8 @@ type Rejections struct {
 // e.g. "Operation 'orders.create' is rate limited; retry after 60
 // seconds.". The breaker does not count it.
 func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
-	return rejection(pipeline.CodeRateLimited, id, n,
+	n := retrySeconds(retryAfter)
+	return rejection(CodeRateLimited, id, n,
 		fmt.Sprintf("Operation '%s' is rate limited; retry after %s.", id, seconds(n)))
 }
 
@@ -32,8 +44,8 @@ func RateLimited(id string, retryAfter time.Duration) *pipeline.Error {
 // retry-after of retryAfter (the time until the breaker half-opens)
 // rounded up to whole seconds (at least 1).
 func CircuitOpen(id string, retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
-	return rejection(pipeline.CodeCircuitOpen, id, n,
+	n := retrySeconds(retryAfter)
+	return rejection(CodeCircuitOpen, id, n,
 		fmt.Sprintf("Operation '%s' is unavailable: its circuit breaker is open; retry after %s.", id, seconds(n)))
 }
 
@@ -41,7 +53,7 @@ func CircuitOpen(id string, retryAfter time.Duration) *pipeline.Error {
 // concurrency limit: UNAVAILABLE, KERNEL_UNAVAILABLE_003, detail "id".
 // The breaker does not count it.
 func ConcurrencyLimited(id string) *pipeline.Error {
-	return pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeConcurrencyLimited,
+	return pipeline.NewError(pipeline.KindUnavailable, CodeConcurrencyLimited,
 		fmt.Sprintf("Operation '%s' has too many calls in progress; retry later.", id)).
 		WithDetail("id", id)
 }
@@ -58,8 +70,8 @@ const shedRetryAfter = time.Second
 // sheddable calls under load; retry after 1 second.". The breaker does not
 // count it.
 func Shed(id string, p pipeline.Priority, retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
-	return rejection(pipeline.CodeShed, id, n,
+	n := retrySeconds(retryAfter)
+	return rejection(CodeShed, id, n,
 		fmt.Sprintf("Operation '%s' is shedding %s calls under load; retry after %s.", id, p, seconds(n))).
 		WithDetail("priority", p.String())
 }
@@ -97,11 +109,11 @@ type lastRejection struct {
 }
 
 func newRejections(id string, mk func(string, time.Duration) *pipeline.Error, longest time.Duration) rejections {
-	return rejections{id: id, make: mk, cache: make([]atomic.Pointer[pipeline.Error], min(pipeline.RetryAfterSeconds(longest), maxCachedRetry)+1)}
+	return rejections{id: id, make: mk, cache: make([]atomic.Pointer[pipeline.Error], min(retrySeconds(longest), maxCachedRetry)+1)}
 }
 
 func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
-	n := pipeline.RetryAfterSeconds(retryAfter)
+	n := retrySeconds(retryAfter)
 	if n >= int64(len(r.cache)) {
 		if l := r.last.Load(); l != nil && l.seconds == n {
 			return l.err
@@ -116,4 +128,10 @@ func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
 	e := r.make(r.id, retryAfter)
 	r.cache[n].Store(e)
 	return e
+}
+
+// retrySeconds is d in whole seconds, rounded up and at least 1, as
+// Error.RetryAfterSeconds reports it.
+func retrySeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
 }

@@ -34,9 +34,9 @@ func admitBurst(t *testing.T, h pipeline.Handler, n int) int {
 		switch code(err) {
 		case "":
 			admitted++
-		case pipeline.CodeRateLimited:
+		case resilience.CodeRateLimited:
 		default:
-			t.Fatalf("call: %v, want success or %s", err, pipeline.CodeRateLimited)
+			t.Fatalf("call: %v, want success or %s", err, resilience.CodeRateLimited)
 		}
 	}
 	return admitted
@@ -214,8 +214,8 @@ func TestUpdateConcurrencyInPlace(t *testing.T) {
 		}
 		l.Update(resilience.Policy{ConcurrencyLimit: 2, ConcurrencyQueueLimit: 1})
 		for range 3 {
-			if err := <-errs; code(err) != pipeline.CodeConcurrencyLimited {
-				t.Errorf("excess waiter: %v, want %s", err, pipeline.CodeConcurrencyLimited)
+			if err := <-errs; code(err) != resilience.CodeConcurrencyLimited {
+				t.Errorf("excess waiter: %v, want %s", err, resilience.CodeConcurrencyLimited)
 			}
 		}
 		if l.State().InFlight != 4 || l.State().ConcurrencyQueue != 1 {
@@ -278,8 +278,8 @@ func TestUpdateKeepsTheBreaker(t *testing.T) {
 		if l.State().Breaker != resilience.BreakerOpen || l.State().BreakerOpenFor != 7*time.Second {
 			t.Fatalf("after an unrelated update: breaker %v for %v, want open for 7s", l.State().Breaker, l.State().BreakerOpenFor)
 		}
-		if err := do(); code(err) != pipeline.CodeCircuitOpen {
-			t.Fatalf("call: %v, want %s", err, pipeline.CodeCircuitOpen)
+		if err := do(); code(err) != resilience.CodeCircuitOpen {
+			t.Fatalf("call: %v, want %s", err, resilience.CodeCircuitOpen)
 		}
 		l.Update(resilience.Policy{FailureThreshold: 3, BreakDuration: time.Minute})
 		if l.State().Breaker != resilience.BreakerOpen || l.State().BreakerOpenFor != 7*time.Second {

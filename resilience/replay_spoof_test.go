@@ -7,6 +7,7 @@ import (
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // TestSpoofedReplayMarkIsNotNeutral: a middleware that sets the
@@ -16,7 +17,7 @@ import (
 func TestSpoofedReplayMarkIsNotNeutral(t *testing.T) {
 	l := resilience.NewLimits(opID, resilience.Policy{FailureThreshold: 1})
 	spoof := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-		inv.Reply().Set(pipeline.FieldReplayed, "true")
+		inv.Reply().Set(idempotency.FieldReplayed, "true")
 		return next(ctx, inv)
 	})
 	down := errors.New("db: connection reset")

@@ -17,13 +17,13 @@ func (t *tally) add(err error) bool {
 		return false
 	}
 	switch e.Code() {
-	case pipeline.CodeRateLimited:
+	case CodeRateLimited:
 		t.rate.Add(1)
-	case pipeline.CodeConcurrencyLimited:
+	case CodeConcurrencyLimited:
 		t.conc.Add(1)
-	case pipeline.CodeCircuitOpen:
+	case CodeCircuitOpen:
 		t.breaker.Add(1)
-	case pipeline.CodeShed:
+	case CodeShed:
 		t.shed.Add(1)
 	default:
 		return false

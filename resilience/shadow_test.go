@@ -30,7 +30,7 @@ func TestShadowWindow(t *testing.T) {
 				rejected := 0
 				for range 10 {
 					if err := callLimited(t.Context(), h); err != nil {
-						if pipeline.AsError(err).Code() != pipeline.CodeRateLimited {
+						if pipeline.AsError(err).Code() != resilience.CodeRateLimited {
 							t.Fatalf("call: %v", err)
 						}
 						rejected++

@@ -44,8 +44,8 @@ func TestSharedLimiterCallerDeadlineIsTimeout(t *testing.T) {
 		opt  resilience.Option
 		live string // the code when the deadline has not passed
 	}{
-		{"window", resilience.WithSharedWindow(endedWindow{}), pipeline.CodeRateLimited},
-		{"slots", resilience.WithSharedSlots(endedSlots{}), pipeline.CodeConcurrencyLimited},
+		{"window", resilience.WithSharedWindow(endedWindow{}), resilience.CodeRateLimited},
+		{"slots", resilience.WithSharedSlots(endedSlots{}), resilience.CodeConcurrencyLimited},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := p

@@ -43,9 +43,9 @@ func TestWithLimitsMatchesTheChain(t *testing.T) {
 		breaker  resilience.BreakerState
 	}{
 		{"admitted", resilience.Policy{FailureThreshold: 1, PermitLimit: 5, ConcurrencyLimit: 5, Timeout: time.Second}, nil, false, 0, "", 0, resilience.BreakerClosed},
-		{"rate limited", resilience.Policy{PermitLimit: 1, Window: time.Minute, Timeout: time.Second}, okHandler, false, 0, pipeline.CodeRateLimited, 0, resilience.BreakerClosed},
-		{"concurrency limited", resilience.Policy{ConcurrencyLimit: 1, Timeout: time.Hour}, okHandler, true, 0, pipeline.CodeConcurrencyLimited, 0, resilience.BreakerClosed},
-		{"breaker open", resilience.Policy{FailureThreshold: 1, BreakDuration: time.Minute}, func(context.Context, *pipeline.Invocation) (any, error) { return nil, down }, false, 0, pipeline.CodeCircuitOpen, 0, resilience.BreakerOpen},
+		{"rate limited", resilience.Policy{PermitLimit: 1, Window: time.Minute, Timeout: time.Second}, okHandler, false, 0, resilience.CodeRateLimited, 0, resilience.BreakerClosed},
+		{"concurrency limited", resilience.Policy{ConcurrencyLimit: 1, Timeout: time.Hour}, okHandler, true, 0, resilience.CodeConcurrencyLimited, 0, resilience.BreakerClosed},
+		{"breaker open", resilience.Policy{FailureThreshold: 1, BreakDuration: time.Minute}, func(context.Context, *pipeline.Invocation) (any, error) { return nil, down }, false, 0, resilience.CodeCircuitOpen, 0, resilience.BreakerOpen},
 		{"rate queue, admitted in the next window", resilience.Policy{PermitLimit: 1, Window: 10 * time.Second, QueueLimit: 1}, okHandler, false, 30 * time.Second, "", 10 * time.Second, resilience.BreakerClosed},
 		{"concurrency queue, ends at the deadline", resilience.Policy{ConcurrencyLimit: 1, ConcurrencyQueueLimit: 1, FailureThreshold: 1}, okHandler, true, 3 * time.Second, pipeline.CodeTimeout, 3 * time.Second, resilience.BreakerClosed},
 		{"expired on arrival never reaches the breaker", resilience.Policy{FailureThreshold: 1, BreakDuration: time.Minute}, nil, false, -time.Second, pipeline.CodeTimeout, 0, resilience.BreakerClosed},
@@ -111,7 +111,7 @@ func TestWithLimitsRejectionCostsNoContext(t *testing.T) {
 		ctx := context.Background()
 		_, _ = h(ctx, inv) // the window's only permit
 		n := testing.AllocsPerRun(500, func() {
-			if _, err := h(ctx, inv); pipeline.CodeOf(err) != pipeline.CodeRateLimited {
+			if _, err := h(ctx, inv); pipeline.CodeOf(err) != resilience.CodeRateLimited {
 				t.Fatalf("%s: call = %v, want a rate-limit rejection", c.name, err)
 			}
 		})

@@ -366,7 +366,7 @@ func TestFailureReports(t *testing.T) {
 		{name: "retry-after text", args: []string{"test", "fail", "--kind", "UNAVAILABLE", "--retry-after-ms", "100", "--output", "text"}, code: 6,
 			stderr: "app test fail: UNAVAILABLE TEST_UNAVAILABLE: failed as UNAVAILABLE\n  kind: UNAVAILABLE\n  retryAfter: 1\n"},
 		{name: "malformed input", args: []string{"test", "echo", "--input", `{"name":`}, code: 2, errCode: codeMalformedInput, details: map[string]any{}},
-		{name: "unknown input field", args: []string{"test", "echo", "--input", `{"nmae":"a"}`}, code: 2, errCode: pipeline.CodeUnknownField, details: map[string]any{"field": "nmae"}},
+		{name: "unknown input field", args: []string{"test", "echo", "--input", `{"nmae":"a"}`}, code: 2, errCode: operations.CodeUnknownField, details: map[string]any{"field": "nmae"}},
 		{name: "input of the wrong type", args: []string{"test", "echo", "--input", `{"count":"x"}`}, code: 2, errCode: codeWrongInput, details: map[string]any{"field": "count"}},
 		{name: "trailing input", args: []string{"test", "echo", "--input", `{} {}`}, code: 2, errCode: codeMalformedInput, details: map[string]any{}},
 		{name: "text", args: []string{"test", "fail", "--kind", "NOT_FOUND", "--output", "text"}, code: 3,

@@ -74,7 +74,7 @@ func (r *runner) fail(err error, traceID string) error {
 	}
 	writeProblem(r.stderr, r.format, r.cmd.CommandPath(), r.desc.ID, pe, traceID)
 	r.logUnexpected(pe, traceID)
-	if _, ok := pe.Detail("idempotencyKey"); ok {
+	if _, ok := pe.Details()["idempotencyKey"]; ok {
 		if r.shared {
 			// The record outlives the process, and the command waits for the
 			// running call's outcome before it exits (awaitOutcome).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -55,11 +56,11 @@ func FuzzDecodeInput(f *testing.F) {
 		got, err := fields.decode(fs, input)
 		if err != nil {
 			var ie *inputError
-			if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe.Code() == pipeline.CodeUnknownField {
+			if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe.Code() == operations.CodeUnknownField {
 				return // the input policy's answer
 			}
 			if !errors.As(err, &ie) {
-				t.Fatalf("decode(%q, %q) error = %T %v, want *inputError or %s", input, argv, err, err, pipeline.CodeUnknownField)
+				t.Fatalf("decode(%q, %q) error = %T %v, want *inputError or %s", input, argv, err, err, operations.CodeUnknownField)
 			}
 			return
 		}

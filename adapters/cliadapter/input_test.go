@@ -303,8 +303,8 @@ func TestDecodeInputPolicy(t *testing.T) {
 				return
 			}
 			pe, ok := errors.AsType[*pipeline.Error](err)
-			if !ok || pe.Code() != pipeline.CodeUnknownField || pe.Details()["field"] != tc.field || !strings.Contains(pe.Message(), tc.msg) {
-				t.Fatalf("decode(%s) error = %v, want %s naming field %q with %q", tc.input, err, pipeline.CodeUnknownField, tc.field, tc.msg)
+			if !ok || pe.Code() != operations.CodeUnknownField || pe.Details()["field"] != tc.field || !strings.Contains(pe.Message(), tc.msg) {
+				t.Fatalf("decode(%s) error = %v, want %s naming field %q with %q", tc.input, err, operations.CodeUnknownField, tc.field, tc.msg)
 			}
 		})
 	}

@@ -116,7 +116,7 @@ const (
 	codeMalformedInput = "CLI_VALIDATION_001"
 	// codeWrongInput: the --input document is JSON but does not fit the
 	// operation's input (a value of the wrong type; an unknown field is the
-	// input policy's pipeline.CodeUnknownField, see operations.InputPolicy).
+	// input policy's operations.CodeUnknownField, see operations.InputPolicy).
 	codeWrongInput = "CLI_VALIDATION_002"
 	// codeUsage: a flag of an operation command is unknown or malformed, or
 	// the command was given a positional argument. It is the code the

@@ -149,9 +149,9 @@ func (r *runner) setIdempotencyKey(k *kernel.Kernel, req *kernel.Request) {
 	if r.idemKey == "" {
 		return
 	}
-	valid := pipeline.ValidIdempotencyKey(r.idemKey)
+	valid := kernel.ValidIdempotencyKey(r.idemKey)
 	if !valid && enabled {
-		req.Reject = pipeline.ErrIdempotencyKeyMalformed()
+		req.Reject = kernel.ErrIdempotencyKeyMalformed()
 	}
 	if valid {
 		req.IdempotencyKey = r.idemKey

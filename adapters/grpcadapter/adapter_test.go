@@ -21,6 +21,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 func errorInfo(t *testing.T, st *status.Status) *errdetails.ErrorInfo {
@@ -244,8 +245,8 @@ func TestRateLimitedCallCarriesRetryInfo(t *testing.T) {
 	if st.Code() != codes.Unavailable {
 		t.Fatalf("second Limited = %v, want Unavailable", st)
 	}
-	if ei := errorInfo(t, st); ei.GetReason() != pipeline.CodeRateLimited || ei.GetMetadata()["id"] != "work.limited" {
-		t.Errorf("second Limited ErrorInfo = %v, want reason %s, id work.limited", ei, pipeline.CodeRateLimited)
+	if ei := errorInfo(t, st); ei.GetReason() != resilience.CodeRateLimited || ei.GetMetadata()["id"] != "work.limited" {
+		t.Errorf("second Limited ErrorInfo = %v, want reason %s, id work.limited", ei, resilience.CodeRateLimited)
 	}
 	if ri := retryInfo(st); ri == nil || ri.GetRetryDelay().AsDuration() < time.Second || ri.GetRetryDelay().AsDuration() > 60*time.Second {
 		t.Errorf("second Limited RetryInfo = %v, want between 1s and 60s", ri)

@@ -241,7 +241,7 @@ func TestRetryInfoRoundTrip(t *testing.T) {
 	if d, ok := e.RetryAfter(); !ok || d != 7*time.Second {
 		t.Errorf("Call(work.fail).RetryAfter() = %v, %v; want 7s", d, ok)
 	}
-	if r, _ := e.Detail("reason"); r != "TEST_UNAVAILABLE_001" {
+	if r, _ := e.Details()["reason"]; r != "TEST_UNAVAILABLE_001" {
 		t.Errorf("Call(work.fail) reason = %v, want TEST_UNAVAILABLE_001", r)
 	}
 

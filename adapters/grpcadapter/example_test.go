@@ -14,6 +14,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 type CreateOrder struct {
@@ -68,7 +69,7 @@ func ExampleNew() {
 // ExampleStatus shows the status of a rate-limited call: the outcome's
 // code is the ErrorInfo reason, and its retry-after the RetryInfo delay.
 func ExampleStatus() {
-	outcome := pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeRateLimited, "Too many calls of 'orders.create'.").
+	outcome := pipeline.NewError(pipeline.KindUnavailable, resilience.CodeRateLimited, "Too many calls of 'orders.create'.").
 		WithDetail("id", "orders.create").WithRetryAfter(42 * time.Second)
 	st := grpcadapter.Status(outcome, "")
 	fmt.Println(st.Code(), st.Message())

@@ -67,9 +67,9 @@ func (a *Adapter) prepare(ctx, parent context.Context, full string, r *kernel.Re
 		// keys, as over HTTP; an operation that does not ignores it (neither
 		// rejected nor passed on as baggage), so that a client sending keys
 		// of its own form everywhere is not refused where keys mean nothing.
-		if len(vs) > 1 || !pipeline.ValidIdempotencyKey(vs[0]) {
+		if len(vs) > 1 || !kernel.ValidIdempotencyKey(vs[0]) {
 			if pol, _ := a.k.Idempotency(r.Operation); r.Reject == nil && pol.Enabled {
-				r.Reject = pipeline.ErrIdempotencyKeyMalformed()
+				r.Reject = kernel.ErrIdempotencyKeyMalformed()
 			}
 		} else {
 			r.IdempotencyKey = vs[0]

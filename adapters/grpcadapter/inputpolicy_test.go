@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
 )
 
 type lenientIn struct {
@@ -39,8 +38,8 @@ func TestInputPolicyOverGRPC(t *testing.T) {
 		return h.conn.Invoke(t.Context(), full, req, dynamicpb.NewMessage(m.Output))
 	}
 	st := status.Convert(send("/test.v1.Work/Run"))
-	if ei := errorInfo(t, st); st.Code() != codes.InvalidArgument || ei.GetReason() != pipeline.CodeUnknownField || ei.GetMetadata()["field"] != "#9" {
-		t.Errorf("Work/Run with unknown field 9 = %v %v, want InvalidArgument %s field #9", st, ei, pipeline.CodeUnknownField)
+	if ei := errorInfo(t, st); st.Code() != codes.InvalidArgument || ei.GetReason() != operations.CodeUnknownField || ei.GetMetadata()["field"] != "#9" {
+		t.Errorf("Work/Run with unknown field 9 = %v %v, want InvalidArgument %s field #9", st, ei, operations.CodeUnknownField)
 	}
 	if err := send("/test.v1.Lenient/Run"); err != nil {
 		t.Errorf("Lenient/Run (unknown fields allowed) with unknown field 9 = %v, want OK", err)

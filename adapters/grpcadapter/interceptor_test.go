@@ -17,6 +17,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // acme is an application's own service, written as protoc-gen-go-grpc
@@ -153,7 +154,7 @@ func TestInterceptorSharesTheOperationsLimits(t *testing.T) {
 	}
 	_, err := invokeAcme(t.Context(), h, "Limited")
 	st := status.Convert(err)
-	if st.Code() != codes.Unavailable || errorInfo(t, st).GetReason() != pipeline.CodeRateLimited || retryInfo(st) == nil {
+	if st.Code() != codes.Unavailable || errorInfo(t, st).GetReason() != resilience.CodeRateLimited || retryInfo(st) == nil {
 		t.Fatalf("/acme.v1.Work/Limited after the limit = %v, want Unavailable KERNEL_UNAVAILABLE_002 with RetryInfo", st)
 	}
 	h.waitLog(t, "grpc call", "operation=work.limited", "method=/acme.v1.Work/Limited", "code=KERNEL_UNAVAILABLE_002")

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"fmt"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
@@ -49,8 +50,8 @@ func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt 
 	return icpt(ctx, req, info, func(ctx context.Context, req any) (any, error) {
 		msg, ok := req.(*dynamicpb.Message)
 		if !ok {
-			return nil, m.reject(ctx, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-				"grpcadapter: an interceptor replaced the request of %s with %T", m.full, req))
+			return nil, m.reject(ctx, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+				fmt.Sprintf("grpcadapter: an interceptor replaced the request of %s with %T", m.full, req)))
 		}
 		return m.call(ctx, msg)
 	})
@@ -405,8 +406,8 @@ func (m *method) encodeOutput(v any) (*dynamicpb.Message, error) {
 		rv = rv.Elem()
 	}
 	if rv.Type() != m.out.goType && !m.out.empty {
-		return nil, pipeline.Errorf(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-			"grpcadapter: operation %q returned %v, want %v", m.desc.ID, rv.Type(), m.out.goType)
+		return nil, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+			fmt.Sprintf("grpcadapter: operation %q returned %v, want %v", m.desc.ID, rv.Type(), m.out.goType))
 	}
 	m.out.encode(rv, out)
 	return out, nil
@@ -433,7 +434,7 @@ func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
 	}
 	if err := m.in.decode(req.ProtoReflect(), target); err != nil {
 		if fe, ok := errors.AsType[*fieldError](err); ok {
-			return nil, pipeline.Errorf(pipeline.KindValidation, pipeline.CodeValidation, "Field '%s': %s.", fe.Path(), fe.msg).
+			return nil, pipeline.NewError(pipeline.KindValidation, pipeline.CodeValidation, fmt.Sprintf("Field '%s': %s.", fe.Path(), fe.msg)).
 				WithDetail("field", fe.Path())
 		}
 		return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, "The request message is invalid.", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // fragileError is a foreign error whose methods read their receiver: a
@@ -31,7 +32,7 @@ func (w *fragileWrapper) Unwrap() error { return w.err }
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	rate := pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeRateLimited, "Too many calls.").
+	rate := pipeline.NewError(pipeline.KindUnavailable, resilience.CodeRateLimited, "Too many calls.").
 		WithDetail("id", "orders.create").WithRetryAfter(42 * time.Second)
 	tests := []struct {
 		name     string
@@ -42,7 +43,7 @@ func TestStatus(t *testing.T) {
 		metadata map[string]string
 		retry    time.Duration // -1: no RetryInfo
 	}{
-		{"rate limited", rate, codes.Unavailable, "Too many calls.", pipeline.CodeRateLimited,
+		{"rate limited", rate, codes.Unavailable, "Too many calls.", resilience.CodeRateLimited,
 			map[string]string{"id": "orders.create", "retryAfter": "42"}, 42 * time.Second},
 		{"timeout", pipeline.ErrTimeout(), codes.DeadlineExceeded, "The invocation's deadline was exceeded.", pipeline.CodeTimeout, nil, -1},
 		{"canceled", pipeline.ErrCanceled(), codes.Canceled, "The caller canceled the invocation.", pipeline.CodeCanceled, nil, -1},
@@ -160,7 +161,7 @@ func TestFromStatus(t *testing.T) {
 				t.Errorf("FromStatus(%v) = %s %s, want %s %s", tt.err, e.Kind(), e.Code(), tt.kind, tt.code)
 			}
 			for k, v := range tt.details {
-				if d, _ := e.Detail(k); d != v {
+				if d, _ := e.Details()[k]; d != v {
 					t.Errorf("FromStatus(%v) details[%s] = %v (%T), want %v (%T)", tt.err, k, d, d, v, v)
 				}
 			}

@@ -236,11 +236,11 @@ func idempotencyKey(r *http.Request) (string, *pipeline.Error) {
 		return "", nil
 	}
 	if len(vs) > 1 || len(vs[0]) > 2*maxIdempotencyKey+2 {
-		return "", pipeline.ErrIdempotencyKeyMalformed()
+		return "", kernel.ErrIdempotencyKeyMalformed()
 	}
 	key, ok := parseSFString(strings.Trim(vs[0], " \t"))
-	if !ok || !pipeline.ValidIdempotencyKey(key) {
-		return "", pipeline.ErrIdempotencyKeyMalformed()
+	if !ok || !kernel.ValidIdempotencyKey(key) {
+		return "", kernel.ErrIdempotencyKeyMalformed()
 	}
 	return key, nil
 }
@@ -310,8 +310,8 @@ func headerSize(vs []string) int {
 const codeBadDeadline = "KERNEL_VALIDATION_002"
 
 func badDeadline(header string) *pipeline.Error {
-	return pipeline.Errorf(pipeline.KindValidation, codeBadDeadline,
-		"The %s header is malformed: want %s.", header, deadlineFormat(header)).
+	return pipeline.NewError(pipeline.KindValidation, codeBadDeadline,
+		fmt.Sprintf("The %s header is malformed: want %s.", header, deadlineFormat(header))).
 		WithDetail("field", header)
 }
 
@@ -377,8 +377,8 @@ func (a *Adapter) readBody(c echo.Context, deadline time.Time) (*bytes.Buffer, *
 }
 
 func bodyTooLarge(limit int64) *pipeline.Error {
-	return pipeline.Errorf(pipeline.KindValidation, codeBodyTooLarge,
-		"The request body is larger than %d bytes.", limit).WithDetail("limit", limit)
+	return pipeline.NewError(pipeline.KindValidation, codeBodyTooLarge,
+		fmt.Sprintf("The request body is larger than %d bytes.", limit)).WithDetail("limit", limit)
 }
 
 // exchange is one request between its arrival and its access log record:

@@ -16,6 +16,7 @@ import (
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 func TestServeSuccess(t *testing.T) {
@@ -450,7 +451,7 @@ func TestIdempotencyFingerprintCoversFieldsHiddenFromJSON(t *testing.T) {
 	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
 	}
-	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 || r.header.Get(pipeline.FieldReplayed) != "true" {
+	if r := s.do(t, "GET", "/items/1?limit=1", "", h); r.status != 200 || r.header.Get(idempotency.FieldReplayed) != "true" {
 		t.Fatalf("same query: %d %v %s, want the replay", r.status, r.header, r.body)
 	}
 	if r := s.do(t, "GET", "/items/1?limit=2", "", h); r.status != http.StatusUnprocessableEntity {

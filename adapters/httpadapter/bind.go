@@ -352,8 +352,8 @@ func clip(s string) string {
 
 func wrongType(field, where, got string, t reflect.Type) *pipeline.Error {
 	want := jsonTypeName(t)
-	return pipeline.Errorf(pipeline.KindValidation, codeWrongType,
-		"The %s '%s' must be %s %s; got %q.", where, clip(field), article(want), want, clip(got)).
+	return pipeline.NewError(pipeline.KindValidation, codeWrongType,
+		fmt.Sprintf("The %s '%s' must be %s %s; got %q.", where, clip(field), article(want), want, clip(got))).
 		WithDetail("field", clip(field)).WithDetail("expected", want)
 }
 
@@ -381,18 +381,18 @@ func bodyError(err error, body []byte, t reflect.Type) (e *pipeline.Error) {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te != nil {
 		field := te.Field
 		if field == "" {
-			e := pipeline.Errorf(pipeline.KindValidation, codeWrongType,
-				"The request body must be a JSON %s; got %s.", jsonTypeName(t), clip(te.Value))
+			e := pipeline.NewError(pipeline.KindValidation, codeWrongType,
+				fmt.Sprintf("The request body must be a JSON %s; got %s.", jsonTypeName(t), clip(te.Value)))
 			return e.WithDetail("field", "").WithDetail("expected", jsonTypeName(t))
 		}
 		want := jsonTypeName(te.Type)
-		return pipeline.Errorf(pipeline.KindValidation, codeWrongType,
-			"The field '%s' must be %s %s; got %s.", clip(field), article(want), want, clip(te.Value)).
+		return pipeline.NewError(pipeline.KindValidation, codeWrongType,
+			fmt.Sprintf("The field '%s' must be %s %s; got %s.", clip(field), article(want), want, clip(te.Value))).
 			WithDetail("field", clip(field)).WithDetail("expected", want)
 	}
 	if se, ok := errors.AsType[*json.SyntaxError](err); ok && se != nil {
-		e := pipeline.Errorf(pipeline.KindValidation, codeMalformedBody,
-			"The request body is not valid JSON: %s (at byte %d).", strings.TrimPrefix(se.Error(), "json: "), se.Offset).
+		e := pipeline.NewError(pipeline.KindValidation, codeMalformedBody,
+			fmt.Sprintf("The request body is not valid JSON: %s (at byte %d).", strings.TrimPrefix(se.Error(), "json: "), se.Offset)).
 			WithDetail("offset", se.Offset)
 		if f := fieldAt(body, se.Offset); f != "" {
 			e = e.WithDetail("field", clip(f))

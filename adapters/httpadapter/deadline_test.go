@@ -19,6 +19,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 func TestParseDeadline(t *testing.T) {
@@ -358,7 +359,7 @@ func TestStragglerDoesNotHoldTheResponse(t *testing.T) {
 	}
 	// The straggler still holds work.run's only concurrency slot.
 	r = s.do(t, "POST", "/work", `{"delayMs":0}`, nil)
-	checkProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeConcurrencyLimited, "/work")
+	checkProblem(t, r, 503, "UNAVAILABLE", resilience.CodeConcurrencyLimited, "/work")
 
 	time.Sleep(20 * time.Millisecond) // so that the late result is late enough to warn
 	app.unblock()

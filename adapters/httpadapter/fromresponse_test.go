@@ -11,6 +11,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // call sends method path body to s and converts the answer with
@@ -45,14 +46,14 @@ func TestFromResponseRateLimited(t *testing.T) {
 	}
 	err := call(t, s, "POST", "/items", `{"name":"bolt","qty":1}`, nil)
 	e, ok := errors.AsType[*pipeline.Error](err)
-	if !ok || e.Kind() != pipeline.KindUnavailable || e.Code() != pipeline.CodeRateLimited {
-		t.Fatalf("err = %v, want UNAVAILABLE %s", err, pipeline.CodeRateLimited)
+	if !ok || e.Kind() != pipeline.KindUnavailable || e.Code() != resilience.CodeRateLimited {
+		t.Fatalf("err = %v, want UNAVAILABLE %s", err, resilience.CodeRateLimited)
 	}
 	ra, has := e.RetryAfter()
 	if !has || ra <= 0 || ra > time.Minute {
 		t.Fatalf("retry-after %v %v, want the window's remainder", ra, has)
 	}
-	if st, _ := e.Detail(httpadapter.DetailDownstreamStatus); st != 503 {
+	if st, _ := e.Details()[httpadapter.DetailDownstreamStatus]; st != 503 {
 		t.Fatalf("downstreamStatus = %v", st)
 	}
 }
@@ -71,7 +72,7 @@ func TestFromResponseDownstreamTimeoutIsNotOurs(t *testing.T) {
 	if errors.Is(err, context.DeadlineExceeded) || t.Context().Err() != nil {
 		t.Fatalf("a downstream 504 reads as our own deadline: %v", err)
 	}
-	if st, _ := e.Detail(httpadapter.DetailDownstreamStatus); st != 504 {
+	if st, _ := e.Details()[httpadapter.DetailDownstreamStatus]; st != 504 {
 		t.Fatalf("downstreamStatus = %v", st)
 	}
 }
@@ -82,7 +83,7 @@ func TestFromResponseDownstreamTimeoutIsNotOurs(t *testing.T) {
 func TestFromResponseDetails(t *testing.T) {
 	s := startServer(t, newTestApp(), serverOpts{})
 	e := pipeline.AsError(call(t, s, "GET", "/items/404", "", nil))
-	if id, _ := e.Detail("id"); e.Kind() != pipeline.KindNotFound || e.Code() != "TEST_NOT_FOUND_001" || fmt.Sprint(id) != "404" ||
+	if id, _ := e.Details()["id"]; e.Kind() != pipeline.KindNotFound || e.Code() != "TEST_NOT_FOUND_001" || fmt.Sprint(id) != "404" ||
 		e.Message() != "no such item" {
 		t.Fatalf("err = %v (id %v)", e, id)
 	}

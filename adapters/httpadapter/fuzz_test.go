@@ -57,8 +57,8 @@ func FuzzBind(f *testing.F) {
 		if perr.Kind() != pipeline.KindValidation {
 			t.Fatalf("bind() = %v (kind %v), want VALIDATION", perr, perr.Kind())
 		}
-		_, hasField := perr.Detail("field")
-		_, hasOffset := perr.Detail("offset")
+		_, hasField := perr.Details()["field"]
+		_, hasOffset := perr.Details()["offset"]
 		if perr.Code() != codeMalformedBody && !hasField {
 			t.Fatalf("bind() = %v with details %v, want a field", perr, perr.Details())
 		}

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/operations"
 )
 
 // TestInputPolicyOverHTTP: the JSON body goes through the operation's
@@ -21,7 +21,7 @@ func TestInputPolicyOverHTTP(t *testing.T) {
 		{`{"name":"a","tags":[{"label":"x"},{"lable":"y"}]}`, "tags[1].lable"},
 	} {
 		r := s.do(t, http.MethodPost, "/items", tc.body, nil)
-		checkProblem(t, r, http.StatusBadRequest, "VALIDATION", pipeline.CodeUnknownField, "/items")
+		checkProblem(t, r, http.StatusBadRequest, "VALIDATION", operations.CodeUnknownField, "/items")
 		if got := details(r)["field"]; got != tc.field {
 			t.Errorf("POST /items %s: details.field = %v, want %q", tc.body, got, tc.field)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // withTracer returns kernel options installing an SDK tracer provider that
@@ -225,7 +226,7 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 	r := s.do(t, "POST", "/items", `{"name":"a"}`, nil) // PermitLimit 3 per 60 s
-	checkProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeRateLimited, "/items")
+	checkProblem(t, r, 503, "UNAVAILABLE", resilience.CodeRateLimited, "/items")
 	ra, _ := details(r)["retryAfter"].(float64)
 	if ra < 1 || ra > 60 || ra != float64(int64(ra)) {
 		t.Fatalf("details.retryAfter = %v, want whole seconds in [1, 60]", details(r)["retryAfter"])

@@ -3,8 +3,6 @@ package httpadapter
 import (
 	"log/slog"
 	"net/http"
-
-	"github.com/sundial-go/sundial/pipeline"
 )
 
 // defaultBodyLimit is the largest request body accepted when
@@ -17,7 +15,7 @@ const defaultBaggageLimit = 8192
 
 // maxIdempotencyKey bounds the Idempotency-Key header's key: a longer one
 // is a 400 KERNEL_VALIDATION_005.
-const maxIdempotencyKey = pipeline.MaxIdempotencyKey
+const maxIdempotencyKey = 255
 
 // Option configures Mount.
 type Option interface{ apply(*config) }

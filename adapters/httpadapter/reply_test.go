@@ -15,6 +15,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 type replyIn struct {
@@ -97,10 +98,10 @@ func TestReplyReplayMarkSentOnce(t *testing.T) {
 		out, err := next(ctx, inv)
 		return out, err
 	}))
-	if got := post(`{}`, "k1").Header.Values(pipeline.FieldReplayed); len(got) != 0 {
+	if got := post(`{}`, "k1").Header.Values(idempotency.FieldReplayed); len(got) != 0 {
 		t.Fatalf("first call: Idempotent-Replayed %q, want none", got)
 	}
-	if got := post(`{}`, "k1").Header.Values(pipeline.FieldReplayed); !slices.Equal(got, []string{"true"}) {
+	if got := post(`{}`, "k1").Header.Values(idempotency.FieldReplayed); !slices.Equal(got, []string{"true"}) {
 		t.Fatalf("replay: Idempotent-Replayed %q, want [true]", got)
 	}
 }

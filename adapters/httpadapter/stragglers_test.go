@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -106,7 +107,7 @@ func TestStragglerFloodIsBounded(t *testing.T) {
 				switch {
 				case resp.StatusCode == 504 && p.Code == pipeline.CodeTimeout:
 					timeouts.Add(1)
-				case resp.StatusCode == 503 && p.Code == pipeline.CodeOverloaded:
+				case resp.StatusCode == 503 && p.Code == kernel.CodeOverloaded:
 					shed.Add(1)
 					if resp.Header.Get("Retry-After") != "1" {
 						shedWithoutRetry.Add(1)
@@ -144,7 +145,7 @@ func TestStragglerFloodIsBounded(t *testing.T) {
 		}
 	}
 	t.Logf("straggler flood: %d calls from %d clients in %v, MaxStragglers %d: %d answered 504 at the deadline (handlers ran: %d), %d shed 503 %s, %d other; stragglers peak %d, %d at the end of the flood (items.get beside it: %d); goroutines %d before, peak %d (+%d), %d after the handlers returned",
-		floodCalls, clients, took.Round(time.Millisecond), maxStragglers, timeouts.Load(), ran, shed.Load(), pipeline.CodeOverloaded, other.Load(),
+		floodCalls, clients, took.Round(time.Millisecond), maxStragglers, timeouts.Load(), ran, shed.Load(), kernel.CodeOverloaded, other.Load(),
 		peakStraggle.Load(), held, otherOp.status, base, peakGoroutines.Load(), peakGoroutines.Load()-int64(base), after)
 	if other.Load() != 0 {
 		t.Fatalf("%d calls got neither the 504 nor the 503 (first: %v)", other.Load(), firstOther.Load())

@@ -18,6 +18,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
@@ -82,7 +83,7 @@ func TestTransportRetryAfterPastDeadline(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 	_, err := c.Do(req)
 	e, ok := errors.AsType[*pipeline.Error](err)
-	if ra, _ := e.RetryAfter(); !ok || e.Code() != pipeline.CodeRateLimited || ra != time.Minute || hits.Load() != 1 {
+	if ra, _ := e.RetryAfter(); !ok || e.Code() != resilience.CodeRateLimited || ra != time.Minute || hits.Load() != 1 {
 		t.Fatalf("err %v (retry-after %v) after %d hits, want the 503 after 1", err, ra, hits.Load())
 	}
 }

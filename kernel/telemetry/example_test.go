@@ -20,7 +20,10 @@ func ExampleExtractHTTP() {
 	h.Set("baggage", "sundial.idempotency-key=order-42")
 
 	ctx := telemetry.ExtractHTTP(context.Background(), h)
-	inv := pipeline.NewInvocation(pipeline.Spec{Baggage: telemetry.Baggage(ctx, nil)})
+	inv := pipeline.NewInvocation(pipeline.Spec{
+		Baggage:        telemetry.Baggage(ctx, nil),
+		IdempotencyKey: telemetry.IdempotencyKey(ctx), // as the kernel's edge does
+	})
 
 	fmt.Println("trace:", trace.SpanContextFromContext(ctx).TraceID())
 	fmt.Println("idempotency key:", inv.IdempotencyKey())

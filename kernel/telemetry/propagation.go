@@ -12,6 +12,16 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
+)
+
+// The baggage keys Sundial reads and writes.
+const (
+	// BaggageIdempotencyKey carries a caller's idempotency key.
+	BaggageIdempotencyKey = "sundial.idempotency-key"
+	// BaggagePriority carries a call's class to the services it calls.
+	// Like the Sundial-Priority header, it only lowers a class.
+	BaggagePriority = "sundial.priority"
 )
 
 // propagator carries the W3C trace context (traceparent, tracestate) and
@@ -88,9 +98,9 @@ const (
 
 // Baggage returns the W3C baggage of ctx as a map, bounded, for the
 // invocation's [pipeline.Spec.Baggage]. ExtractHTTP and ExtractGRPC put it
-// there. The idempotency key is among it (pipeline.BaggageIdempotencyKey,
-// read by [pipeline.Invocation.IdempotencyKey]). Baggage returns nil when
-// ctx carries no baggage.
+// there. The idempotency key is among it ([BaggageIdempotencyKey]); the
+// kernel's edge reads it from there. Baggage returns nil when ctx carries
+// no baggage.
 //
 // At most 32 members and 4096 bytes of keys and values are copied. The
 // idempotency key comes first, then the other members in key order.
@@ -102,7 +112,7 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 		return nil
 	}
 	slices.SortFunc(members, func(a, b baggage.Member) int {
-		ai, bi := a.Key() == pipeline.BaggageIdempotencyKey, b.Key() == pipeline.BaggageIdempotencyKey
+		ai, bi := a.Key() == BaggageIdempotencyKey, b.Key() == BaggageIdempotencyKey
 		switch {
 		case ai && !bi:
 			return -1
@@ -149,7 +159,7 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 //		}
 //	}
 func IdempotencyKey(ctx context.Context) string {
-	return baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value()
+	return baggage.FromContext(ctx).Member(BaggageIdempotencyKey).Value()
 }
 
 // WithIdempotencyKey returns ctx with key as its idempotency key. The key
@@ -160,12 +170,12 @@ func IdempotencyKey(ctx context.Context) string {
 // 504, or a 409 whose first attempt still runs.
 //
 // It returns ctx unchanged and false when key is not a valid idempotency
-// key (1 to pipeline.MaxIdempotencyKey printable ASCII characters).
+// key (1 to 255 printable ASCII characters).
 func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool) {
-	if !pipeline.ValidIdempotencyKey(key) {
+	if !idempotency.ValidKey(key) {
 		return ctx, false
 	}
-	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, key)
+	m, err := baggage.NewMemberRaw(BaggageIdempotencyKey, key)
 	if err != nil {
 		return ctx, false
 	}
@@ -184,7 +194,7 @@ func WithIdempotencyKey(ctx context.Context, key string) (context.Context, bool)
 // or a batch job pipeline.PrioritySheddable. The kernel marks the
 // handler's context so when the caller lowered its call's class.
 func WithPriority(ctx context.Context, p pipeline.Priority) context.Context {
-	m, err := baggage.NewMemberRaw(pipeline.BaggagePriority, p.String())
+	m, err := baggage.NewMemberRaw(BaggagePriority, p.String())
 	if err != nil {
 		return ctx
 	}

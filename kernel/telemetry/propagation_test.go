@@ -104,7 +104,7 @@ func TestBaggage(t *testing.T) {
 	if len(b) != 2 {
 		t.Errorf("Baggage = %v, want 2 members", b)
 	}
-	inv := pipeline.NewInvocation(pipeline.Spec{Baggage: b})
+	inv := pipeline.NewInvocation(pipeline.Spec{Baggage: b, IdempotencyKey: telemetry.IdempotencyKey(ctx)})
 	if got := inv.IdempotencyKey(); got != "order-42" {
 		t.Errorf("IdempotencyKey() = %q, want order-42", got)
 	}
@@ -141,8 +141,8 @@ func TestBaggageBound(t *testing.T) {
 			if len(b) != tt.wantKept {
 				t.Errorf("Baggage kept %d, want %d", len(b), tt.wantKept)
 			}
-			if b[pipeline.BaggageIdempotencyKey] != "k1" {
-				t.Errorf("idempotency key = %q, want k1 (it is copied first)", b[pipeline.BaggageIdempotencyKey])
+			if b[telemetry.BaggageIdempotencyKey] != "k1" {
+				t.Errorf("idempotency key = %q, want k1 (it is copied first)", b[telemetry.BaggageIdempotencyKey])
 			}
 			lines := strings.Count(log.String(), "\n")
 			if want := min(tt.wantDropped, 1); lines != want || (want == 1 && !strings.Contains(log.String(), fmt.Sprintf("dropped=%d", tt.wantDropped))) {
@@ -182,15 +182,15 @@ func TestWithIdempotencyKey(t *testing.T) {
 	if got := telemetry.IdempotencyKey(far); got != "checkout 42;=,x" {
 		t.Errorf("the far side read key %q from baggage %q, want it unchanged", got, h.Get("Baggage"))
 	}
-	if got := telemetry.Baggage(far, nil)[pipeline.BaggageIdempotencyKey]; got != "checkout 42;=,x" {
-		t.Errorf("Baggage()[%s] = %q, want the key", pipeline.BaggageIdempotencyKey, got)
+	if got := telemetry.Baggage(far, nil)[telemetry.BaggageIdempotencyKey]; got != "checkout 42;=,x" {
+		t.Errorf("Baggage()[%s] = %q, want the key", telemetry.BaggageIdempotencyKey, got)
 	}
 
 	ctx2, ok := telemetry.WithIdempotencyKey(ctx, "second")
 	if !ok || telemetry.IdempotencyKey(ctx2) != "second" {
 		t.Errorf("replacing the key: got %q, %v", telemetry.IdempotencyKey(ctx2), ok)
 	}
-	for _, bad := range []string{"", "caf\u00e9", "line\nbreak", strings.Repeat("k", pipeline.MaxIdempotencyKey+1)} {
+	for _, bad := range []string{"", "caf\u00e9", "line\nbreak", strings.Repeat("k", 256)} {
 		got, ok := telemetry.WithIdempotencyKey(ctx, bad)
 		if ok || telemetry.IdempotencyKey(got) != "checkout 42;=,x" {
 			t.Errorf("WithIdempotencyKey(%q) = %q, %v; want refused and the context unchanged", bad, telemetry.IdempotencyKey(got), ok)

@@ -1,10 +1,10 @@
 // Package pipelinetest provides utilities for testing code that runs in a
 // Sundial pipeline: middleware, handlers and what they log.
 //
-// [NewInvocation] makes a [pipeline.Invocation] from a [pipeline.Spec], with
-// the deadlines reconciled as the kernel would. [Handler] returns a handler
-// with a fixed result, and a [Recorder] is a middleware that records what
-// each call saw on its way in and what it returned on its way out:
+// [NewInvocation] makes a [pipeline.Invocation] from a [pipeline.Spec].
+// It reconciles the deadlines as the kernel would. [Handler] returns a
+// handler with a fixed result. A [Recorder] is a middleware that records
+// what each call saw on its way in and what it returned:
 //
 //	rec := new(pipelinetest.Recorder)
 //	h := pipeline.Chain(pipelinetest.Handler("ok", nil), mw, rec)

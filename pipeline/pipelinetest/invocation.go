@@ -1,6 +1,9 @@
 package pipelinetest
 
 import (
+	"context"
+	"time"
+
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -12,6 +15,11 @@ type Operation string
 
 // OperationID returns o.
 func (o Operation) OperationID() string { return string(o) }
+
+// Mark is the replay mark of every invocation NewInvocation makes from a
+// Spec that names none. Give it to the idempotency middleware under test
+// (idempotency.Config.Mark), so that its replays set Reply.Replayed.
+var Mark pipeline.ReplayMark
 
 // NewInvocation returns the invocation [pipeline.NewInvocation] makes from
 // s, with the deadlines reconciled as the kernel would. The zero Spec is an
@@ -25,6 +33,9 @@ func (o Operation) OperationID() string { return string(o) }
 // no caller's deadline was set. Without a deadline, the source is
 // [pipeline.DeadlineNone].
 func NewInvocation(s pipeline.Spec) *pipeline.Invocation {
+	if s.ReplayMark == nil {
+		s.ReplayMark = &Mark
+	}
 	if s.Deadline.IsZero() {
 		s.DeadlineSource = pipeline.DeadlineNone
 	}
@@ -40,4 +51,34 @@ func NewInvocation(s pipeline.Spec) *pipeline.Invocation {
 		}
 	}
 	return pipeline.NewInvocation(s)
+}
+
+// Remaining returns the time left before inv's deadline at now (negative
+// once it passed); without a deadline, the largest Duration.
+func Remaining(inv *pipeline.Invocation, now time.Time) time.Duration {
+	d, ok := inv.Deadline()
+	if !ok {
+		return time.Duration(1<<63 - 1)
+	}
+	return d.Sub(now)
+}
+
+// Expired reports whether inv's deadline is at or before now.
+func Expired(inv *pipeline.Invocation, now time.Time) bool {
+	d, ok := inv.Deadline()
+	return ok && !d.After(now)
+}
+
+// Recover returns h with a panic turned into an UNEXPECTED outcome
+// wrapping a *pipeline.PanicError, as the kernel recovers a handler's.
+func Recover(h pipeline.Handler) pipeline.Handler {
+	return func(ctx context.Context, inv *pipeline.Invocation) (out any, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				out, err = nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+					pipeline.UnexpectedMessage, &pipeline.PanicError{Value: v})
+			}
+		}()
+		return h(ctx, inv)
+	}
 }

@@ -61,11 +61,6 @@ func TestNewInvocationSpec(t *testing.T) {
 	if host.Operation() != nil || host.Name() != "GET /healthz" {
 		t.Errorf("no operation: operation %v, name %q; want none, the route", host.Operation(), host.Name())
 	}
-
-	idem := pipelinetest.NewInvocation(pipeline.Spec{Baggage: map[string]string{pipeline.BaggageIdempotencyKey: "from-baggage"}})
-	if idem.IdempotencyKey() != "from-baggage" {
-		t.Errorf("IdempotencyKey() = %q, want the baggage's", idem.IdempotencyKey())
-	}
 }
 
 func TestCustomOperation(t *testing.T) {

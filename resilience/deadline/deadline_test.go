@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
@@ -145,7 +146,7 @@ func TestDeadlineCanceledStaysCanceledPastDeadline(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 			cancel()
 			time.Sleep(time.Second) // ignores the cancellation
-			if !inv.Expired(time.Now()) {
+			if !pipelinetest.Expired(inv, time.Now()) {
 				t.Errorf("Expired(%v) = false at 1.5s, want true", time.Now().Sub(start))
 			}
 			return nil, ctx.Err()
@@ -212,7 +213,7 @@ func TestDeadlineClockPastDeadlineTokenNotFired(t *testing.T) {
 					go func() { time.Sleep(tc.cancelAt); cancel() }()
 					<-ctx.Done()
 					released = time.Since(start)
-					if !inv.Expired(time.Now()) {
+					if !pipelinetest.Expired(inv, time.Now()) {
 						t.Errorf("Expired(now) = false %v after start, want true (clock past the deadline)", released)
 					}
 					time.Sleep(time.Second) // let the caller's cancel land too
@@ -403,7 +404,7 @@ func TestDeadlineHandlerSeesEffectiveDeadline(t *testing.T) {
 						t.Errorf("Deadline() = %v, %v; ctx.Deadline() = %v, %v; want %v", d, ok, cd, cok, want)
 					}
 					time.Sleep(1500 * time.Millisecond)
-					if r, exp := inv.Remaining(time.Now()), inv.Expired(time.Now()); r != 500*time.Millisecond || exp {
+					if r, exp := pipelinetest.Remaining(inv, time.Now()), pipelinetest.Expired(inv, time.Now()); r != 500*time.Millisecond || exp {
 						t.Errorf("after 1.5s: Remaining = %v, Expired = %v; want 500ms, false", r, exp)
 					}
 					return "done", nil

@@ -121,18 +121,17 @@ var ErrFull = errors.New("idempotency: store full of running claims")
 // with a smaller outcome or releases it.
 var ErrTooLarge = errors.New("idempotency: the outcome does not fit in the store")
 
-// fingerprint returns the hash of an input's canonical form: its JSON
-// encoding as Go produces it from the decoded value (struct fields in
-// declaration order, map keys sorted), so the same input gives the same
-// fingerprint whether it came over HTTP, gRPC or the CLI and whatever the
-// key order of the JSON the caller sent.
+// fingerprint returns the hash of an input's canonical form. The form is
+// its JSON encoding as Go produces it from the decoded value. Struct
+// fields come in declaration order and map keys sorted. So the same input
+// gives the same fingerprint over HTTP, gRPC or the CLI, whatever the key
+// order the caller sent.
 //
-// Exported fields of the input struct that JSON skips — tagged json:"-",
-// or promoted from an embedded struct tagged so — are hashed too, by name
-// and value, including fields promoted from embedded structs (a shared
-// AccountRef{Account string `param:"account" json:"-"`}): such a field is
-// typically filled from the URL path or query, so that the body cannot
-// set it, and two calls that differ only there are different requests.
+// Exported fields that JSON skips (tagged json:"-") are hashed too, by
+// name and value. That includes fields promoted from embedded structs,
+// such as AccountRef{Account string `param:"account" json:"-"`}. Such a
+// field is typically filled from the URL path or query, not the body.
+// Two calls that differ only there are different requests.
 func fingerprint(input any) (string, error) {
 	b, err := json.Marshal(input)
 	if err != nil {

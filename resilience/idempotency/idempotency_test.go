@@ -41,7 +41,7 @@ func newMW(store idempotency.Store, pol idempotency.Policy) pipeline.Middleware 
 	pol.Enabled = true
 	return idempotency.New(idempotency.Config{
 		Operation: "billing.charge", Policy: pol, Store: store,
-		NewOutput: func() any { return new(receipt) },
+		NewOutput: func() any { return new(receipt) }, Mark: &pipelinetest.Mark,
 	})
 }
 
@@ -84,7 +84,7 @@ func TestSameKeyDifferentInputIs422(t *testing.T) {
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	call(mw, "k1", chargeIn{"4242", 10}, counting(&n))
 	_, err, _ := call(mw, "k1", chargeIn{"4242", 11}, counting(&n))
-	if pipeline.KindOf(err) != pipeline.KindUnprocessable || pipeline.CodeOf(err) != pipeline.CodeIdempotencyMismatch || n.Load() != 1 {
+	if pipeline.KindOf(err) != pipeline.KindUnprocessable || pipeline.CodeOf(err) != idempotency.CodeMismatch || n.Load() != 1 {
 		t.Fatalf("err %v executions %d; want 422 KERNEL_UNPROCESSABLE_001, one execution", err, n.Load())
 	}
 }
@@ -133,7 +133,7 @@ func TestRunningKeyConflicts(t *testing.T) {
 	<-started
 	_, err, _ := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
 	pe := pipeline.AsError(err)
-	if pe.Kind() != pipeline.KindConflict || pe.Code() != pipeline.CodeIdempotencyInProgress {
+	if pe.Kind() != pipeline.KindConflict || pe.Code() != idempotency.CodeInProgress {
 		t.Fatalf("while running: %v, want 409 KERNEL_CONFLICT_001", err)
 	}
 	if ra, ok := pe.RetryAfter(); !ok || ra != idempotency.InProgressRetryAfter {
@@ -163,7 +163,7 @@ func TestDeadlineNeverStored(t *testing.T) {
 			return counting(&n)(ctx, inv)
 		})
 		time.Sleep(200 * time.Millisecond) // past the deadline, handler runs
-		if _, err, _ := call(mw, "k", chargeIn{"4242", 10}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyInProgress {
+		if _, err, _ := call(mw, "k", chargeIn{"4242", 10}, counting(&n)); pipeline.CodeOf(err) != idempotency.CodeInProgress {
 			t.Fatalf("after the deadline, handler running: %v, want 409", err)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -205,12 +205,12 @@ func TestCodedFailureReplayed(t *testing.T) {
 		t.Fatalf("replay %v of %v, executions %d", err2, err1, n.Load())
 	}
 	// Details come back in their JSON form, integers exact (as int64).
-	if v, _ := e.Detail("card"); v != "9" {
+	if v, _ := e.Details()["card"]; v != "9" {
 		t.Fatalf("details %v", e.Details())
 	}
-	big, _ := e.Detail("big")
-	ratio, _ := e.Detail("ratio")
-	ids, _ := e.Detail("ids")
+	big, _ := e.Details()["big"]
+	ratio, _ := e.Details()["ratio"]
+	ids, _ := e.Details()["ids"]
 	if big != int64(1)<<53+1 || ratio != 0.5 || fmt.Sprint(ids) != "[7 8]" {
 		t.Fatalf("replayed details %#v %#v %#v, want int64 %d, 0.5, [7 8]", big, ratio, ids, int64(1)<<53+1)
 	}
@@ -287,7 +287,7 @@ func TestConcurrentOneKey(t *testing.T) {
 			<-gate
 			_, err, inv := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
 			switch {
-			case pipeline.CodeOf(err) == pipeline.CodeIdempotencyInProgress:
+			case pipeline.CodeOf(err) == idempotency.CodeInProgress:
 				conflicts.Add(1)
 			case err == nil && inv.Reply().Replayed():
 				replays.Add(1)
@@ -380,7 +380,7 @@ func TestMemoryStoreFullOfRunningClaims(t *testing.T) {
 		t.Fatalf("third running claim: %v, want ErrFull", err)
 	}
 	mw := newMW(store, idempotency.Policy{})
-	if _, err, _ := call(mw, "z", chargeIn{}, func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }); pipeline.CodeOf(err) != pipeline.CodeIdempotencyStore {
+	if _, err, _ := call(mw, "z", chargeIn{}, func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }); pipeline.CodeOf(err) != idempotency.CodeStore {
 		t.Fatalf("%v, want 503 KERNEL_UNAVAILABLE_006", err)
 	}
 }
@@ -420,7 +420,7 @@ func TestRedisStore(t *testing.T) {
 		if err != nil || !inv.Reply().Replayed() || out2.(receipt) != out1.(receipt) || n.Load() != 1 {
 			t.Fatalf("replica b: %v %v replayed=%v executions=%d", out2, err, inv.Reply().Replayed(), n.Load())
 		}
-		if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyMismatch {
+		if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipeline.CodeOf(err) != idempotency.CodeMismatch {
 			t.Fatalf("other input: %v", err)
 		}
 		ttl := rdb.PTTL(context.Background(), "t:idem:"+idempotency.ScopedKey("billing.charge", "", "k")).Val()
@@ -491,7 +491,7 @@ func TestRedisLeaseRenewed(t *testing.T) {
 		}()
 		<-started
 		time.Sleep(time.Second) // > 3 leases: only renewal keeps it
-		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipeline.CodeOf(err) != pipeline.CodeIdempotencyInProgress {
+		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipeline.CodeOf(err) != idempotency.CodeInProgress {
 			t.Fatalf("after 3 leases: %v, want 409", err)
 		}
 		close(release)

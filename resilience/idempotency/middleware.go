@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"time"
-	_ "unsafe" // go:linkname: markReply
 
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -35,6 +34,9 @@ type Config struct {
 	// Logger receives store failures after the handler ran (discarded when
 	// nil).
 	Logger *slog.Logger
+	// Mark sets Reply.Replayed on a replayed outcome: the mark the
+	// invocations were made with (nil: the field and note only).
+	Mark *pipeline.ReplayMark
 }
 
 // middleware applies an operation's idempotency policy.
@@ -68,12 +70,12 @@ func errMissing() *pipeline.Error {
 }
 
 func errInProgress() *pipeline.Error {
-	return pipeline.NewError(pipeline.KindConflict, pipeline.CodeIdempotencyInProgress,
+	return pipeline.NewError(pipeline.KindConflict, CodeInProgress,
 		"A call with this idempotency key is still running; retry later for its outcome.").WithRetryAfter(inProgressRetryAfter)
 }
 
 func errMismatch() *pipeline.Error {
-	return pipeline.NewError(pipeline.KindUnprocessable, pipeline.CodeIdempotencyMismatch,
+	return pipeline.NewError(pipeline.KindUnprocessable, CodeMismatch,
 		"This idempotency key was used with a different input; use a new key for a new request.")
 }
 
@@ -88,7 +90,7 @@ func errNoJSON() *pipeline.Error {
 }
 
 func errStore(err error) *pipeline.Error {
-	return pipeline.Wrap(pipeline.KindUnavailable, pipeline.CodeIdempotencyStore,
+	return pipeline.Wrap(pipeline.KindUnavailable, CodeStore,
 		"The idempotency store is unavailable; nothing ran.", err).WithRetryAfter(time.Second)
 }
 
@@ -101,8 +103,8 @@ func (m *middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 		}
 		return next(ctx, inv)
 	}
-	if !pipeline.ValidIdempotencyKey(key) {
-		return nil, pipeline.ErrIdempotencyKeyMalformed()
+	if !ValidKey(key) {
+		return nil, ErrKeyMalformed()
 	}
 	fp, err := fingerprint(inv.Input())
 	if err != nil {
@@ -131,18 +133,18 @@ func (m *middleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next 
 		case !rec.Done:
 			return nil, errInProgress()
 		}
-		markReplayed(inv)
+		m.markReplayed(inv)
 		return m.decode(rec.Outcome)
 	}
 	return m.run(ctx, inv, next, skey, fp, token)
 }
 
-// run runs the rest of the chain under the claim and settles it when the
-// chain returns — or panics: the kernel recovers a panic of the handler,
-// but one in a middleware between this one and the handler unwinds
-// through here, and the claim must not stay running (with its lease
-// renewed for as long as the process lives). A panic settles as the
-// UNEXPECTED outcome the kernel answers for it, and goes on unwinding.
+// run runs the rest of the chain under the claim. It settles the claim
+// when the chain returns or panics. The kernel recovers a handler's
+// panic, but a panic in a middleware below this one unwinds through here.
+// The claim must not stay running, its lease renewed for as long as the
+// process lives. A panic settles as the UNEXPECTED outcome the kernel
+// answers for it, and goes on unwinding.
 func (m *middleware) run(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler, skey, fp, token string) (out any, herr error) {
 	stop := m.renew(skey, token)
 	panicked := true
@@ -192,9 +194,9 @@ func (m *middleware) renew(key, token string) func() {
 }
 
 // forgets reports whether an outcome frees the key instead of being
-// stored: TIMEOUT, CANCELLED and UNAVAILABLE say "try again", and a
-// handler returning one has (by contract) not completed its effect, or
-// passed on a downstream's that carries the same key. So does any outcome
+// stored. TIMEOUT, CANCELLED and UNAVAILABLE say "try again". A handler
+// returning one has, by contract, not completed its effect. Or it passed
+// on a downstream's outcome that carries the same key. So does any outcome
 // with a retry-after (a CONFLICT "retry in 5 s" from the handler, say):
 // replaying it for the whole retention would tell the caller to retry a
 // call whose answer could never change.
@@ -330,17 +332,12 @@ func (m *middleware) decode(b []byte) (any, error) {
 }
 
 // markReplayed marks inv's answer as the stored outcome of an earlier call
-// with the same key: the Idempotent-Replayed field (HTTP header, gRPC
-// metadata) and, on the command line, a note on standard error.
-func markReplayed(inv *pipeline.Invocation) {
+// with the same key: the replay mark, the Idempotent-Replayed field (HTTP
+// header, gRPC metadata) and, on the command line, a note on standard
+// error.
+func (m *middleware) markReplayed(inv *pipeline.Invocation) {
+	m.c.Mark.Set(inv)
 	r := inv.Reply()
-	markReply(r)
+	r.Set(FieldReplayed, "true")
 	r.Note("replayed: the stored outcome of an earlier call with idempotency key " + inv.IdempotencyKey())
 }
-
-// markReply sets the replay mark of r (Reply.Replayed) and its
-// Idempotent-Replayed field. The mark is pipeline's unexported
-// markReplayed, reached here alone: no other middleware can set it.
-//
-//go:linkname markReply github.com/sundial-go/sundial/pipeline.markReplayed
-func markReply(r *pipeline.Reply)

@@ -16,6 +16,10 @@ import (
 	"github.com/sundial-go/sundial/resilience/internal/breaker"
 )
 
+// baggageIdempotencyKey is the baggage key of a caller's idempotency key
+// (telemetry.BaggageIdempotencyKey, which resilience may not import).
+const baggageIdempotencyKey = "sundial.idempotency-key"
+
 // CodeDependencyUnavailable is the code of the UNAVAILABLE outcome of a call
 // whose last attempt got no answer. Nothing was sent, or the connection was
 // refused, reset or closed. A gRPC Unavailable status without details
@@ -144,7 +148,7 @@ func (d *Dependency) DoOnce(ctx context.Context, attempt func(context.Context) e
 
 // do runs one call under s.
 func (d *Dependency) do(ctx context.Context, s *state, attempt func(context.Context) error) error {
-	keyed := baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value() != ""
+	keyed := baggage.FromContext(ctx).Member(baggageIdempotencyKey).Value() != ""
 	if !keyed && s.p.CreateKey {
 		ctx, keyed = withNewKey(ctx)
 	}
@@ -163,7 +167,7 @@ func (d *Dependency) do(ctx context.Context, s *state, attempt func(context.Cont
 // random base32 characters) in its baggage, or ctx and false when the
 // baggage cannot take one more member.
 func withNewKey(ctx context.Context) (context.Context, bool) {
-	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, "sundial-"+rand.Text())
+	m, err := baggage.NewMemberRaw(baggageIdempotencyKey, "sundial-"+rand.Text())
 	if err != nil {
 		return ctx, false
 	}

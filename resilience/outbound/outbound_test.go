@@ -115,7 +115,7 @@ func retryAfterCall(t *testing.T, first error) ([]time.Duration, error, time.Dur
 
 func TestRetryAfterPastDeadlineEndsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		want := pipeline.NewError(pipeline.KindUnavailable, pipeline.CodeRateLimited, "slow down").WithRetryAfter(5 * time.Second)
+		want := pipeline.NewError(pipeline.KindUnavailable, resilience.CodeRateLimited, "slow down").WithRetryAfter(5 * time.Second)
 		at, err, el := retryAfterCall(t, want)
 		equal(t, at, []time.Duration{0})
 		if err != want || el != 0 {
@@ -325,7 +325,7 @@ func TestWhatIsRetried(t *testing.T) {
 				err := d.Do(ctx, func(context.Context) error { n++; return tc.err })
 				if tc.unanswered {
 					e := pipeline.AsError(err)
-					if dep, _ := e.Detail("dependency"); n != tc.want || e.Code() != CodeDependencyUnavailable ||
+					if dep, _ := e.Details()["dependency"]; n != tc.want || e.Code() != CodeDependencyUnavailable ||
 						e.Kind() != pipeline.KindUnavailable || dep != "billing" || !errors.Is(err, tc.err) {
 						t.Fatalf("%d attempts, err %v; want %d and %s naming billing, wrapping the last error",
 							n, err, tc.want, CodeDependencyUnavailable)
@@ -491,7 +491,7 @@ func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
 			p.CreateKey, p.BackoffBase, p.BackoffMax = tc.create, time.Millisecond, time.Millisecond
 			var keys []string
 			_ = dep(t, p).Do(tc.ctx, func(ctx context.Context) error {
-				keys = append(keys, baggage.FromContext(ctx).Member(pipeline.BaggageIdempotencyKey).Value())
+				keys = append(keys, baggage.FromContext(ctx).Member(telemetry.BaggageIdempotencyKey).Value())
 				return timeout
 			})
 			if len(keys) != len(tc.want) {
@@ -505,4 +505,12 @@ func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestBaggageIdempotencyKeyIsTelemetrys: outbound's copy of the baggage key
+// is the kernel's.
+func TestBaggageIdempotencyKeyIsTelemetrys(t *testing.T) {
+	if baggageIdempotencyKey != telemetry.BaggageIdempotencyKey {
+		t.Errorf("%q, want %q", baggageIdempotencyKey, telemetry.BaggageIdempotencyKey)
+	}
 }

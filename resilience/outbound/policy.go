@@ -19,7 +19,7 @@
 //   - TIMEOUT outcomes and ambiguous failures are retried only when the call
 //     carries an idempotency key. Ambiguous failures are UNEXPECTED, a reset
 //     connection, and any other transport error. The key is the W3C baggage
-//     member sundial.idempotency-key (pipeline.BaggageIdempotencyKey). With
+//     member sundial.idempotency-key (see baggageIdempotencyKey). With
 //     it, the downstream can tell a retry from a new call.
 //   - A caller fault (VALIDATION, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
 //     CONFLICT, UNPROCESSABLE) is never retried. Nor is CANCELLED, nor any

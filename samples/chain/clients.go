@@ -110,7 +110,7 @@ func problemError(status int, contentType string, body []byte) *pipeline.Error {
 		}
 		return e.WithDetail("status", status)
 	}
-	return pipeline.Errorf(kindOfStatus(status), "CHAIN_UNEXPECTED_001", "HTTP %d without Problem Details", status).WithDetail("status", status)
+	return pipeline.NewError(kindOfStatus(status), "CHAIN_UNEXPECTED_001", fmt.Sprintf("HTTP %d without Problem Details", status)).WithDetail("status", status)
 }
 
 // kindOfStatus is the outcome kind of an HTTP status, the inverse of

@@ -43,7 +43,7 @@ func TestTransportError(t *testing.T) {
 				return
 			}
 			pe := pipeline.AsError(got)
-			if dep, _ := pe.Detail("dependency"); pe.Code() != tc.wantCode || dep != "inventory" || !errors.Is(got, tc.err) {
+			if dep, _ := pe.Details()["dependency"]; pe.Code() != tc.wantCode || dep != "inventory" || !errors.Is(got, tc.err) {
 				t.Errorf("transportError(%v) = %v %v, want %s naming inventory and wrapping the cause", tc.err, pe.Code(), pe.Details(), tc.wantCode)
 			}
 		})
@@ -75,14 +75,14 @@ func TestProblemError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := problemError(tc.status, tc.contentType, []byte(tc.body))
-			if st, _ := got.Detail("status"); got.Kind() != tc.wantKind || got.Code() != tc.wantCode || st != tc.status {
+			if st, _ := got.Details()["status"]; got.Kind() != tc.wantKind || got.Code() != tc.wantCode || st != tc.status {
 				t.Errorf("problemError(%d, %q, %s) = %v %s %v, want %v %s with details.status", tc.status, tc.contentType, tc.body, got.Kind(), got.Code(), got.Details(), tc.wantKind, tc.wantCode)
 			}
 			ra, ok := got.RetryAfter()
 			if ok != (tc.wantRetryAfter != 0) || ra != tc.wantRetryAfter {
 				t.Errorf("problemError(%s).RetryAfter() = %v, %v; want %v", tc.body, ra, ok, tc.wantRetryAfter)
 			}
-			if _, ok := got.Detail(pipeline.DetailRetryAfter); ok {
+			if _, ok := got.Details()[pipeline.DetailRetryAfter]; ok {
 				t.Errorf("problemError(%s) kept details.%s: %v", tc.body, pipeline.DetailRetryAfter, got.Details())
 			}
 		})

@@ -24,7 +24,7 @@ func TestUnexpectedShowsNothing(t *testing.T) {
 	}
 	for _, k := range []pipeline.Kind{pipeline.KindOK, pipeline.Kind(42), pipeline.Kind(255)} {
 		hidden[fmt.Sprintf("kind %d NewError", k)] = pipeline.NewError(k, "X_001", "secret text").WithDetail("host", "10.0.0.5")
-		hidden[fmt.Sprintf("kind %d Errorf", k)] = pipeline.Errorf(k, "X_001", "secret %s", "text").WithDetail("host", "10.0.0.5")
+		hidden[fmt.Sprintf("kind %d NewError+Sprintf", k)] = pipeline.NewError(k, "X_001", fmt.Sprintf("secret %s", "text")).WithDetail("host", "10.0.0.5")
 		hidden[fmt.Sprintf("kind %d Wrap", k)] = pipeline.Wrap(k, "X_001", "secret text", errors.New("c")).WithDetail("host", "10.0.0.5")
 	}
 	for name, e := range hidden {
@@ -63,7 +63,7 @@ func TestKnownKindShows(t *testing.T) {
 	if got := outcome.Details(retry); len(got) != 2 || got[pipeline.DetailRetryAfter] != int64(2) {
 		t.Errorf("Details with a retry-after of 1.5 s = %v, want id and retryAfter 2", got)
 	}
-	if v, _ := retry.Detail(pipeline.DetailRetryAfter); v != nil {
+	if v := retry.Details()[pipeline.DetailRetryAfter]; v != nil {
 		t.Errorf("Details wrote the retry-after into the outcome: %v", v)
 	}
 }

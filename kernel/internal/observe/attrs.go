@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // numProtocols is the number of pipeline.Protocol values.
@@ -183,19 +184,23 @@ func newOutcomeAttrs(id, proto attribute.KeyValue, k pipeline.Kind, code string)
 // them.
 var reasons = [...]string{ReasonRate, ReasonConcurrency, ReasonBreaker, ReasonOverloaded, ReasonShed}
 
+// CodeOverloaded is the code of the kernel's overload answer
+// (kernel.CodeOverloaded).
+const CodeOverloaded = "KERNEL_UNAVAILABLE_005"
+
 // rejectionReason returns the index in reasons of the limit named by a
 // rejection's code, or -1 when code is not a rejection.
 func rejectionReason(code string) int {
 	switch code {
-	case pipeline.CodeRateLimited:
+	case resilience.CodeRateLimited:
 		return 0
-	case pipeline.CodeConcurrencyLimited:
+	case resilience.CodeConcurrencyLimited:
 		return 1
-	case pipeline.CodeCircuitOpen:
+	case resilience.CodeCircuitOpen:
 		return 2
-	case pipeline.CodeOverloaded:
+	case CodeOverloaded:
 		return 3
-	case pipeline.CodeShed:
+	case resilience.CodeShed:
 		return 4
 	}
 	return -1

@@ -21,6 +21,8 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
@@ -79,18 +81,18 @@ func TestSpanPerOutcome(t *testing.T) {
 			wantKind: "NOT_FOUND", wantCode: "TEST_NOT_FOUND_001", wantStatus: codes.Error,
 		},
 		{
-			name: "rate limited", err: rejection(pipeline.CodeRateLimited, "test.op", 60*time.Second),
-			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeRateLimited, wantStatus: codes.Error,
+			name: "rate limited", err: rejection(resilience.CodeRateLimited, "test.op", 60*time.Second),
+			wantKind: "UNAVAILABLE", wantCode: resilience.CodeRateLimited, wantStatus: codes.Error,
 			wantEvents: []string{observe.EventRejection},
 		},
 		{
-			name: "concurrency limited", err: rejection(pipeline.CodeConcurrencyLimited, "test.op", 0),
-			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeConcurrencyLimited, wantStatus: codes.Error,
+			name: "concurrency limited", err: rejection(resilience.CodeConcurrencyLimited, "test.op", 0),
+			wantKind: "UNAVAILABLE", wantCode: resilience.CodeConcurrencyLimited, wantStatus: codes.Error,
 			wantEvents: []string{observe.EventRejection},
 		},
 		{
-			name: "breaker open", err: rejection(pipeline.CodeCircuitOpen, "test.op", 30*time.Second),
-			wantKind: "UNAVAILABLE", wantCode: pipeline.CodeCircuitOpen, wantStatus: codes.Error,
+			name: "breaker open", err: rejection(resilience.CodeCircuitOpen, "test.op", 30*time.Second),
+			wantKind: "UNAVAILABLE", wantCode: resilience.CodeCircuitOpen, wantStatus: codes.Error,
 			wantEvents: []string{observe.EventRejection},
 		},
 	}
@@ -154,7 +156,7 @@ func TestUnexpectedRecordsCause(t *testing.T) {
 		wantType, wantText string
 	}{
 		{"foreign", errors.New("db: connection refused"), "*errors.errorString", "db: connection refused"},
-		{"panic", pipeline.Recovered(nil, "boom", nil), "*pipeline.PanicError", "panic: boom"},
+		{"panic", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage, &pipeline.PanicError{Value: "boom"}), "*pipeline.PanicError", "panic: boom"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,10 +185,10 @@ func TestRejectionEvent(t *testing.T) {
 		name, code, wantLimit, wantRetry string
 		retryAfter                       time.Duration
 	}{
-		{"rate", pipeline.CodeRateLimited, "rate", "60", 60 * time.Second},
-		{"concurrency", pipeline.CodeConcurrencyLimited, "concurrency", "", 0},
-		{"breaker", pipeline.CodeCircuitOpen, "breaker", "30", 30 * time.Second},
-		{"rounded up", pipeline.CodeRateLimited, "rate", "3", 2500 * time.Millisecond},
+		{"rate", resilience.CodeRateLimited, "rate", "60", 60 * time.Second},
+		{"concurrency", resilience.CodeConcurrencyLimited, "concurrency", "", 0},
+		{"breaker", resilience.CodeCircuitOpen, "breaker", "30", 30 * time.Second},
+		{"rounded up", resilience.CodeRateLimited, "rate", "3", 2500 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -377,7 +379,7 @@ func TestOriginalOutcomeOfAttribution(t *testing.T) {
 		{"timeout without a cause", pipeline.ErrTimeout(), "", ""},
 		{"timeout over ctx error", errDeadlineFired, "", ""},
 		{"timeout over downstream timeout", pipeline.ErrTimeout().WithCause(pipeline.NewError(pipeline.KindTimeout, "DOWNSTREAM_TIMEOUT_001", "slow")), "TIMEOUT", "DOWNSTREAM_TIMEOUT_001"},
-		{"cancelled over rejection", pipeline.ErrCanceled().WithCause(rejection(pipeline.CodeConcurrencyLimited, "x", 0)), "UNAVAILABLE", pipeline.CodeConcurrencyLimited},
+		{"cancelled over rejection", pipeline.ErrCanceled().WithCause(rejection(resilience.CodeConcurrencyLimited, "x", 0)), "UNAVAILABLE", resilience.CodeConcurrencyLimited},
 		{"wrapped in a foreign error", fmt.Errorf("late: %w", pipeline.ErrTimeout().WithCause(errNotFound)), "NOT_FOUND", "TEST_NOT_FOUND_001"},
 		{"not found with a cause", pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND_001", "gone").WithCause(errors.New("sql: no rows")), "", ""},
 		{"unexpected with a cause", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "x", errNotFound), "", ""},
@@ -703,8 +705,9 @@ func TestIdempotencyKeyAttribute(t *testing.T) {
 	for _, key := range []string{"", "order-7f3a"} {
 		h := newHarness(t)
 		inv := pipeline.NewInvocation(pipeline.Spec{
-			Operation: op("orders.create"),
-			Baggage:   map[string]string{pipeline.BaggageIdempotencyKey: key},
+			Operation:      op("orders.create"),
+			Baggage:        map[string]string{telemetry.BaggageIdempotencyKey: key},
+			IdempotencyKey: key, // as the kernel's edge takes it from the baggage
 		})
 		runCall(h.tel.Operation(op("orders.create")), context.Background(), inv, t0, t0, nil)
 		s := h.onlySpan(t)
@@ -726,7 +729,7 @@ func TestIdempotencyKeyAttribute(t *testing.T) {
 // TestIdempotencyKeyFromContext: IdempotencyKey reads the baggage member
 // the kernel puts into the handler's context.
 func TestIdempotencyKeyFromContext(t *testing.T) {
-	m, err := baggage.NewMemberRaw(pipeline.BaggageIdempotencyKey, "order-7f3a")
+	m, err := baggage.NewMemberRaw(telemetry.BaggageIdempotencyKey, "order-7f3a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,9 +752,10 @@ func replayed(t *testing.T, spec pipeline.Spec) *pipeline.Invocation {
 	t.Helper()
 	mw := idempotency.New(idempotency.Config{
 		Operation: spec.Operation.OperationID(), Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}),
-		NewOutput: func() any { return new(string) },
+		NewOutput: func() any { return new(string) }, Mark: &pipelinetest.Mark,
 	})
 	ok := func(context.Context, *pipeline.Invocation) (any, error) { return "done", nil }
+	spec.ReplayMark = &pipelinetest.Mark
 	for range 2 {
 		inv := pipeline.NewInvocation(spec)
 		if _, err := mw.Invoke(context.Background(), inv, ok); err != nil {

@@ -51,7 +51,7 @@ func TestShopThreeOrders(t *testing.T) {
 		inv := pipeline.NewInvocation(pipeline.Spec{Operation: op("orders.create")})
 		var err error
 		if i == 2 {
-			err = rejection(pipeline.CodeRateLimited, "orders.create", 60*time.Second)
+			err = rejection(resilience.CodeRateLimited, "orders.create", 60*time.Second)
 		}
 		runCall(o, context.Background(), inv, t0, t0.Add(time.Millisecond), err)
 	}
@@ -62,7 +62,7 @@ func TestShopThreeOrders(t *testing.T) {
 		want   float64
 	}{
 		{observe.MetricInvocationDuration, map[string]string{"operation": "orders.create", "protocol": "inprocess", "kind": "OK"}, 2},
-		{observe.MetricInvocationDuration, map[string]string{"operation": "orders.create", "kind": "UNAVAILABLE", "code": pipeline.CodeRateLimited}, 1},
+		{observe.MetricInvocationDuration, map[string]string{"operation": "orders.create", "kind": "UNAVAILABLE", "code": resilience.CodeRateLimited}, 1},
 		{observe.MetricRejectionCount, map[string]string{"operation": "orders.create", "reason": "rate"}, 1},
 		{observe.MetricQueueDepth, map[string]string{"operation": "orders.create", "queue": "rate"}, 0},
 		{observe.MetricQueueDepth, map[string]string{"operation": "orders.create", "queue": "concurrency"}, 0},
@@ -86,8 +86,8 @@ func TestShopThreeOrders(t *testing.T) {
 	if len(spans) != 3 {
 		t.Fatalf("spans = %d, want 3", len(spans))
 	}
-	if a := spanAttrs(spans[2]); a[observe.AttrOutcomeCode] != pipeline.CodeRateLimited {
-		t.Errorf("third span %v, want code %s", a, pipeline.CodeRateLimited)
+	if a := spanAttrs(spans[2]); a[observe.AttrOutcomeCode] != resilience.CodeRateLimited {
+		t.Errorf("third span %v, want code %s", a, resilience.CodeRateLimited)
 	}
 	ev, ok := findEvent(spans[2], observe.EventRejection)
 	if a := kvs(ev.Attributes); !ok || a[observe.AttrRejectionLimit] != "rate" || a[observe.AttrRetryAfter] != "60" {

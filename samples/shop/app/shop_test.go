@@ -36,8 +36,8 @@ func TestExportReportDelayBound(t *testing.T) {
 		cancel()
 		t.Logf("delayMs %d: %+v, %v after %v", d, out, err, took.Round(time.Microsecond))
 		e := pipeline.AsError(err)
-		if err == nil || e.Kind() != pipeline.KindValidation || e.Code() != pipeline.CodeConstraint {
-			t.Errorf("delayMs %d: got %+v, %v; want VALIDATION %s", d, out, err, pipeline.CodeConstraint)
+		if err == nil || e.Kind() != pipeline.KindValidation || e.Code() != operations.CodeConstraint {
+			t.Errorf("delayMs %d: got %+v, %v; want VALIDATION %s", d, out, err, operations.CodeConstraint)
 			continue
 		}
 		if !strings.Contains(e.Error(), "at most 3600000") {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
 
@@ -372,7 +373,7 @@ func TestClusterShopsRedisDown(t *testing.T) {
 						switch {
 						case a.status < 300:
 							got[mode]++
-						case a.status == 503 && a.problem["code"] == pipeline.CodeRateLimited:
+						case a.status == 503 && a.problem["code"] == resilience.CodeRateLimited:
 						default:
 							t.Errorf("%s: status %d %v", mode, a.status, a.problem)
 						}
@@ -465,7 +466,7 @@ func TestClusterShopPausedRedis(t *testing.T) {
 		for range n {
 			a := post(context.Background(), client, s.url+"/orders", `{"name":"widget","amount":1}`)
 			switch {
-			case a.err == nil && a.status == 503 && a.problem["code"] == pipeline.CodeRateLimited && refused < 3:
+			case a.err == nil && a.status == 503 && a.problem["code"] == resilience.CodeRateLimited && refused < 3:
 				refused++
 			case a.err != nil || a.status != 201:
 				t.Fatalf("status %d %v, %v (%d turned away before)", a.status, a.problem, a.err, refused)
@@ -555,7 +556,7 @@ func TestClusterShopKilledHolderFreesSlots(t *testing.T) {
 		// Refused: the slots are held (503 _003), or a store call took
 		// longer than StoreTimeoutMs: one failure is turned away (503 _002),
 		// and "closed" refuses while degraded.
-		if code := r.problem["code"]; r.status != 503 || code != pipeline.CodeConcurrencyLimited && code != pipeline.CodeRateLimited {
+		if code := r.problem["code"]; r.status != 503 || code != resilience.CodeConcurrencyLimited && code != resilience.CodeRateLimited {
 			t.Fatalf("status %d %v", r.status, r.problem)
 		}
 		if time.Since(expiry) > 30*time.Second {

@@ -131,42 +131,42 @@ var conformanceRows = []conformanceRow{
 	{name: "three orders", steps: []step{
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: "OK"},
 		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: "OK"},
-		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: pipeline.CodeRateLimited},
+		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: resilience.CodeRateLimited},
 	}},
 	// Constraints are checked before the invocation: inputs that break
 	// them spend no permit of orders.create's rate limit (2 per window).
 	{name: "constraint failures spend no permit", steps: []step{
-		{op: "orders.create", input: `{"name":"","amount":0,"currency":"GBP"}`, want: pipeline.CodeConstraint},
-		{op: "orders.create", input: `{"name":"widget","amount":10001}`, want: pipeline.CodeConstraint},
-		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"JPY"}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"","amount":0,"currency":"GBP"}`, want: operations.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":10001}`, want: operations.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"JPY"}`, want: operations.CodeConstraint},
 		{op: "orders.create", input: `{"name":"widget","amount":1,"currency":"USD"}`, want: "OK"},
 		{op: "orders.create", input: `{"name":"widget","amount":10000}`, want: "OK"},
-		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: pipeline.CodeRateLimited},
+		{op: "orders.create", input: `{"name":"widget","amount":1}`, want: resilience.CodeRateLimited},
 	}},
 	// ... and are neutral to billing.charge's breaker (FailureThreshold 5).
 	{name: "constraint failures leave the breaker closed", steps: []step{
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":0}`, want: pipeline.CodeConstraint},
-		{op: "billing.charge", input: `{"amount":10001}`, want: pipeline.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":0}`, want: operations.CodeConstraint},
+		{op: "billing.charge", input: `{"amount":10001}`, want: operations.CodeConstraint},
 		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
 	}},
 	// One input policy (operations.InputPolicy, docs/pipeline.md): an
 	// unknown field or a key in the wrong case is the same VALIDATION
 	// answer on every protocol; tests.lenient allows unknown fields.
 	{name: "input policy", steps: []step{
-		{op: "billing.charge", input: `{"amount":5,"extra":true}`, want: pipeline.CodeUnknownField},
-		{op: "billing.charge", input: `{"Amount":5}`, want: pipeline.CodeUnknownField},
-		{op: "orders.create", input: `{"name":"widget","amount":1,"note":"x"}`, want: pipeline.CodeUnknownField},
+		{op: "billing.charge", input: `{"amount":5,"extra":true}`, want: operations.CodeUnknownField},
+		{op: "billing.charge", input: `{"Amount":5}`, want: operations.CodeUnknownField},
+		{op: "orders.create", input: `{"name":"widget","amount":1,"note":"x"}`, want: operations.CodeUnknownField},
 		{op: "tests.lenient", input: `{"mode":"ok","extra":true}`, want: "OK"},
 		{op: "billing.charge", input: `{"amount":5}`, want: "OK"},
 	}},
 	{name: "validation", steps: []step{
-		{op: "orders.create", input: `{"name":"","amount":1}`, want: pipeline.CodeConstraint},
-		{op: "orders.create", input: `{"name":"widget","amount":0}`, want: pipeline.CodeConstraint},
-		{op: "reports.export", input: `{"delayMs":-1}`, want: pipeline.CodeConstraint},
+		{op: "orders.create", input: `{"name":"","amount":1}`, want: operations.CodeConstraint},
+		{op: "orders.create", input: `{"name":"widget","amount":0}`, want: operations.CodeConstraint},
+		{op: "reports.export", input: `{"delayMs":-1}`, want: operations.CodeConstraint},
 	}},
 	{name: "not found", steps: []step{
 		{op: "orders.get", input: `{"id":"ord-9"}`, want: "SHOP_NOT_FOUND_001"},
@@ -185,12 +185,12 @@ var conformanceRows = []conformanceRow{
 		{op: "billing.charge", input: `{"amount":5,"fail":true}`, want: "SHOP_UNAVAILABLE_001"},
 		{op: "billing.charge", input: `{"amount":5,"fail":true}`, want: "SHOP_UNAVAILABLE_001"},
 		{op: "billing.charge", input: `{"amount":5,"fail":true}`, want: "SHOP_UNAVAILABLE_001"},
-		{op: "billing.charge", input: `{"amount":5}`, want: pipeline.CodeCircuitOpen},
+		{op: "billing.charge", input: `{"amount":5}`, want: resilience.CodeCircuitOpen},
 	}},
 	{name: "concurrency limit", steps: []step{
 		{op: "reports.export", input: `{"delayMs":400}`, want: "OK", background: true},
 		{op: "reports.export", input: `{"delayMs":400}`, want: "OK", background: true},
-		{op: "reports.export", input: `{"delayMs":0}`, want: pipeline.CodeConcurrencyLimited},
+		{op: "reports.export", input: `{"delayMs":0}`, want: resilience.CodeConcurrencyLimited},
 	}},
 	{name: "context-ignoring handler answered at its deadline", policy: `{"TimeoutSeconds": 0.3}`, check: checkStallAnswered},
 	{name: "trace IDs on every answer", check: checkTraceIDs},
@@ -818,11 +818,11 @@ func untilRateLimited(t *testing.T, c caller) {
 	t.Helper()
 	for range 50 {
 		switch a := c.do(t, "tests.flaky", `{"mode":"invalid"}`, 0); a.code {
-		case pipeline.CodeRateLimited:
+		case resilience.CodeRateLimited:
 			return
 		case codeFlakyInvalid:
 		default:
-			t.Fatalf("an invalid call = %s, want %s or %s", a.code, codeFlakyInvalid, pipeline.CodeRateLimited)
+			t.Fatalf("an invalid call = %s, want %s or %s", a.code, codeFlakyInvalid, resilience.CodeRateLimited)
 		}
 	}
 	t.Fatal("50 calls and the rate limiter never turned one away")
@@ -836,11 +836,11 @@ func checkBreakerNeutralClosed(t *testing.T, c caller, _ *shopEnv) {
 	flaky(t, c, "fail", 0, codeFlakyDown)
 	flaky(t, c, "fail", 0, codeFlakyDown)
 	flaky(t, c, "invalid", 0, codeFlakyInvalid)
-	flaky(t, c, "throttled", 0, pipeline.CodeRateLimited)
+	flaky(t, c, "throttled", 0, resilience.CodeRateLimited)
 	untilRateLimited(t, c)
 	time.Sleep(window) // the next call is in a window of its own
 	flaky(t, c, "fail", 0, codeFlakyDown)
-	flaky(t, c, "ok", 0, pipeline.CodeCircuitOpen)
+	flaky(t, c, "ok", 0, resilience.CodeCircuitOpen)
 }
 
 // (a) With the breaker half-open, a VALIDATION outcome and rate-limit
@@ -850,14 +850,14 @@ func checkBreakerNeutralHalfOpen(t *testing.T, c caller, _ *shopEnv) {
 	const breakFor, window = time.Second, time.Second // BreakSeconds, WindowSeconds
 	flaky(t, c, "fail", 0, codeFlakyDown)
 	flaky(t, c, "fail", 0, codeFlakyDown)
-	flaky(t, c, "ok", 0, pipeline.CodeCircuitOpen)
+	flaky(t, c, "ok", 0, resilience.CodeCircuitOpen)
 	time.Sleep(breakFor) // half-open from now on; a fresh window too
 	flaky(t, c, "invalid", 0, codeFlakyInvalid)
-	flaky(t, c, "throttled", 0, pipeline.CodeRateLimited)
+	flaky(t, c, "throttled", 0, resilience.CodeRateLimited)
 	untilRateLimited(t, c)
 	time.Sleep(window)
-	flaky(t, c, "fail", 0, codeFlakyDown)          // the probe that counts
-	flaky(t, c, "ok", 0, pipeline.CodeCircuitOpen) // re-opened: FailureThreshold 2 was not what did it
+	flaky(t, c, "fail", 0, codeFlakyDown)            // the probe that counts
+	flaky(t, c, "ok", 0, resilience.CodeCircuitOpen) // re-opened: FailureThreshold 2 was not what did it
 }
 
 // (b) A handler honouring its context stopped by the operation's own
@@ -870,7 +870,7 @@ func checkBreakerDeadlines(t *testing.T, c caller, _ *shopEnv) {
 	flaky(t, c, "ok", 0, "OK")
 	flaky(t, c, "hang", 0, pipeline.CodeTimeout)
 	flaky(t, c, "hang", 0, pipeline.CodeTimeout)
-	flaky(t, c, "ok", 0, pipeline.CodeCircuitOpen)
+	flaky(t, c, "ok", 0, resilience.CodeCircuitOpen)
 }
 
 // (c) A half-open probe whose handler ignores its context frees the slot
@@ -880,7 +880,7 @@ func checkBreakerStalledProbe(t *testing.T, c caller, _ *shopEnv) {
 	const breakFor = time.Second // BreakSeconds
 	flaky(t, c, "fail", 0, codeFlakyDown)
 	flaky(t, c, "fail", 0, codeFlakyDown)
-	flaky(t, c, "ok", 0, pipeline.CodeCircuitOpen)
+	flaky(t, c, "ok", 0, resilience.CodeCircuitOpen)
 	time.Sleep(breakFor) // half-open from now on
 	flaky(t, c, "stall", 300*time.Millisecond, pipeline.CodeTimeout)
 	flaky(t, c, "ok", 0, "OK")

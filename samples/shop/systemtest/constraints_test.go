@@ -21,7 +21,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
@@ -137,8 +137,8 @@ func agree(t *testing.T, s *shopServer, router routers.Router, method, path, bod
 		t.Errorf("%s %s (%s) %s = 500 %s", method, path, c.name, body, answer)
 	case c.valid && resp.StatusCode == http.StatusBadRequest:
 		t.Errorf("%s %s (%s) %s = 400 %s; the schema accepts it", method, path, c.name, body, answer)
-	case !c.valid && (resp.StatusCode != http.StatusBadRequest || p.Code != pipeline.CodeConstraint):
-		t.Errorf("%s %s (%s) %s = %d %s; the schema rejects it, want 400 %s", method, path, c.name, body, resp.StatusCode, answer, pipeline.CodeConstraint)
+	case !c.valid && (resp.StatusCode != http.StatusBadRequest || p.Code != operations.CodeConstraint):
+		t.Errorf("%s %s (%s) %s = %d %s; the schema rejects it, want 400 %s", method, path, c.name, body, resp.StatusCode, answer, operations.CodeConstraint)
 	case !c.valid && len(p.Violations()) != c.broken:
 		t.Errorf("%s %s (%s) %s: %d failing fields %+v, want %d", method, path, c.name, body, len(p.Violations()), p.Violations(), c.broken)
 	}

@@ -303,7 +303,7 @@ func TestFaultHandlerPanics(t *testing.T) {
 		t.Fatalf("after 3 panics: %d %s, want 503 (breaker open)", r.status, r.body)
 	}
 	n := retryAfterOf(t, r, 30)
-	wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeCircuitOpen, "/faults/panic",
+	wantProblem(t, r, 503, "UNAVAILABLE", resilience.CodeCircuitOpen, "/faults/panic",
 		resilience.CircuitOpen("faults.panic", time.Duration(n)*time.Second).Message(), map[string]any{"id": "faults.panic", "retryAfter": n})
 
 	// The process is alive and its other operations unaffected.
@@ -459,8 +459,8 @@ func TestFaultTenantFloodIsBounded(t *testing.T) {
 	for i := range 6 * maxKeys {
 		r := s.call(t, "GET", "/orders/ord-0", "", map[string]string{"Baggage": fmt.Sprintf("tenant=t%d", i)})
 		counts[r.status]++
-		if r.status == 503 && r.problem["code"] != pipeline.CodeRateLimited {
-			t.Fatalf("tenant t%d: 503 with code %v, want %s", i, r.problem["code"], pipeline.CodeRateLimited)
+		if r.status == 503 && r.problem["code"] != resilience.CodeRateLimited {
+			t.Fatalf("tenant t%d: 503 with code %v, want %s", i, r.problem["code"], resilience.CodeRateLimited)
 		}
 		if n := limits.Len(); n > maxKeys {
 			t.Fatalf("after %d tenants: the limiter holds %d keys, want at most %d", i+1, n, maxKeys)

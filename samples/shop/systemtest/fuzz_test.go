@@ -13,7 +13,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/samples/shop/app"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
@@ -62,7 +62,7 @@ func FuzzShopOrderInput(f *testing.F) {
 			if err := d.CheckConstraints(&in); !decoded || err != nil {
 				t.Fatalf("%q was created, but it breaks the constraints: %v", body, err)
 			}
-		case p.Code == pipeline.CodeConstraint:
+		case p.Code == operations.CodeConstraint:
 			if len(p.Violations()) == 0 {
 				t.Fatalf("%q: %s without failing fields", body, p.Code)
 			}

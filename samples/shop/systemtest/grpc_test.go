@@ -35,6 +35,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
@@ -245,8 +246,8 @@ func TestShopGRPCThreeOrders(t *testing.T) {
 		t.Fatalf("order 3 = %v, want Unavailable", st)
 	}
 	ei, ri := errorInfoOf(st), retryInfoOf(st)
-	if ei.GetReason() != pipeline.CodeRateLimited || ei.GetDomain() != "sundial" || ei.GetMetadata()["id"] != "orders.create" {
-		t.Errorf("order 3 ErrorInfo = %v, want reason %s, domain sundial, id orders.create", ei, pipeline.CodeRateLimited)
+	if ei.GetReason() != resilience.CodeRateLimited || ei.GetDomain() != "sundial" || ei.GetMetadata()["id"] != "orders.create" {
+		t.Errorf("order 3 ErrorInfo = %v, want reason %s, domain sundial, id orders.create", ei, resilience.CodeRateLimited)
 	}
 	if d := ri.GetRetryDelay().AsDuration(); ri == nil || d < time.Second || d > 60*time.Second || d%time.Second != 0 {
 		t.Errorf("order 3 RetryInfo = %v, want whole seconds in [1s, 60s]", ri)
@@ -254,7 +255,7 @@ func TestShopGRPCThreeOrders(t *testing.T) {
 		t.Errorf("order 3 ErrorInfo retryAfter = %q, RetryInfo %v: want the same", ei.GetMetadata()["retryAfter"], d)
 	}
 	t.Logf("order 3: %v %v", st.Code(), st.Details())
-	g.logs.waitGRPCRecord(t, "orders.create", pipeline.CodeRateLimited)
+	g.logs.waitGRPCRecord(t, "orders.create", resilience.CodeRateLimited)
 }
 
 // TestShopGRPCDeadlineCutsLongCall: a 300 ms grpc-timeout cuts a 2 s

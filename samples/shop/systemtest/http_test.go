@@ -22,6 +22,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
@@ -99,7 +100,7 @@ func (p *probe) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipel
 	switch inv.OperationID() {
 	case "billing.charge":
 		p.mu.Lock()
-		p.remaining = append(p.remaining, inv.Remaining(time.Now()))
+		p.remaining = append(p.remaining, pipelinetest.Remaining(inv, time.Now()))
 		p.mu.Unlock()
 	case "reports.export":
 		go func() {
@@ -247,7 +248,7 @@ func TestShopThreeOrders(t *testing.T) {
 		t.Fatalf("order 3: %d %s, want 503", r.status, r.body)
 	}
 	n := retryAfterOf(t, r, 60)
-	wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeRateLimited, "/orders",
+	wantProblem(t, r, 503, "UNAVAILABLE", resilience.CodeRateLimited, "/orders",
 		resilience.RateLimited("orders.create", time.Duration(n)*time.Second).Message(),
 		map[string]any{"id": "orders.create", "retryAfter": n})
 	t.Logf("order 3: %d Retry-After: %s\n%s", r.status, r.header.Get("Retry-After"), r.body)
@@ -363,7 +364,7 @@ func TestShopBreakerOpens(t *testing.T) {
 			t.Fatalf("with the breaker open, %s = %d %s, want 503", body, r.status, r.body)
 		}
 		n := retryAfterOf(t, r, 30)
-		wantProblem(t, r, 503, "UNAVAILABLE", pipeline.CodeCircuitOpen, "/billing/charge",
+		wantProblem(t, r, 503, "UNAVAILABLE", resilience.CodeCircuitOpen, "/billing/charge",
 			resilience.CircuitOpen("billing.charge", time.Duration(n)*time.Second).Message(),
 			map[string]any{"id": "billing.charge", "retryAfter": n})
 	}
@@ -421,7 +422,7 @@ func TestShopHTTPErrors(t *testing.T) {
 		{"body over the limit", "POST", "/orders", `{"name":"` + strings.Repeat("x", 1<<20) + `"}`, 413, "VALIDATION", "HTTP_VALIDATION_003", map[string]any{"limit": 1 << 20}},
 		{"malformed body", "POST", "/orders", `{"name":"widget","amount":}`, 400, "VALIDATION", "HTTP_VALIDATION_001", nil},
 		{"wrong type", "POST", "/orders", `{"name":"widget","amount":"one"}`, 400, "VALIDATION", "HTTP_VALIDATION_002", map[string]any{"expected": "integer", "field": "amount"}},
-		{"failed validation", "POST", "/orders", `{"name":"","amount":1}`, 400, "VALIDATION", pipeline.CodeConstraint,
+		{"failed validation", "POST", "/orders", `{"name":"","amount":1}`, 400, "VALIDATION", operations.CodeConstraint,
 			map[string]any{"errors": []any{map[string]any{"field": "/name", "rule": "required", "message": "is required."}}}},
 		{"no such route", "GET", "/nope", "", 404, "NOT_FOUND", "HTTP_NOT_FOUND_001", map[string]any{}},
 		{"wrong method", "GET", "/orders", "", 405, "NOT_FOUND", "HTTP_NOT_FOUND_002", map[string]any{}},

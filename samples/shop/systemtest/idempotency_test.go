@@ -23,6 +23,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
@@ -71,7 +72,7 @@ func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 	}
 	delete(h, "Sundial-Timeout-Ms")
 	r = g.shopServer.call(t, "POST", "/billing/charge", body, h)
-	if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" || r.problem["code"] != pipeline.CodeIdempotencyInProgress {
+	if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" || r.problem["code"] != idempotency.CodeInProgress {
 		t.Fatalf("retry while running: %d %v %s, want 409 KERNEL_CONFLICT_001 with Retry-After 1", r.status, r.header, r.body)
 	}
 	untilNot409(t, func() bool {
@@ -83,7 +84,7 @@ func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 		Charged  bool   `json:"charged"`
 	}
 	if err := json.Unmarshal([]byte(r.body), &rc); err != nil || r.status != http.StatusOK || !rc.Charged || rc.ChargeID == "" ||
-		r.header.Get(pipeline.FieldReplayed) != "true" {
+		r.header.Get(idempotency.FieldReplayed) != "true" {
 		t.Fatalf("retry after: %d %v %s, want the receipt, replayed", r.status, r.header, r.body)
 	}
 	first := rc.ChargeID
@@ -94,7 +95,7 @@ func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 	}
 	// The same key with another amount: 422.
 	r = g.shopServer.call(t, "POST", "/billing/charge", `{"amount":8}`, h)
-	if r.status != http.StatusUnprocessableEntity || r.problem["code"] != pipeline.CodeIdempotencyMismatch {
+	if r.status != http.StatusUnprocessableEntity || r.problem["code"] != idempotency.CodeMismatch {
 		t.Fatalf("other body: %d %s, want 422", r.status, r.body)
 	}
 }
@@ -168,7 +169,7 @@ func TestShopFiftyCallsOneKey(t *testing.T) {
 					if tc.http(i) {
 						r := g.shopServer.call(t, "POST", "/billing/charge", `{"amount":3,"processMs":50}`, map[string]string{"Idempotency-Key": `"` + key + `"`})
 						switch {
-						case r.status == 200 && r.header.Get(pipeline.FieldReplayed) == "true":
+						case r.status == 200 && r.header.Get(idempotency.FieldReplayed) == "true":
 							replays.Add(1)
 						case r.status == 200:
 							ok.Add(1)
@@ -249,11 +250,11 @@ func TestShopReplicasShareIdempotency(t *testing.T) {
 		return resp.StatusCode, string(body), resp.Header
 	}
 	st, first, h := do(a.url)
-	if st != 200 || h.Get(pipeline.FieldReplayed) != "" {
+	if st != 200 || h.Get(idempotency.FieldReplayed) != "" {
 		t.Fatalf("replica A: %d %s %v", st, first, h)
 	}
 	st, second, h := do(b.url)
-	if st != 200 || h.Get(pipeline.FieldReplayed) != "true" || second != first {
+	if st != 200 || h.Get(idempotency.FieldReplayed) != "true" || second != first {
 		t.Fatalf("replica B: %d %s %v, want the replay of %s", st, second, h, first)
 	}
 	// The CLI, a third process on the same Redis, with the same input.
@@ -280,8 +281,8 @@ func TestShopReplicasShareIdempotency(t *testing.T) {
 	cmd.Env = childEnv()
 	stderr.Reset()
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 9 || !strings.Contains(stderr.String(), pipeline.CodeIdempotencyMismatch) {
-		t.Fatalf("CLI, same key, another amount: %v, stderr %s; want exit 9 %s", err, stderr.String(), pipeline.CodeIdempotencyMismatch)
+	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 9 || !strings.Contains(stderr.String(), idempotency.CodeMismatch) {
+		t.Fatalf("CLI, same key, another amount: %v, stderr %s; want exit 9 %s", err, stderr.String(), idempotency.CodeMismatch)
 	}
 	if na, nb := handlerRuns(t, a.handler), handlerRuns(t, b.handler); na != 1 || nb != 0 {
 		t.Fatalf("handler ran %d times on A and %d on B, want once on A", na, nb)
@@ -328,7 +329,7 @@ func TestShopFiftyCLICallsOneKey(t *testing.T) {
 					code = -1
 				}
 				results[i] = result{code, so.String(), se.String()}
-				if code != 6 || !strings.Contains(se.String(), pipeline.CodeIdempotencyStore) || ctx.Err() != nil {
+				if code != 6 || !strings.Contains(se.String(), idempotency.CodeStore) || ctx.Err() != nil {
 					return
 				}
 				unavailable.Add(1)
@@ -347,7 +348,7 @@ func TestShopFiftyCLICallsOneKey(t *testing.T) {
 			replays++
 		case r.code == 0:
 			executed++
-		case r.code == 5 && strings.Contains(r.stderr, pipeline.CodeIdempotencyInProgress):
+		case r.code == 5 && strings.Contains(r.stderr, idempotency.CodeInProgress):
 			conflicts++
 		default:
 			t.Errorf("process %d: exit %d, stdout %q, stderr %q", i, r.code, r.stdout, r.stderr)

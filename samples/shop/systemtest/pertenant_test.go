@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
@@ -186,7 +186,7 @@ func wellAnswered(t *testing.T, a reply) bool {
 		t.Errorf("request lost: %v", a.err)
 		return false
 	case a.status == 201:
-	case a.status == 503 && a.problem["code"] == pipeline.CodeRateLimited && a.retry != "":
+	case a.status == 503 && a.problem["code"] == resilience.CodeRateLimited && a.retry != "":
 	default:
 		t.Errorf("status %d, Retry-After %q, %v", a.status, a.retry, a.problem)
 		return false
@@ -289,8 +289,8 @@ func TestShopGRPCPerTenantLimit(t *testing.T) {
 			t.Fatalf("order %d of %s: %v, want OK", i+1, tenant, st)
 		}
 	}
-	if st := order("acme"); st.Code() != codes.Unavailable || errorInfoOf(st).GetReason() != pipeline.CodeRateLimited {
-		t.Fatalf("acme's third order: %v, want Unavailable %s", st, pipeline.CodeRateLimited)
+	if st := order("acme"); st.Code() != codes.Unavailable || errorInfoOf(st).GetReason() != resilience.CodeRateLimited {
+		t.Fatalf("acme's third order: %v, want Unavailable %s", st, resilience.CodeRateLimited)
 	}
 	if st := order("globex"); st != nil {
 		t.Fatalf("globex's second order: %v, want OK", st)

@@ -51,6 +51,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
@@ -422,7 +423,7 @@ func TestStressShop(t *testing.T) {
 	// Calls that got past the rate limit: those the concurrency limit
 	// then turned away, and those that ran. The load spans at most
 	// loadTook/window + 2 windows.
-	passedRate := limited.c2xx + limited.codes[pipeline.CodeConcurrencyLimited]
+	passedRate := limited.c2xx + limited.codes[resilience.CodeConcurrencyLimited]
 	loadWindows := int(loadTook/limitedWindow) + 2
 
 	// The figures.
@@ -443,8 +444,8 @@ func TestStressShop(t *testing.T) {
 	row("4xx", free.c4xx, limited.c4xx)
 	row("5xx", free.c5xx, limited.c5xx)
 	row("lost (no response)", free.lost, limited.lost)
-	row("503 "+pipeline.CodeRateLimited, free.codes[pipeline.CodeRateLimited], limited.codes[pipeline.CodeRateLimited])
-	row("503 "+pipeline.CodeConcurrencyLimited, free.codes[pipeline.CodeConcurrencyLimited], limited.codes[pipeline.CodeConcurrencyLimited])
+	row("503 "+resilience.CodeRateLimited, free.codes[resilience.CodeRateLimited], limited.codes[resilience.CodeRateLimited])
+	row("503 "+resilience.CodeConcurrencyLimited, free.codes[resilience.CodeConcurrencyLimited], limited.codes[resilience.CodeConcurrencyLimited])
 	row("latency p50", ms(percentile(free.lat, 0.5)), ms(percentile(limited.lat, 0.5)))
 	row("latency p99", ms(loadP99), ms(percentile(limited.lat, 0.99)))
 	row("latency max", ms(percentile(free.lat, 1)), ms(percentile(limited.lat, 1)))
@@ -467,7 +468,7 @@ func TestStressShop(t *testing.T) {
 	fmt.Fprintf(&tab, "gRPC stall flood: %d calls to %s that never send their message, on %d connections (MaxConcurrentStreams %d, recv bound %v)\n",
 		stallStreams, stallMethod, stallConns, grpcadapter.DefaultBounds().MaxConcurrentStreams, stallRecvBound)
 	row("", "straggler flood", "gRPC stall flood")
-	row("answered", fmt.Sprintf("%d 504 %s + %d 503 %s", sf.codes[pipeline.CodeTimeout], pipeline.CodeTimeout, sf.codes[pipeline.CodeOverloaded], pipeline.CodeOverloaded),
+	row("answered", fmt.Sprintf("%d 504 %s + %d 503 %s", sf.codes[pipeline.CodeTimeout], pipeline.CodeTimeout, sf.codes[kernel.CodeOverloaded], kernel.CodeOverloaded),
 		fmt.Sprintf("%d DeadlineExceeded + %d Unavailable (connection closed)", gf.codes[codes.DeadlineExceeded.String()], gf.codes[codes.Unavailable.String()]))
 	row("other answers / lost", fmt.Sprintf("%d / %d", sf.other, sf.lost), fmt.Sprintf("%d / %d", gf.other, gf.lost))
 	row("handlers held at once, at most", fmt.Sprintf("%d stalled (bound %d + %d clients); kernel stragglers %s", sf.heldPeak, maxStragglers, stragglerClients, sf.kernelStragglers),
@@ -500,10 +501,10 @@ func TestStressShop(t *testing.T) {
 	if limited.c2xx != len(at) {
 		t.Errorf("reports.export: %d 2xx responses but %d admissions: a call was lost between the limits and the response", limited.c2xx, len(at))
 	}
-	if got := limited.codes[pipeline.CodeRateLimited] + limited.codes[pipeline.CodeConcurrencyLimited]; limited.c2xx+got != limited.sent {
+	if got := limited.codes[resilience.CodeRateLimited] + limited.codes[resilience.CodeConcurrencyLimited]; limited.c2xx+got != limited.sent {
 		t.Errorf("reports.export: %d 2xx + %d rejections != %d sent; codes %v", limited.c2xx, got, limited.sent, limited.codes)
 	}
-	if limited.codes[pipeline.CodeRateLimited] == 0 || limited.codes[pipeline.CodeConcurrencyLimited] == 0 {
+	if limited.codes[resilience.CodeRateLimited] == 0 || limited.codes[resilience.CodeConcurrencyLimited] == 0 {
 		t.Errorf("reports.export: rejections %v, want both limits to have turned calls away (the load is too light to test them)", limited.codes)
 	}
 	if passedRate > limitedPermits*loadWindows {
@@ -821,13 +822,13 @@ func stragglerFlood(t *testing.T, url string, stall *stallingHandler) *flood {
 					f.other++
 					f.problem("%s", problem)
 				case resp.StatusCode == http.StatusGatewayTimeout && code == pipeline.CodeTimeout,
-					resp.StatusCode == http.StatusServiceUnavailable && code == pipeline.CodeOverloaded && resp.Header.Get("Retry-After") != "":
+					resp.StatusCode == http.StatusServiceUnavailable && code == kernel.CodeOverloaded && resp.Header.Get("Retry-After") != "":
 					f.codes[code]++
 				default:
 					f.other++
 					if f.other <= 3 {
 						f.problem("answered %d %s (Retry-After %q), want 504 %s or 503 %s with Retry-After",
-							resp.StatusCode, code, resp.Header.Get("Retry-After"), pipeline.CodeTimeout, pipeline.CodeOverloaded)
+							resp.StatusCode, code, resp.Header.Get("Retry-After"), pipeline.CodeTimeout, kernel.CodeOverloaded)
 					}
 				}
 				mu.Unlock()
@@ -848,10 +849,10 @@ func stragglerFlood(t *testing.T, url string, stall *stallingHandler) *flood {
 		f.problem("%d handlers stalled at once, want at most MaxStragglers %d + the %d calls in flight when it was reached",
 			f.heldPeak, maxStragglers, stragglerClients)
 	}
-	if ran < maxStragglers || f.codes[pipeline.CodeOverloaded] == 0 {
-		f.problem("%d calls timed out and %d were shed: the flood never reached MaxStragglers %d", ran, f.codes[pipeline.CodeOverloaded], maxStragglers)
+	if ran < maxStragglers || f.codes[kernel.CodeOverloaded] == 0 {
+		f.problem("%d calls timed out and %d were shed: the flood never reached MaxStragglers %d", ran, f.codes[kernel.CodeOverloaded], maxStragglers)
 	}
-	if n := f.codes[pipeline.CodeTimeout] + f.codes[pipeline.CodeOverloaded] + f.other + f.lost; n != stragglerCalls {
+	if n := f.codes[pipeline.CodeTimeout] + f.codes[kernel.CodeOverloaded] + f.other + f.lost; n != stragglerCalls {
 		f.problem("%d calls accounted for, want %d", n, stragglerCalls)
 	}
 	// Unbounded, every call would leave its handler's goroutines behind;
