@@ -160,6 +160,7 @@ type Kernel struct {
 	ops      map[string]*compiled // fixed at New: read without a lock
 	host     *compiled
 	all      []*compiled                   // the operations' and the host's, fixed at New
+	handles  []*Op                         // Operations: sorted by ID, fixed at New
 	limits   map[string]*resilience.Limits // operations with a breaker or limits
 	custom   map[string]customLimits       // limits of your own kinds, by operation
 	tel      *observe.Telemetry            // nil: telemetry off
@@ -204,6 +205,7 @@ type Kernel struct {
 type compiled struct {
 	desc    *operations.Descriptor
 	checked bool                  // desc.Constrained(): Call checks the input's constraints
+	idem    idempotency.Policy    // the operation's; fixed at New
 	timeout atomic.Int64          // the operation's TimeoutSeconds in ns; 0: none
 	class   atomic.Int32          // the operation's Priority
 	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
@@ -287,7 +289,9 @@ func New(opts ...Option) (*Kernel, error) {
 		return nil, err
 	}
 	for _, d := range o.registry.All() {
-		k.ops[d.ID] = k.compile(o, d, k.PolicyFor(d.ID))
+		c := k.compile(o, d, k.policyFor(d.ID))
+		k.ops[d.ID] = c
+		k.handles = append(k.handles, &Op{k: k, c: c})
 	}
 	k.host = k.compile(o, nil, resilience.Policy{})
 	k.all = append(slices.Collect(maps.Values(k.ops)), k.host)
@@ -298,6 +302,9 @@ func New(opts ...Option) (*Kernel, error) {
 // compile builds the chain of one operation (d nil: the host pipeline).
 func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy) *compiled {
 	c := &compiled{desc: d, checked: d.Constrained()}
+	if d != nil {
+		c.idem = k.idemPol[d.ID]
+	}
 	c.timeout.Store(int64(p.Timeout))
 	c.class.Store(int32(p.Priority))
 	c.onPanic = func(inv *pipeline.Invocation, p *pipeline.PanicError) {
@@ -367,15 +374,15 @@ func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
 	c := k.ops[id]
-	req := Request{Operation: id, Input: &in, found: c}
+	u := Unary{Input: &in}
 	if c != nil && c.checked {
 		// Checked here, handed to the invocation as its decoding's
 		// failure: a call that passes allocates nothing for it.
 		if perr := c.desc.CheckConstraints(&in); perr != nil {
-			req.Decode = func(time.Time) (any, error) { return nil, perr }
+			u.Decode = func(time.Time) (any, error) { return nil, perr }
 		}
 	}
-	res, err := k.call(ctx, &req)
+	res, err := k.call(ctx, c, &u, id)
 	if err != nil {
 		return zero, err
 	}
@@ -403,7 +410,11 @@ func (k *Kernel) Logger() *slog.Logger { return k.logger }
 
 // PolicyFor returns the merged resilience policy of the operation id (the
 // zero Policy when the built-in middleware is off).
-func (k *Kernel) PolicyFor(id string) resilience.Policy {
+func (k *Kernel) PolicyFor(id string) resilience.Policy { return k.policyFor(id) }
+
+// policyFor returns the merged resilience policy of the operation id (the
+// zero Policy when the built-in middleware is off).
+func (k *Kernel) policyFor(id string) resilience.Policy {
 	if !k.settings.UseBuiltInMiddleware {
 		return resilience.Policy{}
 	}

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -51,7 +50,7 @@ func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Tim
 // describes (nil: none): the span and the OpenTelemetry conventions'
 // duration metric (MetricHTTPServerDuration, MetricRPCServerDuration) also
 // carry the conventions' HTTP or RPC server attributes.
-func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *telemetry.Transport) (context.Context, *Call) {
+func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *Transport) (context.Context, *Call) {
 	if o == nil {
 		return ctx, nil
 	}
