@@ -51,12 +51,8 @@ func (a *Adapter) HTTPErrorHandler(err error, c echo.Context) {
 	}
 	route = r.Method + " " + route
 	x.reject(e, status)
-	a.k.Serve(a.requestContext(r, route), kernel.Request{
-		Protocol:  pipeline.ProtocolHTTP,
-		Route:     route,
-		Reject:    e,
-		Transport: tr,
-	}, x.answer)
+	x.respond(a.k.Reject(a.requestContext(r, route),
+		kernel.Caller{Protocol: pipeline.ProtocolHTTP, Route: route, Transport: tr}, e))
 }
 
 // unmatchedRoute names the invocations of requests that matched no route.
@@ -160,25 +156,17 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 		defer x.release()
 		x.name = r.Method + " " + c.Path()
 		ctx := a.requestContext(r, x.name)
-		req := kernel.Request{
-			Protocol:  pipeline.ProtocolHTTP,
-			Route:     x.name,
-			Arrival:   x.start,
-			Transport: x.transport(r, c.Path()),
-		}
-		if key, kerr := idempotencyKey(r); kerr == nil {
-			req.IdempotencyKey = key
-		}
+		hc := kernel.HostCall{}
+		a.caller(&hc.Caller, r, x.name, c.Path(), x)
 		if a.cfg.callerDeadlines {
 			d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
 			if err != nil {
-				req.Reject = badDeadline(header)
-				x.respond(a.k.Invoke(ctx, req))
+				x.respond(a.k.Reject(ctx, hc.Caller, badDeadline(header)))
 				return nil
 			}
-			req.Deadline = d
+			hc.Deadline = d
 		}
-		req.Handler = func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+		hc.Handler = func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 			c.SetRequest(r.WithContext(ctx))
 			defer c.SetRequest(r)
 			err := h(c)
@@ -193,7 +181,7 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return nil, err
 		}
-		x.respond(a.k.Invoke(ctx, req))
+		x.respond(a.k.Host(ctx, hc))
 		return nil
 	}
 }
