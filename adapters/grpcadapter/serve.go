@@ -102,8 +102,11 @@ func (m *method) unreceived(ctx context.Context, err error) error {
 // the status of outcome, which the kernel observes as a rejection.
 func (m *method) reject(ctx context.Context, outcome error) error {
 	start := time.Now()
-	o := m.a.invoke(ctx, m.full, kernel.Request{Operation: m.desc.ID, Reject: outcome})
-	return m.a.answer(ctx, m.full, o, start)
+	parent, stop := m.a.inbound(ctx)
+	defer stop()
+	var c kernel.Caller
+	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &c)
+	return m.a.answer(ctx, m.full, m.op.Reject(parent, c, outcome), start)
 }
 
 // errRecvTimeout reports a request message that did not arrive within
@@ -309,7 +312,7 @@ func (r *reception) run() {
 		return
 	}
 	r.start = time.Now()
-	r.m.a.serve(r.ctx, r.m.full, r.m.kernelRequest(r.req), r.respondFn)
+	r.m.serveCall(r.ctx, r.req, r.respondFn)
 }
 
 // respond is the kernel's answer to r's call: it converts the outcome to
@@ -366,20 +369,34 @@ func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
 // through the kernel and converts its outcome to the response.
 func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) {
 	start := time.Now()
-	o := m.a.invoke(ctx, m.full, m.kernelRequest(req))
-	return m.reply(ctx, o, start)
+	parent, stop := m.a.inbound(ctx)
+	defer stop()
+	var u kernel.Unary
+	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &u.Caller)
+	in, err := m.decodeInput(req)
+	if err != nil {
+		return m.reply(ctx, m.op.Reject(parent, u.Caller, err), start)
+	}
+	u.Input = in
+	return m.reply(ctx, m.op.Handle(parent, u), start)
 }
 
-// kernelRequest returns the kernel's request for the request message: the
-// operation's input, or the rejection of a message that does not convert.
-func (m *method) kernelRequest(req *dynamicpb.Message) kernel.Request {
-	r := kernel.Request{Operation: m.desc.ID}
-	if in, err := m.decodeInput(req); err != nil {
-		r.Reject = err
-	} else {
-		r.Input = in
+// serveCall runs one call of the request message under the kernel's guard
+// (kernel.Op.Serve), on the calling goroutine: respond gets the outcome
+// once, by the invocation's deadline whatever the handler does. A message
+// that does not convert to the input is the call's rejection.
+func (m *method) serveCall(ctx context.Context, req *dynamicpb.Message, respond func(kernel.Outcome)) {
+	parent, stop := m.a.inbound(ctx)
+	defer stop()
+	var u kernel.Unary
+	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &u.Caller)
+	in, err := m.decodeInput(req)
+	if err != nil {
+		respond(m.op.Reject(parent, u.Caller, err))
+		return
 	}
-	return r
+	u.Input = in
+	m.op.Serve(parent, u, respond)
 }
 
 // reply converts the outcome of a call that started at start to the

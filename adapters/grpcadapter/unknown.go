@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -46,8 +45,12 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 		}
 	}
 	e := pipeline.NewError(pipeline.KindNotFound, codeUnknownMethod, msg).WithDetail("method", full)
-	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e,
-		Transport: telemetry.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}})
+	parent, stop := a.inbound(ctx)
+	defer stop()
+	c := kernel.Caller{Route: unknownRoute,
+		Transport: kernel.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}}
+	parent = a.prepare(ctx, parent, full, "", &c)
+	o := a.k.Reject(parent, c, e)
 	st := status.New(codes.Unimplemented, msg)
 	a.logCall(ctx, full, o, st, start)
 	if o.TraceID != "" {
@@ -57,7 +60,7 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 }
 
 // unimplemented is the gRPC code of every call to an unknown method
-// (telemetry.Transport.Status).
+// (kernel.Transport.Status).
 func unimplemented(error) int { return int(codes.Unimplemented) }
 
 // unknownRoute names the invocations of calls to unknown methods.
