@@ -104,13 +104,13 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 //     deadline, see ParseTimeout; capped like every inbound deadline by the
 //     operation's TimeoutSeconds and Sundial.Kernel.MaxTimeoutSeconds) and
 //     --output json|text (the result's format on stdout, JSON by default)
-//     and --priority critical|default|sheddable (kernel.Request.Priority:
+//     and --priority critical|default|sheddable (kernel.Caller.Priority:
 //     it can only lower the operation's class; another value is a
 //     VALIDATION failure, exit 2).
 //
 // The command only decodes and encodes: it hands the decoded input (for
 // --input -, a decoder the kernel calls once it has computed the effective
-// deadline, kernel.Request.Decode), the --timeout deadline and a context
+// deadline, kernel.Unary.Decode), the --timeout deadline and a context
 // that SIGINT and SIGTERM cancel to the kernel (kernel.Kernel.Handle,
 // protocol CLI), which computes the effective deadline, runs the
 // operation's pipeline and observes the call. The outcome is reported by
@@ -127,7 +127,7 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // the in-process store no key is generated: the records die with the
 // command. An input that does not decode
 // and a malformed flag or argument are handed to the kernel as rejections
-// (kernel.Request.Reject), so that they too are observed (span, metrics,
+// (kernel.Op.Reject), so that they too are observed (span, metrics,
 // access log) before they are reported.
 //
 // A success writes the result to the command's stdout and returns nil. A

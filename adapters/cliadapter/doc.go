@@ -12,7 +12,7 @@
 // CLI call passes the same stages, limits and deadline rules as an HTTP or
 // gRPC one, and is observed the same way. The outcome comes back by the
 // deadline whatever the handler does. Inputs and flags that do not decode
-// are handed to the kernel as rejections (kernel.Request.Reject), so they
+// are handed to the kernel as rejections (kernel.Op.Reject), so they
 // are observed too.
 //
 // Execute runs the command tree and returns the exit code of the outcome
