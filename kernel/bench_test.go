@@ -272,7 +272,7 @@ func BenchmarkTelemetry(b *testing.B) {
 	}
 }
 
-// BenchmarkEdge measures the kernel's three entry points on the deadline
+// BenchmarkEdge measures the handle's three entries on the deadline
 // case: Invoke (in-process, on the caller's goroutine, unguarded), Serve
 // (the HTTP adapter's: guarded, on the caller's goroutine, answering
 // through a callback) and Handle (the gRPC and CLI adapters': guarded, the
@@ -282,12 +282,13 @@ func BenchmarkTelemetry(b *testing.B) {
 func BenchmarkEdge(b *testing.B) {
 	k := newBenchKernel(b, benchConfigs["deadline"], benchHandler)
 	in := &benchIn{}
-	req := kernel.Request{Operation: benchOp, Input: in}
+	req := kernel.Unary{Input: in}
+	op := k.Op(benchOp)
 	ctx := context.Background()
 	b.Run("invoke", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if o := k.Invoke(ctx, req); o.Err != nil {
+			if o := op.Invoke(ctx, req); o.Err != nil {
 				b.Fatal(o.Err)
 			}
 		}
@@ -297,7 +298,7 @@ func BenchmarkEdge(b *testing.B) {
 		respond := func(o kernel.Outcome) { got = o.Err }
 		b.ReportAllocs()
 		for b.Loop() {
-			k.Serve(ctx, req, respond)
+			op.Serve(ctx, req, respond)
 			if got != nil {
 				b.Fatal(got)
 			}
@@ -306,17 +307,18 @@ func BenchmarkEdge(b *testing.B) {
 	b.Run("handle", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if o := k.Handle(ctx, req); o.Err != nil {
+			if o := op.Handle(ctx, req); o.Err != nil {
 				b.Fatal(o.Err)
 			}
 		}
 	})
 	kw := newBenchKernel(b, benchConfigs["deadline"], benchHandler, kernel.WithWorkers(time.Second))
 	defer func() { _ = kw.Wait(ctx) }()
+	opw := kw.Op(benchOp)
 	b.Run("handle-workers", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if o := kw.Handle(ctx, req); o.Err != nil {
+			if o := opw.Handle(ctx, req); o.Err != nil {
 				b.Fatal(o.Err)
 			}
 		}

@@ -144,20 +144,11 @@ func (k *Kernel) idempotencyMiddleware(o *options, d *operations.Descriptor) pip
 	})
 }
 
-// Idempotency returns the idempotency policy of operation id (the zero
-// Policy, not Enabled, when it has none) and the store of the kernel's
-// idempotency records (nil when no operation enables them). The adapters
-// read the policy to say whether an operation takes keys; the CLI reads
-// the store's lease to know whether a key it made outlives the process.
-func (k *Kernel) Idempotency(id string) (idempotency.Policy, idempotency.Store) {
-	return k.idemPol[id], k.idemStore
-}
-
 // codeIdempotencyKeyUnsupported is errKeysUnsupported's code.
 const codeIdempotencyKeyUnsupported = "KERNEL_VALIDATION_006"
 
 // errKeysUnsupported answers a keyed call to an operation served by an
-// application's own handler (Request.Handler), whose outcome cannot be
+// application's own handler (Unary.Handler), whose outcome cannot be
 // replayed.
 func errKeysUnsupported() *pipeline.Error {
 	return pipeline.NewError(pipeline.KindValidation, codeIdempotencyKeyUnsupported,

@@ -393,24 +393,8 @@ func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, e
 	return out, nil
 }
 
-// Registry returns the kernel's operations.
-func (k *Kernel) Registry() *operations.Registry { return k.registry }
-
-// Lookup returns the descriptor of a registered operation.
-func (k *Kernel) Lookup(id string) (*operations.Descriptor, bool) {
-	c, ok := k.ops[id]
-	if !ok {
-		return nil, false
-	}
-	return c.desc, true
-}
-
 // Logger returns the kernel's logger.
 func (k *Kernel) Logger() *slog.Logger { return k.logger }
-
-// PolicyFor returns the merged resilience policy of the operation id (the
-// zero Policy when the built-in middleware is off).
-func (k *Kernel) PolicyFor(id string) resilience.Policy { return k.policyFor(id) }
 
 // policyFor returns the merged resilience policy of the operation id (the
 // zero Policy when the built-in middleware is off).

@@ -25,7 +25,7 @@ func TestLateResultsAreSampled(t *testing.T) {
 		for range n {
 			wg.Go(func() {
 				in := "ignore"
-				o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &in})
+				o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &in})
 				if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 					t.Errorf("Handle = %v, want %s", o.Err, pipeline.CodeTimeout)
 				}

@@ -280,7 +280,7 @@ func checkReloaded(t *testing.T, k config.Key, s keySample) {
 	if res, err := kn.Reload(); res != ReloadOK || err != nil {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
-	idem, _ := kn.Idempotency(opID)
+	idem, _ := kn.Op(opID).Idempotency()
 	inForce := config.Target{Policy: kn.PolicyFor(opID), Idempotency: idem, Custom: kn.customTarget(opID)}
 	want, ignoredLine := keyDoc(k.Name, s.b), "Operations."+opID+"."+config.TopLevel([]string{k.Name})[0]+" changed"
 	if !k.Reloadable {

@@ -107,7 +107,7 @@ func TestPriorityLoweredNeverRaised(t *testing.T) {
 			if tt.member != none {
 				ctx = withMember(t, tt.member)
 			}
-			out := k.Invoke(ctx, kernel.Request{Operation: tt.op, Priority: tt.header})
+			out := k.Op(tt.op).Invoke(ctx, kernel.Unary{Caller: kernel.Caller{Priority: tt.header}})
 			if tt.reject {
 				e := pipeline.AsError(out.Err)
 				if e.Kind() != pipeline.KindValidation || e.Code() != "KERNEL_VALIDATION_009" || got.ran {
@@ -138,7 +138,7 @@ func TestPriorityReloaded(t *testing.T) {
 	}
 	var got seen
 	k := priorityKernel(t, &got, kernel.WithConfigFile(path))
-	if k.Invoke(context.Background(), kernel.Request{Operation: "shop.browse"}); got.priority != pipeline.PriorityDefault {
+	if k.Op("shop.browse").Invoke(context.Background(), kernel.Unary{}); got.priority != pipeline.PriorityDefault {
 		t.Fatalf("class before the reload = %v, want default", got.priority)
 	}
 	doc := strings.Replace(priorityConfig, `"shop.prefetch"`, `"shop.browse": {"Priority": "critical"}, "shop.prefetch"`, 1)
@@ -148,7 +148,7 @@ func TestPriorityReloaded(t *testing.T) {
 	if _, err := k.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if k.Invoke(context.Background(), kernel.Request{Operation: "shop.browse", Priority: "critical"}); got.priority != pipeline.PriorityCritical {
+	if k.Op("shop.browse").Invoke(context.Background(), kernel.Unary{Caller: kernel.Caller{Priority: "critical"}}); got.priority != pipeline.PriorityCritical {
 		t.Errorf("class after the reload = %v, want critical", got.priority)
 	}
 }
@@ -160,7 +160,7 @@ func TestWithPriority(t *testing.T) {
 	var got seen
 	k := priorityKernel(t, &got)
 	ctx := telemetry.WithPriority(context.Background(), pipeline.PrioritySheddable)
-	if out := k.Invoke(ctx, kernel.Request{Operation: "shop.checkout"}); out.Err != nil || got.priority != pipeline.PrioritySheddable {
+	if out := k.Op("shop.checkout").Invoke(ctx, kernel.Unary{}); out.Err != nil || got.priority != pipeline.PrioritySheddable {
 		t.Errorf("Invoke under WithPriority(sheddable) = %v, class %v; want success, sheddable", out.Err, got.priority)
 	}
 }

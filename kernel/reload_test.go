@@ -193,7 +193,7 @@ func TestReloadIgnoresStartupOnlyKeys(t *testing.T) {
 			t.Errorf("the log does not say the change of %s is ignored:\n%s", key, log.String())
 		}
 	}
-	if p, _ := k.Idempotency("test.echo"); p.Enabled || !strings.Contains(log.String(), "Operations.test.echo.Idempotency changed") {
+	if p, _ := k.Op("test.echo").Idempotency(); p.Enabled || !strings.Contains(log.String(), "Operations.test.echo.Idempotency changed") {
 		t.Errorf("test.echo's Idempotency after the reload: %+v; want the start-up policy (off) and a log line saying the change is ignored:\n%s", p, log.String())
 	}
 }
@@ -430,7 +430,7 @@ func TestReloadChangesScope(t *testing.T) {
 	defer k.Close()
 	admit := func(n int) (ok int) {
 		for range n {
-			if out := k.Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")}); out.Err == nil {
+			if out := k.Op("orders.create").Invoke(t.Context(), kernel.Unary{Input: new("x")}); out.Err == nil {
 				ok++
 			} else if pipeline.CodeOf(out.Err) != pipeline.CodeRateLimited {
 				t.Fatalf("call: %v", out.Err)
