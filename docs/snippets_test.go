@@ -90,7 +90,7 @@ func checkSnippets(t *testing.T, pkgs []*snippetPackage) []error {
 // out.
 func TestSnippetsCompileFails(t *testing.T) {
 	chapter := "# A chapter\n\n" +
-		"```go\nr := kernel.Request{Baggage: nil}\n```\n\n" + // line 4: no such field
+		"```go\nr := kernel.Unary{Baggage: nil}\n```\n\n" + // line 4: no such field
 		"<!-- go:harness\nfunc _() (int, error) {\n\t// block\n}\n-->\n" +
 		"```go\nreturn 0, errors.New(\"x\")\n```\n\n" + // compiles in its harness
 		"<!-- go:fragment a sketch -->\n```go\nfunc Acquire(...)\n```\n\n" +
