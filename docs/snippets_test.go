@@ -127,7 +127,7 @@ var packageNames = map[string]string{
 	"grpcadapter":  "github.com/sundial-go/sundial/adapters/grpcadapter",
 	"httpadapter":  "github.com/sundial-go/sundial/adapters/httpadapter",
 	"kernel":       "github.com/sundial-go/sundial/kernel",
-	"telemetry":    "github.com/sundial-go/sundial/kernel/telemetry",
+	"propagation":  "github.com/sundial-go/sundial/kernel/propagation",
 	"operations":   "github.com/sundial-go/sundial/operations",
 	"pipeline":     "github.com/sundial-go/sundial/pipeline",
 	"pipelinetest": "github.com/sundial-go/sundial/pipeline/pipelinetest",

@@ -14,7 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/cluster"
@@ -415,7 +415,7 @@ func BenchmarkIdempotency(b *testing.B) {
 			for b.Loop() {
 				cctx := ctx
 				if c.key != nil {
-					cctx, _ = telemetry.WithIdempotencyKey(ctx, run+c.key(i))
+					cctx, _ = propagation.WithIdempotencyKey(ctx, run+c.key(i))
 				}
 				i++
 				if _, err := kernel.Call[benchIn, benchOut](cctx, k, benchOp, benchIn{}); err != nil {

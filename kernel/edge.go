@@ -11,7 +11,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/internal/priority"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -95,14 +95,14 @@ func (k *Kernel) begin(ctx context.Context, c *compiled, u *Unary, reject error,
 	// idempotency key from a protocol header goes into the context's
 	// baggage too, so that downstream calls carry it (the invocation takes
 	// a key from the baggage itself when no header sent one).
-	bag := telemetry.Baggage(ctx, k.baggageLog)
+	bag := propagation.Baggage(ctx, k.baggageLog)
 	key := u.IdempotencyKey
-	if key != "" && telemetry.IdempotencyKey(ctx) != key {
-		ctx, _ = telemetry.WithIdempotencyKey(ctx, key)
+	if key != "" && propagation.IdempotencyKey(ctx) != key {
+		ctx, _ = propagation.WithIdempotencyKey(ctx, key)
 	}
 	prio := k.priority(u, c, op, bag, &e)
 	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[pipeline.BaggagePriority] != prio.String() {
-		ctx = telemetry.WithPriority(ctx, prio)
+		ctx = propagation.WithPriority(ctx, prio)
 	}
 	e.inv = pipeline.NewInvocation(pipeline.Spec{
 		Operation:      op,
@@ -453,7 +453,7 @@ func (k *Kernel) work(g *guard) {
 
 // msgLate and msgBaggageCut are the messages of two records callers
 // cause at will, once per call: their records are sampled
-// (telemetry.SampledLogger).
+// (logs.Sampled).
 const (
 	msgLate       = "kernel: late result discarded"
 	msgBaggageCut = "sundial: baggage over the limit; members dropped"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -39,7 +39,7 @@ func Example_idempotencyKeys() {
 	if err != nil {
 		panic(err)
 	}
-	ctx, _ := telemetry.WithIdempotencyKey(context.Background(), "order-42")
+	ctx, _ := propagation.WithIdempotencyKey(context.Background(), "order-42")
 	for _, amount := range []int{30, 30, 31} {
 		// An adapter takes the handles at mount time; this kernel has one.
 		o := k.Operations()[0].Handle(ctx, kernel.Unary{Input: &Payment{Amount: amount}})

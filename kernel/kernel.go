@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -261,8 +261,8 @@ func New(opts ...Option) (*Kernel, error) {
 		workerIdle: o.workerIdle,
 		jobs:       make(chan *guard),
 
-		baggageLog: telemetry.SampledLogger(o.logger, slog.LevelWarn, msgBaggageCut),
-		lateLog:    telemetry.SampledLogger(o.logger, slog.LevelWarn, msgLate),
+		baggageLog: logs.Sampled(o.logger, slog.LevelWarn, msgBaggageCut),
+		lateLog:    logs.Sampled(o.logger, slog.LevelWarn, msgLate),
 	}
 	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers, dependencies: settings.Dependencies}
 	k.applyDependencies(lc.dependencies)

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -153,13 +153,13 @@ func TestPriorityReloaded(t *testing.T) {
 	}
 }
 
-// TestWithPriority: telemetry.WithPriority marks a context's calls with
+// TestWithPriority: propagation.WithPriority marks a context's calls with
 // the class, which a Sundial service takes as the caller's.
 func TestWithPriority(t *testing.T) {
 	t.Parallel()
 	var got seen
 	k := priorityKernel(t, &got)
-	ctx := telemetry.WithPriority(context.Background(), pipeline.PrioritySheddable)
+	ctx := propagation.WithPriority(context.Background(), pipeline.PrioritySheddable)
 	if out := k.Op("shop.checkout").Invoke(ctx, kernel.Unary{}); out.Err != nil || got.priority != pipeline.PrioritySheddable {
 		t.Errorf("Invoke under WithPriority(sheddable) = %v, class %v; want success, sheddable", out.Err, got.priority)
 	}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/operations"
 )
 
@@ -101,7 +101,7 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 		a.logger = k.Logger()
 	}
 	a.canceled = newCanceledCalls(a.logger, k.MeterProvider())
-	a.baggageLog = telemetry.SampledLogger(a.logger, slog.LevelWarn, msgBaggageDropped)
+	a.baggageLog = logs.Sampled(a.logger, slog.LevelWarn, msgBaggageDropped)
 	a.ops = make(map[string]*kernel.Op)
 	for _, op := range k.Operations() {
 		a.ops[op.Descriptor().ID] = op

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	kprop "github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -189,7 +189,7 @@ func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
 // continues).
 func (a *Adapter) extract(parent context.Context, md incomingMD) context.Context {
 	if a.cfg.defaultPropagator {
-		return telemetry.Propagator().Extract(parent, md) // trace context and baggage
+		return kprop.Propagator().Extract(parent, md) // trace context and baggage
 	}
 	parent = propagation.Baggage{}.Extract(parent, md)
 	if p := a.cfg.propagator; p != nil {

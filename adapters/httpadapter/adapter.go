@@ -18,7 +18,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -81,7 +82,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if a.logger == nil {
 		a.logger = k.Logger()
 	}
-	a.baggageLog = telemetry.SampledLogger(a.logger, slog.LevelWarn, msgBaggageDropped)
+	a.baggageLog = logs.Sampled(a.logger, slog.LevelWarn, msgBaggageDropped)
 	seen := make(map[string]string)
 	var routes []*route
 	for _, op := range k.Operations() {
@@ -270,11 +271,11 @@ func parseSFString(s string) (string, bool) {
 
 // requestContext is the invocation's parent context: the request's (which
 // ends when the client goes away), carrying the caller's W3C trace context
-// and baggage (telemetry.ExtractHTTP), so that the invocation's span
+// and baggage (propagation.ExtractHTTP), so that the invocation's span
 // continues the caller's trace and the kernel finds the baggage. A baggage
 // header over the limit is dropped whole, with a warning, before anything
 // parses it. Callers send such headers at will: their records are sampled
-// (telemetry.LogSampler).
+// (logs.Sampler).
 func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 	h := r.Header
 	bag, hasTrace := h["Baggage"], len(h["Traceparent"]) > 0
@@ -290,7 +291,7 @@ func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 		h = h.Clone()
 		delete(h, "Baggage")
 	}
-	return telemetry.ExtractHTTP(r.Context(), h)
+	return propagation.ExtractHTTP(r.Context(), h)
 }
 
 // msgBaggageDropped is the message of the record of a dropped baggage header.

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -39,7 +39,7 @@ func unavailable() error {
 }
 
 func withKey(ctx context.Context) context.Context {
-	ctx, _ = telemetry.WithIdempotencyKey(ctx, "k-1")
+	ctx, _ = propagation.WithIdempotencyKey(ctx, "k-1")
 	return ctx
 }
 

@@ -34,8 +34,8 @@ type Call struct {
 
 // Start starts observing inv, which arrived at start. When a tracer is
 // installed it starts the invocation's span, a child of ctx's span context
-// (a local span, or a caller's extracted with [telemetry.ExtractHTTP]
-// or [telemetry.ExtractGRPC]), and returns ctx carrying it: run the
+// (a local span, or a caller's extracted with [propagation.ExtractHTTP]
+// or [propagation.ExtractGRPC]), and returns ctx carrying it: run the
 // invocation under that context so that outbound calls continue its
 // trace. End the returned Call with the invocation's outcome.
 //

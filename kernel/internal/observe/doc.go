@@ -29,8 +29,8 @@
 // It is internal to the kernel: applications turn it on and off with the
 // kernel's options (WithTelemetry, WithTracerProvider, WithMeterProvider,
 // WithAccessLog). What adapters and handlers use — propagation, the
-// idempotency key in baggage, [telemetry.Transport] — is in the public
-// package kernel/telemetry. The attribute and metric names are constants
+// idempotency key in baggage, kernel.Transport — is in the public
+// packages kernel and kernel/propagation. The attribute and metric names are constants
 // here; the guide (docs/observability.md) explains each of them, and is
 // their contract.
 package observe

@@ -1,4 +1,4 @@
-package telemetry
+package propagation
 
 import (
 	"cmp"
@@ -144,7 +144,7 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 // so a typed handler —
 // func(context.Context, In) (Out, error) — reads it here:
 //
-//	if key := telemetry.IdempotencyKey(ctx); key != "" {
+//	if key := propagation.IdempotencyKey(ctx); key != "" {
 //		if o, ok := s.byKey[key]; ok {
 //			return o, nil // a retry of a call that already succeeded
 //		}
