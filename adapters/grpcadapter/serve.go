@@ -372,12 +372,10 @@ func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) 
 	parent, stop := m.a.inbound(ctx)
 	defer stop()
 	var u kernel.Unary
-	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &u.Caller)
-	in, err := m.decodeInput(req)
+	parent, err := m.enter(ctx, parent, req, &u)
 	if err != nil {
 		return m.reply(ctx, m.op.Reject(parent, u.Caller, err), start)
 	}
-	u.Input = in
 	return m.reply(ctx, m.op.Handle(parent, u), start)
 }
 
@@ -389,14 +387,22 @@ func (m *method) serveCall(ctx context.Context, req *dynamicpb.Message, respond 
 	parent, stop := m.a.inbound(ctx)
 	defer stop()
 	var u kernel.Unary
-	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &u.Caller)
-	in, err := m.decodeInput(req)
+	parent, err := m.enter(ctx, parent, req, &u)
 	if err != nil {
 		respond(m.op.Reject(parent, u.Caller, err))
 		return
 	}
-	u.Input = in
 	m.op.Serve(parent, u, respond)
+}
+
+// enter fills in u for the request message, whose server context is ctx,
+// and returns the invocation's parent context (see prepare). The error is
+// the rejection of a message that does not convert to the input.
+func (m *method) enter(ctx, parent context.Context, req *dynamicpb.Message, u *kernel.Unary) (context.Context, error) {
+	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &u.Caller)
+	in, err := m.decodeInput(req)
+	u.Input = in
+	return parent, err
 }
 
 // reply converts the outcome of a call that started at start to the
