@@ -81,7 +81,7 @@ func TestDegradeAfterReachesTheStore(t *testing.T) {
 	}
 	defer k.Close()
 	writeAtomically(t, path, doc(5, 1))
-	if res, err := k.Reload(); res != kernel.ReloadOK {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
 	for _, id := range []string{"orders.create", "orders.get"} {

@@ -79,3 +79,21 @@ func (k *Kernel) IdempotencyStore() idempotency.Store { return k.idemStore }
 // PolicyFor returns the merged resilience policy of the operation id,
 // registered or not (the zero Policy when the built-in middleware is off).
 func (k *Kernel) PolicyFor(id string) resilience.Policy { return k.policyFor(id) }
+
+// The reload results, named as the metric names them.
+const (
+	ReloadOK        = reloadOK
+	ReloadInvalid   = reloadInvalid
+	ReloadUnchanged = reloadUnchanged
+)
+
+// ReloadResult names the result of a reload that returned changed, err.
+func ReloadResult(changed bool, err error) (string, error) {
+	switch {
+	case err != nil:
+		return reloadInvalid, err
+	case changed:
+		return reloadOK, nil
+	}
+	return reloadUnchanged, nil
+}

@@ -140,7 +140,7 @@ func TestLimitKindReload(t *testing.T) {
 		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return k.Reload()
+		return kernel.ReloadResult(k.Reload())
 	}
 	if res, err := reload(strings.Replace(strings.Replace(countDoc, "%s", "1", 1), `"PermitLimit":100`, `"PermitLimit":50`, 1)); res != kernel.ReloadOK || err != nil || builds.Load() != 1 {
 		t.Fatalf("PermitLimit change: %s %v, %d builds; want ok and the limit kept (1 build)", res, err, builds.Load())
@@ -259,7 +259,7 @@ func TestLimitKindClosedWhenDropped(t *testing.T) {
 		if err := os.WriteFile(path, doc(limits), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if res, _ := k.Reload(); res != want {
+		if res, _ := kernel.ReloadResult(k.Reload()); res != want {
 			t.Fatalf("reload to %s: %s, want %s", limits, res, want)
 		}
 	}

@@ -277,7 +277,7 @@ func checkReloaded(t *testing.T, k config.Key, s keySample) {
 	}
 	defer kn.Close()
 	writeDoc(t, path, withOp(nil, keyDoc(k.Name, s.b)))
-	if res, err := kn.Reload(); res != ReloadOK || err != nil {
+	if res, err := ReloadResult(kn.Reload()); res != ReloadOK || err != nil {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
 	idem, _ := kn.Op(opID).Idempotency()
