@@ -9,10 +9,11 @@
 //
 // # The edge
 //
-// Every call — HTTP, gRPC, CLI or in-process — enters through one path. A
-// protocol hands over what the caller sent as a [Request] (the operation,
-// the decoded input, the caller's deadline, baggage, the idempotency key;
-// cancellation and trace context on the context) and the kernel, once:
+// Every call — HTTP, gRPC, CLI or in-process — enters through one path.
+// An adapter takes one [Op] per operation from [Kernel.Operations] when it
+// mounts its routes. Per call it hands over a [Unary]: the [Caller] and
+// the decoded input. Cancellation and trace context travel on the context.
+// The kernel then, once:
 //
 //   - computes the effective deadline, the earliest of the caller's (the
 //     request's, or the context's), now + the operation's TimeoutSeconds
@@ -21,11 +22,11 @@
 //   - makes the read-only [pipeline.Invocation];
 //   - starts its observation (a span, metrics, an access-log line, a
 //     trace ID) — for every answer, a call the adapter
-//     turned away before the pipeline ([Request.Reject]) included;
+//     turned away before the pipeline ([Op.Reject]) included;
 //   - runs the operation's chain and returns the [Outcome].
 //
-// [Kernel.Invoke] (and [Call]) run the chain on the caller's goroutine.
-// [Kernel.Serve] (HTTP) and [Kernel.Handle] (gRPC, the CLI) also guarantee
+// [Op.Invoke] (and [Call]) run the chain on the caller's goroutine.
+// [Op.Serve] (HTTP) and [Op.Handle] (gRPC, the CLI) also guarantee
 // that the answer leaves at the deadline whatever the handler does: a
 // handler that ignores its context keeps running — and keeps its
 // concurrency slot — while the caller gets TIMEOUT (CANCELLED when the

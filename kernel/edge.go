@@ -486,11 +486,11 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 // waitPoll is how often Wait looks at the count of running invocations.
 const waitPoll = 5 * time.Millisecond
 
-// Running returns the number of guarded invocations (Serve, Handle) whose
+// Running returns the number of guarded invocations (Op.Serve, Op.Handle) whose
 // chain has not returned yet, stragglers included.
 func (k *Kernel) Running() int { return int(k.running.Load()) }
 
-// Wait blocks until every guarded invocation (Serve, Handle) has returned —
+// Wait blocks until every guarded invocation (Op.Serve, Op.Handle) has returned —
 // stragglers whose answer left at their deadline included — and the idle
 // workers of WithWorkers have exited, or ctx ends, and then returns an
 // error wrapping ctx's. Call it at shutdown, after the

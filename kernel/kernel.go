@@ -167,7 +167,7 @@ type Kernel struct {
 	clock    arrivalClock                  // reads a call's arrival
 	deps     atomic.Pointer[map[string]*outbound.Dependency]
 
-	// running counts guarded invocations (Serve, Handle) whose chain has
+	// running counts guarded invocations (Op.Serve, Op.Handle) whose chain has
 	// not returned, stragglers included; Wait polls it.
 	running atomic.Int64
 	// stragglers counts invocations still running after their answer left

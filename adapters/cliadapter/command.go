@@ -111,7 +111,7 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // The command only decodes and encodes: it hands the decoded input (for
 // --input -, a decoder the kernel calls once it has computed the effective
 // deadline, kernel.Unary.Decode), the --timeout deadline and a context
-// that SIGINT and SIGTERM cancel to the kernel (kernel.Kernel.Handle,
+// that SIGINT and SIGTERM cancel to the kernel (kernel.Op.Handle,
 // protocol CLI), which computes the effective deadline, runs the
 // operation's pipeline and observes the call. The outcome is reported by
 // the deadline whatever the handler does: the command fails with TIMEOUT

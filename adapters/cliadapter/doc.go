@@ -7,7 +7,7 @@
 // --timeout for the caller's deadline and --output for the result's format.
 //
 // The adapter decodes and encodes only. A command hands the kernel what the
-// caller sent (kernel.Kernel.Handle with protocol CLI: the decoded input,
+// caller sent (kernel.Op.Handle with protocol CLI: the decoded input,
 // the --timeout deadline, a context that SIGINT and SIGTERM cancel), so a
 // CLI call passes the same stages, limits and deadline rules as an HTTP or
 // gRPC one, and is observed the same way. The outcome comes back by the

@@ -10,7 +10,7 @@
 // such as grpcurl.
 //
 // The adapter decodes and encodes; the kernel does the rest. Each call
-// becomes one kernel.Request handed to the kernel's Serve: the server
+// enters the kernel through its handle (kernel.Op.Serve): the server
 // context's deadline (the caller's grpc-timeout) is the caller's deadline,
 // the W3C trace context and baggage of the metadata travel on the context,
 // and the kernel computes the effective deadline, runs the pipeline,

@@ -117,7 +117,7 @@ func WithDeadlineTolerance(d time.Duration) Option {
 // ("orders.create"), for the server interceptors: such a method runs under
 // that operation's pipeline — its deadline, breaker and limits — with the
 // application's handler in place of the registered one
-// (kernel.Request.Handler). Methods not in the
+// (kernel.Unary.Handler). Methods not in the
 // map are resolved by convention (see Adapter.UnaryServerInterceptor). New
 // fails when a method name is malformed or an ID is not registered. Later
 // calls add to the map.

@@ -29,7 +29,7 @@ import (
 // methods straight through), the whole call is handed to one receiver
 // goroutine (see serve). With others, the request is received first, then
 // the interceptors run on grpc-go's goroutine and the chain on another
-// (kernel.Handle), so that they see the answer the deadline gives.
+// (kernel.Op.Handle), so that they see the answer the deadline gives.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 	if ctx.Err() == context.Canceled {
 		// The client reset the stream before its handler started, as a
@@ -115,7 +115,7 @@ var errRecvTimeout = errors.New("grpcadapter: request message not received in ti
 
 // serve runs one call with a single hand-off: a receiver goroutine reads
 // the request message and then runs the call itself, under the kernel's
-// guard (kernel.Serve), while grpc-go's goroutine waits for the answer.
+// guard (kernel.Op.Serve), while grpc-go's goroutine waits for the answer.
 // The guard answers by the invocation's deadline whatever the handler
 // does, from its own goroutine when the chain is late, so the answer
 // never waits for a straggler.

@@ -20,7 +20,7 @@ const codeUnknownMethod = "GRPC_NOT_FOUND_001"
 // UnknownServiceHandler answers calls to methods no service registered on
 // the server implements — as grpc-go does by default, codes.Unimplemented
 // with "unknown service …" or "unknown method …" — through the kernel as
-// a rejection (kernel.Request.Reject, a NOT_FOUND outcome with code
+// a rejection (kernel.Op.Reject, a NOT_FOUND outcome with code
 // GRPC_NOT_FOUND_001 and detail "method"), so that like every other answer
 // it gets a span, metrics, a trace ID and a call log record. Install it
 // with grpc.UnknownServiceHandler:

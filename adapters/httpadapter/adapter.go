@@ -44,7 +44,7 @@ type Adapter struct {
 // WithRelativeDeadlineHeader), reads the body to its end within the body
 // limit, binds the JSON body, path parameters and (for GET, HEAD and
 // DELETE) query parameters into the operation's input, hands the call to
-// k (kernel.Kernel.Serve), and writes the outcome: the descriptor's
+// k (kernel.Op.Serve), and writes the outcome: the descriptor's
 // success status with the JSON output, or Problem Details. A request the
 // adapter turns away before the pipeline — a malformed deadline header, a
 // body that does not decode or is too large — goes through k too, as a

@@ -5,7 +5,7 @@
 // [Mount] puts every registered operation that has an HTTP method and path
 // on an *echo.Echo the application owns. The adapter decodes and encodes;
 // the kernel does the rest. A request becomes one call of
-// kernel.Kernel.Serve: the adapter reads the caller's deadline, extracts
+// kernel.Op.Serve: the adapter reads the caller's deadline, extracts
 // the W3C trace context and baggage into the request's context, reads and
 // binds the body, path and query into the operation's input, and hands the
 // call to the kernel, which computes the effective deadline, runs the
@@ -17,7 +17,7 @@
 // Requests the adapter turns away before the pipeline — a malformed
 // deadline header, a body that does not decode or is too large, echo's
 // 404 and 405 — go through the kernel too, as rejections
-// (kernel.Request.Reject): nothing runs, but they are observed and carry a
+// (kernel.Op.Reject): nothing runs, but they are observed and carry a
 // trace ID like every other response.
 //
 // The caller's deadline arrives as Sundial-Deadline (absolute, RFC 3339

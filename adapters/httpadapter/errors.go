@@ -22,7 +22,7 @@ import (
 // only). Nothing is written when the response is already committed.
 //
 // Each such error is handed to the kernel's host pipeline as a rejection
-// (kernel.Request.Reject), named "METHOD /route" — "METHOD (unmatched)"
+// (kernel.Op.Reject), named "METHOD /route" — "METHOD (unmatched)"
 // for echo's 404 and 405, whatever the path, so that a scan cannot use up
 // the telemetry's bounded route names — so that it gets a span, metrics and
 // a trace ID like any other call; nothing runs.
@@ -136,13 +136,13 @@ func echoKind(code int) (pipeline.Kind, string) {
 
 // Wrap runs an application's own echo handler — a host endpoint, such as
 // a health check — through the kernel's host pipeline
-// (kernel.Request.Handler with no operation), so that it gets the caller's
+// (kernel.Kernel.Host), so that it gets the caller's
 // deadline (its request context ends at it), the application middleware,
 // a span, metrics and a trace ID, Problem Details for its errors, and an
 // access log record named "METHOD /route". Per-operation limits do not
 // apply. Unlike an operation's, a host handler writes its own response, so
 // nothing can answer for it at the deadline: it runs on the request's
-// goroutine (kernel.Kernel.Invoke), and a handler that ignores its context
+// goroutine (kernel.Kernel.Host), and a handler that ignores its context
 // holds its response until it returns.
 func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
