@@ -283,7 +283,7 @@ func TestPriorityConformance(t *testing.T) {
 		// A critical call holds checkout's one slot: a sheddable one is shed.
 		held := make(chan kernel.Outcome, 1)
 		go func() {
-			held <- r.k.Invoke(context.Background(), kernel.Request{Operation: "shop.checkout", Input: &classIn{Hold: true}})
+			held <- opOf(r.k, "shop.checkout").Invoke(context.Background(), kernel.Unary{Input: &classIn{Hold: true}})
 		}()
 		<-r.entered
 		a := call("shop.checkout", "sheddable")

@@ -18,7 +18,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 )
 
@@ -90,7 +90,7 @@ func TestTraceCrossesHTTPAndGRPC(t *testing.T) {
 	var bKey string
 	b := newService(t, inventoryRegistry(t, func(ctx context.Context, in reserve) (reserved, error) {
 		bSaw = trace.SpanContextFromContext(ctx)
-		bKey = telemetry.IdempotencyKey(ctx)
+		bKey = propagation.IdempotencyKey(ctx)
 		return reserved{OK: in.SKU != ""}, nil
 	}))
 	bAdapter, err := grpcadapter.New(b.k, grpcadapter.WithPackage("inventory.v1"))

@@ -90,7 +90,7 @@ func checkSnippets(t *testing.T, pkgs []*snippetPackage) []error {
 // out.
 func TestSnippetsCompileFails(t *testing.T) {
 	chapter := "# A chapter\n\n" +
-		"```go\nr := kernel.Request{Baggage: nil}\n```\n\n" + // line 4: no such field
+		"```go\nr := kernel.Unary{Baggage: nil}\n```\n\n" + // line 4: no such field
 		"<!-- go:harness\nfunc _() (int, error) {\n\t// block\n}\n-->\n" +
 		"```go\nreturn 0, errors.New(\"x\")\n```\n\n" + // compiles in its harness
 		"<!-- go:fragment a sketch -->\n```go\nfunc Acquire(...)\n```\n\n" +
@@ -127,7 +127,7 @@ var packageNames = map[string]string{
 	"grpcadapter":  "github.com/sundial-go/sundial/adapters/grpcadapter",
 	"httpadapter":  "github.com/sundial-go/sundial/adapters/httpadapter",
 	"kernel":       "github.com/sundial-go/sundial/kernel",
-	"telemetry":    "github.com/sundial-go/sundial/kernel/telemetry",
+	"propagation":  "github.com/sundial-go/sundial/kernel/propagation",
 	"operations":   "github.com/sundial-go/sundial/operations",
 	"pipeline":     "github.com/sundial-go/sundial/pipeline",
 	"pipelinetest": "github.com/sundial-go/sundial/pipeline/pipelinetest",

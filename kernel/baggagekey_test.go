@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 )
 
 // TestIdempotencyKeyFromBaggage: without a protocol header's key, the
@@ -17,13 +17,13 @@ func TestIdempotencyKeyFromBaggage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := baggage.NewMemberRaw(telemetry.BaggageIdempotencyKey, "k1")
+	m, _ := baggage.NewMemberRaw(propagation.BaggageIdempotencyKey, "k1")
 	b, _ := baggage.New(m)
 	ctx := baggage.ContextWithBaggage(context.Background(), b)
-	if o := k.Handle(ctx, kernel.Request{Operation: "test.echo", Input: &echoIn{}}); o.Invocation.IdempotencyKey() != "k1" {
+	if o := k.Op("test.echo").Handle(ctx, kernel.Unary{Input: &echoIn{}}); o.Invocation.IdempotencyKey() != "k1" {
 		t.Errorf("IdempotencyKey() = %q, want k1 from the baggage", o.Invocation.IdempotencyKey())
 	}
-	o := k.Handle(ctx, kernel.Request{Operation: "test.echo", Input: &echoIn{}, IdempotencyKey: "explicit"})
+	o := k.Op("test.echo").Handle(ctx, kernel.Unary{Caller: kernel.Caller{IdempotencyKey: "explicit"}, Input: &echoIn{}})
 	if o.Invocation.IdempotencyKey() != "explicit" {
 		t.Errorf("IdempotencyKey() = %q, want the header's", o.Invocation.IdempotencyKey())
 	}

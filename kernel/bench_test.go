@@ -14,7 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -273,7 +273,7 @@ func BenchmarkTelemetry(b *testing.B) {
 	}
 }
 
-// BenchmarkEdge measures the kernel's three entry points on the deadline
+// BenchmarkEdge measures the handle's three entries on the deadline
 // case: Invoke (in-process, on the caller's goroutine, unguarded), Serve
 // (the HTTP adapter's: guarded, on the caller's goroutine, answering
 // through a callback) and Handle (the gRPC and CLI adapters': guarded, the
@@ -283,12 +283,13 @@ func BenchmarkTelemetry(b *testing.B) {
 func BenchmarkEdge(b *testing.B) {
 	k := newBenchKernel(b, benchConfigs["deadline"], benchHandler)
 	in := &benchIn{}
-	req := kernel.Request{Operation: benchOp, Input: in}
+	req := kernel.Unary{Input: in}
+	op := k.Op(benchOp)
 	ctx := context.Background()
 	b.Run("invoke", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if o := k.Invoke(ctx, req); o.Err != nil {
+			if o := op.Invoke(ctx, req); o.Err != nil {
 				b.Fatal(o.Err)
 			}
 		}
@@ -298,7 +299,7 @@ func BenchmarkEdge(b *testing.B) {
 		respond := func(o kernel.Outcome) { got = o.Err }
 		b.ReportAllocs()
 		for b.Loop() {
-			k.Serve(ctx, req, respond)
+			op.Serve(ctx, req, respond)
 			if got != nil {
 				b.Fatal(got)
 			}
@@ -307,17 +308,18 @@ func BenchmarkEdge(b *testing.B) {
 	b.Run("handle", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if o := k.Handle(ctx, req); o.Err != nil {
+			if o := op.Handle(ctx, req); o.Err != nil {
 				b.Fatal(o.Err)
 			}
 		}
 	})
 	kw := newBenchKernel(b, benchConfigs["deadline"], benchHandler, kernel.WithWorkers(time.Second))
 	defer func() { _ = kw.Wait(ctx) }()
+	opw := kw.Op(benchOp)
 	b.Run("handle-workers", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if o := kw.Handle(ctx, req); o.Err != nil {
+			if o := opw.Handle(ctx, req); o.Err != nil {
 				b.Fatal(o.Err)
 			}
 		}
@@ -414,7 +416,7 @@ func BenchmarkIdempotency(b *testing.B) {
 			for b.Loop() {
 				cctx := ctx
 				if c.key != nil {
-					cctx, _ = telemetry.WithIdempotencyKey(ctx, run+c.key(i))
+					cctx, _ = propagation.WithIdempotencyKey(ctx, run+c.key(i))
 				}
 				i++
 				if _, err := kernel.Call[benchIn, benchOut](cctx, k, benchOp, benchIn{}); err != nil {

@@ -101,7 +101,7 @@ func TestClusterScopeAcrossKernels(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 18 {
 		wg.Go(func() {
-			out := ks[i%3].Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")})
+			out := ks[i%3].Op("orders.create").Invoke(t.Context(), kernel.Unary{Input: new("x")})
 			q, has := out.Invocation.Reply().Quota()
 			if !has || q.Limit != 6 || q.Window != 1e9*time.Second {
 				t.Errorf("quota %+v %v", q, has)
@@ -135,7 +135,7 @@ func TestWithRedisClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := k.Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")})
+	out := k.Op("orders.create").Invoke(t.Context(), kernel.Unary{Input: new("x")})
 	if out.Err != nil {
 		t.Fatal(out.Err)
 	}

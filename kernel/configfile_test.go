@@ -110,7 +110,7 @@ func TestReloadRefusesAConfigFileGrownPastTheBound(t *testing.T) {
 		{"device", device, "character device"},
 	} {
 		tc.change()
-		res, err := k.Reload()
+		res, err := kernel.ReloadResult(k.Reload())
 		var fe *kernel.ConfigFileError
 		if res != kernel.ReloadInvalid || !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Reload = %q, %v; want invalid, saying %q", tc.name, res, err, tc.want)

@@ -32,15 +32,16 @@ func TestPassedDeadlineNeverStartsTheHandler(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	req := func() kernel.Request {
-		return kernel.Request{Operation: "test.tick", Input: &struct{}{}, Arrival: time.Now().Add(-2 * time.Second)}
+	req := func() kernel.Unary {
+		return kernel.Unary{Caller: kernel.Caller{Arrival: time.Now().Add(-2 * time.Second)}, Input: &struct{}{}}
 	}
+	op := k.Op("test.tick")
 	entries := map[string]func() error{
-		"Invoke": func() error { return k.Invoke(t.Context(), req()).Err },
-		"Handle": func() error { return k.Handle(t.Context(), req()).Err },
+		"Invoke": func() error { return op.Invoke(t.Context(), req()).Err },
+		"Handle": func() error { return op.Handle(t.Context(), req()).Err },
 		"Serve": func() error {
 			var o kernel.Outcome
-			k.Serve(t.Context(), req(), func(got kernel.Outcome) { o = got })
+			op.Serve(t.Context(), req(), func(got kernel.Outcome) { o = got })
 			return o.Err
 		},
 	}

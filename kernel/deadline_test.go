@@ -76,14 +76,14 @@ func TestOperationAndKernelTimeoutsCapDeadlines(t *testing.T) {
 					defer cancel()
 				}
 				in := "report"
-				req := kernel.Request{Operation: tc.op, Input: &in}
+				req := kernel.Unary{Input: &in}
 				switch {
 				case tc.caller < 0:
 					req.Deadline = far
 				case tc.caller > 0:
 					req.Deadline = start.Add(tc.caller)
 				}
-				o := k.Invoke(ctx, req)
+				o := k.Op(tc.op).Invoke(ctx, req)
 				if o.Err != nil {
 					t.Fatalf("Invoke = %v", o.Err)
 				}
@@ -109,7 +109,7 @@ func TestOperationTimeoutReleasesHandler(t *testing.T) {
 		k := deadlineKernel(t, deadlineConfig)
 		start := time.Now()
 		in := "block"
-		o := k.Invoke(t.Context(), kernel.Request{Operation: "test.capped", Input: &in, Deadline: start.Add(5 * time.Second)})
+		o := k.Op("test.capped").Invoke(t.Context(), kernel.Unary{Caller: kernel.Caller{Deadline: start.Add(5 * time.Second)}, Input: &in})
 		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 			t.Errorf("Invoke = %v; want %s", o.Err, pipeline.CodeTimeout)
 		}

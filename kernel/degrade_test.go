@@ -82,17 +82,17 @@ func TestDegradeAfterReachesTheStore(t *testing.T) {
 	}
 	defer k.Close()
 	writeAtomically(t, path, doc(5, 1))
-	if res, err := k.Reload(); res != kernel.ReloadOK {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
 	for _, id := range []string{"orders.create", "orders.get"} {
-		if out := k.Invoke(t.Context(), kernel.Request{Operation: id, Input: new("x")}); out.Err != nil {
+		if out := k.Op(id).Invoke(t.Context(), kernel.Unary{Input: new("x")}); out.Err != nil {
 			t.Fatalf("%s with Redis up: %v", id, out.Err)
 		}
 	}
 	srv.Kill()
 	for id, want := range map[string]int{"orders.create": 5, "orders.get": 1} {
-		out := k.Invoke(t.Context(), kernel.Request{Operation: id, Input: new("x")})
+		out := k.Op(id).Invoke(t.Context(), kernel.Unary{Input: new("x")})
 		// Turned away as by the limit, after 1 s: StoreTimeoutMs before
 		// degrading, the time until the next try once degraded.
 		ra, has := pipeline.AsError(out.Err).RetryAfter()

@@ -55,7 +55,7 @@ func TestDependenciesFromConfigAndReload(t *testing.T) {
 		t.Fatalf("%d attempts, want 4", n)
 	}
 	writeAtomically(t, path, dependencyDoc(2))
-	if res, err := k.Reload(); err != nil || res != kernel.ReloadOK {
+	if res, err := kernel.ReloadResult(k.Reload()); err != nil || res != kernel.ReloadOK {
 		t.Fatalf("Reload = %s, %v", res, err)
 	}
 	if n := attemptsOf(t, k); n != 2 || k.Dependency("billing") != before {

@@ -10,26 +10,29 @@
 //
 // # The edge
 //
-// Every call — HTTP, gRPC, CLI or in-process — enters through one path. A
-// protocol hands over what the caller sent as a [Request]. It holds the
-// operation, the decoded input, the caller's deadline, baggage and the
-// idempotency key. Cancellation and trace context come on the context.
-// Then, once, the kernel computes the effective deadline and which bound
-// binds ([pipeline.DeadlineSource]). The deadline is the earliest of the
-// caller's (the request's, or the context's), now + the operation's
-// TimeoutSeconds and now + MaxTimeoutSeconds. The kernel makes the
-// read-only [pipeline.Invocation]. It starts its observation: a span,
-// metrics, an access-log line, a trace ID. It does so for every answer, a
-// call the adapter turned away before the pipeline ([Request.Reject])
-// included. Last, it runs the operation's chain and returns the [Outcome].
+// Every call — HTTP, gRPC, CLI or in-process — enters through one path.
+// An adapter takes one [Op] per operation from [Kernel.Operations] when it
+// mounts its routes. Per call it hands over a [Unary]: the [Caller] and
+// the decoded input. Cancellation and trace context travel on the context.
+// The kernel then, once:
 //
-// Both [Kernel.Invoke] and [Call] run the chain on the caller's goroutine.
-// The methods [Kernel.Serve] (HTTP) and [Kernel.Handle] (gRPC,
-// the CLI) also guarantee that the answer leaves at the deadline, whatever
-// the handler does. A handler that ignores its context keeps running, and
-// keeps its concurrency slot. Meanwhile the caller gets TIMEOUT (CANCELLED
-// when the caller went away). The late result is logged once, with the
-// trace ID. The method [Kernel.Wait] waits for such stragglers at shutdown.
+//   - computes the effective deadline, the earliest of the caller's (the
+//     request's, or the context's), now + the operation's TimeoutSeconds
+//     and now + MaxTimeoutSeconds, and which of them binds
+//     ([pipeline.DeadlineSource]);
+//   - makes the read-only [pipeline.Invocation];
+//   - starts its observation (a span, metrics, an access-log line, a
+//     trace ID) — for every answer, a call the adapter
+//     turned away before the pipeline ([Op.Reject]) included;
+//   - runs the operation's chain and returns the [Outcome].
+//
+// [Op.Invoke] (and [Call]) run the chain on the caller's goroutine.
+// [Op.Serve] (HTTP) and [Op.Handle] (gRPC, the CLI) also guarantee
+// that the answer leaves at the deadline whatever the handler does: a
+// handler that ignores its context keeps running — and keeps its
+// concurrency slot — while the caller gets TIMEOUT (CANCELLED when the
+// caller went away); its late result is logged once, with the trace ID.
+// [Kernel.Wait] waits for such stragglers at shutdown.
 //
 // # The chain
 //

@@ -11,71 +11,11 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/internal/priority"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/deadline"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
-
-// Request is what a protocol hands the kernel for one call: what the
-// caller sent, decoded. Cancellation and trace context travel on the
-// context given with it (adapters extract W3C trace context and baggage
-// into it with telemetry.Propagator); everything else is here.
-type Request struct {
-	// Operation is the ID of the operation called; "" for a host endpoint,
-	// which runs Handler through the host pipeline (no per-operation
-	// limits).
-	Operation string
-	// Protocol is the entry point; Route the transport route (e.g.
-	// "POST /orders"), or "".
-	Protocol pipeline.Protocol
-	Route    string
-	// Input is the decoded input, typically a pointer to the operation's
-	// input type.
-	Input any
-	// Decode, when not nil, decodes the input instead: the kernel calls it
-	// once, after computing the effective deadline (the zero time: none),
-	// which bounds a read of the input (an HTTP body), and before anything
-	// runs. A non-nil error is the call's outcome, observed like Reject.
-	Decode func(deadline time.Time) (any, error)
-	// Deadline is the deadline the caller sent; the zero time: none. The
-	// context's deadline, when earlier, counts as the caller's too.
-	Deadline time.Time
-	// Arrival is when the call arrived, as the protocol read the clock
-	// (e.g. to turn a relative timeout into Deadline); the zero time: the
-	// kernel reads the clock itself. The invocation's deadline, budget and
-	// duration are measured from it.
-	Arrival time.Time
-	// IdempotencyKey is the caller's idempotency key from a protocol
-	// header; when empty, the baggage's sundial.idempotency-key member is
-	// used. The kernel puts it into the handler's context's baggage, so
-	// that downstream calls carry it.
-	IdempotencyKey string
-	// Priority is the class the caller asked for in a protocol header
-	// (Sundial-Priority, gRPC metadata sundial-priority, --priority), as
-	// sent; "" when none. It can only lower the operation's class (see
-	// pipeline.Invocation.Priority): the kernel keeps the lower of the two,
-	// and of the baggage's sundial.priority member. A value naming no
-	// class rejects the call with KERNEL_VALIDATION_009.
-	Priority string
-	// Handler, when not nil, runs at the end of the operation's chain in
-	// place of its registered handler — an application's own gRPC service
-	// method under the operation's pipeline — or, for a host endpoint, is
-	// the endpoint.
-	Handler pipeline.Handler
-	// Transport describes the protocol request in the terms of the
-	// OpenTelemetry semantic conventions (HTTP method, route, scheme,
-	// status; gRPC method, code): the invocation's span and the
-	// conventions' duration metric carry them. The zero value: none.
-	Transport telemetry.Transport
-	// Reject, when not nil, is the outcome of a call the adapter turned
-	// away before the pipeline (a malformed deadline header, a body that
-	// does not decode, an unknown route): the kernel observes it like any
-	// other response — span, metrics, trace ID — and returns it without
-	// running anything.
-	Reject error
-
-	found *compiled // the operation, when the caller looked it up (Call)
-}
 
 // Outcome is what the kernel hands back for one call.
 type Outcome struct {
@@ -131,25 +71,28 @@ type edge struct {
 	clock   *arrivalClock // the kernel's, for the end of an observed call
 }
 
-// begin does what every entry point does on arrival, once: it finds the
-// operation, computes the effective deadline and its source, copies the
-// baggage, makes the invocation and starts its observation.
-func (k *Kernel) begin(ctx context.Context, req *Request) edge {
+// begin does what every entry does on arrival, once: it checks the
+// idempotency key, computes the effective deadline and its source, copies
+// the baggage, makes the invocation and starts its observation. c is the
+// operation's chain, k.host for a host endpoint, or nil for the unknown
+// operation named unknown (Call). A non-nil reject is the adapter's
+// rejection: nothing runs.
+func (k *Kernel) begin(ctx context.Context, c *compiled, u *Unary, reject error, unknown string) edge {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	now := req.Arrival
+	now := u.Arrival
 	if now.IsZero() {
 		now = k.clock.now()
 	}
 	e := edge{clock: &k.clock}
-	c, op, name := k.find(req, &e)
-	e.reject = k.admission(req, c, e.reject)
-	caller, deadline, source := k.deadlines(ctx, req, c, now)
-	input := req.Input
-	if req.Decode != nil && e.reject == nil {
+	op, name := k.find(c, u, unknown, &e)
+	e.reject = k.admission(c, u, reject, e.reject)
+	caller, deadline, source := k.deadlines(ctx, u, c, now)
+	input := u.Input
+	if u.Decode != nil && e.reject == nil {
 		var err error
-		if input, err = req.Decode(deadline); err != nil {
+		if input, err = u.Decode(deadline); err != nil {
 			e.reject = pipeline.AsError(err)
 		}
 	}
@@ -157,22 +100,22 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 	// idempotency key from a protocol header goes into the context's
 	// baggage too, so that downstream calls carry it (the invocation takes
 	// a key from the baggage itself when no header sent one).
-	bag := telemetry.Baggage(ctx, k.baggageLog)
-	key := req.IdempotencyKey
-	if key != "" && telemetry.IdempotencyKey(ctx) != key {
-		ctx, _ = telemetry.WithIdempotencyKey(ctx, key)
+	bag := propagation.Baggage(ctx, k.baggageLog)
+	key := u.IdempotencyKey
+	if key != "" && propagation.IdempotencyKey(ctx) != key {
+		ctx, _ = propagation.WithIdempotencyKey(ctx, key)
 	}
 	if key == "" {
-		key = bag[telemetry.BaggageIdempotencyKey]
+		key = bag[propagation.BaggageIdempotencyKey]
 	}
-	prio := k.priority(req, c, op, bag, &e)
-	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[telemetry.BaggagePriority] != prio.String() {
-		ctx = telemetry.WithPriority(ctx, prio)
+	prio := k.priority(u, c, op, bag, &e)
+	if (prio < c.priority() || prio == pipeline.PrioritySheddable) && bag[propagation.BaggagePriority] != prio.String() {
+		ctx = propagation.WithPriority(ctx, prio)
 	}
 	e.inv = pipeline.NewInvocation(pipeline.Spec{
 		Operation:      op,
-		Protocol:       req.Protocol,
-		Route:          req.Route,
+		Protocol:       u.Protocol,
+		Route:          u.Route,
 		Input:          input,
 		CallerDeadline: caller,
 		Deadline:       deadline,
@@ -183,14 +126,14 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 		Priority:       prio,
 		ReplayMark:     &k.replay,
 	})
-	if e.reject == nil && req.Handler != nil && op != nil && k.refusesKeys(req.Operation, e.inv) {
+	if e.reject == nil && u.Handler != nil && op != nil && refusesKeys(c, e.inv) {
 		e.reject = errKeysUnsupported()
 	}
-	k.observe(ctx, req, c, name, now, &e)
+	k.observe(ctx, &u.Transport, c, name, now, &e)
 	if e.reject == nil {
 		e.h = c.handler
-		if req.Handler != nil {
-			e.h = c.chain(req.Handler)
+		if u.Handler != nil {
+			e.h = c.chain(u.Handler)
 		}
 	}
 	return e
@@ -202,18 +145,18 @@ func (k *Kernel) begin(ctx context.Context, req *Request) edge {
 // (KERNEL_VALIDATION_009): the caller said something we cannot honour. A
 // baggage member naming none is ignored: it may come from a service far
 // up the chain of calls, which this caller cannot fix.
-func (k *Kernel) priority(req *Request, c *compiled, op pipeline.Operation, bag map[string]string, e *edge) pipeline.Priority {
+func (k *Kernel) priority(u *Unary, c *compiled, op pipeline.Operation, bag map[string]string, e *edge) pipeline.Priority {
 	p := c.priority()
 	if op == nil {
 		return p
 	}
-	if v, ok := bag[telemetry.BaggagePriority]; ok {
+	if v, ok := bag[propagation.BaggagePriority]; ok {
 		if b, valid := priority.Parse(v); valid {
 			p = min(p, b)
 		}
 	}
-	if req.Priority != "" {
-		h, valid := priority.Parse(req.Priority)
+	if u.Priority != "" {
+		h, valid := priority.Parse(u.Priority)
 		switch {
 		case valid:
 			p = min(p, h)
@@ -235,37 +178,52 @@ func errBadPriority() *pipeline.Error {
 		"The priority must be critical, default or sheddable; it can only lower the operation's own class.")
 }
 
-// find returns the compiled pipeline of the call, its operation (nil for
-// a host endpoint) and its name; an unknown operation is e's rejection.
-func (k *Kernel) find(req *Request, e *edge) (c *compiled, op pipeline.Operation, name string) {
-	if req.Operation == "" {
+// find returns the call's operation (nil for a host endpoint) and its
+// name; an unknown operation (c nil) is e's rejection.
+func (k *Kernel) find(c *compiled, u *Unary, unknown string, e *edge) (op pipeline.Operation, name string) {
+	switch c {
+	case k.host:
 		e.strag = &k.host.stragglers
-		return k.host, nil, req.Route
-	}
-	c, ok := req.found, req.found != nil
-	if !ok {
-		c, ok = k.ops[req.Operation]
-	}
-	if !ok {
-		e.reject = notRegistered(req.Operation)
-		return nil, nil, req.Operation
+		return nil, u.Route
+	case nil:
+		e.reject = notRegistered(unknown)
+		return nil, unknown
 	}
 	e.lat, e.strag = c.lat, &c.stragglers
-	return c, c.desc, req.Operation
+	return c.desc, c.desc.ID
 }
 
-// admission returns the call's rejection before anything runs: the
-// protocol's (req.Reject), else the overload answer while too many
+// admission returns the call's rejection before anything runs: a
+// malformed idempotency key on an operation that takes keys, else the
+// adapter's rejection (reject), else the overload answer while too many
 // handlers still run after their answer left (shed new calls until some
-// return, rather than pile up more), else reject.
-func (k *Kernel) admission(req *Request, c *compiled, reject error) error {
-	if req.Reject != nil {
-		return pipeline.AsError(req.Reject)
+// return, rather than pile up more), else found (an unknown operation).
+func (k *Kernel) admission(c *compiled, u *Unary, reject, found error) error {
+	if err := checkKey(c, &u.Caller); err != nil {
+		return err
+	}
+	if reject != nil {
+		return reject
 	}
 	if k.overloaded(c, int64(k.live.Load().maxStragglers)) {
 		return errOverloaded
 	}
-	return reject
+	return found
+}
+
+// checkKey checks the caller's idempotency key against the grammar. A
+// malformed key is dropped: it is not passed on as baggage either. It is
+// the call's rejection (KERNEL_VALIDATION_005) only on an operation that
+// takes keys, since many clients send keys of their own form everywhere.
+func checkKey(c *compiled, caller *Caller) *pipeline.Error {
+	if !caller.BadIdempotencyKey && (caller.IdempotencyKey == "" || idempotency.ValidKey(caller.IdempotencyKey)) {
+		return nil
+	}
+	caller.IdempotencyKey, caller.BadIdempotencyKey = "", false
+	if c != nil && c.idem.Enabled {
+		return idempotency.ErrKeyMalformed()
+	}
+	return nil
 }
 
 // overloaded reports whether a call to c (nil: no operation) is shed for
@@ -292,8 +250,8 @@ func (k *Kernel) overloaded(c *compiled, limit int64) bool {
 // deadlines returns the caller's deadline (the earlier of the protocol's
 // and the context's) and the effective one with its source: the earliest
 // of the caller's, the operation's TimeoutSeconds and the kernel's cap.
-func (k *Kernel) deadlines(ctx context.Context, req *Request, c *compiled, now time.Time) (caller, deadline time.Time, source pipeline.DeadlineSource) {
-	caller = req.Deadline
+func (k *Kernel) deadlines(ctx context.Context, u *Unary, c *compiled, now time.Time) (caller, deadline time.Time, source pipeline.DeadlineSource) {
+	caller = u.Deadline
 	if pd, ok := ctx.Deadline(); ok && (caller.IsZero() || pd.Before(caller)) {
 		caller = pd
 	}
@@ -325,14 +283,13 @@ func (k *Kernel) deadlines(ctx context.Context, req *Request, c *compiled, now t
 // status with details — which a stored outcome cannot give back: a replay
 // would not be what the first call answered. Its keyed calls are refused,
 // never run unprotected.
-func (k *Kernel) refusesKeys(id string, inv *pipeline.Invocation) bool {
-	pol, _ := k.Idempotency(id)
-	return pol.Enabled && (pol.Required || inv.IdempotencyKey() != "")
+func refusesKeys(c *compiled, inv *pipeline.Invocation) bool {
+	return c.idem.Enabled && (c.idem.Required || inv.IdempotencyKey() != "")
 }
 
 // observe starts the call's observation, when telemetry is on: e.ctx is
 // then the call's context with its span.
-func (k *Kernel) observe(ctx context.Context, req *Request, c *compiled, name string, now time.Time, e *edge) {
+func (k *Kernel) observe(ctx context.Context, tr *Transport, c *compiled, name string, now time.Time, e *edge) {
 	var o *observe.Op
 	if c != nil && c.obs != nil {
 		o = c.obs
@@ -341,7 +298,7 @@ func (k *Kernel) observe(ctx context.Context, req *Request, c *compiled, name st
 	}
 	e.ctx = ctx
 	if o != nil {
-		e.ctx, e.obs = o.StartTransport(ctx, e.inv, now, &req.Transport)
+		e.ctx, e.obs = o.StartTransport(ctx, e.inv, now, (*observe.Transport)(tr))
 	}
 }
 
@@ -384,9 +341,9 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 	return out, pe
 }
 
-// call is Invoke for Call, which needs no trace ID and no Outcome.
-func (k *Kernel) call(ctx context.Context, req *Request) (any, error) {
-	e := k.begin(ctx, req)
+// call is invoke for Call, which needs no trace ID and no Outcome.
+func (k *Kernel) call(ctx context.Context, c *compiled, u *Unary, unknown string) (any, error) {
+	e := k.begin(ctx, c, u, nil, unknown)
 	if e.h == nil {
 		return e.finish(nil, e.reject, time.Time{})
 	}
@@ -406,14 +363,9 @@ func (e *edge) trace() string {
 	return e.traceID
 }
 
-// Invoke runs one call in-process, on the caller's goroutine, and returns
-// its outcome: the effective deadline is computed, the chain of the
-// operation runs under it, the call is observed. It returns when the chain
-// does: a handler that ignores its context delays it (its context still
-// ends at the deadline, and the outcome is TIMEOUT). Adapters use Serve or
-// Handle, which answer at the deadline whatever the handler does.
-func (k *Kernel) Invoke(ctx context.Context, req Request) Outcome {
-	e := k.begin(ctx, &req)
+// invoke runs one call on the caller's goroutine (see Op.Invoke).
+func (k *Kernel) invoke(ctx context.Context, c *compiled, u *Unary, reject error, unknown string) Outcome {
+	e := k.begin(ctx, c, u, reject, unknown)
 	if e.h == nil {
 		return e.end(nil, e.reject, time.Time{})
 	}
@@ -421,16 +373,10 @@ func (k *Kernel) Invoke(ctx context.Context, req Request) Outcome {
 	return e.end(out, err, time.Time{})
 }
 
-// Handle runs one call for a protocol that answers when Handle returns (the
-// CLI; gRPC under an application's interceptors) and returns its outcome by
-// the invocation's deadline whatever the handler does: the chain runs on a
-// goroutine of its own, and when the deadline passes (or the caller goes
-// away) with the chain still running, Handle returns TIMEOUT (CANCELLED)
-// after a settle window of a few milliseconds while the chain runs on,
-// keeping its concurrency slot, until its handler returns; its late result
-// is then logged once, with the trace ID. Wait waits for such stragglers.
-func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
-	e := k.begin(ctx, &req)
+// handle runs one call under the guard, its chain on a goroutine of its
+// own (see Op.Handle).
+func (k *Kernel) handle(ctx context.Context, c *compiled, u *Unary) Outcome {
+	e := k.begin(ctx, c, u, nil, "")
 	if e.h == nil {
 		return e.end(nil, e.reject, time.Time{})
 	}
@@ -440,20 +386,10 @@ func (k *Kernel) Handle(ctx context.Context, req Request) Outcome {
 	return <-g.result
 }
 
-// Serve runs one call for a protocol that can answer from another goroutine
-// (HTTP; gRPC, whose waiting goroutine respond wakes): the chain runs on
-// the calling goroutine, and respond is called exactly once with the
-// outcome — when the chain returns, or, when the invocation's context has
-// ended (its deadline, or the caller went away) and the chain has not
-// returned within a settle window of a few milliseconds, with TIMEOUT
-// (CANCELLED) from another goroutine while the chain runs on. Serve returns
-// when the chain has returned and respond has returned; after a straggler's
-// early answer it logs the late result once, with the trace ID.
-//
-// respond must not block for long: on the guard's goroutine it delays
-// nothing else, but on the calling goroutine it delays Serve's return.
-func (k *Kernel) Serve(ctx context.Context, req Request, respond func(Outcome)) {
-	e := k.begin(ctx, &req)
+// serveCall runs one call under the guard, its chain on the calling
+// goroutine (see Op.Serve).
+func (k *Kernel) serveCall(ctx context.Context, c *compiled, u *Unary, respond func(Outcome)) {
+	e := k.begin(ctx, c, u, nil, "")
 	if e.h == nil {
 		respond(e.end(nil, e.reject, time.Time{}))
 		return
@@ -526,7 +462,7 @@ func (k *Kernel) work(g *guard) {
 
 // msgLate and msgBaggageCut are the messages of two records callers
 // cause at will, once per call: their records are sampled
-// (telemetry.SampledLogger).
+// (logs.Sampled).
 const (
 	msgLate       = "kernel: late result discarded"
 	msgBaggageCut = "sundial: baggage over the limit; members dropped"
@@ -559,11 +495,11 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 // waitPoll is how often Wait looks at the count of running invocations.
 const waitPoll = 5 * time.Millisecond
 
-// Running returns the number of guarded invocations (Serve, Handle) whose
+// Running returns the number of guarded invocations (Op.Serve, Op.Handle) whose
 // chain has not returned yet, stragglers included.
 func (k *Kernel) Running() int { return int(k.running.Load()) }
 
-// Wait blocks until every guarded invocation (Serve, Handle) has returned —
+// Wait blocks until every guarded invocation (Op.Serve, Op.Handle) has returned —
 // stragglers whose answer left at their deadline included — and the idle
 // workers of WithWorkers have exited, or ctx ends, and then returns an
 // error wrapping ctx's. Call it at shutdown, after the

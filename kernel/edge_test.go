@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
@@ -61,7 +61,7 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 		k, sink := stragglerKernel(t, slowConfig, release)
 		start := time.Now()
 		in := "ignore"
-		o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Protocol: pipeline.ProtocolGRPC, Input: &in})
+		o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolGRPC}, Input: &in})
 		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || !o.Expired || o.Output != nil {
 			t.Fatalf("Handle = %v (expired %v, output %v), want %s at the deadline", o.Err, o.Expired, o.Output, pipeline.CodeTimeout)
 		}
@@ -72,7 +72,7 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 			t.Errorf("Running() = %d while the straggler runs, want 1", n)
 		}
 		quick := "quick"
-		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
+		if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &quick}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, resilience.CodeConcurrencyLimited)
 		}
 		if len(sink.Find(pipelinetest.Message("kernel: late result discarded"))) != 0 {
@@ -91,7 +91,7 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 		if r.Attrs["operation"] != "test.slow" || r.Attrs["protocol"] != "grpc" || r.Attrs["code"] != pipeline.CodeTimeout || r.Attrs["handlerCode"] != "" {
 			t.Errorf("late result record = %v, want operation test.slow, protocol grpc, code %s and the handler's own success (handlerCode \"\")", r.Attrs, pipeline.CodeTimeout)
 		}
-		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); o.Err != nil || o.Output != "quick" {
+		if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &quick}); o.Err != nil || o.Output != "quick" {
 			t.Errorf("call after the straggler returned = %v, %v; want its slot back", o.Output, o.Err)
 		}
 	})
@@ -107,7 +107,7 @@ func TestServeHonouringHandlerAnswersItself(t *testing.T) {
 		start := time.Now()
 		in := "honour"
 		var got []kernel.Outcome
-		k.Serve(t.Context(), kernel.Request{Operation: "test.slow", Input: &in}, func(o kernel.Outcome) { got = append(got, o) })
+		k.Op("test.slow").Serve(t.Context(), kernel.Unary{Input: &in}, func(o kernel.Outcome) { got = append(got, o) })
 		if len(got) != 1 {
 			t.Fatalf("respond called %d times, want once", len(got))
 		}
@@ -133,7 +133,7 @@ func TestHandleCallerCancels(t *testing.T) {
 		time.AfterFunc(100*time.Millisecond, cancel)
 		start := time.Now()
 		in := "ignore"
-		o := k.Handle(ctx, kernel.Request{Operation: "test.slow", Input: &in})
+		o := k.Op("test.slow").Handle(ctx, kernel.Unary{Input: &in})
 		if pipeline.CodeOf(o.Err) != pipeline.CodeCanceled || !o.Expired {
 			t.Errorf("Handle = %v (expired %v), want %s", o.Err, o.Expired, pipeline.CodeCanceled)
 		}
@@ -162,16 +162,18 @@ func TestRejectIsObserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := pipeline.NewError(pipeline.KindValidation, "KERNEL_VALIDATION_002", "malformed deadline")
-	for _, req := range []kernel.Request{
-		{Operation: "test.echo", Protocol: pipeline.ProtocolHTTP, Reject: bad},
-		{Route: "GET /nowhere", Protocol: pipeline.ProtocolHTTP, Reject: pipeline.NewError(pipeline.KindNotFound, "KERNEL_NOT_FOUND_001", "no route")},
-		{Operation: "no.such", Protocol: pipeline.ProtocolHTTP},
+	ctx, http := context.Background(), kernel.Caller{Protocol: pipeline.ProtocolHTTP}
+	for name, o := range map[string]kernel.Outcome{
+		"Op.Reject": k.Op("test.echo").Reject(ctx, http, bad),
+		"Kernel.Reject": k.Reject(ctx, kernel.Caller{Route: "GET /nowhere", Protocol: pipeline.ProtocolHTTP},
+			pipeline.NewError(pipeline.KindNotFound, "KERNEL_NOT_FOUND_001", "no route")),
 	} {
-		var o kernel.Outcome
-		k.Serve(context.Background(), req, func(out kernel.Outcome) { o = out })
 		if o.Err == nil || o.TraceID == "" || len(o.TraceID) != 32 {
-			t.Errorf("Serve(%+v) = %v, trace ID %q; want the rejection with a trace ID", req, o.Err, o.TraceID)
+			t.Errorf("%s = %v, trace ID %q; want the rejection with a trace ID", name, o.Err, o.TraceID)
 		}
+	}
+	if _, err := kernel.Call[echoIn, echoOut](ctx, k, "no.such", echoIn{}); pipeline.CodeOf(err) != "KERNEL_NOT_FOUND_001" {
+		t.Errorf("Call(no.such) = %v, want KERNEL_NOT_FOUND_001", err)
 	}
 	if ran {
 		t.Error("the handler ran for a rejected call")
@@ -209,7 +211,7 @@ func TestTypedNilOutcomes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o := k.Handle(context.Background(), kernel.Request{Operation: "test.echo", Input: &echoIn{}})
+			o := k.Op("test.echo").Handle(context.Background(), kernel.Unary{Input: &echoIn{}})
 			e, ok := o.Err.(*pipeline.Error)
 			if !ok || e == nil || e.Kind() != pipeline.KindUnexpected {
 				t.Fatalf("Handle = %#v, want a non-nil UNEXPECTED *pipeline.Error", o.Err)
@@ -231,7 +233,7 @@ func TestBaggageAndIdempotencyKey(t *testing.T) {
 	var inv *pipeline.Invocation
 	k, err := kernel.New(kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(func(ctx context.Context, i *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		mu.Lock()
-		seen, inv = baggage.FromContext(ctx).Member(telemetry.BaggageIdempotencyKey).Value(), i
+		seen, inv = baggage.FromContext(ctx).Member(propagation.BaggageIdempotencyKey).Value(), i
 		mu.Unlock()
 		return next(ctx, i)
 	})), kernel.WithRegistry(newRegistry(t, nil)))
@@ -241,7 +243,7 @@ func TestBaggageAndIdempotencyKey(t *testing.T) {
 	m, _ := baggage.NewMemberRaw("tenant", "acme")
 	b, _ := baggage.New(m)
 	ctx := baggage.ContextWithBaggage(context.Background(), b)
-	o := k.Handle(ctx, kernel.Request{Operation: "test.echo", Input: &echoIn{}, IdempotencyKey: "key-1"})
+	o := k.Op("test.echo").Handle(ctx, kernel.Unary{Caller: kernel.Caller{IdempotencyKey: "key-1"}, Input: &echoIn{}})
 	if o.Err != nil {
 		t.Fatal(o.Err)
 	}
@@ -263,7 +265,7 @@ func TestMiddlewarePanicRecoveredAtTheEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := k.Handle(context.Background(), kernel.Request{Operation: "test.echo", Input: &echoIn{}})
+	o := k.Op("test.echo").Handle(context.Background(), kernel.Unary{Input: &echoIn{}})
 	if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
 		t.Errorf("Handle = %v, want UNEXPECTED", o.Err)
 	}
@@ -279,14 +281,14 @@ func TestStragglersBounded(t *testing.T) {
 		k, _ := stragglerKernel(t, `{"Sundial":{"Kernel":{"MaxStragglers":2,"Resilience":{"Operations":{"test.slow":{"TimeoutSeconds":0.5}}}}}}`, release)
 		ignore, quick := "ignore", "quick"
 		for i := range 2 {
-			if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &ignore}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+			if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &ignore}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 				t.Fatalf("straggler %d = %v, want %s", i, o.Err, pipeline.CodeTimeout)
 			}
 		}
 		if n := k.Stragglers(); n != 2 {
 			t.Fatalf("Stragglers() = %d, want 2", n)
 		}
-		o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick})
+		o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &quick})
 		e := pipeline.AsError(o.Err)
 		retry, ok := e.RetryAfter()
 		if e.Code() != kernel.CodeOverloaded || e.Kind() != pipeline.KindUnavailable || !ok || retry != time.Second {
@@ -299,7 +301,7 @@ func TestStragglersBounded(t *testing.T) {
 		if n := k.Stragglers(); n != 0 {
 			t.Errorf("Stragglers() after they returned = %d, want 0", n)
 		}
-		if o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &quick}); o.Err != nil {
+		if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &quick}); o.Err != nil {
 			t.Errorf("call after the stragglers returned = %v, want success", o.Err)
 		}
 	})
@@ -336,7 +338,7 @@ func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
 		}
 		call := func(op string) error {
 			in := "x"
-			return k.Handle(t.Context(), kernel.Request{Operation: op, Input: &in}).Err
+			return k.Op(op).Handle(t.Context(), kernel.Unary{Input: &in}).Err
 		}
 		var wg sync.WaitGroup
 		for range 10 {

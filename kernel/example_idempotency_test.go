@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -39,9 +39,10 @@ func Example_idempotencyKeys() {
 	if err != nil {
 		panic(err)
 	}
-	ctx, _ := telemetry.WithIdempotencyKey(context.Background(), "order-42")
+	ctx, _ := propagation.WithIdempotencyKey(context.Background(), "order-42")
 	for _, amount := range []int{30, 30, 31} {
-		o := k.Handle(ctx, kernel.Request{Operation: "billing.charge", Input: &Payment{Amount: amount}})
+		// An adapter takes the handles at mount time; this kernel has one.
+		o := k.Operations()[0].Handle(ctx, kernel.Unary{Input: &Payment{Amount: amount}})
 		if o.Err != nil {
 			fmt.Printf("amount %d: %s %s\n", amount, pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err))
 			continue

@@ -83,7 +83,7 @@ func Example_customLimit() {
 	type In struct{ Nested string }
 	err := operations.Register(reg, operations.Descriptor{ID: "reports.build"}, func(ctx context.Context, in In) (string, error) {
 		if in.Nested != "" {
-			o := k.Invoke(withTenant(in.Nested), kernel.Request{Operation: "reports.build", Input: &In{}})
+			o := k.Operations()[0].Invoke(withTenant(in.Nested), kernel.Unary{Input: &In{}})
 			return fmt.Sprintf("nested call for %s: %v %s", in.Nested, pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err)), nil
 		}
 		return "built", nil
@@ -100,7 +100,7 @@ func Example_customLimit() {
 	}
 	defer k.Close()
 	for _, nested := range []string{"acme", "globex"} {
-		o := k.Invoke(withTenant("acme"), kernel.Request{Operation: "reports.build", Input: &In{Nested: nested}})
+		o := k.Operations()[0].Invoke(withTenant("acme"), kernel.Unary{Input: &In{Nested: nested}})
 		fmt.Println(o.Output, o.Err)
 	}
 	// Output:

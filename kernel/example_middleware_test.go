@@ -96,7 +96,7 @@ func Example_middleware() {
 			b, _ := baggage.New(m)
 			ctx = baggage.ContextWithBaggage(ctx, b)
 		}
-		o := k.Invoke(ctx, kernel.Request{Operation: "orders.get", Input: &GetOrder{ID: "ord-1"}})
+		o := k.Operations()[0].Invoke(ctx, kernel.Unary{Input: &GetOrder{ID: "ord-1"}})
 		fmt.Println(pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err), o.Output)
 	}
 	for _, r := range logs.Find(pipelinetest.Message("audit")) {

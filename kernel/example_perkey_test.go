@@ -27,7 +27,7 @@ func Example_perKeyLimit() {
 	}
 	defer k.Close()
 	for _, tenant := range []string{"acme", "acme", "acme", "globex", "bad{key}"} {
-		out := k.Invoke(withTenant(tenant), kernel.Request{Operation: "orders.create", Input: new("widget")})
+		out := k.Operations()[0].Invoke(withTenant(tenant), kernel.Unary{Input: new("widget")})
 		if out.Err != nil {
 			fmt.Println(tenant+":", pipeline.KindOf(out.Err), pipeline.CodeOf(out.Err))
 			continue

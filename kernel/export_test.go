@@ -5,6 +5,7 @@ import (
 
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
+	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
 // WithEnviron replaces os.Environ as the source of WithEnv's variables.
@@ -59,3 +60,40 @@ const DefaultMaxTimeout = defaultMaxTimeout
 // ErrNoConfigFile is WatchConfig's error for a kernel made without a
 // config file.
 var ErrNoConfigFile = errNoConfigFile
+
+// Op returns the handle of the operation id, or nil. Adapters keep the
+// handles Operations returns; tests find one by ID.
+func (k *Kernel) Op(id string) *Op {
+	for _, op := range k.handles {
+		if op.c.desc.ID == id {
+			return op
+		}
+	}
+	return nil
+}
+
+// IdempotencyStore returns the store of the kernel's idempotency records
+// (nil when no operation takes keys).
+func (k *Kernel) IdempotencyStore() idempotency.Store { return k.idemStore }
+
+// PolicyFor returns the merged resilience policy of the operation id,
+// registered or not (the zero Policy when the built-in middleware is off).
+func (k *Kernel) PolicyFor(id string) resilience.Policy { return k.policyFor(id) }
+
+// The reload results, named as the metric names them.
+const (
+	ReloadOK        = reloadOK
+	ReloadInvalid   = reloadInvalid
+	ReloadUnchanged = reloadUnchanged
+)
+
+// ReloadResult names the result of a reload that returned changed, err.
+func ReloadResult(changed bool, err error) (string, error) {
+	switch {
+	case err != nil:
+		return reloadInvalid, err
+	case changed:
+		return reloadOK, nil
+	}
+	return reloadUnchanged, nil
+}

@@ -16,7 +16,7 @@ const (
 	guardExpired       // the guard answered without it
 )
 
-// guard is the deadline's side of one guarded invocation (Serve, Handle),
+// guard is the deadline's side of one guarded invocation (Op.Serve, Op.Handle),
 // and the context its chain runs under: a context that ends at the
 // invocation's deadline, or when its parent (the caller's) ends, or when
 // the chain returned. When it ends before the chain returned, the guard

@@ -145,20 +145,11 @@ func (k *Kernel) idempotencyMiddleware(o *options, d *operations.Descriptor) pip
 	})
 }
 
-// Idempotency returns the idempotency policy of operation id (the zero
-// Policy, not Enabled, when it has none) and the store of the kernel's
-// idempotency records (nil when no operation enables them). The adapters
-// read the policy to say whether an operation takes keys; the CLI reads
-// the store's lease to know whether a key it made outlives the process.
-func (k *Kernel) Idempotency(id string) (idempotency.Policy, idempotency.Store) {
-	return k.idemPol[id], k.idemStore
-}
-
 // codeIdempotencyKeyUnsupported is errKeysUnsupported's code.
 const codeIdempotencyKeyUnsupported = "KERNEL_VALIDATION_006"
 
 // errKeysUnsupported answers a keyed call to an operation served by an
-// application's own handler (Request.Handler), whose outcome cannot be
+// application's own handler (Unary.Handler), whose outcome cannot be
 // replayed.
 func errKeysUnsupported() *pipeline.Error {
 	return pipeline.NewError(pipeline.KindValidation, codeIdempotencyKeyUnsupported,
@@ -166,9 +157,6 @@ func errKeysUnsupported() *pipeline.Error {
 }
 
 // ValidIdempotencyKey reports whether key can be an idempotency key: 1 to
-// 255 bytes of printable ASCII. Adapters use it before they call.
+// 255 bytes of printable ASCII. The kernel checks every call's key itself;
+// the CLI uses this to know whether a key it sends will be recorded.
 func ValidIdempotencyKey(key string) bool { return idempotency.ValidKey(key) }
-
-// ErrIdempotencyKeyMalformed returns the 400 of a malformed idempotency
-// key (KERNEL_VALIDATION_005).
-func ErrIdempotencyKeyMalformed() *pipeline.Error { return idempotency.ErrKeyMalformed() }

@@ -37,13 +37,13 @@ func TestIdempotencyConfigErrorsFailNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := k.Idempotency("orders.create"); !p.Enabled || !p.Required || p.Retention != time.Minute {
+	if p, _ := k.Op("orders.create").Idempotency(); !p.Enabled || !p.Required || p.Retention != time.Minute {
 		t.Errorf("orders.create: %+v", p)
 	}
-	if p, _ := k.Idempotency("orders.get"); p.Enabled {
+	if p, _ := k.Op("orders.get").Idempotency(); p.Enabled {
 		t.Errorf("orders.get: %+v, want disabled", p)
 	}
-	if _, store := k.Idempotency("orders.create"); store == nil {
+	if k.IdempotencyStore() == nil {
 		t.Error("no store")
 	}
 }
@@ -80,8 +80,7 @@ func chargeKernel(t *testing.T, extra string, work *atomic.Int64, charges *atomi
 }
 
 func charge(k *kernel.Kernel, key string, amount int) kernel.Outcome {
-	return k.Handle(context.Background(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolGRPC,
-		Input: &chargeReq{Card: "4242", Amount: amount}, IdempotencyKey: key})
+	return k.Op("billing.charge").Handle(context.Background(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolGRPC, IdempotencyKey: key}, Input: &chargeReq{Card: "4242", Amount: amount}})
 }
 
 // TestIdempotencyAfterTimeout is the 504-then-retry story at the kernel:
@@ -250,8 +249,7 @@ func TestIdempotencyClaimsOnlyCallsThatRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := func(key string, amount int, deadline time.Time) kernel.Outcome {
-		return k.Handle(context.Background(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
-			Input: &validatedCharge{Amount: amount}, IdempotencyKey: key, Deadline: deadline})
+		return k.Op("billing.charge").Handle(context.Background(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolHTTP, IdempotencyKey: key, Deadline: deadline}, Input: &validatedCharge{Amount: amount}})
 	}
 	if o := req("k-invalid", 0, time.Time{}); pipeline.KindOf(o.Err) != pipeline.KindValidation {
 		t.Fatalf("invalid input: %v, want VALIDATION", o.Err)
@@ -302,8 +300,7 @@ func TestReplayedFailureIsNeutralToTheBreaker(t *testing.T) {
 	}
 	defer k.Close()
 	call := func(key string, amount int) kernel.Outcome {
-		return k.Handle(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
-			Input: &chargeReq{Card: "4242", Amount: amount}, IdempotencyKey: key})
+		return k.Op("billing.charge").Handle(t.Context(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolHTTP, IdempotencyKey: key}, Input: &chargeReq{Card: "4242", Amount: amount}})
 	}
 	call("bad", -1) // one real failure
 	for range 5 {
@@ -351,14 +348,12 @@ func TestHungIdempotencyStoreIsNeutralToTheBreaker(t *testing.T) {
 	}
 	defer k.Close()
 	for range 2 {
-		o := k.Invoke(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
-			Input: &chargeReq{Card: "4242", Amount: 1}, IdempotencyKey: "k"})
+		o := k.Op("billing.charge").Invoke(t.Context(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolHTTP, IdempotencyKey: "k"}, Input: &chargeReq{Card: "4242", Amount: 1}})
 		if !strings.Contains(pipeline.ErrorText(o.Err), idempotency.CodeStore) {
 			t.Fatalf("keyed call on a hung store: %v, want %s in it", o.Err, idempotency.CodeStore)
 		}
 	}
-	if o := k.Invoke(t.Context(), kernel.Request{Operation: "billing.charge", Protocol: pipeline.ProtocolHTTP,
-		Input: &chargeReq{Card: "4242", Amount: 1}}); o.Err != nil {
+	if o := k.Op("billing.charge").Invoke(t.Context(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolHTTP}, Input: &chargeReq{Card: "4242", Amount: 1}}); o.Err != nil {
 		t.Fatalf("a call without a key after two on the hung store: %v, want success", o.Err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -158,13 +158,14 @@ type Kernel struct {
 	ops      map[string]*compiled // fixed at New: read without a lock
 	host     *compiled
 	all      []*compiled                   // the operations' and the host's, fixed at New
+	handles  []*Op                         // Operations: sorted by ID, fixed at New
 	limits   map[string]*resilience.Limits // operations with a breaker or limits
 	custom   map[string]customLimits       // limits of your own kinds, by operation
 	tel      *observe.Telemetry            // nil: telemetry off
 	clock    arrivalClock                  // reads a call's arrival
 	deps     atomic.Pointer[map[string]*outbound.Dependency]
 
-	// running counts guarded invocations (Serve, Handle) whose chain has
+	// running counts guarded invocations (Op.Serve, Op.Handle) whose chain has
 	// not returned, stragglers included; Wait polls it.
 	running atomic.Int64
 	// stragglers counts invocations still running after their answer left
@@ -201,6 +202,7 @@ type Kernel struct {
 type compiled struct {
 	desc    *operations.Descriptor
 	checked bool                  // desc.Constrained(): Call checks the input's constraints
+	idem    idempotency.Policy    // the operation's; fixed at New
 	timeout atomic.Int64          // the operation's TimeoutSeconds in ns; 0: none
 	class   atomic.Int32          // the operation's Priority
 	mws     []pipeline.Middleware // the chain's middleware, for per-call terminals
@@ -256,8 +258,8 @@ func New(opts ...Option) (*Kernel, error) {
 		workerIdle: o.workerIdle,
 		jobs:       make(chan *guard),
 
-		baggageLog: telemetry.SampledLogger(o.logger, slog.LevelWarn, msgBaggageCut),
-		lateLog:    telemetry.SampledLogger(o.logger, slog.LevelWarn, msgLate),
+		baggageLog: logs.Sampled(o.logger, slog.LevelWarn, msgBaggageCut),
+		lateLog:    logs.Sampled(o.logger, slog.LevelWarn, msgLate),
 	}
 	lc := &liveConfig{maxTimeout: settings.MaxTimeout, maxStragglers: settings.MaxStragglers, dependencies: settings.Dependencies}
 	k.applyDependencies(lc.dependencies)
@@ -284,7 +286,9 @@ func New(opts ...Option) (*Kernel, error) {
 		return nil, err
 	}
 	for _, d := range o.registry.All() {
-		k.ops[d.ID] = k.compile(o, d, k.PolicyFor(d.ID))
+		c := k.compile(o, d, k.policyFor(d.ID))
+		k.ops[d.ID] = c
+		k.handles = append(k.handles, &Op{k: k, c: c})
 	}
 	k.host = k.compile(o, nil, resilience.Policy{})
 	k.all = append(slices.Collect(maps.Values(k.ops)), k.host)
@@ -295,6 +299,9 @@ func New(opts ...Option) (*Kernel, error) {
 // compile builds the chain of one operation (d nil: the host pipeline).
 func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Policy) *compiled {
 	c := &compiled{desc: d, checked: d.Constrained()}
+	if d != nil {
+		c.idem = k.idemPol[d.ID]
+	}
 	c.timeout.Store(int64(p.Timeout))
 	c.class.Store(int32(p.Priority))
 	c.onPanic = func(inv *pipeline.Invocation, p *pipeline.PanicError) {
@@ -364,15 +371,15 @@ func missingHandler(context.Context, *pipeline.Invocation) (any, error) {
 func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, error) {
 	var zero Out
 	c := k.ops[id]
-	req := Request{Operation: id, Input: &in, found: c}
+	u := Unary{Input: &in}
 	if c != nil && c.checked {
 		// Checked here, handed to the invocation as its decoding's
 		// failure: a call that passes allocates nothing for it.
 		if perr := c.desc.CheckConstraints(&in); perr != nil {
-			req.Decode = func(time.Time) (any, error) { return nil, perr }
+			u.Decode = func(time.Time) (any, error) { return nil, perr }
 		}
 	}
-	res, err := k.call(ctx, &req)
+	res, err := k.call(ctx, c, &u, id)
 	if err != nil {
 		return zero, err
 	}
@@ -383,24 +390,12 @@ func Call[In, Out any](ctx context.Context, k *Kernel, id string, in In) (Out, e
 	return out, nil
 }
 
-// Registry returns the kernel's operations.
-func (k *Kernel) Registry() *operations.Registry { return k.registry }
-
-// Lookup returns the descriptor of a registered operation.
-func (k *Kernel) Lookup(id string) (*operations.Descriptor, bool) {
-	c, ok := k.ops[id]
-	if !ok {
-		return nil, false
-	}
-	return c.desc, true
-}
-
 // Logger returns the kernel's logger.
 func (k *Kernel) Logger() *slog.Logger { return k.logger }
 
-// PolicyFor returns the merged resilience policy of the operation id (the
+// policyFor returns the merged resilience policy of the operation id (the
 // zero Policy when the built-in middleware is off).
-func (k *Kernel) PolicyFor(id string) resilience.Policy {
+func (k *Kernel) policyFor(id string) resilience.Policy {
 	if !k.settings.UseBuiltInMiddleware {
 		return resilience.Policy{}
 	}

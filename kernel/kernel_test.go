@@ -95,11 +95,11 @@ func TestInvokeAllocations(t *testing.T) {
 	}
 	in := &echoIn{Text: "hi"}
 	ctx := context.Background()
-	req := kernel.Request{Operation: "test.echo", Input: in}
+	req, op := kernel.Unary{Input: in}, k.Op("test.echo")
 	// The invocation and the boxing of the handler's result are the only
 	// allocations: the compiled chain itself allocates nothing per call.
-	if n := testing.AllocsPerRun(200, func() { _ = k.Invoke(ctx, req) }); n > 2 {
-		t.Errorf("AllocsPerRun(Invoke) = %v, want at most 2 (the invocation, the boxed output)", n)
+	if n := testing.AllocsPerRun(200, func() { _ = op.Invoke(ctx, req) }); n > 2 {
+		t.Errorf("AllocsPerRun(Op.Invoke) = %v, want at most 2 (the invocation, the boxed output)", n)
 	}
 }
 
@@ -161,7 +161,7 @@ func TestUnknownOperationAndHost(t *testing.T) {
 	if _, err := kernel.Call[echoIn, echoOut](context.Background(), k, "no.such", echoIn{}); pipeline.KindOf(err) != pipeline.KindNotFound {
 		t.Errorf("Call(unknown) = %v, want NOT_FOUND", err)
 	}
-	o := k.Invoke(context.Background(), kernel.Request{Route: "GET /healthz", Handler: func(context.Context, *pipeline.Invocation) (any, error) {
+	o := k.Host(context.Background(), kernel.HostCall{Caller: kernel.Caller{Route: "GET /healthz"}, Handler: func(context.Context, *pipeline.Invocation) (any, error) {
 		return "ok", nil
 	}})
 	if o.Err != nil || o.Output != "ok" || strings.Join(trace, ",") != "auth" || o.Invocation.Name() != "GET /healthz" {
@@ -174,7 +174,7 @@ func TestHostInvocationHasDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := k.Invoke(context.Background(), kernel.Request{Route: "GET /slow", Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+	o := k.Host(context.Background(), kernel.HostCall{Caller: kernel.Caller{Route: "GET /slow"}, Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 		<-ctx.Done() // released by MaxTimeoutSeconds
 		return nil, ctx.Err()
 	}})

@@ -29,7 +29,7 @@ func TestLeaseAcrossKernels(t *testing.T) {
 		for i := range 12 {
 			wg.Go(func() {
 				for {
-					out := ks[i%3].Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")})
+					out := ks[i%3].Op("orders.create").Invoke(t.Context(), kernel.Unary{Input: new("x")})
 					if out.Err != nil {
 						if pipeline.AsError(out.Err).Code() != resilience.CodeRateLimited {
 							t.Errorf("outcome %v", out.Err)

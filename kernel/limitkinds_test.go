@@ -109,11 +109,11 @@ func TestLimitKindRunsAndReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}})
+	o := k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{}})
 	if o.Err != nil || o.Output != "done" {
 		t.Fatalf("call: %v %v", o.Output, o.Err)
 	}
-	o = k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{Panic: true}})
+	o = k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{Panic: true}})
 	if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
 		t.Fatalf("panicking call: %v, want UNEXPECTED", o.Err)
 	}
@@ -122,7 +122,7 @@ func TestLimitKindRunsAndReleases(t *testing.T) {
 		t.Fatalf("held %d, granted %d after two calls; want 0 and 2", l.held.Load(), l.granted.Load())
 	}
 	l.held.Store(1) // full: the next call is turned away and runs nothing
-	o = k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{Panic: true}})
+	o = k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{Panic: true}})
 	if pipeline.CodeOf(o.Err) != "APP_FULL_001" {
 		t.Fatalf("call on a full limit: %v, want APP_FULL_001", o.Err)
 	}
@@ -140,7 +140,7 @@ func TestLimitKindReload(t *testing.T) {
 		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return k.Reload()
+		return kernel.ReloadResult(k.Reload())
 	}
 	if res, err := reload(strings.Replace(strings.Replace(countDoc, "%s", "1", 1), `"PermitLimit":100`, `"PermitLimit":50`, 1)); res != kernel.ReloadOK || err != nil || builds.Load() != 1 {
 		t.Fatalf("PermitLimit change: %s %v, %d builds; want ok and the limit kept (1 build)", res, err, builds.Load())
@@ -151,7 +151,7 @@ func TestLimitKindReload(t *testing.T) {
 	if res, err := reload(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.do":{"Limits":{"nope":{}}}}}}}}`); res != kernel.ReloadInvalid || err == nil {
 		t.Fatalf("unknown kind: %s %v, want refused", res, err)
 	}
-	if o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}}); o.Err != nil || (*built)[1].granted.Load() != 1 || (*built)[0].granted.Load() != 0 {
+	if o := k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{}}); o.Err != nil || (*built)[1].granted.Load() != 1 || (*built)[0].granted.Load() != 0 {
 		t.Fatalf("after the refused reload: %v; the second limit granted %d, the first %d; want the second in force",
 			o.Err, (*built)[1].granted.Load(), (*built)[0].granted.Load())
 	}
@@ -181,7 +181,7 @@ func TestLimitKindPanicGivesPermitsBack(t *testing.T) {
 	}
 	defer k.Close()
 	for i := range 3 {
-		o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}})
+		o := k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{}})
 		if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
 			t.Fatalf("call %d: %v, want UNEXPECTED (the slot and the breaker given back)", i+1, o.Err)
 		}
@@ -230,7 +230,7 @@ func TestLimitKindClosedWhenDropped(t *testing.T) {
 	var built []*closingLimit
 	var k *kernel.Kernel
 	call := func() {
-		if o := k.Invoke(t.Context(), kernel.Request{Operation: "work.do", Input: &workIn{}}); o.Err != nil {
+		if o := k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{}}); o.Err != nil {
 			t.Errorf("call: %v", o.Err)
 		}
 	}
@@ -259,7 +259,7 @@ func TestLimitKindClosedWhenDropped(t *testing.T) {
 		if err := os.WriteFile(path, doc(limits), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if res, _ := k.Reload(); res != want {
+		if res, _ := kernel.ReloadResult(k.Reload()); res != want {
 			t.Fatalf("reload to %s: %s, want %s", limits, res, want)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
@@ -25,7 +25,7 @@ func TestLateResultsAreSampled(t *testing.T) {
 		for range n {
 			wg.Go(func() {
 				in := "ignore"
-				o := k.Handle(t.Context(), kernel.Request{Operation: "test.slow", Input: &in})
+				o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &in})
 				if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 					t.Errorf("Handle = %v, want %s", o.Err, pipeline.CodeTimeout)
 				}
@@ -37,15 +37,15 @@ func TestLateResultsAreSampled(t *testing.T) {
 		if err := k.Wait(t.Context()); err != nil {
 			t.Fatalf("Wait = %v", err)
 		}
-		if recs := sink.Find(pipelinetest.Message("kernel: late result discarded")); len(recs) != telemetry.SampleBurst {
-			t.Fatalf("%d of %d late results logged one by one, want %d", len(recs), n, telemetry.SampleBurst)
+		if recs := sink.Find(pipelinetest.Message("kernel: late result discarded")); len(recs) != logs.SampleBurst {
+			t.Fatalf("%d of %d late results logged one by one, want %d", len(recs), n, logs.SampleBurst)
 		}
-		time.Sleep(telemetry.SampleSummaryAfter)
+		time.Sleep(logs.SampleSummaryAfter)
 		synctest.Wait()
 		recs := sink.Find(pipelinetest.Message("kernel: late result discarded"))
 		last := recs[len(recs)-1]
-		if len(recs) != telemetry.SampleBurst+1 || last.Attrs["suppressed"] != int64(n-telemetry.SampleBurst) {
-			t.Fatalf("last of %d records %+v, want a summary of %d", len(recs), last, n-telemetry.SampleBurst)
+		if len(recs) != logs.SampleBurst+1 || last.Attrs["suppressed"] != int64(n-logs.SampleBurst) {
+			t.Fatalf("last of %d records %+v, want a summary of %d", len(recs), last, n-logs.SampleBurst)
 		}
 	})
 }

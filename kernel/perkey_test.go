@@ -69,7 +69,7 @@ func TestPerKeyLimit(t *testing.T) {
 			for tenant := range 4 {
 				for i := range 12 {
 					wg.Go(func() {
-						out := ks[i%len(ks)].Invoke(withTenant("t"+strconv.Itoa(tenant)), kernel.Request{Operation: "orders.create", Input: new("x")})
+						out := ks[i%len(ks)].Op("orders.create").Invoke(withTenant("t"+strconv.Itoa(tenant)), kernel.Unary{Input: new("x")})
 						switch code := pipeline.CodeOf(out.Err); {
 						case out.Err == nil:
 							admitted[tenant].Add(1)
@@ -85,7 +85,7 @@ func TestPerKeyLimit(t *testing.T) {
 					t.Errorf("tenant %d: admitted %d of 12 across %d kernels, want %d", tenant, got, len(ks), tc.want)
 				}
 			}
-			out := ks[0].Invoke(withTenant("t{x}"), kernel.Request{Operation: "orders.create", Input: new("x")})
+			out := ks[0].Op("orders.create").Invoke(withTenant("t{x}"), kernel.Unary{Input: new("x")})
 			if e := pipeline.AsError(out.Err); e == nil || e.Kind() != pipeline.KindValidation || e.Code() != "KERNEL_VALIDATION_008" {
 				t.Fatalf("a key with braces: %v, want VALIDATION %s", out.Err, "KERNEL_VALIDATION_008")
 			}

@@ -277,10 +277,10 @@ func checkReloaded(t *testing.T, k config.Key, s keySample) {
 	}
 	defer kn.Close()
 	writeDoc(t, path, withOp(nil, keyDoc(k.Name, s.b)))
-	if res, err := kn.Reload(); res != ReloadOK || err != nil {
+	if res, err := ReloadResult(kn.Reload()); res != ReloadOK || err != nil {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
-	idem, _ := kn.Idempotency(opID)
+	idem, _ := kn.Op(opID).Idempotency()
 	inForce := config.Target{Policy: kn.PolicyFor(opID), Idempotency: idem, Custom: kn.customTarget(opID)}
 	want, ignoredLine := keyDoc(k.Name, s.b), "Operations."+opID+"."+config.TopLevel([]string{k.Name})[0]+" changed"
 	if !k.Reloadable {

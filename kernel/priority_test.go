@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -41,7 +41,7 @@ func priorityKernel(t *testing.T, got *seen, opts ...kernel.Option) *kernel.Kern
 		}
 	}
 	record := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-		*got = seen{ran: true, priority: inv.Priority(), carried: baggage.FromContext(ctx).Member(telemetry.BaggagePriority).Value()}
+		*got = seen{ran: true, priority: inv.Priority(), carried: baggage.FromContext(ctx).Member(propagation.BaggagePriority).Value()}
 		return next(ctx, inv)
 	})
 	k, err := kernel.New(append([]kernel.Option{kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(priorityConfig)),
@@ -57,7 +57,7 @@ func priorityKernel(t *testing.T, got *seen, opts ...kernel.Option) *kernel.Kern
 // sundial.priority = v, as a caller's header would bring it.
 func withMember(t *testing.T, v string) context.Context {
 	t.Helper()
-	m, err := baggage.NewMemberRaw(telemetry.BaggagePriority, v)
+	m, err := baggage.NewMemberRaw(propagation.BaggagePriority, v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestPriorityLoweredNeverRaised(t *testing.T) {
 			if tt.member != none {
 				ctx = withMember(t, tt.member)
 			}
-			out := k.Invoke(ctx, kernel.Request{Operation: tt.op, Priority: tt.header})
+			out := k.Op(tt.op).Invoke(ctx, kernel.Unary{Caller: kernel.Caller{Priority: tt.header}})
 			if tt.reject {
 				e := pipeline.AsError(out.Err)
 				if e.Kind() != pipeline.KindValidation || e.Code() != "KERNEL_VALIDATION_009" || got.ran {
@@ -138,7 +138,7 @@ func TestPriorityReloaded(t *testing.T) {
 	}
 	var got seen
 	k := priorityKernel(t, &got, kernel.WithConfigFile(path))
-	if k.Invoke(context.Background(), kernel.Request{Operation: "shop.browse"}); got.priority != pipeline.PriorityDefault {
+	if k.Op("shop.browse").Invoke(context.Background(), kernel.Unary{}); got.priority != pipeline.PriorityDefault {
 		t.Fatalf("class before the reload = %v, want default", got.priority)
 	}
 	doc := strings.Replace(priorityConfig, `"shop.prefetch"`, `"shop.browse": {"Priority": "critical"}, "shop.prefetch"`, 1)
@@ -148,19 +148,19 @@ func TestPriorityReloaded(t *testing.T) {
 	if _, err := k.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if k.Invoke(context.Background(), kernel.Request{Operation: "shop.browse", Priority: "critical"}); got.priority != pipeline.PriorityCritical {
+	if k.Op("shop.browse").Invoke(context.Background(), kernel.Unary{Caller: kernel.Caller{Priority: "critical"}}); got.priority != pipeline.PriorityCritical {
 		t.Errorf("class after the reload = %v, want critical", got.priority)
 	}
 }
 
-// TestWithPriority: telemetry.WithPriority marks a context's calls with
+// TestWithPriority: propagation.WithPriority marks a context's calls with
 // the class, which a Sundial service takes as the caller's.
 func TestWithPriority(t *testing.T) {
 	t.Parallel()
 	var got seen
 	k := priorityKernel(t, &got)
-	ctx := telemetry.WithPriority(context.Background(), pipeline.PrioritySheddable)
-	if out := k.Invoke(ctx, kernel.Request{Operation: "shop.checkout"}); out.Err != nil || got.priority != pipeline.PrioritySheddable {
+	ctx := propagation.WithPriority(context.Background(), pipeline.PrioritySheddable)
+	if out := k.Op("shop.checkout").Invoke(ctx, kernel.Unary{}); out.Err != nil || got.priority != pipeline.PrioritySheddable {
 		t.Errorf("Invoke under WithPriority(sheddable) = %v, class %v; want success, sheddable", out.Err, got.priority)
 	}
 }

@@ -27,12 +27,12 @@ type liveConfig struct {
 // Reload results (the result attribute of the sundial.config.reloads
 // metric).
 const (
-	ReloadOK        = "ok"        // the new configuration is in force
-	ReloadInvalid   = "invalid"   // refused: the last good one stays
-	ReloadUnchanged = "unchanged" // nothing to apply
+	reloadOK        = "ok"        // the new configuration is in force
+	reloadInvalid   = "invalid"   // refused: the last good one stays
+	reloadUnchanged = "unchanged" // nothing to apply
 )
 
-var reloadResults = [...]string{ReloadOK, ReloadInvalid, ReloadUnchanged}
+var reloadResults = [...]string{reloadOK, reloadInvalid, reloadUnchanged}
 
 // startupOnly are the keys of Sundial.Kernel that a reload does not apply.
 // Changing them takes a restart. A reload that changes them logs that it
@@ -46,9 +46,9 @@ var ErrClosed = errors.New("kernel: closed")
 // config file and the environment. It validates all of it with the rules of
 // New. It puts it in force at once, or not at all. On any error the
 // configuration in force stays. The error, which names the key path, is
-// logged and returned, and the reload is counted as invalid. Reload returns
-// the result: ReloadOK, ReloadInvalid or ReloadUnchanged. ReloadUnchanged
-// means the document says what is already in force.
+// logged and returned, and the reload is counted as invalid. Reload reports
+// whether it put a new configuration in force. It returns false and a nil
+// error when the document says what is already in force.
 //
 // A reload applies these per operation, in place, for the invocations that
 // arrive after it. They are the resilience policies, whose limiters keep what
@@ -58,11 +58,11 @@ var ErrClosed = errors.New("kernel: closed")
 // New. They are UseBuiltInMiddleware, Redis, IdempotencyStore, and each
 // operation's Idempotency. A reload that changes one logs that it is ignored.
 // Reloads are serialised; calls are never blocked by one.
-func (k *Kernel) Reload() (string, error) {
+func (k *Kernel) Reload() (bool, error) {
 	k.reloadMu.Lock()
 	defer k.reloadMu.Unlock()
 	if k.closed {
-		return ReloadInvalid, ErrClosed
+		return false, ErrClosed
 	}
 	lc, err := k.readLive()
 	if err != nil {
@@ -70,9 +70,9 @@ func (k *Kernel) Reload() (string, error) {
 	}
 	old := k.live.Load()
 	if reflect.DeepEqual(old, lc) {
-		k.countReload(ReloadUnchanged)
+		k.countReload(reloadUnchanged)
 		k.logger.Info("kernel: config reloaded; nothing changed")
-		return ReloadUnchanged, nil
+		return false, nil
 	}
 	changes, err := k.changes(old, lc)
 	if err != nil {
@@ -95,18 +95,18 @@ func (k *Kernel) Reload() (string, error) {
 	k.live.Store(lc)
 	k.applyDependencies(lc.dependencies)
 	k.warnUnregistered(lc.policies)
-	k.countReload(ReloadOK)
+	k.countReload(reloadOK)
 	k.logger.Info("kernel: config reloaded", "changed_operations", strings.Join(changed, ","),
 		"max_timeout", lc.maxTimeout.String(), "max_stragglers", lc.maxStragglers)
-	return ReloadOK, nil
+	return true, nil
 }
 
 // refuseReload counts and logs a reload refused for err.
-func (k *Kernel) refuseReload(err error) (string, error) {
-	k.countReload(ReloadInvalid)
+func (k *Kernel) refuseReload(err error) (bool, error) {
+	k.countReload(reloadInvalid)
 	k.logger.Error("kernel: config reload refused; the configuration in force stays",
 		"key", keyPath(err), "error", err.Error())
-	return ReloadInvalid, err
+	return false, err
 }
 
 // change is what a reload puts in force for one operation.

@@ -134,7 +134,7 @@ func TestReloadInvalidKeepsTheLastGoodConfig(t *testing.T) {
 		{"broken JSON", `{"Sundial":{"Kernel":`, ""},
 	} {
 		writeAtomically(t, path, tc.doc)
-		res, err := k.Reload()
+		res, err := kernel.ReloadResult(k.Reload())
 		if res != kernel.ReloadInvalid || err == nil || !strings.Contains(err.Error(), tc.key) {
 			t.Errorf("%s: Reload = %q, %v; want invalid, naming %q", tc.name, res, err, tc.key)
 		}
@@ -152,7 +152,7 @@ func TestReloadInvalidKeepsTheLastGoodConfig(t *testing.T) {
 		t.Errorf("reloads = %v (kernel %v), want 4 invalid", got, k.Reloads())
 	}
 	writeAtomically(t, path, limitDoc(5))
-	if res, err := k.Reload(); res != kernel.ReloadOK || err != nil {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK || err != nil {
 		t.Fatalf("Reload = %q, %v; want ok", res, err)
 	}
 	admitted := 0
@@ -164,7 +164,7 @@ func TestReloadInvalidKeepsTheLastGoodConfig(t *testing.T) {
 	if admitted != 3 {
 		t.Errorf("after 2 -> 5 with 2 used: admitted %d, want 3", admitted)
 	}
-	if res, err := k.Reload(); res != kernel.ReloadUnchanged || err != nil {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadUnchanged || err != nil {
 		t.Fatalf("Reload of the same document = %q, %v; want unchanged", res, err)
 	}
 	if got := reloadsBy(t, reader); got[kernel.ReloadOK] != 1 || got[kernel.ReloadUnchanged] != 1 || got[kernel.ReloadInvalid] != 4 {
@@ -181,7 +181,7 @@ func TestReloadIgnoresStartupOnlyKeys(t *testing.T) {
 	k, _ := reloadKernel(t, path, &log, nil)
 	writeAtomically(t, path, `{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false,"IdempotencyStore":{"MaxRecords":5},
 		"Resilience":{"Operations":{"test.echo":{"PermitLimit":7,"Idempotency":{}}}}}}}`)
-	if res, err := k.Reload(); res != kernel.ReloadOK || err != nil {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK || err != nil {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
 	if !k.Settings().UseBuiltInMiddleware || k.Settings().IdempotencyStore != nil || k.PolicyFor("test.echo").PermitLimit != 7 {
@@ -193,7 +193,7 @@ func TestReloadIgnoresStartupOnlyKeys(t *testing.T) {
 			t.Errorf("the log does not say the change of %s is ignored:\n%s", key, log.String())
 		}
 	}
-	if p, _ := k.Idempotency("test.echo"); p.Enabled || !strings.Contains(log.String(), "Operations.test.echo.Idempotency changed") {
+	if p, _ := k.Op("test.echo").Idempotency(); p.Enabled || !strings.Contains(log.String(), "Operations.test.echo.Idempotency changed") {
 		t.Errorf("test.echo's Idempotency after the reload: %+v; want the start-up policy (off) and a log line saying the change is ignored:\n%s", p, log.String())
 	}
 }
@@ -223,7 +223,7 @@ func TestReloadTimeouts(t *testing.T) {
 		t.Fatalf("deadline in %v, want about 100s", left)
 	}
 	writeAtomically(t, path, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.echo":{"TimeoutSeconds":10}}}}}}`)
-	if res, err := k.Reload(); res != kernel.ReloadOK {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatal(res, err)
 	}
 	go func() { _ = callEcho(k) }()
@@ -231,7 +231,7 @@ func TestReloadTimeouts(t *testing.T) {
 		t.Errorf("after the reload: deadline in %v, want about 10s", left)
 	}
 	writeAtomically(t, path, `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":2,"Resilience":{"Operations":{"test.echo":{"TimeoutSeconds":10}}}}}}`)
-	if res, err := k.Reload(); res != kernel.ReloadOK {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatal(res, err)
 	}
 	go func() { _ = callEcho(k) }()
@@ -261,7 +261,7 @@ func TestReloadLeavesAnOpenBreakerOpen(t *testing.T) {
 	}
 	for i, extra := range []string{"", `"MaxStragglers":10,`, `"MaxTimeoutSeconds":30,`} {
 		writeAtomically(t, path, fmt.Sprintf(doc, extra, i+2))
-		if res, err := k.Reload(); res != kernel.ReloadOK {
+		if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 			t.Fatal(res, err)
 		}
 		if s := k.Limits("test.echo").State().Breaker; s != resilience.BreakerOpen {
@@ -284,14 +284,14 @@ func TestReloadGainsALimit(t *testing.T) {
 		t.Fatal("Limits = non-nil without limits")
 	}
 	writeAtomically(t, path, limitDoc(1))
-	if res, err := k.Reload(); res != kernel.ReloadOK {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatal(res, err)
 	}
 	if err, err2 := callEcho(k), callEcho(k); err != nil || pipeline.CodeOf(err2) != resilience.CodeRateLimited {
 		t.Fatalf("calls = %v, %v; want success, then rate limited", err, err2)
 	}
 	writeAtomically(t, path, `{}`)
-	if res, err := k.Reload(); res != kernel.ReloadOK {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatal(res, err)
 	}
 	if err := callEcho(k); err != nil || k.Limits("test.echo") != nil {
@@ -430,7 +430,7 @@ func TestReloadChangesScope(t *testing.T) {
 	defer k.Close()
 	admit := func(n int) (ok int) {
 		for range n {
-			if out := k.Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: new("x")}); out.Err == nil {
+			if out := k.Op("orders.create").Invoke(t.Context(), kernel.Unary{Input: new("x")}); out.Err == nil {
 				ok++
 			} else if pipeline.CodeOf(out.Err) != resilience.CodeRateLimited {
 				t.Fatalf("call: %v", out.Err)
@@ -450,7 +450,7 @@ func TestReloadChangesScope(t *testing.T) {
 		{"process", true, 3},  // so does the new local one
 	} {
 		writeAtomically(t, path, doc(tc.scope))
-		if res, err := k.Reload(); res != kernel.ReloadOK {
+		if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 			t.Fatalf("reload %d: %q, %v", i, res, err)
 		}
 		l := k.Limits("orders.create")
@@ -497,7 +497,7 @@ func TestReloadStartsStoreSafelyAndNotAfterClose(t *testing.T) {
 		}
 	})
 	writeAtomically(t, path, doc("cluster"))
-	if res, err := k.Reload(); res != kernel.ReloadOK || err != nil {
+	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK || err != nil {
 		t.Fatalf("Reload to cluster scope = %q, %v", res, err)
 	}
 	close(stop)
@@ -509,7 +509,7 @@ func TestReloadStartsStoreSafelyAndNotAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeAtomically(t, path, doc("process"))
-	if res, err := k.Reload(); !errors.Is(err, kernel.ErrClosed) || res != kernel.ReloadInvalid {
+	if res, err := kernel.ReloadResult(k.Reload()); !errors.Is(err, kernel.ErrClosed) || res != kernel.ReloadInvalid {
 		t.Fatalf("Reload after Close = %q, %v; want %q, ErrClosed", res, err, kernel.ReloadInvalid)
 	}
 }

@@ -149,7 +149,7 @@ func TestResilienceExpiredOnArrivalDoesNotCount(t *testing.T) {
 		}
 		for range 3 {
 			in := "fail"
-			o := k.Invoke(t.Context(), kernel.Request{Operation: "orders.create", Input: &in, Deadline: time.Now().Add(-time.Millisecond)})
+			o := k.Op("orders.create").Invoke(t.Context(), kernel.Unary{Caller: kernel.Caller{Deadline: time.Now().Add(-time.Millisecond)}, Input: &in})
 			if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 				t.Fatalf("expired on arrival = %v, want %s", o.Err, pipeline.CodeTimeout)
 			}

@@ -23,12 +23,12 @@ func TestShadowReported(t *testing.T) {
 		"test.fail":{"FailureThreshold":1,"BreakSeconds":30}}}}}}`)
 	ctx := context.Background()
 	for i := range 5 {
-		if o := k.Invoke(ctx, kernel.Request{Operation: "test.echo", Input: &echoIn{}}); o.Err != nil {
+		if o := k.Op("test.echo").Invoke(ctx, kernel.Unary{Input: &echoIn{}}); o.Err != nil {
 			t.Fatalf("echo %d: %v", i+1, o.Err)
 		}
 	}
 	for i := range 3 {
-		if o := k.Invoke(ctx, kernel.Request{Operation: "test.fail", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != "TEST_UNAVAILABLE_001" {
+		if o := k.Op("test.fail").Invoke(ctx, kernel.Unary{Input: &echoIn{}}); pipeline.CodeOf(o.Err) != "TEST_UNAVAILABLE_001" {
 			t.Fatalf("fail %d: %v, want the handler's own outcome", i+1, o.Err)
 		}
 	}

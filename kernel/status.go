@@ -70,7 +70,7 @@ func (k *Kernel) Status() Status {
 		ls := l.State()
 		o := OperationStatus{
 			ID:               id,
-			Policy:           k.PolicyFor(id),
+			Policy:           k.policyFor(id),
 			Breaker:          breakerName(l.Policy(), ls.Breaker),
 			BreakerOpenFor:   ls.BreakerOpenFor,
 			RateQueue:        ls.RateQueue,

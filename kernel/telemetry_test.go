@@ -51,7 +51,7 @@ func observedKernel(t *testing.T, config string, opts ...kernel.Option) (*kernel
 // span, started at the kernel's edge, and the outcome's trace ID is its.
 func TestHandlerSeesItsSpan(t *testing.T) {
 	k, rec, _ := observedKernel(t, `{}`)
-	o := k.Invoke(context.Background(), kernel.Request{Operation: "test.echo", Input: &echoIn{}})
+	o := k.Op("test.echo").Invoke(context.Background(), kernel.Unary{Input: &echoIn{}})
 	spans := rec.Ended()
 	if o.Err != nil || len(spans) != 1 {
 		t.Fatalf("Invoke = %v with %d spans, want success and one span", o.Err, len(spans))
@@ -64,7 +64,7 @@ func TestHandlerSeesItsSpan(t *testing.T) {
 // TestTelemetryOff: WithTelemetry(false) records no span and no metric.
 func TestTelemetryOff(t *testing.T) {
 	k, rec, reader := observedKernel(t, `{}`, kernel.WithTelemetry(false))
-	if o := k.Invoke(context.Background(), kernel.Request{Operation: "test.echo", Input: &echoIn{}}); o.Err != nil || o.TraceID != "" {
+	if o := k.Op("test.echo").Invoke(context.Background(), kernel.Unary{Input: &echoIn{}}); o.Err != nil || o.TraceID != "" {
 		t.Fatalf("Invoke = %v, trace ID %q; want success without a trace", o.Err, o.TraceID)
 	}
 	var rm metricdata.ResourceMetrics
@@ -81,8 +81,8 @@ func TestTelemetryOff(t *testing.T) {
 // its retry hint and the rejection metric.
 func TestRealRejectionsObserved(t *testing.T) {
 	k, rec, reader := observedKernel(t, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.fail":{"FailureThreshold":1,"BreakSeconds":30}}}}}}`)
-	_ = k.Invoke(context.Background(), kernel.Request{Operation: "test.fail", Input: &echoIn{}})
-	o := k.Invoke(context.Background(), kernel.Request{Operation: "test.fail", Input: &echoIn{}})
+	_ = k.Op("test.fail").Invoke(context.Background(), kernel.Unary{Input: &echoIn{}})
+	o := k.Op("test.fail").Invoke(context.Background(), kernel.Unary{Input: &echoIn{}})
 	if pipeline.CodeOf(o.Err) != resilience.CodeCircuitOpen {
 		t.Fatalf("second call = %v, want %s", o.Err, resilience.CodeCircuitOpen)
 	}
@@ -149,10 +149,10 @@ func TestStragglersMetric(t *testing.T) {
 		close(release)
 		_ = k.Wait(context.Background())
 	}()
-	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+	if o := k.Op("test.stall").Handle(context.Background(), kernel.Unary{Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
 		t.Fatalf("stalled call = %v, want TIMEOUT", o.Err)
 	}
-	if o := k.Handle(context.Background(), kernel.Request{Operation: "test.stall", Input: &echoIn{}}); pipeline.CodeOf(o.Err) != kernel.CodeOverloaded {
+	if o := k.Op("test.stall").Handle(context.Background(), kernel.Unary{Input: &echoIn{}}); pipeline.CodeOf(o.Err) != kernel.CodeOverloaded {
 		t.Fatalf("call at the bound = %v, want %s", o.Err, kernel.CodeOverloaded)
 	}
 	var rm metricdata.ResourceMetrics

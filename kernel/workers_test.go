@@ -32,7 +32,7 @@ func TestWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 		call := func(in string) Outcome {
-			return k.Handle(t.Context(), Request{Operation: "test.work", Protocol: pipeline.ProtocolGRPC, Input: &in})
+			return k.Op("test.work").Handle(t.Context(), Unary{Caller: Caller{Protocol: pipeline.ProtocolGRPC}, Input: &in})
 		}
 		for i := range 3 {
 			if o := call("ok"); o.Err != nil || o.Output != "ok" {

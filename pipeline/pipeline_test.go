@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -532,7 +532,7 @@ func TestNewInvocation(t *testing.T) {
 		CallerDeadline: caller,
 		Deadline:       eff,
 		DeadlineSource: pipeline.DeadlineOperation,
-		Baggage:        map[string]string{"tenant": "acme", telemetry.BaggageIdempotencyKey: "from-baggage"},
+		Baggage:        map[string]string{"tenant": "acme", propagation.BaggageIdempotencyKey: "from-baggage"},
 		IdempotencyKey: "explicit",
 	})
 	if inv.OperationID() != "orders.get" || inv.Name() != "orders.get" || inv.Operation() != op("orders.get") {

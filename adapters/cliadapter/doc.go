@@ -8,11 +8,11 @@
 //
 // The adapter decodes and encodes only. A command hands the kernel what the
 // caller sent: the decoded input, the --timeout deadline, and a context
-// that SIGINT and SIGTERM cancel. It calls kernel.Kernel.Handle with
+// that SIGINT and SIGTERM cancel. It calls kernel.Op.Handle with
 // protocol CLI. So a CLI call passes the same stages, limits and deadline
 // rules as an HTTP or gRPC one, and is observed the same way. The outcome
 // comes back by the deadline whatever the handler does. Inputs and flags
-// that do not decode go to the kernel as rejections (kernel.Request.Reject).
+// that do not decode go to the kernel as rejections (kernel.Op.Reject).
 // So they are observed too.
 //
 // Execute runs the command tree and returns the exit code of the outcome

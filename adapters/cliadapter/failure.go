@@ -34,7 +34,13 @@ func rejectUsage(cmd *cobra.Command, id string, newKernel kernelFunc, err error)
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	k.Handle(ctx, kernel.Request{Operation: id, Protocol: pipeline.ProtocolCLI, Reject: usageFailure(err)})
+	c := kernel.Caller{Protocol: pipeline.ProtocolCLI}
+	if op := opFor(k, id); op != nil {
+		op.Reject(ctx, c, usageFailure(err))
+		return
+	}
+	c.Route = id
+	k.Reject(ctx, c, usageFailure(err))
 }
 
 // usageFailure turns a usage error into a VALIDATION outcome (codeUsage).

@@ -43,6 +43,9 @@ type runner struct {
 	priority string
 	// logger is the kernel's: it gets the cause of an UNEXPECTED outcome.
 	logger *slog.Logger
+	// op is the operation's handle in the kernel of this run (nil: the
+	// kernel does not serve it).
+	op *kernel.Op
 }
 
 // flagBaggage is the flag of the call's W3C baggage.
@@ -88,14 +91,44 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 	// replica in the cluster count) goes when the command ends.
 	defer k.Close()
 	r.logger = k.Logger()
+	r.op = opFor(k, r.desc.ID)
 	now := time.Now()
-	req := kernel.Request{Operation: r.desc.ID, Protocol: pipeline.ProtocolCLI, Arrival: now, Priority: r.priority}
-	r.setIdempotencyKey(k, &req)
+	u := kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolCLI, Arrival: now, Priority: r.priority}}
+	r.setIdempotencyKey(&u.Caller)
 	if timeout.set {
-		req.Deadline = now.Add(timeout.d)
+		u.Deadline = now.Add(timeout.d)
 	}
-	r.setInput(&req, fields, inputJSON, in)
-	return r.report(k, k.Handle(r.withBaggage(in.ctx, &req), req), in, tty)
+	reject := r.setInput(&u, fields, inputJSON, in)
+	ctx, reject := r.withBaggage(in.ctx, reject)
+	var out kernel.Outcome
+	switch {
+	case r.op == nil:
+		out = k.Reject(ctx, kernel.Caller{Protocol: pipeline.ProtocolCLI, Route: r.desc.ID}, notServed(r.desc.ID))
+	case reject != nil:
+		out = r.op.Reject(ctx, u.Caller, reject)
+	default:
+		out = r.op.Handle(ctx, u)
+	}
+	return r.report(k, out, in, tty)
+}
+
+// opFor returns the handle of the operation id in k, or nil when k does
+// not serve it. The commands are built before any kernel exists, so the
+// handle is found once per run.
+func opFor(k *kernel.Kernel, id string) *kernel.Op {
+	for _, op := range k.Operations() {
+		if op.Descriptor().ID == id {
+			return op
+		}
+	}
+	return nil
+}
+
+// notServed is the outcome of a command whose operation the kernel does
+// not serve: NOT_FOUND, as the kernel answers a call by an unknown ID.
+func notServed(id string) *pipeline.Error {
+	return pipeline.NewError(pipeline.KindNotFound, "KERNEL_NOT_FOUND_001",
+		fmt.Sprintf("Operation '%s' is not registered.", id)).WithDetail("id", id)
 }
 
 // watchSignals starts watching the signals of o: the first cancels the
@@ -116,53 +149,52 @@ func (r *runner) watchSignals(o *options, tty bool) *interrupts {
 
 // withBaggage returns ctx carrying --baggage, which the kernel bounds and
 // puts in the invocation as it does a header's. A malformed value rejects
-// the call (VALIDATION, exit 2).
-func (r *runner) withBaggage(ctx context.Context, req *kernel.Request) context.Context {
+// the call (VALIDATION, exit 2) unless reject already does.
+func (r *runner) withBaggage(ctx context.Context, reject error) (context.Context, error) {
 	if r.baggage == "" {
-		return ctx
+		return ctx, reject
 	}
 	b, err := baggage.Parse(r.baggage)
 	if err != nil {
-		if req.Reject == nil {
-			req.Reject = pipeline.NewError(pipeline.KindValidation, pipeline.CodeValidation,
+		if reject == nil {
+			reject = pipeline.NewError(pipeline.KindValidation, pipeline.CodeValidation,
 				fmt.Sprintf("The --%s flag is malformed: want name=value members separated by commas (W3C baggage).", flagBaggage)).
 				WithDetail("field", "--"+flagBaggage)
 		}
-		return ctx
+		return ctx, reject
 	}
-	return baggage.ContextWithBaggage(ctx, b)
+	return baggage.ContextWithBaggage(ctx, b), reject
 }
 
-// setIdempotencyKey puts the caller's idempotency key in req, generating
-// one where a rerun can use it, and rejects a malformed key on an
+// setIdempotencyKey puts the caller's idempotency key in c, generating
+// one where a rerun can use it. The kernel rejects a malformed key on an
 // operation that takes keys. It sets r.keyed and r.shared.
-func (r *runner) setIdempotencyKey(k *kernel.Kernel, req *kernel.Request) {
+func (r *runner) setIdempotencyKey(c *kernel.Caller) {
+	if r.op == nil {
+		return
+	}
 	// A key is generated only where a rerun can use it: when the records
 	// outlive this process. An in-process store dies with the command,
 	// which makes one call: a generated key would protect nothing. Records
 	// outlive the process in a store with a lease, such as Redis.
-	pol, store := k.Idempotency(r.desc.ID)
-	enabled, shared := pol.Enabled, store != nil && store.Lease() > 0
+	pol, lease := r.op.Idempotency()
+	enabled, shared := pol.Enabled, lease > 0
 	if r.idemKey == "" && enabled && shared {
 		r.idemKey = newIdempotencyKey()
 	}
 	if r.idemKey == "" {
 		return
 	}
-	valid := kernel.ValidIdempotencyKey(r.idemKey)
-	if !valid && enabled {
-		req.Reject = kernel.ErrIdempotencyKeyMalformed()
-	}
-	if valid {
-		req.IdempotencyKey = r.idemKey
-	}
+	c.IdempotencyKey = r.idemKey
+	valid := kernel.ValidIdempotencyKey(r.idemKey) // the kernel drops an invalid one
 	r.keyed, r.shared = valid && enabled, valid && enabled && shared
 }
 
-// setInput puts the operation's input in req: decoded from the flags and
+// setInput puts the operation's input in u: decoded from the flags and
 // --input now, or, for --input -, a Decode that reads standard input when
-// the kernel decodes the call. A malformed input rejects the call.
-func (r *runner) setInput(req *kernel.Request, fields *inputFlags, inputJSON string, in *interrupts) {
+// the kernel decodes the call. It returns the rejection of a malformed
+// input.
+func (r *runner) setInput(u *kernel.Unary, fields *inputFlags, inputJSON string, in *interrupts) (reject error) {
 	flags := r.cmd.Flags()
 	if flags.Changed("input") && inputJSON == "-" {
 		// Standard input is read when the kernel decodes the call, bounded
@@ -171,23 +203,22 @@ func (r *runner) setInput(req *kernel.Request, fields *inputFlags, inputJSON str
 		// first signal: a stdin that never ends is TIMEOUT or CANCELLED,
 		// observed like any other outcome.
 		stdin := r.cmd.InOrStdin()
-		req.Decode = func(deadline time.Time) (any, error) {
+		u.Decode = func(deadline time.Time) (any, error) {
 			return decodeStdin(in, stdin, deadline, fields, flags)
 		}
-		return
+		return nil
 	}
 	var raw []byte
 	var err error
 	if flags.Changed("input") {
 		if raw, err = readInput(inputJSON, nil); err != nil {
-			req.Reject = inputFailure(err)
+			return inputFailure(err)
 		}
 	}
-	if req.Reject == nil {
-		if req.Input, err = fields.decode(flags, raw); err != nil {
-			req.Reject = inputFailure(err)
-		}
+	if u.Input, err = fields.decode(flags, raw); err != nil {
+		return inputFailure(err)
 	}
+	return nil
 }
 
 // decodeStdin reads the --input document from stdin, by deadline and
@@ -252,8 +283,7 @@ func (r *runner) awaitOutcome(k *kernel.Kernel, kind pipeline.Kind, in *interrup
 	if k.Running() == 0 {
 		return // the call never started, or has returned: its outcome is stored
 	}
-	_, store := k.Idempotency(r.desc.ID)
-	lease := store.Lease()
+	_, lease := r.op.Idempotency()
 	parent := in.ctx
 	if kind == pipeline.KindCanceled || parent.Err() != nil {
 		parent = context.WithoutCancel(parent)

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/operations"
 )
 
@@ -46,9 +46,10 @@ type Adapter struct {
 	canceled   *canceledCalls  // calls canceled by their clients
 	baggageLog *slog.Logger    // logger, sampled: records of dropped baggage
 
-	explicit map[string]*operations.Descriptor // WithMethodOperations
-	resolved sync.Map                          // full method -> *operations.Descriptor (nil: none), for the interceptors
-	cached   atomic.Int64                      // entries stored in resolved (at most maxResolved)
+	ops      map[string]*kernel.Op // the kernel's operations by ID, made at New
+	explicit map[string]*kernel.Op // WithMethodOperations
+	resolved sync.Map              // full method -> *kernel.Op (nil: none), for the interceptors
+	cached   atomic.Int64          // entries stored in resolved (at most maxResolved)
 }
 
 // Method describes one gRPC method served by an Adapter.
@@ -65,6 +66,7 @@ type Method struct {
 type method struct {
 	a       *Adapter
 	full    string
+	op      *kernel.Op
 	desc    *operations.Descriptor
 	in, out *messageCodec
 }
@@ -99,7 +101,11 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 		a.logger = k.Logger()
 	}
 	a.canceled = newCanceledCalls(a.logger, k.MeterProvider())
-	a.baggageLog = telemetry.SampledLogger(a.logger, slog.LevelWarn, msgBaggageDropped)
+	a.baggageLog = logs.Sampled(a.logger, slog.LevelWarn, msgBaggageDropped)
+	a.ops = make(map[string]*kernel.Op)
+	for _, op := range k.Operations() {
+		a.ops[op.Descriptor().ID] = op
+	}
 	if err := a.build(); err != nil {
 		return nil, err
 	}

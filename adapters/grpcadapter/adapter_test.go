@@ -18,7 +18,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -358,7 +358,7 @@ func TestBaggageFromMetadata(t *testing.T) {
 			m["protocol"] = inv.Protocol().String()
 			m["route"] = inv.Route()
 			m["key"] = inv.IdempotencyKey()
-			m["ctx"] = telemetry.IdempotencyKey(ctx)
+			m["ctx"] = propagation.IdempotencyKey(ctx)
 			seen <- m
 		}
 		return next(ctx, inv)
@@ -531,7 +531,7 @@ func TestMalformedKeyMetadata(t *testing.T) {
 		seen := make(chan [2]string, 1)
 		capture := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 			if inv.OperationID() == "work.baggage" {
-				seen <- [2]string{inv.IdempotencyKey(), telemetry.IdempotencyKey(ctx)}
+				seen <- [2]string{inv.IdempotencyKey(), propagation.IdempotencyKey(ctx)}
 			}
 			return next(ctx, inv)
 		})

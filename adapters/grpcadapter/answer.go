@@ -20,7 +20,7 @@ import (
 // record.
 
 // statusCode is the gRPC code the outcome err (nil: success) is answered
-// with, as a number (telemetry.Transport.Status).
+// with, as a number (kernel.Transport.Status).
 func statusCode(err error) int {
 	if err == nil {
 		return int(codes.OK)

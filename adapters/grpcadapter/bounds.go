@@ -101,7 +101,7 @@ type Bounds struct {
 	// closed as it is accepted. 0: no bound.
 	MaxConnections int
 	// Logger gets a warning per connection the guard closes, sampled as
-	// telemetry.LogSampler does; nil logs nothing. MeterProvider gets the guard's counters; nil is otel's
+	// logs.Sampler does; nil logs nothing. MeterProvider gets the guard's counters; nil is otel's
 	// global provider.
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 )
 
@@ -25,6 +26,7 @@ import (
 
 // namedOp is one served operation with the names of its method.
 type namedOp struct {
+	op               *kernel.Op
 	d                *operations.Descriptor
 	pkg, sname, name string
 }
@@ -67,15 +69,13 @@ func (a *Adapter) build() error {
 // names of its method.
 func (a *Adapter) nameOperations() ([]namedOp, error) {
 	var ops []namedOp
-	for _, d := range a.k.Registry().All() {
-		if _, ok := a.k.Lookup(d.ID); !ok {
-			continue
-		}
+	for _, op := range a.k.Operations() {
+		d := op.Descriptor()
 		pkg, sname, mname, err := names(a.cfg.pkg, d)
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, namedOp{d, pkg, sname, mname})
+		ops = append(ops, namedOp{op, d, pkg, sname, mname})
 	}
 	return ops, nil
 }
@@ -121,7 +121,7 @@ func (a *Adapter) buildMethods(s *schema, ops []namedOp) (map[string]*serviceBui
 		if err != nil {
 			return nil, err
 		}
-		m := &method{a: a, full: full, desc: d, in: in, out: out}
+		m := &method{a: a, full: full, op: op.op, desc: d, in: in, out: out}
 		a.methods[full] = m
 		key := pkg + "." + sname
 		if svcs[key] == nil {

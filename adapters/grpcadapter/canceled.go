@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	klogs "github.com/sundial-go/sundial/kernel/logs"
 )
 
 // This file counts the calls that ended before their answer: canceled by
@@ -18,12 +18,12 @@ import (
 // log record of their own.
 
 // At most canceledLogBurst calls canceled by their clients get a call log
-// record at once, and one a second on average (telemetry.LogSampler). The
+// record at once, and one a second on average (klogs.Sampler). The
 // others are summed up in one record canceledSummaryAfter after the first
 // of them.
 const (
-	canceledLogBurst     = telemetry.SampleBurst
-	canceledSummaryAfter = telemetry.SampleSummaryAfter
+	canceledLogBurst     = klogs.SampleBurst
+	canceledSummaryAfter = klogs.SampleSummaryAfter
 )
 
 // canceledCalls counts the calls canceled by their clients and samples
@@ -31,12 +31,12 @@ const (
 type canceledCalls struct {
 	logger  *slog.Logger
 	counter metric.Int64Counter
-	logs    *telemetry.LogSampler
+	logs    *klogs.Sampler
 }
 
 func newCanceledCalls(logger *slog.Logger, mp metric.MeterProvider) *canceledCalls {
 	c := &canceledCalls{logger: logger}
-	c.logs = telemetry.NewLogSampler(c.summarize)
+	c.logs = klogs.NewSampler(c.summarize)
 	c.counter, _ = mp.Meter(meterName).Int64Counter("sundial.grpc.calls.canceled",
 		metric.WithDescription("gRPC calls that ended before their answer, canceled by their client "+
 			"or with their connection; early: before the request message arrived (no invocation ran)."),

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -239,7 +239,7 @@ func (s *clientStream) Header() (md metadata.MD, err error) {
 }
 
 // withTraceMetadata adds the W3C trace context and baggage of ctx
-// (traceparent, tracestate, baggage; see telemetry.InjectGRPC) to its
+// (traceparent, tracestate, baggage; see propagation.InjectGRPC) to its
 // outgoing metadata, so the server's span continues the caller's trace. A
 // context with neither is returned as it is.
 func withTraceMetadata(ctx context.Context) context.Context {
@@ -248,6 +248,6 @@ func withTraceMetadata(ctx context.Context) context.Context {
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
-	telemetry.InjectGRPC(ctx, md)
+	propagation.InjectGRPC(ctx, md)
 	return metadata.NewOutgoingContext(ctx, md)
 }

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
@@ -87,7 +87,7 @@ func newDependency(t *testing.T) *outbound.Dependency {
 func TestClientDependencyRetriesUnavailable(t *testing.T) {
 	h := &flakyHealth{fail: 2, code: codes.Unavailable}
 	c := healthClient(t, h, newDependency(t))
-	ctx, _ := telemetry.WithIdempotencyKey(t.Context(), "reserve-9")
+	ctx, _ := propagation.WithIdempotencyKey(t.Context(), "reserve-9")
 	resp, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("resp %v, err %v", resp, err)
@@ -107,7 +107,7 @@ func TestClientDependencyRetriesUnavailable(t *testing.T) {
 func TestClientDependencyNeverRetriesCallerFault(t *testing.T) {
 	h := &flakyHealth{fail: 5, code: codes.InvalidArgument}
 	c := healthClient(t, h, newDependency(t))
-	ctx, _ := telemetry.WithIdempotencyKey(t.Context(), "reserve-9")
+	ctx, _ := propagation.WithIdempotencyKey(t.Context(), "reserve-9")
 	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
 	if pipeline.AsError(err).Kind() != pipeline.KindValidation || len(h.baggage) != 1 {
 		t.Fatalf("err %v after %d attempts, want VALIDATION after 1", err, len(h.baggage))

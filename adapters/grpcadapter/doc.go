@@ -10,7 +10,7 @@
 // other service on the server.
 //
 // The adapter decodes and encodes; the kernel does the rest. Each call
-// becomes one kernel.Request handed to the kernel's Serve. The server
+// enters the kernel through its handle, kernel.Op.Serve. The server
 // context's deadline, the caller's grpc-timeout, is the caller's deadline.
 // The W3C trace context and baggage of the metadata travel on the context.
 // The kernel computes the effective deadline, runs the pipeline and

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 )
 
 // This file guards a gRPC listener's connections: it bounds how many are
@@ -85,7 +85,7 @@ var errGuardClosed = errors.New("grpcadapter: connection closed by the listener'
 var errTooManyConnections = errors.New("grpcadapter: too many connections")
 
 // msgGuardClosed is the message of the record of a connection the guard
-// closes. Such records are sampled (telemetry.LogSampler).
+// closes. Such records are sampled (logs.Sampler).
 const msgGuardClosed = "grpcadapter: connection closed with GOAWAY ENHANCE_YOUR_CALM"
 
 // guard is the transport credentials Bounds.ServerOptions installs.
@@ -110,7 +110,7 @@ func newGuard(b Bounds, inner credentials.TransportCredentials) *guard {
 		inner = insecure.NewCredentials()
 	}
 	// A client can open connections only to have them closed.
-	logger := telemetry.SampledLogger(b.Logger, slog.LevelWarn, msgGuardClosed)
+	logger := logs.Sampled(b.Logger, slog.LevelWarn, msgGuardClosed)
 	return &guard{
 		inner:      inner,
 		resetBurst: float64(b.ResetBurst),

@@ -12,68 +12,59 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	kprop "github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
 // This file builds the invocation of a call: its parent context, its
 // trace context and baggage, and the caller's idempotency key.
 
-// invoke runs one call, whose server context is ctx, through the kernel
-// (Handle) and returns its outcome, by the invocation's deadline whatever
-// the handler does; a call r rejects (r.Reject) runs nothing. See prepare
-// for what the adapter adds to r and to the context.
-func (a *Adapter) invoke(ctx context.Context, full string, r kernel.Request) kernel.Outcome {
+// invoke runs one call of an application's own method, whose server
+// context is ctx, through the kernel and returns its outcome by the
+// invocation's deadline whatever the handler does. h runs under op's
+// chain in place of its handler, or under the host pipeline when op is
+// nil. input is the request message (nil for a stream).
+func (a *Adapter) invoke(ctx context.Context, full string, op *kernel.Op, input any, h pipeline.Handler) kernel.Outcome {
 	parent, stop := a.inbound(ctx)
 	defer stop()
-	parent = a.prepare(ctx, parent, full, &r)
-	return a.k.Handle(parent, r)
-}
-
-// serve runs one call as invoke does, on the calling goroutine, under the
-// kernel's guard (Serve): respond gets the outcome once, by the
-// invocation's deadline whatever the handler does. serve returns when the
-// chain has returned.
-func (a *Adapter) serve(ctx context.Context, full string, r kernel.Request, respond func(kernel.Outcome)) {
-	parent, stop := a.inbound(ctx)
-	defer stop()
-	parent = a.prepare(ctx, parent, full, &r)
-	a.k.Serve(parent, r, respond)
-}
-
-// prepare fills in r for a call whose server context is ctx: the protocol,
-// the route (the full method name), the caller's priority and idempotency
-// key. It returns the invocation's parent context (see inbound). That
-// carries the trace context and baggage of the request metadata.
-func (a *Adapter) prepare(ctx, parent context.Context, full string, r *kernel.Request) context.Context {
-	md := a.metadata(ctx, r.Operation, full)
-	parent = a.extract(parent, md)
-	r.Protocol = pipeline.ProtocolGRPC
-	if r.Route == "" {
-		r.Route = full
+	if op == nil {
+		c := kernel.HostCall{Handler: h, Guarded: true}
+		parent = a.prepare(ctx, parent, full, "", &c.Caller)
+		return a.k.Host(parent, c)
 	}
-	if r.Transport.RPCMethod == "" {
-		r.Transport = telemetry.Transport{RPCMethod: full, Status: statusCode}
+	u := kernel.Unary{Input: input, Handler: h}
+	parent = a.prepare(ctx, parent, full, op.Descriptor().ID, &u.Caller)
+	return op.Handle(parent, u)
+}
+
+// prepare fills in c for a call of the operation id ("" for none) whose
+// server context is ctx — the protocol, the route (the full method name),
+// the caller's priority and idempotency key — and returns the
+// invocation's parent context (see inbound) carrying the trace context
+// and baggage of the request metadata.
+func (a *Adapter) prepare(ctx, parent context.Context, full, id string, c *kernel.Caller) context.Context {
+	md := a.metadata(ctx, id, full)
+	parent = a.extract(parent, md)
+	c.Protocol = pipeline.ProtocolGRPC
+	if c.Route == "" {
+		c.Route = full
+	}
+	if c.Transport.RPCMethod == "" {
+		c.Transport = kernel.Transport{RPCMethod: full, Status: statusCode}
 	}
 	// A repeated priority names no class: KERNEL_VALIDATION_009.
 	if vs := md.Values(mdPriority); len(vs) == 1 {
-		r.Priority = vs[0]
+		c.Priority = vs[0]
 	} else if len(vs) > 1 {
-		r.Priority = strings.Join(vs, ", ")
+		c.Priority = strings.Join(vs, ", ")
 	}
-	if vs := md.Values(mdIdempotencyKey); len(vs) > 0 {
-		// A key that is repeated, too long or not printable ASCII is a 400
-		// (InvalidArgument) KERNEL_VALIDATION_005 on an operation that takes
-		// keys, as over HTTP; an operation that does not ignores it (neither
-		// rejected nor passed on as baggage), so that a client sending keys
-		// of its own form everywhere is not refused where keys mean nothing.
-		if len(vs) > 1 || !kernel.ValidIdempotencyKey(vs[0]) {
-			if pol, _ := a.k.Idempotency(r.Operation); r.Reject == nil && pol.Enabled {
-				r.Reject = kernel.ErrIdempotencyKeyMalformed()
-			}
-		} else {
-			r.IdempotencyKey = vs[0]
-		}
+	// A repeated key is malformed; the kernel checks a single one's
+	// grammar. A malformed key is InvalidArgument KERNEL_VALIDATION_005 on
+	// an operation that takes keys, and ignored on one that does not.
+	if vs := md.Values(mdIdempotencyKey); len(vs) == 1 {
+		c.IdempotencyKey = vs[0]
+	} else if len(vs) > 1 {
+		c.BadIdempotencyKey = true
 	}
 	return parent
 }
@@ -120,7 +111,7 @@ var errCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %
 const (
 	mdBaggage        = "baggage"
 	mdIdempotencyKey = "idempotency-key"
-	mdPriority       = "sundial-priority" // kernel.Request.Priority
+	mdPriority       = "sundial-priority" // kernel.Caller.Priority
 )
 
 // incomingMD reads the incoming metadata of a server context key by key,
@@ -198,7 +189,7 @@ func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
 // continues).
 func (a *Adapter) extract(parent context.Context, md incomingMD) context.Context {
 	if a.cfg.defaultPropagator {
-		return telemetry.Propagator().Extract(parent, md) // trace context and baggage
+		return kprop.Propagator().Extract(parent, md) // trace context and baggage
 	}
 	parent = propagation.Baggage{}.Extract(parent, md)
 	if p := a.cfg.propagator; p != nil {

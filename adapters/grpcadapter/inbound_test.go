@@ -52,15 +52,11 @@ func TestInboundAttribution(t *testing.T) {
 				defer stop()
 				start := time.Now()
 				var ended time.Duration
-				o := k.Handle(parent, kernel.Request{
-					Protocol: pipeline.ProtocolGRPC,
-					Route:    "/x.v1.S/M",
-					Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
-						<-ctx.Done()
-						ended = time.Since(start)
-						return nil, ctx.Err()
-					},
-				})
+				o := k.Host(parent, kernel.HostCall{Caller: kernel.Caller{Protocol: pipeline.ProtocolGRPC, Route: "/x.v1.S/M"}, Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+					<-ctx.Done()
+					ended = time.Since(start)
+					return nil, ctx.Err()
+				}, Guarded: true})
 				if got := pipeline.CodeOf(o.Err); got != tt.want {
 					t.Errorf("outcome = %s (ended at %v), want %s", got, ended, tt.want)
 				}

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -22,23 +21,23 @@ func (a *Adapter) buildExplicit() error {
 	if len(a.cfg.methodOps) == 0 {
 		return nil
 	}
-	a.explicit = make(map[string]*operations.Descriptor, len(a.cfg.methodOps))
+	a.explicit = make(map[string]*kernel.Op, len(a.cfg.methodOps))
 	for full, id := range a.cfg.methodOps {
 		svc, m := splitFull(full)
 		if !strings.HasPrefix(full, "/") || !isPackage(svc) || !isIdent(m) {
 			return fmt.Errorf("grpcadapter: WithMethodOperations: %q is not a full method name such as \"/acme.orders.v1.Orders/Place\"", full)
 		}
-		d, ok := a.k.Lookup(id)
+		op, ok := a.ops[id]
 		if !ok {
 			return fmt.Errorf("grpcadapter: WithMethodOperations: method %s: operation %q is not registered", full, id)
 		}
-		if pol, _ := a.k.Idempotency(id); pol.Enabled {
+		if pol, _ := op.Idempotency(); pol.Enabled {
 			// The application's method answers in its own types, which a
 			// stored outcome cannot give back: its keyed calls would all be
 			// refused (KERNEL_VALIDATION_006). Said at start-up instead.
 			return fmt.Errorf("grpcadapter: WithMethodOperations: method %s: operation %q takes idempotency keys, which an application's own method cannot honour (its answer cannot be replayed); serve %q through the adapter's service, or turn its Idempotency off", full, id, id)
 		}
-		a.explicit[full] = d
+		a.explicit[full] = op
 	}
 	return nil
 }
@@ -48,23 +47,21 @@ func (a *Adapter) buildExplicit() error {
 // adapter's own method names. Then it reads the convention backwards, when
 // that operation is registered. Service "Orders" and method "ExportCsv" in
 // any package are operation "orders.export-csv".
-func (a *Adapter) resolve(full string) *operations.Descriptor {
-	if d, ok := a.explicit[full]; ok {
-		return d
+func (a *Adapter) resolve(full string) *kernel.Op {
+	if op, ok := a.explicit[full]; ok {
+		return op
 	}
 	if v, ok := a.resolved.Load(full); ok {
-		return v.(*operations.Descriptor)
+		return v.(*kernel.Op)
 	}
-	var d *operations.Descriptor
+	var d *kernel.Op
 	if m, ok := a.methods[full]; ok {
-		d = m.desc
+		d = m.op
 	} else if svc, name := splitFull(full); svc != "" && name != "" {
 		if i := strings.LastIndexByte(svc, '.'); i >= 0 {
 			svc = svc[i+1:]
 		}
-		if found, ok := a.k.Lookup(kebab(svc) + "." + kebab(name)); ok {
-			d = found
-		}
+		d = a.ops[kebab(svc)+"."+kebab(name)]
 	}
 	// Method names come from the client when the server has an
 	// UnknownServiceHandler: bound what they can make the cache hold.
@@ -139,16 +136,12 @@ func (a *Adapter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		start := time.Now()
-		o := a.invoke(ctx, info.FullMethod, kernel.Request{
-			Operation: operationID(d),
-			Input:     req,
-			Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
-				resp, err := handler(ctx, req)
-				if err != nil {
-					return nil, fromHandler(err)
-				}
-				return resp, nil
-			},
+		o := a.invoke(ctx, info.FullMethod, d, req, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			resp, err := handler(ctx, req)
+			if err != nil {
+				return nil, fromHandler(err)
+			}
+			return resp, nil
 		})
 		if err := a.answer(ctx, info.FullMethod, o, start); err != nil {
 			return nil, err
@@ -174,24 +167,13 @@ func (a *Adapter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		}
 		start := time.Now()
 		s := &stream{ServerStream: ss}
-		o := a.invoke(ss.Context(), info.FullMethod, kernel.Request{
-			Operation: operationID(d),
-			Handler: func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
-				s.ctx = ctx
-				return nil, fromHandler(handler(srv, s))
-			},
+		o := a.invoke(ss.Context(), info.FullMethod, d, nil, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			s.ctx = ctx
+			return nil, fromHandler(handler(srv, s))
 		})
 		s.answered.Store(true)
 		return a.answer(ss.Context(), info.FullMethod, o, start)
 	}
-}
-
-// operationID returns d's ID, or "" (a host call) for nil.
-func operationID(d *operations.Descriptor) string {
-	if d == nil {
-		return ""
-	}
-	return d.ID
 }
 
 // stream is a ServerStream whose context is the invocation's. Once the

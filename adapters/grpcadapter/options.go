@@ -40,7 +40,7 @@ type config struct {
 	baggageLimit int
 	recvTimeout  time.Duration
 	recvExact    bool // recvTimeout without its jitter (tests)
-	// defaultPropagator: extract with telemetry.Propagator(), which
+	// defaultPropagator: extract with propagation.Propagator(), which
 	// carries the baggage too.
 	defaultPropagator bool
 }
@@ -116,7 +116,7 @@ func WithDeadlineTolerance(d time.Duration) Option {
 // ("orders.create"), for the server interceptors: such a method runs under
 // that operation's pipeline — its deadline, breaker and limits — with the
 // application's handler in place of the registered one
-// (kernel.Request.Handler). Methods not in the
+// (kernel.Unary.Handler). Methods not in the
 // map are resolved by convention (see Adapter.UnaryServerInterceptor). New
 // fails when a method name is malformed or an ID is not registered. Later
 // calls add to the map.
@@ -134,7 +134,7 @@ func WithMethodOperations(m map[string]string) Option {
 // WithPropagator sets what extracts trace context (and whatever else p
 // carries) from the request metadata into the invocation's parent context,
 // under which the kernel starts the invocation's span. The default is
-// telemetry.Propagator(): W3C traceparent, tracestate and baggage, so the
+// propagation.Propagator(): W3C traceparent, tracestate and baggage, so the
 // span continues the caller's trace. A nil p extracts no trace context
 // (for a server whose otelgrpc stats handler does it instead). The W3C
 // "baggage" metadata is extracted whatever p is; the kernel copies it into
@@ -146,7 +146,7 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // WithBaggageLimit sets the largest W3C "baggage" metadata, in bytes (all
 // its values together), that is extracted for an invocation; a larger one
 // is dropped whole, with a warning in the log. The kernel then bounds the
-// members it copies (see telemetry.Baggage). The default is 8192 bytes;
+// members it copies (see propagation.Baggage). The default is 8192 bytes;
 // n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {
 	return optionFunc(func(c *config) {

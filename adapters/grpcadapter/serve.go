@@ -30,7 +30,7 @@ import (
 // methods straight through), the whole call is handed to one receiver
 // goroutine (see serve). With others, the request is received first, then
 // the interceptors run on grpc-go's goroutine and the chain on another
-// (kernel.Handle), so that they see the answer the deadline gives.
+// (kernel.Op.Handle), so that they see the answer the deadline gives.
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 	if ctx.Err() == context.Canceled {
 		// The client reset the stream before its handler started, as a
@@ -103,8 +103,11 @@ func (m *method) unreceived(ctx context.Context, err error) error {
 // the status of outcome, which the kernel observes as a rejection.
 func (m *method) reject(ctx context.Context, outcome error) error {
 	start := time.Now()
-	o := m.a.invoke(ctx, m.full, kernel.Request{Operation: m.desc.ID, Reject: outcome})
-	return m.a.answer(ctx, m.full, o, start)
+	parent, stop := m.a.inbound(ctx)
+	defer stop()
+	var c kernel.Caller
+	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &c)
+	return m.a.answer(ctx, m.full, m.op.Reject(parent, c, outcome), start)
 }
 
 // errRecvTimeout reports a request message that did not arrive within
@@ -113,7 +116,7 @@ var errRecvTimeout = errors.New("grpcadapter: request message not received in ti
 
 // serve runs one call with a single hand-off. A receiver goroutine reads
 // the request message and then runs the call itself, under the kernel's
-// guard (kernel.Serve). grpc-go's goroutine waits for the answer. The
+// guard (kernel.Op.Serve). grpc-go's goroutine waits for the answer. The
 // guard answers by the invocation's deadline whatever the handler does. It
 // answers from its own goroutine when the chain is late, so the answer
 // never waits for a straggler.
@@ -305,7 +308,7 @@ func (r *reception) run() {
 		return
 	}
 	r.start = time.Now()
-	r.m.a.serve(r.ctx, r.m.full, r.m.kernelRequest(r.req), r.respondFn)
+	r.m.serveCall(r.ctx, r.req, r.respondFn)
 }
 
 // respond is the kernel's answer to r's call: it converts the outcome to
@@ -362,20 +365,40 @@ func decodeRequest(dec func(any) error, req *dynamicpb.Message) (err error) {
 // through the kernel and converts its outcome to the response.
 func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) {
 	start := time.Now()
-	o := m.a.invoke(ctx, m.full, m.kernelRequest(req))
-	return m.reply(ctx, o, start)
+	parent, stop := m.a.inbound(ctx)
+	defer stop()
+	var u kernel.Unary
+	parent, err := m.enter(ctx, parent, req, &u)
+	if err != nil {
+		return m.reply(ctx, m.op.Reject(parent, u.Caller, err), start)
+	}
+	return m.reply(ctx, m.op.Handle(parent, u), start)
 }
 
-// kernelRequest returns the kernel's request for the request message: the
-// operation's input, or the rejection of a message that does not convert.
-func (m *method) kernelRequest(req *dynamicpb.Message) kernel.Request {
-	r := kernel.Request{Operation: m.desc.ID}
-	if in, err := m.decodeInput(req); err != nil {
-		r.Reject = err
-	} else {
-		r.Input = in
+// serveCall runs one call of the request message under the kernel's guard
+// (kernel.Op.Serve), on the calling goroutine: respond gets the outcome
+// once, by the invocation's deadline whatever the handler does. A message
+// that does not convert to the input is the call's rejection.
+func (m *method) serveCall(ctx context.Context, req *dynamicpb.Message, respond func(kernel.Outcome)) {
+	parent, stop := m.a.inbound(ctx)
+	defer stop()
+	var u kernel.Unary
+	parent, err := m.enter(ctx, parent, req, &u)
+	if err != nil {
+		respond(m.op.Reject(parent, u.Caller, err))
+		return
 	}
-	return r
+	m.op.Serve(parent, u, respond)
+}
+
+// enter fills in u for the request message, whose server context is ctx,
+// and returns the invocation's parent context (see prepare). The error is
+// the rejection of a message that does not convert to the input.
+func (m *method) enter(ctx, parent context.Context, req *dynamicpb.Message, u *kernel.Unary) (context.Context, error) {
+	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &u.Caller)
+	in, err := m.decodeInput(req)
+	u.Input = in
+	return parent, err
 }
 
 // reply converts the outcome of a call that started at start to the

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -21,7 +20,7 @@ const codeUnknownMethod = "GRPC_NOT_FOUND_001"
 // UnknownServiceHandler answers calls to methods that no service on the
 // server implements. It answers as grpc-go does by default:
 // codes.Unimplemented with "unknown service …" or "unknown method …". But
-// it answers through the kernel as a rejection (kernel.Request.Reject). The
+// it answers through the kernel as a rejection (kernel.Kernel.Reject). The
 // outcome is NOT_FOUND, with code GRPC_NOT_FOUND_001 and detail "method".
 // So like every other answer it gets a span, metrics, a trace ID and a call
 // log record. Install it with grpc.UnknownServiceHandler:
@@ -46,8 +45,12 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 		}
 	}
 	e := pipeline.NewError(pipeline.KindNotFound, codeUnknownMethod, msg).WithDetail("method", full)
-	o := a.invoke(ctx, full, kernel.Request{Route: unknownRoute, Reject: e,
-		Transport: telemetry.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}})
+	parent, stop := a.inbound(ctx)
+	defer stop()
+	c := kernel.Caller{Route: unknownRoute,
+		Transport: kernel.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}}
+	parent = a.prepare(ctx, parent, full, "", &c)
+	o := a.k.Reject(parent, c, e)
 	st := status.New(codes.Unimplemented, msg)
 	a.logCall(ctx, full, o, st, start)
 	if o.TraceID != "" {
@@ -57,7 +60,7 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 }
 
 // unimplemented is the gRPC code of every call to an unknown method
-// (telemetry.Transport.Status).
+// (kernel.Transport.Status).
 func unimplemented(error) int { return int(codes.Unimplemented) }
 
 // unknownRoute names the invocations of calls to unknown methods.

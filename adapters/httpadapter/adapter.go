@@ -18,7 +18,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -43,7 +44,7 @@ type Adapter struct {
 // of WithRelativeDeadlineHeader. It reads the body to its end within the
 // body limit. It binds the JSON body, the path parameters and, for GET,
 // HEAD and DELETE, the query parameters into the operation's input. It
-// hands the call to k (kernel.Kernel.Serve) and writes the outcome: the
+// hands the call to k (kernel.Op.Serve) and writes the outcome: the
 // descriptor's success status with the JSON output, or Problem Details. A
 // request turned away before the pipeline goes through k too, as a
 // rejection, so it is observed like any other call. Each request leaves
@@ -74,14 +75,12 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	if a.logger == nil {
 		a.logger = k.Logger()
 	}
-	a.baggageLog = telemetry.SampledLogger(a.logger, slog.LevelWarn, msgBaggageDropped)
+	a.baggageLog = logs.Sampled(a.logger, slog.LevelWarn, msgBaggageDropped)
 	seen := make(map[string]string)
 	var routes []*route
-	for _, d := range k.Registry().All() {
+	for _, op := range k.Operations() {
+		d := op.Descriptor()
 		if d.Method == "" {
-			continue
-		}
-		if _, ok := k.Lookup(d.ID); !ok {
 			continue
 		}
 		key := d.Method + " " + d.Path
@@ -89,7 +88,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 			return nil, fmt.Errorf("httpadapter: Mount: operations %q and %q are both mounted on %s", other, d.ID, key)
 		}
 		seen[key] = d.ID
-		rt, err := a.newRoute(d)
+		rt, err := a.newRoute(op)
 		if err != nil {
 			return nil, fmt.Errorf("httpadapter: Mount: operation %q (%s): %w", d.ID, key, err)
 		}
@@ -109,18 +108,20 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 // route is one mounted operation, planned at Mount.
 type route struct {
 	a       *Adapter
+	op      *kernel.Op
 	desc    *operations.Descriptor
 	name    string // "METHOD /path"
 	binder  *binder
 	success int
 }
 
-func (a *Adapter) newRoute(d *operations.Descriptor) (*route, error) {
+func (a *Adapter) newRoute(op *kernel.Op) (*route, error) {
+	d := op.Descriptor()
 	b, err := newBinder(d.Input, d.Method, pathParams(d.Path))
 	if err != nil {
 		return nil, err
 	}
-	return &route{a: a, desc: d, name: d.Method + " " + d.Path, binder: b, success: successStatus(d)}, nil
+	return &route{a: a, op: op, desc: d, name: d.Method + " " + d.Path, binder: b, success: successStatus(d)}, nil
 }
 
 // pathParams returns the parameter names of an echo path: ":id" segments
@@ -162,38 +163,29 @@ func (rt *route) serve(c echo.Context) error {
 	defer x.release()
 	x.name, x.success = rt.desc.ID, rt.success
 	ctx := a.requestContext(r, rt.desc.ID)
-	req := kernel.Request{
-		Operation: rt.desc.ID,
-		Protocol:  pipeline.ProtocolHTTP,
-		Route:     rt.name,
-		Arrival:   x.start,
-		Transport: x.transport(r, rt.desc.Path),
-	}
-	req.Priority = headerValue(r.Header, HeaderPriority)
-	var kerr *pipeline.Error
-	req.IdempotencyKey, kerr = idempotencyKey(r)
-	// A malformed key is a 400 only on an operation that takes keys; one
-	// that does not ignores it (the key is then "": not passed on as
-	// baggage either), since many clients send bare UUIDs everywhere.
-	if kerr != nil {
-		if pol, _ := a.k.Idempotency(rt.desc.ID); pol.Enabled {
-			req.Reject = kerr
-			a.k.Serve(ctx, req, x.answer)
-			return nil
-		}
-	}
+	var u kernel.Unary
+	a.caller(&u.Caller, r, rt.name, rt.desc.Path, x)
 	if a.cfg.callerDeadlines {
 		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
 		if err != nil {
-			req.Reject = badDeadline(header)
-			a.k.Serve(ctx, req, x.answer)
+			x.respond(rt.op.Reject(ctx, u.Caller, badDeadline(header)))
 			return nil
 		}
-		req.Deadline = d
+		u.Deadline = d
 	}
-	req.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
-	a.k.Serve(ctx, req, x.answer)
+	u.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
+	rt.op.Serve(ctx, u, x.answer)
 	return nil
+}
+
+// caller fills in c for the request r of the route named route (path is
+// its template; "" when none matched). A malformed Idempotency-Key is
+// the kernel's to judge: a 400 only on an operation that takes keys.
+func (a *Adapter) caller(c *kernel.Caller, r *http.Request, route, path string, x *exchange) {
+	c.Protocol, c.Route, c.Arrival = pipeline.ProtocolHTTP, route, x.start
+	c.Transport = x.transport(r, path)
+	c.Priority = headerValue(r.Header, HeaderPriority)
+	c.IdempotencyKey, c.BadIdempotencyKey = idempotencyKey(r)
 }
 
 // decode reads the request body, bounded by the invocation's effective
@@ -225,24 +217,24 @@ func (rt *route) decode(c echo.Context, x *exchange, deadline time.Time) (any, e
 	return in, nil
 }
 
-// idempotencyKey returns the Idempotency-Key header's key, or "" when it is
-// absent. The key is an RFC 9651 sf-string: "..." with \" and \\ escapes,
-// as draft-ietf-httpapi-idempotency-key-header requires. It holds 1 to 255
-// printable ASCII characters. Any other value, or a repeated header, gives
-// "" with a 400 KERNEL_VALIDATION_005.
-func idempotencyKey(r *http.Request) (string, *pipeline.Error) {
+// idempotencyKey returns the Idempotency-Key header's key, "" when it is
+// absent. It reports bad when the header is repeated, too long, or not a
+// non-empty structured-field string (RFC 9651 sf-string, as
+// draft-ietf-httpapi-idempotency-key-header requires: "..." with \" and
+// \\ escapes). The kernel checks the key's own grammar.
+func idempotencyKey(r *http.Request) (key string, bad bool) {
 	vs := r.Header["Idempotency-Key"]
 	if len(vs) == 0 {
-		return "", nil
+		return "", false
 	}
 	if len(vs) > 1 || len(vs[0]) > 2*maxIdempotencyKey+2 {
-		return "", kernel.ErrIdempotencyKeyMalformed()
+		return "", true
 	}
 	key, ok := parseSFString(strings.Trim(vs[0], " \t"))
-	if !ok || !kernel.ValidIdempotencyKey(key) {
-		return "", kernel.ErrIdempotencyKeyMalformed()
+	if !ok || key == "" {
+		return "", true
 	}
-	return key, nil
+	return key, false
 }
 
 // parseSFString decodes an RFC 9651 sf-string: DQUOTE *( unescaped /
@@ -272,11 +264,11 @@ func parseSFString(s string) (string, bool) {
 
 // requestContext is the invocation's parent context: the request's (which
 // ends when the client goes away), carrying the caller's W3C trace context
-// and baggage (telemetry.ExtractHTTP), so that the invocation's span
+// and baggage (propagation.ExtractHTTP), so that the invocation's span
 // continues the caller's trace and the kernel finds the baggage. A baggage
 // header over the limit is dropped whole, with a warning, before anything
 // parses it. Callers send such headers at will: their records are sampled
-// (telemetry.LogSampler).
+// (logs.Sampler).
 func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 	h := r.Header
 	bag, hasTrace := h["Baggage"], len(h["Traceparent"]) > 0
@@ -292,7 +284,7 @@ func (a *Adapter) requestContext(r *http.Request, name string) context.Context {
 		h = h.Clone()
 		delete(h, "Baggage")
 	}
-	return telemetry.ExtractHTTP(r.Context(), h)
+	return propagation.ExtractHTTP(r.Context(), h)
 }
 
 // msgBaggageDropped is the message of the record of a dropped baggage header.
@@ -420,9 +412,9 @@ func (x *exchange) release() {
 }
 
 // transport describes the request for the OpenTelemetry semantic
-// conventions (telemetry.Transport): route is the matched route template,
+// conventions (kernel.Transport): route is the matched route template,
 // "" when none matched.
-func (x *exchange) transport(r *http.Request, route string) telemetry.Transport {
+func (x *exchange) transport(r *http.Request, route string) kernel.Transport {
 	scheme, version := "http", "1.1"
 	if r.TLS != nil {
 		scheme = "https"
@@ -435,7 +427,7 @@ func (x *exchange) transport(r *http.Request, route string) telemetry.Transport 
 			version = "1.0"
 		}
 	}
-	return telemetry.Transport{Method: r.Method, Route: route, Scheme: scheme, Path: r.URL.Path,
+	return kernel.Transport{Method: r.Method, Route: route, Scheme: scheme, Path: r.URL.Path,
 		Host: r.Host, ProtocolVersion: version, Status: x.statusFn}
 }
 

@@ -22,7 +22,7 @@ const (
 	// WithRelativeDeadlineHeader.
 	DefaultRelativeDeadlineHeader = "Sundial-Timeout-Ms"
 	// HeaderPriority carries the class the caller asks for: "critical",
-	// "default" or "sheddable" (kernel.Request.Priority). It can only
+	// "default" or "sheddable" (kernel.Caller.Priority). It can only
 	// lower the operation's configured class; a value naming no class is
 	// a 400, KERNEL_VALIDATION_009.
 	HeaderPriority = "Sundial-Priority"

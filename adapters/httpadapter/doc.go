@@ -5,7 +5,7 @@
 // [Mount] puts every registered operation that has an HTTP method and path
 // on an *echo.Echo the application owns. The adapter decodes and encodes;
 // the kernel does the rest. A request becomes one call of
-// kernel.Kernel.Serve. The adapter reads the caller's deadline. It
+// kernel.Op.Serve. The adapter reads the caller's deadline. It
 // extracts the W3C trace context and baggage into the request's context.
 // It binds the body, path and query into the operation's input. Then it
 // hands the call to the kernel. The kernel computes the effective deadline,
@@ -16,7 +16,7 @@
 //
 // Some requests are turned away before the pipeline: a malformed deadline
 // header, a body that does not decode or is too large, echo's 404 and 405.
-// They go through the kernel too, as rejections (kernel.Request.Reject).
+// They go through the kernel too, as rejections (kernel.Op.Reject, or kernel.Kernel.Reject for no route).
 // Nothing runs, but they are observed and carry a trace ID.
 //
 // The caller's deadline arrives as Sundial-Deadline or Sundial-Timeout-Ms.

@@ -25,7 +25,7 @@ import (
 // Nothing is written when the response is already committed.
 //
 // Each such error goes to the kernel's host pipeline as a rejection
-// (kernel.Request.Reject). So it gets a span, metrics and a trace ID like
+// (kernel.Op.Reject, or kernel.Kernel.Reject for no route). So it gets a span, metrics and a trace ID like
 // any other call; nothing runs. It is named "METHOD /route". echo's 404
 // and 405 are "METHOD (unmatched)", whatever the path. So a scan cannot
 // use up the telemetry's bounded route names.
@@ -54,12 +54,8 @@ func (a *Adapter) HTTPErrorHandler(err error, c echo.Context) {
 	}
 	route = r.Method + " " + route
 	x.reject(e, status)
-	a.k.Serve(a.requestContext(r, route), kernel.Request{
-		Protocol:  pipeline.ProtocolHTTP,
-		Route:     route,
-		Reject:    e,
-		Transport: tr,
-	}, x.answer)
+	x.respond(a.k.Reject(a.requestContext(r, route),
+		kernel.Caller{Protocol: pipeline.ProtocolHTTP, Route: route, Transport: tr}, e))
 }
 
 // unmatchedRoute names the invocations of requests that matched no route.
@@ -143,13 +139,13 @@ func echoKind(code int) (pipeline.Kind, string) {
 
 // Wrap runs an application's own echo handler through the kernel's host
 // pipeline. Such a host endpoint is, for example, a health check. It runs
-// as kernel.Request.Handler with no operation. So it gets the caller's
+// as a kernel.HostCall, with no operation. So it gets the caller's
 // deadline: its request context ends at it. It gets the application
 // middleware, a span, metrics and a trace ID, and Problem Details for its
 // errors. Its access log record is named "METHOD /route". Per-operation
 // limits do not apply. A host handler writes its own response, so nothing
 // can answer for it at the deadline. It runs on the request's goroutine
-// (kernel.Kernel.Invoke). A handler that ignores its context holds its
+// (kernel.Kernel.Host). A handler that ignores its context holds its
 // response until it returns.
 func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -163,25 +159,17 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 		defer x.release()
 		x.name = r.Method + " " + c.Path()
 		ctx := a.requestContext(r, x.name)
-		req := kernel.Request{
-			Protocol:  pipeline.ProtocolHTTP,
-			Route:     x.name,
-			Arrival:   x.start,
-			Transport: x.transport(r, c.Path()),
-		}
-		if key, kerr := idempotencyKey(r); kerr == nil {
-			req.IdempotencyKey = key
-		}
+		hc := kernel.HostCall{}
+		a.caller(&hc.Caller, r, x.name, c.Path(), x)
 		if a.cfg.callerDeadlines {
 			d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
 			if err != nil {
-				req.Reject = badDeadline(header)
-				x.respond(a.k.Invoke(ctx, req))
+				x.respond(a.k.Reject(ctx, hc.Caller, badDeadline(header)))
 				return nil
 			}
-			req.Deadline = d
+			hc.Deadline = d
 		}
-		req.Handler = func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+		hc.Handler = func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
 			c.SetRequest(r.WithContext(ctx))
 			defer c.SetRequest(r)
 			err := h(c)
@@ -196,7 +184,7 @@ func (a *Adapter) Wrap(h echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return nil, err
 		}
-		x.respond(a.k.Invoke(ctx, req))
+		x.respond(a.k.Host(ctx, hc))
 		return nil
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
@@ -206,7 +206,7 @@ func (app *testApp) baggageProbe() pipeline.Middleware {
 			inv.RangeBaggage(func(k, v string) bool { m[k] = v; return true })
 			app.mu.Lock()
 			app.baggage = m
-			app.idemKey, app.ctxIdemKey = inv.IdempotencyKey(), telemetry.IdempotencyKey(ctx)
+			app.idemKey, app.ctxIdemKey = inv.IdempotencyKey(), propagation.IdempotencyKey(ctx)
 			app.mu.Unlock()
 		}
 		return next(ctx, inv)

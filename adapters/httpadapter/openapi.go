@@ -196,8 +196,7 @@ func (b *openAPIBuilder) describeSuccess(op *openapi3.Operation, rt *route) erro
 // describeProblems adds to op the Problem Details answers the effective
 // policy of rt's operation can produce, and the default answer.
 func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bool) {
-	d := rt.desc
-	pol := a.k.PolicyFor(d.ID)
+	pol := rt.op.Policy()
 	problem(op, http.StatusBadRequest, badInput+" or a deadline header is malformed.")
 	if hasBody {
 		problem(op, http.StatusRequestEntityTooLarge, "VALIDATION: the body is over the limit.")
@@ -229,7 +228,7 @@ func (a *Adapter) describeProblems(op *openapi3.Operation, rt *route, hasBody bo
 			describeLimits(op, what)
 		}
 	}
-	if ip, _ := a.k.Idempotency(d.ID); ip.Enabled {
+	if ip, _ := rt.op.Idempotency(); ip.Enabled {
 		describeIdempotency(op, ip.Required, rt.success)
 	}
 	problem(op, http.StatusInternalServerError, "UNEXPECTED: the handler failed unexpectedly.")
@@ -326,9 +325,9 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 		WithSchema(openapi3.NewDateTimeSchema()))
 	op.AddParameter(openapi3.NewHeaderParameter(HeaderPriority).
 		WithDescription(fmt.Sprintf("The class of this call; it can only lower the operation's class (%s). "+
-			"A value naming no class is a 400 KERNEL_VALIDATION_009.", rt.a.k.PolicyFor(rt.desc.ID).Priority)).
+			"A value naming no class is a 400 KERNEL_VALIDATION_009.", rt.op.Policy().Priority)).
 		WithSchema(openapi3.NewStringSchema().WithEnum("critical", "default", "sheddable")))
-	idem, _ := rt.a.k.Idempotency(rt.desc.ID)
+	idem, _ := rt.op.Idempotency()
 	op.AddParameter(openapi3.NewHeaderParameter("Idempotency-Key").
 		WithDescription(idempotencyKeyDescription(idem.Enabled)).
 		WithSchema(idempotencyKeySchema()))

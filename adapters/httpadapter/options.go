@@ -95,7 +95,7 @@ func WithCallerDeadlines(trust bool) Option {
 // WithBaggageLimit sets the largest W3C baggage header, in bytes, that is
 // read at all. A larger header is dropped whole, before it is parsed, with
 // a warning in the log; the request goes on without baggage. What is read
-// is copied onto the invocation by the kernel, within telemetry.Baggage's
+// is copied onto the invocation by the kernel, within propagation.Baggage's
 // bounds (32 members, 4096 bytes). The default is 8192 bytes (the W3C
 // limit); n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 )
 
 // Transport is an http.RoundTripper that carries the deadline of each
@@ -27,7 +27,7 @@ import (
 // no deadline header. One whose deadline has passed is not sent at all; it
 // fails with an error wrapping context.DeadlineExceeded. Transport also
 // writes the W3C trace context and baggage of the request's context
-// (telemetry.InjectHTTP: traceparent, tracestate, baggage). So the
+// (propagation.InjectHTTP: traceparent, tracestate, baggage). So the
 // server's span continues the caller's trace.
 //
 // Deadlines, trace context and baggage are the caller's business. Give a
@@ -244,7 +244,7 @@ func (t *Transport) send(req *http.Request) (*http.Response, error) {
 		if r2 == nil {
 			r2 = req.Clone(ctx)
 		}
-		telemetry.InjectHTTP(ctx, r2.Header)
+		propagation.InjectHTTP(ctx, r2.Header)
 	}
 	if r2 == nil {
 		return t.base.RoundTrip(req)

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/outbound"
@@ -129,7 +129,7 @@ func TestTransportAttemptsShareKeyAndTrace(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	ctx, parent := tp.Tracer("test").Start(t.Context(), "checkout")
-	ctx, _ = telemetry.WithIdempotencyKey(ctx, "charge-7")
+	ctx, _ = propagation.WithIdempotencyKey(ctx, "charge-7")
 	c := dependencyClient(t, dependency(t, nil), nil)
 	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, strings.NewReader(`{}`))
 	resp, err := c.Do(req)

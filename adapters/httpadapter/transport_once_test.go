@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/outbound"
@@ -104,7 +104,7 @@ func TestTransportOnceBodyIsNotHedged(t *testing.T) {
 			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(string(b))), Request: r}, nil
 		})
 		c := &http.Client{Transport: httpadapter.NewTransport(base, httpadapter.WithDependency(dep))}
-		ctx, _ := telemetry.WithIdempotencyKey(t.Context(), "k-1")
+		ctx, _ := propagation.WithIdempotencyKey(t.Context(), "k-1")
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		done := make(chan string, 1)

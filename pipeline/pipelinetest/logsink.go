@@ -109,7 +109,7 @@ func (s *LogSink) WaitFor(timeout time.Duration, match func(Record) bool) (Recor
 // WaitSampled waits up to timeout until the records whose message is msg
 // account for want events, and returns their counts: own, the records
 // of one event each; suppressed, the sum of the "suppressed" attribute of
-// the summaries of a sampled logger (telemetry.SampledLogger).
+// the summaries of a sampled logger (logs.Sampled).
 func (s *LogSink) WaitSampled(timeout time.Duration, msg string, want int64) (own, suppressed int64) {
 	count := func() {
 		own, suppressed = 0, 0

@@ -17,7 +17,7 @@ import (
 )
 
 // baggageIdempotencyKey is the baggage key of a caller's idempotency key
-// (telemetry.BaggageIdempotencyKey, which resilience may not import).
+// (propagation.BaggageIdempotencyKey, which resilience may not import).
 const baggageIdempotencyKey = "sundial.idempotency-key"
 
 // CodeDependencyUnavailable is the code of the UNAVAILABLE outcome of a call

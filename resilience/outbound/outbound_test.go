@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 )
@@ -39,7 +39,7 @@ func unavailable() error {
 }
 
 func withKey(ctx context.Context) context.Context {
-	ctx, _ = telemetry.WithIdempotencyKey(ctx, "k-1")
+	ctx, _ = propagation.WithIdempotencyKey(ctx, "k-1")
 	return ctx
 }
 
@@ -491,7 +491,7 @@ func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
 			p.CreateKey, p.BackoffBase, p.BackoffMax = tc.create, time.Millisecond, time.Millisecond
 			var keys []string
 			_ = dep(t, p).Do(tc.ctx, func(ctx context.Context) error {
-				keys = append(keys, baggage.FromContext(ctx).Member(telemetry.BaggageIdempotencyKey).Value())
+				keys = append(keys, baggage.FromContext(ctx).Member(propagation.BaggageIdempotencyKey).Value())
 				return timeout
 			})
 			if len(keys) != len(tc.want) {
@@ -510,7 +510,7 @@ func TestCreateKeyGivesEveryAttemptTheSameKey(t *testing.T) {
 // TestBaggageIdempotencyKeyIsTelemetrys: outbound's copy of the baggage key
 // is the kernel's.
 func TestBaggageIdempotencyKeyIsTelemetrys(t *testing.T) {
-	if baggageIdempotencyKey != telemetry.BaggageIdempotencyKey {
-		t.Errorf("%q, want %q", baggageIdempotencyKey, telemetry.BaggageIdempotencyKey)
+	if baggageIdempotencyKey != propagation.BaggageIdempotencyKey {
+		t.Errorf("%q, want %q", baggageIdempotencyKey, propagation.BaggageIdempotencyKey)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/outbound"
@@ -169,8 +169,8 @@ func (g *Gateway) Register(reg *operations.Registry) error {
 // attempt that succeeds gets that charge's receipt.
 func (g *Gateway) Checkout(ctx context.Context, in SubmitOrder) (OrderResult, error) {
 	g.journal.Record(ctx, "checkout", "strategy", in.Strategy)
-	if g.cfg.CheckoutAttempts > 1 && !g.cfg.RetryWithoutKey && telemetry.IdempotencyKey(ctx) == "" {
-		ctx, _ = telemetry.WithIdempotencyKey(ctx, "checkout-"+rand.Text())
+	if g.cfg.CheckoutAttempts > 1 && !g.cfg.RetryWithoutKey && propagation.IdempotencyKey(ctx) == "" {
+		ctx, _ = propagation.WithIdempotencyKey(ctx, "checkout-"+rand.Text())
 	}
 	var (
 		out OrderResult
@@ -198,7 +198,7 @@ func (g *Gateway) Checkout(ctx context.Context, in SubmitOrder) (OrderResult, er
 // submit is one attempt of a checkout, capped at CheckoutAttemptTimeout.
 func (g *Gateway) submit(ctx context.Context, in SubmitOrder, attempt int) (OrderResult, error) {
 	if g.cfg.CheckoutAttempts > 1 {
-		g.journal.Record(ctx, "checkout-attempt", "attempt", strconv.Itoa(attempt), "key", telemetry.IdempotencyKey(ctx))
+		g.journal.Record(ctx, "checkout-attempt", "attempt", strconv.Itoa(attempt), "key", propagation.IdempotencyKey(ctx))
 	}
 	if g.cfg.CheckoutAttemptTimeout > 0 {
 		var cancel context.CancelFunc

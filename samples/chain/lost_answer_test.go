@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
@@ -72,7 +72,7 @@ func TestExperiment8LostAnswerRetriedByTheDependency(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		if tc.callerKey {
-			ctx, _ = telemetry.WithIdempotencyKey(ctx, "order-77")
+			ctx, _ = propagation.WithIdempotencyKey(ctx, "order-77")
 		}
 		var r Receipt
 		err = client.a.Call(ctx, cc, "billing.charge", Charge{OrderID: "order-77", Amount: 30}, &r, grpcadapter.WithCallDependency(dep))

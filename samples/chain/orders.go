@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/outbound"
@@ -252,7 +252,7 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 // amount, same key — is then the same request, and Billing replays the
 // first attempt's charge instead of refusing a different input with 422.
 func (s *Orders) orderID(ctx context.Context) string {
-	if key := telemetry.IdempotencyKey(ctx); key != "" {
+	if key := propagation.IdempotencyKey(ctx); key != "" {
 		sum := sha256.Sum256([]byte(key))
 		return "ord-" + hex.EncodeToString(sum[:6])
 	}

@@ -70,7 +70,10 @@ func contenders(static int) []contender {
 // operation's own TimeoutSeconds is the call's deadline, so a call that
 // runs out of time is the operation's timeout, a sample for the adaptive
 // controller, as it is in a service whose operations set their timeouts.
-type sundialGuard struct{ k *kernel.Kernel }
+type sundialGuard struct {
+	k  *kernel.Kernel
+	op *kernel.Op // the operation's handle, taken once
+}
 
 // work is the operation's input: the call's work, not JSON (the kernel is
 // called in process with the decoded input).
@@ -93,11 +96,11 @@ func newSundial(limit string, d time.Duration) (guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sundialGuard{k}, nil
+	return sundialGuard{k, k.Operations()[0]}, nil
 }
 
 func (g sundialGuard) do(arrival time.Time, _ time.Duration, serve serveFunc) error {
-	return g.k.Invoke(context.Background(), kernel.Request{Operation: opID, Arrival: arrival, Input: &work{serve}}).Err
+	return g.op.Invoke(context.Background(), kernel.Unary{Caller: kernel.Caller{Arrival: arrival}, Input: &work{serve}}).Err
 }
 
 func (g sundialGuard) limit() int {

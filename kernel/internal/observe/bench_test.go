@@ -11,7 +11,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -26,19 +25,19 @@ import (
 //     cost when they are on;
 //   - sdk-metrics-only: the SDK meter provider, no tracer;
 //   - sdk-http-semconv, sdk-metrics-only-http-semconv: the same, for an
-//     HTTP request described by a telemetry.Transport, as the HTTP adapter
+//     HTTP request described by an observe.Transport, as the HTTP adapter
 //     does: the span and http.server.request.duration also get the
 //     OpenTelemetry conventions' attributes.
 func BenchmarkDiagnostics(b *testing.B) {
 	d := op("bench.op")
 	tp, mp := sdkProviders(b)
 	status := func(error) int { return 201 }
-	httpReq := &telemetry.Transport{Method: "POST", Route: "/orders", Scheme: "http", Path: "/orders",
+	httpReq := &observe.Transport{Method: "POST", Route: "/orders", Scheme: "http", Path: "/orders",
 		Host: "127.0.0.1:5000", ProtocolVersion: "1.1", Status: status}
 	cases := []struct {
 		name string
 		o    *observe.Op
-		tr   *telemetry.Transport
+		tr   *observe.Transport
 	}{
 		{"global-default", observe.New().Operation(d), nil},
 		{"noop", observe.New(

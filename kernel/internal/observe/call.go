@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
@@ -36,7 +35,7 @@ type Call struct {
 // Start starts observing inv, which arrived at start. When a tracer is
 // installed, it starts the invocation's span as a child of ctx's span
 // context. That is a local span, or a caller's extracted with
-// [telemetry.ExtractHTTP] or [telemetry.ExtractGRPC]. Start returns ctx
+// [propagation.ExtractHTTP] or [propagation.ExtractGRPC]. Start returns ctx
 // carrying the span. Run the invocation under that context, so that outbound
 // calls continue its trace. End the returned Call with the invocation's
 // outcome.
@@ -52,7 +51,7 @@ func (o *Op) Start(ctx context.Context, inv *pipeline.Invocation, start time.Tim
 // describes (nil: none). The span and the conventions' duration metric then
 // also carry the conventions' HTTP or RPC server attributes. That metric is
 // MetricHTTPServerDuration or MetricRPCServerDuration.
-func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *telemetry.Transport) (context.Context, *Call) {
+func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start time.Time, tr *Transport) (context.Context, *Call) {
 	if o == nil {
 		return ctx, nil
 	}

@@ -30,9 +30,10 @@
 //
 // It is internal to the kernel. Applications turn it on and off with the
 // kernel's options: WithTelemetry, WithTracerProvider, WithMeterProvider and
-// WithAccessLog. What adapters and handlers use is in the public package
-// kernel/telemetry. That is propagation, the idempotency key in baggage, and
-// [telemetry.Transport]. The attribute and metric names are constants here.
+// WithAccessLog. What adapters and handlers use is in the public packages
+// kernel and kernel/propagation: propagation, the idempotency key in
+// baggage, and kernel.Transport. The attribute and metric names are
+// constants here.
 // The guide (docs/observability.md) explains each of them, and is their
 // contract.
 package observe

@@ -19,7 +19,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sundial-go/sundial/kernel/internal/observe"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
@@ -456,7 +456,7 @@ func TestInvocationMetrics(t *testing.T) {
 func TestRemoteParentContinued(t *testing.T) {
 	h := newHarness(t)
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	ctx := telemetry.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {traceparent}})
+	ctx := propagation.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {traceparent}})
 	c := runCall(h.tel.Operation(op("test.ok")), ctx, httpInv("test.ok", 0), t0, t0, nil)
 	s := h.onlySpan(t)
 	if got := s.SpanContext().TraceID().String(); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
@@ -631,7 +631,7 @@ func TestNoopCostsNothing(t *testing.T) {
 		CallerDeadline: t0.Add(time.Second),
 		Deadline:       t0.Add(time.Second),
 	})
-	ctx := telemetry.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+	ctx := propagation.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := observe.New(tt.opts...).Operation(op("bench.op"))
@@ -660,7 +660,7 @@ func TestAccessLogOnly(t *testing.T) {
 	var buf bytes.Buffer
 	tel := observe.New(observe.WithTracerProvider(tracenoop.NewTracerProvider()),
 		observe.WithAccessLog(slog.New(slog.NewJSONHandler(&buf, nil))))
-	ctx := telemetry.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+	ctx := propagation.ExtractHTTP(context.Background(), map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
 	got, c := tel.Operation(op("test.missing")).Start(ctx, httpInv("test.missing", 0), t0)
 	if got != ctx {
 		t.Errorf("Start changed the context without a tracer")
@@ -706,7 +706,7 @@ func TestIdempotencyKeyAttribute(t *testing.T) {
 		h := newHarness(t)
 		inv := pipeline.NewInvocation(pipeline.Spec{
 			Operation:      op("orders.create"),
-			Baggage:        map[string]string{telemetry.BaggageIdempotencyKey: key},
+			Baggage:        map[string]string{propagation.BaggageIdempotencyKey: key},
 			IdempotencyKey: key, // as the kernel's edge takes it from the baggage
 		})
 		runCall(h.tel.Operation(op("orders.create")), context.Background(), inv, t0, t0, nil)
@@ -729,7 +729,7 @@ func TestIdempotencyKeyAttribute(t *testing.T) {
 // TestIdempotencyKeyFromContext: IdempotencyKey reads the baggage member
 // the kernel puts into the handler's context.
 func TestIdempotencyKeyFromContext(t *testing.T) {
-	m, err := baggage.NewMemberRaw(telemetry.BaggageIdempotencyKey, "order-7f3a")
+	m, err := baggage.NewMemberRaw(propagation.BaggageIdempotencyKey, "order-7f3a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,10 +737,10 @@ func TestIdempotencyKeyFromContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := telemetry.IdempotencyKey(baggage.ContextWithBaggage(context.Background(), b)); got != "order-7f3a" {
+	if got := propagation.IdempotencyKey(baggage.ContextWithBaggage(context.Background(), b)); got != "order-7f3a" {
 		t.Errorf("IdempotencyKey = %q, want order-7f3a", got)
 	}
-	if got := telemetry.IdempotencyKey(context.Background()); got != "" {
+	if got := propagation.IdempotencyKey(context.Background()); got != "" {
 		t.Errorf("IdempotencyKey without baggage = %q, want \"\"", got)
 	}
 }

@@ -1,8 +1,8 @@
 package observe
 
 // ScopeName is the instrumentation scope of the tracer and meter the
-// package uses. It keeps the path of the public package kernel/telemetry,
-// the name dashboards and docs/observability.md know.
+// package uses. Its value is fixed: dashboards and docs/observability.md
+// know it.
 const ScopeName = "github.com/sundial-go/sundial/kernel/telemetry"
 
 // Metric names. Units follow the OpenTelemetry conventions (seconds for

@@ -8,8 +8,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-
-	"github.com/sundial-go/sundial/kernel/telemetry"
 )
 
 // SemconvSchemaURL is the version of the OpenTelemetry semantic conventions
@@ -19,7 +17,7 @@ const SemconvSchemaURL = semconv.SchemaURL
 
 // Metric names of the OpenTelemetry semantic conventions (v1.43.0), in
 // seconds, recorded beside MetricInvocationDuration for HTTP and gRPC
-// invocations whose adapter described the request ([telemetry.Transport]).
+// invocations whose adapter described the request ([Transport]).
 const (
 	// MetricHTTPServerDuration is http.server.request.duration, by
 	// http.request.method, url.scheme, http.route (when a route matched),
@@ -45,9 +43,18 @@ const (
 	maxSemconvMetricAttrSet = 1024
 )
 
+// Transport describes the protocol request of one call (kernel.Transport,
+// which has the same fields and converts to it).
+type Transport struct {
+	Method, Route, Scheme, Path, Host, ProtocolVersion string
+	RPCMethod                                          string
+	RPCUnknown                                         bool
+	Status                                             func(err error) int
+}
+
 // transport is the Transport of one call, with the methods that turn it
 // into the conventions' attributes.
-type transport telemetry.Transport
+type transport Transport
 
 // isHTTP and isRPC report which conventions t describes.
 func (t *transport) isHTTP() bool { return t.Method != "" }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -16,20 +16,20 @@ import (
 func TestTransportAttributes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		tr   *telemetry.Transport
+		tr   *observe.Transport
 		err  error
 		want map[string]string
 		none []string
 	}{
-		{"https without a port", &telemetry.Transport{Method: "GET", Scheme: "https", Host: "shop.example"}, nil,
+		{"https without a port", &observe.Transport{Method: "GET", Scheme: "https", Host: "shop.example"}, nil,
 			map[string]string{"server.address": "shop.example", "server.port": "443", "http.response.status_code": "200"}, []string{"error.type"}},
-		{"http with a port", &telemetry.Transport{Method: "GET", Scheme: "http", Host: "[::1]:8080"}, pipeline.NewError(pipeline.KindUnexpected, "X_001", "x"),
+		{"http with a port", &observe.Transport{Method: "GET", Scheme: "http", Host: "[::1]:8080"}, pipeline.NewError(pipeline.KindUnexpected, "X_001", "x"),
 			map[string]string{"server.address": "::1", "server.port": "8080", "http.response.status_code": "500", "error.type": "500"}, nil},
-		{"http without a port", &telemetry.Transport{Method: "GET", Scheme: "http", Host: "shop.example"}, nil,
+		{"http without a port", &observe.Transport{Method: "GET", Scheme: "http", Host: "shop.example"}, nil,
 			map[string]string{"server.port": "80"}, nil},
-		{"grpc failure without Status", &telemetry.Transport{RPCMethod: "/a.v1.S/M"}, pipeline.NewError(pipeline.KindUnexpected, "X_001", "x"),
+		{"grpc failure without Status", &observe.Transport{RPCMethod: "/a.v1.S/M"}, pipeline.NewError(pipeline.KindUnexpected, "X_001", "x"),
 			map[string]string{"rpc.method": "a.v1.S/M", "rpc.service": "a.v1.S", "rpc.response.status_code": "INTERNAL", "rpc.grpc.status_code": "13", "error.type": "INTERNAL"}, nil},
-		{"zero", &telemetry.Transport{}, nil, nil,
+		{"zero", &observe.Transport{}, nil, nil,
 			[]string{"http.request.method", "http.response.status_code", "rpc.system.name", "rpc.method", "error.type", "server.port"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package priority reads a call's class (pipeline.Priority) from what a
 // caller sends. The sources are the Sundial-Priority header, the gRPC
 // metadata entry and the CLI's --priority. The baggage member
-// telemetry.BaggagePriority and the Priority policy key are sources too.
+// propagation.BaggagePriority and the Priority policy key are sources too.
 package priority
 
 import "github.com/sundial-go/sundial/pipeline"

@@ -44,7 +44,7 @@ func FuzzShopOrderInput(f *testing.F) {
 	if _, err := httpadapter.Mount(e, k); err != nil {
 		f.Fatal(err)
 	}
-	d, _ := k.Lookup("orders.create")
+	d := descriptorOf(k, "orders.create")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

@@ -21,7 +21,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/cliadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
@@ -141,7 +141,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	o.setDefaults()
 	// OpenTelemetry's errors (a failed export) join the log, until the
 	// providers have shut down.
-	defer telemetry.LogErrors(o.Logger)()
+	defer logs.OTelErrors(o.Logger)()
 	tel, err := startServeTelemetry(ctx, o)
 	if err != nil {
 		return err

@@ -22,7 +22,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/logs"
 )
 
 // meterName is the instrumentation scope of the shop's own instruments
@@ -174,7 +174,7 @@ func startCLITracing(ctx context.Context, getenv func(string) string, logger *sl
 			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
 			sdktrace.WithBatcher(texp),
 		),
-		restore: telemetry.LogErrors(logger),
+		restore: logs.OTelErrors(logger),
 	}, nil
 }
 

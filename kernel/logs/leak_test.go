@@ -1,4 +1,4 @@
-package telemetry_test
+package logs_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package telemetry_test
+package logs_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	klogs "github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
@@ -22,7 +22,7 @@ func keepErrorHandler(t *testing.T) {
 }
 
 // TestLogErrorsRoutesExportFailures: a span export to a closed port is
-// one structured record at Error on the logger LogErrors was given, not a
+// one structured record at Error on the logger OTelErrors was given, not a
 // line of plain text.
 func TestLogErrorsRoutesExportFailures(t *testing.T) {
 	keepErrorHandler(t)
@@ -41,7 +41,7 @@ func TestLogErrorsRoutesExportFailures(t *testing.T) {
 	defer tp.Shutdown(context.Background())
 
 	var logs pipelinetest.LogSink
-	restore := telemetry.LogErrors(logs.Logger())
+	restore := klogs.OTelErrors(logs.Logger())
 	defer restore()
 	_, span := tp.Tracer("test").Start(context.Background(), "call")
 	span.End()
@@ -56,15 +56,15 @@ func TestLogErrorsRoutesExportFailures(t *testing.T) {
 	}
 }
 
-// TestLogErrorsRestore: the function LogErrors returns gives the errors
-// back to the logger in force before, and LogErrors installs its handler
+// TestLogErrorsRestore: the function OTelErrors returns gives the errors
+// back to the logger in force before, and OTelErrors installs its handler
 // again over one installed since.
 func TestLogErrorsRestore(t *testing.T) {
 	keepErrorHandler(t)
 	var outer, inner pipelinetest.LogSink
-	restoreOuter := telemetry.LogErrors(outer.Logger())
+	restoreOuter := klogs.OTelErrors(outer.Logger())
 	defer restoreOuter()
-	restoreInner := telemetry.LogErrors(inner.Logger())
+	restoreInner := klogs.OTelErrors(inner.Logger())
 	otel.Handle(errors.New("first"))
 	restoreInner()
 	otel.Handle(errors.New("second"))
@@ -77,9 +77,9 @@ func TestLogErrorsRestore(t *testing.T) {
 
 	var other pipelinetest.LogSink
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
-	defer telemetry.LogErrors(other.Logger())()
+	defer klogs.OTelErrors(other.Logger())()
 	otel.Handle(errors.New("third"))
 	if len(other.Records()) != 1 {
-		t.Errorf("after another handler was installed, LogErrors' logger got %d records, want 1", len(other.Records()))
+		t.Errorf("after another handler was installed, OTelErrors' logger got %d records, want 1", len(other.Records()))
 	}
 }

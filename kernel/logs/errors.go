@@ -1,4 +1,4 @@
-package telemetry
+package logs
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// errorLogger is the logger LogErrors routes OpenTelemetry's errors to;
+// errorLogger is the logger OTelErrors routes OpenTelemetry's errors to;
 // nil: slog.Default.
 var errorLogger atomic.Pointer[slog.Logger]
 
-// errorRouter is the otel.ErrorHandler LogErrors installs.
+// errorRouter is the otel.ErrorHandler OTelErrors installs.
 type errorRouter struct{}
 
 // Handle logs err at Error on the logger in force.
@@ -31,7 +31,7 @@ func (errorRouter) Handle(err error) {
 // installMu serialises the check and the installation of errorRouter.
 var installMu sync.Mutex
 
-// LogErrors makes l the destination of the errors OpenTelemetry reports
+// OTelErrors makes l the destination of the errors OpenTelemetry reports
 // through its global handler (otel.Handle): a span or metric export that
 // failed, an exporter's full queue. Each becomes one record at Error,
 // "sundial: opentelemetry error", with the error in "error". Without it,
@@ -42,7 +42,7 @@ var installMu sync.Mutex
 // logger in force before; with none, they go to slog.Default. Call it
 // once the providers have shut down, so that their last errors are logged
 // too.
-func LogErrors(l *slog.Logger) (restore func()) {
+func OTelErrors(l *slog.Logger) (restore func()) {
 	installMu.Lock()
 	if _, ok := otel.GetErrorHandler().(errorRouter); !ok {
 		otel.SetErrorHandler(errorRouter{})

@@ -1,4 +1,4 @@
-package telemetry
+package propagation
 
 // MaxBaggageMembers is maxBaggageMembers, for the tests.
 const MaxBaggageMembers = maxBaggageMembers

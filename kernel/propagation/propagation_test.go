@@ -1,4 +1,4 @@
-package telemetry_test
+package propagation_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -46,19 +46,19 @@ func TestPropagationRoundTrip(t *testing.T) {
 	}{
 		{
 			name:    "http",
-			inject:  func(ctx context.Context) any { h := http.Header{}; telemetry.InjectHTTP(ctx, h); return h },
-			extract: func(c any) context.Context { return telemetry.ExtractHTTP(context.Background(), c.(http.Header)) },
+			inject:  func(ctx context.Context) any { h := http.Header{}; propagation.InjectHTTP(ctx, h); return h },
+			extract: func(c any) context.Context { return propagation.ExtractHTTP(context.Background(), c.(http.Header)) },
 			header:  func(c any) string { return c.(http.Header).Get("Traceparent") },
 		},
 		{
 			name: "grpc",
 			inject: func(ctx context.Context) any {
 				md := map[string][]string{}
-				telemetry.InjectGRPC(ctx, md)
+				propagation.InjectGRPC(ctx, md)
 				return md
 			},
 			extract: func(c any) context.Context {
-				return telemetry.ExtractGRPC(context.Background(), c.(map[string][]string))
+				return propagation.ExtractGRPC(context.Background(), c.(map[string][]string))
 			},
 			header: func(c any) string { return strings.Join(c.(map[string][]string)["traceparent"], ",") },
 		},
@@ -87,7 +87,7 @@ func TestPropagationRoundTrip(t *testing.T) {
 // trace, and nothing panics.
 func TestExtractIgnoresMalformed(t *testing.T) {
 	for _, tp := range []string{"", "garbage", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"} {
-		ctx := telemetry.ExtractHTTP(context.Background(), http.Header{"Traceparent": {tp}, "Baggage": {"%%%"}})
+		ctx := propagation.ExtractHTTP(context.Background(), http.Header{"Traceparent": {tp}, "Baggage": {"%%%"}})
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			t.Errorf("ExtractHTTP(traceparent %q) = valid span context %v, want none", tp, sc)
 		}
@@ -97,21 +97,21 @@ func TestExtractIgnoresMalformed(t *testing.T) {
 // TestBaggage: the extracted baggage reaches the invocation, the
 // idempotency key among it.
 func TestBaggage(t *testing.T) {
-	ctx := telemetry.ExtractGRPC(context.Background(), map[string][]string{
+	ctx := propagation.ExtractGRPC(context.Background(), map[string][]string{
 		"baggage": {"sundial.idempotency-key=order-42,tenant=acme%20corp"},
 	})
-	b := telemetry.Baggage(ctx, nil)
+	b := propagation.Baggage(ctx, nil)
 	if len(b) != 2 {
 		t.Errorf("Baggage = %v, want 2 members", b)
 	}
-	inv := pipeline.NewInvocation(pipeline.Spec{Baggage: b, IdempotencyKey: telemetry.IdempotencyKey(ctx)})
+	inv := pipeline.NewInvocation(pipeline.Spec{Baggage: b, IdempotencyKey: propagation.IdempotencyKey(ctx)})
 	if got := inv.IdempotencyKey(); got != "order-42" {
 		t.Errorf("IdempotencyKey() = %q, want order-42", got)
 	}
 	if v, _ := inv.Baggage("tenant"); v != "acme corp" {
 		t.Errorf("Baggage(tenant) = %q, want the decoded \"acme corp\"", v)
 	}
-	if b := telemetry.Baggage(context.Background(), nil); b != nil {
+	if b := propagation.Baggage(context.Background(), nil); b != nil {
 		t.Errorf("Baggage without baggage = %v, want nil", b)
 	}
 }
@@ -127,7 +127,7 @@ func TestBaggageBound(t *testing.T) {
 		wantDropped int
 	}{
 		{"within", []string{"a=1", "b=2"}, 2 + 1, 0},
-		{"too many members", memberList(40, "v"), telemetry.MaxBaggageMembers, 40 + 1 - telemetry.MaxBaggageMembers},
+		{"too many members", memberList(40, "v"), propagation.MaxBaggageMembers, 40 + 1 - propagation.MaxBaggageMembers},
 		// A "big-i" member is 5+1000 bytes of key and value, the key member
 		// 23+2: 25 + 4*1005 = 4045 fit in 4096 bytes, a fifth does not.
 		{"too many bytes", memberList(5, big), 1 + 4, 1},
@@ -137,12 +137,12 @@ func TestBaggageBound(t *testing.T) {
 			members := append([]string{"sundial.idempotency-key=k1"}, tt.members...)
 			ctx := remoteContext(t, members...)
 			var log bytes.Buffer
-			b := telemetry.Baggage(ctx, slog.New(slog.NewTextHandler(&log, nil)))
+			b := propagation.Baggage(ctx, slog.New(slog.NewTextHandler(&log, nil)))
 			if len(b) != tt.wantKept {
 				t.Errorf("Baggage kept %d, want %d", len(b), tt.wantKept)
 			}
-			if b[telemetry.BaggageIdempotencyKey] != "k1" {
-				t.Errorf("idempotency key = %q, want k1 (it is copied first)", b[telemetry.BaggageIdempotencyKey])
+			if b[propagation.BaggageIdempotencyKey] != "k1" {
+				t.Errorf("idempotency key = %q, want k1 (it is copied first)", b[propagation.BaggageIdempotencyKey])
 			}
 			lines := strings.Count(log.String(), "\n")
 			if want := min(tt.wantDropped, 1); lines != want || (want == 1 && !strings.Contains(log.String(), fmt.Sprintf("dropped=%d", tt.wantDropped))) {
@@ -169,31 +169,31 @@ func memberList(n int, value string) []string {
 // extracted context reads back; an invalid key leaves the context as it
 // was.
 func TestWithIdempotencyKey(t *testing.T) {
-	ctx, ok := telemetry.WithIdempotencyKey(context.Background(), "checkout 42;=,x")
-	if !ok || telemetry.IdempotencyKey(ctx) != "checkout 42;=,x" {
-		t.Fatalf("WithIdempotencyKey = %q, %v; want the key set", telemetry.IdempotencyKey(ctx), ok)
+	ctx, ok := propagation.WithIdempotencyKey(context.Background(), "checkout 42;=,x")
+	if !ok || propagation.IdempotencyKey(ctx) != "checkout 42;=,x" {
+		t.Fatalf("WithIdempotencyKey = %q, %v; want the key set", propagation.IdempotencyKey(ctx), ok)
 	}
 	h := http.Header{}
-	telemetry.InjectHTTP(ctx, h)
+	propagation.InjectHTTP(ctx, h)
 	if h.Get("Baggage") == "" {
 		t.Fatal("InjectHTTP wrote no baggage header")
 	}
-	far := telemetry.ExtractHTTP(context.Background(), h)
-	if got := telemetry.IdempotencyKey(far); got != "checkout 42;=,x" {
+	far := propagation.ExtractHTTP(context.Background(), h)
+	if got := propagation.IdempotencyKey(far); got != "checkout 42;=,x" {
 		t.Errorf("the far side read key %q from baggage %q, want it unchanged", got, h.Get("Baggage"))
 	}
-	if got := telemetry.Baggage(far, nil)[telemetry.BaggageIdempotencyKey]; got != "checkout 42;=,x" {
-		t.Errorf("Baggage()[%s] = %q, want the key", telemetry.BaggageIdempotencyKey, got)
+	if got := propagation.Baggage(far, nil)[propagation.BaggageIdempotencyKey]; got != "checkout 42;=,x" {
+		t.Errorf("Baggage()[%s] = %q, want the key", propagation.BaggageIdempotencyKey, got)
 	}
 
-	ctx2, ok := telemetry.WithIdempotencyKey(ctx, "second")
-	if !ok || telemetry.IdempotencyKey(ctx2) != "second" {
-		t.Errorf("replacing the key: got %q, %v", telemetry.IdempotencyKey(ctx2), ok)
+	ctx2, ok := propagation.WithIdempotencyKey(ctx, "second")
+	if !ok || propagation.IdempotencyKey(ctx2) != "second" {
+		t.Errorf("replacing the key: got %q, %v", propagation.IdempotencyKey(ctx2), ok)
 	}
 	for _, bad := range []string{"", "caf\u00e9", "line\nbreak", strings.Repeat("k", 256)} {
-		got, ok := telemetry.WithIdempotencyKey(ctx, bad)
-		if ok || telemetry.IdempotencyKey(got) != "checkout 42;=,x" {
-			t.Errorf("WithIdempotencyKey(%q) = %q, %v; want refused and the context unchanged", bad, telemetry.IdempotencyKey(got), ok)
+		got, ok := propagation.WithIdempotencyKey(ctx, bad)
+		if ok || propagation.IdempotencyKey(got) != "checkout 42;=,x" {
+			t.Errorf("WithIdempotencyKey(%q) = %q, %v; want refused and the context unchanged", bad, propagation.IdempotencyKey(got), ok)
 		}
 	}
 }

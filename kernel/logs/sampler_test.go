@@ -1,4 +1,4 @@
-package telemetry_test
+package logs_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	klogs "github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
@@ -19,7 +19,7 @@ func TestLogSamplerBoundsAFlood(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var sums []int64
-		s := telemetry.NewLogSampler(func(n int64) {
+		s := klogs.NewSampler(func(n int64) {
 			mu.Lock()
 			sums = append(sums, n)
 			mu.Unlock()
@@ -36,10 +36,10 @@ func TestLogSamplerBoundsAFlood(t *testing.T) {
 			}
 		}
 		s.Suppress()
-		if own != telemetry.SampleBurst {
-			t.Fatalf("%d of 100 events allowed at once, want %d", own, telemetry.SampleBurst)
+		if own != klogs.SampleBurst {
+			t.Fatalf("%d of 100 events allowed at once, want %d", own, klogs.SampleBurst)
 		}
-		time.Sleep(telemetry.SampleSummaryAfter - time.Nanosecond)
+		time.Sleep(klogs.SampleSummaryAfter - time.Nanosecond)
 		synctest.Wait()
 		if sums := summaries(); len(sums) != 0 {
 			t.Fatalf("summaries %v before one is due", sums)
@@ -58,7 +58,7 @@ func TestLogSamplerBoundsAFlood(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if want := telemetry.SampleBurst + 4; own != want {
+		if want := klogs.SampleBurst + 4; own != want {
 			t.Errorf("%d of 500 events over 5 s allowed, want %d", own, want)
 		}
 	})
@@ -71,23 +71,23 @@ func TestSampledLogger(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs pipelinetest.LogSink
 		base := slog.New(warnOnly{logs.Logger().Handler()})
-		l := telemetry.SampledLogger(base, slog.LevelWarn, "flood")
+		l := klogs.Sampled(base, slog.LevelWarn, "flood")
 		for i := range 30 {
 			l.Info("below the level")
 			l.With("i", i).Warn("flood")
 		}
-		if n := len(logs.Records()); n != telemetry.SampleBurst {
-			t.Fatalf("%d records of 30, want %d", n, telemetry.SampleBurst)
+		if n := len(logs.Records()); n != klogs.SampleBurst {
+			t.Fatalf("%d records of 30, want %d", n, klogs.SampleBurst)
 		}
-		time.Sleep(telemetry.SampleSummaryAfter)
+		time.Sleep(klogs.SampleSummaryAfter)
 		synctest.Wait()
 		recs := logs.Records()
 		last := recs[len(recs)-1]
-		if len(recs) != telemetry.SampleBurst+1 || last.Attrs["suppressed"] != int64(20) || last.Level != slog.LevelWarn {
-			t.Fatalf("records %+v, want a summary at WARN of 20 after %d", recs, telemetry.SampleBurst)
+		if len(recs) != klogs.SampleBurst+1 || last.Attrs["suppressed"] != int64(20) || last.Level != slog.LevelWarn {
+			t.Fatalf("records %+v, want a summary at WARN of 20 after %d", recs, klogs.SampleBurst)
 		}
-		if telemetry.SampledLogger(nil, slog.LevelWarn, "x") != nil {
-			t.Error("SampledLogger(nil) is not nil")
+		if klogs.Sampled(nil, slog.LevelWarn, "x") != nil {
+			t.Error("Sampled(nil) is not nil")
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package telemetry
+package propagation
 
 import (
 	"cmp"
@@ -153,7 +153,7 @@ func Baggage(ctx context.Context, logger *slog.Logger) map[string]string {
 // handler's context, whatever header it came from. So a typed handler
 // reads it here:
 //
-//	if key := telemetry.IdempotencyKey(ctx); key != "" {
+//	if key := propagation.IdempotencyKey(ctx); key != "" {
 //		if o, ok := s.byKey[key]; ok {
 //			return o, nil // a retry of a call that already succeeded
 //		}

@@ -1,4 +1,4 @@
-package telemetry_test
+package propagation_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sundial-go/sundial/kernel/telemetry"
+	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -19,10 +19,10 @@ func ExampleExtractHTTP() {
 	h.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	h.Set("baggage", "sundial.idempotency-key=order-42")
 
-	ctx := telemetry.ExtractHTTP(context.Background(), h)
+	ctx := propagation.ExtractHTTP(context.Background(), h)
 	inv := pipeline.NewInvocation(pipeline.Spec{
-		Baggage:        telemetry.Baggage(ctx, nil),
-		IdempotencyKey: telemetry.IdempotencyKey(ctx), // as the kernel's edge does
+		Baggage:        propagation.Baggage(ctx, nil),
+		IdempotencyKey: propagation.IdempotencyKey(ctx), // as the kernel's edge does
 	})
 
 	fmt.Println("trace:", trace.SpanContextFromContext(ctx).TraceID())

@@ -1,4 +1,4 @@
-package telemetry
+package logs
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The bounds of a LogSampler.
+// The bounds of a Sampler.
 const (
 	// SampleBurst events at once get a record each.
 	// Then SampleRate a second do, on average.
@@ -18,15 +18,15 @@ const (
 	SampleSummaryAfter = 10 * time.Second
 )
 
-// A LogSampler bounds the log records of one kind of event that callers
+// A Sampler bounds the log records of one kind of event that callers
 // can cause at will, once per call: bad input, a cancelled call. Without
 // it, a flood of such calls writes a flood of records, synchronously.
 //
 // [SampleBurst] events at once get a record each, then [SampleRate] a
 // second on average. The others are counted. A summary function receives
-// their count [SampleSummaryAfter] after the first of them. A LogSampler
+// their count [SampleSummaryAfter] after the first of them. A Sampler
 // is safe for concurrent use.
-type LogSampler struct {
+type Sampler struct {
 	summary func(suppressed int64)
 
 	mu      sync.Mutex // guards the fields below
@@ -36,23 +36,23 @@ type LogSampler struct {
 	timer   *time.Timer // pending the summary; nil: none
 }
 
-// NewLogSampler returns a LogSampler that passes the count of the events
+// NewSampler returns a Sampler that passes the count of the events
 // it suppressed to summary, which writes their record. A nil summary
 // writes nothing.
-func NewLogSampler(summary func(suppressed int64)) *LogSampler {
-	return &LogSampler{summary: summary, tokens: SampleBurst}
+func NewSampler(summary func(suppressed int64)) *Sampler {
+	return &Sampler{summary: summary, tokens: SampleBurst}
 }
 
-// SampledLogger returns a logger that writes to l the records a new
-// LogSampler allows; each record written to it is one event. The summary
+// Sampled returns a logger that writes to l the records a new
+// Sampler allows; each record written to it is one event. The summary
 // is one record at level on l: the message msg, the count in
 // "suppressed", and SampleSummaryAfter in seconds in "withinS". A nil l
 // gives nil.
-func SampledLogger(l *slog.Logger, level slog.Level, msg string) *slog.Logger {
+func Sampled(l *slog.Logger, level slog.Level, msg string) *slog.Logger {
 	if l == nil {
 		return nil
 	}
-	s := NewLogSampler(func(n int64) {
+	s := NewSampler(func(n int64) {
 		l.LogAttrs(context.Background(), level, msg,
 			slog.Int64("suppressed", n), slog.Float64("withinS", SampleSummaryAfter.Seconds()))
 	})
@@ -61,7 +61,7 @@ func SampledLogger(l *slog.Logger, level slog.Level, msg string) *slog.Logger {
 
 // Allow reports whether one more event gets a record of its own. When it
 // does not, the event is counted in the next summary.
-func (s *LogSampler) Allow() bool {
+func (s *Sampler) Allow() bool {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,13 +79,13 @@ func (s *LogSampler) Allow() bool {
 
 // Suppress counts one event that never gets a record of its own in the
 // next summary.
-func (s *LogSampler) Suppress() {
+func (s *Sampler) Suppress() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.suppressLocked()
 }
 
-func (s *LogSampler) suppressLocked() {
+func (s *Sampler) suppressLocked() {
 	s.pending++
 	if s.timer == nil {
 		s.timer = time.AfterFunc(SampleSummaryAfter, s.summarize)
@@ -93,7 +93,7 @@ func (s *LogSampler) suppressLocked() {
 }
 
 // summarize passes the count of the suppressed events to the summary.
-func (s *LogSampler) summarize() {
+func (s *Sampler) summarize() {
 	s.mu.Lock()
 	n := s.pending
 	s.pending, s.timer = 0, nil
@@ -106,7 +106,7 @@ func (s *LogSampler) summarize() {
 // sampledHandler passes on the records its sampler allows.
 type sampledHandler struct {
 	inner slog.Handler
-	s     *LogSampler
+	s     *Sampler
 }
 
 func (h sampledHandler) Enabled(ctx context.Context, l slog.Level) bool {
