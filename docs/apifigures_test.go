@@ -28,7 +28,7 @@ const (
 	maxLongShare        = 0.02
 	maxCommentLines     = 30
 	// enforceDocStyle turns TestDocCommentStyle's reports into failures.
-	enforceDocStyle = false
+	enforceDocStyle = true
 )
 
 // srcPackage is one directory's non-test Go files.
