@@ -86,7 +86,7 @@ func loadConfig(o *options) (*koanf.Koanf, error) {
 			err = k.Load(rawbytes.Provider(b), kjson.Parser())
 		}
 		if err != nil {
-			return nil, &ConfigFileError{Path: o.configFile, Err: err}
+			return nil, &fs.PathError{Op: configFileOp, Path: o.configFile, Err: err}
 		}
 	}
 	if o.envPrefix != "" {
@@ -316,19 +316,9 @@ func checkKeys(v any, path string) error {
 // TLS.CAFile. A larger file is refused; it is never read further.
 const MaxConfigFileBytes = 4 << 20
 
-// ConfigFileError is the error of New and Reload for a config file that
-// cannot be read or is not a valid document. Path is the file; Err says
-// why, without the path.
-type ConfigFileError struct {
-	Path string
-	Err  error
-}
-
-func (e *ConfigFileError) Error() string {
-	return "kernel: config file " + e.Path + ": " + e.Err.Error()
-}
-
-func (e *ConfigFileError) Unwrap() error { return e.Err }
+// configFileOp is the Op of the *fs.PathError of New and Reload for a
+// config file that cannot be read or is not a valid document.
+const configFileOp = "kernel: config file"
 
 // readConfigFile reads the file at path, which must be a regular file of at
 // most MaxConfigFileBytes. A device, a pipe, a socket or a directory is
@@ -395,8 +385,8 @@ func fileKind(t fs.FileMode) string {
 	return "special file"
 }
 
-// unwrapPath drops the path an *fs.PathError repeats: ConfigFileError
-// and the callers name the file already.
+// unwrapPath drops the path an *fs.PathError repeats: the config file's
+// own *fs.PathError and the callers name the file already.
 func unwrapPath(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {

@@ -2,6 +2,7 @@ package kernel_test
 
 import (
 	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +17,7 @@ import (
 // TestConfigFileBounded: New refuses a config file that is not a regular
 // file (a character device that never ends, a named pipe that would block
 // the open, a socket, a directory) and one larger than
-// MaxConfigFileBytes (a 1 GiB sparse file), with a *ConfigFileError
+// MaxConfigFileBytes (a 1 GiB sparse file), with an *fs.PathError
 // naming the path and saying why, without reading it.
 func TestConfigFileBounded(t *testing.T) {
 	dir := t.TempDir()
@@ -64,9 +65,9 @@ func TestConfigFileBounded(t *testing.T) {
 			case <-time.After(time.Minute): // far beyond any schedule: a read without end
 				t.Fatalf("New(WithConfigFile(%s)) has not returned after a minute", tc.path)
 			}
-			var fe *kernel.ConfigFileError
+			var fe *fs.PathError
 			if !errors.As(err, &fe) || fe.Path != tc.path || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("New(WithConfigFile(%s)) = %v, want a *ConfigFileError for the path saying %q", tc.path, err, tc.want)
+				t.Fatalf("New(WithConfigFile(%s)) = %v, want an *fs.PathError for the path saying %q", tc.path, err, tc.want)
 			}
 			if want := "kernel: config file " + tc.path + ": "; !strings.HasPrefix(err.Error(), want) {
 				t.Errorf("error %q does not start with %q", err, want)
@@ -111,7 +112,7 @@ func TestReloadRefusesAConfigFileGrownPastTheBound(t *testing.T) {
 	} {
 		tc.change()
 		res, err := kernel.ReloadResult(k.Reload())
-		var fe *kernel.ConfigFileError
+		var fe *fs.PathError
 		if res != kernel.ReloadInvalid || !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Reload = %q, %v; want invalid, saying %q", tc.name, res, err, tc.want)
 		}

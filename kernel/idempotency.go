@@ -155,8 +155,3 @@ func errKeysUnsupported() *pipeline.Error {
 	return pipeline.NewError(pipeline.KindValidation, codeIdempotencyKeyUnsupported,
 		"This method cannot take idempotency keys: it is served by the application's own handler, whose answer Sundial cannot replay. A key came with the call (idempotency-key metadata, or the sundial.idempotency-key baggage member an upstream call passed on); call it without one, or serve the operation through Sundial's handler.")
 }
-
-// ValidIdempotencyKey reports whether key can be an idempotency key: 1 to
-// 255 bytes of printable ASCII. The kernel checks every call's key itself;
-// the CLI uses this to know whether a key it sends will be recorded.
-func ValidIdempotencyKey(key string) bool { return idempotency.ValidKey(key) }

@@ -70,9 +70,10 @@ func WithConfigJSON(doc []byte) Option {
 }
 
 // WithConfigFile loads a JSON config file over the JSON documents. An empty
-// path is a no-op. A missing or malformed file fails New with a
-// *ConfigFileError, and so does anything but a regular file of at most
-// MaxConfigFileBytes.
+// path is a no-op. A missing or malformed file fails New with an
+// *fs.PathError for path, Op "kernel: config file", and so does anything
+// but a regular file of at most MaxConfigFileBytes. Its Err says why,
+// without the path.
 func WithConfigFile(path string) Option {
 	return optionFunc(func(o *options) { o.configFile = path })
 }

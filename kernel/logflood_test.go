@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/logs"
+	"github.com/sundial-go/sundial/kernel/logs/logstest"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
@@ -37,15 +37,15 @@ func TestLateResultsAreSampled(t *testing.T) {
 		if err := k.Wait(t.Context()); err != nil {
 			t.Fatalf("Wait = %v", err)
 		}
-		if recs := sink.Find(pipelinetest.Message("kernel: late result discarded")); len(recs) != logs.SampleBurst {
-			t.Fatalf("%d of %d late results logged one by one, want %d", len(recs), n, logs.SampleBurst)
+		if recs := sink.Find(pipelinetest.Message("kernel: late result discarded")); len(recs) != logstest.SampleBurst {
+			t.Fatalf("%d of %d late results logged one by one, want %d", len(recs), n, logstest.SampleBurst)
 		}
-		time.Sleep(logs.SampleSummaryAfter)
+		time.Sleep(logstest.SampleSummaryAfter)
 		synctest.Wait()
 		recs := sink.Find(pipelinetest.Message("kernel: late result discarded"))
 		last := recs[len(recs)-1]
-		if len(recs) != logs.SampleBurst+1 || last.Attrs["suppressed"] != int64(n-logs.SampleBurst) {
-			t.Fatalf("last of %d records %+v, want a summary of %d", len(recs), last, n-logs.SampleBurst)
+		if len(recs) != logstest.SampleBurst+1 || last.Attrs["suppressed"] != int64(n-logstest.SampleBurst) {
+			t.Fatalf("last of %d records %+v, want a summary of %d", len(recs), last, n-logstest.SampleBurst)
 		}
 	})
 }

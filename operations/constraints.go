@@ -49,23 +49,6 @@ func Violations(err error) []Violation {
 	return vs
 }
 
-// NameFields returns e with each failing field named name(path), where
-// path is the field's path in JSON names ("lines[1].sku"). Adapters use it
-// to name fields as their callers know them: a JSON pointer over HTTP, a
-// flag on the CLI. An e without violations is returned as it is.
-func NameFields(e *pipeline.Error, name func(path string) string) *pipeline.Error {
-	vs := Violations(e)
-	if vs == nil {
-		return e
-	}
-	out := make([]Violation, len(vs))
-	for i, v := range vs {
-		v.Field = name(v.Field)
-		out[i] = v
-	}
-	return e.WithDetail(DetailViolations, out)
-}
-
 var (
 	defaultRules = newRuleSet()
 	constrained  sync.Map // reflect.Type -> bool

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sundial-go/sundial/adapters/internal/jsontype"
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -349,7 +350,7 @@ func (f *inputFlags) decode(fs *pflag.FlagSet, raw []byte) (any, error) {
 // flag ("--name"), or, for a field without one, by its path in --input
 // ("--input lines[0].sku").
 func (f *inputFlags) flagViolations(perr *pipeline.Error) *pipeline.Error {
-	return operations.NameFields(perr, f.flagOf)
+	return outcome.NameFields(perr, f.flagOf)
 }
 
 // flagOf returns the flag of the field at JSON path, or the --input path.

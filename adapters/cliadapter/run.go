@@ -168,7 +168,8 @@ func (r *runner) withBaggage(ctx context.Context, reject error) (context.Context
 
 // setIdempotencyKey puts the caller's idempotency key in c, generating
 // one where a rerun can use it. The kernel rejects a malformed key on an
-// operation that takes keys. It sets r.keyed and r.shared.
+// operation that takes keys. It sets r.keyed and r.shared; report clears
+// them when the kernel dropped the key.
 func (r *runner) setIdempotencyKey(c *kernel.Caller) {
 	if r.op == nil {
 		return
@@ -186,8 +187,7 @@ func (r *runner) setIdempotencyKey(c *kernel.Caller) {
 		return
 	}
 	c.IdempotencyKey = r.idemKey
-	valid := kernel.ValidIdempotencyKey(r.idemKey) // the kernel drops an invalid one
-	r.keyed, r.shared = valid && enabled, valid && enabled && shared
+	r.keyed, r.shared = enabled, enabled && shared
 }
 
 // setInput puts the operation's input in u: decoded from the flags and
@@ -243,6 +243,9 @@ func decodeStdin(in *interrupts, stdin io.Reader, deadline time.Time, fields *in
 // needs, waiting for the running call), or the output. The reply's notes
 // follow a failure's message and precede the output.
 func (r *runner) report(k *kernel.Kernel, out kernel.Outcome, in *interrupts, tty bool) error {
+	if out.Invocation == nil || out.Invocation.IdempotencyKey() != r.idemKey {
+		r.keyed, r.shared = false, false // the kernel dropped a malformed key
+	}
 	if out.Err != nil {
 		if _, ok := context.Cause(in.ctx).(*signalError); ok && tty {
 			writeStr(r.stderr, "\n") // after the terminal's ^C

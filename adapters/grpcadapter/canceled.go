@@ -3,6 +3,7 @@ package grpcadapter
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -18,12 +19,12 @@ import (
 // log record of their own.
 
 // At most canceledLogBurst calls canceled by their clients get a call log
-// record at once, and one a second on average (klogs.Sampler). The
-// others are summed up in one record canceledSummaryAfter after the first
-// of them.
+// record at once, and one a second on average: the bounds of every
+// klogs.Sampler. The others are summed up in one record
+// canceledSummaryAfter after the first of them.
 const (
-	canceledLogBurst     = klogs.SampleBurst
-	canceledSummaryAfter = klogs.SampleSummaryAfter
+	canceledLogBurst     = 10
+	canceledSummaryAfter = 10 * time.Second
 )
 
 // canceledCalls counts the calls canceled by their clients and samples

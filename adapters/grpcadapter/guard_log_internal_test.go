@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric/noop"
 
-	klogs "github.com/sundial-go/sundial/kernel/logs"
+	"github.com/sundial-go/sundial/kernel/logs/logstest"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
@@ -35,14 +35,14 @@ func TestGuardClosedConnectionsAreSampled(t *testing.T) {
 			t.Cleanup(func() { guarded.Delete(c.(*guardedConn).key) })
 			c.(*guardedConn).trip(reasonStalls)
 		}
-		if recs := logs.Find(pipelinetest.Message(msgGuardClosed)); len(recs) != klogs.SampleBurst {
-			t.Fatalf("%d of %d closed connections logged one by one, want %d", len(recs), n, klogs.SampleBurst)
+		if recs := logs.Find(pipelinetest.Message(msgGuardClosed)); len(recs) != logstest.SampleBurst {
+			t.Fatalf("%d of %d closed connections logged one by one, want %d", len(recs), n, logstest.SampleBurst)
 		}
-		time.Sleep(klogs.SampleSummaryAfter)
+		time.Sleep(logstest.SampleSummaryAfter)
 		synctest.Wait()
 		recs := logs.Find(pipelinetest.Message(msgGuardClosed))
-		if last := recs[len(recs)-1]; len(recs) != klogs.SampleBurst+1 || last.Attrs["suppressed"] != int64(n-klogs.SampleBurst) {
-			t.Fatalf("%d records, the last %+v; want a summary of %d", len(recs), last, n-klogs.SampleBurst)
+		if last := recs[len(recs)-1]; len(recs) != logstest.SampleBurst+1 || last.Attrs["suppressed"] != int64(n-logstest.SampleBurst) {
+			t.Fatalf("%d records, the last %+v; want a summary of %d", len(recs), last, n-logstest.SampleBurst)
 		}
 	})
 }

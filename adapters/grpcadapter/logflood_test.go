@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
-	klogs "github.com/sundial-go/sundial/kernel/logs"
+	"github.com/sundial-go/sundial/kernel/logs/logstest"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
@@ -45,8 +45,8 @@ func TestBaggageFloodIsSampled(t *testing.T) {
 // summaries count the others.
 func checkSampled(t *testing.T, logs *pipelinetest.LogSink, msg string, want int64, elapsed time.Duration) {
 	t.Helper()
-	limit := int64(klogs.SampleBurst + klogs.SampleRate*elapsed.Seconds() + 1)
-	own, suppressed := logs.WaitSampled(klogs.SampleSummaryAfter+elapsed+30*time.Second, msg, want)
+	limit := int64(logstest.SampleBurst + logstest.SampleRate*elapsed.Seconds() + 1)
+	own, suppressed := logs.WaitSampled(logstest.SampleSummaryAfter+elapsed+30*time.Second, msg, want)
 	if own > limit || own == 0 || own+suppressed != want {
 		t.Fatalf("%q: %d records of their own (at most %d in %v) and %d counted in summaries, want %d in all",
 			msg, own, limit, elapsed, suppressed, want)

@@ -101,7 +101,7 @@ var emptyDetails = map[string]any{}
 // in whole seconds, and a constraint outcome names its failing fields in
 // details.errors by JSON pointers.
 func newProblem(e *pipeline.Error, status int, instance, traceID string) *Problem {
-	details := outcome.Details(operations.NameFields(e, jsonPointer))
+	details := outcome.Details(outcome.NameFields(e, jsonPointer))
 	if len(details) == 0 {
 		details = emptyDetails
 	}

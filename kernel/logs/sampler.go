@@ -7,25 +7,24 @@ import (
 	"time"
 )
 
-// The bounds of a Sampler.
+// The bounds of a Sampler (docs/observability.md).
 const (
-	// SampleBurst events at once get a record each.
-	// Then SampleRate a second do, on average.
-	SampleBurst = 10
-	SampleRate  = 1.0
-	// SampleSummaryAfter is how long after the first event without a
+	// sampleBurst events at once get a record each.
+	// Then sampleRate a second do, on average.
+	sampleBurst = 10
+	sampleRate  = 1.0
+	// sampleSummaryAfter is how long after the first event without a
 	// record of its own the summary comes.
-	SampleSummaryAfter = 10 * time.Second
+	sampleSummaryAfter = 10 * time.Second
 )
 
 // A Sampler bounds the log records of one kind of event that callers
 // can cause at will, once per call: bad input, a cancelled call. Without
 // it, a flood of such calls writes a flood of records, synchronously.
 //
-// [SampleBurst] events at once get a record each, then [SampleRate] a
-// second on average. The others are counted. A summary function receives
-// their count [SampleSummaryAfter] after the first of them. A Sampler
-// is safe for concurrent use.
+// Ten events at once get a record each, then one a second on average.
+// The others are counted. A summary function receives their count ten
+// seconds after the first of them. A Sampler is safe for concurrent use.
 type Sampler struct {
 	summary func(suppressed int64)
 
@@ -40,13 +39,13 @@ type Sampler struct {
 // it suppressed to summary, which writes their record. A nil summary
 // writes nothing.
 func NewSampler(summary func(suppressed int64)) *Sampler {
-	return &Sampler{summary: summary, tokens: SampleBurst}
+	return &Sampler{summary: summary, tokens: sampleBurst}
 }
 
 // Sampled returns a logger that writes to l the records a new
 // Sampler allows; each record written to it is one event. The summary
 // is one record at level on l: the message msg, the count in
-// "suppressed", and SampleSummaryAfter in seconds in "withinS". A nil l
+// "suppressed", and 10 (seconds) in "withinS". A nil l
 // gives nil.
 func Sampled(l *slog.Logger, level slog.Level, msg string) *slog.Logger {
 	if l == nil {
@@ -54,7 +53,7 @@ func Sampled(l *slog.Logger, level slog.Level, msg string) *slog.Logger {
 	}
 	s := NewSampler(func(n int64) {
 		l.LogAttrs(context.Background(), level, msg,
-			slog.Int64("suppressed", n), slog.Float64("withinS", SampleSummaryAfter.Seconds()))
+			slog.Int64("suppressed", n), slog.Float64("withinS", sampleSummaryAfter.Seconds()))
 	})
 	return slog.New(sampledHandler{inner: l.Handler(), s: s})
 }
@@ -66,7 +65,7 @@ func (s *Sampler) Allow() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.last.IsZero() {
-		s.tokens = min(SampleBurst, s.tokens+now.Sub(s.last).Seconds()*SampleRate)
+		s.tokens = min(sampleBurst, s.tokens+now.Sub(s.last).Seconds()*sampleRate)
 	}
 	s.last = now
 	if s.tokens >= 1 {
@@ -88,7 +87,7 @@ func (s *Sampler) Suppress() {
 func (s *Sampler) suppressLocked() {
 	s.pending++
 	if s.timer == nil {
-		s.timer = time.AfterFunc(SampleSummaryAfter, s.summarize)
+		s.timer = time.AfterFunc(sampleSummaryAfter, s.summarize)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	klogs "github.com/sundial-go/sundial/kernel/logs"
+	"github.com/sundial-go/sundial/kernel/logs/logstest"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
@@ -36,10 +37,10 @@ func TestLogSamplerBoundsAFlood(t *testing.T) {
 			}
 		}
 		s.Suppress()
-		if own != klogs.SampleBurst {
-			t.Fatalf("%d of 100 events allowed at once, want %d", own, klogs.SampleBurst)
+		if own != logstest.SampleBurst {
+			t.Fatalf("%d of 100 events allowed at once, want %d", own, logstest.SampleBurst)
 		}
-		time.Sleep(klogs.SampleSummaryAfter - time.Nanosecond)
+		time.Sleep(logstest.SampleSummaryAfter - time.Nanosecond)
 		synctest.Wait()
 		if sums := summaries(); len(sums) != 0 {
 			t.Fatalf("summaries %v before one is due", sums)
@@ -58,7 +59,7 @@ func TestLogSamplerBoundsAFlood(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if want := klogs.SampleBurst + 4; own != want {
+		if want := logstest.SampleBurst + 4; own != want {
 			t.Errorf("%d of 500 events over 5 s allowed, want %d", own, want)
 		}
 	})
@@ -76,15 +77,15 @@ func TestSampledLogger(t *testing.T) {
 			l.Info("below the level")
 			l.With("i", i).Warn("flood")
 		}
-		if n := len(logs.Records()); n != klogs.SampleBurst {
-			t.Fatalf("%d records of 30, want %d", n, klogs.SampleBurst)
+		if n := len(logs.Records()); n != logstest.SampleBurst {
+			t.Fatalf("%d records of 30, want %d", n, logstest.SampleBurst)
 		}
-		time.Sleep(klogs.SampleSummaryAfter)
+		time.Sleep(logstest.SampleSummaryAfter)
 		synctest.Wait()
 		recs := logs.Records()
 		last := recs[len(recs)-1]
-		if len(recs) != klogs.SampleBurst+1 || last.Attrs["suppressed"] != int64(20) || last.Level != slog.LevelWarn {
-			t.Fatalf("records %+v, want a summary at WARN of 20 after %d", recs, klogs.SampleBurst)
+		if len(recs) != logstest.SampleBurst+1 || last.Attrs["suppressed"] != int64(20) || last.Level != slog.LevelWarn {
+			t.Fatalf("records %+v, want a summary at WARN of 20 after %d", recs, logstest.SampleBurst)
 		}
 		if klogs.Sampled(nil, slog.LevelWarn, "x") != nil {
 			t.Error("Sampled(nil) is not nil")

@@ -281,11 +281,9 @@ func (e *BudgetExhaustedError) before() string {
 	return " before calling '" + e.Dependency + "'"
 }
 
-// Unwrap returns context.DeadlineExceeded.
+// Unwrap returns context.DeadlineExceeded, whose Timeout method reports
+// true.
 func (e *BudgetExhaustedError) Unwrap() error { return context.DeadlineExceeded }
-
-// Timeout reports true, like context.DeadlineExceeded.
-func (e *BudgetExhaustedError) Timeout() bool { return true }
 
 // Outcome returns e as a TIMEOUT outcome with code [CodeBudgetExhausted],
 // wrapping e, with details "stage", "dependency", "remainingMs",

@@ -3,7 +3,10 @@
 // Details, and each protocol's value for each kind.
 package outcome
 
-import "github.com/sundial-go/sundial/pipeline"
+import (
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
 
 // TypePrefix prefixes a code to make a Problem's type.
 const TypePrefix = "urn:sundial:error:"
@@ -39,4 +42,22 @@ func Details(e *pipeline.Error) map[string]any {
 		details[pipeline.DetailRetryAfter] = s
 	}
 	return details
+}
+
+// NameFields returns e with each failing field of its constraint outcome
+// named name(path), where path is the field's path in JSON names
+// ("lines[1].sku"). Adapters name fields as their callers know them: a
+// JSON pointer over HTTP, a flag on the CLI. An e without violations is
+// returned as it is.
+func NameFields(e *pipeline.Error, name func(path string) string) *pipeline.Error {
+	vs := operations.Violations(e)
+	if vs == nil {
+		return e
+	}
+	out := make([]operations.Violation, len(vs))
+	for i, v := range vs {
+		v.Field = name(v.Field)
+		out[i] = v
+	}
+	return e.WithDetail(operations.DetailViolations, out)
 }

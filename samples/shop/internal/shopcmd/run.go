@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"sync"
 
@@ -81,7 +82,7 @@ func NewKernel(configFile string, opts ...kernel.Option) (*kernel.Kernel, error)
 	}
 	base = append(base, ExtraKernelOptions...)
 	k, err := kernel.New(append(base, opts...)...)
-	if fe, ok := errors.AsType[*kernel.ConfigFileError](err); ok && fe.Path == configFile {
+	if fe, ok := errors.AsType[*fs.PathError](err); ok && fe.Path == configFile {
 		return nil, fmt.Errorf("--config %s: %w", fe.Path, fe.Err)
 	}
 	return k, err
