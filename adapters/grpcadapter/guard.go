@@ -586,6 +586,13 @@ func (c *guardedConn) Close() error {
 			err = c.Conn.Close()
 			return
 		}
+		// The GOAWAY goes out before the write side closes: trip may have
+		// left it to a write still under way, or to the next frame
+		// boundary. The deadline bounds a write the client never reads.
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(guardLinger))
+		c.wmu.Lock()
+		c.goAwayLocked()
+		c.wmu.Unlock()
 		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
