@@ -9,6 +9,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // deadlineKernel builds a kernel with two operations that report the
@@ -110,7 +111,7 @@ func TestOperationTimeoutReleasesHandler(t *testing.T) {
 		start := time.Now()
 		in := "block"
 		o := k.Op("test.capped").Invoke(t.Context(), kernel.Unary{Caller: kernel.Caller{Deadline: start.Add(5 * time.Second)}, Input: &in})
-		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+		if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout {
 			t.Errorf("Invoke = %v; want %s", o.Err, pipeline.CodeTimeout)
 		}
 		if el := time.Since(start); el != 2*time.Second {

@@ -52,9 +52,9 @@
 // [ErrTimeout], may be shared freely. An UNEXPECTED error shows a caller
 // nothing but [UnexpectedMessage].
 //
-// [KindOf], [AsError] and [CodeOf] classify any error: the *Error in its
-// chain when there is one, TIMEOUT or CANCELLED for a context error, and
-// UNEXPECTED for everything else, nil pointers of any error type included.
+// [AsError] classifies any error. It returns the *Error in the error's
+// chain when there is one. A context error gives TIMEOUT or CANCELLED.
+// Anything else is UNEXPECTED, nil pointers of any error type included.
 // [ErrorText] returns an error's text without ever panicking; use it to
 // log errors that come from application code.
 //

@@ -236,17 +236,6 @@ func classify(err error) (coded *Error, found bool, ctxErr *Error) {
 	return nil, false, nil
 }
 
-// KindOf returns the kind of an outcome. It is total: nil is KindOK; an
-// *Error anywhere in err's chain gives its kind; context.DeadlineExceeded
-// is TIMEOUT and context.Canceled CANCELLED; a typed nil of any type, and
-// every other error, is UNEXPECTED.
-func KindOf(err error) Kind {
-	if err == nil {
-		return KindOK
-	}
-	return AsError(err).Kind()
-}
-
 // AsError returns err as an *Error. It returns nil for nil, and the
 // *Error in err's chain when there is one. A context error gives
 // KERNEL_TIMEOUT_001 or KERNEL_CANCELLED_001 wrapping err. Anything else,
@@ -268,14 +257,6 @@ func AsError(err error) *Error {
 		return ctxErr.WithCause(err)
 	}
 	return Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, err)
-}
-
-// CodeOf returns the code of an outcome ("" for nil).
-func CodeOf(err error) string {
-	if err == nil {
-		return ""
-	}
-	return AsError(err).Code()
 }
 
 // ErrorText returns err.Error(), "" for nil, and, when err is a typed nil

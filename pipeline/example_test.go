@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // The first middleware given to Chain is the outermost: it acts first on the
@@ -16,7 +17,7 @@ func ExampleChain() {
 		return pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 			fmt.Println(name, "before")
 			out, err := next(ctx, inv)
-			fmt.Println(name, "after:", pipeline.KindOf(err))
+			fmt.Println(name, "after:", pipelinetest.KindOf(err))
 			return out, err
 		})
 	}

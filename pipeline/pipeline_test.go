@@ -12,6 +12,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // op is a minimal pipeline.Operation.
@@ -102,7 +103,7 @@ func TestChainContextAndOutcome(t *testing.T) {
 	})
 	replace := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
-		if pipeline.KindOf(err) == pipeline.KindNotFound {
+		if pipelinetest.KindOf(err) == pipeline.KindNotFound {
 			return nil, pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "replaced").WithCause(err)
 		}
 		return out, err
@@ -116,7 +117,7 @@ func TestChainContextAndOutcome(t *testing.T) {
 	if seen != "v" {
 		t.Errorf("handler saw ctx value %v, want v", seen)
 	}
-	if pipeline.CodeOf(err) != "X_CONFLICT_001" || pipeline.CodeOf(errors.Unwrap(err)) != "X_NOT_FOUND_001" {
+	if pipelinetest.CodeOf(err) != "X_CONFLICT_001" || pipelinetest.CodeOf(errors.Unwrap(err)) != "X_NOT_FOUND_001" {
 		t.Errorf("outcome = %v, want the replacement wrapping the original", err)
 	}
 
@@ -125,7 +126,7 @@ func TestChainContextAndOutcome(t *testing.T) {
 		return nil, pipeline.NewError(pipeline.KindUnavailable, "X_UNAVAILABLE_001", "no")
 	})
 	h = pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) { called = true; return nil, nil }, reject)
-	if _, err := h(context.Background(), nil); called || pipeline.KindOf(err) != pipeline.KindUnavailable {
+	if _, err := h(context.Background(), nil); called || pipelinetest.KindOf(err) != pipeline.KindUnavailable {
 		t.Errorf("rejecting middleware: handler called = %v, outcome = %v", called, err)
 	}
 }
@@ -164,7 +165,7 @@ func TestKindOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := pipeline.KindOf(tt.err); got != tt.want {
+			if got := pipelinetest.KindOf(tt.err); got != tt.want {
 				t.Errorf("KindOf(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
@@ -242,7 +243,7 @@ func TestAsErrorNeverOverwritesACode(t *testing.T) {
 	if got := pipeline.AsError(nil); got != nil {
 		t.Errorf("AsError(nil) = %v, want nil", got)
 	}
-	if got := pipeline.CodeOf(nil); got != "" {
+	if got := pipelinetest.CodeOf(nil); got != "" {
 		t.Errorf("CodeOf(nil) = %q, want empty", got)
 	}
 	raw := errors.New("pq: connection refused to 10.0.0.5")
@@ -400,14 +401,14 @@ func TestForeignTypedNil(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := pipeline.KindOf(tt.err); got != pipeline.KindUnexpected {
+			if got := pipelinetest.KindOf(tt.err); got != pipeline.KindUnexpected {
 				t.Errorf("KindOf = %v, want UNEXPECTED", got)
 			}
 			e := pipeline.AsError(tt.err)
 			if e == nil || e.Kind() != pipeline.KindUnexpected || e.Code() != pipeline.CodeUnexpected {
 				t.Fatalf("AsError = %#v, want the UNEXPECTED outcome", e)
 			}
-			if got := pipeline.CodeOf(tt.err); got != pipeline.CodeUnexpected {
+			if got := pipelinetest.CodeOf(tt.err); got != pipeline.CodeUnexpected {
 				t.Errorf("CodeOf = %q, want %q", got, pipeline.CodeUnexpected)
 			}
 			_ = pipeline.ErrorText(tt.err)
@@ -426,7 +427,7 @@ func TestUnknownKind(t *testing.T) {
 			pipeline.NewError(k, "X_001", fmt.Sprintf("secret %s", "text")).WithDetail("host", "10.0.0.5"),
 			pipeline.Wrap(k, "X_001", "secret text", errors.New("c")).WithDetail("host", "10.0.0.5"),
 		} {
-			if e.Kind() != pipeline.KindUnexpected || pipeline.KindOf(e) != pipeline.KindUnexpected {
+			if e.Kind() != pipeline.KindUnexpected || pipelinetest.KindOf(e) != pipeline.KindUnexpected {
 				t.Errorf("kind %d: Kind() = %v, want UNEXPECTED", k, e.Kind())
 			}
 			if e.Code() != "X_001" {
@@ -674,7 +675,7 @@ func (e *isReader) Is(target error) bool { return e.target == target }
 // a panic.
 func TestForeignMethodsThatPanic(t *testing.T) {
 	err := fmt.Errorf("x: %w", (*isReader)(nil))
-	if got := pipeline.KindOf(err); got != pipeline.KindUnexpected {
+	if got := pipelinetest.KindOf(err); got != pipeline.KindUnexpected {
 		t.Errorf("KindOf = %v, want UNEXPECTED", got)
 	}
 	if e := pipeline.AsError(err); e == nil || e.Kind() != pipeline.KindUnexpected || e.Code() != pipeline.CodeUnexpected {
@@ -693,7 +694,7 @@ func TestZeroError(t *testing.T) {
 		if _, ok := e.RetryAfter(); ok {
 			t.Errorf("%s: RetryAfter reports one", name)
 		}
-		if got := pipeline.KindOf(e); got != pipeline.KindUnexpected {
+		if got := pipelinetest.KindOf(e); got != pipeline.KindUnexpected {
 			t.Errorf("%s: KindOf = %v, want UNEXPECTED", name, got)
 		}
 	}

@@ -83,7 +83,7 @@ func okHandler(context.Context, *pipeline.Invocation) (any, error) { return nil,
 // wantCode fails unless err has the code (""; success).
 func expectCode(t *testing.T, what string, err error, code string) {
 	t.Helper()
-	if got := pipeline.CodeOf(err); got != code {
+	if got := pipelinetest.CodeOf(err); got != code {
 		t.Fatalf("%s: outcome %v (code %q), want code %q", what, err, got, code)
 	}
 }
@@ -657,7 +657,7 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 		{"caller cancels", func(t *testing.T, h pipeline.Handler) string {
 			ctx, cancel := context.WithCancel(t.Context())
 			time.AfterFunc(time.Second, cancel)
-			return pipeline.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			return pipelinetest.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 				<-ctx.Done()
 				return nil, ctx.Err()
 			}))
@@ -665,7 +665,7 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 		{"probe's own deadline fires", func(t *testing.T, h pipeline.Handler) string {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
-			return pipeline.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			return pipelinetest.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 				<-ctx.Done()
 				return nil, pipeline.ErrCanceled() // the handler's own words; attribution says TIMEOUT
 			}))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // TestInboundAttribution runs a host call through the kernel under the
@@ -57,7 +58,7 @@ func TestInboundAttribution(t *testing.T) {
 					ended = time.Since(start)
 					return nil, ctx.Err()
 				}, Guarded: true})
-				if got := pipeline.CodeOf(o.Err); got != tt.want {
+				if got := pipelinetest.CodeOf(o.Err); got != tt.want {
 					t.Errorf("outcome = %s (ended at %v), want %s", got, ended, tt.want)
 				}
 				if o.Expired {

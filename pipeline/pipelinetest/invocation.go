@@ -82,3 +82,21 @@ func Recover(h pipeline.Handler) pipeline.Handler {
 		return h(ctx, inv)
 	}
 }
+
+// KindOf returns the kind of an outcome: KindOK for nil, else the kind of
+// [pipeline.AsError](err).
+func KindOf(err error) pipeline.Kind {
+	if err == nil {
+		return pipeline.KindOK
+	}
+	return pipeline.AsError(err).Kind()
+}
+
+// CodeOf returns the code of an outcome: "" for nil, else the code of
+// [pipeline.AsError](err).
+func CodeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	return pipeline.AsError(err).Code()
+}

@@ -201,11 +201,12 @@ func (m *middleware) renew(key, token string) func() {
 // replaying it for the whole retention would tell the caller to retry a
 // call whose answer could never change.
 func forgets(err error) bool {
-	switch pipeline.KindOf(err) {
+	e := pipeline.AsError(err)
+	switch e.Kind() {
 	case pipeline.KindTimeout, pipeline.KindCanceled, pipeline.KindUnavailable:
 		return true
 	}
-	_, retry := pipeline.AsError(err).RetryAfter()
+	_, retry := e.RetryAfter()
 	return retry
 }
 

@@ -272,7 +272,7 @@ func (g *Gateway) callShare(ctx context.Context, b *outbound.Budget, dep Depende
 	if err == nil {
 		return out, nil
 	}
-	if ctx.Err() != nil || pipeline.KindOf(err) != pipeline.KindTimeout {
+	if ctx.Err() != nil || pipeline.AsError(err).Kind() != pipeline.KindTimeout {
 		return out, err // the gateway's own deadline or cancellation, or another failure
 	}
 	// The dependency's share ran out: cut here, or answered 504 by the

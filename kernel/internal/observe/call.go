@@ -152,10 +152,10 @@ type ending struct {
 // settle fills e in from the attributed outcome err, at end.
 func (c *Call) settle(e *ending, err error, end time.Time) {
 	e.perr = pipeline.AsError(err)
-	e.kind = pipeline.KindOf(err)
 	code := ""
+	e.kind = pipeline.KindOK
 	if e.perr != nil {
-		code = e.perr.Code()
+		e.kind, code = e.perr.Kind(), e.perr.Code()
 	}
 	e.a = c.o.outcome(c.proto, e.kind, code)
 	e.reason = -1
