@@ -60,7 +60,7 @@ func TestStageOrder(t *testing.T) {
 	// Register application middleware in reverse stage order, two per
 	// stage: the kernel must still sort by stage and keep registration
 	// order within a stage.
-	stages := pipeline.Stages()
+	stages := pipelinetest.Stages()
 	for i := len(stages) - 1; i >= 0; i-- {
 		s := stages[i]
 		opts = append(opts,

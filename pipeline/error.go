@@ -38,7 +38,7 @@ const DetailRetryAfter = "retryAfter"
 // copies, and [Error.Details] returns a copy of the details. Share Error
 // values freely, between goroutines too.
 //
-// Its kind is always one of the closed set of [Kinds] other than KindOK:
+// Its kind is always one of the closed set of [Kind] values but KindOK:
 // constructors given any other kind make an UNEXPECTED error. An
 // UNEXPECTED error shows callers nothing of its message, details or cause:
 // the adapters send [UnexpectedMessage] and no details.

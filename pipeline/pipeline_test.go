@@ -626,26 +626,26 @@ func TestInvocationConcurrentReads(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for _, k := range pipeline.Kinds() {
-		if got, ok := pipeline.ParseKind(k.String()); !ok || got != k {
+	for _, k := range pipelinetest.Kinds() {
+		if got, ok := pipelinetest.ParseKind(k.String()); !ok || got != k {
 			t.Errorf("ParseKind(%q) = %v, %v", k.String(), got, ok)
 		}
 	}
 	if pipeline.KindCanceled.String() != "CANCELLED" {
 		t.Errorf("KindCanceled.String() = %q, want the wire name CANCELLED", pipeline.KindCanceled)
 	}
-	if _, ok := pipeline.ParseKind("CANCELED"); ok {
+	if _, ok := pipelinetest.ParseKind("CANCELED"); ok {
 		t.Error(`ParseKind("CANCELED") succeeded; the wire name is CANCELLED`)
 	}
 	want := "Diagnostics Resilience Authentication Tenant Authorization Validation Handle"
 	var names []string
-	for _, s := range pipeline.Stages() {
+	for _, s := range pipelinetest.Stages() {
 		names = append(names, s.String())
 	}
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("stages = %q, want %q", got, want)
 	}
-	if slices.Contains(pipeline.Stages(), pipeline.Stage(99)) || pipeline.Stage(99).String() != "Stage(invalid)" {
+	if slices.Contains(pipelinetest.Stages(), pipeline.Stage(99)) || pipeline.Stage(99).String() != "Stage(invalid)" {
 		t.Error("Stage(99) is valid or has a name")
 	}
 	protocols := map[pipeline.Protocol]string{pipeline.ProtocolInProcess: "inprocess", pipeline.ProtocolHTTP: "http",

@@ -98,7 +98,7 @@ func testRegistry(t testing.TB) *operations.Registry {
 					var e *nilErr
 					return struct{}{}, e
 				}
-				k, _ := pipeline.ParseKind(in.Kind)
+				k, _ := pipelinetest.ParseKind(in.Kind)
 				e := pipeline.NewError(k, "TEST_"+in.Kind, "failed as "+in.Kind).WithDetail("kind", in.Kind)
 				if in.RetryAfterMs > 0 {
 					e = e.WithRetryAfter(time.Duration(in.RetryAfterMs) * time.Millisecond)
@@ -308,7 +308,7 @@ func TestResults(t *testing.T) {
 func TestFailureExitCodes(t *testing.T) {
 	t.Parallel()
 	kf := testKernel(t)
-	for _, k := range pipeline.Kinds() {
+	for _, k := range pipelinetest.Kinds() {
 		if k == pipeline.KindOK {
 			continue
 		}

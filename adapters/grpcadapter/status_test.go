@@ -15,6 +15,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -116,7 +117,7 @@ func TestStatus(t *testing.T) {
 
 func TestKindForInvertsCodeFor(t *testing.T) {
 	t.Parallel()
-	for _, k := range pipeline.Kinds() {
+	for _, k := range pipelinetest.Kinds() {
 		if got := grpcadapter.KindFor(grpcadapter.CodeFor(k)); got != k {
 			t.Errorf("KindFor(CodeFor(%s)) = %s, want %s", k, got, k)
 		}

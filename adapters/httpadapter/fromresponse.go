@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -62,7 +63,7 @@ func fromProblem(resp *http.Response, body []byte) *pipeline.Error {
 	if mt != ContentTypeProblem || json.Unmarshal(body, &p) != nil || p.Code == "" {
 		return pipeline.NewError(kind, "HTTP_"+strconv.Itoa(resp.StatusCode), http.StatusText(resp.StatusCode))
 	}
-	if k, ok := pipeline.ParseKind(p.Title); ok && k != pipeline.KindOK {
+	if k, ok := outcome.ParseKind(p.Title); ok && k != pipeline.KindOK {
 		kind = k
 	}
 	e := pipeline.NewError(kind, p.Code, p.Detail)

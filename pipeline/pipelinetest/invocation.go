@@ -100,3 +100,32 @@ func CodeOf(err error) string {
 	}
 	return pipeline.AsError(err).Code()
 }
+
+// Kinds returns every kind, in table order, for tests that cover the whole
+// outcome table.
+func Kinds() []pipeline.Kind {
+	var ks []pipeline.Kind
+	for k := pipeline.KindOK; k <= pipeline.KindUnexpected; k++ {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// ParseKind returns the kind named s, as its String method prints it.
+func ParseKind(s string) (pipeline.Kind, bool) {
+	for _, k := range Kinds() {
+		if k.String() == s {
+			return k, true
+		}
+	}
+	return pipeline.KindUnexpected, false
+}
+
+// Stages returns every stage, in execution order.
+func Stages() []pipeline.Stage {
+	var ss []pipeline.Stage
+	for s := pipeline.StageDiagnostics; s <= pipeline.StageHandle; s++ {
+		ss = append(ss, s)
+	}
+	return ss
+}

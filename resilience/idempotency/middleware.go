@@ -312,8 +312,7 @@ func (m *middleware) decode(b []byte) (any, error) {
 		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: stored outcome does not decode", err)
 	}
 	if s.Kind != "" {
-		k, _ := pipeline.ParseKind(s.Kind)
-		e := pipeline.NewError(k, s.Code, s.Message)
+		e := pipeline.NewError(kindNamed(s.Kind), s.Code, s.Message)
 		for dk, dv := range s.Details {
 			e = e.WithDetail(dk, numbers(dv))
 		}
@@ -341,4 +340,14 @@ func (m *middleware) markReplayed(inv *pipeline.Invocation) {
 	r := inv.Reply()
 	r.Set(FieldReplayed, "true")
 	r.Note("replayed: the stored outcome of an earlier call with idempotency key " + inv.IdempotencyKey())
+}
+
+// kindNamed returns the kind whose String is s; an unknown name is
+// UNEXPECTED.
+func kindNamed(s string) pipeline.Kind {
+	k := pipeline.KindOK
+	for k < pipeline.KindUnexpected && k.String() != s {
+		k++
+	}
+	return k
 }

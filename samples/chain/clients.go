@@ -94,9 +94,11 @@ func transportError(dep string, err error) error {
 func problemError(status int, contentType string, body []byte) *pipeline.Error {
 	var p httpadapter.Problem
 	if strings.HasPrefix(contentType, httpadapter.ContentTypeProblem) && json.Unmarshal(body, &p) == nil && p.Code != "" {
-		kind, ok := pipeline.ParseKind(p.Title)
-		if !ok {
-			kind = kindOfStatus(status)
+		kind := kindOfStatus(status)
+		for k := pipeline.KindOK; k <= pipeline.KindUnexpected; k++ {
+			if k.String() == p.Title {
+				kind = k
+			}
 		}
 		e := pipeline.NewError(kind, p.Code, p.Detail)
 		for k, v := range p.Details {
@@ -116,7 +118,7 @@ func problemError(status int, contentType string, body []byte) *pipeline.Error {
 // kindOfStatus is the outcome kind of an HTTP status, the inverse of
 // httpadapter.StatusFor.
 func kindOfStatus(status int) pipeline.Kind {
-	for _, k := range pipeline.Kinds() {
+	for k := pipeline.KindValidation; k <= pipeline.KindUnexpected; k++ {
 		if k != pipeline.KindOK && httpadapter.StatusFor(k) == status {
 			return k
 		}

@@ -97,3 +97,17 @@ func TestTable(t *testing.T) {
 		}
 	}
 }
+
+// TestParseKind: every kind's name parses back to it, and no other does.
+func TestParseKind(t *testing.T) {
+	for k := pipeline.KindOK; k <= pipeline.KindUnexpected; k++ {
+		if got, ok := outcome.ParseKind(k.String()); !ok || got != k {
+			t.Errorf("ParseKind(%q) = %v, %v", k.String(), got, ok)
+		}
+	}
+	for _, s := range []string{"", "CANCELED", "ok", "Kind(42)"} {
+		if got, ok := outcome.ParseKind(s); ok || got != pipeline.KindUnexpected {
+			t.Errorf("ParseKind(%q) = %v, %v; want UNEXPECTED, false", s, got, ok)
+		}
+	}
+}
