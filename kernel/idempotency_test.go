@@ -102,7 +102,7 @@ func TestIdempotencyAfterTimeout(t *testing.T) {
 		o = charge(k, "key-1", 10)
 		if pe := pipeline.AsError(o.Err); pe.Code() != idempotency.CodeInProgress || pe.Kind() != pipeline.KindConflict {
 			t.Fatalf("retry while running: %v, want 409 KERNEL_CONFLICT_001", o.Err)
-		} else if s, ok := pe.RetryAfterSeconds(); !ok || s != 1 {
+		} else if s, ok := pipelinetest.RetryAfterSeconds(pe); !ok || s != 1 {
 			t.Fatalf("retry-after %d %v", s, ok)
 		}
 		time.Sleep(300 * time.Millisecond)

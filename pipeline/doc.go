@@ -47,7 +47,7 @@
 // An [*Error] carries a [Kind] from a closed set, a stable code, a message
 // that may reach the caller, details, an optional retry-after and an
 // optional cause that never reaches the caller. Errors are immutable:
-// [Error.WithDetail], [Error.WithCause] and [Error.WithRetryAfter] return
+// [Error.WithDetail] and [Error.WithRetryAfter] return
 // changed copies and [Error.Details] returns a copy, so one Error, such as
 // [ErrTimeout], may be shared freely. An UNEXPECTED error shows a caller
 // nothing but [UnexpectedMessage].

@@ -39,7 +39,7 @@ func ExampleChain() {
 func ExampleError_WithDetail() {
 	base := pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "The payment provider is down.")
 	e := base.WithDetail("provider", "acme").WithRetryAfter(1500 * time.Millisecond)
-	secs, _ := e.RetryAfterSeconds()
+	secs, _ := pipelinetest.RetryAfterSeconds(e)
 	fmt.Println(e.Details(), secs)
 	fmt.Println(base.Details() == nil)
 	// Output:

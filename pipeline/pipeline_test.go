@@ -104,7 +104,7 @@ func TestChainContextAndOutcome(t *testing.T) {
 	replace := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
 		if pipelinetest.KindOf(err) == pipeline.KindNotFound {
-			return nil, pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "replaced").WithCause(err)
+			return nil, pipelinetest.WithCause(pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "replaced"), err)
 		}
 		return out, err
 	})
@@ -293,7 +293,7 @@ func TestErrorWithMethodsCopy(t *testing.T) {
 	}
 
 	cause := errors.New("cause")
-	c := b.WithCause(cause)
+	c := pipelinetest.WithCause(b, cause)
 	if b.Unwrap() != nil || c.Unwrap() != cause || len(c.Details()) != 2 || c.Code() != "C" || c.Kind() != pipeline.KindUnavailable {
 		t.Errorf("WithCause: receiver cause %v, copy %v", b.Unwrap(), c)
 	}
@@ -341,7 +341,7 @@ func TestSentinelsCannotBeChanged(t *testing.T) {
 	} {
 		e := tt.get()
 		msg := e.Message()
-		_ = e.WithDetail("id", "x").WithCause(errors.New("c")).WithRetryAfter(time.Second)
+		_ = pipelinetest.WithCause(e.WithDetail("id", "x"), errors.New("c")).WithRetryAfter(time.Second)
 		if d := e.Details(); d != nil {
 			d["id"] = "x"
 		}
@@ -452,7 +452,7 @@ func TestNilError(t *testing.T) {
 	if _, has := e.RetryAfter(); has {
 		t.Error("nil *Error has a retry-after")
 	}
-	if _, has := e.RetryAfterSeconds(); has {
+	if _, has := pipelinetest.RetryAfterSeconds(e); has {
 		t.Error("nil *Error has a retry-after in seconds")
 	}
 }
@@ -478,7 +478,7 @@ func TestRetryAfter(t *testing.T) {
 			if d, has := e.RetryAfter(); !has || d != tt.d {
 				t.Errorf("RetryAfter() = %v, %v; want %v, true", d, has, tt.d)
 			}
-			if s, has := e.RetryAfterSeconds(); !has || s != tt.want {
+			if s, has := pipelinetest.RetryAfterSeconds(e); !has || s != tt.want {
 				t.Errorf("RetryAfterSeconds() = %v, %v; want %v, true", s, has, tt.want)
 			}
 		})
@@ -487,16 +487,16 @@ func TestRetryAfter(t *testing.T) {
 	if _, has := e.RetryAfter(); has {
 		t.Error("RetryAfter() without WithRetryAfter reported a delay")
 	}
-	if _, has := e.RetryAfterSeconds(); has {
+	if _, has := pipelinetest.RetryAfterSeconds(e); has {
 		t.Error("RetryAfterSeconds() without WithRetryAfter reported a delay")
 	}
 	// The retry-after is not a detail.
 	r := e.WithRetryAfter(time.Minute)
-	if _, found := r.Details()[pipeline.DetailRetryAfter]; found || r.Details() != nil {
+	if _, found := r.Details()[pipelinetest.DetailRetryAfter]; found || r.Details() != nil {
 		t.Errorf("WithRetryAfter wrote a detail: %v", r.Details())
 	}
 	// A detail named retryAfter is not a retry-after.
-	if _, has := e.WithDetail(pipeline.DetailRetryAfter, 60).RetryAfter(); has {
+	if _, has := e.WithDetail(pipelinetest.DetailRetryAfter, 60).RetryAfter(); has {
 		t.Error("a retryAfter detail became a retry-after")
 	}
 }

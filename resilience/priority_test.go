@@ -63,7 +63,7 @@ func goClass(h pipeline.Handler, inv *pipeline.Invocation) <-chan error {
 func checkShed(t *testing.T, err error, c pipeline.Priority) {
 	t.Helper()
 	e := pipeline.AsError(err)
-	ra, ok := e.RetryAfterSeconds()
+	ra, ok := pipelinetest.RetryAfterSeconds(e)
 	if e.Code() != resilience.CodeShed || e.Kind() != pipeline.KindUnavailable || !ok || ra != 1 {
 		t.Fatalf("outcome = %v (retry-after %d, %v); want UNAVAILABLE %s with a retry-after of 1 s", err, ra, ok, resilience.CodeShed)
 	}

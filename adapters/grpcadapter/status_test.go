@@ -61,9 +61,9 @@ func TestStatus(t *testing.T) {
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "3"}, 3 * time.Second},
 		{"negative retry is none", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithRetryAfter(-3 * time.Second),
 			codes.Unavailable, "Later.", "X_001", nil, -1},
-		{"a retryAfter detail is only a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5),
+		{"a retryAfter detail is only a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipelinetest.DetailRetryAfter, 5),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "5"}, -1},
-		{"the retry-after wins over a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5).WithRetryAfter(9 * time.Second),
+		{"the retry-after wins over a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipelinetest.DetailRetryAfter, 5).WithRetryAfter(9 * time.Second),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "9"}, 9 * time.Second},
 		{"plain error", errors.New("secret: disk /dev/sda1 on fire"), codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
 		{"unexpected with details", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "secret text", errors.New("secret")).

@@ -68,11 +68,11 @@ func fromProblem(resp *http.Response, body []byte) *pipeline.Error {
 	}
 	e := pipeline.NewError(kind, p.Code, p.Detail)
 	for k, v := range p.Details {
-		if k != pipeline.DetailRetryAfter {
+		if k != outcome.DetailRetryAfter {
 			e = e.WithDetail(k, v)
 		}
 	}
-	if s, ok := p.Details[pipeline.DetailRetryAfter].(float64); ok && s >= 0 {
+	if s, ok := p.Details[outcome.DetailRetryAfter].(float64); ok && s >= 0 {
 		e = e.WithRetryAfter(min(time.Duration(s*float64(time.Second)), maxRetryAfter))
 	}
 	return e

@@ -129,3 +129,30 @@ func Stages() []pipeline.Stage {
 	}
 	return ss
 }
+
+// WithCause returns a copy of e, details and retry-after included, that
+// wraps cause.
+func WithCause(e *pipeline.Error, cause error) *pipeline.Error {
+	c := pipeline.Wrap(e.Kind(), e.Code(), e.Message(), cause)
+	for k, v := range e.Details() {
+		c = c.WithDetail(k, v)
+	}
+	if d, ok := e.RetryAfter(); ok {
+		c = c.WithRetryAfter(d)
+	}
+	return c
+}
+
+// RetryAfterSeconds returns e's retry-after in whole seconds, rounded up
+// and at least 1, as the adapters send it, and whether e has one.
+func RetryAfterSeconds(e *pipeline.Error) (int64, bool) {
+	d, ok := e.RetryAfter()
+	if !ok {
+		return 0, false
+	}
+	return max(1, int64((d+time.Second-1)/time.Second)), true
+}
+
+// DetailRetryAfter is the details key under which the adapters send an
+// outcome's retry-after, in whole seconds.
+const DetailRetryAfter = "retryAfter"

@@ -102,7 +102,7 @@ func problemError(status int, contentType string, body []byte) *pipeline.Error {
 		}
 		e := pipeline.NewError(kind, p.Code, p.Detail)
 		for k, v := range p.Details {
-			if k == pipeline.DetailRetryAfter {
+			if k == "retryAfter" { // the wire key of the retry-after
 				if secs, ok := v.(float64); ok && secs >= 0 && secs <= math.MaxInt64/float64(time.Second) {
 					e = e.WithRetryAfter(time.Duration(secs * float64(time.Second)))
 					continue

@@ -83,8 +83,8 @@ func TestProblemError(t *testing.T) {
 			if ok != (tc.wantRetryAfter != 0) || ra != tc.wantRetryAfter {
 				t.Errorf("problemError(%s).RetryAfter() = %v, %v; want %v", tc.body, ra, ok, tc.wantRetryAfter)
 			}
-			if _, ok := got.Details()[pipeline.DetailRetryAfter]; ok {
-				t.Errorf("problemError(%s) kept details.%s: %v", tc.body, pipeline.DetailRetryAfter, got.Details())
+			if _, ok := got.Details()[pipelinetest.DetailRetryAfter]; ok {
+				t.Errorf("problemError(%s) kept details.%s: %v", tc.body, pipelinetest.DetailRetryAfter, got.Details())
 			}
 		})
 	}

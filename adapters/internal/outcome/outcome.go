@@ -3,7 +3,11 @@
 // Details, and each protocol's value for each kind.
 package outcome
 
-import "github.com/sundial-go/sundial/pipeline"
+import (
+	"time"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
 
 // TypePrefix prefixes a code to make a Problem's type.
 const TypePrefix = "urn:sundial:error:"
@@ -28,15 +32,30 @@ func SafeDetails(e *pipeline.Error) map[string]any {
 }
 
 // Details returns [SafeDetails] with the retry-after, in whole seconds,
-// under [pipeline.DetailRetryAfter]. It is nil when there are none. The map
+// under [DetailRetryAfter]. It is nil when there are none. The map
 // is a copy: the caller may change it.
 func Details(e *pipeline.Error) map[string]any {
 	details := SafeDetails(e)
-	if s, ok := e.RetryAfterSeconds(); ok && e.Kind() != pipeline.KindUnexpected {
+	if s, ok := RetryAfterSeconds(e); ok && e.Kind() != pipeline.KindUnexpected {
 		if details == nil {
 			details = make(map[string]any, 1)
 		}
-		details[pipeline.DetailRetryAfter] = s
+		details[DetailRetryAfter] = s
 	}
 	return details
+}
+
+// DetailRetryAfter is the details key under which adapters write an
+// outcome's retry-after on the wire, in whole seconds.
+const DetailRetryAfter = "retryAfter"
+
+// RetryAfterSeconds returns e's retry-after in whole seconds, rounded up
+// and at least 1 (what a Retry-After header can say), and whether e has
+// one.
+func RetryAfterSeconds(e *pipeline.Error) (int64, bool) {
+	d, ok := e.RetryAfter()
+	if !ok {
+		return 0, false
+	}
+	return max(1, int64((d+time.Second-1)/time.Second)), true
 }

@@ -121,7 +121,7 @@ func Result(ctx context.Context, out any, err error) (any, error) {
 	}
 	e := Attribute(ctx)
 	if err != nil && err != error(e) {
-		return nil, e.WithCause(err)
+		return nil, pipeline.Wrap(e.Kind(), e.Code(), e.Message(), err)
 	}
 	return nil, e
 }
