@@ -117,10 +117,10 @@ func TestOperationTimeoutReleasesHandler(t *testing.T) {
 		if el := time.Since(start); el != 2*time.Second {
 			t.Errorf("handler released after %v, want 2s", el)
 		}
-		if src := o.Invocation.DeadlineSource(); src != pipeline.DeadlineOperation {
+		if src := o.Invocation.Timing().Source; src != pipeline.DeadlineOperation {
 			t.Errorf("DeadlineSource() = %v, want operation", src)
 		}
-		if cd, _ := o.Invocation.CallerDeadline(); !cd.Equal(start.Add(5 * time.Second)) {
+		if cd, _ := pipelinetest.CallerDeadline(o.Invocation); !cd.Equal(start.Add(5 * time.Second)) {
 			t.Errorf("CallerDeadline() = %v, want start+5s", cd)
 		}
 	})

@@ -334,7 +334,7 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 			at = e.clock.now() // the clock is read only for an observed call
 		}
 		e.obs.End(pe, at)
-		if arrival, ok := e.inv.Arrival(); ok {
+		if arrival := e.inv.Timing().Arrival; !arrival.IsZero() {
 			e.lat.observe(at, at.Sub(arrival)) // for Status
 		}
 	}

@@ -179,8 +179,8 @@ func TestHostInvocationHasDeadline(t *testing.T) {
 		<-ctx.Done() // released by MaxTimeoutSeconds
 		return nil, ctx.Err()
 	}})
-	if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout || o.Invocation.DeadlineSource() != pipeline.DeadlineKernel {
-		t.Errorf("host call past MaxTimeoutSeconds = %v (deadline source %v), want %s (kernel)", o.Err, o.Invocation.DeadlineSource(), pipeline.CodeTimeout)
+	if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout || o.Invocation.Timing().Source != pipeline.DeadlineKernel {
+		t.Errorf("host call past MaxTimeoutSeconds = %v (deadline source %v), want %s (kernel)", o.Err, o.Invocation.Timing().Source, pipeline.CodeTimeout)
 	}
 }
 

@@ -505,13 +505,13 @@ func TestNilInvocation(t *testing.T) {
 	var inv *pipeline.Invocation
 	if inv.Operation() != nil || inv.OperationID() != "" || inv.Route() != "" || inv.Name() != "" ||
 		inv.Protocol() != pipeline.ProtocolInProcess || inv.Input() != nil || inv.IdempotencyKey() != "" ||
-		inv.DeadlineSource() != pipeline.DeadlineNone {
+		inv.Timing().Source != pipeline.DeadlineNone {
 		t.Error("a nil *Invocation reports facts")
 	}
 	if _, has := inv.Deadline(); has {
 		t.Error("nil *Invocation has a deadline")
 	}
-	if _, has := inv.CallerDeadline(); has {
+	if _, has := pipelinetest.CallerDeadline(inv); has {
 		t.Error("nil *Invocation has a caller deadline")
 	}
 	if _, found := inv.Baggage("k"); found {
@@ -546,12 +546,12 @@ func TestNewInvocation(t *testing.T) {
 	if !has || d != eff {
 		t.Errorf("Deadline() = %v, %v; want %v as given", d, has, eff)
 	}
-	c, has := inv.CallerDeadline()
+	c, has := pipelinetest.CallerDeadline(inv)
 	if !has || c != caller {
 		t.Errorf("CallerDeadline() = %v, %v; want %v as given", c, has, caller)
 	}
-	if inv.DeadlineSource() != pipeline.DeadlineOperation {
-		t.Errorf("DeadlineSource() = %v, want operation", inv.DeadlineSource())
+	if inv.Timing().Source != pipeline.DeadlineOperation {
+		t.Errorf("DeadlineSource() = %v, want operation", inv.Timing().Source)
 	}
 	if v, found := inv.Baggage("tenant"); !found || v != "acme" {
 		t.Errorf("Baggage(tenant) = %q, %v", v, found)
@@ -572,10 +572,10 @@ func TestNewInvocation(t *testing.T) {
 
 	// Only a deadline: the caller's.
 	only := pipeline.NewInvocation(pipeline.Spec{Deadline: eff, Route: "GET /healthz"})
-	if only.DeadlineSource() != pipeline.DeadlineCaller {
-		t.Errorf("DeadlineSource() with only Deadline = %v, want caller", only.DeadlineSource())
+	if only.Timing().Source != pipeline.DeadlineCaller {
+		t.Errorf("DeadlineSource() with only Deadline = %v, want caller", only.Timing().Source)
 	}
-	if _, has := only.CallerDeadline(); has {
+	if _, has := pipelinetest.CallerDeadline(only); has {
 		t.Error("CallerDeadline() reports one that was not given")
 	}
 	if only.Name() != "GET /healthz" || only.OperationID() != "" || only.Operation() != nil {
@@ -584,8 +584,8 @@ func TestNewInvocation(t *testing.T) {
 
 	// No deadline: no source, whatever the Spec says.
 	none := pipeline.NewInvocation(pipeline.Spec{DeadlineSource: pipeline.DeadlineKernel, CallerDeadline: caller})
-	if _, has := none.Deadline(); has || none.DeadlineSource() != pipeline.DeadlineNone {
-		t.Errorf("no Deadline: has %v, source %v; want none", has, none.DeadlineSource())
+	if _, has := none.Deadline(); has || none.Timing().Source != pipeline.DeadlineNone {
+		t.Errorf("no Deadline: has %v, source %v; want none", has, none.Timing().Source)
 	}
 }
 

@@ -134,7 +134,7 @@ func ownDeadline(ctx context.Context, inv *pipeline.Invocation) bool {
 // when the deadline was the operation's own or the kernel's cap, neutral
 // when it was the caller's.
 func deadlineVerdict(inv *pipeline.Invocation) Verdict {
-	switch inv.DeadlineSource() {
+	switch inv.Timing().Source {
 	case pipeline.DeadlineOperation, pipeline.DeadlineKernel:
 		return Failure
 	}

@@ -812,12 +812,12 @@ func TestRequest(t *testing.T) {
 				if in, ok := inv.Input().(*echoIn); !ok || *in != (echoIn{Name: "a", Count: 2}) {
 					t.Errorf("input = %#v, want &echoIn{Name: \"a\", Count: 2}", inv.Input())
 				}
-				d, ok := inv.CallerDeadline()
+				d, ok := pipelinetest.CallerDeadline(inv)
 				switch {
 				case tc.deadline == 0 && ok:
 					t.Errorf("caller deadline = %v, want none", d)
-				case tc.deadline > 0 && (!ok || !d.Equal(start.Add(tc.deadline)) || inv.DeadlineSource() != pipeline.DeadlineCaller):
-					t.Errorf("caller deadline = %v, %v (source %v), want start + %v (caller)", d, ok, inv.DeadlineSource(), tc.deadline)
+				case tc.deadline > 0 && (!ok || !d.Equal(start.Add(tc.deadline)) || inv.Timing().Source != pipeline.DeadlineCaller):
+					t.Errorf("caller deadline = %v, %v (source %v), want start + %v (caller)", d, ok, inv.Timing().Source, tc.deadline)
 				}
 			})
 		})

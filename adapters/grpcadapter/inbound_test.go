@@ -67,10 +67,10 @@ func TestInboundAttribution(t *testing.T) {
 				if want := cmp.Or(tt.cancelAt, deadline); ended != want {
 					t.Errorf("handler context ended at %v, want %v", ended, want)
 				}
-				if d, ok := o.Invocation.CallerDeadline(); !ok || !d.Equal(start.Add(deadline)) {
+				if d, ok := pipelinetest.CallerDeadline(o.Invocation); !ok || !d.Equal(start.Add(deadline)) {
 					t.Errorf("caller's deadline = %v, %v; want %v", d, ok, start.Add(deadline))
 				}
-				if src := o.Invocation.DeadlineSource(); src != pipeline.DeadlineCaller {
+				if src := o.Invocation.Timing().Source; src != pipeline.DeadlineCaller {
 					t.Errorf("deadline source = %v, want caller", src)
 				}
 			})

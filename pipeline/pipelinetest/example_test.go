@@ -33,7 +33,7 @@ func Example() {
 	call, _ := rec.Last()
 	fmt.Println("handler had a deadline:", call.HasDeadline)
 	fmt.Println("handler returned:", pipelinetest.CodeOf(call.Err))
-	fmt.Println("source:", call.Invocation.DeadlineSource())
+	fmt.Println("source:", call.Invocation.Timing().Source)
 	for _, r := range logs.Find(pipelinetest.Message("audit")) {
 		fmt.Println("logged:", r.Attrs["operation"], r.Attrs["code"])
 	}

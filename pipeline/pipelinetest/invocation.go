@@ -156,3 +156,15 @@ func RetryAfterSeconds(e *pipeline.Error) (int64, bool) {
 // DetailRetryAfter is the details key under which the adapters send an
 // outcome's retry-after, in whole seconds.
 const DetailRetryAfter = "retryAfter"
+
+// CallerDeadline returns inv's caller's deadline and whether it sent one.
+func CallerDeadline(inv *pipeline.Invocation) (time.Time, bool) {
+	d := inv.Timing().CallerDeadline
+	return d, !d.IsZero()
+}
+
+// Arrival returns when inv arrived at the kernel and whether that is known.
+func Arrival(inv *pipeline.Invocation) (time.Time, bool) {
+	at := inv.Timing().Arrival
+	return at, !at.IsZero()
+}

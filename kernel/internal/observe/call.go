@@ -64,7 +64,7 @@ func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start
 		return ctx, nil
 	}
 	c := &Call{o: o, inv: inv, in: in, proto: protoSlot(inv.Protocol()), parent: ctx, ctx: ctx, start: start}
-	if d, ok := inv.CallerDeadline(); ok {
+	if d := inv.Timing().CallerDeadline; !d.IsZero() {
 		c.budget, c.hasBudget = d.Sub(start), true
 	}
 	if tr != nil {
