@@ -18,6 +18,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 type ticked struct {
@@ -84,7 +85,7 @@ func TestPassedDeadlineSameOnEveryProtocol(t *testing.T) {
 	}
 
 	// In process.
-	if _, err := kernel.Call[struct{}, ticked](context.Background(), k, "clock.tick", struct{}{}); pipeline.CodeOf(err) != pipeline.CodeTimeout {
+	if _, err := kernel.Call[struct{}, ticked](context.Background(), k, "clock.tick", struct{}{}); pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
 		t.Errorf("kernel.Call = %v, want %s", err, pipeline.CodeTimeout)
 	}
 	if n := ran.Load(); n != 0 {

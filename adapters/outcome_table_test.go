@@ -13,6 +13,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // outcomeTable is the outcome table of docs/pipeline.md (its protocol
@@ -39,8 +40,8 @@ var outcomeTable = []struct {
 }
 
 func TestOutcomeTable(t *testing.T) {
-	if len(outcomeTable) != len(pipeline.Kinds()) {
-		t.Fatalf("table has %d rows, pipeline has %d kinds", len(outcomeTable), len(pipeline.Kinds()))
+	if len(outcomeTable) != len(pipelinetest.Kinds()) {
+		t.Fatalf("table has %d rows, pipeline has %d kinds", len(outcomeTable), len(pipelinetest.Kinds()))
 	}
 	for _, row := range outcomeTable {
 		t.Run(row.name, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -170,8 +171,8 @@ func (r *priorityRig) viaHTTP(t *testing.T, path, priority string) answer {
 				t.Fatalf("Retry-After %q: %v", ra, err)
 			}
 			a.retryAfter = n
-			if d, _ := p.Details[pipeline.DetailRetryAfter].(float64); int64(d) != n {
-				t.Errorf("details.retryAfter = %v, Retry-After %d", p.Details[pipeline.DetailRetryAfter], n)
+			if d, _ := p.Details[pipelinetest.DetailRetryAfter].(float64); int64(d) != n {
+				t.Errorf("details.retryAfter = %v, Retry-After %d", p.Details[pipelinetest.DetailRetryAfter], n)
 			}
 		}
 		return a
@@ -227,7 +228,7 @@ func (r *priorityRig) viaCLI(t *testing.T, id, priority string) answer {
 			t.Fatalf("stderr %q: %v", stderr.String(), err)
 		}
 		a.code = p.Code
-		if d, ok := p.Details[pipeline.DetailRetryAfter].(float64); ok {
+		if d, ok := p.Details[pipelinetest.DetailRetryAfter].(float64); ok {
 			a.retryAfter = int64(d)
 		}
 		return a

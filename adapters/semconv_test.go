@@ -25,6 +25,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 type (
@@ -149,7 +150,7 @@ func TestSemconvAttributes(t *testing.T) {
 	if err := ga.Call(ctx, cc, "orders.create", createOrder{Name: "widget"}, &out); err != nil {
 		t.Fatalf("gRPC orders.create: %v", err)
 	}
-	if err := ga.Call(ctx, cc, "billing.charge", charge{Amount: 1}, &out); pipeline.KindOf(err) != pipeline.KindUnavailable {
+	if err := ga.Call(ctx, cc, "billing.charge", charge{Amount: 1}, &out); pipelinetest.KindOf(err) != pipeline.KindUnavailable {
 		t.Fatalf("gRPC billing.charge = %v, want UNAVAILABLE", err)
 	}
 	if err := cc.Invoke(ctx, "/shop.v1.Nowhere/Go", &emptyMsg{}, &emptyMsg{}); status.Code(err) != codes.Unimplemented {

@@ -16,7 +16,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
@@ -194,7 +194,7 @@ func BenchmarkRejection(b *testing.B) {
 			defer wg.Wait()
 			defer close(release)
 			_, err := kernel.Call[benchIn, benchOut](ctx, k, benchOp, benchIn{})
-			if pipeline.CodeOf(err) != c.code {
+			if pipelinetest.CodeOf(err) != c.code {
 				b.Fatalf("Call = %v, want a %s rejection", err, c.code)
 			}
 			b.ReportAllocs()

@@ -9,6 +9,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // TestPassedDeadlineNeverStartsTheHandler: a call that arrived 2 s ago to
@@ -46,7 +47,7 @@ func TestPassedDeadlineNeverStartsTheHandler(t *testing.T) {
 		},
 	}
 	for name, call := range entries {
-		if err := call(); pipeline.CodeOf(err) != pipeline.CodeTimeout {
+		if err := call(); pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
 			t.Errorf("%s = %v, want %s", name, err, pipeline.CodeTimeout)
 		}
 	}

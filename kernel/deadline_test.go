@@ -9,6 +9,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // deadlineKernel builds a kernel with two operations that report the
@@ -110,16 +111,16 @@ func TestOperationTimeoutReleasesHandler(t *testing.T) {
 		start := time.Now()
 		in := "block"
 		o := k.Op("test.capped").Invoke(t.Context(), kernel.Unary{Caller: kernel.Caller{Deadline: start.Add(5 * time.Second)}, Input: &in})
-		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+		if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout {
 			t.Errorf("Invoke = %v; want %s", o.Err, pipeline.CodeTimeout)
 		}
 		if el := time.Since(start); el != 2*time.Second {
 			t.Errorf("handler released after %v, want 2s", el)
 		}
-		if src := o.Invocation.DeadlineSource(); src != pipeline.DeadlineOperation {
+		if src := o.Invocation.Timing().Source; src != pipeline.DeadlineOperation {
 			t.Errorf("DeadlineSource() = %v, want operation", src)
 		}
-		if cd, _ := o.Invocation.CallerDeadline(); !cd.Equal(start.Add(5 * time.Second)) {
+		if cd, _ := pipelinetest.CallerDeadline(o.Invocation); !cd.Equal(start.Add(5 * time.Second)) {
 			t.Errorf("CallerDeadline() = %v, want start+5s", cd)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
@@ -96,7 +97,7 @@ func TestDegradeAfterReachesTheStore(t *testing.T) {
 		// Turned away as by the limit, after 1 s: StoreTimeoutMs before
 		// degrading, the time until the next try once degraded.
 		ra, has := pipeline.AsError(out.Err).RetryAfter()
-		if code := pipeline.CodeOf(out.Err); code != resilience.CodeRateLimited || !has || ra != time.Second {
+		if code := pipelinetest.CodeOf(out.Err); code != resilience.CodeRateLimited || !has || ra != time.Second {
 			t.Fatalf("%s with Redis gone: %v (retry after %v), want %s after 1s", id, out.Err, ra, resilience.CodeRateLimited)
 		}
 		deadline := time.Now().Add(10 * time.Second)

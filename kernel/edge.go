@@ -334,7 +334,7 @@ func (e *edge) finish(out any, err error, at time.Time) (any, error) {
 			at = e.clock.now() // the clock is read only for an observed call
 		}
 		e.obs.End(pe, at)
-		if arrival, ok := e.inv.Arrival(); ok {
+		if arrival := e.inv.Timing().Arrival; !arrival.IsZero() {
 			e.lat.observe(at, at.Sub(arrival)) // for Status
 		}
 	}
@@ -483,10 +483,10 @@ func (k *Kernel) logLate(e *edge, answered time.Time, sent, got error) {
 		slog.String("protocol", e.inv.Protocol().String()),
 		slog.String("traceId", e.trace()),
 		slog.Float64("lateByMs", float64(late.Microseconds())/1000),
-		slog.String("code", pipeline.CodeOf(sent)),
-		slog.String("handlerCode", pipeline.CodeOf(own)),
+		slog.String("code", codeOf(sent)),
+		slog.String("handlerCode", codeOf(own)),
 	}
-	if own != nil && pipeline.KindOf(own) == pipeline.KindUnexpected {
+	if own != nil && pipeline.AsError(own).Kind() == pipeline.KindUnexpected {
 		attrs = append(attrs, slog.String("error", pipeline.ErrorText(own)))
 	}
 	k.lateLog.LogAttrs(context.Background(), level, msgLate, attrs...)
@@ -536,4 +536,12 @@ func (k *Kernel) Wait(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// codeOf returns the code of an outcome, "" for nil.
+func codeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	return pipeline.AsError(err).Code()
 }

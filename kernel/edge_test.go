@@ -62,7 +62,7 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 		start := time.Now()
 		in := "ignore"
 		o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolGRPC}, Input: &in})
-		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || !o.Expired || o.Output != nil {
+		if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout || !o.Expired || o.Output != nil {
 			t.Fatalf("Handle = %v (expired %v, output %v), want %s at the deadline", o.Err, o.Expired, o.Output, pipeline.CodeTimeout)
 		}
 		if el := time.Since(start); el != 500*time.Millisecond+5*time.Millisecond {
@@ -72,7 +72,7 @@ func TestHandleAnswersAtTheDeadline(t *testing.T) {
 			t.Errorf("Running() = %d while the straggler runs, want 1", n)
 		}
 		quick := "quick"
-		if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &quick}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
+		if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &quick}); pipelinetest.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 			t.Errorf("second call while the straggler holds the only slot = %v, want %s", o.Err, resilience.CodeConcurrencyLimited)
 		}
 		if len(sink.Find(pipelinetest.Message("kernel: late result discarded"))) != 0 {
@@ -111,7 +111,7 @@ func TestServeHonouringHandlerAnswersItself(t *testing.T) {
 		if len(got) != 1 {
 			t.Fatalf("respond called %d times, want once", len(got))
 		}
-		if o := got[0]; pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || o.Expired {
+		if o := got[0]; pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout || o.Expired {
 			t.Errorf("Serve = %v (expired %v), want %s from the chain", o.Err, o.Expired, pipeline.CodeTimeout)
 		}
 		if el := time.Since(start); el != 500*time.Millisecond {
@@ -134,7 +134,7 @@ func TestHandleCallerCancels(t *testing.T) {
 		start := time.Now()
 		in := "ignore"
 		o := k.Op("test.slow").Handle(ctx, kernel.Unary{Input: &in})
-		if pipeline.CodeOf(o.Err) != pipeline.CodeCanceled || !o.Expired {
+		if pipelinetest.CodeOf(o.Err) != pipeline.CodeCanceled || !o.Expired {
 			t.Errorf("Handle = %v (expired %v), want %s", o.Err, o.Expired, pipeline.CodeCanceled)
 		}
 		if el := time.Since(start); el != 105*time.Millisecond {
@@ -172,7 +172,7 @@ func TestRejectIsObserved(t *testing.T) {
 			t.Errorf("%s = %v, trace ID %q; want the rejection with a trace ID", name, o.Err, o.TraceID)
 		}
 	}
-	if _, err := kernel.Call[echoIn, echoOut](ctx, k, "no.such", echoIn{}); pipeline.CodeOf(err) != "KERNEL_NOT_FOUND_001" {
+	if _, err := kernel.Call[echoIn, echoOut](ctx, k, "no.such", echoIn{}); pipelinetest.CodeOf(err) != "KERNEL_NOT_FOUND_001" {
 		t.Errorf("Call(no.such) = %v, want KERNEL_NOT_FOUND_001", err)
 	}
 	if ran {
@@ -266,7 +266,7 @@ func TestMiddlewarePanicRecoveredAtTheEdge(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := k.Op("test.echo").Handle(context.Background(), kernel.Unary{Input: &echoIn{}})
-	if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
+	if pipelinetest.KindOf(o.Err) != pipeline.KindUnexpected {
 		t.Errorf("Handle = %v, want UNEXPECTED", o.Err)
 	}
 }
@@ -281,7 +281,7 @@ func TestStragglersBounded(t *testing.T) {
 		k, _ := stragglerKernel(t, `{"Sundial":{"Kernel":{"MaxStragglers":2,"Resilience":{"Operations":{"test.slow":{"TimeoutSeconds":0.5}}}}}}`, release)
 		ignore, quick := "ignore", "quick"
 		for i := range 2 {
-			if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &ignore}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+			if o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &ignore}); pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout {
 				t.Fatalf("straggler %d = %v, want %s", i, o.Err, pipeline.CodeTimeout)
 			}
 		}
@@ -343,7 +343,7 @@ func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 10 {
 			wg.Go(func() {
-				if err := call("test.slow"); pipeline.CodeOf(err) != pipeline.CodeTimeout {
+				if err := call("test.slow"); pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
 					t.Errorf("slow call = %v, want %s", err, pipeline.CodeTimeout)
 				}
 			})
@@ -352,19 +352,19 @@ func TestOneOperationsStragglersDoNotShedTheOthers(t *testing.T) {
 		if n := k.Stragglers(); n != 10 {
 			t.Fatalf("Stragglers() = %d, want 10: every call admitted on time outlived its deadline", n)
 		}
-		if err := call("test.slow"); pipeline.CodeOf(err) != kernel.CodeOverloaded {
+		if err := call("test.slow"); pipelinetest.CodeOf(err) != kernel.CodeOverloaded {
 			t.Errorf("call to the straggling operation = %v, want %s", err, kernel.CodeOverloaded)
 		}
 		if err := call("test.ok"); err != nil {
 			t.Errorf("call to another operation = %v, want success: one operation's stragglers shed it", err)
 		}
 		for i := range 2 {
-			if err := call("test.other"); pipeline.CodeOf(err) != pipeline.CodeTimeout {
+			if err := call("test.other"); pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
 				t.Fatalf("second operation's straggler %d = %v, want %s", i, err, pipeline.CodeTimeout)
 			}
 		}
 		for _, op := range []string{"test.other", "test.ok", "test.slow"} {
-			if err := call(op); pipeline.CodeOf(err) != kernel.CodeOverloaded {
+			if err := call(op); pipelinetest.CodeOf(err) != kernel.CodeOverloaded {
 				t.Errorf("with two operations at half of MaxStragglers each, %s = %v, want %s", op, err, kernel.CodeOverloaded)
 			}
 		}

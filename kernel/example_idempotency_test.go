@@ -7,7 +7,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 type Payment struct {
@@ -44,7 +44,7 @@ func Example_idempotencyKeys() {
 		// An adapter takes the handles at mount time; this kernel has one.
 		o := k.Operations()[0].Handle(ctx, kernel.Unary{Input: &Payment{Amount: amount}})
 		if o.Err != nil {
-			fmt.Printf("amount %d: %s %s\n", amount, pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err))
+			fmt.Printf("amount %d: %s %s\n", amount, pipelinetest.KindOf(o.Err), pipelinetest.CodeOf(o.Err))
 			continue
 		}
 		fmt.Printf("amount %d: %s replayed=%v\n", amount, o.Output.(Receipt).ChargeID, o.Invocation.Reply().Replayed())

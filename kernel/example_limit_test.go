@@ -11,6 +11,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -84,7 +85,7 @@ func Example_customLimit() {
 	err := operations.Register(reg, operations.Descriptor{ID: "reports.build"}, func(ctx context.Context, in In) (string, error) {
 		if in.Nested != "" {
 			o := k.Operations()[0].Invoke(withTenant(in.Nested), kernel.Unary{Input: &In{}})
-			return fmt.Sprintf("nested call for %s: %v %s", in.Nested, pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err)), nil
+			return fmt.Sprintf("nested call for %s: %v %s", in.Nested, pipelinetest.KindOf(o.Err), pipelinetest.CodeOf(o.Err)), nil
 		}
 		return "built", nil
 	})

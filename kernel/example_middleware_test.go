@@ -50,7 +50,7 @@ func Audit(logger *slog.Logger) pipeline.Middleware {
 	return pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
 		user, _ := userFrom(ctx)
-		logger.Info("audit", "operation", inv.OperationID(), "user", user, "outcome", pipeline.KindOf(err).String())
+		logger.Info("audit", "operation", inv.OperationID(), "user", user, "outcome", pipelinetest.KindOf(err).String())
 		return out, err
 	})
 }
@@ -97,7 +97,7 @@ func Example_middleware() {
 			ctx = baggage.ContextWithBaggage(ctx, b)
 		}
 		o := k.Operations()[0].Invoke(ctx, kernel.Unary{Input: &GetOrder{ID: "ord-1"}})
-		fmt.Println(pipeline.KindOf(o.Err), pipeline.CodeOf(o.Err), o.Output)
+		fmt.Println(pipelinetest.KindOf(o.Err), pipelinetest.CodeOf(o.Err), o.Output)
 	}
 	for _, r := range logs.Find(pipelinetest.Message("audit")) {
 		fmt.Println("audit:", r.Attrs["operation"], r.Attrs["user"], r.Attrs["outcome"])
@@ -133,7 +133,7 @@ func Example_middlewareTest() {
 	rec.Reset()
 	_, err = h(context.Background(), pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("orders.get")}))
 	_, ran := rec.Last()
-	fmt.Println(pipeline.CodeOf(err), "| the rest of the chain ran:", ran)
+	fmt.Println(pipelinetest.CodeOf(err), "| the rest of the chain ran:", ran)
 
 	for _, r := range logs.Find(pipelinetest.Message("audit")) {
 		fmt.Println("audit:", r.Attrs["operation"], r.Attrs["user"], r.Attrs["outcome"])

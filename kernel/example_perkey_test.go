@@ -6,7 +6,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // A per-key limit: at most two orders per tenant per minute, the tenant
@@ -29,7 +29,7 @@ func Example_perKeyLimit() {
 	for _, tenant := range []string{"acme", "acme", "acme", "globex", "bad{key}"} {
 		out := k.Operations()[0].Invoke(withTenant(tenant), kernel.Unary{Input: new("widget")})
 		if out.Err != nil {
-			fmt.Println(tenant+":", pipeline.KindOf(out.Err), pipeline.CodeOf(out.Err))
+			fmt.Println(tenant+":", pipelinetest.KindOf(out.Err), pipelinetest.CodeOf(out.Err))
 			continue
 		}
 		fmt.Println(tenant+":", out.Output)

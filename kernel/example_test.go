@@ -7,6 +7,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 type Greeting struct {
@@ -31,7 +32,7 @@ func Example() {
 	}
 	audit := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
-		fmt.Printf("audit: %s -> %s\n", inv.OperationID(), pipeline.KindOf(err))
+		fmt.Printf("audit: %s -> %s\n", inv.OperationID(), pipelinetest.KindOf(err))
 		return out, err
 	})
 	k, err := kernel.New(

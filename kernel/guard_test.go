@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
@@ -57,7 +58,7 @@ func TestGuardIsAContext(t *testing.T) {
 		if g.Err() != context.DeadlineExceeded || child.Err() != context.DeadlineExceeded || !errors.Is(context.Cause(child), context.DeadlineExceeded) {
 			t.Errorf("guard %v, child %v (cause %v); want DeadlineExceeded for both", g.Err(), child.Err(), context.Cause(child))
 		}
-		if got := pipeline.CodeOf(deadline.Attribute(child)); got != pipeline.CodeTimeout {
+		if got := pipelinetest.CodeOf(deadline.Attribute(child)); got != pipeline.CodeTimeout {
 			t.Errorf("Attribute(child) = %s, want %s", got, pipeline.CodeTimeout)
 		}
 		// Derived after the end: ended at once.
@@ -89,7 +90,7 @@ func TestGuardFollowsItsParent(t *testing.T) {
 		if g.Err() != context.Canceled || context.Cause(g) != why {
 			t.Errorf("guard Err %v, Cause %v; want Canceled, %v", g.Err(), context.Cause(g), why)
 		}
-		if got := pipeline.CodeOf(deadline.Attribute(g)); got != pipeline.CodeCanceled {
+		if got := pipelinetest.CodeOf(deadline.Attribute(g)); got != pipeline.CodeCanceled {
 			t.Errorf("attributed %s, want %s", got, pipeline.CodeCanceled)
 		}
 	})

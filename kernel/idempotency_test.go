@@ -13,6 +13,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
@@ -95,13 +96,13 @@ func TestIdempotencyAfterTimeout(t *testing.T) {
 		k := chargeKernel(t, "", &work, &charges)
 		start := time.Now()
 		o := charge(k, "key-1", 10)
-		if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || time.Since(start) > 110*time.Millisecond {
+		if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout || time.Since(start) > 110*time.Millisecond {
 			t.Fatalf("first call: %v after %v, want 504 at the deadline", o.Err, time.Since(start))
 		}
 		o = charge(k, "key-1", 10)
 		if pe := pipeline.AsError(o.Err); pe.Code() != idempotency.CodeInProgress || pe.Kind() != pipeline.KindConflict {
 			t.Fatalf("retry while running: %v, want 409 KERNEL_CONFLICT_001", o.Err)
-		} else if s, ok := pe.RetryAfterSeconds(); !ok || s != 1 {
+		} else if s, ok := pipelinetest.RetryAfterSeconds(pe); !ok || s != 1 {
 			t.Fatalf("retry-after %d %v", s, ok)
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -110,10 +111,10 @@ func TestIdempotencyAfterTimeout(t *testing.T) {
 		if o.Err != nil || !o.Invocation.Reply().Replayed() || o.Output.(chargeRes).ChargeID != "ch-1" || charges.Load() != 1 {
 			t.Fatalf("retry after: %v %v replayed=%v charges=%d", o.Output, o.Err, o.Invocation.Reply().Replayed(), charges.Load())
 		}
-		if o := charge(k, "key-1", 11); pipeline.KindOf(o.Err) != pipeline.KindUnprocessable {
+		if o := charge(k, "key-1", 11); pipelinetest.KindOf(o.Err) != pipeline.KindUnprocessable {
 			t.Fatalf("other amount: %v, want 422", o.Err)
 		}
-		if o := charge(k, "", 10); pipeline.CodeOf(o.Err) != "KERNEL_VALIDATION_004" {
+		if o := charge(k, "", 10); pipelinetest.CodeOf(o.Err) != "KERNEL_VALIDATION_004" {
 			t.Fatalf("no key: %v, want 400", o.Err)
 		}
 		k.Wait(context.Background())
@@ -130,7 +131,7 @@ func TestIdempotencyRejectedCallFreesTheKey(t *testing.T) {
 		done := make(chan kernel.Outcome)
 		go func() { done <- charge(k, "other", 10) }()
 		time.Sleep(10 * time.Millisecond)
-		if o := charge(k, "key-1", 10); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
+		if o := charge(k, "key-1", 10); pipelinetest.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 			t.Fatalf("while the slot is taken: %v, want 503 _003", o.Err)
 		}
 		<-done
@@ -251,16 +252,16 @@ func TestIdempotencyClaimsOnlyCallsThatRun(t *testing.T) {
 	req := func(key string, amount int, deadline time.Time) kernel.Outcome {
 		return k.Op("billing.charge").Handle(context.Background(), kernel.Unary{Caller: kernel.Caller{Protocol: pipeline.ProtocolHTTP, IdempotencyKey: key, Deadline: deadline}, Input: &validatedCharge{Amount: amount}})
 	}
-	if o := req("k-invalid", 0, time.Time{}); pipeline.KindOf(o.Err) != pipeline.KindValidation {
+	if o := req("k-invalid", 0, time.Time{}); pipelinetest.KindOf(o.Err) != pipeline.KindValidation {
 		t.Fatalf("invalid input: %v, want VALIDATION", o.Err)
 	}
-	if o := req("k-late", 5, time.Now().Add(-time.Second)); pipeline.KindOf(o.Err) != pipeline.KindTimeout {
+	if o := req("k-late", 5, time.Now().Add(-time.Second)); pipelinetest.KindOf(o.Err) != pipeline.KindTimeout {
 		t.Fatalf("deadline passed on arrival: %v, want TIMEOUT", o.Err)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); req("k-holder", 99, time.Time{}) }()
 	<-held
-	if o := req("k-rejected", 5, time.Time{}); pipeline.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
+	if o := req("k-rejected", 5, time.Time{}); pipelinetest.CodeOf(o.Err) != resilience.CodeConcurrencyLimited {
 		t.Fatalf("while the slot is held: %v, want 503 _003", o.Err)
 	}
 	close(hold)
@@ -304,10 +305,10 @@ func TestReplayedFailureIsNeutralToTheBreaker(t *testing.T) {
 	}
 	call("bad", -1) // one real failure
 	for range 5 {
-		if o := call("bad", -1); pipeline.KindOf(o.Err) != pipeline.KindUnexpected || !o.Invocation.Reply().Replayed() {
+		if o := call("bad", -1); pipelinetest.KindOf(o.Err) != pipeline.KindUnexpected || !o.Invocation.Reply().Replayed() {
 			t.Fatalf("retry of the failed key: %v (replayed %v), want its UNEXPECTED replayed", o.Err, o.Invocation.Reply().Replayed())
 		}
-		if o := call("bad", -2); pipeline.KindOf(o.Err) != pipeline.KindUnprocessable {
+		if o := call("bad", -2); pipelinetest.KindOf(o.Err) != pipeline.KindUnprocessable {
 			t.Fatalf("the failed key with another input: %v, want UNPROCESSABLE", o.Err)
 		}
 	}

@@ -135,7 +135,7 @@ func WithWorkers(idle time.Duration) Option {
 func UseAt(stage pipeline.Stage, mw pipeline.Middleware) Option {
 	return optionFunc(func(o *options) {
 		switch {
-		case !slices.Contains(pipeline.Stages(), stage):
+		case stage > pipeline.StageHandle:
 			o.errs = append(o.errs, fmt.Errorf("kernel: UseAt: invalid stage %d", stage))
 		case mw == nil:
 			o.errs = append(o.errs, fmt.Errorf("kernel: UseAt(%s): nil middleware", stage))
@@ -312,7 +312,7 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 		c.obs = k.tel.Operation(d)
 		c.lat = newLatency(time.Now())
 	}
-	for _, stage := range pipeline.Stages() {
+	for stage := pipeline.StageDiagnostics; stage <= pipeline.StageHandle; stage++ {
 		if stage == pipeline.StageResilience && k.settings.UseBuiltInMiddleware {
 			// The deadline, then the operation's limits inside it, as one
 			// middleware: a rejection costs no deadline context. It is first

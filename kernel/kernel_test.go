@@ -14,6 +14,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 type echoIn struct {
@@ -59,7 +60,7 @@ func TestStageOrder(t *testing.T) {
 	// Register application middleware in reverse stage order, two per
 	// stage: the kernel must still sort by stage and keep registration
 	// order within a stage.
-	stages := pipeline.Stages()
+	stages := pipelinetest.Stages()
 	for i := len(stages) - 1; i >= 0; i-- {
 		s := stages[i]
 		opts = append(opts,
@@ -158,7 +159,7 @@ func TestUnknownOperationAndHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kernel.Call[echoIn, echoOut](context.Background(), k, "no.such", echoIn{}); pipeline.KindOf(err) != pipeline.KindNotFound {
+	if _, err := kernel.Call[echoIn, echoOut](context.Background(), k, "no.such", echoIn{}); pipelinetest.KindOf(err) != pipeline.KindNotFound {
 		t.Errorf("Call(unknown) = %v, want NOT_FOUND", err)
 	}
 	o := k.Host(context.Background(), kernel.HostCall{Caller: kernel.Caller{Route: "GET /healthz"}, Handler: func(context.Context, *pipeline.Invocation) (any, error) {
@@ -178,8 +179,8 @@ func TestHostInvocationHasDeadline(t *testing.T) {
 		<-ctx.Done() // released by MaxTimeoutSeconds
 		return nil, ctx.Err()
 	}})
-	if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || o.Invocation.DeadlineSource() != pipeline.DeadlineKernel {
-		t.Errorf("host call past MaxTimeoutSeconds = %v (deadline source %v), want %s (kernel)", o.Err, o.Invocation.DeadlineSource(), pipeline.CodeTimeout)
+	if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout || o.Invocation.Timing().Source != pipeline.DeadlineKernel {
+		t.Errorf("host call past MaxTimeoutSeconds = %v (deadline source %v), want %s (kernel)", o.Err, o.Invocation.Timing().Source, pipeline.CodeTimeout)
 	}
 }
 

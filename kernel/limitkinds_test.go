@@ -13,6 +13,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -114,7 +115,7 @@ func TestLimitKindRunsAndReleases(t *testing.T) {
 		t.Fatalf("call: %v %v", o.Output, o.Err)
 	}
 	o = k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{Panic: true}})
-	if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
+	if pipelinetest.KindOf(o.Err) != pipeline.KindUnexpected {
 		t.Fatalf("panicking call: %v, want UNEXPECTED", o.Err)
 	}
 	l := (*built)[0]
@@ -123,7 +124,7 @@ func TestLimitKindRunsAndReleases(t *testing.T) {
 	}
 	l.held.Store(1) // full: the next call is turned away and runs nothing
 	o = k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{Panic: true}})
-	if pipeline.CodeOf(o.Err) != "APP_FULL_001" {
+	if pipelinetest.CodeOf(o.Err) != "APP_FULL_001" {
 		t.Fatalf("call on a full limit: %v, want APP_FULL_001", o.Err)
 	}
 }
@@ -182,7 +183,7 @@ func TestLimitKindPanicGivesPermitsBack(t *testing.T) {
 	defer k.Close()
 	for i := range 3 {
 		o := k.Op("work.do").Invoke(t.Context(), kernel.Unary{Input: &workIn{}})
-		if pipeline.KindOf(o.Err) != pipeline.KindUnexpected {
+		if pipelinetest.KindOf(o.Err) != pipeline.KindUnexpected {
 			t.Fatalf("call %d: %v, want UNEXPECTED (the slot and the breaker given back)", i+1, o.Err)
 		}
 	}

@@ -26,7 +26,7 @@ func TestLateResultsAreSampled(t *testing.T) {
 			wg.Go(func() {
 				in := "ignore"
 				o := k.Op("test.slow").Handle(t.Context(), kernel.Unary{Input: &in})
-				if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+				if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout {
 					t.Errorf("Handle = %v, want %s", o.Err, pipeline.CodeTimeout)
 				}
 			})

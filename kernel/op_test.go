@@ -7,6 +7,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // TestEdgeChecksIdempotencyKeys: the edge checks the key's grammar
@@ -30,7 +31,7 @@ func TestEdgeChecksIdempotencyKeys(t *testing.T) {
 	for _, c := range bad {
 		calls = 0
 		o := keyed.Invoke(context.Background(), kernel.Unary{Caller: c, Input: new("x")})
-		if pipeline.CodeOf(o.Err) != "KERNEL_VALIDATION_005" || calls != 0 {
+		if pipelinetest.CodeOf(o.Err) != "KERNEL_VALIDATION_005" || calls != 0 {
 			t.Errorf("keyed op, %+v: %v, %d calls; want KERNEL_VALIDATION_005 and none", c, o.Err, calls)
 		}
 		o = plain.Invoke(context.Background(), kernel.Unary{Caller: c, Input: new("x")})
@@ -41,7 +42,7 @@ func TestEdgeChecksIdempotencyKeys(t *testing.T) {
 	// A rejection the adapter sends does not hide a malformed key.
 	o := keyed.Reject(context.Background(), kernel.Caller{BadIdempotencyKey: true},
 		pipeline.NewError(pipeline.KindValidation, "KERNEL_VALIDATION_002", "bad deadline"))
-	if pipeline.CodeOf(o.Err) != "KERNEL_VALIDATION_005" {
+	if pipelinetest.CodeOf(o.Err) != "KERNEL_VALIDATION_005" {
 		t.Errorf("Reject with a malformed key = %v, want KERNEL_VALIDATION_005", o.Err)
 	}
 	o = plain.Invoke(context.Background(), kernel.Unary{Caller: kernel.Caller{IdempotencyKey: "order-7"}, Input: new("x")})

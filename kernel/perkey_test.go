@@ -9,6 +9,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
@@ -70,7 +71,7 @@ func TestPerKeyLimit(t *testing.T) {
 				for i := range 12 {
 					wg.Go(func() {
 						out := ks[i%len(ks)].Op("orders.create").Invoke(withTenant("t"+strconv.Itoa(tenant)), kernel.Unary{Input: new("x")})
-						switch code := pipeline.CodeOf(out.Err); {
+						switch code := pipelinetest.CodeOf(out.Err); {
 						case out.Err == nil:
 							admitted[tenant].Add(1)
 						case code != resilience.CodeRateLimited:

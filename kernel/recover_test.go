@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // testOp is an operation with nothing but an ID.
@@ -38,7 +39,7 @@ func TestRecover(t *testing.T) {
 	}
 
 	// Without onPanic, and without a panic.
-	if _, err := recoverHandler(func(context.Context, *pipeline.Invocation) (any, error) { panic(1) }, nil)(context.Background(), nil); pipeline.KindOf(err) != pipeline.KindUnexpected {
+	if _, err := recoverHandler(func(context.Context, *pipeline.Invocation) (any, error) { panic(1) }, nil)(context.Background(), nil); pipelinetest.KindOf(err) != pipeline.KindUnexpected {
 		t.Errorf("Recover(panic, nil onPanic) = %v, want UNEXPECTED", err)
 	}
 	if out, err := recoverHandler(func(context.Context, *pipeline.Invocation) (any, error) { return 1, nil }, nil)(context.Background(), nil); out != 1 || err != nil {
@@ -57,7 +58,7 @@ func TestRecovered(t *testing.T) {
 	}
 	err := run()
 	pe, found := errors.AsType[*pipeline.PanicError](err)
-	if pipeline.KindOf(err) != pipeline.KindUnexpected || !found || len(pe.Stack) == 0 {
+	if pipelinetest.KindOf(err) != pipeline.KindUnexpected || !found || len(pe.Stack) == 0 {
 		t.Errorf("Recovered = %v, want UNEXPECTED wrapping a *PanicError with a stack", err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 )
@@ -144,7 +144,7 @@ func TestReloadInvalidKeepsTheLastGoodConfig(t *testing.T) {
 		if p := k.PolicyFor("test.echo"); p.PermitLimit != 2 {
 			t.Errorf("%s: PermitLimit in force = %d, want 2", tc.name, p.PermitLimit)
 		}
-		if err := callEcho(k); pipeline.CodeOf(err) != resilience.CodeRateLimited {
+		if err := callEcho(k); pipelinetest.CodeOf(err) != resilience.CodeRateLimited {
 			t.Errorf("%s: call = %v, want the old limit's rejection", tc.name, err)
 		}
 	}
@@ -267,7 +267,7 @@ func TestReloadLeavesAnOpenBreakerOpen(t *testing.T) {
 		if s := k.Limits("test.echo").State().Breaker; s != resilience.BreakerOpen {
 			t.Errorf("reload %d: breaker %v, want open", i, s)
 		}
-		if err := callEcho(k); pipeline.CodeOf(err) != resilience.CodeCircuitOpen {
+		if err := callEcho(k); pipelinetest.CodeOf(err) != resilience.CodeCircuitOpen {
 			t.Errorf("reload %d: call = %v, want %s", i, err, resilience.CodeCircuitOpen)
 		}
 	}
@@ -287,7 +287,7 @@ func TestReloadGainsALimit(t *testing.T) {
 	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatal(res, err)
 	}
-	if err, err2 := callEcho(k), callEcho(k); err != nil || pipeline.CodeOf(err2) != resilience.CodeRateLimited {
+	if err, err2 := callEcho(k), callEcho(k); err != nil || pipelinetest.CodeOf(err2) != resilience.CodeRateLimited {
 		t.Fatalf("calls = %v, %v; want success, then rate limited", err, err2)
 	}
 	writeAtomically(t, path, `{}`)
@@ -432,7 +432,7 @@ func TestReloadChangesScope(t *testing.T) {
 		for range n {
 			if out := k.Op("orders.create").Invoke(t.Context(), kernel.Unary{Input: new("x")}); out.Err == nil {
 				ok++
-			} else if pipeline.CodeOf(out.Err) != resilience.CodeRateLimited {
+			} else if pipelinetest.CodeOf(out.Err) != resilience.CodeRateLimited {
 				t.Fatalf("call: %v", out.Err)
 			}
 		}

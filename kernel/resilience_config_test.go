@@ -10,6 +10,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -150,7 +151,7 @@ func TestResilienceExpiredOnArrivalDoesNotCount(t *testing.T) {
 		for range 3 {
 			in := "fail"
 			o := k.Op("orders.create").Invoke(t.Context(), kernel.Unary{Caller: kernel.Caller{Deadline: time.Now().Add(-time.Millisecond)}, Input: &in})
-			if pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+			if pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout {
 				t.Fatalf("expired on arrival = %v, want %s", o.Err, pipeline.CodeTimeout)
 			}
 		}
@@ -180,7 +181,7 @@ func TestResilienceDeadlineCountsByWhoseDeadline(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			_, err = kernel.Call[string, string](ctx, k, "orders.create", "block")
 			cancel()
-			if pipeline.CodeOf(err) != pipeline.CodeTimeout {
+			if pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
 				t.Fatalf("caller-bound call %d = %v, want %s", i, err, pipeline.CodeTimeout)
 			}
 		}
@@ -189,7 +190,7 @@ func TestResilienceDeadlineCountsByWhoseDeadline(t *testing.T) {
 		}
 		for i := range 2 {
 			_, err = kernel.Call[string, string](t.Context(), k, "orders.create", "block")
-			if pipeline.CodeOf(err) != pipeline.CodeTimeout {
+			if pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
 				t.Fatalf("operation-bound call %d = %v, want %s", i, err, pipeline.CodeTimeout)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/internal/observe"
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -28,7 +28,7 @@ func TestShadowReported(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		if o := k.Op("test.fail").Invoke(ctx, kernel.Unary{Input: &echoIn{}}); pipeline.CodeOf(o.Err) != "TEST_UNAVAILABLE_001" {
+		if o := k.Op("test.fail").Invoke(ctx, kernel.Unary{Input: &echoIn{}}); pipelinetest.CodeOf(o.Err) != "TEST_UNAVAILABLE_001" {
 			t.Fatalf("fail %d: %v, want the handler's own outcome", i+1, o.Err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -83,7 +84,7 @@ func TestRealRejectionsObserved(t *testing.T) {
 	k, rec, reader := observedKernel(t, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.fail":{"FailureThreshold":1,"BreakSeconds":30}}}}}}`)
 	_ = k.Op("test.fail").Invoke(context.Background(), kernel.Unary{Input: &echoIn{}})
 	o := k.Op("test.fail").Invoke(context.Background(), kernel.Unary{Input: &echoIn{}})
-	if pipeline.CodeOf(o.Err) != resilience.CodeCircuitOpen {
+	if pipelinetest.CodeOf(o.Err) != resilience.CodeCircuitOpen {
 		t.Fatalf("second call = %v, want %s", o.Err, resilience.CodeCircuitOpen)
 	}
 	spans := rec.Ended()
@@ -149,10 +150,10 @@ func TestStragglersMetric(t *testing.T) {
 		close(release)
 		_ = k.Wait(context.Background())
 	}()
-	if o := k.Op("test.stall").Handle(context.Background(), kernel.Unary{Input: &echoIn{}}); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout {
+	if o := k.Op("test.stall").Handle(context.Background(), kernel.Unary{Input: &echoIn{}}); pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout {
 		t.Fatalf("stalled call = %v, want TIMEOUT", o.Err)
 	}
-	if o := k.Op("test.stall").Handle(context.Background(), kernel.Unary{Input: &echoIn{}}); pipeline.CodeOf(o.Err) != kernel.CodeOverloaded {
+	if o := k.Op("test.stall").Handle(context.Background(), kernel.Unary{Input: &echoIn{}}); pipelinetest.CodeOf(o.Err) != kernel.CodeOverloaded {
 		t.Fatalf("call at the bound = %v, want %s", o.Err, kernel.CodeOverloaded)
 	}
 	var rm metricdata.ResourceMetrics

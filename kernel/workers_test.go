@@ -8,6 +8,7 @@ import (
 
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // TestWorkers: with WithWorkers, sequential calls reuse one worker; a
@@ -44,7 +45,7 @@ func TestWorkers(t *testing.T) {
 			t.Errorf("%d workers after 3 sequential calls, want 1", n)
 		}
 		start := time.Now()
-		if o := call("stall"); pipeline.CodeOf(o.Err) != pipeline.CodeTimeout || time.Since(start) != time.Second+settleWindow {
+		if o := call("stall"); pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout || time.Since(start) != time.Second+settleWindow {
 			t.Errorf("stalled call = %v after %v, want TIMEOUT at the deadline", o.Err, time.Since(start))
 		}
 		if o := call("ok"); o.Err != nil {

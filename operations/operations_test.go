@@ -7,6 +7,7 @@ import (
 
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 func TestValidateID(t *testing.T) {
@@ -111,7 +112,7 @@ func TestRegister(t *testing.T) {
 		}
 	}
 	inv := pipeline.NewInvocation(pipeline.Spec{Operation: d, Input: "wrong"})
-	if _, err := d.Handler()(context.Background(), inv); pipeline.KindOf(err) != pipeline.KindUnexpected {
+	if _, err := d.Handler()(context.Background(), inv); pipelinetest.KindOf(err) != pipeline.KindUnexpected {
 		t.Errorf("handler(wrong input type) = %v, want UNEXPECTED", err)
 	}
 	if p, ok := d.NewInput().(*in); !ok || p == nil {

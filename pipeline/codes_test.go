@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // TestCodeWireValues pins the wire value of every code the pipeline owns:
@@ -14,7 +15,7 @@ func TestCodeWireValues(t *testing.T) {
 		{pipeline.CodeCanceled, "KERNEL_CANCELLED_001"},
 		{pipeline.CodeUnexpected, "KERNEL_UNEXPECTED_001"},
 		{pipeline.CodeValidation, "KERNEL_VALIDATION_001"},
-		{pipeline.DetailRetryAfter, "retryAfter"},
+		{pipelinetest.DetailRetryAfter, "retryAfter"},
 		{pipeline.UnexpectedMessage, "An unexpected error occurred."},
 	} {
 		if c.got != c.want {

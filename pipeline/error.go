@@ -24,11 +24,6 @@ const (
 // outcome; the real error goes to the log.
 const UnexpectedMessage = "An unexpected error occurred."
 
-// DetailRetryAfter is the details key under which adapters write an
-// outcome's retry-after (see [Error.RetryAfter]) on the wire, in whole
-// seconds.
-const DetailRetryAfter = "retryAfter"
-
 // Error is the outcome of a failed invocation. It has a [Kind], a stable
 // code and a human message that may reach the caller. It may have details
 // (a small map of JSON-encodable values, e.g. "id") and a retry-after.
@@ -38,7 +33,7 @@ const DetailRetryAfter = "retryAfter"
 // copies, and [Error.Details] returns a copy of the details. Share Error
 // values freely, between goroutines too.
 //
-// Its kind is always one of the closed set of [Kinds] other than KindOK:
+// Its kind is always one of the closed set of [Kind] values but KindOK:
 // constructors given any other kind make an UNEXPECTED error. An
 // UNEXPECTED error shows callers nothing of its message, details or cause:
 // the adapters send [UnexpectedMessage] and no details.
@@ -136,8 +131,8 @@ func (e *Error) WithDetail(key string, value any) *Error {
 	return &c
 }
 
-// WithCause returns a copy of e wrapping cause.
-func (e *Error) WithCause(cause error) *Error {
+// withCause returns a copy of e wrapping cause.
+func (e *Error) withCause(cause error) *Error {
 	c := *e
 	c.cause = cause
 	return &c
@@ -146,8 +141,7 @@ func (e *Error) WithCause(cause error) *Error {
 // WithRetryAfter returns a copy of e telling the caller to retry after d
 // (negative: no retry-after). Adapters send it as an HTTP Retry-After
 // header and details.retryAfter, a gRPC google.rpc.RetryInfo and
-// details.retryAfter, in whole seconds rounded up (see
-// [Error.RetryAfterSeconds]).
+// details.retryAfter, in whole seconds rounded up and at least 1.
 func (e *Error) WithRetryAfter(d time.Duration) *Error {
 	c := *e
 	c.retryAfter, c.hasRetry = max(d, 0), d >= 0
@@ -160,25 +154,6 @@ func (e *Error) RetryAfter() (time.Duration, bool) {
 		return 0, false
 	}
 	return e.retryAfter, true
-}
-
-// RetryAfterSeconds returns the retry-after in whole seconds, rounded up
-// and at least 1 (what a Retry-After header can say), and whether the
-// error has one.
-func (e *Error) RetryAfterSeconds() (int64, bool) {
-	d, ok := e.RetryAfter()
-	if !ok {
-		return 0, false
-	}
-	return retryAfterSeconds(d), true
-}
-
-// retryAfterSeconds rounds d up to whole seconds, at least 1.
-func retryAfterSeconds(d time.Duration) int64 {
-	if d <= time.Second {
-		return 1
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 var (
@@ -236,17 +211,6 @@ func classify(err error) (coded *Error, found bool, ctxErr *Error) {
 	return nil, false, nil
 }
 
-// KindOf returns the kind of an outcome. It is total: nil is KindOK; an
-// *Error anywhere in err's chain gives its kind; context.DeadlineExceeded
-// is TIMEOUT and context.Canceled CANCELLED; a typed nil of any type, and
-// every other error, is UNEXPECTED.
-func KindOf(err error) Kind {
-	if err == nil {
-		return KindOK
-	}
-	return AsError(err).Kind()
-}
-
 // AsError returns err as an *Error. It returns nil for nil, and the
 // *Error in err's chain when there is one. A context error gives
 // KERNEL_TIMEOUT_001 or KERNEL_CANCELLED_001 wrapping err. Anything else,
@@ -265,17 +229,9 @@ func AsError(err error) *Error {
 	case found:
 		return errTypedNil(err)
 	case ctxErr != nil:
-		return ctxErr.WithCause(err)
+		return ctxErr.withCause(err)
 	}
 	return Wrap(KindUnexpected, CodeUnexpected, UnexpectedMessage, err)
-}
-
-// CodeOf returns the code of an outcome ("" for nil).
-func CodeOf(err error) string {
-	if err == nil {
-		return ""
-	}
-	return AsError(err).Code()
 }
 
 // ErrorText returns err.Error(), "" for nil, and, when err is a typed nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // The first middleware given to Chain is the outermost: it acts first on the
@@ -16,7 +17,7 @@ func ExampleChain() {
 		return pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 			fmt.Println(name, "before")
 			out, err := next(ctx, inv)
-			fmt.Println(name, "after:", pipeline.KindOf(err))
+			fmt.Println(name, "after:", pipelinetest.KindOf(err))
 			return out, err
 		})
 	}
@@ -38,7 +39,7 @@ func ExampleChain() {
 func ExampleError_WithDetail() {
 	base := pipeline.NewError(pipeline.KindUnavailable, "SHOP_UNAVAILABLE_001", "The payment provider is down.")
 	e := base.WithDetail("provider", "acme").WithRetryAfter(1500 * time.Millisecond)
-	secs, _ := e.RetryAfterSeconds()
+	secs, _ := pipelinetest.RetryAfterSeconds(e)
 	fmt.Println(e.Details(), secs)
 	fmt.Println(base.Details() == nil)
 	// Output:

@@ -214,31 +214,26 @@ func (inv *Invocation) Deadline() (time.Time, bool) {
 	return inv.deadline, !inv.deadline.IsZero()
 }
 
-// CallerDeadline returns the deadline the caller sent, as it was given,
-// and whether it sent one. It may be later than [Invocation.Deadline].
-func (inv *Invocation) CallerDeadline() (time.Time, bool) {
-	if inv == nil {
-		return time.Time{}, false
-	}
-	return inv.callerDeadline, !inv.callerDeadline.IsZero()
+// Timing is when an invocation arrived and which deadline binds it. A
+// zero time is one not known or not sent.
+type Timing struct {
+	// Arrival is when the invocation arrived at the kernel. The effective
+	// deadline was computed at that instant.
+	Arrival time.Time
+	// CallerDeadline is the deadline the caller sent, as it was given. It
+	// may be later than [Invocation.Deadline].
+	CallerDeadline time.Time
+	// Source says which deadline binds: the caller's, the operation's own
+	// or the kernel's cap (DeadlineNone without a deadline).
+	Source DeadlineSource
 }
 
-// DeadlineSource says which deadline binds: the caller's, the operation's
-// own or the kernel's cap (DeadlineNone without a deadline).
-func (inv *Invocation) DeadlineSource() DeadlineSource {
+// Timing returns when the invocation arrived and which deadline binds it.
+func (inv *Invocation) Timing() Timing {
 	if inv == nil {
-		return DeadlineNone
+		return Timing{}
 	}
-	return inv.source
-}
-
-// Arrival returns when the invocation arrived at the kernel, and whether
-// that is known. The effective deadline was computed at that instant.
-func (inv *Invocation) Arrival() (time.Time, bool) {
-	if inv == nil {
-		return time.Time{}, false
-	}
-	return inv.arrival, !inv.arrival.IsZero()
+	return Timing{Arrival: inv.arrival, CallerDeadline: inv.callerDeadline, Source: inv.source}
 }
 
 // Baggage returns the caller's baggage member key.

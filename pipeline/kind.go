@@ -52,16 +52,6 @@ var kindNames = [numKinds]string{
 	KindUnexpected:      "UNEXPECTED",
 }
 
-// Kinds returns every kind, in table order. It is meant for tests and
-// documentation generators that must cover the whole table.
-func Kinds() []Kind {
-	ks := make([]Kind, numKinds)
-	for i := range ks {
-		ks[i] = Kind(i)
-	}
-	return ks
-}
-
 // String returns the kind's upper-case name, e.g. "UNAVAILABLE". An unknown
 // value prints as "UNEXPECTED".
 func (k Kind) String() string {
@@ -69,14 +59,4 @@ func (k Kind) String() string {
 		return kindNames[KindUnexpected]
 	}
 	return kindNames[k]
-}
-
-// ParseKind returns the kind named s (as printed by String).
-func ParseKind(s string) (Kind, bool) {
-	for i, n := range kindNames {
-		if n == s {
-			return Kind(i), true
-		}
-	}
-	return KindUnexpected, false
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // op is a minimal pipeline.Operation.
@@ -102,8 +103,8 @@ func TestChainContextAndOutcome(t *testing.T) {
 	})
 	replace := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
-		if pipeline.KindOf(err) == pipeline.KindNotFound {
-			return nil, pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "replaced").WithCause(err)
+		if pipelinetest.KindOf(err) == pipeline.KindNotFound {
+			return nil, pipelinetest.WithCause(pipeline.NewError(pipeline.KindConflict, "X_CONFLICT_001", "replaced"), err)
 		}
 		return out, err
 	})
@@ -116,7 +117,7 @@ func TestChainContextAndOutcome(t *testing.T) {
 	if seen != "v" {
 		t.Errorf("handler saw ctx value %v, want v", seen)
 	}
-	if pipeline.CodeOf(err) != "X_CONFLICT_001" || pipeline.CodeOf(errors.Unwrap(err)) != "X_NOT_FOUND_001" {
+	if pipelinetest.CodeOf(err) != "X_CONFLICT_001" || pipelinetest.CodeOf(errors.Unwrap(err)) != "X_NOT_FOUND_001" {
 		t.Errorf("outcome = %v, want the replacement wrapping the original", err)
 	}
 
@@ -125,7 +126,7 @@ func TestChainContextAndOutcome(t *testing.T) {
 		return nil, pipeline.NewError(pipeline.KindUnavailable, "X_UNAVAILABLE_001", "no")
 	})
 	h = pipeline.Chain(func(context.Context, *pipeline.Invocation) (any, error) { called = true; return nil, nil }, reject)
-	if _, err := h(context.Background(), nil); called || pipeline.KindOf(err) != pipeline.KindUnavailable {
+	if _, err := h(context.Background(), nil); called || pipelinetest.KindOf(err) != pipeline.KindUnavailable {
 		t.Errorf("rejecting middleware: handler called = %v, outcome = %v", called, err)
 	}
 }
@@ -164,7 +165,7 @@ func TestKindOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := pipeline.KindOf(tt.err); got != tt.want {
+			if got := pipelinetest.KindOf(tt.err); got != tt.want {
 				t.Errorf("KindOf(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
@@ -242,7 +243,7 @@ func TestAsErrorNeverOverwritesACode(t *testing.T) {
 	if got := pipeline.AsError(nil); got != nil {
 		t.Errorf("AsError(nil) = %v, want nil", got)
 	}
-	if got := pipeline.CodeOf(nil); got != "" {
+	if got := pipelinetest.CodeOf(nil); got != "" {
 		t.Errorf("CodeOf(nil) = %q, want empty", got)
 	}
 	raw := errors.New("pq: connection refused to 10.0.0.5")
@@ -292,7 +293,7 @@ func TestErrorWithMethodsCopy(t *testing.T) {
 	}
 
 	cause := errors.New("cause")
-	c := b.WithCause(cause)
+	c := pipelinetest.WithCause(b, cause)
 	if b.Unwrap() != nil || c.Unwrap() != cause || len(c.Details()) != 2 || c.Code() != "C" || c.Kind() != pipeline.KindUnavailable {
 		t.Errorf("WithCause: receiver cause %v, copy %v", b.Unwrap(), c)
 	}
@@ -340,7 +341,7 @@ func TestSentinelsCannotBeChanged(t *testing.T) {
 	} {
 		e := tt.get()
 		msg := e.Message()
-		_ = e.WithDetail("id", "x").WithCause(errors.New("c")).WithRetryAfter(time.Second)
+		_ = pipelinetest.WithCause(e.WithDetail("id", "x"), errors.New("c")).WithRetryAfter(time.Second)
 		if d := e.Details(); d != nil {
 			d["id"] = "x"
 		}
@@ -400,14 +401,14 @@ func TestForeignTypedNil(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := pipeline.KindOf(tt.err); got != pipeline.KindUnexpected {
+			if got := pipelinetest.KindOf(tt.err); got != pipeline.KindUnexpected {
 				t.Errorf("KindOf = %v, want UNEXPECTED", got)
 			}
 			e := pipeline.AsError(tt.err)
 			if e == nil || e.Kind() != pipeline.KindUnexpected || e.Code() != pipeline.CodeUnexpected {
 				t.Fatalf("AsError = %#v, want the UNEXPECTED outcome", e)
 			}
-			if got := pipeline.CodeOf(tt.err); got != pipeline.CodeUnexpected {
+			if got := pipelinetest.CodeOf(tt.err); got != pipeline.CodeUnexpected {
 				t.Errorf("CodeOf = %q, want %q", got, pipeline.CodeUnexpected)
 			}
 			_ = pipeline.ErrorText(tt.err)
@@ -426,7 +427,7 @@ func TestUnknownKind(t *testing.T) {
 			pipeline.NewError(k, "X_001", fmt.Sprintf("secret %s", "text")).WithDetail("host", "10.0.0.5"),
 			pipeline.Wrap(k, "X_001", "secret text", errors.New("c")).WithDetail("host", "10.0.0.5"),
 		} {
-			if e.Kind() != pipeline.KindUnexpected || pipeline.KindOf(e) != pipeline.KindUnexpected {
+			if e.Kind() != pipeline.KindUnexpected || pipelinetest.KindOf(e) != pipeline.KindUnexpected {
 				t.Errorf("kind %d: Kind() = %v, want UNEXPECTED", k, e.Kind())
 			}
 			if e.Code() != "X_001" {
@@ -451,7 +452,7 @@ func TestNilError(t *testing.T) {
 	if _, has := e.RetryAfter(); has {
 		t.Error("nil *Error has a retry-after")
 	}
-	if _, has := e.RetryAfterSeconds(); has {
+	if _, has := pipelinetest.RetryAfterSeconds(e); has {
 		t.Error("nil *Error has a retry-after in seconds")
 	}
 }
@@ -477,7 +478,7 @@ func TestRetryAfter(t *testing.T) {
 			if d, has := e.RetryAfter(); !has || d != tt.d {
 				t.Errorf("RetryAfter() = %v, %v; want %v, true", d, has, tt.d)
 			}
-			if s, has := e.RetryAfterSeconds(); !has || s != tt.want {
+			if s, has := pipelinetest.RetryAfterSeconds(e); !has || s != tt.want {
 				t.Errorf("RetryAfterSeconds() = %v, %v; want %v, true", s, has, tt.want)
 			}
 		})
@@ -486,16 +487,16 @@ func TestRetryAfter(t *testing.T) {
 	if _, has := e.RetryAfter(); has {
 		t.Error("RetryAfter() without WithRetryAfter reported a delay")
 	}
-	if _, has := e.RetryAfterSeconds(); has {
+	if _, has := pipelinetest.RetryAfterSeconds(e); has {
 		t.Error("RetryAfterSeconds() without WithRetryAfter reported a delay")
 	}
 	// The retry-after is not a detail.
 	r := e.WithRetryAfter(time.Minute)
-	if _, found := r.Details()[pipeline.DetailRetryAfter]; found || r.Details() != nil {
+	if _, found := r.Details()[pipelinetest.DetailRetryAfter]; found || r.Details() != nil {
 		t.Errorf("WithRetryAfter wrote a detail: %v", r.Details())
 	}
 	// A detail named retryAfter is not a retry-after.
-	if _, has := e.WithDetail(pipeline.DetailRetryAfter, 60).RetryAfter(); has {
+	if _, has := e.WithDetail(pipelinetest.DetailRetryAfter, 60).RetryAfter(); has {
 		t.Error("a retryAfter detail became a retry-after")
 	}
 }
@@ -504,13 +505,13 @@ func TestNilInvocation(t *testing.T) {
 	var inv *pipeline.Invocation
 	if inv.Operation() != nil || inv.OperationID() != "" || inv.Route() != "" || inv.Name() != "" ||
 		inv.Protocol() != pipeline.ProtocolInProcess || inv.Input() != nil || inv.IdempotencyKey() != "" ||
-		inv.DeadlineSource() != pipeline.DeadlineNone {
+		inv.Timing().Source != pipeline.DeadlineNone {
 		t.Error("a nil *Invocation reports facts")
 	}
 	if _, has := inv.Deadline(); has {
 		t.Error("nil *Invocation has a deadline")
 	}
-	if _, has := inv.CallerDeadline(); has {
+	if _, has := pipelinetest.CallerDeadline(inv); has {
 		t.Error("nil *Invocation has a caller deadline")
 	}
 	if _, found := inv.Baggage("k"); found {
@@ -545,12 +546,12 @@ func TestNewInvocation(t *testing.T) {
 	if !has || d != eff {
 		t.Errorf("Deadline() = %v, %v; want %v as given", d, has, eff)
 	}
-	c, has := inv.CallerDeadline()
+	c, has := pipelinetest.CallerDeadline(inv)
 	if !has || c != caller {
 		t.Errorf("CallerDeadline() = %v, %v; want %v as given", c, has, caller)
 	}
-	if inv.DeadlineSource() != pipeline.DeadlineOperation {
-		t.Errorf("DeadlineSource() = %v, want operation", inv.DeadlineSource())
+	if inv.Timing().Source != pipeline.DeadlineOperation {
+		t.Errorf("DeadlineSource() = %v, want operation", inv.Timing().Source)
 	}
 	if v, found := inv.Baggage("tenant"); !found || v != "acme" {
 		t.Errorf("Baggage(tenant) = %q, %v", v, found)
@@ -571,10 +572,10 @@ func TestNewInvocation(t *testing.T) {
 
 	// Only a deadline: the caller's.
 	only := pipeline.NewInvocation(pipeline.Spec{Deadline: eff, Route: "GET /healthz"})
-	if only.DeadlineSource() != pipeline.DeadlineCaller {
-		t.Errorf("DeadlineSource() with only Deadline = %v, want caller", only.DeadlineSource())
+	if only.Timing().Source != pipeline.DeadlineCaller {
+		t.Errorf("DeadlineSource() with only Deadline = %v, want caller", only.Timing().Source)
 	}
-	if _, has := only.CallerDeadline(); has {
+	if _, has := pipelinetest.CallerDeadline(only); has {
 		t.Error("CallerDeadline() reports one that was not given")
 	}
 	if only.Name() != "GET /healthz" || only.OperationID() != "" || only.Operation() != nil {
@@ -583,8 +584,8 @@ func TestNewInvocation(t *testing.T) {
 
 	// No deadline: no source, whatever the Spec says.
 	none := pipeline.NewInvocation(pipeline.Spec{DeadlineSource: pipeline.DeadlineKernel, CallerDeadline: caller})
-	if _, has := none.Deadline(); has || none.DeadlineSource() != pipeline.DeadlineNone {
-		t.Errorf("no Deadline: has %v, source %v; want none", has, none.DeadlineSource())
+	if _, has := none.Deadline(); has || none.Timing().Source != pipeline.DeadlineNone {
+		t.Errorf("no Deadline: has %v, source %v; want none", has, none.Timing().Source)
 	}
 }
 
@@ -625,26 +626,26 @@ func TestInvocationConcurrentReads(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for _, k := range pipeline.Kinds() {
-		if got, ok := pipeline.ParseKind(k.String()); !ok || got != k {
+	for _, k := range pipelinetest.Kinds() {
+		if got, ok := pipelinetest.ParseKind(k.String()); !ok || got != k {
 			t.Errorf("ParseKind(%q) = %v, %v", k.String(), got, ok)
 		}
 	}
 	if pipeline.KindCanceled.String() != "CANCELLED" {
 		t.Errorf("KindCanceled.String() = %q, want the wire name CANCELLED", pipeline.KindCanceled)
 	}
-	if _, ok := pipeline.ParseKind("CANCELED"); ok {
+	if _, ok := pipelinetest.ParseKind("CANCELED"); ok {
 		t.Error(`ParseKind("CANCELED") succeeded; the wire name is CANCELLED`)
 	}
 	want := "Diagnostics Resilience Authentication Tenant Authorization Validation Handle"
 	var names []string
-	for _, s := range pipeline.Stages() {
+	for _, s := range pipelinetest.Stages() {
 		names = append(names, s.String())
 	}
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("stages = %q, want %q", got, want)
 	}
-	if slices.Contains(pipeline.Stages(), pipeline.Stage(99)) || pipeline.Stage(99).String() != "Stage(invalid)" {
+	if slices.Contains(pipelinetest.Stages(), pipeline.Stage(99)) || pipeline.Stage(99).String() != "Stage(invalid)" {
 		t.Error("Stage(99) is valid or has a name")
 	}
 	protocols := map[pipeline.Protocol]string{pipeline.ProtocolInProcess: "inprocess", pipeline.ProtocolHTTP: "http",
@@ -674,7 +675,7 @@ func (e *isReader) Is(target error) bool { return e.target == target }
 // a panic.
 func TestForeignMethodsThatPanic(t *testing.T) {
 	err := fmt.Errorf("x: %w", (*isReader)(nil))
-	if got := pipeline.KindOf(err); got != pipeline.KindUnexpected {
+	if got := pipelinetest.KindOf(err); got != pipeline.KindUnexpected {
 		t.Errorf("KindOf = %v, want UNEXPECTED", got)
 	}
 	if e := pipeline.AsError(err); e == nil || e.Kind() != pipeline.KindUnexpected || e.Code() != pipeline.CodeUnexpected {
@@ -693,7 +694,7 @@ func TestZeroError(t *testing.T) {
 		if _, ok := e.RetryAfter(); ok {
 			t.Errorf("%s: RetryAfter reports one", name)
 		}
-		if got := pipeline.KindOf(e); got != pipeline.KindUnexpected {
+		if got := pipelinetest.KindOf(e); got != pipeline.KindUnexpected {
 			t.Errorf("%s: KindOf = %v, want UNEXPECTED", name, got)
 		}
 	}

@@ -9,12 +9,10 @@ import (
 
 // Reply is the response side of one invocation. It holds the facts a
 // middleware adds to the answer besides the outcome. Every adapter
-// carries them in its protocol's form:
-//
-//   - a field (Set) is an HTTP response header and gRPC header metadata
-//     (its name lower-cased), sent on success and failure alike;
-//   - a note (Note) is a line on the CLI's standard error, printed after
-//     a failure's message and before a success's output.
+// carries them in its protocol's form. A field (Set) is an HTTP response
+// header and gRPC header metadata (its name lower-cased). It is sent on
+// success and failure alike. A note (Note) is a line on the CLI's standard
+// error. It comes after a failure's message and before a success's output.
 //
 // The built-ins use it for the RateLimit-Policy and RateLimit fields, the
 // Idempotent-Replayed mark and its CLI note. A middleware reaches it with

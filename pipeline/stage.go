@@ -34,15 +34,6 @@ var stageNames = [numStages]string{
 	"Diagnostics", "Resilience", "Authentication", "Tenant", "Authorization", "Validation", "Handle",
 }
 
-// Stages returns every stage in execution order.
-func Stages() []Stage {
-	s := make([]Stage, numStages)
-	for i := range s {
-		s[i] = Stage(i)
-	}
-	return s
-}
-
 // valid reports whether s is one of the defined stages.
 func (s Stage) valid() bool { return s < numStages }
 

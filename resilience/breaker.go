@@ -87,7 +87,7 @@ func (bl *breakerLimit) release(token uint64, o Outcome) {
 // operation's health, for every limit. The rules are in docs/pipeline.md,
 // "Circuit breaker".
 func verdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict {
-	if inv.Reply().Replayed() || err != nil && pipeline.CodeOf(deadline.Original(err)) == codeIdempotencyStore {
+	if inv.Reply().Replayed() || err != nil && pipeline.AsError(deadline.Original(err)).Code() == codeIdempotencyStore {
 		// Nothing ran: neutral, even when the deadline passed while the
 		// store was asked (a hung store must not open the breaker).
 		return Neutral
@@ -134,7 +134,7 @@ func ownDeadline(ctx context.Context, inv *pipeline.Invocation) bool {
 // when the deadline was the operation's own or the kernel's cap, neutral
 // when it was the caller's.
 func deadlineVerdict(inv *pipeline.Invocation) Verdict {
-	switch inv.DeadlineSource() {
+	switch inv.Timing().Source {
 	case pipeline.DeadlineOperation, pipeline.DeadlineKernel:
 		return Failure
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
@@ -48,7 +49,7 @@ func TestBreakerNeutralOutcomesDoNotResetTheRun(t *testing.T) {
 				for i := range threshold - 1 {
 					expectCode(t, fmt.Sprintf("failure %d", i+1), invokeLimited(t.Context(), h, errDown), "SHOP_UNAVAILABLE_001")
 				}
-				expectCode(t, "neutral outcome", invokeLimited(t.Context(), h, tc.err), pipeline.CodeOf(tc.err))
+				expectCode(t, "neutral outcome", invokeLimited(t.Context(), h, tc.err), pipelinetest.CodeOf(tc.err))
 				expectBreaker(t, "after threshold-1 failures and a neutral outcome", l, resilience.BreakerClosed)
 				expectCode(t, "one more failure", invokeLimited(t.Context(), h, errDown), "SHOP_UNAVAILABLE_001")
 				expectBreaker(t, "after the failure that completes the run", l, resilience.BreakerOpen)
@@ -84,13 +85,13 @@ func TestBreakerNeutralProbeFreesTheSlot(t *testing.T) {
 				expectCode(t, "failure", invokeLimited(t.Context(), h, errDown), "SHOP_UNAVAILABLE_001")
 				time.Sleep(10 * time.Second)
 				expectBreaker(t, "after the break", l, resilience.BreakerHalfOpen)
-				expectCode(t, "neutral probe", invokeLimited(t.Context(), h, tc.err), pipeline.CodeOf(tc.err))
+				expectCode(t, "neutral probe", invokeLimited(t.Context(), h, tc.err), pipelinetest.CodeOf(tc.err))
 				expectBreaker(t, "after the neutral probe", l, resilience.BreakerHalfOpen)
 				// The next call probes; a failure re-opens, a success closes.
 				expectCode(t, "next call is the probe and fails", invokeLimited(t.Context(), h, errDown), "SHOP_UNAVAILABLE_001")
 				expectBreaker(t, "after the failed probe", l, resilience.BreakerOpen)
 				time.Sleep(10 * time.Second)
-				expectCode(t, "neutral probe again", invokeLimited(t.Context(), h, tc.err), pipeline.CodeOf(tc.err))
+				expectCode(t, "neutral probe again", invokeLimited(t.Context(), h, tc.err), pipelinetest.CodeOf(tc.err))
 				expectCode(t, "next call is the probe and succeeds", invokeLimited(t.Context(), h, nil), "")
 				expectBreaker(t, "after the successful probe", l, resilience.BreakerClosed)
 			})

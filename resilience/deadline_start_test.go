@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
@@ -78,7 +79,7 @@ func TestDeadlinePassedBeforeStartNeverRuns(t *testing.T) {
 // wantCode fails unless err has code.
 func wantCode(t *testing.T, what string, err error, code string) {
 	t.Helper()
-	if got := pipeline.CodeOf(err); got != code {
+	if got := pipelinetest.CodeOf(err); got != code {
 		t.Errorf("%s = %v (code %q), want code %q", what, err, got, code)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -28,7 +29,7 @@ func ExampleShed() {
 		// The checkout holds the slot: a prefetch arriving now is shed.
 		_, err := limits.Invoke(ctx, call(pipeline.PrioritySheddable), nil)
 		e := pipeline.AsError(err)
-		retry, _ := e.RetryAfterSeconds()
+		retry, _ := pipelinetest.RetryAfterSeconds(e)
 		fmt.Println(e.Kind(), e.Code(), "retry after", retry)
 		fmt.Println(e.Message())
 		return "paid", nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
@@ -57,7 +58,7 @@ func rejecting(b testing.TB, kind string) (*resilience.Limits, func()) {
 			}
 		}
 	}
-	if _, err := l.Invoke(ctx, inv, benchOK); pipeline.KindOf(err) != pipeline.KindUnavailable {
+	if _, err := l.Invoke(ctx, inv, benchOK); pipelinetest.KindOf(err) != pipeline.KindUnavailable {
 		b.Fatalf("%s: call = %v, want a rejection", kind, err)
 	}
 	return l, release

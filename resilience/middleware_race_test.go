@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -39,7 +40,7 @@ func (b *burst) send(ctx context.Context, h pipeline.Handler, n int) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			code := pipeline.CodeOf(call(h, ctx, nil))
+			code := pipelinetest.CodeOf(call(h, ctx, nil))
 			c, _ := b.byCode.LoadOrStore(code, new(atomic.Int64))
 			c.(*atomic.Int64).Add(1)
 		})

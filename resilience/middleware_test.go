@@ -83,7 +83,7 @@ func okHandler(context.Context, *pipeline.Invocation) (any, error) { return nil,
 // wantCode fails unless err has the code (""; success).
 func expectCode(t *testing.T, what string, err error, code string) {
 	t.Helper()
-	if got := pipeline.CodeOf(err); got != code {
+	if got := pipelinetest.CodeOf(err); got != code {
 		t.Fatalf("%s: outcome %v (code %q), want code %q", what, err, got, code)
 	}
 }
@@ -157,11 +157,11 @@ func TestRateLimitRejection(t *testing.T) {
 		if id, _ := pe.Details()["id"]; id != opID {
 			t.Errorf("details.id = %v, want %q", id, opID)
 		}
-		if ra, _ := pe.RetryAfterSeconds(); ra != 60 { // 59.5 s rounded up
+		if ra, _ := pipelinetest.RetryAfterSeconds(pe); ra != 60 { // 59.5 s rounded up
 			t.Errorf("details.retryAfter = %v (%T), want 60", ra, ra)
 		}
 		time.Sleep(59 * time.Second)
-		if ra, _ := pipeline.AsError(callLimited(t.Context(), h)).RetryAfterSeconds(); ra != 1 { // 0.5 s rounded up
+		if ra, _ := pipelinetest.RetryAfterSeconds(pipeline.AsError(callLimited(t.Context(), h))); ra != 1 { // 0.5 s rounded up
 			t.Errorf("retryAfter half a second before the window = %v, want 1", ra)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -189,10 +189,10 @@ func TestRetryAfterRounding(t *testing.T) {
 	}
 	for _, tt := range tests {
 		e := resilience.RateLimited(opID, tt.d)
-		if ra, ok := e.RetryAfterSeconds(); !ok || ra != tt.want {
+		if ra, ok := pipelinetest.RetryAfterSeconds(e); !ok || ra != tt.want {
 			t.Errorf("RateLimited(%v).RetryAfterSeconds() = %v, %v; want %d", tt.d, ra, ok, tt.want)
 		}
-		if _, ok := e.Details()[pipeline.DetailRetryAfter]; ok {
+		if _, ok := e.Details()[pipelinetest.DetailRetryAfter]; ok {
 			t.Errorf("RateLimited(%v) has a retryAfter detail; the retry-after is typed", tt.d)
 		}
 		if want := "Operation 'orders.create' is rate limited; " + tt.msg; e.Message() != want {
@@ -255,7 +255,7 @@ func TestRateQueueRejectsCallsThatWouldTimeOutThere(t *testing.T) {
 		if waited := time.Since(start); waited != 0 {
 			t.Errorf("rejected after %v, want at once", waited)
 		}
-		if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 10 {
+		if ra, _ := pipelinetest.RetryAfterSeconds(pipeline.AsError(err)); ra != 10 {
 			t.Errorf("retryAfter = %v, want 10", ra)
 		}
 		if reached != 1 || l.State().RateQueue != 0 {
@@ -567,7 +567,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 				err := invokeLimited(t.Context(), h, nil)
 				expectCode(t, "call while open", err, resilience.CodeCircuitOpen)
 				pe := pipeline.AsError(err)
-				if ra, _ := pe.RetryAfterSeconds(); ra != 8 { // 7.5 s rounded up
+				if ra, _ := pipelinetest.RetryAfterSeconds(pe); ra != 8 { // 7.5 s rounded up
 					t.Errorf("retryAfter = %v, want 8", ra)
 				}
 				if want := "Operation 'orders.create' is unavailable: its circuit breaker is open; retry after 8 seconds."; pe.Message() != want {
@@ -590,7 +590,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 				for i := range 3 {
 					err := invokeLimited(t.Context(), h, nil)
 					expectCode(t, fmt.Sprintf("call %d while the probe runs", i), err, resilience.CodeCircuitOpen)
-					if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 1 {
+					if ra, _ := pipelinetest.RetryAfterSeconds(pipeline.AsError(err)); ra != 1 {
 						t.Errorf("retryAfter while probing = %v, want 1", ra)
 					}
 				}
@@ -604,7 +604,7 @@ func TestBreakerOpenHalfOpenProbe(t *testing.T) {
 					t.Fatalf("call after the probe = %v, want success %v", err, tt.wantNextOK)
 				}
 				if !tt.wantNextOK {
-					if ra, _ := pipeline.AsError(err).RetryAfterSeconds(); ra != 10 {
+					if ra, _ := pipelinetest.RetryAfterSeconds(pipeline.AsError(err)); ra != 10 {
 						t.Errorf("re-opened: retryAfter = %v, want a full break of 10", ra)
 					}
 				}
@@ -657,7 +657,7 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 		{"caller cancels", func(t *testing.T, h pipeline.Handler) string {
 			ctx, cancel := context.WithCancel(t.Context())
 			time.AfterFunc(time.Second, cancel)
-			return pipeline.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			return pipelinetest.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 				<-ctx.Done()
 				return nil, ctx.Err()
 			}))
@@ -665,7 +665,7 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 		{"probe's own deadline fires", func(t *testing.T, h pipeline.Handler) string {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
-			return pipeline.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			return pipelinetest.CodeOf(invokeLimited(ctx, h, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 				<-ctx.Done()
 				return nil, pipeline.ErrCanceled() // the handler's own words; attribution says TIMEOUT
 			}))

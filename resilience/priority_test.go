@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -62,7 +63,7 @@ func goClass(h pipeline.Handler, inv *pipeline.Invocation) <-chan error {
 func checkShed(t *testing.T, err error, c pipeline.Priority) {
 	t.Helper()
 	e := pipeline.AsError(err)
-	ra, ok := e.RetryAfterSeconds()
+	ra, ok := pipelinetest.RetryAfterSeconds(e)
 	if e.Code() != resilience.CodeShed || e.Kind() != pipeline.KindUnavailable || !ok || ra != 1 {
 		t.Fatalf("outcome = %v (retry-after %d, %v); want UNAVAILABLE %s with a retry-after of 1 s", err, ra, ok, resilience.CodeShed)
 	}
@@ -146,7 +147,7 @@ func TestFullQueueEvictsTheLowestClass(t *testing.T) {
 		c2 := goClass(h, classInv(pCritical, "c2"))
 		synctest.Wait()
 		checkShed(t, <-d1, pDefault)
-		if _, err := h(context.Background(), classInv(pCritical, "c3")); pipeline.CodeOf(err) != resilience.CodeConcurrencyLimited {
+		if _, err := h(context.Background(), classInv(pCritical, "c3")); pipelinetest.CodeOf(err) != resilience.CodeConcurrencyLimited {
 			t.Fatalf("critical arrival at a queue full of critical = %v, want %s", err, resilience.CodeConcurrencyLimited)
 		}
 		close(g.release)
@@ -201,8 +202,8 @@ func TestReserveKeptForTheOperationsClass(t *testing.T) {
 				}
 				admit(tt.class, tt.top)
 				_, err := h(context.Background(), classInv(tt.class, "over"))
-				if want := resilience.CodeConcurrencyLimited; tt.class == pDefault && pipeline.CodeOf(err) != want ||
-					tt.class == pCritical && pipeline.CodeOf(err) != want {
+				if want := resilience.CodeConcurrencyLimited; tt.class == pDefault && pipelinetest.CodeOf(err) != want ||
+					tt.class == pCritical && pipelinetest.CodeOf(err) != want {
 					t.Fatalf("call at the class past the limit = %v, want %s", err, want)
 				}
 				close(g.release)
@@ -231,7 +232,7 @@ func TestDefaultTrafficUnchanged(t *testing.T) {
 			outs = append(outs, goClass(h, newInv(nil)))
 			synctest.Wait()
 		}
-		if _, err := h(context.Background(), newInv(nil)); pipeline.CodeOf(err) != resilience.CodeConcurrencyLimited {
+		if _, err := h(context.Background(), newInv(nil)); pipelinetest.CodeOf(err) != resilience.CodeConcurrencyLimited {
 			t.Fatalf("11th call = %v, want %s", err, resilience.CodeConcurrencyLimited)
 		}
 		close(g.release)
@@ -296,7 +297,7 @@ func TestShedIsNeutralToTheBreaker(t *testing.T) {
 		holder := goClass(h, classInv(pCritical, "holder"))
 		synctest.Wait()
 		for range 5 {
-			if _, err := h(context.Background(), classInv(pSheddable, "s")); pipeline.CodeOf(err) != resilience.CodeShed {
+			if _, err := h(context.Background(), classInv(pSheddable, "s")); pipelinetest.CodeOf(err) != resilience.CodeShed {
 				t.Fatalf("call = %v, want %s", err, resilience.CodeShed)
 			}
 		}
@@ -325,7 +326,7 @@ func TestShedWaiterCancelled(t *testing.T) {
 		s := goClass(h, classInv(pSheddable, "s"))
 		synctest.Wait()
 		cancel()
-		if err := <-left; pipeline.KindOf(err) != pipeline.KindCanceled {
+		if err := <-left; pipelinetest.KindOf(err) != pipeline.KindCanceled {
 			t.Fatalf("cancelled waiter = %v, want CANCELLED", err)
 		}
 		if st := l.State(); st.ConcurrencyQueue != 1 {

@@ -131,7 +131,7 @@ func (r *rejections) get(retryAfter time.Duration) *pipeline.Error {
 }
 
 // retrySeconds is d in whole seconds, rounded up and at least 1, as
-// Error.RetryAfterSeconds reports it.
+// the adapters send it.
 func retrySeconds(d time.Duration) int64 {
 	return max(1, int64((d+time.Second-1)/time.Second))
 }

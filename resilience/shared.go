@@ -35,7 +35,7 @@ const (
 // admission its Reset must not overstate how long the admitting window
 // lasts from Take's return. The middleware asks again when the call would
 // start after it. A window that counts calls by their arrival
-// (Invocation.Arrival) may count Reset from the arrival instead; a leased
+// (Invocation.Timing) may count Reset from the arrival instead; a leased
 // cluster window does. A Reset of 0 means there is no window edge to
 // respect.
 type SharedWindow interface {

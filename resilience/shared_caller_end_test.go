@@ -59,12 +59,12 @@ func TestSharedLimiterCallerDeadlineIsTimeout(t *testing.T) {
 			h := func(context.Context, *pipeline.Invocation) (any, error) { ran = true; return nil, nil }
 			inv := pipelinetest.NewInvocation(pipeline.Spec{Operation: pipelinetest.Operation("billing.charge")})
 			_, err := mw.Invoke(pastDeadline{context.Background()}, inv, h)
-			if pipeline.CodeOf(err) != pipeline.CodeTimeout || ran {
+			if pipelinetest.CodeOf(err) != pipeline.CodeTimeout || ran {
 				t.Errorf("deadline passed: %v (ran %v), want %s", err, ran, pipeline.CodeTimeout)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 			defer cancel()
-			if _, err := mw.Invoke(ctx, inv, h); pipeline.CodeOf(err) != tc.live {
+			if _, err := mw.Invoke(ctx, inv, h); pipelinetest.CodeOf(err) != tc.live {
 				t.Errorf("deadline live: %v, want %s", err, tc.live)
 			}
 		})

@@ -132,7 +132,8 @@ func (sl *slotsLimit) permit(inv *pipeline.Invocation, waited bool) Permit {
 	if sl.ad == nil {
 		return newTokenPermit(sl, 0)
 	}
-	at, ok := inv.Arrival()
+	at := inv.Timing().Arrival
+	ok := !at.IsZero()
 	if waited || !ok {
 		at = time.Now()
 	}

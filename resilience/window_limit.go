@@ -13,7 +13,7 @@ import (
 // WindowSeconds, QueueLimit) as a [Limit]; see [FixedWindow]. Rejection:
 // KERNEL_UNAVAILABLE_002 with a retry-after, the time until the next
 // window. A call is counted in the window of its arrival (the kernel's
-// reading of the clock, [pipeline.Invocation.Arrival]).
+// reading of the clock, [pipeline.Timing]).
 type windowLimit struct {
 	window *limiter.FixedWindow
 	// A WindowSeconds change takes effect at the next boundary: from
@@ -44,7 +44,8 @@ func (wl *windowLimit) at(now time.Time) *limiter.FixedWindow {
 
 // arrival returns the window of inv's arrival and the arrival.
 func (wl *windowLimit) arrival(inv *pipeline.Invocation) (*limiter.FixedWindow, time.Time) {
-	now, known := inv.Arrival()
+	now := inv.Timing().Arrival
+	known := !now.IsZero()
 	if !known {
 		now = time.Now()
 	}

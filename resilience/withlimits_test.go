@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
@@ -81,7 +82,7 @@ func TestWithLimitsMatchesTheChain(t *testing.T) {
 					}
 					start := time.Now()
 					_, err := h(t.Context(), withDeadline(t.Context(), pipeline.NewInvocation(s), tc.p.Timeout))
-					if pipeline.CodeOf(err) != tc.want || time.Since(start) != tc.wantAt {
+					if pipelinetest.CodeOf(err) != tc.want || time.Since(start) != tc.wantAt {
 						t.Errorf("call = %v after %v, want code %q after %v", err, time.Since(start), tc.want, tc.wantAt)
 					}
 					if s := l.State().Breaker; s != tc.breaker {
@@ -111,7 +112,7 @@ func TestWithLimitsRejectionCostsNoContext(t *testing.T) {
 		ctx := context.Background()
 		_, _ = h(ctx, inv) // the window's only permit
 		n := testing.AllocsPerRun(500, func() {
-			if _, err := h(ctx, inv); pipeline.CodeOf(err) != resilience.CodeRateLimited {
+			if _, err := h(ctx, inv); pipelinetest.CodeOf(err) != resilience.CodeRateLimited {
 				t.Fatalf("%s: call = %v, want a rate-limit rejection", c.name, err)
 			}
 		})
@@ -145,7 +146,7 @@ func TestInnerInvocationLeavesOuterContextAlone(t *testing.T) {
 			}
 			return nil, ctx.Err()
 		})
-		if pipeline.CodeOf(err) != pipeline.CodeTimeout {
+		if pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
 			t.Errorf("outer Invoke = %v, want TIMEOUT", err)
 		}
 	})

@@ -98,7 +98,7 @@ func testRegistry(t testing.TB) *operations.Registry {
 					var e *nilErr
 					return struct{}{}, e
 				}
-				k, _ := pipeline.ParseKind(in.Kind)
+				k, _ := pipelinetest.ParseKind(in.Kind)
 				e := pipeline.NewError(k, "TEST_"+in.Kind, "failed as "+in.Kind).WithDetail("kind", in.Kind)
 				if in.RetryAfterMs > 0 {
 					e = e.WithRetryAfter(time.Duration(in.RetryAfterMs) * time.Millisecond)
@@ -308,7 +308,7 @@ func TestResults(t *testing.T) {
 func TestFailureExitCodes(t *testing.T) {
 	t.Parallel()
 	kf := testKernel(t)
-	for _, k := range pipeline.Kinds() {
+	for _, k := range pipelinetest.Kinds() {
 		if k == pipeline.KindOK {
 			continue
 		}
@@ -812,12 +812,12 @@ func TestRequest(t *testing.T) {
 				if in, ok := inv.Input().(*echoIn); !ok || *in != (echoIn{Name: "a", Count: 2}) {
 					t.Errorf("input = %#v, want &echoIn{Name: \"a\", Count: 2}", inv.Input())
 				}
-				d, ok := inv.CallerDeadline()
+				d, ok := pipelinetest.CallerDeadline(inv)
 				switch {
 				case tc.deadline == 0 && ok:
 					t.Errorf("caller deadline = %v, want none", d)
-				case tc.deadline > 0 && (!ok || !d.Equal(start.Add(tc.deadline)) || inv.DeadlineSource() != pipeline.DeadlineCaller):
-					t.Errorf("caller deadline = %v, %v (source %v), want start + %v (caller)", d, ok, inv.DeadlineSource(), tc.deadline)
+				case tc.deadline > 0 && (!ok || !d.Equal(start.Add(tc.deadline)) || inv.Timing().Source != pipeline.DeadlineCaller):
+					t.Errorf("caller deadline = %v, %v (source %v), want start + %v (caller)", d, ok, inv.Timing().Source, tc.deadline)
 				}
 			})
 		})

@@ -528,5 +528,5 @@ func ctxOutcome(ctx context.Context) *pipeline.Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return pipeline.ErrTimeout()
 	}
-	return pipeline.ErrCanceled().WithCause(context.Cause(ctx))
+	return pipeline.Wrap(pipeline.KindCanceled, pipeline.CodeCanceled, pipeline.ErrCanceled().Message(), context.Cause(ctx))
 }

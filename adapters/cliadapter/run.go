@@ -252,7 +252,7 @@ func (r *runner) report(k *kernel.Kernel, out kernel.Outcome, in *interrupts, tt
 		}
 		err := r.fail(out.Err, out.TraceID)
 		r.sendReply(out.Invocation)
-		if kind := pipeline.KindOf(out.Err); r.shared && (kind == pipeline.KindTimeout || kind == pipeline.KindCanceled) {
+		if kind := pipeline.AsError(out.Err).Kind(); r.shared && (kind == pipeline.KindTimeout || kind == pipeline.KindCanceled) {
 			r.awaitOutcome(k, kind, in)
 		}
 		return err

@@ -95,7 +95,10 @@ const metadataTraceID = "sundial-trace-id"
 // never sent). Calls their clients canceled are counted, and only a few
 // get a record each (see canceledCalls).
 func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time) {
-	kind := pipeline.KindOf(o.Err)
+	kind, code := pipeline.KindOK, ""
+	if e := pipeline.AsError(o.Err); e != nil {
+		kind, code = e.Kind(), e.Code()
+	}
 	if kind == pipeline.KindCanceled && ctx.Err() != nil && !a.canceled.add(ctx, false) {
 		return
 	}
@@ -111,7 +114,7 @@ func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st
 		slog.String("operation", cmp.Or(o.Invocation.Name(), full)),
 		slog.String("method", full),
 		slog.String("grpcCode", st.Code().String()),
-		slog.String("code", pipeline.CodeOf(o.Err)),
+		slog.String("code", code),
 		slog.Float64("durationMs", float64(time.Since(start).Microseconds())/1000),
 		slog.String("traceId", o.TraceID),
 	)

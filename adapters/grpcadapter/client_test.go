@@ -14,6 +14,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 func TestUnaryClientInterceptorCaps(t *testing.T) {
@@ -122,7 +123,7 @@ func TestStreamClientInterceptor(t *testing.T) {
 	}{
 		{"ends with EOF", []error{nil, io.EOF}, func(err error) bool { return err == io.EOF }},
 		{"ends with a status", []error{nil, status.Error(codes.Unavailable, "down")}, func(err error) bool {
-			return pipeline.KindOf(err) == pipeline.KindUnavailable && status.Code(err) == codes.Unavailable
+			return pipelinetest.KindOf(err) == pipeline.KindUnavailable && status.Code(err) == codes.Unavailable
 		}},
 	}
 	for _, tt := range tests {

@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // stuckTimeout is the TimeoutSeconds of work.stuck (stuckConfig) and of
@@ -253,7 +254,7 @@ func TestRetryInfoRoundTrip(t *testing.T) {
 	if ri := retryInfo(st); ri == nil || ri.GetRetryDelay().AsDuration() != 7*time.Second {
 		t.Errorf("Relay RetryInfo = %v, want 7s", ri)
 	}
-	if got := errorInfo(t, st).GetMetadata()[pipeline.DetailRetryAfter]; got != "7" {
+	if got := errorInfo(t, st).GetMetadata()[pipelinetest.DetailRetryAfter]; got != "7" {
 		t.Errorf("Relay ErrorInfo metadata retryAfter = %q, want 7", got)
 	}
 }

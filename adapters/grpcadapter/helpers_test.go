@@ -104,7 +104,7 @@ func (ta *testApp) register(t testing.TB, reg *operations.Registry) {
 		if in.Kind == "PLAIN" {
 			return struct{}{}, fmt.Errorf("secret: connection to 10.0.0.7 refused")
 		}
-		k, ok := pipeline.ParseKind(in.Kind)
+		k, ok := pipelinetest.ParseKind(in.Kind)
 		if !ok {
 			return struct{}{}, fmt.Errorf("bad kind %q", in.Kind)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // TestInboundAttribution runs a host call through the kernel under the
@@ -57,7 +58,7 @@ func TestInboundAttribution(t *testing.T) {
 					ended = time.Since(start)
 					return nil, ctx.Err()
 				}, Guarded: true})
-				if got := pipeline.CodeOf(o.Err); got != tt.want {
+				if got := pipelinetest.CodeOf(o.Err); got != tt.want {
 					t.Errorf("outcome = %s (ended at %v), want %s", got, ended, tt.want)
 				}
 				if o.Expired {
@@ -66,10 +67,10 @@ func TestInboundAttribution(t *testing.T) {
 				if want := cmp.Or(tt.cancelAt, deadline); ended != want {
 					t.Errorf("handler context ended at %v, want %v", ended, want)
 				}
-				if d, ok := o.Invocation.CallerDeadline(); !ok || !d.Equal(start.Add(deadline)) {
+				if d, ok := pipelinetest.CallerDeadline(o.Invocation); !ok || !d.Equal(start.Add(deadline)) {
 					t.Errorf("caller's deadline = %v, %v; want %v", d, ok, start.Add(deadline))
 				}
-				if src := o.Invocation.DeadlineSource(); src != pipeline.DeadlineCaller {
+				if src := o.Invocation.Timing().Source; src != pipeline.DeadlineCaller {
 					t.Errorf("deadline source = %v, want caller", src)
 				}
 			})

@@ -32,7 +32,7 @@ const defaultDomain = "sundial"
 // outcome's failing fields go in a google.rpc.BadRequest instead of the
 // metadata. An outcome with a retry-after ([pipeline.Error.RetryAfter])
 // adds a google.rpc.RetryInfo with that delay. It also adds the metadata
-// entry [pipeline.DetailRetryAfter]. Both are in whole seconds, rounded up.
+// entry [outcome.DetailRetryAfter]. Both are in whole seconds, rounded up.
 //
 // Any error is an outcome: err is read with [pipeline.AsError]. So a
 // context error is TIMEOUT or CANCELLED. A foreign error is UNEXPECTED,
@@ -67,7 +67,7 @@ func Status(err error, domain string) *status.Status {
 			delete(safe, operations.DetailViolations)
 			details = append(details, badRequest(vs))
 		}
-		secs, retry := e.RetryAfterSeconds()
+		secs, retry := outcome.RetryAfterSeconds(e)
 		if len(safe) > 0 || retry {
 			info.Metadata = make(map[string]string, len(safe)+1)
 			for k, v := range safe {
@@ -75,7 +75,7 @@ func Status(err error, domain string) *status.Status {
 			}
 		}
 		if retry {
-			info.Metadata[pipeline.DetailRetryAfter] = strconv.FormatInt(secs, 10)
+			info.Metadata[outcome.DetailRetryAfter] = strconv.FormatInt(secs, 10)
 			details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)})
 		}
 	}

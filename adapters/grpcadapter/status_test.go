@@ -15,6 +15,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -60,9 +61,9 @@ func TestStatus(t *testing.T) {
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "3"}, 3 * time.Second},
 		{"negative retry is none", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithRetryAfter(-3 * time.Second),
 			codes.Unavailable, "Later.", "X_001", nil, -1},
-		{"a retryAfter detail is only a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5),
+		{"a retryAfter detail is only a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipelinetest.DetailRetryAfter, 5),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "5"}, -1},
-		{"the retry-after wins over a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipeline.DetailRetryAfter, 5).WithRetryAfter(9 * time.Second),
+		{"the retry-after wins over a detail", pipeline.NewError(pipeline.KindUnavailable, "X_001", "Later.").WithDetail(pipelinetest.DetailRetryAfter, 5).WithRetryAfter(9 * time.Second),
 			codes.Unavailable, "Later.", "X_001", map[string]string{"retryAfter": "9"}, 9 * time.Second},
 		{"plain error", errors.New("secret: disk /dev/sda1 on fire"), codes.Internal, pipeline.UnexpectedMessage, pipeline.CodeUnexpected, nil, -1},
 		{"unexpected with details", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "secret text", errors.New("secret")).
@@ -116,7 +117,7 @@ func TestStatus(t *testing.T) {
 
 func TestKindForInvertsCodeFor(t *testing.T) {
 	t.Parallel()
-	for _, k := range pipeline.Kinds() {
+	for _, k := range pipelinetest.Kinds() {
 		if got := grpcadapter.KindFor(grpcadapter.CodeFor(k)); got != k {
 			t.Errorf("KindFor(CodeFor(%s)) = %s, want %s", k, got, k)
 		}

@@ -99,11 +99,10 @@ func echoProblem(he *echo.HTTPError) *pipeline.Error {
 		msg = fmt.Sprintf("HTTP status %d.", he.Code)
 	}
 	kind, code := echoKind(he.Code)
-	e := pipeline.NewError(kind, code, msg)
 	if kind == pipeline.KindUnexpected && he.Internal != nil {
-		e = e.WithCause(he.Internal)
+		return pipeline.Wrap(kind, code, msg, he.Internal)
 	}
-	return e
+	return pipeline.NewError(kind, code, msg)
 }
 
 // echoKinds are the kinds and codes of the statuses of echo's errors that

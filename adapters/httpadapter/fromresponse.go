@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -62,16 +63,16 @@ func fromProblem(resp *http.Response, body []byte) *pipeline.Error {
 	if mt != ContentTypeProblem || json.Unmarshal(body, &p) != nil || p.Code == "" {
 		return pipeline.NewError(kind, "HTTP_"+strconv.Itoa(resp.StatusCode), http.StatusText(resp.StatusCode))
 	}
-	if k, ok := pipeline.ParseKind(p.Title); ok && k != pipeline.KindOK {
+	if k, ok := outcome.ParseKind(p.Title); ok && k != pipeline.KindOK {
 		kind = k
 	}
 	e := pipeline.NewError(kind, p.Code, p.Detail)
 	for k, v := range p.Details {
-		if k != pipeline.DetailRetryAfter {
+		if k != outcome.DetailRetryAfter {
 			e = e.WithDetail(k, v)
 		}
 	}
-	if s, ok := p.Details[pipeline.DetailRetryAfter].(float64); ok && s >= 0 {
+	if s, ok := p.Details[outcome.DetailRetryAfter].(float64); ok && s >= 0 {
 		e = e.WithRetryAfter(min(time.Duration(s*float64(time.Second)), maxRetryAfter))
 	}
 	return e

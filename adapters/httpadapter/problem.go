@@ -127,7 +127,7 @@ func writeProblem(c echo.Context, e *pipeline.Error, status int, traceID string)
 	}
 	r := c.Request()
 	h := c.Response().Header()
-	if s, ok := e.RetryAfterSeconds(); ok && e.Kind() != pipeline.KindUnexpected {
+	if s, ok := outcome.RetryAfterSeconds(e); ok && e.Kind() != pipeline.KindUnexpected {
 		h.Set("Retry-After", strconv.FormatInt(s, 10))
 	}
 	p := newProblem(e, status, r.URL.Path, traceID)

@@ -18,6 +18,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // admission is one admitted call: its arrival and the end of the window
@@ -53,7 +54,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var admitted []admission
 	record := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-		at, _ := inv.Arrival()
+		at, _ := pipelinetest.Arrival(inv)
 		q, _ := inv.Reply().Quota()
 		mu.Lock()
 		admitted = append(admitted, admission{at, at.Add(q.Reset)})

@@ -16,7 +16,7 @@ func Example() {
 	logger := logs.Logger()
 	audit := pipeline.MiddlewareFunc(func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 		out, err := next(ctx, inv)
-		logger.Info("audit", "operation", inv.OperationID(), "code", pipeline.CodeOf(err))
+		logger.Info("audit", "operation", inv.OperationID(), "code", pipelinetest.CodeOf(err))
 		return out, err
 	})
 
@@ -32,8 +32,8 @@ func Example() {
 
 	call, _ := rec.Last()
 	fmt.Println("handler had a deadline:", call.HasDeadline)
-	fmt.Println("handler returned:", pipeline.CodeOf(call.Err))
-	fmt.Println("source:", call.Invocation.DeadlineSource())
+	fmt.Println("handler returned:", pipelinetest.CodeOf(call.Err))
+	fmt.Println("source:", call.Invocation.Timing().Source)
 	for _, r := range logs.Find(pipelinetest.Message("audit")) {
 		fmt.Println("logged:", r.Attrs["operation"], r.Attrs["code"])
 	}

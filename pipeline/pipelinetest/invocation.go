@@ -82,3 +82,89 @@ func Recover(h pipeline.Handler) pipeline.Handler {
 		return h(ctx, inv)
 	}
 }
+
+// KindOf returns the kind of an outcome: KindOK for nil, else the kind of
+// [pipeline.AsError](err).
+func KindOf(err error) pipeline.Kind {
+	if err == nil {
+		return pipeline.KindOK
+	}
+	return pipeline.AsError(err).Kind()
+}
+
+// CodeOf returns the code of an outcome: "" for nil, else the code of
+// [pipeline.AsError](err).
+func CodeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	return pipeline.AsError(err).Code()
+}
+
+// Kinds returns every kind, in table order, for tests that cover the whole
+// outcome table.
+func Kinds() []pipeline.Kind {
+	var ks []pipeline.Kind
+	for k := pipeline.KindOK; k <= pipeline.KindUnexpected; k++ {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// ParseKind returns the kind named s, as its String method prints it.
+func ParseKind(s string) (pipeline.Kind, bool) {
+	for _, k := range Kinds() {
+		if k.String() == s {
+			return k, true
+		}
+	}
+	return pipeline.KindUnexpected, false
+}
+
+// Stages returns every stage, in execution order.
+func Stages() []pipeline.Stage {
+	var ss []pipeline.Stage
+	for s := pipeline.StageDiagnostics; s <= pipeline.StageHandle; s++ {
+		ss = append(ss, s)
+	}
+	return ss
+}
+
+// WithCause returns a copy of e, details and retry-after included, that
+// wraps cause.
+func WithCause(e *pipeline.Error, cause error) *pipeline.Error {
+	c := pipeline.Wrap(e.Kind(), e.Code(), e.Message(), cause)
+	for k, v := range e.Details() {
+		c = c.WithDetail(k, v)
+	}
+	if d, ok := e.RetryAfter(); ok {
+		c = c.WithRetryAfter(d)
+	}
+	return c
+}
+
+// RetryAfterSeconds returns e's retry-after in whole seconds, rounded up
+// and at least 1, as the adapters send it, and whether e has one.
+func RetryAfterSeconds(e *pipeline.Error) (int64, bool) {
+	d, ok := e.RetryAfter()
+	if !ok {
+		return 0, false
+	}
+	return max(1, int64((d+time.Second-1)/time.Second)), true
+}
+
+// DetailRetryAfter is the details key under which the adapters send an
+// outcome's retry-after, in whole seconds.
+const DetailRetryAfter = "retryAfter"
+
+// CallerDeadline returns inv's caller's deadline and whether it sent one.
+func CallerDeadline(inv *pipeline.Invocation) (time.Time, bool) {
+	d := inv.Timing().CallerDeadline
+	return d, !d.IsZero()
+}
+
+// Arrival returns when inv arrived at the kernel and whether that is known.
+func Arrival(inv *pipeline.Invocation) (time.Time, bool) {
+	at := inv.Timing().Arrival
+	return at, !at.IsZero()
+}

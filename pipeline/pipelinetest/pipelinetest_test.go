@@ -17,13 +17,13 @@ import (
 func TestNewInvocationDefaults(t *testing.T) {
 	inv := pipelinetest.NewInvocation(pipeline.Spec{})
 	if inv.Operation() != nil || inv.Protocol() != pipeline.ProtocolInProcess || inv.Route() != "" ||
-		inv.Input() != nil || inv.IdempotencyKey() != "" || inv.DeadlineSource() != pipeline.DeadlineNone {
+		inv.Input() != nil || inv.IdempotencyKey() != "" || inv.Timing().Source != pipeline.DeadlineNone {
 		t.Errorf("NewInvocation() = %+v, want an empty in-process invocation", inv)
 	}
 	if _, has := inv.Deadline(); has {
 		t.Error("NewInvocation() has a deadline")
 	}
-	if _, has := inv.CallerDeadline(); has {
+	if _, has := pipelinetest.CallerDeadline(inv); has {
 		t.Error("NewInvocation() has a caller deadline")
 	}
 	if _, found := inv.Baggage("k"); found {
@@ -112,10 +112,10 @@ func TestDeadlines(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			inv := pipelinetest.NewInvocation(tt.spec)
 			d, has := inv.Deadline()
-			if has != !tt.deadline.IsZero() || !d.Equal(tt.deadline) || inv.DeadlineSource() != tt.source {
-				t.Errorf("Deadline() = %v, %v, %v; want %v, %v", d, has, inv.DeadlineSource(), tt.deadline, tt.source)
+			if has != !tt.deadline.IsZero() || !d.Equal(tt.deadline) || inv.Timing().Source != tt.source {
+				t.Errorf("Deadline() = %v, %v, %v; want %v, %v", d, has, inv.Timing().Source, tt.deadline, tt.source)
 			}
-			c, has := inv.CallerDeadline()
+			c, has := pipelinetest.CallerDeadline(inv)
 			if has != !tt.callerDead.IsZero() || !c.Equal(tt.callerDead) {
 				t.Errorf("CallerDeadline() = %v, %v; want %v", c, has, tt.callerDead)
 			}

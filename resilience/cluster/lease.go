@@ -66,7 +66,8 @@ func (w *sharedWindow) take(ctx context.Context, inv *pipeline.Invocation) (pipe
 	if c.lease <= 1 {
 		return w.takeStore(ctx, c, 1)
 	}
-	at, known := inv.Arrival()
+	at := inv.Timing().Arrival
+	known := !at.IsZero()
 	if !known {
 		at = time.Now()
 	}

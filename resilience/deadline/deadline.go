@@ -130,7 +130,7 @@ func IsOwnCancellation(ctx context.Context, err error) bool {
 	if err == nil {
 		return false
 	}
-	if k := pipeline.KindOf(err); k != pipeline.KindTimeout && k != pipeline.KindCanceled {
+	if k := pipeline.AsError(err).Kind(); k != pipeline.KindTimeout && k != pipeline.KindCanceled {
 		return false
 	}
 	return ctx.Err() != nil || deadlinectx.CallerBound(err)

@@ -69,7 +69,7 @@ func noDeadline() *pipeline.Invocation { return pipeline.NewInvocation(pipeline.
 
 func wantCode(t *testing.T, what string, err error, code string) {
 	t.Helper()
-	if got := pipeline.CodeOf(err); got != code {
+	if got := pipelinetest.CodeOf(err); got != code {
 		t.Errorf("%s = %v (code %q), want code %q", what, err, got, code)
 	}
 }
@@ -327,7 +327,7 @@ func TestDeadlineTieRawCancelAgreesWithToken(t *testing.T) {
 		if b.released != time.Second {
 			t.Errorf("handler released after %v, want 1s", b.released)
 		}
-		t.Logf("raw cancel at the deadline instant: %s", pipeline.CodeOf(err))
+		t.Logf("raw cancel at the deadline instant: %s", pipelinetest.CodeOf(err))
 	})
 }
 

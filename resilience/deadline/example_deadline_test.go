@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/deadline"
 )
 
@@ -23,7 +24,7 @@ func ExampleMiddleware() {
 		<-ctx.Done() // a call that never answers
 		return nil, fmt.Errorf("inventory: %w", ctx.Err())
 	})
-	fmt.Println("attributed:", pipeline.CodeOf(err))
+	fmt.Println("attributed:", pipelinetest.CodeOf(err))
 	fmt.Println("original:", errors.Unwrap(err))
 	// Output:
 	// attributed: KERNEL_TIMEOUT_001
@@ -40,7 +41,7 @@ func ExampleMiddleware_callerCancels() {
 		<-ctx.Done()
 		return nil, pipeline.NewError(pipeline.KindTimeout, "SHOP_TIMEOUT_001", "Inventory did not answer.")
 	})
-	fmt.Println(pipeline.CodeOf(err))
+	fmt.Println(pipelinetest.CodeOf(err))
 	// Output:
 	// KERNEL_CANCELLED_001
 }
@@ -53,7 +54,7 @@ func ExampleMiddleware_pastDeadline() {
 		fmt.Println("never printed")
 		return nil, nil
 	})
-	fmt.Println(pipeline.CodeOf(err))
+	fmt.Println(pipelinetest.CodeOf(err))
 	// Output:
 	// KERNEL_TIMEOUT_001
 }

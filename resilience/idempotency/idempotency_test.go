@@ -84,7 +84,7 @@ func TestSameKeyDifferentInputIs422(t *testing.T) {
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	call(mw, "k1", chargeIn{"4242", 10}, counting(&n))
 	_, err, _ := call(mw, "k1", chargeIn{"4242", 11}, counting(&n))
-	if pipeline.KindOf(err) != pipeline.KindUnprocessable || pipeline.CodeOf(err) != idempotency.CodeMismatch || n.Load() != 1 {
+	if pipelinetest.KindOf(err) != pipeline.KindUnprocessable || pipelinetest.CodeOf(err) != idempotency.CodeMismatch || n.Load() != 1 {
 		t.Fatalf("err %v executions %d; want 422 KERNEL_UNPROCESSABLE_001, one execution", err, n.Load())
 	}
 }
@@ -93,7 +93,7 @@ func TestRequiredKeyMissingIs400(t *testing.T) {
 	var n atomic.Int64
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{Required: true})
 	_, err, _ := call(mw, "", chargeIn{"4242", 10}, counting(&n))
-	if pipeline.KindOf(err) != pipeline.KindValidation || pipeline.CodeOf(err) != "KERNEL_VALIDATION_004" || n.Load() != 0 {
+	if pipelinetest.KindOf(err) != pipeline.KindValidation || pipelinetest.CodeOf(err) != "KERNEL_VALIDATION_004" || n.Load() != 0 {
 		t.Fatalf("err %v executions %d; want 400 KERNEL_VALIDATION_004 and nothing run", err, n.Load())
 	}
 	// Not required: a call without a key simply runs.
@@ -109,7 +109,7 @@ func TestMalformedKeyIs400(t *testing.T) {
 	var n atomic.Int64
 	mw := newMW(idempotency.NewMemoryStore(idempotency.MemoryConfig{}), idempotency.Policy{})
 	for _, k := range []string{string(make([]byte, 256)), "tab\there", "é"} {
-		if _, err, _ := call(mw, k, chargeIn{}, counting(&n)); pipeline.CodeOf(err) != "KERNEL_VALIDATION_005" {
+		if _, err, _ := call(mw, k, chargeIn{}, counting(&n)); pipelinetest.CodeOf(err) != "KERNEL_VALIDATION_005" {
 			t.Errorf("key %q: %v, want KERNEL_VALIDATION_005", k, err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestDeadlineNeverStored(t *testing.T) {
 			return counting(&n)(ctx, inv)
 		})
 		time.Sleep(200 * time.Millisecond) // past the deadline, handler runs
-		if _, err, _ := call(mw, "k", chargeIn{"4242", 10}, counting(&n)); pipeline.CodeOf(err) != idempotency.CodeInProgress {
+		if _, err, _ := call(mw, "k", chargeIn{"4242", 10}, counting(&n)); pipelinetest.CodeOf(err) != idempotency.CodeInProgress {
 			t.Fatalf("after the deadline, handler running: %v, want 409", err)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -181,7 +181,7 @@ func TestDeadlineNeverStored(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
-		if pipeline.KindOf(err) != pipeline.KindTimeout {
+		if pipelinetest.KindOf(err) != pipeline.KindTimeout {
 			t.Fatalf("honouring handler: %v", err)
 		}
 		if _, err, inv := call(mw, "k2", chargeIn{"4242", 10}, counting(&n)); err != nil || inv.Reply().Replayed() || n.Load() != 2 {
@@ -235,7 +235,7 @@ func TestOutcomeTooLarge(t *testing.T) {
 	}
 	call(mw, "k", chargeIn{}, h)
 	_, err, _ := call(mw, "k", chargeIn{}, h)
-	if pipeline.CodeOf(err) != "KERNEL_CONFLICT_002" || n.Load() != 1 {
+	if pipelinetest.CodeOf(err) != "KERNEL_CONFLICT_002" || n.Load() != 1 {
 		t.Fatalf("%v executions %d, want KERNEL_CONFLICT_002 and one execution", err, n.Load())
 	}
 }
@@ -287,7 +287,7 @@ func TestConcurrentOneKey(t *testing.T) {
 			<-gate
 			_, err, inv := call(mw, "k", chargeIn{"4242", 10}, counting(&n))
 			switch {
-			case pipeline.CodeOf(err) == idempotency.CodeInProgress:
+			case pipelinetest.CodeOf(err) == idempotency.CodeInProgress:
 				conflicts.Add(1)
 			case err == nil && inv.Reply().Replayed():
 				replays.Add(1)
@@ -380,7 +380,7 @@ func TestMemoryStoreFullOfRunningClaims(t *testing.T) {
 		t.Fatalf("third running claim: %v, want ErrFull", err)
 	}
 	mw := newMW(store, idempotency.Policy{})
-	if _, err, _ := call(mw, "z", chargeIn{}, func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }); pipeline.CodeOf(err) != idempotency.CodeStore {
+	if _, err, _ := call(mw, "z", chargeIn{}, func(context.Context, *pipeline.Invocation) (any, error) { return nil, nil }); pipelinetest.CodeOf(err) != idempotency.CodeStore {
 		t.Fatalf("%v, want 503 KERNEL_UNAVAILABLE_006", err)
 	}
 }
@@ -420,7 +420,7 @@ func TestRedisStore(t *testing.T) {
 		if err != nil || !inv.Reply().Replayed() || out2.(receipt) != out1.(receipt) || n.Load() != 1 {
 			t.Fatalf("replica b: %v %v replayed=%v executions=%d", out2, err, inv.Reply().Replayed(), n.Load())
 		}
-		if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipeline.CodeOf(err) != idempotency.CodeMismatch {
+		if _, err, _ := call(b, "k", chargeIn{"4242", 11}, counting(&n)); pipelinetest.CodeOf(err) != idempotency.CodeMismatch {
 			t.Fatalf("other input: %v", err)
 		}
 		ttl := rdb.PTTL(context.Background(), "t:idem:"+idempotency.ScopedKey("billing.charge", "", "k")).Val()
@@ -491,7 +491,7 @@ func TestRedisLeaseRenewed(t *testing.T) {
 		}()
 		<-started
 		time.Sleep(time.Second) // > 3 leases: only renewal keeps it
-		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipeline.CodeOf(err) != idempotency.CodeInProgress {
+		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipelinetest.CodeOf(err) != idempotency.CodeInProgress {
 			t.Fatalf("after 3 leases: %v, want 409", err)
 		}
 		close(release)

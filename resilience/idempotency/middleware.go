@@ -201,11 +201,12 @@ func (m *middleware) renew(key, token string) func() {
 // replaying it for the whole retention would tell the caller to retry a
 // call whose answer could never change.
 func forgets(err error) bool {
-	switch pipeline.KindOf(err) {
+	e := pipeline.AsError(err)
+	switch e.Kind() {
 	case pipeline.KindTimeout, pipeline.KindCanceled, pipeline.KindUnavailable:
 		return true
 	}
-	_, retry := pipeline.AsError(err).RetryAfter()
+	_, retry := e.RetryAfter()
 	return retry
 }
 
@@ -311,8 +312,7 @@ func (m *middleware) decode(b []byte) (any, error) {
 		return nil, pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "idempotency: stored outcome does not decode", err)
 	}
 	if s.Kind != "" {
-		k, _ := pipeline.ParseKind(s.Kind)
-		e := pipeline.NewError(k, s.Code, s.Message)
+		e := pipeline.NewError(kindNamed(s.Kind), s.Code, s.Message)
 		for dk, dv := range s.Details {
 			e = e.WithDetail(dk, numbers(dv))
 		}
@@ -340,4 +340,14 @@ func (m *middleware) markReplayed(inv *pipeline.Invocation) {
 	r := inv.Reply()
 	r.Set(FieldReplayed, "true")
 	r.Note("replayed: the stored outcome of an earlier call with idempotency key " + inv.IdempotencyKey())
+}
+
+// kindNamed returns the kind whose String is s; an unknown name is
+// UNEXPECTED.
+func kindNamed(s string) pipeline.Kind {
+	k := pipeline.KindOK
+	for k < pipeline.KindUnexpected && k.String() != s {
+		k++
+	}
+	return k
 }

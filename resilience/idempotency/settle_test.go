@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 )
 
@@ -57,7 +58,7 @@ func TestPanicAfterClaimSettles(t *testing.T) {
 		}
 		var n atomic.Int64
 		_, err, inv := call(mw, "k", chargeIn{}, counting(&n))
-		if pipeline.CodeOf(err) != pipeline.CodeUnexpected || !inv.Reply().Replayed() || n.Load() != 0 {
+		if pipelinetest.CodeOf(err) != pipeline.CodeUnexpected || !inv.Reply().Replayed() || n.Load() != 0 {
 			t.Errorf("retry after the panic: %v replayed=%v executions=%d, want the UNEXPECTED outcome replayed", err, inv.Reply().Replayed(), n.Load())
 		}
 	})
@@ -125,7 +126,7 @@ func TestMemoryStoreFinishKeepsItsRecord(t *testing.T) {
 	if out, err, _ := call(mw, "big", chargeIn{}, big); err != nil || out.(receipt).ID == "" {
 		t.Fatalf("first call: %v %v, want its output", out, err)
 	}
-	if _, err, inv := call(mw, "big", chargeIn{}, big); pipeline.CodeOf(err) != "KERNEL_CONFLICT_002" || !inv.Reply().Replayed() || n.Load() != 1 {
+	if _, err, inv := call(mw, "big", chargeIn{}, big); pipelinetest.CodeOf(err) != "KERNEL_CONFLICT_002" || !inv.Reply().Replayed() || n.Load() != 1 {
 		t.Fatalf("retry: %v replayed=%v executions=%d, want KERNEL_CONFLICT_002 replayed and one execution", err, inv.Reply().Replayed(), n.Load())
 	}
 	if entries, bytes := idempotency.StoreLen(store); entries != 1 || bytes > 4096 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
@@ -36,7 +37,7 @@ func Example() {
 		attempts++
 		return pipeline.NewError(pipeline.KindValidation, "BILLING_VALIDATION_001", "no such card")
 	})
-	fmt.Println(attempts, pipeline.CodeOf(err))
+	fmt.Println(attempts, pipelinetest.CodeOf(err))
 	// Output:
 	// 3 <nil>
 	// 1 BILLING_VALIDATION_001

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
@@ -80,7 +81,7 @@ func ExampleBudget_Context() {
 	}
 	defer done()
 	<-callCtx.Done() // inventory does not answer in 20 ms
-	fmt.Println(pipeline.CodeOf(context.Cause(callCtx)), callCtx.Err())
+	fmt.Println(pipelinetest.CodeOf(context.Cause(callCtx)), callCtx.Err())
 	// Output:
 	// KERNEL_TIMEOUT_002 context deadline exceeded
 }

@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -23,7 +23,7 @@ func TestDoOnceMakesOneAttemptUnderTheBreaker(t *testing.T) {
 		n := 0
 		slowFail := func(context.Context) error { n++; time.Sleep(time.Second); return unavailable() }
 		for i := range 2 {
-			if err := d.DoOnce(withKey(t.Context()), slowFail); pipeline.CodeOf(err) != "BILLING_UNAVAILABLE_001" {
+			if err := d.DoOnce(withKey(t.Context()), slowFail); pipelinetest.CodeOf(err) != "BILLING_UNAVAILABLE_001" {
 				t.Fatalf("call %d: err %v, want the downstream's answer", i+1, err)
 			}
 		}
@@ -32,7 +32,7 @@ func TestDoOnceMakesOneAttemptUnderTheBreaker(t *testing.T) {
 			t.Fatalf("%d attempts, Stats %+v; want 2 first attempts and the breaker open", n, st)
 		}
 		for name, do := range map[string]func(context.Context, func(context.Context) error) error{"Do": d.Do, "DoOnce": d.DoOnce} {
-			if err := do(t.Context(), slowFail); pipeline.CodeOf(err) != CodeDependencyOpen || n != 2 {
+			if err := do(t.Context(), slowFail); pipelinetest.CodeOf(err) != CodeDependencyOpen || n != 2 {
 				t.Fatalf("%s with the breaker open: err %v after %d attempts, want %s and no attempt", name, err, n, CodeDependencyOpen)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -377,7 +378,7 @@ func TestNoAttemptWithoutMinTimeout(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
 		defer cancel()
 		err := d.Do(ctx, func(context.Context) error { t.Fatal("attempt started"); return nil })
-		if pipeline.CodeOf(err) != CodeBudgetExhausted {
+		if pipelinetest.CodeOf(err) != CodeBudgetExhausted {
 			t.Fatalf("err = %v, want %s", err, CodeBudgetExhausted)
 		}
 	})
@@ -423,7 +424,7 @@ func TestReconfigureKeepsBreakerAndBudget(t *testing.T) {
 		if err := d.Reconfigure(p); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Do(t.Context(), func(context.Context) error { return nil }); pipeline.CodeOf(err) != CodeDependencyOpen {
+		if err := d.Do(t.Context(), func(context.Context) error { return nil }); pipelinetest.CodeOf(err) != CodeDependencyOpen {
 			t.Fatalf("err = %v: a reload closed the open breaker", err)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/deadline"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
@@ -169,7 +170,7 @@ func TestBudgetExhaustedError(t *testing.T) {
 	}
 	clk.t = start.Add(1770 * ms)
 	_, err = b.Timeout(outbound.Call{Dependency: "billing"})
-	if pipeline.KindOf(err) != pipeline.KindTimeout || pipeline.CodeOf(err) != outbound.CodeBudgetExhausted {
+	if pipelinetest.KindOf(err) != pipeline.KindTimeout || pipelinetest.CodeOf(err) != outbound.CodeBudgetExhausted {
 		t.Fatalf("Timeout = %v, want TIMEOUT %s", err, outbound.CodeBudgetExhausted)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -227,7 +228,7 @@ func TestBudgetInvalid(t *testing.T) {
 			if err == nil || b != nil {
 				t.Fatalf("NewBudget(%s) = %v, %v; want an error", tc.name, b, err)
 			}
-			if got := pipeline.KindOf(err) == pipeline.KindTimeout && pipeline.CodeOf(err) == outbound.CodeBudgetExhausted; got != tc.exhausted {
+			if got := pipelinetest.KindOf(err) == pipeline.KindTimeout && pipelinetest.CodeOf(err) == outbound.CodeBudgetExhausted; got != tc.exhausted {
 				t.Errorf("NewBudget(%s) = %v; exhausted TIMEOUT = %v, want %v", tc.name, err, got, tc.exhausted)
 			}
 			if !strings.Contains(err.Error(), tc.mention) || !strings.Contains(err.Error(), "checkout") {
@@ -240,7 +241,7 @@ func TestBudgetInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []outbound.Call{{Share: 1.5}, {Share: -0.1}, {Share: math.NaN()}, {Reserve: -ms}, {Cap: -ms}} {
-		if d, err := b.Timeout(c); err == nil || pipeline.KindOf(err) == pipeline.KindTimeout {
+		if d, err := b.Timeout(c); err == nil || pipelinetest.KindOf(err) == pipeline.KindTimeout {
 			t.Errorf("Timeout(%+v) = %v, %v; want a plain error", c, d, err)
 		}
 		if ctx, cancel, err := b.Context(dl, c); err == nil || ctx != dl || cancel == nil {
@@ -280,7 +281,7 @@ func TestBudgetBreakerView(t *testing.T) {
 					own = deadline.IsOwnCancellation(ctx, err)
 					return nil, err
 				})
-				if pipeline.CodeOf(err) != outbound.CodeBudgetExhausted {
+				if pipelinetest.CodeOf(err) != outbound.CodeBudgetExhausted {
 					t.Fatalf("Invoke = %v, want the exhausted TIMEOUT", err)
 				}
 				if own != tc.own {

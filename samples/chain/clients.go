@@ -94,13 +94,15 @@ func transportError(dep string, err error) error {
 func problemError(status int, contentType string, body []byte) *pipeline.Error {
 	var p httpadapter.Problem
 	if strings.HasPrefix(contentType, httpadapter.ContentTypeProblem) && json.Unmarshal(body, &p) == nil && p.Code != "" {
-		kind, ok := pipeline.ParseKind(p.Title)
-		if !ok {
-			kind = kindOfStatus(status)
+		kind := kindOfStatus(status)
+		for k := pipeline.KindOK; k <= pipeline.KindUnexpected; k++ {
+			if k.String() == p.Title {
+				kind = k
+			}
 		}
 		e := pipeline.NewError(kind, p.Code, p.Detail)
 		for k, v := range p.Details {
-			if k == pipeline.DetailRetryAfter {
+			if k == "retryAfter" { // the wire key of the retry-after
 				if secs, ok := v.(float64); ok && secs >= 0 && secs <= math.MaxInt64/float64(time.Second) {
 					e = e.WithRetryAfter(time.Duration(secs * float64(time.Second)))
 					continue
@@ -116,7 +118,7 @@ func problemError(status int, contentType string, body []byte) *pipeline.Error {
 // kindOfStatus is the outcome kind of an HTTP status, the inverse of
 // httpadapter.StatusFor.
 func kindOfStatus(status int) pipeline.Kind {
-	for _, k := range pipeline.Kinds() {
+	for k := pipeline.KindValidation; k <= pipeline.KindUnexpected; k++ {
 		if k != pipeline.KindOK && httpadapter.StatusFor(k) == status {
 			return k
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
@@ -33,7 +34,7 @@ func TestTransportError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := transportError("inventory", tc.err)
-			if k := pipeline.KindOf(got); k != tc.wantKind {
+			if k := pipelinetest.KindOf(got); k != tc.wantKind {
 				t.Errorf("KindOf(transportError(%v)) = %v, want %v", tc.err, k, tc.wantKind)
 			}
 			if tc.wantCode == "" {
@@ -82,8 +83,8 @@ func TestProblemError(t *testing.T) {
 			if ok != (tc.wantRetryAfter != 0) || ra != tc.wantRetryAfter {
 				t.Errorf("problemError(%s).RetryAfter() = %v, %v; want %v", tc.body, ra, ok, tc.wantRetryAfter)
 			}
-			if _, ok := got.Details()[pipeline.DetailRetryAfter]; ok {
-				t.Errorf("problemError(%s) kept details.%s: %v", tc.body, pipeline.DetailRetryAfter, got.Details())
+			if _, ok := got.Details()[pipelinetest.DetailRetryAfter]; ok {
+				t.Errorf("problemError(%s) kept details.%s: %v", tc.body, pipelinetest.DetailRetryAfter, got.Details())
 			}
 		})
 	}

@@ -272,7 +272,7 @@ func (g *Gateway) callShare(ctx context.Context, b *outbound.Budget, dep Depende
 	if err == nil {
 		return out, nil
 	}
-	if ctx.Err() != nil || pipeline.KindOf(err) != pipeline.KindTimeout {
+	if ctx.Err() != nil || pipeline.AsError(err).Kind() != pipeline.KindTimeout {
 		return out, err // the gateway's own deadline or cancellation, or another failure
 	}
 	// The dependency's share ran out: cut here, or answered 504 by the
@@ -281,8 +281,12 @@ func (g *Gateway) callShare(ctx context.Context, b *outbound.Budget, dep Depende
 		"budgetMs", strconv.FormatInt(budget.Milliseconds(), 10), "elapsedMs", strconv.FormatInt(elapsed.Milliseconds(), 10))
 	end, _ := ctx.Deadline() // the budget's end: it has no WithTotal
 	cut := &outbound.BudgetExhaustedError{Stage: "gateway.order", Dependency: dep.Name, Remaining: end.Sub(start), Allotted: budget, Cut: true}
-	return out, cut.Outcome().
-		WithCause(err).
+	o := cut.Outcome()
+	e := pipeline.Wrap(o.Kind(), o.Code(), o.Message(), err) // the downstream's error, not cut
+	for k, v := range o.Details() {
+		e = e.WithDetail(k, v)
+	}
+	return out, e.
 		WithDetail("reason", ReasonDownstreamTimeout).
 		WithDetail("budgetMs", budget.Milliseconds()).
 		WithDetail("elapsedMs", elapsed.Milliseconds())

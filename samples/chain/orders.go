@@ -225,7 +225,7 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	err = s.inventory.post(reserveCtx, "/reserve", Reserve{OrderID: id, Item: in.Item, Qty: in.Qty}, &res)
 	cancel()
 	if err != nil {
-		s.journal.Record(ctx, "reserve-failed", "id", id, "code", pipeline.CodeOf(err))
+		s.journal.Record(ctx, "reserve-failed", "id", id, "code", pipeline.AsError(err).Code())
 		return out, fmt.Errorf("orders: reserve: %w", err)
 	}
 	out.ReservationID = res.ID
@@ -238,7 +238,7 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 		cancel()
 	}
 	if err != nil {
-		s.journal.Record(ctx, "charge-failed", "id", id, "code", pipeline.CodeOf(err))
+		s.journal.Record(ctx, "charge-failed", "id", id, "code", pipeline.AsError(err).Code())
 		s.compensate(ctx, res.ID)
 		return out, orderFailed(err, "billing", res.ID)
 	}
@@ -285,7 +285,7 @@ func (s *Orders) compensate(ctx context.Context, reservation string) {
 	defer cancel()
 	var rel Released
 	if err := s.inventory.post(cctx, "/release", Release{ID: reservation}, &rel); err != nil {
-		s.journal.Record(ctx, "compensation-failed", "reservationId", reservation, "code", pipeline.CodeOf(err))
+		s.journal.Record(ctx, "compensation-failed", "reservationId", reservation, "code", pipeline.AsError(err).Code())
 		return
 	}
 	s.journal.Record(ctx, "compensated", "reservationId", reservation)
@@ -397,16 +397,16 @@ func (s *Orders) readStock(ctx context.Context, item string) (Stock, error) {
 		if err == nil {
 			return st, nil
 		}
-		s.journal.Record(ctx, "stock-attempt-failed", "attempt", strconv.Itoa(attempt), "code", pipeline.CodeOf(err))
+		s.journal.Record(ctx, "stock-attempt-failed", "attempt", strconv.Itoa(attempt), "code", pipeline.AsError(err).Code())
 		if ctx.Err() != nil {
 			return Stock{}, ctx.Err() // the caller's budget is spent: no more attempts
 		}
-		if k := pipeline.KindOf(err); k != pipeline.KindUnavailable && k != pipeline.KindTimeout {
+		if k := pipeline.AsError(err).Kind(); k != pipeline.KindUnavailable && k != pipeline.KindTimeout {
 			return Stock{}, err
 		}
 		last = err
 	}
-	kind, code := pipeline.KindOf(last), "ORDERS_UNAVAILABLE_002"
+	kind, code := pipeline.AsError(last).Kind(), "ORDERS_UNAVAILABLE_002"
 	if kind == pipeline.KindTimeout {
 		code = "ORDERS_TIMEOUT_002"
 	}

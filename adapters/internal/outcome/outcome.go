@@ -4,6 +4,8 @@
 package outcome
 
 import (
+	"time"
+
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -31,15 +33,15 @@ func SafeDetails(e *pipeline.Error) map[string]any {
 }
 
 // Details returns [SafeDetails] with the retry-after, in whole seconds,
-// under [pipeline.DetailRetryAfter]. It is nil when there are none. The map
+// under [DetailRetryAfter]. It is nil when there are none. The map
 // is a copy: the caller may change it.
 func Details(e *pipeline.Error) map[string]any {
 	details := SafeDetails(e)
-	if s, ok := e.RetryAfterSeconds(); ok && e.Kind() != pipeline.KindUnexpected {
+	if s, ok := RetryAfterSeconds(e); ok && e.Kind() != pipeline.KindUnexpected {
 		if details == nil {
 			details = make(map[string]any, 1)
 		}
-		details[pipeline.DetailRetryAfter] = s
+		details[DetailRetryAfter] = s
 	}
 	return details
 }
@@ -60,4 +62,19 @@ func NameFields(e *pipeline.Error, name func(path string) string) *pipeline.Erro
 		out[i] = v
 	}
 	return e.WithDetail(operations.DetailViolations, out)
+}
+
+// DetailRetryAfter is the details key under which adapters write an
+// outcome's retry-after on the wire, in whole seconds.
+const DetailRetryAfter = "retryAfter"
+
+// RetryAfterSeconds returns e's retry-after in whole seconds, rounded up
+// and at least 1 (what a Retry-After header can say), and whether e has
+// one.
+func RetryAfterSeconds(e *pipeline.Error) (int64, bool) {
+	d, ok := e.RetryAfter()
+	if !ok {
+		return 0, false
+	}
+	return max(1, int64((d+time.Second-1)/time.Second)), true
 }

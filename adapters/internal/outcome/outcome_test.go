@@ -8,6 +8,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // TestUnexpectedShowsNothing: an UNEXPECTED outcome shows a caller only the
@@ -60,10 +61,10 @@ func TestKnownKindShows(t *testing.T) {
 		t.Errorf("Details without details or retry-after = %v, want nil", got)
 	}
 	retry := e.WithRetryAfter(1500 * time.Millisecond)
-	if got := outcome.Details(retry); len(got) != 2 || got[pipeline.DetailRetryAfter] != int64(2) {
+	if got := outcome.Details(retry); len(got) != 2 || got[pipelinetest.DetailRetryAfter] != int64(2) {
 		t.Errorf("Details with a retry-after of 1.5 s = %v, want id and retryAfter 2", got)
 	}
-	if v := retry.Details()[pipeline.DetailRetryAfter]; v != nil {
+	if v := retry.Details()[pipelinetest.DetailRetryAfter]; v != nil {
 		t.Errorf("Details wrote the retry-after into the outcome: %v", v)
 	}
 }
@@ -94,6 +95,20 @@ func TestTable(t *testing.T) {
 	for _, v := range []int{-1, 3, 8} {
 		if got, ok := tab.KindOf(v); ok {
 			t.Errorf("KindOf(%d) = %v, want none", v, got)
+		}
+	}
+}
+
+// TestParseKind: every kind's name parses back to it, and no other does.
+func TestParseKind(t *testing.T) {
+	for k := pipeline.KindOK; k <= pipeline.KindUnexpected; k++ {
+		if got, ok := outcome.ParseKind(k.String()); !ok || got != k {
+			t.Errorf("ParseKind(%q) = %v, %v", k.String(), got, ok)
+		}
+	}
+	for _, s := range []string{"", "CANCELED", "ok", "Kind(42)"} {
+		if got, ok := outcome.ParseKind(s); ok || got != pipeline.KindUnexpected {
+			t.Errorf("ParseKind(%q) = %v, %v; want UNEXPECTED, false", s, got, ok)
 		}
 	}
 }

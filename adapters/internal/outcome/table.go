@@ -49,3 +49,13 @@ func (t *Table[T]) KindOf(v T) (pipeline.Kind, bool) {
 	k, ok := t.kinds[v]
 	return k, ok
 }
+
+// ParseKind returns the kind named s, as its String method prints it.
+func ParseKind(s string) (pipeline.Kind, bool) {
+	for k := range pipeline.Kind(numKinds) {
+		if k.String() == s {
+			return k, true
+		}
+	}
+	return pipeline.KindUnexpected, false
+}

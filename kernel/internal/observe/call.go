@@ -64,7 +64,7 @@ func (o *Op) StartTransport(ctx context.Context, inv *pipeline.Invocation, start
 		return ctx, nil
 	}
 	c := &Call{o: o, inv: inv, in: in, proto: protoSlot(inv.Protocol()), parent: ctx, ctx: ctx, start: start}
-	if d, ok := inv.CallerDeadline(); ok {
+	if d := inv.Timing().CallerDeadline; !d.IsZero() {
 		c.budget, c.hasBudget = d.Sub(start), true
 	}
 	if tr != nil {
@@ -152,10 +152,10 @@ type ending struct {
 // settle fills e in from the attributed outcome err, at end.
 func (c *Call) settle(e *ending, err error, end time.Time) {
 	e.perr = pipeline.AsError(err)
-	e.kind = pipeline.KindOf(err)
 	code := ""
+	e.kind = pipeline.KindOK
 	if e.perr != nil {
-		code = e.perr.Code()
+		e.kind, code = e.perr.Kind(), e.perr.Code()
 	}
 	e.a = c.o.outcome(c.proto, e.kind, code)
 	e.reason = -1
@@ -259,7 +259,7 @@ func (c *Call) spanAttrs(e *ending) []attribute.KeyValue {
 // and its retry hint.
 func (c *Call) rejectionEvent(e *ending, end time.Time) {
 	ev := []attribute.KeyValue{attribute.String(AttrRejectionLimit, reasons[e.reason])}
-	if s, ok := e.perr.RetryAfterSeconds(); ok {
+	if s, ok := retryAfterSeconds(e.perr); ok {
 		ev = append(ev, attribute.Int64(AttrRetryAfter, s))
 	}
 	c.span.AddEvent(EventRejection, trace.WithAttributes(ev...), trace.WithTimestamp(end))
@@ -338,7 +338,7 @@ func (c *Call) log(l *slog.Logger, kind pipeline.Kind, perr, orig *pipeline.Erro
 	if orig != nil {
 		attrs = append(attrs, slog.String("original_kind", orig.Kind().String()), slog.String("original_code", orig.Code()))
 	}
-	if s, ok := perr.RetryAfterSeconds(); ok {
+	if s, ok := retryAfterSeconds(perr); ok {
 		attrs = append(attrs, slog.Int64("retry_after_s", s))
 	}
 	if c.inv.Reply().Replayed() {
@@ -353,4 +353,11 @@ func (c *Call) log(l *slog.Logger, kind pipeline.Kind, perr, orig *pipeline.Erro
 		attrs = append(attrs, slog.String("span_id", sc.SpanID().String()))
 	}
 	l.LogAttrs(ctx, level, "sundial: invocation", attrs...)
+}
+
+// retryAfterSeconds returns e's retry-after in whole seconds, rounded up
+// and at least 1, as the adapters send it, and whether e has one.
+func retryAfterSeconds(e *pipeline.Error) (int64, bool) {
+	d, ok := e.RetryAfter()
+	return max(1, int64((d+time.Second-1)/time.Second)), ok
 }

@@ -41,8 +41,8 @@ func rejection(code, id string, retry time.Duration) *pipeline.Error {
 // attributed TIMEOUT or CANCELLED wrapping what the chain returned when
 // it differs.
 var (
-	errDeadlineFired = pipeline.ErrTimeout().WithCause(context.DeadlineExceeded)
-	errCallerGaveUp  = pipeline.ErrCanceled().WithCause(context.Canceled)
+	errDeadlineFired = pipelinetest.WithCause(pipeline.ErrTimeout(), context.DeadlineExceeded)
+	errCallerGaveUp  = pipelinetest.WithCause(pipeline.ErrCanceled(), context.Canceled)
 	errNotFound      = pipeline.NewError(pipeline.KindNotFound, "TEST_NOT_FOUND_001", "No such thing.")
 )
 
@@ -330,7 +330,7 @@ func TestBudgetIsTheCallersDeadline(t *testing.T) {
 // log carry it beside the attributed one.
 func TestAttributedVersusOriginal(t *testing.T) {
 	h := newHarness(t)
-	err := pipeline.ErrTimeout().WithCause(pipeline.ErrCanceled())
+	err := pipelinetest.WithCause(pipeline.ErrTimeout(), pipeline.ErrCanceled())
 	c := runCall(h.tel.Operation(op("test.cancelled")), context.Background(), httpInv("test.cancelled", 100*time.Millisecond), t0, t0.Add(100*time.Millisecond), err)
 	a := spanAttrs(h.onlySpan(t))
 	want := map[string]string{
@@ -374,14 +374,14 @@ func TestOriginalOutcomeOfAttribution(t *testing.T) {
 		err                error
 		wantKind, wantCode string // "": no original attributes
 	}{
-		{"timeout over not found", pipeline.ErrTimeout().WithCause(errNotFound), "NOT_FOUND", "TEST_NOT_FOUND_001"},
-		{"timeout over unexpected", pipeline.ErrTimeout().WithCause(errors.New("db: gone")), "UNEXPECTED", pipeline.CodeUnexpected},
+		{"timeout over not found", pipelinetest.WithCause(pipeline.ErrTimeout(), errNotFound), "NOT_FOUND", "TEST_NOT_FOUND_001"},
+		{"timeout over unexpected", pipelinetest.WithCause(pipeline.ErrTimeout(), errors.New("db: gone")), "UNEXPECTED", pipeline.CodeUnexpected},
 		{"timeout without a cause", pipeline.ErrTimeout(), "", ""},
 		{"timeout over ctx error", errDeadlineFired, "", ""},
-		{"timeout over downstream timeout", pipeline.ErrTimeout().WithCause(pipeline.NewError(pipeline.KindTimeout, "DOWNSTREAM_TIMEOUT_001", "slow")), "TIMEOUT", "DOWNSTREAM_TIMEOUT_001"},
-		{"cancelled over rejection", pipeline.ErrCanceled().WithCause(rejection(resilience.CodeConcurrencyLimited, "x", 0)), "UNAVAILABLE", resilience.CodeConcurrencyLimited},
-		{"wrapped in a foreign error", fmt.Errorf("late: %w", pipeline.ErrTimeout().WithCause(errNotFound)), "NOT_FOUND", "TEST_NOT_FOUND_001"},
-		{"not found with a cause", pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND_001", "gone").WithCause(errors.New("sql: no rows")), "", ""},
+		{"timeout over downstream timeout", pipelinetest.WithCause(pipeline.ErrTimeout(), pipeline.NewError(pipeline.KindTimeout, "DOWNSTREAM_TIMEOUT_001", "slow")), "TIMEOUT", "DOWNSTREAM_TIMEOUT_001"},
+		{"cancelled over rejection", pipelinetest.WithCause(pipeline.ErrCanceled(), rejection(resilience.CodeConcurrencyLimited, "x", 0)), "UNAVAILABLE", resilience.CodeConcurrencyLimited},
+		{"wrapped in a foreign error", fmt.Errorf("late: %w", pipelinetest.WithCause(pipeline.ErrTimeout(), errNotFound)), "NOT_FOUND", "TEST_NOT_FOUND_001"},
+		{"not found with a cause", pipelinetest.WithCause(pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND_001", "gone"), errors.New("sql: no rows")), "", ""},
 		{"unexpected with a cause", pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, "x", errNotFound), "", ""},
 	}
 	for _, tt := range tests {

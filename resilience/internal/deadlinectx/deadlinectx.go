@@ -65,11 +65,12 @@ func Arrive(ctx context.Context, inv *pipeline.Invocation) (d time.Time, ok bool
 // arrival to now plus a positive duration, so only a caller's can be.
 // Only an invocation made without an arrival reads the clock here.
 func expiredOnArrival(inv *pipeline.Invocation, d time.Time) bool {
-	at, ok := inv.Arrival()
+	at := inv.Timing().Arrival
+	ok := !at.IsZero()
 	if !ok {
 		return !d.After(time.Now())
 	}
-	return inv.DeadlineSource() == pipeline.DeadlineCaller && !d.After(at)
+	return inv.Timing().Source == pipeline.DeadlineCaller && !d.After(at)
 }
 
 // Scope is the handler's context of one call under a deadline.
@@ -93,7 +94,7 @@ func Enter(parent context.Context, inv *pipeline.Invocation, d time.Time, derive
 		// a cancellation to order).
 		pd, hasPD := parent.Deadline()
 		bound := hasPD && d.Equal(pd)
-		if bound || (!hasPD || pd.After(d)) && (inv.DeadlineSource() == pipeline.DeadlineKernel || parent.Done() == nil) {
+		if bound || (!hasPD || pd.After(d)) && (inv.Timing().Source == pipeline.DeadlineKernel || parent.Done() == nil) {
 			c := &Lazy{parent: parent, deadline: d, bound: bound}
 			return Scope{Ctx: c, Lazy: c}
 		}
@@ -121,7 +122,7 @@ func Result(ctx context.Context, out any, err error) (any, error) {
 	}
 	e := Attribute(ctx)
 	if err != nil && err != error(e) {
-		return nil, e.WithCause(err)
+		return nil, pipeline.Wrap(e.Kind(), e.Code(), e.Message(), err)
 	}
 	return nil, e
 }

@@ -292,7 +292,7 @@ func (c *cliCaller) run(t *testing.T, op string, args ...string) answer {
 			t.Errorf("shop %q: exit %d, stderr %q without Problem Details", args, exit, stderr.String())
 			return a
 		}
-		if kind, ok := pipeline.ParseKind(p.Title); !ok || cliadapter.ExitCodeFor(kind) != exit || p.ExitCode != exit {
+		if kind, ok := pipelinetest.ParseKind(p.Title); !ok || cliadapter.ExitCodeFor(kind) != exit || p.ExitCode != exit {
 			t.Errorf("shop %q: exit code %d for a %s outcome (problem exitCode %d), want %d", args, exit, p.Title, p.ExitCode, cliadapter.ExitCodeFor(kind))
 		}
 		a.code, a.traceID, a.problem = p.Code, p.TraceID, true

@@ -527,7 +527,7 @@ func (h *httpCaller) send(t *testing.T, method, path, body string, header map[st
 			if r.status != want {
 				t.Errorf("%s %s: HTTP %d for %s, want %d", method, path, r.status, a.code, want)
 			}
-		} else if kind, ok := pipeline.ParseKind(title); !ok || httpadapter.StatusFor(kind) != r.status {
+		} else if kind, ok := pipelinetest.ParseKind(title); !ok || httpadapter.StatusFor(kind) != r.status {
 			t.Errorf("%s %s: HTTP %d for a %s outcome, want %d", method, path, r.status, title, httpadapter.StatusFor(kind))
 		}
 	}
@@ -677,7 +677,7 @@ func kindOfCode(code string) (pipeline.Kind, bool) {
 	if i < 0 || j <= i {
 		return pipeline.KindUnexpected, false
 	}
-	return pipeline.ParseKind(code[i+1 : j])
+	return pipelinetest.ParseKind(code[i+1 : j])
 }
 
 // descriptors returns the shop's operations, and tests.flaky, by ID.

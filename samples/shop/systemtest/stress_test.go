@@ -51,6 +51,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
@@ -222,7 +223,7 @@ func checkResponse(resp *http.Response, body []byte) (code, problem string) {
 	}
 	code, _ = p["code"].(string)
 	title, _ := p["title"].(string)
-	kind, ok := pipeline.ParseKind(title)
+	kind, ok := pipelinetest.ParseKind(title)
 	switch {
 	case len(p) != 8:
 		return code, fmt.Sprintf("%d: Problem Details with %d members, want 8: %s", resp.StatusCode, len(p), body)
