@@ -137,27 +137,22 @@ func DefaultBounds() Bounds {
 	}
 }
 
-// ServerOptions returns the recommended bounds of a gRPC listener
-// (DefaultBounds().ServerOptions()) as server options. Pass them to
-// grpc.NewServer with the application's own:
+// ServerOptions returns b as server options; a zero field gives none (and
+// grpc-go's default stands). Pass the recommended bounds to grpc.NewServer
+// with the application's own:
 //
-//	srv := grpc.NewServer(append(grpcadapter.ServerOptions(),
+//	srv := grpc.NewServer(append(grpcadapter.DefaultBounds().ServerOptions(),
 //		grpc.UnknownServiceHandler(a.UnknownServiceHandler))...)
 //
-// With them, one connection holds at most 256 calls. A call's metadata is
-// at most 64 KiB and its request message at most 1 MiB. An adapter
-// method's request message must arrive within WithRecvTimeout (5s) of its
-// headers; that bound is the adapter's own, an Option of New. An idle
-// connection is closed after 2 minutes, and a silent one after 80 seconds.
-// Every connection is recycled after 30 minutes. A later option given to
-// grpc.NewServer replaces the one returned here. The options include
-// grpc.Creds, the connection guard, insecure. A server with TLS sets
-// Bounds.Creds rather than passing grpc.Creds itself. To change a bound,
-// change that field of DefaultBounds() and call its ServerOptions method.
-func ServerOptions() []grpc.ServerOption { return DefaultBounds().ServerOptions() }
-
-// ServerOptions returns b as server options; a zero field gives none (and
-// grpc-go's default stands).
+// With DefaultBounds, one connection holds at most 256 calls. A call's
+// metadata is at most 64 KiB and its request message at most 1 MiB. An
+// adapter method's request message must arrive within WithRecvTimeout (5s)
+// of its headers; that bound is the adapter's own, an Option of New. An
+// idle connection is closed after 2 minutes, and a silent one after 80
+// seconds. Every connection is recycled after 30 minutes. A later option
+// given to grpc.NewServer replaces the one returned here. The options
+// include grpc.Creds, the connection guard, insecure. A server with TLS
+// sets Bounds.Creds rather than passing grpc.Creds itself.
 func (b Bounds) ServerOptions() []grpc.ServerOption {
 	var out []grpc.ServerOption
 	if b.MaxConcurrentStreams > 0 {
@@ -179,7 +174,7 @@ func (b Bounds) ServerOptions() []grpc.ServerOption {
 		out = append(out, grpc.KeepaliveEnforcementPolicy(b.Enforcement))
 	}
 	if b.guarded() {
-		out = append(out, grpc.Creds(b.Credentials(b.Creds)))
+		out = append(out, grpc.Creds(b.credentials(b.Creds)))
 	} else if b.Creds != nil {
 		out = append(out, grpc.Creds(b.Creds))
 	}
@@ -189,11 +184,11 @@ func (b Bounds) ServerOptions() []grpc.ServerOption {
 // guarded reports whether b has a bound the connection guard enforces.
 func (b Bounds) guarded() bool { return b.ResetBurst > 0 || b.MaxConnections > 0 }
 
-// Credentials returns transport credentials that enforce b's connection
+// credentials returns transport credentials that enforce b's connection
 // bounds (ResetBurst, ResetRate, MaxConnections, and the bound on calls
 // whose request message is late; see WithRecvTimeout) around creds.
 // ServerOptions calls it with b.Creds. A nil creds is
 // insecure.NewCredentials().
-func (b Bounds) Credentials(creds credentials.TransportCredentials) credentials.TransportCredentials {
+func (b Bounds) credentials(creds credentials.TransportCredentials) credentials.TransportCredentials {
 	return newGuard(b, creds)
 }

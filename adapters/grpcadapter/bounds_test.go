@@ -91,7 +91,7 @@ func TestServerOptionsBoundStalledStreams(t *testing.T) {
 		want  int64
 	}{
 		{"grpc-go defaults", nil, streams},
-		{"ServerOptions", grpcadapter.ServerOptions(), grpcadapter.DefaultMaxConcurrentStreams},
+		{"ServerOptions", grpcadapter.DefaultBounds().ServerOptions(), grpcadapter.DefaultMaxConcurrentStreams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			counter := &streamCounter{}
@@ -148,7 +148,7 @@ func TestRecvTimeoutAnswersStalledRequest(t *testing.T) {
 	const bound = 200 * time.Millisecond
 	h := newHarness(t, harnessOpt{
 		tcp:     true,
-		server:  grpcadapter.ServerOptions(),
+		server:  grpcadapter.DefaultBounds().ServerOptions(),
 		adapter: []grpcadapter.Option{grpcadapter.WithRecvTimeout(bound)},
 	})
 	s, err := h.conn.NewStream(t.Context(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.v1.Work/Run")
@@ -177,7 +177,7 @@ func TestRecvTimeoutAnswersStalledRequest(t *testing.T) {
 // the server for a raw HTTP/2 client that ignores them — and the server
 // goes on serving.
 func TestServerOptionsRefuseLargeMetadata(t *testing.T) {
-	h := newHarness(t, harnessOpt{tcp: true, server: grpcadapter.ServerOptions()})
+	h := newHarness(t, harnessOpt{tcp: true, server: grpcadapter.DefaultBounds().ServerOptions()})
 	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{}`); st != nil {
 		t.Fatal(st)
 	}
@@ -276,7 +276,7 @@ func TestServerOptionsValues(t *testing.T) {
 		t.Errorf("DefaultBounds() resets %d, %g/s, connections %d; want 256 (MaxConcurrentStreams), 256/s, 1024",
 			b.ResetBurst, b.ResetRate, b.MaxConnections)
 	}
-	if n := len(grpcadapter.ServerOptions()); n != 7 {
+	if n := len(grpcadapter.DefaultBounds().ServerOptions()); n != 7 {
 		t.Errorf("ServerOptions() gave %d options, want 7", n)
 	}
 	b.MaxConcurrentStreams, b.Keepalive = 0, keepalive.ServerParameters{}
@@ -293,7 +293,7 @@ func TestServerOptionsValues(t *testing.T) {
 // TestServerOptionsRecvMsgSize: a request message over 1 MiB is refused
 // with ResourceExhausted, as the HTTP adapter refuses a body over its limit.
 func TestServerOptionsRecvMsgSize(t *testing.T) {
-	h := newHarness(t, harnessOpt{tcp: true, server: grpcadapter.ServerOptions()})
+	h := newHarness(t, harnessOpt{tcp: true, server: grpcadapter.DefaultBounds().ServerOptions()})
 	big := strings.Repeat("z", 1<<20+1)
 	_, st := h.call(t.Context(), t, "/test.v1.Work/Fail", `{"message":"`+big+`"}`)
 	if st == nil || st.Code() != codes.ResourceExhausted {
@@ -316,7 +316,7 @@ func TestServerOptionsBoundMetadataFlood(t *testing.T) {
 	counter := &streamCounter{}
 	h := newHarness(t, harnessOpt{
 		tcp:     true,
-		server:  append(grpcadapter.ServerOptions(), grpc.StatsHandler(counter)),
+		server:  append(grpcadapter.DefaultBounds().ServerOptions(), grpc.StatsHandler(counter)),
 		adapter: []grpcadapter.Option{grpcadapter.WithRecvTimeout(time.Minute)}, // stalled for the test's length
 	})
 	if _, st := h.call(t.Context(), t, "/test.v1.Work/Tiny", `{}`); st != nil {

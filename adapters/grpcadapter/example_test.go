@@ -50,7 +50,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := grpc.NewServer(append(grpcadapter.ServerOptions(), // the listener's bounds
+	srv := grpc.NewServer(append(grpcadapter.DefaultBounds().ServerOptions(), // the listener's bounds
 		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(a.StreamServerInterceptor()),
 	)...)

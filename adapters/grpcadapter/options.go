@@ -167,7 +167,7 @@ func WithBaggageLimit(n int) Option {
 // shorter. The default is 5s. 0 turns the bound off: the caller's deadline
 // or the connection's keepalive then ends the wait. A negative d keeps the
 // default. A connection that stalls many calls is closed (see
-// Bounds.Credentials).
+// Bounds.ServerOptions).
 //
 // Your own services' generated handlers read the message before any
 // interceptor runs. For them the bound is ServerOptions'

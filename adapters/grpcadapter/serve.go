@@ -77,7 +77,7 @@ func (m *method) unreceived(ctx context.Context, err error) error {
 	if err == errRecvTimeout {
 		// The message did not arrive within WithRecvTimeout: the answer
 		// closes the stream, which ends the read. The connection is
-		// charged for it (see Bounds.Credentials); once the guard closes
+		// charged for it (see Bounds.ServerOptions); once the guard closes
 		// it (or the stream has ended anyway), its calls end with it,
 		// unanswered.
 		if ctx.Err() == context.Canceled || chargeStall(ctx) {

@@ -14,9 +14,6 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// StatusPagePath is where the shop mounts StatusPage; any path works.
-const StatusPagePath = "/debug/sundial"
-
 // StatusPage returns a handler serving a live status page of k. It is in
 // the tradition of net/http/pprof, gRPC's channelz and OpenCensus' zpages.
 // It shows every operation with its effective policy. For each it shows
@@ -32,7 +29,7 @@ const StatusPagePath = "/debug/sundial"
 // an admin listener, or behind the application's authentication
 // middleware:
 //
-//	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
+//	e.GET("/debug/sundial", httpadapter.StatusPage(k, 0))
 func StatusPage(k *kernel.Kernel, refresh time.Duration) echo.HandlerFunc {
 	if refresh <= 0 {
 		refresh = 2 * time.Second

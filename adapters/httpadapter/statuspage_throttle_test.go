@@ -48,10 +48,10 @@ func TestStatusPageShowsTheThrottle(t *testing.T) {
 func fetchStatusPage(t *testing.T, k *kernel.Kernel) string {
 	t.Helper()
 	e := echo.New()
-	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
+	e.GET("/debug/sundial", httpadapter.StatusPage(k, 0))
 	srv := httptest.NewServer(e)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + httpadapter.StatusPagePath)
+	resp, err := http.Get(srv.URL + "/debug/sundial")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -365,7 +365,7 @@ func BenchmarkGRPCRecvTimeout(b *testing.B) {
 				d = 5 * time.Second // WithRecvTimeout's default
 			}
 			a := benchGRPCAdapter(b, grpcadapter.WithRecvTimeout(d))
-			srv := grpc.NewServer(grpcadapter.ServerOptions()...)
+			srv := grpc.NewServer(grpcadapter.DefaultBounds().ServerOptions()...)
 			a.Register(srv)
 			return grpcCreateLoad(b, conns, createMethod(b, a), serveGRPC(b, srv))
 		})

@@ -297,7 +297,7 @@ func shopRoutes(k *kernel.Kernel, tel *shopTelemetry, draining *atomic.Bool, o S
 	// The live status page (opt-in in Sundial, on in the shop; `make run`
 	// binds the shop to loopback, and a deployment would mount it only
 	// where operators reach it).
-	e.GET(httpadapter.StatusPagePath, httpadapter.StatusPage(k, 0))
+	e.GET(statusPagePath, httpadapter.StatusPage(k, 0))
 	return e, nil
 }
 
@@ -437,3 +437,6 @@ func NewHTTPServer(h http.Handler, o ServeOptions) *http.Server {
 // waits for its next call (kernel.WithWorkers); the shutdown's k.Wait
 // dismisses them.
 const ServeWorkerIdle = time.Second
+
+// statusPagePath is where the shop mounts the status page.
+const statusPagePath = "/debug/sundial"
