@@ -18,15 +18,6 @@ import (
 // are counted in sundial.grpc.calls.canceled, and only a few get a call
 // log record of their own.
 
-// At most canceledLogBurst calls canceled by their clients get a call log
-// record at once, and one a second on average: the bounds of every
-// klogs.Sampler. The others are summed up in one record
-// canceledSummaryAfter after the first of them.
-const (
-	canceledLogBurst     = 10
-	canceledSummaryAfter = 10 * time.Second
-)
-
 // canceledCalls counts the calls canceled by their clients and samples
 // their records.
 type canceledCalls struct {
@@ -47,8 +38,8 @@ func newCanceledCalls(logger *slog.Logger, mp metric.MeterProvider) *canceledCal
 
 // add counts one call canceled by its client (early: before its request
 // message) and reports whether it gets a call log record of its own.
-// Early calls never do. The others that do not are summed up in a record
-// written canceledSummaryAfter after the first of them.
+// Early calls never do. The others that do not are summed up in one
+// record, within the klogs.Sampler's window after the first of them.
 func (c *canceledCalls) add(ctx context.Context, early bool) bool {
 	if c.counter != nil {
 		c.counter.Add(ctx, 1, metric.WithAttributes(attribute.Bool("early", early)))
@@ -61,7 +52,7 @@ func (c *canceledCalls) add(ctx context.Context, early bool) bool {
 }
 
 // summarize writes the record of the n calls not logged one by one.
-func (c *canceledCalls) summarize(n int64) {
+func (c *canceledCalls) summarize(n int64, within time.Duration) {
 	c.logger.LogAttrs(context.Background(), slog.LevelInfo, "grpc calls canceled by their clients",
-		slog.Int64("calls", n), slog.Float64("withinS", canceledSummaryAfter.Seconds()))
+		slog.Int64("calls", n), slog.Float64("withinS", within.Seconds()))
 }

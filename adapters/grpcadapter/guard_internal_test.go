@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/sundial-go/sundial/kernel/logs/logstest"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
@@ -240,10 +241,10 @@ func TestCanceledCallsAreSampled(t *testing.T) {
 				own++
 			}
 		}
-		if own != canceledLogBurst {
-			t.Fatalf("%d of 100 canceled calls got a record each, want %d", own, canceledLogBurst)
+		if own != logstest.SampleBurst {
+			t.Fatalf("%d of 100 canceled calls got a record each, want %d", own, logstest.SampleBurst)
 		}
-		time.Sleep(canceledSummaryAfter - time.Nanosecond)
+		time.Sleep(logstest.SampleSummaryAfter - time.Nanosecond)
 		synctest.Wait()
 		if n := len(logs.Records()); n != 0 {
 			t.Fatalf("%d records before the summary is due, want 0", n)

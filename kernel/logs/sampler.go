@@ -26,7 +26,7 @@ const (
 // The others are counted. A summary function receives their count ten
 // seconds after the first of them. A Sampler is safe for concurrent use.
 type Sampler struct {
-	summary func(suppressed int64)
+	summary func(suppressed int64, within time.Duration)
 
 	mu      sync.Mutex // guards the fields below
 	tokens  float64
@@ -36,9 +36,9 @@ type Sampler struct {
 }
 
 // NewSampler returns a Sampler that passes the count of the events
-// it suppressed to summary, which writes their record. A nil summary
-// writes nothing.
-func NewSampler(summary func(suppressed int64)) *Sampler {
+// it suppressed, and the window they fell in, to summary, which writes
+// their record. A nil summary writes nothing.
+func NewSampler(summary func(suppressed int64, within time.Duration)) *Sampler {
 	return &Sampler{summary: summary, tokens: sampleBurst}
 }
 
@@ -51,9 +51,9 @@ func Sampled(l *slog.Logger, level slog.Level, msg string) *slog.Logger {
 	if l == nil {
 		return nil
 	}
-	s := NewSampler(func(n int64) {
+	s := NewSampler(func(n int64, within time.Duration) {
 		l.LogAttrs(context.Background(), level, msg,
-			slog.Int64("suppressed", n), slog.Float64("withinS", sampleSummaryAfter.Seconds()))
+			slog.Int64("suppressed", n), slog.Float64("withinS", within.Seconds()))
 	})
 	return slog.New(sampledHandler{inner: l.Handler(), s: s})
 }
@@ -98,7 +98,7 @@ func (s *Sampler) summarize() {
 	s.pending, s.timer = 0, nil
 	s.mu.Unlock()
 	if s.summary != nil && n > 0 {
-		s.summary(n)
+		s.summary(n, sampleSummaryAfter)
 	}
 }
 

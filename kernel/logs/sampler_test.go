@@ -20,7 +20,10 @@ func TestLogSamplerBoundsAFlood(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var sums []int64
-		s := klogs.NewSampler(func(n int64) {
+		s := klogs.NewSampler(func(n int64, within time.Duration) {
+			if within != logstest.SampleSummaryAfter {
+				t.Errorf("summary window %v, want %v", within, logstest.SampleSummaryAfter)
+			}
 			mu.Lock()
 			sums = append(sums, n)
 			mu.Unlock()
