@@ -215,7 +215,9 @@ func Open(parent context.Context, raw Raw, cfg Config) *Stream {
 		s.interval = max(int64(float64(time.Second)/r), 1)
 	}
 	if next := s.next(0); next != math.MaxInt64 {
+		s.tmu.Lock() // fire re-arms s.timer under tmu
 		s.timer = time.AfterFunc(time.Duration(next), s.fire)
+		s.tmu.Unlock()
 	}
 	return s
 }

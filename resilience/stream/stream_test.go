@@ -202,8 +202,8 @@ func TestScenarios(t *testing.T) {
 		},
 		reason: stream.EndIdle, code: stream.CodeIdle, verdict: resilience.Failure, silent: "handler", at: 700 * ms,
 	}, {
-		name: "client stream: the caller went silent, neutral",
-		cfg:  stream.Config{Kind: stream.Client, Idle: 500 * ms},
+		name:    "client stream: the caller went silent, neutral",
+		cfg:     stream.Config{Kind: stream.Client, Idle: 500 * ms},
 		handler: consume,
 		caller: func(r *fakeRaw, _ func()) {
 			r.sleep(100 * ms)
@@ -261,8 +261,8 @@ func TestScenarios(t *testing.T) {
 		},
 		reason: stream.EndIdle, code: stream.CodeIdle, verdict: resilience.Neutral, silent: "caller", at: 750 * ms,
 	}, {
-		name: "bidi: nobody spoke, the caller is expected",
-		cfg:  stream.Config{Kind: stream.Bidi, Idle: 400 * ms},
+		name:    "bidi: nobody spoke, the caller is expected",
+		cfg:     stream.Config{Kind: stream.Bidi, Idle: 400 * ms},
 		handler: consume, caller: func(*fakeRaw, func()) {},
 		reason: stream.EndIdle, code: stream.CodeIdle, verdict: resilience.Neutral, silent: "caller", at: 400 * ms,
 	}, {
@@ -275,8 +275,8 @@ func TestScenarios(t *testing.T) {
 		},
 		reason: stream.EndCallerLeft, code: pipeline.CodeCanceled, verdict: resilience.Neutral, at: 300 * ms,
 	}, {
-		name: "the caller leaves while the handler is in Recv",
-		cfg:  stream.Config{Kind: stream.Client},
+		name:    "the caller leaves while the handler is in Recv",
+		cfg:     stream.Config{Kind: stream.Client},
 		handler: consume,
 		caller: func(r *fakeRaw, leave func()) {
 			r.sleep(300 * ms)
@@ -293,8 +293,8 @@ func TestScenarios(t *testing.T) {
 		caller: func(*fakeRaw, func()) {},
 		reason: stream.EndSlowConsumer, code: stream.CodeSendStall, verdict: resilience.Neutral, at: 300 * ms,
 	}, {
-		name: "a consumer that stops reading: the send stall after the last read",
-		cfg:  stream.Config{Kind: stream.Server, SendStall: 200 * ms},
+		name:    "a consumer that stops reading: the send stall after the last read",
+		cfg:     stream.Config{Kind: stream.Server, SendStall: 200 * ms},
 		handler: produce(10 * ms),
 		caller: func(r *fakeRaw, _ func()) {
 			for range 5 {
@@ -303,8 +303,14 @@ func TestScenarios(t *testing.T) {
 		}, // reads 5 messages (the last at 40 ms); the 6th Send blocks from 50 ms
 		reason: stream.EndSlowConsumer, code: stream.CodeSendStall, verdict: resilience.Neutral, at: 250 * ms,
 	}, {
-		name: "MaxMessages ends the stream at the next message",
-		cfg:  stream.Config{Kind: stream.Client, MaxMessages: 3},
+		name:    "idle before the send stall while a Send is blocked: the caller was silent",
+		cfg:     stream.Config{Kind: stream.Server, Idle: 300 * ms, SendStall: time.Second},
+		handler: produce(0),
+		caller:  func(*fakeRaw, func()) {},
+		reason:  stream.EndIdle, code: stream.CodeIdle, verdict: resilience.Neutral, silent: "caller", at: 300 * ms,
+	}, {
+		name:    "MaxMessages ends the stream at the next message",
+		cfg:     stream.Config{Kind: stream.Client, MaxMessages: 3},
 		handler: consume,
 		caller: func(r *fakeRaw, _ func()) {
 			for i := 0; r.sleep(10*ms) && r.send(i); i++ {
@@ -312,8 +318,8 @@ func TestScenarios(t *testing.T) {
 		},
 		reason: stream.EndLimit, code: stream.CodeTooManyMessages, verdict: resilience.Neutral, at: 40 * ms,
 	}, {
-		name: "MaxBytes ends the stream at the message past it",
-		cfg:  stream.Config{Kind: stream.Client, MaxBytes: 25}, // 10 bytes a message
+		name:    "MaxBytes ends the stream at the message past it",
+		cfg:     stream.Config{Kind: stream.Client, MaxBytes: 25}, // 10 bytes a message
 		handler: consume,
 		caller: func(r *fakeRaw, _ func()) {
 			for i := 0; r.sleep(10*ms) && r.send(i); i++ {
@@ -321,8 +327,8 @@ func TestScenarios(t *testing.T) {
 		},
 		reason: stream.EndLimit, code: stream.CodeTooManyBytes, verdict: resilience.Neutral, at: 30 * ms,
 	}, {
-		name: "a transport's error is not the caller's cancel",
-		cfg:  stream.Config{Kind: stream.Client},
+		name:    "a transport's error is not the caller's cancel",
+		cfg:     stream.Config{Kind: stream.Client},
 		handler: consume,
 		caller: func(r *fakeRaw, _ func()) {
 			r.mu.Lock()
