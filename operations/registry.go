@@ -107,8 +107,8 @@ func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, I
 	return r.add(d)
 }
 
-// prepare checks the registration of d as an operation of kind k, whose
-// handler function is nil when noFn, and fills in its types and rules.
+// prepare checks d's registration as an operation of kind k. noFn says
+// its handler function is nil. It fills in d's kind, types and rules.
 func prepare[In, Out any](r *Registry, d *Descriptor, k Kind, noFn bool) error {
 	if r == nil {
 		return fmt.Errorf("operations: Register %q: nil registry", d.ID)
@@ -172,8 +172,8 @@ func handlerOf[In, Out any](id string, inType reflect.Type, fn func(context.Cont
 	}
 }
 
-// inputOf returns the input v of operation id as an In: v is an In or a
-// *In (of type inType); nil is In's zero value.
+// inputOf returns the input v of operation id as an In. v is an In or a
+// *In, of type inType; nil gives In's zero value.
 func inputOf[In any](id string, inType reflect.Type, v any) (In, error) {
 	var in In
 	switch v := v.(type) {

@@ -34,7 +34,7 @@ func (k Kind) String() string {
 }
 
 // Kind returns how the operation's messages flow. Adapters that serve
-// unary calls only skip every other kind.
+// only unary calls skip the other kinds.
 func (d *Descriptor) Kind() Kind { return d.kind }
 
 // Stream is one open stream as the kernel gives it to a streaming
@@ -45,9 +45,9 @@ type Stream interface {
 	Recv() (any, error)
 }
 
-// StreamHandler is the terminal handler of a streaming operation. For a
-// server stream, the invocation's input is the request. It returns the
-// output of a client stream, and nil for the other kinds.
+// StreamHandler is the terminal handler of a streaming operation. A
+// server stream's request is the invocation's input. It returns a client
+// stream's output, and nil for the other kinds.
 type StreamHandler func(ctx context.Context, inv *pipeline.Invocation, s Stream) (any, error)
 
 // StreamHandler returns the handler of a streaming operation; nil for a
@@ -120,7 +120,7 @@ func RegisterBidiStream[In, Out any](r *Registry, d Descriptor, fn func(context.
 }
 
 // addStream adds d with the streaming handler h. Its unary handler
-// refuses every call: a unary path that reaches a stream is a wiring bug.
+// refuses every call. A unary path that reaches a stream is a wiring bug.
 func addStream(r *Registry, d Descriptor, h StreamHandler) error {
 	d.stream = h
 	msg := fmt.Sprintf("operation %q is a %v; it takes no unary call", d.ID, d.kind)

@@ -1,15 +1,13 @@
 // Package stream bounds one streaming call in time and size.
 //
 // [Open] wraps a transport's [Raw] stream. The [Stream] it returns gives
-// the handler a context and Send and Recv methods that enforce three
-// clocks and a few per-stream bounds:
-//
-//   - the stream deadline: TIMEOUT, KERNEL_TIMEOUT_001, as for a unary call;
-//   - the idle timeout, reset by each message sent or received: TIMEOUT,
-//     [CodeIdle];
-//   - the send stall, a Send blocked too long: CANCELLED, [CodeSendStall];
-//   - the caller leaving: CANCELLED, KERNEL_CANCELLED_001;
-//   - the message rate, count and bytes the caller may send ([Config]).
+// the handler a context, and Send and Recv methods that enforce its
+// clocks and bounds. The stream deadline ends it with TIMEOUT,
+// KERNEL_TIMEOUT_001, as for a unary call. The idle timeout, reset by each
+// message sent or received, ends it with [CodeIdle]. A Send blocked too
+// long ends it with [CodeSendStall]. The caller leaving ends it with
+// CANCELLED, KERNEL_CANCELLED_001. [Config] also bounds the rate, count
+// and bytes of the caller's messages.
 //
 // Each end has a [Reason] for logs and metrics, and a [resilience.Verdict]
 // for the circuit breaker. One timer per stream serves every clock. It is
@@ -285,10 +283,11 @@ func stalled(since, now, stall int64) bool { return since != 0 && now >= since-1
 
 // handlerExpected reports whether the handler, not the caller, was the
 // side expected to send when the idle timeout fired. A blocked Send means
-// the caller is not reading. Otherwise: on a server stream, the handler;
-// on a client stream, the caller until it sent its last message; on a
-// bidi stream, the side that did not send the last message (the caller
-// before any message, the handler once the caller sent its last).
+// the caller is not reading. Otherwise it depends on the kind. On a server
+// stream, the handler is expected. On a client stream, the caller is,
+// until it sent its last message. On a bidi stream, the side that did not
+// send the last message is: the caller before any message, the handler
+// once the caller sent its last.
 func (s *Stream) handlerExpected() bool {
 	if s.sendSince.Load() != 0 {
 		return false
