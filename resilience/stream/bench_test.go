@@ -32,11 +32,16 @@ func BenchmarkSendRaw(b *testing.B) {
 	}
 }
 
-func BenchmarkSend(b *testing.B) {
+// openAll opens a stream over a nopRaw with every clock and bound set.
+func openAll() (*stream.Stream, *nopRaw) {
 	raw := &nopRaw{m: new(int)}
 	cfg := allClocks
 	cfg.Deadline = time.Now().Add(time.Hour)
-	s := stream.Open(context.Background(), raw, cfg)
+	return stream.Open(context.Background(), raw, cfg), raw
+}
+
+func BenchmarkSend(b *testing.B) {
+	s, raw := openAll()
 	defer s.Close(nil)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -57,10 +62,7 @@ func BenchmarkRecvRaw(b *testing.B) {
 }
 
 func BenchmarkRecv(b *testing.B) {
-	raw := &nopRaw{m: new(int)}
-	cfg := allClocks
-	cfg.Deadline = time.Now().Add(time.Hour)
-	s := stream.Open(context.Background(), raw, cfg)
+	s, _ := openAll()
 	defer s.Close(nil)
 	b.ReportAllocs()
 	for b.Loop() {

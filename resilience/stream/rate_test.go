@@ -166,3 +166,44 @@ func TestReasonNames(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentEnds: a bidi stream's Send and Recv run on two goroutines
+// while a drain, the caller and the idle timer race to end it. Exactly one
+// end decides, both sides return it, and nothing races (run with -race).
+func TestConcurrentEnds(t *testing.T) {
+	for i := range 50 {
+		parent, leave := context.WithCancel(context.Background())
+		raw := newFakeRaw(parent)
+		s := stream.Open(parent, raw, stream.Config{Kind: stream.Bidi, Idle: time.Duration(i%5) * time.Microsecond,
+			SendStall: time.Duration(i%3) * time.Microsecond, MessagesPerSecond: 1e6})
+		var wg sync.WaitGroup
+		wg.Go(func() { raw.read() })
+		wg.Go(func() { flood(raw) })
+		errs := make(chan error, 2)
+		wg.Go(func() { errs <- produce(0)(s) })
+		wg.Go(func() { errs <- consume(s) })
+		switch i % 3 {
+		case 0:
+			s.Drain(time.Second)
+		case 1:
+			leave()
+		default: // the clocks may end it first
+			time.Sleep(time.Duration(i) * time.Microsecond)
+			s.Drain(time.Second)
+		}
+		e1, e2 := <-errs, <-errs
+		res := s.Close(e1)
+		close(raw.done)
+		wg.Wait()
+		leave()
+		want := pipeline.CodeOf(res.Err)
+		for _, e := range []error{e1, e2} {
+			if pipeline.CodeOf(e) != want {
+				t.Fatalf("run %d: a side returned %v, the stream ended %v (%v)", i, e, res.Err, res.Reason)
+			}
+		}
+		if res.Reason == stream.EndNone || res.Reason == stream.EndCompleted {
+			t.Fatalf("run %d: reason %v", i, res.Reason)
+		}
+	}
+}

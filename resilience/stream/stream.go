@@ -482,7 +482,8 @@ func (s *Stream) Reason() Reason {
 // Close ends the stream after the handler returned err, stops its timer,
 // and returns how the stream ended. A clock, a bound, a drain or the
 // caller that ended the stream first decides the outcome; err is then its
-// cause. Close returns the same Result when called again.
+// cause. Call Close once Send and Recv have returned. It returns the same
+// Result when called again.
 func (s *Stream) Close(err error) Result {
 	s.tmu.Lock()
 	s.closed = true
