@@ -49,6 +49,8 @@ type Descriptor struct {
 	Output reflect.Type
 
 	handler pipeline.Handler
+	stream  StreamHandler // a streaming operation's handler; nil for a unary one
+	kind    Kind
 	rules   *ruleSet // the registry's rules when registered; nil: the built-in ones
 }
 
@@ -98,26 +100,36 @@ func NewRegistry() *Registry { return &Registry{byID: make(map[string]*Descripto
 // malformed or already registered, when fn is nil, or when only one of
 // Method and Path is set.
 func Register[In, Out any](r *Registry, d Descriptor, fn func(context.Context, In) (Out, error)) error {
+	if err := prepare[In, Out](r, &d, Unary, fn == nil); err != nil {
+		return err
+	}
+	d.handler = handlerOf(d.ID, d.Input, fn)
+	return r.add(d)
+}
+
+// prepare checks d's registration as an operation of kind k. noFn says
+// its handler function is nil. It fills in d's kind, types and rules.
+func prepare[In, Out any](r *Registry, d *Descriptor, k Kind, noFn bool) error {
 	if r == nil {
 		return fmt.Errorf("operations: Register %q: nil registry", d.ID)
 	}
 	if err := ValidateID(d.ID); err != nil {
 		return err
 	}
-	if fn == nil {
+	if noFn {
 		return fmt.Errorf("operations: Register %q: nil handler function", d.ID)
 	}
-	if err := checkHTTP(&d); err != nil {
+	if err := checkHTTP(d); err != nil {
 		return err
 	}
+	d.kind = k
 	d.Input = reflect.TypeFor[In]()
 	d.Output = reflect.TypeFor[Out]()
 	d.rules = r.ruleSet()
 	if err := compileConstraints(d.rules, d.Input); err != nil {
 		return fmt.Errorf("operations: Register %q: input %v: %w", d.ID, d.Input, err)
 	}
-	d.handler = handlerOf(d.ID, d.Input, fn)
-	return r.add(d)
+	return nil
 }
 
 // checkHTTP checks d's HTTP mounting (Method with Path, a supported
@@ -148,18 +160,9 @@ func checkHTTP(d *Descriptor) error {
 // In's zero value) and returns its result.
 func handlerOf[In, Out any](id string, inType reflect.Type, fn func(context.Context, In) (Out, error)) pipeline.Handler {
 	return func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-		var in In
-		switch v := inv.Input().(type) {
-		case *In:
-			if v != nil {
-				in = *v
-			}
-		case In:
-			in = v
-		case nil:
-		default:
-			return nil, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-				fmt.Sprintf("operation %q: input of type %T, want %v", id, v, inType))
+		in, err := inputOf[In](id, inType, inv.Input())
+		if err != nil {
+			return nil, err
 		}
 		out, err := fn(ctx, in)
 		if err != nil {
@@ -167,6 +170,25 @@ func handlerOf[In, Out any](id string, inType reflect.Type, fn func(context.Cont
 		}
 		return out, nil
 	}
+}
+
+// inputOf returns the input v of operation id as an In. v is an In or a
+// *In, of type inType; nil gives In's zero value.
+func inputOf[In any](id string, inType reflect.Type, v any) (In, error) {
+	var in In
+	switch v := v.(type) {
+	case *In:
+		if v != nil {
+			in = *v
+		}
+	case In:
+		in = v
+	case nil:
+	default:
+		return in, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+			fmt.Sprintf("operation %q: input of type %T, want %v", id, v, inType))
+	}
+	return in, nil
 }
 
 // add adds a copy of d (the registry owns its descriptor), unless its ID
