@@ -40,7 +40,15 @@ type unqueued struct {
 type windowCount struct {
 	index int64
 	limit int64
+	taken int64        // permits taken before a reload put this count in (asked starts there)
 	asked atomic.Int64 // at or past sealed: a reload replaced this count
+}
+
+// takenOf returns the permits taken in the window when asked calls had
+// counted. Those past the limit were turned away. A count a lower limit
+// put in may start past it: its permits were taken before.
+func (c *windowCount) takenOf(asked int64) int64 {
+	return max(c.taken, min(asked, c.limit))
 }
 
 // sealed is added to a count that a reload replaces. Calls that count in
@@ -106,9 +114,9 @@ func (u *unqueued) quota(now time.Duration) pipeline.Quota {
 func (u *unqueued) quotaOf(i int64, now time.Duration) pipeline.Quota {
 	used, limit := int64(0), u.limit.Load()
 	if c := u.current(); c.index == i {
-		used, limit = min(c.asked.Load(), c.limit), c.limit
+		used, limit = c.takenOf(c.asked.Load()), c.limit
 	}
-	return pipeline.Quota{Limit: int(limit), Window: u.length, Remaining: int(limit - used), Reset: u.retryAfter(i, now)}
+	return pipeline.Quota{Limit: int(limit), Window: u.length, Remaining: int(max(limit-used, 0)), Reset: u.retryAfter(i, now)}
 }
 
 // current returns cur once no reload is replacing it.
@@ -149,12 +157,12 @@ func (u *unqueued) setLimit(limit int) (index, taken int64) {
 	for {
 		c := u.cur.Load()
 		if c.limit == lim {
-			return c.index, min(c.asked.Load(), lim)
+			return c.index, c.takenOf(c.asked.Load())
 		}
 		// Calls counted in c from here on see it sealed and wait for the
 		// lock; the count before it is exact.
-		taken = min(c.asked.Add(sealed)-sealed, c.limit)
-		n := &windowCount{index: c.index, limit: lim}
+		taken = c.takenOf(c.asked.Add(sealed) - sealed)
+		n := &windowCount{index: c.index, limit: lim, taken: taken}
 		n.asked.Store(taken)
 		if u.cur.CompareAndSwap(c, n) {
 			return c.index, taken

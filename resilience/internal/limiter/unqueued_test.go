@@ -61,6 +61,21 @@ func TestLoweredLimitKeepsThePermitsTaken(t *testing.T) {
 	}
 }
 
+// TestLoweredThenRaisedLimitKeepsThePermitsTaken: a count a lower limit
+// put in starts past that limit. Raised again, the window admits only up
+// to the new limit in all.
+func TestLoweredThenRaisedLimitKeepsThePermitsTaken(t *testing.T) {
+	const at = 100 * time.Millisecond
+	u := newUnqueued(100, time.Second)
+	admitted := takeN(u, at, 60)
+	u.setLimit(10)
+	admitted += takeN(u, at, 20) // turned away
+	u.setLimit(100)
+	if admitted += takeN(u, at, 200); admitted != 100 {
+		t.Errorf("window admitted %d through 100 -> 10 -> 100, want 100", admitted)
+	}
+}
+
 // TestReloadsUnderConcurrentCalls: however calls and reloads between
 // limits 10 and 100 interleave, one window admits at most 100.
 func TestReloadsUnderConcurrentCalls(t *testing.T) {
