@@ -520,13 +520,15 @@ func chargeStall(ctx context.Context) (closing bool) {
 
 // trip closes the connection for reason: GOAWAY ENHANCE_YOUR_CALM, now if
 // the writer is idle between frames, else at its next frame boundary.
+//
+// The close is counted and logged before tripped is set. A client can
+// see the close only after tripped is set: by the GOAWAY, which the
+// writer, Close and trip itself send, or by the end of the connection.
 func (c *guardedConn) trip(reason string) {
 	if !c.tripping.CompareAndSwap(false, true) {
 		return
 	}
 	c.reason = reason
-	c.tripped.Store(true)
-	c.wakeReader()
 	c.g.instruments()
 	if c.g.closed != nil {
 		c.g.closed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
@@ -535,6 +537,8 @@ func (c *guardedConn) trip(reason string) {
 		l.LogAttrs(context.Background(), slog.LevelWarn, msgGuardClosed,
 			slog.String("reason", reason), slog.String("remote", c.Conn.RemoteAddr().String()))
 	}
+	c.tripped.Store(true)
+	c.wakeReader()
 	if c.wmu.TryLock() {
 		c.goAwayLocked()
 		c.wmu.Unlock()

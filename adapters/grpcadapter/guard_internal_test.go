@@ -2,6 +2,7 @@ package grpcadapter
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/sundial-go/sundial/kernel/logs/logstest"
@@ -336,4 +338,71 @@ func TestGuardPacesStreamsAwaitingTheirMessage(t *testing.T) {
 			t.Fatal("the guard tripped on paced streams")
 		}
 	})
+}
+
+// hookedProvider is a MeterProvider whose connections.closed counter
+// calls add as it records.
+type hookedProvider struct {
+	noop.MeterProvider
+	add func()
+}
+
+func (p hookedProvider) Meter(string, ...metric.MeterOption) metric.Meter {
+	return hookedMeter{add: p.add}
+}
+
+type hookedMeter struct {
+	noop.Meter
+	add func()
+}
+
+func (m hookedMeter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	if name != "sundial.grpc.connections.closed" {
+		return noop.Int64Counter{}, nil
+	}
+	return hookedCounter{add: m.add}, nil
+}
+
+type hookedCounter struct {
+	noop.Int64Counter
+	add func()
+}
+
+func (c hookedCounter) Add(context.Context, int64, ...metric.AddOption) { c.add() }
+
+// TestGuardCountsTheCloseBeforeTheClientSeesIt: the close is counted
+// before a client can see it. While the counter records, the server's
+// writer writes a frame, as it may on another goroutine: the GOAWAY does
+// not go out with it. The reader is woken only once the close is counted.
+func TestGuardCountsTheCloseBeforeTheClientSeesIt(t *testing.T) {
+	p := &pipeConn{}
+	var c *guardedConn
+	counted := 0
+	g := newGuard(Bounds{MeterProvider: hookedProvider{add: func() {
+		counted++
+		if _, err := c.Write(frame(frameHeaders, flagEndStream|0x4, 1, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, ok := goAwayIn(t, p.out.Bytes()); ok {
+			t.Error("a write sent the GOAWAY before the close was counted")
+		}
+		select {
+		case <-c.wake:
+			t.Error("the reader was woken before the close was counted")
+		default:
+		}
+	}}}, nil)
+	nc, _, err := g.ServerHandshake(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = nc.(*guardedConn)
+	t.Cleanup(func() { guarded.Delete(c.key) })
+	c.trip(reasonStalls)
+	if counted != 1 {
+		t.Fatalf("the close was counted %d times, want 1", counted)
+	}
+	if _, code, debug, ok := goAwayIn(t, p.out.Bytes()); !ok || code != errCodeEnhanceYourCalm || debug != reasonStalls {
+		t.Fatalf("GOAWAY %v %#x %q after the count, want ENHANCE_YOUR_CALM %q", ok, code, debug, reasonStalls)
+	}
 }
