@@ -456,7 +456,8 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 // early resets, and not earned them back at ResetRate.
 func (c *guardedConn) resetting() bool {
 	b := &c.resets
-	return b.burst > resetsFree && b.level(time.Now()) < b.burst-resetsFree+1
+	spent := b.burst - resetsFree + 1 // fewer tokens than this
+	return b.burst > resetsFree && b.tokens < spent && b.level(time.Now()) < spent
 }
 
 // Write writes the server's bytes, following its frames: a stream it ends
