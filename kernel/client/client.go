@@ -160,14 +160,27 @@ func (c *Client[In, Out]) through(ctx context.Context, in *In, out *Out) error {
 }
 
 // outcome returns the outcome of a call under ctx that failed with err.
+// A failure that is no answer, or a TIMEOUT or CANCELLED, once ctx has
+// ended is ctx's own end, whoever noticed it first: the server, the
+// transport or the client. The context's error may lag its deadline by
+// a timer's delay, so a passed deadline counts as its end too.
 func outcome(ctx context.Context, err error) error {
 	pe, coded := errors.AsType[*pipeline.Error](err)
-	if ctx.Err() != nil && (!coded || pe.Kind() == pipeline.KindTimeout || pe.Kind() == pipeline.KindCanceled) {
-		// The call's own deadline or cancel, whoever noticed it first.
-		own := pipeline.AsError(context.Cause(ctx))
-		return wire(own, err)
+	if coded && pe.Kind() != pipeline.KindTimeout && pe.Kind() != pipeline.KindCanceled {
+		return wire(pe, err)
 	}
-	return wire(pipeline.AsError(err), err)
+	end := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && end == nil && !time.Now().Before(dl) {
+		end = context.DeadlineExceeded
+	}
+	if end == nil {
+		return wire(pipeline.AsError(err), err)
+	}
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = end
+	}
+	return wire(pipeline.AsError(cause), fmt.Errorf("%w (%w)", end, err))
 }
 
 // wire returns e as every transport carries it, wrapping cause: the safe
