@@ -79,6 +79,7 @@ func WithMargin(margin time.Duration) Option {
 // Client calls one operation. It is safe for concurrent use.
 type Client[In, Out any] struct {
 	send func(ctx context.Context, in, out any) error
+	op   *kernel.Op // the operation's handle, over Local; else nil
 	cfg  config
 }
 
@@ -104,6 +105,9 @@ func New[In, Out any](t Transport, id string, opts ...Option) (*Client[In, Out],
 			id, d.Input, d.Output, in, out)
 	}
 	c := &Client[In, Out]{send: send}
+	if l, ok := t.(local); ok {
+		c.op = l.find(id)
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.cfg)
@@ -115,24 +119,46 @@ func New[In, Out any](t Transport, id string, opts ...Option) (*Client[In, Out],
 // Call calls the operation with in and returns its output, or a
 // *pipeline.Error (see the package doc).
 func (c *Client[In, Out]) Call(ctx context.Context, in In) (Out, error) {
-	var out Out
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if dl, ok := ctx.Deadline(); ok && c.cfg.margin > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-c.cfg.margin))
-		defer cancel()
+	if c.cfg.margin > 0 {
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-c.cfg.margin))
+			defer cancel()
+		}
 	}
-	var err error
-	if c.cfg.dep == nil {
-		err = c.send(ctx, &in, &out)
-	} else {
+	var (
+		out Out
+		err error
+	)
+	switch {
+	case c.cfg.dep != nil:
 		err = c.through(ctx, &in, &out)
+	case c.op != nil:
+		out, err = invokeTyped[Out](ctx, c.op, &in)
+	default:
+		err = c.send(ctx, &in, &out)
 	}
 	if err != nil {
 		var zero Out
 		return zero, outcome(ctx, err)
+	}
+	return out, nil
+}
+
+// invokeTyped makes one in-process call of op with the input in (a
+// pointer), as invoke does, without reflection on its output.
+func invokeTyped[Out any](ctx context.Context, op *kernel.Op, in any) (Out, error) {
+	o := op.Invoke(ctx, local{}.unary(op, in))
+	if o.Err != nil || o.Output == nil {
+		var zero Out
+		return zero, o.Err
+	}
+	out, ok := o.Output.(Out)
+	if !ok {
+		return out, returned(op, o.Output)
 	}
 	return out, nil
 }
@@ -231,33 +257,52 @@ func (l local) Bind(id string) (*operations.Descriptor, func(ctx context.Context
 	if l.k == nil {
 		return nil, nil, fmt.Errorf("client: operation %q: nil kernel", id)
 	}
-	for _, op := range l.k.Operations() {
-		if d := op.Descriptor(); d.ID == id {
-			return d, func(ctx context.Context, in, out any) error { return invoke(ctx, op, in, out) }, nil
-		}
+	if op := l.find(id); op != nil {
+		return op.Descriptor(), func(ctx context.Context, in, out any) error { return l.invoke(ctx, op, in, out) }, nil
 	}
 	return nil, nil, fmt.Errorf("client: the kernel has no operation %q", id)
 }
 
-// invoke makes one call of op in-process; out points to the output.
-func invoke(ctx context.Context, op *kernel.Op, in, out any) error {
+// find returns the handle of operation id, or nil.
+func (l local) find(id string) *kernel.Op {
+	if l.k == nil {
+		return nil
+	}
+	for _, op := range l.k.Operations() {
+		if op.Descriptor().ID == id {
+			return op
+		}
+	}
+	return nil
+}
+
+// unary returns the call of op with input in: its constraints' failure,
+// when they fail, is the call's decoding failure, as the adapters have it.
+func (local) unary(op *kernel.Op, in any) kernel.Unary {
 	u := kernel.Unary{Input: in}
 	if perr := op.Descriptor().CheckConstraints(in); perr != nil {
 		u.Decode = func(time.Time) (any, error) { return nil, perr }
 	}
-	o := op.Invoke(ctx, u)
-	if o.Err != nil {
+	return u
+}
+
+// invoke makes one call of op in-process; out points to the output.
+func (l local) invoke(ctx context.Context, op *kernel.Op, in, out any) error {
+	o := op.Invoke(ctx, l.unary(op, in))
+	if o.Err != nil || o.Output == nil {
 		return o.Err
-	}
-	if o.Output == nil {
-		return nil
 	}
 	dst := reflect.ValueOf(out).Elem()
 	v := reflect.ValueOf(o.Output)
 	if !v.Type().AssignableTo(dst.Type()) {
-		return pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-			fmt.Sprintf("client: operation %q returned %T", op.Descriptor().ID, o.Output))
+		return returned(op, o.Output)
 	}
 	dst.Set(v)
 	return nil
+}
+
+// returned is the outcome of op returning v, not of its output type.
+func returned(op *kernel.Op, v any) error {
+	return pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
+		fmt.Sprintf("client: operation %q returned %T", op.Descriptor().ID, v))
 }
