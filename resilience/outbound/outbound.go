@@ -116,9 +116,8 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // ends with the call's, or at AttemptTimeout. Every other attempt's context
 // is cancelled (a hedge that lost) or over.
 //
-// Each attempt has a child span "outbound <name>" of the caller's span, from
-// the caller's tracer provider, with attributes sundial.dependency,
-// sundial.attempt and sundial.hedge. A call without a span makes none.
+// Each attempt has a child span "outbound <name>" of the caller's span, with
+// attributes sundial.dependency, sundial.attempt and sundial.hedge.
 //
 // Do returns the last attempt's error as it is (nil on success): the
 // downstream's answer. Only when no attempt ran does Do make its own. An
@@ -128,11 +127,7 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // attempt that got no answer at all (refused, reset, nothing sent) gives
 // UNAVAILABLE [CodeDependencyUnavailable], wrapping its error.
 //
-// One tier retries, not every tier. When the policy allows a retry, every
-// attempt carries the retry mark: the baggage member sundial.retried. A call
-// whose context carries it (a tier above retries it) makes one attempt, as
-// DoOnce does, and passes the mark on.
-//
+// A call that carries the retry mark makes one attempt (see the package doc).
 // A nil *Dependency (Kernel.Dependency of an unknown name) runs attempt once
 // with no policy, so a client given one through an interface does not panic.
 func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error) error {
