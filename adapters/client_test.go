@@ -47,6 +47,7 @@ type greeter struct {
 	deadlines []time.Time // the deadline of each call of t.greet
 	arrivals  []time.Time // when each call of t.greet reached its handler
 	fail      int         // calls of t.greet still to fail with UNAVAILABLE
+	counted   int         // calls of t.count that ran
 }
 
 // newGreeter registers t.greet (POST /greet) and t.limited (POST
@@ -59,6 +60,15 @@ func newGreeter(t *testing.T) *greeter {
 	}
 	if err := operations.Register(g.reg, operations.Descriptor{ID: "t.limited", Method: "POST", Path: "/limited"},
 		func(context.Context, greet) (greeting, error) { return greeting{Text: "ok"}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := operations.Register(g.reg, operations.Descriptor{ID: "t.count", Method: "POST", Path: "/count"},
+		func(context.Context, greet) (greeting, error) {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.counted++
+			return greeting{Text: "counted", Qty: g.counted}, nil
+		}); err != nil {
 		t.Fatal(err)
 	}
 	return g
@@ -94,7 +104,8 @@ func (g *greeter) greet(ctx context.Context, in greet) (greeting, error) {
 
 // config is the kernel configuration of the client tests.
 const clientTestConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
-	"t.limited":{"PermitLimit":1,"WindowSeconds":60}}}}}}`
+	"t.limited":{"PermitLimit":1,"WindowSeconds":60},
+	"t.count":{"Idempotency":{"Enabled":true}}}}}}}`
 
 // transportNames are the transports every client test runs over.
 var transportNames = []string{"in-process", "http", "grpc"}
@@ -154,6 +165,7 @@ func TestClientOutcomesSameOnEveryTransport(t *testing.T) {
 		name string
 		id   string
 		in   greet
+		opts func(t *testing.T) []client.Option
 		call func(t *testing.T, g *greeter, c *client.Client[greet, greeting], in greet) (greeting, error)
 		want want
 	}{
@@ -183,6 +195,34 @@ func TestClientOutcomesSameOnEveryTransport(t *testing.T) {
 			want: want{kind: pipeline.KindUnavailable, code: "KERNEL_UNAVAILABLE_002",
 				msg: "Operation 't.limited' is rate limited; retry after ", prefix: true,
 				details: map[string]any{"id": "t.limited"}, retryAfter: -1}},
+		{name: "idempotent replay", id: "t.count", in: greet{Name: "x"},
+			call: func(t *testing.T, _ *greeter, c *client.Client[greet, greeting], in greet) (greeting, error) {
+				ctx, _ := propagation.WithIdempotencyKey(t.Context(), "order-7")
+				if first, err := c.Call(ctx, in); err != nil || first.Qty != 1 {
+					t.Fatalf("first call: %+v, %v", first, err)
+				}
+				return c.Call(ctx, in) // the first call's outcome, replayed: it runs once
+			},
+			want: want{out: greeting{Text: "counted", Qty: 1}}},
+		{name: "breaker open", id: "t.greet", in: greet{Name: "down"},
+			opts: func(t *testing.T) []client.Option {
+				p := outbound.DefaultPolicy()
+				p.Attempts, p.FailureThreshold = 1, 1
+				d, err := outbound.New("greeter", p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return []client.Option{client.WithDependency(d)}
+			},
+			call: func(t *testing.T, _ *greeter, c *client.Client[greet, greeting], in greet) (greeting, error) {
+				if _, err := c.Call(t.Context(), in); pipeline.AsError(err).Code() != "T_UNAVAILABLE_001" {
+					t.Fatalf("first call: %v, want the server's failure", err)
+				}
+				return c.Call(t.Context(), in) // refused by the open breaker: nothing sent
+			},
+			want: want{kind: pipeline.KindUnavailable, code: outbound.CodeDependencyOpen,
+				msg:     "The dependency 'greeter' is failing; its circuit breaker is open.",
+				details: map[string]any{"dependency": "greeter"}, retryAfter: -1}},
 		{name: "timeout", id: "t.greet", in: greet{Name: "slow"},
 			call: func(t *testing.T, _ *greeter, c *client.Client[greet, greeting], in greet) (greeting, error) {
 				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
@@ -204,7 +244,11 @@ func TestClientOutcomesSameOnEveryTransport(t *testing.T) {
 			for _, row := range rows {
 				t.Run(row.name, func(t *testing.T) {
 					g, tr := serve(t)
-					c, err := client.New[greet, greeting](tr, row.id)
+					var opts []client.Option
+					if row.opts != nil {
+						opts = row.opts(t)
+					}
+					c, err := client.New[greet, greeting](tr, row.id, opts...)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -64,7 +64,12 @@ func (m *method) invoke(ctx context.Context, cc grpc.ClientConnInterface, in, ou
 // answer returns the outcome a server's status carries: the inverse of
 // Status for a Sundial server. A status without an ErrorInfo reason, or
 // an error without a status, is FromStatus's.
-func answer(err error) error {
+func answer(err error) (out error) {
+	defer func() {
+		if recover() != nil {
+			out = FromStatus(err) // a typed nil in the chain: FromStatus leaves it as it is
+		}
+	}()
 	gs, ok := errors.AsType[interface {
 		error
 		GRPCStatus() *status.Status
