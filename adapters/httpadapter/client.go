@@ -109,7 +109,11 @@ func (cc *clientCall) send(ctx context.Context, in, out any) error {
 	if resp.StatusCode >= 400 {
 		return answerOf(resp)
 	}
-	defer resp.Body.Close()
+	defer func() {
+		// What is left (a trailing newline) is read, so the connection is reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxProblemBody))
+		resp.Body.Close()
+	}()
 	if resp.StatusCode == http.StatusNoContent || cc.d.Method == http.MethodHead {
 		return nil
 	}
