@@ -247,7 +247,8 @@ func jsonValue(v any) any {
 // same binary. A call runs through the operation's handle
 // (kernel.Op.Invoke) on the calling goroutine, with the caller's context:
 // its deadline, baggage and span. The input's constraints are checked
-// first, as the adapters check them.
+// first, as the adapters check them. As with kernel.Call, a handler that
+// ignores its context delays the answer past the deadline.
 func Local(k *kernel.Kernel) Transport { return local{k} }
 
 type local struct{ k *kernel.Kernel }
