@@ -127,6 +127,7 @@ var packageNames = map[string]string{
 	"grpcadapter":  "github.com/sundial-go/sundial/adapters/grpcadapter",
 	"httpadapter":  "github.com/sundial-go/sundial/adapters/httpadapter",
 	"kernel":       "github.com/sundial-go/sundial/kernel",
+	"client":       "github.com/sundial-go/sundial/kernel/client",
 	"propagation":  "github.com/sundial-go/sundial/kernel/propagation",
 	"operations":   "github.com/sundial-go/sundial/operations",
 	"pipeline":     "github.com/sundial-go/sundial/pipeline",
