@@ -1,0 +1,103 @@
+package systemtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
+)
+
+// inspectorCLI returns the command line of the MCP inspector's CLI (npm
+// @modelcontextprotocol/inspector-cli), which .ci/deps installs under the
+// user cache directory, and the directory to run it in. It is a failure
+// in CI when node or the package is missing, a skip elsewhere.
+func inspectorCLI(t *testing.T) (argv []string, dir string) {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	node, nerr := exec.LookPath("node")
+	prefix := filepath.Join(cache, "sundial-npm")
+	script := filepath.Join(prefix, "node_modules", "@modelcontextprotocol", "inspector-cli", "build", "index.js")
+	if _, serr := os.Stat(script); err != nil || nerr != nil || serr != nil {
+		msg := "the MCP inspector CLI is not installed; run `make deps` (npm @modelcontextprotocol/inspector-cli under " + prefix + ")"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	// The CLI reads its own package.json at "../package.json" relative to
+	// its module, but checks that path's existence relative to its working
+	// directory: run it where both resolve.
+	return []string{node, script}, filepath.Join(prefix, "node_modules")
+}
+
+// inspect runs the inspector CLI with args and decodes its JSON output.
+func inspect(t *testing.T, argv []string, dir string, args ...string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], args...)...)
+	cmd.Dir, cmd.Env = dir, childEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("inspector %q: %v; stdout %s; stderr %s", args, err, stdout.String(), stderr.String())
+	}
+	var out map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("inspector %q: output %s is not JSON: %v", args, stdout.String(), err)
+	}
+	return out
+}
+
+// TestShopMCPWithInspector: the MCP inspector's CLI, a client nobody here
+// wrote, lists the shop's tools and calls them, over stdio (`shop mcp`,
+// launched by the inspector) and over Streamable HTTP (`shop serve`, at
+// /mcp). A valid order succeeds, its structured output checked by the
+// inspector's SDK against the tool's outputSchema; a bad one is a tool
+// error whose structured content is the Problem Details with every
+// failing field.
+func TestShopMCPWithInspector(t *testing.T) {
+	argv, dir := inspectorCLI(t)
+	s := startServe(t, shopcmd.ServeOptions{})
+	targets := map[string][]string{
+		"stdio":           {os.Args[0], "mcp"},
+		"streamable HTTP": {s.url + "/mcp", "--transport", "http"},
+	}
+	for name, target := range targets {
+		t.Run(name, func(t *testing.T) {
+			list := inspect(t, argv, dir, append(target, "--method", "tools/list")...)
+			var names []string
+			tools, _ := list["tools"].([]any)
+			for _, tool := range tools {
+				m, _ := tool.(map[string]any)
+				names = append(names, m["name"].(string))
+				if m["description"] == "" || m["inputSchema"] == nil {
+					t.Errorf("tool %v lacks a description or an inputSchema", m)
+				}
+			}
+			if got := strings.Join(names, " "); got != "billing.charge orders.create orders.get reports.export" {
+				t.Errorf("tools %q, want the shop's four operations", got)
+			}
+			ok := inspect(t, argv, dir, append(target, "--method", "tools/call", "--tool-name", "orders.create",
+				"--tool-arg", "name=pen", "--tool-arg", "amount=2")...)
+			sc, _ := ok["structuredContent"].(map[string]any)
+			if ok["isError"] == true || sc["name"] != "pen" || sc["amount"] != float64(2) {
+				t.Errorf("orders.create: %v, want the order", ok)
+			}
+			bad := inspect(t, argv, dir, append(target, "--method", "tools/call", "--tool-name", "orders.create",
+				"--tool-arg", `name=""`, "--tool-arg", "amount=0")...)
+			problem, _ := bad["structuredContent"].(map[string]any)
+			details, _ := problem["details"].(map[string]any)
+			if errs, _ := details["errors"].([]any); bad["isError"] != true || problem["code"] != "KERNEL_VALIDATION_007" || len(errs) != 2 {
+				t.Errorf("a bad order: %v, want isError with KERNEL_VALIDATION_007 and both fields", bad)
+			}
+		})
+	}
+}
