@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,10 +52,11 @@ func newProbe() *probe {
 }
 
 // testConfig: orders.limited admits one call a minute; orders.slow has a
-// deadline of its own, 50 ms.
+// deadline of its own, 50 ms; orders.pay requires idempotency keys.
 const testConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"orders.limited":{"PermitLimit":1,"WindowSeconds":60},
-	"orders.slow":{"TimeoutSeconds":0.05}}}}}}`
+	"orders.slow":{"TimeoutSeconds":0.05},
+	"orders.pay":{"Idempotency":{"Required":true}}}}}}}`
 
 // newKernel returns a kernel of the test operations, logging JSON to log.
 func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
@@ -84,6 +87,12 @@ func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
 		Method: "POST", Path: "/wait"}, block))
 	must(operations.Register(reg, operations.Descriptor{ID: "orders.slow", Summary: "Wait past its own deadline.",
 		Method: "POST", Path: "/slow"}, block))
+	var paid atomic.Int64
+	must(operations.Register(reg, operations.Descriptor{ID: "orders.pay", Summary: "Pay; each run counts.",
+		Method: "POST", Path: "/pay"},
+		func(context.Context, struct{}) (order, error) {
+			return order{ID: "pay-" + strconv.FormatInt(paid.Add(1), 10)}, nil
+		}))
 	if log == nil {
 		log = io.Discard
 	}

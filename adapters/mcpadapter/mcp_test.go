@@ -71,7 +71,7 @@ func TestToolsAreTheOperations(t *testing.T) {
 			t.Errorf("%s: outputSchema %v, want the OpenAPI response's", tool.Name, tool.OutputSchema)
 		}
 	}
-	if got := strings.Join(names, " "); got != "orders.create orders.limited orders.slow orders.wait" {
+	if got := strings.Join(names, " "); got != "orders.create orders.limited orders.pay orders.slow orders.wait" {
 		t.Errorf("tools %q, want one per operation", got)
 	}
 	in, _ := json.Marshal(res.Tools[0].InputSchema)
@@ -154,6 +154,11 @@ var refusalCases = []refusalCase{
 	{name: "malformed deadline", path: "/wait", body: `{}`, headers: map[string]string{"Sundial-Deadline": "soon"},
 		tool: "orders.wait", args: map[string]any{}, meta: mcp.Meta{"sundial/timeoutMs": "soon"},
 		refused: true, code: "KERNEL_VALIDATION_002"},
+	{name: "idempotency key required", path: "/pay", body: `{}`, tool: "orders.pay", args: map[string]any{},
+		refused: true, code: "KERNEL_VALIDATION_004"},
+	{name: "malformed idempotency key", path: "/pay", body: `{}`, headers: map[string]string{"Idempotency-Key": "unquoted"},
+		tool: "orders.pay", args: map[string]any{}, meta: mcp.Meta{"sundial/idempotency-key": 7},
+		refused: true, code: "KERNEL_VALIDATION_005"},
 	{name: "priority naming no class", path: "/orders", body: `{"name":"pen","amount":2,"currency":"EUR"}`,
 		headers: map[string]string{"Sundial-Priority": "urgent"},
 		tool:    "orders.create", args: map[string]any{"name": "pen", "amount": 2, "currency": "EUR"},
@@ -305,5 +310,34 @@ func TestTraceContextAndBaggage(t *testing.T) {
 	}
 	if got := wait(t, p.bag, "the handler's baggage"); got != "acme" {
 		t.Errorf("handler baggage tenant = %q, want acme", got)
+	}
+}
+
+// TestIdempotentReplay: a second tool call with the same
+// sundial/idempotency-key in _meta gets the first call's outcome, and its
+// result's _meta says so (sundial/reply: Idempotent-Replayed), as the
+// HTTP header does; nothing runs again.
+func TestIdempotentReplay(t *testing.T) {
+	k := newKernel(t, newProbe(), nil)
+	url, _ := serve(t, k, nil)
+	cs := connectHTTP(t, url)
+	meta := mcp.Meta{"sundial/idempotency-key": "key-1"}
+	var outs []any
+	var replayed []any
+	for range 2 {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "orders.pay", Arguments: map[string]any{}, Meta: meta})
+		if err != nil || res.IsError {
+			t.Fatalf("orders.pay: %v %v", res, err)
+		}
+		outs = append(outs, res.StructuredContent)
+		reply, _ := res.Meta["sundial/reply"].(map[string]any)
+		replayed = append(replayed, reply["Idempotent-Replayed"])
+	}
+	if !jsonEqual(outs[0], outs[1]) || replayed[0] != nil || replayed[1] != "true" {
+		t.Errorf("outputs %v, replayed marks %v; want the first output twice, the second marked replayed", outs, replayed)
+	}
+	third := mcpCall(context.Background(), t, cs, "orders.pay", map[string]any{}, mcp.Meta{"sundial/idempotency-key": "key-2"})
+	if third.body["id"] != "pay-2" {
+		t.Errorf("a new key: %v, want a new run (pay-2)", third.body)
 	}
 }

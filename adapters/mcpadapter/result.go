@@ -17,6 +17,24 @@ import (
 // and as structuredContent when it is an object; or, on failure, the
 // Problem Details with isError.
 func (t *tool) result(o kernel.Outcome) *mcp.CallToolResult {
+	res := t.answer(o)
+	// The reply's fields (Idempotent-Replayed, RateLimit, ...), which
+	// HTTP sends as headers, go in the result's _meta.
+	if fields := o.Invocation.Reply().Fields(); len(fields) > 0 {
+		reply := make(map[string]string, len(fields))
+		for _, f := range fields {
+			reply[f.Name] = f.Value
+		}
+		res.Meta = mcp.Meta{metaReply: reply}
+	}
+	return res
+}
+
+// metaReply is the result's _meta member of the reply's fields.
+const metaReply = "sundial/reply"
+
+// answer returns the tool result of outcome o, without the reply.
+func (t *tool) answer(o kernel.Outcome) *mcp.CallToolResult {
 	if o.Err != nil {
 		return failure(pipeline.AsError(o.Err), t.desc.ID, o.TraceID)
 	}

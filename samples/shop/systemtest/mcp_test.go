@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
@@ -100,4 +103,30 @@ func TestShopMCPWithInspector(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShutdownClosesMCPSessions: a connected MCP client holds an open
+// event stream (its standalone GET). On SIGTERM the shop closes the MCP
+// sessions before the HTTP server's Shutdown, which then finds no busy
+// connection: serve returns cleanly, well within the grace period.
+func TestShutdownClosesMCPSessions(t *testing.T) {
+	const grace = 5 * time.Second
+	s := startServe(t, shopcmd.ServeOptions{Grace: grace})
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.url + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "orders.create",
+		Arguments: map[string]any{"name": "pen", "amount": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	err, took := s.stop(t, grace)
+	if err != nil || took >= grace {
+		t.Errorf("serve returned %v after %v, want a clean shutdown within the %v grace", err, took, grace)
+	}
+	t.Logf("shutdown with an open MCP session took %v", took)
 }
