@@ -121,22 +121,25 @@ func (o *Options) setDefaults() {
 }
 
 // chosen returns the handles of the operations named by ids, in the
-// kernel's order; all of them when ids is nil.
+// kernel's order; every unary one when ids is nil. Streaming operations
+// are not tools: naming one fails.
 func chosen(k *kernel.Kernel, ids []string) ([]*kernel.Op, error) {
-	all := k.Operations()
-	if ids == nil {
-		return all, nil
-	}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
 	var ops []*kernel.Op
-	for _, op := range all {
-		if id := op.Descriptor().ID; want[id] {
+	for _, op := range k.Operations() {
+		d := op.Descriptor()
+		switch {
+		case ids != nil && !want[d.ID]:
+			continue
+		case d.Kind() != operations.Unary && ids != nil:
+			return nil, fmt.Errorf("mcpadapter: New: operation %q streams; only unary operations are tools", d.ID)
+		case d.Kind() == operations.Unary:
 			ops = append(ops, op)
-			delete(want, id)
 		}
+		delete(want, d.ID)
 	}
 	for _, id := range ids {
 		if want[id] {

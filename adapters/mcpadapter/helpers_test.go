@@ -87,6 +87,8 @@ func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
 		Method: "POST", Path: "/wait"}, block))
 	must(operations.Register(reg, operations.Descriptor{ID: "orders.slow", Summary: "Wait past its own deadline.",
 		Method: "POST", Path: "/slow"}, block))
+	must(operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.feed", Summary: "Stream orders."},
+		func(context.Context, struct{}, *operations.Sender[order]) error { return nil }))
 	var paid atomic.Int64
 	must(operations.Register(reg, operations.Descriptor{ID: "orders.pay", Summary: "Pay; each run counts.",
 		Method: "POST", Path: "/pay"},

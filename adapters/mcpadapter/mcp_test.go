@@ -16,6 +16,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/adapters/mcpadapter"
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -94,9 +95,17 @@ func opByID(t *testing.T, ops []*kernelOp, id string) *operations.Descriptor {
 }
 
 // TestOptionsOperations: Options.Operations chooses the tools; an ID the
-// kernel does not serve fails New.
+// kernel does not serve fails New. Streaming operations are left out of
+// the default set, and naming one fails New.
 func TestOptionsOperations(t *testing.T) {
 	k := newKernel(t, newProbe(), nil)
+	if names := toolNames(t, k, nil); strings.Contains(names, "orders.feed") {
+		t.Errorf("tools %q include the streaming orders.feed", names)
+	}
+	if _, err := mcpadapter.New(k, &mcpadapter.Options{Operations: []string{"orders.feed"}}); err == nil ||
+		!strings.Contains(err.Error(), "orders.feed") {
+		t.Errorf("New naming a streaming operation: %v, want an error naming it", err)
+	}
 	url, _ := serve(t, k, &mcpadapter.Options{Operations: []string{"orders.create"}})
 	res, err := connectHTTP(t, url).ListTools(context.Background(), nil)
 	if err != nil || len(res.Tools) != 1 || res.Tools[0].Name != "orders.create" {
@@ -340,4 +349,19 @@ func TestIdempotentReplay(t *testing.T) {
 	if third.body["id"] != "pay-2" {
 		t.Errorf("a new key: %v, want a new run (pay-2)", third.body)
 	}
+}
+
+// toolNames returns the names of the tools New(k, o) lists, in order.
+func toolNames(t *testing.T, k *kernel.Kernel, o *mcpadapter.Options) string {
+	t.Helper()
+	url, _ := serve(t, k, o)
+	res, err := connectHTTP(t, url).ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	return strings.Join(names, " ")
 }

@@ -28,11 +28,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.http.ServeHTTP(w, r)
 }
 
-// sessions returns the number of live sessions.
+// sessions returns the number of live sessions that have an ID. The
+// requests of a sessionless protocol version run in sessions of their
+// own, without one, for as long as the request: MaxPending bounds those.
 func (s *Server) sessions() int {
 	n := 0
-	for range s.srv.Sessions() {
-		n++
+	for ss := range s.srv.Sessions() {
+		if ss.ID() != "" {
+			n++
+		}
 	}
 	return n
 }
