@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -225,7 +226,9 @@ func httpCall(t *testing.T, url, path, body string, headers map[string]string) a
 // mcpCall calls a tool and reads the answer.
 func mcpCall(ctx context.Context, t *testing.T, cs *mcp.ClientSession, name string, args any, meta mcp.Meta) answer {
 	t.Helper()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args, Meta: meta})
+	// The SDK's client adds members to the Meta it is given (the
+	// protocol version of 2026-07-28): each call gets a copy of its own.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args, Meta: maps.Clone(meta)})
 	if err != nil {
 		return answer{refused: true, rpcError: true, code: err.Error()}
 	}

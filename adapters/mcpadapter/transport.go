@@ -28,13 +28,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.http.ServeHTTP(w, r)
 }
 
-// sessions returns the number of live sessions that have an ID. The
-// requests of a sessionless protocol version run in sessions of their
-// own, without one, for as long as the request: MaxPending bounds those.
+// sessions returns the number of live sessions a client initialized.
+// A request of the sessionless protocol (2026-07-28), a server/discover
+// included, runs in a transient session of its own for as long as the
+// request: it is not counted, and MaxPending bounds its calls.
 func (s *Server) sessions() int {
 	n := 0
 	for ss := range s.srv.Sessions() {
-		if ss.ID() != "" {
+		if ss.ID() != "" && ss.InitializeParams() != nil {
 			n++
 		}
 	}

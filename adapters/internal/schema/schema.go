@@ -1,6 +1,6 @@
-// Package schema makes the JSON Schemas of operations' inputs and outputs
-// from their Go types. The OpenAPI document and the MCP tools share them,
-// so that both say the same constraints.
+// Package schema makes the JSON Schemas of operations from their Go
+// types. The OpenAPI document and the MCP tools share them. So both say
+// the same constraints.
 package schema
 
 import (
@@ -26,8 +26,8 @@ func NewBuilder(components openapi3.Schemas) *Builder {
 }
 
 // Input returns the schema of d's input, with the constraints of its
-// validate tags. An input whose policy rejects unknown fields says so:
-// every object of it has additionalProperties false, so a validator
+// validate tags. An input whose policy rejects unknown fields says so.
+// Every object of it has additionalProperties false. A validator then
 // answers as the server does.
 func (b *Builder) Input(d *operations.Descriptor) (*openapi3.SchemaRef, error) {
 	gen := b.strict
