@@ -26,7 +26,9 @@ type helloOut struct {
 func Example() {
 	reg := operations.NewRegistry()
 	_ = operations.Register(reg, operations.Descriptor{ID: "greet.hello", Summary: "Say hello."},
-		func(_ context.Context, in helloIn) (helloOut, error) { return helloOut{Text: "Hello, " + in.Name + "!"}, nil })
+		func(_ context.Context, in helloIn) (helloOut, error) {
+			return helloOut{Text: "Hello, " + in.Name + "!"}, nil
+		})
 	k, _ := kernel.New(kernel.WithRegistry(reg))
 	m, _ := mcpadapter.New(k, nil)
 	defer m.Close()

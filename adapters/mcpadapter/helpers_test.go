@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -53,11 +54,13 @@ func newProbe() *probe {
 }
 
 // testConfig: orders.limited admits one call a minute; orders.slow has a
-// deadline of its own, 50 ms; orders.pay requires idempotency keys.
+// deadline of its own, 50 ms; orders.pay requires idempotency keys;
+// orders.fail's breaker opens after two failures.
 const testConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"orders.limited":{"PermitLimit":1,"WindowSeconds":60},
 	"orders.slow":{"TimeoutSeconds":0.05},
-	"orders.pay":{"Idempotency":{"Required":true}}}}}}}`
+	"orders.pay":{"Idempotency":{"Required":true}},
+	"orders.fail":{"FailureThreshold":2,"BreakSeconds":60}}}}}}`
 
 // newKernel returns a kernel of the test operations, logging JSON to log.
 func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
@@ -90,6 +93,9 @@ func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
 		Method: "POST", Path: "/slow"}, block))
 	must(operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.feed", Summary: "Stream orders."},
 		func(context.Context, struct{}, *operations.Sender[order]) error { return nil }))
+	must(operations.Register(reg, operations.Descriptor{ID: "orders.fail", Summary: "Fail unexpectedly.",
+		Method: "POST", Path: "/fail"},
+		func(context.Context, struct{}) (done, error) { return done{}, errors.New("the disk is full") }))
 	var paid atomic.Int64
 	must(operations.Register(reg, operations.Descriptor{ID: "orders.pay", Summary: "Pay; each run counts.",
 		Method: "POST", Path: "/pay"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestToolsAreTheOperations(t *testing.T) {
 			t.Errorf("%s: outputSchema %v, want the OpenAPI response's", tool.Name, tool.OutputSchema)
 		}
 	}
-	if got := strings.Join(names, " "); got != "orders.create orders.limited orders.pay orders.slow orders.wait" {
+	if got := strings.Join(names, " "); got != "orders.create orders.fail orders.limited orders.pay orders.slow orders.wait" {
 		t.Errorf("tools %q, want one per operation", got)
 	}
 	in, _ := json.Marshal(res.Tools[0].InputSchema)
@@ -155,6 +156,12 @@ var refusalCases = []refusalCase{
 	{name: "first call in the window", path: "/limited", body: `{}`, tool: "orders.limited", args: map[string]any{}},
 	{name: "rate limited", path: "/limited", body: `{}`, tool: "orders.limited", args: map[string]any{},
 		refused: true, code: "KERNEL_UNAVAILABLE_002", retry: true},
+	{name: "first failure", path: "/fail", body: `{}`, tool: "orders.fail", args: map[string]any{},
+		refused: true, code: pipeline.CodeUnexpected},
+	{name: "second failure", path: "/fail", body: `{}`, tool: "orders.fail", args: map[string]any{},
+		refused: true, code: pipeline.CodeUnexpected},
+	{name: "breaker open", path: "/fail", body: `{}`, tool: "orders.fail", args: map[string]any{},
+		refused: true, code: "KERNEL_UNAVAILABLE_004", retry: true},
 	{name: "operation deadline", path: "/slow", body: `{}`, tool: "orders.slow", args: map[string]any{},
 		refused: true, code: pipeline.CodeTimeout},
 	{name: "caller deadline", path: "/wait", body: `{}`, headers: map[string]string{"Sundial-Timeout-Ms": "50"},
@@ -176,8 +183,9 @@ var refusalCases = []refusalCase{
 
 // TestRefusedExactlyAsOverHTTP: one table of inputs, sent over HTTP and
 // as tool calls over Streamable HTTP and stdio, each on a kernel of its
-// own. A tool call is refused exactly when the HTTP request is, with the
-// same code, status, retry-after and failing fields. The only codes that
+// own, the breaker's rows included. A tool call is refused exactly when
+// the HTTP request is, with the same code, status, retry-after and
+// failing fields. The only codes that
 // differ are the transport's own: a wrong type (MCP_VALIDATION_001), and
 // malformed arguments and an unknown tool, which are JSON-RPC errors.
 func TestRefusedExactlyAsOverHTTP(t *testing.T) {
@@ -227,7 +235,8 @@ func TestRefusedExactlyAsOverHTTP(t *testing.T) {
 }
 
 // TestFailureSentence: a failed call's text is one sentence an agent can
-// act on, naming the code: "rate limited; retry after 60 seconds".
+// act on, naming the code: "rate limited; retry after 60 seconds". An
+// UNEXPECTED failure shows nothing of its cause.
 func TestFailureSentence(t *testing.T) {
 	k := newKernel(t, newProbe(), nil)
 	url, _ := serve(t, k, nil)
@@ -248,6 +257,9 @@ func TestFailureSentence(t *testing.T) {
 		t.Fatal(err)
 	}
 	text = res.Content[0].(*mcp.TextContent).Text
+	if fail := mcpCall(ctx, t, cs, "orders.fail", map[string]any{}, nil); strings.Contains(fmt.Sprint(fail), "disk") {
+		t.Errorf("an UNEXPECTED failure shows its cause: %+v", fail)
+	}
 	if !strings.HasPrefix(text, "invalid arguments: /") || !strings.Contains(text, "/amount must be at least 1") ||
 		!strings.Contains(text, "/name is required") {
 		t.Errorf("text %q, want every failing field named", text)
