@@ -55,12 +55,14 @@ func newProbe() *probe {
 
 // testConfig: orders.limited admits one call a minute; orders.slow has a
 // deadline of its own, 50 ms; orders.pay requires idempotency keys;
-// orders.fail's breaker opens after two failures.
+// orders.fail's breaker opens after two failures; orders.wait runs one
+// call at a time.
 const testConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"orders.limited":{"PermitLimit":1,"WindowSeconds":60},
 	"orders.slow":{"TimeoutSeconds":0.05},
 	"orders.pay":{"Idempotency":{"Required":true}},
-	"orders.fail":{"FailureThreshold":2,"BreakSeconds":60}}}}}}`
+	"orders.fail":{"FailureThreshold":2,"BreakSeconds":60},
+	"orders.wait":{"ConcurrencyLimit":1}}}}}}`
 
 // newKernel returns a kernel of the test operations, logging JSON to log.
 func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {

@@ -197,12 +197,16 @@ func TestRefusedExactlyAsOverHTTP(t *testing.T) {
 	_, ms := serve(t, ks, nil)
 	sessions := map[string]*mcp.ClientSession{"streamable HTTP": connectHTTP(t, urlMCP), "stdio": connectStdio(t, ms)}
 	for _, c := range refusalCases {
+		start := time.Now()
 		h := httpCall(t, urlHTTP, c.path, c.body, c.headers)
+		took := map[string]time.Duration{"HTTP": time.Since(start)}
 		if h.refused != c.refused || h.code != c.code {
 			t.Fatalf("%s: HTTP refused=%v code %q, want %v %q", c.name, h.refused, h.code, c.refused, c.code)
 		}
 		for transport, cs := range sessions {
+			start := time.Now()
 			m := mcpCall(context.Background(), t, cs, c.tool, c.args, c.meta)
+			took[transport] = time.Since(start)
 			want := c.code
 			if c.mcpCode != "" {
 				want = c.mcpCode
@@ -231,7 +235,36 @@ func TestRefusedExactlyAsOverHTTP(t *testing.T) {
 				t.Errorf("%s over %s: output %v, HTTP's %v", c.name, transport, m.body, h.body)
 			}
 		}
+		if c.code == pipeline.CodeTimeout {
+			t.Logf("%s: answered after %v", c.name, took) // a figure, not an assertion
+		}
 	}
+}
+
+// TestConcurrencyLimitSharedWithHTTP: tool calls and HTTP requests meet
+// the same limits. While a tool call holds orders.wait's one slot, both
+// another tool call and an HTTP request are refused, UNAVAILABLE
+// KERNEL_UNAVAILABLE_003, with the same status and retry-after.
+func TestConcurrencyLimitSharedWithHTTP(t *testing.T) {
+	p := newProbe()
+	k := newKernel(t, p, nil)
+	url, _ := serve(t, k, nil)
+	cs := connectHTTP(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "orders.wait", Arguments: map[string]any{}})
+		errc <- err
+	}()
+	wait(t, p.started, "the first call to start")
+	h := httpCall(t, url, "/wait", `{}`, nil)
+	m := mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, nil)
+	if h.code != "KERNEL_UNAVAILABLE_003" || m.code != h.code || m.status != h.status || !jsonEqual(m.retryAfter, h.retryAfter) {
+		t.Errorf("while the slot is held: HTTP %+v, MCP %+v; want both KERNEL_UNAVAILABLE_003 alike", h, m)
+	}
+	cancel()
+	wait(t, errc, "the first call to end")
+	wait(t, p.ended, "the handler to end")
 }
 
 // TestFailureSentence: a failed call's text is one sentence an agent can
