@@ -62,6 +62,9 @@ type Server struct {
 	logger  *slog.Logger
 	pending atomic.Int64 // tool calls in progress
 	closed  atomic.Bool
+	// stopped ends when Shutdown gives up waiting: it cancels every call.
+	stopped context.Context
+	stop    context.CancelFunc
 }
 
 // New returns the MCP server of k's operations: one tool per operation,
@@ -72,6 +75,7 @@ func New(k *kernel.Kernel, o *Options) (*Server, error) {
 		return nil, errors.New("mcpadapter: New: nil kernel")
 	}
 	s := &Server{k: k, logger: k.Logger()}
+	s.stopped, s.stop = context.WithCancel(context.Background())
 	if o != nil {
 		s.opts = *o
 	}
@@ -203,12 +207,30 @@ func inputSchema(b *schema.Builder, d *operations.Descriptor) (json.RawMessage, 
 	return json.Marshal(ref.Value)
 }
 
-// Close closes every session, ending their streams, and refuses new
-// ones. Call it at shutdown before the HTTP server's Shutdown: an open
-// event stream would otherwise hold the server until the grace ends.
-func (s *Server) Close() error {
+// shutdownPoll is how often Shutdown looks at the calls in progress.
+const shutdownPoll = 5 * time.Millisecond
+
+// Shutdown refuses new sessions and waits for the tool calls in progress
+// to return, or for ctx to end. It then closes every session, ending
+// their event streams, and cancels the calls left. It returns ctx's
+// error when the calls outlived it. Call it before the HTTP server's
+// Shutdown: an open event stream would hold that until the grace ends.
+func (s *Server) Shutdown(ctx context.Context) error {
 	s.closed.Store(true)
-	var errs []error
+	var err error
+	if s.pending.Load() > 0 {
+		t := time.NewTicker(shutdownPoll)
+		for s.pending.Load() > 0 && err == nil {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				err = fmt.Errorf("mcpadapter: %d tool calls still running: %w", s.pending.Load(), ctx.Err())
+			}
+		}
+		t.Stop()
+	}
+	s.stop() // cancels the calls left; closing a session does not
+	errs := []error{err}
 	for ss := range s.srv.Sessions() {
 		errs = append(errs, ss.Close())
 	}

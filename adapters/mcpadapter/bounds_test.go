@@ -16,7 +16,7 @@ import (
 
 // TestBoundedSessions: a request that would open a session beyond
 // MaxSessions gets 503 with Retry-After, and the client's Connect fails;
-// the sessions already open are served. After Close, no session opens.
+// the sessions already open are served. After Shutdown, no session opens.
 func TestBoundedSessions(t *testing.T) {
 	k := newKernel(t, newProbe(), nil)
 	url, m := serve(t, k, &mcpadapter.Options{MaxSessions: 1})
@@ -41,7 +41,7 @@ func TestBoundedSessions(t *testing.T) {
 	if a := mcpCall(context.Background(), t, first, "orders.limited", map[string]any{}, nil); a.refused {
 		t.Errorf("the open session: %+v, want it served", a)
 	}
-	if err := m.Close(); err != nil {
+	if err := m.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	resp, err = hc.Post(url+"/mcp", "application/json", strings.NewReader(`{}`))
@@ -50,7 +50,7 @@ func TestBoundedSessions(t *testing.T) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("after Close: %d, want 503", resp.StatusCode)
+		t.Errorf("after Shutdown: %d, want 503", resp.StatusCode)
 	}
 }
 
@@ -125,5 +125,40 @@ func TestIdleSessionsClosed(t *testing.T) {
 			t.Fatalf("the idle session still answers after 10 s (last error %v)", err)
 		}
 		time.Sleep(100 * time.Millisecond) // idle longer than SessionIdle
+	}
+}
+
+// TestShutdownWaitsForCalls: Shutdown lets a tool call in progress finish
+// (its own deadline ends it: TIMEOUT, not CANCELLED), then returns. With
+// a ctx that ends first, it closes the session, which cancels the call,
+// and returns ctx's error.
+func TestShutdownWaitsForCalls(t *testing.T) {
+	for _, graceful := range []bool{true, false} {
+		p := newProbe()
+		k := newKernel(t, p, nil)
+		url, m := serve(t, k, nil)
+		cs := connectHTTP(t, url)
+		res := make(chan answer, 1)
+		go func() {
+			res <- mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, mcp.Meta{"sundial/timeoutMs": 300})
+		}()
+		wait(t, p.started, "the call to start")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if !graceful {
+			cancel()
+		}
+		err := m.Shutdown(ctx)
+		cancel()
+		ended := wait(t, p.ended, "the handler to end")
+		if graceful && (err != nil || !errors.Is(ended, context.DeadlineExceeded)) {
+			t.Errorf("graceful: Shutdown %v, handler ended with %v; want nil and its own deadline", err, ended)
+		}
+		if !graceful && (!errors.Is(err, context.Canceled) || !errors.Is(ended, context.Canceled)) {
+			t.Errorf("ctx ended: Shutdown %v, handler ended with %v; want both cancelled", err, ended)
+		}
+		a := wait(t, res, "the call's answer")
+		if graceful && a.code != "KERNEL_TIMEOUT_001" {
+			t.Errorf("graceful: the call answered %+v, want its TIMEOUT", a)
+		}
 	}
 }

@@ -62,6 +62,9 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		header = req.Extra.Header
 	}
 	ctx = traceContext(ctx, p.Meta, header)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.stopped, cancel)()
 	var u kernel.Unary
 	u.Protocol, u.Route, u.Arrival = pipeline.ProtocolMCP, "tools/call "+t.desc.ID, start
 	callerMeta(&u.Caller, p.Meta)

@@ -31,7 +31,7 @@ func Example() {
 		})
 	k, _ := kernel.New(kernel.WithRegistry(reg))
 	m, _ := mcpadapter.New(k, nil)
-	defer m.Close()
+	defer m.Shutdown(context.Background()) // before the HTTP server's
 	// With echo: e.Any("/mcp", echo.WrapHandler(m)).
 	srv := httptest.NewServer(m)
 	defer srv.Close()

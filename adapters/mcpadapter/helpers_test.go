@@ -140,7 +140,11 @@ func serve(t *testing.T, k *kernel.Kernel, o *mcpadapter.Options) (string, *mcpa
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
-		_ = m.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
 		srv.Close()
 		<-served
 	})

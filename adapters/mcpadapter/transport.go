@@ -14,7 +14,7 @@ import (
 const retryAfterSessions = 1
 
 // ServeHTTP serves MCP's Streamable HTTP transport. A request that would
-// open a session beyond MaxSessions, or any after Close, gets 503 with
+// open a session beyond MaxSessions, or any after Shutdown, gets 503 with
 // Retry-After and a JSON-RPC error. Bodies over MaxMessageBytes get 413.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Mcp-Session-Id") == "" && (s.closed.Load() || s.sessions() >= s.opts.MaxSessions) {

@@ -349,8 +349,9 @@ func (sd *shutdown) run(ctx context.Context, serveErr error) error {
 func (sd *shutdown) drain(sctx context.Context) []error {
 	sd.g.drain()
 	var errs []error
-	// MCP sessions close first: an open event stream would hold Shutdown.
-	if err := sd.mcp.Close(); err != nil {
+	// MCP first: its calls finish, then its sessions close; an open event
+	// stream would hold the HTTP server's Shutdown.
+	if err := sd.mcp.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("mcp: %w", err))
 	}
 	if err := sd.srv.Shutdown(sctx); err != nil {
