@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +131,67 @@ func TestShutdownClosesMCPSessions(t *testing.T) {
 		t.Errorf("serve returned %v after %v, want a clean shutdown within the %v grace", err, took, grace)
 	}
 	t.Logf("shutdown with an open MCP session took %v", took)
+}
+
+// TestShopMCPCancelled: an agent host launches `shop mcp` and calls
+// reports.export for 3 s, then gives up. Its SDK client sends
+// notifications/cancelled; the handler's context ends and it returns long
+// before its 3 s, and the shop's access log on stderr records the call as
+// CANCELLED (KERNEL_CANCELLED_001).
+func TestShopMCPCancelled(t *testing.T) {
+	dir := t.TempDir()
+	mark, hlog := filepath.Join(dir, "started"), filepath.Join(dir, "handlers")
+	cmd := exec.Command(os.Args[0], "mcp")
+	cmd.Env = childEnv(handlerStartedEnv+"="+mark, handlerLogEnv+"="+hlog)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "reports.export", Arguments: map[string]any{"delayMs": 3000}})
+		errc <- err
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for _, err := os.Stat(mark); err != nil; _, err = os.Stat(mark) {
+		if time.Now().After(deadline) {
+			t.Fatal("the export's handler did not start within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancelled := time.Now()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("CallTool: %v, want context.Canceled", err)
+	}
+	var run []string
+	for run == nil {
+		b, _ := os.ReadFile(hlog)
+		if f := strings.Fields(string(b)); len(f) >= 3 && f[0] == "reports.export" {
+			run = f
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no handler run recorded; stderr %s", stderr.String())
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	start, _ := strconv.ParseInt(run[1], 10, 64)
+	end, _ := strconv.ParseInt(run[2], 10, 64)
+	if ran := time.Duration(end - start); ran >= 2*time.Second {
+		t.Errorf("the handler ran %v, want it cut short of its 3 s by the cancellation", ran)
+	}
+	t.Logf("the handler returned %v after the client cancelled", time.Duration(end-cancelled.UnixNano()))
+	for !strings.Contains(stderr.String(), `"code":"KERNEL_CANCELLED_001"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr %s, want the call's access log record with KERNEL_CANCELLED_001", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cs.Close(); err != nil {
+		t.Errorf("closing the session (the shop's stdin): %v", err)
+	}
 }
