@@ -349,7 +349,7 @@ func TestCancelledNotification(t *testing.T) {
 
 // TestTraceContextAndBaggage: a tool call's _meta traceparent becomes the
 // invocation's trace (the Problem's traceId), and its baggage reaches the
-// handler.
+// handler. A baggage over 8192 bytes is dropped.
 func TestTraceContextAndBaggage(t *testing.T) {
 	p := newProbe()
 	k := newKernel(t, p, nil)
@@ -364,6 +364,12 @@ func TestTraceContextAndBaggage(t *testing.T) {
 	}
 	if got := wait(t, p.bag, "the handler's baggage"); got != "acme" {
 		t.Errorf("handler baggage tenant = %q, want acme", got)
+	}
+	// Baggage over 8192 bytes is dropped whole.
+	mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, mcp.Meta{
+		"baggage": "tenant=acme,pad=" + strings.Repeat("x", 8192), "sundial/timeoutMs": 20})
+	if got := wait(t, p.bag, "the handler's baggage"); got != "" {
+		t.Errorf("handler baggage tenant = %q from an oversized baggage, want none", got)
 	}
 }
 
