@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,27 +20,34 @@ import (
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
-// inspectorCLI returns the command line of the MCP inspector's CLI (npm
-// @modelcontextprotocol/inspector-cli), which .ci/deps installs under the
-// user cache directory, and the directory to run it in. It is a failure
-// in CI when node or the package is missing, a skip elsewhere.
-func inspectorCLI(t *testing.T) (argv []string, dir string) {
+// npmTool returns the command line of script in the npm package pkg
+// (under @modelcontextprotocol), which .ci/deps installs under the user
+// cache directory, and that node_modules directory. It is a failure in CI
+// when node or the package is missing, a skip elsewhere.
+func npmTool(t *testing.T, pkg, script string) (argv []string, modules string) {
 	t.Helper()
 	cache, err := os.UserCacheDir()
 	node, nerr := exec.LookPath("node")
-	prefix := filepath.Join(cache, "sundial-npm")
-	script := filepath.Join(prefix, "node_modules", "@modelcontextprotocol", "inspector-cli", "build", "index.js")
-	if _, serr := os.Stat(script); err != nil || nerr != nil || serr != nil {
-		msg := "the MCP inspector CLI is not installed; run `make deps` (npm @modelcontextprotocol/inspector-cli under " + prefix + ")"
+	modules = filepath.Join(cache, "sundial-npm", "node_modules")
+	path := filepath.Join(modules, "@modelcontextprotocol", pkg, script)
+	if _, serr := os.Stat(path); err != nil || nerr != nil || serr != nil {
+		msg := "npm @modelcontextprotocol/" + pkg + " is not installed under " + modules + "; run `make deps`"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
+	return []string{node, path}, modules
+}
+
+// inspectorCLI returns the command line of the MCP inspector's CLI and
+// the directory to run it in.
+func inspectorCLI(t *testing.T) (argv []string, dir string) {
+	t.Helper()
 	// The CLI reads its own package.json at "../package.json" relative to
 	// its module, but checks that path's existence relative to its working
-	// directory: run it where both resolve.
-	return []string{node, script}, filepath.Join(prefix, "node_modules")
+	// directory: run it in node_modules, where both resolve.
+	return npmTool(t, "inspector-cli", filepath.Join("build", "index.js"))
 }
 
 // inspect runs the inspector CLI with args and decodes its JSON output.
@@ -193,5 +201,39 @@ func TestShopMCPCancelled(t *testing.T) {
 	}
 	if err := cs.Close(); err != nil {
 		t.Errorf("closing the session (the shop's stdin): %v", err)
+	}
+}
+
+// conformanceScenarios are the MCP conformance suite's server scenarios
+// that apply to a server of operations: the others call the suite's own
+// fixed tools, resources and prompts (docs/mcp.md lists them).
+var conformanceScenarios = []string{"server-initialize", "ping", "tools-list",
+	"server-sse-multiple-streams", "server-sse-polling"}
+
+// conformanceResult matches the suite's summary line.
+var conformanceResult = regexp.MustCompile(`Passed: (\d+)/(\d+), (\d+) failed`)
+
+// TestShopMCPConformance runs the MCP conformance suite (npm
+// @modelcontextprotocol/conformance) against the shop's MCP endpoint: no
+// applicable scenario has a failed check. server-sse-polling has only
+// SHOULD checks (stream resumption), which warn.
+func TestShopMCPConformance(t *testing.T) {
+	argv, _ := npmTool(t, "conformance", filepath.Join("dist", "index.js"))
+	s := startServe(t, shopcmd.ServeOptions{})
+	for _, scenario := range conformanceScenarios {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], "server", "--url", s.url+"/mcp", "--scenario", scenario)...)
+		cmd.Env, cmd.Dir = childEnv(), t.TempDir()
+		out, err := cmd.CombinedOutput()
+		cancel()
+		m := conformanceResult.FindSubmatch(out)
+		if m == nil {
+			t.Errorf("%s: no summary (%v): %s", scenario, err, out)
+			continue
+		}
+		passed, _ := strconv.Atoi(string(m[1]))
+		if string(m[3]) != "0" || (passed == 0 && scenario != "server-sse-polling") {
+			t.Errorf("%s: %s: %s", scenario, m[0], out)
+		}
 	}
 }
