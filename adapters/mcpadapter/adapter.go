@@ -19,14 +19,15 @@ import (
 	"github.com/sundial-go/sundial/operations"
 )
 
-// Options configure New. The zero Options serve every operation within
-// the default bounds.
+// Options configure New. The zero Options serve every unary operation
+// within the default bounds.
 type Options struct {
 	// Name and Version name the server to clients; "sundial" and "0"
 	// when empty.
 	Name, Version string
 	// Operations are the IDs of the operations served as tools; nil
-	// serves them all. An ID the kernel does not serve fails New.
+	// serves every unary one. An ID the kernel does not serve, or of a
+	// streaming operation, fails New.
 	Operations []string
 	// MaxSessions bounds the live sessions of Streamable HTTP (1000 when
 	// 0). A request that would open one more gets 503 with Retry-After.
@@ -69,7 +70,8 @@ type Server struct {
 
 // New returns the MCP server of k's operations: one tool per operation,
 // built from its handle (kernel.Op) once. It fails when an operation of
-// Options.Operations is not k's, or when an input is not a JSON object.
+// Options.Operations is not k's or streams, or when an input is not a
+// JSON object.
 func New(k *kernel.Kernel, o *Options) (*Server, error) {
 	if k == nil {
 		return nil, errors.New("mcpadapter: New: nil kernel")

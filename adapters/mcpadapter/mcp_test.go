@@ -416,3 +416,20 @@ func toolNames(t *testing.T, k *kernel.Kernel, o *mcpadapter.Options) string {
 	}
 	return strings.Join(names, " ")
 }
+
+// TestInputNotAnObject: MCP tools take a JSON object, so New fails,
+// naming the operation, when an input type is not one.
+func TestInputNotAnObject(t *testing.T) {
+	reg := operations.NewRegistry()
+	if err := operations.Register(reg, operations.Descriptor{ID: "notes.echo"},
+		func(_ context.Context, s string) (string, error) { return s, nil }); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kernel.New(kernel.WithRegistry(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mcpadapter.New(k, nil); err == nil || !strings.Contains(err.Error(), "notes.echo") {
+		t.Errorf("New with a string input: %v, want an error naming the operation", err)
+	}
+}
