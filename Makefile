@@ -26,7 +26,8 @@ run:
 test: deps vet fmtcheck
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
-## deps: the system programs the tests need (redis-server, protoc, chromium)
+## deps: the system programs the tests need (redis-server, protoc, chromium,
+## node and npm) and the MCP inspector CLI (npm)
 deps:
 	@.ci/deps
 

@@ -126,6 +126,8 @@ var packageNames = map[string]string{
 	"cliadapter":   "github.com/sundial-go/sundial/adapters/cliadapter",
 	"grpcadapter":  "github.com/sundial-go/sundial/adapters/grpcadapter",
 	"httpadapter":  "github.com/sundial-go/sundial/adapters/httpadapter",
+	"mcpadapter":   "github.com/sundial-go/sundial/adapters/mcpadapter",
+	"mcp":          "github.com/modelcontextprotocol/go-sdk/mcp",
 	"kernel":       "github.com/sundial-go/sundial/kernel",
 	"client":       "github.com/sundial-go/sundial/kernel/client",
 	"propagation":  "github.com/sundial-go/sundial/kernel/propagation",
