@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sundial-go/sundial/kernel/internal/config"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -78,6 +79,9 @@ func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) Outcom
 		return e.end(nil, e.reject, time.Time{})
 	}
 	out, err := k.run(e.ctx, &e)
+	if res := r.res; res.Reason != stream.EndNone {
+		e.obs.Stream(observe.StreamEnd{Reason: res.Reason.String(), Sent: res.Sent, Received: res.Received})
+	}
 	return e.end(out, err, time.Time{})
 }
 
@@ -90,6 +94,8 @@ func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (any, 
 	if !r.k.openStream(r.c, s) {
 		s.Drain(drainRetryAfter)
 	}
+	r.c.obs.StreamOpened(ctx, 1)
+	defer r.c.obs.StreamOpened(ctx, -1)
 	defer r.c.open.remove(s)
 	sh := r.c.desc.StreamHandler()
 	h := recoverHandler(func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
