@@ -240,6 +240,7 @@ func TestMaxStreams(t *testing.T) {
 // TestDrainStreams: DrainStreams gives every open stream its outcome at
 // once: UNAVAILABLE, KERNEL_UNAVAILABLE_012, with a retry-after. A stream
 // opened after it is refused with the same outcome, and nothing runs.
+// Close drains the streams still open.
 func TestDrainStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var ran atomic.Int64
@@ -269,6 +270,18 @@ func TestDrainStreams(t *testing.T) {
 		assertErr(t, out.Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_012")
 		if ran.Load() != n {
 			t.Fatalf("%d handlers ran, want %d", ran.Load(), n)
+		}
+
+		// Close drains the streams still open too.
+		k2 := streamKernel(t, reg, `{}`)
+		go func() {
+			outs <- k2.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
+		}()
+		synctest.Wait()
+		k2.Close()
+		assertErr(t, (<-outs).Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_012")
+		if ran.Load() != n+1 {
+			t.Fatalf("%d handlers ran, want %d", ran.Load(), n+1)
 		}
 	})
 }
