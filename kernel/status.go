@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/outbound"
@@ -27,7 +28,9 @@ type Status struct {
 
 // OperationStatus is one operation in a Status.
 type OperationStatus struct {
-	ID     string
+	ID string
+	// Policy is the policy the operation's limits enforce. A streaming
+	// operation's ConcurrencyLimit is its MaxStreams.
 	Policy resilience.Policy
 	// Scope is "process" or "cluster".
 	Scope string
@@ -59,6 +62,9 @@ type OperationStatus struct {
 	// readings they reuse.
 	Calls    int64
 	P50, P99 time.Duration
+	// Streams is a streaming operation's open streams in this process.
+	// MaxStreams bounds them (0: none), counted in the operation's Scope.
+	Streams, MaxStreams int
 }
 
 // Status returns a snapshot of the kernel's operations, sorted by ID.
@@ -70,7 +76,7 @@ func (k *Kernel) Status() Status {
 		ls := l.State()
 		o := OperationStatus{
 			ID:               id,
-			Policy:           k.policyFor(id),
+			Policy:           limitsPolicy(c.desc, k.policyFor(id), *c.stream.Load()),
 			Breaker:          breakerName(l.Policy(), ls.Breaker),
 			BreakerOpenFor:   ls.BreakerOpenFor,
 			RateQueue:        ls.RateQueue,
@@ -91,6 +97,9 @@ func (k *Kernel) Status() Status {
 			o.Degraded = st.Degraded(id)
 		}
 		o.Calls, o.P50, o.P99 = c.lat.snapshot(time.Now())
+		if c.desc.Kind() != operations.Unary {
+			o.Streams, o.MaxStreams = c.open.len(), c.stream.Load().MaxStreams
+		}
 		st.Operations = append(st.Operations, o)
 	}
 	slices.SortFunc(st.Operations, func(a, b OperationStatus) int { return strings.Compare(a.ID, b.ID) })
