@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,7 +115,7 @@ func register(t testing.TB, reg *operations.Registry) {
 }
 
 const testConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":{"Operations":{
-	"work.limited":{"PermitLimit":1,"WindowSeconds":60},
+	"work.limited":{"PermitLimit":1,"WindowSeconds":60,"RateLimitHeaders":true},
 	"work.capped":{"TimeoutSeconds":0.2},
 	"work.keyed":{"Idempotency":{}}
 }}}}}`
@@ -269,4 +270,26 @@ func field(m *dynamicpb.Message, name string) string {
 		return fmt.Sprintf("<no field %s>", name)
 	}
 	return m.Get(fd).String()
+}
+
+// waitLog waits for a record whose message is msg and whose attributes
+// include every "key=value" of want, and returns it.
+func waitLog(t testing.TB, s *server, msg string, want ...string) pipelinetest.Record {
+	t.Helper()
+	r, ok := s.logs.WaitFor(5*time.Second, func(r pipelinetest.Record) bool {
+		if r.Message != msg {
+			return false
+		}
+		for _, w := range want {
+			k, v, _ := strings.Cut(w, "=")
+			if fmt.Sprint(r.Attrs[k]) != v {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("no %q record with %v in %v", msg, want, s.logs.Records())
+	}
+	return r
 }

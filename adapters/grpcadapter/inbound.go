@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
+	"github.com/sundial-go/sundial/kernel"
 	kprop "github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
