@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
 BENCH     ?= .
-BENCHPKGS ?= ./kernel ./samples/shop/systemtest
+BENCHPKGS ?= ./kernel ./samples/shop/systemtest ./adapters/connectadapter
 FUZZTIME  ?= 10s
 
 .PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean
@@ -41,7 +41,7 @@ build:
 	$(GO) build -o bin/shop ./samples/shop
 
 ## bench: the main suites (pipeline vs its floors, rejections, limits,
-## telemetry, HTTP and gRPC vs bare servers; about 5 minutes on 2 cores) with
+## telemetry, HTTP, gRPC and Connect vs bare servers; about 5 minutes on 2 cores) with
 ## -benchmem, $(BENCHCOUNT) rounds of one run each in a fresh process, for
 ## benchstat (see docs/performance.md): the cases compared with one another
 ## are measured seconds apart in every round, so their ratios do not drift

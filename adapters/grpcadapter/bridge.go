@@ -81,12 +81,7 @@ func (m headerMD) Values(key string) []string {
 	return m.h.Values(key)
 }
 
-func (m headerMD) Get(key string) string {
-	if vs := m.Values(key); len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
-}
+func (m headerMD) Get(key string) string { return incomingMD{}.first(m.Values(key)) }
 
 // Set does nothing: Extract only reads.
 func (headerMD) Set(string, string) {}

@@ -144,8 +144,11 @@ func (m incomingMD) Values(key string) []string {
 	return metadata.ValueFromIncomingContext(m.ctx, key)
 }
 
-func (m incomingMD) Get(key string) string {
-	if vs := m.Values(key); len(vs) > 0 {
+func (m incomingMD) Get(key string) string { return m.first(m.Values(key)) }
+
+// first returns the first of vs, or "".
+func (incomingMD) first(vs []string) string {
+	if len(vs) > 0 {
 		return vs[0]
 	}
 	return ""
