@@ -16,6 +16,10 @@ import (
 // WithReadLimit is not given: 4 MiB, grpc-go's default.
 const defaultReadLimit = 4 << 20
 
+// bodySlack is what a request body may hold beyond one message: the
+// envelope of gRPC and gRPC-Web, and a little more.
+const bodySlack = 1 << 10
+
 // Option configures New and Mount.
 type Option interface{ apply(*config) }
 
@@ -92,7 +96,9 @@ func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error
 	var services []string
 	for _, m := range srv.Methods() {
 		p := &procedure{srv: srv, m: m}
-		mux.Handle(m.Full, p.handler(&cfg))
+		// The whole body is bounded too: connect-go reads an oversized
+		// message to its end to report its size.
+		mux.Handle(m.Full, http.MaxBytesHandler(p.handler(&cfg), int64(cfg.readLimit)+bodySlack))
 		if s, _, _ := strings.Cut(strings.TrimPrefix(m.Full, "/"), "/"); len(services) == 0 || services[len(services)-1] != s {
 			services = append(services, s)
 		}

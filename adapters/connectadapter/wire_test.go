@@ -2,6 +2,7 @@ package connectadapter_test
 
 import (
 	"bytes"
+	"context"
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
@@ -296,5 +297,37 @@ func TestDecompressionBombIsRefused(t *testing.T) {
 	req.Header.Set("Content-Encoding", "gzip")
 	if a := do(t, hc, req); a.status != http.StatusOK {
 		t.Fatalf("small gzip: %d %s", a.status, a.body)
+	}
+}
+
+// endless is a request body that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// TestEndlessBodyIsAnswered: a body that never ends, over HTTP/1.1 and
+// h2c, is answered resource_exhausted once the bound is read; the
+// server does not read on to its end.
+func TestEndlessBodyIsAnswered(t *testing.T) {
+	s := newServer(t, connectadapter.WithReadLimit(64<<10))
+	for _, h2c := range []bool{false, true} {
+		hc := httpClient(t, h2c)
+		// Without the bound the server reads on for ever: the client gives
+		// up after 20 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/test.v1.Work/Run", io.NopCloser(endless{}))
+		req.Header.Set("Content-Type", "application/proto")
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("h2c=%v: %v", h2c, err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("h2c=%v: status %d, want 429 resource_exhausted", h2c, res.StatusCode)
+		}
 	}
 }
