@@ -101,6 +101,7 @@ func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error
 		mux.Handle(m.Full, http.MaxBytesHandler(p.handler(&cfg), int64(cfg.readLimit)+bodySlack))
 		if s, _, _ := strings.Cut(strings.TrimPrefix(m.Full, "/"), "/"); len(services) == 0 || services[len(services)-1] != s {
 			services = append(services, s)
+			mux.Handle("/"+s+"/", unknownMethod{srv})
 		}
 	}
 	var h http.Handler = mux

@@ -71,6 +71,19 @@ func (p *procedure) input(r *request) (any, error) {
 	return p.m.Input(r.msg)
 }
 
+// unknownMethod answers the calls of a service's unknown methods through
+// the kernel: unimplemented, observed and logged like every other call.
+type unknownMethod struct{ srv rpcbridge.Server }
+
+func (u unknownMethod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o, st := u.srv.Unknown(r.Context(), r.Header, r.URL.Path, logMessage)
+	e := connectError(st)
+	if o.TraceID != "" {
+		e.Meta().Set(headerTraceID, o.TraceID)
+	}
+	_ = connect.NewErrorWriter().Write(w, r, e)
+}
+
 // connectError returns st as a Connect error: the same code, message and
 // details.
 func connectError(st *status.Status) *connect.Error {

@@ -331,3 +331,15 @@ func TestEndlessBodyIsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownMethodIsObserved: a method a served service lacks is
+// unimplemented (HTTP 501), answered through the kernel: one log record
+// with GRPC_NOT_FOUND_001 and the method.
+func TestUnknownMethodIsObserved(t *testing.T) {
+	s := newServer(t)
+	a := post(t, httpClient(t, false), s.url+"/test.v1.Work/Nope", `{}`, nil)
+	if a.status != http.StatusNotImplemented || a.err.Code != "unimplemented" || !strings.Contains(a.err.Message, "/test.v1.Work/Nope") {
+		t.Fatalf("answer %d %s, want 501 unimplemented", a.status, a.body)
+	}
+	waitLog(t, s, "connect call", "method=/test.v1.Work/Nope", "code=GRPC_NOT_FOUND_001")
+}

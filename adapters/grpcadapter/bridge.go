@@ -12,6 +12,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // This file hands an Adapter's unary methods to another adapter (see
@@ -57,6 +58,18 @@ func (b bridge) Answer(ctx context.Context, m *rpcbridge.Method, o kernel.Outcom
 	st := Status(o.Err, b.a.cfg.domain)
 	b.a.logCallAs(ctx, m.Full, o, st, start, msg)
 	return st
+}
+
+// Unknown answers a call of the unknown method full through the kernel.
+func (b bridge) Unknown(ctx context.Context, h http.Header, full string, msg string) (kernel.Outcome, *status.Status) {
+	start := time.Now()
+	parent, stop := b.a.inbound(ctx)
+	defer stop()
+	hm := headerMD{h: h}
+	hm.noBaggage = b.a.baggageOver(ctx, h.Values(mdBaggage), "", full)
+	o, st := b.a.unknownCall(parent, hm, full, pipeline.ProtocolConnect)
+	b.a.logCallAs(ctx, full, o, st, start, msg)
+	return o, st
 }
 
 // Header returns the request headers h of a call of m as its metadata.

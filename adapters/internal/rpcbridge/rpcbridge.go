@@ -53,6 +53,10 @@ type Server interface {
 	// context: ctx's deadline attributed as on gRPC, and the trace
 	// context and baggage of md. Call stop once the kernel has answered.
 	Enter(ctx context.Context, md Carrier, m *Method, c *kernel.Caller) (parent context.Context, stop func())
+	// Unknown answers a call of the unknown method full, whose request
+	// headers are h, through the kernel, and logs it with msg. It returns
+	// the outcome and the status of the answer.
+	Unknown(ctx context.Context, h http.Header, full, msg string) (kernel.Outcome, *status.Status)
 	// Answer logs a call with msg and returns the status of its outcome:
 	// nil on success.
 	Answer(ctx context.Context, m *Method, o kernel.Outcome, start time.Time, msg string) *status.Status

@@ -114,36 +114,39 @@ func (c *connectCaller) failure(t *testing.T, op string, err error, a *answer) {
 
 func (c *connectCaller) early(t *testing.T) map[string]answer {
 	t.Helper()
-	// A request that is not protobuf is the adapter's rejection, observed
-	// by the kernel. An unknown procedure and a malformed timeout are
-	// connect-go's answers, before any operation: they have no record.
-	log := c.access()
-	n := len(log.records())
-	ctype := "application/proto"
+	// A request that is not protobuf and an unknown method are the
+	// adapter's rejections, observed by the kernel. A malformed timeout is
+	// connect-go's answer, before any operation: it has no record.
+	ctype, body := "application/proto", []byte{0xff, 0xff, 0xff}
 	if c.web {
-		ctype = "application/grpc-web+proto"
+		ctype, body = "application/grpc-web+proto", append([]byte{0, 0, 0, 0, 3}, body...)
 	}
-	body := []byte{0xff, 0xff, 0xff}
-	if c.web {
-		body = append([]byte{0, 0, 0, 0, 3}, body...)
+	out := map[string]answer{}
+	for _, tc := range []struct{ name, method string }{
+		{"request that is not protobuf", "/shop.v1.Orders/Create"},
+		{"unknown method", "/shop.v1.Orders/Nope"},
+	} {
+		log := c.access()
+		n := len(log.records())
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.g.url+tc.method, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", ctype)
+		res, err := c.hc.Do(req)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		a := answer{status: res.Status}
+		var ok bool
+		if a.access, ok = log.after(n, func(r pipelinetest.Record) bool { return r.Attrs["method"] == tc.method }); !ok {
+			t.Errorf("%s left no call record:\n%s", tc.name, c.g.logs)
+		}
+		a.code, _ = a.access.Attrs["code"].(string)
+		out[tc.name] = a
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.g.url+"/shop.v1.Orders/Create", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", ctype)
-	res, err := c.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	a := answer{status: res.Status}
-	var ok bool
-	if a.access, ok = log.after(n, func(r pipelinetest.Record) bool { return r.Attrs["method"] == "/shop.v1.Orders/Create" }); !ok {
-		t.Errorf("a request that is not protobuf left no call record:\n%s", c.g.logs)
-	}
-	a.code, _ = a.access.Attrs["code"].(string)
-	return map[string]answer{"request that is not protobuf": a}
+	return out
 }
