@@ -33,11 +33,16 @@ type config struct {
 }
 
 // WithCORS answers cross-origin calls from browsers of the given origins,
-// such as "https://shop.example". "*" allows any origin. Preflight
-// requests are answered before any operation runs. Without it, a browser
-// on another origin cannot read the answers.
+// such as "https://shop.example". "*" allows any origin; no origin at all
+// leaves CORS off. Preflight requests are answered before any operation
+// runs. Without CORS, a browser on another origin cannot read the answers.
 func WithCORS(origins ...string) Option {
-	return optionFunc(func(c *config) { c.origins = append([]string(nil), origins...) })
+	return optionFunc(func(c *config) {
+		c.origins = nil // rs/cors reads an empty list as every origin
+		if len(origins) > 0 {
+			c.origins = append([]string(nil), origins...)
+		}
+	})
 }
 
 // WithReadLimit sets the largest request message in bytes, after
