@@ -92,14 +92,22 @@ func TestConnectFromChromium(t *testing.T) {
 // other than the shop's) and returns its URL and origin.
 func servePage(t *testing.T) (url, origin string) {
 	t.Helper()
+	origin = serveOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(connectPage))
+	}))
+	return origin + "/", origin
+}
+
+// serveOrigin serves h on a 127.0.0.1 port of its own until the test ends,
+// and returns its origin.
+func serveOrigin(t *testing.T, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write([]byte(connectPage))
-	})}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: h}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -109,6 +117,5 @@ func servePage(t *testing.T) (url, origin string) {
 		_ = srv.Close()
 		<-done
 	})
-	origin = "http://" + ln.Addr().String()
-	return origin + "/", origin
+	return "http://" + ln.Addr().String()
 }
