@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
 BENCH     ?= .
-BENCHPKGS ?= ./kernel ./adapters ./samples/shop/systemtest
+BENCHPKGS ?= ./kernel ./adapters ./adapters/connectadapter ./samples/shop/systemtest
 FUZZTIME  ?= 10s
 
 .PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean
@@ -21,13 +21,13 @@ run:
 	$(GO) run ./samples/shop serve --http $(HTTP_ADDR) --grpc $(GRPC_ADDR)
 
 ## test: vet, gofmt check, and every test with the race detector (first
-## installs redis-server, protoc and chromium with apt-get when they are
+## installs redis-server, protoc, chromium and npm with apt-get when they are
 ## missing and it can; see .ci/deps)
 test: deps vet fmtcheck
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 ## deps: the system programs the tests need (redis-server, protoc, chromium,
-## node and npm) and the MCP inspector CLI (npm)
+## node and npm), the MCP inspector CLI and the connect-web test's packages (npm)
 deps:
 	@.ci/deps
 
@@ -42,8 +42,8 @@ build:
 	$(GO) build -o bin/shop ./samples/shop
 
 ## bench: the main suites (pipeline vs its floors, rejections, limits,
-## telemetry, HTTP and gRPC vs bare servers, typed clients vs calls by hand;
-## about 5 minutes on 2 cores) with
+## telemetry, HTTP, gRPC and Connect vs bare servers, typed clients vs calls
+## by hand; about 5 minutes on 2 cores) with
 ## -benchmem, $(BENCHCOUNT) rounds of one run each in a fresh process, for
 ## benchstat (see docs/performance.md): the cases compared with one another
 ## are measured seconds apart in every round, so their ratios do not drift

@@ -17,10 +17,11 @@ const (
 	ProtocolHTTP
 	ProtocolGRPC
 	ProtocolCLI
+	ProtocolConnect // Connect, gRPC and gRPC-Web over net/http
 	ProtocolMCP
 )
 
-// String returns "inprocess", "http", "grpc", "cli" or "mcp".
+// String returns "inprocess", "http", "grpc", "cli", "connect" or "mcp".
 func (p Protocol) String() string {
 	switch p {
 	case ProtocolHTTP:
@@ -29,6 +30,8 @@ func (p Protocol) String() string {
 		return "grpc"
 	case ProtocolCLI:
 		return "cli"
+	case ProtocolConnect:
+		return "connect"
 	case ProtocolMCP:
 		return "mcp"
 	}

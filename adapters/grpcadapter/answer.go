@@ -95,6 +95,11 @@ const metadataTraceID = "sundial-trace-id"
 // never sent). Calls their clients canceled are counted, and only a few
 // get a record each (see canceledCalls).
 func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time) {
+	a.logCallAs(ctx, full, o, st, start, "grpc call")
+}
+
+// logCallAs is logCall with the record's message msg.
+func (a *Adapter) logCallAs(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time, msg string) {
 	kind, code := pipeline.KindOK, ""
 	if e := pipeline.AsError(o.Err); e != nil {
 		kind, code = e.Kind(), e.Code()
@@ -121,5 +126,5 @@ func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st
 	if kind == pipeline.KindUnexpected {
 		attrs = append(attrs, slog.String("error", pipeline.ErrorText(o.Err)))
 	}
-	a.logger.LogAttrs(ctx, level, "grpc call", attrs...)
+	a.logger.LogAttrs(ctx, level, msg, attrs...)
 }

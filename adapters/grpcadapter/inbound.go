@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
 	"github.com/sundial-go/sundial/kernel"
 	kprop "github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
@@ -43,7 +44,11 @@ func (a *Adapter) invoke(ctx context.Context, full string, op *kernel.Op, input 
 // invocation's parent context (see inbound) carrying the trace context
 // and baggage of the request metadata.
 func (a *Adapter) prepare(ctx, parent context.Context, full, id string, c *kernel.Caller) context.Context {
-	md := a.metadata(ctx, id, full)
+	return a.prepareFrom(a.metadata(ctx, id, full), parent, full, c)
+}
+
+// prepareFrom is prepare with the request metadata md.
+func (a *Adapter) prepareFrom(md rpcbridge.Carrier, parent context.Context, full string, c *kernel.Caller) context.Context {
 	parent = a.extract(parent, md)
 	c.Protocol = pipeline.ProtocolGRPC
 	if c.Route == "" {
@@ -139,8 +144,11 @@ func (m incomingMD) Values(key string) []string {
 	return metadata.ValueFromIncomingContext(m.ctx, key)
 }
 
-func (m incomingMD) Get(key string) string {
-	if vs := m.Values(key); len(vs) > 0 {
+func (m incomingMD) Get(key string) string { return m.first(m.Values(key)) }
+
+// first returns the first of vs, or "".
+func (incomingMD) first(vs []string) string {
+	if len(vs) > 0 {
 		return vs[0]
 	}
 	return ""
@@ -169,25 +177,31 @@ const msgBaggageDropped = "grpcadapter: baggage metadata dropped"
 // logged, sampled: callers send such metadata at will).
 func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
 	md := incomingMD{ctx: ctx, baggage: metadata.ValueFromIncomingContext(ctx, mdBaggage)}
-	if vs := md.baggage; len(vs) > 0 {
-		size := 0
-		for _, v := range vs {
-			size += len(v)
-		}
-		if size > a.cfg.baggageLimit {
-			md.noBaggage = true
-			a.baggageLog.LogAttrs(ctx, slog.LevelWarn, msgBaggageDropped,
-				slog.String("operation", cmp.Or(op, full)), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
-		}
-	}
+	md.noBaggage = a.baggageOver(ctx, md.baggage, op, full)
 	return md
+}
+
+// baggageOver reports whether the baggage values vs are over the
+// WithBaggageLimit, and then logs a warning, sampled: callers send such
+// metadata at will.
+func (a *Adapter) baggageOver(ctx context.Context, vs []string, op, full string) bool {
+	size := 0
+	for _, v := range vs {
+		size += len(v)
+	}
+	if size <= a.cfg.baggageLimit {
+		return false
+	}
+	a.baggageLog.LogAttrs(ctx, slog.LevelWarn, msgBaggageDropped,
+		slog.String("operation", cmp.Or(op, full)), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
+	return true
 }
 
 // extract returns parent carrying the W3C baggage of md, which the kernel
 // copies into the invocation, and what the propagator extracts from it
 // (by default the W3C trace context, which the invocation's span
 // continues).
-func (a *Adapter) extract(parent context.Context, md incomingMD) context.Context {
+func (a *Adapter) extract(parent context.Context, md rpcbridge.Carrier) context.Context {
 	if a.cfg.defaultPropagator {
 		return kprop.Propagator().Extract(parent, md) // trace context and baggage
 	}

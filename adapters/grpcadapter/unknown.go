@@ -1,6 +1,7 @@
 package grpcadapter
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -37,6 +39,20 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 	if !ok {
 		full = "(unknown)"
 	}
+	parent, stop := a.inbound(ctx)
+	defer stop()
+	o, st := a.unknownCall(parent, a.metadata(ctx, "", full), full, pipeline.ProtocolGRPC)
+	a.logCall(ctx, full, o, st, start)
+	if o.TraceID != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(metadataTraceID, o.TraceID))
+	}
+	return st.Err()
+}
+
+// unknownCall answers a call of the unknown method full, whose request
+// metadata are md, over protocol p, through the kernel. It returns the
+// outcome and the status of the answer.
+func (a *Adapter) unknownCall(parent context.Context, md rpcbridge.Carrier, full string, p pipeline.Protocol) (kernel.Outcome, *status.Status) {
 	svc, _ := splitFull(full)
 	msg := fmt.Sprintf("unknown service %s", svc)
 	for _, sd := range a.services {
@@ -45,18 +61,11 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 		}
 	}
 	e := pipeline.NewError(pipeline.KindNotFound, codeUnknownMethod, msg).WithDetail("method", full)
-	parent, stop := a.inbound(ctx)
-	defer stop()
 	c := kernel.Caller{Route: unknownRoute,
 		Transport: kernel.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}}
-	parent = a.prepare(ctx, parent, full, "", &c)
-	o := a.k.Reject(parent, c, e)
-	st := status.New(codes.Unimplemented, msg)
-	a.logCall(ctx, full, o, st, start)
-	if o.TraceID != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(metadataTraceID, o.TraceID))
-	}
-	return st.Err()
+	parent = a.prepareFrom(md, parent, full, &c)
+	c.Protocol = p
+	return a.k.Reject(parent, c, e), status.New(codes.Unimplemented, msg)
 }
 
 // unimplemented is the gRPC code of every call to an unknown method

@@ -89,6 +89,7 @@ var (
 		pipeline.ProtocolHTTP:      trace.SpanKindServer,
 		pipeline.ProtocolGRPC:      trace.SpanKindServer,
 		pipeline.ProtocolCLI:       trace.SpanKindInternal,
+		pipeline.ProtocolConnect:   trace.SpanKindServer,
 		pipeline.ProtocolMCP:       trace.SpanKindServer,
 	}
 )

@@ -111,6 +111,9 @@ var conformanceColumns = []column{
 		return &grpcCaller{g: startShopGRPC(t, shopcmd.ServeOptions{KernelOptions: env.kernelOptions()})}
 	}},
 	{"cli", func(t *testing.T, env *shopEnv) caller { return newCLICaller(t, env) }}, // exit codes; cliCaller in cli_test.go
+	// The HTTP port's Connect and gRPC-Web (connect_test.go).
+	{"connect", func(t *testing.T, env *shopEnv) caller { return newConnectCaller(t, env, false) }},
+	{"grpcweb", func(t *testing.T, env *shopEnv) caller { return newConnectCaller(t, env, true) }},
 }
 
 // conformanceRow is one scenario: steps, then check.

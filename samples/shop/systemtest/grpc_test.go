@@ -150,12 +150,7 @@ func (rf *reflectedFiles) method(t *testing.T, service, method string) protorefl
 func (g *grpcShop) call(ctx context.Context, t *testing.T, service, method, reqJSON string, opts ...grpc.CallOption) (string, *status.Status) {
 	t.Helper()
 	md := g.files.method(t, service, method)
-	req := dynamicpb.NewMessage(md.Input())
-	known, unknown := splitUnknown(t, md.Input(), reqJSON)
-	if err := protojson.Unmarshal(known, req); err != nil {
-		t.Fatalf("%s/%s: request %s: %v", service, method, reqJSON, err)
-	}
-	req.SetUnknown(unknown)
+	req := requestMessage(t, md, reqJSON)
 	resp := dynamicpb.NewMessage(md.Output())
 	if err := g.conn.Invoke(ctx, "/"+service+"/"+method, req, resp, opts...); err != nil {
 		return "", status.Convert(err)
@@ -170,6 +165,19 @@ func (g *grpcShop) call(ctx context.Context, t *testing.T, service, method, reqJ
 	}
 	b, _ = json.Marshal(v)
 	return string(b), nil
+}
+
+// requestMessage returns the request message of md given as JSON, with
+// its unknown keys as unknown fields (splitUnknown).
+func requestMessage(t *testing.T, md protoreflect.MethodDescriptor, reqJSON string) *dynamicpb.Message {
+	t.Helper()
+	req := dynamicpb.NewMessage(md.Input())
+	known, unknown := splitUnknown(t, md.Input(), reqJSON)
+	if err := protojson.Unmarshal(known, req); err != nil {
+		t.Fatalf("%s: request %s: %v", md.FullName(), reqJSON, err)
+	}
+	req.SetUnknown(unknown)
+	return req
 }
 
 // splitUnknown returns the JSON object reqJSON without the keys that are

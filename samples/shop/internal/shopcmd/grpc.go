@@ -10,12 +10,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/labstack/echo/v4"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sundial-go/sundial/adapters/connectadapter"
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/kernel"
 )
@@ -50,6 +52,21 @@ type grpcServer struct {
 	endStreams context.CancelFunc
 	drainOnce  sync.Once
 	drained    chan struct{} // closed once GracefulStop returned
+}
+
+// mountConnect serves the operations over Connect, gRPC and gRPC-Web on
+// e, with the gRPC listener's names.
+func mountConnect(e *echo.Echo, k *kernel.Kernel, o ServeOptions) error {
+	a, err := grpcadapter.New(k, grpcadapter.WithPackage(GRPCPackage), grpcadapter.WithLogger(o.Logger),
+		grpcadapter.WithGoPackagePrefix(goPackagePrefix))
+	if err != nil {
+		return err
+	}
+	var opts []connectadapter.Option
+	if len(o.ConnectOrigins) > 0 {
+		opts = append(opts, connectadapter.WithCORS(o.ConnectOrigins...))
+	}
+	return connectadapter.Mount(e, a, opts...)
 }
 
 // startGRPC starts serving k over gRPC on addr.

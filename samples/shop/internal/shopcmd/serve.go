@@ -75,6 +75,10 @@ type ServeOptions struct {
 	// Ready, if set, is called with the HTTP listener's address once the
 	// shop accepts connections.
 	Ready func(httpAddr string)
+	// ConnectOrigins are the browser origins allowed to call the
+	// operations over Connect and gRPC-Web from another origin (CORS);
+	// none: no CORS.
+	ConnectOrigins []string
 }
 
 // newServeCommand returns `shop serve`: the shop over HTTP (and gRPC)
@@ -284,6 +288,11 @@ func shopRoutes(k *kernel.Kernel, tel *shopTelemetry, draining *atomic.Bool, o S
 		return nil, nil, err
 	}
 	e.Any("/mcp", echo.WrapHandler(m))
+	// The same operations over Connect, gRPC and gRPC-Web, on this port
+	// (docs/connect.md).
+	if err := mountConnect(e, k, o); err != nil {
+		return nil, nil, err
+	}
 	e.GET("/healthz", a.Wrap(func(c echo.Context) error {
 		if draining.Load() {
 			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
@@ -432,8 +441,12 @@ func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // NewHTTPServer returns the shop's http.Server, with timeouts that keep
 // slow and idle clients from holding connections.
 func NewHTTPServer(h http.Handler, o ServeOptions) *http.Server {
+	protocols := new(http.Protocols) // HTTP/1.1, and HTTP/2 without TLS for gRPC
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Handler:           h,
+		Protocols:         protocols,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		MaxHeaderBytes:    defaultMaxHeaderBytes,

@@ -1,0 +1,107 @@
+package connectadapter
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http/httpguts"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// procedure is one unary operation served as a Connect procedure.
+type procedure struct {
+	srv rpcbridge.Server
+	m   rpcbridge.Method
+}
+
+// logMessage is the message of a call's log record.
+const logMessage = "connect call"
+
+// headerTraceID names the trace of a failed call, as gRPC's trailer does.
+const headerTraceID = "Sundial-Trace-Id"
+
+// call runs one call through the operation's handle. connect-go has read
+// the request and set the caller's deadline on ctx. The answer leaves by
+// the invocation's deadline whatever the handler does (kernel.Op.Handle).
+func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*connect.Response[dynamicpb.Message], error) {
+	start := time.Now()
+	md := p.srv.Header(ctx, req.Header(), &p.m)
+	var u kernel.Unary
+	parent, stop := p.srv.Enter(ctx, md, &p.m, &u.Caller)
+	defer stop()
+	u.Protocol = pipeline.ProtocolConnect
+	var o kernel.Outcome
+	if in, err := p.input(req.Msg); err != nil {
+		o = p.m.Op.Reject(parent, u.Caller, err)
+	} else {
+		u.Input = in
+		o = p.m.Op.Handle(parent, u)
+	}
+	var resp *dynamicpb.Message
+	if o.Err == nil {
+		resp, o.Err = p.m.Output(o.Output)
+	}
+	st := p.srv.Answer(ctx, &p.m, o, start, logMessage)
+	if st != nil {
+		e := connectError(st)
+		replyFields(e.Meta(), o.Invocation)
+		if o.TraceID != "" {
+			e.Meta().Set(headerTraceID, o.TraceID)
+		}
+		return nil, e
+	}
+	res := connect.NewResponse(resp)
+	replyFields(res.Header(), o.Invocation)
+	return res, nil
+}
+
+// input converts the request message to the operation's input.
+func (p *procedure) input(r *request) (any, error) {
+	if r.err != nil {
+		return nil, r.outcome()
+	}
+	return p.m.Input(r.msg)
+}
+
+// unknownMethod answers the calls of a service's unknown methods through
+// the kernel: unimplemented, observed and logged like every other call.
+type unknownMethod struct{ srv rpcbridge.Server }
+
+func (u unknownMethod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o, st := u.srv.Unknown(r.Context(), r.Header, r.URL.Path, logMessage)
+	e := connectError(st)
+	if o.TraceID != "" {
+		e.Meta().Set(headerTraceID, o.TraceID)
+	}
+	_ = connect.NewErrorWriter().Write(w, r, e)
+}
+
+// connectError returns st as a Connect error: the same code, message and
+// details.
+func connectError(st *status.Status) *connect.Error {
+	e := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
+	for _, d := range st.Proto().GetDetails() {
+		if det, err := connect.NewErrorDetail(d); err == nil {
+			e.AddDetail(det)
+		}
+	}
+	return e
+}
+
+// replyFields sets the fields of the invocation's reply (RateLimit,
+// Idempotent-Replayed, ...) on h. A field HTTP cannot carry is left out.
+func replyFields(h http.Header, inv *pipeline.Invocation) {
+	for _, f := range inv.Reply().Fields() {
+		if httpguts.ValidHeaderFieldName(f.Name) && httpguts.ValidHeaderFieldValue(f.Value) {
+			h.Add(f.Name, f.Value)
+		}
+	}
+}
