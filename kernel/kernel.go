@@ -434,13 +434,18 @@ type validationMiddleware struct{}
 func (validationMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	if v, ok := inv.Input().(operations.Validator); ok && v != nil {
 		if err := v.Validate(); err != nil {
-			if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe != nil {
-				return nil, pe
-			}
-			return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, pipeline.ErrorText(err), err)
+			return nil, validationError(err)
 		}
 	}
 	return next(ctx, inv)
+}
+
+// validationError is the outcome of an input whose Validate returned err.
+func validationError(err error) *pipeline.Error {
+	if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe != nil {
+		return pe
+	}
+	return pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, pipeline.ErrorText(err), err)
 }
 
 func implementsValidator(d *operations.Descriptor) bool {

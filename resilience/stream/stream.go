@@ -87,7 +87,8 @@ const (
 	EndCallerLeft
 	// EndDrained: [Stream.Drain] ended the stream.
 	EndDrained
-	// EndLimit: the caller passed a rate, message or byte bound.
+	// EndLimit: the caller passed a rate, message or byte bound, or sent
+	// a message Config.Check refused.
 	EndLimit
 	// EndTransport: the transport failed while the caller was there.
 	EndTransport
@@ -147,6 +148,9 @@ type Config struct {
 	MaxMessages int64
 	// MaxBytes bounds the bytes the caller may send, as Raw.Recv counts.
 	MaxBytes int64
+	// Check, when not nil, checks each message the caller sends. Its
+	// error ends the stream (EndLimit) and is the outcome.
+	Check func(m any) error
 }
 
 // Result is how a stream ended, for logs, spans, metrics and the breaker.
@@ -422,6 +426,11 @@ func (s *Stream) Recv() (any, error) {
 	count, total := s.received.Add(1), s.bytes.Add(int64(n))
 	if err := s.bound(now, count, total); err != nil {
 		return nil, s.finish(EndLimit, err, err).err
+	}
+	if s.cfg.Check != nil {
+		if err := s.cfg.Check(m); err != nil {
+			return nil, s.finish(EndLimit, err, err).err
+		}
 	}
 	return m, nil
 }
