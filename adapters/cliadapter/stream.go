@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sundial-go/sundial/adapters/internal/ndjson"
+	"github.com/sundial-go/sundial/kernel"
 )
 
 // This file carries a stream over the command's standard streams: one
@@ -122,3 +123,15 @@ func (s *lineStream) Abort(error) { s.abort.Do(func() { close(s.aborted) }) }
 
 // close stops the reader of stdin once it has read its line.
 func (s *lineStream) close() { close(s.closing) }
+
+// stream runs the operation's stream, with u's caller and request. A
+// server stream's request comes from the flags and --input, as for a
+// unary call. The caller's messages are standard input's lines, each
+// decoded as --input is, the flags given overriding its fields.
+func (r *runner) stream(ctx context.Context, u kernel.Unary, fields *inputFlags) kernel.Outcome {
+	flags := r.cmd.Flags()
+	ls := newLineStream(ctx, r.cmd.OutOrStdout(), r.cmd.InOrStdin(),
+		func(b []byte) (any, error) { return fields.decode(flags, b) })
+	defer ls.close()
+	return r.op.Stream(ctx, kernel.StreamCall{Caller: u.Caller, Input: u.Input, Decode: u.Decode, Raw: ls})
+}

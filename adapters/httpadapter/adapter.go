@@ -80,7 +80,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	var routes []*route
 	for _, op := range k.Operations() {
 		d := op.Descriptor()
-		if d.Method == "" || d.Kind() != operations.Unary { // streams are mounted apart
+		if d.Method == "" {
 			continue
 		}
 		key := d.Method + " " + d.Path
@@ -88,6 +88,12 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 			return nil, fmt.Errorf("httpadapter: Mount: operations %q and %q are both mounted on %s", other, d.ID, key)
 		}
 		seen[key] = d.ID
+		if ws := http.MethodGet + " " + d.Path; d.Kind() != operations.Unary && d.Method != http.MethodGet {
+			if other, dup := seen[ws]; dup {
+				return nil, fmt.Errorf("httpadapter: Mount: operations %q and %q both take %s (a WebSocket's handshake)", other, d.ID, ws)
+			}
+			seen[ws] = d.ID
+		}
 		rt, err := a.newRoute(op)
 		if err != nil {
 			return nil, fmt.Errorf("httpadapter: Mount: operation %q (%s): %w", d.ID, key, err)
@@ -97,7 +103,14 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	a.routes = routes
 	e.Pre(framingMiddleware)
 	for _, rt := range routes {
-		e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
+		if rt.desc.Kind() == operations.Unary {
+			e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
+			continue
+		}
+		e.Add(rt.desc.Method, rt.desc.Path, rt.serveStream)
+		if rt.desc.Method != http.MethodGet { // a WebSocket's handshake
+			e.GET(rt.desc.Path, rt.serveStream)
+		}
 	}
 	if cfg.errorHandler {
 		e.HTTPErrorHandler = a.HTTPErrorHandler

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/internal/ndjson"
 	"github.com/sundial-go/sundial/adapters/internal/outcome"
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/stream"
 )
@@ -272,22 +273,26 @@ func openHTTP(c echo.Context, limit int64, body bool, decode func([]byte) (any, 
 	return r
 }
 
-// endStream writes a stream's outcome and its access log record. Before
-// the first byte, a failure is answered as a unary call's: its status,
-// Problem Details and Retry-After. Otherwise the outcome goes in-band.
-func (x *exchange) endStream(t streamTransport, err error, traceID string) {
-	if err != nil && !t.started() {
-		x.fail(pipeline.AsError(err), traceID)
+// endStream writes a stream's outcome o and its access log record.
+// Before the first byte, a failure is answered as a unary call's: its
+// status, Problem Details and Retry-After. Otherwise the outcome goes
+// in-band.
+func (x *exchange) endStream(t streamTransport, o kernel.Outcome) {
+	if o.Err != nil && !t.started() {
+		if o.Invocation != nil {
+			x.sendReply(o.Invocation)
+		}
+		x.fail(pipeline.AsError(o.Err), o.TraceID)
 		return
 	}
-	werr := t.finish(err, x.c.Request().URL.Path, traceID)
+	werr := t.finish(o.Err, x.c.Request().URL.Path, o.TraceID)
 	var e *pipeline.Error
-	if err != nil {
-		e = pipeline.AsError(err)
+	if o.Err != nil {
+		e = pipeline.AsError(o.Err)
 	}
 	status := x.c.Response().Status
-	if status == 0 {
-		status = http.StatusSwitchingProtocols // a WebSocket: hijacked
+	if _, ws := t.(*wsRaw); ws {
+		status = http.StatusSwitchingProtocols
 	}
-	x.log(status, e, traceID, werr)
+	x.log(status, e, o.TraceID, werr)
 }

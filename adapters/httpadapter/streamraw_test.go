@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/stream"
 )
@@ -89,7 +90,7 @@ func newRawServer(t *testing.T, kind stream.Kind, cfg func() stream.Config, hear
 		}
 		res := s.Close(handler(s))
 		srv.results <- res
-		x.endStream(t, res.Err, "")
+		x.endStream(t, kernel.Outcome{Err: res.Err})
 		return nil
 	}
 	e.GET("/s", serve)
