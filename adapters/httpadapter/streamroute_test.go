@@ -1,12 +1,15 @@
 package httpadapter
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -330,6 +333,95 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 			if r := s.accessRecord(t, "feed.watch"); r.Attrs["code"] != "" {
 				t.Fatalf("access log %v, want no code", r.Attrs)
 			}
+		})
+	}
+}
+
+// TestStreamOpenAPI: a server stream's success answers text/event-stream
+// and application/x-ndjson, a client stream's body is NDJSON, a bidi
+// stream answers 426 to plain HTTP; each answers 101 and names its kind.
+func TestStreamOpenAPI(t *testing.T) {
+	s := startStreamServer(t, nil)
+	doc, err := s.a.OpenAPI(OpenAPIInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := doc.Paths.Find("/feed/{topic}").Get
+	ok := watch.Responses.Status(http.StatusOK).Value
+	if ok.Content.Get(contentTypeSSE) == nil || ok.Content.Get(contentTypeNDJSON) == nil ||
+		watch.Extensions["x-sundial-stream"] != "server-stream" || watch.Responses.Status(101) == nil {
+		t.Fatalf("feed.watch: content %v, extensions %v", ok.Content, watch.Extensions)
+	}
+	sum := doc.Paths.Find("/sum").Post
+	if sum.RequestBody.Value.Content.Get(contentTypeNDJSON) == nil || sum.Responses.Status(http.StatusOK) == nil {
+		t.Fatalf("nums.sum: body %v", sum.RequestBody.Value.Content)
+	}
+	echo := doc.Paths.Find("/echo").Get
+	if echo.Responses.Status(http.StatusUpgradeRequired) == nil || echo.Responses.Status(http.StatusOK) != nil {
+		t.Fatalf("nums.echo: responses %v", echo.Responses.Map())
+	}
+}
+
+// curlPath returns curl's path: a failure in CI when it is missing, a
+// skip elsewhere.
+func curlPath(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("curl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("curl is missing; .ci/deps installs it")
+		}
+		t.Skip("curl is missing")
+	}
+	return p
+}
+
+// TestStreamCurl: `curl -N` reads SSE and NDJSON streams as they come: a
+// whole stream with its outcome, and a first message while the handler
+// still runs. Killing curl then is the caller leaving.
+func TestStreamCurl(t *testing.T) {
+	curl := curlPath(t)
+	for _, tr := range []string{"sse", "ndjson"} {
+		t.Run(tr, func(t *testing.T) {
+			s := startStreamServer(t, nil)
+			accept := contentTypeNDJSON
+			if tr == "sse" {
+				accept = contentTypeSSE
+			}
+			run := func(query string) (*exec.Cmd, streamClient) {
+				// A deadline bounds a stream curl would hold back.
+				cmd := exec.Command(curl, "-sN", "-H", "Accept: "+accept, "-H", DefaultRelativeDeadlineHeader+": 20000",
+					s.url+"/feed/news?"+query)
+				stdout, err := cmd.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				br := bufio.NewReader(stdout)
+				if tr == "sse" {
+					return cmd, &sseClient{br: br}
+				}
+				return cmd, &ndjsonClient{br: br}
+			}
+			cmd, c := run("count=2")
+			got, err := readAll(c)
+			if werr := cmd.Wait(); err != nil || werr != nil || len(got.msgs) != 2 || got.outcome == nil || got.outcome.Title != "OK" {
+				t.Fatalf("curl: %s then %+v (%v, %v), want 2 messages then OK", got.msgs, got.outcome, err, werr)
+			}
+			cmd, c = run("count=1&wait=true")
+			if err := c.next(&received{}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-s.app.ctxEnded:
+				t.Fatal("the first message came only after the handler ended")
+			default:
+			}
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			<-s.app.ctxEnded
 		})
 	}
 }
