@@ -169,6 +169,11 @@ func TestStreamCommands(t *testing.T) {
 		t.Fatalf("nums double: exit %d, stdout %q, stderr %q", code, out.String(), stderr)
 	}
 	out = &lineWriter{lines: make(chan struct{}, 8)}
+	code, _ = runStream(t, nil, sigs, "", out, "nums", "sum", "--input", "{}")
+	if code != ExitCodeFor(pipeline.KindValidation) {
+		t.Fatalf("nums sum --input: exit %d, want %d", code, ExitCodeFor(pipeline.KindValidation))
+	}
+	out = &lineWriter{lines: make(chan struct{}, 8)}
 	code, _ = runStream(t, nil, sigs, "{\"n\":1}\n{\"n\":\"x\"}\n", out, "nums", "sum")
 	if code != ExitCodeFor(pipeline.KindValidation) {
 		t.Fatalf("nums sum with a bad line: exit %d, want %d", code, ExitCodeFor(pipeline.KindValidation))

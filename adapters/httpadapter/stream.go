@@ -87,7 +87,9 @@ type httpRaw struct {
 }
 
 func newHTTPRaw(w *echo.Response, sse bool) *httpRaw {
-	r := &httpRaw{w: w, rc: http.NewResponseController(w), sse: sse}
+	// The controller of echo's writer: echo's Flush makes a controller
+	// each call.
+	r := &httpRaw{w: w, rc: http.NewResponseController(w.Writer), sse: sse}
 	r.enc = json.NewEncoder(&r.buf)
 	return r
 }
@@ -120,7 +122,7 @@ func (r *httpRaw) write(b []byte) error {
 		h.Del(echo.HeaderContentLength)
 		r.w.WriteHeader(http.StatusOK)
 	}
-	if _, err := r.w.Write(b); err != nil {
+	if _, err := r.w.Writer.Write(b); err != nil {
 		return err
 	}
 	return r.rc.Flush()

@@ -403,3 +403,44 @@ func TestStreamClientBody(t *testing.T) {
 		srv.result(t)
 	})
 }
+
+// TestStreamAccept: Accept chooses SSE when it prefers text/event-stream
+// to application/x-ndjson, q-values counted; NDJSON otherwise.
+func TestStreamAccept(t *testing.T) {
+	for accept, sse := range map[string]bool{
+		"":                  false,
+		"*/*":               false,
+		"text/event-stream": true,
+		"application/x-ndjson, text/event-stream;q=0.5": false,
+		"application/x-ndjson;q=0.1, text/event-stream": true,
+		"text/event-stream;q=0":                         false,
+		"text/event-stream;q=x":                         false,
+		"text/html, text/event-stream":                  true,
+	} {
+		if got := wantsSSE([]string{accept}); got != sse {
+			t.Errorf("Accept %q: SSE %v, want %v", accept, got, sse)
+		}
+	}
+}
+
+// TestStreamWebSocketBounds: a caller's message over the limit closes
+// the WebSocket with 1009 and ends the stream with HTTP_VALIDATION_003.
+func TestStreamWebSocketBounds(t *testing.T) {
+	cfg := func() stream.Config { return stream.Config{Kind: stream.Client} }
+	srv := newRawServer(t, stream.Client, cfg, 0, func(s *stream.Stream) error {
+		for {
+			if _, err := s.Recv(); err != nil {
+				return err
+			}
+		}
+	})
+	c := openStream(t, "ws", srv.url, nil, `{"n":1,"pad":"`+strings.Repeat("x", 2000)+`"}`)
+	defer c.close()
+	got, _ := readAll(c)
+	if got.close != websocket.StatusMessageTooBig {
+		t.Fatalf("close code %d, want 1009", got.close)
+	}
+	if r := srv.result(t); pipeline.AsError(r.Err).Code() != codeBodyTooLarge {
+		t.Fatalf("result %v, want %s", r.Err, codeBodyTooLarge)
+	}
+}

@@ -306,6 +306,15 @@ func TestStreamRouteClientAndBidi(t *testing.T) {
 	if err != nil || len(got.msgs) != 2 || string(got.msgs[1]) != `{"total":4}` || got.outcome == nil || got.outcome.Title != "OK" {
 		t.Fatalf("WebSocket /echo: %s %+v (%v), want 2 replies then OK", got.msgs, got.outcome, err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(s.url, "http")+"/echo",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"http://elsewhere.example"}}}); err == nil {
+		conn.CloseNow()
+		t.Fatal("a WebSocket from a foreign origin was accepted")
+	} else if resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a foreign origin's handshake: %v, want 403", err)
+	}
 	resp, err = http.Get(s.url + "/echo")
 	if err != nil {
 		t.Fatal(err)
