@@ -3,10 +3,15 @@ package kernel
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"time"
 
+	"github.com/sundial-go/sundial/kernel/internal/config"
+	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/stream"
 )
 
@@ -65,6 +70,8 @@ func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) Outcom
 	} else if sc.Raw == nil {
 		reject = pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
 			fmt.Sprintf("kernel: stream of %q without a transport", c.desc.ID))
+	} else if k.draining.Load() {
+		reject = errDraining
 	}
 	e := k.begin(ctx, c, &u, reject, "")
 	e.lat = nil // a stream's lifetime is no latency sample
@@ -72,6 +79,9 @@ func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) Outcom
 		return e.end(nil, e.reject, time.Time{})
 	}
 	out, err := k.run(e.ctx, &e)
+	if res := r.res; res.Reason != stream.EndNone {
+		e.obs.Stream(observe.StreamEnd{Reason: res.Reason.String(), Sent: res.Sent, Received: res.Received})
+	}
 	return e.end(out, err, time.Time{})
 }
 
@@ -81,6 +91,12 @@ func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) Outcom
 func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 	cfg := r.config(inv)
 	s := stream.Open(ctx, r.call.Raw, cfg)
+	if !r.k.openStream(r.c, s) {
+		s.Drain(drainRetryAfter)
+	}
+	r.c.obs.StreamOpened(ctx, 1)
+	defer r.c.obs.StreamOpened(ctx, -1)
+	defer r.c.open.remove(s)
 	sh := r.c.desc.StreamHandler()
 	h := recoverHandler(func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
 		return sh(ctx, inv, &opStream{Stream: s, resume: r.call.Resume})
@@ -96,7 +112,14 @@ func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (any, 
 // config returns the bounds of the call's stream: the operation's, with
 // the invocation's deadline.
 func (r *streamRun) config(inv *pipeline.Invocation) stream.Config {
-	cfg := stream.Config{Kind: streamKinds[r.c.desc.Kind()]}
+	sc := r.c.stream.Load()
+	cfg := stream.Config{
+		Kind: streamKinds[r.c.desc.Kind()],
+		Idle: sc.Idle, SendStall: sc.SendStall,
+		MessagesPerSecond: sc.MessagesPerSecond, HardRate: sc.HardRate,
+		MaxMessages: int64(sc.MaxMessages), MaxBytes: int64(sc.MaxBytes),
+		Heartbeat: sc.Heartbeat, MaxAge: jittered(sc.MaxAge, sc.MaxAgeJitter),
+	}
 	if d, ok := inv.Deadline(); ok {
 		cfg.Deadline, cfg.DeadlineSource = d, inv.Timing().Source
 	}
@@ -130,3 +153,86 @@ type opStream struct {
 
 // Resume returns the caller's resume cursor (operations.Sender.Resume).
 func (s *opStream) Resume() string { return s.resume }
+
+// streamFor returns the stream configuration of the operation id in force.
+func (k *Kernel) streamFor(id string) config.Stream {
+	if !k.settings.UseBuiltInMiddleware {
+		return config.Stream{}
+	}
+	return k.live.Load().policies.Resolve(id).Stream
+}
+
+// limitsPolicy returns the policy the limits of the operation d enforce.
+// A streaming operation's concurrency limit is its MaxStreams pool: held
+// for a stream's life, static, without a queue, and never adaptive, since
+// a stream's lifetime says nothing of its latency.
+func limitsPolicy(d *operations.Descriptor, p resilience.Policy, s config.Stream) resilience.Policy {
+	if d != nil && d.Kind() != operations.Unary {
+		p.ConcurrencyLimit, p.ConcurrencyQueueLimit, p.Adaptive = s.MaxStreams, 0, resilience.Adaptive{}
+	}
+	return p
+}
+
+// jittered returns a stream's maximum age: age less a random part of up
+// to jitter of it, so that the streams opened together end apart.
+func jittered(age time.Duration, jitter float64) time.Duration {
+	if age <= 0 || jitter <= 0 {
+		return age
+	}
+	return age - time.Duration(rand.Float64()*jitter*float64(age))
+}
+
+// drainRetryAfter is the retry-after of a stream drained at shutdown.
+const drainRetryAfter = time.Second
+
+// errDraining refuses a stream once DrainStreams was called.
+var errDraining = pipeline.NewError(pipeline.KindUnavailable, stream.CodeDrained,
+	"The server is shutting down; reconnect.").WithRetryAfter(drainRetryAfter)
+
+// openStreams is the open streams of one operation.
+type openStreams struct {
+	mu sync.Mutex
+	m  map[*stream.Stream]struct{}
+}
+
+// remove forgets s.
+func (o *openStreams) remove(s *stream.Stream) {
+	o.mu.Lock()
+	delete(o.m, s)
+	o.mu.Unlock()
+}
+
+// len returns the number of open streams.
+func (o *openStreams) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.m)
+}
+
+// openStream records s as open in c. It reports false once the kernel
+// drains its streams: s must then be drained too.
+func (k *Kernel) openStream(c *compiled, s *stream.Stream) bool {
+	c.open.mu.Lock()
+	defer c.open.mu.Unlock()
+	if c.open.m == nil {
+		c.open.m = make(map[*stream.Stream]struct{})
+	}
+	c.open.m[s] = struct{}{}
+	return !k.draining.Load()
+}
+
+// DrainStreams ends every open stream, and every stream opened after it,
+// with UNAVAILABLE, KERNEL_UNAVAILABLE_012 and a retry-after of one
+// second. Each handler's context ends; each stream gets its outcome in
+// band. Call it when a graceful shutdown starts, before the servers wait
+// for their calls to end.
+func (k *Kernel) DrainStreams() {
+	k.draining.Store(true)
+	for _, c := range k.all {
+		c.open.mu.Lock()
+		for s := range c.open.m {
+			s.Drain(drainRetryAfter)
+		}
+		c.open.mu.Unlock()
+	}
+}

@@ -73,8 +73,8 @@ func (r *chanRaw) Abort(cause error) {
 	})
 }
 
-// collect reads the stream's messages as the caller until it is aborted
-// or stopped. The function it returns stops it and returns what it read.
+// collect reads the stream's messages as the caller until it is aborted,
+// leaves or is stopped. The function it returns stops it and returns what it read.
 func (r *chanRaw) collect() func() []any {
 	var got []any
 	stop, exited := make(chan struct{}), make(chan struct{})
@@ -85,6 +85,8 @@ func (r *chanRaw) collect() func() []any {
 			case m := <-r.out:
 				got = append(got, m)
 			case <-r.aborted:
+				return
+			case <-r.caller.Done():
 				return
 			case <-stop:
 				return
