@@ -2,6 +2,7 @@ package httpadapter
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -80,6 +81,9 @@ type httpRaw struct {
 	enc *json.Encoder
 
 	writing, aborted atomic.Bool
+	// ended is set by Abort, and stays: the connection's failures after it
+	// are the stream's end, not the caller leaving.
+	ended atomic.Bool
 
 	limit  int64                               // the largest body line
 	body   *ndjson.Reader                      // a client stream's body; nil: none
@@ -178,11 +182,17 @@ func (r *httpRaw) Recv() (any, int, error) {
 	return in, len(line), nil
 }
 
-// Abort makes a blocked write or body read return at once.
+// abortGrace is how long Abort lets a write in progress finish. A caller
+// who reads takes it at once, and the outcome can follow it; a blocked
+// write fails, and the connection with it.
+const abortGrace = 100 * time.Millisecond
+
+// Abort makes a blocked write, within abortGrace, or body read return.
 func (r *httpRaw) Abort(error) {
+	r.ended.Store(true)
 	r.aborted.Store(true)
 	if r.writing.Load() {
-		_ = r.rc.SetWriteDeadline(aLongTimeAgo)
+		_ = r.rc.SetWriteDeadline(time.Now().Add(abortGrace))
 	}
 	if r.body != nil {
 		_ = r.rc.SetReadDeadline(aLongTimeAgo)
@@ -273,6 +283,20 @@ func openHTTP(c echo.Context, limit int64, body bool, decode func([]byte) (any, 
 		r.body = ndjson.NewReader(c.Request().Body, int(min(limit, math.MaxInt32)))
 	}
 	return r
+}
+
+// callerContext returns the stream's parent: ctx's values, ended when
+// ctx ends before a clock or bound ended the stream. Go's server ends
+// ctx when a write fails, and Abort makes a blocked write fail: that is
+// the stream's end, never the caller leaving.
+func (r *httpRaw) callerContext(ctx context.Context) (context.Context, func()) {
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !r.ended.Load() {
+			cancel(context.Cause(ctx))
+		}
+	})
+	return sctx, func() { stop(); cancel(nil) }
 }
 
 // endStream writes a stream's outcome o and its access log record.

@@ -56,7 +56,9 @@ func (rt *route) serveStream(c echo.Context) error {
 			call.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
 		}
 		call.Raw = h
-		o := rt.op.Stream(ctx, call)
+		sctx, done := h.callerContext(ctx)
+		defer done()
+		o := rt.op.Stream(sctx, call)
 		if kind == operations.ClientStream && !h.started() {
 			x.respond(o) // the reply, as a unary call's
 			return nil

@@ -21,6 +21,7 @@ import (
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	"github.com/sundial-go/sundial/resilience/stream"
 )
 
 // These tests serve streaming operations through Mount and the kernel
@@ -81,6 +82,23 @@ func (app *streamApp) registry(t *testing.T) *operations.Registry {
 				app.ctxEnded <- context.Cause(ctx)
 				return ctx.Err()
 			}),
+		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.idle", Method: "GET", Path: "/idle/:topic"},
+			func(ctx context.Context, in feedIn, s *operations.Sender[feedEvent]) error {
+				if err := s.Send(feedEvent{Seq: 1, Topic: in.Topic}); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				return ctx.Err()
+			}),
+		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.flood", Method: "GET", Path: "/flood"},
+			func(ctx context.Context, _ struct{}, s *operations.Sender[map[string]string]) error {
+				pad := map[string]string{"pad": strings.Repeat("x", 64<<10)}
+				for {
+					if err := s.Send(pad); err != nil {
+						return err
+					}
+				}
+			}),
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.missing", Method: "GET", Path: "/missing"},
 			func(context.Context, struct{}, *operations.Sender[feedEvent]) error {
 				return pipeline.NewError(pipeline.KindNotFound, "TEST_NOT_FOUND_001", "no such feed")
@@ -136,7 +154,10 @@ func startStreamServer(t *testing.T, hs *http.Server) *streamServer {
 	app := &streamApp{ctxEnded: make(chan error, 4)}
 	logs := new(pipelinetest.LogSink)
 	k, err := kernel.New(kernel.WithRegistry(app.registry(t)), kernel.WithLogger(logs.Logger()),
-		kernel.WithConfigJSON([]byte(`{"Sundial": {"Kernel": {"MaxTimeoutSeconds": 30}}}`)))
+		kernel.WithConfigJSON([]byte(`{"Sundial": {"Kernel": {"MaxTimeoutSeconds": 30,
+			"Resilience": {"Operations": {
+				"feed.idle": {"Stream": {"IdleSeconds": 0.6, "HeartbeatSeconds": 0.05}},
+				"feed.flood": {"Stream": {"SendStallSeconds": 0.3}}}}}}}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +205,10 @@ func (s *streamServer) accessRecord(t *testing.T, id string) pipelinetest.Record
 
 // TestStreamRouteScenarios runs each row unchanged on SSE, NDJSON and a
 // WebSocket, through the kernel: a stream that completes; the caller's
-// deadline mid-stream, in-band TIMEOUT; the caller leaving, whose
-// handler's context ends, CANCELLED; a failure before the first byte.
+// deadline mid-stream, in-band TIMEOUT; the idle clock, in-band, which
+// heartbeats do not reset; the caller leaving, whose handler's context
+// ends, CANCELLED; a caller who never reads, the send stall; a failure
+// before the first byte.
 func TestStreamRouteScenarios(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr+"/completes", func(t *testing.T) {
@@ -239,6 +262,28 @@ func TestStreamRouteScenarios(t *testing.T) {
 			}
 			if r := s.accessRecord(t, "feed.watch"); r.Attrs["code"] != pipeline.CodeCanceled {
 				t.Fatalf("access log %v, want %s", r.Attrs, pipeline.CodeCanceled)
+			}
+		})
+		t.Run(tr+"/idle", func(t *testing.T) {
+			s := startStreamServer(t, nil)
+			c := openStream(t, tr, s.url+"/idle/news", nil, `{}`)
+			defer c.close()
+			got, err := readAll(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.msgs) != 1 || got.outcome == nil || got.outcome.Code != stream.CodeIdle ||
+				(tr == "ws" && got.close != 4504) || (tr != "ws" && got.heartbeats == 0) {
+				t.Fatalf("got %s, %d heartbeats, outcome %+v, close %d; want one message, heartbeats, then %s",
+					got.msgs, got.heartbeats, got.outcome, got.close, stream.CodeIdle)
+			}
+		})
+		t.Run(tr+"/send-stall", func(t *testing.T) {
+			s := startStreamServer(t, nil)
+			c := openStream(t, tr, s.url+"/flood", nil, `{}`)
+			defer c.close()
+			if r := s.accessRecord(t, "feed.flood"); r.Attrs["code"] != stream.CodeSendStall {
+				t.Fatalf("access log %v, want %s", r.Attrs, stream.CodeSendStall)
 			}
 		})
 		t.Run(tr+"/before-first-byte", func(t *testing.T) {

@@ -79,8 +79,8 @@ func (w *wsRaw) read() {
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				err = messageTooLarge(w.limit)
-			} else {
-				w.leave(err) // the library has closed the connection
+			} else if !w.isAborted() {
+				w.leave(err) // the caller left: the library has closed the connection
 			}
 			select {
 			case w.msgs <- wsMsg{err: err}:
@@ -151,6 +151,17 @@ func (w *wsRaw) Send(m any) error {
 		return err
 	}
 	return w.conn.Write(w.wctx, websocket.MessageText, b)
+}
+
+// isAborted reports whether Abort was called: a failure after it is the
+// stream's end (a canceled Send closes the connection), not the caller's.
+func (w *wsRaw) isAborted() bool {
+	select {
+	case <-w.aborted:
+		return true
+	default:
+		return false
+	}
 }
 
 // Abort unblocks Recv, and a Send, which closes the connection.
