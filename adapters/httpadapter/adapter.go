@@ -170,25 +170,36 @@ func successStatus(d *operations.Descriptor) int {
 // itself, in the exchange's answer, and returns nil, so echo's error
 // handler never sees its outcomes.
 func (rt *route) serve(c echo.Context) error {
-	a := rt.a
-	r := c.Request()
-	x := a.newExchange(c)
-	defer x.release()
-	x.name, x.success = rt.desc.ID, rt.success
-	ctx := a.requestContext(r, rt.desc.ID)
 	var u kernel.Unary
-	a.caller(&u.Caller, r, rt.name, rt.desc.Path, x)
-	if a.cfg.callerDeadlines {
-		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
-		if err != nil {
-			x.respond(rt.op.Reject(ctx, u.Caller, badDeadline(header)))
-			return nil
-		}
-		u.Deadline = d
+	x, ctx, ok := rt.begin(c, &u.Caller)
+	defer x.release()
+	if !ok {
+		return nil
 	}
 	u.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
 	rt.op.Serve(ctx, u, x.answer)
 	return nil
+}
+
+// begin starts the exchange of c's request and fills in cl. It reads the
+// caller's deadline; a malformed one is answered here, and ok is false.
+// The caller releases x.
+func (rt *route) begin(c echo.Context, cl *kernel.Caller) (x *exchange, ctx context.Context, ok bool) {
+	a := rt.a
+	r := c.Request()
+	x = a.newExchange(c)
+	x.name, x.success = rt.desc.ID, rt.success
+	ctx = a.requestContext(r, rt.desc.ID)
+	a.caller(cl, r, rt.name, rt.desc.Path, x)
+	if a.cfg.callerDeadlines {
+		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
+		if err != nil {
+			x.respond(rt.op.Reject(ctx, *cl, badDeadline(header)))
+			return x, ctx, false
+		}
+		cl.Deadline = d
+	}
+	return x, ctx, true
 }
 
 // caller fills in c for the request r of the route named route (path is

@@ -175,11 +175,16 @@ func (r *httpRaw) Recv() (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	in, perr := r.decode(line)
+	return decodeMessage(r.decode, line)
+}
+
+// decodeMessage decodes one of the caller's messages for Raw.Recv.
+func decodeMessage(decode func([]byte) (any, *pipeline.Error), b []byte) (any, int, error) {
+	in, perr := decode(b)
 	if perr != nil {
-		return nil, len(line), perr
+		return nil, len(b), perr // not a typed nil: perr is set
 	}
-	return in, len(line), nil
+	return in, len(b), nil
 }
 
 // abortGrace is how long Abort lets a write in progress finish. A caller

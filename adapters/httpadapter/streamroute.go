@@ -24,23 +24,14 @@ const codeNeedsWebSocket = "HTTP_VALIDATION_005"
 // as SSE or NDJSON, as Accept chooses, and a client stream reads its
 // messages from an NDJSON body and answers as a unary call does.
 func (rt *route) serveStream(c echo.Context) error {
-	a := rt.a
-	r := c.Request()
-	x := a.newExchange(c)
-	defer x.release()
-	x.name, x.success = rt.desc.ID, rt.success
-	ctx := a.requestContext(r, rt.desc.ID)
 	var call kernel.StreamCall
-	a.caller(&call.Caller, r, rt.name, rt.desc.Path, x)
-	call.Resume = r.Header.Get("Last-Event-ID")
-	if a.cfg.callerDeadlines {
-		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
-		if err != nil {
-			x.respond(rt.op.Reject(ctx, call.Caller, badDeadline(header)))
-			return nil
-		}
-		call.Deadline = d
+	x, ctx, ok := rt.begin(c, &call.Caller)
+	defer x.release()
+	if !ok {
+		return nil
 	}
+	a, r := rt.a, c.Request()
+	call.Resume = r.Header.Get("Last-Event-ID")
 	kind := rt.desc.Kind()
 	if !isWebSocket(r) {
 		if kind == operations.BidiStream || r.Method != rt.desc.Method {

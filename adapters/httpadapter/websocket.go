@@ -107,11 +107,11 @@ func (w *wsRaw) next(deadline time.Time) ([]byte, error) {
 	if w.eof {
 		return nil, io.EOF
 	}
-	var expired <-chan time.Time
+	ctx := context.Background()
 	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		expired = t.C
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	select {
 	case m := <-w.msgs:
@@ -126,7 +126,7 @@ func (w *wsRaw) next(deadline time.Time) ([]byte, error) {
 		return m.data, nil
 	case <-w.aborted:
 		return nil, errAborted
-	case <-expired:
+	case <-ctx.Done():
 		return nil, pipeline.ErrTimeout()
 	}
 }
@@ -137,11 +137,7 @@ func (w *wsRaw) Recv() (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	in, perr := w.decode(data)
-	if perr != nil {
-		return nil, len(data), perr
-	}
-	return in, len(data), nil
+	return decodeMessage(w.decode, data)
 }
 
 // Send writes one message.
