@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -184,20 +185,23 @@ func TestStreamScenarios(t *testing.T) {
 	}
 }
 
+// waitCounted returns a handler tail that counts its runs in ran and
+// waits for its stream to end.
+func waitCounted(ran *atomic.Int64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ran.Add(1)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+}
+
 // TestMaxStreams: an operation's MaxStreams pool is held for a stream's
 // life. The stream past it is refused with KERNEL_UNAVAILABLE_003 before
 // anything runs; a stream that ends gives its slot back.
 func TestMaxStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ran := 0
-		var mu sync.Mutex
-		reg := streamRegistry(t, 0, func(ctx context.Context) error {
-			mu.Lock()
-			ran++
-			mu.Unlock()
-			<-ctx.Done()
-			return context.Cause(ctx)
-		})
+		var ran atomic.Int64
+		reg := streamRegistry(t, 0, waitCounted(&ran))
 		k := streamKernel(t, reg, `{"ConcurrencyLimit":1,"Operations":{"orders.watch":{"Stream":{"MaxStreams":2}}}}`)
 		op := k.Op("orders.watch")
 		ctxs := make([]context.CancelFunc, 2)
@@ -210,8 +214,8 @@ func TestMaxStreams(t *testing.T) {
 		synctest.Wait()
 		out := op.Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
 		assertErr(t, out.Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_003")
-		if ran != 2 {
-			t.Fatalf("%d handlers ran, want 2", ran)
+		if ran.Load() != 2 {
+			t.Fatalf("%d handlers ran, want 2", ran.Load())
 		}
 		for _, st := range k.Status().Operations {
 			if st.ID == "orders.watch" && (st.Streams != 2 || st.MaxStreams != 2) {
@@ -223,8 +227,8 @@ func TestMaxStreams(t *testing.T) {
 		ctx, leave := context.WithCancel(t.Context())
 		go func() { outs <- op.Stream(ctx, kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(ctx)}) }()
 		synctest.Wait()
-		if ran != 3 {
-			t.Fatalf("%d handlers ran, want 3: the slot was not given back", ran)
+		if ran.Load() != 3 {
+			t.Fatalf("%d handlers ran, want 3: the slot was not given back", ran.Load())
 		}
 		leave()
 		ctxs[1]()
@@ -236,17 +240,11 @@ func TestMaxStreams(t *testing.T) {
 // TestDrainStreams: DrainStreams gives every open stream its outcome at
 // once: UNAVAILABLE, KERNEL_UNAVAILABLE_012, with a retry-after. A stream
 // opened after it is refused with the same outcome, and nothing runs.
+// Close drains the streams still open.
 func TestDrainStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ran := 0
-		var mu sync.Mutex
-		reg := streamRegistry(t, 0, func(ctx context.Context) error {
-			mu.Lock()
-			ran++
-			mu.Unlock()
-			<-ctx.Done()
-			return context.Cause(ctx)
-		})
+		var ran atomic.Int64
+		reg := streamRegistry(t, 0, waitCounted(&ran))
 		k := streamKernel(t, reg, `{}`)
 		const n = 50
 		outs := make(chan kernel.Outcome, n)
@@ -270,8 +268,20 @@ func TestDrainStreams(t *testing.T) {
 		}
 		out := k.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
 		assertErr(t, out.Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_012")
-		if ran != n {
-			t.Fatalf("%d handlers ran, want %d", ran, n)
+		if ran.Load() != n {
+			t.Fatalf("%d handlers ran, want %d", ran.Load(), n)
+		}
+
+		// Close drains the streams still open too.
+		k2 := streamKernel(t, reg, `{}`)
+		go func() {
+			outs <- k2.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
+		}()
+		synctest.Wait()
+		k2.Close()
+		assertErr(t, (<-outs).Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_012")
+		if ran.Load() != n+1 {
+			t.Fatalf("%d handlers ran, want %d", ran.Load(), n+1)
 		}
 	})
 }

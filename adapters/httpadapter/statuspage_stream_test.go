@@ -46,7 +46,9 @@ func TestStatusPageShowsOpenStreams(t *testing.T) {
 	page := fetchStatusPage(t, k)
 	leave()
 	<-done
-	if want := `<br>open streams 1 of 3</td>`; !strings.Contains(page, want) {
-		t.Errorf("the status page lacks %q:\n%s", want, page)
+	for _, want := range []string{`<td class="limit">1 of 3<br>open streams 1 of 3</td>`, `3 at once`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the status page lacks %q:\n%s", want, page)
+		}
 	}
 }
