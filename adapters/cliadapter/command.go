@@ -94,7 +94,8 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // too. The outcome is reported by the deadline or the first signal,
 // whatever the handler does.
 //
-// A success writes the result to stdout and returns nil. A failure writes
+// A success writes the result to stdout and returns nil; a stream, one
+// JSON line a message (docs/streaming.md). A failure writes
 // Problem Details and a human line to stderr. It returns an *ExitError
 // whose Code is ExitCodeFor the outcome's kind. Usage errors are returned
 // as they are, for Execute to print. AddCommands adds nothing and returns

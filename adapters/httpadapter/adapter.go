@@ -59,6 +59,10 @@ type Adapter struct {
 // Server.Shutdown. Mount adds a Pre middleware to e for both; Wrap and
 // HTTPErrorHandler do it too wherever they are used.
 //
+// A streaming operation is served through kernel.Op.Stream: SSE or
+// NDJSON, as Accept chooses, or a WebSocket. Mount adds a GET route on
+// its path for the WebSocket's handshake when its method is not GET.
+//
 // Mount fails, naming the operation, when two operations share a method
 // and path. It also fails when a path parameter has no input field.
 func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
