@@ -21,13 +21,13 @@ run:
 	$(GO) run ./samples/shop serve --http $(HTTP_ADDR) --grpc $(GRPC_ADDR)
 
 ## test: vet, gofmt check, and every test with the race detector (first
-## installs redis-server, protoc, chromium and npm with apt-get when they are
+## installs redis-server, protoc, chromium, npm and curl with apt-get when they are
 ## missing and it can; see .ci/deps)
 test: deps vet fmtcheck
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 ## deps: the system programs the tests need (redis-server, protoc, chromium,
-## node and npm), the MCP inspector CLI and the connect-web test's packages (npm)
+## node, npm and curl), the MCP inspector CLI and the connect-web test's packages (npm)
 deps:
 	@.ci/deps
 

@@ -94,7 +94,8 @@ func withSignalChannel(ch <-chan os.Signal) Option {
 // too. The outcome is reported by the deadline or the first signal,
 // whatever the handler does.
 //
-// A success writes the result to stdout and returns nil. A failure writes
+// A success writes the result to stdout and returns nil; a stream, one
+// JSON line a message (docs/streaming.md). A failure writes
 // Problem Details and a human line to stderr. It returns an *ExitError
 // whose Code is ExitCodeFor the outcome's kind. Usage errors are returned
 // as they are, for Execute to print. AddCommands adds nothing and returns
@@ -117,9 +118,6 @@ func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel func()
 	}
 	byName := map[string]groupCmd{}
 	for _, d := range reg.All() {
-		if d.Kind() != operations.Unary { // streams are added apart
-			continue
-		}
 		group, name, _ := strings.Cut(d.ID, ".")
 		g, ok := byName[group]
 		if !ok {
@@ -242,6 +240,16 @@ func operationHelp(d *operations.Descriptor, f *inputFlags) string {
 		b.WriteString(d.Summary + "\n\n")
 	}
 	fmt.Fprintf(&b, "Runs the operation %s in-process.\n\n", d.ID)
+	switch d.Kind() {
+	case operations.ServerStream:
+		b.WriteString("A server stream: each message is one JSON line on stdout.\n\n")
+	case operations.ClientStream:
+		b.WriteString("A client stream: each line of stdin is one input, a JSON object;\n" +
+			"flags given override its fields. The reply is the result.\n\n")
+	case operations.BidiStream:
+		b.WriteString("A bidi stream: each line of stdin is one input, a JSON object;\n" +
+			"each message is one JSON line on stdout.\n\n")
+	}
 	b.WriteString("Input fields are set with the flags below, or all at once as a JSON object with\n" +
 		"--input '{...}' (--input - reads it from standard input); a flag given\n" +
 		"together with --input overrides that field.\n")

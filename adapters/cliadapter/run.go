@@ -106,6 +106,8 @@ func (r *runner) run(fields *inputFlags, inputJSON string, timeout timeoutValue,
 		out = k.Reject(ctx, kernel.Caller{Protocol: pipeline.ProtocolCLI, Route: r.desc.ID}, notServed(r.desc.ID))
 	case reject != nil:
 		out = r.op.Reject(ctx, u.Caller, reject)
+	case r.desc.Kind() != operations.Unary:
+		out = r.stream(ctx, u, fields)
 	default:
 		out = r.op.Handle(ctx, u)
 	}
@@ -196,6 +198,12 @@ func (r *runner) setIdempotencyKey(c *kernel.Caller) {
 // input.
 func (r *runner) setInput(u *kernel.Unary, fields *inputFlags, inputJSON string, in *interrupts) (reject error) {
 	flags := r.cmd.Flags()
+	if k := r.desc.Kind(); k == operations.ClientStream || k == operations.BidiStream {
+		if flags.Changed("input") {
+			return inputFailure(&inputError{Msg: "a " + k.String() + " reads its inputs from standard input, one JSON line each"})
+		}
+		return nil
+	}
 	if flags.Changed("input") && inputJSON == "-" {
 		// Standard input is read when the kernel decodes the call, bounded
 		// by the effective deadline it computed (--timeout capped by the
@@ -258,6 +266,9 @@ func (r *runner) report(k *kernel.Kernel, out kernel.Outcome, in *interrupts, tt
 		return err
 	}
 	r.sendReply(out.Invocation)
+	if k := r.desc.Kind(); k == operations.ServerStream || k == operations.BidiStream {
+		return nil // the messages went to stdout
+	}
 	if err := writeResult(r.cmd.OutOrStdout(), r.format, out.Output); err != nil {
 		return r.fail(pipeline.Wrap(pipeline.KindUnexpected, pipeline.CodeUnexpected, pipeline.UnexpectedMessage,
 			fmt.Errorf("cliadapter: writing the result of %s: %w", r.desc.ID, err)), out.TraceID)

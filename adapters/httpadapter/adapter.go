@@ -59,6 +59,10 @@ type Adapter struct {
 // Server.Shutdown. Mount adds a Pre middleware to e for both; Wrap and
 // HTTPErrorHandler do it too wherever they are used.
 //
+// A streaming operation is served through kernel.Op.Stream: SSE or
+// NDJSON, as Accept chooses, or a WebSocket. Mount adds a GET route on
+// its path for the WebSocket's handshake when its method is not GET.
+//
 // Mount fails, naming the operation, when two operations share a method
 // and path. It also fails when a path parameter has no input field.
 func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
@@ -80,7 +84,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	var routes []*route
 	for _, op := range k.Operations() {
 		d := op.Descriptor()
-		if d.Method == "" || d.Kind() != operations.Unary { // streams are mounted apart
+		if d.Method == "" {
 			continue
 		}
 		key := d.Method + " " + d.Path
@@ -88,6 +92,12 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 			return nil, fmt.Errorf("httpadapter: Mount: operations %q and %q are both mounted on %s", other, d.ID, key)
 		}
 		seen[key] = d.ID
+		if ws := http.MethodGet + " " + d.Path; d.Kind() != operations.Unary && d.Method != http.MethodGet {
+			if other, dup := seen[ws]; dup {
+				return nil, fmt.Errorf("httpadapter: Mount: operations %q and %q both take %s (a WebSocket's handshake)", other, d.ID, ws)
+			}
+			seen[ws] = d.ID
+		}
 		rt, err := a.newRoute(op)
 		if err != nil {
 			return nil, fmt.Errorf("httpadapter: Mount: operation %q (%s): %w", d.ID, key, err)
@@ -97,7 +107,14 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	a.routes = routes
 	e.Pre(framingMiddleware)
 	for _, rt := range routes {
-		e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
+		if rt.desc.Kind() == operations.Unary {
+			e.Add(rt.desc.Method, rt.desc.Path, rt.serve)
+			continue
+		}
+		e.Add(rt.desc.Method, rt.desc.Path, rt.serveStream)
+		if rt.desc.Method != http.MethodGet { // a WebSocket's handshake
+			e.GET(rt.desc.Path, rt.serveStream)
+		}
 	}
 	if cfg.errorHandler {
 		e.HTTPErrorHandler = a.HTTPErrorHandler
@@ -157,25 +174,36 @@ func successStatus(d *operations.Descriptor) int {
 // itself, in the exchange's answer, and returns nil, so echo's error
 // handler never sees its outcomes.
 func (rt *route) serve(c echo.Context) error {
-	a := rt.a
-	r := c.Request()
-	x := a.newExchange(c)
-	defer x.release()
-	x.name, x.success = rt.desc.ID, rt.success
-	ctx := a.requestContext(r, rt.desc.ID)
 	var u kernel.Unary
-	a.caller(&u.Caller, r, rt.name, rt.desc.Path, x)
-	if a.cfg.callerDeadlines {
-		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
-		if err != nil {
-			x.respond(rt.op.Reject(ctx, u.Caller, badDeadline(header)))
-			return nil
-		}
-		u.Deadline = d
+	x, ctx, ok := rt.begin(c, &u.Caller)
+	defer x.release()
+	if !ok {
+		return nil
 	}
 	u.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
 	rt.op.Serve(ctx, u, x.answer)
 	return nil
+}
+
+// begin starts the exchange of c's request and fills in cl. It reads the
+// caller's deadline; a malformed one is answered here, and ok is false.
+// The caller releases x.
+func (rt *route) begin(c echo.Context, cl *kernel.Caller) (x *exchange, ctx context.Context, ok bool) {
+	a := rt.a
+	r := c.Request()
+	x = a.newExchange(c)
+	x.name, x.success = rt.desc.ID, rt.success
+	ctx = a.requestContext(r, rt.desc.ID)
+	a.caller(cl, r, rt.name, rt.desc.Path, x)
+	if a.cfg.callerDeadlines {
+		d, header, err := inboundDeadline(r.Header, a.cfg.relHeader, x.start)
+		if err != nil {
+			x.respond(rt.op.Reject(ctx, *cl, badDeadline(header)))
+			return x, ctx, false
+		}
+		cl.Deadline = d
+	}
+	return x, ctx, true
 }
 
 // caller fills in c for the request r of the route named route (path is

@@ -37,6 +37,13 @@
 // such a request from any other chunked one. It is a request smuggling
 // vector, and RFC 9112 §6.1 requires closing the connection after it.
 //
+// A streaming operation's route answers SSE or NDJSON, as Accept
+// chooses, and takes a WebSocket for every kind. A client stream reads an
+// NDJSON body. After the first message the outcome goes in-band: an SSE
+// outcome event, a last NDJSON line, a WebSocket close code. The server's
+// read and write timeouts never end a stream. docs/streaming.md has the
+// framing.
+//
 // [Transport] is the outbound half. It is an http.RoundTripper that writes
 // what remains of the request context's deadline on every request. So the
 // attempts, back-offs and local work of a retry loop spend one budget.

@@ -158,7 +158,11 @@ func (a *Adapter) describeOperation(b *openAPIBuilder, rt *route) (*openapi3.Ope
 		}
 		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithJSONSchemaRef(s)}
 	}
-	if err := b.describeSuccess(op, rt); err != nil {
+	if d.Kind() != operations.Unary {
+		if err := b.describeStream(op, rt); err != nil {
+			return nil, err
+		}
+	} else if err := b.describeSuccess(op, rt); err != nil {
 		return nil, err
 	}
 	a.describeProblems(op, rt, hasBody)
@@ -176,6 +180,48 @@ func (b *openAPIBuilder) describeSuccess(op *openapi3.Operation, rt *route) erro
 		return fmt.Errorf("httpadapter: OpenAPI: operation %q output: %w", rt.desc.ID, err)
 	}
 	op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success.").WithJSONSchemaRef(s))
+	return nil
+}
+
+// describeStream describes a streaming operation as far as OpenAPI goes.
+// A server stream answers text/event-stream or application/x-ndjson,
+// whose schema is one message's. A client stream's request body is
+// application/x-ndjson, one input a line. Every stream also answers 101
+// to a WebSocket handshake; a bidi stream answers nothing else.
+// x-sundial-stream names the kind.
+func (b *openAPIBuilder) describeStream(op *openapi3.Operation, rt *route) error {
+	d := rt.desc
+	op.Extensions = map[string]any{"x-sundial-stream": d.Kind().String()}
+	op.AddResponse(http.StatusSwitchingProtocols, openapi3.NewResponse().WithDescription(
+		"A WebSocket, when the request asks for one: a JSON text message each way; "+
+			"the last, {\"outcome\": Problem}, precedes the close."))
+	switch d.Kind() {
+	case operations.ClientStream:
+		s, err := b.schemas.Input(d)
+		if err != nil {
+			return fmt.Errorf("httpadapter: OpenAPI: operation %q input: %w", d.ID, err)
+		}
+		body := openapi3.NewRequestBody().WithDescription("One JSON input a line.").
+			WithContent(openapi3.Content{contentTypeNDJSON: openapi3.NewMediaType().WithSchemaRef(s)})
+		op.RequestBody = &openapi3.RequestBodyRef{Value: body}
+		return b.describeSuccess(op, rt)
+	case operations.BidiStream:
+		problem(op, http.StatusUpgradeRequired, "VALIDATION: a plain HTTP request; open a WebSocket.")
+		return nil
+	}
+	s, err := b.schemas.Output(d.Output)
+	if err != nil {
+		return fmt.Errorf("httpadapter: OpenAPI: operation %q output: %w", d.ID, err)
+	}
+	events := openapi3.NewStringSchema()
+	events.Description = "Events \"message\" (id: a sequence; data: one message), " +
+		"then the last, \"outcome\" (data: Problem)."
+	sse := openapi3.NewMediaType().WithSchema(events)
+	ndjson := openapi3.NewMediaType().WithSchemaRef(s)
+	op.AddResponse(rt.success, openapi3.NewResponse().WithDescription(
+		"A stream, as Accept chooses. NDJSON: one message a line (this schema), then "+
+			"{\"outcome\": Problem}.").
+		WithContent(openapi3.Content{contentTypeSSE: sse, contentTypeNDJSON: ndjson}))
 	return nil
 }
 

@@ -114,7 +114,9 @@ type Raw interface {
 	// Send sends one message.
 	Send(m any) error
 	// Recv receives one message and its size in bytes. It returns io.EOF
-	// when the caller has sent its last message.
+	// when the caller has sent its last message. A *pipeline.Error refuses
+	// a message, one that does not decode, say: it ends the stream
+	// (EndLimit) as the outcome.
 	Recv() (m any, size int, err error)
 	// Abort makes blocked and later Send and Recv calls return. It is
 	// called at most once, from any goroutine, when a clock or bound ends
@@ -490,6 +492,9 @@ func (s *Stream) Recv() (any, error) {
 		if err == io.EOF && s.settle() == nil {
 			s.recvDone.Store(true)
 			return nil, io.EOF
+		}
+		if pe, ok := err.(*pipeline.Error); ok && s.settle() == nil {
+			return nil, s.finish(EndLimit, pe, pe).err
 		}
 		return nil, s.failed(err)
 	}

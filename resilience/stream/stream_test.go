@@ -426,3 +426,21 @@ func runScenario(t *testing.T, tt scenario) {
 var errHandler = errors.New("handler: gave up")
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// TestRawRefusesMessage: a *pipeline.Error from Raw.Recv, a message the
+// transport could not decode, ends the stream as that outcome (EndLimit),
+// never as a transport failure.
+func TestRawRefusesMessage(t *testing.T) {
+	raw := newFakeRaw(context.Background())
+	defer close(raw.done)
+	bad := pipeline.NewError(pipeline.KindValidation, "TEST_VALIDATION_001", "not JSON")
+	raw.recvFail = bad
+	s := stream.Open(context.Background(), raw, stream.Config{Kind: stream.Client})
+	if _, err := s.Recv(); err != bad {
+		t.Fatalf("Recv = %v, want the transport's refusal %v", err, bad)
+	}
+	r := s.Close(nil)
+	if r.Reason != stream.EndLimit || r.Err != bad {
+		t.Fatalf("Close = %v, %v; want limit, the refusal", r.Reason, r.Err)
+	}
+}

@@ -147,9 +147,11 @@ func (s *Shop) Register(reg *operations.Registry) error {
 		}, s.Charge),
 		operations.RegisterServerStream(reg, operations.Descriptor{
 			ID: "orders.watch", Summary: "Watch the orders created, from the one after a sequence number.",
+			Method: "GET", Path: "/orders/watch",
 		}, s.WatchOrders),
 		operations.RegisterClientStream(reg, operations.Descriptor{
 			ID: "orders.import", Summary: "Create an order for each line sent.",
+			Method: "POST", Path: "/orders/import",
 		}, s.ImportOrders),
 	)
 }

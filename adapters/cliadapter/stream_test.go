@@ -1,0 +1,211 @@
+package cliadapter
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// These tests run streaming operations' commands through the kernel
+// (kernel.Op.Stream).
+
+type watchIn struct {
+	Count int  `json:"count"`
+	Wait  bool `json:"wait"`
+}
+
+type numIn struct {
+	N int `json:"n"`
+}
+
+type numOut struct {
+	Total int `json:"total"`
+}
+
+// streamRegistry registers feed.watch (a server stream of Count
+// messages, then waiting for its context when Wait), nums.sum (a client
+// stream) and nums.double (a bidi stream). ended gets feed.watch's
+// context's cause when it waited.
+func streamRegistry(t *testing.T, ended chan<- error) *operations.Registry {
+	t.Helper()
+	reg := operations.NewRegistry()
+	err := errors.Join(
+		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.watch"},
+			func(ctx context.Context, in watchIn, s *operations.Sender[numOut]) error {
+				for i := 1; i <= in.Count; i++ {
+					if err := s.Send(numOut{i}); err != nil {
+						return err
+					}
+				}
+				if in.Wait {
+					<-ctx.Done()
+					ended <- context.Cause(ctx)
+					return ctx.Err()
+				}
+				return nil
+			}),
+		operations.RegisterClientStream(reg, operations.Descriptor{ID: "nums.sum"},
+			func(_ context.Context, r *operations.Receiver[numIn]) (numOut, error) {
+				total := 0
+				for {
+					in, err := r.Recv()
+					if err == io.EOF {
+						return numOut{total}, nil
+					}
+					if err != nil {
+						return numOut{}, err
+					}
+					total += in.N
+				}
+			}),
+		operations.RegisterBidiStream(reg, operations.Descriptor{ID: "nums.double"},
+			func(_ context.Context, r *operations.Receiver[numIn], s *operations.Sender[numOut]) error {
+				for {
+					in, err := r.Recv()
+					if err == io.EOF {
+						return nil
+					}
+					if err != nil {
+						return err
+					}
+					if err := s.Send(numOut{2 * in.N}); err != nil {
+						return err
+					}
+				}
+			}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// lineWriter is a stdout that records each write and flush, and tells
+// of each line on lines.
+type lineWriter struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	writes  int
+	flushes int
+	lines   chan struct{}
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes++
+	w.b.Write(p)
+	return len(p), nil
+}
+
+func (w *lineWriter) Flush() error {
+	w.mu.Lock()
+	w.flushes++
+	w.mu.Unlock()
+	select {
+	case w.lines <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// runStream runs `app args...` over the stream registry, with stdin and
+// the signal channel sigs.
+func runStream(t *testing.T, ended chan<- error, sigs chan os.Signal, stdin string, out *lineWriter, args ...string) (int, string) {
+	t.Helper()
+	reg := streamRegistry(t, ended)
+	root := &cobra.Command{Use: "app"}
+	kf := func() (*kernel.Kernel, error) {
+		return kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(`{"Sundial": {"Kernel": {"MaxTimeoutSeconds": 30}}}`)))
+	}
+	opts := []Option{WithSignals(), withSignalChannel(sigs), withExit(func(code int) { t.Errorf("exit(%d)", code) })}
+	if err := AddCommands(root, reg, kf, opts...); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(out)
+	root.SetErr(&stderr)
+	return Execute(context.Background(), root), stderr.String()
+}
+
+// TestStreamCommands: a server stream writes one JSON line a message to
+// stdout, each written and flushed alone; a client stream reads stdin's
+// lines and writes its reply; a bidi stream answers line by line.
+func TestStreamCommands(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	out := &lineWriter{lines: make(chan struct{}, 8)}
+	code, stderr := runStream(t, nil, sigs, "", out, "feed", "watch", "--count", "3")
+	if code != 0 || out.String() != "{\"total\":1}\n{\"total\":2}\n{\"total\":3}\n" || out.writes != 3 || out.flushes != 3 {
+		t.Fatalf("feed watch: exit %d, stdout %q (%d writes, %d flushes), stderr %q; want 3 lines, each flushed",
+			code, out.String(), out.writes, out.flushes, stderr)
+	}
+	out = &lineWriter{lines: make(chan struct{}, 8)}
+	code, stderr = runStream(t, nil, sigs, "{\"n\":1}\n\n{\"n\":2}\n", out, "nums", "sum")
+	if code != 0 || strings.Join(strings.Fields(out.String()), "") != `{"total":3}` {
+		t.Fatalf("nums sum: exit %d, stdout %q, stderr %q", code, out.String(), stderr)
+	}
+	out = &lineWriter{lines: make(chan struct{}, 8)}
+	code, stderr = runStream(t, nil, sigs, "{\"n\":1}\n{\"n\":5}\n", out, "nums", "double")
+	if code != 0 || out.String() != "{\"total\":2}\n{\"total\":10}\n" {
+		t.Fatalf("nums double: exit %d, stdout %q, stderr %q", code, out.String(), stderr)
+	}
+	out = &lineWriter{lines: make(chan struct{}, 8)}
+	code, _ = runStream(t, nil, sigs, "", out, "nums", "sum", "--input", "{}")
+	if code != ExitCodeFor(pipeline.KindValidation) {
+		t.Fatalf("nums sum --input: exit %d, want %d", code, ExitCodeFor(pipeline.KindValidation))
+	}
+	out = &lineWriter{lines: make(chan struct{}, 8)}
+	code, _ = runStream(t, nil, sigs, "{\"n\":1}\n{\"n\":\"x\"}\n", out, "nums", "sum")
+	if code != ExitCodeFor(pipeline.KindValidation) {
+		t.Fatalf("nums sum with a bad line: exit %d, want %d", code, ExitCodeFor(pipeline.KindValidation))
+	}
+}
+
+// TestStreamCommandOutcomes: the deadline mid-stream leaves the lines
+// written, then exits 7 with TIMEOUT on stderr; a signal mid-stream ends
+// the handler's context and exits 8.
+func TestStreamCommandOutcomes(t *testing.T) {
+	ended := make(chan error, 1)
+	sigs := make(chan os.Signal, 1)
+	out := &lineWriter{lines: make(chan struct{}, 8)}
+	code, stderr := runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "2", "--wait", "--timeout", "0.4")
+	if code != exitTimeout || out.String() != "{\"total\":1}\n{\"total\":2}\n" || problemOf(t, stderr).Code != pipeline.CodeTimeout {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 lines, then exit 7 TIMEOUT", code, out.String(), stderr)
+	}
+	<-ended
+
+	out = &lineWriter{lines: make(chan struct{}, 8)}
+	go func() {
+		select {
+		case <-out.lines:
+			sigs <- os.Interrupt
+		case <-time.After(30 * time.Second):
+		}
+	}()
+	code, stderr = runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "1", "--wait")
+	if code != exitCanceled || out.String() != "{\"total\":1}\n" || problemOf(t, stderr).Code != pipeline.CodeCanceled {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 line, then exit 8 CANCELLED", code, out.String(), stderr)
+	}
+	if cause := <-ended; cause == nil {
+		t.Fatal("the handler's context ended without a cause")
+	}
+}
