@@ -40,7 +40,7 @@ type watchIn struct {
 
 // feedApp records what the streaming handlers saw.
 type feedApp struct {
-	ctxEnded chan error  // a handler's context ended: its cause
+	ctxEnded chan error   // a handler's context ended: its cause
 	opened   atomic.Int64 // bidi streams whose handler started
 	sent     atomic.Int64 // bytes of padding Send accepted (flood)
 }
