@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sundial-go/sundial/kernel/internal/config"
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/operations"
@@ -172,6 +173,8 @@ type Kernel struct {
 	// stragglers counts invocations still running after their answer left
 	// (see Settings.MaxStragglers).
 	stragglers atomic.Int64
+	// draining is set by DrainStreams (stream.go).
+	draining atomic.Bool
 
 	// baggageLog and lateLog are logger, sampled. Callers cause their records at
 	// will: too much baggage, or calls to a handler that ignores its context.
@@ -214,6 +217,10 @@ type compiled struct {
 	// stragglers counts this chain's calls still running after their
 	// answer left (part of Kernel.stragglers).
 	stragglers atomic.Int64
+	// stream is the configuration of a streaming operation's streams;
+	// open are its open streams (stream.go).
+	stream atomic.Pointer[config.Stream]
+	open   openStreams
 }
 
 // New builds a kernel. It loads and validates the configuration (every
@@ -321,7 +328,9 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 			// Every operation gets its limits, configured or not, so that
 			// a reload can give it some (Reload).
 			if d != nil {
-				c.mws = append(c.mws, k.newLimits(d.ID, p))
+				st := k.streamFor(d.ID)
+				c.stream.Store(&st)
+				c.mws = append(c.mws, k.newLimits(d.ID, limitsPolicy(d, p, st)))
 			} else {
 				c.mws = append(c.mws, deadline.Middleware())
 			}
@@ -434,13 +443,18 @@ type validationMiddleware struct{}
 func (validationMiddleware) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	if v, ok := inv.Input().(operations.Validator); ok && v != nil {
 		if err := v.Validate(); err != nil {
-			if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe != nil {
-				return nil, pe
-			}
-			return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, pipeline.ErrorText(err), err)
+			return nil, validationError(err)
 		}
 	}
 	return next(ctx, inv)
+}
+
+// validationError is the outcome of an input whose Validate returned err.
+func validationError(err error) *pipeline.Error {
+	if pe, ok := errors.AsType[*pipeline.Error](err); ok && pe != nil {
+		return pe
+	}
+	return pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, pipeline.ErrorText(err), err)
 }
 
 func implementsValidator(d *operations.Descriptor) bool {

@@ -58,6 +58,16 @@ var keySamples = map[string]keySample{
 	"PerKey.WindowSeconds":         {2.0, 3.0, 0.0},
 	"PerKey.QueueLimit":            {2.0, 3.0, -1.0},
 	"PerKey.Baggage":               {"tenant", "api-key", "a b"},
+	"Stream.MaxStreams":            {2.0, 3.0, 0.0},
+	"Stream.IdleSeconds":           {2.0, 3.0, 0.0},
+	"Stream.SendStallSeconds":      {2.0, 3.0, 0.0},
+	"Stream.MessagesPerSecond":     {100.0, 50.0, 0.0},
+	"Stream.HardRate":              {true, false, "yes"},
+	"Stream.MaxMessages":           {2.0, 3.0, 0.0},
+	"Stream.MaxStreamBytes":        {2.0, 3.0, 0.0},
+	"Stream.HeartbeatSeconds":      {2.0, 3.0, 0.0},
+	"Stream.MaxAgeSeconds":         {2.0, 3.0, 0.0},
+	"Stream.MaxAgeJitter":          {0.3, 0.4, 1.0},
 	"Idempotency.Enabled":          {false, true, "yes"},
 	"Idempotency.Required":         {true, false, "yes"},
 	"Idempotency.RetentionSeconds": {60.0, 120.0, 0.0},
@@ -281,7 +291,8 @@ func checkReloaded(t *testing.T, k config.Key, s keySample) {
 		t.Fatalf("Reload = %q, %v", res, err)
 	}
 	idem, _ := kn.Op(opID).Idempotency()
-	inForce := config.Target{Policy: kn.PolicyFor(opID), Idempotency: idem, Custom: kn.customTarget(opID)}
+	inForce := config.Target{Policy: kn.PolicyFor(opID), Idempotency: idem, Custom: kn.customTarget(opID),
+		Stream: *kn.ops[opID].stream.Load()}
 	want, ignoredLine := keyDoc(k.Name, s.b), "Operations."+opID+"."+config.TopLevel([]string{k.Name})[0]+" changed"
 	if !k.Reloadable {
 		want = keyDoc(k.Name, s.a)

@@ -270,7 +270,8 @@ func (k *Kernel) setUpCluster(o *options) error {
 func (k *Kernel) clustered(ps policies) []string {
 	var ids []string
 	for _, d := range k.registry.All() {
-		if p := ps.policyFor(d.ID); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0 || p.PerKey.PermitLimit > 0) {
+		t := ps.Resolve(d.ID)
+		if p := limitsPolicy(d, t.Policy, t.Stream); p.Scope == resilience.ScopeCluster && (p.PermitLimit > 0 || p.ConcurrencyLimit > 0 || p.PerKey.PermitLimit > 0) {
 			ids = append(ids, d.ID)
 		}
 	}

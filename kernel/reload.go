@@ -83,9 +83,12 @@ func (k *Kernel) Reload() (bool, error) {
 		changed = append(changed, ch.id)
 		was := k.custom[ch.id]
 		k.custom[ch.id] = ch.custom
+		c := k.ops[ch.id]
 		if l := k.limits[ch.id]; l != nil {
-			l.Update(ch.policy, append(k.clusterOptions(ch.id, ch.policy), ch.custom.opts...)...)
+			p := limitsPolicy(c.desc, ch.policy, ch.stream)
+			l.Update(p, append(k.clusterOptions(ch.id, p), ch.custom.opts...)...)
 		}
+		c.stream.Store(&ch.stream)
 		if ch.custom.from != was.from { // built anew: the old ones left the chain
 			k.closeCustom(ch.id, was)
 		}
@@ -114,6 +117,7 @@ type change struct {
 	id     string
 	policy resilience.Policy
 	custom customLimits
+	stream config.Stream
 }
 
 // changes returns the operations whose keys lc changes from old, with their
@@ -135,7 +139,7 @@ func (k *Kernel) changes(old, lc *liveConfig) ([]change, error) {
 			}
 			return nil, err
 		}
-		out = append(out, change{id: d.ID, policy: is.Policy, custom: c})
+		out = append(out, change{id: d.ID, policy: is.Policy, custom: c, stream: is.Stream})
 	}
 	return out, nil
 }
@@ -186,7 +190,8 @@ func (k *Kernel) readLive() (*liveConfig, error) {
 // reloadable ones are as lc says. The start-up only ones (Idempotency) are as
 // New read them.
 func (k *Kernel) inForce(lc *liveConfig, id string) config.Target {
-	return config.Target{Policy: lc.policies.policyFor(id), Idempotency: k.idemPol[id], Custom: k.customTarget(id)}
+	t := lc.policies.Resolve(id)
+	return config.Target{Policy: t.Policy, Idempotency: k.idemPol[id], Custom: k.customTarget(id), Stream: t.Stream}
 }
 
 // warnStartupOnly logs, for each operation, the keys of its policy that the

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/outbound"
@@ -59,6 +60,9 @@ type OperationStatus struct {
 	// readings they reuse.
 	Calls    int64
 	P50, P99 time.Duration
+	// Streams is a streaming operation's open streams in this process.
+	// MaxStreams bounds them (0: none), counted in the operation's Scope.
+	Streams, MaxStreams int
 }
 
 // Status returns a snapshot of the kernel's operations, sorted by ID.
@@ -91,6 +95,9 @@ func (k *Kernel) Status() Status {
 			o.Degraded = st.Degraded(id)
 		}
 		o.Calls, o.P50, o.P99 = c.lat.snapshot(time.Now())
+		if c.desc.Kind() != operations.Unary {
+			o.Streams, o.MaxStreams = c.open.len(), c.stream.Load().MaxStreams
+		}
 		st.Operations = append(st.Operations, o)
 	}
 	slices.SortFunc(st.Operations, func(a, b OperationStatus) int { return strings.Compare(a.ID, b.ID) })

@@ -129,3 +129,12 @@ func addStream(r *Registry, d Descriptor, h StreamHandler) error {
 	}
 	return r.add(d)
 }
+
+// Resume returns the caller's resume cursor, such as SSE's Last-Event-ID;
+// "" when the caller sent none.
+func (s *Sender[Out]) Resume() string {
+	if r, ok := s.s.(interface{ Resume() string }); ok {
+		return r.Resume()
+	}
+	return ""
+}

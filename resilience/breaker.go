@@ -82,6 +82,17 @@ func (bl *breakerLimit) release(token uint64, o Outcome) {
 	bl.b.Done(breaker.TicketOf(token), breaker.Result(o.Verdict))
 }
 
+// The codes of a stream's own ends (package stream, which imports this
+// one, defines them). The caller's throttling, a drain, a broken
+// connection and the caller's silence say nothing of the operation.
+const (
+	codeStreamIdle      = "KERNEL_TIMEOUT_003"
+	codeStreamRate      = "KERNEL_UNAVAILABLE_011"
+	codeStreamDrained   = "KERNEL_UNAVAILABLE_012"
+	codeStreamTransport = "KERNEL_UNAVAILABLE_013"
+	detailSilent        = "silent"
+)
+
 // verdictOf judges the outcome err of an invocation inv that ran under the
 // handler's context ctx. The verdict says what err tells of the
 // operation's health, for every limit. The rules are in docs/pipeline.md,
@@ -100,8 +111,14 @@ func verdictOf(ctx context.Context, inv *pipeline.Invocation, err error) Verdict
 	}
 	e := pipeline.AsError(err)
 	switch e.Code() {
-	case CodeRateLimited, CodeConcurrencyLimited, CodeShed, codeIdempotencyStore:
+	case CodeRateLimited, CodeConcurrencyLimited, CodeShed, codeIdempotencyStore,
+		codeStreamRate, codeStreamDrained, codeStreamTransport:
 		return Neutral
+	case codeStreamIdle:
+		if e.Details()[detailSilent] == "caller" {
+			return Neutral
+		}
+		return Failure
 	}
 	switch e.Kind() {
 	case pipeline.KindValidation, pipeline.KindUnauthenticated, pipeline.KindForbidden,

@@ -117,6 +117,9 @@ func AddCommands(root *cobra.Command, reg *operations.Registry, newKernel func()
 	}
 	byName := map[string]groupCmd{}
 	for _, d := range reg.All() {
+		if d.Kind() != operations.Unary { // streams are added apart
+			continue
+		}
 		group, name, _ := strings.Cut(d.ID, ".")
 		g, ok := byName[group]
 		if !ok {

@@ -80,7 +80,7 @@ func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 	var routes []*route
 	for _, op := range k.Operations() {
 		d := op.Descriptor()
-		if d.Method == "" {
+		if d.Method == "" || d.Kind() != operations.Unary { // streams are mounted apart
 			continue
 		}
 		key := d.Method + " " + d.Path

@@ -87,7 +87,8 @@ const (
 	EndCallerLeft
 	// EndDrained: [Stream.Drain] ended the stream.
 	EndDrained
-	// EndLimit: the caller passed a rate, message or byte bound.
+	// EndLimit: the caller passed a rate, message or byte bound, or sent
+	// a message Config.Check refused.
 	EndLimit
 	// EndTransport: the transport failed while the caller was there.
 	EndTransport
@@ -145,6 +146,15 @@ type Config struct {
 	MaxMessages int64
 	// MaxBytes bounds the bytes the caller may send, as Raw.Recv counts.
 	MaxBytes int64
+	// Check, when not nil, checks each message the caller sends. Its
+	// error ends the stream (EndLimit) and is the outcome.
+	Check func(m any) error
+	// Heartbeat is the period of heartbeats, when Raw has a method
+	// Heartbeat() error: see [Open].
+	Heartbeat time.Duration
+	// MaxAge drains the stream (EndDrained) once it is open for MaxAge,
+	// with a retry-after of one second.
+	MaxAge time.Duration
 }
 
 // Result is how a stream ended, for logs, spans, metrics and the breaker.
@@ -179,6 +189,12 @@ type Stream struct {
 
 	deadline, idle, stall int64 // nanoseconds; 0: none
 	interval              int64 // nanoseconds between the caller's messages; 0: no rate
+	maxAge, beat          int64 // nanoseconds; 0: none
+
+	beater   heartbeater    // raw's heartbeat; nil: none
+	lastBeat atomic.Int64   // when a heartbeat last completed
+	beating  bool           // a heartbeat is in flight (under tmu)
+	beats    sync.WaitGroup // the heartbeat in flight
 
 	lastSend  atomic.Int64 // when a Send last completed
 	lastRecv  atomic.Int64 // when a Recv last returned a message
@@ -191,18 +207,38 @@ type Stream struct {
 	tat   int64       // the rate's next turn (Recv's goroutine only)
 	pacer *time.Timer // Recv's wait for its turn (Recv's goroutine only)
 
-	tmu    sync.Mutex // orders the timer's re-arming with Close
-	timer  *time.Timer
-	closed bool
+	tmu     sync.Mutex // orders the timer's re-arming with Close
+	timer   *time.Timer
+	closing bool // Close started: no new heartbeat
+	closed  bool
 }
+
+// heartbeater is a Raw that sends heartbeats.
+type heartbeater interface{ Heartbeat() error }
+
+// maxAgeRetryAfter is the retry-after of a stream drained at its maximum
+// age: the caller may reconnect at once, to any replica.
+const maxAgeRetryAfter = time.Second
 
 // Open returns a stream bounded by cfg over raw, whose context derives
 // from parent. The caller leaving is parent ending. Call Close when the
 // handler returns.
+//
+// When raw has a method Heartbeat() error and cfg.Heartbeat is set, the
+// stream's timer calls it once nothing was sent for cfg.Heartbeat. It
+// calls it on a goroutine of its own, never while a Send is blocked, so
+// raw must serialise it with Send. Abort must unblock it. A heartbeat
+// never resets the idle clock. A heartbeat blocked for SendStall ends the
+// stream as a blocked Send does. A heartbeat's error is a transport
+// failure. Close waits for a heartbeat in flight.
 func Open(parent context.Context, raw Raw, cfg Config) *Stream {
 	s := &Stream{raw: raw, parent: parent, cfg: cfg, base: time.Now()}
 	s.ctx, s.cancel = context.WithCancelCause(parent)
 	s.idle, s.stall = int64(max(cfg.Idle, 0)), int64(max(cfg.SendStall, 0))
+	s.maxAge = int64(max(cfg.MaxAge, 0))
+	if b, ok := raw.(heartbeater); ok && cfg.Heartbeat > 0 {
+		s.beater, s.beat = b, int64(cfg.Heartbeat)
+	}
 	if !cfg.Deadline.IsZero() {
 		s.deadline = max(int64(cfg.Deadline.Sub(s.base)), 0)
 		if s.deadline == 0 {
@@ -229,7 +265,8 @@ func (s *Stream) Context() context.Context { return s.ctx }
 func (s *Stream) now() int64 { return int64(time.Since(s.base)) }
 
 // next returns the next instant after now at which a clock may end the
-// stream (math.MaxInt64: none). With no Send blocked, a Send may start at
+// stream or a heartbeat is due (math.MaxInt64: none). It is called under
+// tmu, or before the timer exists. With no Send blocked, a Send may start at
 // any time: the timer then looks again after SendStall.
 func (s *Stream) next(now int64) int64 {
 	next := int64(math.MaxInt64)
@@ -246,7 +283,40 @@ func (s *Stream) next(now int64) int64 {
 			next = min(next, now+s.stall)
 		}
 	}
+	if s.maxAge > 0 {
+		next = min(next, s.maxAge)
+	}
+	if s.beat > 0 {
+		// A heartbeat in flight, or one a blocked Send put off: look
+		// again a period later.
+		b := s.nextBeat()
+		if s.beating || b <= now {
+			b = now + s.beat
+		}
+		next = min(next, b)
+	}
 	return next
+}
+
+// nextBeat returns when the next heartbeat is due: a period after the
+// last message sent or heartbeat.
+func (s *Stream) nextBeat() int64 {
+	return max(s.lastSend.Load(), s.lastBeat.Load()) + s.beat
+}
+
+// heartbeat sends one heartbeat, which started at since (1 + its start,
+// as sendSince holds it).
+func (s *Stream) heartbeat(since int64) {
+	defer s.beats.Done()
+	err := s.beater.Heartbeat()
+	s.sendSince.CompareAndSwap(since, 0)
+	s.lastBeat.Store(s.now())
+	s.tmu.Lock()
+	s.beating = false
+	s.tmu.Unlock()
+	if err != nil {
+		s.failed(err)
+	}
 }
 
 // fire runs when the timer fires: it ends the stream when a clock has
@@ -270,12 +340,23 @@ func (s *Stream) fire() {
 		}
 		s.finish(EndIdle, err, err)
 		return
+	case s.maxAge > 0 && now >= s.maxAge:
+		s.Drain(maxAgeRetryAfter)
+		return
 	}
 	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.beat > 0 && !s.beating && !s.closing && now >= s.nextBeat() {
+		// Not while a Send is blocked: the caller is not reading it.
+		if since := now + 1; s.sendSince.CompareAndSwap(0, since) {
+			s.beating = true
+			s.beats.Add(1)
+			go s.heartbeat(since)
+		}
+	}
 	if !s.closed {
 		s.timer.Reset(time.Duration(s.next(now) - now))
 	}
-	s.tmu.Unlock()
 }
 
 // stalled reports whether a Send blocked since since (1 + its start; 0:
@@ -418,6 +499,11 @@ func (s *Stream) Recv() (any, error) {
 	if err := s.bound(now, count, total); err != nil {
 		return nil, s.finish(EndLimit, err, err).err
 	}
+	if s.cfg.Check != nil {
+		if err := s.cfg.Check(m); err != nil {
+			return nil, s.finish(EndLimit, err, err).err
+		}
+	}
 	return m, nil
 }
 
@@ -486,6 +572,10 @@ func (s *Stream) Reason() Reason {
 // cause. Call Close once Send and Recv have returned. It returns the same
 // Result when called again.
 func (s *Stream) Close(err error) Result {
+	s.tmu.Lock()
+	s.closing = true
+	s.tmu.Unlock()
+	s.beats.Wait() // the timer still runs: a stalled heartbeat ends the stream
 	s.tmu.Lock()
 	s.closed = true
 	if s.timer != nil {

@@ -20,6 +20,7 @@ An inherited key that an operation does not set takes the root's value.
 An operation without an ` + "`Idempotency`" + ` object takes the root's; with neither, it takes no idempotency keys.
 The keys of the ` + "`Idempotency`" + ` and ` + "`Adaptive`" + ` objects are not inherited one by one: an operation's object replaces the root's whole.
 Its defaults apply to the keys it does not set.
+The keys of the ` + "`Stream`" + ` object apply to streaming operations only ([Streaming operations](streaming.md)).
 A key that a reload applies takes effect for the calls that arrive after it.
 A start-up only key keeps its value until a restart; a reload that changes it logs that it is ignored.
 Every error names the full key path, e.g. ` + "`Sundial.Kernel.Resilience.Operations.orders.create.PermitLimit`" + `.

@@ -19,7 +19,31 @@ type Target struct {
 	Policy      resilience.Policy
 	Idempotency idempotency.Policy
 	Custom      Custom
+	Stream      Stream
 }
+
+// Stream is the configuration of a streaming operation's streams.
+type Stream struct {
+	// MaxStreams bounds the streams open at once; 0: unbounded.
+	MaxStreams int
+	// Idle and SendStall are the stream's idle and send-stall clocks.
+	Idle, SendStall Duration
+	// MessagesPerSecond bounds the caller's messages; HardRate ends the
+	// stream instead of pacing Recv.
+	MessagesPerSecond float64
+	HardRate          bool
+	// MaxMessages and MaxBytes bound what the caller sends.
+	MaxMessages, MaxBytes int
+	// Heartbeat is the period of the transport's heartbeats.
+	Heartbeat Duration
+	// MaxAge ends a stream after it, less a random part of up to
+	// MaxAgeJitter of it.
+	MaxAge       Duration
+	MaxAgeJitter float64
+}
+
+// DefaultMaxAgeJitter is Stream.MaxAgeJitter's default.
+const DefaultMaxAgeJitter = 0.1
 
 // Custom is the configuration of the operation's limits of its own kinds
 // (kernel.WithLimitKind).
@@ -178,6 +202,36 @@ var Keys = []Key{
 	{Name: "PerKey.Baggage", Type: "string", Default: `"tenant"`, Bounds: "1 to 64 letters, digits, '-', '_' or '.'", Reloadable: true,
 		Doc:   "Baggage member (HTTP baggage header, gRPC baggage metadata) whose value is the call's key.",
 		value: use(baggageMember, func(t *Target) *string { return &t.Policy.PerKey.Baggage })},
+	{Name: "Stream.MaxStreams", Type: "integer", Default: "unlimited", Bounds: positiveInt, Reloadable: true, Inherited: true,
+		Doc:   "Streams of a streaming operation open at once, counted in its Scope; the next is refused with KERNEL_UNAVAILABLE_003.",
+		value: use(integer(1), func(t *Target) *int { return &t.Stream.MaxStreams })},
+	{Name: "Stream.IdleSeconds", Type: "number", Default: "none", Bounds: seconds, Reloadable: true, Inherited: true,
+		Doc:   "Ends a stream when no message was sent or received for it (KERNEL_TIMEOUT_003); heartbeats do not count, in seconds.",
+		value: use(duration, func(t *Target) *Duration { return &t.Stream.Idle })},
+	{Name: "Stream.SendStallSeconds", Type: "number", Default: "none", Bounds: seconds, Reloadable: true, Inherited: true,
+		Doc:   "Ends a stream when one send waits for the caller to read for it (KERNEL_CANCELLED_002), in seconds.",
+		value: use(duration, func(t *Target) *Duration { return &t.Stream.SendStall })},
+	{Name: "Stream.MessagesPerSecond", Type: "number", Default: "unlimited", Bounds: "> 0, at most 1e9", Reloadable: true, Inherited: true,
+		Doc:   "Rate of the caller's messages: each waits for its turn, so flow control pushes back.",
+		value: use(rate, func(t *Target) *float64 { return &t.Stream.MessagesPerSecond })},
+	{Name: "Stream.HardRate", Type: "boolean", Default: "false", Bounds: "true or false", Reloadable: true, Inherited: true,
+		Doc:   "Ends the stream (KERNEL_UNAVAILABLE_011, with a retry-after) when the caller runs a second ahead of MessagesPerSecond, instead of pacing it.",
+		value: use(boolean, func(t *Target) *bool { return &t.Stream.HardRate })},
+	{Name: "Stream.MaxMessages", Type: "integer", Default: "unlimited", Bounds: positiveInt, Reloadable: true, Inherited: true,
+		Doc:   "Messages the caller may send on one stream; the next ends it (KERNEL_VALIDATION_010).",
+		value: use(integer(1), func(t *Target) *int { return &t.Stream.MaxMessages })},
+	{Name: "Stream.MaxStreamBytes", Type: "integer", Default: "unlimited", Bounds: positiveInt, Reloadable: true, Inherited: true,
+		Doc:   "Bytes the caller may send on one stream; more ends it (KERNEL_VALIDATION_011).",
+		value: use(integer(1), func(t *Target) *int { return &t.Stream.MaxBytes })},
+	{Name: "Stream.HeartbeatSeconds", Type: "number", Default: "none", Bounds: seconds, Reloadable: true, Inherited: true,
+		Doc:   "Period of the transport's heartbeats on a stream that sent nothing for it, in seconds.",
+		value: use(duration, func(t *Target) *Duration { return &t.Stream.Heartbeat })},
+	{Name: "Stream.MaxAgeSeconds", Type: "number", Default: "none", Bounds: seconds, Reloadable: true, Inherited: true,
+		Doc:   "Age at which a stream ends with KERNEL_UNAVAILABLE_012 and a retry-after, so callers reconnect elsewhere, in seconds.",
+		value: use(duration, func(t *Target) *Duration { return &t.Stream.MaxAge })},
+	{Name: "Stream.MaxAgeJitter", Type: "number", Default: "0.1", Bounds: "0 to 0.999", Reloadable: true, Inherited: true,
+		Doc:   "Fraction of MaxAgeSeconds by which each stream's age is drawn shorter at random, so reconnections spread.",
+		value: withDefault(fraction, func(t *Target) *float64 { return &t.Stream.MaxAgeJitter }, DefaultMaxAgeJitter)},
 	{Name: "Idempotency.Enabled", Type: "boolean", Default: "true", Bounds: "true or false",
 		Doc:   "Turns idempotency keys on for the operation (docs/idempotency.md).",
 		value: withDefault(boolean, func(t *Target) *bool { return &t.Idempotency.Enabled }, true)},

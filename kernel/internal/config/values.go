@@ -167,6 +167,18 @@ func priority(v any, path string) (pipeline.Priority, error) {
 	return 0, fmt.Errorf("kernel: %s: want \"critical\", \"default\" or \"sheddable\", got %s", path, describe(v))
 }
 
+// rate reads a MessagesPerSecond: more than 0, at most 1e9.
+func rate(v any, path string) (float64, error) {
+	f, ok := Number(v)
+	if !ok {
+		return 0, fmt.Errorf("kernel: %s: want a number of messages a second, got %s", path, JSONType(v))
+	}
+	if !(f > 0 && f <= 1e9) {
+		return 0, fmt.Errorf("kernel: %s: must be greater than 0 and at most 1e9, got %v", path, f)
+	}
+	return f, nil
+}
+
 // fraction reads a PriorityReserve: 0 to 0.999.
 func fraction(v any, path string) (float64, error) {
 	f, ok := Number(v)

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sundial-go/sundial/pipeline"
@@ -30,6 +31,30 @@ type Call struct {
 	hasBudget bool
 	tr        transport // the protocol request, for the semantic conventions
 	ended     atomic.Bool
+	stream    *StreamEnd // how the call's stream ended; nil: no stream
+}
+
+// StreamEnd is how a call's stream ended.
+type StreamEnd struct {
+	Reason         string
+	Sent, Received int64
+}
+
+// Stream records how the call's stream ended, for End. It does nothing
+// on a nil Call.
+func (c *Call) Stream(e StreamEnd) {
+	if c != nil {
+		c.stream = &e
+	}
+}
+
+// StreamOpened adds delta (1 or -1) to the operation's open streams. It
+// does nothing on a nil Op or with the instruments disabled.
+func (o *Op) StreamOpened(ctx context.Context, delta int64) {
+	if o == nil || !o.t.inst.enabled(ctx) {
+		return
+	}
+	o.t.inst.streamsOpen.Add(ctx, delta, metric.WithAttributes(o.idMAttr))
 }
 
 // Start starts observing inv, which arrived at start. When a tracer is
@@ -192,6 +217,9 @@ func (c *Call) record(e *ending, end time.Time) {
 	if c.inv.Reply().Replayed() {
 		in.replays.Add(c.ctx, 1, c.o.replays[c.proto]...)
 	}
+	if s := c.stream; s != nil {
+		in.streamEnds.Add(c.ctx, 1, metric.WithAttributes(c.o.idMAttr, attribute.String(MetricAttrEndReason, s.Reason)))
+	}
 }
 
 // original returns the outcome the kernel's deadline attribution replaced
@@ -251,6 +279,10 @@ func (c *Call) spanAttrs(e *ending) []attribute.KeyValue {
 	}
 	if c.inv.Reply().Replayed() {
 		attrs = append(attrs, attribute.Bool(AttrIdempotencyReplayed, true))
+	}
+	if s := c.stream; s != nil {
+		attrs = append(attrs, attribute.String(AttrStreamEndReason, s.Reason),
+			attribute.Int64(AttrStreamSent, s.Sent), attribute.Int64(AttrStreamReceived, s.Received))
 	}
 	return attrs
 }
@@ -343,6 +375,10 @@ func (c *Call) log(l *slog.Logger, kind pipeline.Kind, perr, orig *pipeline.Erro
 	}
 	if c.inv.Reply().Replayed() {
 		attrs = append(attrs, slog.Bool("replayed", true))
+	}
+	if s := c.stream; s != nil {
+		attrs = append(attrs, slog.String("stream_end", s.Reason),
+			slog.Int64("messages_sent", s.Sent), slog.Int64("messages_received", s.Received))
 	}
 	attrs = append(attrs, slog.Duration("duration", end.Sub(c.start)))
 	sc := trace.SpanContextFromContext(c.ctx)

@@ -45,12 +45,15 @@ type instruments struct {
 	outThrottle metric.Int64ObservableCounter // MetricOutboundThrottled
 	outProb     metric.Float64ObservableGauge // MetricOutboundThrottleProbability
 
+	streamsOpen metric.Int64UpDownCounter // MetricStreamsOpen
+	streamEnds  metric.Int64Counter       // MetricStreamEnds
+
 	err error // instrument creation errors (the instruments are then no-ops)
 }
 
 func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in := &instruments{}
-	var errs [22]error
+	var errs [24]error
 	in.duration, errs[1] = m.Float64Histogram(MetricInvocationDuration,
 		metric.WithDescription("Duration of finished invocations, by operation, protocol and attributed outcome."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -111,6 +114,12 @@ func newInstruments(m metric.Meter, t *Telemetry) *instruments {
 	in.outProb, errs[21] = m.Float64ObservableGauge(MetricOutboundThrottleProbability,
 		metric.WithDescription("The probability that a dependency's adaptive throttle refuses a call now, by dependency."),
 		metric.WithUnit("1"))
+	in.streamsOpen, errs[22] = m.Int64UpDownCounter(MetricStreamsOpen,
+		metric.WithDescription("Open streams of a streaming operation, by operation."),
+		metric.WithUnit("{stream}"))
+	in.streamEnds, errs[23] = m.Int64Counter(MetricStreamEnds,
+		metric.WithDescription("Streams that ended, by operation and end reason."),
+		metric.WithUnit("{stream}"))
 	_, errs[7] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observe(t, o)
 		in.observeDependencies(t, o)

@@ -101,6 +101,12 @@ const (
 	// dependency's throttle refuses a call now (Float64ObservableGauge), by
 	// dependency. Dependencies without a throttle are not reported.
 	MetricOutboundThrottleProbability = "sundial.outbound.throttle.probability"
+	// MetricStreamsOpen is the number of open streams of a streaming
+	// operation (Int64UpDownCounter), by operation.
+	MetricStreamsOpen = "sundial.stream.open"
+	// MetricStreamEnds counts the streams that ended (Int64Counter), by
+	// operation and end reason (MetricAttrEndReason).
+	MetricStreamEnds = "sundial.stream.ends"
 )
 
 // Metric attribute keys. They are short because the metric names are
@@ -136,6 +142,9 @@ const (
 	// MetricAttrAttempt is the attempt of a MetricOutboundAttempts point:
 	// "first", "retry" or "hedge".
 	MetricAttrAttempt = "attempt"
+	// MetricAttrEndReason is a MetricStreamEnds point's end reason, as
+	// AttrStreamEndReason names it.
+	MetricAttrEndReason = "end_reason"
 )
 
 // Span attribute keys.
@@ -176,6 +185,14 @@ const (
 	// "default" or "sheddable" (its operation's, as the caller may have
 	// lowered it); absent for host endpoints.
 	AttrPriority = "sundial.priority"
+	// AttrStreamEndReason is why a stream ended: "completed", "deadline",
+	// "idle", "slow_consumer", "caller_left", "drained", "limit" or
+	// "transport"; absent on a call that opened no stream.
+	AttrStreamEndReason = "sundial.stream.end_reason"
+	// AttrStreamSent and AttrStreamReceived count a stream's messages
+	// sent to the caller and received from it.
+	AttrStreamSent     = "sundial.stream.messages_sent"
+	AttrStreamReceived = "sundial.stream.messages_received"
 )
 
 // Span events and their attribute keys.
