@@ -71,9 +71,6 @@ func (a *Adapter) nameOperations() ([]namedOp, error) {
 	var ops []namedOp
 	for _, op := range a.k.Operations() {
 		d := op.Descriptor()
-		if d.Kind() != operations.Unary { // streams are built apart
-			continue
-		}
 		pkg, sname, mname, err := names(a.cfg.pkg, d)
 		if err != nil {
 			return nil, err

@@ -1,7 +1,5 @@
 package grpcadapter
 
-import rstream "github.com/sundial-go/sundial/resilience/stream"
-
 // Unexported defaults and helpers that the external tests read.
 const (
 	DefaultMaxConcurrentStreams = defaultMaxConcurrentStreams
@@ -11,14 +9,6 @@ const (
 
 // KindFor is kindFor, the kind of a gRPC status code.
 var KindFor = kindFor
-
-// SetStreamConfig sets the clocks and bounds of every stream the
-// adapters serve until restore is called.
-func SetStreamConfig(c rstream.Config) (restore func()) {
-	old := interimConfig
-	interimConfig = c
-	return func() { interimConfig = old }
-}
 
 // HeldStreams returns how many streams the guards of the open
 // connections have held back for their pacer.

@@ -127,8 +127,7 @@ func (ta *testApp) register(t testing.TB, reg *operations.Registry) {
 
 const testConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":{"Operations":{
 	"work.limited":{"PermitLimit":1,"WindowSeconds":60},
-	"work.capped":{"TimeoutSeconds":0.2},
-	"work.stream-capped":{"TimeoutSeconds":0.2}
+	"work.capped":{"TimeoutSeconds":0.2}
 }}}}}`
 
 // matches reports whether r has every attribute of want, each written

@@ -63,7 +63,7 @@ func (m *method) handleStream(_ any, ss grpc.ServerStream) error {
 	s := &serverStream{m: m, ss: ss, ctx: ctx, start: time.Now(), answer: make(chan error, 1)}
 	parent, stop := m.a.inbound(ctx)
 	s.caller = parent
-	c := streamCall{Raw: s}
+	c := kernel.StreamCall{Raw: s}
 	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &c.Caller)
 	if m.desc.Kind() == operations.ServerStream {
 		s.expired = make(chan struct{})
@@ -89,8 +89,8 @@ func (s *serverStream) claim() bool { return s.state.CompareAndSwap(streamOpen, 
 
 // run runs the call through the kernel, and answers it with its outcome
 // unless the stream was answered already.
-func (s *serverStream) run(parent context.Context, c streamCall, stop func()) {
-	o := s.m.runStream(parent, c)
+func (s *serverStream) run(parent context.Context, c kernel.StreamCall, stop func()) {
+	o := s.m.op.Stream(parent, c)
 	stop()
 	if !s.claim() {
 		s.m.a.logCall(s.ctx, s.m.full, o, Status(o.Err, s.m.a.cfg.domain), s.start)
@@ -207,12 +207,4 @@ func (s *serverStream) expire(stall bool) {
 		return
 	}
 	s.answer <- Status(s.expiredErr, s.m.a.cfg.domain).Err()
-}
-
-// streamCall is what the kernel needs of one streaming call
-// (kernel.StreamCall).
-type streamCall struct {
-	kernel.Caller
-	Decode func(deadline time.Time) (any, error)
-	Raw    *serverStream
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 	rstream "github.com/sundial-go/sundial/resilience/stream"
@@ -26,8 +27,9 @@ import (
 // Streaming test operations.
 
 type tick struct {
-	N   int    `json:"n"`
-	Pad string `json:"pad"`
+	N     int    `json:"n"`
+	Pad   string `json:"pad"`
+	Small int8   `json:"small"`
 }
 
 type watchIn struct {
@@ -119,14 +121,26 @@ func (fa *feedApp) register(t testing.TB, reg *operations.Registry) {
 	}
 }
 
-// streamHarness serves the test and feed operations on a TCP listener,
-// every stream under cfg's clocks.
-func streamHarness(t *testing.T, cfg rstream.Config, ho harnessOpt) (*harness, *feedApp) {
+// streamHarness serves the test and feed operations on a TCP listener.
+// Every feed operation has the Stream configuration streamJSON (a JSON
+// object; "" for none).
+func streamHarness(t *testing.T, streamJSON string, ho harnessOpt) (*harness, *feedApp) {
 	t.Helper()
-	t.Cleanup(grpcadapter.SetStreamConfig(cfg))
 	fa := newFeedApp()
 	ho.tcp = true
 	ho.register = fa.register
+	if streamJSON == "" {
+		streamJSON = "{}"
+	}
+	cfg := `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":{"Operations":{
+	"work.limited":{"PermitLimit":1,"WindowSeconds":60},
+	"work.capped":{"TimeoutSeconds":0.2},
+	"work.stream-capped":{"TimeoutSeconds":0.2},
+	"feed.watch":{"Stream":` + streamJSON + `},
+	"feed.echo":{"Stream":` + streamJSON + `},
+	"feed.sum":{"Stream":` + streamJSON + `}
+}}}}}`
+	ho.kernel = append(ho.kernel, kernel.WithConfigJSON([]byte(cfg)))
 	return newHarness(t, ho), fa
 }
 
@@ -192,7 +206,7 @@ func reasonOf(st *status.Status) (string, map[string]string, time.Duration) {
 // stream echoes each message; a client stream answers its messages with
 // one reply. The same Go types give each method's messages.
 func TestStreamKinds(t *testing.T) {
-	h, _ := streamHarness(t, rstream.Config{}, harnessOpt{})
+	h, _ := streamHarness(t, "", harnessOpt{})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
@@ -227,7 +241,7 @@ func TestStreamKinds(t *testing.T) {
 // same ErrorInfo and RetryInfo as for a unary call, whether it fails
 // before its first message or after two.
 func TestStreamOutcomeInTrailers(t *testing.T) {
-	h, _ := streamHarness(t, rstream.Config{}, harnessOpt{})
+	h, _ := streamHarness(t, "", harnessOpt{})
 	for _, count := range []int64{0, 2} {
 		cs, m := h.openStream(t.Context(), t, h.conn, "/test.v1.Feed/Watch")
 		send(t, cs, m.Input, map[string]any{"count": count, "fail": true})
@@ -241,11 +255,27 @@ func TestStreamOutcomeInTrailers(t *testing.T) {
 	}
 }
 
+// TestStreamRefusesABadMessage: a caller's message that does not fit the
+// input type ends a bidi stream with InvalidArgument, KERNEL_VALIDATION_001
+// naming the field, after the messages before it were answered: the
+// caller's fault, not a transport failure.
+func TestStreamRefusesABadMessage(t *testing.T) {
+	h, _ := streamHarness(t, "", harnessOpt{})
+	cs, m := h.openStream(t.Context(), t, h.conn, "/test.v1.Feed/Echo")
+	send(t, cs, m.Input, map[string]any{"n": int64(1)})
+	send(t, cs, m.Input, map[string]any{"small": int32(300)})
+	ns, st := drain(cs, m.Output)
+	reason, md, _ := reasonOf(st)
+	if len(ns) != 1 || st.Code() != codes.InvalidArgument || reason != "KERNEL_VALIDATION_001" || md["field"] != "small" {
+		t.Errorf("%d messages, %v %q %v; want 1, InvalidArgument KERNEL_VALIDATION_001 field=small", len(ns), st.Code(), reason, md)
+	}
+}
+
 // TestStreamDeadlineMidStream: the operation's deadline ends a server
 // stream and a bidi stream mid-stream; the caller gets DeadlineExceeded
 // with KERNEL_TIMEOUT_001 in the trailers, after the messages sent.
 func TestStreamDeadlineMidStream(t *testing.T) {
-	h, fa := streamHarness(t, rstream.Config{}, harnessOpt{})
+	h, fa := streamHarness(t, "", harnessOpt{})
 	// work.stream-capped's TimeoutSeconds is 0.2 (testConfig); the
 	// caller's deadline is 20 s.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -272,7 +302,7 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 // and a silent caller (bidi) end the stream with DeadlineExceeded,
 // KERNEL_TIMEOUT_003, naming who was silent.
 func TestStreamIdle(t *testing.T) {
-	h, _ := streamHarness(t, rstream.Config{Idle: 150 * time.Millisecond}, harnessOpt{})
+	h, _ := streamHarness(t, `{"IdleSeconds":0.15}`, harnessOpt{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	cs, m := h.openStream(ctx, t, h.conn, "/test.v1.Feed/Watch")
@@ -299,7 +329,7 @@ func TestStreamIdle(t *testing.T) {
 // stream; the handler's context ends, and the kernel's outcome is
 // CANCELLED, KERNEL_CANCELLED_001: the caller left, no transport failed.
 func TestStreamCallerCancels(t *testing.T) {
-	h, fa := streamHarness(t, rstream.Config{}, harnessOpt{})
+	h, fa := streamHarness(t, "", harnessOpt{})
 	for _, full := range []string{"/test.v1.Feed/Watch", "/test.v1.Feed/Echo"} {
 		ctx, cancel := context.WithCancel(t.Context())
 		cs, m := h.openStream(ctx, t, h.conn, full)
@@ -334,7 +364,7 @@ func TestStreamSendStall(t *testing.T) {
 		window = 64 << 10
 		size   = 1000
 	)
-	h, fa := streamHarness(t, rstream.Config{SendStall: 200 * time.Millisecond}, harnessOpt{})
+	h, fa := streamHarness(t, `{"SendStallSeconds":0.2}`, harnessOpt{})
 	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window))
 	if err != nil {
@@ -368,7 +398,7 @@ func TestStreamSendStall(t *testing.T) {
 func TestIdleBidiStreamsAreNotPaced(t *testing.T) {
 	const streams = 100
 	b := grpcadapter.DefaultBounds()
-	h, fa := streamHarness(t, rstream.Config{}, harnessOpt{server: b.ServerOptions()})
+	h, fa := streamHarness(t, "", harnessOpt{server: b.ServerOptions()})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	before := grpcadapter.HeldStreams()
