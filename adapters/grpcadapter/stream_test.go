@@ -235,6 +235,10 @@ func TestStreamKinds(t *testing.T) {
 		t.Errorf("Sum(0..4) = %v, %v; want 10, OK", ns, st)
 	}
 	h.waitLog(t, "grpc call", "method=/test.v1.Feed/Sum", "grpcCode=OK", "operation=feed.sum")
+
+	if err := h.adapter.Call(ctx, h.conn, "feed.watch", watchIn{Count: 1}, nil); err == nil || !strings.Contains(err.Error(), "server-stream") {
+		t.Errorf("Call(feed.watch) = %v, want a refusal naming the server stream", err)
+	}
 }
 
 // TestStreamOutcomeInTrailers: a handler's error is the status, with the
