@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
 BENCH     ?= .
-BENCHPKGS ?= ./kernel ./samples/shop/systemtest
+BENCHPKGS ?= ./kernel ./samples/shop/systemtest ./adapters/grpcadapter
 FUZZTIME  ?= 10s
 
 .PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean

@@ -124,7 +124,7 @@ func (fa *feedApp) register(t testing.TB, reg *operations.Registry) {
 // streamHarness serves the test and feed operations on a TCP listener.
 // Every feed operation has the Stream configuration streamJSON (a JSON
 // object; "" for none).
-func streamHarness(t *testing.T, streamJSON string, ho harnessOpt) (*harness, *feedApp) {
+func streamHarness(t testing.TB, streamJSON string, ho harnessOpt) (*harness, *feedApp) {
 	t.Helper()
 	fa := newFeedApp()
 	ho.tcp = true
@@ -145,7 +145,7 @@ func streamHarness(t *testing.T, streamJSON string, ho harnessOpt) (*harness, *f
 }
 
 // openStream opens a stream of the adapter's method full on conn.
-func (h *harness) openStream(ctx context.Context, t *testing.T, conn *grpc.ClientConn, full string) (grpc.ClientStream, grpcadapter.Method) {
+func (h *harness) openStream(ctx context.Context, t testing.TB, conn *grpc.ClientConn, full string) (grpc.ClientStream, grpcadapter.Method) {
 	t.Helper()
 	m := h.method(t, full)
 	cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, full)
