@@ -44,12 +44,14 @@ type watchIn struct {
 type feedApp struct {
 	ctxEnded chan error   // a handler's context ended: its cause
 	opened   atomic.Int64 // bidi streams whose handler started
+	watched  atomic.Int64 // server streams whose handler started
 	sent     atomic.Int64 // bytes of padding Send accepted (flood)
 }
 
 func newFeedApp() *feedApp { return &feedApp{ctxEnded: make(chan error, 256)} }
 
 func (fa *feedApp) watch(ctx context.Context, in watchIn, out *operations.Sender[tick]) error {
+	fa.watched.Add(1)
 	for i := range in.Count {
 		if err := out.Send(tick{N: i + 1}); err != nil {
 			return err
@@ -421,4 +423,27 @@ func TestIdleBidiStreamsAreNotPaced(t *testing.T) {
 	for range streams {
 		<-fa.ctxEnded
 	}
+}
+
+// TestServerStreamRequestIsBounded: a server stream's request must arrive
+// within WithRecvTimeout, as a unary request. A caller that never sends
+// it is answered DeadlineExceeded, KERNEL_TIMEOUT_001, and the handler
+// never runs.
+func TestServerStreamRequestIsBounded(t *testing.T) {
+	const bound = 100 * time.Millisecond
+	h, fa := streamHarness(t, "", harnessOpt{adapter: []grpcadapter.Option{grpcadapter.WithRecvTimeout(bound)}})
+	start := time.Now()
+	cs, m := h.openStream(t.Context(), t, h.conn, "/test.v1.Feed/Watch")
+	ns, st := drain(cs, m.Output)
+	reason, _, _ := reasonOf(st)
+	if len(ns) != 0 || st.Code() != codes.DeadlineExceeded || reason != "KERNEL_TIMEOUT_001" {
+		t.Errorf("%d messages, %v %q; want none, DeadlineExceeded KERNEL_TIMEOUT_001", len(ns), st.Code(), reason)
+	}
+	if took := time.Since(start); took < bound {
+		t.Errorf("answered after %v, before WithRecvTimeout %v", took, bound)
+	}
+	if n := fa.watched.Load(); n != 0 {
+		t.Errorf("the handler ran %d times", n)
+	}
+	h.waitLog(t, "grpc call", "method=/test.v1.Feed/Watch", "code=KERNEL_TIMEOUT_001")
 }
