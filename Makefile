@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
 BENCH     ?= .
-BENCHPKGS ?= ./kernel ./samples/shop/systemtest ./adapters/grpcadapter
+BENCHPKGS ?= ./kernel ./adapters ./adapters/grpcadapter ./samples/shop/systemtest
 FUZZTIME  ?= 10s
 
 .PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean
@@ -26,7 +26,8 @@ run:
 test: deps vet fmtcheck
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
-## deps: the system programs the tests need (redis-server, protoc, chromium)
+## deps: the system programs the tests need (redis-server, protoc, chromium,
+## node and npm) and the MCP inspector CLI (npm)
 deps:
 	@.ci/deps
 
@@ -41,7 +42,8 @@ build:
 	$(GO) build -o bin/shop ./samples/shop
 
 ## bench: the main suites (pipeline vs its floors, rejections, limits,
-## telemetry, HTTP and gRPC vs bare servers; about 5 minutes on 2 cores) with
+## telemetry, HTTP and gRPC vs bare servers, typed clients vs calls by hand;
+## about 5 minutes on 2 cores) with
 ## -benchmem, $(BENCHCOUNT) rounds of one run each in a fresh process, for
 ## benchstat (see docs/performance.md): the cases compared with one another
 ## are measured seconds apart in every round, so their ratios do not drift

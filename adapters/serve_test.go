@@ -16,7 +16,7 @@ import (
 
 // serveHTTP serves k's operations over HTTP on 127.0.0.1 until the test
 // ends, and returns the base URL.
-func serveHTTP(t *testing.T, k *kernel.Kernel) string {
+func serveHTTP(t testing.TB, k *kernel.Kernel) string {
 	t.Helper()
 	e := echo.New()
 	if _, err := httpadapter.Mount(e, k); err != nil {
@@ -27,7 +27,7 @@ func serveHTTP(t *testing.T, k *kernel.Kernel) string {
 
 // serveHandler serves h on 127.0.0.1 until the test ends, and returns the
 // base URL.
-func serveHandler(t *testing.T, h http.Handler) string {
+func serveHandler(t testing.TB, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ func serveHandler(t *testing.T, h http.Handler) string {
 // reflection) on
 // 127.0.0.1 until the test ends, and returns the adapter and a client
 // connection to it made with opts.
-func serveGRPC(t *testing.T, k *kernel.Kernel, opts ...grpc.DialOption) (*grpcadapter.Adapter, *grpc.ClientConn) {
+func serveGRPC(t testing.TB, k *kernel.Kernel, opts ...grpc.DialOption) (*grpcadapter.Adapter, *grpc.ClientConn) {
 	t.Helper()
 	ga, err := grpcadapter.New(k, grpcadapter.WithPackage("shop.v1"))
 	if err != nil {

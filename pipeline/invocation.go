@@ -17,9 +17,10 @@ const (
 	ProtocolHTTP
 	ProtocolGRPC
 	ProtocolCLI
+	ProtocolMCP
 )
 
-// String returns "inprocess", "http", "grpc" or "cli".
+// String returns "inprocess", "http", "grpc", "cli" or "mcp".
 func (p Protocol) String() string {
 	switch p {
 	case ProtocolHTTP:
@@ -28,6 +29,8 @@ func (p Protocol) String() string {
 		return "grpc"
 	case ProtocolCLI:
 		return "cli"
+	case ProtocolMCP:
+		return "mcp"
 	}
 	return "inprocess"
 }

@@ -649,7 +649,7 @@ func TestNames(t *testing.T) {
 		t.Error("Stage(99) is valid or has a name")
 	}
 	protocols := map[pipeline.Protocol]string{pipeline.ProtocolInProcess: "inprocess", pipeline.ProtocolHTTP: "http",
-		pipeline.ProtocolGRPC: "grpc", pipeline.ProtocolCLI: "cli"}
+		pipeline.ProtocolGRPC: "grpc", pipeline.ProtocolCLI: "cli", pipeline.ProtocolMCP: "mcp"}
 	for p, s := range protocols {
 		if p.String() != s {
 			t.Errorf("Protocol(%d).String() = %q, want %q", p, p.String(), s)

@@ -84,7 +84,8 @@ func (p Permit) release(o Outcome) {
 // if its handler has not returned by then. A handler that ignores its
 // context must not hold such a permit past its deadline. A circuit
 // breaker's probe is one: its slot keeps every other call out. The
-// Outcome is then judged by how the context ended.
+// Outcome is then judged by how the context ended. The call returns only
+// after the permit is given back.
 func (p Permit) ReleasedAtContextEnd() Permit {
 	p.watch = true
 	return p

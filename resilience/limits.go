@@ -378,10 +378,12 @@ func (a *admission) releaseAll(o Outcome, watched bool) {
 
 // watch gives back the permits that are ReleasedAtContextEnd when the
 // call's context ends before its handler returns; whichever of the two
-// comes first gives them back.
+// comes first gives them back. The call returns only after they are
+// given back, so a caller's next call never meets its own permits.
 type watch struct {
-	claimed atomic.Bool
-	stop    func() bool
+	claimed  atomic.Bool
+	stop     func() bool
+	released chan struct{} // closed when the watch has given the permits back
 }
 
 // watchEnd arms a watch over the a.watched permits that ask for one
@@ -393,9 +395,10 @@ func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *wat
 			watched = append(watched, p)
 		}
 	}
-	w := new(watch)
+	w := &watch{released: make(chan struct{})}
 	w.stop = context.AfterFunc(ctx, func() {
 		if w.claimed.CompareAndSwap(false, true) {
+			defer close(w.released)
 			o := Outcome{Err: deadline.Attribute(ctx), Verdict: endedVerdict(ctx, inv), Ran: true, TimedOut: ownDeadline(ctx, inv)}
 			for i := len(watched) - 1; i >= 0; i-- {
 				watched[i].release(o)
@@ -406,10 +409,15 @@ func (a *admission) watchEnd(ctx context.Context, inv *pipeline.Invocation) *wat
 }
 
 // claim stops the watch and reports whether the caller gives back the
-// watched permits (false: the watch did, at the end of the context).
+// watched permits. When it returns false the watch has given them back,
+// at the end of the context.
 func (w *watch) claim() bool {
 	w.stop()
-	return w.claimed.CompareAndSwap(false, true)
+	if w.claimed.CompareAndSwap(false, true) {
+		return true
+	}
+	<-w.released
+	return false
 }
 
 // Policy returns the policy the limits were built from.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -687,6 +688,51 @@ func TestBreakerLostProbeFreesTheSlot(t *testing.T) {
 			})
 		})
 	}
+}
+
+// slowRelease is a limit whose permits are ReleasedAtContextEnd and take
+// a second to give back.
+type slowRelease struct {
+	releasing chan struct{} // closed when Release starts
+	released  atomic.Bool
+	done      chan struct{} // closed when Release returns
+}
+
+func (s *slowRelease) Acquire(context.Context, *pipeline.Invocation) (resilience.Permit, error) {
+	return resilience.NewPermit(s).ReleasedAtContextEnd(), nil
+}
+
+func (s *slowRelease) Release(resilience.Outcome) {
+	close(s.releasing)
+	time.Sleep(time.Second)
+	s.released.Store(true)
+	close(s.done)
+}
+
+// TestCallReturnsAfterItsWatchedPermitIsGivenBack: when the call's context
+// ends before its handler returns, the permit is given back at the end of
+// the context, and the call returns only once that is done. Otherwise the
+// caller's next call can still meet it (a lost probe's half-open slot).
+func TestCallReturnsAfterItsWatchedPermitIsGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &slowRelease{releasing: make(chan struct{}), done: make(chan struct{})}
+		l := resilience.NewLimits(opID, resilience.Policy{}, resilience.WithLimit(s))
+		h := pipeline.Chain(func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+			<-ctx.Done()
+			<-s.releasing // the end of the context gives the permit back, not the return
+			return nil, ctx.Err()
+		}, l)
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(time.Second, cancel)
+		if _, err := h(ctx, newInv(nil)); !errors.Is(err, context.Canceled) && pipelinetest.CodeOf(err) != pipeline.CodeCanceled {
+			t.Errorf("outcome %v, want cancelled", err)
+		}
+		given := s.released.Load()
+		<-s.done
+		if !given {
+			t.Fatal("the call returned before its permit was given back")
+		}
+	})
 }
 
 func TestBreakerProbeCancelledInTheConcurrencyQueue(t *testing.T) {

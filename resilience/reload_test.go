@@ -88,6 +88,34 @@ func TestUpdatePermitLimitInPlace(t *testing.T) {
 	}
 }
 
+// TestUpdateLowerThenRaiseInOneWindow: 100 -> 10 with 60 permits taken,
+// then back to 100 in the same window: the window admits 100 in all, not
+// 60 plus a fresh 90.
+func TestUpdateLowerThenRaiseInOneWindow(t *testing.T) {
+	for _, queue := range []int{0, 5} {
+		t.Run(map[int]string{0: "no-queue", 5: "queue"}[queue], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := resilience.Policy{PermitLimit: 100, Window: time.Second, QueueLimit: queue}
+				h, l := limitStack(t, p, okHandler)
+				time.Sleep(100 * time.Millisecond)
+				admitted := admitBurst(t, h, 60)
+				p.PermitLimit = 10
+				l.Update(p)
+				admitted += admitBurst(t, h, 20)
+				p.PermitLimit = 100
+				l.Update(p)
+				admitted += admitBurst(t, h, 150)
+				if admitted != 100 {
+					t.Errorf("window admitted %d through 100 -> 10 -> 100, want 100", admitted)
+				}
+				if q := l.State().Window; q.Limit != 100 || q.Remaining != 0 {
+					t.Errorf("quota = %+v, want limit 100, none remaining", q)
+				}
+			})
+		})
+	}
+}
+
 // TestUpdateKeepsQueuedCalls: with the window used up and 30 calls queued
 // for later windows, PermitLimit 10 -> 5 loses none of them and admits
 // none past the new limit: they are admitted 5 per window, oldest first.

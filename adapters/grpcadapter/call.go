@@ -41,12 +41,18 @@ func (a *Adapter) Call(ctx context.Context, cc grpc.ClientConnInterface, id stri
 	if err := cc.Invoke(ctx, m.full, req, resp, opts...); err != nil {
 		return FromStatus(err)
 	}
+	return m.decodeReply(resp, out)
+}
+
+// decodeReply decodes resp into out, a pointer to the output type; a nil out
+// discards it.
+func (m *method) decodeReply(resp *dynamicpb.Message, out any) error {
 	if out == nil || m.out.empty {
 		return nil
 	}
 	ov := reflect.ValueOf(out)
 	if ov.Kind() != reflect.Pointer || ov.IsNil() || ov.Elem().Type() != m.out.goType {
-		return fmt.Errorf("grpcadapter: Call %q: out of type %T, want *%v", id, out, m.out.goType)
+		return fmt.Errorf("grpcadapter: Call %q: out of type %T, want *%v", m.desc.ID, out, m.out.goType)
 	}
 	return m.out.decode(resp, ov.Elem())
 }

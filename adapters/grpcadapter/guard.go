@@ -83,6 +83,13 @@ const (
 	pacedRate  = 256
 )
 
+// resetsFree is how many early resets a connection may make at once
+// before its new streams wait for the pacer too. Each stream grpc-go
+// takes starts a goroutine, reset or not; a connection that resets
+// streams as it opens them then starts at most resetsFree at once. One
+// that resets a stream while the guard holds it back is closed.
+const resetsFree = 16
+
 // guardLinger is how long a connection the guard closes stays open for
 // reading after its GOAWAY, which the client then reads before the close
 // (golang.org/x/net/http2's server waits as long).
@@ -239,6 +246,14 @@ func (b *bucket) take(now time.Time) bool {
 	return true
 }
 
+// level returns the tokens the bucket has at now.
+func (b *bucket) level(now time.Time) float64 {
+	if b.last.IsZero() {
+		return b.tokens
+	}
+	return min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+}
+
 // frameScanner follows the frames of one direction of an HTTP/2
 // connection, however its bytes are split between reads or writes.
 type frameScanner struct {
@@ -318,6 +333,8 @@ type guardedConn struct {
 	in       frameScanner
 	resets   bucket
 	paceOwed bool   // the next read waits for the pacer first
+	heldID   uint32 // a stream held back for its early resets, until its read
+	heldGone bool   // the client reset heldID before the guard passed it
 	held     []byte // bytes read from the client and not yet returned
 	heldErr  error  // the read error that came with held
 	hdec     *hpack.Decoder
@@ -351,11 +368,14 @@ type guardedConn struct {
 //
 // A new stream past awaitFree is held back: the read returns the bytes up
 // to its frame header, and the next read waits for the pacer (see pace)
-// before it returns the rest.
+// before it returns the rest. So is every new stream of a connection
+// that has spent resetsFree of its early resets; if that read finds the
+// stream reset, the guard closes the connection before grpc-go starts it.
 func (c *guardedConn) Read(p []byte) (int, error) {
 	if c.tripped.Load() {
 		return 0, errGuardClosed
 	}
+	var before uint32 // the highest stream passed before a held one
 	if c.paceOwed {
 		c.paceOwed = false
 		c.pace()
@@ -363,8 +383,11 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 			return 0, errGuardClosed
 		}
 		c.mu.Lock()
+		before = c.passed
 		c.passed = c.maxStream
 		c.mu.Unlock()
+	} else {
+		c.heldID = 0
 	}
 	var (
 		n   int
@@ -379,6 +402,15 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		n, err = c.Conn.Read(p)
 	}
 	cut, end, ok := c.in.scan(p[:n], c.clientFrame, c.blockPayload)
+	if c.heldGone {
+		// grpc-go has the held stream's frame header only: it never
+		// starts the stream, which the GOAWAY leaves out.
+		c.mu.Lock()
+		c.passed = before
+		c.mu.Unlock()
+		c.trip(reasonResets)
+		return 0, errGuardClosed
+	}
 	switch {
 	case ok:
 		if c.tripped.Load() { // tripped by a call meanwhile (chargeStall)
@@ -410,6 +442,7 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 	switch typ {
 	case frameHeaders:
 		c.blk.begin(id, flags, c.in.left)
+		wary := c.resetting()
 		c.mu.Lock()
 		opened := id > c.maxStream
 		c.blk.opened = opened
@@ -422,11 +455,14 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 				c.await[id] = struct{}{}
 			}
 		}
-		held := opened && len(c.await) > awaitFree
+		held := opened && (len(c.await) > awaitFree || wary)
 		if opened && !held {
 			c.passed = id
 		}
 		c.mu.Unlock()
+		if held && wary {
+			c.heldID = id
+		}
 		if held {
 			c.nheld.Add(1)
 			c.paceOwed = true
@@ -444,11 +480,23 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 		delete(c.open, id)
 		delete(c.await, id)
 		c.mu.Unlock()
+		if id != 0 && id == c.heldID {
+			c.heldGone = true
+			return false
+		}
 		if early && !c.resets.take(time.Now()) {
 			return false
 		}
 	}
 	return true
+}
+
+// resetting reports whether the connection has spent resetsFree of its
+// early resets, and not earned them back at ResetRate.
+func (c *guardedConn) resetting() bool {
+	b := &c.resets
+	spent := b.burst - resetsFree + 1 // fewer tokens than this
+	return b.burst > resetsFree && b.tokens < spent && b.level(time.Now()) < spent
 }
 
 // Write writes the server's bytes, following its frames: a stream it ends
@@ -559,13 +607,15 @@ func chargeStall(ctx context.Context) (closing bool) {
 
 // trip closes the connection for reason: GOAWAY ENHANCE_YOUR_CALM, now if
 // the writer is idle between frames, else at its next frame boundary.
+//
+// The close is counted and logged before tripped is set. A client can
+// see the close only after tripped is set: by the GOAWAY, which the
+// writer, Close and trip itself send, or by the end of the connection.
 func (c *guardedConn) trip(reason string) {
 	if !c.tripping.CompareAndSwap(false, true) {
 		return
 	}
 	c.reason = reason
-	c.tripped.Store(true)
-	c.wakeReader()
 	c.g.instruments()
 	if c.g.closed != nil {
 		c.g.closed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
@@ -574,6 +624,8 @@ func (c *guardedConn) trip(reason string) {
 		l.LogAttrs(context.Background(), slog.LevelWarn, msgGuardClosed,
 			slog.String("reason", reason), slog.String("remote", c.Conn.RemoteAddr().String()))
 	}
+	c.tripped.Store(true)
+	c.wakeReader()
 	if c.wmu.TryLock() {
 		c.goAwayLocked()
 		c.wmu.Unlock()

@@ -2,6 +2,7 @@ package grpcadapter
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/sundial-go/sundial/kernel/logs/logstest"
@@ -334,6 +336,162 @@ func TestGuardPacesStreamsAwaitingTheirMessage(t *testing.T) {
 		}
 		if c.tripped.Load() {
 			t.Fatal("the guard tripped on paced streams")
+		}
+	})
+}
+
+// hookedProvider is a MeterProvider whose connections.closed counter
+// calls add as it records.
+type hookedProvider struct {
+	noop.MeterProvider
+	add func()
+}
+
+func (p hookedProvider) Meter(string, ...metric.MeterOption) metric.Meter {
+	return hookedMeter{add: p.add}
+}
+
+type hookedMeter struct {
+	noop.Meter
+	add func()
+}
+
+func (m hookedMeter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	if name != "sundial.grpc.connections.closed" {
+		return noop.Int64Counter{}, nil
+	}
+	return hookedCounter{add: m.add}, nil
+}
+
+type hookedCounter struct {
+	noop.Int64Counter
+	add func()
+}
+
+func (c hookedCounter) Add(context.Context, int64, ...metric.AddOption) { c.add() }
+
+// TestGuardCountsTheCloseBeforeTheClientSeesIt: the close is counted
+// before a client can see it. While the counter records, the server's
+// writer writes a frame, as it may on another goroutine: the GOAWAY does
+// not go out with it. The reader is woken only once the close is counted.
+func TestGuardCountsTheCloseBeforeTheClientSeesIt(t *testing.T) {
+	p := &pipeConn{}
+	var c *guardedConn
+	counted := 0
+	g := newGuard(Bounds{MeterProvider: hookedProvider{add: func() {
+		counted++
+		if _, err := c.Write(frame(frameHeaders, flagEndStream|0x4, 1, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, ok := goAwayIn(t, p.out.Bytes()); ok {
+			t.Error("a write sent the GOAWAY before the close was counted")
+		}
+		select {
+		case <-c.wake:
+			t.Error("the reader was woken before the close was counted")
+		default:
+		}
+	}}}, nil)
+	nc, _, err := g.ServerHandshake(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = nc.(*guardedConn)
+	t.Cleanup(func() { guarded.Delete(c.key) })
+	c.trip(reasonStalls)
+	if counted != 1 {
+		t.Fatalf("the close was counted %d times, want 1", counted)
+	}
+	if _, code, debug, ok := goAwayIn(t, p.out.Bytes()); !ok || code != errCodeEnhanceYourCalm || debug != reasonStalls {
+		t.Fatalf("GOAWAY %v %#x %q after the count, want ENHANCE_YOUR_CALM %q", ok, code, debug, reasonStalls)
+	}
+}
+
+// TestGuardHoldsTheStreamsOfAResettingConnection: a connection opens and
+// resets streams, each reset in the same write as its stream. After
+// resetsFree of them, its next stream is held back: the read stops at
+// its frame header. The read after finds that stream reset: it returns
+// nothing and fails, and the GOAWAY leaves the stream out. grpc-go got
+// resetsFree streams to start, not ResetBurst.
+func TestGuardHoldsTheStreamsOfAResettingConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, p := newTestConn(t, 256, 256)
+		if _, err := feed(c, p, []byte(clientPreface)); err != nil {
+			t.Fatal(err)
+		}
+		pair := func(id uint32) []byte {
+			return append(frame(frameHeaders, 0x4, id, 3), frame(frameRSTStream, 0, id, 4)...)
+		}
+		var in []byte
+		for i := range resetsFree + 4 {
+			in = append(in, pair(uint32(2*i+1))...)
+		}
+		lastFree := uint32(2*resetsFree - 1)
+		n, err := feed(c, p, in)
+		if want := resetsFree*len(pair(1)) + frameHeaderLen; n != want || err != nil {
+			t.Fatalf("read %d bytes, %v; want the %d up to the held stream's frame header", n, err, want)
+		}
+		if c.tripped.Load() {
+			t.Fatal("the guard tripped within resetsFree resets")
+		}
+		if n, err := c.Read(make([]byte, len(in))); n != 0 || !errors.Is(err, errGuardClosed) {
+			t.Fatalf("the read after the hold: %d bytes, %v; want 0, errGuardClosed", n, err)
+		}
+		last, code, debug, ok := goAwayIn(t, p.out.Bytes())
+		if !ok || last != lastFree || code != errCodeEnhanceYourCalm || debug != reasonResets {
+			t.Fatalf("GOAWAY %v: last stream %d, code %#x, %q; want %d, ENHANCE_YOUR_CALM, %q",
+				ok, last, code, debug, lastFree, reasonResets)
+		}
+	})
+}
+
+// TestGuardPassesTheHeldStreamsOfACancellingClient: a client cancels
+// ResetBurst-1 calls it holds at once. Its next new stream, with its
+// message, waits for the pacer, then passes whole; the connection stays
+// open. Once its resets are earned back, its new streams are not held.
+func TestGuardPassesTheHeldStreamsOfACancellingClient(t *testing.T) {
+	const burst, rate = 64, 64.0
+	synctest.Test(t, func(t *testing.T) {
+		c, p := newTestConn(t, burst, rate)
+		if _, err := feed(c, p, []byte(clientPreface)); err != nil {
+			t.Fatal(err)
+		}
+		call := func(id uint32) []byte {
+			return append(frame(frameHeaders, 0x4, id, 3), frame(frameData, flagEndStream, id, 5)...)
+		}
+		id := uint32(1)
+		var in, resets []byte
+		for range burst - 1 {
+			in = append(in, call(id)...)
+			resets = append(resets, frame(frameRSTStream, 0, id, 4)...)
+			id += 2
+		}
+		if n, err := feed(c, p, in); n != len(in) || err != nil {
+			t.Fatalf("calls: read %d of %d bytes, %v", n, len(in), err)
+		}
+		if n, err := feed(c, p, resets); n != len(resets) || err != nil {
+			t.Fatalf("their resets: read %d of %d bytes, %v", n, len(resets), err)
+		}
+		next := call(id)
+		if n, err := feed(c, p, next); n != frameHeaderLen || err != nil {
+			t.Fatalf("a call after the resets: read %d bytes, %v; want its frame header only", n, err)
+		}
+		if n, err := c.Read(make([]byte, len(next))); n != len(next)-frameHeaderLen || err != nil {
+			t.Fatalf("the read after the hold: %d bytes, %v; want the rest, %d", n, err, len(next)-frameHeaderLen)
+		}
+		id += 2
+		time.Sleep(time.Second) // rate a second: every reset earned back
+		next = call(id)
+		if n, err := feed(c, p, next); n != len(next) || err != nil {
+			t.Fatalf("a call a second later: read %d of %d bytes, %v", n, len(next), err)
+		}
+		if c.tripped.Load() {
+			t.Fatal("the guard tripped on a client that cancelled its calls")
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.passed != id {
+			t.Fatalf("passed stream %d, want %d", c.passed, id)
 		}
 	})
 }

@@ -130,11 +130,11 @@ func (c *rawClient) goAway() *http2.GoAwayFrame {
 
 // TestRapidResetGetsGoAway: a raw HTTP/2 client opens and resets 100,000
 // streams on one connection as fast as it can. The server closes the
-// connection with GOAWAY ENHANCE_YOUR_CALM once it has reset ResetBurst
-// streams (plus ResetRate a second of the time it took); the reset calls
-// run no invocation and leave no call log record, only a count; the
-// guard logs the closed connection once and counts it. The server goes on
-// serving other connections.
+// connection with GOAWAY ENHANCE_YOUR_CALM after 16 resets, once it holds
+// a stream back and finds it reset; far fewer than ResetBurst streams
+// reach grpc-go. The reset calls run no invocation and leave no call log
+// record, only a count; the guard logs the closed connection once and
+// counts it. The server goes on serving other connections.
 func TestRapidResetGetsGoAway(t *testing.T) {
 	const streams = 100_000
 	b := grpcadapter.DefaultBounds()
@@ -170,9 +170,10 @@ func TestRapidResetGetsGoAway(t *testing.T) {
 	if ga.ErrCode != http2.ErrCodeEnhanceYourCalm || string(ga.DebugData()) != "too_many_early_resets" {
 		t.Errorf("GOAWAY %v %q, want ENHANCE_YOUR_CALM too_many_early_resets", ga.ErrCode, ga.DebugData())
 	}
-	if limit := b.ResetBurst + int(b.ResetRate*took.Seconds()) + 1; resets < b.ResetBurst+1 || resets > limit {
-		t.Errorf("GOAWAY after %d resets, want more than ResetBurst %d and at most %d (ResetRate %g/s for %v)",
-			resets, b.ResetBurst, limit, b.ResetRate, took)
+	// Past its first 16 resets, each new stream is held until the guard
+	// has read whether it is reset too: few streams reach grpc-go.
+	if resets < 16 || resets >= b.ResetBurst {
+		t.Errorf("GOAWAY after %d resets, want at least 16 and fewer than ResetBurst %d", resets, b.ResetBurst)
 	}
 
 	// Every stream the server took ended as canceled before its message:
@@ -274,6 +275,9 @@ func TestStallingConnectionGetsGoAway(t *testing.T) {
 	if ga.code != http2.ErrCodeEnhanceYourCalm || ga.debug != "too_many_stalled_requests" {
 		t.Errorf("GOAWAY %v %q, want ENHANCE_YOUR_CALM too_many_stalled_requests", ga.code, ga.debug)
 	}
+	// The guard counts a close before its GOAWAY goes out
+	// (TestGuardCountsTheCloseBeforeTheClientSeesIt): the count is there
+	// once the GOAWAY is read, whatever the schedule.
 	if n := counterValue(t, reader, "sundial.grpc.connections.closed", attribute.String("reason", "too_many_stalled_requests")); n != 1 {
 		t.Errorf("sundial.grpc.connections.closed{reason=too_many_stalled_requests} = %d, want 1", n)
 	}

@@ -43,6 +43,12 @@ func FromResponse(resp *http.Response) error {
 	if resp == nil || resp.StatusCode < 400 {
 		return nil
 	}
+	return answerOf(resp).WithDetail(DetailDownstreamStatus, resp.StatusCode)
+}
+
+// answerOf is the outcome of a failed answer, as FromResponse makes it
+// but without DetailDownstreamStatus. It reads the body and closes it.
+func answerOf(resp *http.Response) *pipeline.Error {
 	var body []byte
 	if resp.Body != nil {
 		body, _ = io.ReadAll(io.LimitReader(resp.Body, maxProblemBody))
@@ -52,7 +58,7 @@ func FromResponse(resp *http.Response) error {
 	if ra, ok := retryAfterOf(resp.Header.Get("Retry-After")); ok {
 		e = e.WithRetryAfter(ra)
 	}
-	return e.WithDetail(DetailDownstreamStatus, resp.StatusCode)
+	return e
 }
 
 // fromProblem builds the outcome of a failed answer from its body.

@@ -13,9 +13,9 @@ import (
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3gen"
 	"github.com/labstack/echo/v4"
 
+	"github.com/sundial-go/sundial/adapters/internal/schema"
 	"github.com/sundial-go/sundial/operations"
 )
 
@@ -106,14 +106,11 @@ func checkSecurity(doc *openapi3.T) error {
 	return nil
 }
 
-// openAPIBuilder holds the document being built and its two schema
-// generators. The request body of an operation whose input policy
-// rejects unknown fields says so (strict: additionalProperties: false, on
-// every object of the input), so that a validator answers as the server
-// does; responses and lenient inputs stay open.
+// openAPIBuilder holds the document being built and the builder of its
+// schemas (schema.Builder), whose components are the document's.
 type openAPIBuilder struct {
-	doc          *openapi3.T
-	strict, open *openapi3gen.Generator
+	doc     *openapi3.T
+	schemas *schema.Builder
 }
 
 // newOpenAPIBuilder returns a builder of the document described by info,
@@ -140,13 +137,7 @@ func newOpenAPIBuilder(info OpenAPIInfo) *openAPIBuilder {
 		Description: "Seconds to wait before retrying (RFC 9110 §10.2.3).",
 		Schema:      openapi3.NewIntegerSchema().WithMin(0).NewRef(),
 	}}}
-	return &openAPIBuilder{doc: doc, strict: newSchemaGenerator(true), open: newSchemaGenerator(false)}
-}
-
-// schemaOf returns the schema of Go type t, made by gen, adding the
-// component schemas it refers to.
-func (b *openAPIBuilder) schemaOf(gen *openapi3gen.Generator, t reflect.Type) (*openapi3.SchemaRef, error) {
-	return gen.NewSchemaRefForValue(reflect.New(t).Elem().Interface(), b.doc.Components.Schemas)
+	return &openAPIBuilder{doc: doc, schemas: schema.NewBuilder(doc.Components.Schemas)}
 }
 
 // describeOperation returns the operation object of one route: its
@@ -161,15 +152,10 @@ func (a *Adapter) describeOperation(b *openAPIBuilder, rt *route) (*openapi3.Ope
 	hasBody := d.Method != http.MethodGet && d.Method != http.MethodHead && d.Method != http.MethodDelete &&
 		d.Input != nil && d.Input.Kind() == reflect.Struct && d.Input.NumField() > 0
 	if hasBody {
-		gen := b.strict
-		if d.InputPolicy.AllowUnknownFields {
-			gen = b.open
-		}
-		s, err := b.schemaOf(gen, d.Input)
+		s, err := b.schemas.Input(d)
 		if err != nil {
 			return nil, fmt.Errorf("httpadapter: OpenAPI: operation %q input: %w", d.ID, err)
 		}
-		s = constrain(d, d.Input, s)
 		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithJSONSchemaRef(s)}
 	}
 	if err := b.describeSuccess(op, rt); err != nil {
@@ -185,7 +171,7 @@ func (b *openAPIBuilder) describeSuccess(op *openapi3.Operation, rt *route) erro
 		op.AddResponse(rt.success, openapi3.NewResponse().WithDescription("Success, no content."))
 		return nil
 	}
-	s, err := b.schemaOf(b.open, rt.desc.Output)
+	s, err := b.schemas.Output(rt.desc.Output)
 	if err != nil {
 		return fmt.Errorf("httpadapter: OpenAPI: operation %q output: %w", rt.desc.ID, err)
 	}
@@ -301,7 +287,7 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 		if err != nil {
 			return fmt.Errorf("path parameter %q: %w", p.param, err)
 		}
-		constrainParam(rt.desc, f, s)
+		schema.ConstrainParam(rt.desc, f, s)
 		op.AddParameter(openapi3.NewPathParameter(p.param).WithSchema(s))
 	}
 	names := make([]string, 0, len(rt.binder.query))
@@ -317,7 +303,7 @@ func (a *Adapter) describeParams(op *openapi3.Operation, rt *route) error {
 		}
 		// The binder leaves out the fields path parameters fill.
 		qp := openapi3.NewQueryParameter(n).WithSchema(s)
-		qp.Required = constrainParam(rt.desc, f, s)
+		qp.Required = schema.ConstrainParam(rt.desc, f, s)
 		op.AddParameter(qp)
 	}
 	op.AddParameter(openapi3.NewHeaderParameter(HeaderDeadline).
@@ -457,23 +443,4 @@ func openAPIPath(p string) string {
 		}
 	}
 	return strings.Join(segs, "/")
-}
-
-// newSchemaGenerator returns a generator of inline JSON schemas with
-// encoding/json's field names; closed objects forbid other properties.
-func newSchemaGenerator(closed bool) *openapi3gen.Generator {
-	opts := []openapi3gen.Option{openapi3gen.UseAllExportedFields()}
-	if closed {
-		no := false
-		opts = append(opts, openapi3gen.SchemaCustomizer(func(_ string, t reflect.Type, _ reflect.StructTag, s *openapi3.Schema) error {
-			for t.Kind() == reflect.Pointer {
-				t = t.Elem()
-			}
-			if t.Kind() == reflect.Struct && s.Type.Is(openapi3.TypeObject) {
-				s.AdditionalProperties = openapi3.AdditionalProperties{Has: &no}
-			}
-			return nil
-		}))
-	}
-	return openapi3gen.NewGenerator(opts...)
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -88,10 +87,7 @@ func (p *Problem) Violations() []operations.Violation {
 
 // jsonPointer turns a path ("lines[1].sku") into a JSON pointer
 // ("/lines/1/sku"), escaping '~' and '/' in names.
-func jsonPointer(path string) string {
-	r := strings.NewReplacer("~", "~0", "/", "~1", "[", "/", "].", "/", "]", "", ".", "/")
-	return "/" + r.Replace(path)
-}
+func jsonPointer(path string) string { return outcome.JSONPointer(path) }
 
 var emptyDetails = map[string]any{}
 

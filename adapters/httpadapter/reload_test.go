@@ -33,8 +33,8 @@ type admission struct {
 // and reloaded, with no restart: PermitLimit 100 -> 10 in the middle of a
 // window, then back to 100. The window of the change admits nothing more
 // once 10 permits are used (at most max(used, 10) in all), every later
-// window at most 10; after the change back, at most 100 per window and
-// more than 10 again. Every request is answered: 200, or 503 with
+// window at most 10 until the change back begins; from then on at most
+// 100 per window, and more than 10 again. Every request is answered: 200, or 503 with
 // KERNEL_UNAVAILABLE_002 — nothing is lost.
 func TestReloadUnderLoad(t *testing.T) {
 	const window = 500 * time.Millisecond
@@ -142,10 +142,14 @@ func TestReloadUnderLoad(t *testing.T) {
 	lowered := time.Now()
 	time.Sleep(4 * window)
 	writeLimit(100)
+	// The change back takes effect at some instant between raising and
+	// raised: a window ending in between may admit up to 100.
+	raising := time.Now()
 	if changed, err := k.Reload(); !changed {
 		t.Fatal(changed, err)
 	}
 	raised := time.Now()
+	t.Logf("the change back took %v", raised.Sub(raising))
 	time.Sleep(3 * window)
 	stop()
 	wg.Wait()
@@ -188,11 +192,11 @@ func TestReloadUnderLoad(t *testing.T) {
 				t.Errorf("window of the change: %d used, then %d more admitted; want at most max(used, 10) = %d in all", used, c.afterLower, max(used, 10))
 			}
 			t.Logf("window of the change: %d used before, %d after", used, c.afterLower)
-		case !raised.Before(end): // windows at PermitLimit 10
+		case !raising.Before(end): // windows at PermitLimit 10, ended before the change back began
 			if c.all > 10 {
 				t.Errorf("window ending %v at PermitLimit 10: %d admitted", end, c.all)
 			}
-		default: // the window of the change back
+		default: // the windows of the change back: ending after it began, starting before it ended
 			if c.all > 100 {
 				t.Errorf("window of the change back: %d admitted", c.all)
 			}

@@ -167,13 +167,8 @@ func (t *Transport) roundTripDependency(req *http.Request,
 		if err != nil {
 			return err
 		}
-		var wrote atomic.Bool
-		r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}))
-		resp, err := t.send(r)
+		resp, err := t.sendTracked(r)
 		if err != nil {
-			if !wrote.Load() && ctx.Err() == nil {
-				return notSent(err)
-			}
 			return err
 		}
 		if err := FromResponse(resp); err != nil {
@@ -195,6 +190,19 @@ func (t *Transport) roundTripDependency(req *http.Request,
 		return nil, err
 	}
 	return won, nil
+}
+
+// sendTracked sends r as send does. A failure before any byte of the
+// request was written, while r's context was live, is marked as not sent.
+func (t *Transport) sendTracked(r *http.Request) (*http.Response, error) {
+	ctx := r.Context()
+	var wrote atomic.Bool
+	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}))
+	resp, err := t.send(r)
+	if err != nil && !wrote.Load() && ctx.Err() == nil {
+		return nil, notSent(err)
+	}
+	return resp, err
 }
 
 // attemptRequest returns the request of one attempt: req with the

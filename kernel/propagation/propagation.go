@@ -22,6 +22,9 @@ const (
 	// BaggagePriority carries a call's class to the services it calls.
 	// Like the Sundial-Priority header, it only lowers a class.
 	BaggagePriority = "sundial.priority"
+	// BaggageRetried marks a call that a tier above retries. A Sundial
+	// client that sees it makes one attempt and passes the mark on.
+	BaggageRetried = "sundial.retried"
 )
 
 // propagator carries the W3C trace context (traceparent, tracestate) and

@@ -20,6 +20,10 @@ import (
 // (propagation.BaggageIdempotencyKey, which resilience may not import).
 const baggageIdempotencyKey = "sundial.idempotency-key"
 
+// baggageRetried is the baggage key of the retry mark
+// (propagation.BaggageRetried): a tier above retries the call.
+const baggageRetried = "sundial.retried"
+
 // CodeDependencyUnavailable is the code of the UNAVAILABLE outcome of a call
 // whose last attempt got no answer. Nothing was sent, or the connection was
 // refused, reset or closed. A gRPC Unavailable status without details
@@ -112,9 +116,8 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // ends with the call's, or at AttemptTimeout. Every other attempt's context
 // is cancelled (a hedge that lost) or over.
 //
-// Each attempt has a child span "outbound <name>" of the caller's span, from
-// the caller's tracer provider, with attributes sundial.dependency,
-// sundial.attempt and sundial.hedge. A call without a span makes none.
+// Each attempt has a child span "outbound <name>" of the caller's span, with
+// attributes sundial.dependency, sundial.attempt and sundial.hedge.
 //
 // Do returns the last attempt's error as it is (nil on success): the
 // downstream's answer. Only when no attempt ran does Do make its own. An
@@ -124,13 +127,28 @@ const tracerName = "github.com/sundial-go/sundial/resilience/outbound"
 // attempt that got no answer at all (refused, reset, nothing sent) gives
 // UNAVAILABLE [CodeDependencyUnavailable], wrapping its error.
 //
+// A call that carries the retry mark makes one attempt (see the package doc).
 // A nil *Dependency (Kernel.Dependency of an unknown name) runs attempt once
 // with no policy, so a client given one through an interface does not panic.
 func (d *Dependency) Do(ctx context.Context, attempt func(context.Context) error) error {
 	if d == nil {
 		return attempt(ctx)
 	}
-	return d.do(ctx, d.cur.Load(), attempt)
+	s := d.cur.Load()
+	if s.p.Attempts > 1 {
+		if retriedAbove(ctx) {
+			once := *s // the same budget and breaker
+			once.p.Attempts = 1
+			return d.do(ctx, &once, attempt)
+		}
+		ctx = withMember(ctx, baggageRetried, "1")
+	}
+	return d.do(ctx, s, attempt)
+}
+
+// retriedAbove reports whether ctx carries the retry mark.
+func retriedAbove(ctx context.Context) bool {
+	return baggage.FromContext(ctx).Member(baggageRetried).Value() != ""
 }
 
 // DoOnce runs one call of a single attempt: Do under the policy with
@@ -167,15 +185,22 @@ func (d *Dependency) do(ctx context.Context, s *state, attempt func(context.Cont
 // random base32 characters) in its baggage, or ctx and false when the
 // baggage cannot take one more member.
 func withNewKey(ctx context.Context) (context.Context, bool) {
-	m, err := baggage.NewMemberRaw(baggageIdempotencyKey, "sundial-"+rand.Text())
+	next := withMember(ctx, baggageIdempotencyKey, "sundial-"+rand.Text())
+	return next, next != ctx
+}
+
+// withMember returns ctx with the baggage member key=value, or ctx itself
+// when the baggage cannot take it.
+func withMember(ctx context.Context, key, value string) context.Context {
+	m, err := baggage.NewMemberRaw(key, value)
 	if err != nil {
-		return ctx, false
+		return ctx
 	}
 	b, err := baggage.FromContext(ctx).SetMember(m)
 	if err != nil {
-		return ctx, false
+		return ctx
 	}
-	return baggage.ContextWithBaggage(ctx, b), true
+	return baggage.ContextWithBaggage(ctx, b)
 }
 
 // call is one Do.

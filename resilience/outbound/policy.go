@@ -24,6 +24,11 @@
 //   - A caller fault (VALIDATION, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
 //     CONFLICT, UNPROCESSABLE) is never retried. Nor is CANCELLED, nor any
 //     outcome once the call's own context has ended.
+//
+// One tier retries, not every tier. When a policy allows a retry, every
+// attempt carries the retry mark, the baggage member sundial.retried. A call
+// whose context carries it (a tier above retries it) makes one attempt, as
+// [Dependency.DoOnce] does, and passes the mark on.
 package outbound
 
 import (

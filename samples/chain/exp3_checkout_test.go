@@ -74,8 +74,10 @@ func TestExperiment3FreshTimeoutsVersusPropagation(t *testing.T) {
 			if dep := r.Problem.Details["dependency"]; dep != "billing" {
 				t.Errorf("details.dependency = %v, want billing", dep)
 			}
-			if code := r.Problem.Details["dependencyCode"]; code != "GRPC_DEADLINE_EXCEEDED" {
-				t.Errorf("details.dependencyCode = %v, want GRPC_DEADLINE_EXCEEDED (Billing refused with DeadlineExceeded)", code)
+			// The typed client gives back Billing's own outcome, not the
+			// gRPC code it travelled as (DeadlineExceeded).
+			if code := r.Problem.Details["dependencyCode"]; code != "BILLING_TIMEOUT_001" {
+				t.Errorf("details.dependencyCode = %v, want BILLING_TIMEOUT_001 (Billing refused with its TIMEOUT)", code)
 			}
 
 			refused := c.Billing.Journal().Events("refused")

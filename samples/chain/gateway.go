@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/client"
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
@@ -120,28 +122,39 @@ type Fanout struct {
 // between two dependencies (gateway.order), and fans out to Inventory
 // over HTTP and Billing over gRPC at once (gateway.fanout).
 type Gateway struct {
-	cfg       GatewayConfig
-	journal   *Journal
-	orders    *jsonClient
-	inventory *jsonClient
-	billing   BillingClient
+	cfg     GatewayConfig
+	journal *Journal
+	hc      *http.Client
+	orders  *client.Client[SubmitOrder, OrderResult] // set by connect
+	inv     *inventoryClients                        // set by connect
+	billing BillingClient
 }
 
 // NewGateway returns a Gateway calling Orders and Inventory with hc and
 // Billing with billing.
 func NewGateway(cfg GatewayConfig, journal *Journal, hc *http.Client, billing BillingClient) *Gateway {
 	cfg = cfg.withDefaults()
-	return &Gateway{
-		cfg:       cfg,
-		journal:   journal,
-		orders:    &jsonClient{name: "orders", base: cfg.Orders, hc: hc},
-		inventory: &jsonClient{name: "inventory", base: cfg.Inventory, hc: hc},
-		billing:   billing,
-	}
+	return &Gateway{cfg: cfg, journal: journal, hc: hc, billing: billing}
 }
 
 // Journal returns the service's event journal.
 func (g *Gateway) Journal() *Journal { return g.journal }
+
+// connect makes the gateway's typed clients, under the dependencies of
+// its kernel k: "orders", "inventory" and "billing".
+func (g *Gateway) connect(k *kernel.Kernel) error {
+	var err error
+	if g.orders, err = newOrdersClient(g.cfg.Orders, g.hc.Transport, dependency(k, "orders")); err != nil {
+		return err
+	}
+	if g.inv, err = newInventoryClients(g.cfg.Inventory, g.hc.Transport, dependency(k, "inventory")); err != nil {
+		return err
+	}
+	if b, ok := g.billing.(*grpcBilling); ok {
+		return b.under(dependency(k, "billing"))
+	}
+	return nil
+}
 
 // Register registers the Gateway operations on reg.
 func (g *Gateway) Register(reg *operations.Registry) error {
@@ -205,9 +218,7 @@ func (g *Gateway) submit(ctx context.Context, in SubmitOrder, attempt int) (Orde
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.CheckoutAttemptTimeout)
 		defer cancel()
 	}
-	var out OrderResult
-	err := g.orders.post(ctx, "/orders", in, &out)
-	return out, err
+	return g.orders.Call(ctx, in)
 }
 
 // retryWait returns how long to wait before retrying a submit that failed
@@ -266,8 +277,7 @@ func (g *Gateway) callShare(ctx context.Context, b *outbound.Budget, dep Depende
 	start := time.Now()
 	dl, _ := cctx.Deadline()
 	budget := dl.Sub(start)
-	var out SlowDone
-	err = g.inventory.get(cctx, "/slow?delayMs="+strconv.Itoa(dep.DelayMs), &out)
+	out, err := g.inv.slow.Call(cctx, Slow{DelayMs: dep.DelayMs})
 	elapsed := time.Since(start)
 	if err == nil {
 		return out, nil
@@ -317,7 +327,7 @@ func (g *Gateway) Fanout(ctx context.Context, in Slow) (Fanout, error) {
 		wg              sync.WaitGroup
 	)
 	wg.Go(func() {
-		invErr = g.inventory.get(ctx, "/slow?delayMs="+strconv.Itoa(in.DelayMs), &out.Inventory)
+		out.Inventory, invErr = g.inv.slow.Call(ctx, in)
 		if invErr != nil {
 			cancel()
 		}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/kernel/client"
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/resilience/outbound"
 )
 
 // BillingClient calls Billing's operations.
@@ -24,12 +26,14 @@ type BillingClient interface {
 const billingCallCap = 5 * time.Second
 
 // grpcBilling is the gRPC client of Billing. It calls the operations with
-// their Go types through an adapter built from Billing's registrations
-// (the handlers never run on this side); grpc-go sends what remains of
-// each call's context as grpc-timeout.
+// their Go types through typed clients over an adapter built from
+// Billing's registrations (the handlers never run on this side); grpc-go
+// sends what remains of each call's context as grpc-timeout.
 type grpcBilling struct {
-	a  *grpcadapter.Adapter
-	cc *grpc.ClientConn
+	a      *grpcadapter.Adapter
+	cc     *grpc.ClientConn
+	charge *client.Client[Charge, Receipt]
+	slow   *client.Client[Slow, SlowDone]
 }
 
 // dialBilling returns a Billing client for target ("127.0.0.1:7003"),
@@ -63,21 +67,31 @@ func dialBilling(target string, dial dialFunc) (*grpcBilling, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &grpcBilling{a: a, cc: cc}, nil
+	b := &grpcBilling{a: a, cc: cc}
+	if err := b.under(nil); err != nil {
+		cc.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// under makes b's calls run under dep (nil: no outbound policy).
+func (b *grpcBilling) under(dep *outbound.Dependency) error {
+	var err error
+	t := b.a.ClientTransport(b.cc)
+	b.charge = bind[Charge, Receipt](t, "billing.charge", dep, &err)
+	b.slow = bind[Slow, SlowDone](t, "billing.slow", dep, &err)
+	return err
 }
 
 // Charge calls billing.charge.
 func (b *grpcBilling) Charge(ctx context.Context, in Charge) (Receipt, error) {
-	var out Receipt
-	err := b.a.Call(ctx, b.cc, "billing.charge", in, &out)
-	return out, err
+	return b.charge.Call(ctx, in)
 }
 
 // Slow calls billing.slow.
 func (b *grpcBilling) Slow(ctx context.Context, in Slow) (SlowDone, error) {
-	var out SlowDone
-	err := b.a.Call(ctx, b.cc, "billing.slow", in, &out)
-	return out, err
+	return b.slow.Call(ctx, in)
 }
 
 // Close closes the connection.

@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
@@ -59,6 +62,10 @@ type OrdersConfig struct {
 	Margin            time.Duration
 	ReserveForBilling time.Duration
 	CallCap           time.Duration
+	// IgnoreRetryMark is the anti-pattern experiment 11 shows: Orders
+	// drops the retry mark of a call its caller retries, so its Billing
+	// client retries too, and every tier multiplies the leaf's load.
+	IgnoreRetryMark bool
 	// Dial, if set, connects Orders to Inventory and Billing instead of
 	// TCP.
 	Dial dialFunc
@@ -156,7 +163,8 @@ type StockResult struct {
 type Orders struct {
 	cfg       OrdersConfig
 	journal   *Journal
-	inventory *jsonClient
+	inventory *jsonClient       // the stock reads' hand-written retries (experiment 2)
+	inv       *inventoryClients // reserve and release; set by connect
 	plain     *http.Client
 	billing   BillingClient
 	seq       counter
@@ -177,6 +185,20 @@ func NewOrders(cfg OrdersConfig, journal *Journal, hc *http.Client, billing Bill
 
 // Journal returns the service's event journal.
 func (s *Orders) Journal() *Journal { return s.journal }
+
+// connect makes Orders' typed clients, under the dependencies of its
+// kernel k: "inventory" and "billing".
+func (s *Orders) connect(k *kernel.Kernel) error {
+	var err error
+	s.inv, err = newInventoryClients(s.cfg.Inventory, s.plain.Transport, dependency(k, "inventory"))
+	if err != nil {
+		return err
+	}
+	if b, ok := s.billing.(*grpcBilling); ok {
+		return b.under(dependency(k, "billing"))
+	}
+	return nil
+}
 
 // Register registers the Orders operations on reg.
 func (s *Orders) Register(reg *operations.Registry) error {
@@ -221,8 +243,7 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	if err != nil {
 		return out, err
 	}
-	var res Reservation
-	err = s.inventory.post(reserveCtx, "/reserve", Reserve{OrderID: id, Item: in.Item, Qty: in.Qty}, &res)
+	res, err := s.inv.reserve.Call(reserveCtx, Reserve{OrderID: id, Item: in.Item, Qty: in.Qty})
 	cancel()
 	if err != nil {
 		s.journal.Record(ctx, "reserve-failed", "id", id, "code", pipeline.AsError(err).Code())
@@ -231,6 +252,10 @@ func (s *Orders) Submit(ctx context.Context, in SubmitOrder) (OrderResult, error
 	out.ReservationID = res.ID
 
 	chargeCtx, cancel, err := s.stepContext(ctx, in.Strategy, budget, 0, "billing")
+	if err == nil && s.cfg.IgnoreRetryMark {
+		b := baggage.FromContext(chargeCtx).DeleteMember(propagation.BaggageRetried)
+		chargeCtx = baggage.ContextWithBaggage(chargeCtx, b)
+	}
 	if err == nil {
 		var rcpt Receipt
 		rcpt, err = s.billing.Charge(chargeCtx, Charge{OrderID: id, Amount: in.Amount})
@@ -283,8 +308,7 @@ func (s *Orders) stepContext(ctx context.Context, strategy string, budget *outbo
 func (s *Orders) compensate(ctx context.Context, reservation string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	var rel Released
-	if err := s.inventory.post(cctx, "/release", Release{ID: reservation}, &rel); err != nil {
+	if _, err := s.inv.release.Call(cctx, Release{ID: reservation}); err != nil {
 		s.journal.Record(ctx, "compensation-failed", "reservationId", reservation, "code", pipeline.AsError(err).Code())
 		return
 	}

@@ -48,6 +48,9 @@ func startOrders(ln net.Listener, cfg OrdersConfig, billingTarget, configFile st
 	hc := newServiceClient(cfg.withDefaults().ReadTimeout, cfg.Dial)
 	svc := NewOrders(cfg, newJournal("orders", logger), hc, billing)
 	k, err := newKernel(svc, configFile, logger)
+	if err == nil {
+		err = svc.connect(k)
+	}
 	if err != nil {
 		billing.Close()
 		return nil, nil, err
@@ -77,6 +80,9 @@ func startGateway(ln net.Listener, cfg GatewayConfig, configFile string, logger 
 	svc := NewGateway(cfg, journal, hc, billing)
 	k, err := newKernel(svc, configFile, logger,
 		kernel.UseAt(pipeline.StageResilience, gatewayMinimum{min: cfg.MinRemaining, journal: journal}))
+	if err == nil {
+		err = svc.connect(k)
+	}
 	if err != nil {
 		billing.Close()
 		return nil, nil, err

@@ -1,8 +1,9 @@
 // Command shop is Sundial's main sample: a small shop whose operations are
-// served over HTTP, gRPC and the command line from one registration and
-// one JSON config.
+// served over HTTP, gRPC, MCP and the command line from one registration
+// and one JSON config.
 //
 //	shop serve [--config FILE] [--http ADDR] [--grpc ADDR]
+//	shop mcp [--config FILE]
 //	shop orders create --name widget --amount 1 [--timeout SECONDS] [--output json|text]
 //	shop reports export --input '{"delayMs": 500}'
 //

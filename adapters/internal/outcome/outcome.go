@@ -4,6 +4,7 @@
 package outcome
 
 import (
+	"strings"
 	"time"
 
 	"github.com/sundial-go/sundial/operations"
@@ -78,3 +79,10 @@ func RetryAfterSeconds(e *pipeline.Error) (int64, bool) {
 	}
 	return max(1, int64((d+time.Second-1)/time.Second)), true
 }
+
+// pointerEscapes turns a path in JSON names into a JSON pointer's tail.
+var pointerEscapes = strings.NewReplacer("~", "~0", "/", "~1", "[", "/", "].", "/", "]", "", ".", "/")
+
+// JSONPointer turns a path ("lines[1].sku") into a JSON pointer (RFC
+// 6901, "/lines/1/sku"), escaping '~' and '/' in names.
+func JSONPointer(path string) string { return "/" + pointerEscapes.Replace(path) }

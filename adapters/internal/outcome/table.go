@@ -1,6 +1,10 @@
 package outcome
 
-import "github.com/sundial-go/sundial/pipeline"
+import (
+	"net/http"
+
+	"github.com/sundial-go/sundial/pipeline"
+)
 
 // numKinds is the size of the closed set of kinds.
 const numKinds = int(pipeline.KindUnexpected) + 1
@@ -59,3 +63,22 @@ func ParseKind(s string) (pipeline.Kind, bool) {
 	}
 	return pipeline.KindUnexpected, false
 }
+
+// HTTPStatus is the outcome table's HTTP column. A downstream's 410 reads
+// as NOT_FOUND and its 429 as UNAVAILABLE. The HTTP adapter answers with
+// it; the MCP adapter's Problem Details carry it as their status.
+var HTTPStatus = NewTable(http.StatusInternalServerError, map[pipeline.Kind]int{
+	pipeline.KindOK:              http.StatusOK,
+	pipeline.KindValidation:      http.StatusBadRequest,
+	pipeline.KindUnauthenticated: http.StatusUnauthorized,
+	pipeline.KindForbidden:       http.StatusForbidden,
+	pipeline.KindNotFound:        http.StatusNotFound,
+	pipeline.KindConflict:        http.StatusConflict,
+	pipeline.KindUnprocessable:   http.StatusUnprocessableEntity,
+	pipeline.KindCanceled:        http.StatusRequestTimeout,
+	pipeline.KindTimeout:         http.StatusGatewayTimeout,
+	pipeline.KindUnavailable:     http.StatusServiceUnavailable,
+}, map[int]pipeline.Kind{
+	http.StatusGone:            pipeline.KindNotFound,
+	http.StatusTooManyRequests: pipeline.KindUnavailable,
+})

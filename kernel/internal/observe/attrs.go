@@ -14,7 +14,7 @@ import (
 )
 
 // numProtocols is the number of pipeline.Protocol values.
-const numProtocols = int(pipeline.ProtocolCLI) + 1
+const numProtocols = int(pipeline.ProtocolMCP) + 1
 
 // protoSlot returns the index of p's precomputed attributes; a value past
 // the known protocols is reported as "inprocess", as Protocol.String does.
@@ -89,6 +89,7 @@ var (
 		pipeline.ProtocolHTTP:      trace.SpanKindServer,
 		pipeline.ProtocolGRPC:      trace.SpanKindServer,
 		pipeline.ProtocolCLI:       trace.SpanKindInternal,
+		pipeline.ProtocolMCP:       trace.SpanKindServer,
 	}
 )
 

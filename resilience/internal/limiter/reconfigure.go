@@ -32,7 +32,7 @@ func (l *FixedWindow) Reconfigure(now time.Time, limit int, length time.Duration
 	since := max(now.Sub(l.origin), 0)
 	switch {
 	case l.nq != nil && queue == 0:
-		l.nq.setLimit(since, limit)
+		l.nq.setLimit(limit)
 		cur = l
 	case l.nq == nil:
 		l.mu.Lock()
@@ -43,12 +43,12 @@ func (l *FixedWindow) Reconfigure(now time.Time, limit int, length time.Duration
 	default:
 		// A queue where there was none: the lock-free window hands its
 		// count to one with a queue. A call that loaded the old limits
-		// just before is turned away rather than admitted uncounted.
-		oldLimit := l.nq.limit.Swap(0)
+		// just before is turned away rather than admitted uncounted, in
+		// this window or a later one.
 		i := int64(since / l.nq.length)
 		used := int64(0)
-		if c := l.nq.cur.Load(); c.index == i {
-			used = min(c.asked.Load(), oldLimit)
+		if w, taken := l.nq.setLimit(0); w == i {
+			used = taken
 		}
 		cur = &FixedWindow{origin: l.origin, st: window.New(limit, length, queue)}
 		cur.st.Reset(i, used)
@@ -89,7 +89,7 @@ func (l *FixedWindow) SetPermitLimit(limit int) error {
 	}
 	since := max(time.Since(l.origin), 0)
 	if l.nq != nil {
-		l.nq.setLimit(since, limit)
+		l.nq.setLimit(limit)
 		return nil
 	}
 	l.mu.Lock()

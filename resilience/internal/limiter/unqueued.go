@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,25 +20,53 @@ import (
 // its permit in the newer window. So no window ever admits more than
 // limit calls. A count may run past limit: every call after the last
 // permit adds one and is turned away.
+//
+// Each count carries its window's limit. A reload replaces the count
+// (setLimit): it seals the old one, then installs one with the new limit
+// and the permits actually taken. A call that adds to a sealed count
+// waits for the reload and counts again in the new one. So no permit is
+// taken in a count the reload discards.
 type unqueued struct {
-	limit  atomic.Int64 // changed in place by a reload (setLimit)
+	limit  atomic.Int64 // the limit of windows to come; a reload changes it
 	length time.Duration
 	cur    atomic.Pointer[windowCount]
+	reload sync.Mutex // held while a reload replaces cur
+
+	onReload func() // test hook: called by setLimit after it stores the new limit
 }
 
 // windowCount is the number of calls that asked for a permit of window
-// index.
+// index, and the window's limit.
 type windowCount struct {
 	index int64
-	asked atomic.Int64
+	limit int64
+	taken int64        // permits taken before a reload put this count in (asked starts there)
+	asked atomic.Int64 // at or past sealed: a reload replaced this count
 }
+
+// takenOf returns the permits taken in the window when asked calls had
+// counted. Those past the limit were turned away. A count a lower limit
+// put in may start past it: its permits were taken before.
+func (c *windowCount) takenOf(asked int64) int64 {
+	return max(c.taken, min(asked, c.limit))
+}
+
+// sealed is added to a count that a reload replaces. Calls that count in
+// it afterwards see a number past every limit (maxLimit) and count again.
+const sealed = 1 << 62
+
+// maxLimit is the largest limit a count holds; larger ones are clamped.
+// A sealed count is past it, however many calls were counted before.
+const maxLimit = 1 << 60
 
 func newUnqueued(limit int, length time.Duration) *unqueued {
 	u := &unqueued{length: length}
-	u.limit.Store(int64(limit))
-	u.cur.Store(&windowCount{})
+	u.limit.Store(clampLimit(limit))
+	u.cur.Store(&windowCount{limit: clampLimit(limit)})
 	return u
 }
+
+func clampLimit(limit int) int64 { return min(int64(limit), maxLimit) }
 
 // take takes a permit for a call arriving at now, since the limiter's
 // origin. Or it reports the time until the next window. index is the
@@ -48,18 +77,32 @@ func (u *unqueued) take(now time.Duration) (ok bool, retryAfter time.Duration, i
 	for {
 		c := u.cur.Load()
 		if c.index < i {
-			n := &windowCount{index: i}
+			n := &windowCount{index: i, limit: u.limit.Load()}
 			n.asked.Store(1)
-			if u.cur.CompareAndSwap(c, n) {
-				return true, 0, i
+			if !u.cur.CompareAndSwap(c, n) {
+				continue
 			}
-			continue
+			if n.limit < 1 { // handed over (Reconfigure): every call is turned away
+				return false, u.retryAfter(i, now), i
+			}
+			return true, 0, i
 		}
-		if c.asked.Add(1) <= u.limit.Load() {
+		asked := c.asked.Add(1)
+		if asked <= c.limit {
 			return true, 0, c.index
 		}
-		return false, time.Duration(c.index+1)*u.length - now, c.index
+		if asked > sealed {
+			u.reload.Lock() // the reload that sealed c is done when we have the lock
+			u.reload.Unlock()
+			continue
+		}
+		return false, u.retryAfter(c.index, now), c.index
 	}
+}
+
+// retryAfter returns the time from now to the end of window i.
+func (u *unqueued) retryAfter(i int64, now time.Duration) time.Duration {
+	return time.Duration(i+1)*u.length - now
 }
 
 // quota reports the window containing now as a Quota.
@@ -70,10 +113,21 @@ func (u *unqueued) quota(now time.Duration) pipeline.Quota {
 // quotaOf reports window i, seen at now, as a Quota.
 func (u *unqueued) quotaOf(i int64, now time.Duration) pipeline.Quota {
 	used, limit := int64(0), u.limit.Load()
-	if c := u.cur.Load(); c.index == i {
-		used = min(c.asked.Load(), limit)
+	if c := u.current(); c.index == i {
+		used, limit = c.takenOf(c.asked.Load()), c.limit
 	}
-	return pipeline.Quota{Limit: int(limit), Window: u.length, Remaining: int(limit - used), Reset: time.Duration(i+1)*u.length - now}
+	return pipeline.Quota{Limit: int(limit), Window: u.length, Remaining: int(max(limit-used, 0)), Reset: u.retryAfter(i, now)}
+}
+
+// current returns cur once no reload is replacing it.
+func (u *unqueued) current() *windowCount {
+	c := u.cur.Load()
+	if c.asked.Load() >= sealed {
+		u.reload.Lock()
+		c = u.cur.Load()
+		u.reload.Unlock()
+	}
+	return c
 }
 
 // NewOperationWindow returns a FixedWindow that takes the lock-free path
@@ -87,23 +141,32 @@ func NewOperationWindow(permitLimit int, length time.Duration, queueLimit int) *
 	return l
 }
 
-// setLimit changes the limit in place, at now. The count of the current
-// window runs past the old limit by the calls it turned away. It is cut
-// back to the permits actually taken, so a higher limit admits the
-// difference. Calls adding to the old count were turned away: it was
-// already past the limit.
-func (u *unqueued) setLimit(now time.Duration, limit int) {
-	old := u.limit.Swap(int64(limit))
-	i := int64(now / u.length)
+// setLimit changes the limit in place. The current window keeps the
+// permits taken in it: its count runs past the old limit by the calls it
+// turned away, so it is cut back to the permits taken. A higher limit then
+// admits the difference; a lower one admits nothing more once they reach
+// it. It returns the current window and the permits taken in it.
+func (u *unqueued) setLimit(limit int) (index, taken int64) {
+	u.reload.Lock()
+	defer u.reload.Unlock()
+	lim := clampLimit(limit)
+	u.limit.Store(lim)
+	if u.onReload != nil {
+		u.onReload()
+	}
 	for {
 		c := u.cur.Load()
-		if c.index != i || c.asked.Load() <= old {
-			return
+		if c.limit == lim {
+			return c.index, c.takenOf(c.asked.Load())
 		}
-		n := &windowCount{index: i}
-		n.asked.Store(old)
+		// Calls counted in c from here on see it sealed and wait for the
+		// lock; the count before it is exact.
+		taken = c.takenOf(c.asked.Add(sealed) - sealed)
+		n := &windowCount{index: c.index, limit: lim, taken: taken}
+		n.asked.Store(taken)
 		if u.cur.CompareAndSwap(c, n) {
-			return
+			return c.index, taken
 		}
+		// A call moved on to a later window, under either limit.
 	}
 }

@@ -37,7 +37,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	configFile := new(string)
 	root.PersistentFlags().Var(cliadapter.NamedString(configFile, "file"), "config", "JSON config file loaded over the embedded default config")
-	root.AddCommand(newServeCommand(configFile))
+	root.AddCommand(newServeCommand(configFile), newMCPCommand(configFile))
 	// The operation commands log Warn and above as JSON on stderr: a
 	// config naming no operation, the cause of an UNEXPECTED outcome,
 	// OpenTelemetry's errors. stdout keeps the result alone.

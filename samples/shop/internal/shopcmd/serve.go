@@ -20,6 +20,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/cliadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
+	"github.com/sundial-go/sundial/adapters/mcpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/pipeline"
@@ -163,7 +164,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// draining is set when the signal arrives: readiness fails from then
 	// on.
 	var draining atomic.Bool
-	e, err := shopRoutes(k, tel, &draining, o)
+	e, mcpServer, err := shopRoutes(k, tel, &draining, o)
 	if err != nil {
 		return err
 	}
@@ -191,7 +192,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	case serveErr = <-served:
 		served <- serveErr // for the shutdown below
 	}
-	sd := shutdown{o: o, k: k, srv: srv, g: g, served: served, draining: &draining}
+	sd := shutdown{o: o, k: k, srv: srv, g: g, mcp: mcpServer, served: served, draining: &draining}
 	return sd.run(ctx, serveErr)
 }
 
@@ -267,16 +268,22 @@ func startServeTelemetry(ctx context.Context, o ServeOptions) (*shopTelemetry, e
 	return tel, nil
 }
 
-// shopRoutes mounts the operations and the shop's own endpoints: health
-// (failing once draining), metrics, the OpenAPI document and the status
-// page.
-func shopRoutes(k *kernel.Kernel, tel *shopTelemetry, draining *atomic.Bool, o ServeOptions) (*echo.Echo, error) {
+// shopRoutes mounts the operations, their MCP tools (/mcp) and the
+// shop's own endpoints: health (failing once draining), metrics, the
+// OpenAPI document and the status page.
+func shopRoutes(k *kernel.Kernel, tel *shopTelemetry, draining *atomic.Bool, o ServeOptions) (*echo.Echo, *mcpadapter.Server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	a, err := httpadapter.Mount(e, k, httpadapter.WithLogger(o.Logger))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	// Every operation as an MCP tool, over Streamable HTTP (docs/mcp.md).
+	m, err := mcpadapter.New(k, &mcpadapter.Options{Name: "shop", Version: serviceVersion()})
+	if err != nil {
+		return nil, nil, err
+	}
+	e.Any("/mcp", echo.WrapHandler(m))
 	e.GET("/healthz", a.Wrap(func(c echo.Context) error {
 		if draining.Load() {
 			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
@@ -291,14 +298,14 @@ func shopRoutes(k *kernel.Kernel, tel *shopTelemetry, draining *atomic.Bool, o S
 		// The host that serves the document, whatever its address.
 		Servers: openapi3.Servers{{URL: "/", Description: "this shop"}}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	e.GET("/openapi.json", openapi)
 	// The live status page (opt-in in Sundial, on in the shop; `make run`
 	// binds the shop to loopback, and a deployment would mount it only
 	// where operators reach it).
 	e.GET(statusPagePath, httpadapter.StatusPage(k, 0))
-	return e, nil
+	return e, m, nil
 }
 
 // shutdown is what the graceful shutdown of a serving shop drives.
@@ -307,6 +314,7 @@ type shutdown struct {
 	k        *kernel.Kernel
 	srv      *http.Server
 	g        *grpcServer
+	mcp      *mcpadapter.Server
 	served   chan error
 	draining *atomic.Bool
 }
@@ -341,6 +349,11 @@ func (sd *shutdown) run(ctx context.Context, serveErr error) error {
 func (sd *shutdown) drain(sctx context.Context) []error {
 	sd.g.drain()
 	var errs []error
+	// MCP first: its calls finish, then its sessions close; an open event
+	// stream would hold the HTTP server's Shutdown.
+	if err := sd.mcp.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("mcp: %w", err))
+	}
 	if err := sd.srv.Shutdown(sctx); err != nil {
 		// Grace exhausted: cut the remaining connections; their calls
 		// see their context canceled.

@@ -1,4 +1,4 @@
-package httpadapter
+package schema
 
 import (
 	"reflect"
@@ -349,10 +349,10 @@ func typedValue(v string, kind reflect.Kind) (any, bool) {
 	return nil, false
 }
 
-// constrainParam writes the constraints of input field f, bound to a path
-// or query parameter, into its schema s, and reports whether it must be
+// ConstrainParam writes the constraints of input field f, bound to a path
+// or query parameter, into its schema s. It reports whether f must be
 // given.
-func constrainParam(d *operations.Descriptor, f reflect.StructField, s *openapi3.Schema) bool {
+func ConstrainParam(d *operations.Descriptor, f reflect.StructField, s *openapi3.Schema) bool {
 	rules, mustGive := d.FieldRules(f)
 	c := constrainer{d: d, seen: map[reflect.Type]bool{}}
 	c.field(f.Type, s, rules)

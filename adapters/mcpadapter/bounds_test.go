@@ -1,0 +1,164 @@
+package mcpadapter_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sundial-go/sundial/adapters/mcpadapter"
+)
+
+// TestBoundedSessions: a request that would open a session beyond
+// MaxSessions gets 503 with Retry-After, and the client's Connect fails;
+// the sessions already open are served. After Shutdown, no session opens.
+func TestBoundedSessions(t *testing.T) {
+	k := newKernel(t, newProbe(), nil)
+	url, m := serve(t, k, &mcpadapter.Options{MaxSessions: 1})
+	first := connectHTTP(t, url)
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	if cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil); err == nil {
+		cs.Close()
+		t.Fatal("a second session opened beyond MaxSessions 1")
+	}
+	resp, err := hc.Post(url+"/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(string(body), `"error"`) {
+		t.Errorf("beyond MaxSessions: %d %q %s, want 503 with Retry-After 1 and a JSON-RPC error", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if a := mcpCall(context.Background(), t, first, "orders.limited", map[string]any{}, nil); a.refused {
+		t.Errorf("the open session: %+v, want it served", a)
+	}
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = hc.Post(url+"/mcp", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("after Shutdown: %d, want 503", resp.StatusCode)
+	}
+}
+
+// TestBoundedPending: a tool call while MaxPending calls are in progress
+// is refused at once, UNAVAILABLE MCP_UNAVAILABLE_001 with a retry-after
+// of 1 second, and nothing runs.
+func TestBoundedPending(t *testing.T) {
+	p := newProbe()
+	k := newKernel(t, p, nil)
+	url, _ := serve(t, k, &mcpadapter.Options{MaxPending: 1})
+	cs := connectHTTP(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "orders.wait", Arguments: map[string]any{}})
+		errc <- err
+	}()
+	wait(t, p.started, "the first call to start")
+	a := mcpCall(context.Background(), t, cs, "orders.create", map[string]any{"name": "pen", "amount": 2, "currency": "EUR"}, nil)
+	if a.code != "MCP_UNAVAILABLE_001" || a.status != 503 || a.retryAfter != float64(1) {
+		t.Errorf("second call: %+v, want 503 MCP_UNAVAILABLE_001 retryAfter 1", a)
+	}
+	cancel()
+	wait(t, errc, "the first call to end")
+	wait(t, p.ended, "the handler to end")
+}
+
+// TestBoundedMessages: a message over MaxMessageBytes is refused before
+// it is decoded: 413 over HTTP; over stdio the session ends. The handler
+// never runs.
+func TestBoundedMessages(t *testing.T) {
+	k := newKernel(t, newProbe(), nil)
+	url, m := serve(t, k, &mcpadapter.Options{MaxMessageBytes: 4096})
+	big := map[string]any{"name": strings.Repeat("x", 8192), "amount": 2, "currency": "EUR"}
+	cs := connectHTTP(t, url)
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "orders.create", Arguments: big}); err == nil {
+		t.Error("an 8 KiB call over HTTP with MaxMessageBytes 4096: no error")
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"x":"`+strings.Repeat("x", 8192)+`"}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("an 8 KiB body: %d, want 413", resp.StatusCode)
+	}
+	sc := connectStdio(t, m)
+	if _, err := sc.CallTool(context.Background(), &mcp.CallToolParams{Name: "orders.create", Arguments: big}); err == nil {
+		t.Error("an 8 KiB line over stdio with MaxMessageBytes 4096: no error")
+	}
+}
+
+// TestIdleSessionsClosed: a session that sends nothing for SessionIdle is
+// closed; its next call fails as a missing session.
+func TestIdleSessionsClosed(t *testing.T) {
+	k := newKernel(t, newProbe(), nil)
+	url, _ := serve(t, k, &mcpadapter.Options{SessionIdle: 50 * time.Millisecond})
+	cs := connectHTTP(t, url)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := cs.ListTools(context.Background(), nil)
+		if errors.Is(err, mcp.ErrSessionMissing) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle session still answers after 10 s (last error %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond) // idle longer than SessionIdle
+	}
+}
+
+// TestShutdownWaitsForCalls: Shutdown lets a tool call in progress finish
+// (its own deadline ends it: TIMEOUT, not CANCELLED), then returns. With
+// a ctx that ends first, it closes the session, which cancels the call,
+// and returns ctx's error.
+func TestShutdownWaitsForCalls(t *testing.T) {
+	for _, graceful := range []bool{true, false} {
+		p := newProbe()
+		k := newKernel(t, p, nil)
+		url, m := serve(t, k, nil)
+		cs := connectHTTP(t, url)
+		res := make(chan answer, 1)
+		go func() {
+			res <- mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, mcp.Meta{"sundial/timeoutMs": 300})
+		}()
+		wait(t, p.started, "the call to start")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if !graceful {
+			cancel()
+		}
+		err := m.Shutdown(ctx)
+		cancel()
+		ended := wait(t, p.ended, "the handler to end")
+		if graceful && (err != nil || !errors.Is(ended, context.DeadlineExceeded)) {
+			t.Errorf("graceful: Shutdown %v, handler ended with %v; want nil and its own deadline", err, ended)
+		}
+		if !graceful && (!errors.Is(err, context.Canceled) || !errors.Is(ended, context.Canceled)) {
+			t.Errorf("ctx ended: Shutdown %v, handler ended with %v; want both cancelled", err, ended)
+		}
+		a := wait(t, res, "the call's answer")
+		if graceful && a.code != "KERNEL_TIMEOUT_001" {
+			t.Errorf("graceful: the call answered %+v, want its TIMEOUT", a)
+		}
+	}
+}

@@ -1,0 +1,239 @@
+package systemtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
+)
+
+// npmTool returns the command line of script in the npm package pkg
+// (under @modelcontextprotocol), which .ci/deps installs under the user
+// cache directory, and that node_modules directory. It is a failure in CI
+// when node or the package is missing, a skip elsewhere.
+func npmTool(t *testing.T, pkg, script string) (argv []string, modules string) {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	node, nerr := exec.LookPath("node")
+	modules = filepath.Join(cache, "sundial-npm", "node_modules")
+	path := filepath.Join(modules, "@modelcontextprotocol", pkg, script)
+	if _, serr := os.Stat(path); err != nil || nerr != nil || serr != nil {
+		msg := "npm @modelcontextprotocol/" + pkg + " is not installed under " + modules + "; run `make deps`"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return []string{node, path}, modules
+}
+
+// inspectorCLI returns the command line of the MCP inspector's CLI and
+// the directory to run it in.
+func inspectorCLI(t *testing.T) (argv []string, dir string) {
+	t.Helper()
+	// The CLI reads its own package.json at "../package.json" relative to
+	// its module, but checks that path's existence relative to its working
+	// directory: run it in node_modules, where both resolve.
+	return npmTool(t, "inspector-cli", filepath.Join("build", "index.js"))
+}
+
+// inspect runs the inspector CLI with args and decodes its JSON output.
+func inspect(t *testing.T, argv []string, dir string, args ...string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], args...)...)
+	cmd.Dir, cmd.Env = dir, childEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("inspector %q: %v; stdout %s; stderr %s", args, err, stdout.String(), stderr.String())
+	}
+	var out map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("inspector %q: output %s is not JSON: %v", args, stdout.String(), err)
+	}
+	return out
+}
+
+// TestShopMCPWithInspector: the MCP inspector's CLI, a client nobody here
+// wrote, lists the shop's tools and calls them, over stdio (`shop mcp`,
+// launched by the inspector) and over Streamable HTTP (`shop serve`, at
+// /mcp). A valid order succeeds, its structured output checked by the
+// inspector's SDK against the tool's outputSchema; a bad one is a tool
+// error whose structured content is the Problem Details with every
+// failing field.
+func TestShopMCPWithInspector(t *testing.T) {
+	argv, dir := inspectorCLI(t)
+	s := startServe(t, shopcmd.ServeOptions{})
+	targets := map[string][]string{
+		"stdio":           {os.Args[0], "mcp"},
+		"streamable HTTP": {s.url + "/mcp", "--transport", "http"},
+	}
+	for name, target := range targets {
+		t.Run(name, func(t *testing.T) {
+			list := inspect(t, argv, dir, append(target, "--method", "tools/list")...)
+			var names []string
+			tools, _ := list["tools"].([]any)
+			for _, tool := range tools {
+				m, _ := tool.(map[string]any)
+				names = append(names, m["name"].(string))
+				if m["description"] == "" || m["inputSchema"] == nil {
+					t.Errorf("tool %v lacks a description or an inputSchema", m)
+				}
+			}
+			if got := strings.Join(names, " "); got != "billing.charge orders.create orders.get reports.export" {
+				t.Errorf("tools %q, want the shop's four operations", got)
+			}
+			ok := inspect(t, argv, dir, append(target, "--method", "tools/call", "--tool-name", "orders.create",
+				"--tool-arg", "name=pen", "--tool-arg", "amount=2")...)
+			sc, _ := ok["structuredContent"].(map[string]any)
+			if ok["isError"] == true || sc["name"] != "pen" || sc["amount"] != float64(2) {
+				t.Errorf("orders.create: %v, want the order", ok)
+			}
+			bad := inspect(t, argv, dir, append(target, "--method", "tools/call", "--tool-name", "orders.create",
+				"--tool-arg", `name=""`, "--tool-arg", "amount=0")...)
+			problem, _ := bad["structuredContent"].(map[string]any)
+			details, _ := problem["details"].(map[string]any)
+			if errs, _ := details["errors"].([]any); bad["isError"] != true || problem["code"] != "KERNEL_VALIDATION_007" || len(errs) != 2 {
+				t.Errorf("a bad order: %v, want isError with KERNEL_VALIDATION_007 and both fields", bad)
+			}
+		})
+	}
+}
+
+// TestShutdownClosesMCPSessions: a connected MCP client holds an open
+// event stream (its standalone GET). On SIGTERM the shop closes the MCP
+// sessions before the HTTP server's Shutdown, which then finds no busy
+// connection: serve returns cleanly, well within the grace period.
+func TestShutdownClosesMCPSessions(t *testing.T) {
+	const grace = 5 * time.Second
+	s := startServe(t, shopcmd.ServeOptions{Grace: grace})
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.url + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "orders.create",
+		Arguments: map[string]any{"name": "pen", "amount": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	err, took := s.stop(t, grace)
+	if err != nil || took >= grace {
+		t.Errorf("serve returned %v after %v, want a clean shutdown within the %v grace", err, took, grace)
+	}
+	t.Logf("shutdown with an open MCP session took %v", took)
+}
+
+// TestShopMCPCancelled: an agent host launches `shop mcp` and calls
+// reports.export for 3 s, then gives up. Its SDK client sends
+// notifications/cancelled; the handler's context ends and it returns long
+// before its 3 s, and the shop's access log on stderr records the call as
+// CANCELLED (KERNEL_CANCELLED_001).
+func TestShopMCPCancelled(t *testing.T) {
+	dir := t.TempDir()
+	mark, hlog := filepath.Join(dir, "started"), filepath.Join(dir, "handlers")
+	cmd := exec.Command(os.Args[0], "mcp")
+	cmd.Env = childEnv(handlerStartedEnv+"="+mark, handlerLogEnv+"="+hlog)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "reports.export", Arguments: map[string]any{"delayMs": 3000}})
+		errc <- err
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for _, err := os.Stat(mark); err != nil; _, err = os.Stat(mark) {
+		if time.Now().After(deadline) {
+			t.Fatal("the export's handler did not start within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancelled := time.Now()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("CallTool: %v, want context.Canceled", err)
+	}
+	var run []string
+	for run == nil {
+		b, _ := os.ReadFile(hlog)
+		if f := strings.Fields(string(b)); len(f) >= 3 && f[0] == "reports.export" {
+			run = f
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no handler run recorded; stderr %s", stderr.String())
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	start, _ := strconv.ParseInt(run[1], 10, 64)
+	end, _ := strconv.ParseInt(run[2], 10, 64)
+	if ran := time.Duration(end - start); ran >= 2*time.Second {
+		t.Errorf("the handler ran %v, want it cut short of its 3 s by the cancellation", ran)
+	}
+	t.Logf("the handler returned %v after the client cancelled", time.Duration(end-cancelled.UnixNano()))
+	for !strings.Contains(stderr.String(), `"code":"KERNEL_CANCELLED_001"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr %s, want the call's access log record with KERNEL_CANCELLED_001", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cs.Close(); err != nil {
+		t.Errorf("closing the session (the shop's stdin): %v", err)
+	}
+}
+
+// conformanceScenarios are the MCP conformance suite's server scenarios
+// that apply to a server of operations: the others call the suite's own
+// fixed tools, resources and prompts (docs/mcp.md lists them).
+var conformanceScenarios = []string{"server-initialize", "ping", "tools-list",
+	"server-sse-multiple-streams", "server-sse-polling"}
+
+// conformanceResult matches the suite's summary line.
+var conformanceResult = regexp.MustCompile(`Passed: (\d+)/(\d+), (\d+) failed`)
+
+// TestShopMCPConformance runs the MCP conformance suite (npm
+// @modelcontextprotocol/conformance) against the shop's MCP endpoint: no
+// applicable scenario has a failed check. server-sse-polling has only
+// SHOULD checks (stream resumption), which warn.
+func TestShopMCPConformance(t *testing.T) {
+	argv, _ := npmTool(t, "conformance", filepath.Join("dist", "index.js"))
+	s := startServe(t, shopcmd.ServeOptions{})
+	for _, scenario := range conformanceScenarios {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], "server", "--url", s.url+"/mcp", "--scenario", scenario)...)
+		cmd.Env, cmd.Dir = childEnv(), t.TempDir()
+		out, err := cmd.CombinedOutput()
+		cancel()
+		m := conformanceResult.FindSubmatch(out)
+		if m == nil {
+			t.Errorf("%s: no summary (%v): %s", scenario, err, out)
+			continue
+		}
+		passed, _ := strconv.Atoi(string(m[1]))
+		if string(m[3]) != "0" || (passed == 0 && scenario != "server-sse-polling") {
+			t.Errorf("%s: %s: %s", scenario, m[0], out)
+		}
+	}
+}
