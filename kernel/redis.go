@@ -333,12 +333,14 @@ func (k *Kernel) clusterOptions(id string, p resilience.Policy) []resilience.Opt
 // cluster store, removing this replica from the count. It closes the Redis
 // client the kernel made itself, but not one handed in with WithRedis. It
 // closes the limits of your own kinds that are io.Closers (WithLimitKind).
-// Call it after the servers have stopped. It is safe to call more than once,
-// and concurrently with Reload. A Reload after Close returns ErrClosed: it
-// would start a store nothing stops.
+// Call it after the servers have stopped. It drains the streams still open
+// (DrainStreams). It is safe to call more than once, and concurrently with
+// Reload. A Reload after Close returns ErrClosed: it would start a store
+// nothing stops.
 func (k *Kernel) Close() error {
 	var err error
 	k.closeOnce.Do(func() {
+		k.DrainStreams()
 		k.reloadMu.Lock()
 		k.closed = true
 		for id, c := range k.custom {

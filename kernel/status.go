@@ -28,7 +28,9 @@ type Status struct {
 
 // OperationStatus is one operation in a Status.
 type OperationStatus struct {
-	ID     string
+	ID string
+	// Policy is the policy the operation's limits enforce. A streaming
+	// operation's ConcurrencyLimit is its MaxStreams.
 	Policy resilience.Policy
 	// Scope is "process" or "cluster".
 	Scope string
@@ -74,7 +76,7 @@ func (k *Kernel) Status() Status {
 		ls := l.State()
 		o := OperationStatus{
 			ID:               id,
-			Policy:           k.policyFor(id),
+			Policy:           limitsPolicy(c.desc, k.policyFor(id), *c.stream.Load()),
 			Breaker:          breakerName(l.Policy(), ls.Breaker),
 			BreakerOpenFor:   ls.BreakerOpenFor,
 			RateQueue:        ls.RateQueue,

@@ -2,13 +2,20 @@ package kernel_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 const ms = time.Millisecond
@@ -178,20 +185,23 @@ func TestStreamScenarios(t *testing.T) {
 	}
 }
 
+// waitCounted returns a handler tail that counts its runs in ran and
+// waits for its stream to end.
+func waitCounted(ran *atomic.Int64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ran.Add(1)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+}
+
 // TestMaxStreams: an operation's MaxStreams pool is held for a stream's
 // life. The stream past it is refused with KERNEL_UNAVAILABLE_003 before
 // anything runs; a stream that ends gives its slot back.
 func TestMaxStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ran := 0
-		var mu sync.Mutex
-		reg := streamRegistry(t, 0, func(ctx context.Context) error {
-			mu.Lock()
-			ran++
-			mu.Unlock()
-			<-ctx.Done()
-			return context.Cause(ctx)
-		})
+		var ran atomic.Int64
+		reg := streamRegistry(t, 0, waitCounted(&ran))
 		k := streamKernel(t, reg, `{"ConcurrencyLimit":1,"Operations":{"orders.watch":{"Stream":{"MaxStreams":2}}}}`)
 		op := k.Op("orders.watch")
 		ctxs := make([]context.CancelFunc, 2)
@@ -204,8 +214,8 @@ func TestMaxStreams(t *testing.T) {
 		synctest.Wait()
 		out := op.Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
 		assertErr(t, out.Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_003")
-		if ran != 2 {
-			t.Fatalf("%d handlers ran, want 2", ran)
+		if ran.Load() != 2 {
+			t.Fatalf("%d handlers ran, want 2", ran.Load())
 		}
 		for _, st := range k.Status().Operations {
 			if st.ID == "orders.watch" && (st.Streams != 2 || st.MaxStreams != 2) {
@@ -217,8 +227,8 @@ func TestMaxStreams(t *testing.T) {
 		ctx, leave := context.WithCancel(t.Context())
 		go func() { outs <- op.Stream(ctx, kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(ctx)}) }()
 		synctest.Wait()
-		if ran != 3 {
-			t.Fatalf("%d handlers ran, want 3: the slot was not given back", ran)
+		if ran.Load() != 3 {
+			t.Fatalf("%d handlers ran, want 3: the slot was not given back", ran.Load())
 		}
 		leave()
 		ctxs[1]()
@@ -230,17 +240,11 @@ func TestMaxStreams(t *testing.T) {
 // TestDrainStreams: DrainStreams gives every open stream its outcome at
 // once: UNAVAILABLE, KERNEL_UNAVAILABLE_012, with a retry-after. A stream
 // opened after it is refused with the same outcome, and nothing runs.
+// Close drains the streams still open.
 func TestDrainStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ran := 0
-		var mu sync.Mutex
-		reg := streamRegistry(t, 0, func(ctx context.Context) error {
-			mu.Lock()
-			ran++
-			mu.Unlock()
-			<-ctx.Done()
-			return context.Cause(ctx)
-		})
+		var ran atomic.Int64
+		reg := streamRegistry(t, 0, waitCounted(&ran))
 		k := streamKernel(t, reg, `{}`)
 		const n = 50
 		outs := make(chan kernel.Outcome, n)
@@ -264,8 +268,155 @@ func TestDrainStreams(t *testing.T) {
 		}
 		out := k.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
 		assertErr(t, out.Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_012")
-		if ran != n {
-			t.Fatalf("%d handlers ran, want %d", ran, n)
+		if ran.Load() != n {
+			t.Fatalf("%d handlers ran, want %d", ran.Load(), n)
 		}
+
+		// Close drains the streams still open too.
+		k2 := streamKernel(t, reg, `{}`)
+		go func() {
+			outs <- k2.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
+		}()
+		synctest.Wait()
+		k2.Close()
+		assertErr(t, (<-outs).Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_012")
+		if ran.Load() != n+1 {
+			t.Fatalf("%d handlers ran, want %d", ran.Load(), n+1)
+		}
+	})
+}
+
+// TestStreamEndsJudged: the breaker judges a stream by how it ended. A
+// handler that went silent is a failure; a caller that went silent, a
+// drain, the caller's throttling and the caller leaving are neutral.
+func TestStreamEndsJudged(t *testing.T) {
+	waitEnd := func(ctx context.Context) error { <-ctx.Done(); return context.Cause(ctx) }
+	for _, tt := range []struct {
+		name, op, section string
+		caller            func(r *chanRaw)
+		drain             bool
+		code              string
+		opens             bool // the breaker opens after it
+	}{
+		{name: "silent handler", op: "orders.watch", section: `{"Stream":{"IdleSeconds":1}}`,
+			caller: func(r *chanRaw) { r.collect() }, code: "KERNEL_TIMEOUT_003", opens: true},
+		{name: "silent caller", op: "orders.import", section: `{"Stream":{"IdleSeconds":1}}`,
+			caller: func(*chanRaw) {}, code: "KERNEL_TIMEOUT_003"},
+		{name: "hard rate", op: "orders.import", section: `{"Stream":{"MessagesPerSecond":1,"HardRate":true}}`,
+			caller: func(r *chanRaw) { feed(r, 5) }, code: "KERNEL_UNAVAILABLE_011"},
+		{name: "drained", op: "orders.watch", section: `{}`, drain: true,
+			caller: func(r *chanRaw) { r.collect() }, code: "KERNEL_UNAVAILABLE_012"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				section := `{"Operations":{"` + tt.op + `":` + strings.TrimSuffix(tt.section, "}")
+				if tt.section != `{}` {
+					section += ","
+				}
+				section += `"FailureThreshold":1}}}`
+				k := streamKernel(t, streamRegistry(t, 1, waitEnd), section)
+				call := func() kernel.Outcome {
+					raw := newChanRaw(t.Context())
+					tt.caller(raw)
+					c := kernel.StreamCall{Raw: raw}
+					if tt.op == "orders.watch" {
+						c.Input = &Watch{}
+					}
+					return k.Op(tt.op).Stream(t.Context(), c)
+				}
+				if tt.drain {
+					go func() { synctest.Wait(); k.DrainStreams() }()
+				}
+				out := call()
+				assertErr(t, out.Err, pipelinetest.KindOf(out.Err), tt.code)
+				if tt.drain {
+					return // a drained kernel refuses every stream
+				}
+				next := call()
+				if opened := pipelinetest.CodeOf(next.Err) == "KERNEL_UNAVAILABLE_004"; opened != tt.opens {
+					t.Fatalf("after %s the next stream's outcome is %v; the breaker opened: %v, want %v",
+						tt.code, next.Err, opened, tt.opens)
+				}
+				synctest.Wait()
+			})
+		})
+	}
+}
+
+// TestStreamIsNoLatencySample: a streaming operation's MaxStreams pool
+// is never adaptive, even under a root "ConcurrencyLimit": "adaptive",
+// and its streams are no samples of the status page's latency.
+func TestStreamIsNoLatencySample(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	k, err := kernel.New(kernel.WithRegistry(streamRegistry(t, 2, nil)), kernel.WithMeterProvider(mp),
+		kernel.WithConfigJSON([]byte(wrap(`{"ConcurrencyLimit":"adaptive"}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if out := k.Op("orders.get").Invoke(t.Context(), kernel.Unary{Input: &Watch{}}); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	for range 20 {
+		raw := newChanRaw(t.Context())
+		stop := raw.collect()
+		if out := k.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: raw}); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+		stop()
+	}
+	for _, st := range k.Status().Operations {
+		if st.ID == "orders.get" && st.Calls != 1 {
+			t.Fatalf("orders.get: %d latency samples, want 1", st.Calls)
+		}
+		if st.ID != "orders.watch" {
+			continue
+		}
+		if st.AdaptiveLimit != 0 || st.ConcurrencyLimit != 0 || st.Calls != 0 {
+			t.Fatalf("orders.watch: adaptive limit %d, limit %d, %d latency samples; want none",
+				st.AdaptiveLimit, st.ConcurrencyLimit, st.Calls)
+		}
+	}
+}
+
+// TestStreamConfigReloads: a reload applies the Stream keys to the
+// streams opened after it: here a larger MaxStreams and an idle clock.
+func TestStreamConfigReloads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		waitEnd := func(ctx context.Context) error { <-ctx.Done(); return context.Cause(ctx) }
+		path := filepath.Join(t.TempDir(), "config.json")
+		write := func(section string) {
+			if err := os.WriteFile(path, []byte(wrap(section)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(`{"Operations":{"orders.watch":{"Stream":{"MaxStreams":1}}}}`)
+		k, err := kernel.New(kernel.WithRegistry(streamRegistry(t, 0, waitEnd)), kernel.WithConfigFile(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		op := k.Op("orders.watch")
+		ctx, leave := context.WithCancel(t.Context())
+		defer leave()
+		first := make(chan kernel.Outcome, 1)
+		go func() { first <- op.Stream(ctx, kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(ctx)}) }()
+		synctest.Wait()
+		out := op.Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
+		assertErr(t, out.Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_003")
+
+		write(`{"Operations":{"orders.watch":{"Stream":{"MaxStreams":2,"IdleSeconds":3}}}}`)
+		if changed, err := k.Reload(); !changed || err != nil {
+			t.Fatalf("Reload = %v, %v", changed, err)
+		}
+		start := time.Now()
+		out = op.Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
+		assertErr(t, out.Err, pipeline.KindTimeout, "KERNEL_TIMEOUT_003")
+		if took := time.Since(start); took != 3*time.Second {
+			t.Fatalf("the second stream ended after %v, want 3s (the reloaded IdleSeconds)", took)
+		}
+		leave()
+		<-first
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -327,5 +328,28 @@ func assertErr(t *testing.T, err error, kind pipeline.Kind, code string) {
 	t.Helper()
 	if err == nil || pipelinetest.KindOf(err) != kind || pipelinetest.CodeOf(err) != code {
 		t.Fatalf("outcome %v (%v %s), want %v %s", err, pipelinetest.KindOf(err), pipelinetest.CodeOf(err), kind, code)
+	}
+}
+
+// TestStreamHandlerPanics: a streaming handler's panic is its UNEXPECTED
+// outcome; its stream is closed and leaves the open streams.
+func TestStreamHandlerPanics(t *testing.T) {
+	reg := operations.NewRegistry()
+	if err := operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.watch"},
+		func(context.Context, Watch, *operations.Sender[Event]) error { panic("handler bug") }); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithLogger(slog.New(slog.DiscardHandler)),
+		kernel.WithConfigJSON([]byte(wrap(`{"Operations":{"orders.watch":{"Stream":{"MaxStreams":1,"IdleSeconds":60}}}}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for range 2 { // the slot is given back: the second is admitted too
+		out := k.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(t.Context())})
+		assertErr(t, out.Err, pipeline.KindUnexpected, pipeline.CodeUnexpected)
+	}
+	if st := k.Status().Operations[0]; st.Streams != 0 {
+		t.Fatalf("%d open streams after the panics, want 0", st.Streams)
 	}
 }

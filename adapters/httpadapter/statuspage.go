@@ -93,7 +93,7 @@ running: {{.Running}}.</p>
 <td class="breaker {{.Breaker}}">{{.Breaker}}{{if .BreakerOpenFor}}<br>half-opens in {{dur .BreakerOpenFor}}{{end}}</td>
 <td>{{if .HasWindow}}{{used .Window}} of {{.Window.Limit}} used<br>resets in {{dur .Window.Reset}}{{else}}<span class="muted">–</span>{{end}}</td>
 <td>rate {{.RateQueue}}<br>concurrency {{.ConcurrencyQueue}}</td>
-<td class="limit">{{.InFlight}}{{if .ConcurrencyLimit}} of {{.ConcurrencyLimit}}{{end}}{{if .AdaptiveLimit}}<br>adaptive {{.AdaptiveLimit}}{{if .Policy.Adaptive.Shadow}} (shadow){{end}}{{end}}</td>
+<td class="limit">{{.InFlight}}{{if .ConcurrencyLimit}} of {{.ConcurrencyLimit}}{{end}}{{if .AdaptiveLimit}}<br>adaptive {{.AdaptiveLimit}}{{if .Policy.Adaptive.Shadow}} (shadow){{end}}{{end}}{{if or .Streams .MaxStreams}}<br>open streams {{.Streams}}{{if .MaxStreams}} of {{.MaxStreams}}{{end}}{{end}}</td>
 <td>rate {{.Rejections.Rate}}<br>concurrency {{.Rejections.Concurrency}}<br>shed {{.Rejections.Shed}}<br>breaker {{.Rejections.Breaker}}{{if .Policy.Shadow}}<br><span class="shadow">shadow, would have: rate {{.Shadowed.Rate}}, concurrency {{.Shadowed.Concurrency}}, breaker {{.Shadowed.Breaker}}, shed {{.Shadowed.Shed}}</span>{{end}}</td>
 <td>{{if .Calls}}{{.Calls}} calls<br>p50 {{dur .P50}}<br>p99 {{dur .P99}}{{else}}<span class="muted">none</span>{{end}}</td>
 </tr>

@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -66,7 +67,7 @@ func TestHeartbeats(t *testing.T) {
 			t.Fatalf("ended %v after %v, want idle at 5s (the message at 1.5s plus 3.5s)", res.Reason, time.Since(raw.start))
 		}
 		want := []time.Duration{time.Second, 2500 * ms, 3500 * ms, 4500 * ms}
-		if got := raw.got(); !equalDurations(got, want) {
+		if got := raw.got(); !slices.Equal(got, want) {
 			t.Fatalf("heartbeats at %v, want %v", got, want)
 		}
 	})
@@ -109,16 +110,4 @@ func TestMaxAge(t *testing.T) {
 			t.Fatalf("outcome %v, retry-after %v", res.Err, d)
 		}
 	})
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

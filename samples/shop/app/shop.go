@@ -13,6 +13,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -89,11 +90,36 @@ type Receipt struct {
 	ChargeID string `json:"chargeId"`
 }
 
+// WatchOrders is the input of orders.watch.
+type WatchOrders struct {
+	// After is the sequence number of the last order the caller saw: the
+	// watch starts with the next one. 0 watches every order.
+	After int `json:"after" query:"after" validate:"min=0"`
+}
+
+// OrderEvent is one message of orders.watch: an order created, and its
+// sequence number, 1 for the shop's first order.
+type OrderEvent struct {
+	Seq   int   `json:"seq"`
+	Order Order `json:"order"`
+}
+
+// Imported is the output of orders.import.
+type Imported struct {
+	// Created is the number of orders created; First and Last their
+	// first and last ID ("" when none).
+	Created int    `json:"created"`
+	First   string `json:"first,omitempty"`
+	Last    string `json:"last,omitempty"`
+}
+
 // Shop is the application state: its orders, kept in memory only (see the
 // package comment): a restart loses them.
 type Shop struct {
-	mu      sync.Mutex // guards orders and next
+	mu      sync.Mutex // guards orders, log, next and created
 	orders  map[string]Order
+	log     []Order       // the orders in the order created: log[i] has sequence number i+1
+	created chan struct{} // closed, then replaced, when an order is created
 	next    int
 	charges atomic.Int64
 }
@@ -102,7 +128,7 @@ type Shop struct {
 func (s *Shop) Charges() int64 { return s.charges.Load() }
 
 // New returns an empty shop.
-func New() *Shop { return &Shop{orders: make(map[string]Order)} }
+func New() *Shop { return &Shop{orders: make(map[string]Order), created: make(chan struct{})} }
 
 // Register registers the shop's operations on reg.
 func (s *Shop) Register(reg *operations.Registry) error {
@@ -119,6 +145,12 @@ func (s *Shop) Register(reg *operations.Registry) error {
 		operations.Register(reg, operations.Descriptor{
 			ID: "billing.charge", Summary: "Charge an amount; fail=true simulates a payment provider that is down.", Method: "POST", Path: "/billing/charge",
 		}, s.Charge),
+		operations.RegisterServerStream(reg, operations.Descriptor{
+			ID: "orders.watch", Summary: "Watch the orders created, from the one after a sequence number.",
+		}, s.WatchOrders),
+		operations.RegisterClientStream(reg, operations.Descriptor{
+			ID: "orders.import", Summary: "Create an order for each line sent.",
+		}, s.ImportOrders),
 	)
 }
 
@@ -129,7 +161,59 @@ func (s *Shop) CreateOrder(_ context.Context, in CreateOrder) (Order, error) {
 	s.next++
 	o := Order{ID: "ord-" + strconv.Itoa(s.next), Name: in.Name, Amount: in.Amount, Currency: in.Currency}
 	s.orders[o.ID] = o
+	s.log = append(s.log, o)
+	close(s.created)
+	s.created = make(chan struct{})
 	return o, nil
+}
+
+// WatchOrders sends each order created after in.After, then each new one
+// as it is created, until its context ends. A resume cursor (SSE's
+// Last-Event-ID), when it is a sequence number, takes the place of
+// in.After.
+func (s *Shop) WatchOrders(ctx context.Context, in WatchOrders, out *operations.Sender[OrderEvent]) error {
+	seen := in.After
+	if n, err := strconv.Atoi(out.Resume()); err == nil && n >= 0 {
+		seen = n
+	}
+	for {
+		s.mu.Lock()
+		batch := s.log[min(seen, len(s.log)):]
+		created := s.created
+		s.mu.Unlock()
+		for _, o := range batch {
+			seen++
+			if err := out.Send(OrderEvent{Seq: seen, Order: o}); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-created:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// ImportOrders creates an order for each line the caller sends. The
+// kernel checks each line's constraints (CreateOrder's validate tags); a
+// line that fails ends the stream, and the orders created before it stay.
+func (s *Shop) ImportOrders(ctx context.Context, in *operations.Receiver[CreateOrder]) (Imported, error) {
+	var res Imported
+	for {
+		line, err := in.Recv()
+		if err == io.EOF {
+			return res, nil
+		}
+		if err != nil {
+			return Imported{}, err
+		}
+		o, _ := s.CreateOrder(ctx, line)
+		if res.Created == 0 {
+			res.First = o.ID
+		}
+		res.Created, res.Last = res.Created+1, o.ID
+	}
 }
 
 // GetOrder returns a stored order, or NOT_FOUND.

@@ -327,6 +327,7 @@ func (sd *shutdown) run(ctx context.Context, serveErr error) error {
 	// closing its connection, so that balancers and pooled clients move
 	// away while every request sent still gets its answer.
 	sd.draining.Store(true)
+	sd.k.DrainStreams() // every open stream ends now, telling its caller to reconnect elsewhere
 	sd.g.notServing()
 	if o.LameDuck > 0 && serveErr == nil {
 		time.Sleep(o.LameDuck)
