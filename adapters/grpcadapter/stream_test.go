@@ -447,3 +447,57 @@ func TestServerStreamRequestIsBounded(t *testing.T) {
 	}
 	h.waitLog(t, "grpc call", "method=/test.v1.Feed/Watch", "code=KERNEL_TIMEOUT_001")
 }
+
+// TestOutboundStreamClocks: with StreamClientInterceptor, WithStreamClocks
+// ends an outbound stream whose server went silent with TIMEOUT,
+// KERNEL_TIMEOUT_003, and one whose server stopped reading with CANCELLED,
+// KERNEL_CANCELLED_002: the blocked RecvMsg or SendMsg returns the outcome.
+func TestOutboundStreamClocks(t *testing.T) {
+	const clock = 150 * time.Millisecond
+	h, _ := streamHarness(t, "", harnessOpt{})
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+		grpc.WithChainStreamInterceptor(grpcadapter.StreamClientInterceptor(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	m := h.method(t, "/test.v1.Feed/Echo")
+	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+	// The server echoes one message, then waits for the next: silent.
+	cs, err := conn.NewStream(t.Context(), desc, "/test.v1.Feed/Echo", grpcadapter.WithStreamClocks(clock, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, cs, m.Input, map[string]any{"n": int64(1)})
+	if err := cs.RecvMsg(dynamicpb.NewMessage(m.Output)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = cs.RecvMsg(dynamicpb.NewMessage(m.Output))
+	if e, ok := errors.AsType[*pipeline.Error](err); !ok || e.Kind() != pipeline.KindTimeout || e.Code() != rstream.CodeIdle {
+		t.Errorf("RecvMsg of a silent server = %v, want TIMEOUT %s", err, rstream.CodeIdle)
+	}
+	if took := time.Since(start); took < clock {
+		t.Errorf("the idle clock fired after %v, want at least %v", took, clock)
+	}
+
+	// The caller does not read the echoes: the server's Send blocks, it
+	// stops reading, and the caller's SendMsg blocks in turn.
+	cs, err = conn.NewStream(t.Context(), desc, "/test.v1.Feed/Echo", grpcadapter.WithStreamClocks(0, clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", 16<<10)
+	msg := dynamicpb.NewMessage(m.Input)
+	msg.Set(m.Input.Fields().ByName("pad"), protoreflect.ValueOfString(pad))
+	for {
+		if err = cs.SendMsg(msg); err != nil {
+			break
+		}
+	}
+	if e, ok := errors.AsType[*pipeline.Error](err); !ok || e.Kind() != pipeline.KindCanceled || e.Code() != rstream.CodeSendStall {
+		t.Errorf("SendMsg to a server that does not read = %v, want CANCELLED %s", err, rstream.CodeSendStall)
+	}
+}
