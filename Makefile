@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHCOUNT ?= 6
 BENCH     ?= .
-BENCHPKGS ?= ./kernel ./adapters ./adapters/connectadapter ./samples/shop/systemtest
+BENCHPKGS ?= ./kernel ./adapters ./adapters/grpcadapter ./adapters/connectadapter ./samples/shop/systemtest
 FUZZTIME  ?= 10s
 
 .PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean

@@ -22,7 +22,8 @@ import (
 // application's own gRPC methods through the kernel's pipeline. Create it
 // with New. It is safe for concurrent use.
 //
-// Each operation becomes one unary method. Its name follows a convention:
+// Each operation becomes one method: a unary method, or a stream method of
+// its kind (docs/streaming.md). Its name follows a convention:
 // the service is the proto package (WithPackage) plus the PascalCase of the
 // operation ID's first segment, the method is the PascalCase of the rest,
 // so orders.create is /shop.v1.Orders/Create and inventory.v2.reserve is
@@ -118,6 +119,10 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 // Register registers the adapter's services on s (usually the
 // application's *grpc.Server). Call it before s.Serve, once per server.
 func (a *Adapter) Register(s grpc.ServiceRegistrar) {
+	for full, m := range a.methods {
+		k := m.desc.Kind()
+		streamMethods.Store(full, k == operations.ClientStream || k == operations.BidiStream)
+	}
 	impl := &service{a: a}
 	for _, sd := range a.services {
 		s.RegisterService(sd, impl)

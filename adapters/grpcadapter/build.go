@@ -71,9 +71,6 @@ func (a *Adapter) nameOperations() ([]namedOp, error) {
 	var ops []namedOp
 	for _, op := range a.k.Operations() {
 		d := op.Descriptor()
-		if d.Kind() != operations.Unary { // streams are built apart
-			continue
-		}
 		pkg, sname, mname, err := names(a.cfg.pkg, d)
 		if err != nil {
 			return nil, err
@@ -282,11 +279,11 @@ func (fb *fileBuild) addService(sv *serviceBuild) {
 			}
 		}
 		_, mname := splitFull(m.full)
-		sp.Method = append(sp.Method, &descriptorpb.MethodDescriptorProto{
+		sp.Method = append(sp.Method, streamMethod(&descriptorpb.MethodDescriptorProto{
 			Name:       new(mname),
 			InputType:  new("." + m.in.full),
 			OutputType: new("." + m.out.full),
-		})
+		}, m.desc.Kind()))
 	}
 	f.Service = append(f.Service, sp)
 }
@@ -343,7 +340,8 @@ func (a *Adapter) link(mc *messageCodec) error {
 }
 
 // describeServices builds the service descriptions for grpc-go and the
-// list of methods, sorted by service name.
+// list of methods, sorted by service name. A streaming operation is a
+// stream of its service, served by handleStream.
 func (a *Adapter) describeServices(svcs map[string]*serviceBuild) {
 	for _, key := range slices.Sorted(maps.Keys(svcs)) {
 		sv := svcs[key]
@@ -354,7 +352,12 @@ func (a *Adapter) describeServices(svcs map[string]*serviceBuild) {
 		}
 		for _, m := range sv.methods {
 			_, mname := splitFull(m.full)
-			sd.Methods = append(sd.Methods, grpc.MethodDesc{MethodName: mname, Handler: m.handle})
+			if k := m.desc.Kind(); k != operations.Unary {
+				sd.Streams = append(sd.Streams, grpc.StreamDesc{StreamName: mname, Handler: m.handleStream,
+					ServerStreams: k != operations.ClientStream, ClientStreams: k != operations.ServerStream})
+			} else {
+				sd.Methods = append(sd.Methods, grpc.MethodDesc{MethodName: mname, Handler: m.handle})
+			}
 			a.list = append(a.list, Method{FullName: m.full, OperationID: m.desc.ID, Input: m.in.desc, Output: m.out.desc})
 		}
 		a.services = append(a.services, sd)

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/sundial-go/sundial/operations"
 )
 
 // Call invokes the operation id over cc with the operation's Go types and
@@ -19,13 +21,17 @@ import (
 // To call another service, build an Adapter from a kernel whose registry
 // holds that service's operations. Their handlers never run on this side.
 // Keep the Adapter for the life of the client. The call runs through cc's
-// interceptors; UnaryClientInterceptor caps it. It carries ctx's deadline
+// interceptors; UnaryClientInterceptor caps it. A streaming operation is
+// refused: Call makes unary calls. It carries ctx's deadline
 // as grpc-timeout. A failure comes back as an outcome (FromStatus): a
 // downstream DeadlineExceeded is a TIMEOUT.
 func (a *Adapter) Call(ctx context.Context, cc grpc.ClientConnInterface, id string, in, out any, opts ...grpc.CallOption) error {
 	m := a.methodOf(id)
 	if m == nil {
 		return fmt.Errorf("grpcadapter: Call: operation %q has no gRPC method in this adapter", id)
+	}
+	if k := m.desc.Kind(); k != operations.Unary {
+		return fmt.Errorf("grpcadapter: Call: operation %q is a %v; Call makes unary calls", id, k)
 	}
 	req, err := m.request(in)
 	if err != nil {

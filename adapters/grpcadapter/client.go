@@ -186,46 +186,90 @@ func (noRetry) NoRetry() bool   { return true }
 // bounds the whole stream, and it is released when the stream ends (a
 // receive returns an error, including io.EOF) or the cap expires. Errors
 // from creating the stream, sending, receiving (except io.EOF) and Header
-// are converted with FromStatus.
+// are converted with FromStatus. WithStreamClocks adds an idle and a
+// send-stall clock to a stream.
 func StreamClientInterceptor(timeout time.Duration) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, cancel := capped(ctx, capFor(timeout, opts))
+		var clocks *outboundClocks
+		if c, ok := clocksFor(opts); ok {
+			cctx, stop := context.WithCancelCause(ctx)
+			capCancel := cancel
+			ctx, cancel = cctx, func() { stop(nil); capCancel() }
+			clocks = startClocks(c, stop)
+		}
 		cs, err := streamer(withTraceMetadata(ctx), desc, cc, method, opts...)
 		if err != nil {
+			if clocks != nil {
+				clocks.stop()
+			}
 			cancel()
-			return nil, FromStatus(err)
+			return nil, clockOutcome(ctx, FromStatus(err))
 		}
-		return &clientStream{ClientStream: cs, cancel: cancel}, nil
+		return &clientStream{ClientStream: cs, ctx: ctx, cancel: cancel, clocks: clocks}, nil
 	}
 }
 
-// clientStream releases the cap's timer when the stream ends.
+// clientStream releases the cap's timer when the stream ends, and runs
+// the clocks of WithStreamClocks (nil: none).
 type clientStream struct {
 	grpc.ClientStream
+	ctx    context.Context
 	once   sync.Once
 	cancel context.CancelFunc
+	clocks *outboundClocks
 }
 
-func (s *clientStream) done() { s.once.Do(s.cancel) }
+func (s *clientStream) done() {
+	s.once.Do(func() {
+		if s.clocks != nil {
+			s.clocks.stop()
+		}
+		s.cancel()
+	})
+}
 
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err == nil {
+		if s.clocks != nil {
+			s.clocks.last.Store(s.clocks.now())
+		}
 		return nil
 	}
+	failed := clockOutcome(s.ctx, err)
 	s.done()
 	if err == io.EOF {
 		return err
+	}
+	if failed != err {
+		return failed // a clock ended the stream
 	}
 	return FromStatus(err)
 }
 
 func (s *clientStream) SendMsg(m any) error {
+	if s.clocks != nil {
+		s.clocks.sending(true)
+	}
 	err := s.ClientStream.SendMsg(m)
-	if err == nil || err == io.EOF {
-		return err // io.EOF: the real status comes from RecvMsg
+	if s.clocks != nil {
+		s.clocks.sending(false)
+		if err == nil {
+			s.clocks.last.Store(s.clocks.now())
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	failed := clockOutcome(s.ctx, err)
+	if err == io.EOF && failed == err {
+		return err // the real status comes from RecvMsg
 	}
 	s.done()
+	if failed != err {
+		return failed
+	}
 	return FromStatus(err)
 }
 

@@ -28,6 +28,7 @@ func TestGoPackagePrefix(t *testing.T) {
 			if err := operations.Register(reg, operations.Descriptor{ID: "clock.stamp", GRPCService: "other.v2.Clock"}, stamp); err != nil {
 				t.Fatal(err)
 			}
+			newFeedApp().register(t, reg) // stream methods of every kind
 		},
 	})
 	want := map[string]string{
@@ -57,6 +58,37 @@ func TestGoPackagePrefix(t *testing.T) {
 			t.Errorf("%s is not package %s", f, pkg)
 		}
 	}
+}
+
+// TestStreamSchema: the reflected schema marks each streaming operation's
+// method with the stream flags of its kind ("stream" in the .proto); protoc
+// compiles it and buf lints it, as for unary methods.
+func TestStreamSchema(t *testing.T) {
+	t.Parallel()
+	h, _ := streamHarness(t, "", harnessOpt{})
+	want := map[string][2]bool{ // client, server streaming
+		"Watch": {false, true}, "Echo": {true, true}, "Sum": {true, false}, "Run": {false, false},
+	}
+	for _, fd := range prototest.Export(t, h.conn) {
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				md := sd.Methods().Get(j)
+				w, ok := want[string(md.Name())]
+				if !ok {
+					continue
+				}
+				if got := [2]bool{md.IsStreamingClient(), md.IsStreamingServer()}; got != w {
+					t.Errorf("%s: streaming (client, server) %v, want %v", md.FullName(), got, w)
+				}
+				delete(want, string(md.Name()))
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("reflection did not export %v", want)
+	}
+	prototest.Check(t, h.conn)
 }
 
 // TestGoPackagePrefixRejected: New refuses a prefix that is no import

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
@@ -30,11 +31,15 @@ import (
 // HTTP/2 frame types, flags and error codes the guard reads and writes
 // (RFC 9113).
 const (
-	frameData      = 0x0
-	frameHeaders   = 0x1
-	frameRSTStream = 0x3
-	frameGoAway    = 0x7
-	flagEndStream  = 0x1
+	frameData         = 0x0
+	frameHeaders      = 0x1
+	frameRSTStream    = 0x3
+	frameGoAway       = 0x7
+	frameContinuation = 0x9
+	flagEndStream     = 0x1
+	flagEndHeaders    = 0x4
+	flagPadded        = 0x8
+	flagPriority      = 0x20
 
 	errCodeEnhanceYourCalm = 0xb
 
@@ -66,6 +71,12 @@ const (
 // after its headers, so its streams wait only while it stalls them. A
 // flood of stalled calls is then admitted at a steady pace, not by the
 // hundred at once, and the work of answering them is spread alike.
+//
+// Only a unary method or a server stream waits for a request message. A
+// client or bidi stream may open and send nothing for a while; the
+// kernel's idle clock bounds it instead. The guard reads each stream's
+// method from its header block (the HPACK-coded :path) and stops counting
+// a stream of such a method once its header block is complete.
 const (
 	awaitFree  = 16
 	pacedBurst = 16
@@ -163,13 +174,16 @@ func (g *guard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 	c := &guardedConn{
 		Conn:   conn,
 		g:      g,
-		in:     frameScanner{skip: len(clientPreface)},
+		in:     frameScanner{skip: len(clientPreface), body: true},
 		open:   make(map[uint32]struct{}),
 		await:  make(map[uint32]struct{}),
 		wake:   make(chan struct{}),
 		resets: bucket{tokens: g.resetBurst, burst: g.resetBurst, rate: g.resetRate},
 		stalls: bucket{tokens: stallBurst, burst: stallBurst, rate: stallRate},
 	}
+	c.hdec = hpack.NewDecoder(hpackTableSize, c.headerField)
+	c.hdec.SetAllowedMaxDynamicTableSize(hpackMaxTableSize)
+	c.hdec.SetMaxStringLength(hpackMaxString)
 	if c.key = connKey(conn.LocalAddr(), conn.RemoteAddr()); c.key != "" {
 		guarded.Store(c.key, c)
 	}
@@ -247,6 +261,10 @@ type frameScanner struct {
 	hdr  [frameHeaderLen]byte
 	n    int    // header bytes gathered
 	left uint32 // payload bytes of the current frame still to pass
+	// body: the scan passes the payload of header block frames
+	// (HEADERS, CONTINUATION) to its payload function.
+	body  bool
+	block bool // the current frame's payload goes to the payload function
 }
 
 // atBoundary reports whether the bytes so far end a frame.
@@ -255,8 +273,10 @@ func (s *frameScanner) atBoundary() bool { return s.skip == 0 && s.n == 0 && s.l
 // scan passes p, calling f with each frame header completed in it. When
 // f returns false, scan stops and returns false with the offsets in p
 // where that frame's header starts (0 when it started in an earlier p)
-// and ends; a later scan goes on from its end.
-func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool) (start, end int, ok bool) {
+// and ends; a later scan goes on from its end. With s.body set, payload
+// gets the payload of each header block frame, piece by piece; end is
+// set on its last piece.
+func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool, payload func(b []byte, end bool)) (start, end int, ok bool) {
 	i := 0
 	for i < len(p) {
 		switch {
@@ -267,6 +287,10 @@ func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool) (
 		case s.left > 0:
 			k := min(int(s.left), len(p)-i)
 			s.left -= uint32(k)
+			if s.block {
+				s.block = s.left > 0
+				payload(p[i:i+k], s.left == 0)
+			}
 			i += k
 		default:
 			start := i - s.n
@@ -279,7 +303,14 @@ func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool) (
 			s.n = 0
 			s.left = uint32(s.hdr[0])<<16 | uint32(s.hdr[1])<<8 | uint32(s.hdr[2])
 			id := binary.BigEndian.Uint32(s.hdr[5:]) & (1<<31 - 1)
-			if !f(s.hdr[3], s.hdr[4], id) {
+			typ := s.hdr[3]
+			s.block = s.body && (typ == frameHeaders || typ == frameContinuation)
+			ok := f(typ, s.hdr[4], id)
+			if s.block && s.left == 0 {
+				s.block = false
+				payload(nil, true)
+			}
+			if !ok {
 				return max(start, 0), i, false
 			}
 		}
@@ -306,6 +337,9 @@ type guardedConn struct {
 	heldGone bool   // the client reset heldID before the guard passed it
 	held     []byte // bytes read from the client and not yet returned
 	heldErr  error  // the read error that came with held
+	hdec     *hpack.Decoder
+	blk      headerBlock
+	nheld    atomic.Int64 // the streams held back for the pacer
 
 	mu        sync.Mutex // guards open, await, maxStream and stalls
 	open      map[uint32]struct{}
@@ -367,7 +401,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	} else {
 		n, err = c.Conn.Read(p)
 	}
-	cut, end, ok := c.in.scan(p[:n], c.clientFrame)
+	cut, end, ok := c.in.scan(p[:n], c.clientFrame, c.blockPayload)
 	if c.heldGone {
 		// grpc-go has the held stream's frame header only: it never
 		// starts the stream, which the GOAWAY leaves out.
@@ -407,9 +441,11 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 	switch typ {
 	case frameHeaders:
+		c.blk.begin(id, flags, c.in.left)
 		wary := c.resetting()
 		c.mu.Lock()
 		opened := id > c.maxStream
+		c.blk.opened = opened
 		if opened {
 			c.maxStream = id
 			if len(c.open) < maxOpen {
@@ -428,9 +464,12 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 			c.heldID = id
 		}
 		if held {
+			c.nheld.Add(1)
 			c.paceOwed = true
 			return false
 		}
+	case frameContinuation:
+		c.blk.next(flags, c.in.left)
 	case frameData:
 		c.mu.Lock()
 		delete(c.await, id)
@@ -466,7 +505,7 @@ func (c *guardedConn) resetting() bool {
 func (c *guardedConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, _, _ = c.out.scan(p, c.serverFrame)
+	_, _, _ = c.out.scan(p, c.serverFrame, nil)
 	n, err := c.Conn.Write(p)
 	if err == nil && c.tripped.Load() {
 		c.goAwayLocked()

@@ -437,8 +437,22 @@ func (m *method) encodeOutput(v any) (*dynamicpb.Message, error) {
 }
 
 // decodeInput converts the request to a new value of the operation's input
-// type (a pointer to it, as the handler expects).
+// type (a pointer to it, as the handler expects), and checks its
+// constraints.
 func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
+	in, err := m.convertInput(req)
+	if err != nil {
+		return nil, err
+	}
+	if perr := m.desc.CheckConstraints(in); perr != nil {
+		return nil, perr // the values' validate tags, as over HTTP and the CLI
+	}
+	return in, nil
+}
+
+// convertInput converts the request to a new value of the operation's
+// input type, a pointer to it. It checks no constraint.
+func (m *method) convertInput(req *dynamicpb.Message) (any, error) {
 	p := reflect.New(m.desc.Input)
 	target := p.Elem()
 	if target.Kind() == reflect.Pointer {
@@ -461,9 +475,6 @@ func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
 				WithDetail("field", fe.Path())
 		}
 		return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, "The request message is invalid.", err)
-	}
-	if perr := m.desc.CheckConstraints(p.Interface()); perr != nil {
-		return nil, perr // the values' validate tags, as over HTTP and the CLI
 	}
 	return p.Interface(), nil
 }

@@ -434,10 +434,16 @@ func (s *Stream) settle() *ended {
 // failed returns the error for a raw Send or Recv that returned err: the
 // stream's end when it has ended (a transport's error after Abort, or the
 // caller's leaving), else a transport failure. A transport's error is
-// never taken for the caller's cancel.
+// never taken for the caller's cancel. A VALIDATION *pipeline.Error is
+// the transport refusing a message the caller sent: it ends the stream
+// as Check does.
 func (s *Stream) failed(err error) error {
 	if e := s.settle(); e != nil {
 		return e.err
+	}
+	if pe, ok := err.(*pipeline.Error); ok && pe.Kind() == pipeline.KindValidation {
+		// The transport refused the caller's message, as Check does.
+		return s.finish(EndLimit, pe, pe).err
 	}
 	out := pipeline.Wrap(pipeline.KindUnavailable, CodeTransport, "The stream's transport failed.", err)
 	return s.finish(EndTransport, out, out).err

@@ -569,3 +569,41 @@ func TestShopShutdownWaitsForStragglers(t *testing.T) {
 		})
 	}
 }
+
+// TestShopWatchOrdersOverGRPC: orders.watch is a server stream of the
+// shop's gRPC service, as reflection describes it: a client that learns
+// the method through reflection, as grpcurl does, gets an event for each
+// order created, from the one after its sequence number on.
+func TestShopWatchOrdersOverGRPC(t *testing.T) {
+	g := startShopGRPC(t, shopcmd.ServeOptions{})
+	for _, name := range []string{"lamp", "desk"} {
+		if out, st := g.call(t.Context(), t, "shop.v1.Orders", "Create", `{"name":"`+name+`","amount":1}`); st != nil {
+			t.Fatalf("Create = %s %v", out, st)
+		}
+	}
+	md := g.files.method(t, "shop.v1.Orders", "Watch")
+	if !md.IsStreamingServer() || md.IsStreamingClient() {
+		t.Fatalf("shop.v1.Orders/Watch: streaming (client %v, server %v), want a server stream", md.IsStreamingClient(), md.IsStreamingServer())
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cs, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/shop.v1.Orders/Watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := dynamicpb.NewMessage(md.Input())
+	req.Set(md.Input().Fields().ByName("after"), protoreflect.ValueOfInt64(1))
+	if err := cs.SendMsg(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.CloseSend()
+	ev := dynamicpb.NewMessage(md.Output())
+	if err := cs.RecvMsg(ev); err != nil {
+		t.Fatal(err)
+	}
+	seq := ev.Get(md.Output().Fields().ByName("seq")).Int()
+	order := ev.Get(md.Output().Fields().ByName("order")).Message()
+	if name := order.Get(order.Descriptor().Fields().ByName("name")).String(); seq != 2 || name != "desk" {
+		t.Errorf("the first event after 1: seq %d, order %q; want seq 2, desk", seq, name)
+	}
+}
