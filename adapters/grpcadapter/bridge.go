@@ -12,6 +12,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -34,6 +35,9 @@ type bridge struct{ a *Adapter }
 func (b bridge) Methods() []rpcbridge.Method {
 	out := make([]rpcbridge.Method, 0, len(b.a.methods))
 	for full, m := range b.a.methods {
+		if m.desc.Kind() != operations.Unary {
+			continue // a stream method: the bridge serves unary calls only
+		}
 		svc, name := splitFull(full)
 		d, err := b.a.files.FindDescriptorByName(protoreflect.FullName(svc + "." + name))
 		md, ok := d.(protoreflect.MethodDescriptor)
