@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sundial-go/sundial/pipeline"
-	rstream "github.com/sundial-go/sundial/resilience/stream"
 )
 
 // WithStreamClocks returns a call option that gives an outbound stream
@@ -126,9 +125,17 @@ func clockOutcome(ctx context.Context, err error) error {
 	return err
 }
 
+// The codes of the clocks, the same wire values as a served stream's
+// (TestOutboundClockCodes holds them equal). An adapter does not import
+// resilience, so they are spelled here.
+const (
+	codeStreamIdle      = "KERNEL_TIMEOUT_003"
+	codeStreamSendStall = "KERNEL_CANCELLED_002"
+)
+
 var (
-	errOutboundIdle = pipeline.Wrap(pipeline.KindTimeout, rstream.CodeIdle,
+	errOutboundIdle = pipeline.Wrap(pipeline.KindTimeout, codeStreamIdle,
 		"The outbound stream was idle too long.", context.DeadlineExceeded)
-	errOutboundStall = pipeline.Wrap(pipeline.KindCanceled, rstream.CodeSendStall,
+	errOutboundStall = pipeline.Wrap(pipeline.KindCanceled, codeStreamSendStall,
 		"The server did not read the outbound stream in time.", context.Canceled)
 )

@@ -21,7 +21,6 @@ import (
 	"github.com/sundial-go/sundial/adapters/internal/outcome"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
-	"github.com/sundial-go/sundial/resilience/stream"
 )
 
 // This file frames a streamed HTTP response as SSE or NDJSON, reads an
@@ -267,7 +266,10 @@ func messageTooLarge(limit int64) *pipeline.Error {
 
 // streamTransport is a stream's transport as the route serves it.
 type streamTransport interface {
-	stream.Raw
+	// Send, Recv and Abort are the kernel's stream.Raw.
+	Send(m any) error
+	Recv() (m any, size int, err error)
+	Abort(cause error)
 	// started reports whether the outcome must go in-band.
 	started() bool
 	// finish writes the outcome in-band and ends the transport's stream.
