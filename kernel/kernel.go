@@ -318,6 +318,10 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 	if d != nil {
 		c.obs = k.tel.Operation(d)
 		c.lat = newLatency(time.Now())
+		// Every operation has a stream config, the zero one when the
+		// built-in middleware is off, so status and streams never meet nil.
+		st := k.streamFor(d.ID)
+		c.stream.Store(&st)
 	}
 	for stage := pipeline.StageDiagnostics; stage <= pipeline.StageHandle; stage++ {
 		if stage == pipeline.StageResilience && k.settings.UseBuiltInMiddleware {
@@ -328,9 +332,7 @@ func (k *Kernel) compile(o *options, d *operations.Descriptor, p resilience.Poli
 			// Every operation gets its limits, configured or not, so that
 			// a reload can give it some (Reload).
 			if d != nil {
-				st := k.streamFor(d.ID)
-				c.stream.Store(&st)
-				c.mws = append(c.mws, k.newLimits(d.ID, limitsPolicy(d, p, st)))
+				c.mws = append(c.mws, k.newLimits(d.ID, limitsPolicy(d, p, *c.stream.Load())))
 			} else {
 				c.mws = append(c.mws, deadline.Middleware())
 			}

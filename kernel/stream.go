@@ -120,6 +120,9 @@ func (r *streamRun) config(inv *pipeline.Invocation) stream.Config {
 		MaxMessages: int64(sc.MaxMessages), MaxBytes: int64(sc.MaxBytes),
 		Heartbeat: sc.Heartbeat, MaxAge: jittered(sc.MaxAge, sc.MaxAgeJitter),
 	}
+	if cfg.SendStall == 0 && r.k.settings.UseBuiltInMiddleware {
+		cfg.SendStall = config.DefaultSendStall // no Stream object configured
+	}
 	if d, ok := inv.Deadline(); ok {
 		cfg.Deadline, cfg.DeadlineSource = d, inv.Timing().Source
 	}

@@ -105,6 +105,10 @@ func TestStreamScenarios(t *testing.T) {
 		section: `{"Stream":{"SendStallSeconds":3}}`, caller: func(*chanRaw, context.CancelFunc) {},
 		kind: pipeline.KindCanceled, code: "KERNEL_CANCELLED_002", at: 3 * time.Second,
 	}, {
+		name: "the send stall is 30 seconds unless configured", op: "orders.watch",
+		section: `{"TimeoutSeconds":60}`, caller: func(*chanRaw, context.CancelFunc) {},
+		kind: pipeline.KindCanceled, code: "KERNEL_CANCELLED_002", at: 30 * time.Second,
+	}, {
 		name: "MessagesPerSecond 100 paces the caller: 100 messages a second", op: "orders.import",
 		section: `{"Stream":{"MessagesPerSecond":100}}`,
 		caller:  func(r *chanRaw, _ context.CancelFunc) { feed(r, 100) },

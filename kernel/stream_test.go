@@ -353,3 +353,23 @@ func TestStreamHandlerPanics(t *testing.T) {
 		t.Fatalf("%d open streams after the panics, want 0", st.Streams)
 	}
 }
+
+// TestStreamWithoutBuiltIns: with the built-in middleware off, streams
+// still run (with no clocks or pool) and Status reports every operation.
+func TestStreamWithoutBuiltIns(t *testing.T) {
+	k, err := kernel.New(kernel.WithRegistry(streamRegistry(t, 2, nil)),
+		kernel.WithConfigJSON([]byte(`{"Sundial":{"Kernel":{"UseBuiltInMiddleware":false}}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if st := k.Status(); len(st.Operations) != 4 {
+		t.Fatalf("status of %d operations, want 4", len(st.Operations))
+	}
+	raw := newChanRaw(t.Context())
+	got := raw.collect()
+	out := k.Op("orders.watch").Stream(t.Context(), kernel.StreamCall{Input: &Watch{From: 1}, Raw: raw})
+	if out.Err != nil || fmt.Sprint(got()) != "[{1} {2}]" {
+		t.Fatalf("outcome %v, sent %v; want [{1} {2}]", out.Err, got())
+	}
+}

@@ -197,6 +197,9 @@ func StreamClientInterceptor(timeout time.Duration) grpc.StreamClientInterceptor
 			capCancel := cancel
 			ctx, cancel = cctx, func() { stop(nil); capCancel() }
 			clocks = startClocks(c, stop)
+			// A caller that ends the stream by cancelling its context,
+			// as grpc-go allows, stops the clocks' timer too.
+			context.AfterFunc(cctx, clocks.stop)
 		}
 		cs, err := streamer(withTraceMetadata(ctx), desc, cc, method, opts...)
 		if err != nil {

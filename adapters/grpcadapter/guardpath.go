@@ -56,7 +56,7 @@ func (b *headerBlock) next(flags byte, size uint32) {
 
 // blockPayload decodes a piece of a header block frame's payload. end is
 // set on the frame's last piece: at the end of the block, a stream of a
-// method whose caller streams no longer counts as waiting.
+// method whose caller streams stops counting as waiting.
 func (c *guardedConn) blockPayload(p []byte, end bool) {
 	b := &c.blk
 	for len(p) > 0 && c.hdec != nil {

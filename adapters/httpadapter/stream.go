@@ -277,19 +277,27 @@ type streamTransport interface {
 }
 
 // openHTTP returns the SSE or NDJSON stream of c's response, and for a
-// client stream (body set) its NDJSON request body. It lifts the
-// server's read and write timeouts for the connection: the stream's own
+// client stream (body set) its NDJSON request body. For a client stream
+// it lifts the server's read and write timeouts for the connection at
+// once, for a server stream once its request is read: the stream's own
 // clocks bound it. A server timeout would otherwise end a long stream,
 // and Go's server would cancel the request as if the caller had left.
 func openHTTP(c echo.Context, limit int64, body bool, decode func([]byte) (any, *pipeline.Error)) *httpRaw {
 	r := newHTTPRaw(c.Response(), wantsSSE(c.Request().Header.Values(echo.HeaderAccept)))
-	_ = r.rc.SetReadDeadline(time.Time{})
-	_ = r.rc.SetWriteDeadline(time.Time{})
 	if body {
+		r.liftDeadlines()
 		r.limit, r.decode = limit, decode
 		r.body = ndjson.NewReader(c.Request().Body, int(min(limit, math.MaxInt32)))
 	}
 	return r
+}
+
+// liftDeadlines lifts the server's read and write timeouts for the
+// stream's connection. A server stream's request is read first, under
+// the server's ReadTimeout, as a unary call's body is.
+func (r *httpRaw) liftDeadlines() {
+	_ = r.rc.SetReadDeadline(time.Time{})
+	_ = r.rc.SetWriteDeadline(time.Time{})
 }
 
 // callerContext returns the stream's parent: ctx's values, ended when

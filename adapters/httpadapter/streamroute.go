@@ -44,7 +44,13 @@ func (rt *route) serveStream(c echo.Context) error {
 		}
 		h := openHTTP(c, a.cfg.bodyLimit, kind == operations.ClientStream, rt.messageDecoder(c))
 		if kind == operations.ServerStream {
-			call.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
+			call.Decode = func(deadline time.Time) (any, error) {
+				in, err := rt.decode(c, x, requestBy(deadline))
+				if err == nil {
+					h.liftDeadlines()
+				}
+				return in, err
+			}
 		}
 		call.Raw = h
 		sctx, done := h.callerContext(ctx)
@@ -67,7 +73,7 @@ func (rt *route) serveStream(c echo.Context) error {
 	}
 	defer cancel(nil)
 	if kind == operations.ServerStream {
-		call.Decode = func(deadline time.Time) (any, error) { return w.request(wctx, deadline) }
+		call.Decode = func(deadline time.Time) (any, error) { return w.request(wctx, requestBy(deadline)) }
 	}
 	call.Raw = w
 	o := rt.op.Stream(wctx, call)
@@ -94,6 +100,23 @@ func (rt *route) messageDecoder(c echo.Context) func([]byte) (any, *pipeline.Err
 		}
 		return in, nil
 	}
+}
+
+// streamRequestTimeout bounds the read of a server stream's request: its
+// body, or over a WebSocket its first message. The gRPC adapter's default
+// receive timeout bounds a gRPC request's alike. A stream's deadline may
+// be far off; a caller that sends part of its request, or nothing, holds
+// no connection past this.
+const streamRequestTimeout = 5 * time.Second
+
+// requestBy returns the deadline of a server stream's request read: the
+// stream's deadline (zero: none), or streamRequestTimeout from now when
+// earlier.
+func requestBy(deadline time.Time) time.Time {
+	if by := time.Now().Add(streamRequestTimeout); deadline.IsZero() || by.Before(deadline) {
+		return by
+	}
+	return deadline
 }
 
 // request reads and decodes a server stream's request, the caller's first

@@ -99,6 +99,10 @@ func (app *streamApp) registry(t *testing.T) *operations.Registry {
 					}
 				}
 			}),
+		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.post", Method: "POST", Path: "/feedpost"},
+			func(_ context.Context, in feedIn, s *operations.Sender[feedEvent]) error {
+				return s.Send(feedEvent{Seq: 1, Topic: in.Topic})
+			}),
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.missing", Method: "GET", Path: "/missing"},
 			func(context.Context, struct{}, *operations.Sender[feedEvent]) error {
 				return pipeline.NewError(pipeline.KindNotFound, "TEST_NOT_FOUND_001", "no such feed")
@@ -478,4 +482,44 @@ func TestStreamCurl(t *testing.T) {
 			<-s.app.ctxEnded
 		})
 	}
+}
+
+// TestStreamRequestIsReadUnderServerTimeouts: a server stream's request,
+// its body or a WebSocket's first message, is read within
+// streamRequestTimeout, and the server's own timeouts still apply while
+// it is read. A caller that sends part of its request, or nothing, holds
+// no connection until the stream deadline (30 s here).
+func TestStreamRequestIsReadUnderServerTimeouts(t *testing.T) {
+	const within = 15 * time.Second // well below the 30 s deadline
+	t.Run("slow body", func(t *testing.T) {
+		s := startStreamServer(t, &http.Server{ReadTimeout: 300 * time.Millisecond})
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = io.WriteString(conn, "POST /feedpost HTTP/1.1\r\nHost: x\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 20\r\n\r\n{")
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_ = conn.SetReadDeadline(start.Add(within))
+		if _, err := io.ReadAll(conn); err != nil {
+			t.Fatalf("after %v: %v; want the server to end the request", time.Since(start), err)
+		}
+	})
+	t.Run("websocket sends nothing", func(t *testing.T) {
+		s := startStreamServer(t, nil)
+		c := openStream(t, "ws", s.url+"/feed/news?count=1", nil)
+		defer c.close()
+		start := time.Now()
+		got, err := readAll(c)
+		if err != nil || got.outcome == nil || got.outcome.Code != pipeline.CodeTimeout || len(got.msgs) != 0 {
+			t.Fatalf("got %s then %+v (%v), want no message, then %s", got.msgs, got.outcome, err, pipeline.CodeTimeout)
+		}
+		if d := time.Since(start); d > within {
+			t.Fatalf("answered after %v, want before %v", d, within)
+		}
+	})
 }

@@ -28,8 +28,10 @@ func NewReader(r io.Reader, limit int) *Reader {
 // Next returns the next non-empty line, without its line ending or
 // surrounding white space. The slice is valid until the next call. It
 // returns io.EOF after the last line, and ErrTooLong for a line over the
-// limit; the line is not read to its end.
+// limit; the line is not read to its end. Blank lines before a line count
+// toward its limit.
 func (l *Reader) Next() ([]byte, error) {
+	blank := 0 // bytes of the blank lines skipped before this line
 	for {
 		l.line = l.line[:0]
 		for {
@@ -54,6 +56,11 @@ func (l *Reader) Next() ([]byte, error) {
 				return nil, ErrTooLong
 			}
 			return line, nil
+		}
+		// Blank lines count as the line they precede: a caller cannot
+		// send them without bound.
+		if blank += len(l.line); blank > l.limit+2 {
+			return nil, ErrTooLong
 		}
 	}
 }

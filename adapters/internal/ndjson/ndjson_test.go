@@ -28,4 +28,8 @@ func TestReaderLines(t *testing.T) {
 	if _, err := short.Next(); !errors.Is(err, ErrTooLong) {
 		t.Fatalf("Next of a 13-byte line with limit 8 = %v, want ErrTooLong", err)
 	}
+	blanks := NewReader(strings.NewReader(strings.Repeat(" \n", 100)+`{"a":1}`+"\n"), 8)
+	if _, err := blanks.Next(); !errors.Is(err, ErrTooLong) {
+		t.Fatalf("Next after 200 bytes of blank lines with limit 8 = %v, want ErrTooLong", err)
+	}
 }

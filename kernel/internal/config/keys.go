@@ -8,6 +8,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
@@ -41,6 +42,10 @@ type Stream struct {
 	MaxAge       Duration
 	MaxAgeJitter float64
 }
+
+// DefaultSendStall is Stream.SendStallSeconds' default: a consumer that
+// reads nothing for it holds no stream, whatever the server's timeouts.
+const DefaultSendStall = 30 * time.Second
 
 // DefaultMaxAgeJitter is Stream.MaxAgeJitter's default.
 const DefaultMaxAgeJitter = 0.1
@@ -208,9 +213,9 @@ var Keys = []Key{
 	{Name: "Stream.IdleSeconds", Type: "number", Default: "none", Bounds: seconds, Reloadable: true, Inherited: true,
 		Doc:   "Ends a stream when no message was sent or received for it (KERNEL_TIMEOUT_003); heartbeats do not count, in seconds.",
 		value: use(duration, func(t *Target) *Duration { return &t.Stream.Idle })},
-	{Name: "Stream.SendStallSeconds", Type: "number", Default: "none", Bounds: seconds, Reloadable: true, Inherited: true,
+	{Name: "Stream.SendStallSeconds", Type: "number", Default: "30", Bounds: seconds, Reloadable: true, Inherited: true,
 		Doc:   "Ends a stream when one send waits for the caller to read for it (KERNEL_CANCELLED_002), in seconds.",
-		value: use(duration, func(t *Target) *Duration { return &t.Stream.SendStall })},
+		value: withDefault(duration, func(t *Target) *Duration { return &t.Stream.SendStall }, DefaultSendStall)},
 	{Name: "Stream.MessagesPerSecond", Type: "number", Default: "unlimited", Bounds: "> 0, at most 1e9", Reloadable: true, Inherited: true,
 		Doc:   "Rate of the caller's messages: each waits for its turn, so flow control pushes back.",
 		value: use(rate, func(t *Target) *float64 { return &t.Stream.MessagesPerSecond })},
