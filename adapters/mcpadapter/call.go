@@ -82,16 +82,29 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	case s.pending.Add(1) > int64(s.opts.MaxPending):
 		s.pending.Add(-1)
 		o = t.op.Reject(ctx, u.Caller, errBusy)
+	case t.streams:
+		u.Deadline = deadline
+		var r *progressRaw
+		o, r = t.stream(ctx, req, u.Caller)
+		s.pending.Add(-1)
+		return t.finish(ctx, req, start, o, t.streamResult(o, r)), nil
 	default:
 		u.Deadline = deadline
 		u.Decode = func(time.Time) (any, error) { return t.decode(p.Arguments) }
 		o = t.op.Handle(ctx, u)
 		s.pending.Add(-1)
 	}
-	res := t.result(o)
+	return t.finish(ctx, req, start, o, t.answer(o)), nil
+}
+
+// finish adds the reply of outcome o to res, logs the call and returns
+// res.
+func (t *tool) finish(ctx context.Context, req *mcp.CallToolRequest, start time.Time, o kernel.Outcome,
+	res *mcp.CallToolResult) *mcp.CallToolResult {
+	t.reply(res, o)
 	e := pipeline.AsError(o.Err)
-	s.logCall(ctx, t.desc.ID, sessionID(req), start, codeOf(o.Err), o.Err != nil && e.Kind() == pipeline.KindUnexpected, o.TraceID)
-	return res, nil
+	t.s.logCall(ctx, t.desc.ID, sessionID(req), start, codeOf(o.Err), o.Err != nil && e.Kind() == pipeline.KindUnexpected, o.TraceID)
+	return res
 }
 
 // errNotObject is the outcome of arguments that are not a JSON object.
