@@ -69,6 +69,7 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	u.Protocol, u.Route, u.Arrival = pipeline.ProtocolMCP, "tools/call "+t.desc.ID, start
 	callerMeta(&u.Caller, p.Meta)
 	var o kernel.Outcome
+	r := &progressRaw{} // a stream's messages: none unless it opens
 	switch deadline, err := metaDeadline(p.Meta, start); {
 	case !isObject(p.Arguments):
 		// Malformed arguments are a protocol error; the kernel still
@@ -84,17 +85,19 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		o = t.op.Reject(ctx, u.Caller, errBusy)
 	case t.streams:
 		u.Deadline = deadline
-		var r *progressRaw
 		o, r = t.stream(ctx, req, u.Caller)
 		s.pending.Add(-1)
-		return t.finish(ctx, req, start, o, t.streamResult(o, r)), nil
 	default:
 		u.Deadline = deadline
 		u.Decode = func(time.Time) (any, error) { return t.decode(p.Arguments) }
 		o = t.op.Handle(ctx, u)
 		s.pending.Add(-1)
 	}
-	return t.finish(ctx, req, start, o, t.answer(o)), nil
+	res := t.answer(o)
+	if t.streams {
+		res = t.streamResult(o, r)
+	}
+	return t.finish(ctx, req, start, o, res), nil
 }
 
 // finish adds the reply of outcome o to res, logs the call and returns

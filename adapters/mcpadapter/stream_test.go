@@ -1,6 +1,7 @@
 package mcpadapter_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -444,5 +445,44 @@ func TestToolStreamSchemas(t *testing.T) {
 		if !strings.Contains(string(out), c) {
 			t.Errorf("outputSchema %s lacks %s", out, c)
 		}
+	}
+}
+
+// TestToolStreamSendStallStdio: over stdio too, a client that stops
+// reading cannot hold the handler: its blocked Send returns at the send
+// stall, KERNEL_CANCELLED_002, though the write stays blocked until the
+// client reads or closes its end.
+func TestToolStreamSendStallStdio(t *testing.T) {
+	p := newProbe()
+	k := newKernel(t, p, nil)
+	m, err := mcpadapter.New(k, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- m.ServeStdio(context.Background(), inR, outW) }()
+	defer func() {
+		inW.Close()
+		outR.Close()
+		wait(t, served, "ServeStdio to return")
+	}()
+	lines := bufio.NewReader(outR)
+	send := func(line string) {
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + protocolVersion +
+		`","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if line, err := lines.ReadString('\n'); err != nil || !strings.Contains(line, `"id":1`) {
+		t.Fatalf("initialize: %q %v", line, err)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"orders.gush","arguments":{},` +
+		`"_meta":{"progressToken":"tok"}}}`)
+	if err := wait(t, p.sendErr, "the blocked Send to return"); pipeline.AsError(err).Code() != "KERNEL_CANCELLED_002" {
+		t.Fatalf("Send: %v, want KERNEL_CANCELLED_002", err)
 	}
 }
