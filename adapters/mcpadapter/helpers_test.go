@@ -59,7 +59,7 @@ func newProbe() *probe {
 // deadline of its own, 50 ms; orders.pay requires idempotency keys;
 // orders.fail's breaker opens after two failures; orders.wait runs one
 // call at a time. The streams: orders.ration admits one a minute;
-// orders.gush's send stall is 0.3 s.
+// orders.gush's send stall is 0.3 s; orders.hush's idle clock 1 s.
 const testConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"orders.limited":{"PermitLimit":1,"WindowSeconds":60},
 	"orders.slow":{"TimeoutSeconds":0.05},
@@ -67,7 +67,8 @@ const testConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"orders.fail":{"FailureThreshold":2,"BreakSeconds":60},
 	"orders.wait":{"ConcurrencyLimit":1},
 	"orders.ration":{"PermitLimit":1,"WindowSeconds":60},
-	"orders.gush":{"Stream":{"SendStallSeconds":0.3}}}}}}}`
+	"orders.gush":{"Stream":{"SendStallSeconds":0.3}},
+	"orders.hush":{"Stream":{"IdleSeconds":1}}}}}}}`
 
 // newKernel returns a kernel of the test operations, logging JSON to log.
 func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {

@@ -76,7 +76,7 @@ func TestToolsAreTheOperations(t *testing.T) {
 			t.Errorf("%s: outputSchema %v, want the OpenAPI response's", tool.Name, tool.OutputSchema)
 		}
 	}
-	if got := strings.Join(names, " "); got != "orders.create orders.fail orders.feed orders.gush orders.limited "+
+	if got := strings.Join(names, " "); got != "orders.create orders.fail orders.feed orders.gush orders.hush orders.limited "+
 		"orders.pay orders.ration orders.slow orders.tail orders.wait" {
 		t.Errorf("tools %q, want one per unary operation and server stream", got)
 	}

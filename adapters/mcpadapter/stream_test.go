@@ -31,7 +31,8 @@ type feedIn struct {
 
 // registerStreams registers the test streams. orders.feed sends its
 // messages and returns; orders.tail sends them, then waits for its
-// context to end; orders.ration is orders.feed, rate-limited; orders.gush
+// context to end, as orders.hush does; orders.ration is orders.feed,
+// rate-limited; orders.gush
 // sends 64 KiB messages until a Send fails. orders.upload and
 // orders.chat take streams of inputs.
 func registerStreams(t *testing.T, reg *operations.Registry, p *probe) {
@@ -64,6 +65,7 @@ func registerStreams(t *testing.T, reg *operations.Registry, p *probe) {
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.tail", Summary: "Stream, then wait."}, tail),
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.ration", Summary: "A stream a minute."}, feed),
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.gush", Summary: "Stream big orders."}, gush),
+		operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.hush", Summary: "Stream, then hush."}, tail),
 		operations.RegisterClientStream(reg, operations.Descriptor{ID: "orders.upload", Summary: "Upload orders."},
 			func(context.Context, *operations.Receiver[orderIn]) (done, error) { return done{OK: true}, nil }),
 		operations.RegisterBidiStream(reg, operations.Descriptor{ID: "orders.chat", Summary: "Talk about orders."},
@@ -485,4 +487,36 @@ func TestToolStreamSendStallStdio(t *testing.T) {
 	if err := wait(t, p.sendErr, "the blocked Send to return"); pipeline.AsError(err).Code() != "KERNEL_CANCELLED_002" {
 		t.Fatalf("Send: %v, want KERNEL_CANCELLED_002", err)
 	}
+}
+
+// TestToolStreamIdleAndDrain: the stream's idle clock ends a stream tool
+// call whose handler went silent: TIMEOUT KERNEL_TIMEOUT_003, silent
+// "handler", with the messages sent. Kernel.DrainStreams ends one in
+// progress with UNAVAILABLE KERNEL_UNAVAILABLE_012, a retry-after of 1 s
+// and its messages.
+func TestToolStreamIdleAndDrain(t *testing.T) {
+	p := newProbe()
+	k := newKernel(t, p, nil)
+	url, _ := serve(t, k, nil)
+	cs := connectHTTP(t, url)
+	a, err := callStream(context.Background(), t, cs, "orders.hush", map[string]any{"count": 1}, nil, "")
+	details, _ := a.problem["details"].(map[string]any)
+	if err != nil || !a.isError || a.problem["code"] != "KERNEL_TIMEOUT_003" || details["silent"] != "handler" || a.count != 1 {
+		t.Errorf("a silent handler: %+v %v, want KERNEL_TIMEOUT_003, silent handler, 1 message", a, err)
+	}
+	wait(t, p.started, "the silent handler")
+	wait(t, p.ended, "the silent handler to end")
+	res := make(chan streamAnswer, 1)
+	go func() {
+		a, _ := callStream(context.Background(), t, cs, "orders.tail", map[string]any{"count": 2}, nil, "")
+		res <- a
+	}()
+	wait(t, p.started, "the stream to send its messages")
+	k.DrainStreams()
+	a = wait(t, res, "the drained call's result")
+	details, _ = a.problem["details"].(map[string]any)
+	if !a.isError || a.problem["code"] != "KERNEL_UNAVAILABLE_012" || details["retryAfter"] != float64(1) || a.count != 2 {
+		t.Errorf("a drained stream: %+v, want KERNEL_UNAVAILABLE_012, retryAfter 1, 2 messages", a)
+	}
+	wait(t, p.ended, "the drained handler to end")
 }
