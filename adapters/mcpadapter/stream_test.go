@@ -118,7 +118,7 @@ func callStream(ctx context.Context, t *testing.T, cs *mcp.ClientSession, name s
 		Omitted  int     `json:"omitted"`
 	}
 	if err := json.Unmarshal(raw, &body); err != nil {
-		t.Fatalf("%s: structuredContent %s: %v", name, raw, err)
+		t.Errorf("%s: structuredContent %s: %v", name, raw, err) // not Fatal: called off the test's goroutine
 	}
 	a.isError, a.messages, a.count, a.omitted = res.IsError, body.Messages, body.Count, body.Omitted
 	if tc, ok := res.Content[0].(*mcp.TextContent); ok {
@@ -519,4 +519,26 @@ func TestToolStreamIdleAndDrain(t *testing.T) {
 		t.Errorf("a drained stream: %+v, want KERNEL_UNAVAILABLE_012, retryAfter 1, 2 messages", a)
 	}
 	wait(t, p.ended, "the drained handler to end")
+}
+
+// TestToolStreamPending: a stream tool call counts as in progress for
+// MaxPending until its stream ends.
+func TestToolStreamPending(t *testing.T) {
+	p := newProbe()
+	k := newKernel(t, p, nil)
+	url, _ := serve(t, k, &mcpadapter.Options{MaxPending: 1})
+	cs := connectHTTP(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "orders.tail", Arguments: map[string]any{"count": 1}})
+		errc <- err
+	}()
+	wait(t, p.started, "the stream to start")
+	if a := mcpCall(context.Background(), t, cs, "orders.limited", map[string]any{}, nil); a.code != "MCP_UNAVAILABLE_001" {
+		t.Errorf("a call while the stream runs: %+v, want MCP_UNAVAILABLE_001", a)
+	}
+	cancel()
+	wait(t, errc, "the stream call to end")
+	wait(t, p.ended, "the handler to end")
 }
