@@ -71,7 +71,7 @@ const testConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"orders.hush":{"Stream":{"IdleSeconds":1}}}}}}}`
 
 // newKernel returns a kernel of the test operations, logging JSON to log.
-func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
+func newKernel(t testing.TB, p *probe, log io.Writer) *kernel.Kernel {
 	t.Helper()
 	reg := operations.NewRegistry()
 	must := func(err error) {
@@ -126,7 +126,7 @@ func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
 // serve mounts the HTTP adapter and the MCP server (at /mcp) on one echo
 // instance, serves it on 127.0.0.1 until the test ends, and returns its
 // URL.
-func serve(t *testing.T, k *kernel.Kernel, o *mcpadapter.Options) (string, *mcpadapter.Server) {
+func serve(t testing.TB, k *kernel.Kernel, o *mcpadapter.Options) (string, *mcpadapter.Server) {
 	t.Helper()
 	e := echo.New()
 	if _, err := httpadapter.Mount(e, k); err != nil {
@@ -157,7 +157,7 @@ func serve(t *testing.T, k *kernel.Kernel, o *mcpadapter.Options) (string, *mcpa
 }
 
 // connectHTTP connects the SDK's client to the MCP endpoint at url.
-func connectHTTP(t *testing.T, url string, opts ...*mcp.ClientOptions) *mcp.ClientSession {
+func connectHTTP(t testing.TB, url string, opts ...*mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{}}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, clientOptions(opts))

@@ -35,7 +35,7 @@ type feedIn struct {
 // rate-limited; orders.gush
 // sends 64 KiB messages until a Send fails. orders.upload and
 // orders.chat take streams of inputs.
-func registerStreams(t *testing.T, reg *operations.Registry, p *probe) {
+func registerStreams(t testing.TB, reg *operations.Registry, p *probe) {
 	t.Helper()
 	send := func(in feedIn, s *operations.Sender[order]) error {
 		for i := 1; i <= in.Count; i++ {
@@ -541,4 +541,26 @@ func TestToolStreamPending(t *testing.T) {
 	cancel()
 	wait(t, errc, "the stream call to end")
 	wait(t, p.ended, "the handler to end")
+}
+
+// BenchmarkToolStreamProgress: one stream tool call over Streamable HTTP
+// on loopback, b.N messages, each a progress notification the SDK's
+// client receives.
+func BenchmarkToolStreamProgress(b *testing.B) {
+	k := newKernel(b, newProbe(), nil)
+	url, _ := serve(b, k, nil)
+	got := newProgress()
+	cs := connectHTTP(b, url, got.options())
+	n := min(b.N, 5000)
+	b.ResetTimer()
+	for done := 0; done < b.N; done += n {
+		p := &mcp.CallToolParams{Name: "orders.feed", Arguments: map[string]any{"count": min(n, b.N-done)}}
+		p.SetProgressToken("bench")
+		if _, err := cs.CallTool(context.Background(), p); err != nil {
+			b.Fatal(err)
+		}
+		for range min(n, b.N-done) {
+			<-got
+		}
+	}
 }
