@@ -84,9 +84,8 @@ func (r *progressRaw) keep(b []byte) {
 		r.bytes -= len(r.kept[drop])
 		drop++
 	}
-	if drop > 0 {
-		r.kept = append(r.kept[:0:0], r.kept[drop:]...)
-	}
+	clear(r.kept[:drop]) // the array holds no dropped message
+	r.kept = r.kept[drop:]
 }
 
 // Recv returns io.EOF: a server stream's caller sends its request only.
