@@ -20,14 +20,14 @@ import (
 )
 
 // Options configure New. The zero Options serve every unary operation
-// within the default bounds.
+// and server stream within the default bounds.
 type Options struct {
 	// Name and Version name the server to clients; "sundial" and "0"
 	// when empty.
 	Name, Version string
 	// Operations are the IDs of the operations served as tools; nil
-	// serves every unary one. An ID the kernel does not serve, or of a
-	// streaming operation, fails New.
+	// serves every unary operation and server stream. An ID the kernel
+	// does not serve, or of a client or bidi stream, fails New.
 	Operations []string
 	// MaxSessions bounds the live sessions of Streamable HTTP (1000 when
 	// 0). A request that would open one more gets 503 with Retry-After.
@@ -62,6 +62,7 @@ type Server struct {
 	http    *mcp.StreamableHTTPHandler
 	logger  *slog.Logger
 	pending atomic.Int64 // tool calls in progress
+	writers writers      // the HTTP requests' writers, for a stalled stream
 	closed  atomic.Bool
 	// stopped ends when Shutdown gives up waiting: it cancels every call.
 	stopped context.Context
@@ -70,8 +71,8 @@ type Server struct {
 
 // New returns the MCP server of k's operations: one tool per operation,
 // built from its handle (kernel.Op) once. It fails when an operation of
-// Options.Operations is not k's or streams, or when an input is not a
-// JSON object.
+// Options.Operations is not k's or takes a stream of inputs, or when an
+// input is not a JSON object.
 func New(k *kernel.Kernel, o *Options) (*Server, error) {
 	if k == nil {
 		return nil, errors.New("mcpadapter: New: nil kernel")
@@ -127,8 +128,9 @@ func (o *Options) setDefaults() {
 }
 
 // chosen returns the handles of the operations named by ids, in the
-// kernel's order; every unary one when ids is nil. Streaming operations
-// are not tools: naming one fails.
+// kernel's order; every unary operation and server stream when ids is
+// nil. A client or bidi stream is no tool: one tool call cannot carry a
+// stream of inputs. Naming one fails.
 func chosen(k *kernel.Kernel, ids []string) ([]*kernel.Op, error) {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -137,12 +139,14 @@ func chosen(k *kernel.Kernel, ids []string) ([]*kernel.Op, error) {
 	var ops []*kernel.Op
 	for _, op := range k.Operations() {
 		d := op.Descriptor()
+		tool := d.Kind() == operations.Unary || d.Kind() == operations.ServerStream
 		switch {
 		case ids != nil && !want[d.ID]:
 			continue
-		case d.Kind() != operations.Unary && ids != nil:
-			return nil, fmt.Errorf("mcpadapter: New: operation %q streams; only unary operations are tools", d.ID)
-		case d.Kind() == operations.Unary:
+		case !tool && ids != nil:
+			return nil, fmt.Errorf("mcpadapter: New: operation %q takes a stream of inputs, "+
+				"which one tool call cannot send; only unary operations and server streams are tools", d.ID)
+		case tool:
 			ops = append(ops, op)
 		}
 		delete(want, d.ID)
@@ -164,6 +168,9 @@ type tool struct {
 	// structured reports an output that is a JSON object: the result
 	// carries it as structuredContent too.
 	structured bool
+	// streams reports a server stream: each message is a progress
+	// notification, and the result keeps the last ones.
+	streams bool
 }
 
 // newTool plans the tool of op: its name, description and schemas.
@@ -177,18 +184,27 @@ func (s *Server) newTool(b *schema.Builder, op *kernel.Op) (*tool, error) {
 	if t.tool.Description == "" {
 		t.tool.Description = "The operation " + d.ID + "."
 	}
+	t.streams = d.Kind() == operations.ServerStream
+	var out json.RawMessage
 	if d.Output != nil {
 		ref, err := b.Output(d.Output)
 		if err != nil {
 			return nil, fmt.Errorf("output: %w", err)
 		}
-		if ref.Value != nil && ref.Value.Type.Is(openapi3.TypeObject) {
-			out, err := json.Marshal(ref.Value)
-			if err != nil {
+		if ref.Value != nil {
+			if out, err = json.Marshal(ref.Value); err != nil {
 				return nil, fmt.Errorf("output: %w", err)
 			}
-			t.tool.OutputSchema, t.structured = json.RawMessage(out), true
+			t.structured = ref.Value.Type.Is(openapi3.TypeObject)
 		}
+	}
+	switch {
+	case t.streams:
+		if t.tool.OutputSchema, err = streamSchema(out); err != nil {
+			return nil, fmt.Errorf("output: %w", err)
+		}
+	case t.structured:
+		t.tool.OutputSchema = out
 	}
 	return t, nil
 }

@@ -69,6 +69,7 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	u.Protocol, u.Route, u.Arrival = pipeline.ProtocolMCP, "tools/call "+t.desc.ID, start
 	callerMeta(&u.Caller, p.Meta)
 	var o kernel.Outcome
+	r := &progressRaw{} // a stream's messages: none unless it opens
 	switch deadline, err := metaDeadline(p.Meta, start); {
 	case !isObject(p.Arguments):
 		// Malformed arguments are a protocol error; the kernel still
@@ -82,16 +83,31 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	case s.pending.Add(1) > int64(s.opts.MaxPending):
 		s.pending.Add(-1)
 		o = t.op.Reject(ctx, u.Caller, errBusy)
+	case t.streams:
+		u.Deadline = deadline
+		o, r = t.stream(ctx, req, u.Caller)
+		s.pending.Add(-1)
 	default:
 		u.Deadline = deadline
 		u.Decode = func(time.Time) (any, error) { return t.decode(p.Arguments) }
 		o = t.op.Handle(ctx, u)
 		s.pending.Add(-1)
 	}
-	res := t.result(o)
+	res := t.answer(o)
+	if t.streams {
+		res = t.streamResult(o, r)
+	}
+	return t.finish(ctx, req, start, o, res), nil
+}
+
+// finish adds the reply of outcome o to res, logs the call and returns
+// res.
+func (t *tool) finish(ctx context.Context, req *mcp.CallToolRequest, start time.Time, o kernel.Outcome,
+	res *mcp.CallToolResult) *mcp.CallToolResult {
+	t.reply(res, o)
 	e := pipeline.AsError(o.Err)
-	s.logCall(ctx, t.desc.ID, sessionID(req), start, codeOf(o.Err), o.Err != nil && e.Kind() == pipeline.KindUnexpected, o.TraceID)
-	return res, nil
+	t.s.logCall(ctx, t.desc.ID, sessionID(req), start, codeOf(o.Err), o.Err != nil && e.Kind() == pipeline.KindUnexpected, o.TraceID)
+	return res
 }
 
 // errNotObject is the outcome of arguments that are not a JSON object.

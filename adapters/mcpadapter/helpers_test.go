@@ -47,25 +47,31 @@ type probe struct {
 	started chan struct{}
 	ended   chan error // the handler context's error when it ended
 	bag     chan string
+	sendErr chan error // the error of orders.gush's last Send
 }
 
 func newProbe() *probe {
-	return &probe{started: make(chan struct{}, 8), ended: make(chan error, 8), bag: make(chan string, 8)}
+	return &probe{started: make(chan struct{}, 8), ended: make(chan error, 8), bag: make(chan string, 8),
+		sendErr: make(chan error, 8)}
 }
 
 // testConfig: orders.limited admits one call a minute; orders.slow has a
 // deadline of its own, 50 ms; orders.pay requires idempotency keys;
 // orders.fail's breaker opens after two failures; orders.wait runs one
-// call at a time.
+// call at a time. The streams: orders.ration admits one a minute;
+// orders.gush's send stall is 0.3 s; orders.hush's idle clock 1 s.
 const testConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"orders.limited":{"PermitLimit":1,"WindowSeconds":60},
 	"orders.slow":{"TimeoutSeconds":0.05},
 	"orders.pay":{"Idempotency":{"Required":true}},
 	"orders.fail":{"FailureThreshold":2,"BreakSeconds":60},
-	"orders.wait":{"ConcurrencyLimit":1}}}}}}`
+	"orders.wait":{"ConcurrencyLimit":1},
+	"orders.ration":{"PermitLimit":1,"WindowSeconds":60},
+	"orders.gush":{"Stream":{"SendStallSeconds":0.3}},
+	"orders.hush":{"Stream":{"IdleSeconds":1}}}}}}}`
 
 // newKernel returns a kernel of the test operations, logging JSON to log.
-func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
+func newKernel(t testing.TB, p *probe, log io.Writer) *kernel.Kernel {
 	t.Helper()
 	reg := operations.NewRegistry()
 	must := func(err error) {
@@ -93,8 +99,7 @@ func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
 		Method: "POST", Path: "/wait"}, block))
 	must(operations.Register(reg, operations.Descriptor{ID: "orders.slow", Summary: "Wait past its own deadline.",
 		Method: "POST", Path: "/slow"}, block))
-	must(operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.feed", Summary: "Stream orders."},
-		func(context.Context, struct{}, *operations.Sender[order]) error { return nil }))
+	registerStreams(t, reg, p)
 	must(operations.Register(reg, operations.Descriptor{ID: "orders.fail", Summary: "Fail unexpectedly.",
 		Method: "POST", Path: "/fail"},
 		func(context.Context, struct{}) (done, error) { return done{}, errors.New("the disk is full") }))
@@ -121,7 +126,7 @@ func newKernel(t *testing.T, p *probe, log io.Writer) *kernel.Kernel {
 // serve mounts the HTTP adapter and the MCP server (at /mcp) on one echo
 // instance, serves it on 127.0.0.1 until the test ends, and returns its
 // URL.
-func serve(t *testing.T, k *kernel.Kernel, o *mcpadapter.Options) (string, *mcpadapter.Server) {
+func serve(t testing.TB, k *kernel.Kernel, o *mcpadapter.Options) (string, *mcpadapter.Server) {
 	t.Helper()
 	e := echo.New()
 	if _, err := httpadapter.Mount(e, k); err != nil {
@@ -152,10 +157,10 @@ func serve(t *testing.T, k *kernel.Kernel, o *mcpadapter.Options) (string, *mcpa
 }
 
 // connectHTTP connects the SDK's client to the MCP endpoint at url.
-func connectHTTP(t *testing.T, url string) *mcp.ClientSession {
+func connectHTTP(t testing.TB, url string, opts ...*mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{}}
-	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, clientOptions(opts))
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +174,7 @@ func connectHTTP(t *testing.T, url string) *mcp.ClientSession {
 
 // connectStdio serves m over a pair of pipes, as over a process's
 // standard input and output, and connects the SDK's client to it.
-func connectStdio(t *testing.T, m *mcpadapter.Server) *mcp.ClientSession {
+func connectStdio(t *testing.T, m *mcpadapter.Server, opts ...*mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -179,7 +184,7 @@ func connectStdio(t *testing.T, m *mcpadapter.Server) *mcp.ClientSession {
 		_ = m.ServeStdio(ctx, inR, outW)
 		outW.Close()
 	})
-	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, clientOptions(opts))
 	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
 	if err != nil {
 		cancel()
@@ -192,6 +197,14 @@ func connectStdio(t *testing.T, m *mcpadapter.Server) *mcp.ClientSession {
 		wg.Wait()
 	})
 	return cs
+}
+
+// clientOptions returns the first of opts, or nil.
+func clientOptions(opts []*mcp.ClientOptions) *mcp.ClientOptions {
+	if len(opts) == 0 {
+		return nil
+	}
+	return opts[0]
 }
 
 // answer is what a caller learns of one call, whatever the protocol.

@@ -13,11 +13,8 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// result returns the tool result of outcome o: the output as JSON text,
-// and as structuredContent when it is an object; or, on failure, the
-// Problem Details with isError.
-func (t *tool) result(o kernel.Outcome) *mcp.CallToolResult {
-	res := t.answer(o)
+// reply adds the reply of outcome o to res.
+func (t *tool) reply(res *mcp.CallToolResult, o kernel.Outcome) {
 	// The reply's fields (Idempotent-Replayed, RateLimit, ...), which
 	// HTTP sends as headers, go in the result's _meta.
 	if fields := o.Invocation.Reply().Fields(); len(fields) > 0 {
@@ -27,13 +24,14 @@ func (t *tool) result(o kernel.Outcome) *mcp.CallToolResult {
 		}
 		res.Meta = mcp.Meta{metaReply: reply}
 	}
-	return res
 }
 
 // metaReply is the result's _meta member of the reply's fields.
 const metaReply = "sundial/reply"
 
-// answer returns the tool result of outcome o, without the reply.
+// answer returns the tool result of outcome o, without the reply: the
+// output as JSON text, and as structuredContent when it is an object; or,
+// on failure, the Problem Details with isError.
 func (t *tool) answer(o kernel.Outcome) *mcp.CallToolResult {
 	if o.Err != nil {
 		return failure(pipeline.AsError(o.Err), t.desc.ID, o.TraceID)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -25,7 +27,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			`"message":"The server has too many MCP sessions; retry after 1 second."}}`)
 		return
 	}
+	defer s.writers.add(r.Header, w)()
 	s.http.ServeHTTP(w, r)
+}
+
+// writerHeader is the request header by which a tool call finds its
+// request's writer. ServeHTTP sets it on every request; a client's own
+// value never counts.
+const writerHeader = "Sundial-Mcp-Writer"
+
+// writers are the response writers of the HTTP requests in progress.
+type writers struct {
+	mu   sync.Mutex
+	next uint64
+	m    map[string]*http.ResponseController
+}
+
+// add records w as the writer of the request with header h, and returns
+// the function that forgets it.
+func (ws *writers) add(h http.Header, w http.ResponseWriter) func() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.m == nil {
+		ws.m = make(map[string]*http.ResponseController)
+	}
+	ws.next++
+	key := strconv.FormatUint(ws.next, 10)
+	h.Set(writerHeader, key)
+	ws.m[key] = http.NewResponseController(w)
+	return func() {
+		ws.mu.Lock()
+		delete(ws.m, key)
+		ws.mu.Unlock()
+	}
+}
+
+// unblocker returns the function that fails a write blocked on the
+// response of the request with header h, as long as the request is in
+// progress. It returns nil for a request of no HTTP writer (stdio).
+func (ws *writers) unblocker(h http.Header) func() {
+	key := h.Get(writerHeader)
+	if key == "" {
+		return nil
+	}
+	return func() {
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		if rc := ws.m[key]; rc != nil {
+			_ = rc.SetWriteDeadline(time.Now())
+		}
+	}
 }
 
 // sessions returns the number of live sessions a client initialized.

@@ -95,8 +95,8 @@ func TestShopMCPWithInspector(t *testing.T) {
 					t.Errorf("tool %v lacks a description or an inputSchema", m)
 				}
 			}
-			if got := strings.Join(names, " "); got != "billing.charge orders.create orders.get reports.export" {
-				t.Errorf("tools %q, want the shop's four operations", got)
+			if got := strings.Join(names, " "); got != "billing.charge orders.create orders.get orders.watch reports.export" {
+				t.Errorf("tools %q, want the shop's four unary operations and its server stream", got)
 			}
 			ok := inspect(t, argv, dir, append(target, "--method", "tools/call", "--tool-name", "orders.create",
 				"--tool-arg", "name=pen", "--tool-arg", "amount=2")...)
@@ -234,6 +234,72 @@ func TestShopMCPConformance(t *testing.T) {
 		passed, _ := strconv.Atoi(string(m[1]))
 		if string(m[3]) != "0" || (passed == 0 && scenario != "server-sse-polling") {
 			t.Errorf("%s: %s: %s", scenario, m[0], out)
+		}
+	}
+}
+
+// TestShopMCPWatchOrders: the shop's server stream orders.watch is a tool
+// of `shop serve`. The SDK's client creates two orders, then watches with
+// a progress token and a deadline of 1.5 s: one progress notification
+// per order, in order, then an isError result, KERNEL_TIMEOUT_001, that
+// carries both orders.
+func TestShopMCPWatchOrders(t *testing.T) {
+	s := startServe(t, shopcmd.ServeOptions{})
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	got := make(chan *mcp.ProgressNotificationParams, 16)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { got <- r.Params }})
+	ctx := context.Background()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.url + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for _, name := range []string{"pen", "ink"} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "orders.create",
+			Arguments: map[string]any{"name": name, "amount": 1}})
+		if err != nil || res.IsError {
+			t.Fatalf("orders.create %s: %v %v", name, res, err)
+		}
+	}
+	p := &mcp.CallToolParams{Name: "orders.watch", Arguments: map[string]any{},
+		Meta: mcp.Meta{"sundial/timeoutMs": 1500}}
+	p.SetProgressToken("watch-1")
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var body struct {
+		Code     string `json:"code"`
+		Count    int    `json:"count"`
+		Messages []struct {
+			Seq   int `json:"seq"`
+			Order struct {
+				Name string `json:"name"`
+			} `json:"order"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(raw, &body); err != nil || !res.IsError || body.Code != "KERNEL_TIMEOUT_001" ||
+		body.Count != 2 || len(body.Messages) != 2 || body.Messages[1].Order.Name != "ink" {
+		t.Fatalf("orders.watch: isError %v, %s; want KERNEL_TIMEOUT_001 with both orders", res.IsError, raw)
+	}
+	for i, name := range []string{"pen", "ink"} {
+		select {
+		case n := <-got:
+			var ev struct {
+				Seq   int `json:"seq"`
+				Order struct {
+					Name string `json:"name"`
+				} `json:"order"`
+			}
+			if json.Unmarshal([]byte(n.Message), &ev) != nil || n.ProgressToken != "watch-1" ||
+				n.Progress != float64(i+1) || ev.Seq != i+1 || ev.Order.Name != name {
+				t.Errorf("notification %d: %+v, want order %s, seq %d, token watch-1", i+1, n, name, i+1)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no progress notification %d", i+1)
 		}
 	}
 }
