@@ -294,3 +294,101 @@ func TestShutdownDrainsOpenStreams(t *testing.T) {
 		t.Errorf("the shop exited with %v after %v, want 0 within its grace %v", exitErr, took, grace)
 	}
 }
+
+// refusal is how the shop answered a stream it did not open.
+type refusal struct {
+	status     int
+	code       string
+	retryAfter string
+}
+
+// refusedSSE opens GET /orders/watch as SSE and returns the refusal: its
+// status, Problem Details code and Retry-After; status 200 when it opened.
+func refusedSSE(ctx context.Context, url string) (refusal, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/orders/watch", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		return refusal{}, err
+	}
+	defer resp.Body.Close()
+	r := refusal{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	if r.status == http.StatusOK {
+		return r, nil
+	}
+	var p struct {
+		Code string `json:"code"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&p)
+	r.code = p.Code
+	return r, err
+}
+
+// TestMaxStreamsRefusesTheNext runs `shop serve` with orders.watch's
+// MaxStreams at 20 and 20 idle streams open, 10 SSE and 10 gRPC. The next
+// stream is refused before its first message with UNAVAILABLE
+// KERNEL_UNAVAILABLE_003: over SSE a 503 with Problem Details, over gRPC
+// the status Unavailable with that ErrorInfo reason. The open streams go
+// on: each still gets the event of an order created after.
+func TestMaxStreamsRefusesTheNext(t *testing.T) {
+	const half = 10
+	s := startStreamShop(t, []string{os.Args[0]}, childEnv(), 2*half, 10*time.Second)
+	s.createOrder(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn := dialShop(t, s.grpcAddr, 1)[0]
+	var open []*sseWatch
+	var openGRPC []grpc.ClientStream
+	for range half {
+		code, w, err := openSSE(ctx, s.url)
+		if err != nil || w == nil {
+			t.Fatalf("SSE watch: %d %v", code, err)
+		}
+		open = append(open, w)
+		cs, err := grpcWatch(ctx, conn)
+		if err != nil {
+			t.Fatalf("gRPC watch: %v", err)
+		}
+		openGRPC = append(openGRPC, cs)
+	}
+	r, err := refusedSSE(ctx, s.url)
+	t.Logf("SSE stream %d: %+v, %v", 2*half+1, r, err)
+	if err != nil || r.status != http.StatusServiceUnavailable || r.code != "KERNEL_UNAVAILABLE_003" {
+		t.Errorf("SSE stream past MaxStreams: %+v, %v; want 503 KERNEL_UNAVAILABLE_003", r, err)
+	}
+	_, err = grpcWatch(ctx, conn)
+	st := status.Convert(err)
+	reason := ""
+	if info := errorInfoOf(st); info != nil {
+		reason = info.GetReason()
+	}
+	t.Logf("gRPC stream %d: %v %s", 2*half+1, st.Code(), reason)
+	if st.Code() != codes.Unavailable || reason != "KERNEL_UNAVAILABLE_003" {
+		t.Errorf("gRPC stream past MaxStreams: %v; want Unavailable KERNEL_UNAVAILABLE_003", err)
+	}
+	s.createOrder(t)
+	for i, w := range open {
+		if ev, _, err := w.next(); err != nil || ev != "message" {
+			t.Errorf("open SSE stream %d: no event after the refusal: %v", i, err)
+		}
+	}
+	for i, cs := range openGRPC {
+		if err := cs.RecvMsg(&emptypb.Empty{}); err != nil {
+			t.Errorf("open gRPC stream %d: no event after the refusal: %v", i, err)
+		}
+	}
+}
+
+// next returns the stream's next event: its name and data.
+func (w *sseWatch) next() (event, data string, err error) {
+	for w.sc.Scan() {
+		line := w.sc.Text()
+		if e, ok := strings.CutPrefix(line, "event: "); ok {
+			event = e
+		}
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			return event, d, nil
+		}
+	}
+	return "", "", fmt.Errorf("stream ended: %v", w.sc.Err())
+}
