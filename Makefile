@@ -93,8 +93,8 @@ fuzz:
 ## stress: the shop under 20,000 requests from 200 clients on 127.0.0.1,
 ## then a healthy client beside slowloris, a gRPC stall flood, a rapid reset
 ## and a straggler flood, the shop and the attackers on CPUs of their own
-## where taskset allows; then 10,000 idle streams beside unary calls (build tag `stress`; bounded, stops by itself,
-## prints its figures)
+## where taskset allows; then 10,000 idle streams beside unary calls
+## (build tag `stress`; bounded, stops by itself, prints its figures)
 stress:
 	$(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 12m ./samples/shop/systemtest
 
