@@ -71,6 +71,17 @@ func rssOf(pid int) int64 {
 	return kb << 10
 }
 
+// idleWindow is how long idleCPU watches.
+const idleWindow = 2 * time.Second
+
+// idleCPU returns the CPU time the process pid spends in idleWindow.
+func idleCPU(pid int) time.Duration {
+	p := &attackedShop{pid: pid}
+	before := p.cpu()
+	time.Sleep(idleWindow)
+	return p.cpu() - before
+}
+
 // TestStressIdleStreams runs the built shop (no race detector) with
 // orders.watch's MaxStreams at 10,000. It measures GET /orders/{id}
 // (orders.get) with no stream open, opens 10,000 idle gRPC server streams
@@ -89,6 +100,7 @@ func TestStressIdleStreams(t *testing.T) {
 	unaryLatencies(t, s.url, unaryWarmUp)
 	none := unaryLatencies(t, s.url, unaryCalls)
 	rss0, g0 := rssOf(pid), metricValue(s.url, "go_goroutines")
+	idle0 := idleCPU(pid)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -127,6 +139,7 @@ func TestStressIdleStreams(t *testing.T) {
 		t.Errorf("stream %d past MaxStreams: %v; want Unavailable KERNEL_UNAVAILABLE_003", idleStreams+1, err)
 	}
 	rss1, g1 := rssOf(pid), metricValue(s.url, "go_goroutines")
+	idle1 := idleCPU(pid)
 	withOpen := unaryLatencies(t, s.url, unaryCalls)
 
 	gBefore, _ := strconv.Atoi(g0)
@@ -135,6 +148,8 @@ func TestStressIdleStreams(t *testing.T) {
 	t.Logf("shop process: RSS %d MiB -> %d MiB (%.1f KiB a stream), goroutines %d -> %d (%.2f a stream)",
 		rss0>>20, rss1>>20, float64(rss1-rss0)/1024/idleStreams, gBefore, gAfter,
 		float64(gAfter-gBefore)/idleStreams)
+	t.Logf("shop process's CPU time over %v without calls: %v with none open, %v with %d open",
+		idleWindow, idle0, idle1, idleStreams)
 	p99a, p99b := quantile(none, 0.99), quantile(withOpen, 0.99)
 	t.Logf("GET /orders/ord-1, %d calls in a row: none open p50 %v p99 %v; %d open p50 %v p99 %v; p99 ratio %.2f (bar 1.2)",
 		unaryCalls, quantile(none, 0.5), p99a, idleStreams, quantile(withOpen, 0.5), p99b,
