@@ -76,6 +76,20 @@ func startStreamShop(t *testing.T, args []string, env []string, maxStreams int, 
 	return s
 }
 
+// waitExit waits for the shop to exit, at most grace and 10 s more, and
+// returns its error and the time since sent.
+func (s *streamShop) waitExit(t *testing.T, sent time.Time, grace time.Duration) (error, time.Duration) {
+	t.Helper()
+	var err error
+	select {
+	case err = <-s.exited:
+	case <-time.After(grace + 10*time.Second):
+		t.Fatalf("the shop did not exit within %v of SIGTERM", grace+10*time.Second)
+	}
+	s.exited <- err // for the cleanup
+	return err, time.Since(sent)
+}
+
 // createOrder creates one order, so that a new watch sends an event.
 func (s *streamShop) createOrder(t *testing.T) {
 	t.Helper()
@@ -275,14 +289,7 @@ func TestShutdownDrainsOpenStreams(t *testing.T) {
 	}
 	wg.Wait()
 	last = time.Since(sent)
-	var exitErr error
-	select {
-	case exitErr = <-s.exited:
-	case <-time.After(grace + 10*time.Second):
-		t.Fatalf("the shop did not exit within %v of SIGTERM", grace+10*time.Second)
-	}
-	took := time.Since(sent)
-	s.exited <- exitErr // for the cleanup
+	exitErr, took := s.waitExit(t, sent, grace)
 	t.Logf("SIGTERM with %d open streams: every outcome %v after the signal, exit %v after %v (grace %v); outcomes %v",
 		sse+grpcStreams, last, exitErr, took, grace, outcomes)
 	wantSSE := "SSE KERNEL_UNAVAILABLE_012 retry 1000"

@@ -182,14 +182,7 @@ func TestStressIdleStreams(t *testing.T) {
 	close(work)
 	wg.Wait()
 	last := time.Since(sent)
-	var exitErr error
-	select {
-	case exitErr = <-s.exited:
-	case <-time.After(grace + 10*time.Second):
-		t.Fatalf("the shop did not exit within %v of SIGTERM", grace+10*time.Second)
-	}
-	took := time.Since(sent)
-	s.exited <- exitErr // for the cleanup
+	exitErr, took := s.waitExit(t, sent, grace)
 	t.Logf("SIGTERM with %d open streams: every outcome %v after the signal, exit %v after %v; outcomes %v",
 		idleStreams, last, exitErr, took, outcomes)
 	if want := "Unavailable KERNEL_UNAVAILABLE_012"; len(outcomes) != 1 || outcomes[want] != idleStreams {
