@@ -3,10 +3,12 @@
 package systemtest
 
 import (
-	"context"
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,7 +87,7 @@ func idleCPU(pid int) time.Duration {
 // TestStressIdleStreams runs the built shop (no race detector) with
 // orders.watch's MaxStreams at 10,000. It measures GET /orders/{id}
 // (orders.get) with no stream open, opens 10,000 idle gRPC server streams
-// on 50 connections, and measures it again. It asserts what holds under
+// on 50 connections from a process of its own, and measures it again. It asserts what holds under
 // any schedule: every stream opens, the 10,001st is refused with
 // KERNEL_UNAVAILABLE_003, and SIGTERM ends all 10,000 with
 // KERNEL_UNAVAILABLE_012 and exit 0 within the grace. It logs the figures:
@@ -102,38 +104,9 @@ func TestStressIdleStreams(t *testing.T) {
 	rss0, g0 := rssOf(pid), metricValue(s.url, "go_goroutines")
 	idle0 := idleCPU(pid)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	conns := dialShop(t, s.grpcAddr, idleStreamConns)
-	open := make([]grpc.ClientStream, idleStreams)
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	opened := time.Now()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range 100 {
-		wg.Go(func() {
-			for i := range work {
-				cs, err := grpcWatch(ctx, conns[i%idleStreamConns])
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				open[i] = cs
-			}
-		})
-	}
-	for i := range idleStreams {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	openTook := time.Since(opened)
-	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d streams did not open; the first: %v", n, idleStreams, firstErr.Load())
-	}
-	_, err := grpcWatch(ctx, conns[0])
+	h := startHolder(t, s.grpcAddr)
+	openTook := h.line(t, "opened ")
+	_, err := grpcWatch(t.Context(), dialShop(t, s.grpcAddr, 1)[0])
 	st := status.Convert(err)
 	if info := errorInfoOf(st); st.Code() != codes.Unavailable || info.GetReason() != "KERNEL_UNAVAILABLE_003" {
 		t.Errorf("stream %d past MaxStreams: %v; want Unavailable KERNEL_UNAVAILABLE_003", idleStreams+1, err)
@@ -144,7 +117,7 @@ func TestStressIdleStreams(t *testing.T) {
 
 	gBefore, _ := strconv.Atoi(g0)
 	gAfter, _ := strconv.Atoi(g1)
-	t.Logf("%d idle gRPC streams on %d connections opened in %v", idleStreams, idleStreamConns, openTook)
+	t.Logf("%d idle gRPC streams on %d connections opened in %s", idleStreams, idleStreamConns, openTook)
 	t.Logf("shop process: RSS %d MiB -> %d MiB (%.1f KiB a stream), goroutines %d -> %d (%.2f a stream)",
 		rss0>>20, rss1>>20, float64(rss1-rss0)/1024/idleStreams, gBefore, gAfter,
 		float64(gAfter-gBefore)/idleStreams)
@@ -159,28 +132,10 @@ func TestStressIdleStreams(t *testing.T) {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	outcomes := map[string]int{}
-	work = make(chan int)
-	for range 100 {
-		wg.Go(func() {
-			for i := range work {
-				st := grpcOutcome(open[i])
-				k := st.Code().String()
-				if info := errorInfoOf(st); info != nil {
-					k += " " + info.GetReason()
-				}
-				mu.Lock()
-				outcomes[k]++
-				mu.Unlock()
-			}
-		})
+	var outcomes map[string]int
+	if err := json.Unmarshal([]byte(h.line(t, "outcomes ")), &outcomes); err != nil {
+		t.Fatal(err)
 	}
-	for i := range idleStreams {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
 	last := time.Since(sent)
 	exitErr, took := s.waitExit(t, sent, grace)
 	t.Logf("SIGTERM with %d open streams: every outcome %v after the signal, exit %v after %v; outcomes %v",
@@ -191,4 +146,124 @@ func TestStressIdleStreams(t *testing.T) {
 	if exitErr != nil || took > grace {
 		t.Errorf("the shop exited with %v after %v, want 0 within its grace %v", exitErr, took, grace)
 	}
+}
+
+// holderEnv gives the stream holder the shop's gRPC address.
+const holderEnv = "STRESS_STREAM_HOLDER"
+
+// holder is the process that holds the idle streams of
+// TestStressIdleStreams, so that the calls measured share no process with
+// them.
+type holder struct{ lines chan string }
+
+// startHolder runs TestStressIdleStreamHolder against the shop at addr.
+func startHolder(t *testing.T, addr string) *holder {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStressIdleStreamHolder$", "-test.count=1")
+	cmd.Env, cmd.Stderr = append(os.Environ(), holderEnv+"="+addr), os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{lines: make(chan string, 16)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if l, ok := strings.CutPrefix(sc.Text(), "holder: "); ok {
+				h.lines <- l
+			}
+		}
+		close(h.lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		_ = cmd.Wait()
+	})
+	return h
+}
+
+// line returns the rest of the holder's next line, which must start with
+// prefix.
+func (h *holder) line(t *testing.T, prefix string) string {
+	t.Helper()
+	select {
+	case l, ok := <-h.lines:
+		rest, found := strings.CutPrefix(l, prefix)
+		if !ok || !found {
+			t.Fatalf("the holder said %q, want %q...", l, prefix)
+		}
+		return rest
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the holder said nothing in 2 minutes, want %q...", prefix)
+		return ""
+	}
+}
+
+// TestStressIdleStreamHolder is a part of TestStressIdleStreams, which
+// runs it in a process of its own; alone, it skips. It opens the idle
+// streams and says so on stdout, then waits for each one's end and
+// prints the outcomes.
+func TestStressIdleStreamHolder(t *testing.T) {
+	addr := os.Getenv(holderEnv)
+	if addr == "" {
+		t.Skip("a part of TestStressIdleStreams")
+	}
+	conns := dialShop(t, addr, idleStreamConns)
+	open := make([]grpc.ClientStream, idleStreams)
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	opened := time.Now()
+	parallel(func(i int) {
+		cs, err := grpcWatch(t.Context(), conns[i%idleStreamConns])
+		if err != nil {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, err)
+			return
+		}
+		open[i] = cs
+	})
+	if n := failed.Load(); n > 0 {
+		fmt.Printf("holder: failed %d of %d streams; the first: %v\n", n, idleStreams, firstErr.Load())
+		t.FailNow()
+	}
+	fmt.Printf("holder: opened %v\n", time.Since(opened))
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	parallel(func(i int) {
+		st := grpcOutcome(open[i])
+		k := st.Code().String()
+		if info := errorInfoOf(st); info != nil {
+			k += " " + info.GetReason()
+		}
+		mu.Lock()
+		outcomes[k]++
+		mu.Unlock()
+	})
+	b, _ := json.Marshal(outcomes)
+	fmt.Printf("holder: outcomes %s\n", b)
+}
+
+// parallel runs f for each stream index, on 100 goroutines.
+func parallel(f func(i int)) {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			for i := range work {
+				f(i)
+			}
+		})
+	}
+	for i := range idleStreams {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
 }
