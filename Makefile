@@ -27,7 +27,8 @@ test: deps vet fmtcheck
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 ## deps: the system programs the tests need (redis-server, protoc, chromium,
-## node, npm and curl), the MCP inspector CLI and the connect-web test's packages (npm)
+## node, npm and curl), the MCP inspector CLI, @grpc/grpc-js and the connect-web
+## test's packages (npm)
 deps:
 	@.ci/deps
 
@@ -92,8 +93,8 @@ fuzz:
 ## stress: the shop under 20,000 requests from 200 clients on 127.0.0.1,
 ## then a healthy client beside slowloris, a gRPC stall flood, a rapid reset
 ## and a straggler flood, the shop and the attackers on CPUs of their own
-## where taskset allows (build tag `stress`; bounded, stops by itself,
-## prints its figures)
+## where taskset allows; then 10,000 idle streams beside unary calls
+## (build tag `stress`; bounded, stops by itself, prints its figures)
 stress:
 	$(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 12m ./samples/shop/systemtest
 

@@ -21,23 +21,31 @@ import (
 )
 
 // npmTool returns the command line of script in the npm package pkg
-// (under @modelcontextprotocol), which .ci/deps installs under the user
-// cache directory, and that node_modules directory. It is a failure in CI
-// when node or the package is missing, a skip elsewhere.
+// (under @modelcontextprotocol), and the node_modules directory that
+// holds it (see npmPackage).
 func npmTool(t *testing.T, pkg, script string) (argv []string, modules string) {
+	t.Helper()
+	node, modules := npmPackage(t, filepath.Join("@modelcontextprotocol", pkg, script))
+	return []string{node, filepath.Join(modules, "@modelcontextprotocol", pkg, script)}, modules
+}
+
+// npmPackage returns node and the node_modules directory holding path, a
+// package or a file in one, which .ci/deps installs under the user cache
+// directory. It is a failure in CI when node or path is missing, a skip
+// elsewhere.
+func npmPackage(t *testing.T, path string) (node, modules string) {
 	t.Helper()
 	cache, err := os.UserCacheDir()
 	node, nerr := exec.LookPath("node")
 	modules = filepath.Join(cache, "sundial-npm", "node_modules")
-	path := filepath.Join(modules, "@modelcontextprotocol", pkg, script)
-	if _, serr := os.Stat(path); err != nil || nerr != nil || serr != nil {
-		msg := "npm @modelcontextprotocol/" + pkg + " is not installed under " + modules + "; run `make deps`"
+	if _, serr := os.Stat(filepath.Join(modules, path)); err != nil || nerr != nil || serr != nil {
+		msg := "npm " + filepath.ToSlash(path) + " is not installed under " + modules + "; run `make deps`"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	return []string{node, path}, modules
+	return node, modules
 }
 
 // inspectorCLI returns the command line of the MCP inspector's CLI and

@@ -1,0 +1,269 @@
+//go:build stress
+
+package systemtest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The idle streams beside unary calls (TestStressIdleStreams).
+const (
+	idleStreams     = 10_000
+	idleStreamConns = 50 // 200 streams a connection, under the listener's 256
+	unaryWarmUp     = 500
+	unaryCalls      = 3000
+)
+
+// unaryLatencies reads the order n times, one call after another on one
+// kept-alive connection, and returns the latencies, sorted.
+func unaryLatencies(t *testing.T, url string, n int) []time.Duration {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		resp, err := hc.Get(url + "/orders/ord-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		lat = append(lat, time.Since(t0))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /orders/ord-1: %d", resp.StatusCode)
+		}
+	}
+	slices.Sort(lat)
+	return lat
+}
+
+// quantile returns the q-quantile of sorted.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// rssOf returns the resident memory of the process pid (VmRSS), in bytes.
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	_, rest, _ := strings.Cut(string(b), "VmRSS:")
+	var kb int64
+	if _, err := fmt.Sscan(rest, &kb); err != nil {
+		return -1
+	}
+	return kb << 10
+}
+
+// idleWindow is how long idleCPU watches.
+const idleWindow = 2 * time.Second
+
+// idleCPU returns the CPU time the process pid spends in idleWindow.
+func idleCPU(pid int) time.Duration {
+	p := &attackedShop{pid: pid}
+	before := p.cpu()
+	time.Sleep(idleWindow)
+	return p.cpu() - before
+}
+
+// TestStressIdleStreams runs the built shop (no race detector) with
+// orders.watch's MaxStreams at 10,000. It measures GET /orders/{id}
+// (orders.get) with no stream open, opens 10,000 idle gRPC server streams
+// on 50 connections from a process of its own, and measures it again. It asserts what holds under
+// any schedule: every stream opens, the 10,001st is refused with
+// KERNEL_UNAVAILABLE_003, and SIGTERM ends all 10,000 with
+// KERNEL_UNAVAILABLE_012 and exit 0 within the grace. It logs the figures:
+// the unary p50 and p99 with none and with 10,000 open, and the shop's
+// resident memory and goroutines per idle stream.
+func TestStressIdleStreams(t *testing.T) {
+	const grace = 60 * time.Second
+	bin := buildShop(t)
+	s := startStreamShop(t, []string{bin}, childEnv(), idleStreams, grace)
+	s.createOrder(t)
+	pid := s.cmd.Process.Pid
+	unaryLatencies(t, s.url, unaryWarmUp)
+	none := unaryLatencies(t, s.url, unaryCalls)
+	rss0, g0 := rssOf(pid), metricValue(s.url, "go_goroutines")
+	idle0 := idleCPU(pid)
+
+	h := startHolder(t, s.grpcAddr)
+	openTook := h.line(t, "opened ")
+	_, err := grpcWatch(t.Context(), dialShop(t, s.grpcAddr, 1)[0])
+	st := status.Convert(err)
+	if info := errorInfoOf(st); st.Code() != codes.Unavailable || info.GetReason() != "KERNEL_UNAVAILABLE_003" {
+		t.Errorf("stream %d past MaxStreams: %v; want Unavailable KERNEL_UNAVAILABLE_003", idleStreams+1, err)
+	}
+	rss1, g1 := rssOf(pid), metricValue(s.url, "go_goroutines")
+	idle1 := idleCPU(pid)
+	withOpen := unaryLatencies(t, s.url, unaryCalls)
+
+	gBefore, _ := strconv.Atoi(g0)
+	gAfter, _ := strconv.Atoi(g1)
+	t.Logf("%d idle gRPC streams on %d connections opened in %s", idleStreams, idleStreamConns, openTook)
+	t.Logf("shop process: RSS %d MiB -> %d MiB (%.1f KiB a stream), goroutines %d -> %d (%.2f a stream)",
+		rss0>>20, rss1>>20, float64(rss1-rss0)/1024/idleStreams, gBefore, gAfter,
+		float64(gAfter-gBefore)/idleStreams)
+	t.Logf("shop process's CPU time over %v without calls: %v with none open, %v with %d open",
+		idleWindow, idle0, idle1, idleStreams)
+	p99a, p99b := quantile(none, 0.99), quantile(withOpen, 0.99)
+	t.Logf("GET /orders/ord-1, %d calls in a row: none open p50 %v p99 %v; %d open p50 %v p99 %v; p99 ratio %.2f (bar 1.2)",
+		unaryCalls, quantile(none, 0.5), p99a, idleStreams, quantile(withOpen, 0.5), p99b,
+		float64(p99b)/float64(p99a))
+
+	sent := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes map[string]int
+	if err := json.Unmarshal([]byte(h.line(t, "outcomes ")), &outcomes); err != nil {
+		t.Fatal(err)
+	}
+	last := time.Since(sent)
+	exitErr, took := s.waitExit(t, sent, grace)
+	t.Logf("SIGTERM with %d open streams: every outcome %v after the signal, exit %v after %v; outcomes %v",
+		idleStreams, last, exitErr, took, outcomes)
+	if want := "Unavailable KERNEL_UNAVAILABLE_012"; len(outcomes) != 1 || outcomes[want] != idleStreams {
+		t.Errorf("outcomes %v, want %d %q", outcomes, idleStreams, want)
+	}
+	if exitErr != nil || took > grace {
+		t.Errorf("the shop exited with %v after %v, want 0 within its grace %v", exitErr, took, grace)
+	}
+}
+
+// holderEnv gives the stream holder the shop's gRPC address.
+const holderEnv = "STRESS_STREAM_HOLDER"
+
+// holder is the process that holds the idle streams of
+// TestStressIdleStreams, so that the calls measured share no process with
+// them.
+type holder struct{ lines chan string }
+
+// startHolder runs TestStressIdleStreamHolder against the shop at addr.
+func startHolder(t *testing.T, addr string) *holder {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStressIdleStreamHolder$", "-test.count=1")
+	cmd.Env, cmd.Stderr = append(os.Environ(), holderEnv+"="+addr), os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{lines: make(chan string, 16)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if l, ok := strings.CutPrefix(sc.Text(), "holder: "); ok {
+				h.lines <- l
+			}
+		}
+		close(h.lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		_ = cmd.Wait()
+	})
+	return h
+}
+
+// line returns the rest of the holder's next line, which must start with
+// prefix.
+func (h *holder) line(t *testing.T, prefix string) string {
+	t.Helper()
+	select {
+	case l, ok := <-h.lines:
+		rest, found := strings.CutPrefix(l, prefix)
+		if !ok || !found {
+			t.Fatalf("the holder said %q, want %q...", l, prefix)
+		}
+		return rest
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the holder said nothing in 2 minutes, want %q...", prefix)
+		return ""
+	}
+}
+
+// TestStressIdleStreamHolder is a part of TestStressIdleStreams, which
+// runs it in a process of its own; alone, it skips. It opens the idle
+// streams and says so on stdout, then waits for each one's end and
+// prints the outcomes.
+func TestStressIdleStreamHolder(t *testing.T) {
+	addr := os.Getenv(holderEnv)
+	if addr == "" {
+		t.Skip("a part of TestStressIdleStreams")
+	}
+	conns := dialShop(t, addr, idleStreamConns)
+	open := make([]grpc.ClientStream, idleStreams)
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	opened := time.Now()
+	parallel(func(i int) {
+		cs, err := grpcWatch(t.Context(), conns[i%idleStreamConns])
+		if err != nil {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, err)
+			return
+		}
+		open[i] = cs
+	})
+	if n := failed.Load(); n > 0 {
+		fmt.Printf("holder: failed %d of %d streams; the first: %v\n", n, idleStreams, firstErr.Load())
+		t.FailNow()
+	}
+	fmt.Printf("holder: opened %v\n", time.Since(opened))
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	parallel(func(i int) {
+		st := grpcOutcome(open[i])
+		k := st.Code().String()
+		if info := errorInfoOf(st); info != nil {
+			k += " " + info.GetReason()
+		}
+		mu.Lock()
+		outcomes[k]++
+		mu.Unlock()
+	})
+	b, _ := json.Marshal(outcomes)
+	fmt.Printf("holder: outcomes %s\n", b)
+}
+
+// parallel runs f for each stream index, on 100 goroutines.
+func parallel(f func(i int)) {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			for i := range work {
+				f(i)
+			}
+		})
+	}
+	for i := range idleStreams {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
