@@ -134,10 +134,17 @@ type server struct {
 // newServer starts a server with the adapter options opts.
 func newServer(t testing.TB, opts ...connectadapter.Option) *server {
 	t.Helper()
+	return startServer(t, register, testConfig, opts...)
+}
+
+// startServer starts a server of the operations reg registers, with the
+// kernel's configuration config and the adapter options opts.
+func startServer(t testing.TB, reg func(testing.TB, *operations.Registry), config string, opts ...connectadapter.Option) *server {
+	t.Helper()
 	s := &server{logs: new(pipelinetest.LogSink)}
-	reg := operations.NewRegistry()
-	register(t, reg)
-	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(testConfig)),
+	r := operations.NewRegistry()
+	reg(t, r)
+	k, err := kernel.New(kernel.WithRegistry(r), kernel.WithConfigJSON([]byte(config)),
 		kernel.WithLogger(s.logs.Logger()),
 		kernel.WithIdempotencyScope(func(_ context.Context, inv *pipeline.Invocation) string {
 			s.protocol.Store(inv.Protocol().String())
