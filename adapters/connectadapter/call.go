@@ -16,7 +16,7 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// procedure is one unary operation served as a Connect procedure.
+// procedure is one operation served as a Connect procedure.
 type procedure struct {
 	srv rpcbridge.Server
 	m   rpcbridge.Method

@@ -132,6 +132,24 @@ func (r *connRaw) failed(err error) error {
 	return err
 }
 
+// callerContext returns ctx with its values and deadline, ended when ctx
+// ends before a clock or bound ended the stream. Go's server ends ctx
+// when a write fails, and Abort makes a blocked write fail: that is the
+// stream's end, never the caller leaving.
+func (r *connRaw) callerContext(ctx context.Context) (context.Context, func()) {
+	base, cancelDeadline := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		base, cancelDeadline = context.WithDeadline(base, d)
+	}
+	cctx, cancel := context.WithCancelCause(base)
+	stop := context.AfterFunc(ctx, func() {
+		if !r.aborted.Load() {
+			cancel(context.Cause(ctx))
+		}
+	})
+	return cctx, func() { stop(); cancel(nil); cancelDeadline() }
+}
+
 // newRequest returns a request ready for one of the caller's messages.
 func (p *procedure) newRequest() *request {
 	r := new(request)
@@ -177,13 +195,15 @@ func (p *procedure) streamHandler(k operations.Kind, opts []connect.HandlerOptio
 func (p *procedure) stream(ctx context.Context, conn connect.StreamingHandlerConn, req *request) (*dynamicpb.Message, error) {
 	start := time.Now()
 	md := p.srv.Header(ctx, conn.RequestHeader(), &p.m)
-	var c kernel.StreamCall
-	parent, stop := p.srv.Enter(ctx, md, &p.m, &c.Caller)
-	defer stop()
-	c.Protocol = pipeline.ProtocolConnect
 	rc, _ := ctx.Value(controllerKey{}).(*http.ResponseController)
-	raw := &connRaw{p: p, conn: conn, rc: rc, ctx: ctx, caller: parent, reads: req == nil}
-	c.Raw = raw
+	raw := &connRaw{p: p, conn: conn, rc: rc, ctx: ctx, reads: req == nil}
+	cctx, done := raw.callerContext(ctx)
+	defer done()
+	c := kernel.StreamCall{Raw: raw}
+	parent, stop := p.srv.Enter(cctx, md, &p.m, &c.Caller)
+	defer stop()
+	raw.caller = parent
+	c.Protocol = pipeline.ProtocolConnect
 	if req != nil {
 		c.Decode = func(time.Time) (any, error) { return p.input(req) }
 	}

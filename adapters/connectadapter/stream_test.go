@@ -2,6 +2,8 @@ package connectadapter_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	rstream "github.com/sundial-go/sundial/resilience/stream"
 )
@@ -20,12 +23,14 @@ import (
 // Streaming test operations.
 
 type tick struct {
-	N int `json:"n"`
+	N   int    `json:"n"`
+	Pad string `json:"pad"`
 }
 
 type watchIn struct {
 	Count int  `json:"count"` // ticks to send
 	Wait  bool `json:"wait"`  // then wait for the context to end
+	Flood int  `json:"flood"` // then send ticks of this many bytes until Send fails
 }
 
 // feed records how its handlers' contexts ended.
@@ -35,6 +40,17 @@ func (f *feed) watch(ctx context.Context, in watchIn, out *operations.Sender[tic
 	for i := range in.Count {
 		if err := out.Send(tick{N: i + 1}); err != nil {
 			return err
+		}
+	}
+	if in.Flood > 0 {
+		b := make([]byte, in.Flood/2)
+		_, _ = rand.Read(b)
+		pad := hex.EncodeToString(b) // random: compression cannot absorb the flood
+		for {
+			if err := out.Send(tick{Pad: pad}); err != nil {
+				f.ended <- context.Cause(ctx)
+				return err
+			}
 		}
 	}
 	if in.Wait {
@@ -79,6 +95,7 @@ const streamConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":
 	"feed.capped":{"TimeoutSeconds":0.3},
 	"feed.quiet":{"Stream":{"IdleSeconds":0.3}},
 	"feed.quiet-echo":{"Stream":{"IdleSeconds":0.3}},
+	"feed.flood":{"Stream":{"SendStallSeconds":0.2}},
 	"feed.limited":{"PermitLimit":1,"WindowSeconds":60,"RateLimitHeaders":true}
 }}}}}`
 
@@ -93,6 +110,7 @@ func newStreamServer(t testing.TB) (*server, *feed) {
 			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.capped"}, f.watch),
 			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.quiet"}, f.watch),
 			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.limited"}, f.watch),
+			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.flood"}, f.watch),
 			operations.RegisterClientStream(reg, operations.Descriptor{ID: "feed.sum"}, f.sum),
 			operations.RegisterBidiStream(reg, operations.Descriptor{ID: "feed.echo"}, f.echo),
 			operations.RegisterBidiStream(reg, operations.Descriptor{ID: "feed.quiet-echo"}, f.echo),
@@ -409,5 +427,43 @@ func TestBidiNeedsHTTP2(t *testing.T) {
 	}
 	if n := len(s.logs.Find(func(r pipelinetest.Record) bool { return r.Attrs["method"] == "/test.v1.Feed/Echo" })); n != 0 {
 		t.Errorf("%d calls of Echo logged; want none", n)
+	}
+}
+
+// TestStreamSendStall: a caller that never reads. The handler's Send
+// blocks once flow control is exhausted, and the send stall ends the
+// stream: the blocked Send returns, the handler's context ends with
+// KERNEL_CANCELLED_002, and the call is logged with it. The caller's
+// stream is reset: reading at last, it gets the messages sent, then an
+// error.
+func TestStreamSendStall(t *testing.T) {
+	s, f := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(true) {
+		// No gzip: the flood fills the flow-control window sooner.
+		opts := append([]connect.ClientOption{connect.WithAcceptCompression("gzip", nil, nil)}, p.opts...)
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Flood", opts...)
+		ss, err := c.CallServerStream(ctx, s.request(t, "/test.v1.Feed/Flood", `{"flood":65536}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cause := <-f.ended // the caller has read nothing yet
+		if e := pipeline.AsError(cause); e == nil || e.Code() != rstream.CodeSendStall {
+			t.Errorf("%s: the handler's context ended with %v, want %s", p.name, cause, rstream.CodeSendStall)
+		}
+		for ss.Receive() {
+		}
+		// A reset stream, or the outcome when the blocked write went out
+		// within the grace.
+		if code := connect.CodeOf(ss.Err()); code != connect.CodeInternal && code != connect.CodeCanceled {
+			t.Errorf("%s: the stalled stream ended with %v; want a reset (internal) or canceled", p.name, ss.Err())
+		}
+		_ = ss.Close()
+	}
+	if n := len(s.logs.Find(func(r pipelinetest.Record) bool {
+		return r.Message == logMessage && r.Attrs["method"] == "/test.v1.Feed/Flood" && r.Attrs["code"] == rstream.CodeSendStall
+	})); n != 3 {
+		t.Errorf("%d streams logged %s, want 3: %v", n, rstream.CodeSendStall, s.logs.Records())
 	}
 }
