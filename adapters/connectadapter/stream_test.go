@@ -91,6 +91,19 @@ func (f *feed) echo(ctx context.Context, in *operations.Receiver[tick], out *ope
 	}
 }
 
+// cause returns how the next handler's context ended, failing the test
+// when none ends within 10 s.
+func (f *feed) cause(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-f.ended:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("no handler's context ended")
+		return nil
+	}
+}
+
 const streamConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":{"Operations":{
 	"feed.capped":{"TimeoutSeconds":0.3},
 	"feed.quiet":{"Stream":{"IdleSeconds":0.3}},
@@ -254,7 +267,7 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 		if took := time.Since(start); took < 300*time.Millisecond {
 			t.Errorf("%s: the stream ended after %v, before its 300ms deadline", p.name, took)
 		}
-		if cause := <-f.ended; !errors.Is(cause, context.DeadlineExceeded) {
+		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
 			t.Errorf("%s: the handler's context ended with %v, want the deadline", p.name, cause)
 		}
 	}
@@ -272,7 +285,7 @@ func TestStreamCallersDeadline(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 			t.Errorf("%s: %v, %v; want deadline_exceeded", p.name, ns, err)
 		}
-		if cause := <-f.ended; !errors.Is(cause, context.DeadlineExceeded) {
+		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
 			t.Errorf("%s: the handler's context ended with %v, want the deadline", p.name, cause)
 		}
 	}
@@ -335,7 +348,7 @@ func TestStreamCallerCancels(t *testing.T) {
 			t.Fatalf("%s: %v", p.name, errors.Join(err, ss.Err()))
 		}
 		cancel()
-		if cause := <-f.ended; !errors.Is(cause, context.Canceled) {
+		if cause := f.cause(t); !errors.Is(cause, context.Canceled) {
 			t.Errorf("%s server stream: the handler's context ended with %v, want the caller's cancel", p.name, cause)
 		}
 		_ = ss.Close()
@@ -354,7 +367,7 @@ func TestStreamCallerCancels(t *testing.T) {
 		// closed: its request body is still open.
 		cancel()
 		_ = bs.CloseResponse()
-		if cause := <-f.ended; !errors.Is(cause, context.Canceled) {
+		if cause := f.cause(t); !errors.Is(cause, context.Canceled) {
 			t.Errorf("%s bidi stream: the handler's context ended with %v, want the caller's cancel", p.name, cause)
 		}
 	}
@@ -448,7 +461,7 @@ func TestStreamSendStall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cause := <-f.ended // the caller has read nothing yet
+		cause := f.cause(t) // the caller has read nothing yet
 		if e := pipeline.AsError(cause); e == nil || e.Code() != rstream.CodeSendStall {
 			t.Errorf("%s: the handler's context ended with %v, want %s", p.name, cause, rstream.CodeSendStall)
 		}
