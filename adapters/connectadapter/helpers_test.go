@@ -127,6 +127,8 @@ type server struct {
 	g    *grpcadapter.Adapter
 	url  string
 	logs *pipelinetest.LogSink
+	// handler serves every route: REST, Connect, gRPC and gRPC-Web.
+	handler http.Handler
 	// protocol is the protocol of the last call of work.keyed.
 	protocol atomic.Value
 }
@@ -165,6 +167,7 @@ func startServer(t testing.TB, reg func(testing.TB, *operations.Registry), confi
 	if err := connectadapter.Mount(e, s.g, opts...); err != nil {
 		t.Fatal(err)
 	}
+	s.handler = e
 	s.url = serve(t, e, k)
 	return s
 }
@@ -173,6 +176,12 @@ func startServer(t testing.TB, reg func(testing.TB, *operations.Registry), confi
 // test ends, then waits for the kernel's stragglers.
 func serve(t testing.TB, h http.Handler, k *kernel.Kernel) string {
 	t.Helper()
+	return serveWith(t, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, k)
+}
+
+// serveWith is serve with the server hs.
+func serveWith(t testing.TB, hs *http.Server, k *kernel.Kernel) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +189,7 @@ func serve(t testing.TB, h http.Handler, k *kernel.Kernel) string {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 5 * time.Second}
+	hs.Protocols = p
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = hs.Serve(ln) })
 	t.Cleanup(func() {

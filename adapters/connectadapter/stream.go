@@ -196,6 +196,12 @@ func (p *procedure) stream(ctx context.Context, conn connect.StreamingHandlerCon
 	start := time.Now()
 	md := p.srv.Header(ctx, conn.RequestHeader(), &p.m)
 	rc, _ := ctx.Value(controllerKey{}).(*http.ResponseController)
+	if rc != nil {
+		// The stream's clocks bound it, not the server's timeouts. A
+		// server stream's request has been read by now.
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
 	raw := &connRaw{p: p, conn: conn, rc: rc, ctx: ctx, reads: req == nil}
 	cctx, done := raw.callerContext(ctx)
 	defer done()

@@ -480,3 +480,47 @@ func TestStreamSendStall(t *testing.T) {
 		t.Errorf("%d streams logged %s, want 3: %v", n, rstream.CodeSendStall, s.logs.Records())
 	}
 }
+
+// TestStreamOutlivesServerTimeouts: the server's ReadTimeout and
+// WriteTimeout (200 ms) do not end a stream; its own deadline (the
+// caller's, 1 s) does, KERNEL_TIMEOUT_001, on HTTP/1.1 and h2c alike.
+func TestStreamOutlivesServerTimeouts(t *testing.T) {
+	s, f := newStreamServer(t)
+	s.url = serveWith(t, &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, nil)
+	for _, p := range []streamProtocol{
+		{"connect+json http/1.1", false, []connect.ClientOption{connect.WithProtoJSON()}},
+		{"grpc h2c", true, []connect.ClientOption{connect.WithGRPC()}},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`)
+		cancel()
+		if len(ns) != 1 || connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Errorf("%s: %v, %v; want 1 message, then deadline_exceeded", p.name, ns, err)
+		}
+		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Errorf("%s: the handler's context ended with %v, want the caller's deadline", p.name, cause)
+		}
+	}
+	c := s.client(t, httpClient(t, true), "/test.v1.Feed/QuietEcho", connect.WithGRPCWeb())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	bs := c.CallBidiStream(ctx)
+	if err := bs.Send(s.tickMsg(t, "/test.v1.Feed/QuietEcho", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bs.Receive() // past both server timeouts, the idle clock ends it
+	if ce := asConnect(t, err); errorInfo(t, ce).Reason != rstream.CodeIdle {
+		t.Errorf("bidi: %v; want %s", err, rstream.CodeIdle)
+	}
+	_ = bs.CloseRequest()
+	_ = bs.CloseResponse()
+	if n := len(s.logs.Find(func(r pipelinetest.Record) bool {
+		return r.Message == logMessage && r.Attrs["code"] == "KERNEL_TIMEOUT_001"
+	})); n != 2 {
+		t.Errorf("%d streams logged KERNEL_TIMEOUT_001, want 2: %v", n, s.logs.Records())
+	}
+}
