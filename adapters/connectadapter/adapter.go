@@ -57,9 +57,9 @@ func WithReadLimit(n int) Option {
 	})
 }
 
-// New returns the handler of every operation g serves, unary or streaming. Each one is
-// a procedure at the gRPC method's path, such as /shop.v1.Orders/Create.
-// Requests for any other path are answered 404.
+// New returns the handler of every operation g serves, unary or
+// streaming. Each one is a procedure at the gRPC method's path, such as
+// /shop.v1.Orders/Create. Requests for any other path are answered 404.
 func New(g *grpcadapter.Adapter, opts ...Option) (http.Handler, error) {
 	h, _, err := build(g, opts)
 	return h, err
@@ -133,10 +133,18 @@ func (p *procedure) handler(cfg *config) http.Handler {
 		connect.WithCodec(codec{name: "json", json: true}),
 		connect.WithCodec(codec{name: "json; charset=utf-8", json: true}),
 	}
+	// The whole body of one message is bounded too: connect-go reads an
+	// oversized message to its end to report its size. The messages of a
+	// client or bidi stream are bounded one by one; the stream's clocks
+	// and bounds bound the whole (kernel.Op.Stream).
+	oneMessage := func(h http.Handler) http.Handler {
+		return http.MaxBytesHandler(h, int64(cfg.readLimit)+bodySlack)
+	}
 	d := p.m.Op.Descriptor()
-	if k := d.Kind(); k != operations.Unary {
-		// A stream's messages are bounded one by one, and the stream's
-		// clocks and bounds bound the whole (kernel.Op.Stream).
+	switch k := d.Kind(); k {
+	case operations.ServerStream:
+		return oneMessage(p.streamHandler(k, opts))
+	case operations.ClientStream, operations.BidiStream:
 		return p.streamHandler(k, opts)
 	}
 	if d.Method == http.MethodGet {
@@ -144,7 +152,5 @@ func (p *procedure) handler(cfg *config) http.Handler {
 	} else if d.Idempotent {
 		opts = append(opts, connect.WithIdempotency(connect.IdempotencyIdempotent))
 	}
-	// The whole body is bounded too: connect-go reads an oversized message
-	// to its end to report its size.
-	return http.MaxBytesHandler(connect.NewUnaryHandler(p.m.Full, p.call, opts...), int64(cfg.readLimit)+bodySlack)
+	return oneMessage(connect.NewUnaryHandler(p.m.Full, p.call, opts...))
 }
