@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/sundial-go/sundial/operations"
@@ -522,5 +523,27 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 		return r.Message == logMessage && r.Attrs["code"] == "KERNEL_TIMEOUT_001"
 	})); n != 2 {
 		t.Errorf("%d streams logged KERNEL_TIMEOUT_001, want 2: %v", n, s.logs.Records())
+	}
+}
+
+// TestStreamRefusesABadMessage: a client stream's message with a field
+// number the input lacks ends the stream with invalid_argument,
+// KERNEL_VALIDATION_003, as a unary request is refused. The binary
+// protocols carry it; JSON cannot.
+func TestStreamRefusesABadMessage(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false)[1:] {
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Sum", p.opts...)
+		cs := c.CallClientStream(ctx)
+		m := s.tickMsg(t, "/test.v1.Feed/Sum", 1)
+		m.SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+		_ = cs.Send(m)
+		_, err := cs.CloseAndReceive()
+		ce := asConnect(t, err)
+		if info := errorInfo(t, ce); ce.Code() != connect.CodeInvalidArgument || info.Reason != "KERNEL_VALIDATION_003" {
+			t.Errorf("%s: %v %v; want invalid_argument KERNEL_VALIDATION_003", p.name, err, info)
+		}
 	}
 }
