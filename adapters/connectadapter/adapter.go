@@ -101,7 +101,7 @@ func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error
 	mux := http.NewServeMux()
 	var services []string
 	for _, m := range srv.Methods() {
-		p := &procedure{srv: srv, m: m}
+		p := &procedure{srv: srv, m: m, readLimit: cfg.readLimit}
 		mux.Handle(m.Full, p.handler(&cfg))
 		if s, _, _ := strings.Cut(strings.TrimPrefix(m.Full, "/"), "/"); len(services) == 0 || services[len(services)-1] != s {
 			services = append(services, s)

@@ -18,8 +18,9 @@ import (
 
 // procedure is one operation served as a Connect procedure.
 type procedure struct {
-	srv rpcbridge.Server
-	m   rpcbridge.Method
+	srv       rpcbridge.Server
+	m         rpcbridge.Method
+	readLimit int // the largest message, inflated (WithReadLimit)
 }
 
 // logMessage is the message of a call's log record.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +98,13 @@ func (r *connRaw) Recv() (any, int, error) {
 	if err := r.conn.Receive(req); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, 0, io.EOF
+		}
+		if connect.CodeOf(err) == connect.CodeResourceExhausted {
+			// The caller's message is over WithReadLimit: its fault, not
+			// the transport's.
+			return nil, 0, pipeline.NewError(pipeline.KindValidation, pipeline.CodeValidation,
+				"A message of the stream is larger than "+strconv.Itoa(r.p.readLimit)+" bytes.").
+				WithDetail("limit", r.p.readLimit)
 		}
 		return nil, 0, r.failed(err)
 	}

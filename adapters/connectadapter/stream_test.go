@@ -547,3 +547,26 @@ func TestStreamRefusesABadMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamMessageOverTheReadLimit: a client stream's message larger
+// than WithReadLimit ends the stream with invalid_argument,
+// KERNEL_VALIDATION_001, naming the limit: the caller's fault, never a
+// transport failure.
+func TestStreamMessageOverTheReadLimit(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false) {
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Sum", p.opts...)
+		cs := c.CallClientStream(ctx)
+		// 5 MiB: over the default limit of 4 MiB.
+		_ = cs.Send(s.request(t, "/test.v1.Feed/Sum", `{"n":1,"pad":"`+strings.Repeat("y", 5<<20)+`"}`).Msg)
+		_, err := cs.CloseAndReceive()
+		ce := asConnect(t, err)
+		info := errorInfo(t, ce)
+		if ce.Code() != connect.CodeInvalidArgument || info.Reason != "KERNEL_VALIDATION_001" ||
+			!strings.Contains(ce.Message(), "larger than 4194304 bytes") {
+			t.Errorf("%s: %v %v; want invalid_argument KERNEL_VALIDATION_001 over 4194304 bytes", p.name, err, info)
+		}
+	}
+}
