@@ -280,7 +280,7 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 func TestStreamCallersDeadline(t *testing.T) {
 	s, f := newStreamServer(t)
 	for _, p := range streamProtocols(false) {
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`)
 		cancel()
 		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
