@@ -10,6 +10,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
+	"github.com/sundial-go/sundial/operations"
 )
 
 // defaultReadLimit is the largest request message, after inflating, when
@@ -56,9 +57,9 @@ func WithReadLimit(n int) Option {
 	})
 }
 
-// New returns the handler of every unary operation g serves. Each one is
-// a procedure at the gRPC method's path, such as /shop.v1.Orders/Create.
-// Requests for any other path are answered 404.
+// New returns the handler of every operation g serves, unary or
+// streaming. Each one is a procedure at the gRPC method's path, such as
+// /shop.v1.Orders/Create. Requests for any other path are answered 404.
 func New(g *grpcadapter.Adapter, opts ...Option) (http.Handler, error) {
 	h, _, err := build(g, opts)
 	return h, err
@@ -81,8 +82,8 @@ func Mount(e *echo.Echo, g *grpcadapter.Adapter, opts ...Option) error {
 	return nil
 }
 
-// build returns the handler of every unary method of g and the names of
-// their services.
+// build returns the handler of every method of g and the names of their
+// services.
 func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error) {
 	var srv rpcbridge.Server
 	if g != nil && rpcbridge.Of != nil {
@@ -100,10 +101,8 @@ func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error
 	mux := http.NewServeMux()
 	var services []string
 	for _, m := range srv.Methods() {
-		p := &procedure{srv: srv, m: m}
-		// The whole body is bounded too: connect-go reads an oversized
-		// message to its end to report its size.
-		mux.Handle(m.Full, http.MaxBytesHandler(p.handler(&cfg), int64(cfg.readLimit)+bodySlack))
+		p := &procedure{srv: srv, m: m, readLimit: cfg.readLimit}
+		mux.Handle(m.Full, p.handler(&cfg))
 		if s, _, _ := strings.Cut(strings.TrimPrefix(m.Full, "/"), "/"); len(services) == 0 || services[len(services)-1] != s {
 			services = append(services, s)
 			mux.Handle("/"+s+"/", unknownMethod{srv})
@@ -134,10 +133,24 @@ func (p *procedure) handler(cfg *config) http.Handler {
 		connect.WithCodec(codec{name: "json", json: true}),
 		connect.WithCodec(codec{name: "json; charset=utf-8", json: true}),
 	}
-	if d := p.m.Op.Descriptor(); d.Method == http.MethodGet {
+	// The whole body of one message is bounded too: connect-go reads an
+	// oversized message to its end to report its size. The messages of a
+	// client or bidi stream are bounded one by one; the stream's clocks
+	// and bounds bound the whole (kernel.Op.Stream).
+	oneMessage := func(h http.Handler) http.Handler {
+		return http.MaxBytesHandler(h, int64(cfg.readLimit)+bodySlack)
+	}
+	d := p.m.Op.Descriptor()
+	switch k := d.Kind(); k {
+	case operations.ServerStream:
+		return oneMessage(p.streamHandler(k, opts))
+	case operations.ClientStream, operations.BidiStream:
+		return p.streamHandler(k, opts)
+	}
+	if d.Method == http.MethodGet {
 		opts = append(opts, connect.WithIdempotency(connect.IdempotencyNoSideEffects))
 	} else if d.Idempotent {
 		opts = append(opts, connect.WithIdempotency(connect.IdempotencyIdempotent))
 	}
-	return connect.NewUnaryHandler(p.m.Full, p.call, opts...)
+	return oneMessage(connect.NewUnaryHandler(p.m.Full, p.call, opts...))
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// procedure is one unary operation served as a Connect procedure.
+// procedure is one operation served as a Connect procedure.
 type procedure struct {
-	srv rpcbridge.Server
-	m   rpcbridge.Method
+	srv       rpcbridge.Server
+	m         rpcbridge.Method
+	readLimit int // the largest message, inflated (WithReadLimit)
 }
 
 // logMessage is the message of a call's log record.

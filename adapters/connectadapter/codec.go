@@ -25,6 +25,7 @@ type request struct {
 	msg          *dynamicpb.Message
 	allowUnknown bool  // the operation's InputPolicy.AllowUnknownFields
 	err          error // the decoder's; nil: msg is the message
+	size         int   // the message's size on the wire, inflated
 }
 
 // init prepares r for a message of type in.
@@ -67,7 +68,7 @@ func (c codec) Unmarshal(data []byte, v any) error {
 	if r.msg == nil {
 		return errors.New("connectadapter: request not initialised")
 	}
-	r.err = c.decode(data, r)
+	r.err, r.size = c.decode(data, r), len(data)
 	return nil
 }
 

@@ -3,14 +3,17 @@
 //
 // [New] takes the methods a grpcadapter.Adapter built from the operations'
 // Go types: the same names, the same messages, no generated code. Each
-// unary operation becomes one procedure of connect-go, served from dynamic
-// messages. A client may speak Connect with JSON or binary protobuf, gRPC,
-// or gRPC-Web, over HTTP/1.1 or HTTP/2 (h2c or TLS). gRPC needs HTTP/2.
+// operation becomes one procedure of connect-go, served from dynamic
+// messages: unary, server stream, client stream or bidi stream. A client
+// may speak Connect with JSON or binary protobuf, gRPC, or gRPC-Web, over
+// HTTP/1.1 or HTTP/2 (h2c or TLS). gRPC and bidi streams need HTTP/2.
 // [Mount] puts the procedures on the application's echo instance, beside
 // the REST routes of httpadapter: one port serves them all.
 //
 // The adapter decodes and encodes; the kernel does the rest. Each call
-// enters the kernel through its handle, kernel.Op.Handle. The caller's
+// enters the kernel through its handle: kernel.Op.Handle, or Op.Stream for
+// a stream. A stream's outcome is its end: Connect's end-of-stream
+// message, or the trailers of gRPC and gRPC-Web. The caller's
 // deadline is Connect-Timeout-Ms or grpc-timeout, attributed as on gRPC.
 // The idempotency key, priority, W3C trace context and baggage are read
 // from the headers, as gRPC reads them from its metadata. A failure is
@@ -32,8 +35,7 @@
 // The adapter is built on connectrpc.com/connect v1, not v2. The v2 line
 // splits the API into new packages under a new module path. The Connect
 // modules around it — the conformance suite, grpchealth, vanguard — are
-// built on v1, and v1 has the dynamic-message API used here. Streaming
-// operations are not served yet.
+// built on v1, and v1 has the dynamic-message API used here.
 //
 // The guide's chapter docs/connect.md tells how to reach each protocol
 // with buf curl, curl and a browser.

@@ -127,6 +127,8 @@ type server struct {
 	g    *grpcadapter.Adapter
 	url  string
 	logs *pipelinetest.LogSink
+	// handler serves every route: REST, Connect, gRPC and gRPC-Web.
+	handler http.Handler
 	// protocol is the protocol of the last call of work.keyed.
 	protocol atomic.Value
 }
@@ -134,10 +136,17 @@ type server struct {
 // newServer starts a server with the adapter options opts.
 func newServer(t testing.TB, opts ...connectadapter.Option) *server {
 	t.Helper()
+	return startServer(t, register, testConfig, opts...)
+}
+
+// startServer starts a server of the operations reg registers, with the
+// kernel's configuration config and the adapter options opts.
+func startServer(t testing.TB, reg func(testing.TB, *operations.Registry), config string, opts ...connectadapter.Option) *server {
+	t.Helper()
 	s := &server{logs: new(pipelinetest.LogSink)}
-	reg := operations.NewRegistry()
-	register(t, reg)
-	k, err := kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(testConfig)),
+	r := operations.NewRegistry()
+	reg(t, r)
+	k, err := kernel.New(kernel.WithRegistry(r), kernel.WithConfigJSON([]byte(config)),
 		kernel.WithLogger(s.logs.Logger()),
 		kernel.WithIdempotencyScope(func(_ context.Context, inv *pipeline.Invocation) string {
 			s.protocol.Store(inv.Protocol().String())
@@ -158,6 +167,7 @@ func newServer(t testing.TB, opts ...connectadapter.Option) *server {
 	if err := connectadapter.Mount(e, s.g, opts...); err != nil {
 		t.Fatal(err)
 	}
+	s.handler = e
 	s.url = serve(t, e, k)
 	return s
 }
@@ -166,6 +176,12 @@ func newServer(t testing.TB, opts ...connectadapter.Option) *server {
 // test ends, then waits for the kernel's stragglers.
 func serve(t testing.TB, h http.Handler, k *kernel.Kernel) string {
 	t.Helper()
+	return serveWith(t, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, k)
+}
+
+// serveWith is serve with the server hs.
+func serveWith(t testing.TB, hs *http.Server, k *kernel.Kernel) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +189,7 @@ func serve(t testing.TB, h http.Handler, k *kernel.Kernel) string {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 5 * time.Second}
+	hs.Protocols = p
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = hs.Serve(ln) })
 	t.Cleanup(func() {

@@ -12,11 +12,10 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// This file hands an Adapter's unary methods to another adapter (see
+// This file hands an Adapter's methods to another adapter (see
 // rpcbridge), which serves them over another protocol.
 
 func init() {
@@ -31,13 +30,10 @@ func init() {
 // bridge is an Adapter seen from another adapter.
 type bridge struct{ a *Adapter }
 
-// Methods returns the unary methods, sorted by full name.
+// Methods returns the methods of every kind, sorted by full name.
 func (b bridge) Methods() []rpcbridge.Method {
 	out := make([]rpcbridge.Method, 0, len(b.a.methods))
 	for full, m := range b.a.methods {
-		if m.desc.Kind() != operations.Unary {
-			continue // a stream method: the bridge serves unary calls only
-		}
 		svc, name := splitFull(full)
 		d, err := b.a.files.FindDescriptorByName(protoreflect.FullName(svc + "." + name))
 		md, ok := d.(protoreflect.MethodDescriptor)
@@ -45,7 +41,7 @@ func (b bridge) Methods() []rpcbridge.Method {
 			continue // not a method of the adapter's files: nothing to serve
 		}
 		out = append(out, rpcbridge.Method{Full: full, Op: m.op, Desc: md,
-			Input: m.decodeInput, Output: m.encodeOutput})
+			Input: m.decodeInput, Output: m.encodeOutput, Message: m.convertInput})
 	}
 	slices.SortFunc(out, func(x, y rpcbridge.Method) int { return strings.Compare(x.Full, y.Full) })
 	return out

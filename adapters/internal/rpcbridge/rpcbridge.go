@@ -2,8 +2,8 @@
 // built, over another protocol, without copying how they are built.
 //
 // The gRPC adapter sets Of when its package is initialised. Another
-// adapter that imports grpcadapter then reaches an Adapter's unary
-// methods through it.
+// adapter that imports grpcadapter then reaches an Adapter's methods
+// through it: unary and streaming.
 package rpcbridge
 
 import (
@@ -19,7 +19,8 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 )
 
-// Method is one unary method of an operation.
+// Method is one method of an operation. Its kind is the operation's
+// (Op.Descriptor().Kind()).
 type Method struct {
 	// Full is the method's full name: "/shop.v1.Orders/Create".
 	Full string
@@ -32,6 +33,9 @@ type Method struct {
 	Input func(*dynamicpb.Message) (any, error)
 	// Output converts the operation's result to the response message.
 	Output func(any) (*dynamicpb.Message, error)
+	// Message converts one message of a client or bidi stream to the
+	// operation's input. It checks no constraint: the kernel does.
+	Message func(*dynamicpb.Message) (any, error)
 }
 
 // Carrier is a call's request metadata: the caller's headers.
@@ -43,7 +47,7 @@ type Carrier interface {
 
 // Server is what another adapter uses of a gRPC adapter.
 type Server interface {
-	// Methods returns the unary methods, sorted by full name.
+	// Methods returns the methods of every kind, sorted by full name.
 	Methods() []Method
 	// Header returns the HTTP request headers h of a call of m as its
 	// metadata, its baggage hidden when over the adapter's limit.

@@ -1,0 +1,572 @@
+package connectadapter_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
+	rstream "github.com/sundial-go/sundial/resilience/stream"
+)
+
+// Streaming test operations.
+
+type tick struct {
+	N   int    `json:"n"`
+	Pad string `json:"pad"`
+}
+
+type watchIn struct {
+	Count int  `json:"count"` // ticks to send
+	Wait  bool `json:"wait"`  // then wait for the context to end
+	Flood int  `json:"flood"` // then send ticks of this many bytes until Send fails
+}
+
+// feed records how its handlers' contexts ended.
+type feed struct{ ended chan error }
+
+func (f *feed) watch(ctx context.Context, in watchIn, out *operations.Sender[tick]) error {
+	for i := range in.Count {
+		if err := out.Send(tick{N: i + 1}); err != nil {
+			return err
+		}
+	}
+	if in.Flood > 0 {
+		b := make([]byte, in.Flood/2)
+		_, _ = rand.Read(b)
+		pad := hex.EncodeToString(b) // random: compression cannot absorb the flood
+		for {
+			if err := out.Send(tick{Pad: pad}); err != nil {
+				f.ended <- context.Cause(ctx)
+				return err
+			}
+		}
+	}
+	if in.Wait {
+		<-ctx.Done()
+		f.ended <- context.Cause(ctx)
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (f *feed) sum(_ context.Context, in *operations.Receiver[tick]) (tick, error) {
+	var s tick
+	for {
+		m, err := in.Recv()
+		if err == io.EOF {
+			return s, nil
+		}
+		if err != nil {
+			return tick{}, err
+		}
+		s.N += m.N
+	}
+}
+
+func (f *feed) echo(ctx context.Context, in *operations.Receiver[tick], out *operations.Sender[tick]) error {
+	for {
+		m, err := in.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			f.ended <- context.Cause(ctx)
+			return err
+		}
+		if err := out.Send(m); err != nil {
+			return err
+		}
+	}
+}
+
+// cause returns how the next handler's context ended, failing the test
+// when none ends within 10 s.
+func (f *feed) cause(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-f.ended:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("no handler's context ended")
+		return nil
+	}
+}
+
+const streamConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":{"Operations":{
+	"feed.capped":{"TimeoutSeconds":0.3},
+	"feed.quiet":{"Stream":{"IdleSeconds":0.3}},
+	"feed.quiet-echo":{"Stream":{"IdleSeconds":0.3}},
+	"feed.flood":{"Stream":{"SendStallSeconds":0.2}},
+	"feed.limited":{"PermitLimit":1,"WindowSeconds":60,"RateLimitHeaders":true}
+}}}}}`
+
+// newStreamServer serves the feed operations.
+func newStreamServer(t testing.TB) (*server, *feed) {
+	t.Helper()
+	f := &feed{ended: make(chan error, 64)}
+	s := startServer(t, func(t testing.TB, reg *operations.Registry) {
+		t.Helper()
+		for _, err := range []error{
+			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.watch"}, f.watch),
+			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.capped"}, f.watch),
+			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.quiet"}, f.watch),
+			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.limited"}, f.watch),
+			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.flood"}, f.watch),
+			operations.RegisterClientStream(reg, operations.Descriptor{ID: "feed.sum"}, f.sum),
+			operations.RegisterBidiStream(reg, operations.Descriptor{ID: "feed.echo"}, f.echo),
+			operations.RegisterBidiStream(reg, operations.Descriptor{ID: "feed.quiet-echo"}, f.echo),
+		} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, streamConfig)
+	return s, f
+}
+
+// streamProtocol is one protocol a stream is called with.
+type streamProtocol struct {
+	name string
+	h2c  bool // HTTP/2 without TLS; else HTTP/1.1
+	opts []connect.ClientOption
+}
+
+// streamProtocols returns the protocols under test. Bidi streams need
+// HTTP/2 (h2), which gRPC always does.
+func streamProtocols(h2 bool) []streamProtocol {
+	return []streamProtocol{
+		{"connect+json", h2, []connect.ClientOption{connect.WithProtoJSON()}},
+		{"grpcweb", h2, []connect.ClientOption{connect.WithGRPCWeb()}},
+		{"grpc", true, []connect.ClientOption{connect.WithGRPC()}},
+	}
+}
+
+// tickMsg returns a tick message of the procedure full's input type.
+func (s *server) tickMsg(t testing.TB, full string, n int) *dynamicpb.Message {
+	t.Helper()
+	return s.request(t, full, `{"n":`+itoa(n)+`}`).Msg
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// watch opens a server stream of full with the request js and returns
+// the n fields of its messages and the error that ended it (nil: OK).
+func (s *server) watch(ctx context.Context, t testing.TB, p streamProtocol, full, js string) ([]string, error) {
+	t.Helper()
+	c := s.client(t, httpClient(t, p.h2c), full, p.opts...)
+	ss, err := c.CallServerStream(ctx, s.request(t, full, js))
+	if err != nil {
+		return nil, err
+	}
+	defer ss.Close()
+	var ns []string
+	for ss.Receive() {
+		ns = append(ns, field(ss.Msg(), "n"))
+	}
+	return ns, ss.Err()
+}
+
+// asConnect returns err as a *connect.Error, failing the test if it is not.
+func asConnect(t testing.TB, err error) *connect.Error {
+	t.Helper()
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok {
+		t.Fatalf("error %v (%T) is not a connect error", err, err)
+	}
+	return ce
+}
+
+// TestStreamKindsOverConnect: each kind of stream over Connect (JSON),
+// gRPC-Web and gRPC. The messages arrive in order, and each call is one
+// invocation of protocol connect, logged.
+func TestStreamKindsOverConnect(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false) {
+		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Watch", `{"count":5}`)
+		if err != nil || strings.Join(ns, ",") != "1,2,3,4,5" {
+			t.Errorf("%s server stream: %v, %v; want 1..5", p.name, ns, err)
+		}
+
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Sum", p.opts...)
+		cs := c.CallClientStream(ctx)
+		for i := 1; i <= 4; i++ {
+			if err := cs.Send(s.tickMsg(t, "/test.v1.Feed/Sum", i)); err != nil {
+				t.Fatalf("%s client stream: Send: %v", p.name, err)
+			}
+		}
+		res, err := cs.CloseAndReceive()
+		if err != nil || field(res.Msg, "n") != "10" {
+			t.Errorf("%s client stream: %v, %v; want n=10", p.name, res, err)
+		}
+	}
+	for _, p := range streamProtocols(true) {
+		c := s.client(t, httpClient(t, true), "/test.v1.Feed/Echo", p.opts...)
+		bs := c.CallBidiStream(ctx)
+		for i := 1; i <= 5; i++ {
+			if err := bs.Send(s.tickMsg(t, "/test.v1.Feed/Echo", i)); err != nil {
+				t.Fatalf("%s bidi: Send: %v", p.name, err)
+			}
+			got, err := bs.Receive()
+			if err != nil || field(got, "n") != itoa(i) {
+				t.Fatalf("%s bidi: message %d: %v, %v", p.name, i, got, err)
+			}
+		}
+		if err := bs.CloseRequest(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := bs.Receive(); !errors.Is(err, io.EOF) {
+			t.Errorf("%s bidi after the last message: %v, %v; want EOF", p.name, got, err)
+		}
+		_ = bs.CloseResponse()
+	}
+	waitLog(t, s, logMessage, "method=/test.v1.Feed/Echo", "grpcCode=OK")
+	waitLog(t, s, logMessage, "method=/test.v1.Feed/Sum", "grpcCode=OK")
+}
+
+// logMessage is the message of a Connect call's log record.
+const logMessage = "connect call"
+
+// TestStreamDeadlineMidStream: the operation's deadline passes after two
+// messages. The caller gets both, then deadline_exceeded with
+// KERNEL_TIMEOUT_001 in the error's details, and the handler's context
+// ends with the deadline.
+func TestStreamDeadlineMidStream(t *testing.T) {
+	s, f := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false) {
+		start := time.Now()
+		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Capped", `{"count":2,"wait":true}`)
+		ce := asConnect(t, err)
+		if len(ns) != 2 || ce.Code() != connect.CodeDeadlineExceeded || errorInfo(t, ce).Reason != "KERNEL_TIMEOUT_001" {
+			t.Errorf("%s: %v, %v; want 2 messages, then deadline_exceeded KERNEL_TIMEOUT_001", p.name, ns, err)
+		}
+		if took := time.Since(start); took < 300*time.Millisecond {
+			t.Errorf("%s: the stream ended after %v, before its 300ms deadline", p.name, took)
+		}
+		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Errorf("%s: the handler's context ended with %v, want the deadline", p.name, cause)
+		}
+	}
+}
+
+// TestStreamCallersDeadline: the caller's deadline (Connect-Timeout-Ms,
+// grpc-timeout) is the stream's, as for a unary call: the handler's
+// context ends with it, and the call is logged KERNEL_TIMEOUT_001.
+func TestStreamCallersDeadline(t *testing.T) {
+	s, f := newStreamServer(t)
+	for _, p := range streamProtocols(false) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`)
+		cancel()
+		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Errorf("%s: %v, %v; want deadline_exceeded", p.name, ns, err)
+		}
+		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Errorf("%s: the handler's context ended with %v, want the deadline", p.name, cause)
+		}
+	}
+	if n := len(s.logs.Find(func(r pipelinetest.Record) bool {
+		return r.Message == logMessage && r.Attrs["method"] == "/test.v1.Feed/Watch" && r.Attrs["code"] == "KERNEL_TIMEOUT_001"
+	})); n != 3 {
+		t.Errorf("%d calls logged KERNEL_TIMEOUT_001, want 3: %v", n, s.logs.Records())
+	}
+}
+
+// TestStreamIdle: with an idle timeout, a silent handler (server stream)
+// and a silent caller (bidi stream) end the stream with
+// deadline_exceeded, KERNEL_TIMEOUT_003, naming who was silent.
+func TestStreamIdle(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false) {
+		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Quiet", `{"count":1,"wait":true}`)
+		ce := asConnect(t, err)
+		info := errorInfo(t, ce)
+		if len(ns) != 1 || ce.Code() != connect.CodeDeadlineExceeded || info.Reason != rstream.CodeIdle ||
+			info.Metadata[rstream.DetailSilent] != "handler" {
+			t.Errorf("%s server stream: %v, %v %v; want 1 message, then %s silent=handler",
+				p.name, ns, err, info.Metadata, rstream.CodeIdle)
+		}
+	}
+	for _, p := range streamProtocols(true) {
+		c := s.client(t, httpClient(t, true), "/test.v1.Feed/QuietEcho", p.opts...)
+		bs := c.CallBidiStream(ctx)
+		if err := bs.Send(s.tickMsg(t, "/test.v1.Feed/QuietEcho", 7)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := bs.Receive(); err != nil || field(got, "n") != "7" {
+			t.Fatalf("%s bidi: %v, %v", p.name, got, err)
+		}
+		_, err := bs.Receive() // the caller sends nothing more
+		ce := asConnect(t, err)
+		info := errorInfo(t, ce)
+		if ce.Code() != connect.CodeDeadlineExceeded || info.Reason != rstream.CodeIdle ||
+			info.Metadata[rstream.DetailSilent] != "caller" {
+			t.Errorf("%s bidi stream: %v %v; want %s silent=caller", p.name, err, info.Metadata, rstream.CodeIdle)
+		}
+		_ = bs.CloseRequest()
+		_ = bs.CloseResponse()
+	}
+}
+
+// TestStreamCallerCancels: the caller cancels a server stream and a bidi
+// stream after one message. The handler's context ends, and the call is
+// logged CANCELLED, KERNEL_CANCELLED_001: the caller left, no transport
+// failed.
+func TestStreamCallerCancels(t *testing.T) {
+	s, f := newStreamServer(t)
+	for _, p := range streamProtocols(false) {
+		ctx, cancel := context.WithCancel(t.Context())
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Watch", p.opts...)
+		ss, err := c.CallServerStream(ctx, s.request(t, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`))
+		if err != nil || !ss.Receive() {
+			t.Fatalf("%s: %v", p.name, errors.Join(err, ss.Err()))
+		}
+		cancel()
+		if cause := f.cause(t); !errors.Is(cause, context.Canceled) {
+			t.Errorf("%s server stream: the handler's context ended with %v, want the caller's cancel", p.name, cause)
+		}
+		_ = ss.Close()
+	}
+	for _, p := range streamProtocols(true) {
+		ctx, cancel := context.WithCancel(t.Context())
+		c := s.client(t, httpClient(t, true), "/test.v1.Feed/Echo", p.opts...)
+		bs := c.CallBidiStream(ctx)
+		if err := bs.Send(s.tickMsg(t, "/test.v1.Feed/Echo", 1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bs.Receive(); err != nil {
+			t.Fatalf("%s bidi: %v", p.name, err)
+		}
+		// connect-go's client resets the stream when its response is
+		// closed: its request body is still open.
+		cancel()
+		_ = bs.CloseResponse()
+		if cause := f.cause(t); !errors.Is(cause, context.Canceled) {
+			t.Errorf("%s bidi stream: the handler's context ended with %v, want the caller's cancel", p.name, cause)
+		}
+	}
+	for _, full := range []string{"/test.v1.Feed/Watch", "/test.v1.Feed/Echo"} {
+		waitLog(t, s, logMessage, "method="+full, "grpcCode=Canceled", "code=KERNEL_CANCELLED_001")
+	}
+	if n := len(s.logs.Find(func(r pipelinetest.Record) bool { return r.Attrs["code"] == rstream.CodeTransport })); n != 0 {
+		t.Errorf("%d streams logged as transport failures", n)
+	}
+}
+
+// TestStreamRateLimitBeforeTheFirstMessage: a stream the rate limit turns
+// away is answered as a unary call: unavailable, KERNEL_UNAVAILABLE_002,
+// a RetryInfo and the RateLimit-Policy field; the handler never runs.
+func TestStreamRateLimitBeforeTheFirstMessage(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ps := streamProtocols(false)
+	if ns, err := s.watch(ctx, t, ps[0], "/test.v1.Feed/Limited", `{"count":1}`); err != nil || len(ns) != 1 {
+		t.Fatalf("first call: %v, %v", ns, err)
+	}
+	for _, p := range ps {
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Limited", p.opts...)
+		ss, err := c.CallServerStream(ctx, s.request(t, "/test.v1.Feed/Limited", `{"count":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ss.Receive() {
+			t.Fatalf("%s: a message passed the rate limit", p.name)
+		}
+		ce := asConnect(t, ss.Err())
+		if ce.Code() != connect.CodeUnavailable || errorInfo(t, ce).Reason != "KERNEL_UNAVAILABLE_002" || retryInfo(ce) == nil {
+			t.Errorf("%s: %v; want unavailable KERNEL_UNAVAILABLE_002 with a RetryInfo", p.name, ce)
+		}
+		if ss.ResponseHeader().Get("RateLimit-Policy") == "" && ce.Meta().Get("RateLimit-Policy") == "" {
+			t.Errorf("%s: no RateLimit-Policy field: %v %v", p.name, ss.ResponseHeader(), ce.Meta())
+		}
+		_ = ss.Close()
+	}
+}
+
+// TestBidiNeedsHTTP2: connect-go refuses a bidi stream over HTTP/1.1 with
+// 505 HTTP Version Not Supported, and closes the connection: a client
+// gets a clear error at once, and no operation runs.
+func TestBidiNeedsHTTP2(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false)[:2] { // gRPC is HTTP/2 only
+		c := s.client(t, httpClient(t, false), "/test.v1.Feed/Echo", p.opts...)
+		bs := c.CallBidiStream(ctx)
+		_ = bs.Send(s.tickMsg(t, "/test.v1.Feed/Echo", 1))
+		_ = bs.CloseRequest()
+		_, err := bs.Receive()
+		if connect.CodeOf(err) != connect.CodeUnknown || !strings.Contains(err.Error(), "505 HTTP Version Not Supported") {
+			t.Errorf("%s over HTTP/1.1: %v; want unknown: HTTP status 505 HTTP Version Not Supported", p.name, err)
+		}
+		_ = bs.CloseResponse()
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/test.v1.Feed/Echo", strings.NewReader(""))
+	req.Header.Set("Content-Type", "application/connect+json")
+	res, err := httpClient(t, false).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusHTTPVersionNotSupported || !res.Close {
+		t.Errorf("HTTP/1.1 bidi: %d, close %v; want 505 and the connection closed", res.StatusCode, res.Close)
+	}
+	if n := len(s.logs.Find(func(r pipelinetest.Record) bool { return r.Attrs["method"] == "/test.v1.Feed/Echo" })); n != 0 {
+		t.Errorf("%d calls of Echo logged; want none", n)
+	}
+}
+
+// TestStreamSendStall: a caller that never reads. The handler's Send
+// blocks once flow control is exhausted, and the send stall ends the
+// stream: the blocked Send returns, the handler's context ends with
+// KERNEL_CANCELLED_002, and the call is logged with it. The caller's
+// stream is reset: reading at last, it gets the messages sent, then an
+// error.
+func TestStreamSendStall(t *testing.T) {
+	s, f := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(true) {
+		// No gzip: the flood fills the flow-control window sooner.
+		opts := append([]connect.ClientOption{connect.WithAcceptCompression("gzip", nil, nil)}, p.opts...)
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Flood", opts...)
+		ss, err := c.CallServerStream(ctx, s.request(t, "/test.v1.Feed/Flood", `{"flood":65536}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cause := f.cause(t) // the caller has read nothing yet
+		if e := pipeline.AsError(cause); e == nil || e.Code() != rstream.CodeSendStall {
+			t.Errorf("%s: the handler's context ended with %v, want %s", p.name, cause, rstream.CodeSendStall)
+		}
+		for ss.Receive() {
+		}
+		// A reset stream, or the outcome when the blocked write went out
+		// within the grace.
+		if code := connect.CodeOf(ss.Err()); code != connect.CodeInternal && code != connect.CodeCanceled {
+			t.Errorf("%s: the stalled stream ended with %v; want a reset (internal) or canceled", p.name, ss.Err())
+		}
+		_ = ss.Close()
+	}
+	if n := len(s.logs.Find(func(r pipelinetest.Record) bool {
+		return r.Message == logMessage && r.Attrs["method"] == "/test.v1.Feed/Flood" && r.Attrs["code"] == rstream.CodeSendStall
+	})); n != 3 {
+		t.Errorf("%d streams logged %s, want 3: %v", n, rstream.CodeSendStall, s.logs.Records())
+	}
+}
+
+// TestStreamOutlivesServerTimeouts: the server's ReadTimeout and
+// WriteTimeout (200 ms) do not end a stream; its own deadline (the
+// caller's, 1 s) does, KERNEL_TIMEOUT_001, on HTTP/1.1 and h2c alike.
+func TestStreamOutlivesServerTimeouts(t *testing.T) {
+	s, f := newStreamServer(t)
+	s.url = serveWith(t, &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, nil)
+	for _, p := range []streamProtocol{
+		{"connect+json http/1.1", false, []connect.ClientOption{connect.WithProtoJSON()}},
+		{"grpc h2c", true, []connect.ClientOption{connect.WithGRPC()}},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`)
+		cancel()
+		if len(ns) != 1 || connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Errorf("%s: %v, %v; want 1 message, then deadline_exceeded", p.name, ns, err)
+		}
+		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Errorf("%s: the handler's context ended with %v, want the caller's deadline", p.name, cause)
+		}
+	}
+	c := s.client(t, httpClient(t, true), "/test.v1.Feed/QuietEcho", connect.WithGRPCWeb())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	bs := c.CallBidiStream(ctx)
+	if err := bs.Send(s.tickMsg(t, "/test.v1.Feed/QuietEcho", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bs.Receive() // past both server timeouts, the idle clock ends it
+	if ce := asConnect(t, err); errorInfo(t, ce).Reason != rstream.CodeIdle {
+		t.Errorf("bidi: %v; want %s", err, rstream.CodeIdle)
+	}
+	_ = bs.CloseRequest()
+	_ = bs.CloseResponse()
+	if n := len(s.logs.Find(func(r pipelinetest.Record) bool {
+		return r.Message == logMessage && r.Attrs["code"] == "KERNEL_TIMEOUT_001"
+	})); n != 2 {
+		t.Errorf("%d streams logged KERNEL_TIMEOUT_001, want 2: %v", n, s.logs.Records())
+	}
+}
+
+// TestStreamRefusesABadMessage: a client stream's message with a field
+// number the input lacks ends the stream with invalid_argument,
+// KERNEL_VALIDATION_003, as a unary request is refused. The binary
+// protocols carry it; JSON cannot.
+func TestStreamRefusesABadMessage(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false)[1:] {
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Sum", p.opts...)
+		cs := c.CallClientStream(ctx)
+		m := s.tickMsg(t, "/test.v1.Feed/Sum", 1)
+		m.SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+		_ = cs.Send(m)
+		_, err := cs.CloseAndReceive()
+		ce := asConnect(t, err)
+		if info := errorInfo(t, ce); ce.Code() != connect.CodeInvalidArgument || info.Reason != "KERNEL_VALIDATION_003" {
+			t.Errorf("%s: %v %v; want invalid_argument KERNEL_VALIDATION_003", p.name, err, info)
+		}
+	}
+}
+
+// TestStreamMessageOverTheReadLimit: a client stream's message larger
+// than WithReadLimit ends the stream with invalid_argument,
+// KERNEL_VALIDATION_001, naming the limit: the caller's fault, never a
+// transport failure.
+func TestStreamMessageOverTheReadLimit(t *testing.T) {
+	s, _ := newStreamServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, p := range streamProtocols(false) {
+		c := s.client(t, httpClient(t, p.h2c), "/test.v1.Feed/Sum", p.opts...)
+		cs := c.CallClientStream(ctx)
+		// 5 MiB: over the default limit of 4 MiB.
+		_ = cs.Send(s.request(t, "/test.v1.Feed/Sum", `{"n":1,"pad":"`+strings.Repeat("y", 5<<20)+`"}`).Msg)
+		_, err := cs.CloseAndReceive()
+		ce := asConnect(t, err)
+		info := errorInfo(t, ce)
+		if ce.Code() != connect.CodeInvalidArgument || info.Reason != "KERNEL_VALIDATION_001" ||
+			!strings.Contains(ce.Message(), "larger than 4194304 bytes") {
+			t.Errorf("%s: %v %v; want invalid_argument KERNEL_VALIDATION_001 over 4194304 bytes", p.name, err, info)
+		}
+	}
+}
