@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,8 +176,26 @@ func itoa(n int) string {
 // the n fields of its messages and the error that ended it (nil: OK).
 func (s *server) watch(ctx context.Context, t testing.TB, p streamProtocol, full, js string) ([]string, error) {
 	t.Helper()
+	return s.watchWith(ctx, t, p, full, js, 0)
+}
+
+// watchWith is watch with the caller's deadline sent as a timeout header
+// (timeout > 0) from a context without one. Its client then never resets
+// the stream at its own deadline, a race with the server's timer that a
+// transit longer than the tolerance would turn into a cancel.
+func (s *server) watchWith(ctx context.Context, t testing.TB, p streamProtocol, full, js string, timeout time.Duration) ([]string, error) {
+	t.Helper()
 	c := s.client(t, httpClient(t, p.h2c), full, p.opts...)
-	ss, err := c.CallServerStream(ctx, s.request(t, full, js))
+	req := s.request(t, full, js)
+	if timeout > 0 {
+		ms := strconv.FormatInt(timeout.Milliseconds(), 10)
+		if strings.HasPrefix(p.name, "grpc") {
+			req.Header().Set("Grpc-Timeout", ms+"m")
+		} else {
+			req.Header().Set("Connect-Timeout-Ms", ms)
+		}
+	}
+	ss, err := c.CallServerStream(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -280,9 +299,7 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 func TestStreamCallersDeadline(t *testing.T) {
 	s, f := newStreamServer(t)
 	for _, p := range streamProtocols(false) {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`)
-		cancel()
+		ns, err := s.watchWith(t.Context(), t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`, time.Second)
 		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 			t.Errorf("%s: %v, %v; want deadline_exceeded", p.name, ns, err)
 		}
@@ -493,9 +510,7 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 		{"connect+json http/1.1", false, []connect.ClientOption{connect.WithProtoJSON()}},
 		{"grpc h2c", true, []connect.ClientOption{connect.WithGRPC()}},
 	} {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`)
-		cancel()
+		ns, err := s.watchWith(t.Context(), t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`, time.Second)
 		if len(ns) != 1 || connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 			t.Errorf("%s: %v, %v; want 1 message, then deadline_exceeded", p.name, ns, err)
 		}
