@@ -114,6 +114,8 @@ var conformanceColumns = []column{
 	// The HTTP port's Connect and gRPC-Web (connect_test.go).
 	{"connect", func(t *testing.T, env *shopEnv) caller { return newConnectCaller(t, env, false) }},
 	{"grpcweb", func(t *testing.T, env *shopEnv) caller { return newConnectCaller(t, env, true) }},
+	// Tool calls over Streamable HTTP at /mcp (conformance_mcp_test.go).
+	{"mcp", func(t *testing.T, env *shopEnv) caller { return newMCPCaller(t, env) }},
 }
 
 // conformanceRow is one scenario: steps, then check.
