@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -430,7 +431,8 @@ func TestStreamRateLimitBeforeTheFirstMessage(t *testing.T) {
 
 // TestBidiNeedsHTTP2: connect-go refuses a bidi stream over HTTP/1.1 with
 // 505 HTTP Version Not Supported, and closes the connection: a client
-// gets a clear error at once, and no operation runs.
+// gets an error at once (the 505, or the closed connection when it was
+// still writing), and no operation runs.
 func TestBidiNeedsHTTP2(t *testing.T) {
 	s, _ := newStreamServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -440,8 +442,12 @@ func TestBidiNeedsHTTP2(t *testing.T) {
 		bs := c.CallBidiStream(ctx)
 		_ = bs.Send(s.tickMsg(t, "/test.v1.Feed/Echo", 1))
 		_ = bs.CloseRequest()
+		// The server answers 505 and closes the connection at once: a
+		// client still writing its body may see the closed connection
+		// instead of the answer. Either way the call fails at once.
 		_, err := bs.Receive()
-		if connect.CodeOf(err) != connect.CodeUnknown || !strings.Contains(err.Error(), "505 HTTP Version Not Supported") {
+		got505 := connect.CodeOf(err) == connect.CodeUnknown && strings.Contains(err.Error(), "505 HTTP Version Not Supported")
+		if !got505 && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 			t.Errorf("%s over HTTP/1.1: %v; want unknown: HTTP status 505 HTTP Version Not Supported", p.name, err)
 		}
 		_ = bs.CloseResponse()
