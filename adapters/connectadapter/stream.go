@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/sundial-go/sundial/adapters/internal/streamctx"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
@@ -140,22 +141,10 @@ func (r *connRaw) failed(err error) error {
 	return err
 }
 
-// callerContext returns ctx with its values and deadline, ended when ctx
-// ends before a clock or bound ended the stream. Go's server ends ctx
-// when a write fails, and Abort makes a blocked write fail: that is the
-// stream's end, never the caller leaving.
+// callerContext returns ctx with its values and deadline, ended when
+// the caller leaves before a clock or bound ended the stream.
 func (r *connRaw) callerContext(ctx context.Context) (context.Context, func()) {
-	base, cancelDeadline := context.WithoutCancel(ctx), context.CancelFunc(func() {})
-	if d, ok := ctx.Deadline(); ok {
-		base, cancelDeadline = context.WithDeadline(base, d)
-	}
-	cctx, cancel := context.WithCancelCause(base)
-	stop := context.AfterFunc(ctx, func() {
-		if !r.aborted.Load() {
-			cancel(context.Cause(ctx))
-		}
-	})
-	return cctx, func() { stop(); cancel(nil); cancelDeadline() }
+	return streamctx.Follow(ctx, r.aborted.Load)
 }
 
 // newRequest returns a request ready for one of the caller's messages.

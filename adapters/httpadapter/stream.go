@@ -19,6 +19,7 @@ import (
 
 	"github.com/sundial-go/sundial/adapters/internal/ndjson"
 	"github.com/sundial-go/sundial/adapters/internal/outcome"
+	"github.com/sundial-go/sundial/adapters/internal/streamctx"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -301,17 +302,9 @@ func (r *httpRaw) liftDeadlines() {
 }
 
 // callerContext returns the stream's parent: ctx's values, ended when
-// ctx ends before a clock or bound ended the stream. Go's server ends
-// ctx when a write fails, and Abort makes a blocked write fail: that is
-// the stream's end, never the caller leaving.
+// the caller leaves before a clock or bound ended the stream.
 func (r *httpRaw) callerContext(ctx context.Context) (context.Context, func()) {
-	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		if !r.ended.Load() {
-			cancel(context.Cause(ctx))
-		}
-	})
-	return sctx, func() { stop(); cancel(nil) }
+	return streamctx.Follow(ctx, r.ended.Load)
 }
 
 // endStream writes a stream's outcome o and its access log record.
