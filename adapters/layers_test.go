@@ -32,8 +32,8 @@ var allowed = []struct {
 }
 
 // TestLayers fails when a package imports a project package its layer may
-// not: in particular adapters/... importing resilience, or resilience
-// importing operations.
+// not: in particular adapters/... importing resilience, an adapter
+// importing another adapter, or resilience importing operations.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -67,6 +67,11 @@ func TestLayers(t *testing.T) {
 			}
 			target := strings.TrimPrefix(imp, module+"/")
 			checked++
+			if otherAdapter(target, dir) {
+				t.Errorf("%s imports %s: an adapter may not import another adapter; "+
+					"shared adapter code lives in adapters/internal", rel, imp)
+				continue
+			}
 			if within(target, dir) || within(target, layer) && !strings.HasPrefix(target, "samples") ||
 				sameSample(target, dir) {
 				continue
@@ -96,6 +101,17 @@ func sameSample(target, dir string) bool {
 	t, d := strings.Split(target, "/"), strings.Split(dir, "/")
 	return len(t) > 1 && len(d) > 1 && t[0] == "samples" && d[0] == "samples" &&
 		t[1] == d[1] && t[1] != "internal"
+}
+
+// otherAdapter reports whether target is an adapter (adapters/<name>/...,
+// internal excepted) other than the one dir belongs to. Adapters are
+// leaves: what two of them share lives in adapters/internal.
+func otherAdapter(target, dir string) bool {
+	t, d := strings.Split(target, "/"), strings.Split(dir, "/")
+	if len(t) < 2 || t[0] != "adapters" || t[1] == "internal" || d[0] != "adapters" {
+		return false
+	}
+	return len(d) < 2 || d[1] != t[1]
 }
 
 // layerOf returns the layer of a directory: the longest entry of allowed

@@ -1,4 +1,4 @@
-package grpcadapter
+package rpcschema
 
 import (
 	"encoding"
