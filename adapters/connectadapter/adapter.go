@@ -2,15 +2,18 @@ package connectadapter
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/labstack/echo/v4"
 
-	"github.com/sundial-go/sundial/adapters/grpcadapter"
-	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
+	"github.com/sundial-go/sundial/adapters/internal/rpcschema"
+	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // defaultReadLimit is the largest request message, after inflating, when
@@ -31,6 +34,31 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	origins   []string // CORS; nil: off
 	readLimit int
+	pkg       string       // the proto package (WithPackage)
+	logger    *slog.Logger // the call log; nil: the kernel's
+}
+
+// defaultPackage is the proto package of the services when WithPackage is
+// not given, as on gRPC.
+const defaultPackage = "sundial.v1"
+
+// WithPackage sets the proto package of the services built from the
+// operations, e.g. "shop.v1": operation orders.create is then procedure
+// /shop.v1.Orders/Create. Give the gRPC adapter the same package, so that
+// both serve the same methods. The default is "sundial.v1".
+func WithPackage(pkg string) Option {
+	return optionFunc(func(c *config) { c.pkg = pkg })
+}
+
+// WithLogger sets the logger of the call log (one record per call,
+// message "connect call"). The default is the kernel's logger; a nil
+// logger is ignored.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
 }
 
 // WithCORS answers cross-origin calls from browsers of the given origins,
@@ -57,21 +85,24 @@ func WithReadLimit(n int) Option {
 	})
 }
 
-// New returns the handler of every operation g serves, unary or
-// streaming. Each one is a procedure at the gRPC method's path, such as
-// /shop.v1.Orders/Create. Requests for any other path are answered 404.
-func New(g *grpcadapter.Adapter, opts ...Option) (http.Handler, error) {
-	h, _, err := build(g, opts)
+// New returns the handler of every operation registered with k, unary or
+// streaming. Each one is a procedure at its gRPC method's path, such as
+// /shop.v1.Orders/Create, with the messages the gRPC adapter builds from
+// the same operations (see docs/grpc.md). Requests for any other path are
+// answered 404. New fails as the gRPC adapter's New does when an
+// operation has no protobuf form.
+func New(k *kernel.Kernel, opts ...Option) (http.Handler, error) {
+	h, _, err := build(k, opts)
 	return h, err
 }
 
 // Mount puts the handler of New on e, one route per service:
 // "/shop.v1.Orders/*" answers every method of shop.v1.Orders.
-func Mount(e *echo.Echo, g *grpcadapter.Adapter, opts ...Option) error {
+func Mount(e *echo.Echo, k *kernel.Kernel, opts ...Option) error {
 	if e == nil {
 		return errors.New("connectadapter: Mount: nil echo")
 	}
-	h, services, err := build(g, opts)
+	h, services, err := build(k, opts)
 	if err != nil {
 		return err
 	}
@@ -82,31 +113,35 @@ func Mount(e *echo.Echo, g *grpcadapter.Adapter, opts ...Option) error {
 	return nil
 }
 
-// build returns the handler of every method of g and the names of their
-// services.
-func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error) {
-	var srv rpcbridge.Server
-	if g != nil && rpcbridge.Of != nil {
-		srv = rpcbridge.Of(g)
+// build returns the handler of every method of k's operations and the
+// names of their services.
+func build(k *kernel.Kernel, opts []Option) (http.Handler, []string, error) {
+	if k == nil {
+		return nil, nil, errors.New("connectadapter: nil kernel")
 	}
-	if srv == nil {
-		return nil, nil, errors.New("connectadapter: nil grpcadapter.Adapter")
-	}
-	cfg := config{readLimit: defaultReadLimit}
+	cfg := config{readLimit: defaultReadLimit, pkg: defaultPackage}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
+	set, err := rpcschema.Build(k.Operations(), cfg.pkg, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("connectadapter: %w", err)
+	}
+	srv := rpccall.New(k, rpccall.Config{Logger: cfg.logger, Tolerance: rpccall.DefaultTolerance,
+		BaggageLimit: rpccall.DefaultBaggageLimit, Protocol: pipeline.ProtocolConnect})
 	mux := http.NewServeMux()
-	var services []string
-	for _, m := range srv.Methods() {
-		p := &procedure{srv: srv, m: m, readLimit: cfg.readLimit}
-		mux.Handle(m.Full, p.handler(&cfg))
-		if s, _, _ := strings.Cut(strings.TrimPrefix(m.Full, "/"), "/"); len(services) == 0 || services[len(services)-1] != s {
-			services = append(services, s)
-			mux.Handle("/"+s+"/", unknownMethod{srv})
+	services := make([]string, 0, len(set.Services))
+	unknown := unknownMethod{srv: srv, services: make(map[string]bool, len(set.Services))}
+	for _, sv := range set.Services {
+		for _, m := range sv.Methods {
+			p := &procedure{srv: srv, m: m, readLimit: cfg.readLimit}
+			mux.Handle(m.Full, p.handler(&cfg))
 		}
+		services = append(services, sv.Full)
+		unknown.services[sv.Full] = true
+		mux.Handle("/"+sv.Full+"/", unknown)
 	}
 	var h http.Handler = mux
 	if cfg.origins != nil {
@@ -117,10 +152,10 @@ func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error
 
 // handler returns connect-go's handler of p's procedure.
 func (p *procedure) handler(cfg *config) http.Handler {
-	in := p.m.Desc.Input()
+	in := p.m.Input()
 	policy := p.m.Op.Descriptor().InputPolicy
 	opts := []connect.HandlerOption{
-		connect.WithSchema(p.m.Desc),
+		connect.WithSchema(p.m.RPC),
 		connect.WithRequestInitializer(func(_ connect.Spec, x any) error {
 			if r, ok := x.(*request); ok {
 				r.init(in, policy.AllowUnknownFields)
@@ -140,7 +175,7 @@ func (p *procedure) handler(cfg *config) http.Handler {
 	oneMessage := func(h http.Handler) http.Handler {
 		return http.MaxBytesHandler(h, int64(cfg.readLimit)+bodySlack)
 	}
-	d := p.m.Op.Descriptor()
+	d := p.m.Desc
 	switch k := d.Kind(); k {
 	case operations.ServerStream:
 		return oneMessage(p.streamHandler(k, opts))

@@ -11,15 +11,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
+	"github.com/sundial-go/sundial/adapters/internal/rpcschema"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
 // procedure is one operation served as a Connect procedure.
 type procedure struct {
-	srv       rpcbridge.Server
-	m         rpcbridge.Method
+	srv       *rpccall.Server
+	m         *rpcschema.Method
 	readLimit int // the largest message, inflated (WithReadLimit)
 }
 
@@ -34,9 +35,9 @@ const headerTraceID = "Sundial-Trace-Id"
 // the invocation's deadline whatever the handler does (kernel.Op.Handle).
 func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*connect.Response[dynamicpb.Message], error) {
 	start := time.Now()
-	md := p.srv.Header(ctx, req.Header(), &p.m)
+	md := p.srv.Header(ctx, req.Header(), p.m.Desc.ID, p.m.Full)
 	var u kernel.Unary
-	parent, stop := p.srv.Enter(ctx, md, &p.m, &u.Caller)
+	parent, stop := p.srv.Enter(ctx, md, p.m.Full, &u.Caller)
 	defer stop()
 	u.Protocol = pipeline.ProtocolConnect
 	var o kernel.Outcome
@@ -48,9 +49,9 @@ func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*c
 	}
 	var resp *dynamicpb.Message
 	if o.Err == nil {
-		resp, o.Err = p.m.Output(o.Output)
+		resp, o.Err = p.m.EncodeOutput(o.Output)
 	}
-	st := p.srv.Answer(ctx, &p.m, o, start, logMessage)
+	st := p.srv.Answer(ctx, p.m.Full, o, start, logMessage)
 	if st != nil {
 		e := connectError(st)
 		replyFields(e.Meta(), o.Invocation)
@@ -69,15 +70,22 @@ func (p *procedure) input(r *request) (any, error) {
 	if r.err != nil {
 		return nil, r.outcome()
 	}
-	return p.m.Input(r.msg)
+	return p.m.DecodeInput(r.msg)
 }
 
 // unknownMethod answers the calls of a service's unknown methods through
 // the kernel: unimplemented, observed and logged like every other call.
-type unknownMethod struct{ srv rpcbridge.Server }
+type unknownMethod struct {
+	srv      *rpccall.Server
+	services map[string]bool // by full name
+}
 
 func (u unknownMethod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	o, st := u.srv.Unknown(r.Context(), r.Header, r.URL.Path, logMessage)
+	start, ctx, full := time.Now(), r.Context(), r.URL.Path
+	parent, stop := u.srv.Inbound(ctx)
+	defer stop()
+	o, st := u.srv.Unknown(parent, u.srv.Header(ctx, r.Header, "", full), full, func(s string) bool { return u.services[s] })
+	u.srv.LogCall(ctx, full, o, st, start, logMessage)
 	e := connectError(st)
 	if o.TraceID != "" {
 		e.Meta().Set(headerTraceID, o.TraceID)

@@ -1,8 +1,9 @@
 // Package connectadapter serves Sundial operations over the Connect
 // protocol, gRPC and gRPC-Web, from one http.Handler on the HTTP server.
 //
-// [New] takes the methods a grpcadapter.Adapter built from the operations'
-// Go types: the same names, the same messages, no generated code. Each
+// [New] builds the methods from the kernel's operations and their Go
+// types, as the gRPC adapter does: with the same [WithPackage], the same
+// names and the same messages, and no generated code. Each
 // operation becomes one procedure of connect-go, served from dynamic
 // messages: unary, server stream, client stream or bidi stream. A client
 // may speak Connect with JSON or binary protobuf, gRPC, or gRPC-Web, over

@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sundial-go/sundial/adapters/connectadapter"
-	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
 )
@@ -37,12 +36,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	g, err := grpcadapter.New(k, grpcadapter.WithPackage("hello.v1"))
-	if err != nil {
-		panic(err)
-	}
 	e := echo.New()
-	if err := connectadapter.Mount(e, g, connectadapter.WithCORS("https://app.example")); err != nil {
+	if err := connectadapter.Mount(e, k, connectadapter.WithPackage("hello.v1"),
+		connectadapter.WithCORS("https://app.example")); err != nil {
 		panic(err)
 	}
 	srv := httptest.NewServer(e)

@@ -164,7 +164,9 @@ func startServer(t testing.TB, reg func(testing.TB, *operations.Registry), confi
 	if _, err := httpadapter.Mount(e, k, httpadapter.WithLogger(s.logs.Logger())); err != nil {
 		t.Fatal(err)
 	}
-	if err := connectadapter.Mount(e, s.g, opts...); err != nil {
+	opts = append([]connectadapter.Option{connectadapter.WithPackage("test.v1"),
+		connectadapter.WithLogger(s.logs.Logger())}, opts...)
+	if err := connectadapter.Mount(e, k, opts...); err != nil {
 		t.Fatal(err)
 	}
 	s.handler = e

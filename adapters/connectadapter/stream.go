@@ -73,7 +73,7 @@ type connRaw struct {
 
 // Send sends one of the handler's outputs.
 func (r *connRaw) Send(v any) error {
-	msg, err := r.p.m.Output(v)
+	msg, err := r.p.m.EncodeOutput(v)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (r *connRaw) Recv() (any, int, error) {
 	if req.err != nil {
 		return nil, req.size, req.outcome()
 	}
-	in, err := r.p.m.Message(req.msg)
+	in, err := r.p.m.ConvertInput(req.msg)
 	return in, req.size, err
 }
 
@@ -150,7 +150,7 @@ func (r *connRaw) callerContext(ctx context.Context) (context.Context, func()) {
 // newRequest returns a request ready for one of the caller's messages.
 func (p *procedure) newRequest() *request {
 	r := new(request)
-	r.init(p.m.Desc.Input(), p.m.Op.Descriptor().InputPolicy.AllowUnknownFields)
+	r.init(p.m.Input(), p.m.Desc.InputPolicy.AllowUnknownFields)
 	return r
 }
 
@@ -191,7 +191,7 @@ func (p *procedure) streamHandler(k operations.Kind, opts []connect.HandlerOptio
 // sent before it.
 func (p *procedure) stream(ctx context.Context, conn connect.StreamingHandlerConn, req *request) (*dynamicpb.Message, error) {
 	start := time.Now()
-	md := p.srv.Header(ctx, conn.RequestHeader(), &p.m)
+	md := p.srv.Header(ctx, conn.RequestHeader(), p.m.Desc.ID, p.m.Full)
 	rc, _ := ctx.Value(controllerKey{}).(*http.ResponseController)
 	if rc != nil {
 		// The stream's clocks bound it, not the server's timeouts. A
@@ -203,7 +203,7 @@ func (p *procedure) stream(ctx context.Context, conn connect.StreamingHandlerCon
 	cctx, done := raw.callerContext(ctx)
 	defer done()
 	c := kernel.StreamCall{Raw: raw}
-	parent, stop := p.srv.Enter(cctx, md, &p.m, &c.Caller)
+	parent, stop := p.srv.Enter(cctx, md, p.m.Full, &c.Caller)
 	defer stop()
 	raw.caller = parent
 	c.Protocol = pipeline.ProtocolConnect
@@ -212,10 +212,10 @@ func (p *procedure) stream(ctx context.Context, conn connect.StreamingHandlerCon
 	}
 	o := p.m.Op.Stream(parent, c)
 	var resp *dynamicpb.Message
-	if o.Err == nil && req == nil && p.m.Op.Descriptor().Kind() == operations.ClientStream {
-		resp, o.Err = p.m.Output(o.Output)
+	if o.Err == nil && req == nil && p.m.Desc.Kind() == operations.ClientStream {
+		resp, o.Err = p.m.EncodeOutput(o.Output)
 	}
-	st := p.srv.Answer(ctx, &p.m, o, start, logMessage)
+	st := p.srv.Answer(ctx, p.m.Full, o, start, logMessage)
 	if !raw.sent.Load() {
 		replyFields(conn.ResponseHeader(), o.Invocation)
 	}

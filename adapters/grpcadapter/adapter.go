@@ -2,7 +2,6 @@ package grpcadapter
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,9 +12,11 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
+	"github.com/sundial-go/sundial/adapters/internal/rpcschema"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // Adapter serves a kernel's operations as gRPC methods and runs an
@@ -36,16 +37,17 @@ type Adapter struct {
 	k      *kernel.Kernel
 	cfg    config
 	logger *slog.Logger
+	srv    *rpccall.Server // what every call of a method does
 
+	set      *rpcschema.Set       // the operations' methods and files
 	files    *protoregistry.Files // the adapter's files and the well-known types they import
 	services []*grpc.ServiceDesc
 	methods  map[string]*method // by full method name
 	list     []Method
 
-	receivers  chan *reception // to an idle receiver goroutine (receive); nil: none
-	receptions sync.Pool       // of serve's *reception
-	canceled   *canceledCalls  // calls canceled by their clients
-	baggageLog *slog.Logger    // logger, sampled: records of dropped baggage
+	receivers  chan *reception   // to an idle receiver goroutine (receive); nil: none
+	receptions sync.Pool         // of serve's *reception
+	canceled   *rpccall.Canceled // calls canceled by their clients
 
 	ops      map[string]*kernel.Op // the kernel's operations by ID, made at New
 	explicit map[string]*kernel.Op // WithMethodOperations
@@ -65,11 +67,8 @@ type Method struct {
 
 // method is one served operation.
 type method struct {
-	a       *Adapter
-	full    string
-	op      *kernel.Op
-	desc    *operations.Descriptor
-	in, out *messageCodec
+	*rpcschema.Method
+	a *Adapter
 }
 
 // service is the implementation value registered with each ServiceDesc;
@@ -91,18 +90,11 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 			o.apply(&cfg)
 		}
 	}
-	if !isPackage(cfg.pkg) {
-		return nil, fmt.Errorf("grpcadapter: WithPackage(%q): want dot-separated protobuf identifiers, e.g. \"shop.v1\"", cfg.pkg)
-	}
-	if cfg.goPrefix != "" && !isImportPath(cfg.goPrefix) {
-		return nil, fmt.Errorf("grpcadapter: WithGoPackagePrefix(%q): want a Go import path, e.g. \"example.com/shop/gen\"", cfg.goPrefix)
-	}
-	a := &Adapter{k: k, cfg: cfg, logger: cfg.logger, methods: make(map[string]*method), receivers: make(chan *reception)}
-	if a.logger == nil {
-		a.logger = k.Logger()
-	}
-	a.canceled = newCanceledCalls(a.logger, k.MeterProvider())
-	a.baggageLog = logs.Sampled(a.logger, slog.LevelWarn, msgBaggageDropped)
+	a := &Adapter{k: k, cfg: cfg, methods: make(map[string]*method), receivers: make(chan *reception)}
+	a.srv = rpccall.New(k, rpccall.Config{Logger: cfg.logger, Domain: cfg.domain, Tolerance: cfg.tolerance,
+		BaggageLimit: cfg.baggageLimit, Propagator: cfg.propagator, OwnPropagator: !cfg.defaultPropagator,
+		Protocol: pipeline.ProtocolGRPC})
+	a.logger, a.canceled = a.srv.Logger, a.srv.Canceled
 	a.ops = make(map[string]*kernel.Op)
 	for _, op := range k.Operations() {
 		a.ops[op.Descriptor().ID] = op
@@ -120,7 +112,7 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 // application's *grpc.Server). Call it before s.Serve, once per server.
 func (a *Adapter) Register(s grpc.ServiceRegistrar) {
 	for full, m := range a.methods {
-		k := m.desc.Kind()
+		k := m.Desc.Kind()
 		streamMethods.Store(full, k == operations.ClientStream || k == operations.BidiStream)
 	}
 	impl := &service{a: a}

@@ -1,17 +1,15 @@
 package grpcadapter
 
 import (
-	"cmp"
 	"context"
-	"log/slog"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -21,16 +19,7 @@ import (
 
 // statusCode is the gRPC code the outcome err (nil: success) is answered
 // with, as a number (kernel.Transport.Status).
-func statusCode(err error) int {
-	if err == nil {
-		return int(codes.OK)
-	}
-	e := pipeline.AsError(err)
-	if hs, ok := e.Unwrap().(*handlerStatus); ok && hs != nil {
-		return int(hs.st.Code())
-	}
-	return int(CodeFor(e.Kind()))
-}
+var statusCode = rpccall.StatusCode
 
 // answer writes the call log record of one call and returns the status
 // error of its outcome (nil on success).
@@ -100,31 +89,5 @@ func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st
 
 // logCallAs is logCall with the record's message msg.
 func (a *Adapter) logCallAs(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time, msg string) {
-	kind, code := pipeline.KindOK, ""
-	if e := pipeline.AsError(o.Err); e != nil {
-		kind, code = e.Kind(), e.Code()
-	}
-	if kind == pipeline.KindCanceled && ctx.Err() != nil && !a.canceled.add(ctx, false) {
-		return
-	}
-	level := slog.LevelInfo
-	if kind == pipeline.KindUnexpected {
-		level = slog.LevelError
-	}
-	if !a.logger.Enabled(ctx, level) {
-		return
-	}
-	attrs := make([]slog.Attr, 0, 7)
-	attrs = append(attrs,
-		slog.String("operation", cmp.Or(o.Invocation.Name(), full)),
-		slog.String("method", full),
-		slog.String("grpcCode", st.Code().String()),
-		slog.String("code", code),
-		slog.Float64("durationMs", float64(time.Since(start).Microseconds())/1000),
-		slog.String("traceId", o.TraceID),
-	)
-	if kind == pipeline.KindUnexpected {
-		attrs = append(attrs, slog.String("error", pipeline.ErrorText(o.Err)))
-	}
-	a.logger.LogAttrs(ctx, level, msg, attrs...)
+	a.srv.LogCall(ctx, full, o, st, start, msg)
 }

@@ -1,58 +1,16 @@
 package grpcadapter
 
 import (
-	"reflect"
+	"context"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
-)
 
-// BenchmarkConvert measures the adapter's own share of a call: a Go value
-// to a dynamic message and back, for a small flat message (three scalars,
-// like the shop's orders) and for the rich test message (every supported
-// shape). The wire encoding itself (proto.Marshal/Unmarshal) is left out:
-// grpc-go's codec does it whichever way the message was built.
-func BenchmarkConvert(b *testing.B) {
-	a := newTestAdapter(b)
-	cases := []struct {
-		name string
-		mc   *messageCodec
-		v    any
-	}{
-		{"flat", a.methods["/test.v1.Echo/Flat"].in, flat{ID: "ord-1", Name: "widget", Amount: 3}},
-		{"rich", a.methods["/test.v1.Echo/Rich"].in, sampleRich()},
-	}
-	for _, c := range cases {
-		b.Run(c.name+"/encode", func(b *testing.B) {
-			v := reflect.ValueOf(c.v)
-			b.ReportAllocs()
-			for b.Loop() {
-				c.mc.encode(v, dynamicpb.NewMessage(c.mc.desc))
-			}
-		})
-		b.Run(c.name+"/decode", func(b *testing.B) {
-			m := dynamicpb.NewMessage(c.mc.desc)
-			c.mc.encode(reflect.ValueOf(c.v), m)
-			raw, err := proto.Marshal(m)
-			if err != nil {
-				b.Fatal(err)
-			}
-			parsed := dynamicpb.NewMessage(c.mc.desc)
-			if err := proto.Unmarshal(raw, parsed); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				out := reflect.New(c.mc.goType).Elem()
-				if err := c.mc.decode(parsed, out); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
+)
 
 // BenchmarkReceive measures what WithRecvTimeout adds to the receipt of a
 // request message that is already there (grpc-go's dec returns at once
@@ -61,10 +19,29 @@ func BenchmarkConvert(b *testing.B) {
 // goroutine (the same one, call after call) under a timer. BenchmarkGRPCRecvTimeout (samples/shop, in make bench)
 // sets this against a whole call over a loopback connection.
 func BenchmarkReceive(b *testing.B) {
-	a := newTestAdapter(b)
-	mc := a.methods["/test.v1.Echo/Flat"].in
-	m := dynamicpb.NewMessage(mc.desc)
-	mc.encode(reflect.ValueOf(flat{ID: "ord-1", Name: "widget", Amount: 3}), m)
+	type flat struct {
+		ID     string `json:"id"`
+		Name   string `json:"name"`
+		Amount int    `json:"amount"`
+	}
+	reg := operations.NewRegistry()
+	flatEcho := func(_ context.Context, in flat) (flat, error) { return in, nil }
+	if err := operations.Register(reg, operations.Descriptor{ID: "echo.flat"}, flatEcho); err != nil {
+		b.Fatal(err)
+	}
+	k, err := kernel.New(kernel.WithRegistry(reg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := New(k, WithPackage("test.v1"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	mc := a.methods["/test.v1.Echo/Flat"]
+	m, err := mc.Request(flat{ID: "ord-1", Name: "widget", Amount: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
 	raw, err := proto.Marshal(m)
 	if err != nil {
 		b.Fatal(err)
@@ -78,7 +55,7 @@ func BenchmarkReceive(b *testing.B) {
 			a.cfg.recvTimeout = c.bound
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := a.receive(dec, dynamicpb.NewMessage(mc.desc)); err != nil {
+				if err := a.receive(dec, dynamicpb.NewMessage(mc.Input())); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -3,7 +3,6 @@ package grpcadapter
 import (
 	"context"
 	"fmt"
-	"reflect"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -30,60 +29,27 @@ func (a *Adapter) Call(ctx context.Context, cc grpc.ClientConnInterface, id stri
 	if m == nil {
 		return fmt.Errorf("grpcadapter: Call: operation %q has no gRPC method in this adapter", id)
 	}
-	if k := m.desc.Kind(); k != operations.Unary {
+	if k := m.Desc.Kind(); k != operations.Unary {
 		return fmt.Errorf("grpcadapter: Call: operation %q is a %v; Call makes unary calls", id, k)
 	}
-	req, err := m.request(in)
+	req, err := m.Request(in)
 	if err != nil {
-		return err
+		return fmt.Errorf("grpcadapter: %w", err)
 	}
-	resp := dynamicpb.NewMessage(m.out.desc)
-	if err := cc.Invoke(ctx, m.full, req, resp, opts...); err != nil {
+	resp := dynamicpb.NewMessage(m.Output())
+	if err := cc.Invoke(ctx, m.Full, req, resp, opts...); err != nil {
 		return FromStatus(err)
 	}
-	return m.decodeReply(resp, out)
-}
-
-// decodeReply decodes resp into out, a pointer to the output type; a nil out
-// discards it.
-func (m *method) decodeReply(resp *dynamicpb.Message, out any) error {
-	if out == nil || m.out.empty {
-		return nil
-	}
-	ov := reflect.ValueOf(out)
-	if ov.Kind() != reflect.Pointer || ov.IsNil() || ov.Elem().Type() != m.out.goType {
-		return fmt.Errorf("grpcadapter: Call %q: out of type %T, want *%v", m.desc.ID, out, m.out.goType)
-	}
-	return m.out.decode(resp, ov.Elem())
-}
-
-// methodOf returns the method of operation id, or nil.
-func (a *Adapter) methodOf(id string) *method {
-	for _, x := range a.methods {
-		if x.desc.ID == id {
-			return x
-		}
+	if err := m.DecodeReply(resp, out); err != nil {
+		return fmt.Errorf("grpcadapter: %w", err)
 	}
 	return nil
 }
 
-// request returns the request message of a Call with input in: a value of
-// the operation's input type, a pointer to one, or nil (an empty message).
-func (m *method) request(in any) (*dynamicpb.Message, error) {
-	req := dynamicpb.NewMessage(m.in.desc)
-	v := reflect.ValueOf(in)
-	if !v.IsValid() || m.in.empty {
-		return req, nil
+// methodOf returns the method of operation id, or nil.
+func (a *Adapter) methodOf(id string) *method {
+	if x := a.set.MethodOf(id); x != nil {
+		return a.methods[x.Full]
 	}
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return req, nil
-		}
-		v = v.Elem()
-	}
-	if v.Type() != m.in.goType {
-		return nil, fmt.Errorf("grpcadapter: Call %q: input of type %T, want %v", m.desc.ID, in, m.in.goType)
-	}
-	m.in.encode(v, req)
-	return req, nil
+	return nil
 }

@@ -44,21 +44,24 @@ func (t *clientTransport) Bind(id string) (*operations.Descriptor, func(ctx cont
 	if m == nil {
 		return nil, nil, fmt.Errorf("grpcadapter: client: operation %q has no gRPC method in this adapter", id)
 	}
-	return m.desc, func(ctx context.Context, in, out any) error { return m.invoke(ctx, t.cc, in, out) }, nil
+	return m.Desc, func(ctx context.Context, in, out any) error { return m.invoke(ctx, t.cc, in, out) }, nil
 }
 
 // invoke makes one call of m over cc.
 func (m *method) invoke(ctx context.Context, cc grpc.ClientConnInterface, in, out any) error {
-	req, err := m.request(in)
+	req, err := m.Request(in)
 	if err != nil {
-		return err
+		return fmt.Errorf("grpcadapter: %w", err)
 	}
-	resp := dynamicpb.NewMessage(m.out.desc)
+	resp := dynamicpb.NewMessage(m.Output())
 	var trailer metadata.MD
-	if err := cc.Invoke(withTraceMetadata(ctx), m.full, req, resp, grpc.Trailer(&trailer)); err != nil {
+	if err := cc.Invoke(withTraceMetadata(ctx), m.Full, req, resp, grpc.Trailer(&trailer)); err != nil {
 		return withPushback(answer(err), trailer)
 	}
-	return m.decodeReply(resp, out)
+	if err := m.DecodeReply(resp, out); err != nil {
+		return fmt.Errorf("grpcadapter: %w", err)
+	}
+	return nil
 }
 
 // answer returns the outcome a server's status carries: the inverse of

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel/logs"
 )
 
@@ -711,4 +712,4 @@ func (c *guardedConn) linger() {
 }
 
 // meterName is the instrumentation scope of the adapter's instruments.
-const meterName = "github.com/sundial-go/sundial/adapters/grpcadapter"
+const meterName = rpccall.MeterName

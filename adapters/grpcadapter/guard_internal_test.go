@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel/logs/logstest"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
@@ -236,10 +237,10 @@ func TestGuardWritesGoAwayAtAFrameBoundary(t *testing.T) {
 func TestCanceledCallsAreSampled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := new(pipelinetest.LogSink)
-		c := newCanceledCalls(logs.Logger(), noop.NewMeterProvider())
+		c := rpccall.NewCanceled(logs.Logger(), noop.NewMeterProvider())
 		own := 0
 		for i := range 100 {
-			if c.add(t.Context(), i%10 == 9) {
+			if c.Add(t.Context(), i%10 == 9) {
 				own++
 			}
 		}
@@ -257,7 +258,7 @@ func TestCanceledCallsAreSampled(t *testing.T) {
 		if len(recs) != 1 || recs[0].Message != "grpc calls canceled by their clients" || recs[0].Attrs["calls"] != int64(100-own) {
 			t.Fatalf("records %+v, want one summing up %d calls", recs, 100-own)
 		}
-		if !c.add(t.Context(), false) {
+		if !c.Add(t.Context(), false) {
 			t.Error("a canceled call 10 s later got no record of its own")
 		}
 	})

@@ -1,19 +1,12 @@
 package grpcadapter
 
 import (
-	"cmp"
 	"context"
-	"fmt"
-	"log/slog"
-	"strings"
-	"time"
 
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel"
-	kprop "github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -48,76 +41,23 @@ func (a *Adapter) prepare(ctx, parent context.Context, full, id string, c *kerne
 }
 
 // prepareFrom is prepare with the request metadata md.
-func (a *Adapter) prepareFrom(md rpcbridge.Carrier, parent context.Context, full string, c *kernel.Caller) context.Context {
-	parent = a.extract(parent, md)
-	c.Protocol = pipeline.ProtocolGRPC
-	if c.Route == "" {
-		c.Route = full
-	}
-	if c.Transport.RPCMethod == "" {
-		c.Transport = kernel.Transport{RPCMethod: full, Status: statusCode}
-	}
-	// A repeated priority names no class: KERNEL_VALIDATION_009.
-	if vs := md.Values(mdPriority); len(vs) == 1 {
-		c.Priority = vs[0]
-	} else if len(vs) > 1 {
-		c.Priority = strings.Join(vs, ", ")
-	}
-	// A repeated key is malformed; the kernel checks a single one's
-	// grammar. A malformed key is InvalidArgument KERNEL_VALIDATION_005 on
-	// an operation that takes keys, and ignored on one that does not.
-	if vs := md.Values(mdIdempotencyKey); len(vs) == 1 {
-		c.IdempotencyKey = vs[0]
-	} else if len(vs) > 1 {
-		c.BadIdempotencyKey = true
-	}
-	return parent
+func (a *Adapter) prepareFrom(md rpccall.Carrier, parent context.Context, full string, c *kernel.Caller) context.Context {
+	return a.srv.Prepare(md, parent, full, c)
 }
 
 // inbound returns the invocation's parent context for a call whose server
-// context is ctx. The kernel reads the caller's deadline from it.
-//
-// Without a deadline the parent is ctx itself. With one, the parent keeps
-// ctx's values but not its cancellation. When ctx ends, the parent ends
-// with a cause that says which token fired. It is the deadline when ctx's
-// own deadline fired. It is the deadline too when the cancellation arrived
-// no earlier than the tolerance before the deadline: a client's deadline
-// timer, seen from the server. Otherwise it is the caller's cancellation.
-// The kernel attributes the outcome from that cause. stop releases the
-// parent; call it once the kernel has answered.
+// context is ctx (see rpccall.Server.Inbound). stop releases the parent;
+// call it once the kernel has answered.
 func (a *Adapter) inbound(ctx context.Context) (parent context.Context, stop func()) {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return ctx, func() {}
-	}
-	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	withDeadline, cancelDeadline := context.WithDeadline(base, d)
-	tolerance := a.cfg.tolerance
-	after := context.AfterFunc(ctx, func() {
-		if ctx.Err() == context.DeadlineExceeded || !time.Now().Before(d.Add(-tolerance)) {
-			cancel(errCallerDeadline)
-			return
-		}
-		cancel(context.Cause(ctx))
-	})
-	return withDeadline, func() {
-		after()
-		cancelDeadline()
-		cancel(nil)
-	}
+	return a.srv.Inbound(ctx)
 }
 
 // errCallerDeadline is the cause of a parent context ended by the
-// caller's deadline. It wraps context.DeadlineExceeded, which is what the
-// kernel attributes as TIMEOUT.
-var errCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %w", context.DeadlineExceeded)
+// caller's deadline.
+var errCallerDeadline = rpccall.ErrCallerDeadline
 
-// Metadata keys the adapter reads.
-const (
-	mdBaggage        = "baggage"
-	mdIdempotencyKey = "idempotency-key"
-	mdPriority       = "sundial-priority" // kernel.Caller.Priority
-)
+// mdBaggage is the metadata key of the W3C baggage.
+const mdBaggage = rpccall.MDBaggage
 
 // incomingMD reads the incoming metadata of a server context key by key,
 // as a propagation.TextMapCarrier for Extract. On every call,
@@ -144,15 +84,7 @@ func (m incomingMD) Values(key string) []string {
 	return metadata.ValueFromIncomingContext(m.ctx, key)
 }
 
-func (m incomingMD) Get(key string) string { return m.first(m.Values(key)) }
-
-// first returns the first of vs, or "".
-func (incomingMD) first(vs []string) string {
-	if len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
-}
+func (m incomingMD) Get(key string) string { return rpccall.First(m.Values(key)) }
 
 // Set does nothing: Extract only reads.
 func (incomingMD) Set(string, string) {}
@@ -170,7 +102,7 @@ func (m incomingMD) Keys() []string {
 
 // msgBaggageDropped is the message of the record of dropped baggage
 // metadata.
-const msgBaggageDropped = "grpcadapter: baggage metadata dropped"
+const msgBaggageDropped = rpccall.MsgBaggageDropped
 
 // metadata returns the incoming metadata of the server context ctx as a
 // carrier, with baggage over the WithBaggageLimit hidden (and a warning
@@ -182,32 +114,7 @@ func (a *Adapter) metadata(ctx context.Context, op, full string) incomingMD {
 }
 
 // baggageOver reports whether the baggage values vs are over the
-// WithBaggageLimit, and then logs a warning, sampled: callers send such
-// metadata at will.
+// WithBaggageLimit, and then logs a warning, sampled.
 func (a *Adapter) baggageOver(ctx context.Context, vs []string, op, full string) bool {
-	size := 0
-	for _, v := range vs {
-		size += len(v)
-	}
-	if size <= a.cfg.baggageLimit {
-		return false
-	}
-	a.baggageLog.LogAttrs(ctx, slog.LevelWarn, msgBaggageDropped,
-		slog.String("operation", cmp.Or(op, full)), slog.Int("bytes", size), slog.Int("limit", a.cfg.baggageLimit))
-	return true
-}
-
-// extract returns parent carrying the W3C baggage of md, which the kernel
-// copies into the invocation, and what the propagator extracts from it
-// (by default the W3C trace context, which the invocation's span
-// continues).
-func (a *Adapter) extract(parent context.Context, md rpcbridge.Carrier) context.Context {
-	if a.cfg.defaultPropagator {
-		return kprop.Propagator().Extract(parent, md) // trace context and baggage
-	}
-	parent = propagation.Baggage{}.Extract(parent, md)
-	if p := a.cfg.propagator; p != nil {
-		parent = p.Extract(parent, md)
-	}
-	return parent
+	return a.srv.BaggageOver(ctx, vs, op, full)
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpcschema"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -23,8 +24,7 @@ func (a *Adapter) buildExplicit() error {
 	}
 	a.explicit = make(map[string]*kernel.Op, len(a.cfg.methodOps))
 	for full, id := range a.cfg.methodOps {
-		svc, m := splitFull(full)
-		if !strings.HasPrefix(full, "/") || !isPackage(svc) || !isIdent(m) {
+		if !rpcschema.IsFullMethod(full) {
 			return fmt.Errorf("grpcadapter: WithMethodOperations: %q is not a full method name such as \"/acme.orders.v1.Orders/Place\"", full)
 		}
 		op, ok := a.ops[id]
@@ -56,7 +56,7 @@ func (a *Adapter) resolve(full string) *kernel.Op {
 	}
 	var d *kernel.Op
 	if m, ok := a.methods[full]; ok {
-		d = m.op
+		d = m.Op
 	} else if svc, name := splitFull(full); svc != "" && name != "" {
 		if i := strings.LastIndexByte(svc, '.'); i >= 0 {
 			svc = svc[i+1:]

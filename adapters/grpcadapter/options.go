@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 )
 
 // defaultPackage is the proto package of the generated services when
@@ -14,12 +16,12 @@ const defaultPackage = "sundial.v1"
 // defaultDeadlineTolerance is how close to the inbound deadline a client's
 // cancellation may arrive and still count as the deadline, when
 // WithDeadlineTolerance is not given.
-const defaultDeadlineTolerance = 10 * time.Millisecond
+const defaultDeadlineTolerance = rpccall.DefaultTolerance
 
 // defaultBaggageLimit is the largest W3C baggage metadata (all values
 // together) extracted for an invocation when WithBaggageLimit is not given:
 // 8192 bytes, the W3C limit.
-const defaultBaggageLimit = 8192
+const defaultBaggageLimit = rpccall.DefaultBaggageLimit
 
 // Option configures New. Every option may be given to New once; a later
 // option of the same kind replaces an earlier one.

@@ -5,20 +5,17 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"fmt"
+
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -36,22 +33,22 @@ func (m *method) handle(srv any, ctx context.Context, dec func(any) error, icpt 
 		// The client reset the stream before its handler started, as a
 		// rapid-reset client does call after call: no one is left to
 		// answer, and nothing is read or started for it.
-		m.a.canceled.add(ctx, true)
+		m.a.canceled.Add(ctx, true)
 		return nil, status.Error(codes.Canceled, context.Canceled.Error())
 	}
 	if icpt == nil || isOwnUnary(icpt) {
 		return m.serve(ctx, dec)
 	}
-	req := dynamicpb.NewMessage(m.in.desc)
+	req := dynamicpb.NewMessage(m.Input())
 	if err := m.a.receive(dec, req); err != nil {
 		return nil, m.unreceived(ctx, err)
 	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: m.full}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: m.Full}
 	return icpt(ctx, req, info, func(ctx context.Context, req any) (any, error) {
 		msg, ok := req.(*dynamicpb.Message)
 		if !ok {
 			return nil, m.reject(ctx, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-				fmt.Sprintf("grpcadapter: an interceptor replaced the request of %s with %T", m.full, req)))
+				fmt.Sprintf("grpcadapter: an interceptor replaced the request of %s with %T", m.Full, req)))
 		}
 		return m.call(ctx, msg)
 	})
@@ -81,7 +78,7 @@ func (m *method) unreceived(ctx context.Context, err error) error {
 		// it (or the stream has ended anyway), its calls end with it,
 		// unanswered.
 		if ctx.Err() == context.Canceled || chargeStall(ctx) {
-			m.a.canceled.add(ctx, true)
+			m.a.canceled.Add(ctx, true)
 			return status.Error(codes.Unavailable, "grpcadapter: connection closed by the listener's guard")
 		}
 		return m.reject(ctx, pipeline.ErrTimeout())
@@ -90,7 +87,7 @@ func (m *method) unreceived(ctx context.Context, err error) error {
 		// The client reset the stream (or its connection ended) before
 		// the message: no one is left to answer, and no invocation ran.
 		// It is counted, not logged one by one (see canceledCalls).
-		m.a.canceled.add(ctx, true)
+		m.a.canceled.Add(ctx, true)
 		return err
 	}
 	// A request that is not valid protobuf is answered with the decoder's
@@ -106,8 +103,8 @@ func (m *method) reject(ctx context.Context, outcome error) error {
 	parent, stop := m.a.inbound(ctx)
 	defer stop()
 	var c kernel.Caller
-	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &c)
-	return m.a.answer(ctx, m.full, m.op.Reject(parent, c, outcome), start)
+	parent = m.a.prepare(ctx, parent, m.Full, m.Desc.ID, &c)
+	return m.a.answer(ctx, m.Full, m.Op.Reject(parent, c, outcome), start)
 }
 
 // errRecvTimeout reports a request message that did not arrive within
@@ -135,7 +132,7 @@ var errRecvTimeout = errors.New("grpcadapter: request message not received in ti
 func (m *method) serve(ctx context.Context, dec func(any) error) (any, error) {
 	a := m.a
 	r := a.reception()
-	r.dec, r.req, r.m, r.ctx = dec, dynamicpb.NewMessage(m.in.desc), m, ctx
+	r.dec, r.req, r.m, r.ctx = dec, dynamicpb.NewMessage(m.Input()), m, ctx
 	r.state.Store(receptionReading)
 	r.refs.Store(2) // this goroutine's and the receiver's
 	if d := a.recvWait(); d > 0 {
@@ -370,9 +367,9 @@ func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) 
 	var u kernel.Unary
 	parent, err := m.enter(ctx, parent, req, &u)
 	if err != nil {
-		return m.reply(ctx, m.op.Reject(parent, u.Caller, err), start)
+		return m.reply(ctx, m.Op.Reject(parent, u.Caller, err), start)
 	}
-	return m.reply(ctx, m.op.Handle(parent, u), start)
+	return m.reply(ctx, m.Op.Handle(parent, u), start)
 }
 
 // serveCall runs one call of the request message under the kernel's guard
@@ -385,18 +382,18 @@ func (m *method) serveCall(ctx context.Context, req *dynamicpb.Message, respond 
 	var u kernel.Unary
 	parent, err := m.enter(ctx, parent, req, &u)
 	if err != nil {
-		respond(m.op.Reject(parent, u.Caller, err))
+		respond(m.Op.Reject(parent, u.Caller, err))
 		return
 	}
-	m.op.Serve(parent, u, respond)
+	m.Op.Serve(parent, u, respond)
 }
 
 // enter fills in u for the request message, whose server context is ctx,
 // and returns the invocation's parent context (see prepare). The error is
 // the rejection of a message that does not convert to the input.
 func (m *method) enter(ctx, parent context.Context, req *dynamicpb.Message, u *kernel.Unary) (context.Context, error) {
-	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &u.Caller)
-	in, err := m.decodeInput(req)
+	parent = m.a.prepare(ctx, parent, m.Full, m.Desc.ID, &u.Caller)
+	in, err := m.DecodeInput(req)
 	u.Input = in
 	return parent, err
 }
@@ -407,134 +404,10 @@ func (m *method) enter(ctx, parent context.Context, req *dynamicpb.Message, u *k
 func (m *method) reply(ctx context.Context, o kernel.Outcome, start time.Time) (any, error) {
 	var resp any
 	if o.Err == nil {
-		resp, o.Err = m.encodeOutput(o.Output)
+		resp, o.Err = m.EncodeOutput(o.Output)
 	}
-	if err := m.a.answer(ctx, m.full, o, start); err != nil {
+	if err := m.a.answer(ctx, m.Full, o, start); err != nil {
 		return nil, err
 	}
 	return resp, nil
-}
-
-// encodeOutput converts the operation's result to the response message.
-func (m *method) encodeOutput(v any) (*dynamicpb.Message, error) {
-	out := dynamicpb.NewMessage(m.out.desc)
-	rv := reflect.ValueOf(v)
-	if !rv.IsValid() {
-		return out, nil
-	}
-	if rv.Kind() == reflect.Pointer {
-		if rv.IsNil() {
-			return out, nil
-		}
-		rv = rv.Elem()
-	}
-	if rv.Type() != m.out.goType && !m.out.empty {
-		return nil, pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
-			fmt.Sprintf("grpcadapter: operation %q returned %v, want %v", m.desc.ID, rv.Type(), m.out.goType))
-	}
-	m.out.encode(rv, out)
-	return out, nil
-}
-
-// decodeInput converts the request to a new value of the operation's input
-// type (a pointer to it, as the handler expects), and checks its
-// constraints.
-func (m *method) decodeInput(req *dynamicpb.Message) (any, error) {
-	in, err := m.convertInput(req)
-	if err != nil {
-		return nil, err
-	}
-	if perr := m.desc.CheckConstraints(in); perr != nil {
-		return nil, perr // the values' validate tags, as over HTTP and the CLI
-	}
-	return in, nil
-}
-
-// convertInput converts the request to a new value of the operation's
-// input type, a pointer to it. It checks no constraint.
-func (m *method) convertInput(req *dynamicpb.Message) (any, error) {
-	p := reflect.New(m.desc.Input)
-	target := p.Elem()
-	if target.Kind() == reflect.Pointer {
-		target.Set(reflect.New(target.Type().Elem()))
-		target = target.Elem()
-	}
-	// The operation's input policy: a field number the schema does not
-	// have is an unknown field, the same answer as over HTTP and the CLI.
-	if !m.desc.InputPolicy.AllowUnknownFields {
-		if path := unknownField(req.ProtoReflect(), ""); path != "" {
-			return nil, operations.UnknownField(path, "")
-		}
-	}
-	if m.in.empty {
-		return p.Interface(), nil
-	}
-	if err := m.in.decode(req.ProtoReflect(), target); err != nil {
-		if fe, ok := errors.AsType[*fieldError](err); ok {
-			return nil, pipeline.NewError(pipeline.KindValidation, pipeline.CodeValidation, fmt.Sprintf("Field '%s': %s.", fe.Path(), fe.msg)).
-				WithDetail("field", fe.Path())
-		}
-		return nil, pipeline.Wrap(pipeline.KindValidation, pipeline.CodeValidation, "The request message is invalid.", err)
-	}
-	return p.Interface(), nil
-}
-
-// unknownField returns the path of the first field of msg (or of a message
-// in it) whose number its descriptor does not have — "#7",
-// "lines[1].#7" — or "".
-func unknownField(msg protoreflect.Message, path string) string {
-	if raw := msg.GetUnknown(); len(raw) > 0 {
-		if num, _, n := protowire.ConsumeTag(raw); n > 0 {
-			return joinPath(path, "#"+strconv.Itoa(int(num)))
-		}
-		return joinPath(path, "#?")
-	}
-	if !holdsMessages(msg.Descriptor()) {
-		return "" // no field of msg is a message: no unknown field below it
-	}
-	var found string
-	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.IsList() && fd.Message() != nil:
-			name, l := joinPath(path, fd.JSONName()), v.List()
-			for i := range l.Len() {
-				if found = unknownField(l.Get(i).Message(), name+"["+strconv.Itoa(i)+"]"); found != "" {
-					return false
-				}
-			}
-		case fd.IsMap() && fd.MapValue().Message() != nil:
-			name := joinPath(path, fd.JSONName())
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				found = unknownField(mv.Message(), joinPath(name, k.String()))
-				return found == ""
-			})
-		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			found = unknownField(v.Message(), joinPath(path, fd.JSONName()))
-		}
-		return found == ""
-	})
-	return found
-}
-
-// holdsMessages reports whether a field of md is a message, a list of
-// messages or a map, whose entries are messages. Looking at the descriptor
-// alone spares a flat message the walk over its values; most requests are
-// flat. The walk's callbacks are the deepest frames a call puts on
-// grpc-go's stream goroutine. That goroutine is new for every call, and
-// each doubling of its stack copies it.
-func holdsMessages(md protoreflect.MessageDescriptor) bool {
-	fields := md.Fields()
-	for i := range fields.Len() {
-		if fields.Get(i).Message() != nil {
-			return true
-		}
-	}
-	return false
-}
-
-func joinPath(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
 }

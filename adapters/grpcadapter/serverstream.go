@@ -57,15 +57,15 @@ func (m *method) handleStream(_ any, ss grpc.ServerStream) error {
 	ctx := ss.Context()
 	if ctx.Err() == context.Canceled {
 		// Reset before its handler started: as for a unary call.
-		m.a.canceled.add(ctx, true)
+		m.a.canceled.Add(ctx, true)
 		return status.Error(codes.Canceled, context.Canceled.Error())
 	}
 	s := &serverStream{m: m, ss: ss, ctx: ctx, start: time.Now(), answer: make(chan error, 1)}
 	parent, stop := m.a.inbound(ctx)
 	s.caller = parent
 	c := kernel.StreamCall{Raw: s}
-	parent = m.a.prepare(ctx, parent, m.full, m.desc.ID, &c.Caller)
-	if m.desc.Kind() == operations.ServerStream {
+	parent = m.a.prepare(ctx, parent, m.Full, m.Desc.ID, &c.Caller)
+	if m.Desc.Kind() == operations.ServerStream {
 		s.expired = make(chan struct{})
 		c.Decode = s.decode
 	}
@@ -90,20 +90,20 @@ func (s *serverStream) claim() bool { return s.state.CompareAndSwap(streamOpen, 
 // run runs the call through the kernel, and answers it with its outcome
 // unless the stream was answered already.
 func (s *serverStream) run(parent context.Context, c kernel.StreamCall, stop func()) {
-	o := s.m.op.Stream(parent, c)
+	o := s.m.Op.Stream(parent, c)
 	stop()
 	if !s.claim() {
-		s.m.a.logCall(s.ctx, s.m.full, o, Status(o.Err, s.m.a.cfg.domain), s.start)
+		s.m.a.logCall(s.ctx, s.m.Full, o, Status(o.Err, s.m.a.cfg.domain), s.start)
 		return
 	}
-	if o.Err == nil && s.m.desc.Kind() == operations.ClientStream {
+	if o.Err == nil && s.m.Desc.Kind() == operations.ClientStream {
 		// A client stream's reply.
 		var msg *dynamicpb.Message
-		if msg, o.Err = s.m.encodeOutput(o.Output); o.Err == nil {
+		if msg, o.Err = s.m.EncodeOutput(o.Output); o.Err == nil {
 			_ = s.ss.SendMsg(msg) // a failure: grpc-go has answered
 		}
 	}
-	s.answer <- s.m.a.answer(s.ctx, s.m.full, o, s.start)
+	s.answer <- s.m.a.answer(s.ctx, s.m.Full, o, s.start)
 }
 
 // Send sends one of the handler's outputs.
@@ -111,7 +111,7 @@ func (s *serverStream) Send(v any) error {
 	if s.state.Load() != streamOpen {
 		return s.failed(errAnswered)
 	}
-	msg, err := s.m.encodeOutput(v)
+	msg, err := s.m.EncodeOutput(v)
 	if err != nil {
 		return err
 	}
@@ -127,14 +127,14 @@ func (s *serverStream) Recv() (any, int, error) {
 	if s.state.Load() != streamOpen {
 		return nil, 0, s.failed(errAnswered)
 	}
-	msg := dynamicpb.NewMessage(s.m.in.desc)
+	msg := dynamicpb.NewMessage(s.m.Input())
 	if err := decodeRequest(s.ss.RecvMsg, msg); err != nil {
 		if err == io.EOF {
 			return nil, 0, io.EOF
 		}
 		return nil, 0, s.failed(err)
 	}
-	in, err := s.m.convertInput(msg)
+	in, err := s.m.ConvertInput(msg)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -175,7 +175,7 @@ func (s *serverStream) decode(deadline time.Time) (any, error) {
 	} else {
 		close(s.expired)
 	}
-	msg := dynamicpb.NewMessage(s.m.in.desc)
+	msg := dynamicpb.NewMessage(s.m.Input())
 	err := decodeRequest(s.ss.RecvMsg, msg)
 	if t != nil && !t.Stop() {
 		<-s.expired
@@ -185,11 +185,11 @@ func (s *serverStream) decode(deadline time.Time) (any, error) {
 	}
 	if err != nil {
 		if status.Code(err) == codes.Canceled && s.ctx.Err() == context.Canceled {
-			s.m.a.canceled.add(s.ctx, true)
+			s.m.a.canceled.Add(s.ctx, true)
 		}
 		return nil, fromHandler(s.failed(err))
 	}
-	return s.m.decodeInput(msg)
+	return s.m.DecodeInput(msg)
 }
 
 // expire answers a server stream whose request message did not arrive in
@@ -202,7 +202,7 @@ func (s *serverStream) expire(stall bool) {
 	}
 	s.expiredErr = pipeline.ErrTimeout()
 	if stall && (s.ctx.Err() == context.Canceled || chargeStall(s.ctx)) {
-		s.m.a.canceled.add(s.ctx, true)
+		s.m.a.canceled.Add(s.ctx, true)
 		s.answer <- status.Error(codes.Unavailable, "grpcadapter: connection closed by the listener's guard")
 		return
 	}

@@ -1,27 +1,16 @@
 package grpcadapter
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sundial-go/sundial/adapters/internal/outcome"
-	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/pipeline"
 )
-
-// defaultDomain is the google.rpc.ErrorInfo domain of the statuses the
-// adapter writes when WithDomain is not given.
-const defaultDomain = "sundial"
 
 // Status returns the gRPC status of an outcome, or nil for a nil outcome
 // (OK). Its code is [CodeFor] the outcome's kind, and its message the
@@ -43,81 +32,7 @@ const defaultDomain = "sundial"
 // A status that an application's own gRPC handler returned goes back as
 // the handler wrote it, unless the pipeline replaced the outcome (see
 // [Adapter.UnaryServerInterceptor]).
-func Status(err error, domain string) *status.Status {
-	if err == nil {
-		return nil
-	}
-	e := pipeline.AsError(err)
-	if hs, ok := e.Unwrap().(*handlerStatus); ok && hs != nil {
-		// A status returned by a user's own gRPC handler (fromHandler)
-		// that no middleware replaced.
-		return hs.st
-	}
-	if domain == "" {
-		domain = defaultDomain
-	}
-	kind := e.Kind()
-	st := status.New(CodeFor(kind), outcome.SafeMessage(e))
-	info := &errdetails.ErrorInfo{Reason: e.Code(), Domain: domain}
-	details := []protoadapt.MessageV1{info}
-	if kind != pipeline.KindUnexpected {
-		safe := outcome.SafeDetails(e)
-		if vs := operations.Violations(e); vs != nil {
-			// The failing fields go in their typed form only.
-			delete(safe, operations.DetailViolations)
-			details = append(details, badRequest(vs))
-		}
-		secs, retry := outcome.RetryAfterSeconds(e)
-		if len(safe) > 0 || retry {
-			info.Metadata = make(map[string]string, len(safe)+1)
-			for k, v := range safe {
-				info.Metadata[k] = detailString(v)
-			}
-		}
-		if retry {
-			info.Metadata[outcome.DetailRetryAfter] = strconv.FormatInt(secs, 10)
-			details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)})
-		}
-	}
-	if ws, err := st.WithDetails(details...); err == nil {
-		st = ws
-	}
-	return st
-}
-
-// detailString renders one details value as ErrorInfo metadata: strings as
-// they are, integers and floats in their shortest decimal form, booleans as
-// "true"/"false", durations in seconds, nil as "", and anything else as
-// compact JSON.
-func detailString(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return x
-	case bool:
-		return strconv.FormatBool(x)
-	case int:
-		return strconv.Itoa(x)
-	case int64:
-		return strconv.FormatInt(x, 10)
-	case int32:
-		return strconv.FormatInt(int64(x), 10)
-	case uint64:
-		return strconv.FormatUint(x, 10)
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	case time.Duration:
-		return strconv.FormatFloat(x.Seconds(), 'f', -1, 64)
-	case fmt.Stringer:
-		return x.String()
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
-}
+func Status(err error, domain string) *status.Status { return rpccall.Status(err, domain) }
 
 // kindFor returns the outcome kind of a gRPC status code. It inverts
 // [CodeFor] where CodeFor is one-to-one. InvalidArgument and OutOfRange are
@@ -126,7 +41,7 @@ func detailString(v any) string {
 // Every code without a kind of its own is UNEXPECTED: Unknown, Internal,
 // Unimplemented, DataLoss.
 func kindFor(c codes.Code) pipeline.Kind {
-	if k, ok := grpcCodes.KindOf(c); ok {
+	if k, ok := rpccall.Codes.KindOf(c); ok {
 		return k
 	}
 	return pipeline.KindUnexpected
@@ -201,15 +116,6 @@ func codeName(c codes.Code) string {
 	return strings.ToUpper(c.String())
 }
 
-// handlerStatus carries a status that a user's own gRPC handler returned,
-// so that Status can return it unchanged when nothing replaced it.
-type handlerStatus struct {
-	st *status.Status
-}
-
-func (h *handlerStatus) Error() string              { return h.st.Err().Error() }
-func (h *handlerStatus) GRPCStatus() *status.Status { return h.st }
-
 // fromHandler converts the error of a user's gRPC handler to an outcome
 // that remembers the handler's status.
 func fromHandler(err error) error {
@@ -217,7 +123,7 @@ func fromHandler(err error) error {
 	if !ok {
 		return err // nil, an outcome, a plain error (UNEXPECTED), a context error or a typed nil
 	}
-	return pipeline.Wrap(kindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), &handlerStatus{st: st})
+	return pipeline.Wrap(kindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), &rpccall.HandlerStatus{St: st})
 }
 
 // foreignStatus returns the gRPC status of err when err carries one and is
@@ -238,14 +144,12 @@ func foreignStatus(err error) (st *status.Status, ok bool) {
 	return status.FromError(err)
 }
 
-// badRequest is the google.rpc.BadRequest detail of a constraint outcome:
-// one FieldViolation per failing field, named by its proto field path,
-// with the rule as reason and the message (which states the rule's
-// parameter) as description.
-func badRequest(vs []operations.Violation) *errdetails.BadRequest {
-	br := &errdetails.BadRequest{FieldViolations: make([]*errdetails.BadRequest_FieldViolation, len(vs))}
-	for i, v := range vs {
-		br.FieldViolations[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Message, Reason: v.Rule}
-	}
-	return br
-}
+// CodeFor returns the gRPC status code of an outcome kind, from the outcome
+// table of docs/pipeline.md. CONFLICT maps to AlreadyExists and
+// UNPROCESSABLE to FailedPrecondition. UNEXPECTED, and any value outside
+// the closed set of kinds, maps to Internal.
+func CodeFor(k pipeline.Kind) codes.Code { return rpccall.CodeFor(k) }
+
+// defaultDomain is the google.rpc.ErrorInfo domain of the statuses the
+// adapter writes when WithDomain is not given.
+const defaultDomain = rpccall.DefaultDomain

@@ -2,22 +2,20 @@ package grpcadapter
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/adapters/internal/rpcbridge"
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel"
-	"github.com/sundial-go/sundial/pipeline"
 )
 
 // codeUnknownMethod is the code of a call to a method the server does not
 // serve.
-const codeUnknownMethod = "GRPC_NOT_FOUND_001"
+const codeUnknownMethod = rpccall.CodeUnknownMethod
 
 // UnknownServiceHandler answers calls to methods that no service on the
 // server implements. It answers as grpc-go does by default:
@@ -41,7 +39,7 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 	}
 	parent, stop := a.inbound(ctx)
 	defer stop()
-	o, st := a.unknownCall(parent, a.metadata(ctx, "", full), full, pipeline.ProtocolGRPC)
+	o, st := a.unknownCall(parent, a.metadata(ctx, "", full), full)
 	a.logCall(ctx, full, o, st, start)
 	if o.TraceID != "" {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(metadataTraceID, o.TraceID))
@@ -50,27 +48,10 @@ func (a *Adapter) UnknownServiceHandler(_ any, stream grpc.ServerStream) error {
 }
 
 // unknownCall answers a call of the unknown method full, whose request
-// metadata are md, over protocol p, through the kernel. It returns the
-// outcome and the status of the answer.
-func (a *Adapter) unknownCall(parent context.Context, md rpcbridge.Carrier, full string, p pipeline.Protocol) (kernel.Outcome, *status.Status) {
-	svc, _ := splitFull(full)
-	msg := fmt.Sprintf("unknown service %s", svc)
-	for _, sd := range a.services {
-		if sd.ServiceName == svc {
-			msg = fmt.Sprintf("unknown method %s", full)
-		}
-	}
-	e := pipeline.NewError(pipeline.KindNotFound, codeUnknownMethod, msg).WithDetail("method", full)
-	c := kernel.Caller{Route: unknownRoute,
-		Transport: kernel.Transport{RPCMethod: full, RPCUnknown: true, Status: unimplemented}}
-	parent = a.prepareFrom(md, parent, full, &c)
-	c.Protocol = p
-	return a.k.Reject(parent, c, e), status.New(codes.Unimplemented, msg)
+// metadata are md, through the kernel. It returns the outcome and the
+// status of the answer.
+func (a *Adapter) unknownCall(parent context.Context, md rpccall.Carrier, full string) (kernel.Outcome, *status.Status) {
+	return a.srv.Unknown(parent, md, full, func(svc string) bool {
+		return slices.ContainsFunc(a.services, func(sd *grpc.ServiceDesc) bool { return sd.ServiceName == svc })
+	})
 }
-
-// unimplemented is the gRPC code of every call to an unknown method
-// (kernel.Transport.Status).
-func unimplemented(error) int { return int(codes.Unimplemented) }
-
-// unknownRoute names the invocations of calls to unknown methods.
-const unknownRoute = "(unknown)"

@@ -1,3 +1,7 @@
+// Package rpcschema builds the protobuf form of a kernel's operations:
+// message descriptors derived from their Go types, one file per proto
+// package, and per method the converters between Go values and dynamic
+// messages. The gRPC and Connect adapters serve the methods it builds.
 package rpcschema
 
 import (
@@ -8,7 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -21,8 +24,109 @@ import (
 	"github.com/sundial-go/sundial/operations"
 )
 
-// This file builds an Adapter's methods, proto files and service
-// descriptions from the kernel's operations.
+// Set is the protobuf form of a kernel's operations.
+type Set struct {
+	// Files holds the files of the methods and the well-known types they
+	// import.
+	Files *protoregistry.Files
+	// Services are the services, sorted by full name.
+	Services []*Service
+
+	pkg     string
+	methods map[string]*Method // by full method name
+}
+
+// Service is one service of a Set.
+type Service struct {
+	// Full is the service's full name: "shop.v1.Orders".
+	Full string
+	// File is the name of the proto file that declares it.
+	File string
+	// Methods are its methods, in the order of registration.
+	Methods []*Method
+
+	pkg, name string
+}
+
+// Method is one operation as a protobuf method.
+type Method struct {
+	// Full is the method's full name: "/shop.v1.Orders/Create".
+	Full string
+	// Name is the method's simple name: "Create".
+	Name string
+	// Op is the operation's handle.
+	Op *kernel.Op
+	// Desc is the operation's descriptor.
+	Desc *operations.Descriptor
+	// RPC describes the method, its request and its response.
+	RPC protoreflect.MethodDescriptor
+
+	in, out *messageCodec
+}
+
+// Input describes the method's request message.
+func (m *Method) Input() protoreflect.MessageDescriptor { return m.in.desc }
+
+// Output describes the method's response message.
+func (m *Method) Output() protoreflect.MessageDescriptor { return m.out.desc }
+
+// Build builds the methods of ops in the proto package pkg ("sundial.v1"),
+// with the files' go_package under goPrefix ("": none). It fails, naming
+// the operation and the field, when a type has no protobuf form. It fails
+// too when two operations map to one method, or a name is not a protobuf
+// identifier. Its errors have no prefix: the caller adds its own.
+func Build(ops []*kernel.Op, pkg, goPrefix string) (*Set, error) {
+	if !isPackage(pkg) {
+		return nil, fmt.Errorf("WithPackage(%q): want dot-separated protobuf identifiers, e.g. \"shop.v1\"", pkg)
+	}
+	if goPrefix != "" && !isImportPath(goPrefix) {
+		return nil, fmt.Errorf("WithGoPackagePrefix(%q): want a Go import path, e.g. \"example.com/shop/gen\"", goPrefix)
+	}
+	set := &Set{pkg: pkg, methods: make(map[string]*Method)}
+	s := newSchema(pkg)
+	named, err := nameOperations(ops, pkg)
+	if err != nil {
+		return nil, err
+	}
+	svcs, err := set.buildMethods(s, named)
+	if err != nil {
+		return nil, err
+	}
+	if err := set.checkServiceNames(s, svcs); err != nil {
+		return nil, err
+	}
+	if err := checkMethodNames(svcs); err != nil {
+		return nil, err
+	}
+	if err := set.buildFiles(s, svcs, goPrefix); err != nil {
+		return nil, err
+	}
+	if err := set.linkCodecs(s); err != nil {
+		return nil, err
+	}
+	for _, key := range slices.Sorted(maps.Keys(svcs)) {
+		set.Services = append(set.Services, svcs[key])
+	}
+	return set, nil
+}
+
+// Method returns the method of full name full, or nil.
+func (set *Set) Method(full string) *Method { return set.methods[full] }
+
+// Methods returns every method, sorted by full name.
+func (set *Set) Methods() []*Method {
+	return slices.SortedFunc(maps.Values(set.methods), func(x, y *Method) int { return strings.Compare(x.Full, y.Full) })
+}
+
+// MethodOf returns the method of the operation id, or nil.
+func (set *Set) MethodOf(id string) *Method {
+	for _, m := range set.methods {
+		if m.Desc.ID == id {
+			return m
+		}
+	}
+	return nil
+}
 
 // namedOp is one served operation with the names of its method.
 type namedOp struct {
@@ -31,53 +135,19 @@ type namedOp struct {
 	pkg, sname, name string
 }
 
-// serviceBuild is one service being built: its proto package, its simple
-// name and its methods, in registration order.
-type serviceBuild struct {
-	pkg, name string
-	methods   []*method
-}
-
-// build derives the schema, the files and the service descriptions.
-func (a *Adapter) build() error {
-	s := newSchema(a.cfg.pkg)
-	ops, err := a.nameOperations()
-	if err != nil {
-		return err
-	}
-	svcs, err := a.buildMethods(s, ops)
-	if err != nil {
-		return err
-	}
-	if err := a.checkServiceNames(s, svcs); err != nil {
-		return err
-	}
-	if err := checkMethodNames(svcs); err != nil {
-		return err
-	}
-	if err := a.buildFiles(s, svcs); err != nil {
-		return err
-	}
-	if err := a.linkCodecs(s); err != nil {
-		return err
-	}
-	a.describeServices(svcs)
-	return nil
-}
-
-// nameOperations returns the operations the kernel serves, each with the
-// names of its method.
-func (a *Adapter) nameOperations() ([]namedOp, error) {
-	var ops []namedOp
-	for _, op := range a.k.Operations() {
+// nameOperations returns the operations, each with the names of its
+// method in the application package pkg.
+func nameOperations(ops []*kernel.Op, pkg string) ([]namedOp, error) {
+	var named []namedOp
+	for _, op := range ops {
 		d := op.Descriptor()
-		pkg, sname, mname, err := names(a.cfg.pkg, d)
+		p, sname, mname, err := names(pkg, d)
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, namedOp{op, d, pkg, sname, mname})
+		named = append(named, namedOp{op, d, p, sname, mname})
 	}
-	return ops, nil
+	return named, nil
 }
 
 // servicesByMethod returns, for each method name, the full names of the
@@ -95,15 +165,15 @@ func servicesByMethod(ops []namedOp) map[string]map[string]bool {
 
 // buildMethods builds the method of each operation, with its request and
 // response messages, and groups them by full service name.
-func (a *Adapter) buildMethods(s *schema, ops []namedOp) (map[string]*serviceBuild, error) {
+func (set *Set) buildMethods(s *schema, ops []namedOp) (map[string]*Service, error) {
 	services := servicesByMethod(ops)
-	svcs := make(map[string]*serviceBuild) // by full service name
+	svcs := make(map[string]*Service) // by full service name
 	for _, op := range ops {
 		d, pkg, sname, mname := op.d, op.pkg, op.sname, op.name
 		where := fmt.Sprintf("operation %q", d.ID)
 		full := "/" + pkg + "." + sname + "/" + mname
-		if other, dup := a.methods[full]; dup {
-			return nil, fmt.Errorf("grpcadapter: operations %q and %q both map to method %s; set GRPCService or GRPCMethod on one of them", other.desc.ID, d.ID, full)
+		if other, dup := set.methods[full]; dup {
+			return nil, fmt.Errorf("operations %q and %q both map to method %s; set GRPCService or GRPCMethod on one of them", other.Desc.ID, d.ID, full)
 		}
 		// <Method>Request and <Method>Response, or <Service><Method>…
 		// when two services have a method of that name: the two forms
@@ -121,23 +191,23 @@ func (a *Adapter) buildMethods(s *schema, ops []namedOp) (map[string]*serviceBui
 		if err != nil {
 			return nil, err
 		}
-		m := &method{a: a, full: full, op: op.op, desc: d, in: in, out: out}
-		a.methods[full] = m
+		m := &Method{Full: full, Name: mname, Op: op.op, Desc: d, in: in, out: out}
+		set.methods[full] = m
 		key := pkg + "." + sname
 		if svcs[key] == nil {
-			svcs[key] = &serviceBuild{pkg: pkg, name: sname}
+			svcs[key] = &Service{Full: key, File: fileOf(pkg), pkg: pkg, name: sname}
 		}
-		svcs[key].methods = append(svcs[key].methods, m)
+		svcs[key].Methods = append(svcs[key].Methods, m)
 	}
 	return svcs, nil
 }
 
 // checkServiceNames rejects a service named like a message of the
 // application package.
-func (a *Adapter) checkServiceNames(s *schema, svcs map[string]*serviceBuild) error {
+func (set *Set) checkServiceNames(s *schema, svcs map[string]*Service) error {
 	for key := range svcs {
-		if mc := s.byName[strings.TrimPrefix(key, a.cfg.pkg+".")]; mc != nil && mc.full == key {
-			return fmt.Errorf("grpcadapter: service %s has the name of the message built from Go type %v; rename the type or set GRPCService on the operations of that service", key, mc.goType)
+		if mc := s.byName[strings.TrimPrefix(key, set.pkg+".")]; mc != nil && mc.full == key {
+			return fmt.Errorf("service %s has the name of the message built from Go type %v; rename the type or set GRPCService on the operations of that service", key, mc.goType)
 		}
 	}
 	return nil
@@ -146,12 +216,12 @@ func (a *Adapter) checkServiceNames(s *schema, svcs map[string]*serviceBuild) er
 // checkMethodNames rejects a method named like a message its service
 // uses: protoc resolves the types of an rpc in the scope of its service
 // first, so the method would hide the message.
-func checkMethodNames(svcs map[string]*serviceBuild) error {
+func checkMethodNames(svcs map[string]*Service) error {
 	for key, sv := range svcs {
-		for _, m := range sv.methods {
+		for _, m := range sv.Methods {
 			for _, mc := range []*messageCodec{m.in, m.out} {
 				if on, ok := sv.methodNamed(mc.name); ok {
-					return fmt.Errorf("grpcadapter: service %s has a method %s named like the message %s of method %s; set GRPCMethod on one of them", key, on, mc.full, m.full)
+					return fmt.Errorf("service %s has a method %s named like the message %s of method %s; set GRPCMethod on one of them", key, on, mc.full, m.Full)
 				}
 			}
 		}
@@ -160,10 +230,10 @@ func checkMethodNames(svcs map[string]*serviceBuild) error {
 }
 
 // methodNamed reports whether the service has a method called name.
-func (sv *serviceBuild) methodNamed(name string) (string, bool) {
-	for _, other := range sv.methods {
-		if _, on := splitFull(other.full); on == name {
-			return on, true
+func (sv *Service) methodNamed(name string) (string, bool) {
+	for _, other := range sv.Methods {
+		if other.Name == name {
+			return other.Name, true
 		}
 	}
 	return "", false
@@ -174,13 +244,13 @@ func fileOf(pkg string) string { return strings.ReplaceAll(pkg, ".", "/") + "/op
 
 // buildFiles builds and registers one file per package: the application
 // package's file holds every message, the others import it.
-func (a *Adapter) buildFiles(s *schema, svcs map[string]*serviceBuild) error {
-	a.files = new(protoregistry.Files)
-	if err := registerWellKnown(a.files); err != nil {
+func (set *Set) buildFiles(s *schema, svcs map[string]*Service, goPrefix string) error {
+	set.Files = new(protoregistry.Files)
+	if err := registerWellKnown(set.Files); err != nil {
 		return err
 	}
-	fb := fileBuild{main: a.cfg.pkg, goPrefix: a.cfg.goPrefix, byPkg: map[string]*descriptorpb.FileDescriptorProto{}}
-	mf := fb.file(a.cfg.pkg)
+	fb := fileBuild{main: set.pkg, goPrefix: goPrefix, byPkg: map[string]*descriptorpb.FileDescriptorProto{}}
+	mf := fb.file(set.pkg)
 	mf.MessageType = s.protos
 	if len(s.locs) > 0 {
 		mf.SourceCodeInfo = &descriptorpb.SourceCodeInfo{Location: s.locs}
@@ -191,7 +261,7 @@ func (a *Adapter) buildFiles(s *schema, svcs map[string]*serviceBuild) error {
 	for _, key := range slices.Sorted(maps.Keys(svcs)) {
 		fb.addService(svcs[key])
 	}
-	return fb.register(a.files)
+	return fb.register(set.Files)
 }
 
 // goPackage is the go_package of the file of proto package pkg under
@@ -235,7 +305,7 @@ func registerWellKnown(files *protoregistry.Files) error {
 		emptypb.File_google_protobuf_empty_proto,
 	} {
 		if err := files.RegisterFile(fd); err != nil {
-			return fmt.Errorf("grpcadapter: %w", err)
+			return err
 		}
 	}
 	return nil
@@ -269,21 +339,20 @@ func (fb *fileBuild) file(pkg string) *descriptorpb.FileDescriptorProto {
 
 // addService adds the service description of sv to its package's file,
 // with the import of google.protobuf.Empty when a method uses it.
-func (fb *fileBuild) addService(sv *serviceBuild) {
+func (fb *fileBuild) addService(sv *Service) {
 	f := fb.file(sv.pkg)
 	sp := &descriptorpb.ServiceDescriptorProto{Name: new(sv.name)}
-	for _, m := range sv.methods {
+	for _, m := range sv.Methods {
 		for _, mc := range []*messageCodec{m.in, m.out} {
 			if mc.empty && !slices.Contains(f.Dependency, fileEmpty) {
 				f.Dependency = append(f.Dependency, fileEmpty)
 			}
 		}
-		_, mname := splitFull(m.full)
 		sp.Method = append(sp.Method, streamMethod(&descriptorpb.MethodDescriptorProto{
-			Name:       new(mname),
+			Name:       new(m.Name),
 			InputType:  new("." + m.in.full),
 			OutputType: new("." + m.out.full),
-		}, m.desc.Kind()))
+		}, m.Desc.Kind()))
 	}
 	f.Service = append(f.Service, sp)
 }
@@ -299,69 +368,54 @@ func (fb *fileBuild) register(files *protoregistry.Files) error {
 		slices.Sort(fp.Dependency)
 		fd, err := protodesc.NewFile(fp, files)
 		if err != nil {
-			return fmt.Errorf("grpcadapter: building %s: %w", fp.GetName(), err)
+			return fmt.Errorf("building %s: %w", fp.GetName(), err)
 		}
 		if err := files.RegisterFile(fd); err != nil {
-			return fmt.Errorf("grpcadapter: registering %s: %w", fp.GetName(), err)
+			return fmt.Errorf("registering %s: %w", fp.GetName(), err)
 		}
 	}
 	return nil
 }
 
-// linkCodecs links every codec of the schema to its registered descriptor.
-func (a *Adapter) linkCodecs(s *schema) error {
+// linkCodecs links every codec of the schema to its registered
+// descriptor, and every method to its method descriptor.
+func (set *Set) linkCodecs(s *schema) error {
 	for _, mc := range s.byType {
-		if err := a.link(mc); err != nil {
+		if err := set.link(mc); err != nil {
 			return err
 		}
 	}
 	for _, mc := range s.rpcs {
-		if err := a.link(mc); err != nil {
+		if err := set.link(mc); err != nil {
 			return err
 		}
 	}
 	if s.empty != nil {
-		return a.link(s.empty)
+		if err := set.link(s.empty); err != nil {
+			return err
+		}
+	}
+	for full, m := range set.methods {
+		d, err := set.Files.FindDescriptorByName(protoreflect.FullName(strings.ReplaceAll(full[1:], "/", ".")))
+		if err != nil {
+			return fmt.Errorf("method %s: %w", full, err)
+		}
+		m.RPC = d.(protoreflect.MethodDescriptor)
 	}
 	return nil
 }
 
 // link sets the descriptors of mc and of its fields.
-func (a *Adapter) link(mc *messageCodec) error {
-	d, err := a.files.FindDescriptorByName(protoreflect.FullName(mc.full))
+func (set *Set) link(mc *messageCodec) error {
+	d, err := set.Files.FindDescriptorByName(protoreflect.FullName(mc.full))
 	if err != nil {
-		return fmt.Errorf("grpcadapter: message %s: %w", mc.full, err)
+		return fmt.Errorf("message %s: %w", mc.full, err)
 	}
 	mc.desc = d.(protoreflect.MessageDescriptor)
 	for i := range mc.fields {
 		mc.fields[i].fd = mc.desc.Fields().ByNumber(protoreflect.FieldNumber(mc.fields[i].number))
 	}
 	return nil
-}
-
-// describeServices builds the service descriptions for grpc-go and the
-// list of methods, sorted by service name. A streaming operation is a
-// stream of its service, served by handleStream.
-func (a *Adapter) describeServices(svcs map[string]*serviceBuild) {
-	for _, key := range slices.Sorted(maps.Keys(svcs)) {
-		sv := svcs[key]
-		sd := &grpc.ServiceDesc{
-			ServiceName: key,
-			HandlerType: (*any)(nil),
-			Metadata:    fileOf(sv.pkg),
-		}
-		for _, m := range sv.methods {
-			_, mname := splitFull(m.full)
-			if k := m.desc.Kind(); k != operations.Unary {
-				sd.Streams = append(sd.Streams, grpc.StreamDesc{StreamName: mname, Handler: m.handleStream,
-					ServerStreams: k != operations.ClientStream, ClientStreams: k != operations.ServerStream})
-			} else {
-				sd.Methods = append(sd.Methods, grpc.MethodDesc{MethodName: mname, Handler: m.handle})
-			}
-			a.list = append(a.list, Method{FullName: m.full, OperationID: m.desc.ID, Input: m.in.desc, Output: m.out.desc})
-		}
-		a.services = append(a.services, sd)
-	}
 }
 
 // names returns the proto package, service and method of d.
@@ -372,7 +426,7 @@ func names(pkg string, d *operations.Descriptor) (string, string, string, error)
 		if i := strings.LastIndexByte(sname, '.'); i >= 0 {
 			pkg, sname = sname[:i], sname[i+1:]
 			if !isPackage(pkg) {
-				return "", "", "", fmt.Errorf("grpcadapter: operation %q: GRPCService %q: package %q is not dot-separated protobuf identifiers", d.ID, d.GRPCService, pkg)
+				return "", "", "", fmt.Errorf("operation %q: GRPCService %q: package %q is not dot-separated protobuf identifiers", d.ID, d.GRPCService, pkg)
 			}
 		}
 	}
@@ -380,12 +434,19 @@ func names(pkg string, d *operations.Descriptor) (string, string, string, error)
 		mname = d.GRPCMethod
 	}
 	if !isIdent(sname) {
-		return "", "", "", fmt.Errorf("grpcadapter: operation %q: service name %q is not a protobuf identifier", d.ID, sname)
+		return "", "", "", fmt.Errorf("operation %q: service name %q is not a protobuf identifier", d.ID, sname)
 	}
 	if !isIdent(mname) {
-		return "", "", "", fmt.Errorf("grpcadapter: operation %q: method name %q is not a protobuf identifier", d.ID, mname)
+		return "", "", "", fmt.Errorf("operation %q: method name %q is not a protobuf identifier", d.ID, mname)
 	}
 	return pkg, sname, mname, nil
+}
+
+// IsFullMethod reports whether full is a full method name such as
+// "/acme.orders.v1.Orders/Place".
+func IsFullMethod(full string) bool {
+	svc, m, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+	return strings.HasPrefix(full, "/") && isPackage(svc) && isIdent(m)
 }
 
 // isPackage reports whether p is dot-separated protobuf identifiers.
@@ -399,10 +460,4 @@ func isPackage(p string) bool {
 		}
 	}
 	return true
-}
-
-// splitFull splits "/pkg.Service/Method" into "pkg.Service" and "Method".
-func splitFull(full string) (string, string) {
-	s, m, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
-	return s, m
 }

@@ -122,7 +122,7 @@ func (vc *valueCodec) scalar(v reflect.Value) protoreflect.Value {
 	case vBytes:
 		return protoreflect.ValueOfBytes(v.Bytes())
 	}
-	panic("grpcadapter: scalar of a message kind") // unreachable: kinds are fixed by the schema
+	panic("rpcschema: scalar of a message kind") // unreachable: kinds are fixed by the schema
 }
 
 // fieldError is a value that does not fit its Go field; path is built

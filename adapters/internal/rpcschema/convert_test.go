@@ -3,6 +3,7 @@ package rpcschema
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ type flat struct {
 	Amount int    `json:"amount"`
 }
 
-func newTestAdapter(t testing.TB) *Adapter {
+func newTestAdapter(t testing.TB) *Set {
 	t.Helper()
 	reg := operations.NewRegistry()
 	flatEcho := func(_ context.Context, in flat) (flat, error) { return in, nil }
@@ -98,11 +99,11 @@ func newTestAdapter(t testing.TB) *Adapter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(k, WithPackage("test.v1"))
+	set, err := Build(k.Operations(), "test.v1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a
+	return set
 }
 
 func sampleRich() rich {
@@ -356,7 +357,7 @@ func TestSchemaRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := newSchema("test.v1").topMessage(tt.typ, "XRequest", `operation "x.y" input`)
-		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), `grpcadapter: operation "x.y" input`) {
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), `operation "x.y" input`) {
 			t.Errorf("topMessage(%v) = %v, want an error naming the operation and containing %q", tt.typ, err, tt.want)
 		}
 	}
@@ -389,7 +390,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x28, 0x80, 0x02}) // small = 256
 	f.Fuzz(func(t *testing.T, b []byte) {
 		msg := dynamicpb.NewMessage(mc.desc)
-		if decodeRequest(func(v any) error { return proto.Unmarshal(b, v.(proto.Message)) }, msg) != nil {
+		if unmarshalRecovered(b, msg) != nil {
 			return
 		}
 		var v rich
@@ -413,4 +414,15 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("encode(decode(encode(v))) != encode(v):\n%v\n%v", m1, m2)
 		}
 	})
+}
+
+// unmarshalRecovered is proto.Unmarshal with a panic as an error, as the
+// adapters read a request message.
+func unmarshalRecovered(b []byte, m proto.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed request message: %v", p)
+		}
+	}()
+	return proto.Unmarshal(b, m)
 }

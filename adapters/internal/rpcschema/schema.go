@@ -138,7 +138,7 @@ func newSchema(pkg string) *schema {
 // schemaError is a type the schema cannot express. where names the
 // operation and the field.
 func schemaError(where, format string, args ...any) error {
-	return fmt.Errorf("grpcadapter: %s: %s", where, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %s", where, fmt.Sprintf(format, args...))
 }
 
 // topMessage returns the codec of an operation's input or output type t.

@@ -57,16 +57,11 @@ type grpcServer struct {
 // mountConnect serves the operations over Connect, gRPC and gRPC-Web on
 // e, with the gRPC listener's names.
 func mountConnect(e *echo.Echo, k *kernel.Kernel, o ServeOptions) error {
-	a, err := grpcadapter.New(k, grpcadapter.WithPackage(GRPCPackage), grpcadapter.WithLogger(o.Logger),
-		grpcadapter.WithGoPackagePrefix(goPackagePrefix))
-	if err != nil {
-		return err
-	}
-	var opts []connectadapter.Option
+	opts := []connectadapter.Option{connectadapter.WithPackage(GRPCPackage), connectadapter.WithLogger(o.Logger)}
 	if len(o.ConnectOrigins) > 0 {
 		opts = append(opts, connectadapter.WithCORS(o.ConnectOrigins...))
 	}
-	return connectadapter.Mount(e, a, opts...)
+	return connectadapter.Mount(e, k, opts...)
 }
 
 // startGRPC starts serving k over gRPC on addr.

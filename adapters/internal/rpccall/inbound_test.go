@@ -1,4 +1,4 @@
-package grpcadapter
+package rpccall
 
 import (
 	"cmp"
@@ -25,12 +25,12 @@ func TestInboundAttribution(t *testing.T) {
 		cancelAt  time.Duration // when the client's RST_STREAM arrives; 0: never
 		want      string
 	}{
-		{"cancel mid-call", defaultDeadlineTolerance, 300 * time.Millisecond, pipeline.CodeCanceled},
-		{"cancel just outside the tolerance", defaultDeadlineTolerance, deadline - defaultDeadlineTolerance - time.Millisecond, pipeline.CodeCanceled},
-		{"cancel within the tolerance", defaultDeadlineTolerance, deadline - defaultDeadlineTolerance, pipeline.CodeTimeout},
-		{"cancel just before the deadline", defaultDeadlineTolerance, deadline - time.Millisecond, pipeline.CodeTimeout},
+		{"cancel mid-call", DefaultTolerance, 300 * time.Millisecond, pipeline.CodeCanceled},
+		{"cancel just outside the tolerance", DefaultTolerance, deadline - DefaultTolerance - time.Millisecond, pipeline.CodeCanceled},
+		{"cancel within the tolerance", DefaultTolerance, deadline - DefaultTolerance, pipeline.CodeTimeout},
+		{"cancel just before the deadline", DefaultTolerance, deadline - time.Millisecond, pipeline.CodeTimeout},
 		{"no tolerance", 0, deadline - time.Millisecond, pipeline.CodeCanceled},
-		{"the deadline fires", defaultDeadlineTolerance, 0, pipeline.CodeTimeout},
+		{"the deadline fires", DefaultTolerance, 0, pipeline.CodeTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,8 +40,7 @@ func TestInboundAttribution(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				a := &Adapter{k: k, cfg: defaultConfig()}
-				a.cfg.tolerance = tt.tolerance
+				a := New(k, Config{Tolerance: tt.tolerance, BaggageLimit: DefaultBaggageLimit})
 				// grpc-go's server context: WithTimeout, canceled with
 				// context.Canceled when the client's RST_STREAM arrives.
 				server, cancelServer := context.WithTimeout(context.Background(), deadline)
@@ -49,7 +48,7 @@ func TestInboundAttribution(t *testing.T) {
 				if tt.cancelAt > 0 {
 					time.AfterFunc(tt.cancelAt, cancelServer)
 				}
-				parent, stop := a.inbound(server)
+				parent, stop := a.Inbound(server)
 				defer stop()
 				start := time.Now()
 				var ended time.Duration
@@ -80,9 +79,9 @@ func TestInboundAttribution(t *testing.T) {
 
 func TestInboundWithoutDeadline(t *testing.T) {
 	t.Parallel()
-	a := &Adapter{cfg: defaultConfig()}
+	a := &Server{cfg: Config{Tolerance: DefaultTolerance}}
 	ctx, cancel := context.WithCancel(context.Background())
-	parent, stop := a.inbound(ctx)
+	parent, stop := a.Inbound(ctx)
 	defer stop()
 	if parent != ctx {
 		t.Errorf("inbound(no deadline) = %v, want the server context itself", parent)

@@ -1,4 +1,4 @@
-package grpcadapter
+package rpccall
 
 import (
 	"google.golang.org/grpc/codes"
@@ -7,10 +7,10 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// grpcCodes is the outcome table's gRPC column. A downstream's OutOfRange
+// Codes is the outcome table's gRPC column. A downstream's OutOfRange
 // reads as VALIDATION, Aborted as CONFLICT and ResourceExhausted as
 // UNAVAILABLE.
-var grpcCodes = outcome.NewTable(codes.Internal, map[pipeline.Kind]codes.Code{
+var Codes = outcome.NewTable(codes.Internal, map[pipeline.Kind]codes.Code{
 	pipeline.KindOK:              codes.OK,
 	pipeline.KindValidation:      codes.InvalidArgument,
 	pipeline.KindUnauthenticated: codes.Unauthenticated,
@@ -32,5 +32,5 @@ var grpcCodes = outcome.NewTable(codes.Internal, map[pipeline.Kind]codes.Code{
 // UNPROCESSABLE to FailedPrecondition. UNEXPECTED, and any value outside
 // the closed set of kinds, maps to Internal.
 func CodeFor(k pipeline.Kind) codes.Code {
-	return grpcCodes.For(k)
+	return Codes.For(k)
 }
