@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/sundial-go/sundial/adapters/connectadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/client"
@@ -17,8 +21,9 @@ import (
 // typed client on each transport, beside what a caller writes by hand for
 // the same call: kernel.Call in-process, a net/http client through the
 // outbound Transport that encodes, checks the status and decodes over
-// HTTP, and Adapter.Call over gRPC. Every server runs on 127.0.0.1 in the
-// same process.
+// HTTP, Adapter.Call over gRPC, and a net/http client posting the JSON
+// message over Connect. Every server runs on 127.0.0.1 in the same
+// process.
 func BenchmarkClientCall(b *testing.B) {
 	for _, name := range transportNames {
 		g := newGreeterB(b)
@@ -70,6 +75,15 @@ func BenchmarkClientCall(b *testing.B) {
 				var out greeting
 				return out, ga.Call(ctx, cc, "t.greet", in, &out)
 			}
+		case "connect":
+			url := serveConnect(b, k)
+			rt := &http.Transport{MaxIdleConnsPerHost: 8}
+			b.Cleanup(rt.CloseIdleConnections)
+			hc := &http.Client{Transport: rt}
+			tr = connectadapter.ClientTransport(g.reg, url, hc, connectadapter.WithPackage("shop.v1"))
+			hand = func(ctx context.Context, in greet) (greeting, error) {
+				return postConnectJSON(ctx, hc, url+"/shop.v1.T/Greet", in)
+			}
 		}
 		typed, err := client.New[greet, greeting](tr, "t.greet")
 		if err != nil {
@@ -91,6 +105,33 @@ func BenchmarkClientCall(b *testing.B) {
 			})
 		}
 	}
+}
+
+// postConnectJSON makes a unary Connect call of the JSON message in, by
+// hand: it sets the deadline header, checks the status and decodes.
+func postConnectJSON(ctx context.Context, hc *http.Client, url string, in greet) (greeting, error) {
+	var out greeting
+	body, err := json.Marshal(in)
+	if err != nil {
+		return out, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return out, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if dl, ok := ctx.Deadline(); ok {
+		req.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(time.Until(dl).Milliseconds(), 10))
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return out, fmt.Errorf("connect call: %s", resp.Status)
+	}
+	return out, json.NewDecoder(resp.Body).Decode(&out)
 }
 
 // newGreeterB registers t.greet for a benchmark: it records nothing.

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sundial-go/sundial/adapters/connectadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/client"
@@ -108,7 +109,7 @@ const clientTestConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{
 	"t.count":{"Idempotency":{"Enabled":true}}}}}}}`
 
 // transportNames are the transports every client test runs over.
-var transportNames = []string{"in-process", "http", "grpc"}
+var transportNames = []string{"in-process", "http", "grpc", "connect"}
 
 // serveOver serves the operations of reg over the transport name until
 // the test ends, and returns the client transport of that service.
@@ -127,6 +128,11 @@ func serveOver(t *testing.T, name string, reg *operations.Registry) client.Trans
 	case "grpc":
 		ga, cc := serveGRPC(t, k)
 		return ga.ClientTransport(cc)
+	case "connect":
+		url := serveConnect(t, k)
+		rt := &http.Transport{}
+		t.Cleanup(rt.CloseIdleConnections)
+		return connectadapter.ClientTransport(reg, url, &http.Client{Transport: rt}, connectadapter.WithPackage("shop.v1"))
 	}
 	return client.Local(k)
 }
@@ -157,7 +163,7 @@ type want struct {
 }
 
 // TestClientOutcomesSameOnEveryTransport runs one table of calls, unchanged,
-// over HTTP, gRPC and in-process: each call returns the same output, or a
+// over HTTP, gRPC, Connect and in-process: each call returns the same output, or a
 // *pipeline.Error with the same kind, code, message, details and
 // retry-after, whichever transport carried it.
 func TestClientOutcomesSameOnEveryTransport(t *testing.T) {
@@ -344,8 +350,8 @@ func testDependency(t *testing.T, createKey bool) *outbound.Dependency {
 
 // TestClientCarriesTheDeadline: the handler's deadline is the caller's
 // less the client's margin. Over HTTP the absolute header carries it to
-// the millisecond; gRPC carries what remains, so the server's deadline is
-// later by at most the time the call took to arrive.
+// the millisecond; gRPC and Connect carry what remains, so the server's
+// deadline is later by at most the time the call took to arrive.
 func TestClientCarriesTheDeadline(t *testing.T) {
 	const margin = 300 * time.Millisecond
 	for name, serve := range transports() {
@@ -365,7 +371,7 @@ func TestClientCarriesTheDeadline(t *testing.T) {
 			want := dl.Add(-margin)
 			got := g.deadlines[0]
 			late := time.Duration(0)
-			if name == "grpc" {
+			if name == "grpc" || name == "connect" {
 				late = g.arrivals[0].Sub(sent)
 			}
 			if got.After(want.Add(late)) || got.Before(want.Add(-time.Millisecond)) {

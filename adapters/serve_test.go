@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sundial-go/sundial/adapters/connectadapter"
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
@@ -20,6 +21,17 @@ func serveHTTP(t testing.TB, k *kernel.Kernel) string {
 	t.Helper()
 	e := echo.New()
 	if _, err := httpadapter.Mount(e, k); err != nil {
+		t.Fatal(err)
+	}
+	return serveHandler(t, e)
+}
+
+// serveConnect serves k's operations over Connect (package shop.v1) on
+// 127.0.0.1 until the test ends, and returns the base URL.
+func serveConnect(t testing.TB, k *kernel.Kernel) string {
+	t.Helper()
+	e := echo.New()
+	if err := connectadapter.Mount(e, k, connectadapter.WithPackage("shop.v1")); err != nil {
 		t.Fatal(err)
 	}
 	return serveHandler(t, e)

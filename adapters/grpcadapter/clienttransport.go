@@ -2,20 +2,15 @@ package grpcadapter
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	"github.com/sundial-go/sundial/adapters/internal/outcome"
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel/client"
 	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
 )
 
 // ClientTransport returns the client.Transport of the adapter's operations
@@ -56,68 +51,10 @@ func (m *method) invoke(ctx context.Context, cc grpc.ClientConnInterface, in, ou
 	resp := dynamicpb.NewMessage(m.Output())
 	var trailer metadata.MD
 	if err := cc.Invoke(withTraceMetadata(ctx), m.Full, req, resp, grpc.Trailer(&trailer)); err != nil {
-		return withPushback(answer(err), trailer)
+		return withPushback(rpccall.Answer(err), trailer)
 	}
 	if err := m.DecodeReply(resp, out); err != nil {
 		return fmt.Errorf("grpcadapter: %w", err)
 	}
 	return nil
-}
-
-// answer returns the outcome a server's status carries: the inverse of
-// Status for a Sundial server. A status without an ErrorInfo reason, or
-// an error without a status, is FromStatus's.
-func answer(err error) (out error) {
-	defer func() {
-		if recover() != nil {
-			out = FromStatus(err) // a typed nil in the chain: FromStatus leaves it as it is
-		}
-	}()
-	gs, ok := errors.AsType[interface {
-		error
-		GRPCStatus() *status.Status
-	}](err)
-	if !ok {
-		return FromStatus(err)
-	}
-	st := gs.GRPCStatus()
-	var (
-		info  *errdetails.ErrorInfo
-		retry *errdetails.RetryInfo
-	)
-	for _, d := range st.Details() {
-		switch x := d.(type) {
-		case *errdetails.ErrorInfo:
-			info = x
-		case *errdetails.RetryInfo:
-			retry = x
-		}
-	}
-	if info == nil || info.GetReason() == "" {
-		return FromStatus(err)
-	}
-	e := pipeline.Wrap(kindFor(st.Code()), info.GetReason(), st.Message(), err)
-	for k, v := range info.GetMetadata() {
-		if k != outcome.DetailRetryAfter {
-			e = e.WithDetail(k, metadataValue(v))
-		}
-	}
-	if rd := retry.GetRetryDelay(); rd != nil && rd.IsValid() && rd.AsDuration() >= 0 {
-		e = e.WithRetryAfter(rd.AsDuration())
-	}
-	return e
-}
-
-// metadataValue reads back a details value that Status wrote as a string:
-// a number, a boolean, an object or an array as JSON, anything else as the
-// string.
-func metadataValue(s string) any {
-	var v any
-	if json.Unmarshal([]byte(s), &v) == nil {
-		switch v.(type) {
-		case float64, bool, map[string]any, []any:
-			return v
-		}
-	}
-	return s
 }

@@ -1,10 +1,6 @@
 package grpcadapter
 
 import (
-	"errors"
-	"strings"
-
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -34,23 +30,6 @@ import (
 // [Adapter.UnaryServerInterceptor]).
 func Status(err error, domain string) *status.Status { return rpccall.Status(err, domain) }
 
-// kindFor returns the outcome kind of a gRPC status code. It inverts
-// [CodeFor] where CodeFor is one-to-one. InvalidArgument and OutOfRange are
-// VALIDATION; FailedPrecondition is UNPROCESSABLE. AlreadyExists and
-// Aborted are CONFLICT; Unavailable and ResourceExhausted are UNAVAILABLE.
-// Every code without a kind of its own is UNEXPECTED: Unknown, Internal,
-// Unimplemented, DataLoss.
-func kindFor(c codes.Code) pipeline.Kind {
-	if k, ok := rpccall.Codes.KindOf(c); ok {
-		return k
-	}
-	return pipeline.KindUnexpected
-}
-
-// codePrefix prefixes the stable codes of outcomes made from the gRPC
-// statuses of downstream calls: "GRPC_UNAVAILABLE", "GRPC_DEADLINE_EXCEEDED".
-const codePrefix = "GRPC_"
-
 // FromStatus converts the error of a gRPC call to an outcome. nil stays
 // nil. An error without a gRPC status, or already a *pipeline.Error, is
 // returned as it is. A status error becomes a *pipeline.Error of the
@@ -71,78 +50,14 @@ const codePrefix = "GRPC_"
 // FailedPrecondition is UNPROCESSABLE. AlreadyExists and Aborted are
 // CONFLICT; Unavailable and ResourceExhausted are UNAVAILABLE. Unknown,
 // Internal, Unimplemented and DataLoss are UNEXPECTED.
-func FromStatus(err error) error {
-	st, ok := foreignStatus(err)
-	if !ok {
-		return err
-	}
-	out := pipeline.Wrap(kindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), err).
-		WithDetail("grpcCode", st.Code().String())
-	for _, d := range st.Details() {
-		switch x := d.(type) {
-		case *errdetails.ErrorInfo:
-			out = out.WithDetail("reason", x.GetReason()).WithDetail("domain", x.GetDomain())
-		case *errdetails.RetryInfo:
-			if rd := x.GetRetryDelay(); rd != nil && rd.IsValid() && rd.AsDuration() >= 0 {
-				out = out.WithRetryAfter(rd.AsDuration())
-			}
-		}
-	}
-	return out
-}
+func FromStatus(err error) error { return rpccall.FromStatus(err) }
 
-// codeNames are the canonical upper-snake names of the codes whose String
-// is not one in upper case.
-var codeNames = map[codes.Code]string{
-	codes.Canceled:           "CANCELLED",
-	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
-	codes.InvalidArgument:    "INVALID_ARGUMENT",
-	codes.NotFound:           "NOT_FOUND",
-	codes.AlreadyExists:      "ALREADY_EXISTS",
-	codes.PermissionDenied:   "PERMISSION_DENIED",
-	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
-	codes.FailedPrecondition: "FAILED_PRECONDITION",
-	codes.OutOfRange:         "OUT_OF_RANGE",
-	codes.Unimplemented:      "UNIMPLEMENTED",
-	codes.DataLoss:           "DATA_LOSS",
-	codes.Unauthenticated:    "UNAUTHENTICATED",
-}
-
-// codeName is the canonical upper-snake name of a code: "DEADLINE_EXCEEDED".
-func codeName(c codes.Code) string {
-	if name, ok := codeNames[c]; ok {
-		return name
-	}
-	return strings.ToUpper(c.String())
-}
+// kindFor returns the outcome kind of a gRPC status code (see FromStatus).
+var kindFor = rpccall.KindFor
 
 // fromHandler converts the error of a user's gRPC handler to an outcome
 // that remembers the handler's status.
-func fromHandler(err error) error {
-	st, ok := foreignStatus(err)
-	if !ok {
-		return err // nil, an outcome, a plain error (UNEXPECTED), a context error or a typed nil
-	}
-	return pipeline.Wrap(kindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), &rpccall.HandlerStatus{St: st})
-}
-
-// foreignStatus returns the gRPC status of err when err carries one and is
-// not already an outcome. An error whose methods panic (a typed nil whose
-// Unwrap, GRPCStatus or Error reads its receiver) carries none.
-func foreignStatus(err error) (st *status.Status, ok bool) {
-	if err == nil {
-		return nil, false
-	}
-	defer func() {
-		if recover() != nil {
-			st, ok = nil, false
-		}
-	}()
-	if _, isOutcome := errors.AsType[*pipeline.Error](err); isOutcome {
-		return nil, false
-	}
-	return status.FromError(err)
-}
+var fromHandler = rpccall.FromHandler
 
 // CodeFor returns the gRPC status code of an outcome kind, from the outcome
 // table of docs/pipeline.md. CONFLICT maps to AlreadyExists and

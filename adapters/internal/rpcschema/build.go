@@ -54,7 +54,7 @@ type Method struct {
 	Full string
 	// Name is the method's simple name: "Create".
 	Name string
-	// Op is the operation's handle.
+	// Op is the operation's handle; nil in a client's Set.
 	Op *kernel.Op
 	// Desc is the operation's descriptor.
 	Desc *operations.Descriptor
@@ -76,6 +76,21 @@ func (m *Method) Output() protoreflect.MessageDescriptor { return m.out.desc }
 // too when two operations map to one method, or a name is not a protobuf
 // identifier. Its errors have no prefix: the caller adds its own.
 func Build(ops []*kernel.Op, pkg, goPrefix string) (*Set, error) {
+	ds := make([]*operations.Descriptor, len(ops))
+	for i, op := range ops {
+		ds[i] = op.Descriptor()
+	}
+	return build(ds, ops, pkg, goPrefix)
+}
+
+// BuildClient is Build for a client: the methods of the operations ds,
+// whose Op is nil.
+func BuildClient(ds []*operations.Descriptor, pkg string) (*Set, error) {
+	return build(ds, nil, pkg, "")
+}
+
+// build builds the methods of ds; ops, when not nil, are their handles.
+func build(ds []*operations.Descriptor, ops []*kernel.Op, pkg, goPrefix string) (*Set, error) {
 	if !isPackage(pkg) {
 		return nil, fmt.Errorf("WithPackage(%q): want dot-separated protobuf identifiers, e.g. \"shop.v1\"", pkg)
 	}
@@ -84,7 +99,7 @@ func Build(ops []*kernel.Op, pkg, goPrefix string) (*Set, error) {
 	}
 	set := &Set{pkg: pkg, methods: make(map[string]*Method)}
 	s := newSchema(pkg)
-	named, err := nameOperations(ops, pkg)
+	named, err := nameOperations(ds, ops, pkg)
 	if err != nil {
 		return nil, err
 	}
@@ -135,15 +150,18 @@ type namedOp struct {
 	pkg, sname, name string
 }
 
-// nameOperations returns the operations, each with the names of its
-// method in the application package pkg.
-func nameOperations(ops []*kernel.Op, pkg string) ([]namedOp, error) {
-	var named []namedOp
-	for _, op := range ops {
-		d := op.Descriptor()
+// nameOperations returns the operations ds, each with its handle (ops[i];
+// nil when ops is) and the names of its method in the package pkg.
+func nameOperations(ds []*operations.Descriptor, ops []*kernel.Op, pkg string) ([]namedOp, error) {
+	named := make([]namedOp, 0, len(ds))
+	for i, d := range ds {
 		p, sname, mname, err := names(pkg, d)
 		if err != nil {
 			return nil, err
+		}
+		var op *kernel.Op
+		if ops != nil {
+			op = ops[i]
 		}
 		named = append(named, namedOp{op, d, p, sname, mname})
 	}
