@@ -1,8 +1,9 @@
 // Package client calls the operations of a Sundial service with their Go
 // types and operation IDs, with no code generation. A [Client] is built
 // once per operation over a [Transport]: HTTP (httpadapter), gRPC
-// (grpcadapter), or a kernel in the same binary ([Local]). The call site
-// is the same whichever transport carries the call:
+// (grpcadapter), Connect (connectadapter), or a kernel in the same binary
+// ([Local]). The call site is the same whichever transport carries the
+// call:
 //
 //	charge, err := client.New[Charge, Receipt](t, "billing.charge",
 //		client.WithDependency(k.Dependency("billing")))
