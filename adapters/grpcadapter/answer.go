@@ -9,17 +9,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
 // This file answers a call: its status, its response fields and its log
 // record.
-
-// statusCode is the gRPC code the outcome err (nil: success) is answered
-// with, as a number (kernel.Transport.Status).
-var statusCode = rpccall.StatusCode
 
 // answer writes the call log record of one call and returns the status
 // error of its outcome (nil on success).
@@ -82,7 +77,7 @@ const metadataTraceID = "sundial-trace-id"
 // logCall writes the call log record of one call, answered with status st:
 // Info, or Error for an UNEXPECTED outcome (whose internal text is logged,
 // never sent). Calls their clients canceled are counted, and only a few
-// get a record each (see canceledCalls).
+// get a record each (see rpccall.Canceled).
 func (a *Adapter) logCall(ctx context.Context, full string, o kernel.Outcome, st *status.Status, start time.Time) {
 	a.logCallAs(ctx, full, o, st, start, "grpc call")
 }

@@ -37,12 +37,7 @@ func (a *Adapter) invoke(ctx context.Context, full string, op *kernel.Op, input 
 // invocation's parent context (see inbound) carrying the trace context
 // and baggage of the request metadata.
 func (a *Adapter) prepare(ctx, parent context.Context, full, id string, c *kernel.Caller) context.Context {
-	return a.prepareFrom(a.metadata(ctx, id, full), parent, full, c)
-}
-
-// prepareFrom is prepare with the request metadata md.
-func (a *Adapter) prepareFrom(md rpccall.Carrier, parent context.Context, full string, c *kernel.Caller) context.Context {
-	return a.srv.Prepare(md, parent, full, c)
+	return a.srv.Prepare(a.metadata(ctx, id, full), parent, full, c)
 }
 
 // inbound returns the invocation's parent context for a call whose server
@@ -51,10 +46,6 @@ func (a *Adapter) prepareFrom(md rpccall.Carrier, parent context.Context, full s
 func (a *Adapter) inbound(ctx context.Context) (parent context.Context, stop func()) {
 	return a.srv.Inbound(ctx)
 }
-
-// errCallerDeadline is the cause of a parent context ended by the
-// caller's deadline.
-var errCallerDeadline = rpccall.ErrCallerDeadline
 
 // mdBaggage is the metadata key of the W3C baggage.
 const mdBaggage = rpccall.MDBaggage
@@ -99,10 +90,6 @@ func (m incomingMD) Keys() []string {
 	}
 	return keys
 }
-
-// msgBaggageDropped is the message of the record of dropped baggage
-// metadata.
-const msgBaggageDropped = rpccall.MsgBaggageDropped
 
 // metadata returns the incoming metadata of the server context ctx as a
 // carrier, with baggage over the WithBaggageLimit hidden (and a warning

@@ -86,7 +86,7 @@ func (m *method) unreceived(ctx context.Context, err error) error {
 	if status.Code(err) == codes.Canceled && ctx.Err() == context.Canceled {
 		// The client reset the stream (or its connection ended) before
 		// the message: no one is left to answer, and no invocation ran.
-		// It is counted, not logged one by one (see canceledCalls).
+		// It is counted, not logged one by one (see rpccall.Canceled).
 		m.a.canceled.Add(ctx, true)
 		return err
 	}

@@ -173,7 +173,8 @@ func (s *Server) Inbound(ctx context.Context) (parent context.Context, stop func
 
 // ErrCallerDeadline is the cause of a parent context ended by the
 // caller's deadline. It wraps context.DeadlineExceeded, which is what the
-// kernel attributes as TIMEOUT.
+// kernel attributes as TIMEOUT. Its text, and MsgBaggageDropped, name the
+// gRPC adapter on Connect calls too: the logs read the same.
 var ErrCallerDeadline = fmt.Errorf("grpcadapter: the caller's deadline passed: %w", context.DeadlineExceeded)
 
 // MsgBaggageDropped is the message of the record of dropped baggage
