@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // retryStream is a server stream through a Dependency. Until its first
@@ -92,7 +93,7 @@ func (s *retryStream) Header() (metadata.MD, error) {
 	if !s.started {
 		s.started = true
 		s.mu.Unlock()
-		if err := s.start(nil, true); err != nil {
+		if err := s.start(nil, true); err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
 		}
 		s.mu.Lock()
@@ -153,10 +154,18 @@ func (s *retryStream) start(m any, header bool) error {
 		if isProto {
 			r = pm.ProtoReflect().New().Interface()
 		}
+		var md metadata.MD
 		if header {
-			_, err = cs.Header()
-		} else if err = cs.RecvMsg(r); errors.Is(err, io.EOF) {
-			err, eof = nil, true // an answer: OK with no message
+			md, err = cs.Header()
+		}
+		if !header || (md == nil && err == nil) {
+			// A stream without headers has ended: RecvMsg gives its status.
+			if header {
+				r = &emptypb.Empty{}
+			}
+			if err = cs.RecvMsg(r); errors.Is(err, io.EOF) {
+				err, eof = nil, true // an answer: OK with no message
+			}
 		}
 		if err != nil {
 			return withPushback(err, cs.Trailer())

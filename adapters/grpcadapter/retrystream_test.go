@@ -1,19 +1,15 @@
 package grpcadapter_test
 
 import (
-	"context"
 	"errors"
 	"io"
-	"net"
 	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sundial-go/sundial/adapters/grpcadapter"
 	"github.com/sundial-go/sundial/pipeline"
@@ -47,21 +43,8 @@ func (h *flakyWatch) Watch(req *healthpb.HealthCheckRequest, ss healthpb.Health_
 // watchClient serves h over bufconn and returns a client whose streams
 // go through StreamClientInterceptor and a dependency of 3 attempts.
 func watchClient(t *testing.T, h *flakyWatch) healthpb.HealthClient {
-	t.Helper()
-	ln := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	healthpb.RegisterHealthServer(srv, h)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
-		grpc.WithStreamInterceptor(grpcadapter.StreamClientInterceptor(0)),
+	return serveHealth(t, h, grpc.WithStreamInterceptor(grpcadapter.StreamClientInterceptor(0)),
 		grpc.WithDefaultCallOptions(grpcadapter.WithCallDependency(newDependency(t))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return healthpb.NewHealthClient(cc)
 }
 
 // TestStreamRetriedBeforeTheFirstMessage: a server stream that fails
@@ -136,5 +119,24 @@ func TestStreamRetryGivesUp(t *testing.T) {
 	}
 	if n := h.calls.Load(); n != 3 {
 		t.Fatalf("%d attempts, want 3 (the policy's)", n)
+	}
+}
+
+// TestStreamHeaderBeforeTheFirstMessage: a Header before the first Recv
+// runs the attempts, and the first whose headers arrive wins.
+func TestStreamHeaderBeforeTheFirstMessage(t *testing.T) {
+	h := &flakyWatch{failBefore: 2, requests: make(chan string, 8)}
+	ws, err := watchClient(t, h).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Header(); err != nil {
+		t.Fatalf("Header: %v", err)
+	}
+	if m, err := ws.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Recv: %v, %v", m, err)
+	}
+	if n := h.calls.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
 	}
 }

@@ -214,19 +214,8 @@ func (b *breakingStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the attempt that sent one, from its first byte.
 func TestTransportStreamRetriedBeforeTheFirstMessage(t *testing.T) {
 	b := &breakingStream{failBefore: 2}
-	srv := httptest.NewServer(b)
-	defer srv.Close()
-	c := dependencyClient(t, dependency(t, nil), nil)
-	ctx, _ := propagation.WithIdempotencyKey(t.Context(), "watch-1")
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || string(body) != "id: 1\ndata: {\"n\":1}\n\nid: 2\ndata: {\"n\":2}\n\n" {
+	body, err := watchThrough(t, b)
+	if err != nil || body != "id: 1\ndata: {\"n\":1}\n\nid: 2\ndata: {\"n\":2}\n\n" {
 		t.Fatalf("body %q (%v), want both events", body, err)
 	}
 	if n := b.calls.Load(); n != 3 {
@@ -239,10 +228,23 @@ func TestTransportStreamRetriedBeforeTheFirstMessage(t *testing.T) {
 // is not retried: the caller reads the message, then the failure.
 func TestTransportStreamNotRetriedAfterTheFirstMessage(t *testing.T) {
 	b := &breakingStream{breakAfter: true}
+	body, err := watchThrough(t, b)
+	if err == nil || body != "id: 1\ndata: {\"n\":1}\n\n" {
+		t.Fatalf("body %q (%v), want the first event, then a failure", body, err)
+	}
+	if n := b.calls.Load(); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+}
+
+// watchThrough reads an SSE stream of b through a dependency, with an
+// idempotency key, and returns its body and the read's error.
+func watchThrough(t *testing.T, b *breakingStream) (string, error) {
+	t.Helper()
 	srv := httptest.NewServer(b)
 	defer srv.Close()
 	c := dependencyClient(t, dependency(t, nil), nil)
-	ctx, _ := propagation.WithIdempotencyKey(t.Context(), "watch-2")
+	ctx, _ := propagation.WithIdempotencyKey(t.Context(), "watch-1")
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := c.Do(req)
@@ -251,10 +253,5 @@ func TestTransportStreamNotRetriedAfterTheFirstMessage(t *testing.T) {
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err == nil || string(body) != "id: 1\ndata: {\"n\":1}\n\n" {
-		t.Fatalf("body %q (%v), want the first event, then a failure", body, err)
-	}
-	if n := b.calls.Load(); n != 1 {
-		t.Fatalf("%d attempts, want 1", n)
-	}
+	return string(body), err
 }
