@@ -89,6 +89,12 @@ func (b *clockedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close ends the send under way: the transport is done with the body.
+func (b *clockedBody) Close() error {
+	b.k.Sending(false)
+	return b.ReadCloser.Close()
+}
+
 // clockedResponse is a response body under the idle clock: each message
 // restarts it. A read that fails because a clock or the deadline ended the
 // call returns that outcome.
