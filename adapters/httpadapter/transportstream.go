@@ -58,6 +58,15 @@ func (t *Transport) sendStream(r *http.Request, send func(*http.Request) (*http.
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &clockedBody{ReadCloser: r.Body, k: k}
 	}
+	if get := r.GetBody; get != nil { // the base transport may send the body again
+		r.GetBody = func() (io.ReadCloser, error) {
+			b, err := get()
+			if err != nil || b == nil || b == http.NoBody {
+				return b, err
+			}
+			return &clockedBody{ReadCloser: b, k: k}, nil
+		}
+	}
 	resp, err := send(r)
 	if err != nil {
 		stop(nil)
