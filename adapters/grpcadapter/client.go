@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sundial-go/sundial/adapters/internal/outclock"
 	"github.com/sundial-go/sundial/kernel/propagation"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -50,8 +51,8 @@ type Dependency interface {
 // own and the per-call cap, and its failure is an outcome (FromStatus),
 // retried or not by its kind. A proto reply is filled by the winning
 // attempt only, so hedged attempts never share it; hedge only calls whose
-// reply is a proto message. It has an effect only with
-// UnaryClientInterceptor installed (streams are not retried).
+// reply is a proto message. It has an effect with UnaryClientInterceptor
+// installed, and on server streams with StreamClientInterceptor.
 func WithCallDependency(d Dependency) grpc.CallOption { return callDependency{d: d} }
 
 type callDependency struct {
@@ -188,29 +189,48 @@ func (noRetry) NoRetry() bool   { return true }
 // from creating the stream, sending, receiving (except io.EOF) and Header
 // are converted with FromStatus. WithStreamClocks adds an idle and a
 // send-stall clock to a stream.
+//
+// With WithCallDependency, a server stream is retried until its first
+// response message, and never after it. Its first RecvMsg opens the
+// attempts through the dependency, each sending the caller's request
+// again. A Header before the first RecvMsg commits the stream once its
+// headers arrive. Client and bidi streams go out once: their messages are
+// not kept to be sent again.
 func StreamClientInterceptor(timeout time.Duration) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, cancel := capped(ctx, capFor(timeout, opts))
-		var clocks *outboundClocks
-		if c, ok := clocksFor(opts); ok {
-			cctx, stop := context.WithCancelCause(ctx)
-			capCancel := cancel
-			ctx, cancel = cctx, func() { stop(nil); capCancel() }
-			clocks = startClocks(c, stop)
-			// A caller that ends the stream by cancelling its context,
-			// as grpc-go allows, stops the clocks' timer too.
-			context.AfterFunc(cctx, clocks.stop)
+		if d := dependencyFor(opts); d != nil && desc.ServerStreams && !desc.ClientStreams {
+			return &retryStream{ctx: ctx, cancel: cancel, d: d, open: func(actx context.Context) (*clientStream, error) {
+				return openStream(actx, func() {}, desc, cc, method, streamer, opts)
+			}}, nil
 		}
-		cs, err := streamer(withTraceMetadata(ctx), desc, cc, method, opts...)
-		if err != nil {
-			if clocks != nil {
-				clocks.stop()
-			}
-			cancel()
-			return nil, clockOutcome(ctx, FromStatus(err))
-		}
-		return &clientStream{ClientStream: cs, ctx: ctx, cancel: cancel, clocks: clocks}, nil
+		return openStream(ctx, cancel, desc, cc, method, streamer, opts)
 	}
+}
+
+// openStream opens one stream with the clocks of opts; cancel releases
+// ctx's cap when the stream ends.
+func openStream(ctx context.Context, cancel context.CancelFunc, desc *grpc.StreamDesc, cc *grpc.ClientConn,
+	method string, streamer grpc.Streamer, opts []grpc.CallOption) (*clientStream, error) {
+	var clocks *outclock.Clocks
+	if c, ok := clocksFor(opts); ok {
+		cctx, stop := context.WithCancelCause(ctx)
+		capCancel := cancel
+		ctx, cancel = cctx, func() { stop(nil); capCancel() }
+		clocks = outclock.Start(c.idle, c.stall, stop)
+		// A caller that ends the stream by cancelling its context,
+		// as grpc-go allows, stops the clocks' timer too.
+		context.AfterFunc(cctx, clocks.Stop)
+	}
+	cs, err := streamer(withTraceMetadata(ctx), desc, cc, method, opts...)
+	if err != nil {
+		if clocks != nil {
+			clocks.Stop()
+		}
+		cancel()
+		return nil, outclock.Outcome(ctx, FromStatus(err))
+	}
+	return &clientStream{ClientStream: cs, ctx: ctx, cancel: cancel, clocks: clocks}, nil
 }
 
 // clientStream releases the cap's timer when the stream ends, and runs
@@ -220,13 +240,13 @@ type clientStream struct {
 	ctx    context.Context
 	once   sync.Once
 	cancel context.CancelFunc
-	clocks *outboundClocks
+	clocks *outclock.Clocks
 }
 
 func (s *clientStream) done() {
 	s.once.Do(func() {
 		if s.clocks != nil {
-			s.clocks.stop()
+			s.clocks.Stop()
 		}
 		s.cancel()
 	})
@@ -236,11 +256,11 @@ func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err == nil {
 		if s.clocks != nil {
-			s.clocks.last.Store(s.clocks.now())
+			s.clocks.Touch()
 		}
 		return nil
 	}
-	failed := clockOutcome(s.ctx, err)
+	failed := outclock.Outcome(s.ctx, err)
 	s.done()
 	if err == io.EOF {
 		return err
@@ -253,19 +273,19 @@ func (s *clientStream) RecvMsg(m any) error {
 
 func (s *clientStream) SendMsg(m any) error {
 	if s.clocks != nil {
-		s.clocks.sending(true)
+		s.clocks.Sending(true)
 	}
 	err := s.ClientStream.SendMsg(m)
 	if s.clocks != nil {
-		s.clocks.sending(false)
+		s.clocks.Sending(false)
 		if err == nil {
-			s.clocks.last.Store(s.clocks.now())
+			s.clocks.Touch()
 		}
 	}
 	if err == nil {
 		return nil
 	}
-	failed := clockOutcome(s.ctx, err)
+	failed := outclock.Outcome(s.ctx, err)
 	if err == io.EOF && failed == err {
 		return err // the real status comes from RecvMsg
 	}

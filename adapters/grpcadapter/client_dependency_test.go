@@ -54,16 +54,22 @@ func (h *flakyHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest)
 // healthClient serves h with grpc-go over bufconn and returns a client
 // whose calls go through d.
 func healthClient(t *testing.T, h *flakyHealth, d *outbound.Dependency) healthpb.HealthClient {
+	return serveHealth(t, h, grpc.WithUnaryInterceptor(grpcadapter.UnaryClientInterceptor(0)),
+		grpc.WithDefaultCallOptions(grpcadapter.WithCallDependency(d)))
+}
+
+// serveHealth serves h with grpc-go over bufconn and returns a client
+// dialled with opts.
+func serveHealth(t *testing.T, h healthpb.HealthServer, opts ...grpc.DialOption) healthpb.HealthClient {
 	t.Helper()
 	ln := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, h)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
-		grpc.WithUnaryInterceptor(grpcadapter.UnaryClientInterceptor(0)),
-		grpc.WithDefaultCallOptions(grpcadapter.WithCallDependency(d)))
+	opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }))
+	cc, err := grpc.NewClient("passthrough:///bufnet", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,15 +7,16 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sundial-go/sundial/adapters/internal/outclock"
 	rstream "github.com/sundial-go/sundial/resilience/stream"
 )
 
 // TestOutboundClockCodes holds the outbound clocks' codes equal to a
 // served stream's: one wire value per clock, whichever side ended it.
 func TestOutboundClockCodes(t *testing.T) {
-	if codeStreamIdle != rstream.CodeIdle || codeStreamSendStall != rstream.CodeSendStall {
+	if outclock.CodeIdle != rstream.CodeIdle || outclock.CodeSendStall != rstream.CodeSendStall {
 		t.Fatalf("outbound codes %s, %s; served %s, %s",
-			codeStreamIdle, codeStreamSendStall, rstream.CodeIdle, rstream.CodeSendStall)
+			outclock.CodeIdle, outclock.CodeSendStall, rstream.CodeIdle, rstream.CodeSendStall)
 	}
 }
 
@@ -35,10 +36,7 @@ func TestOutboundClocksStopWhenTheCallerCancels(t *testing.T) {
 	k := cs.(*clientStream).clocks
 	cancel()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		k.mu.Lock()
-		stopped := k.stopped
-		k.mu.Unlock()
-		if stopped {
+		if k.Stopped() {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,11 +128,13 @@ func (c *ndjsonClient) close() { c.resp.Body.Close() }
 
 // wsClient reads a WebSocket.
 type wsClient struct {
-	conn *websocket.Conn
+	conn  *websocket.Conn
+	pings atomic.Int64 // the server's pings, answered as the client reads
 }
 
 func (c *wsClient) next(r *received) error {
 	_, data, err := c.conn.Read(context.Background())
+	r.heartbeats = int(c.pings.Load())
 	if err != nil {
 		if s := websocket.CloseStatus(err); s != -1 {
 			r.close = s
@@ -151,17 +154,22 @@ func openStream(t *testing.T, transport, url string, header http.Header, first .
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if transport == "ws" {
+		c := &wsClient{}
 		conn, _, err := websocket.Dial(ctx, strings.Replace(url, "http:", "ws:", 1),
-			&websocket.DialOptions{HTTPHeader: header})
+			&websocket.DialOptions{HTTPHeader: header, OnPingReceived: func(context.Context, []byte) bool {
+				c.pings.Add(1)
+				return true
+			}})
 		if err != nil {
 			t.Fatalf("dial %s: %v", url, err)
 		}
+		c.conn = conn
 		for _, m := range first {
 			if err := conn.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
 				t.Fatalf("write %q: %v", m, err)
 			}
 		}
-		return &wsClient{conn: conn}
+		return c
 	}
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {

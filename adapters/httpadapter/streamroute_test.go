@@ -99,6 +99,11 @@ func (app *streamApp) registry(t *testing.T) *operations.Registry {
 					}
 				}
 			}),
+		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.pinged", Method: "GET", Path: "/pinged"},
+			func(ctx context.Context, _ struct{}, _ *operations.Sender[feedEvent]) error {
+				<-ctx.Done()
+				return ctx.Err()
+			}),
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.post", Method: "POST", Path: "/feedpost"},
 			func(_ context.Context, in feedIn, s *operations.Sender[feedEvent]) error {
 				return s.Send(feedEvent{Seq: 1, Topic: in.Topic})
@@ -161,7 +166,8 @@ func startStreamServer(t *testing.T, hs *http.Server) *streamServer {
 		kernel.WithConfigJSON([]byte(`{"Sundial": {"Kernel": {"MaxTimeoutSeconds": 30,
 			"Resilience": {"Operations": {
 				"feed.idle": {"Stream": {"IdleSeconds": 0.6, "HeartbeatSeconds": 0.05}},
-				"feed.flood": {"Stream": {"SendStallSeconds": 0.3}}}}}}}`)))
+				"feed.flood": {"Stream": {"SendStallSeconds": 0.3}},
+				"feed.pinged": {"Stream": {"HeartbeatSeconds": 0.05, "SendStallSeconds": 0.3}}}}}}}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +283,7 @@ func TestStreamRouteScenarios(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(got.msgs) != 1 || got.outcome == nil || got.outcome.Code != stream.CodeIdle ||
-				(tr == "ws" && got.close != 4504) || (tr != "ws" && got.heartbeats == 0) {
+				(tr == "ws" && got.close != 4504) || got.heartbeats == 0 {
 				t.Fatalf("got %s, %d heartbeats, outcome %+v, close %d; want one message, heartbeats, then %s",
 					got.msgs, got.heartbeats, got.outcome, got.close, stream.CodeIdle)
 			}
@@ -308,6 +314,18 @@ func TestStreamRouteScenarios(t *testing.T) {
 				t.Fatalf("status %d, problem %+v; want 404 TEST_NOT_FOUND_001", resp.StatusCode, p)
 			}
 		})
+	}
+}
+
+// TestWebSocketUnansweredPing: a WebSocket caller that reads nothing
+// answers no ping, and the heartbeat blocked for SendStallSeconds ends the
+// stream as a caller who does not read, KERNEL_CANCELLED_002.
+func TestWebSocketUnansweredPing(t *testing.T) {
+	s := startStreamServer(t, nil)
+	c := openStream(t, "ws", s.url+"/pinged", nil, `{}`)
+	defer c.close()
+	if r := s.accessRecord(t, "feed.pinged"); r.Attrs["code"] != stream.CodeSendStall {
+		t.Fatalf("access log %v, want %s", r.Attrs, stream.CodeSendStall)
 	}
 }
 

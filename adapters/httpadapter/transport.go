@@ -42,6 +42,8 @@ type Transport struct {
 	relHeader string
 	hosts     map[string]bool // nil: every host
 	dep       Dependency
+	// idle and stall are the clocks of WithStreamClocks; 0: none.
+	idle, stall time.Duration
 }
 
 // TransportOption configures NewTransport.
@@ -120,6 +122,11 @@ func notSent(err error) error { return &sentNothing{err: err} }
 // sent (see outbound.NotSent). A request whose body cannot be read again
 // (Body set, GetBody nil) goes through d.DoOnce. That is one attempt,
 // never retried or hedged, under the same breaker, outcome and counts.
+//
+// A stream (see WithStreamClocks) is retried only before its first
+// message. An attempt succeeds once the first SSE event or NDJSON line
+// has arrived; RoundTrip keeps it for the caller's reads. A failure after
+// it reaches the caller's read of the body, and is never retried.
 func WithDependency(d Dependency) TransportOption {
 	return transportOptionFunc(func(t *Transport) { t.dep = d })
 }
@@ -145,6 +152,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	if t.dep == nil {
+		if isStreamRequest(req) {
+			return t.sendStream(req, t.send)
+		}
 		return t.send(req)
 	}
 	if req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
@@ -158,21 +168,32 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) roundTripDependency(req *http.Request,
 	do func(context.Context, func(context.Context) error) error) (*http.Response, error) {
 	var (
-		mu   sync.Mutex
-		won  *http.Response
-		used atomic.Bool // the caller's Body went with an attempt
+		mu     sync.Mutex
+		won    *http.Response
+		used   atomic.Bool // the caller's Body went with an attempt
+		stream = isStreamRequest(req)
 	)
 	err := do(req.Context(), func(ctx context.Context) error {
 		r, err := attemptRequest(ctx, req, &used)
 		if err != nil {
 			return err
 		}
-		resp, err := t.sendTracked(r)
+		var resp *http.Response
+		if stream {
+			resp, err = t.sendStream(r, t.sendTracked)
+		} else {
+			resp, err = t.sendTracked(r)
+		}
 		if err != nil {
 			return err
 		}
 		if err := FromResponse(resp); err != nil {
 			return err
+		}
+		if stream {
+			if err := readFirst(resp); err != nil {
+				return err
+			}
 		}
 		mu.Lock()
 		defer mu.Unlock()

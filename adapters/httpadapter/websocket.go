@@ -149,6 +149,14 @@ func (w *wsRaw) Send(m any) error {
 	return w.conn.Write(w.wctx, websocket.MessageText, b)
 }
 
+// Heartbeat sends a ping and waits for the caller's pong. The caller's
+// library answers it while it reads, so a caller that reads nothing lets
+// it block, and the send stall ends the stream. A ping is no message: it
+// does not reset the idle clock. Abort unblocks it.
+func (w *wsRaw) Heartbeat() error {
+	return w.conn.Ping(w.wctx)
+}
+
 // isAborted reports whether Abort was called: a failure after it is the
 // stream's end (a canceled Send closes the connection), not the caller's.
 func (w *wsRaw) isAborted() bool {

@@ -1,0 +1,142 @@
+package grpcadapter_test
+
+import (
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
+	"github.com/sundial-go/sundial/pipeline"
+)
+
+// flakyWatch is a health server whose Watch, a server stream, fails
+// with Unavailable: its first failBefore calls before any message, every
+// later one after its first message when failAfter is set.
+type flakyWatch struct {
+	healthpb.UnimplementedHealthServer
+	failBefore int32
+	failAfter  bool
+	calls      atomic.Int32
+	requests   chan string // the service each call asked for
+}
+
+func (h *flakyWatch) Watch(req *healthpb.HealthCheckRequest, ss healthpb.Health_WatchServer) error {
+	h.requests <- req.GetService()
+	if h.calls.Add(1) <= h.failBefore {
+		return status.Error(codes.Unavailable, "not yet")
+	}
+	if err := ss.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}); err != nil {
+		return err
+	}
+	if h.failAfter {
+		return status.Error(codes.Unavailable, "gone mid-stream")
+	}
+	return ss.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
+}
+
+// watchClient serves h over bufconn and returns a client whose streams
+// go through StreamClientInterceptor and a dependency of 3 attempts.
+func watchClient(t *testing.T, h *flakyWatch) healthpb.HealthClient {
+	return serveHealth(t, h, grpc.WithStreamInterceptor(grpcadapter.StreamClientInterceptor(0)),
+		grpc.WithDefaultCallOptions(grpcadapter.WithCallDependency(newDependency(t))))
+}
+
+// TestStreamRetriedBeforeTheFirstMessage: a server stream that fails
+// before its first message is retried through the dependency, each
+// attempt with the caller's request; the caller reads the stream of the
+// attempt that answered.
+func TestStreamRetriedBeforeTheFirstMessage(t *testing.T) {
+	h := &flakyWatch{failBefore: 2, requests: make(chan string, 8)}
+	ws, err := watchClient(t, h).Watch(t.Context(), &healthpb.HealthCheckRequest{Service: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []healthpb.HealthCheckResponse_ServingStatus
+	for {
+		m, err := ws.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Recv after %v: %v", got, err)
+		}
+		got = append(got, m.GetStatus())
+	}
+	if len(got) != 2 || got[0] != healthpb.HealthCheckResponse_SERVING || got[1] != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("messages %v, want SERVING, NOT_SERVING", got)
+	}
+	if n := h.calls.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+	for range 3 {
+		if s := <-h.requests; s != "orders" {
+			t.Fatalf("an attempt's request asked for %q, want orders", s)
+		}
+	}
+}
+
+// TestStreamNotRetriedAfterTheFirstMessage: a server stream that fails
+// after its first message is not retried; the failure reaches the
+// caller as an outcome.
+func TestStreamNotRetriedAfterTheFirstMessage(t *testing.T) {
+	h := &flakyWatch{failAfter: true, requests: make(chan string, 8)}
+	ws, err := watchClient(t, h).Watch(t.Context(), &healthpb.HealthCheckRequest{Service: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ws.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first Recv: %v, %v", m, err)
+	}
+	_, err = ws.Recv()
+	if e, ok := errors.AsType[*pipeline.Error](err); !ok || e.Kind() != pipeline.KindUnavailable {
+		t.Fatalf("second Recv: %v, want the server's UNAVAILABLE", err)
+	}
+	if n := h.calls.Load(); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+}
+
+// TestStreamRetryGivesUp: a server stream that fails before its first
+// message on every attempt ends with the last attempt's outcome.
+func TestStreamRetryGivesUp(t *testing.T) {
+	h := &flakyWatch{failBefore: 100, requests: make(chan string, 8)}
+	ws, err := watchClient(t, h).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ws.Recv()
+	if e, ok := errors.AsType[*pipeline.Error](err); !ok || e.Kind() != pipeline.KindUnavailable {
+		t.Fatalf("Recv: %v, want UNAVAILABLE", err)
+	}
+	if _, again := ws.Recv(); again == nil {
+		t.Fatal("a second Recv succeeded after the stream failed")
+	}
+	if n := h.calls.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3 (the policy's)", n)
+	}
+}
+
+// TestStreamHeaderBeforeTheFirstMessage: a Header before the first Recv
+// runs the attempts, and the first whose headers arrive wins.
+func TestStreamHeaderBeforeTheFirstMessage(t *testing.T) {
+	h := &flakyWatch{failBefore: 2, requests: make(chan string, 8)}
+	ws, err := watchClient(t, h).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Header(); err != nil {
+		t.Fatalf("Header: %v", err)
+	}
+	if m, err := ws.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Recv: %v, %v", m, err)
+	}
+	if n := h.calls.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+}
