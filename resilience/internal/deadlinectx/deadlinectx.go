@@ -65,12 +65,11 @@ func Arrive(ctx context.Context, inv *pipeline.Invocation) (d time.Time, ok bool
 // arrival to now plus a positive duration, so only a caller's can be.
 // Only an invocation made without an arrival reads the clock here.
 func expiredOnArrival(inv *pipeline.Invocation, d time.Time) bool {
-	at := inv.Timing().Arrival
-	ok := !at.IsZero()
-	if !ok {
+	t := inv.Timing() // once: it is a copy of several words
+	if t.Arrival.IsZero() {
 		return !d.After(time.Now())
 	}
-	return inv.Timing().Source == pipeline.DeadlineCaller && !d.After(at)
+	return t.Source == pipeline.DeadlineCaller && !d.After(t.Arrival)
 }
 
 // Scope is the handler's context of one call under a deadline.
