@@ -55,9 +55,10 @@ type tokenReleaser interface {
 // Permit is what an admitted call holds of one [Limit] until it ends. The
 // zero Permit holds nothing and needs no release.
 type Permit struct {
-	r     Releaser      // a custom limit's
-	tr    tokenReleaser // a built-in's, with token
-	token uint64
+	// r is a custom limit's Releaser or a built-in's tokenReleaser. One
+	// field keeps Permit within four words, so that it stays in registers.
+	r     any
+	token uint64 // a built-in's
 	watch bool
 }
 
@@ -65,18 +66,23 @@ type Permit struct {
 func NewPermit(r Releaser) Permit { return Permit{r: r} }
 
 // newTokenPermit returns a built-in's permit that r takes back with token.
-func newTokenPermit(r tokenReleaser, token uint64) Permit { return Permit{tr: r, token: token} }
+func newTokenPermit(r tokenReleaser, token uint64) Permit { return Permit{r: r, token: token} }
 
 // held reports whether p has a releaser to give it back to.
-func (p Permit) held() bool { return p.r != nil || p.tr != nil }
+func (p Permit) held() bool { return p.r != nil }
 
-// release gives p back with the call's outcome o.
+// release gives p back with the call's outcome o. The built-ins come
+// first: their calls are direct.
 func (p Permit) release(o Outcome) {
-	switch {
-	case p.tr != nil:
-		p.tr.release(p.token, o)
-	case p.r != nil:
-		p.r.Release(o)
+	switch r := p.r.(type) {
+	case *breakerLimit:
+		r.release(p.token, o)
+	case *slotsLimit:
+		r.release(p.token, o)
+	case tokenReleaser:
+		r.release(p.token, o)
+	case Releaser:
+		r.Release(o)
 	}
 }
 

@@ -65,12 +65,11 @@ func Arrive(ctx context.Context, inv *pipeline.Invocation) (d time.Time, ok bool
 // arrival to now plus a positive duration, so only a caller's can be.
 // Only an invocation made without an arrival reads the clock here.
 func expiredOnArrival(inv *pipeline.Invocation, d time.Time) bool {
-	at := inv.Timing().Arrival
-	ok := !at.IsZero()
-	if !ok {
+	t := inv.Timing() // once: it is a copy of several words
+	if t.Arrival.IsZero() {
 		return !d.After(time.Now())
 	}
-	return inv.Timing().Source == pipeline.DeadlineCaller && !d.After(at)
+	return t.Source == pipeline.DeadlineCaller && !d.After(t.Arrival)
 }
 
 // Scope is the handler's context of one call under a deadline.
@@ -130,8 +129,9 @@ func Result(ctx context.Context, out any, err error) (any, error) {
 // TooLate reports whether the deadline of inv has passed, read from the
 // clock just before the handler's chain would start. The handler's
 // context cannot say so yet: a timer runs a little after its instant. A
-// handler must never start under a deadline that has passed.
+// handler must never start under a deadline that has passed. A deadline
+// with a monotonic reading costs one read of the monotonic clock alone.
 func TooLate(inv *pipeline.Invocation) bool {
 	d, ok := inv.Deadline()
-	return ok && !time.Now().Before(d)
+	return ok && time.Until(d) <= 0
 }
