@@ -80,7 +80,10 @@ func WithMargin(margin time.Duration) Option {
 type Client[In, Out any] struct {
 	send func(ctx context.Context, in, out any) error
 	op   *kernel.Op // the operation's handle, over Local; else nil
-	cfg  config
+	// checked: the operation's input has constraints, which an
+	// in-process call checks as the adapters do.
+	checked bool
+	cfg     config
 }
 
 // New returns the client of operation id over t. It fails when t does not
@@ -104,7 +107,7 @@ func New[In, Out any](t Transport, id string, opts ...Option) (*Client[In, Out],
 		return nil, fmt.Errorf("client: operation %q takes %v and returns %v, not %v and %v",
 			id, d.Input, d.Output, in, out)
 	}
-	c := &Client[In, Out]{send: send}
+	c := &Client[In, Out]{send: send, checked: d.Constrained()}
 	if l, ok := t.(local); ok {
 		c.op = l.find(id)
 	}
@@ -133,13 +136,10 @@ func (c *Client[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 		out Out
 		err error
 	)
-	switch {
-	case c.cfg.dep != nil:
-		err = c.through(ctx, &in, &out)
-	case c.op != nil:
-		out, err = invokeTyped[Out](ctx, c.op, &in)
-	default:
-		err = c.send(ctx, &in, &out)
+	if c.op != nil && c.cfg.dep == nil {
+		out, err = invokeTyped[Out](ctx, c.op, c.checked, &in)
+	} else {
+		out, err = c.remote(ctx, &in)
 	}
 	if err != nil {
 		var zero Out
@@ -148,10 +148,22 @@ func (c *Client[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 	return out, nil
 }
 
+// remote makes the call through the transport, under the dependency if
+// there is one. Its output escapes to the transport's function; the
+// in-process call's does not.
+func (c *Client[In, Out]) remote(ctx context.Context, in *In) (Out, error) {
+	var out Out
+	if c.cfg.dep != nil {
+		return out, c.through(ctx, in, &out)
+	}
+	return out, c.send(ctx, in, &out)
+}
+
 // invokeTyped makes one in-process call of op with the input in (a
-// pointer), as invoke does, without reflection on its output.
-func invokeTyped[Out any](ctx context.Context, op *kernel.Op, in any) (Out, error) {
-	o := op.Invoke(ctx, local{}.unary(op, in))
+// pointer), as invoke does, without reflection on its output. checked
+// says whether op's input has constraints to check.
+func invokeTyped[Out any](ctx context.Context, op *kernel.Op, checked bool, in any) (Out, error) {
+	o := op.Invoke(ctx, local{}.unary(op, checked, in))
 	if o.Err != nil || o.Output == nil {
 		var zero Out
 		return zero, o.Err
@@ -278,9 +290,13 @@ func (l local) find(id string) *kernel.Op {
 }
 
 // unary returns the call of op with input in: its constraints' failure,
-// when they fail, is the call's decoding failure, as the adapters have it.
-func (local) unary(op *kernel.Op, in any) kernel.Unary {
+// when checked and they fail, is the call's decoding failure, as the adapters
+// have it.
+func (local) unary(op *kernel.Op, checked bool, in any) kernel.Unary {
 	u := kernel.Unary{Input: in}
+	if !checked {
+		return u
+	}
 	if perr := op.Descriptor().CheckConstraints(in); perr != nil {
 		u.Decode = func(time.Time) (any, error) { return nil, perr }
 	}
@@ -289,7 +305,7 @@ func (local) unary(op *kernel.Op, in any) kernel.Unary {
 
 // invoke makes one call of op in-process; out points to the output.
 func (l local) invoke(ctx context.Context, op *kernel.Op, in, out any) error {
-	o := op.Invoke(ctx, l.unary(op, in))
+	o := op.Invoke(ctx, l.unary(op, op.Descriptor().Constrained(), in))
 	if o.Err != nil || o.Output == nil {
 		return o.Err
 	}
