@@ -79,11 +79,11 @@ func WithMargin(margin time.Duration) Option {
 // Client calls one operation. It is safe for concurrent use.
 type Client[In, Out any] struct {
 	send func(ctx context.Context, in, out any) error
-	op   *kernel.Op // the operation's handle, over Local; else nil
-	// checked: the operation's input has constraints, which an
-	// in-process call checks as the adapters do.
-	checked bool
-	cfg     config
+	// k is the kernel of an in-process client (Local), which calls it
+	// as kernel.Call does; else nil.
+	k   *kernel.Kernel
+	id  string
+	cfg config
 }
 
 // New returns the client of operation id over t. It fails when t does not
@@ -107,9 +107,9 @@ func New[In, Out any](t Transport, id string, opts ...Option) (*Client[In, Out],
 		return nil, fmt.Errorf("client: operation %q takes %v and returns %v, not %v and %v",
 			id, d.Input, d.Output, in, out)
 	}
-	c := &Client[In, Out]{send: send, checked: d.Constrained()}
+	c := &Client[In, Out]{send: send}
 	if l, ok := t.(local); ok {
-		c.op = l.find(id)
+		c.k, c.id = l.k, id
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -136,10 +136,10 @@ func (c *Client[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 		out Out
 		err error
 	)
-	if c.op != nil && c.cfg.dep == nil {
-		out, err = invokeTyped[Out](ctx, c.op, c.checked, &in)
+	if c.k != nil && c.cfg.dep == nil {
+		out, err = kernel.Call[In, Out](ctx, c.k, c.id, in)
 	} else {
-		out, err = c.remote(ctx, &in)
+		out, err = c.remote(ctx, in)
 	}
 	if err != nil {
 		var zero Out
@@ -149,30 +149,14 @@ func (c *Client[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 }
 
 // remote makes the call through the transport, under the dependency if
-// there is one. Its output escapes to the transport's function; the
-// in-process call's does not.
-func (c *Client[In, Out]) remote(ctx context.Context, in *In) (Out, error) {
+// there is one. Its input and output escape to the transport's function:
+// they are its own copies, so that an in-process call allocates neither.
+func (c *Client[In, Out]) remote(ctx context.Context, in In) (Out, error) {
 	var out Out
 	if c.cfg.dep != nil {
-		return out, c.through(ctx, in, &out)
+		return out, c.through(ctx, &in, &out)
 	}
-	return out, c.send(ctx, in, &out)
-}
-
-// invokeTyped makes one in-process call of op with the input in (a
-// pointer), as invoke does, without reflection on its output. checked
-// says whether op's input has constraints to check.
-func invokeTyped[Out any](ctx context.Context, op *kernel.Op, checked bool, in any) (Out, error) {
-	o := op.Invoke(ctx, local{}.unary(op, checked, in))
-	if o.Err != nil || o.Output == nil {
-		var zero Out
-		return zero, o.Err
-	}
-	out, ok := o.Output.(Out)
-	if !ok {
-		return out, returned(op, o.Output)
-	}
-	return out, nil
+	return out, c.send(ctx, &in, &out)
 }
 
 // through makes the call under the dependency. Each attempt fills an
@@ -290,11 +274,11 @@ func (l local) find(id string) *kernel.Op {
 }
 
 // unary returns the call of op with input in: its constraints' failure,
-// when checked and they fail, is the call's decoding failure, as the adapters
-// have it.
-func (local) unary(op *kernel.Op, checked bool, in any) kernel.Unary {
+// when it has some and they fail, is the call's decoding failure, as the
+// adapters have it.
+func (local) unary(op *kernel.Op, in any) kernel.Unary {
 	u := kernel.Unary{Input: in}
-	if !checked {
+	if !op.Descriptor().Constrained() {
 		return u
 	}
 	if perr := op.Descriptor().CheckConstraints(in); perr != nil {
@@ -305,7 +289,7 @@ func (local) unary(op *kernel.Op, checked bool, in any) kernel.Unary {
 
 // invoke makes one call of op in-process; out points to the output.
 func (l local) invoke(ctx context.Context, op *kernel.Op, in, out any) error {
-	o := op.Invoke(ctx, l.unary(op, op.Descriptor().Constrained(), in))
+	o := op.Invoke(ctx, l.unary(op, in))
 	if o.Err != nil || o.Output == nil {
 		return o.Err
 	}
