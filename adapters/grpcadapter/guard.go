@@ -338,6 +338,8 @@ type guardedConn struct {
 	heldGone bool   // the client reset heldID before the guard passed it
 	held     []byte // bytes read from the client and not yet returned
 	heldErr  error  // the read error that came with held
+	heldBuf  []byte // the buffer of held, and a spare: held bytes are copied,
+	spareBuf []byte // and the two buffers serve in turn
 	hdec     *hpack.Decoder
 	blk      headerBlock
 	nheld    atomic.Int64 // the streams held back for the pacer
@@ -422,7 +424,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		// Hold back what follows the new stream's frame header. Its
 		// payload, the header block, stays unread by grpc-go until then.
 		if end < n {
-			c.held = append(append([]byte(nil), p[end:n]...), c.held...)
+			c.hold(p[end:n])
 			if err != nil {
 				c.heldErr, err = err, nil
 			}
@@ -434,6 +436,21 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		return 0, errGuardClosed
 	}
 	return cut, nil
+}
+
+// hold keeps b, bytes read from the client, for the next reads to return
+// before the rest of held. It copies b, which is in the caller's buffer,
+// into one of the connection's two buffers: a connection held stream
+// after stream allocates nothing more once they are large enough.
+func (c *guardedConn) hold(b []byte) {
+	need := len(b) + len(c.held)
+	buf := c.spareBuf[:0]
+	if cap(buf) < need {
+		buf = make([]byte, 0, max(need, 4<<10))
+	}
+	buf = append(append(buf, b...), c.held...)
+	c.spareBuf, c.heldBuf = c.heldBuf, buf
+	c.held = buf
 }
 
 // clientFrame follows one frame from the client; it returns false when

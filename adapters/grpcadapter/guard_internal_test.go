@@ -496,3 +496,28 @@ func TestGuardPassesTheHeldStreamsOfACancellingClient(t *testing.T) {
 		}
 	})
 }
+
+// TestGuardHoldKeepsBytesInOrderWithoutAllocating: held bytes come back
+// in order, the newest read first, and a connection held stream after
+// stream allocates nothing once its two buffers are large enough.
+func TestGuardHoldKeepsBytesInOrderWithoutAllocating(t *testing.T) {
+	c := &guardedConn{}
+	c.hold([]byte("cd"))
+	c.held = c.held[1:] // "d" left
+	c.hold([]byte("ab"))
+	if got := string(c.held); got != "abd" {
+		t.Fatalf("held %q, want %q", got, "abd")
+	}
+	p := bytes.Repeat([]byte{'x'}, 1000)
+	c.held = nil
+	c.hold(p) // both buffers grow once
+	c.hold(p[:10])
+	allocs := testing.AllocsPerRun(100, func() {
+		c.held = c.held[:0]
+		c.hold(p)
+		c.held = c.held[len(p)/2:]
+	})
+	if allocs != 0 {
+		t.Errorf("hold allocated %v times a call, want 0", allocs)
+	}
+}

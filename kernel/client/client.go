@@ -80,8 +80,11 @@ func WithMargin(margin time.Duration) Option {
 // Client calls one operation. It is safe for concurrent use.
 type Client[In, Out any] struct {
 	send func(ctx context.Context, in, out any) error
-	op   *kernel.Op // the operation's handle, over Local; else nil
-	cfg  config
+	// k is the kernel of an in-process client (Local), which calls it
+	// as kernel.Call does; else nil.
+	k   *kernel.Kernel
+	id  string
+	cfg config
 }
 
 // New returns the client of operation id over t. It fails when t does not
@@ -107,7 +110,7 @@ func New[In, Out any](t Transport, id string, opts ...Option) (*Client[In, Out],
 	}
 	c := &Client[In, Out]{send: send}
 	if l, ok := t.(local); ok {
-		c.op = l.find(id)
+		c.k, c.id = l.k, id
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -134,13 +137,10 @@ func (c *Client[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 		out Out
 		err error
 	)
-	switch {
-	case c.cfg.dep != nil:
-		err = c.through(ctx, &in, &out)
-	case c.op != nil:
-		out, err = invokeTyped[Out](ctx, c.op, &in)
-	default:
-		err = c.send(ctx, &in, &out)
+	if c.k != nil && c.cfg.dep == nil {
+		out, err = kernel.Call[In, Out](ctx, c.k, c.id, in)
+	} else {
+		out, err = c.remote(ctx, in)
 	}
 	if err != nil {
 		var zero Out
@@ -149,19 +149,15 @@ func (c *Client[In, Out]) Call(ctx context.Context, in In) (Out, error) {
 	return out, nil
 }
 
-// invokeTyped makes one in-process call of op with the input in (a
-// pointer), as invoke does, without reflection on its output.
-func invokeTyped[Out any](ctx context.Context, op *kernel.Op, in any) (Out, error) {
-	o := op.Invoke(ctx, local{}.unary(op, in))
-	if o.Err != nil || o.Output == nil {
-		var zero Out
-		return zero, o.Err
+// remote makes the call through the transport, under the dependency if
+// there is one. Its input and output escape to the transport's function:
+// they are its own copies, so that an in-process call allocates neither.
+func (c *Client[In, Out]) remote(ctx context.Context, in In) (Out, error) {
+	var out Out
+	if c.cfg.dep != nil {
+		return out, c.through(ctx, &in, &out)
 	}
-	out, ok := o.Output.(Out)
-	if !ok {
-		return out, returned(op, o.Output)
-	}
-	return out, nil
+	return out, c.send(ctx, &in, &out)
 }
 
 // through makes the call under the dependency. Each attempt fills an
@@ -279,9 +275,13 @@ func (l local) find(id string) *kernel.Op {
 }
 
 // unary returns the call of op with input in: its constraints' failure,
-// when they fail, is the call's decoding failure, as the adapters have it.
+// when it has some and they fail, is the call's decoding failure, as the
+// adapters have it.
 func (local) unary(op *kernel.Op, in any) kernel.Unary {
 	u := kernel.Unary{Input: in}
+	if !op.Descriptor().Constrained() {
+		return u
+	}
 	if perr := op.Descriptor().CheckConstraints(in); perr != nil {
 		u.Decode = func(time.Time) (any, error) { return nil, perr }
 	}
