@@ -37,7 +37,25 @@ type watchIn struct {
 }
 
 // feed records how its handlers' contexts ended.
-type feed struct{ ended chan error }
+type feed struct {
+	ended chan error
+	sent  chan int // capped's messages sent before its context ended
+}
+
+// capped is watch that records how many messages it sent before its
+// context ended, then how the context ended.
+func (f *feed) capped(ctx context.Context, in watchIn, out *operations.Sender[tick]) error {
+	n := 0
+	for ; n < in.Count; n++ {
+		if out.Send(tick{N: n + 1}) != nil {
+			break
+		}
+	}
+	<-ctx.Done()
+	f.sent <- n
+	f.ended <- context.Cause(ctx)
+	return ctx.Err()
+}
 
 func (f *feed) watch(ctx context.Context, in watchIn, out *operations.Sender[tick]) error {
 	for i := range in.Count {
@@ -118,12 +136,12 @@ const streamConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":
 // newStreamServer serves the feed operations.
 func newStreamServer(t testing.TB) (*server, *feed) {
 	t.Helper()
-	f := &feed{ended: make(chan error, 64)}
+	f := &feed{ended: make(chan error, 64), sent: make(chan int, 64)}
 	s := startServer(t, func(t testing.TB, reg *operations.Registry) {
 		t.Helper()
 		for _, err := range []error{
 			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.watch"}, f.watch),
-			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.capped"}, f.watch),
+			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.capped"}, f.capped),
 			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.quiet"}, f.watch),
 			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.limited"}, f.watch),
 			operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.flood"}, f.watch),
@@ -270,10 +288,11 @@ func TestStreamKindsOverConnect(t *testing.T) {
 // logMessage is the message of a Connect call's log record.
 const logMessage = "connect call"
 
-// TestStreamDeadlineMidStream: the operation's deadline passes after two
-// messages. The caller gets both, then deadline_exceeded with
-// KERNEL_TIMEOUT_001 in the error's details, and the handler's context
-// ends with the deadline.
+// TestStreamDeadlineMidStream: the operation's deadline passes while the
+// handler waits after two messages. The caller gets every message the
+// handler sent before it (both, unless the machine is slower than the
+// 300ms deadline), then deadline_exceeded with KERNEL_TIMEOUT_001 in the
+// error's details, and the handler's context ends with the deadline.
 func TestStreamDeadlineMidStream(t *testing.T) {
 	s, f := newStreamServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -282,8 +301,14 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 		start := time.Now()
 		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Capped", `{"count":2,"wait":true}`)
 		ce := asConnect(t, err)
-		if len(ns) != 2 || ce.Code() != connect.CodeDeadlineExceeded || errorInfo(t, ce).Reason != "KERNEL_TIMEOUT_001" {
-			t.Errorf("%s: %v, %v; want 2 messages, then deadline_exceeded KERNEL_TIMEOUT_001", p.name, ns, err)
+		sent := 0
+		select {
+		case sent = <-f.sent:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the handler's context never ended", p.name)
+		}
+		if len(ns) != sent || ce.Code() != connect.CodeDeadlineExceeded || errorInfo(t, ce).Reason != "KERNEL_TIMEOUT_001" {
+			t.Errorf("%s: %v, %v; want the %d messages sent, then deadline_exceeded KERNEL_TIMEOUT_001", p.name, ns, err, sent)
 		}
 		if took := time.Since(start); took < 300*time.Millisecond {
 			t.Errorf("%s: the stream ended after %v, before its 300ms deadline", p.name, took)
