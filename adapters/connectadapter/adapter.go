@@ -59,7 +59,8 @@ func WithReadLimit(n int) Option {
 
 // New returns the handler of every operation g serves, unary or
 // streaming. Each one is a procedure at the gRPC method's path, such as
-// /shop.v1.Orders/Create. Requests for any other path are answered 404.
+// /shop.v1.Orders/Create. A call of any other path is answered
+// unimplemented, in its protocol's form; any other request 404.
 func New(g *grpcadapter.Adapter, opts ...Option) (http.Handler, error) {
 	h, _, err := build(g, opts)
 	return h, err
@@ -108,6 +109,7 @@ func build(g *grpcadapter.Adapter, opts []Option) (http.Handler, []string, error
 			mux.Handle("/"+s+"/", unknownMethod{srv})
 		}
 	}
+	mux.Handle("/", unknownPath{unknownMethod{srv}})
 	var h http.Handler = mux
 	if cfg.origins != nil {
 		h = withCORS(h, cfg.origins)

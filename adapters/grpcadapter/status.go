@@ -40,9 +40,9 @@ const defaultDomain = "sundial"
 // [pipeline.UnexpectedMessage] and its code. Neither the wrapped error's
 // text nor its details nor a retry-after reach the caller.
 //
-// A status that an application's own gRPC handler returned goes back as
-// the handler wrote it, unless the pipeline replaced the outcome (see
-// [Adapter.UnaryServerInterceptor]).
+// A status that an operation's handler or an application's own gRPC
+// handler returned goes back as the handler wrote it, unless the
+// pipeline replaced the outcome (see [Adapter.UnaryServerInterceptor]).
 func Status(err error, domain string) *status.Status {
 	if err == nil {
 		return nil
@@ -52,6 +52,10 @@ func Status(err error, domain string) *status.Status {
 		// A status returned by a user's own gRPC handler (fromHandler)
 		// that no middleware replaced.
 		return hs.st
+	}
+	if own, ok := e.Unwrap().(interface{ HandlerStatus() *status.Status }); ok {
+		// A status an operation's handler returned (status.Error).
+		return own.HandlerStatus()
 	}
 	if domain == "" {
 		domain = defaultDomain
