@@ -13,8 +13,9 @@ import (
 // MetadataFrom. Its methods are safe for concurrent use, and a nil
 // Metadata reads as empty and drops what is set on it.
 type Metadata struct {
+	load            func() http.Header // the request headers, read once
 	in              http.Header
-	canon           sync.Once // in's keys in canonical form, once
+	once            sync.Once
 	mu              sync.Mutex
 	header, trailer http.Header
 	headerSent      bool
@@ -24,11 +25,12 @@ type Metadata struct {
 type metadataKey struct{}
 
 // WithMetadata returns a copy of ctx that carries new metadata for a
-// call whose request headers are in, such as gRPC metadata. An adapter
-// calls it before it runs the call, and sends what the handler set with
-// SendHeader and SendTrailer. The metadata own in.
-func WithMetadata(ctx context.Context, in http.Header) (context.Context, *Metadata) {
-	m := &Metadata{in: in}
+// call. request returns the call's request headers, such as gRPC
+// metadata; it is called once, when they are first read, and must not
+// be modified after. An adapter calls WithMetadata before it runs the
+// call, and sends what the handler set with SendHeader and SendTrailer.
+func WithMetadata(ctx context.Context, request func() http.Header) (context.Context, *Metadata) {
+	m := &Metadata{load: request}
 	return context.WithValue(ctx, metadataKey{}, m), m
 }
 
@@ -42,15 +44,21 @@ func MetadataFrom(ctx context.Context) *Metadata {
 // Request returns the caller's request headers, keys in canonical form.
 // The caller must not modify them.
 func (m *Metadata) Request() http.Header {
-	if m == nil || m.in == nil {
+	if m == nil {
 		return http.Header{}
 	}
-	m.canon.Do(func() {
+	m.once.Do(func() {
+		if m.load != nil {
+			m.in = m.load()
+		}
 		for k := range m.in {
 			if c := http.CanonicalHeaderKey(k); c != k {
 				m.in = canonical(m.in)
-				return
+				break
 			}
+		}
+		if m.in == nil {
+			m.in = http.Header{}
 		}
 	})
 	return m.in

@@ -41,7 +41,7 @@ func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*c
 	parent, stop := p.srv.Enter(ctx, md, &p.m, &u.Caller)
 	defer stop()
 	u.Protocol = pipeline.ProtocolConnect
-	parent, meta := operations.WithMetadata(parent, req.Header())
+	parent, meta := operations.WithMetadata(parent, req.Header)
 	var o kernel.Outcome
 	if in, err := p.input(req.Msg); err != nil {
 		o = p.m.Op.Reject(parent, u.Caller, err)

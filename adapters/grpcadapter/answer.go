@@ -29,6 +29,9 @@ func statusCode(err error) int {
 	if hs, ok := e.Unwrap().(*handlerStatus); ok && hs != nil {
 		return int(hs.st.Code())
 	}
+	if own, ok := e.Unwrap().(interface{ HandlerStatus() *status.Status }); ok {
+		return int(own.HandlerStatus().Code())
+	}
 	return int(CodeFor(e.Kind()))
 }
 
