@@ -28,9 +28,16 @@ func runWith(t *testing.T, err error) error {
 	return got
 }
 
+// okStatus is an error whose status says OK.
+type okStatus struct{}
+
+func (okStatus) Error() string              { return "all is well?" }
+func (okStatus) GRPCStatus() *status.Status { return status.New(codes.OK, "") }
+
 // TestHandlerStatusKinds: an error that carries an RPC status is an
 // outcome of its code's kind, coded GRPC_<CODE>, with the status's
-// message. Any other error is left as it is.
+// message. Any other error is left as it is: an outcome, an error
+// without a status, and one whose status says OK.
 func TestHandlerStatusKinds(t *testing.T) {
 	for _, tc := range []struct {
 		code codes.Code
@@ -69,7 +76,7 @@ func TestHandlerStatusKinds(t *testing.T) {
 	if e := pipeline.AsError(runWith(t, wrapped)); e.Kind() != pipeline.KindUnavailable || e.Message() != wrapped.Error() {
 		t.Errorf("wrapped: %v %q; want UNAVAILABLE %q", e.Kind(), e.Message(), wrapped.Error())
 	}
-	for _, err := range []error{io.EOF, pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND", "x"), status.Error(codes.OK, "")} {
+	for _, err := range []error{io.EOF, pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND", "x"), okStatus{}} {
 		if got := runWith(t, err); got != err {
 			t.Errorf("%v became %v; want it as it is", err, got)
 		}

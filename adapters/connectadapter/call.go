@@ -128,7 +128,8 @@ func (u unknownMethod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type unknownPath struct{ u unknownMethod }
 
 func (u unknownPath) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !connect.NewErrorWriter().IsSupported(r) {
+	if !connect.NewErrorWriter().IsSupported(r) || r.Method == http.MethodGet && !r.URL.Query().Has("message") {
+		// Not a call: a Connect GET carries its message in the query.
 		http.NotFound(w, r)
 		return
 	}

@@ -27,6 +27,8 @@ func quota(ctx context.Context, in quotaIn) (quotaOut, error) {
 	md := operations.MetadataFrom(ctx)
 	md.AddHeader("X-Served-By", "sundial")
 	md.AddTrailer("X-Checksum", "c0ffee")
+	md.AddHeader("Content-Type", "text/plain") // the protocol's: never sent
+	md.AddTrailer("Grpc-Status", "0")
 	tenant := md.Request().Get("X-Tenant")
 	if in.Over {
 		st, err := status.New(codes.ResourceExhausted, "tenant "+tenant+" used its 10 calls").

@@ -28,6 +28,7 @@ func quota(ctx context.Context, in quotaIn) (quotaOut, error) {
 	md := operations.MetadataFrom(ctx)
 	md.AddHeader("X-Served-By", "sundial")
 	md.AddTrailer("X-Checksum", "c0ffee")
+	md.AddTrailer("Grpc-Status", "0") // gRPC's: never sent
 	tenant := md.Request().Get("X-Tenant")
 	if !in.Over {
 		return quotaOut{Tenant: tenant}, nil

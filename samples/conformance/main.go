@@ -34,15 +34,17 @@ import (
 )
 
 func main() {
-	if err := run(os.Stdin, os.Stdout); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
 }
 
 // run reads the runner's request from in, serves, writes the response to
-// out and serves until a signal arrives.
-func run(in io.Reader, out io.Writer) error {
+// out and serves until ctx ends.
+func run(ctx context.Context, in io.Reader, out io.Writer) error {
 	req, err := readRequest(in)
 	if err != nil {
 		return err
@@ -50,21 +52,20 @@ func run(in io.Reader, out io.Writer) error {
 	if req.useTLS {
 		return errors.New("TLS is not claimed: configure the runner without it")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := newServer(req.receiveLimit)
 	if err != nil {
 		return err
 	}
-	srv, err := newServer(req.receiveLimit)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	if err := writeResponse(out, ln.Addr().(*net.TCPAddr)); err != nil {
+		_ = srv.Close()
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	select {
 	case err := <-done:
 		return err
