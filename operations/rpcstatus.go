@@ -40,23 +40,21 @@ func statusOutcome(err error) error {
 		&ownStatus{err: err, st: st})
 }
 
-// rpcStatus returns the status err carries, unless err is nil, an
-// outcome already, or carries OK. A method of err that panics (a typed
-// nil) means no status.
+// rpcStatus returns the status err carries, unless err is nil, has none
+// in its chain, is an outcome already, or carries OK. A method of err
+// that panics (a typed nil) means no status.
 func rpcStatus(err error) (st *status.Status, ok bool) {
-	if err == nil {
-		return nil, false
-	}
 	defer func() {
 		if recover() != nil {
 			st, ok = nil, false
 		}
 	}()
-	if _, isOutcome := errors.AsType[*pipeline.Error](err); isOutcome {
+	var carrier interface{ GRPCStatus() *status.Status }
+	if err == nil || !errors.As(err, &carrier) || errors.As(err, new(*pipeline.Error)) {
 		return nil, false
 	}
-	st, ok = status.FromError(err)
-	return st, ok && st.Code() != codes.OK
+	st, _ = status.FromError(err)
+	return st, st.Code() != codes.OK
 }
 
 // statusKind returns the outcome kind of an RPC status code. Unknown,
