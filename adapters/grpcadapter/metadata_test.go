@@ -2,6 +2,7 @@ package grpcadapter_test
 
 import (
 	"context"
+	"io"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -41,12 +42,59 @@ func quota(ctx context.Context, in quotaIn) (quotaOut, error) {
 	return quotaOut{}, st.Err()
 }
 
+// watch sends the tenant twice, with a header and a trailer.
+func watch(ctx context.Context, _ quotaIn, s *operations.Sender[quotaOut]) error {
+	md := operations.MetadataFrom(ctx)
+	md.AddHeader("X-Served-By", "sundial")
+	md.AddTrailer("X-Checksum", "c0ffee")
+	for range 2 {
+		if err := s.Send(quotaOut{Tenant: md.Request().Get("X-Tenant")}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func quotaHarness(t *testing.T) *harness {
 	return newHarness(t, harnessOpt{register: func(t testing.TB, reg *operations.Registry) {
 		if err := operations.Register(reg, operations.Descriptor{ID: "quota.check"}, quota); err != nil {
 			t.Fatal(err)
 		}
+		if err := operations.RegisterServerStream(reg, operations.Descriptor{ID: "quota.watch"}, watch); err != nil {
+			t.Fatal(err)
+		}
 	}})
+}
+
+// TestHandlerMetadataOverAGRPCStream: a stream's handler reads the
+// request metadata; its header comes with the first message, its
+// trailer at the end.
+func TestHandlerMetadataOverAGRPCStream(t *testing.T) {
+	h := quotaHarness(t)
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-tenant", "acme")
+	cs, m := h.openStream(ctx, t, h.conn, "/test.v1.Quota/Watch")
+	send(t, cs, m.Input, nil)
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		msg := newMessage(m.Output)
+		if err := cs.RecvMsg(msg); err != nil {
+			if err != io.EOF {
+				t.Fatal(err)
+			}
+			break
+		}
+		if got := msg.Get(m.Output.Fields().ByName("tenant")).String(); got != "acme" {
+			t.Errorf("message %d: tenant %q, want acme", n, got)
+		}
+		n++
+	}
+	hdr, err := cs.Header()
+	if tl := cs.Trailer().Get("x-checksum"); err != nil || n != 2 || len(hdr.Get("x-served-by")) != 1 || len(tl) != 1 {
+		t.Errorf("%d messages, header %v (%v), trailer %v; want 2, x-served-by, x-checksum", n, hdr, err, cs.Trailer())
+	}
 }
 
 // TestHandlerMetadataOverGRPC: the handler reads the caller's request
