@@ -133,7 +133,7 @@ func (r *connRaw) Recv() (any, int, error) {
 
 // Abort makes a blocked Receive return at once, and a blocked Send within
 // abortGrace.
-func (r *connRaw) Abort(err error) {
+func (r *connRaw) Abort(error) {
 	r.aborted.Store(true)
 	if r.rc == nil {
 		return
