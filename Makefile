@@ -8,7 +8,7 @@ BENCH     ?= .
 BENCHPKGS ?= ./kernel ./adapters ./adapters/grpcadapter ./adapters/connectadapter ./samples/shop/systemtest
 FUZZTIME  ?= 10s
 
-.PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean
+.PHONY: all run test deps vet fmtcheck build bench bench-overload fuzz stress generate clean conformance
 
 all: test
 
@@ -41,6 +41,18 @@ fmtcheck:
 ## build: build the sample binaries into bin/
 build:
 	$(GO) build -o bin/shop ./samples/shop
+
+## conformance: the Connect conformance suite's runner (connectconformance,
+## installed from the module proxy into bin/, outside go.mod) in server mode
+## against samples/conformance, with the features it claims and its argued
+## exclusions (samples/conformance/*.yaml, *.txt; see docs/connect.md)
+CONFORMANCE_VERSION ?= v1.0.7
+conformance:
+	GOBIN=$(CURDIR)/bin $(GO) install connectrpc.com/conformance/cmd/connectconformance@$(CONFORMANCE_VERSION)
+	$(GO) build -o bin/conformance ./samples/conformance
+	bin/connectconformance --mode server --conf samples/conformance/config.yaml \
+		--known-failing @samples/conformance/known-failing.txt \
+		--known-flaky @samples/conformance/known-flaky.txt -- bin/conformance
 
 ## bench: the main suites (pipeline vs its floors, rejections, limits,
 ## telemetry, HTTP, gRPC and Connect vs bare servers, typed clients vs calls

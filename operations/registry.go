@@ -166,7 +166,7 @@ func handlerOf[In, Out any](id string, inType reflect.Type, fn func(context.Cont
 		}
 		out, err := fn(ctx, in)
 		if err != nil {
-			return nil, err
+			return nil, statusOutcome(err)
 		}
 		return out, nil
 	}

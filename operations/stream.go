@@ -87,7 +87,7 @@ func RegisterServerStream[In, Out any](r *Registry, d Descriptor, fn func(contex
 		if err != nil {
 			return nil, err
 		}
-		return nil, fn(ctx, in, &Sender[Out]{s})
+		return nil, statusOutcome(fn(ctx, in, &Sender[Out]{s}))
 	})
 }
 
@@ -101,7 +101,7 @@ func RegisterClientStream[In, Out any](r *Registry, d Descriptor, fn func(contex
 	return addStream(r, d, func(ctx context.Context, _ *pipeline.Invocation, s Stream) (any, error) {
 		out, err := fn(ctx, &Receiver[In]{s, &d})
 		if err != nil {
-			return nil, err
+			return nil, statusOutcome(err)
 		}
 		return out, nil
 	})
@@ -115,7 +115,7 @@ func RegisterBidiStream[In, Out any](r *Registry, d Descriptor, fn func(context.
 		return err
 	}
 	return addStream(r, d, func(ctx context.Context, _ *pipeline.Invocation, s Stream) (any, error) {
-		return nil, fn(ctx, &Receiver[In]{s, &d}, &Sender[Out]{s})
+		return nil, statusOutcome(fn(ctx, &Receiver[In]{s, &d}, &Sender[Out]{s}))
 	})
 }
 

@@ -88,9 +88,10 @@ func WithReadLimit(n int) Option {
 // New returns the handler of every operation registered with k, unary or
 // streaming. Each one is a procedure at its gRPC method's path, such as
 // /shop.v1.Orders/Create, with the messages the gRPC adapter builds from
-// the same operations (see docs/grpc.md). Requests for any other path are
-// answered 404. New fails as the gRPC adapter's New does when an
-// operation has no protobuf form.
+// the same operations (see docs/grpc.md). A call of any other path is
+// answered unimplemented, in its protocol's form; any other request 404.
+// New fails as the gRPC adapter's New does when an operation has no
+// protobuf form.
 func New(k *kernel.Kernel, opts ...Option) (http.Handler, error) {
 	h, _, err := build(k, opts)
 	return h, err
@@ -143,6 +144,7 @@ func build(k *kernel.Kernel, opts []Option) (http.Handler, []string, error) {
 		unknown.services[sv.Full] = true
 		mux.Handle("/"+sv.Full+"/", unknown)
 	}
+	mux.Handle("/", unknownPath{unknown})
 	var h http.Handler = mux
 	if cfg.origins != nil {
 		h = withCORS(h, cfg.origins)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,6 +15,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/adapters/internal/rpcschema"
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -40,6 +42,7 @@ func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*c
 	parent, stop := p.srv.Enter(ctx, md, p.m.Full, &u.Caller)
 	defer stop()
 	u.Protocol = pipeline.ProtocolConnect
+	parent, meta := operations.WithMetadata(parent, req.Header)
 	var o kernel.Outcome
 	if in, err := p.input(req.Msg); err != nil {
 		o = p.m.Op.Reject(parent, u.Caller, err)
@@ -52,8 +55,11 @@ func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*c
 		resp, o.Err = p.m.EncodeOutput(o.Output)
 	}
 	st := p.srv.Answer(ctx, p.m.Full, o, start, logMessage)
+	header, trailer := meta.SendHeader(), meta.SendTrailer()
 	if st != nil {
 		e := connectError(st)
+		handlerFields(e.Meta(), header)
+		handlerFields(e.Meta(), trailer)
 		replyFields(e.Meta(), o.Invocation)
 		if o.TraceID != "" {
 			e.Meta().Set(headerTraceID, o.TraceID)
@@ -61,8 +67,38 @@ func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*c
 		return nil, e
 	}
 	res := connect.NewResponse(resp)
+	handlerFields(res.Header(), header)
+	handlerFields(res.Trailer(), trailer)
 	replyFields(res.Header(), o.Invocation)
 	return res, nil
+}
+
+// handlerFields adds the headers or trailers a handler set (h) to dst,
+// except those the protocols own (ownedField) and those HTTP cannot
+// carry.
+func handlerFields(dst, h http.Header) {
+	for k, vs := range h {
+		if ownedField(k) || !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vs {
+			if httpguts.ValidHeaderFieldValue(v) {
+				dst.Add(k, v)
+			}
+		}
+	}
+}
+
+// ownedField reports whether the header name belongs to the protocols:
+// connect-go writes it, and a handler's value would corrupt the answer.
+func ownedField(name string) bool {
+	n := strings.ToLower(name)
+	switch n {
+	case "content-type", "content-length", "content-encoding", "accept-encoding",
+		"transfer-encoding", "te", "trailer", "connection":
+		return true
+	}
+	return strings.HasPrefix(n, "grpc-") || strings.HasPrefix(n, "connect-") || strings.HasPrefix(n, "trailer-")
 }
 
 // input converts the request message to the operation's input.
@@ -92,6 +128,30 @@ func (u unknownMethod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = connect.NewErrorWriter().Write(w, r, e)
 }
+
+// unknownPath answers a call of a path outside every served service as
+// unknownMethod does, and any other request 404. A unary call of the
+// Connect protocol gets HTTP status 404, as the protocol asks for a path
+// no procedure serves.
+type unknownPath struct{ u unknownMethod }
+
+func (u unknownPath) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !connect.NewErrorWriter().IsSupported(r) || r.Method == http.MethodGet && !r.URL.Query().Has("message") {
+		// Not a call: a Connect GET carries its message in the query.
+		http.NotFound(w, r)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); r.Method == http.MethodGet ||
+		!strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/connect+") {
+		w = notFoundWriter{w}
+	}
+	u.u.ServeHTTP(w, r)
+}
+
+// notFoundWriter writes status 404 in place of any other.
+type notFoundWriter struct{ http.ResponseWriter }
+
+func (w notFoundWriter) WriteHeader(int) { w.ResponseWriter.WriteHeader(http.StatusNotFound) }
 
 // connectError returns st as a Connect error: the same code, message and
 // details.

@@ -45,6 +45,9 @@ var errAborted = errors.New("connectadapter: the stream has ended")
 // controllerKey is the context key of a request's *http.ResponseController.
 type controllerKey struct{}
 
+// http1Key is the context key of a request over HTTP/1.x: true.
+type http1Key struct{}
+
 // streamServe serves a streaming procedure. It hands its handler the
 // request's ResponseController, which Abort uses. Once connect-go has
 // answered, it lifts the write deadline Abort may have set: the
@@ -53,7 +56,11 @@ type streamServe struct{ h http.Handler }
 
 func (s streamServe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
-	s.h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), controllerKey{}, rc)))
+	ctx := context.WithValue(r.Context(), controllerKey{}, rc)
+	if r.ProtoMajor == 1 {
+		ctx = context.WithValue(ctx, http1Key{}, true)
+	}
+	s.h.ServeHTTP(w, r.WithContext(ctx))
 	_ = rc.SetWriteDeadline(time.Time{})
 }
 
@@ -67,8 +74,14 @@ type connRaw struct {
 	// caller is the invocation's parent: it ends when the caller leaves.
 	caller context.Context
 	reads  bool // the caller streams: Abort ends the request body's reads
+	meta   *operations.Metadata
 
 	sending, aborted, sent atomic.Bool
+	// readsEnded: Abort made the connection's reads fail. Over HTTP/1.1
+	// the connection then serves no other request: net/http's read in
+	// the background fails too, and that ends the context of every later
+	// request on the connection.
+	readsEnded atomic.Bool
 }
 
 // Send sends one of the handler's outputs.
@@ -82,7 +95,9 @@ func (r *connRaw) Send(v any) error {
 	if r.aborted.Load() { // after sending is set: Abort sees one or the other
 		return errAborted
 	}
-	r.sent.Store(true)
+	if !r.sent.Swap(true) {
+		handlerFields(r.conn.ResponseHeader(), r.meta.SendHeader())
+	}
 	if err := r.conn.Send(msg); err != nil {
 		return r.failed(err)
 	}
@@ -127,6 +142,7 @@ func (r *connRaw) Abort(error) {
 		_ = r.rc.SetWriteDeadline(time.Now().Add(abortGrace))
 	}
 	if r.reads {
+		r.readsEnded.Store(true)
 		_ = r.rc.SetReadDeadline(aLongTimeAgo)
 	}
 }
@@ -206,6 +222,7 @@ func (p *procedure) stream(ctx context.Context, conn connect.StreamingHandlerCon
 	parent, stop := p.srv.Enter(cctx, md, p.m.Full, &c.Caller)
 	defer stop()
 	raw.caller = parent
+	parent, raw.meta = operations.WithMetadata(parent, conn.RequestHeader)
 	c.Protocol = pipeline.ProtocolConnect
 	if req != nil {
 		c.Decode = func(time.Time) (any, error) { return p.input(req) }
@@ -217,7 +234,12 @@ func (p *procedure) stream(ctx context.Context, conn connect.StreamingHandlerCon
 	}
 	st := p.srv.Answer(ctx, p.m.Full, o, start, logMessage)
 	if !raw.sent.Load() {
+		handlerFields(conn.ResponseHeader(), raw.meta.SendHeader())
 		replyFields(conn.ResponseHeader(), o.Invocation)
+	}
+	handlerFields(conn.ResponseTrailer(), raw.meta.SendTrailer())
+	if http1, _ := ctx.Value(http1Key{}).(bool); http1 && raw.readsEnded.Load() && !raw.sent.Load() {
+		conn.ResponseHeader().Set("Connection", "close")
 	}
 	if raw.aborted.Load() && rc != nil {
 		// The outcome goes out whatever ended the stream, within a bound.

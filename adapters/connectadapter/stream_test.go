@@ -1,11 +1,13 @@
 package connectadapter_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -614,5 +616,44 @@ func TestStreamMessageOverTheReadLimit(t *testing.T) {
 			!strings.Contains(ce.Message(), "larger than 4194304 bytes") {
 			t.Errorf("%s: %v %v; want invalid_argument KERNEL_VALIDATION_001 over 4194304 bytes", p.name, err, info)
 		}
+	}
+}
+
+// TestStreamEndedReadsCloseTheHTTP1Connection: a client stream over
+// HTTP/1.1 whose body ends inside a message fails, and the adapter makes
+// the connection's reads fail. net/http's read in the background can then
+// fail too, which ends the context of every later request on that
+// connection. So the answer closes the connection, and the next call, on
+// a new connection, succeeds.
+func TestStreamEndedReadsCloseTheHTTP1Connection(t *testing.T) {
+	s, _ := newStreamServer(t)
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// An envelope that promises 100 bytes, and 7 of them.
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/test.v1.Feed/Sum",
+		strings.NewReader("\x00\x00\x00\x00\x64"+`{"n":1}`))
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	if err := req.Write(c); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if !res.Close || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("the truncated stream: close=%v %q; want an error that closes the connection", res.Close, body)
+	}
+	cs := s.client(t, httpClient(t, false), "/test.v1.Feed/Sum", connect.WithProtoJSON()).CallClientStream(t.Context())
+	if err := cs.Send(s.tickMsg(t, "/test.v1.Feed/Sum", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CloseAndReceive(); err != nil {
+		t.Errorf("a call on a new connection: %v", err)
 	}
 }

@@ -347,3 +347,37 @@ func TestUnknownMethodIsObserved(t *testing.T) {
 	}
 	waitLog(t, s, "connect call", "method=/test.v1.Work/Nope", "code=GRPC_NOT_FOUND_001")
 }
+
+// TestUnknownPathThroughNew: New's handler answers a call of a path
+// outside every served service as unimplemented, in the call's
+// protocol: 404 for a unary Connect call, grpc-status 12 for gRPC. It is
+// observed like an unknown method. Any other request is a plain 404.
+func TestUnknownPathThroughNew(t *testing.T) {
+	s := newServer(t)
+	h, err := connectadapter.New(s.k, connectadapter.WithPackage("test.v1"),
+		connectadapter.WithLogger(s.logs.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, h, nil)
+	a := post(t, httpClient(t, false), url+"/other.v1.Nope/Call", `{}`, nil)
+	if a.status != http.StatusNotFound || a.err.Code != "unimplemented" {
+		t.Errorf("Connect: %d %s, want 404 unimplemented", a.status, a.body)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url+"/other.v1.Nope/Call", strings.NewReader("\x00\x00\x00\x00\x00"))
+	req.Header.Set("Content-Type", "application/grpc")
+	res, err := httpClient(t, true).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	if got := res.Header.Get("Grpc-Status") + res.Trailer.Get("Grpc-Status"); res.StatusCode != http.StatusOK || got != "12" {
+		t.Errorf("gRPC: %d, grpc-status %q; want 200, 12 (unimplemented)", res.StatusCode, got)
+	}
+	req, _ = http.NewRequest(http.MethodGet, url+"/favicon.ico", nil)
+	if p := do(t, httpClient(t, false), req); p.status != http.StatusNotFound || strings.Contains(p.body, "unimplemented") {
+		t.Errorf("a plain request: %d %s, want a plain 404", p.status, p.body)
+	}
+	waitLog(t, s, "connect call", "method=/other.v1.Nope/Call", "code=GRPC_NOT_FOUND_001")
+}

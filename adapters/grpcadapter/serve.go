@@ -16,6 +16,7 @@ import (
 	"fmt"
 
 	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -275,6 +276,7 @@ type reception struct {
 	start time.Time       // when the message was read
 	resp  any             // the response, set before done is sent nil
 
+	meta      *operations.Metadata // the call's, set before respondFn runs
 	respondFn func(kernel.Outcome) // r.respond, made once
 	refs      atomic.Int32         // serve's and the receiver's (see release)
 	reusable  bool                 // the timer was stopped before it fired, or there is none
@@ -305,7 +307,7 @@ func (r *reception) run() {
 		return
 	}
 	r.start = time.Now()
-	r.m.serveCall(r.ctx, r.req, r.respondFn)
+	r.m.serveCall(r.ctx, r.req, &r.meta, r.respondFn)
 }
 
 // respond is the kernel's answer to r's call: it converts the outcome to
@@ -313,7 +315,7 @@ func (r *reception) run() {
 // once, from the receiver goroutine or, for a chain late past its
 // deadline, from the guard's.
 func (r *reception) respond(o kernel.Outcome) {
-	resp, err := r.m.reply(r.ctx, o, r.start)
+	resp, err := r.m.reply(r.ctx, o, r.start, r.meta)
 	r.resp = resp
 	r.done <- err
 }
@@ -365,22 +367,24 @@ func (m *method) call(ctx context.Context, req *dynamicpb.Message) (any, error) 
 	parent, stop := m.a.inbound(ctx)
 	defer stop()
 	var u kernel.Unary
-	parent, err := m.enter(ctx, parent, req, &u)
+	var meta *operations.Metadata
+	parent, err := m.enter(ctx, parent, req, &u, &meta)
 	if err != nil {
-		return m.reply(ctx, m.Op.Reject(parent, u.Caller, err), start)
+		return m.reply(ctx, m.Op.Reject(parent, u.Caller, err), start, meta)
 	}
-	return m.reply(ctx, m.Op.Handle(parent, u), start)
+	return m.reply(ctx, m.Op.Handle(parent, u), start, meta)
 }
 
 // serveCall runs one call of the request message under the kernel's guard
 // (kernel.Op.Serve), on the calling goroutine: respond gets the outcome
 // once, by the invocation's deadline whatever the handler does. A message
-// that does not convert to the input is the call's rejection.
-func (m *method) serveCall(ctx context.Context, req *dynamicpb.Message, respond func(kernel.Outcome)) {
+// that does not convert to the input is the call's rejection. The call's
+// metadata go in *meta before respond is called.
+func (m *method) serveCall(ctx context.Context, req *dynamicpb.Message, meta **operations.Metadata, respond func(kernel.Outcome)) {
 	parent, stop := m.a.inbound(ctx)
 	defer stop()
 	var u kernel.Unary
-	parent, err := m.enter(ctx, parent, req, &u)
+	parent, err := m.enter(ctx, parent, req, &u, meta)
 	if err != nil {
 		respond(m.Op.Reject(parent, u.Caller, err))
 		return
@@ -388,11 +392,13 @@ func (m *method) serveCall(ctx context.Context, req *dynamicpb.Message, respond 
 	m.Op.Serve(parent, u, respond)
 }
 
-// enter fills in u for the request message, whose server context is ctx,
-// and returns the invocation's parent context (see prepare). The error is
-// the rejection of a message that does not convert to the input.
-func (m *method) enter(ctx, parent context.Context, req *dynamicpb.Message, u *kernel.Unary) (context.Context, error) {
+// enter fills in u and *meta for the request message, whose server
+// context is ctx, and returns the invocation's parent context (see
+// prepare). The error is the rejection of a message that does not
+// convert to the input.
+func (m *method) enter(ctx, parent context.Context, req *dynamicpb.Message, u *kernel.Unary, meta **operations.Metadata) (context.Context, error) {
 	parent = m.a.prepare(ctx, parent, m.Full, m.Desc.ID, &u.Caller)
+	parent, *meta = withMetadata(ctx, parent)
 	in, err := m.DecodeInput(req)
 	u.Input = in
 	return parent, err
@@ -400,12 +406,13 @@ func (m *method) enter(ctx, parent context.Context, req *dynamicpb.Message, u *k
 
 // reply converts the outcome of a call that started at start to the
 // response (nil on failure) and the status error of the answer (see
-// answer).
-func (m *method) reply(ctx context.Context, o kernel.Outcome, start time.Time) (any, error) {
+// answer). It sends the metadata the handler set.
+func (m *method) reply(ctx context.Context, o kernel.Outcome, start time.Time, meta *operations.Metadata) (any, error) {
 	var resp any
 	if o.Err == nil {
 		resp, o.Err = m.EncodeOutput(o.Output)
 	}
+	sendMetadata(ctx, meta)
 	if err := m.a.answer(ctx, m.Full, o, start); err != nil {
 		return nil, err
 	}

@@ -50,6 +50,9 @@ type serverStream struct {
 
 	expired    chan struct{} // closed when expire has run (server streams)
 	expiredErr error         // the request's outcome, when expire answered
+
+	meta *operations.Metadata // the call's (operations.MetadataFrom)
+	sent atomic.Bool          // a message was sent: so were the headers
 }
 
 // handleStream is the grpc.StreamDesc handler of a streaming operation.
@@ -65,6 +68,7 @@ func (m *method) handleStream(_ any, ss grpc.ServerStream) error {
 	s.caller = parent
 	c := kernel.StreamCall{Raw: s}
 	parent = m.a.prepare(ctx, parent, m.Full, m.Desc.ID, &c.Caller)
+	parent, s.meta = withMetadata(ctx, parent)
 	if m.Desc.Kind() == operations.ServerStream {
 		s.expired = make(chan struct{})
 		c.Decode = s.decode
@@ -96,6 +100,7 @@ func (s *serverStream) run(parent context.Context, c kernel.StreamCall, stop fun
 		s.m.a.logCall(s.ctx, s.m.Full, o, Status(o.Err, s.m.a.cfg.domain), s.start)
 		return
 	}
+	sendMetadata(s.ctx, s.meta)
 	if o.Err == nil && s.m.Desc.Kind() == operations.ClientStream {
 		// A client stream's reply.
 		var msg *dynamicpb.Message
@@ -114,6 +119,11 @@ func (s *serverStream) Send(v any) error {
 	msg, err := s.m.EncodeOutput(v)
 	if err != nil {
 		return err
+	}
+	if !s.sent.Swap(true) {
+		if md := outgoing(s.meta.SendHeader()); md != nil {
+			_ = s.ss.SetHeader(md)
+		}
 	}
 	if err := s.ss.SendMsg(msg); err != nil {
 		return s.failed(err)

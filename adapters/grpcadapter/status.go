@@ -25,9 +25,9 @@ import (
 // [pipeline.UnexpectedMessage] and its code. Neither the wrapped error's
 // text nor its details nor a retry-after reach the caller.
 //
-// A status that an application's own gRPC handler returned goes back as
-// the handler wrote it, unless the pipeline replaced the outcome (see
-// [Adapter.UnaryServerInterceptor]).
+// A status that an operation's handler or an application's own gRPC
+// handler returned goes back as the handler wrote it, unless the
+// pipeline replaced the outcome (see [Adapter.UnaryServerInterceptor]).
 func Status(err error, domain string) *status.Status { return rpccall.Status(err, domain) }
 
 // FromStatus converts the error of a gRPC call to an outcome. nil stays

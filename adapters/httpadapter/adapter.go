@@ -181,6 +181,8 @@ func (rt *route) serve(c echo.Context) error {
 		return nil
 	}
 	u.Decode = func(deadline time.Time) (any, error) { return rt.decode(c, x, deadline) }
+	r := c.Request()
+	ctx, x.meta = operations.WithMetadata(ctx, func() http.Header { return r.Header })
 	rt.op.Serve(ctx, u, x.answer)
 	return nil
 }
@@ -417,6 +419,7 @@ type exchange struct {
 	rejected *pipeline.Error
 	answer   func(kernel.Outcome) // x.respond, bound once
 	statusFn func(error) int      // x.statusOf, bound once
+	meta     *operations.Metadata // an operation's call's; nil for a host endpoint
 }
 
 var exchangePool = sync.Pool{New: func() any {
@@ -435,7 +438,7 @@ func (a *Adapter) newExchange(c echo.Context) *exchange {
 // release returns x to the pool. The kernel has returned from Serve (or
 // Invoke), so nothing calls x.answer any more.
 func (x *exchange) release() {
-	x.a, x.c, x.name, x.success, x.status, x.rejected = nil, nil, "", 0, 0, nil
+	x.a, x.c, x.name, x.success, x.status, x.rejected, x.meta = nil, nil, "", 0, 0, nil, nil
 	exchangePool.Put(x)
 }
 
@@ -501,6 +504,7 @@ func (x *exchange) respond(o kernel.Outcome) {
 	if o.Expired && c.Request().ProtoMajor < 2 {
 		c.Response().Header().Set(echo.HeaderConnection, "close")
 	}
+	x.sendMetadata(o.Err != nil)
 	x.sendReply(o.Invocation)
 	switch {
 	case o.Err != nil:
@@ -529,6 +533,34 @@ func (x *exchange) sendReply(inv *pipeline.Invocation) {
 	for _, f := range inv.Reply().Fields() {
 		if !x.c.Response().Committed && sendableField(f.Name, f.Value) {
 			x.c.Response().Header().Set(f.Name, f.Value)
+		}
+	}
+}
+
+// sendMetadata sets the headers the handler set (operations.Metadata) as
+// response headers while the response is not committed. Its trailers are
+// HTTP trailers after a success; a failure's problem has a length, so
+// they are headers then. A header refused to Reply fields is refused.
+func (x *exchange) sendMetadata(failed bool) {
+	w := x.c.Response()
+	if x.meta == nil || w.Committed {
+		return
+	}
+	prefix := http.TrailerPrefix
+	if failed {
+		prefix = ""
+	}
+	addFields(w.Header(), "", x.meta.SendHeader())
+	addFields(w.Header(), prefix, x.meta.SendTrailer())
+}
+
+// addFields adds each sendable field of src to dst, its name prefixed.
+func addFields(dst http.Header, prefix string, src http.Header) {
+	for k, vs := range src {
+		for _, v := range vs {
+			if sendableField(k, v) {
+				dst.Add(prefix+k, v)
+			}
 		}
 	}
 }

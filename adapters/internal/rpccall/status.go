@@ -38,9 +38,9 @@ const DefaultDomain = "sundial"
 // [pipeline.UnexpectedMessage] and its code. Neither the wrapped error's
 // text nor its details nor a retry-after reach the caller.
 //
-// A status that an application's own gRPC handler returned goes back as
-// the handler wrote it, unless the pipeline replaced the outcome (see
-// the gRPC adapter's interceptors).
+// A status that an operation's handler or an application's own gRPC
+// handler returned goes back as the handler wrote it, unless the
+// pipeline replaced the outcome (see the gRPC adapter's interceptors).
 func Status(err error, domain string) *status.Status {
 	if err == nil {
 		return nil
@@ -50,6 +50,10 @@ func Status(err error, domain string) *status.Status {
 		// A status returned by a user's own gRPC handler (fromHandler)
 		// that no middleware replaced.
 		return hs.St
+	}
+	if own, ok := e.Unwrap().(interface{ HandlerStatus() *status.Status }); ok {
+		// A status an operation's handler returned (status.Error).
+		return own.HandlerStatus()
 	}
 	if domain == "" {
 		domain = DefaultDomain
@@ -147,6 +151,9 @@ func StatusCode(err error) int {
 	e := pipeline.AsError(err)
 	if hs, ok := e.Unwrap().(*HandlerStatus); ok && hs != nil {
 		return int(hs.St.Code())
+	}
+	if own, ok := e.Unwrap().(interface{ HandlerStatus() *status.Status }); ok {
+		return int(own.HandlerStatus().Code())
 	}
 	return int(CodeFor(e.Kind()))
 }
