@@ -56,6 +56,7 @@ type getItem struct {
 type work struct {
 	DelayMs   int  `json:"delayMs"`
 	IgnoreCtx bool `json:"ignoreCtx"`
+	Tag       int  `json:"tag"` // names the call in testApp.ran
 }
 
 type done struct {
@@ -86,6 +87,7 @@ type testApp struct {
 	ctxDone     chan time.Time // work.run: when its context ended
 	release     chan struct{}  // work.run with ignoreCtx: closed to let it return
 	flaky       atomic.Int64   // work.flaky: calls so far
+	ran         sync.Map       // work.run: the tag of each call whose handler ran
 	releaseOnce sync.Once
 
 	mu         sync.Mutex // guards the fields below
@@ -140,6 +142,7 @@ func (app *testApp) register(t *testing.T) *operations.Registry {
 	must(operations.Register(reg, operations.Descriptor{ID: "work.run", Method: "POST", Path: "/work"},
 		func(ctx context.Context, in work) (done, error) {
 			app.calls.Add(1)
+			app.ran.Store(in.Tag, true)
 			if d, ok := ctx.Deadline(); ok {
 				app.mu.Lock()
 				app.deadlines = append(app.deadlines, d)

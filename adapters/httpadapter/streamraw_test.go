@@ -368,7 +368,14 @@ func TestStreamClientBody(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The caller reads the whole answer before it leaves: closing the
+		// body unread closes the connection, which may end the stream as
+		// the caller's leaving before the handler's return is counted.
+		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if err != nil || !strings.HasPrefix(string(b), "{\"n\":6}\n{\"outcome\":") {
+			t.Fatalf("body %q %v, want {\"n\":6} then the outcome", b, err)
+		}
 		if r := srv.result(t); r.Received != 3 || r.Sent != 1 || r.Err != nil {
 			t.Fatalf("result %+v, want 3 received", r)
 		}

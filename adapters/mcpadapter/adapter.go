@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,9 +64,6 @@ type Server struct {
 	pending atomic.Int64 // tool calls in progress
 	writers writers      // the HTTP requests' writers, for a stalled stream
 	closed  atomic.Bool
-	// capMu guards reserved: the requests opening a session now.
-	capMu    sync.Mutex
-	reserved int
 	// stopped ends when Shutdown gives up waiting: it cancels every call.
 	stopped context.Context
 	stop    context.CancelFunc

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -163,88 +161,4 @@ func TestShutdownWaitsForCalls(t *testing.T) {
 			t.Errorf("graceful: the call answered %+v, want its TIMEOUT", a)
 		}
 	}
-}
-
-// TestSessionCapIsAtomic: many requests that would open a session at once,
-// each past the cap's check before any has initialized, open exactly
-// MaxSessions sessions; the others get 503.
-func TestSessionCapIsAtomic(t *testing.T) {
-	const (
-		limit = 3
-		tries = 12
-	)
-	k := newKernel(t, newProbe(), nil)
-	m, err := mcpadapter.New(k, &mcpadapter.Options{MaxSessions: limit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// past reports, for each request, that the cap's check is behind it:
-	// its body is read (a session is being opened) or it was answered.
-	past := make(chan struct{}, tries)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var once sync.Once
-		mark := func() { once.Do(func() { past <- struct{}{} }) }
-		r.Body = &onRead{ReadCloser: r.Body, first: mark}
-		defer mark()
-		m.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	defer m.Shutdown(context.Background())
-	hc := srv.Client()
-	bodies := make([]*io.PipeWriter, tries)
-	type result struct {
-		status  int
-		session string
-	}
-	results := make(chan result, tries)
-	for i := range tries {
-		pr, pw := io.Pipe()
-		bodies[i] = pw
-		req, _ := http.NewRequest(http.MethodPost, srv.URL, pr)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		go func() {
-			resp, err := hc.Do(req)
-			if err != nil {
-				results <- result{}
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			results <- result{resp.StatusCode, resp.Header.Get("Mcp-Session-Id")}
-		}()
-	}
-	for range tries {
-		wait(t, past, "a request to pass the cap's check")
-	}
-	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":` +
-		`"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	for _, pw := range bodies {
-		go func() { _, _ = io.WriteString(pw, initialize); pw.Close() }()
-	}
-	opened, refused := 0, 0
-	for range tries {
-		switch r := wait(t, results, "an answer"); {
-		case r.status == http.StatusOK && r.session != "":
-			opened++
-		case r.status == http.StatusServiceUnavailable:
-			refused++
-		default:
-			t.Errorf("answer %d, session %q: want 200 with a session or 503", r.status, r.session)
-		}
-	}
-	if opened != limit || refused != tries-limit {
-		t.Errorf("%d sessions opened, %d refused; want %d and %d", opened, refused, limit, tries-limit)
-	}
-}
-
-// onRead calls first before the first Read of its body.
-type onRead struct {
-	io.ReadCloser
-	first func()
-}
-
-func (o *onRead) Read(p []byte) (int, error) {
-	o.first()
-	return o.ReadCloser.Read(p)
 }

@@ -328,3 +328,22 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// span is the interval within which something happened, as the test
+// observed it: from before it began to after it ended.
+type span struct{ from, to time.Time }
+
+// since returns the span from start to now.
+func since(start time.Time) span { return span{start, time.Now()} }
+
+// retryWithin reports whether retryAfter, a Problem's whole seconds
+// rounded up, is what is left of a clock of length d that started within
+// started, read within read. Each instant is known only to its span, so
+// the value must lie in [lo, hi]: the seconds left at the latest and at
+// the earliest reading those spans allow.
+func retryWithin(retryAfter any, d time.Duration, started, read span) (lo, hi int64, ok bool) {
+	secs := func(left time.Duration) int64 { return max(1, int64((left+time.Second-1)/time.Second)) }
+	lo, hi = secs(d-read.to.Sub(started.from)), secs(d-read.from.Sub(started.to))
+	v, num := retryAfter.(float64)
+	return lo, hi, num && v == float64(int64(v)) && int64(v) >= lo && int64(v) <= hi
+}

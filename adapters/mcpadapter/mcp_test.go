@@ -142,7 +142,14 @@ type refusalCase struct {
 	errors   int
 	retry    bool
 	sameBody bool
+	// retryFrom names the row whose call started the retry-after's clock;
+	// "": the kernel's start (a rate limit's windows). The clock is 60 s.
+	retryFrom string
 }
+
+// retryClock is the length of orders.limited's window and orders.fail's
+// break (testConfig).
+const retryClock = 60 * time.Second
 
 var refusalCases = []refusalCase{
 	{name: "ok", path: "/orders", body: `{"name":"pen","amount":2,"currency":"EUR"}`,
@@ -168,7 +175,7 @@ var refusalCases = []refusalCase{
 	{name: "second failure", path: "/fail", body: `{}`, tool: "orders.fail", args: map[string]any{},
 		refused: true, code: pipeline.CodeUnexpected},
 	{name: "breaker open", path: "/fail", body: `{}`, tool: "orders.fail", args: map[string]any{},
-		refused: true, code: "KERNEL_UNAVAILABLE_004", retry: true},
+		refused: true, code: "KERNEL_UNAVAILABLE_004", retry: true, retryFrom: "second failure"},
 	{name: "operation deadline", path: "/slow", body: `{}`, tool: "orders.slow", args: map[string]any{},
 		refused: true, code: pipeline.CodeTimeout},
 	{name: "caller deadline", path: "/wait", body: `{}`, headers: map[string]string{"Sundial-Timeout-Ms": "50"},
@@ -196,23 +203,51 @@ var refusalCases = []refusalCase{
 // differ are the transport's own: a wrong type (MCP_VALIDATION_001), and
 // malformed arguments and an unknown tool, which are JSON-RPC errors.
 func TestRefusedExactlyAsOverHTTP(t *testing.T) {
+	// started: when each kernel, and so its rate limit's windows, started.
+	// calls: when each row's call ran, by transport.
+	started := map[string]span{}
+	calls := map[string]map[string]span{"HTTP": {}, "streamable HTTP": {}, "stdio": {}}
+	start := time.Now()
 	kh := newKernel(t, newProbe(), nil)
 	urlHTTP, _ := serve(t, kh, nil)
+	started["HTTP"], start = since(start), time.Now()
 	km := newKernel(t, newProbe(), nil)
 	urlMCP, _ := serve(t, km, nil)
+	started["streamable HTTP"], start = since(start), time.Now()
 	ks := newKernel(t, newProbe(), nil)
 	_, ms := serve(t, ks, nil)
+	started["stdio"] = since(start)
+	// The clock of the retry-after of row c over transport: the seconds
+	// left are read during the call, from a start known to a span. The
+	// kernels start, and the rows run, at different instants, so two
+	// transports may round their seconds left differently.
+	checkRetry := func(c refusalCase, transport string, retryAfter any) {
+		if !c.retry {
+			return
+		}
+		from := started[transport]
+		if c.retryFrom != "" {
+			from = calls[transport][c.retryFrom]
+		}
+		if lo, hi, ok := retryWithin(retryAfter, retryClock, from, calls[transport][c.name]); !ok {
+			t.Errorf("%s over %s: retryAfter %v, want whole seconds in [%d, %d], what is left of %v",
+				c.name, transport, retryAfter, lo, hi, retryClock)
+		}
+	}
 	sessions := map[string]*mcp.ClientSession{"streamable HTTP": connectHTTP(t, urlMCP), "stdio": connectStdio(t, ms)}
 	for _, c := range refusalCases {
 		start := time.Now()
 		h := httpCall(t, urlHTTP, c.path, c.body, c.headers)
+		calls["HTTP"][c.name] = since(start)
 		took := map[string]time.Duration{"HTTP": time.Since(start)}
 		if h.refused != c.refused || h.code != c.code {
 			t.Fatalf("%s: HTTP refused=%v code %q, want %v %q", c.name, h.refused, h.code, c.refused, c.code)
 		}
+		checkRetry(c, "HTTP", h.retryAfter)
 		for transport, cs := range sessions {
 			start := time.Now()
 			m := mcpCall(context.Background(), t, cs, c.tool, c.args, c.meta)
+			calls[transport][c.name] = since(start)
 			took[transport] = time.Since(start)
 			want := c.code
 			if c.mcpCode != "" {
@@ -235,9 +270,10 @@ func TestRefusedExactlyAsOverHTTP(t *testing.T) {
 			if len(m.errors) != c.errors || !jsonEqual(m.errors, h.errors) {
 				t.Errorf("%s over %s: errors %v, HTTP's %v (want %d)", c.name, transport, m.errors, h.errors, c.errors)
 			}
-			if (m.retryAfter != nil) != c.retry || !jsonEqual(m.retryAfter, h.retryAfter) {
+			if (m.retryAfter != nil) != c.retry || (h.retryAfter != nil) != c.retry {
 				t.Errorf("%s over %s: retryAfter %v, HTTP's %v", c.name, transport, m.retryAfter, h.retryAfter)
 			}
+			checkRetry(c, transport, m.retryAfter)
 			if c.sameBody && !jsonEqual(m.body, h.body) {
 				t.Errorf("%s over %s: output %v, HTTP's %v", c.name, transport, m.body, h.body)
 			}

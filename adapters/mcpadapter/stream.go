@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sundial-go/sundial/adapters/internal/outclock"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -97,15 +98,22 @@ const writeGrace = time.Second
 
 // Abort ends a blocked Send with cause. A notification still being
 // written writeGrace later is blocked by a client that does not read:
-// Abort then fails its write, which ends the HTTP response.
+// Abort then fails its write, which ends the HTTP response. After a send
+// stall it does so whatever is being written then, the result included:
+// the stall may have come just as a notification's write ended, and the
+// client that stalled it would hold the result's write as well.
 func (r *progressRaw) Abort(cause error) {
 	r.once.Do(func() {
 		r.cause = cause
 		close(r.abort)
-		if r.unblock != nil && r.inflight.Load() {
+		if r.unblock == nil {
+			return
+		}
+		stalled := pipeline.AsError(cause).Code() == outclock.CodeSendStall
+		if stalled || r.inflight.Load() {
 			time.AfterFunc(writeGrace, func() {
-				if r.inflight.Load() {
-					r.unblock()
+				if stalled || r.inflight.Load() {
+					r.unblock() // nothing when the response has ended
 				}
 			})
 		}

@@ -19,12 +19,7 @@ const retryAfterSessions = 1
 // open a session beyond MaxSessions, or any after Shutdown, gets 503 with
 // Retry-After and a JSON-RPC error. Bodies over MaxMessageBytes get 413.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Mcp-Session-Id") != "" {
-		defer s.writers.add(r.Header, w)()
-		s.http.ServeHTTP(w, r)
-		return
-	}
-	if !s.reserve() {
+	if r.Header.Get("Mcp-Session-Id") == "" && (s.closed.Load() || s.sessions() >= s.opts.MaxSessions) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSessions))
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -32,31 +27,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			`"message":"The server has too many MCP sessions; retry after 1 second."}}`)
 		return
 	}
-	defer s.release()
 	defer s.writers.add(r.Header, w)()
 	s.http.ServeHTTP(w, r)
-}
-
-// reserve takes a place for the session that a request without a session
-// ID may open, and reports whether one was free. The place is held until
-// the request is answered, when the session, if it opened, counts itself.
-// So requests that arrive together cannot all pass the check and open
-// more than MaxSessions.
-func (s *Server) reserve() bool {
-	s.capMu.Lock()
-	defer s.capMu.Unlock()
-	if s.closed.Load() || s.sessions()+s.reserved >= s.opts.MaxSessions {
-		return false
-	}
-	s.reserved++
-	return true
-}
-
-// release gives back the place that reserve took.
-func (s *Server) release() {
-	s.capMu.Lock()
-	s.reserved--
-	s.capMu.Unlock()
 }
 
 // writerHeader is the request header by which a tool call finds its
