@@ -40,21 +40,25 @@ func statusOutcome(err error) error {
 		&ownStatus{err: err, st: st})
 }
 
-// rpcStatus returns the status err carries, unless err is nil, has none
-// in its chain, is an outcome already, or carries OK. A method of err
-// that panics (a typed nil) means no status.
+// rpcStatus returns the status err carries itself: a handler's own
+// status.Error, not one wrapped in another error, whose text the caller
+// must not see. It reports none when err is nil, carries a nil status or
+// OK, or is an outcome already. A method of err that panics (a typed nil)
+// means no status.
 func rpcStatus(err error) (st *status.Status, ok bool) {
 	defer func() {
 		if recover() != nil {
 			st, ok = nil, false
 		}
 	}()
-	var carrier interface{ GRPCStatus() *status.Status }
-	if err == nil || !errors.As(err, &carrier) || errors.As(err, new(*pipeline.Error)) {
+	carrier, is := err.(interface{ GRPCStatus() *status.Status })
+	if !is || errors.As(err, new(*pipeline.Error)) {
 		return nil, false
 	}
-	st, _ = status.FromError(err)
-	return st, st.Code() != codes.OK
+	if st = carrier.GRPCStatus(); st == nil || st.Code() == codes.OK {
+		return nil, false
+	}
+	return st, true
 }
 
 // statusKind returns the outcome kind of an RPC status code. Unknown,

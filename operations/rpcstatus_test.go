@@ -70,13 +70,10 @@ func TestHandlerStatusKinds(t *testing.T) {
 			t.Errorf("%v: the outcome's status %v, want the handler's", tc.code, st)
 		}
 	}
-	// A wrapped status is read as grpc-go's server reads it: the message
-	// is the whole error's text.
-	wrapped := fmt.Errorf("charging: %w", status.Error(codes.Unavailable, "ledger down"))
-	if e := pipeline.AsError(runWith(t, wrapped)); e.Kind() != pipeline.KindUnavailable || e.Message() != wrapped.Error() {
-		t.Errorf("wrapped: %v %q; want UNAVAILABLE %q", e.Kind(), e.Message(), wrapped.Error())
-	}
-	for _, err := range []error{io.EOF, pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND", "x"), okStatus{}} {
+	// A wrapped status is not the handler's answer: its text, and the
+	// status of a call it made, stay with it. Nor is a nil status.
+	wrapped := fmt.Errorf("charging 10.0.3.7: %w", status.Error(codes.Unavailable, "ledger down"))
+	for _, err := range []error{io.EOF, pipeline.NewError(pipeline.KindNotFound, "APP_NOT_FOUND", "x"), okStatus{}, wrapped, nilStatus{}} {
 		if got := runWith(t, err); got != err {
 			t.Errorf("%v became %v; want it as it is", err, got)
 		}
@@ -115,3 +112,9 @@ func TestMetadata(t *testing.T) {
 		t.Error("a call without metadata is not empty")
 	}
 }
+
+// nilStatus carries a nil status.
+type nilStatus struct{}
+
+func (nilStatus) Error() string              { return "no status" }
+func (nilStatus) GRPCStatus() *status.Status { return nil }

@@ -91,15 +91,7 @@ func handlerFields(dst, h http.Header) {
 
 // ownedField reports whether the header name belongs to the protocols:
 // connect-go writes it, and a handler's value would corrupt the answer.
-func ownedField(name string) bool {
-	n := strings.ToLower(name)
-	switch n {
-	case "content-type", "content-length", "content-encoding", "accept-encoding",
-		"transfer-encoding", "te", "trailer", "connection":
-		return true
-	}
-	return strings.HasPrefix(n, "grpc-") || strings.HasPrefix(n, "connect-") || strings.HasPrefix(n, "trailer-")
-}
+func ownedField(name string) bool { return rpccall.OwnedHeader(name) }
 
 // input converts the request message to the operation's input.
 func (p *procedure) input(r *request) (any, error) {

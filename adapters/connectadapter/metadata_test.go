@@ -29,6 +29,10 @@ func quota(ctx context.Context, in quotaIn) (quotaOut, error) {
 	md.AddTrailer("X-Checksum", "c0ffee")
 	md.AddHeader("Content-Type", "text/plain") // the protocol's: never sent
 	md.AddTrailer("Grpc-Status", "0")
+	for _, k := range ownedKeys {
+		md.AddHeader(k, "handler")
+		md.AddTrailer(k, "handler")
+	}
 	tenant := md.Request().Get("X-Tenant")
 	if in.Over {
 		st, err := status.New(codes.ResourceExhausted, "tenant "+tenant+" used its 10 calls").
@@ -41,6 +45,11 @@ func quota(ctx context.Context, in quotaIn) (quotaOut, error) {
 	}
 	return quotaOut{Tenant: tenant}, nil
 }
+
+// ownedKeys are headers the handler sets that the protocols own: none
+// reaches the caller.
+var ownedKeys = []string{"Keep-Alive", "Upgrade", "Proxy-Connection", "Transfer-Encoding",
+	"Content-Length", "Sundial-Trace-Id", "Connect-Timeout-Ms"}
 
 func newQuotaServer(t *testing.T) *server {
 	return startServer(t, func(t testing.TB, reg *operations.Registry) {
@@ -68,6 +77,13 @@ func TestHandlerMetadata(t *testing.T) {
 		}
 		if h, tl := res.Header().Get("X-Served-By"), res.Trailer().Get("X-Checksum"); h != "sundial" || tl != "c0ffee" {
 			t.Errorf("%s: header %q, trailer %q; want sundial, c0ffee", tr.name, h, tl)
+		}
+		for _, k := range append(ownedKeys, "Content-Type") {
+			for _, v := range append(res.Header().Values(k), res.Trailer().Values(k)...) {
+				if v == "handler" || v == "text/plain" {
+					t.Errorf("%s: the handler's %s reached the caller", tr.name, k)
+				}
+			}
 		}
 	}
 }

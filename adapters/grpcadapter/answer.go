@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 )
@@ -53,7 +54,7 @@ func sendReply(ctx context.Context, inv *pipeline.Invocation) {
 // nor binary ("-bin"), and a printable ASCII value. A field that cannot is
 // left out rather than let it fail the others (or the call).
 func validMetadata(name, value string) bool {
-	if name == "" || strings.HasPrefix(name, "grpc-") || strings.HasSuffix(name, "-bin") || name[0] == ':' {
+	if name == "" || rpccall.OwnedHeader(name) || strings.HasSuffix(name, "-bin") {
 		return false
 	}
 	for i := 0; i < len(name); i++ {

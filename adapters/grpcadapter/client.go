@@ -200,7 +200,7 @@ func StreamClientInterceptor(timeout time.Duration) grpc.StreamClientInterceptor
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, cancel := capped(ctx, capFor(timeout, opts))
 		if d := dependencyFor(opts); d != nil && desc.ServerStreams && !desc.ClientStreams {
-			return &retryStream{ctx: ctx, cancel: cancel, d: d, open: func(actx context.Context) (*clientStream, error) {
+			return &retryStream{ctx: ctx, cancel: cancel, d: d, ready: make(chan struct{}), open: func(actx context.Context) (*clientStream, error) {
 				return openStream(actx, func() {}, desc, cc, method, streamer, opts)
 			}}, nil
 		}

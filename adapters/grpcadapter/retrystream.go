@@ -30,13 +30,24 @@ type retryStream struct {
 	cs      *clientStream // the attempt that won
 	err     error         // the outcome of the attempts, when none won
 	eof     bool          // the winner ended with no message
+	ready   chan struct{} // closed once the attempts are over
+}
+
+// settled waits for the attempts to be over, when they have started, and
+// returns the winner, or the attempts' error. A Header or SendMsg from
+// another goroutine during the first RecvMsg waits for it.
+func (s *retryStream) settled() (cs *clientStream, err error, eof bool) {
+	<-s.ready
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cs, s.err, s.eof
 }
 
 func (s *retryStream) SendMsg(m any) error {
 	s.mu.Lock()
 	if s.started {
-		cs, err := s.cs, s.err
 		s.mu.Unlock()
+		cs, err, _ := s.settled()
 		if cs == nil {
 			return err
 		}
@@ -50,8 +61,8 @@ func (s *retryStream) SendMsg(m any) error {
 func (s *retryStream) CloseSend() error {
 	s.mu.Lock()
 	if s.started {
-		cs := s.cs
 		s.mu.Unlock()
+		cs, _, _ := s.settled()
 		if cs == nil {
 			return nil
 		}
@@ -71,8 +82,8 @@ func (s *retryStream) RecvMsg(m any) error {
 		s.mu.Unlock()
 		return s.start(m, false)
 	}
-	cs, err, eof := s.cs, s.err, s.eof
 	s.mu.Unlock()
+	cs, err, eof := s.settled()
 	switch {
 	case eof:
 		return io.EOF
@@ -96,10 +107,10 @@ func (s *retryStream) Header() (metadata.MD, error) {
 		if err := s.start(nil, true); err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
 		}
-		s.mu.Lock()
+	} else {
+		s.mu.Unlock()
 	}
-	cs, err := s.cs, s.err
-	s.mu.Unlock()
+	cs, err, _ := s.settled()
 	if cs == nil {
 		return nil, err
 	}
@@ -108,8 +119,12 @@ func (s *retryStream) Header() (metadata.MD, error) {
 
 func (s *retryStream) Trailer() metadata.MD {
 	s.mu.Lock()
-	cs := s.cs
+	started := s.started
 	s.mu.Unlock()
+	if !started {
+		return nil
+	}
+	cs, _, _ := s.settled()
 	if cs == nil {
 		return nil
 	}
@@ -185,6 +200,7 @@ func (s *retryStream) start(m any, header bool) error {
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer close(s.ready)
 	if err != nil {
 		s.err = err
 		s.cancel()

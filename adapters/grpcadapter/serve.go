@@ -178,7 +178,7 @@ func (r *reception) release() {
 		return
 	}
 	a := r.m.a
-	r.dec, r.req, r.m, r.ctx, r.resp, r.reusable = nil, nil, nil, nil, nil, false
+	r.dec, r.req, r.m, r.ctx, r.resp, r.meta, r.reusable = nil, nil, nil, nil, nil, nil, false
 	a.receptions.Put(r)
 }
 

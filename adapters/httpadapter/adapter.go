@@ -571,7 +571,7 @@ func addFields(dst http.Header, prefix string, src http.Header) {
 var refusedField = map[string]bool{
 	"Connection": true, "Content-Encoding": true, "Content-Length": true, "Content-Type": true,
 	"Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
-	"Transfer-Encoding": true, "Upgrade": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Host": true,
 }
 
 // sendableField reports whether a Reply field can be a response header:

@@ -312,3 +312,22 @@ func First(vs []string) string {
 	}
 	return ""
 }
+
+// OwnedHeader reports whether a handler may not set the header name on a
+// gRPC or Connect answer: the protocols frame the answer with it, or it
+// is hop-by-hop (RFC 9110 section 7.6.1, RFC 9113 section 8.2.2), which a
+// strict HTTP/2 peer resets, or it is Sundial's own.
+func OwnedHeader(name string) bool {
+	n := strings.ToLower(name)
+	switch n {
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
+		"trailer", "host", "accept-encoding":
+		return true
+	}
+	for _, p := range []string{":", "content-", "grpc-", "connect-", "trailer-", "sundial-"} {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	return false
+}
