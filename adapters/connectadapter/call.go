@@ -74,11 +74,11 @@ func (p *procedure) call(ctx context.Context, req *connect.Request[request]) (*c
 }
 
 // handlerFields adds the headers or trailers a handler set (h) to dst,
-// except those the protocols own (ownedField) and those HTTP cannot
-// carry.
+// except those the protocols own (rpccall.OwnedHeader) and those HTTP
+// cannot carry.
 func handlerFields(dst, h http.Header) {
 	for k, vs := range h {
-		if ownedField(k) || !httpguts.ValidHeaderFieldName(k) {
+		if rpccall.OwnedHeader(k) || !httpguts.ValidHeaderFieldName(k) {
 			continue
 		}
 		for _, v := range vs {
@@ -88,10 +88,6 @@ func handlerFields(dst, h http.Header) {
 		}
 	}
 }
-
-// ownedField reports whether the header name belongs to the protocols:
-// connect-go writes it, and a handler's value would corrupt the answer.
-func ownedField(name string) bool { return rpccall.OwnedHeader(name) }
 
 // input converts the request message to the operation's input.
 func (p *procedure) input(r *request) (any, error) {
