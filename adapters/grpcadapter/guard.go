@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,32 @@ const (
 	pacedRate  = 256
 )
 
+// The listener bounds the streams of all its connections that await
+// their request message. Each connection's first awaitOwn pass freely.
+// A stream past them passes only while the listener has fewer than
+// awaitShared in all; else it waits for room as well as for the pacer.
+// With C connections, grpc-go then holds at most
+// min(awaitFree·C, awaitShared + awaitOwn·C) such streams. A client whose
+// calls carry their message rarely has more than one waiting at once, so
+// a flood on other connections never holds its calls.
+//
+// While a stream waits for room, the guard reads ahead up to readAhead
+// bytes of its connection. So it sees the client leave (end of input, a
+// reset), and closes the connection, which frees its streams. A client
+// that fills the read-ahead waits for room without being read.
+const (
+	awaitOwn    = 4
+	awaitShared = 256
+	readAhead   = 16 << 10
+)
+
+// holdPool keeps the buffers of held bytes (guardedConn.bufs) between
+// the times a connection holds a stream.
+var holdPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// holdPooled is the largest buffer holdPool keeps.
+const holdPooled = 64 << 10
+
 // resetsFree is how many early resets a connection may make at once
 // before its new streams wait for the pacer too. Each stream grpc-go
 // takes starts a goroutine, reset or not; a connection that resets
@@ -118,6 +145,9 @@ type guard struct {
 
 	open     atomic.Int64 // connections handed to grpc-go and not closed
 	paced    pacer        // the streams opened past awaitFree
+	waiting  atomic.Int64 // streams passed to grpc-go that await their message
+	roomMu   sync.Mutex
+	waiters  map[*guardedConn]struct{} // the connections waiting for room
 	initOnce sync.Once
 	closed   metric.Int64Counter // sundial.grpc.connections.closed
 	refused  metric.Int64Counter // sundial.grpc.connections.refused
@@ -177,8 +207,9 @@ func (g *guard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 		g:      g,
 		in:     frameScanner{skip: len(clientPreface), body: true},
 		open:   make(map[uint32]struct{}),
-		await:  make(map[uint32]struct{}),
+		await:  make(map[uint32]bool),
 		wake:   make(chan struct{}),
+		poke:   make(chan struct{}, 1),
 		resets: bucket{tokens: g.resetBurst, burst: g.resetBurst, rate: g.resetRate},
 		stalls: bucket{tokens: stallBurst, burst: stallBurst, rate: stallRate},
 	}
@@ -338,20 +369,27 @@ type guardedConn struct {
 	heldGone bool   // the client reset heldID before the guard passed it
 	held     []byte // bytes read from the client and not yet returned
 	heldErr  error  // the read error that came with held
-	heldBuf  []byte // the buffer of held, and a spare: held bytes are copied,
-	spareBuf []byte // and the two buffers serve in turn
-	hdec     *hpack.Decoder
-	blk      headerBlock
-	nheld    atomic.Int64 // the streams held back for the pacer
+	// The buffer of held, and a spare (holdPool's): held bytes are copied,
+	// and the two serve in turn. Both go back once held is empty.
+	bufs    [2]*[]byte
+	ahead   int    // the bytes of held read ahead (readAhead)
+	pacedID uint32 // the stream held back for the pacer
+	hdec    *hpack.Decoder
+	blk     headerBlock
+	nheld   atomic.Int64 // the streams held back for the pacer
 
-	mu        sync.Mutex // guards open, await, maxStream and stalls
-	open      map[uint32]struct{}
-	await     map[uint32]struct{} // open streams whose message has not begun
+	mu   sync.Mutex // guards open, await, maxStream and stalls
+	open map[uint32]struct{}
+	// The open streams whose message has not begun; true for those passed
+	// to grpc-go, which the listener counts (guard.waiting).
+	await     map[uint32]bool
 	maxStream uint32
 	passed    uint32 // the highest stream passed to grpc-go: not held back
 	stalls    bucket
+	done      bool          // Close has uncounted the streams (guard.waiting)
 	wake      chan struct{} // closed when the connection closes or trips
 	wakeOnce  sync.Once
+	poke      chan struct{} // the listener may have room (guard.waiters)
 
 	wmu  sync.Mutex // guards out and sent, and serialises writes
 	out  frameScanner
@@ -361,8 +399,10 @@ type guardedConn struct {
 	reason    string      // why, set before tripped
 	tripped   atomic.Bool
 	closeOnce sync.Once
-	dmu       sync.Mutex // orders chargeStall's read deadline before Close's
+	dmu       sync.Mutex // orders the read deadlines of chargeStall, Close and pokes
 	closing   bool       // Close has set the linger's read deadline
+	reading   bool       // the reader reads ahead (readAheadOnce)
+	poked     bool       // the listener may have room
 }
 
 // Read reads the client's bytes and follows its frames. Past the bound of
@@ -381,13 +421,20 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	var before uint32 // the highest stream passed before a held one
 	if c.paceOwed {
 		c.paceOwed = false
-		c.pace()
+		if err := c.pace(); err != nil {
+			// The client left while its stream waited: no answer can
+			// reach it. grpc-go ends the transport without the stream.
+			c.held, c.heldErr = nil, nil
+			c.release()
+			return 0, err
+		}
 		if c.tripped.Load() {
 			return 0, errGuardClosed
 		}
 		c.mu.Lock()
 		before = c.passed
 		c.passed = c.maxStream
+		c.countLocked(c.pacedID)
 		c.mu.Unlock()
 	} else {
 		c.heldID = 0
@@ -400,6 +447,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		n = copy(p, c.held)
 		if c.held = c.held[n:]; len(c.held) == 0 {
 			err, c.heldErr = c.heldErr, nil
+			c.release()
 		}
 	} else {
 		n, err = c.Conn.Read(p)
@@ -442,15 +490,34 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 // before the rest of held. It copies b, which is in the caller's buffer,
 // into one of the connection's two buffers: a connection held stream
 // after stream allocates nothing more once they are large enough.
-func (c *guardedConn) hold(b []byte) {
-	need := len(b) + len(c.held)
-	buf := c.spareBuf[:0]
-	if cap(buf) < need {
-		buf = make([]byte, 0, max(need, 4<<10))
+func (c *guardedConn) hold(b []byte) { c.rehold(b, 0) }
+
+// rehold makes b and then held the held bytes, in the spare buffer, with
+// room for extra bytes after them.
+func (c *guardedConn) rehold(b []byte, extra int) {
+	need := len(b) + len(c.held) + extra
+	if c.bufs[1] == nil {
+		c.bufs[1] = holdPool.Get().(*[]byte)
 	}
-	buf = append(append(buf, b...), c.held...)
-	c.spareBuf, c.heldBuf = c.heldBuf, buf
-	c.held = buf
+	spare := c.bufs[1]
+	if cap(*spare) < need {
+		*spare = make([]byte, 0, max(need, 4<<10))
+	}
+	*spare = append(append((*spare)[:0], b...), c.held...)
+	c.held = *spare
+	c.bufs[0], c.bufs[1] = spare, c.bufs[0]
+}
+
+// release gives the buffers of held bytes back to holdPool; held is empty.
+func (c *guardedConn) release() {
+	for i, b := range c.bufs {
+		if b != nil && cap(*b) <= holdPooled {
+			*b = (*b)[:0]
+			holdPool.Put(b)
+		}
+		c.bufs[i] = nil
+	}
+	c.held, c.ahead = nil, 0
 }
 
 // clientFrame follows one frame from the client; it returns false when
@@ -470,18 +537,20 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 				c.open[id] = struct{}{}
 			}
 			if flags&flagEndStream == 0 && len(c.await) < maxOpen {
-				c.await[id] = struct{}{}
+				c.await[id] = false
 			}
 		}
-		held := opened && (len(c.await) > awaitFree || wary)
+		held := opened && (len(c.await) > awaitFree || wary || !c.claimLocked(id))
 		if opened && !held {
 			c.passed = id
+			c.countLocked(id)
 		}
 		c.mu.Unlock()
 		if held && wary {
 			c.heldID = id
 		}
 		if held {
+			c.pacedID = id
 			c.nheld.Add(1)
 			c.paceOwed = true
 			return false
@@ -490,13 +559,13 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 		c.blk.next(flags, c.in.left)
 	case frameData:
 		c.mu.Lock()
-		delete(c.await, id)
+		c.arrivedLocked(id)
 		c.mu.Unlock()
 	case frameRSTStream:
 		c.mu.Lock()
 		_, early := c.open[id]
 		delete(c.open, id)
-		delete(c.await, id)
+		c.arrivedLocked(id)
 		c.mu.Unlock()
 		if id != 0 && id == c.heldID {
 			c.heldGone = true
@@ -536,29 +605,207 @@ func (c *guardedConn) serverFrame(typ, flags byte, id uint32) bool {
 	if typ == frameRSTStream || (typ == frameHeaders || typ == frameData) && flags&flagEndStream != 0 {
 		c.mu.Lock()
 		delete(c.open, id)
-		delete(c.await, id)
+		c.arrivedLocked(id)
 		c.mu.Unlock()
 	}
 	return true
 }
 
-// pace waits for the guard's pacer, or until the connection closes or
-// trips. grpc-go starts no goroutine for the held stream meanwhile.
-func (c *guardedConn) pace() {
-	d := c.g.paced.reserve(time.Now())
-	if d <= 0 {
-		return
+// pace waits for the guard's pacer, then for room among the listener's
+// streams (awaitRoom), or until the connection closes or trips. grpc-go
+// starts no goroutine for the held stream meanwhile. It returns the read
+// error that tells the client left while its stream waited for room.
+func (c *guardedConn) pace() error {
+	if d := c.g.paced.reserve(time.Now()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.wake:
+			t.Stop()
+			return nil
+		}
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-c.wake:
+	return c.awaitRoom()
+}
+
+// awaitRoom waits until the held stream may pass (claimLocked), reading
+// ahead meanwhile: a client that leaves is seen at once.
+func (c *guardedConn) awaitRoom() error {
+	if c.heldErr != nil {
+		return nil // the client has left: grpc-go ends the transport next
+	}
+	if c.claim() {
+		return nil
+	}
+	defer c.g.removeWaiter(c)
+	for {
+		// Listed before the claim: room made after it wakes this wait.
+		c.g.addWaiter(c)
+		if c.claim() {
+			return nil
+		}
+		select {
+		case <-c.wake:
+			return nil
+		default:
+		}
+		if err := c.readAheadOnce(); err != nil {
+			return err
+		}
 	}
 }
 
+// claim claims room for the held stream (claimLocked).
+func (c *guardedConn) claim() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.claimLocked(c.pacedID)
+}
+
+// claimLocked reports whether stream id may pass to grpc-go. One that
+// awaits its message past the connection's first awaitOwn takes one of
+// the listener's awaitShared places, if one is free, and is counted.
+// c.mu is held.
+func (c *guardedConn) claimLocked(id uint32) bool {
+	counted, ok := c.await[id]
+	if !ok || counted || len(c.await) <= awaitOwn || c.done {
+		return true
+	}
+	for {
+		n := c.g.waiting.Load()
+		if n >= awaitShared {
+			return false
+		}
+		if c.g.waiting.CompareAndSwap(n, n+1) {
+			c.await[id] = true
+			return true
+		}
+	}
+}
+
+// readAheadOnce reads the client's bytes after held, up to readAhead in
+// all, until a poke. With the read-ahead full, it waits for a poke only.
+// It returns the read error, if any, but a deadline's.
+func (c *guardedConn) readAheadOnce() error {
+	c.dmu.Lock()
+	if c.poked || c.closing {
+		c.poked = false
+		c.dmu.Unlock()
+		return nil
+	}
+	free := readAhead - c.ahead
+	if free <= 0 {
+		c.dmu.Unlock()
+		select {
+		case <-c.poke:
+		case <-c.wake:
+		}
+		return nil
+	}
+	c.reading = true
+	c.dmu.Unlock()
+	if cap(c.held)-len(c.held) < free {
+		c.rehold(nil, free)
+	}
+	tail := c.held[len(c.held) : len(c.held)+free]
+	n, err := c.Conn.Read(tail)
+	c.held = c.held[:len(c.held)+n]
+	c.ahead += n
+	c.dmu.Lock()
+	c.reading = false
+	if c.poked && !c.closing {
+		_ = c.Conn.SetReadDeadline(time.Time{}) // the poke's
+	}
+	c.poked = false
+	c.dmu.Unlock()
+	select {
+	case <-c.poke:
+	default:
+	}
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// wakeWaiter tells a connection waiting for room that there may be some.
+// A read ahead under way ends at once.
+func (c *guardedConn) wakeWaiter() {
+	c.dmu.Lock()
+	c.poked = true
+	if c.reading && !c.closing {
+		_ = c.Conn.SetReadDeadline(time.Now())
+	}
+	c.dmu.Unlock()
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}
+
+// addWaiter adds c to the connections waiting for room.
+func (g *guard) addWaiter(c *guardedConn) {
+	g.roomMu.Lock()
+	if g.waiters == nil {
+		g.waiters = make(map[*guardedConn]struct{})
+	}
+	g.waiters[c] = struct{}{}
+	g.roomMu.Unlock()
+}
+
+// removeWaiter removes c from the connections waiting for room.
+func (g *guard) removeWaiter(c *guardedConn) {
+	g.roomMu.Lock()
+	delete(g.waiters, c)
+	g.roomMu.Unlock()
+}
+
+// countLocked counts stream id, passed to grpc-go, among the listener's
+// waiting streams if it awaits its message. c.mu is held.
+func (c *guardedConn) countLocked(id uint32) {
+	if counted, ok := c.await[id]; ok && !counted && !c.done {
+		c.await[id] = true
+		c.g.waiting.Add(1)
+	}
+}
+
+// arrivedLocked ends the wait of stream id for its message: it arrived,
+// or the stream ended. c.mu is held.
+func (c *guardedConn) arrivedLocked(id uint32) {
+	counted, ok := c.await[id]
+	if !ok {
+		return
+	}
+	delete(c.await, id)
+	if counted {
+		c.g.uncount(1)
+	}
+}
+
+// uncount takes n streams off the listener's waiting streams. It wakes
+// as many connections waiting for room as there are places free; each
+// lists itself again if it finds none.
+func (g *guard) uncount(n int64) {
+	free := awaitShared - g.waiting.Add(-n)
+	if free <= 0 {
+		return
+	}
+	g.roomMu.Lock()
+	for c := range g.waiters {
+		if free--; free < 0 {
+			break
+		}
+		delete(g.waiters, c)
+		c.wakeWaiter()
+	}
+	g.roomMu.Unlock()
+}
+
 // wakeReader ends a wait in pace.
-func (c *guardedConn) wakeReader() { c.wakeOnce.Do(func() { close(c.wake) }) }
+func (c *guardedConn) wakeReader() {
+	c.wakeOnce.Do(func() { close(c.wake) })
+	c.wakeWaiter()
+}
 
 // pacer spaces events every interval on average, burst at once at most:
 // a token bucket whose events reserve the time they may happen.
@@ -689,6 +936,12 @@ func (c *guardedConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.g.open.Add(-1)
+		c.mu.Lock()
+		c.done = true
+		for id := range c.await {
+			c.arrivedLocked(id)
+		}
+		c.mu.Unlock()
 		c.wakeReader()
 		if !c.tripped.Load() {
 			guarded.Delete(c.key)

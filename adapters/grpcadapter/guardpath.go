@@ -93,7 +93,7 @@ func (c *guardedConn) blockPayload(p []byte, end bool) {
 	c.hdec.SetEmitEnabled(true)
 	if b.opened && callerStreams(b.path) {
 		c.mu.Lock()
-		delete(c.await, b.id)
+		c.arrivedLocked(b.id)
 		c.mu.Unlock()
 	}
 }
