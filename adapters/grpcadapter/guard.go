@@ -631,11 +631,11 @@ func (c *guardedConn) pace() error {
 // awaitRoom waits until the held stream may pass (claimLocked), reading
 // ahead meanwhile: a client that leaves is seen at once.
 func (c *guardedConn) awaitRoom() error {
-	if c.heldErr != nil {
-		return nil // the client has left: grpc-go ends the transport next
-	}
 	if c.claim() {
 		return nil
+	}
+	if c.heldErr != nil {
+		return c.heldErr // the client has left
 	}
 	defer c.g.removeWaiter(c)
 	for {
