@@ -121,6 +121,19 @@ func floodGuard(t *testing.T, g *guard, conns int) []*pipeClient {
 	return flood
 }
 
+// waitingClient returns a client of flood with a stream that waits for
+// room.
+func waitingClient(t *testing.T, flood []*pipeClient) *pipeClient {
+	t.Helper()
+	for _, pc := range flood {
+		if len(pc.passed()) < awaitFree {
+			return pc
+		}
+	}
+	t.Fatal("no connection waits for room: the flood never filled the listener")
+	return nil
+}
+
 // sumPassed returns the streams passed on all of pcs.
 func sumPassed(pcs []*pipeClient) int {
 	n := 0
@@ -182,16 +195,7 @@ func TestGuardHeldConnectionSeesItsClientLeave(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGuard(Bounds{}, nil)
 		flood := floodGuard(t, g, 2*awaitShared/awaitFree)
-		var held *pipeClient
-		for _, pc := range flood {
-			if len(pc.passed()) < awaitFree {
-				held = pc
-				break
-			}
-		}
-		if held == nil {
-			t.Fatal("no connection waits for room: the flood never filled the listener")
-		}
+		held := waitingClient(t, flood)
 		before := g.waiting.Load()
 		mine := int64(len(held.passed()))
 		held.leave()
@@ -221,16 +225,7 @@ func TestGuardReadAheadIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGuard(Bounds{}, nil)
 		flood := floodGuard(t, g, 2*awaitShared/awaitFree)
-		var held *pipeClient
-		for _, pc := range flood {
-			if len(pc.passed()) < awaitFree {
-				held = pc
-				break
-			}
-		}
-		if held == nil {
-			t.Fatal("no connection waits for room: the flood never filled the listener")
-		}
+		held := waitingClient(t, flood)
 		const pings = 4 * readAhead / (frameHeaderLen + 8)
 		var in []byte
 		for range pings {
