@@ -1,0 +1,71 @@
+package httpadapter
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/sundial-go/sundial/resilience/stream"
+)
+
+// lazyWait is how long nums.lazy receives nothing: three times its
+// heartbeat (0.05 s) plus its send stall (0.3 s).
+const lazyWait = 3 * (50*time.Millisecond + 300*time.Millisecond)
+
+// TestWebSocketHandlerNotReceiving: a bidi handler that calls no Recv
+// for 3 × (heartbeat + send stall) keeps the stream of a caller who
+// answers pings, even one whose messages fill the queue, and then
+// receives and sends. A caller who answers no ping still ends the
+// stream with KERNEL_CANCELLED_002, whether its messages fill the
+// queue or not.
+func TestWebSocketHandlerNotReceiving(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sent    int  // messages the caller sends at once
+		healthy bool // the caller reads (and so answers pings) and sends its last
+	}{
+		{"healthy", 2, true},
+		{"healthy queue full", 3 * wsQueue, true},
+		{"silent", 2, false},
+		{"silent queue full", 3 * wsQueue, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startStreamServer(t, nil)
+			var first []string
+			for i := 1; i <= tc.sent; i++ {
+				first = append(first, fmt.Sprintf(`{"n":%d}`, i))
+			}
+			if !tc.healthy {
+				c := openStream(t, "ws", s.url+"/lazy", nil, first...)
+				defer c.close()
+				if r := s.accessRecord(t, "nums.lazy"); r.Attrs["code"] != stream.CodeSendStall {
+					t.Fatalf("access log %v, want %s", r.Attrs, stream.CodeSendStall)
+				}
+				return
+			}
+			c := openStream(t, "ws", s.url+"/lazy", nil, append(first, "")...)
+			defer c.close()
+			got, err := readAll(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.close != websocket.StatusNormalClosure || len(got.msgs) != tc.sent {
+				t.Fatalf("%d messages, outcome %+v, close %d; want %d, then 1000",
+					len(got.msgs), got.outcome, got.close, tc.sent)
+			}
+			for i, m := range got.msgs {
+				var out sumOut
+				if json.Unmarshal(m, &out) != nil || out.Total != 2*(i+1) {
+					t.Fatalf("message %d is %s, want total %d", i, m, 2*(i+1))
+				}
+			}
+			if got.heartbeats == 0 {
+				t.Fatal("no ping reached the caller")
+			}
+		})
+	}
+}
+
