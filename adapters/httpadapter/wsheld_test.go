@@ -68,4 +68,3 @@ func TestWebSocketHandlerNotReceiving(t *testing.T) {
 		})
 	}
 }
-
