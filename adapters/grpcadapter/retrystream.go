@@ -145,8 +145,7 @@ func (s *retryStream) Context() context.Context {
 // stream, sends the request and receives the first message into m (a
 // fresh message of m's type when m is a proto message, so that hedges
 // never share it), or only the headers when header is set. The first
-// attempt to succeed wins; every other attempt's stream ends when its
-// attempt does.
+// attempt to succeed wins. Every other attempt's stream ends with it.
 func (s *retryStream) start(m any, header bool) error {
 	pm, isProto := m.(proto.Message)
 	isProto = isProto && pm.ProtoReflect().IsValid()
@@ -192,8 +191,8 @@ func (s *retryStream) start(m any, header bool) error {
 	return nil
 }
 
-// first sends the caller's request on an attempt's stream cs, and
-// receives its first message into r, or only its headers when header is
+// first sends the caller's request on an attempt's stream cs. It
+// receives the first message into r, or only the headers when header is
 // set. eof reports a stream that ended with OK and no message.
 func (s *retryStream) first(cs *clientStream, r any, header bool) (eof bool, err error) {
 	if s.req != nil {
