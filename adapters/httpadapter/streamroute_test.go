@@ -182,7 +182,7 @@ func startStreamServer(t *testing.T, hs *http.Server) *streamServer {
 				"feed.idle": {"Stream": {"IdleSeconds": 0.6, "HeartbeatSeconds": 0.05}},
 				"feed.flood": {"Stream": {"SendStallSeconds": 0.3}},
 				"feed.pinged": {"Stream": {"HeartbeatSeconds": 0.05, "SendStallSeconds": 0.3}},
-				"nums.lazy": {"Stream": {"HeartbeatSeconds": 0.05, "SendStallSeconds": 0.3}}}}}}}`)))
+				"nums.lazy": {"Stream": {"HeartbeatSeconds": 0.05, "SendStallSeconds": 1}}}}}}}`)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 )
 
 // lazyWait is how long nums.lazy receives nothing: three times its
-// heartbeat (0.05 s) plus its send stall (0.3 s).
-const lazyWait = 3 * (50*time.Millisecond + 300*time.Millisecond)
+// heartbeat (0.05 s) plus its send stall (1 s).
+const lazyWait = 3 * (50*time.Millisecond + time.Second)
 
 // TestWebSocketHandlerNotReceiving: a bidi handler that calls no Recv
 // for 3 × (heartbeat + send stall) keeps the stream of a caller who
