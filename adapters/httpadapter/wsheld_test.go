@@ -3,6 +3,9 @@ package httpadapter
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +70,58 @@ func TestWebSocketHandlerNotReceiving(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWebSocketQueueBounded: while the handler receives nothing, the
+// reader holds at most wsQueue messages and then reads no more; the
+// caller's other messages wait outside the stream. Each then arrives, in
+// order.
+func TestWebSocketQueueBounded(t *testing.T) {
+	const sent = 50
+	raws := make(chan *wsRaw, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		raw := newWSRaw(conn, 1<<10, false, func(error) {}, decodeNum)
+		raws <- raw
+		<-raw.done
+	}))
+	defer srv.Close()
+	ctx := t.Context()
+	conn, _, err := websocket.Dial(ctx, strings.Replace(srv.URL, "http:", "ws:", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	for i := 1; i <= sent; i++ {
+		if err := conn.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"n":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { // the caller reads, so it answers the server's close
+		for {
+			if _, _, err := conn.Read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	raw := <-raws
+	select {
+	case <-raw.heldChan():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader never waited for room")
+	}
+	if n := len(raw.msgs); n != wsQueue {
+		t.Fatalf("%d messages queued, want %d", n, wsQueue)
+	}
+	for i := 1; i <= sent; i++ {
+		m, _, err := raw.Recv()
+		if err != nil || m.(*num).N != i {
+			t.Fatalf("message %d: %v, %v", i, m, err)
+		}
+	}
+	raw.Abort(nil)
+	_ = raw.finish(nil, "", "")
 }
