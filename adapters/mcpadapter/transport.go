@@ -70,10 +70,13 @@ func (s *Server) free(place string) {
 // initialize takes a place: admit returns its key. The count is the
 // live sessions plus the places taken, so no session counts twice.
 func (s *Server) admit(r *http.Request) (place string, ok bool) {
+	if s.full() {
+		return "", false // refused before its body is read
+	}
 	initialize := r.Method == http.MethodPost && s.initializes(r)
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
-	if s.closed.Load() || s.sessions()+len(s.places.taken) >= s.opts.MaxSessions {
+	if s.fullLocked() {
 		return "", false
 	}
 	if !initialize {
@@ -86,6 +89,19 @@ func (s *Server) admit(r *http.Request) (place string, ok bool) {
 	place = strconv.FormatUint(s.places.next, 10)
 	s.places.taken[place] = struct{}{}
 	return place, true
+}
+
+// full reports whether no place is free under MaxSessions, or Shutdown
+// has begun.
+func (s *Server) full() bool {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	return s.fullLocked()
+}
+
+// fullLocked is full with capMu held.
+func (s *Server) fullLocked() bool {
+	return s.closed.Load() || s.sessions()+len(s.places.taken) >= s.opts.MaxSessions
 }
 
 // initializes reports whether r's body holds an initialize request. It
