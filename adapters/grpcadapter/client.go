@@ -201,7 +201,9 @@ func StreamClientInterceptor(timeout time.Duration) grpc.StreamClientInterceptor
 		ctx, cancel := capped(ctx, capFor(timeout, opts))
 		if d := dependencyFor(opts); d != nil && desc.ServerStreams && !desc.ClientStreams {
 			return &retryStream{ctx: ctx, cancel: cancel, d: d, ready: make(chan struct{}), open: func(actx context.Context) (*clientStream, error) {
-				return openStream(actx, func() {}, desc, cc, method, streamer, opts)
+				// done ends the attempt's stream: a failed one is released at once.
+				actx, end := context.WithCancel(actx)
+				return openStream(actx, end, desc, cc, method, streamer, opts)
 			}}, nil
 		}
 		return openStream(ctx, cancel, desc, cc, method, streamer, opts)

@@ -145,7 +145,7 @@ func (s *retryStream) Context() context.Context {
 // stream, sends the request and receives the first message into m (a
 // fresh message of m's type when m is a proto message, so that hedges
 // never share it), or only the headers when header is set. The first
-// attempt to succeed wins.
+// attempt to succeed wins. Every other attempt's stream ends with it.
 func (s *retryStream) start(m any, header bool) error {
 	pm, isProto := m.(proto.Message)
 	isProto = isProto && pm.ProtoReflect().IsValid()
@@ -154,36 +154,14 @@ func (s *retryStream) start(m any, header bool) error {
 		if err != nil {
 			return err
 		}
-		if s.req != nil {
-			if err := cs.SendMsg(s.req); err != nil && !errors.Is(err, io.EOF) {
-				return err
-			}
-		}
-		if s.closed {
-			if err := cs.CloseSend(); err != nil {
-				cs.done()
-				return FromStatus(err)
-			}
-		}
-		r, eof := m, false
+		r := m
 		if isProto {
 			r = pm.ProtoReflect().New().Interface()
 		}
-		var md metadata.MD
-		if header {
-			md, err = cs.Header()
-		}
-		if !header || (md == nil && err == nil) {
-			// A stream without headers has ended: RecvMsg gives its status.
-			if header {
-				r = &emptypb.Empty{}
-			}
-			if err = cs.RecvMsg(r); errors.Is(err, io.EOF) {
-				err, eof = nil, true // an answer: OK with no message
-			}
-		}
+		eof, err := s.first(cs, r, header)
 		if err != nil {
-			return withPushback(err, cs.Trailer())
+			cs.done() // its stream, context and clocks end with the attempt
+			return err
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -211,6 +189,39 @@ func (s *retryStream) start(m any, header bool) error {
 		return io.EOF
 	}
 	return nil
+}
+
+// first sends the caller's request on an attempt's stream cs. It
+// receives the first message into r, or only the headers when header is
+// set. eof reports a stream that ended with OK and no message.
+func (s *retryStream) first(cs *clientStream, r any, header bool) (eof bool, err error) {
+	if s.req != nil {
+		if err := cs.SendMsg(s.req); err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+	}
+	if s.closed {
+		if err := cs.CloseSend(); err != nil {
+			return false, FromStatus(err)
+		}
+	}
+	var md metadata.MD
+	if header {
+		md, err = cs.Header()
+	}
+	if !header || (md == nil && err == nil) {
+		// A stream without headers has ended: RecvMsg gives its status.
+		if header {
+			r = &emptypb.Empty{}
+		}
+		if err = cs.RecvMsg(r); errors.Is(err, io.EOF) {
+			return true, nil // an answer: OK with no message
+		}
+	}
+	if err != nil {
+		return false, withPushback(err, cs.Trailer())
+	}
+	return false, nil
 }
 
 var _ grpc.ClientStream = (*retryStream)(nil)

@@ -126,26 +126,40 @@ func (app *streamApp) registry(t *testing.T) *operations.Registry {
 					total += in.N
 				}
 			}),
+		operations.RegisterBidiStream(reg, operations.Descriptor{ID: "nums.lazy", Method: "GET", Path: "/lazy"},
+			func(ctx context.Context, r *operations.Receiver[sumIn], s *operations.Sender[sumOut]) error {
+				select { // receives nothing for 3 × (heartbeat + send stall)
+				case <-time.After(lazyWait):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				return echoDouble(r, s)
+			}),
 		operations.RegisterBidiStream(reg, operations.Descriptor{ID: "nums.echo", Method: "GET", Path: "/echo"},
 			func(_ context.Context, r *operations.Receiver[sumIn], s *operations.Sender[sumOut]) error {
-				for {
-					in, err := r.Recv()
-					if err == io.EOF {
-						return nil
-					}
-					if err != nil {
-						return err
-					}
-					if err := s.Send(sumOut{in.N * 2}); err != nil {
-						return err
-					}
-				}
+				return echoDouble(r, s)
 			}),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return reg
+}
+
+// echoDouble sends twice each number it receives, until the caller's last.
+func echoDouble(r *operations.Receiver[sumIn], s *operations.Sender[sumOut]) error {
+	for {
+		in, err := r.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.Send(sumOut{in.N * 2}); err != nil {
+			return err
+		}
+	}
 }
 
 // streamServer is a Mount of the stream app on a real listener.
@@ -167,7 +181,8 @@ func startStreamServer(t *testing.T, hs *http.Server) *streamServer {
 			"Resilience": {"Operations": {
 				"feed.idle": {"Stream": {"IdleSeconds": 0.6, "HeartbeatSeconds": 0.05}},
 				"feed.flood": {"Stream": {"SendStallSeconds": 0.3}},
-				"feed.pinged": {"Stream": {"HeartbeatSeconds": 0.05, "SendStallSeconds": 0.3}}}}}}}`)))
+				"feed.pinged": {"Stream": {"HeartbeatSeconds": 0.05, "SendStallSeconds": 0.3}},
+				"nums.lazy": {"Stream": {"HeartbeatSeconds": 0.05, "SendStallSeconds": 1}}}}}}}`)))
 	if err != nil {
 		t.Fatal(err)
 	}

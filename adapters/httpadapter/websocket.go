@@ -29,9 +29,15 @@ type wsMsg struct {
 	err  error
 }
 
+// wsQueue is how many read messages wait for the handler's Recv. A
+// caller who sends more waits: the reader stops reading, and TCP's flow
+// control holds the caller. The server holds at most wsQueue+1 messages.
+const wsQueue = 4
+
 // wsRaw is a stream over a WebSocket: the transport's stream.Raw. A
-// goroutine reads the caller's messages for the stream's life, so that
-// control frames are answered and a caller who leaves is seen at once.
+// goroutine reads the caller's messages for the stream's life, into a
+// queue of wsQueue, so that control frames are answered and a caller who
+// leaves is seen at once, whatever the handler's pace.
 type wsRaw struct {
 	conn  *websocket.Conn
 	limit int64 // the largest message
@@ -43,6 +49,10 @@ type wsRaw struct {
 	leave func(error)
 
 	msgs    chan wsMsg
+	mu      sync.Mutex
+	held    chan struct{} // closed while the reader waits for room in msgs
+	pong    chan error    // the outstanding ping's result (Heartbeat's goroutine only)
+	pinging sync.WaitGroup
 	closing chan struct{} // closed when the stream's outcome is written
 	done    chan struct{} // closed when the reader has returned
 	aborted chan struct{}
@@ -61,7 +71,7 @@ type wsRaw struct {
 func newWSRaw(conn *websocket.Conn, limit int64, oneMessage bool, leave func(error),
 	decode func([]byte) (any, *pipeline.Error)) *wsRaw {
 	conn.SetReadLimit(limit)
-	w := &wsRaw{conn: conn, limit: limit, leave: leave, msgs: make(chan wsMsg), closing: make(chan struct{}),
+	w := &wsRaw{conn: conn, limit: limit, leave: leave, msgs: make(chan wsMsg, wsQueue), held: make(chan struct{}), closing: make(chan struct{}),
 		done: make(chan struct{}), aborted: make(chan struct{}), oneMessage: oneMessage, decode: decode}
 	w.wctx, w.wcancel = context.WithCancel(context.Background())
 	go w.read()
@@ -82,22 +92,48 @@ func (w *wsRaw) read() {
 			} else if !w.isAborted() {
 				w.leave(err) // the caller left: the library has closed the connection
 			}
-			select {
-			case w.msgs <- wsMsg{err: err}:
-			case <-w.closing:
-			}
+			w.put(wsMsg{err: err})
 			return
 		}
 		if last {
 			continue
 		}
 		last = len(data) == 0 || w.oneMessage
-		select {
-		case w.msgs <- wsMsg{data: data}:
-		case <-w.closing:
+		if !w.put(wsMsg{data: data}) {
 			return
 		}
 	}
+}
+
+// put queues m for Recv, waiting for room while the queue is full; it
+// reports false if the stream's outcome was written first.
+func (w *wsRaw) put(m wsMsg) bool {
+	select {
+	case w.msgs <- m:
+		return true
+	default:
+	}
+	w.mu.Lock()
+	close(w.held)
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.held = make(chan struct{})
+		w.mu.Unlock()
+	}()
+	select {
+	case w.msgs <- m:
+		return true
+	case <-w.closing:
+		return false
+	}
+}
+
+// heldChan returns a channel closed while the reader waits for the handler.
+func (w *wsRaw) heldChan() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held
 }
 
 // next returns the caller's next message; io.EOF after its empty one.
@@ -153,8 +189,29 @@ func (w *wsRaw) Send(m any) error {
 // library answers it while it reads, so a caller that reads nothing lets
 // it block, and the send stall ends the stream. A ping is no message: it
 // does not reset the idle clock. Abort unblocks it.
+//
+// The pong is read only while the reader reads. While the queue is full,
+// the handler holds the caller, so Heartbeat waits for no pong: the idle
+// clock and the send stall of the handler's own calls apply then. A ping
+// unanswered then is waited for by the next Heartbeat; none is sent
+// meanwhile.
 func (w *wsRaw) Heartbeat() error {
-	return w.conn.Ping(w.wctx)
+	if w.pong == nil {
+		pong := make(chan error, 1)
+		w.pong = pong
+		w.pinging.Add(1)
+		go func() {
+			defer w.pinging.Done()
+			pong <- w.conn.Ping(w.wctx)
+		}()
+	}
+	select {
+	case err := <-w.pong:
+		w.pong = nil
+		return err
+	case <-w.heldChan():
+		return nil
+	}
 }
 
 // isAborted reports whether Abort was called: a failure after it is the
@@ -193,6 +250,7 @@ func (w *wsRaw) finish(err error, instance, traceID string) error {
 	}
 	w.wcancel()
 	<-w.done
+	w.pinging.Wait()
 	return werr
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,9 @@ type Server struct {
 	pending atomic.Int64 // tool calls in progress
 	writers writers      // the HTTP requests' writers, for a stalled stream
 	closed  atomic.Bool
+	// capMu guards places and the count of sessions against MaxSessions.
+	capMu  sync.Mutex
+	places places
 	// stopped ends when Shutdown gives up waiting: it cancels every call.
 	stopped context.Context
 	stop    context.CancelFunc
@@ -89,6 +93,7 @@ func New(k *kernel.Kernel, o *Options) (*Server, error) {
 	}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: s.opts.Name, Version: s.opts.Version},
 		&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
+	s.srv.AddReceivingMiddleware(s.admitSession)
 	b := schema.NewBuilder(openapi3.Schemas{})
 	for _, op := range ops {
 		t, err := s.newTool(b, op)

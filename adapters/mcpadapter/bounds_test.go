@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,4 +163,146 @@ func TestShutdownWaitsForCalls(t *testing.T) {
 			t.Errorf("graceful: the call answered %+v, want its TIMEOUT", a)
 		}
 	}
+}
+
+// TestSessionCapIsAtomic: many initialize requests at once, each in
+// progress before any has initialized, open exactly MaxSessions sessions;
+// the others get 503 with Retry-After.
+func TestSessionCapIsAtomic(t *testing.T) {
+	const (
+		limit = 3
+		tries = 12
+	)
+	k := newKernel(t, newProbe(), nil)
+	m, err := mcpadapter.New(k, &mcpadapter.Options{MaxSessions: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := make(chan struct{}, tries)
+	srv := bodyWatched(m, past)
+	defer srv.Close()
+	defer m.Shutdown(context.Background())
+	hc := srv.Client()
+	bodies := make([]*io.PipeWriter, tries)
+	type result struct {
+		status              int
+		session, retryAfter string
+	}
+	results := make(chan result, tries)
+	for i := range tries {
+		pr, pw := io.Pipe()
+		bodies[i] = pw
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, pr)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		go func() {
+			resp, err := hc.Do(req)
+			if err != nil {
+				results <- result{}
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			results <- result{resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), resp.Header.Get("Retry-After")}
+		}()
+	}
+	for range tries {
+		wait(t, past, "a request's body to be read")
+	}
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":` +
+		`"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, pw := range bodies {
+		go func() { _, _ = io.WriteString(pw, initialize); pw.Close() }()
+	}
+	opened, refused := 0, 0
+	for range tries {
+		switch r := wait(t, results, "an answer"); {
+		case r.status == http.StatusOK && r.session != "":
+			opened++
+		case r.status == http.StatusServiceUnavailable && r.retryAfter == "1":
+			refused++
+		default:
+			t.Errorf("answer %d, session %q: want 200 with a session or 503", r.status, r.session)
+		}
+	}
+	if opened != limit || refused != tries-limit {
+		t.Errorf("%d sessions opened, %d refused; want %d and %d", opened, refused, limit, tries-limit)
+	}
+}
+
+// bodyWatched serves m; past receives once for each request, when its
+// body is first read or it was answered.
+func bodyWatched(m *mcpadapter.Server, past chan<- struct{}) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var once sync.Once
+		mark := func() {
+			once.Do(func() {
+				select {
+				case past <- struct{}{}:
+				default: // past is full: a later request of the test's
+				}
+			})
+		}
+		r.Body = &onRead{ReadCloser: r.Body, first: mark}
+		defer mark()
+		m.ServeHTTP(w, r)
+	}))
+}
+
+// TestSessionPlaceOnlyForInitialize: a request without a session ID holds
+// no place under MaxSessions while its body is read, nor while a
+// request other than initialize is served. With MaxSessions 1, a client
+// connects (its server/discover probe first) beside a slow initialize;
+// the slow one then gets 503.
+func TestSessionPlaceOnlyForInitialize(t *testing.T) {
+	k := newKernel(t, newProbe(), nil)
+	m, err := mcpadapter.New(k, &mcpadapter.Options{MaxSessions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := make(chan struct{}, 1)
+	srv := bodyWatched(m, past)
+	defer srv.Close()
+	defer m.Shutdown(context.Background())
+	pr, pw := io.Pipe()
+	defer pw.Close() // before srv.Close, which waits for the request
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, pr)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	slow := make(chan *http.Response, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			resp = &http.Response{Body: http.NoBody}
+		}
+		slow <- resp
+	}()
+	wait(t, past, "the slow request's body to be read")
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatalf("a client beside a request whose body is being read: %v", err)
+	}
+	defer cs.Close()
+	_, _ = io.WriteString(pw, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":`+
+		`"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	pw.Close()
+	resp := wait(t, slow, "the slow initialize's answer")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("the slow initialize beyond MaxSessions 1: %d, want 503 with Retry-After 1", resp.StatusCode)
+	}
+}
+
+// onRead calls first before the first Read of its body.
+type onRead struct {
+	io.ReadCloser
+	first func()
+}
+
+func (o *onRead) Read(p []byte) (int, error) {
+	o.first()
+	return o.ReadCloser.Read(p)
 }

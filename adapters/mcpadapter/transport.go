@@ -1,7 +1,9 @@
 package mcpadapter
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -18,17 +20,137 @@ const retryAfterSessions = 1
 // ServeHTTP serves MCP's Streamable HTTP transport. A request that would
 // open a session beyond MaxSessions, or any after Shutdown, gets 503 with
 // Retry-After and a JSON-RPC error. Bodies over MaxMessageBytes get 413.
+//
+// An initialize request without a session ID takes a place under
+// MaxSessions before the SDK sees it. Its session holds the place once
+// it has initialized; on every other path the place is given back when
+// the request ends. So initializes that arrive together open at most
+// MaxSessions sessions. Another request without a session ID only needs
+// a free place.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Mcp-Session-Id") == "" && (s.closed.Load() || s.sessions() >= s.opts.MaxSessions) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSessions))
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,`+
-			`"message":"The server has too many MCP sessions; retry after 1 second."}}`)
-		return
+	r.Header.Del(placeHeader) // a client's own value never counts
+	if r.Header.Get("Mcp-Session-Id") == "" {
+		place, ok := s.admit(r)
+		if !ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSessions))
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,`+
+				`"message":"The server has too many MCP sessions; retry after 1 second."}}`)
+			return
+		}
+		if place != "" {
+			r.Header.Set(placeHeader, place)
+			defer s.free(place)
+		}
 	}
 	defer s.writers.add(r.Header, w)()
 	s.http.ServeHTTP(w, r)
+}
+
+// placeHeader is the request header by which an initialize finds the
+// place it took under MaxSessions.
+const placeHeader = "Sundial-Mcp-Place"
+
+// places are the places under MaxSessions taken by initialize requests
+// whose session has not initialized yet. capMu guards them.
+type places struct {
+	next  uint64
+	taken map[string]struct{}
+}
+
+// free gives back place, if its session has not taken it over.
+func (s *Server) free(place string) {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	delete(s.places.taken, place)
+}
+
+// admit reports whether a request without a session ID may be served. An
+// initialize takes a place: admit returns its key. The count is the
+// live sessions plus the places taken, so no session counts twice.
+func (s *Server) admit(r *http.Request) (place string, ok bool) {
+	if s.full() {
+		return "", false // refused before its body is read
+	}
+	initialize := r.Method == http.MethodPost && s.initializes(r)
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	if s.fullLocked() {
+		return "", false
+	}
+	if !initialize {
+		return "", true
+	}
+	if s.places.taken == nil {
+		s.places.taken = make(map[string]struct{})
+	}
+	s.places.next++
+	place = strconv.FormatUint(s.places.next, 10)
+	s.places.taken[place] = struct{}{}
+	return place, true
+}
+
+// full reports whether no place is free under MaxSessions, or Shutdown
+// has begun.
+func (s *Server) full() bool {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	return s.fullLocked()
+}
+
+// fullLocked is full with capMu held.
+func (s *Server) fullLocked() bool {
+	return s.closed.Load() || s.sessions()+len(s.places.taken) >= s.opts.MaxSessions
+}
+
+// initializes reports whether r's body holds an initialize request. It
+// reads at most MaxMessageBytes+1 bytes, and puts them back before the
+// rest of the body. A body it cannot read or parse is no initialize: the
+// SDK refuses it, and opens no session.
+func (s *Server) initializes(r *http.Request) bool {
+	b, err := io.ReadAll(io.LimitReader(r.Body, int64(s.opts.MaxMessageBytes)+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), r.Body), r.Body}
+	if err != nil || len(b) > s.opts.MaxMessageBytes {
+		return false
+	}
+	var msgs []struct {
+		Method string `json:"method"`
+	}
+	if b = bytes.TrimSpace(b); len(b) > 0 && b[0] != '[' {
+		b = append(append([]byte{'['}, b...), ']')
+	}
+	if json.Unmarshal(b, &msgs) != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Method == "initialize" {
+			return true
+		}
+	}
+	return false
+}
+
+// admitSession is the middleware by which an initialize's session takes
+// over its request's place. capMu is held while the session initializes,
+// so the session and its place never count twice, nor neither.
+func (s *Server) admitSession(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		extra := req.GetExtra()
+		if method != "initialize" || extra == nil || extra.Header.Get(placeHeader) == "" {
+			return next(ctx, method, req)
+		}
+		s.capMu.Lock()
+		defer s.capMu.Unlock()
+		res, err := next(ctx, method, req)
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil {
+			delete(s.places.taken, extra.Header.Get(placeHeader)) // the session counts itself
+		}
+		return res, err
+	}
 }
 
 // writerHeader is the request header by which a tool call finds its
