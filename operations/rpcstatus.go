@@ -3,7 +3,6 @@ package operations
 import (
 	"errors"
 	"strings"
-	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,16 +27,15 @@ func (o *ownStatus) HandlerStatus() *status.Status { return o.st }
 
 // statusOutcome returns the outcome of a handler's error err. An error
 // that carries an RPC status (a GRPCStatus method) with a code other
-// than OK is an outcome of the code's kind (statusKind), coded
-// GRPC_<CODE>, with the status message. Any other error is returned as
-// it is.
+// than OK is the code's outcome (CodeOutcome), with the status message.
+// Any other error is returned as it is.
 func statusOutcome(err error) error {
 	st, ok := rpcStatus(err)
 	if !ok {
 		return err
 	}
-	return pipeline.Wrap(statusKind(st.Code()), "GRPC_"+codeName(st.Code()), st.Message(),
-		&ownStatus{err: err, st: st})
+	kind, code := CodeOutcome(st.Code())
+	return pipeline.Wrap(kind, code, st.Message(), &ownStatus{err: err, st: st})
 }
 
 // rpcStatus returns the status err carries itself: a handler's own
@@ -61,45 +59,42 @@ func rpcStatus(err error) (st *status.Status, ok bool) {
 	return st, true
 }
 
-// statusKind returns the outcome kind of an RPC status code. Unknown,
-// Internal, Unimplemented, DataLoss and any other code count as
-// UNEXPECTED: they are failures for the circuit breaker.
-func statusKind(c codes.Code) pipeline.Kind {
-	switch c {
-	case codes.Canceled:
-		return pipeline.KindCanceled
-	case codes.DeadlineExceeded:
-		return pipeline.KindTimeout
-	case codes.InvalidArgument, codes.OutOfRange:
-		return pipeline.KindValidation
-	case codes.NotFound:
-		return pipeline.KindNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return pipeline.KindConflict
-	case codes.PermissionDenied:
-		return pipeline.KindForbidden
-	case codes.Unauthenticated:
-		return pipeline.KindUnauthenticated
-	case codes.FailedPrecondition:
-		return pipeline.KindUnprocessable
-	case codes.ResourceExhausted, codes.Unavailable:
-		return pipeline.KindUnavailable
+// CodeOutcome returns the outcome kind of RPC status code c and the
+// stable code of its outcome: GRPC_ and the code's canonical name, such
+// as GRPC_DEADLINE_EXCEEDED. OK is [pipeline.KindOK]. InvalidArgument and
+// OutOfRange are VALIDATION; AlreadyExists and Aborted are CONFLICT;
+// ResourceExhausted and Unavailable are UNAVAILABLE. Unknown, Internal,
+// Unimplemented, DataLoss and any other code are UNEXPECTED: failures
+// for the circuit breaker.
+func CodeOutcome(c codes.Code) (pipeline.Kind, string) {
+	if c < codes.Code(len(rpcCodes)) {
+		o := rpcCodes[c]
+		return o.kind, o.code
 	}
-	return pipeline.KindUnexpected
+	return pipeline.KindUnexpected, "GRPC_" + strings.ToUpper(c.String())
 }
 
-// codeName returns c's canonical name in upper snake case, such as
-// RESOURCE_EXHAUSTED.
-func codeName(c codes.Code) string {
-	if c == codes.Canceled {
-		return "CANCELLED"
-	}
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && unicode.IsUpper(r) {
-			b.WriteByte('_')
-		}
-		b.WriteRune(unicode.ToUpper(r))
-	}
-	return b.String()
+// rpcCodes is the outcome kind and stable code of each canonical RPC
+// status code, indexed by the code.
+var rpcCodes = [...]struct {
+	kind pipeline.Kind
+	code string
+}{
+	codes.OK:                 {pipeline.KindOK, "GRPC_OK"},
+	codes.Canceled:           {pipeline.KindCanceled, "GRPC_CANCELLED"},
+	codes.Unknown:            {pipeline.KindUnexpected, "GRPC_UNKNOWN"},
+	codes.InvalidArgument:    {pipeline.KindValidation, "GRPC_INVALID_ARGUMENT"},
+	codes.DeadlineExceeded:   {pipeline.KindTimeout, "GRPC_DEADLINE_EXCEEDED"},
+	codes.NotFound:           {pipeline.KindNotFound, "GRPC_NOT_FOUND"},
+	codes.AlreadyExists:      {pipeline.KindConflict, "GRPC_ALREADY_EXISTS"},
+	codes.PermissionDenied:   {pipeline.KindForbidden, "GRPC_PERMISSION_DENIED"},
+	codes.ResourceExhausted:  {pipeline.KindUnavailable, "GRPC_RESOURCE_EXHAUSTED"},
+	codes.FailedPrecondition: {pipeline.KindUnprocessable, "GRPC_FAILED_PRECONDITION"},
+	codes.Aborted:            {pipeline.KindConflict, "GRPC_ABORTED"},
+	codes.OutOfRange:         {pipeline.KindValidation, "GRPC_OUT_OF_RANGE"},
+	codes.Unimplemented:      {pipeline.KindUnexpected, "GRPC_UNIMPLEMENTED"},
+	codes.Internal:           {pipeline.KindUnexpected, "GRPC_INTERNAL"},
+	codes.Unavailable:        {pipeline.KindUnavailable, "GRPC_UNAVAILABLE"},
+	codes.DataLoss:           {pipeline.KindUnexpected, "GRPC_DATA_LOSS"},
+	codes.Unauthenticated:    {pipeline.KindUnauthenticated, "GRPC_UNAUTHENTICATED"},
 }

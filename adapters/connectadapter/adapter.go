@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sundial-go/sundial/adapters/internal/rpccall"
 	"github.com/sundial-go/sundial/adapters/internal/rpcschema"
@@ -34,8 +36,8 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	origins   []string // CORS; nil: off
 	readLimit int
-	pkg       string       // the proto package (WithPackage)
-	logger    *slog.Logger // the call log; nil: the kernel's
+	pkg       string         // the proto package (WithPackage)
+	rpc       rpccall.Config // logger, domain, tolerance, baggage, propagator
 }
 
 // defaultPackage is the proto package of the services when WithPackage is
@@ -54,11 +56,41 @@ func WithPackage(pkg string) Option {
 // message "connect call"). The default is the kernel's logger; a nil
 // logger is ignored.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) {
-		if l != nil {
-			c.logger = l
-		}
-	})
+	return optionFunc(func(c *config) { c.rpc.SetLogger(l) })
+}
+
+// WithDomain sets the domain of the google.rpc.ErrorInfo of every failed
+// call. The default is "sundial", as on gRPC; "" keeps it.
+func WithDomain(domain string) Option {
+	return optionFunc(func(c *config) { c.rpc.SetDomain(domain) })
+}
+
+// WithDeadlineTolerance sets how close to the caller's deadline a
+// cancellation may arrive and still count as the deadline: TIMEOUT rather
+// than CANCELLED. A client whose deadline expires closes its request, as
+// one that gives up does; the server is told no reason. The client's timer
+// fires a network hop before the server's. The default is 10ms, as on
+// gRPC. 0 turns the tolerance off, and a negative d keeps the default.
+func WithDeadlineTolerance(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.rpc.SetTolerance(d) })
+}
+
+// WithBaggageLimit sets the largest W3C baggage header, in bytes (all its
+// values together), that is read for a call. A larger one is dropped
+// whole, with a warning in the log. The kernel then bounds the members it
+// copies (see propagation.Baggage). The default is 8192 bytes; n <= 0
+// keeps it.
+func WithBaggageLimit(n int) Option {
+	return optionFunc(func(c *config) { c.rpc.SetBaggageLimit(n) })
+}
+
+// WithPropagator sets what extracts the trace context (and whatever else
+// p carries) from the request headers. The invocation's span continues
+// it. The default is propagation.Propagator(): W3C traceparent,
+// tracestate and baggage. A nil p extracts no trace context. The W3C
+// baggage header is read whatever p is.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) { c.rpc.SetPropagator(p) })
 }
 
 // WithCORS answers cross-origin calls from browsers of the given origins,
@@ -120,7 +152,8 @@ func build(k *kernel.Kernel, opts []Option) (http.Handler, []string, error) {
 	if k == nil {
 		return nil, nil, errors.New("connectadapter: nil kernel")
 	}
-	cfg := config{readLimit: defaultReadLimit, pkg: defaultPackage}
+	cfg := config{readLimit: defaultReadLimit, pkg: defaultPackage,
+		rpc: rpccall.Defaults(pipeline.ProtocolConnect)}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
@@ -130,8 +163,7 @@ func build(k *kernel.Kernel, opts []Option) (http.Handler, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connectadapter: %w", err)
 	}
-	srv := rpccall.New(k, rpccall.Config{Logger: cfg.logger, Tolerance: rpccall.DefaultTolerance,
-		BaggageLimit: rpccall.DefaultBaggageLimit, Protocol: pipeline.ProtocolConnect})
+	srv := rpccall.New(k, cfg.rpc)
 	mux := http.NewServeMux()
 	services := make([]string, 0, len(set.Services))
 	unknown := unknownMethod{srv: srv, services: make(map[string]bool, len(set.Services))}

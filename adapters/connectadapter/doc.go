@@ -15,12 +15,13 @@
 // enters the kernel through its handle: kernel.Op.Handle, or Op.Stream for
 // a stream. A stream's outcome is its end: Connect's end-of-stream
 // message, or the trailers of gRPC and gRPC-Web. The caller's
-// deadline is Connect-Timeout-Ms or grpc-timeout, attributed as on gRPC.
-// The idempotency key, priority, W3C trace context and baggage are read
-// from the headers, as gRPC reads them from its metadata. A failure is
-// the status the gRPC adapter answers, as a Connect error. It has the same
-// code and the same google.rpc.ErrorInfo, RetryInfo and BadRequest
-// details.
+// deadline is Connect-Timeout-Ms or grpc-timeout, attributed as on gRPC
+// (WithDeadlineTolerance). The idempotency key, priority, W3C trace
+// context and baggage are read from the headers, as gRPC reads them from
+// its metadata (WithPropagator, WithBaggageLimit). A failure is the
+// status the gRPC adapter answers, as a Connect error. It has the same
+// code and the same google.rpc.ErrorInfo (WithDomain), RetryInfo and
+// BadRequest details.
 //
 // A request message is bounded after it was inflated (WithReadLimit). A
 // compressed message that inflates past the bound is refused with

@@ -71,17 +71,20 @@ func do(t testing.TB, hc *http.Client, req *http.Request) answer {
 	return a
 }
 
-// reason returns the ErrorInfo reason in the details' debug form.
-func (w wireError) reason() string {
+// errorInfo returns the ErrorInfo's reason and domain in the details'
+// debug form.
+func (w wireError) errorInfo() (info struct{ Reason, Domain string }) {
 	for _, d := range w.Details {
 		if d.Type == "google.rpc.ErrorInfo" {
-			var info struct{ Reason string }
 			_ = json.Unmarshal(d.Debug, &info)
-			return info.Reason
+			break
 		}
 	}
-	return ""
+	return info
 }
+
+// reason returns the ErrorInfo reason in the details' debug form.
+func (w wireError) reason() string { return w.errorInfo().Reason }
 
 // has reports whether the details include one of type typ.
 func (w wireError) has(typ string) bool {

@@ -16,7 +16,6 @@ import (
 	"github.com/sundial-go/sundial/adapters/internal/rpcschema"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
-	"github.com/sundial-go/sundial/pipeline"
 )
 
 // Adapter serves a kernel's operations as gRPC methods and runs an
@@ -91,9 +90,7 @@ func New(k *kernel.Kernel, opts ...Option) (*Adapter, error) {
 		}
 	}
 	a := &Adapter{k: k, cfg: cfg, methods: make(map[string]*method), receivers: make(chan *reception)}
-	a.srv = rpccall.New(k, rpccall.Config{Logger: cfg.logger, Domain: cfg.domain, Tolerance: cfg.tolerance,
-		BaggageLimit: cfg.baggageLimit, Propagator: cfg.propagator, OwnPropagator: !cfg.defaultPropagator,
-		Protocol: pipeline.ProtocolGRPC})
+	a.srv = rpccall.New(k, cfg.rpc)
 	a.logger, a.canceled = a.srv.Logger, a.srv.Canceled
 	a.ops = make(map[string]*kernel.Op)
 	for _, op := range k.Operations() {

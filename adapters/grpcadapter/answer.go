@@ -20,7 +20,7 @@ import (
 // answer writes the call log record of one call and returns the status
 // error of its outcome (nil on success).
 func (a *Adapter) answer(ctx context.Context, full string, o kernel.Outcome, start time.Time) error {
-	st := Status(o.Err, a.cfg.domain)
+	st := Status(o.Err, a.cfg.rpc.Domain)
 	a.logCall(ctx, full, o, st, start)
 	sendReply(ctx, o.Invocation)
 	if st != nil && o.TraceID != "" {

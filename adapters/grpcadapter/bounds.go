@@ -24,7 +24,7 @@ const (
 	// call, in bytes, as HPACK counts it (16 MiB): the HTTP server's
 	// MaxHeaderBytes. A larger one is refused (the client fails the call
 	// before sending; a raw client gets RST_STREAM), and the server does
-	// not keep what it read past the limit. It holds defaultBaggageLimit.
+	// not keep what it read past the limit. It holds rpccall.DefaultBaggageLimit.
 	defaultMaxHeaderListSize = 64 << 10
 	// defaultMaxRecvMsgSize is the largest request message, in bytes
 	// (4 MiB): the HTTP adapter's default body limit (1 MiB), so that a

@@ -7,21 +7,12 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sundial-go/sundial/adapters/internal/rpccall"
+	"github.com/sundial-go/sundial/pipeline"
 )
 
 // defaultPackage is the proto package of the generated services when
 // WithPackage is not given.
 const defaultPackage = "sundial.v1"
-
-// defaultDeadlineTolerance is how close to the inbound deadline a client's
-// cancellation may arrive and still count as the deadline, when
-// WithDeadlineTolerance is not given.
-const defaultDeadlineTolerance = rpccall.DefaultTolerance
-
-// defaultBaggageLimit is the largest W3C baggage metadata (all values
-// together) extracted for an invocation when WithBaggageLimit is not given:
-// 8192 bytes, the W3C limit.
-const defaultBaggageLimit = rpccall.DefaultBaggageLimit
 
 // Option configures New. Every option may be given to New once; a later
 // option of the same kind replaces an earlier one.
@@ -32,29 +23,19 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	pkg          string
-	goPrefix     string
-	domain       string
-	logger       *slog.Logger
-	tolerance    time.Duration
-	methodOps    map[string]string
-	propagator   propagation.TextMapPropagator // with defaultPropagator false
-	baggageLimit int
-	recvTimeout  time.Duration
-	recvExact    bool // recvTimeout without its jitter (tests)
-	// defaultPropagator: extract with propagation.Propagator(), which
-	// carries the baggage too.
-	defaultPropagator bool
+	pkg         string
+	goPrefix    string
+	rpc         rpccall.Config // logger, domain, tolerance, baggage, propagator
+	methodOps   map[string]string
+	recvTimeout time.Duration
+	recvExact   bool // recvTimeout without its jitter (tests)
 }
 
 func defaultConfig() config {
 	return config{
-		pkg:               defaultPackage,
-		domain:            defaultDomain,
-		tolerance:         defaultDeadlineTolerance,
-		baggageLimit:      defaultBaggageLimit,
-		recvTimeout:       defaultRecvTimeout,
-		defaultPropagator: true,
+		pkg:         defaultPackage,
+		rpc:         rpccall.Defaults(pipeline.ProtocolGRPC),
+		recvTimeout: defaultRecvTimeout,
 	}
 }
 
@@ -79,22 +60,14 @@ func WithGoPackagePrefix(prefix string) Option {
 // WithDomain sets the domain of the google.rpc.ErrorInfo attached to every
 // failed call. The default is "sundial"; "" keeps it.
 func WithDomain(domain string) Option {
-	return optionFunc(func(c *config) {
-		if domain != "" {
-			c.domain = domain
-		}
-	})
+	return optionFunc(func(c *config) { c.rpc.SetDomain(domain) })
 }
 
 // WithLogger sets the logger of the call log (one record per call,
 // message "grpc call"). The default is the kernel's logger; a nil logger is
 // ignored.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) {
-		if l != nil {
-			c.logger = l
-		}
-	})
+	return optionFunc(func(c *config) { c.rpc.SetLogger(l) })
 }
 
 // WithDeadlineTolerance sets how close to the inbound deadline a client's
@@ -106,11 +79,7 @@ func WithLogger(l *slog.Logger) Option {
 // and counted as cancelled. The default is 10ms. 0 turns the tolerance
 // off, and a negative d keeps the default.
 func WithDeadlineTolerance(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d >= 0 {
-			c.tolerance = d
-		}
-	})
+	return optionFunc(func(c *config) { c.rpc.SetTolerance(d) })
 }
 
 // WithMethodOperations maps full gRPC method names of the application's
@@ -142,7 +111,7 @@ func WithMethodOperations(m map[string]string) Option {
 // "baggage" metadata is extracted whatever p is; the kernel copies it into
 // the invocation's baggage.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return optionFunc(func(c *config) { c.propagator, c.defaultPropagator = p, false })
+	return optionFunc(func(c *config) { c.rpc.SetPropagator(p) })
 }
 
 // WithBaggageLimit sets the largest W3C "baggage" metadata, in bytes (all
@@ -151,11 +120,7 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // members it copies (see propagation.Baggage). The default is 8192 bytes;
 // n <= 0 keeps it.
 func WithBaggageLimit(n int) Option {
-	return optionFunc(func(c *config) {
-		if n > 0 {
-			c.baggageLimit = n
-		}
-	})
+	return optionFunc(func(c *config) { c.rpc.SetBaggageLimit(n) })
 }
 
 // WithRecvTimeout bounds the time the request message of one of the

@@ -97,7 +97,7 @@ func (s *serverStream) run(parent context.Context, c kernel.StreamCall, stop fun
 	o := s.m.Op.Stream(parent, c)
 	stop()
 	if !s.claim() {
-		s.m.a.logCall(s.ctx, s.m.Full, o, Status(o.Err, s.m.a.cfg.domain), s.start)
+		s.m.a.logCall(s.ctx, s.m.Full, o, Status(o.Err, s.m.a.cfg.rpc.Domain), s.start)
 		return
 	}
 	sendMetadata(s.ctx, s.meta)
@@ -155,7 +155,7 @@ func (s *serverStream) Recv() (any, int, error) {
 // grpc-go's stream, and a blocked Send or Recv returns.
 func (s *serverStream) Abort(cause error) {
 	if s.claim() {
-		s.answer <- Status(cause, s.m.a.cfg.domain).Err()
+		s.answer <- Status(cause, s.m.a.cfg.rpc.Domain).Err()
 	}
 }
 
@@ -216,5 +216,5 @@ func (s *serverStream) expire(stall bool) {
 		s.answer <- status.Error(codes.Unavailable, "grpcadapter: connection closed by the listener's guard")
 		return
 	}
-	s.answer <- Status(s.expiredErr, s.m.a.cfg.domain).Err()
+	s.answer <- Status(s.expiredErr, s.m.a.cfg.rpc.Domain).Err()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/sundial-go/sundial/adapters/internal/header"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/logs"
 	"github.com/sundial-go/sundial/kernel/propagation"
@@ -528,7 +529,7 @@ func (x *exchange) respond(o kernel.Outcome) {
 // (RateLimit-Policy and RateLimit, Idempotent-Replayed, ...), on success
 // and failure alike, while the response is not committed. A field that is
 // not a valid header, or that names a header of the message's framing or
-// connection (refusedField), is left out.
+// connection (header.Owned), is left out.
 func (x *exchange) sendReply(inv *pipeline.Invocation) {
 	for _, f := range inv.Reply().Fields() {
 		if !x.c.Response().Committed && sendableField(f.Name, f.Value) {
@@ -565,20 +566,12 @@ func addFields(dst http.Header, prefix string, src http.Header) {
 	}
 }
 
-// refusedField are the response headers a Reply field may not set: those
-// that frame the body or describe it as the adapter wrote it, and the
-// hop-by-hop ones (RFC 9110 section 7.6.1), which belong to the server.
-var refusedField = map[string]bool{
-	"Connection": true, "Content-Encoding": true, "Content-Length": true, "Content-Type": true,
-	"Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
-	"Transfer-Encoding": true, "Upgrade": true, "Host": true,
-}
-
 // sendableField reports whether a Reply field can be a response header:
-// a valid name and value (RFC 9110 section 5) not in refusedField.
+// a valid name and value (RFC 9110 section 5) that the server does not own
+// (header.Owned): the body's framing and the hop-by-hop headers.
 func sendableField(name, value string) bool {
 	return httpguts.ValidHeaderFieldName(name) && httpguts.ValidHeaderFieldValue(value) &&
-		!refusedField[http.CanonicalHeaderKey(name)]
+		!header.Owned(name)
 }
 
 // succeed writes an operation's output with its success status.

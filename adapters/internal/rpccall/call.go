@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sundial-go/sundial/adapters/internal/header"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/logs"
 	kprop "github.com/sundial-go/sundial/kernel/propagation"
@@ -314,16 +315,15 @@ func First(vs []string) string {
 }
 
 // OwnedHeader reports whether a handler may not set the header name on a
-// gRPC or Connect answer: the protocols frame the answer with it, or it
-// is hop-by-hop (RFC 9110 section 7.6.1, RFC 9113 section 8.2.2), which a
-// strict HTTP/2 peer resets, or it is Sundial's own.
+// gRPC or Connect answer. Those the server owns on every protocol
+// (header.Owned) are refused, and Accept-Encoding. So is any name the
+// protocols frame the answer with (content-, grpc-, connect-, trailer-,
+// a pseudo-header), and any of Sundial's own (sundial-).
 func OwnedHeader(name string) bool {
-	n := strings.ToLower(name)
-	switch n {
-	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
-		"trailer", "host", "accept-encoding":
+	if header.Owned(name) || strings.EqualFold(name, "accept-encoding") {
 		return true
 	}
+	n := strings.ToLower(name)
 	for _, p := range []string{":", "content-", "grpc-", "connect-", "trailer-", "sundial-"} {
 		if strings.HasPrefix(n, p) {
 			return true

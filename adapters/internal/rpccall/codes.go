@@ -7,10 +7,9 @@ import (
 	"github.com/sundial-go/sundial/pipeline"
 )
 
-// Codes is the outcome table's gRPC column. A downstream's OutOfRange
-// reads as VALIDATION, Aborted as CONFLICT and ResourceExhausted as
-// UNAVAILABLE.
-var Codes = outcome.NewTable(codes.Internal, map[pipeline.Kind]codes.Code{
+// codeOf is the outcome table's gRPC column: the code a server answers
+// each kind with. The kind a code reads as is [operations.CodeOutcome]'s.
+var codeOf = outcome.NewTable(codes.Internal, map[pipeline.Kind]codes.Code{
 	pipeline.KindOK:              codes.OK,
 	pipeline.KindValidation:      codes.InvalidArgument,
 	pipeline.KindUnauthenticated: codes.Unauthenticated,
@@ -21,16 +20,12 @@ var Codes = outcome.NewTable(codes.Internal, map[pipeline.Kind]codes.Code{
 	pipeline.KindCanceled:        codes.Canceled,
 	pipeline.KindTimeout:         codes.DeadlineExceeded,
 	pipeline.KindUnavailable:     codes.Unavailable,
-}, map[codes.Code]pipeline.Kind{
-	codes.OutOfRange:        pipeline.KindValidation,
-	codes.Aborted:           pipeline.KindConflict,
-	codes.ResourceExhausted: pipeline.KindUnavailable,
-})
+}, nil)
 
 // CodeFor returns the gRPC status code of an outcome kind, from the outcome
 // table of docs/pipeline.md. CONFLICT maps to AlreadyExists and
 // UNPROCESSABLE to FailedPrecondition. UNEXPECTED, and any value outside
 // the closed set of kinds, maps to Internal.
 func CodeFor(k pipeline.Kind) codes.Code {
-	return Codes.For(k)
+	return codeOf.For(k)
 }

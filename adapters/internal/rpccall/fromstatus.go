@@ -3,35 +3,26 @@ package rpccall
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/adapters/internal/outcome"
+	"github.com/sundial-go/sundial/operations"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
 // This file reads the outcome back from the status of a call: what a
 // client of a Sundial server, or of any gRPC or Connect server, gets.
 
-// KindFor returns the outcome kind of a gRPC status code. It inverts
-// CodeFor where CodeFor is one-to-one. InvalidArgument and OutOfRange are
-// VALIDATION; FailedPrecondition is UNPROCESSABLE. AlreadyExists and
-// Aborted are CONFLICT; Unavailable and ResourceExhausted are UNAVAILABLE.
-// Every code without a kind of its own is UNEXPECTED: Unknown, Internal,
-// Unimplemented, DataLoss.
+// KindFor returns the outcome kind of a gRPC status code: see
+// [operations.CodeOutcome]. It inverts CodeFor where CodeFor is
+// one-to-one.
 func KindFor(c codes.Code) pipeline.Kind {
-	if k, ok := Codes.KindOf(c); ok {
-		return k
-	}
-	return pipeline.KindUnexpected
+	kind, _ := operations.CodeOutcome(c)
+	return kind
 }
-
-// codePrefix prefixes the stable codes of outcomes made from the gRPC
-// statuses of downstream calls: "GRPC_UNAVAILABLE", "GRPC_DEADLINE_EXCEEDED".
-const codePrefix = "GRPC_"
 
 // FromStatus converts the error of a gRPC call to an outcome: see the gRPC
 // adapter's FromStatus.
@@ -40,7 +31,8 @@ func FromStatus(err error) error {
 	if !ok {
 		return err
 	}
-	out := pipeline.Wrap(KindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), err).
+	kind, code := operations.CodeOutcome(st.Code())
+	out := pipeline.Wrap(kind, code, st.Message(), err).
 		WithDetail("grpcCode", st.Code().String())
 	for _, d := range st.Details() {
 		switch x := d.(type) {
@@ -55,31 +47,6 @@ func FromStatus(err error) error {
 	return out
 }
 
-// codeNames are the canonical upper-snake names of the codes whose String
-// is not one in upper case.
-var codeNames = map[codes.Code]string{
-	codes.Canceled:           "CANCELLED",
-	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
-	codes.InvalidArgument:    "INVALID_ARGUMENT",
-	codes.NotFound:           "NOT_FOUND",
-	codes.AlreadyExists:      "ALREADY_EXISTS",
-	codes.PermissionDenied:   "PERMISSION_DENIED",
-	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
-	codes.FailedPrecondition: "FAILED_PRECONDITION",
-	codes.OutOfRange:         "OUT_OF_RANGE",
-	codes.Unimplemented:      "UNIMPLEMENTED",
-	codes.DataLoss:           "DATA_LOSS",
-	codes.Unauthenticated:    "UNAUTHENTICATED",
-}
-
-// codeName is the canonical upper-snake name of a code: "DEADLINE_EXCEEDED".
-func codeName(c codes.Code) string {
-	if name, ok := codeNames[c]; ok {
-		return name
-	}
-	return strings.ToUpper(c.String())
-}
-
 // FromHandler converts the error of a user's gRPC handler to an outcome
 // that remembers the handler's status.
 func FromHandler(err error) error {
@@ -87,7 +54,8 @@ func FromHandler(err error) error {
 	if !ok {
 		return err // nil, an outcome, a plain error (UNEXPECTED), a context error or a typed nil
 	}
-	return pipeline.Wrap(KindFor(st.Code()), codePrefix+codeName(st.Code()), st.Message(), &HandlerStatus{St: st})
+	kind, code := operations.CodeOutcome(st.Code())
+	return pipeline.Wrap(kind, code, st.Message(), &HandlerStatus{St: st})
 }
 
 // foreignStatus returns the gRPC status of err when err carries one and is
