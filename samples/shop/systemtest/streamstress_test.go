@@ -102,13 +102,27 @@ func minorFaults(pid int) int64 {
 	return n
 }
 
-// faultsPerCall measures n calls of unaryLatencies, with the shop's
-// minor page faults a call.
-func faultsPerCall(t *testing.T, url string, pid, n int) ([]time.Duration, float64) {
+// phase is one measure of unaryCalls calls.
+type phase struct {
+	lat    []time.Duration // sorted
+	faults float64         // the shop's minor page faults a call
+	cpu    time.Duration   // the shop's CPU time a call
+}
+
+// measure measures unaryCalls calls of unaryLatencies on the shop pid.
+func measure(t *testing.T, url string, pid int) phase {
 	t.Helper()
-	f0 := minorFaults(pid)
-	lat := unaryLatencies(t, url, n)
-	return lat, float64(minorFaults(pid)-f0) / float64(n)
+	p := &attackedShop{pid: pid}
+	f0, c0 := minorFaults(pid), p.cpu()
+	lat := unaryLatencies(t, url, unaryCalls)
+	return phase{lat: lat, faults: float64(minorFaults(pid)-f0) / unaryCalls,
+		cpu: (p.cpu() - c0) / unaryCalls}
+}
+
+// String gives the phase's figures.
+func (p phase) String() string {
+	return fmt.Sprintf("p50 %v p99 %v, %.2f page faults and %v of the shop's CPU a call",
+		quantile(p.lat, 0.5), quantile(p.lat, 0.99), p.faults, p.cpu.Round(time.Microsecond))
 }
 
 // quantile returns the q-quantile of sorted.
@@ -159,7 +173,7 @@ func TestStressIdleStreams(t *testing.T) {
 	s.createOrder(t)
 	pid := s.cmd.Process.Pid
 	unaryLatencies(t, s.url, unaryWarmUp)
-	none, faults0 := faultsPerCall(t, s.url, pid, unaryCalls)
+	none := measure(t, s.url, pid)
 	rss0, g0 := rssOf(pid), metricValue(s.url, "go_goroutines")
 	idle0 := idleCPU(pid)
 
@@ -173,9 +187,9 @@ func TestStressIdleStreams(t *testing.T) {
 	rss1, g1 := rssOf(pid), metricValue(s.url, "go_goroutines")
 	idle1 := idleCPU(pid)
 	gc := gcCycles(s.url)
-	first, faults1 := faultsPerCall(t, s.url, pid, unaryCalls)
+	first := measure(t, s.url, pid)
 	settleCalls := settle(t, s.url, gc)
-	withOpen, faults2 := faultsPerCall(t, s.url, pid, unaryCalls)
+	withOpen := measure(t, s.url, pid)
 
 	gBefore, _ := strconv.Atoi(g0)
 	gAfter, _ := strconv.Atoi(g1)
@@ -185,15 +199,12 @@ func TestStressIdleStreams(t *testing.T) {
 		float64(gAfter-gBefore)/idleStreams)
 	t.Logf("shop process's CPU time over %v without calls: %v with none open, %v with %d open",
 		idleWindow, idle0, idle1, idleStreams)
-	p99a, p99b, p99f := quantile(none, 0.99), quantile(withOpen, 0.99), quantile(first, 0.99)
-	t.Logf("GET /orders/ord-1, %d calls in a row, none open: p50 %v p99 %v, %.2f page faults a call",
-		unaryCalls, quantile(none, 0.5), p99a, faults0)
-	t.Logf("the first %d calls after the streams opened, as the heap grows: p50 %v p99 %v, "+
-		"%.2f page faults a call; p99 ratio %.2f", unaryCalls, quantile(first, 0.5), p99f, faults1,
-		float64(p99f)/float64(p99a))
-	t.Logf("%d open, after a garbage collection (%d calls more): p50 %v p99 %v, %.2f page faults a call; "+
-		"p99 ratio %.2f (bar 1.2)", idleStreams, settleCalls, quantile(withOpen, 0.5), p99b, faults2,
-		float64(p99b)/float64(p99a))
+	p99 := func(p phase) time.Duration { return quantile(p.lat, 0.99) }
+	t.Logf("GET /orders/ord-1, %d calls in a row, none open: %v", unaryCalls, none)
+	t.Logf("the first %d calls after the streams opened, as the heap grows: %v; p99 ratio %.2f",
+		unaryCalls, first, float64(p99(first))/float64(p99(none)))
+	t.Logf("%d open, after a garbage collection (%d calls more): %v; p99 ratio %.2f (bar 1.2)",
+		idleStreams, settleCalls, withOpen, float64(p99(withOpen))/float64(p99(none)))
 
 	sent := time.Now()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
