@@ -111,3 +111,71 @@ func TestMaxAge(t *testing.T) {
 		}
 	})
 }
+
+// TestIdleStreamTimerSleeps: the timer of an idle stream sleeps until its
+// nearest clock, whatever SendStall is: 10,000 idle streams wake nothing.
+// A Send that blocks brings the timer forward, and the stall ends the
+// stream at the Send's start plus SendStall.
+func TestIdleStreamTimerSleeps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		caller, leave := context.WithCancel(t.Context())
+		defer leave()
+		raw := newFakeRaw(caller)
+		defer close(raw.done)
+		s := stream.Open(caller, raw, stream.Config{Kind: stream.Server, SendStall: 30 * time.Second,
+			Deadline: time.Now().Add(time.Hour)})
+		for _, idle := range []time.Duration{0, 10 * time.Minute} {
+			time.Sleep(idle)
+			if at, ok := stream.Armed(s); !ok || at != time.Hour {
+				t.Fatalf("after %v idle, the timer fires at %v (armed %v), want at the deadline, 1h", idle, at, ok)
+			}
+		}
+		start := time.Now()
+		err := s.Send(1) // nobody reads
+		res := s.Close(err)
+		if res.Reason != stream.EndSlowConsumer || time.Since(start) != 30*time.Second {
+			t.Fatalf("ended %v after %v, want slow_consumer at 30s", res.Reason, time.Since(start))
+		}
+	})
+}
+
+// TestSendStallWithoutOtherClocks: with SendStall the only clock, the
+// stream has no timer until a Send blocks; then the stall still ends it.
+func TestSendStallWithoutOtherClocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		caller, leave := context.WithCancel(t.Context())
+		defer leave()
+		raw := newFakeRaw(caller)
+		defer close(raw.done)
+		s := stream.Open(caller, raw, stream.Config{Kind: stream.Server, SendStall: 2 * time.Second})
+		if at, ok := stream.Armed(s); ok {
+			t.Fatalf("an idle stream's timer fires at %v, want none", at)
+		}
+		stop, stopped := make(chan struct{}), make(chan struct{})
+		go func() { // the caller reads until stop
+			defer close(stopped)
+			for {
+				select {
+				case <-raw.out:
+				case <-stop:
+					return
+				}
+			}
+		}()
+		time.Sleep(time.Minute)
+		if err := s.Send(1); err != nil { // read: the timer looks once, at 2 s
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		if at, ok := stream.Armed(s); ok {
+			t.Fatalf("the timer fires at %v after the Send returned, want none", at)
+		}
+		close(stop)
+		<-stopped
+		start := time.Now()
+		res := s.Close(s.Send(2))
+		if res.Reason != stream.EndSlowConsumer || time.Since(start) != 2*time.Second {
+			t.Fatalf("ended %v after %v, want slow_consumer at 2s", res.Reason, time.Since(start))
+		}
+	})
+}

@@ -13,7 +13,9 @@
 // for the circuit breaker. One timer per stream serves every clock. It is
 // armed lazily: a message stores a timestamp, and the timer, when it
 // fires, arms itself again for the next instant that can end the stream.
-// The package starts no goroutine of its own.
+// An idle stream's timer sleeps until its nearest clock; a Send that
+// starts blocking brings the timer forward to its stall. The package
+// starts no goroutine of its own.
 //
 // The package knows nothing of HTTP, gRPC or the CLI.
 package stream
@@ -211,7 +213,8 @@ type Stream struct {
 
 	tmu     sync.Mutex // orders the timer's re-arming with Close
 	timer   *time.Timer
-	closing bool // Close started: no new heartbeat
+	armed   atomic.Int64 // when the timer fires; math.MaxInt64: not armed, or being re-armed
+	closing bool         // Close started: no new heartbeat
 	closed  bool
 }
 
@@ -251,8 +254,10 @@ func Open(parent context.Context, raw Raw, cfg Config) *Stream {
 	if r := cfg.MessagesPerSecond; r > 0 && !math.IsInf(r, 1) {
 		s.interval = max(int64(float64(time.Second)/r), 1)
 	}
+	s.armed.Store(math.MaxInt64)
 	if next := s.next(0); next != math.MaxInt64 {
 		s.tmu.Lock() // fire re-arms s.timer under tmu
+		s.armed.Store(next)
 		s.timer = time.AfterFunc(time.Duration(next), s.fire)
 		s.tmu.Unlock()
 	}
@@ -268,8 +273,8 @@ func (s *Stream) now() int64 { return int64(time.Since(s.base)) }
 
 // next returns the next instant after now at which a clock may end the
 // stream or a heartbeat is due (math.MaxInt64: none). It is called under
-// tmu, or before the timer exists. With no Send blocked, a Send may start at
-// any time: the timer then looks again after SendStall.
+// tmu, or before the timer exists. Only a blocked Send has a stall to
+// watch: a Send that starts later brings the timer forward (see wake).
 func (s *Stream) next(now int64) int64 {
 	next := int64(math.MaxInt64)
 	if s.deadline > 0 {
@@ -281,8 +286,6 @@ func (s *Stream) next(now int64) int64 {
 	if s.stall > 0 {
 		if since := s.sendSince.Load(); since != 0 {
 			next = min(next, since-1+s.stall)
-		} else {
-			next = min(next, now+s.stall)
 		}
 	}
 	if s.maxAge > 0 {
@@ -348,6 +351,9 @@ func (s *Stream) fire() {
 	}
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
+	// Before next reads sendSince: a Send that starts meanwhile sees
+	// the timer unarmed, and wakes it.
+	s.armed.Store(math.MaxInt64)
 	if s.beat > 0 && !s.beating && !s.closing && now >= s.nextBeat() {
 		// Not while a Send is blocked: the caller is not reading it.
 		if since := now + 1; s.sendSince.CompareAndSwap(0, since) {
@@ -356,8 +362,29 @@ func (s *Stream) fire() {
 			go s.heartbeat(since)
 		}
 	}
-	if !s.closed {
-		s.timer.Reset(time.Duration(s.next(now) - now))
+	if next := s.next(now); !s.closed && next != math.MaxInt64 {
+		s.armed.Store(next)
+		s.timer.Reset(time.Duration(next - now))
+	}
+}
+
+// wake makes the timer fire by at, the stall of a Send that started
+// blocking. It takes tmu only when the timer sleeps past at.
+func (s *Stream) wake(at int64) {
+	if s.armed.Load() <= at {
+		return
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.closed || s.armed.Load() <= at {
+		return
+	}
+	s.armed.Store(at)
+	d := time.Duration(max(at-s.now(), 0))
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, s.fire)
+	} else {
+		s.timer.Reset(d)
 	}
 }
 
@@ -466,7 +493,9 @@ func (s *Stream) Send(m any) error {
 		return err
 	}
 	if s.stall > 0 {
-		s.sendSince.Store(s.now() + 1)
+		since := s.now() + 1
+		s.sendSince.Store(since)
+		s.wake(since - 1 + s.stall)
 	}
 	err := s.raw.Send(m)
 	now := s.now()

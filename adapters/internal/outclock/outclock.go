@@ -5,6 +5,7 @@ package outclock
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,8 @@ var (
 )
 
 // Clocks runs the clocks of one outbound stream on one timer, as
-// resilience/stream does for a served one.
+// resilience/stream does for a served one. While no send is blocked, the
+// timer sleeps until the idle clock: a send that starts brings it forward.
 type Clocks struct {
 	idle, stall time.Duration
 	base        time.Time
@@ -39,7 +41,8 @@ type Clocks struct {
 	sendSince atomic.Int64 // 1 + when the blocked send started; 0: none
 
 	mu      sync.Mutex
-	timer   *time.Timer
+	timer   *time.Timer  // nil until a clock needs it
+	armed   atomic.Int64 // when the timer fires (since base); math.MaxInt64: not armed
 	stopped bool
 }
 
@@ -48,28 +51,40 @@ type Clocks struct {
 // or received, stall the longest one send may block; 0 turns one off.
 func Start(idle, stall time.Duration, cancel context.CancelCauseFunc) *Clocks {
 	k := &Clocks{idle: max(idle, 0), stall: max(stall, 0), base: time.Now(), cancel: cancel}
-	k.mu.Lock()
-	k.timer = time.AfterFunc(k.next(0), k.fire)
-	k.mu.Unlock()
+	k.armed.Store(math.MaxInt64)
+	if at := k.next(); at != math.MaxInt64 {
+		k.mu.Lock()
+		k.armed.Store(at)
+		k.timer = time.AfterFunc(time.Duration(at), k.fire)
+		k.mu.Unlock()
+	}
 	return k
 }
 
 func (k *Clocks) now() int64 { return int64(time.Since(k.base)) }
 
-// next returns how long after now the timer looks again.
-func (k *Clocks) next(now int64) time.Duration {
-	d := time.Duration(1<<62 - 1)
+// next returns when the timer looks again (since base; math.MaxInt64:
+// never). Only a blocked send has a stall to watch.
+func (k *Clocks) next() int64 {
+	at := int64(math.MaxInt64)
 	if k.idle > 0 {
-		d = min(d, time.Duration(k.last.Load()+int64(k.idle)-now))
+		at = k.last.Load() + int64(k.idle)
 	}
-	if k.stall > 0 {
-		if since := k.sendSince.Load(); since != 0 {
-			d = min(d, time.Duration(since-1+int64(k.stall)-now))
-		} else {
-			d = min(d, k.stall)
-		}
+	if since := k.sendSince.Load(); k.stall > 0 && since != 0 {
+		at = min(at, since-1+int64(k.stall))
 	}
-	return max(d, time.Nanosecond)
+	return at
+}
+
+// arm arms the timer to fire at at, under mu.
+func (k *Clocks) arm(at, now int64) {
+	k.armed.Store(at)
+	d := time.Duration(max(at-now, 0))
+	if k.timer == nil {
+		k.timer = time.AfterFunc(d, k.fire)
+	} else {
+		k.timer.Reset(d)
+	}
 }
 
 // fire ends the stream when a clock ran out, else looks again later.
@@ -84,17 +99,22 @@ func (k *Clocks) fire() {
 		return
 	}
 	k.mu.Lock()
-	if !k.stopped {
-		k.timer.Reset(k.next(now))
+	defer k.mu.Unlock()
+	// Before next reads sendSince: a send that starts meanwhile sees the
+	// timer unarmed, and wakes it.
+	k.armed.Store(math.MaxInt64)
+	if at := k.next(); !k.stopped && at != math.MaxInt64 {
+		k.arm(at, now)
 	}
-	k.mu.Unlock()
 }
 
 // Stop stops the timer.
 func (k *Clocks) Stop() {
 	k.mu.Lock()
 	k.stopped = true
-	k.timer.Stop()
+	if k.timer != nil {
+		k.timer.Stop()
+	}
 	k.mu.Unlock()
 }
 
@@ -111,10 +131,27 @@ func (k *Clocks) Touch() { k.last.Store(k.now()) }
 // Sending marks a send under way (true) or done.
 func (k *Clocks) Sending(on bool) {
 	if on {
-		k.sendSince.Store(k.now() + 1)
+		since := k.now() + 1
+		k.sendSince.Store(since)
+		if k.stall > 0 {
+			k.wake(since - 1 + int64(k.stall))
+		}
 		return
 	}
 	k.sendSince.Store(0)
+}
+
+// wake makes the timer fire by at, the stall of a send that started.
+// It takes mu only when the timer sleeps past at.
+func (k *Clocks) wake(at int64) {
+	if k.armed.Load() <= at {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped && k.armed.Load() > at {
+		k.arm(at, k.now())
+	}
 }
 
 // Outcome returns the clock's outcome when a clock ended ctx, else err.

@@ -2,6 +2,7 @@ package outclock
 
 import (
 	"context"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -72,4 +73,33 @@ func TestStop(t *testing.T) {
 			t.Fatalf("Outcome of a cancel: %v", got)
 		}
 	})
+}
+
+// TestIdleClocksSleep: while no send is blocked, the timer sleeps until
+// the idle clock, whatever the stall; with no idle clock it does not run.
+// A send that blocks brings it forward, and the stall ends the stream.
+func TestIdleClocksSleep(t *testing.T) {
+	for _, idle := range []time.Duration{time.Hour, 0} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(t.Context())
+			k := Start(idle, time.Second, cancel)
+			defer k.Stop()
+			want := int64(idle)
+			if idle == 0 {
+				want = math.MaxInt64
+			}
+			for range 2 {
+				if at := k.armed.Load(); at != want {
+					t.Fatalf("idle %v: the timer fires at %v, want %v", idle, time.Duration(at), time.Duration(want))
+				}
+				time.Sleep(10 * time.Minute)
+			}
+			start := time.Now()
+			k.Sending(true)
+			<-ctx.Done()
+			if got, at := context.Cause(ctx), time.Since(start); got != ErrStall || at != time.Second {
+				t.Fatalf("idle %v: ended with %v after %v, want %v after 1s", idle, got, at, ErrStall)
+			}
+		})
+	}
 }
