@@ -436,14 +436,23 @@ func TestRedisFencing(t *testing.T) {
 	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s := idempotency.NewRedisStore(rdb, "t", 0)
-		old, rec, err := s.Claim(ctx, "k", "f", 50*time.Millisecond)
+		// The lease is long, so the key is held whatever the scheduler
+		// does; the test then makes it lapse on the server's clock.
+		old, rec, err := s.Claim(ctx, "k", "f", time.Minute)
 		if err != nil || rec != nil {
 			t.Fatal(err, rec)
 		}
 		if _, rec, _ := s.Claim(ctx, "k", "f", time.Second); rec == nil || rec.Done {
 			t.Fatalf("while held: %+v, want a running record", rec)
 		}
-		// Let the lease lapse (the server's clock: poll, bounded).
+		if ttl := rdb.PTTL(ctx, "t:idem:k").Val(); ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("held key's TTL %v, want the claim's 1 min lease", ttl)
+		}
+		// The lease lapses: cut its TTL to 1 ms, then wait until the
+		// server has dropped the key (poll, bounded).
+		if !rdb.PExpire(ctx, "t:idem:k", time.Millisecond).Val() {
+			t.Fatal("PEXPIRE: the held key is gone")
+		}
 		for i := 0; rdb.Exists(ctx, "t:idem:k").Val() == 1; i++ {
 			if i > 200 {
 				t.Fatal("lease never expired")
