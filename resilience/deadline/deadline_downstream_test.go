@@ -3,9 +3,13 @@ package deadline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,14 +69,22 @@ func (r deadlineRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 // error is a deadline (ErrDeadline, context.DeadlineExceeded, a url.Error
 // that reports Timeout), the server sees the request end, and the outcome
 // is TIMEOUT.
+//
+// On a loaded machine the deadline may pass before the request is written:
+// the server then never sees it. The call is still cut, and the test tries
+// again with twice the time, until a request reaches the server.
 func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
-	serverReleased := make(chan time.Time, 1)
+	const tries = 7 // the last with 64 times the deadline
+	serverReleased := make(chan released, tries)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/slow" {
+			return
+		}
 		select {
 		case <-r.Context().Done():
 		case <-time.After(10 * time.Second):
 		}
-		serverReleased <- time.Now()
+		serverReleased <- released{r.URL.RawQuery, time.Now()}
 	})}
 	lis := listenLoopback(t)
 	go func() { _ = srv.Serve(lis) }()
@@ -81,14 +93,45 @@ func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
 	defer transport.CloseIdleConnections()
 	seen := make(chan time.Time, 1)
 	client := &http.Client{Transport: deadlineRecorder{transport, seen}}
+	// Connect first, so the deadline measures the call, not the dial.
+	if resp, err := client.Get("http://" + lis.Addr().String() + "/"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	<-seen
 
-	start := time.Now()
-	dl := start.Add(downstreamDeadline)
+	d := downstreamDeadline
+	for try := range tries {
+		target := fmt.Sprintf("http://%s/slow?%d", lis.Addr(), try)
+		if cutDownstreamHTTP(t, client, target, d, seen, serverReleased) {
+			return
+		}
+		t.Logf("the %v deadline passed before the request was written; trying again", d)
+		d *= 2
+	}
+	t.Fatalf("no request was written within %d tries", tries)
+}
+
+// released is when the server's handler saw the request with query q end.
+type released struct {
+	q  string
+	at time.Time
+}
+
+// cutDownstreamHTTP makes one call of TestDeadlineCutsDownstreamHTTP with a
+// deadline d from now, and reports whether its request was written. The
+// write may end after the cut, so false may be wrong; true never is.
+func cutDownstreamHTTP(t *testing.T, client *http.Client, target string, d time.Duration, seen chan time.Time, serverReleased chan released) bool {
+	t.Helper()
+	var written atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) }}
+	dl := time.Now().Add(d)
 	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: dl, DeadlineSource: pipeline.DeadlineOperation})
 	var callErr error
 	var cutAt time.Time
 	_, err := deadline.Middleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+lis.Addr().String()+"/slow", nil)
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, target, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -109,14 +152,27 @@ func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
 	if !errors.Is(callErr, deadline.ErrDeadline) || !errors.Is(callErr, context.DeadlineExceeded) || !errors.As(callErr, &ue) || !ue.Timeout() {
 		t.Errorf("client.Do error = %v, want a url.Error that reports Timeout and wraps ErrDeadline", callErr)
 	}
-	select {
-	case at := <-serverReleased:
-		withinDeadline(t, "server saw the request end", at, dl, 0)
-	case <-time.After(5 * time.Second):
-		t.Error("the server's request context never ended")
-	}
 	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 	wantCause(t, err, callErr)
+	if !written.Load() {
+		return false
+	}
+	// A written request reaches the handler, whose context ends when the
+	// client closes the connection. Earlier tries' requests may end too.
+	q := strings.SplitN(target, "?", 2)[1]
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case r := <-serverReleased:
+			if r.q == q {
+				withinDeadline(t, "server saw the request end", r.at, dl, 0)
+				return true
+			}
+		case <-timeout:
+			t.Error("the server's request context never ended")
+			return true
+		}
+	}
 }
 
 // TestDeadlineCutsDownstreamGRPC: a grpc-go call made with the handler's
