@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sundial-go/sundial/pipeline"
@@ -70,9 +72,10 @@ func (r deadlineRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 // that reports Timeout), the server sees the request end, and the outcome
 // is TIMEOUT.
 //
-// On a loaded machine the deadline may pass before the request is written:
-// the server then never sees it. The call is still cut, and the test tries
-// again with twice the time, until a request reaches the server.
+// On a loaded machine the deadline may pass before the handler runs (the
+// middleware then answers TIMEOUT at once) or before the request is
+// written: the server then never sees it. The test then tries again with
+// twice the time, until a request reaches the server.
 func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
 	const tries = 7 // the last with 64 times the deadline
 	serverReleased := make(chan released, tries)
@@ -130,7 +133,9 @@ func cutDownstreamHTTP(t *testing.T, client *http.Client, target string, d time.
 	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: dl, DeadlineSource: pipeline.DeadlineOperation})
 	var callErr error
 	var cutAt time.Time
+	ran := false
 	_, err := deadline.Middleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+		ran = true
 		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, target, nil)
 		if err != nil {
 			return nil, err
@@ -144,15 +149,23 @@ func cutDownstreamHTTP(t *testing.T, client *http.Client, target string, d time.
 		return nil, err
 	})
 
-	if d := <-seen; !d.Equal(dl) {
-		t.Errorf("outbound request's deadline = %v, want the invocation's %v", d, dl)
+	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
+	if !ran {
+		return false
+	}
+	select {
+	case d := <-seen:
+		if !d.Equal(dl) {
+			t.Errorf("outbound request's deadline = %v, want the invocation's %v", d, dl)
+		}
+	default:
+		t.Error("client.Do returned without sending the request")
 	}
 	withinDeadline(t, "client call cut", cutAt, dl, 0)
 	var ue *url.Error
 	if !errors.Is(callErr, deadline.ErrDeadline) || !errors.Is(callErr, context.DeadlineExceeded) || !errors.As(callErr, &ue) || !ue.Timeout() {
 		t.Errorf("client.Do error = %v, want a url.Error that reports Timeout and wraps ErrDeadline", callErr)
 	}
-	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
 	wantCause(t, err, callErr)
 	if !written.Load() {
 		return false
@@ -188,16 +201,17 @@ func cutDownstreamHTTP(t *testing.T, client *http.Client, target string, d time.
 // Canceled "Stream has ended" — but only because the server's context hit
 // that same deadline, which the test checks. The handler then waits for
 // its own context, so the attributed outcome is deterministic.
+//
+// On a loaded machine the deadline may pass before the server answers the
+// Watch's first message (or before the handler runs): the test then tries
+// again with twice the time, until the server has the call.
 func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
-	type serverSide struct {
-		dl    time.Time
-		hasDL bool
-		ended time.Time
-		err   error // the server context's Err when the handler returned
-	}
-	seen := make(chan serverSide, 1)
+	const tries = 7 // the last with 64 times the deadline
+	seen := make(chan grpcServerSide, tries)
 	srv := grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		var s serverSide
+		var s grpcServerSide
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		s.try = strings.Join(md.Get("try"), ",")
 		s.dl, s.hasDL = ss.Context().Deadline()
 		err := h(srv, ss)
 		s.ended, s.err = time.Now(), ss.Context().Err()
@@ -219,14 +233,42 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dl := time.Now().Add(downstreamDeadline)
+	d := downstreamDeadline
+	for try := range tries {
+		if cutDownstreamGRPC(t, hc, strconv.Itoa(try), d, seen) {
+			return
+		}
+		t.Logf("the %v deadline passed before the server answered the Watch; trying again", d)
+		d *= 2
+	}
+	t.Fatalf("the server answered no Watch within %d tries", tries)
+}
+
+// grpcServerSide is what the server of TestDeadlineCutsDownstreamGRPC saw
+// of the Watch of one try.
+type grpcServerSide struct {
+	try   string
+	dl    time.Time
+	hasDL bool
+	ended time.Time
+	err   error // the server context's Err when the handler returned
+}
+
+// cutDownstreamGRPC makes one call of TestDeadlineCutsDownstreamGRPC with a
+// deadline d from now, and reports whether the server answered its first
+// message (so the server has the call).
+func cutDownstreamGRPC(t *testing.T, hc healthpb.HealthClient, try string, d time.Duration, seen chan grpcServerSide) bool {
+	t.Helper()
+	dl := time.Now().Add(d)
 	inv := pipeline.NewInvocation(pipeline.Spec{Deadline: dl, DeadlineSource: pipeline.DeadlineOperation})
 	var callErr error
 	var cutAt time.Time
-	_, err = deadline.Middleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
-		stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	served := false
+	_, err := deadline.Middleware().Invoke(context.Background(), inv, func(ctx context.Context, _ *pipeline.Invocation) (any, error) {
+		stream, err := hc.Watch(metadata.AppendToOutgoingContext(ctx, "try", try), &healthpb.HealthCheckRequest{})
 		if err == nil {
 			if _, err = stream.Recv(); err == nil { // SERVING
+				served = true
 				_, err = stream.Recv() // blocks: nothing changes
 			}
 		}
@@ -234,13 +276,20 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 		<-ctx.Done()
 		return nil, err
 	})
+	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
+	if !served {
+		return false
+	}
 
 	withinDeadline(t, "client call cut", cutAt, dl, 0)
-	var s serverSide
-	select {
-	case s = <-seen:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the server's Watch never ended")
+	var s grpcServerSide
+	timeout := time.After(30 * time.Second)
+	for s.try != try {
+		select {
+		case s = <-seen: // earlier tries' calls may end too
+		case <-timeout:
+			t.Fatal("the server's Watch never ended")
+		}
 	}
 	if !s.hasDL {
 		t.Fatal("the server's context has no deadline: grpc-timeout was not sent")
@@ -256,7 +305,7 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 	default:
 		t.Errorf("Watch error = %v (code %v; server context %v), want DeadlineExceeded, or Canceled by the server's deadline", callErr, code, s.err)
 	}
-	wantCode(t, "Invoke", err, pipeline.CodeTimeout)
+	return true
 }
 
 // TestErrDeadlineIsADeadlineDownstream: the cause the deadline middleware puts
