@@ -104,16 +104,26 @@ func TestDeadlineCutsDownstreamHTTP(t *testing.T) {
 	}
 	<-seen
 
-	d := downstreamDeadline
-	for try := range tries {
+	doubling(t, tries, "the request was written", func(try int, d time.Duration) bool {
 		target := fmt.Sprintf("http://%s/slow?%d", lis.Addr(), try)
-		if cutDownstreamHTTP(t, client, target, d, seen, serverReleased) {
+		return cutDownstreamHTTP(t, client, target, d, seen, serverReleased)
+	})
+}
+
+// doubling calls try with downstreamDeadline, then with twice the time,
+// and so on, until try reports that the call reached the server (what).
+// It fails t when none of tries calls did.
+func doubling(t *testing.T, tries int, what string, try func(n int, d time.Duration) bool) {
+	t.Helper()
+	d := downstreamDeadline
+	for n := range tries {
+		if try(n, d) {
 			return
 		}
-		t.Logf("the %v deadline passed before the request was written; trying again", d)
+		t.Logf("the %v deadline passed before %s; trying again", d, what)
 		d *= 2
 	}
-	t.Fatalf("no request was written within %d tries", tries)
+	t.Fatalf("in none of %d tries %s", tries, what)
 }
 
 // released is when the server's handler saw the request with query q end.
@@ -233,15 +243,9 @@ func TestDeadlineCutsDownstreamGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d := downstreamDeadline
-	for try := range tries {
-		if cutDownstreamGRPC(t, hc, strconv.Itoa(try), d, seen) {
-			return
-		}
-		t.Logf("the %v deadline passed before the server answered the Watch; trying again", d)
-		d *= 2
-	}
-	t.Fatalf("the server answered no Watch within %d tries", tries)
+	doubling(t, tries, "the server answered the Watch", func(try int, d time.Duration) bool {
+		return cutDownstreamGRPC(t, hc, strconv.Itoa(try), d, seen)
+	})
 }
 
 // grpcServerSide is what the server of TestDeadlineCutsDownstreamGRPC saw
