@@ -32,8 +32,9 @@ func TestExperiment6GatewayBudget(t *testing.T) {
 		r := call(context.Background(), http.MethodGet, c.URL("gateway")+"/order", "", deadlineIn(time.Second))
 		// On a loaded machine a dependency may take longer than its share
 		// (the primary's is 594 ms): the gateway then cuts it no sooner
-		// than the share ends. Or the whole second passes first. The
-		// bubble's subtest below asserts that both fit.
+		// than the share ends. Or so little is left that a share is
+		// refused, and that dependency not called; or the whole second
+		// passes first. The bubble's subtest below asserts that both fit.
 		if r.Err == nil && r.Status == http.StatusGatewayTimeout && r.Problem.Code == pipeline.CodeTimeout {
 			if r.Elapsed < 999*time.Millisecond {
 				t.Errorf("answered %s after %v, before the 1000 ms deadline", r.Problem.Code, r.Elapsed)
@@ -41,12 +42,16 @@ func TestExperiment6GatewayBudget(t *testing.T) {
 			t.Logf("1000 ms: the deadline passed first: %s", r.Body)
 			return
 		}
-		if r.Err == nil && r.Status == http.StatusGatewayTimeout && r.Problem.Details["reason"] == ReasonDownstreamTimeout {
-			budget, _ := r.Problem.Details["budgetMs"].(float64)
-			if elapsed, _ := r.Problem.Details["elapsedMs"].(float64); elapsed < budget-1 || budget < 20 {
-				t.Errorf("details = %v, want a call cut no sooner than its budget of at least 20 ms", r.Problem.Details)
+		if d := r.Problem.Details; r.Err == nil && r.Status == http.StatusGatewayTimeout && r.Problem.Code == outbound.CodeBudgetExhausted {
+			budget, _ := d["budgetMs"].(float64)
+			elapsed, _ := d["elapsedMs"].(float64)
+			switch {
+			case d["reason"] == ReasonDownstreamTimeout && (elapsed < budget-1 || budget < 20):
+				t.Errorf("details = %v, want a call cut no sooner than its budget of at least 20 ms", d)
+			case d["reason"] != ReasonDownstreamTimeout && slowCalls()-before > 1:
+				t.Errorf("details = %v after %d dependency calls, want the refused one not called", d, slowCalls()-before)
 			}
-			t.Logf("1000 ms: a dependency took longer than its share: %s", r.Body)
+			t.Logf("1000 ms: a dependency's share ran out: %s", r.Body)
 			return
 		}
 		if r.Err != nil || r.Status != http.StatusOK {
