@@ -537,6 +537,27 @@ func (s *lapsingStore) Finish(ctx context.Context, key, token, fp string, outcom
 	return s.Store.Finish(ctx, key, token, fp, outcome, retention)
 }
 
+// running starts a call of key "k" through mw whose handler waits, and
+// returns once the handler runs. finish lets the handler charge (counted
+// in n) and waits for the call to end; it also runs when t ends.
+func running(t *testing.T, mw pipeline.Middleware, n *atomic.Int64) (finish func()) {
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			close(started)
+			<-release
+			return counting(n)(ctx, inv)
+		})
+	}()
+	<-started
+	var once sync.Once
+	finish = func() { once.Do(func() { close(release); <-done }) }
+	t.Cleanup(finish)
+	return finish
+}
+
 // TestLeaseRenewed: a handler running longer than the lease keeps its
 // claim (the middleware renews it every third of the lease), so a retry
 // gets 409, not a second run. In a synctest bubble, the renewals come at
@@ -546,17 +567,7 @@ func TestLeaseRenewed(t *testing.T) {
 		var n atomic.Int64
 		store := newLapsingStore(300 * time.Millisecond)
 		mw := newMW(store, idempotency.Policy{})
-		started, release := make(chan struct{}), make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-				close(started)
-				<-release
-				return counting(&n)(ctx, inv)
-			})
-		}()
-		<-started
+		finish := running(t, mw, &n)
 		time.Sleep(950 * time.Millisecond) // > 3 leases: only renewal keeps it
 		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipelinetest.CodeOf(err) != idempotency.CodeInProgress {
 			t.Fatalf("after 3 leases: %v, want 409", err)
@@ -564,8 +575,7 @@ func TestLeaseRenewed(t *testing.T) {
 		if store.renewals != 9 {
 			t.Errorf("renewals in 950 ms = %d, want 9 (one every 100 ms)", store.renewals)
 		}
-		close(release)
-		<-done
+		finish()
 		if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Reply().Replayed() || n.Load() != 1 {
 			t.Fatalf("%v replayed=%v executions %d", err, inv.Reply().Replayed(), n.Load())
 		}
@@ -589,17 +599,7 @@ func TestRedisLeaseRenewed(t *testing.T) {
 	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
 		var n atomic.Int64
 		mw := newMW(longClaims{idempotency.NewRedisStore(rdb, "t", 300*time.Millisecond)}, idempotency.Policy{})
-		started, release := make(chan struct{}), make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-				close(started)
-				<-release
-				return counting(&n)(ctx, inv)
-			})
-		}()
-		<-started
+		finish := running(t, mw, &n)
 		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipelinetest.CodeOf(err) != idempotency.CodeInProgress {
 			t.Fatalf("while running: %v, want 409", err)
 		}
@@ -614,8 +614,7 @@ func TestRedisLeaseRenewed(t *testing.T) {
 				t.Fatal("the claim's TTL was not renewed to the 300 ms lease in 30 s")
 			}
 		}
-		close(release)
-		<-done
+		finish()
 		if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Reply().Replayed() || n.Load() != 1 {
 			t.Fatalf("%v replayed=%v executions %d", err, inv.Reply().Replayed(), n.Load())
 		}
