@@ -436,14 +436,23 @@ func TestRedisFencing(t *testing.T) {
 	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s := idempotency.NewRedisStore(rdb, "t", 0)
-		old, rec, err := s.Claim(ctx, "k", "f", 50*time.Millisecond)
+		// The lease is long, so the key is held whatever the scheduler
+		// does; the test then makes it lapse on the server's clock.
+		old, rec, err := s.Claim(ctx, "k", "f", time.Minute)
 		if err != nil || rec != nil {
 			t.Fatal(err, rec)
 		}
 		if _, rec, _ := s.Claim(ctx, "k", "f", time.Second); rec == nil || rec.Done {
 			t.Fatalf("while held: %+v, want a running record", rec)
 		}
-		// Let the lease lapse (the server's clock: poll, bounded).
+		if ttl := rdb.PTTL(ctx, "t:idem:k").Val(); ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("held key's TTL %v, want the claim's 1 min lease", ttl)
+		}
+		// The lease lapses: cut its TTL to 1 ms, then wait until the
+		// server has dropped the key (poll, bounded).
+		if !rdb.PExpire(ctx, "t:idem:k", time.Millisecond).Val() {
+			t.Fatal("PEXPIRE: the held key is gone")
+		}
 		for i := 0; rdb.Exists(ctx, "t:idem:k").Val() == 1; i++ {
 			if i > 200 {
 				t.Fatal("lease never expired")
@@ -473,29 +482,139 @@ func TestRedisFencing(t *testing.T) {
 	})
 }
 
-// TestRedisLeaseRenewed: a handler running longer than the lease keeps its
-// claim (the middleware renews it), so a retry gets 409, not a second run.
-func TestRedisLeaseRenewed(t *testing.T) {
-	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+// lapsingStore is an in-process Store whose running claims lapse as a
+// Redis key's do: a claim not renewed within its lease is lost, and the
+// next claim of its key takes it. Its clock is time.Now: a synctest
+// bubble's, in a bubble.
+type lapsingStore struct {
+	idempotency.Store // never loses a claim by itself
+	lease             time.Duration
+	mu                sync.Mutex
+	held              map[string]lapsingClaim // running claims by key
+	renewals          int
+}
+
+type lapsingClaim struct {
+	token string
+	until time.Time
+}
+
+func newLapsingStore(lease time.Duration) *lapsingStore {
+	return &lapsingStore{Store: idempotency.NewMemoryStore(idempotency.MemoryConfig{}), lease: lease, held: map[string]lapsingClaim{}}
+}
+
+func (s *lapsingStore) Lease() time.Duration { return s.lease }
+
+func (s *lapsingStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (string, *idempotency.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.held[key]; ok && !time.Now().Before(c.until) {
+		_ = s.Store.Release(ctx, key, c.token) // the lease lapsed
+		delete(s.held, key)
+	}
+	token, rec, err := s.Store.Claim(ctx, key, fp, lease)
+	if token != "" {
+		s.held[key] = lapsingClaim{token, time.Now().Add(lease)}
+	}
+	return token, rec, err
+}
+
+func (s *lapsingStore) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.held[key]; !ok || c.token != token || !time.Now().Before(c.until) {
+		return idempotency.ErrFenced
+	}
+	s.held[key] = lapsingClaim{token, time.Now().Add(lease)}
+	s.renewals++
+	return s.Store.Renew(ctx, key, token, lease)
+}
+
+func (s *lapsingStore) Finish(ctx context.Context, key, token, fp string, outcome []byte, retention time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, key)
+	return s.Store.Finish(ctx, key, token, fp, outcome, retention)
+}
+
+// running starts a call of key "k" through mw whose handler waits, and
+// returns once the handler runs. finish lets the handler charge (counted
+// in n) and waits for the call to end; it also runs when t ends.
+func running(t *testing.T, mw pipeline.Middleware, n *atomic.Int64) (finish func()) {
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
+			close(started)
+			<-release
+			return counting(n)(ctx, inv)
+		})
+	}()
+	<-started
+	var once sync.Once
+	finish = func() { once.Do(func() { close(release); <-done }) }
+	t.Cleanup(finish)
+	return finish
+}
+
+// TestLeaseRenewed: a handler running longer than the lease keeps its
+// claim (the middleware renews it every third of the lease), so a retry
+// gets 409, not a second run. In a synctest bubble, the renewals come at
+// exact times.
+func TestLeaseRenewed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int64
-		mw := newMW(idempotency.NewRedisStore(rdb, "t", 300*time.Millisecond), idempotency.Policy{})
-		started, release := make(chan struct{}), make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			call(mw, "k", chargeIn{}, func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-				close(started)
-				<-release
-				return counting(&n)(ctx, inv)
-			})
-		}()
-		<-started
-		time.Sleep(time.Second) // > 3 leases: only renewal keeps it
+		store := newLapsingStore(300 * time.Millisecond)
+		mw := newMW(store, idempotency.Policy{})
+		finish := running(t, mw, &n)
+		time.Sleep(950 * time.Millisecond) // > 3 leases: only renewal keeps it
 		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipelinetest.CodeOf(err) != idempotency.CodeInProgress {
 			t.Fatalf("after 3 leases: %v, want 409", err)
 		}
-		close(release)
-		<-done
+		if store.renewals != 9 {
+			t.Errorf("renewals in 950 ms = %d, want 9 (one every 100 ms)", store.renewals)
+		}
+		finish()
+		if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Reply().Replayed() || n.Load() != 1 {
+			t.Fatalf("%v replayed=%v executions %d", err, inv.Reply().Replayed(), n.Load())
+		}
+	})
+}
+
+// longClaims is a Store whose claims take a lease of a minute, whatever
+// the lease asked; Lease and Renew are its Store's.
+type longClaims struct{ idempotency.Store }
+
+func (s longClaims) Claim(ctx context.Context, key, fp string, _ time.Duration) (string, *idempotency.Record, error) {
+	return s.Store.Claim(ctx, key, fp, time.Minute)
+}
+
+// TestRedisLeaseRenewed: on a real Redis, the middleware renews a running
+// claim while its handler runs: the key's TTL comes down from the claim's
+// minute to the store's 300 ms lease. Meanwhile a retry gets 409, and
+// once the handler returns, the outcome is replayed. (TestLeaseRenewed
+// times the renewals.)
+func TestRedisLeaseRenewed(t *testing.T) {
+	onRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var n atomic.Int64
+		mw := newMW(longClaims{idempotency.NewRedisStore(rdb, "t", 300*time.Millisecond)}, idempotency.Policy{})
+		finish := running(t, mw, &n)
+		if _, err, _ := call(mw, "k", chargeIn{}, counting(&n)); pipelinetest.CodeOf(err) != idempotency.CodeInProgress {
+			t.Fatalf("while running: %v, want 409", err)
+		}
+		key := "t:idem:" + idempotency.ScopedKey("billing.charge", "", "k")
+		for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+			// Renewed; or gone, which only a renewal makes it in time: on a
+			// stalled machine a renewed 300 ms lease may lapse.
+			if ttl := rdb.PTTL(context.Background(), key).Val(); ttl <= 300*time.Millisecond {
+				break
+			}
+			if time.Since(start) > 30*time.Second {
+				t.Fatal("the claim's TTL was not renewed to the 300 ms lease in 30 s")
+			}
+		}
+		finish()
 		if _, err, inv := call(mw, "k", chargeIn{}, counting(&n)); err != nil || !inv.Reply().Replayed() || n.Load() != 1 {
 			t.Fatalf("%v replayed=%v executions %d", err, inv.Reply().Replayed(), n.Load())
 		}

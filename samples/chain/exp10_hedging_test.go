@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/resilience/outbound"
+	"github.com/sundial-go/sundial/samples/internal/pipenet"
 )
 
 // replicas balances over Inventory replicas the way Envoy's retry host
@@ -45,26 +47,47 @@ func (r *replicas) RoundTrip(req *http.Request) (*http.Response, error) {
 // is at least that. With a hedge after 20 ms (the budget holds one hedge
 // per call), the fast replica answers every read, those first sent to the
 // slow one too, and the slow replica's journal shows that it answered
-// nothing and that every attempt it got was cancelled. These hold on any
-// machine; the latencies the hedge gives (p99 within 2× p50 on a quiet
-// one) are BenchmarkExperiment10Hedging's.
+// nothing and that every attempt it got was cancelled. The test runs in a
+// synctest bubble over an in-memory network, so its latencies are exact;
+// over loopback on a quiet machine (p99 within 2× p50) they are
+// BenchmarkExperiment10Hedging's.
 func TestExperiment10HedgingHidesASlowReplica(t *testing.T) {
 	t.Parallel()
-	unhedged := runHedging(t, 0, 10)
+	synctest.Test(t, func(t *testing.T) {
+		// Last: the connections' goroutines end before the bubble does.
+		t.Cleanup(func() { time.Sleep(time.Minute) })
+		experiment10(t)
+	})
+}
+
+func experiment10(t *testing.T) {
+	unhedged := runHedging(t, new(pipenet.Network), 0, 10)
 	for i, d := range unhedged.lat {
-		if i%2 == 0 && d < time.Second { // replica 0 took the first attempt
-			t.Errorf("without hedging, read %d (first sent to the slow replica) took %v, want at least its 1 s", i, d)
+		want := 50 * time.Millisecond
+		if i%2 == 0 { // replica 0 took the first attempt
+			want = time.Second
+		}
+		if d != want {
+			t.Errorf("without hedging, read %d took %v, want exactly %v", i, d, want)
 		}
 	}
 	t.Logf("without hedging: p50 %v, p99 %v", unhedged.p50(), unhedged.p99())
 
-	hedged := runHedging(t, 20*time.Millisecond, 40)
-	// Reads reached the slow replica as first attempts and as hedges (40
-	// on a quiet machine; a hedge cancelled before its request arrived
-	// never does), and every one it started lost the race.
+	hedged := runHedging(t, new(pipenet.Network), 20*time.Millisecond, 40)
+	for i, d := range hedged.lat {
+		want := 50 * time.Millisecond
+		if i%2 == 0 { // the hedge after 20 ms went to the fast replica
+			want = 70 * time.Millisecond
+		}
+		if d != want {
+			t.Errorf("with hedging, read %d took %v, want exactly %v", i, d, want)
+		}
+	}
+	// Every read reached the slow replica, as its first attempt or as its
+	// hedge after 20 ms, and every one it started lost the race.
 	started := hedged.slow.Journal().Count("started")
-	if started == 0 {
-		t.Fatal("no read reached the slow replica")
+	if started != 40 {
+		t.Errorf("%d reads reached the slow replica, want all 40", started)
 	}
 	stopped := waitEvents(t, hedged.slow.Journal(), started, 5*time.Second, "stopped")
 	if n := hedged.slow.Journal().Count("stock-read"); n != 0 {
@@ -89,7 +112,7 @@ func BenchmarkExperiment10Hedging(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			var p50, p99 float64
 			for b.Loop() {
-				r := runHedging(b, bc.hedge, bc.calls)
+				r := runHedging(b, nil, bc.hedge, bc.calls)
 				p50 += float64(r.p50()) / 1e6
 				p99 += float64(r.p99()) / 1e6
 			}
@@ -119,13 +142,25 @@ func (r hedgingRun) sorted() []time.Duration {
 }
 
 // runHedging starts the two replicas and sends calls reads through the
-// balancer, each with a 3 s deadline, hedged after hedge (0: never).
-func runHedging(tb testing.TB, hedge time.Duration, calls int) hedgingRun {
+// balancer, each with a 3 s deadline, hedged after hedge (0: never). The
+// replicas listen on pn when it is not nil, else on 127.0.0.1.
+func runHedging(tb testing.TB, pn *pipenet.Network, hedge time.Duration, calls int) hedgingRun {
 	tb.Helper()
 	var addrs []string
 	var svcs []*Inventory
-	for _, delay := range []time.Duration{1000 * time.Millisecond, 50 * time.Millisecond} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	if pn != nil {
+		base.DialContext = pn.DialContext
+	}
+	for i, delay := range []time.Duration{1000 * time.Millisecond, 50 * time.Millisecond} {
+		var ln net.Listener
+		var err error
+		if pn != nil {
+			ln, err = pn.Listen("inventory" + strconv.Itoa(i) + ":80")
+		} else {
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+		}
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -143,8 +178,6 @@ func runHedging(tb testing.TB, hedge time.Duration, calls int) hedgingRun {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
 	lb := &replicas{addrs: addrs, base: base, tried: map[string]int{}}
 	hc := &http.Client{Transport: httpadapter.NewTransport(lb, httpadapter.WithDependency(dep))}
 	r := hedgingRun{lat: make([]time.Duration, 0, calls), slow: svcs[0], fast: svcs[1]}
