@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // The idle streams beside unary calls (TestStressIdleStreams).
@@ -349,4 +352,117 @@ func parallel(f func(i int)) {
 	}
 	close(work)
 	wg.Wait()
+}
+
+// bareServerEnv makes the test binary a bare server for
+// TestStressIdleStreamsBare.
+const bareServerEnv = "STRESS_BARE_SERVER"
+
+// TestStressIdleStreamsBare measures what TestStressIdleStreams measures,
+// on a server built of the bare libraries: net/http answers
+// GET /orders/ord-1 with a fixed order's JSON, and grpc-go holds
+// /shop.v1.Orders/Watch open after one message. The same holder opens the
+// same 10,000 idle streams. Its figures are the baseline for the shop's:
+// what 10,000 idle grpc-go streams cost a Go process's unary tail with no
+// framework at all.
+func TestStressIdleStreamsBare(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStressIdleStreamBareServer$", "-test.count=1")
+	cmd.Env, cmd.Stderr = append(os.Environ(), bareServerEnv+"=1"), os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	var url, grpcAddr string
+	sc := bufio.NewScanner(stdout)
+	for url == "" || grpcAddr == "" {
+		if !sc.Scan() {
+			t.Fatalf("the bare server printed no addresses: %v", sc.Err())
+		}
+		if a, ok := strings.CutPrefix(sc.Text(), "bare: serving HTTP on "); ok {
+			url = a
+		}
+		if a, ok := strings.CutPrefix(sc.Text(), "bare: serving gRPC on "); ok {
+			grpcAddr = a
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	pid := cmd.Process.Pid
+	unaryLatencies(t, url, unaryWarmUp)
+	none := measure(t, url, pid)
+	rss0 := rssOf(pid)
+	h := startHolder(t, grpcAddr)
+	openTook := h.line(t, "opened ")
+	rss1 := rssOf(pid)
+	first := measure(t, url, pid)
+	withOpen, settleCalls := settled(t, url, pid)
+	p99 := func(p phase) time.Duration { return quantile(p.lat, 0.99) }
+	t.Logf("bare: %d idle gRPC streams on %d connections opened in %s; RSS %d MiB -> %d MiB (%.1f KiB a stream)",
+		idleStreams, idleStreamConns, openTook, rss0>>20, rss1>>20, float64(rss1-rss0)/1024/idleStreams)
+	t.Logf("bare: GET /orders/ord-1, %d calls in a row, none open: %v", unaryCalls, none)
+	t.Logf("bare: the first %d calls after the streams opened, as the heap grows: %v; p99 ratio %.2f",
+		unaryCalls, first, float64(p99(first))/float64(p99(none)))
+	t.Logf("bare: %d open, once the heap stopped growing (%d calls more): %v; p99 ratio %.2f",
+		idleStreams, settleCalls, withOpen, float64(p99(withOpen))/float64(p99(none)))
+}
+
+// TestStressIdleStreamBareServer is a part of TestStressIdleStreamsBare,
+// which runs it in a process of its own; alone, it skips. It serves until
+// it is killed.
+func TestStressIdleStreamBareServer(t *testing.T) {
+	if os.Getenv(bareServerEnv) == "" {
+		t.Skip("a part of TestStressIdleStreamsBare")
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type order struct {
+		ID     string `json:"id"`
+		Name   string `json:"name"`
+		Amount int    `json:"amount"`
+	}
+	var mu sync.Mutex
+	orders := map[string]order{"ord-1": {ID: "ord-1", Name: "lamp", Amount: 1}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		o, ok := orders[r.PathValue("id")]
+		mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(o)
+	})
+	gs := grpc.NewServer()
+	gs.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "shop.v1.Orders",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{StreamName: "Watch", ServerStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				if err := ss.RecvMsg(&emptypb.Empty{}); err != nil {
+					return err
+				}
+				if err := ss.SendMsg(&emptypb.Empty{}); err != nil {
+					return err
+				}
+				<-ss.Context().Done()
+				return nil
+			}}},
+	}, nil)
+	go func() { _ = gs.Serve(gl) }()
+	fmt.Printf("bare: serving HTTP on http://%s\nbare: serving gRPC on %s\n", hl.Addr(), gl.Addr())
+	_ = http.Serve(hl, mux)
 }
