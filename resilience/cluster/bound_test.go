@@ -261,22 +261,28 @@ func (g *boundRig) recovered(t *testing.T) {
 // operation or of a key admits more than its limit.
 func TestSlowRepliesDegradeNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	// A StoreTimeout that a healthy Redis meets even on a loaded machine:
-	// degrading would take three failures in a row, 900 ms without an
-	// answer.
-	const timeout = 300 * time.Millisecond
-	var replies, delayed atomic.Int64
-	var busy atomic.Bool
-	addr := startProxy(t, srv.Addr(), func([]byte) time.Duration { return 0 }, func([]byte) time.Duration {
-		// Every 20th reply, while no other is held: one at a time.
-		if replies.Add(1)%20 != 0 || !busy.CompareAndSwap(false, true) {
-			return 0
-		}
-		delayed.Add(1)
-		time.AfterFunc(3*timeout, func() { busy.Store(false) })
-		return 3 * timeout
-	})
-	g := newBoundRig(t, func() redis.UniversalClient { return cluster.NewClient(&redis.Options{Addr: addr}) }, "b1", timeout)
+	// A StoreTimeout that a healthy Redis meets even on a loaded machine
+	// (load 40 under -race has taken over a second): degrading would take
+	// three failures in a row, 6 s without an answer. Each replica has its
+	// own link, and its slow replies come one at a time.
+	const timeout = 2 * time.Second
+	const delay = timeout + 500*time.Millisecond
+	var delayed atomic.Int64
+	connect := func() redis.UniversalClient {
+		var replies atomic.Int64
+		var busy atomic.Bool
+		addr := startProxy(t, srv.Addr(), func([]byte) time.Duration { return 0 }, func([]byte) time.Duration {
+			// Every 20th reply, while no other is held: one at a time.
+			if replies.Add(1)%20 != 0 || !busy.CompareAndSwap(false, true) {
+				return 0
+			}
+			delayed.Add(1)
+			time.AfterFunc(delay, func() { busy.Store(false) })
+			return delay
+		})
+		return cluster.NewClient(&redis.Options{Addr: addr})
+	}
+	g := newBoundRig(t, connect, "b1", timeout)
 	g.windows(6)
 	g.halt()
 	worst, worstKey := g.led.check(t)
@@ -290,7 +296,7 @@ func TestSlowRepliesDegradeNothing(t *testing.T) {
 		t.Errorf("a window admitted %d (limit %d), a key's %d (limit %d)", worst, boundLimit, worstKey, boundKeyLimit)
 	}
 	t.Logf("%d calls, %d replies delayed by %v (StoreTimeout %v), %d calls turned away; busiest window %d of %d, key %d of %d",
-		g.calls.Load(), delayed.Load(), 3*timeout, timeout, g.led.refused, worst, boundLimit, worstKey, boundKeyLimit)
+		g.calls.Load(), delayed.Load(), delay, timeout, g.led.refused, worst, boundLimit, worstKey, boundKeyLimit)
 }
 
 // TestFaultsKeepTheBound: three replicas under load while Redis is

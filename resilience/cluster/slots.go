@@ -342,11 +342,32 @@ func (c *sharedSlots) remove(member string) {
 func (c *sharedSlots) tombstone(member string) string { return c.key + ":x:" + member }
 
 // cancel gives up lease member, whose acquire failed on the client, in the
-// background (cancelScript, bounded by StoreTimeout).
+// background. Each try is bounded by StoreTimeout. A failed try is made
+// again, at growing intervals of at most RetryInterval. It stops once the
+// lease would have lapsed by itself, or at Close. Until the give-up lands,
+// a lease the script took holds a slot nobody uses.
 func (c *sharedSlots) cancel(member string, lease time.Duration) {
-	c.st.background(func(ctx context.Context) {
-		_ = cancelScript.Run(ctx, c.st.s.rdb, []string{c.key, c.tombstone(member)}, member, max(lease.Milliseconds(), 1)).Err()
-		c.kickHead()
+	s := c.st.s
+	end := time.Now().Add(lease)
+	s.spawn(func() {
+		defer c.kickHead()
+		wait := c.st.timeout()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), c.st.timeout())
+			err := cancelScript.Run(ctx, s.rdb, []string{c.key, c.tombstone(member)}, member, max(lease.Milliseconds(), 1)).Err()
+			cancel()
+			if err == nil || !time.Now().Add(wait).Before(end) {
+				return
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			wait = min(2*wait, max(s.cfg.RetryInterval, c.st.timeout()))
+		}
 	})
 }
 

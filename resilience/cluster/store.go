@@ -526,12 +526,13 @@ func callerEnded(ctx context.Context) error {
 
 // NewClient returns a go-redis client set up for limits. Context timeouts are
 // on: a call ends at its context's deadline. There are no hidden retries
-// (MaxRetries -1). Dial, read and write timeouts are short, and the pool is
-// bounded.
+// (MaxRetries -1). Dial and pool timeouts are short, and the pool is bounded.
+// Read and write timeouts are a minute, the largest StoreTimeout. So a
+// policy's StoreTimeout bounds its calls, whatever its length.
 func NewClient(o *redis.Options) *redis.Client {
 	c := *o
 	limitSettings(&c.ContextTimeoutEnabled, &c.MaxRetries,
-		&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
+		[]*time.Duration{&c.DialTimeout, &c.PoolTimeout}, &c.ReadTimeout, &c.WriteTimeout)
 	return redis.NewClient(&c)
 }
 
@@ -542,23 +543,29 @@ func NewClient(o *redis.Options) *redis.Client {
 func NewClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {
 	c := *o
 	limitSettings(&c.ContextTimeoutEnabled, &c.MaxRetries,
-		&c.DialTimeout, &c.ReadTimeout, &c.WriteTimeout, &c.PoolTimeout)
+		[]*time.Duration{&c.DialTimeout, &c.PoolTimeout}, &c.ReadTimeout, &c.WriteTimeout)
 	return redis.NewClusterClient(&c)
 }
 
+// maxStoreTimeout is the largest StoreTimeout a policy may set.
+const maxStoreTimeout = time.Minute
+
 // limitSettings sets a client's options for limits: context timeouts on,
-// no hidden retries, and one second for each zero timeout.
-func limitSettings(contextTimeouts *bool, maxRetries *int, timeouts ...*time.Duration) {
+// no hidden retries, one second for each zero short timeout, and
+// maxStoreTimeout for each zero I/O timeout. A shorter I/O timeout would cut
+// a store call before its StoreTimeout.
+func limitSettings(contextTimeouts *bool, maxRetries *int, short []*time.Duration, io ...*time.Duration) {
 	*contextTimeouts = true
 	*maxRetries = -1
-	setTimeouts(timeouts...)
+	setTimeouts(time.Second, short...)
+	setTimeouts(maxStoreTimeout, io...)
 }
 
-// setTimeouts sets each zero timeout to one second.
-func setTimeouts(ds ...*time.Duration) {
-	for _, d := range ds {
-		if *d == 0 {
-			*d = time.Second
+// setTimeouts sets each zero timeout to d.
+func setTimeouts(d time.Duration, ds ...*time.Duration) {
+	for _, p := range ds {
+		if *p == 0 {
+			*p = d
 		}
 	}
 }
