@@ -150,8 +150,13 @@ func (r *connRaw) Abort(error) {
 // failed returns err, the error of a Send or Recv, once the caller's end
 // is known: when the request has ended, the kernel then sees the caller
 // leave rather than a transport failure.
+//
+// A caller's reset (RST_STREAM CANCEL, which connect-go reports as
+// Canceled) may reach a blocked Receive before the request's context
+// ends: net/http's HTTP/2 server closes the request body with the reset,
+// then cancels the context. failed waits for that cancel too.
 func (r *connRaw) failed(err error) error {
-	if r.ctx.Err() != nil && !r.aborted.Load() {
+	if (r.ctx.Err() != nil || connect.CodeOf(err) == connect.CodeCanceled) && !r.aborted.Load() {
 		<-r.caller.Done()
 	}
 	return err
