@@ -88,6 +88,8 @@ type httpRaw struct {
 	limit  int64                               // the largest body line
 	body   *ndjson.Reader                      // a client stream's body; nil: none
 	decode func([]byte) (any, *pipeline.Error) // one body line to an input
+	// h2 is the request's context over HTTP/2; nil over HTTP/1.x.
+	h2 context.Context
 }
 
 func newHTTPRaw(w *echo.Response, sse bool) *httpRaw {
@@ -173,9 +175,22 @@ func (r *httpRaw) Recv() (any, int, error) {
 		return nil, 0, messageTooLarge(r.limit)
 	}
 	if err != nil {
+		r.awaitReset(err)
 		return nil, 0, err
 	}
 	return decodeMessage(r.decode, line)
+}
+
+// awaitReset waits, after a body read failed with err, for the request's
+// context to end when err is an HTTP/2 stream error: a caller's reset
+// reaches the body before net/http's HTTP/2 server cancels the context,
+// and the kernel must see the caller leave, not a transport failure.
+// net/http closes a body with a stream error only as it closes the
+// stream, which then cancels the context.
+func (r *httpRaw) awaitReset(err error) {
+	if r.h2 != nil && !r.ended.Load() && strings.HasPrefix(err.Error(), "stream error: ") {
+		<-r.h2.Done()
+	}
 }
 
 // decodeMessage decodes one of the caller's messages for Raw.Recv.
@@ -289,6 +304,9 @@ func openHTTP(c echo.Context, limit int64, body bool, decode func([]byte) (any, 
 		r.liftDeadlines()
 		r.limit, r.decode = limit, decode
 		r.body = ndjson.NewReader(c.Request().Body, int(min(limit, math.MaxInt32)))
+		if c.Request().ProtoMajor == 2 {
+			r.h2 = c.Request().Context()
+		}
 	}
 	return r
 }
