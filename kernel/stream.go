@@ -61,6 +61,32 @@ type streamRun struct {
 
 // stream runs one streaming call (see Op.Stream).
 func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) Outcome {
+	r, e := k.beginStream(ctx, c, sc)
+	if e.h == nil {
+		return e.end(nil, e.reject, time.Time{})
+	}
+	out, err := k.run(e.ctx, &e)
+	return r.end(&e, out, err)
+}
+
+// end ends the observation of the call e with its result out and err,
+// and returns its outcome. Like beginStream, it keeps its frame off the
+// stack while the stream is open.
+//
+//go:noinline
+func (r *streamRun) end(e *edge, out any, err error) Outcome {
+	if res := r.res; res.Reason != stream.EndNone {
+		e.obs.Stream(observe.StreamEnd{Reason: res.Reason.String(), Sent: res.Sent, Received: res.Received})
+	}
+	return e.end(out, err, time.Time{})
+}
+
+// beginStream admits a streaming call (Kernel.begin). Its frame is gone
+// once it returns: the frames below an open stream's handler stay small,
+// and so does the stack of the goroutine that holds it.
+//
+//go:noinline
+func (k *Kernel) beginStream(ctx context.Context, c *compiled, sc *StreamCall) (*streamRun, edge) {
 	r := &streamRun{k: k, c: c, call: sc}
 	u := Unary{Caller: sc.Caller, Input: sc.Input, Decode: sc.Decode, Handler: r.handle}
 	var reject error
@@ -75,22 +101,14 @@ func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) Outcom
 	}
 	e := k.begin(ctx, c, &u, reject, "")
 	e.lat = nil // a stream's lifetime is no latency sample
-	if e.h == nil {
-		return e.end(nil, e.reject, time.Time{})
-	}
-	out, err := k.run(e.ctx, &e)
-	if res := r.res; res.Reason != stream.EndNone {
-		e.obs.Stream(observe.StreamEnd{Reason: res.Reason.String(), Sent: res.Sent, Received: res.Received})
-	}
-	return e.end(out, err, time.Time{})
+	return r, e
 }
 
 // handle is the terminal of a streaming call's chain: it opens the stream
 // under the chain's context, runs the handler, and closes the stream.
 // The outcome is the stream's: the handler's when it returned first.
 func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-	cfg := r.config(inv)
-	s := stream.Open(ctx, r.call.Raw, cfg)
+	s := r.open(ctx, inv)
 	if !r.k.openStream(r.c, s) {
 		s.Drain(drainRetryAfter)
 	}
@@ -107,6 +125,14 @@ func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (any, 
 		return nil, r.res.Err
 	}
 	return out, nil
+}
+
+// open opens the call's stream. Its frame, with the stream's
+// configuration, is gone once it returns (see beginStream).
+//
+//go:noinline
+func (r *streamRun) open(ctx context.Context, inv *pipeline.Invocation) *stream.Stream {
+	return stream.Open(ctx, r.call.Raw, r.config(inv))
 }
 
 // config returns the bounds of the call's stream: the operation's, with

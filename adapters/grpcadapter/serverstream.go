@@ -66,13 +66,14 @@ func (m *method) handleStream(_ any, ss grpc.ServerStream) error {
 	s := &serverStream{m: m, ss: ss, ctx: ctx, start: time.Now(), answer: make(chan error, 1)}
 	parent, stop := m.a.inbound(ctx)
 	s.caller = parent
-	c := kernel.StreamCall{Raw: s}
+	c := &kernel.StreamCall{Raw: s}
 	parent = m.a.prepare(ctx, parent, m.Full, m.Desc.ID, &c.Caller)
 	parent, s.meta = withMetadata(ctx, parent)
 	if m.Desc.Kind() == operations.ServerStream {
 		s.expired = make(chan struct{})
 		c.Decode = s.decode
 	}
+	// c goes by pointer: a copy of it would stay on the call's stack.
 	go s.run(parent, c, stop)
 	select {
 	case err := <-s.answer:
@@ -93,11 +94,20 @@ func (s *serverStream) claim() bool { return s.state.CompareAndSwap(streamOpen, 
 
 // run runs the call through the kernel, and answers it with its outcome
 // unless the stream was answered already.
-func (s *serverStream) run(parent context.Context, c kernel.StreamCall, stop func()) {
-	o := s.m.Op.Stream(parent, c)
+func (s *serverStream) run(parent context.Context, c *kernel.StreamCall, stop func()) {
+	o := s.m.Op.Stream(parent, *c)
 	stop()
+	s.finish(&o)
+}
+
+// finish answers the call with its outcome o unless the stream was
+// answered already. Apart from run, its frame is not on the stack while
+// the stream is open: the call's goroutine stays small.
+//
+//go:noinline
+func (s *serverStream) finish(o *kernel.Outcome) {
 	if !s.claim() {
-		s.m.a.logCall(s.ctx, s.m.Full, o, Status(o.Err, s.m.a.cfg.rpc.Domain), s.start)
+		s.m.a.logCall(s.ctx, s.m.Full, *o, Status(o.Err, s.m.a.cfg.rpc.Domain), s.start)
 		return
 	}
 	sendMetadata(s.ctx, s.meta)
@@ -108,7 +118,7 @@ func (s *serverStream) run(parent context.Context, c kernel.StreamCall, stop fun
 			_ = s.ss.SendMsg(msg) // a failure: grpc-go has answered
 		}
 	}
-	s.answer <- s.m.a.answer(s.ctx, s.m.Full, o, s.start)
+	s.answer <- s.m.a.answer(s.ctx, s.m.Full, *o, s.start)
 }
 
 // Send sends one of the handler's outputs.

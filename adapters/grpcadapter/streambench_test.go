@@ -12,14 +12,17 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/sundial-go/sundial/adapters/grpcadapter"
 )
 
 // bareFeed serves the feed's Watch and Echo on a bare grpc-go server, with
 // the same messages as the adapter's (its descriptors), doing the same work:
-// Watch sends count messages of n = 1..count; Echo echoes until the end.
+// Watch sends count messages of n = 1..count, then waits for the end if
+// wait is set; Echo echoes until the end.
 func bareFeed(b *testing.B, in, out protoreflect.MessageDescriptor) *grpc.ClientConn {
 	b.Helper()
-	count := in.Fields().ByName("count")
+	count, wait := in.Fields().ByName("count"), in.Fields().ByName("wait")
 	n := out.Fields().ByName("n")
 	watch := func(_ any, ss grpc.ServerStream) error {
 		req := dynamicpb.NewMessage(in)
@@ -32,6 +35,10 @@ func bareFeed(b *testing.B, in, out protoreflect.MessageDescriptor) *grpc.Client
 			if err := ss.SendMsg(m); err != nil {
 				return err
 			}
+		}
+		if wait != nil && req.Get(wait).Bool() {
+			<-ss.Context().Done()
+			return ss.Context().Err()
 		}
 		return nil
 	}
@@ -113,39 +120,66 @@ func BenchmarkServerStream(b *testing.B) {
 }
 
 // BenchmarkIdleStream measures the memory and goroutines of one open,
-// idle bidi stream, client and server in one process: through the adapter
-// and the kernel, and on a bare grpc-go server whose handler waits in
-// RecvMsg. Each round opens 1,000 streams and reads the heap and stacks
-// in use before and after.
+// idle stream, client and server in one process: through the adapter and
+// the kernel, and on a bare grpc-go server. A bidi stream (Echo) waits in
+// Recv; a server stream (Watch) sends one message and waits for its
+// context to end. Each round opens 1,000 streams and reads the heap and
+// stacks in use before and after: bytes/stream is both,
+// stack-bytes/stream the goroutine stacks alone.
 func BenchmarkIdleStream(b *testing.B) {
 	const streams = 1000
 	h, fa := streamHarness(b, "", harnessOpt{})
-	m := h.method(b, "/test.v1.Feed/Echo")
-	bare := bareFeed(b, m.Input, m.Output)
+	echo, watch := h.method(b, "/test.v1.Feed/Echo"), h.method(b, "/test.v1.Feed/Watch")
+	bareEcho := bareFeed(b, echo.Input, echo.Output)
+	bareWatch := bareFeed(b, watch.Input, watch.Output)
+	// open opens one stream of m and reads its first message: the stream
+	// is then open on both sides.
+	open := func(ctx context.Context, conn *grpc.ClientConn, full string, m grpcadapter.Method) error {
+		cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, full)
+		if err != nil {
+			return err
+		}
+		req := dynamicpb.NewMessage(m.Input)
+		if f := m.Input.Fields().ByName("wait"); f != nil {
+			req.Set(m.Input.Fields().ByName("count"), protoreflect.ValueOfInt64(1))
+			req.Set(f, protoreflect.ValueOfBool(true))
+		}
+		if err := cs.SendMsg(req); err != nil {
+			return err
+		}
+		if m.Input.Fields().ByName("wait") != nil {
+			// A server stream's request is its only message.
+			if err := cs.CloseSend(); err != nil {
+				return err
+			}
+		}
+		return cs.RecvMsg(dynamicpb.NewMessage(m.Output))
+	}
 	for _, c := range []struct {
 		name string
 		conn *grpc.ClientConn
 		full string
-	}{{"sundial", h.conn, "/test.v1.Feed/Echo"}, {"bare", bare, "/bare.v1.Feed/Echo"}} {
+		m    grpcadapter.Method
+	}{
+		{"bidi/sundial", h.conn, "/test.v1.Feed/Echo", echo},
+		{"bidi/bare", bareEcho, "/bare.v1.Feed/Echo", echo},
+		{"server/sundial", h.conn, "/test.v1.Feed/Watch", watch},
+		{"server/bare", bareWatch, "/bare.v1.Feed/Watch", watch},
+	} {
 		b.Run(c.name, func(b *testing.B) {
-			var bytes, goroutines float64
+			var bytes, stacks, goroutines float64
 			for b.Loop() {
 				ctx, cancel := context.WithCancel(context.Background())
-				before, g0 := inUse(), runtime.NumGoroutine()
+				heap0, stack0 := inUse()
+				g0 := runtime.NumGoroutine()
 				for range streams {
-					cs, err := c.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, c.full)
-					if err != nil {
-						b.Fatal(err)
-					}
-					// A message each way opens the stream on both sides.
-					if err := cs.SendMsg(dynamicpb.NewMessage(m.Input)); err != nil {
-						b.Fatal(err)
-					}
-					if err := cs.RecvMsg(dynamicpb.NewMessage(m.Output)); err != nil {
+					if err := open(ctx, c.conn, c.full, c.m); err != nil {
 						b.Fatal(err)
 					}
 				}
-				bytes += float64(inUse()-before) / streams
+				heap1, stack1 := inUse()
+				bytes += float64(heap1+stack1-heap0-stack0) / streams
+				stacks += float64(stack1-stack0) / streams
 				goroutines += float64(runtime.NumGoroutine()-g0) / streams
 				cancel()
 				for end := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > g0 && time.Now().Before(end); {
@@ -156,16 +190,17 @@ func BenchmarkIdleStream(b *testing.B) {
 				}
 			}
 			b.ReportMetric(bytes/float64(b.N), "bytes/stream")
+			b.ReportMetric(stacks/float64(b.N), "stack-bytes/stream")
 			b.ReportMetric(goroutines/float64(b.N), "goroutines/stream")
 		})
 	}
 }
 
-// inUse returns the bytes of heap and goroutine stacks in use, after a
-// collection.
-func inUse() int64 {
+// inUse returns the bytes of heap and of goroutine stacks in use, after
+// a collection.
+func inUse() (heap, stack int64) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapInuse + ms.StackInuse)
+	return int64(ms.HeapInuse), int64(ms.StackInuse)
 }
