@@ -3,7 +3,6 @@ package mcpadapter
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdkjson "github.com/segmentio/encoding/json"
 )
 
 // retryAfterSessions is the Retry-After of a refused new session, in
@@ -117,21 +117,28 @@ func (s *Server) initializes(r *http.Request) bool {
 	if err != nil || len(b) > s.opts.MaxMessageBytes {
 		return false
 	}
-	var msgs []struct {
-		Method string `json:"method"`
-	}
-	if b = bytes.TrimSpace(b); len(b) > 0 && b[0] != '[' {
-		b = append(append([]byte{'['}, b...), ']')
-	}
-	if json.Unmarshal(b, &msgs) != nil {
-		return false
+	// The SDK reads a batch, else one message; each message's "method"
+	// matched by case, as here.
+	var msgs []sdkjson.RawMessage
+	if sdkUnmarshal(b, &msgs) != nil {
+		msgs = []sdkjson.RawMessage{b}
 	}
 	for _, m := range msgs {
-		if m.Method == "initialize" {
+		var msg struct {
+			Method string `json:"method"`
+		}
+		if sdkUnmarshal(m, &msg) == nil && msg.Method == "initialize" {
 			return true
 		}
 	}
 	return false
+}
+
+// sdkUnmarshal decodes JSON as the SDK does: keys match fields by case.
+func sdkUnmarshal(b []byte, v any) error {
+	d := sdkjson.NewDecoder(bytes.NewReader(b))
+	d.DontMatchCaseInsensitiveStructFields()
+	return d.Decode(v)
 }
 
 // admitSession is the middleware by which an initialize's session takes
