@@ -3,6 +3,7 @@ package mcpadapter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -24,7 +25,8 @@ const retryAfterSessions = 1
 // An initialize request without a session ID takes a place under
 // MaxSessions before the SDK sees it. Its session holds the place once
 // it has initialized; on every other path the place is given back when
-// the request ends. So initializes that arrive together open at most
+// the request ends. An initialize the SDK runs after its request ended
+// opens no session. So initializes that arrive together open at most
 // MaxSessions sessions. Another request without a session ID only needs
 // a free place.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -141,6 +143,9 @@ func sdkUnmarshal(b []byte, v any) error {
 	return d.Decode(v)
 }
 
+// errPlaceGone refuses an initialize whose request gave back its place.
+var errPlaceGone = errors.New("mcpadapter: the initialize request ended before its session opened")
+
 // admitSession is the middleware by which an initialize's session takes
 // over its request's place. capMu is held while the session initializes,
 // so the session and its place never count twice, nor neither.
@@ -150,11 +155,17 @@ func (s *Server) admitSession(next mcp.MethodHandler) mcp.MethodHandler {
 		if method != "initialize" || extra == nil || extra.Header.Get(placeHeader) == "" {
 			return next(ctx, method, req)
 		}
+		place := extra.Header.Get(placeHeader)
 		s.capMu.Lock()
 		defer s.capMu.Unlock()
+		if _, ok := s.places.taken[place]; !ok {
+			// Its request ended first and gave the place back, which another
+			// may hold now. The SDK still runs a message its request left.
+			return nil, errPlaceGone
+		}
 		res, err := next(ctx, method, req)
-		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil {
-			delete(s.places.taken, extra.Header.Get(placeHeader)) // the session counts itself
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && ss.InitializeParams() != nil {
+			delete(s.places.taken, place) // the session counts itself
 		}
 		return res, err
 	}
