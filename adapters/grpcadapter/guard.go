@@ -780,6 +780,20 @@ func (c *guardedConn) arrivedLocked(id uint32) {
 	if counted {
 		c.g.uncount(1)
 	}
+	if len(c.await) == awaitOwn {
+		// A stream of c that waits for room may pass now without one.
+		c.g.wakeWaiting(c)
+	}
+}
+
+// wakeWaiting wakes c if it waits for room.
+func (g *guard) wakeWaiting(c *guardedConn) {
+	g.roomMu.Lock()
+	defer g.roomMu.Unlock()
+	if _, ok := g.waiters[c]; ok {
+		delete(g.waiters, c)
+		c.wakeWaiter()
+	}
 }
 
 // uncount takes n streams off the listener's waiting streams. It wakes

@@ -280,3 +280,42 @@ func TestGuardReleasesHoldBuffers(t *testing.T) {
 		}
 	})
 }
+
+// TestGuardWaiterPassesWhenItsOwnStreamsEnd: a stream waits for room only
+// while its connection has more than awaitOwn streams awaiting their
+// message. When the server ends the others, it passes, though the listener
+// is still full and the connection's read-ahead is full (no byte of its
+// client wakes it).
+func TestGuardWaiterPassesWhenItsOwnStreamsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGuard(Bounds{}, nil)
+		for range awaitShared / awaitOwn { // the listener's places, taken
+			dialGuard(t, g).send(stalled(1, awaitOwn))
+		}
+		synctest.Wait()
+		pc := dialGuard(t, g)
+		in := stalled(1, awaitOwn+1)
+		for range 4 * readAhead / (frameHeaderLen + 8) {
+			in = append(in, frame(0x6, 0, 0, 8)...) // PING: fills the read-ahead
+		}
+		pc.send(in)
+		time.Sleep(time.Second) // the pacer
+		synctest.Wait()
+		if got := len(pc.passed()); got != awaitOwn {
+			t.Fatalf("%d streams passed, want %d: the listener is full", got, awaitOwn)
+		}
+		if pc.c.ahead < readAhead {
+			t.Fatalf("%d bytes read ahead, want the read-ahead full (%d)", pc.c.ahead, readAhead)
+		}
+		for _, id := range pc.passed() { // the server answers them
+			if _, err := pc.c.Write(frame(frameHeaders, flagEndStream|flagEndHeaders, id, 2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := len(pc.passed()); got != awaitOwn+1 {
+			t.Fatalf("%d streams passed once the others ended, want %d", got, awaitOwn+1)
+		}
+	})
+}

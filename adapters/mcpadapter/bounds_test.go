@@ -169,6 +169,23 @@ func TestShutdownWaitsForCalls(t *testing.T) {
 // progress before any has initialized, open exactly MaxSessions sessions;
 // the others get 503 with Retry-After.
 func TestSessionCapIsAtomic(t *testing.T) {
+	sessionCapHolds(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":`+
+		`"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+}
+
+// TestSessionCapReadsMethodAsTheSDK: an initialize whose body also holds a
+// key that differs from "method" only in case takes a place too. The SDK
+// matches keys by case; a case-blind read took it for another request.
+func TestSessionCapReadsMethodAsTheSDK(t *testing.T) {
+	sessionCapHolds(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","Method":"ping","params":`+
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+}
+
+// sessionCapHolds sends initialize, the body of an initialize request, on
+// many requests at once, each in progress before any has initialized.
+// Exactly MaxSessions open sessions; the others get 503 with Retry-After.
+func sessionCapHolds(t *testing.T, initialize string) {
+	t.Helper()
 	const (
 		limit = 3
 		tries = 12
@@ -209,8 +226,6 @@ func TestSessionCapIsAtomic(t *testing.T) {
 	for range tries {
 		wait(t, past, "a request's body to be read")
 	}
-	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":` +
-		`"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	for _, pw := range bodies {
 		go func() { _, _ = io.WriteString(pw, initialize); pw.Close() }()
 	}

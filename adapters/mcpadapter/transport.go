@@ -3,7 +3,7 @@ package mcpadapter
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdkjson "github.com/segmentio/encoding/json"
 )
 
 // retryAfterSessions is the Retry-After of a refused new session, in
@@ -24,7 +25,8 @@ const retryAfterSessions = 1
 // An initialize request without a session ID takes a place under
 // MaxSessions before the SDK sees it. Its session holds the place once
 // it has initialized; on every other path the place is given back when
-// the request ends. So initializes that arrive together open at most
+// the request ends. An initialize the SDK runs after its request ended
+// opens no session. So initializes that arrive together open at most
 // MaxSessions sessions. Another request without a session ID only needs
 // a free place.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -117,22 +119,32 @@ func (s *Server) initializes(r *http.Request) bool {
 	if err != nil || len(b) > s.opts.MaxMessageBytes {
 		return false
 	}
-	var msgs []struct {
-		Method string `json:"method"`
-	}
-	if b = bytes.TrimSpace(b); len(b) > 0 && b[0] != '[' {
-		b = append(append([]byte{'['}, b...), ']')
-	}
-	if json.Unmarshal(b, &msgs) != nil {
-		return false
+	// The SDK reads a batch, else one message; each message's "method"
+	// matched by case, as here.
+	var msgs []sdkjson.RawMessage
+	if sdkUnmarshal(b, &msgs) != nil {
+		msgs = []sdkjson.RawMessage{b}
 	}
 	for _, m := range msgs {
-		if m.Method == "initialize" {
+		var msg struct {
+			Method string `json:"method"`
+		}
+		if sdkUnmarshal(m, &msg) == nil && msg.Method == "initialize" {
 			return true
 		}
 	}
 	return false
 }
+
+// sdkUnmarshal decodes JSON as the SDK does: keys match fields by case.
+func sdkUnmarshal(b []byte, v any) error {
+	d := sdkjson.NewDecoder(bytes.NewReader(b))
+	d.DontMatchCaseInsensitiveStructFields()
+	return d.Decode(v)
+}
+
+// errPlaceGone refuses an initialize whose request gave back its place.
+var errPlaceGone = errors.New("mcpadapter: the initialize request ended before its session opened")
 
 // admitSession is the middleware by which an initialize's session takes
 // over its request's place. capMu is held while the session initializes,
@@ -143,11 +155,17 @@ func (s *Server) admitSession(next mcp.MethodHandler) mcp.MethodHandler {
 		if method != "initialize" || extra == nil || extra.Header.Get(placeHeader) == "" {
 			return next(ctx, method, req)
 		}
+		place := extra.Header.Get(placeHeader)
 		s.capMu.Lock()
 		defer s.capMu.Unlock()
+		if _, ok := s.places.taken[place]; !ok {
+			// Its request ended first and gave the place back, which another
+			// may hold now. The SDK still runs a message its request left.
+			return nil, errPlaceGone
+		}
 		res, err := next(ctx, method, req)
-		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil {
-			delete(s.places.taken, extra.Header.Get(placeHeader)) // the session counts itself
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && ss.InitializeParams() != nil {
+			delete(s.places.taken, place) // the session counts itself
 		}
 		return res, err
 	}
