@@ -90,9 +90,11 @@ const (
 // A stream past them passes only while the listener has fewer than
 // awaitShared in all; else it waits for room as well as for the pacer.
 // With C connections, grpc-go then holds at most
-// min(awaitFree·C, awaitShared + awaitOwn·C) such streams. A client whose
-// calls carry their message rarely has more than one waiting at once, so
-// a flood on other connections never holds its calls.
+// min(awaitFree·C, awaitShared + awaitOwn·C) such streams. Only streams
+// past a connection's first awaitOwn take shared places: a connection
+// with awaitOwn or fewer waiting is never held for room. To fill the
+// places, a flood must stall more than awaitOwn streams on each of its
+// connections, and each connection's stalls are charged (stallRate).
 //
 // While a stream waits for room, the guard reads ahead up to readAhead
 // bytes of its connection. So it sees the client leave (end of input, a
@@ -761,9 +763,10 @@ func (g *guard) removeWaiter(c *guardedConn) {
 }
 
 // countLocked counts stream id, passed to grpc-go, among the listener's
-// waiting streams if it awaits its message. c.mu is held.
+// waiting streams if it awaits its message past the connection's first
+// awaitOwn: those take no shared place. c.mu is held.
 func (c *guardedConn) countLocked(id uint32) {
-	if counted, ok := c.await[id]; ok && !counted && !c.done {
+	if counted, ok := c.await[id]; ok && !counted && !c.done && len(c.await) > awaitOwn {
 		c.await[id] = true
 		c.g.waiting.Add(1)
 	}

@@ -197,7 +197,7 @@ func TestGuardHeldConnectionSeesItsClientLeave(t *testing.T) {
 		flood := floodGuard(t, g, 2*awaitShared/awaitFree)
 		held := waitingClient(t, flood)
 		before := g.waiting.Load()
-		mine := int64(len(held.passed()))
+		mine := int64(len(held.passed()) - awaitOwn) // its own take no place
 		held.leave()
 		synctest.Wait() // no time passes
 		select {
@@ -289,10 +289,7 @@ func TestGuardReleasesHoldBuffers(t *testing.T) {
 func TestGuardWaiterPassesWhenItsOwnStreamsEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGuard(Bounds{}, nil)
-		for range awaitShared / awaitOwn { // the listener's places, taken
-			dialGuard(t, g).send(stalled(1, awaitOwn))
-		}
-		synctest.Wait()
+		floodGuard(t, g, awaitShared/(awaitFree-awaitOwn)+1) // the listener's places, taken
 		pc := dialGuard(t, g)
 		in := stalled(1, awaitOwn+1)
 		for range 4 * readAhead / (frameHeaderLen + 8) {
@@ -316,6 +313,34 @@ func TestGuardWaiterPassesWhenItsOwnStreamsEnd(t *testing.T) {
 		synctest.Wait()
 		if got := len(pc.passed()); got != awaitOwn+1 {
 			t.Fatalf("%d streams passed once the others ended, want %d", got, awaitOwn+1)
+		}
+	})
+}
+
+// TestGuardOwnStreamsTakeNoSharedPlace: a connection's first awaitOwn
+// streams awaiting their message take none of the listener's places. A
+// flood of connections that each stall awaitOwn streams, under the stall
+// rate, fills nothing: another connection's streams past its own
+// awaitOwn still pass at once.
+func TestGuardOwnStreamsTakeNoSharedPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGuard(Bounds{}, nil)
+		for range 2 * awaitShared / awaitOwn {
+			dialGuard(t, g).send(stalled(1, awaitOwn))
+		}
+		synctest.Wait()
+		if n := g.waiting.Load(); n != 0 {
+			t.Fatalf("%d of the listener's places taken by connections' own streams, want 0", n)
+		}
+		pc := dialGuard(t, g)
+		pc.send(stalled(1, awaitOwn+2))
+		time.Sleep(time.Second) // the pacer
+		synctest.Wait()
+		if got := len(pc.passed()); got != awaitOwn+2 {
+			t.Fatalf("%d of %d streams passed, want all: the listener has room", got, awaitOwn+2)
+		}
+		if n := g.waiting.Load(); n != 2 {
+			t.Fatalf("%d places taken, want 2", n)
 		}
 	})
 }
