@@ -63,6 +63,7 @@ type Server struct {
 	http    *mcp.StreamableHTTPHandler
 	logger  *slog.Logger
 	pending atomic.Int64 // tool calls in progress
+	posts   atomic.Int64 // HTTP POST requests in progress: their answers
 	writers writers      // the HTTP requests' writers, for a stalled stream
 	closed  atomic.Bool
 	// capMu guards places and the count of sessions against MaxSessions.
@@ -234,20 +235,24 @@ func inputSchema(b *schema.Builder, d *operations.Descriptor) (json.RawMessage, 
 const shutdownPoll = 5 * time.Millisecond
 
 // Shutdown refuses new sessions and waits for the tool calls in progress
-// to return, or for ctx to end. It then closes every session, ending
+// to return and their answers to be written, or for ctx to end. It then closes every session, ending
 // their event streams, and cancels the calls left. It returns ctx's
 // error when the calls outlived it. Call it before the HTTP server's
 // Shutdown: an open event stream would hold that until the grace ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closed.Store(true)
 	var err error
-	if s.pending.Load() > 0 {
+	// A call's answer is written after its handler returned: the POST
+	// that carried it ends once the answer is out. Closing the session
+	// before that would lose the answer.
+	if s.pending.Load() > 0 || s.posts.Load() > 0 {
 		t := time.NewTicker(shutdownPoll)
-		for s.pending.Load() > 0 && err == nil {
+		for (s.pending.Load() > 0 || s.posts.Load() > 0) && err == nil {
 			select {
 			case <-t.C:
 			case <-ctx.Done():
-				err = fmt.Errorf("mcpadapter: %d tool calls still running: %w", s.pending.Load(), ctx.Err())
+				err = fmt.Errorf("mcpadapter: %d tool calls still running, %d HTTP requests unanswered: %w",
+					s.pending.Load(), s.posts.Load(), ctx.Err())
 			}
 		}
 		t.Stop()

@@ -1,6 +1,7 @@
 package mcpadapter_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -163,6 +164,57 @@ func TestShutdownWaitsForCalls(t *testing.T) {
 			t.Errorf("graceful: the call answered %+v, want its TIMEOUT", a)
 		}
 	}
+}
+
+// TestShutdownWaitsForTheAnswer: Shutdown returns only once a call's
+// answer is written, not when its handler returns. Between the two, the
+// adapter logs the call (held here); a Shutdown that closed the session
+// then lost the answer ("request terminated without response").
+func TestShutdownWaitsForTheAnswer(t *testing.T) {
+	p := newProbe()
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	k := newKernel(t, p, gatedWriter(func(b []byte) {
+		if bytes.Contains(b, []byte(`"msg":"mcp call"`)) {
+			once.Do(func() { close(held) })
+			<-release
+		}
+	}))
+	url, m := serve(t, k, nil)
+	cs := connectHTTP(t, url)
+	res := make(chan answer, 1)
+	go func() {
+		res <- mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, mcp.Meta{"sundial/timeoutMs": 100})
+	}()
+	wait(t, p.started, "the call to start")
+	wait(t, held, "the call to be logged")
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- m.Shutdown(ctx)
+	}()
+	select {
+	case err := <-shut:
+		close(release)
+		t.Fatalf("Shutdown returned (%v) before the call's answer was written", err)
+	case <-time.After(100 * time.Millisecond): // only a wrong Shutdown returns here
+	}
+	close(release)
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if a := wait(t, res, "the call's answer"); a.code != "KERNEL_TIMEOUT_001" {
+		t.Errorf("the call answered %+v, want its TIMEOUT", a)
+	}
+}
+
+// gatedWriter is an io.Writer that calls itself with every write first.
+type gatedWriter func([]byte)
+
+func (g gatedWriter) Write(b []byte) (int, error) {
+	g(b)
+	return len(b), nil
 }
 
 // TestSessionCapIsAtomic: many initialize requests at once, each in

@@ -46,6 +46,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			defer s.free(place)
 		}
 	}
+	if r.Method == http.MethodPost {
+		s.posts.Add(1)
+		defer s.posts.Add(-1)
+	}
 	defer s.writers.add(r.Header, w)()
 	s.http.ServeHTTP(w, r)
 }
