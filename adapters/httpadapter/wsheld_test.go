@@ -36,6 +36,7 @@ func TestWebSocketHandlerNotReceiving(t *testing.T) {
 		{"silent queue full", 3 * wsQueue, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each waits out a close handshake; servers of their own
 			s := startStreamServer(t, nil)
 			var first []string
 			for i := 1; i <= tc.sent; i++ {
