@@ -16,20 +16,18 @@ const module = "github.com/sundial-go/sundial"
 // non-test files may import besides their own subtree. Imports flow
 // adapters -> kernel -> {resilience, operations} -> pipeline; nothing
 // imports an adapter or a sample, adapters do not reach past the kernel
-// into resilience, and resilience does not know operations. The module's
-// own internal packages lie below every layer, and import none.
+// into resilience, and resilience does not know operations.
 var allowed = []struct {
 	layer string
 	may   []string
 }{
-	{"internal", nil},
-	{"pipeline", []string{"internal"}},
-	{"operations", []string{"internal", "pipeline"}},
-	{"resilience", []string{"internal", "pipeline"}},
-	{"kernel/propagation", []string{"internal", "pipeline", "resilience"}},
-	{"kernel/logs", []string{"internal", "pipeline"}},
-	{"kernel", []string{"internal", "pipeline", "operations", "resilience"}},
-	{"adapters", []string{"internal", "pipeline", "operations", "kernel"}},
+	{"pipeline", nil},
+	{"operations", []string{"pipeline"}},
+	{"resilience", []string{"pipeline"}},
+	{"kernel/propagation", []string{"pipeline", "resilience"}},
+	{"kernel/logs", []string{"pipeline"}},
+	{"kernel", []string{"pipeline", "operations", "resilience"}},
+	{"adapters", []string{"pipeline", "operations", "kernel"}},
 	{"samples", []string{"pipeline", "operations", "resilience", "kernel", "adapters"}},
 }
 

@@ -29,7 +29,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sundial-go/sundial/internal/lazytimer"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/deadline"
@@ -198,7 +197,7 @@ type Stream struct {
 
 	beater   heartbeater    // raw's heartbeat; nil: none
 	lastBeat atomic.Int64   // when a heartbeat last completed
-	beating  bool           // a heartbeat is in flight (under the timer's lock)
+	beating  bool           // a heartbeat is in flight (under tmu)
 	beats    sync.WaitGroup // the heartbeat in flight
 
 	lastSend  atomic.Int64 // when a Send last completed
@@ -212,8 +211,11 @@ type Stream struct {
 	tat   int64       // the rate's next turn (Recv's goroutine only)
 	pacer *time.Timer // Recv's wait for its turn (Recv's goroutine only)
 
-	timer   lazytimer.Timer // its lock also guards beating and closing
-	closing bool            // Close started: no new heartbeat
+	tmu     sync.Mutex // orders the timer's re-arming with Close
+	timer   *time.Timer
+	armed   atomic.Int64 // when the timer fires; math.MaxInt64: not armed, or being re-armed
+	closing bool         // Close started: no new heartbeat
+	closed  bool
 }
 
 // heartbeater is a Raw that sends heartbeats.
@@ -252,7 +254,13 @@ func Open(parent context.Context, raw Raw, cfg Config) *Stream {
 	if r := cfg.MessagesPerSecond; r > 0 && !math.IsInf(r, 1) {
 		s.interval = max(int64(float64(time.Second)/r), 1)
 	}
-	s.timer.Start(s.base, (*clocks)(s), s.next(0))
+	s.armed.Store(math.MaxInt64)
+	if next := s.next(0); next != math.MaxInt64 {
+		s.tmu.Lock() // fire re-arms s.timer under tmu
+		s.armed.Store(next)
+		s.timer = time.AfterFunc(time.Duration(next), s.fire)
+		s.tmu.Unlock()
+	}
 	return s
 }
 
@@ -265,7 +273,7 @@ func (s *Stream) now() int64 { return int64(time.Since(s.base)) }
 
 // next returns the next instant after now at which a clock may end the
 // stream or a heartbeat is due (math.MaxInt64: none). It is called under
-// the timer's lock, or before the timer starts. Only a blocked Send has a stall to
+// tmu, or before the timer exists. Only a blocked Send has a stall to
 // watch: a Send that starts later brings the timer forward (see wake).
 func (s *Stream) next(now int64) int64 {
 	next := int64(math.MaxInt64)
@@ -308,46 +316,44 @@ func (s *Stream) heartbeat(since int64) {
 	err := s.beater.Heartbeat()
 	s.sendSince.CompareAndSwap(since, 0)
 	s.lastBeat.Store(s.now())
-	s.timer.Lock()
+	s.tmu.Lock()
 	s.beating = false
-	s.timer.Unlock()
+	s.tmu.Unlock()
 	if err != nil {
 		s.failed(err)
 	}
 }
 
-// clocks is the timer's view of a stream.
-type clocks Stream
-
-// Expire ends the stream when a clock has run out at now.
-func (c *clocks) Expire(now int64) bool {
-	s := (*Stream)(c)
+// fire runs when the timer fires: it ends the stream when a clock has
+// run out, and otherwise arms the timer for the next instant.
+func (s *Stream) fire() {
 	if s.end.Load() != nil {
-		return true
+		return
 	}
+	now := s.now()
 	switch {
 	case s.deadline > 0 && now >= s.deadline:
 		s.finish(EndDeadline, pipeline.ErrTimeout(), deadline.ErrDeadline)
+		return
 	case s.stall > 0 && stalled(s.sendSince.Load(), now, s.stall):
 		s.finish(EndSlowConsumer, errSendStall, errSendStall)
+		return
 	case s.idle > 0 && now >= max(s.lastSend.Load(), s.lastRecv.Load())+s.idle:
 		err := errIdleCaller
 		if s.handlerExpected() {
 			err = errIdleHandler
 		}
 		s.finish(EndIdle, err, err)
+		return
 	case s.maxAge > 0 && now >= s.maxAge:
 		s.Drain(maxAgeRetryAfter)
-	default:
-		return false
+		return
 	}
-	return true
-}
-
-// Next starts a heartbeat when one is due, and returns the next instant
-// the timer fires at. It runs under the timer's lock.
-func (c *clocks) Next(now int64) int64 {
-	s := (*Stream)(c)
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	// Before next reads sendSince: a Send that starts meanwhile sees
+	// the timer unarmed, and wakes it.
+	s.armed.Store(math.MaxInt64)
 	if s.beat > 0 && !s.beating && !s.closing && now >= s.nextBeat() {
 		// Not while a Send is blocked: the caller is not reading it.
 		if since := now + 1; s.sendSince.CompareAndSwap(0, since) {
@@ -356,7 +362,30 @@ func (c *clocks) Next(now int64) int64 {
 			go s.heartbeat(since)
 		}
 	}
-	return s.next(now)
+	if next := s.next(now); !s.closed && next != math.MaxInt64 {
+		s.armed.Store(next)
+		s.timer.Reset(time.Duration(next - now))
+	}
+}
+
+// wake makes the timer fire by at, the stall of a Send that started
+// blocking. It takes tmu only when the timer sleeps past at.
+func (s *Stream) wake(at int64) {
+	if s.armed.Load() <= at {
+		return
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.closed || s.armed.Load() <= at {
+		return
+	}
+	s.armed.Store(at)
+	d := time.Duration(max(at-s.now(), 0))
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, s.fire)
+	} else {
+		s.timer.Reset(d)
+	}
 }
 
 // stalled reports whether a Send blocked since since (1 + its start; 0:
@@ -466,7 +495,7 @@ func (s *Stream) Send(m any) error {
 	if s.stall > 0 {
 		since := s.now() + 1
 		s.sendSince.Store(since)
-		s.timer.Wake(since - 1 + s.stall)
+		s.wake(since - 1 + s.stall)
 	}
 	err := s.raw.Send(m)
 	now := s.now()
@@ -583,11 +612,16 @@ func (s *Stream) Reason() Reason {
 // cause. Call Close once Send and Recv have returned. It returns the same
 // Result when called again.
 func (s *Stream) Close(err error) Result {
-	s.timer.Lock()
+	s.tmu.Lock()
 	s.closing = true
-	s.timer.Unlock()
+	s.tmu.Unlock()
 	s.beats.Wait() // the timer still runs: a stalled heartbeat ends the stream
-	s.timer.Stop()
+	s.tmu.Lock()
+	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.tmu.Unlock()
 	if s.pacer != nil {
 		s.pacer.Stop()
 	}

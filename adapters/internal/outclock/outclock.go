@@ -5,10 +5,11 @@ package outclock
 
 import (
 	"context"
+	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sundial-go/sundial/internal/lazytimer"
 	"github.com/sundial-go/sundial/pipeline"
 )
 
@@ -32,77 +33,125 @@ var (
 // resilience/stream does for a served one. While no send is blocked, the
 // timer sleeps until the idle clock: a send that starts brings it forward.
 type Clocks struct {
-	idle, stall int64 // nanoseconds; 0: off
+	idle, stall time.Duration
+	base        time.Time
 	cancel      context.CancelCauseFunc
 
 	last      atomic.Int64 // when a message was last sent or received (since base)
 	sendSince atomic.Int64 // 1 + when the blocked send started; 0: none
 
-	timer lazytimer.Timer
+	mu      sync.Mutex
+	timer   *time.Timer  // nil until a clock needs it
+	armed   atomic.Int64 // when the timer fires (since base); math.MaxInt64: not armed
+	stopped bool
 }
 
 // Start starts the clocks; they end the stream with cancel, whose cause
 // is ErrIdle or ErrStall. idle is the longest time without a message sent
 // or received, stall the longest one send may block; 0 turns one off.
 func Start(idle, stall time.Duration, cancel context.CancelCauseFunc) *Clocks {
-	k := &Clocks{idle: int64(max(idle, 0)), stall: int64(max(stall, 0)), cancel: cancel}
-	k.timer.Start(time.Now(), (*owner)(k), k.next())
+	k := &Clocks{idle: max(idle, 0), stall: max(stall, 0), base: time.Now(), cancel: cancel}
+	k.armed.Store(math.MaxInt64)
+	if at := k.next(); at != math.MaxInt64 {
+		k.mu.Lock()
+		k.armed.Store(at)
+		k.timer = time.AfterFunc(time.Duration(at), k.fire)
+		k.mu.Unlock()
+	}
 	return k
 }
 
-// next returns when the timer looks again (since base). Only a blocked
-// send has a stall to watch.
+func (k *Clocks) now() int64 { return int64(time.Since(k.base)) }
+
+// next returns when the timer looks again (since base; math.MaxInt64:
+// never). Only a blocked send has a stall to watch.
 func (k *Clocks) next() int64 {
-	at := int64(lazytimer.Never)
+	at := int64(math.MaxInt64)
 	if k.idle > 0 {
-		at = k.last.Load() + k.idle
+		at = k.last.Load() + int64(k.idle)
 	}
 	if since := k.sendSince.Load(); k.stall > 0 && since != 0 {
-		at = min(at, since-1+k.stall)
+		at = min(at, since-1+int64(k.stall))
 	}
 	return at
 }
 
-// owner is the timer's view of the clocks.
-type owner Clocks
-
-// Expire ends the stream when a clock ran out.
-func (o *owner) Expire(now int64) bool {
-	k := (*Clocks)(o)
-	if since := k.sendSince.Load(); k.stall > 0 && since != 0 && now >= since-1+k.stall {
-		k.cancel(ErrStall)
-		return true
+// arm arms the timer to fire at at, under mu.
+func (k *Clocks) arm(at, now int64) {
+	k.armed.Store(at)
+	d := time.Duration(max(at-now, 0))
+	if k.timer == nil {
+		k.timer = time.AfterFunc(d, k.fire)
+	} else {
+		k.timer.Reset(d)
 	}
-	if k.idle > 0 && now >= k.last.Load()+k.idle {
-		k.cancel(ErrIdle)
-		return true
-	}
-	return false
 }
 
-// Next returns when the timer looks again.
-func (o *owner) Next(int64) int64 { return (*Clocks)(o).next() }
+// fire ends the stream when a clock ran out, else looks again later.
+func (k *Clocks) fire() {
+	now := k.now()
+	if since := k.sendSince.Load(); k.stall > 0 && since != 0 && now >= since-1+int64(k.stall) {
+		k.cancel(ErrStall)
+		return
+	}
+	if k.idle > 0 && now >= k.last.Load()+int64(k.idle) {
+		k.cancel(ErrIdle)
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	// Before next reads sendSince: a send that starts meanwhile sees the
+	// timer unarmed, and wakes it.
+	k.armed.Store(math.MaxInt64)
+	if at := k.next(); !k.stopped && at != math.MaxInt64 {
+		k.arm(at, now)
+	}
+}
 
 // Stop stops the timer.
-func (k *Clocks) Stop() { k.timer.Stop() }
+func (k *Clocks) Stop() {
+	k.mu.Lock()
+	k.stopped = true
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+	k.mu.Unlock()
+}
 
 // Stopped reports whether Stop was called.
-func (k *Clocks) Stopped() bool { return k.timer.Stopped() }
+func (k *Clocks) Stopped() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.stopped
+}
 
 // Touch records a message sent or received: the idle clock starts again.
-func (k *Clocks) Touch() { k.last.Store(k.timer.Now()) }
+func (k *Clocks) Touch() { k.last.Store(k.now()) }
 
 // Sending marks a send under way (true) or done.
 func (k *Clocks) Sending(on bool) {
 	if on {
-		since := k.timer.Now() + 1
+		since := k.now() + 1
 		k.sendSince.Store(since)
 		if k.stall > 0 {
-			k.timer.Wake(since - 1 + k.stall)
+			k.wake(since - 1 + int64(k.stall))
 		}
 		return
 	}
 	k.sendSince.Store(0)
+}
+
+// wake makes the timer fire by at, the stall of a send that started.
+// It takes mu only when the timer sleeps past at.
+func (k *Clocks) wake(at int64) {
+	if k.armed.Load() <= at {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped && k.armed.Load() > at {
+		k.arm(at, k.now())
+	}
 }
 
 // Outcome returns the clock's outcome when a clock ended ctx, else err.

@@ -89,7 +89,7 @@ func TestIdleClocksSleep(t *testing.T) {
 				want = math.MaxInt64
 			}
 			for range 2 {
-				if at := k.timer.Armed(); at != want {
+				if at := k.armed.Load(); at != want {
 					t.Fatalf("idle %v: the timer fires at %v, want %v", idle, time.Duration(at), time.Duration(want))
 				}
 				time.Sleep(10 * time.Minute)
