@@ -157,7 +157,7 @@ func (r *connRaw) Abort(error) {
 // then cancels the context. failed waits for that cancel too.
 func (r *connRaw) failed(err error) error {
 	if (r.ctx.Err() != nil || connect.CodeOf(err) == connect.CodeCanceled) && !r.aborted.Load() {
-		<-r.caller.Done()
+		streamctx.AwaitEnd(r.caller)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -37,6 +38,14 @@ func TestResetWaitsForTheCallersEnd(t *testing.T) {
 		r = &connRaw{ctx: context.Background(), caller: context.Background()}
 		if err := r.failed(other); !errors.Is(err, other) {
 			t.Errorf("failed returned %v, want %v", err, other)
+		}
+
+		// A Canceled error whose caller never leaves holds the stream
+		// for a moment only.
+		start := time.Now()
+		r = &connRaw{ctx: context.Background(), caller: context.Background()}
+		if err := r.failed(reset); !errors.Is(err, reset) || time.Since(start) > time.Minute {
+			t.Errorf("failed returned %v after %v, want the reset within a minute", err, time.Since(start))
 		}
 	})
 }

@@ -189,7 +189,7 @@ func (r *httpRaw) Recv() (any, int, error) {
 // stream, which then cancels the context.
 func (r *httpRaw) awaitReset(err error) {
 	if r.h2 != nil && !r.ended.Load() && strings.HasPrefix(err.Error(), "stream error: ") {
-		<-r.h2.Done()
+		streamctx.AwaitEnd(r.h2)
 	}
 }
 

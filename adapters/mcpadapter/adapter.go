@@ -64,6 +64,8 @@ type Server struct {
 	logger  *slog.Logger
 	pending atomic.Int64 // tool calls in progress
 	posts   atomic.Int64 // HTTP POST requests in progress: their answers
+	owed    atomic.Int64 // answers stdio sessions owe (stdioAnswers)
+	stdio   sync.Map     // *mcp.ServerSession of ServeStdio -> *stdioAnswers
 	writers writers      // the HTTP requests' writers, for a stalled stream
 	closed  atomic.Bool
 	// capMu guards places and the count of sessions against MaxSessions.
@@ -94,7 +96,7 @@ func New(k *kernel.Kernel, o *Options) (*Server, error) {
 	}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: s.opts.Name, Version: s.opts.Version},
 		&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
-	s.srv.AddReceivingMiddleware(s.admitSession)
+	s.srv.AddReceivingMiddleware(s.admitSession, s.oweStdio)
 	b := schema.NewBuilder(openapi3.Schemas{})
 	for _, op := range ops {
 		t, err := s.newTool(b, op)
@@ -243,16 +245,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closed.Store(true)
 	var err error
 	// A call's answer is written after its handler returned: the POST
-	// that carried it ends once the answer is out. Closing the session
-	// before that would lose the answer.
-	if s.pending.Load() > 0 || s.posts.Load() > 0 {
+	// that carried it ends once the answer is out, and a stdio answer is
+	// paid once written. Closing the session before that would lose it.
+	if s.busy() {
 		t := time.NewTicker(shutdownPoll)
-		for (s.pending.Load() > 0 || s.posts.Load() > 0) && err == nil {
+		for s.busy() && err == nil {
 			select {
 			case <-t.C:
 			case <-ctx.Done():
-				err = fmt.Errorf("mcpadapter: %d tool calls still running, %d HTTP requests unanswered: %w",
-					s.pending.Load(), s.posts.Load(), ctx.Err())
+				err = fmt.Errorf("mcpadapter: %d tool calls still running, %d requests unanswered: %w",
+					s.pending.Load(), s.posts.Load()+s.owed.Load(), ctx.Err())
 			}
 		}
 		t.Stop()
@@ -263,6 +265,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs = append(errs, ss.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// busy reports whether a tool call runs or an answer is not written yet.
+func (s *Server) busy() bool {
+	return s.pending.Load() > 0 || s.posts.Load() > 0 || s.owed.Load() > 0
 }
 
 // logCall writes the access log record of one tool call.

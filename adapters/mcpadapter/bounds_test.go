@@ -167,10 +167,17 @@ func TestShutdownWaitsForCalls(t *testing.T) {
 }
 
 // TestShutdownWaitsForTheAnswer: Shutdown returns only once a call's
-// answer is written, not when its handler returns. Between the two, the
-// adapter logs the call (held here); a Shutdown that closed the session
-// then lost the answer ("request terminated without response").
+// answer is written, not when its handler returns, over Streamable HTTP
+// and over stdio. Between the two, the adapter logs the call (held here);
+// a Shutdown that closed the session then lost the answer ("request
+// terminated without response").
 func TestShutdownWaitsForTheAnswer(t *testing.T) {
+	for _, transport := range []string{"streamable HTTP", "stdio"} {
+		t.Run(transport, func(t *testing.T) { shutdownWaitsForTheAnswer(t, transport) })
+	}
+}
+
+func shutdownWaitsForTheAnswer(t *testing.T, transport string) {
 	p := newProbe()
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -182,6 +189,9 @@ func TestShutdownWaitsForTheAnswer(t *testing.T) {
 	}))
 	url, m := serve(t, k, nil)
 	cs := connectHTTP(t, url)
+	if transport == "stdio" {
+		cs = connectStdio(t, m)
+	}
 	res := make(chan answer, 1)
 	go func() {
 		res <- mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, mcp.Meta{"sundial/timeoutMs": 100})
@@ -372,4 +382,34 @@ type onRead struct {
 func (o *onRead) Read(p []byte) (int, error) {
 	o.first()
 	return o.ReadCloser.Read(p)
+}
+
+// TestStdioAnswersAreAllPaid: once a stdio session's requests are
+// answered, it owes nothing: a Shutdown whose context has ended already
+// returns no error. Requests, answers and notifications of any kind keep
+// the count even.
+func TestStdioAnswersAreAllPaid(t *testing.T) {
+	k := newKernel(t, newProbe(), nil)
+	_, m := serve(t, k, nil)
+	cs := connectStdio(t, m)
+	ctx := t.Context()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if a := mcpCall(ctx, t, cs, "orders.create", map[string]any{"name": "a", "amount": 1}, nil); a.rpcError {
+			t.Fatalf("the call got no answer of the operation: %+v", a)
+		}
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "no.such.tool"}); err == nil {
+		t.Fatal("a call of no tool: no error")
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.Shutdown(done); err != nil {
+		t.Fatalf("Shutdown after every answer was written: %v", err)
+	}
 }

@@ -3,13 +3,17 @@ package mcpadapter
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	sdkjson "github.com/segmentio/encoding/json"
 )
@@ -241,11 +245,105 @@ func (s *Server) sessions() int {
 // JSON-RPC, until the client closes in or ctx ends. A line over
 // MaxMessageBytes ends the session. An agent host launches a command that
 // calls it with the process's standard input and output.
+//
+// A request's answer counts as owed from the request's arrival until its
+// line is written: Shutdown waits for it, as for an HTTP request's.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	t := &mcp.IOTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{out}, MaxLineLength: s.opts.MaxMessageBytes}
-	return s.srv.Run(ctx, t)
+	a := &stdioAnswers{s: s}
+	defer a.settle()
+	t := &mcp.IOTransport{Reader: io.NopCloser(in), Writer: answerWriter{out, a}, MaxLineLength: s.opts.MaxMessageBytes}
+	ss, err := s.srv.Connect(ctx, t, nil)
+	if err != nil {
+		return err
+	}
+	s.stdio.Store(ss, a)
+	defer s.stdio.Delete(ss)
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		_ = ss.Close()
+		<-ended
+		return ctx.Err()
+	case err := <-ended:
+		return err
+	}
 }
 
-type nopWriteCloser struct{ io.Writer }
+// stdioAnswers counts the answers one stdio session owes.
+type stdioAnswers struct {
+	s    *Server
+	owed atomic.Int64
+}
 
-func (nopWriteCloser) Close() error { return nil }
+// owe records a request that awaits its answer.
+func (a *stdioAnswers) owe() {
+	a.owed.Add(1)
+	a.s.owed.Add(1)
+}
+
+// paid records n answers written. A count never drops below zero.
+func (a *stdioAnswers) paid(n int64) {
+	for n > 0 {
+		o := a.owed.Load()
+		d := min(o, n)
+		if d == 0 {
+			return
+		}
+		if a.owed.CompareAndSwap(o, o-d) {
+			a.s.owed.Add(-d)
+			return
+		}
+	}
+}
+
+// settle forgets the answers of a session that ended: none will be
+// written.
+func (a *stdioAnswers) settle() { a.s.owed.Add(-a.owed.Swap(0)) }
+
+// answerWriter is a stdio session's output. The SDK writes one message,
+// or one batch, per Write: each answer in it is paid once written.
+type answerWriter struct {
+	w io.Writer
+	a *stdioAnswers
+}
+
+func (w answerWriter) Write(b []byte) (int, error) {
+	n, err := w.w.Write(b)
+	w.a.paid(answers(b))
+	return n, err
+}
+
+func (answerWriter) Close() error { return nil }
+
+// answers returns the number of JSON-RPC responses in one line the SDK
+// wrote: a message or a batch.
+func answers(line []byte) int64 {
+	line = bytes.TrimSpace(line)
+	msgs := []json.RawMessage{line}
+	if len(line) > 0 && line[0] == '[' && json.Unmarshal(line, &msgs) != nil {
+		return 0
+	}
+	var n int64
+	for _, m := range msgs {
+		if msg, err := jsonrpc.DecodeMessage(m); err == nil {
+			if _, ok := msg.(*jsonrpc.Response); ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// oweStdio is the middleware by which a stdio session's request owes its
+// answer. A notification is answered by nothing.
+func (s *Server) oweStdio(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if !strings.HasPrefix(method, "notifications/") {
+			if a, ok := s.stdio.Load(req.GetSession()); ok {
+				a.(*stdioAnswers).owe()
+			}
+		}
+		return next(ctx, method, req)
+	}
+}

@@ -342,33 +342,37 @@ func (c *sharedSlots) remove(member string) {
 func (c *sharedSlots) tombstone(member string) string { return c.key + ":x:" + member }
 
 // cancel gives up lease member, whose acquire failed on the client, in the
-// background. Each try is bounded by StoreTimeout. A failed try is made
-// again, at growing intervals of at most RetryInterval. It stops once the
-// lease would have lapsed by itself, or at Close. Until the give-up lands,
-// a lease the script took holds a slot nobody uses.
+// background. Until the give-up lands, a lease the script took holds a
+// slot nobody uses. Each try is bounded by StoreTimeout (retryUntil).
 func (c *sharedSlots) cancel(member string, lease time.Duration) {
 	s := c.st.s
 	end := time.Now().Add(lease)
 	s.spawn(func() {
 		defer c.kickHead()
-		wait := c.st.timeout()
-		for {
+		timeout := c.st.timeout()
+		retryUntil(s.stop, end, timeout, max(s.cfg.RetryInterval, timeout), func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), c.st.timeout())
-			err := cancelScript.Run(ctx, s.rdb, []string{c.key, c.tombstone(member)}, member, max(lease.Milliseconds(), 1)).Err()
-			cancel()
-			if err == nil || !time.Now().Add(wait).Before(end) {
-				return
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-s.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			wait = min(2*wait, max(s.cfg.RetryInterval, c.st.timeout()))
-		}
+			defer cancel()
+			return cancelScript.Run(ctx, s.rdb, []string{c.key, c.tombstone(member)}, member,
+				max(lease.Milliseconds(), 1)).Err()
+		})
 	})
+}
+
+// retryUntil calls try until it succeeds. A failed try is made again after
+// wait, which doubles up to most. It gives up when the next try would
+// start at or after end, and at once when stop closes.
+func retryUntil(stop <-chan struct{}, end time.Time, wait, most time.Duration, try func() error) {
+	for try() != nil && time.Now().Add(wait).Before(end) {
+		t := time.NewTimer(wait)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, most)
+	}
 }
 
 // renew lengthens the leases of this process's calls that still run to

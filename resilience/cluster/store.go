@@ -539,12 +539,51 @@ func NewClient(o *redis.Options) *redis.Client {
 // NewClusterClient is [NewClient] for a Redis Cluster, with the same
 // settings. A MOVED or ASK redirect (a slot moved, a replica promoted) is
 // followed within the call's context. It is followed at most MaxRedirects
-// times (go-redis's default, 3).
+// times (go-redis's default, 3). go-redis's own work runs without the
+// caller's deadline: the slot map's reload and the command table's lookup.
+// Each of its commands is bounded by one second, not the minute-long read
+// timeout. So a hung node holds up neither for long.
 func NewClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {
 	c := *o
 	limitSettings(&c.ContextTimeoutEnabled, &c.MaxRetries,
 		[]*time.Duration{&c.DialTimeout, &c.PoolTimeout}, &c.ReadTimeout, &c.WriteTimeout)
-	return redis.NewClusterClient(&c)
+	cc := redis.NewClusterClient(&c)
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(ownWorkBound{}) })
+	return cc
+}
+
+// ownWorkTimeout bounds each command of go-redis's own work on a cluster
+// node. A call's store commands carry the call's StoreTimeout instead.
+const ownWorkTimeout = time.Second
+
+// ownWorkBound is the hook that bounds go-redis's own work on a cluster
+// node. That work is a command without a deadline (the slot map's reload)
+// or the command table's lookup (COMMAND, under go-redis's own 5 s).
+type ownWorkBound struct{}
+
+func (ownWorkBound) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (ownWorkBound) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		_, has := ctx.Deadline()
+		if has && !(cmd.Name() == "command" && len(cmd.Args()) == 1) {
+			return next(ctx, cmd)
+		}
+		ctx, cancel := context.WithTimeout(ctx, ownWorkTimeout)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (ownWorkBound) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if _, has := ctx.Deadline(); has {
+			return next(ctx, cmds)
+		}
+		ctx, cancel := context.WithTimeout(ctx, ownWorkTimeout)
+		defer cancel()
+		return next(ctx, cmds)
+	}
 }
 
 // maxStoreTimeout is the largest StoreTimeout a policy may set.

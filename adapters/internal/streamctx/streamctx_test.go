@@ -48,3 +48,26 @@ func TestFollow(t *testing.T) {
 		}
 	})
 }
+
+// TestAwaitEnd: AwaitEnd returns as the context ends, and after
+// resetGrace when it does not end: an error that only looks like a
+// reset holds nothing for long.
+func TestAwaitEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
+		go func() {
+			time.Sleep(time.Millisecond)
+			cancel()
+		}()
+		AwaitEnd(ctx)
+		if d := time.Since(start); d != time.Millisecond {
+			t.Fatalf("returned after %v, want 1ms, as the context ended", d)
+		}
+		start = time.Now()
+		AwaitEnd(context.Background())
+		if d := time.Since(start); d != resetGrace {
+			t.Fatalf("returned after %v for a context that never ends, want %v", d, resetGrace)
+		}
+	})
+}
