@@ -1036,7 +1036,7 @@ var attackConfig = fmt.Sprintf(`{"Sundial":{"Kernel":{"Resilience":{"PermitLimit
 // attackedShop is the shop process under attack.
 type attackedShop struct {
 	url, grpcAddr string
-	pprof         string // the CPU profile's server (profileEnv)
+	harness       string // the test's listener in the shop (harnessEnv)
 	pid           int
 	pinned        bool
 	// Lines of its log (stderr), by kind.
@@ -1055,7 +1055,7 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		args = append([]string{"taskset", "-c", "0"}, args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = childEnv()
+	cmd.Env = childEnv(harnessEnv + "=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -1087,6 +1087,7 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		exited <- cmd.Wait()
 	}()
 	t.Cleanup(func() {
+		harnessClient.CloseIdleConnections()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -1100,7 +1101,7 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		}
 	})
 	sc := bufio.NewScanner(stdout)
-	for s.url == "" || s.grpcAddr == "" {
+	for s.url == "" || s.grpcAddr == "" || s.harness == "" {
 		if !sc.Scan() {
 			t.Fatalf("the shop printed no addresses: %v", sc.Err())
 		}
@@ -1110,8 +1111,8 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		if a, ok := strings.CutPrefix(sc.Text(), "shop: serving gRPC on "); ok {
 			s.grpcAddr = a
 		}
-		if a, ok := strings.CutPrefix(sc.Text(), pprofLine); ok {
-			s.pprof = a
+		if a, ok := strings.CutPrefix(sc.Text(), harnessLine); ok {
+			s.harness = a
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
@@ -1135,14 +1136,44 @@ func (s *attackedShop) cpu() time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-// goroutines returns go_goroutines from the shop's /metrics (-1: unread).
+// syscalls returns the read and write system calls the shop has made so
+// far (/proc/PID/io): a count, where CPU time is noisy on a shared host.
+func (s *attackedShop) syscalls() (reads, writes int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", s.pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
+}
+
+// goroutines returns the shop's goroutines, as go_goroutines would (-1:
+// unread).
 func (s *attackedShop) goroutines() int {
-	n, err := strconv.Atoi(metricValue(s.url, "go_goroutines"))
+	resp, err := harnessClient.Get(s.harness + "/goroutines")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	n, err := strconv.Atoi(string(b))
 	if err != nil {
 		return -1
 	}
 	return n
 }
+
+// harnessClient keeps its connections to the shop's harness listener.
+var harnessClient = &http.Client{Transport: &http.Transport{}}
 
 // healthy reads the order at healthyRate for d, each request on the
 // schedule whatever the others do, and returns the latencies and the
@@ -1189,16 +1220,21 @@ func healthy(url string, d time.Duration) (lat []time.Duration, failed []string)
 const healthyEnv = "SHOP_STRESS_HEALTHY"
 
 // profileEnv names a directory: TestStressAttacks then saves a CPU
-// profile of the shop under each attack there (PHASE.pprof). The shop
-// serves it on a listener of the test's, printed as pprofLine.
+// profile of the shop under each attack there (PHASE.pprof).
+const profileEnv = "STRESS_PROFILE"
+
+// harnessEnv makes the attacked shop serve the test on a listener of its
+// own, printed as harnessLine: its goroutines, and its CPU profile. A
+// scrape of /metrics instead costs the shop milliseconds of CPU, beside
+// the healthy calls.
 const (
-	profileEnv = "STRESS_PROFILE"
-	pprofLine  = "shop: pprof on "
+	harnessEnv  = "SHOP_STRESS_HARNESS"
+	harnessLine = "shop: harness on "
 )
 
 func init() {
-	if os.Getenv(runMainEnv) == "1" && os.Getenv(profileEnv) != "" {
-		servePprof()
+	if os.Getenv(runMainEnv) == "1" && os.Getenv(harnessEnv) != "" {
+		serveHarness()
 	}
 	v := os.Getenv(healthyEnv)
 	if v == "" {
@@ -1216,9 +1252,9 @@ func init() {
 	os.Exit(0)
 }
 
-// servePprof serves the process's CPU profile on a listener of its own,
-// and prints its address first.
-func servePprof() {
+// serveHarness serves the process's goroutine count and CPU profile on a
+// listener of its own, and prints its address first.
+func serveHarness() {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -1226,20 +1262,23 @@ func servePprof() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
-	fmt.Println(pprofLine + "http://" + ln.Addr().String())
+	mux.HandleFunc("/goroutines", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, runtime.NumGoroutine())
+	})
+	fmt.Println(harnessLine + "http://" + ln.Addr().String())
 	go func() { _ = http.Serve(ln, mux) }()
 }
 
 // profile saves the shop's CPU profile over d as name in dir; it returns
 // at once when there is no dir.
 func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) (wait func()) {
-	if dir == "" || s.pprof == "" {
+	if dir == "" {
 		return func() {}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.pprof, int(d.Seconds())))
+		resp, err := harnessClient.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.harness, int(d.Seconds())))
 		if err != nil {
 			t.Logf("profile %s: %v", name, err)
 			return
@@ -1508,6 +1547,7 @@ type attackPhase struct {
 	alone, under           []time.Duration
 	failed                 []string
 	cpuAlone, cpu          time.Duration // the shop's, while the healthy client measured
+	reads, writes          int64         // the shop's system calls while attacked
 	grpcCalls, canceled    int64         // gRPC log records while attacked
 	guardClosed, lines     int64
 	goroutinesBefore, peak int
@@ -1705,11 +1745,14 @@ func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir strin
 	time.Sleep(attackWarmUp)
 	profiled := s.profile(t, profDir, fmt.Sprintf("%s-r%d", p.key, p.round), attackMeasure)
 	cpu0 = s.cpu()
+	reads0, writes0 := s.syscalls()
 	calls0, canceled0, closed0, lines0 := s.grpcCalls.Load(), s.grpcCanceled.Load(), s.guardClosed.Load(), s.lines.Load()
 	var failed []string
 	p.under, failed = healthyProcess(t, s.url, attackMeasure, pinned)
 	p.failed = append(p.failed, failed...)
 	p.cpu = s.cpu() - cpu0
+	reads1, writes1 := s.syscalls()
+	p.reads, p.writes = reads1-reads0, writes1-writes0
 	p.grpcCalls, p.canceled = s.grpcCalls.Load()-calls0, s.grpcCanceled.Load()-canceled0
 	p.guardClosed, p.lines = s.guardClosed.Load()-closed0, s.lines.Load()-lines0
 	profiled()
@@ -1764,14 +1807,14 @@ func attackTable(phases []*attackPhase, rounds int, pinned bool) string {
 		healthyRate, attackMeasure, attackMeasure, rounds, where, runtime.NumCPU(), loadAverage())
 	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
-	fmt.Fprintln(tw, "attack\tround\tp50 alone\tp99 alone\tp50 under\tp99 under\tp99 ratio\tfailed\tshop CPU alone\tshop CPU under\tgRPC log lines\tguard GOAWAYs\tgoroutines before/peak/after\tback after\t")
+	fmt.Fprintln(tw, "attack\tround\tp50 alone\tp99 alone\tp50 under\tp99 under\tp99 ratio\tfailed\tshop CPU alone\tshop CPU under\treads/writes under\tlog lines under\tgRPC log lines\tguard GOAWAYs\tgoroutines before/peak/after\tback after\t")
 	var pooled []time.Duration
 	for _, p := range phases {
 		pooled = append(pooled, p.alone...)
-		fmt.Fprintf(tw, "%s\t%d\t%s ms\t%s ms\t%s ms\t%s ms\t%.2fx\t%d\t%.2f s\t%.2f s\t%d calls + %d summaries\t%d\t%d/%d/%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s ms\t%s ms\t%s ms\t%s ms\t%.2fx\t%d\t%.2f s\t%.2f s\t%d/%d\t%d\t%d calls + %d summaries\t%d\t%d/%d/%d\t%s\t\n",
 			p.name, p.round, ms(percentile(p.alone, 0.5)), ms(percentile(p.alone, 0.99)), ms(percentile(p.under, 0.5)),
 			ms(percentile(p.under, 0.99)), p.ratio(), len(p.failed), p.cpuAlone.Seconds(), p.cpu.Seconds(),
-			p.grpcCalls, p.canceled, p.guardClosed, p.goroutinesBefore, p.peak, p.goroutinesAfter, recoveryIn(p.recovered))
+			p.reads, p.writes, p.lines, p.grpcCalls, p.canceled, p.guardClosed, p.goroutinesBefore, p.peak, p.goroutinesAfter, recoveryIn(p.recovered))
 	}
 	tw.Flush()
 	pooled99 := percentile(pooled, 0.99)

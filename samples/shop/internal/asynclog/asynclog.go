@@ -33,6 +33,7 @@ type Option func(*config)
 type config struct {
 	queue    int
 	interval time.Duration
+	flush    func() error
 }
 
 // WithQueue sets how many records may wait for the writer goroutine
@@ -57,6 +58,14 @@ func WithReportInterval(d time.Duration) Option {
 	}
 }
 
+// WithFlush sets f, which the writer goroutine calls once its queue is
+// empty after it wrote records, and before it stops. A wrapped handler that
+// writes into a [Batch] then writes a burst of records at once, and every
+// record as soon as no other waits.
+func WithFlush(f func() error) Option {
+	return func(c *config) { c.flush = f }
+}
+
 // Handler is a [slog.Handler] that writes records through another handler
 // on a background goroutine and never blocks the caller. See the package
 // documentation. Its methods are safe for concurrent use.
@@ -78,6 +87,8 @@ type item struct {
 type core struct {
 	root     slog.Handler
 	interval time.Duration
+	flush    func() error // nil: none
+	pending  uint64       // records handled since the last flush (the writer goroutine's)
 
 	mu     sync.RWMutex // Handle holds it shared while it sends; Close exclusively while it closes queue
 	closed bool
@@ -99,6 +110,7 @@ func New(h slog.Handler, opts ...Option) *Handler {
 	c := &core{
 		root:     h,
 		interval: cfg.interval,
+		flush:    cfg.flush,
 		queue:    make(chan item, cfg.queue),
 		done:     make(chan struct{}),
 	}
@@ -210,6 +222,7 @@ func (c *core) run() {
 		r := slog.NewRecord(time.Now(), slog.LevelWarn, fmt.Sprintf("asynclog: dropped %d records", n), 0)
 		r.AddAttrs(slog.Uint64("dropped", n))
 		_ = c.root.Handle(ctx, r)
+		c.pending++
 	}
 	tick := time.NewTicker(c.interval)
 	defer tick.Stop()
@@ -218,6 +231,7 @@ func (c *core) run() {
 		case it, ok := <-c.queue:
 			if !ok {
 				report(true)
+				c.flushPending()
 				return
 			}
 			if c.abandon.Load() {
@@ -225,11 +239,31 @@ func (c *core) run() {
 				continue
 			}
 			_ = it.h.Handle(it.ctx, it.r)
+			c.pending++
 			report(false)
+			if len(c.queue) == 0 {
+				c.flushPending()
+			}
 		case <-tick.C:
 			// A drop counted just after the queue drained is reported
 			// here rather than with the next record.
 			report(true)
+			c.flushPending()
 		}
 	}
+}
+
+// flushPending calls the flush function, if there is one and records were
+// handled since it last ran. After a Close whose context ended, the records
+// not yet flushed are dropped and counted instead.
+func (c *core) flushPending() {
+	if c.flush == nil || c.pending == 0 {
+		return
+	}
+	if c.abandon.Load() {
+		c.dropped.Add(c.pending)
+	} else {
+		_ = c.flush()
+	}
+	c.pending = 0
 }
