@@ -785,7 +785,9 @@ func (c *guardedConn) arrivedLocked(id uint32) {
 		return
 	}
 	delete(c.await, id)
-	delete(c.msgs, id)
+	if len(c.msgs) > 0 {
+		delete(c.msgs, id)
+	}
 	if counted {
 		c.g.uncount(1)
 	}

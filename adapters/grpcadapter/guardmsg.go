@@ -52,19 +52,18 @@ type dataFrame struct {
 	data   int  // the frame's data bytes still to read, padding excepted
 }
 
-// clientData follows the header of a DATA frame of stream id. A stream
-// that awaits its message has its payload read (dataPayload). One the
+// clientData follows the header of a DATA frame of stream id. Its
+// payload is read (dataPayload) if the stream awaits its message. One the
 // client ends awaits nothing more.
 func (c *guardedConn) clientData(flags byte, id uint32) {
 	c.data = dataFrame{}
-	c.mu.Lock()
-	_, ok := c.await[id]
-	if ok && flags&flagEndStream != 0 {
+	if flags&flagEndStream != 0 {
+		c.mu.Lock()
 		c.arrivedLocked(id)
-		ok = false
+		c.mu.Unlock()
+		return
 	}
-	c.mu.Unlock()
-	if ok && c.in.left > 0 {
+	if c.in.left > 0 {
 		c.data = dataFrame{id: id, padLen: flags&flagPadded != 0, data: int(c.in.left)}
 		c.in.block = true
 	}
@@ -99,10 +98,13 @@ func (c *guardedConn) dataPayload(p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.await[d.id]; !ok {
-		d.id = 0 // ended meanwhile (the server answered it)
+		d.id = 0 // not awaiting: a caller's stream, or one that ended
 		return
 	}
-	m := c.msgs[d.id]
+	var m msgProgress
+	if len(c.msgs) > 0 {
+		m = c.msgs[d.id]
+	}
 	if m.read(p) {
 		c.arrivedLocked(d.id)
 		d.id = 0

@@ -34,6 +34,7 @@ type config struct {
 	queue    int
 	interval time.Duration
 	flush    func() error
+	wait     time.Duration
 }
 
 // WithQueue sets how many records may wait for the writer goroutine
@@ -59,11 +60,12 @@ func WithReportInterval(d time.Duration) Option {
 }
 
 // WithFlush sets f, which the writer goroutine calls once its queue is
-// empty after it wrote records, and before it stops. A wrapped handler that
-// writes into a [Batch] then writes a burst of records at once, and every
-// record as soon as no other waits.
-func WithFlush(f func() error) Option {
-	return func(c *config) { c.flush = f }
+// empty after it wrote records, at most once every wait, and before it
+// stops. A wrapped handler that writes into a [Batch] then writes the
+// records of a burst at once. A record after a quiet wait goes out at
+// once; one soon after the last flush waits for the rest of wait.
+func WithFlush(f func() error, wait time.Duration) Option {
+	return func(c *config) { c.flush, c.wait = f, wait }
 }
 
 // Handler is a [slog.Handler] that writes records through another handler
@@ -88,7 +90,13 @@ type core struct {
 	root     slog.Handler
 	interval time.Duration
 	flush    func() error // nil: none
-	pending  uint64       // records handled since the last flush (the writer goroutine's)
+	wait     time.Duration
+	// The writer goroutine's: records handled since the last flush, when
+	// it ended, and the timer of the next.
+	pending  uint64
+	flushed  time.Time
+	flushT   *time.Timer
+	flushDue bool
 
 	mu     sync.RWMutex // Handle holds it shared while it sends; Close exclusively while it closes queue
 	closed bool
@@ -111,6 +119,7 @@ func New(h slog.Handler, opts ...Option) *Handler {
 		root:     h,
 		interval: cfg.interval,
 		flush:    cfg.flush,
+		wait:     cfg.wait,
 		queue:    make(chan item, cfg.queue),
 		done:     make(chan struct{}),
 	}
@@ -226,6 +235,9 @@ func (c *core) run() {
 	}
 	tick := time.NewTicker(c.interval)
 	defer tick.Stop()
+	c.flushT = time.NewTimer(time.Hour)
+	c.flushT.Stop()
+	defer c.flushT.Stop()
 	for {
 		select {
 		case it, ok := <-c.queue:
@@ -242,15 +254,31 @@ func (c *core) run() {
 			c.pending++
 			report(false)
 			if len(c.queue) == 0 {
-				c.flushPending()
+				c.flushSoon()
 			}
 		case <-tick.C:
 			// A drop counted just after the queue drained is reported
 			// here rather than with the next record.
 			report(true)
+			c.flushSoon()
+		case <-c.flushT.C:
+			c.flushDue = false
 			c.flushPending()
 		}
 	}
+}
+
+// flushSoon flushes now if the last flush is wait ago, else once it is.
+func (c *core) flushSoon() {
+	if c.flush == nil || c.pending == 0 || c.flushDue {
+		return
+	}
+	if d := c.wait - time.Since(c.flushed); d > 0 {
+		c.flushT.Reset(d)
+		c.flushDue = true
+		return
+	}
+	c.flushPending()
 }
 
 // flushPending calls the flush function, if there is one and records were
@@ -265,5 +293,5 @@ func (c *core) flushPending() {
 	} else {
 		_ = c.flush()
 	}
-	c.pending = 0
+	c.pending, c.flushed = 0, time.Now()
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sundial-go/sundial/samples/shop/internal/asynclog"
 )
@@ -37,7 +38,7 @@ func TestBurstIsWrittenAtOnce(t *testing.T) {
 	w := newBlockingWriter()
 	cw := &countingWriter{w: w}
 	b := asynclog.NewBatch(cw, 64<<10)
-	h := asynclog.New(slog.NewJSONHandler(b, nil), asynclog.WithFlush(b.Flush))
+	h := asynclog.New(slog.NewJSONHandler(b, nil), asynclog.WithFlush(b.Flush, 0))
 	l := slog.New(h)
 	blockWriter(t, l, w) // the first record, alone, in a Write that waits
 	const burst = 100
@@ -60,19 +61,67 @@ func TestBurstIsWrittenAtOnce(t *testing.T) {
 	}
 }
 
-// A record alone is written as soon as the writer goroutine has handled
-// it: nothing waits for a later record or for Close.
+// A record after a quiet spell is written as soon as the writer goroutine
+// has handled it. One soon after waits for the rest of the flush's wait,
+// not for a later record or for Close.
 func TestLoneRecordIsWrittenAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf syncBuffer
 		b := asynclog.NewBatch(&buf, 64<<10)
-		h := asynclog.New(slog.NewJSONHandler(b, nil), asynclog.WithFlush(b.Flush))
-		slog.New(h).Info("alone")
+		const wait = 10 * time.Millisecond
+		h := asynclog.New(slog.NewJSONHandler(b, nil), asynclog.WithFlush(b.Flush, wait))
+		defer closeNow(t, h)
+		l := slog.New(h)
+		l.Info("alone")
 		synctest.Wait()
 		if lines := buf.lines(t); len(lines) != 1 || lines[0]["msg"] != "alone" {
 			t.Fatalf("wrote %v before Close, want the record", lines)
 		}
-		closeNow(t, h)
+		time.Sleep(wait / 2)
+		l.Info("soon")
+		synctest.Wait()
+		if n := len(buf.lines(t)); n != 1 {
+			t.Fatalf("%d lines %v after the last flush, want 1: the next waits", n, wait/2)
+		}
+		time.Sleep(wait / 2)
+		synctest.Wait()
+		if lines := buf.lines(t); len(lines) != 2 || lines[1]["msg"] != "soon" {
+			t.Fatalf("wrote %v once the wait passed, want both records", lines)
+		}
+	})
+}
+
+// Records a millisecond apart, each alone in the queue, reach the
+// destination in one Write per wait, not one each.
+func TestTrickleIsWrittenOncePerWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf syncBuffer
+		cw := &countingWriter{w: &buf}
+		b := asynclog.NewBatch(cw, 64<<10)
+		const wait = 10 * time.Millisecond
+		h := asynclog.New(slog.NewJSONHandler(b, nil), asynclog.WithFlush(b.Flush, wait))
+		defer closeNow(t, h)
+		l := slog.New(h)
+		const records = 100
+		for i := range records {
+			l.Info("n", "i", i)
+			synctest.Wait() // the writer has handled it: the queue is empty
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(wait)
+		synctest.Wait()
+		if n, most := cw.count(), records*time.Millisecond/wait+1; n > int(most) {
+			t.Fatalf("%d records a millisecond apart in %d writes, want at most %d", records, n, most)
+		}
+		lines := buf.lines(t)
+		if len(lines) != records {
+			t.Fatalf("wrote %d lines, want %d", len(lines), records)
+		}
+		for k, m := range lines {
+			if m["i"] != float64(k) {
+				t.Fatalf("line %d = %v, want i=%d", k, m, k)
+			}
+		}
 	})
 }
 
