@@ -66,9 +66,9 @@ const (
 	stallRate  = 1.0
 )
 
-// A connection holds at most awaitFree streams whose request message has
-// not begun to arrive. Past them, each new stream waits for the guard's
-// pacer: pacedBurst at once, pacedRate a second after, shared by the
+// A connection holds at most awaitFree streams whose request message is
+// not complete (guardmsg.go). Past them, each new stream waits for the
+// guard's pacer: pacedBurst at once, pacedRate a second after, shared by the
 // listener's connections. A client's stub sends each call's message right
 // after its headers, so its streams wait only while it stalls them. A
 // flood of stalled calls is then admitted at a steady pace, not by the
@@ -210,6 +210,7 @@ func (g *guard) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 		in:     frameScanner{skip: len(clientPreface), body: true},
 		open:   make(map[uint32]struct{}),
 		await:  make(map[uint32]bool),
+		msgs:   make(map[uint32]msgProgress),
 		wake:   make(chan struct{}),
 		poke:   make(chan struct{}, 1),
 		resets: bucket{tokens: g.resetBurst, burst: g.resetBurst, rate: g.resetRate},
@@ -296,9 +297,11 @@ type frameScanner struct {
 	n    int    // header bytes gathered
 	left uint32 // payload bytes of the current frame still to pass
 	// body: the scan passes the payload of header block frames
-	// (HEADERS, CONTINUATION) to its payload function.
+	// (HEADERS, CONTINUATION) to its payload function. The frame
+	// function may set block for the payload of another frame.
 	body  bool
 	block bool // the current frame's payload goes to the payload function
+	typ   byte // the current frame's type
 }
 
 // atBoundary reports whether the bytes so far end a frame.
@@ -338,6 +341,7 @@ func (s *frameScanner) scan(p []byte, f func(typ, flags byte, id uint32) bool, p
 			s.left = uint32(s.hdr[0])<<16 | uint32(s.hdr[1])<<8 | uint32(s.hdr[2])
 			id := binary.BigEndian.Uint32(s.hdr[5:]) & (1<<31 - 1)
 			typ := s.hdr[3]
+			s.typ = typ
 			s.block = s.body && (typ == frameHeaders || typ == frameContinuation)
 			ok := f(typ, s.hdr[4], id)
 			if s.block && s.left == 0 {
@@ -382,9 +386,12 @@ type guardedConn struct {
 
 	mu   sync.Mutex // guards open, await, maxStream and stalls
 	open map[uint32]struct{}
-	// The open streams whose message has not begun; true for those passed
-	// to grpc-go, which the listener counts (guard.waiting).
-	await     map[uint32]bool
+	// The open streams whose message is not complete; true for those
+	// passed to grpc-go, which the listener counts (guard.waiting).
+	await map[uint32]bool
+	// The streams of await whose message has begun: how much of it came.
+	msgs      map[uint32]msgProgress
+	data      dataFrame // the DATA frame being read
 	maxStream uint32
 	passed    uint32 // the highest stream passed to grpc-go: not held back
 	stalls    bucket
@@ -454,7 +461,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	} else {
 		n, err = c.Conn.Read(p)
 	}
-	cut, end, ok := c.in.scan(p[:n], c.clientFrame, c.blockPayload)
+	cut, end, ok := c.in.scan(p[:n], c.clientFrame, c.payload)
 	if c.heldGone {
 		// grpc-go has the held stream's frame header only: it never
 		// starts the stream, which the GOAWAY leaves out.
@@ -560,9 +567,7 @@ func (c *guardedConn) clientFrame(typ, flags byte, id uint32) bool {
 	case frameContinuation:
 		c.blk.next(flags, c.in.left)
 	case frameData:
-		c.mu.Lock()
-		c.arrivedLocked(id)
-		c.mu.Unlock()
+		c.clientData(flags, id)
 	case frameRSTStream:
 		c.mu.Lock()
 		_, early := c.open[id]
@@ -780,6 +785,9 @@ func (c *guardedConn) arrivedLocked(id uint32) {
 		return
 	}
 	delete(c.await, id)
+	if len(c.msgs) > 0 {
+		delete(c.msgs, id)
+	}
 	if counted {
 		c.g.uncount(1)
 	}

@@ -265,7 +265,7 @@ func TestCanceledCallsAreSampled(t *testing.T) {
 }
 
 // TestGuardPacesStreamsAwaitingTheirMessage: a connection opens awaitFree
-// streams whose message has not begun at once; the read of the next new
+// streams whose message has not come at once; the read of the next new
 // stream returns the bytes up to its frame header, and the read after it
 // waits for the pacer: pacedBurst of them at once, then one every
 // 1/pacedRate. A client whose streams carry their message is never held.

@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1035,6 +1036,7 @@ var attackConfig = fmt.Sprintf(`{"Sundial":{"Kernel":{"Resilience":{"PermitLimit
 // attackedShop is the shop process under attack.
 type attackedShop struct {
 	url, grpcAddr string
+	harness       string // the test's listener in the shop (harnessEnv)
 	pid           int
 	pinned        bool
 	// Lines of its log (stderr), by kind.
@@ -1053,7 +1055,7 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		args = append([]string{"taskset", "-c", "0"}, args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = childEnv()
+	cmd.Env = childEnv(harnessEnv + "=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -1085,6 +1087,7 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		exited <- cmd.Wait()
 	}()
 	t.Cleanup(func() {
+		harnessClient.CloseIdleConnections()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -1098,7 +1101,7 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		}
 	})
 	sc := bufio.NewScanner(stdout)
-	for s.url == "" || s.grpcAddr == "" {
+	for s.url == "" || s.grpcAddr == "" || s.harness == "" {
 		if !sc.Scan() {
 			t.Fatalf("the shop printed no addresses: %v", sc.Err())
 		}
@@ -1107,6 +1110,9 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 		}
 		if a, ok := strings.CutPrefix(sc.Text(), "shop: serving gRPC on "); ok {
 			s.grpcAddr = a
+		}
+		if a, ok := strings.CutPrefix(sc.Text(), harnessLine); ok {
+			s.harness = a
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
@@ -1130,14 +1136,44 @@ func (s *attackedShop) cpu() time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-// goroutines returns go_goroutines from the shop's /metrics (-1: unread).
+// syscalls returns the read and write system calls the shop has made so
+// far (/proc/PID/io): a count, where CPU time is noisy on a shared host.
+func (s *attackedShop) syscalls() (reads, writes int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", s.pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
+}
+
+// goroutines returns the shop's goroutines, as go_goroutines would (-1:
+// unread).
 func (s *attackedShop) goroutines() int {
-	n, err := strconv.Atoi(metricValue(s.url, "go_goroutines"))
+	resp, err := harnessClient.Get(s.harness + "/goroutines")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	n, err := strconv.Atoi(string(b))
 	if err != nil {
 		return -1
 	}
 	return n
 }
+
+// harnessClient keeps its connections to the shop's harness listener.
+var harnessClient = &http.Client{Transport: &http.Transport{}}
 
 // healthy reads the order at healthyRate for d, each request on the
 // schedule whatever the others do, and returns the latencies and the
@@ -1183,7 +1219,23 @@ func healthy(url string, d time.Duration) (lat []time.Duration, failed []string)
 // does not delay it.
 const healthyEnv = "SHOP_STRESS_HEALTHY"
 
+// profileEnv names a directory: TestStressAttacks then saves a CPU
+// profile of the shop under each attack there (PHASE.pprof).
+const profileEnv = "STRESS_PROFILE"
+
+// harnessEnv makes the attacked shop serve the test on a listener of its
+// own, printed as harnessLine: its goroutines, and its CPU profile. A
+// scrape of /metrics instead costs the shop milliseconds of CPU, beside
+// the healthy calls.
+const (
+	harnessEnv  = "SHOP_STRESS_HARNESS"
+	harnessLine = "shop: harness on "
+)
+
 func init() {
+	if os.Getenv(runMainEnv) == "1" && os.Getenv(harnessEnv) != "" {
+		serveHarness()
+	}
 	v := os.Getenv(healthyEnv)
 	if v == "" {
 		return
@@ -1198,6 +1250,49 @@ func init() {
 	r.Latencies, r.Failed = healthy(url, d)
 	_ = json.NewEncoder(os.Stdout).Encode(r)
 	os.Exit(0)
+}
+
+// serveHarness serves the process's goroutine count and CPU profile on a
+// listener of its own, and prints its address first.
+func serveHarness() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+	mux.HandleFunc("/goroutines", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, runtime.NumGoroutine())
+	})
+	fmt.Println(harnessLine + "http://" + ln.Addr().String())
+	go func() { _ = http.Serve(ln, mux) }()
+}
+
+// profile saves the shop's CPU profile over d as name in dir; it returns
+// at once when there is no dir.
+func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) (wait func()) {
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := harnessClient.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.harness, int(d.Seconds())))
+		if err != nil {
+			t.Logf("profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".pprof"), b, 0o644)
+		}
+		if err != nil {
+			t.Logf("profile %s: %v", name, err)
+		}
+	}()
+	return func() { <-done }
 }
 
 type healthyResult struct {
@@ -1232,8 +1327,9 @@ type attackStats struct {
 	reset                bool // the rapid reset
 	opened, ended, conns atomic.Int64
 	goAways              atomic.Int64
-	firstGoAway          atomic.Int64 // ns from the first connection's start to its GOAWAY; 0: none
-	streamsBefore        atomic.Int64 // resets the first connection sent before its GOAWAY
+	firstGoAway          atomic.Int64  // ns from the first connection's start to its GOAWAY; 0: none
+	streamsBefore        atomic.Int64  // resets the first connection sent before its GOAWAY
+	done                 chan struct{} // closed when the attacker has returned
 }
 
 // slowloris holds slowlorisConns HTTP connections that send a header a
@@ -1442,19 +1538,50 @@ func pinSelf(t *testing.T) (ok bool, undo func()) {
 	return true, func() { _ = exec.Command("taskset", "-a", "-p", "-c", all, pid).Run() }
 }
 
-// attackPhase is one row of TestStressAttacks' table.
+// attackPhase is one row of TestStressAttacks' table: an attack in one
+// round.
 type attackPhase struct {
 	name                   string
+	key                    string // the attack's short name: files, the summary
+	round                  int
 	alone, under           []time.Duration
 	failed                 []string
-	cpu                    float64 // the shop's, in cores, while the healthy client measured
-	grpcCalls, canceled    int64   // gRPC log records while attacked
+	cpuAlone, cpu          time.Duration // the shop's, while the healthy client measured
+	reads, writes          int64         // the shop's system calls while attacked
+	grpcCalls, canceled    int64         // gRPC log records while attacked
 	guardClosed, lines     int64
 	goroutinesBefore, peak int
 	goroutinesAfter        int
 	recovered              time.Duration // -1: not within attackRecover
 	stats                  []*attackStats
 	control                bool // no attack: the attackers' CPU busy alone
+}
+
+// ratio returns the phase's p99 under attack over its p99 alone.
+func (p *attackPhase) ratio() float64 {
+	return float64(percentile(p.under, 0.99)) / float64(percentile(p.alone, 0.99))
+}
+
+// stressRounds returns STRESS_ROUNDS: how many times each attack is
+// measured, alone then under, in turn (1 if unset).
+func stressRounds(t *testing.T) int {
+	v := os.Getenv("STRESS_ROUNDS")
+	if v == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("STRESS_ROUNDS=%q, want a positive number", v)
+	}
+	return n
+}
+
+// median returns the middle of x, the upper of the two middle values
+// when there is an even number: never below the lower half.
+func median(x []float64) float64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // spin keeps every CPU of the process busy until ctx ends, with no
@@ -1475,12 +1602,23 @@ func spin(ctx context.Context) {
 
 // TestStressAttacks measures a healthy client's latency beside each
 // attack and all of them at once, after a control that only keeps the
-// attackers' CPU busy (STRESS_ATTACKS=stall,reset: only the
-// attacks whose names hold one of the words, and not all at once): p99 under every attack at most twice its
-// p99 alone (measured just before), every healthy request answered 200,
-// and the shop's goroutines back to where they were within attackRecover.
-// The rapid reset's first connection gets GOAWAY within a second.
+// attackers' CPU busy. STRESS_ATTACKS=stall,reset runs only the attacks
+// whose names hold one of the words, and not all at once. STRESS_ROUNDS=N
+// measures each attack N times, alone then under it in turn.
+//
+// It asserts p99 under every attack at most twice its p99 alone (measured
+// just before; with rounds, the median of the rounds' ratios), every
+// healthy request answered 200, and the shop's goroutines back to where
+// they were within attackRecover. The rapid reset's first connection gets
+// GOAWAY within a second.
 func TestStressAttacks(t *testing.T) {
+	rounds := stressRounds(t)
+	profDir := os.Getenv(profileEnv)
+	if profDir != "" {
+		if err := os.MkdirAll(profDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pinned, undo := pinSelf(t)
 	defer undo()
 	s := startAttackedShop(t, pinned)
@@ -1494,22 +1632,22 @@ func TestStressAttacks(t *testing.T) {
 	healthyProcess(t, s.url, time.Second, pinned) // warm up
 
 	type attack struct {
-		name  string
-		run   func(ctx context.Context, st *attackStats)
-		reset bool // the rapid reset: its first connection gets GOAWAY within a second
+		name, key string
+		run       func(ctx context.Context, st *attackStats)
+		reset     bool // the rapid reset: its first connection gets GOAWAY within a second
 	}
 	// The control is no attack: the attackers' CPU busy with no traffic.
 	// It measures what load on that CPU alone does to the healthy tail.
-	control := attack{"control: the attackers' CPU busy, no traffic",
+	control := attack{"control: the attackers' CPU busy, no traffic", "control",
 		func(ctx context.Context, _ *attackStats) { spin(ctx) }, false}
 	one := []attack{
-		{fmt.Sprintf("%d slowloris connections", slowlorisConns),
+		{fmt.Sprintf("%d slowloris connections", slowlorisConns), "slowloris",
 			func(ctx context.Context, st *attackStats) { slowloris(ctx, s.url, st) }, false},
-		{fmt.Sprintf("gRPC stall flood (%d conns x %d streams)", stallFloodConns, grpcadapter.DefaultBounds().MaxConcurrentStreams),
+		{fmt.Sprintf("gRPC stall flood (%d conns x %d streams)", stallFloodConns, grpcadapter.DefaultBounds().MaxConcurrentStreams), "stall",
 			func(ctx context.Context, st *attackStats) { stallFloodAttack(ctx, s.grpcAddr, st) }, false},
-		{fmt.Sprintf("rapid reset (1 conn/s, up to %d streams each)", rapidResetStreams),
+		{fmt.Sprintf("rapid reset (1 conn/s, up to %d streams each)", rapidResetStreams), "reset",
 			func(ctx context.Context, st *attackStats) { rapidReset(ctx, s.grpcAddr, st) }, true},
-		{fmt.Sprintf("straggler flood (%d/s, ConcurrencyLimit %d)", stragglerRate, stragglerLimit),
+		{fmt.Sprintf("straggler flood (%d/s, ConcurrencyLimit %d)", stragglerRate, stragglerLimit), "straggler",
 			func(ctx context.Context, st *attackStats) { stragglerAttack(ctx, s.url, st) }, false},
 	}
 	attacks := [][]attack{}
@@ -1525,92 +1663,30 @@ func TestStressAttacks(t *testing.T) {
 
 	var phases []*attackPhase
 	for _, a := range attacks {
-		p := &attackPhase{name: a[0].name, control: a[0].name == control.name}
-		if len(a) > 1 {
-			p.name = "all at once"
-		}
-		phases = append(phases, p)
-		p.goroutinesBefore = s.goroutines()
-		var failedAlone []string
-		p.alone, failedAlone = healthyProcess(t, s.url, attackMeasure, pinned)
-		p.failed = append(p.failed, failedAlone...)
-
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for _, at := range a {
-			st := &attackStats{name: at.name, reset: at.reset}
-			p.stats = append(p.stats, st)
-			wg.Go(func() { at.run(ctx, st) })
-		}
-		peakDone := make(chan struct{})
-		go func() { // the shop's goroutines while attacked
-			defer close(peakDone)
-			for ctx.Err() == nil {
-				p.peak = max(p.peak, s.goroutines())
-				sleepCtx(ctx, 500*time.Millisecond)
+		for round := 1; round <= rounds; round++ {
+			p := &attackPhase{name: a[0].name, key: a[0].key, round: round, control: a[0].key == control.key}
+			if len(a) > 1 {
+				p.name, p.key = "all at once", "all"
 			}
-		}()
-		time.Sleep(attackWarmUp)
-		cpu0, at0 := s.cpu(), time.Now()
-		calls0, canceled0, closed0, lines0 := s.grpcCalls.Load(), s.grpcCanceled.Load(), s.guardClosed.Load(), s.lines.Load()
-		var failed []string
-		p.under, failed = healthyProcess(t, s.url, attackMeasure, pinned)
-		p.failed = append(p.failed, failed...)
-		p.cpu = float64(s.cpu()-cpu0) / float64(time.Since(at0))
-		p.grpcCalls, p.canceled = s.grpcCalls.Load()-calls0, s.grpcCanceled.Load()-canceled0
-		p.guardClosed, p.lines = s.guardClosed.Load()-closed0, s.lines.Load()-lines0
-		cancel()
-		wg.Wait()
-		<-peakDone
-
-		start := time.Now()
-		p.recovered = -1
-		for time.Since(start) < attackRecover {
-			if p.goroutinesAfter = s.goroutines(); p.goroutinesAfter >= 0 && p.goroutinesAfter <= p.goroutinesBefore+goroutineSlack {
-				p.recovered = time.Since(start)
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
+			phases = append(phases, p)
+			runAttackPhase(t, s, p, profDir, pinned, func(ctx context.Context) []*attackStats {
+				var sts []*attackStats
+				for _, at := range a {
+					st := &attackStats{name: at.name, reset: at.reset, done: make(chan struct{})}
+					sts = append(sts, st)
+					go func() {
+						defer close(st.done)
+						at.run(ctx, st)
+					}()
+				}
+				return sts
+			})
 		}
 	}
-
-	// The figures.
-	var tab bytes.Buffer
-	where := "the shop and the healthy client (a process of its own) pinned to CPU 0, the attackers to CPU 1 (taskset)"
-	if !pinned {
-		where = "the shop, the attackers and the healthy client sharing the CPUs (no taskset pinning)"
-	}
-	fmt.Fprintf(&tab, "healthy GET /orders/{id} at %d/s for %v alone, then %v beside each attack; %s; %d CPUs, load average %s\n",
-		healthyRate, attackMeasure, attackMeasure, where, runtime.NumCPU(), loadAverage())
-	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
-	fmt.Fprintln(tw, "attack\tp50 alone\tp99 alone\tp50 under\tp99 under\tp99 ratio\tfailed\tshop CPU\tgRPC log lines\tguard GOAWAYs\tgoroutines before/peak/after\tback after\t")
-	for _, p := range phases {
-		a99, u99 := percentile(p.alone, 0.99), percentile(p.under, 0.99)
-		fmt.Fprintf(tw, "%s\t%s ms\t%s ms\t%s ms\t%s ms\t%.2fx\t%d\t%.2f cores\t%d calls + %d summaries\t%d\t%d/%d/%d\t%s\t\n",
-			p.name, ms(percentile(p.alone, 0.5)), ms(a99), ms(percentile(p.under, 0.5)), ms(u99), float64(u99)/float64(a99),
-			len(p.failed), p.cpu, p.grpcCalls, p.canceled, p.guardClosed,
-			p.goroutinesBefore, p.peak, p.goroutinesAfter, recoveryIn(p.recovered))
-	}
-	tw.Flush()
-	for _, p := range phases {
-		for _, st := range p.stats {
-			fmt.Fprintf(&tab, "%s / %s: %d connections, %d streams or requests opened, %d ended, %d GOAWAYs read", p.name, st.name,
-				st.conns.Load(), st.opened.Load(), st.ended.Load(), st.goAways.Load())
-			if d := st.firstGoAway.Load(); d > 0 {
-				fmt.Fprintf(&tab, "; first connection: GOAWAY after %v, %d resets sent", time.Duration(d).Round(time.Millisecond), st.streamsBefore.Load())
-			}
-			fmt.Fprintln(&tab)
-		}
-	}
-	t.Log("\n" + tab.String())
+	t.Log("\n" + attackTable(phases, rounds, pinned))
 
 	// The assertions.
 	for _, p := range phases {
-		a99, u99 := percentile(p.alone, 0.99), percentile(p.under, 0.99)
-		if u99 > 2*a99 && !p.control {
-			t.Errorf("%s: healthy p99 %v, want at most twice its p99 alone %v", p.name, u99, a99)
-		}
 		for _, f := range p.failed[:min(len(p.failed), 3)] {
 			t.Errorf("%s: a healthy request failed: %s", p.name, f)
 		}
@@ -1626,6 +1702,148 @@ func TestStressAttacks(t *testing.T) {
 			}
 		}
 	}
+	for _, g := range groupPhases(phases) {
+		p := g[0]
+		if p.control {
+			continue
+		}
+		if rounds == 1 {
+			a99, u99 := percentile(p.alone, 0.99), percentile(p.under, 0.99)
+			if u99 > 2*a99 {
+				t.Errorf("%s: healthy p99 %v, want at most twice its p99 alone %v", p.name, u99, a99)
+			}
+			continue
+		}
+		if m := median(ratios(g)); m > 2 {
+			t.Errorf("%s: healthy p99 under attack %.2fx its p99 alone (the median of %d rounds), want at most 2x", p.name, m, rounds)
+		}
+	}
+}
+
+// runAttackPhase measures p: the healthy client alone, then beside the
+// attack start begins (whose attackers end with ctx), then the shop's
+// return to its goroutines from before.
+func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir string, pinned bool,
+	start func(ctx context.Context) []*attackStats) {
+	p.goroutinesBefore = s.goroutines()
+	cpu0 := s.cpu()
+	var failedAlone []string
+	p.alone, failedAlone = healthyProcess(t, s.url, attackMeasure, pinned)
+	p.cpuAlone = s.cpu() - cpu0
+	p.failed = append(p.failed, failedAlone...)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stats = start(ctx)
+	peakDone := make(chan struct{})
+	go func() { // the shop's goroutines while attacked
+		defer close(peakDone)
+		for ctx.Err() == nil {
+			p.peak = max(p.peak, s.goroutines())
+			sleepCtx(ctx, 500*time.Millisecond)
+		}
+	}()
+	time.Sleep(attackWarmUp)
+	profiled := s.profile(t, profDir, fmt.Sprintf("%s-r%d", p.key, p.round), attackMeasure)
+	cpu0 = s.cpu()
+	reads0, writes0 := s.syscalls()
+	calls0, canceled0, closed0, lines0 := s.grpcCalls.Load(), s.grpcCanceled.Load(), s.guardClosed.Load(), s.lines.Load()
+	var failed []string
+	p.under, failed = healthyProcess(t, s.url, attackMeasure, pinned)
+	p.failed = append(p.failed, failed...)
+	p.cpu = s.cpu() - cpu0
+	reads1, writes1 := s.syscalls()
+	p.reads, p.writes = reads1-reads0, writes1-writes0
+	p.grpcCalls, p.canceled = s.grpcCalls.Load()-calls0, s.grpcCanceled.Load()-canceled0
+	p.guardClosed, p.lines = s.guardClosed.Load()-closed0, s.lines.Load()-lines0
+	profiled()
+	cancel()
+	<-peakDone
+	for _, st := range p.stats {
+		<-st.done
+	}
+
+	began := time.Now()
+	p.recovered = -1
+	for time.Since(began) < attackRecover {
+		if p.goroutinesAfter = s.goroutines(); p.goroutinesAfter >= 0 && p.goroutinesAfter <= p.goroutinesBefore+goroutineSlack {
+			p.recovered = time.Since(began)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// groupPhases returns the phases of each attack together, in order.
+func groupPhases(phases []*attackPhase) [][]*attackPhase {
+	var g [][]*attackPhase
+	for i, p := range phases {
+		if i == 0 || phases[i-1].key != p.key {
+			g = append(g, nil)
+		}
+		g[len(g)-1] = append(g[len(g)-1], p)
+	}
+	return g
+}
+
+// ratios returns the p99 ratio of each phase of g.
+func ratios(g []*attackPhase) []float64 {
+	r := make([]float64, len(g))
+	for i, p := range g {
+		r[i] = p.ratio()
+	}
+	return r
+}
+
+// attackTable prints TestStressAttacks' figures: a row a phase, then, per
+// attack, its ratios over the rounds and against the run's pooled p99
+// alone.
+func attackTable(phases []*attackPhase, rounds int, pinned bool) string {
+	var tab bytes.Buffer
+	where := "the shop and the healthy client (a process of its own) pinned to CPU 0, the attackers to CPU 1 (taskset)"
+	if !pinned {
+		where = "the shop, the attackers and the healthy client sharing the CPUs (no taskset pinning)"
+	}
+	fmt.Fprintf(&tab, "healthy GET /orders/{id} at %d/s for %v alone, then %v beside each attack, %d round(s); %s; %d CPUs, load average %s\n",
+		healthyRate, attackMeasure, attackMeasure, rounds, where, runtime.NumCPU(), loadAverage())
+	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+	fmt.Fprintln(tw, "attack\tround\tp50 alone\tp99 alone\tp50 under\tp99 under\tp99 ratio\tfailed\tshop CPU alone\tshop CPU under\treads/writes under\tlog lines under\tgRPC log lines\tguard GOAWAYs\tgoroutines before/peak/after\tback after\t")
+	var pooled []time.Duration
+	for _, p := range phases {
+		pooled = append(pooled, p.alone...)
+		fmt.Fprintf(tw, "%s\t%d\t%s ms\t%s ms\t%s ms\t%s ms\t%.2fx\t%d\t%.2f s\t%.2f s\t%d/%d\t%d\t%d calls + %d summaries\t%d\t%d/%d/%d\t%s\t\n",
+			p.name, p.round, ms(percentile(p.alone, 0.5)), ms(percentile(p.alone, 0.99)), ms(percentile(p.under, 0.5)),
+			ms(percentile(p.under, 0.99)), p.ratio(), len(p.failed), p.cpuAlone.Seconds(), p.cpu.Seconds(),
+			p.reads, p.writes, p.lines, p.grpcCalls, p.canceled, p.guardClosed, p.goroutinesBefore, p.peak, p.goroutinesAfter, recoveryIn(p.recovered))
+	}
+	tw.Flush()
+	pooled99 := percentile(pooled, 0.99)
+	fmt.Fprintf(&tab, "\npooled p99 alone (all %d alone windows): %s ms\n", len(phases), ms(pooled99))
+	tw = tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "attack\trounds\tmedian p99 ratio\trange\tp99 under (pooled) / pooled p99 alone\tshop CPU under (median)\t")
+	for _, g := range groupPhases(phases) {
+		r := ratios(g)
+		var under []time.Duration
+		cpu := make([]float64, len(g))
+		for i, p := range g {
+			under = append(under, p.under...)
+			cpu[i] = p.cpu.Seconds()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2fx\t%.2f-%.2fx\t%.2fx\t%.2f s\t\n", g[0].name, len(g), median(r), slices.Min(r), slices.Max(r),
+			float64(percentile(under, 0.99))/float64(pooled99), median(cpu))
+	}
+	tw.Flush()
+	for _, p := range phases {
+		for _, st := range p.stats {
+			fmt.Fprintf(&tab, "%s (round %d) / %s: %d connections, %d streams or requests opened, %d ended, %d GOAWAYs read", p.name, p.round, st.name,
+				st.conns.Load(), st.opened.Load(), st.ended.Load(), st.goAways.Load())
+			if d := st.firstGoAway.Load(); d > 0 {
+				fmt.Fprintf(&tab, "; first connection: GOAWAY after %v, %d resets sent", time.Duration(d).Round(time.Millisecond), st.streamsBefore.Load())
+			}
+			fmt.Fprintln(&tab)
+		}
+	}
+	return tab.String()
 }
 
 func recoveryIn(d time.Duration) string {

@@ -33,6 +33,8 @@ type Option func(*config)
 type config struct {
 	queue    int
 	interval time.Duration
+	flush    func() error
+	wait     time.Duration
 }
 
 // WithQueue sets how many records may wait for the writer goroutine
@@ -57,6 +59,15 @@ func WithReportInterval(d time.Duration) Option {
 	}
 }
 
+// WithFlush sets f, which the writer goroutine calls once its queue is
+// empty after it wrote records, at most once every wait, and before it
+// stops. A wrapped handler that writes into a [Batch] then writes the
+// records of a burst at once. A record after a quiet wait goes out at
+// once; one soon after the last flush waits for the rest of wait.
+func WithFlush(f func() error, wait time.Duration) Option {
+	return func(c *config) { c.flush, c.wait = f, wait }
+}
+
 // Handler is a [slog.Handler] that writes records through another handler
 // on a background goroutine and never blocks the caller. See the package
 // documentation. Its methods are safe for concurrent use.
@@ -78,6 +89,14 @@ type item struct {
 type core struct {
 	root     slog.Handler
 	interval time.Duration
+	flush    func() error // nil: none
+	wait     time.Duration
+	// The writer goroutine's: records handled since the last flush, when
+	// it ended, and the timer of the next.
+	pending  uint64
+	flushed  time.Time
+	flushT   *time.Timer
+	flushDue bool
 
 	mu     sync.RWMutex // Handle holds it shared while it sends; Close exclusively while it closes queue
 	closed bool
@@ -99,6 +118,8 @@ func New(h slog.Handler, opts ...Option) *Handler {
 	c := &core{
 		root:     h,
 		interval: cfg.interval,
+		flush:    cfg.flush,
+		wait:     cfg.wait,
 		queue:    make(chan item, cfg.queue),
 		done:     make(chan struct{}),
 	}
@@ -210,14 +231,19 @@ func (c *core) run() {
 		r := slog.NewRecord(time.Now(), slog.LevelWarn, fmt.Sprintf("asynclog: dropped %d records", n), 0)
 		r.AddAttrs(slog.Uint64("dropped", n))
 		_ = c.root.Handle(ctx, r)
+		c.pending++
 	}
 	tick := time.NewTicker(c.interval)
 	defer tick.Stop()
+	c.flushT = time.NewTimer(time.Hour)
+	c.flushT.Stop()
+	defer c.flushT.Stop()
 	for {
 		select {
 		case it, ok := <-c.queue:
 			if !ok {
 				report(true)
+				c.flushPending()
 				return
 			}
 			if c.abandon.Load() {
@@ -225,11 +251,47 @@ func (c *core) run() {
 				continue
 			}
 			_ = it.h.Handle(it.ctx, it.r)
+			c.pending++
 			report(false)
+			if len(c.queue) == 0 {
+				c.flushSoon()
+			}
 		case <-tick.C:
 			// A drop counted just after the queue drained is reported
 			// here rather than with the next record.
 			report(true)
+			c.flushSoon()
+		case <-c.flushT.C:
+			c.flushDue = false
+			c.flushPending()
 		}
 	}
+}
+
+// flushSoon flushes now if the last flush is wait ago, else once it is.
+func (c *core) flushSoon() {
+	if c.flush == nil || c.pending == 0 || c.flushDue {
+		return
+	}
+	if d := c.wait - time.Since(c.flushed); d > 0 {
+		c.flushT.Reset(d)
+		c.flushDue = true
+		return
+	}
+	c.flushPending()
+}
+
+// flushPending calls the flush function, if there is one and records were
+// handled since it last ran. After a Close whose context ended, the records
+// not yet flushed are dropped and counted instead.
+func (c *core) flushPending() {
+	if c.flush == nil || c.pending == 0 {
+		return
+	}
+	if c.abandon.Load() {
+		c.dropped.Add(c.pending)
+	} else {
+		_ = c.flush()
+	}
+	c.pending, c.flushed = 0, time.Now()
 }

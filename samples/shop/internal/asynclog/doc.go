@@ -23,6 +23,9 @@
 //     wrapped root handler as soon as the queue drains, or after at most
 //     the report interval ([WithReportInterval], 1 s by default) while it
 //     does not drain — so the loss is visible in the log itself.
+//   - With [WithFlush] and a [Batch] as the wrapped handler's writer,
+//     records reach the destination together, in one Write at most every
+//     wait; a record after a quiet wait goes out as soon as it is handled.
 //   - [Handler.Close] stops accepting records, flushes what is queued
 //     within its context and stops the goroutine. If the context ends
 //     first Close returns its error and the goroutine abandons the rest of

@@ -113,8 +113,11 @@ invalid document is refused and logged, and the limits in force stay.`,
 		o.Stdout = cmd.OutOrStdout()
 		// Logs go through a bounded queue to one writer goroutine: a
 		// blocked stderr drops (and counts) records instead of stalling
-		// responses, the 504 at a deadline included.
-		alog := asynclog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+		// responses, the 504 at a deadline included. Records go out
+		// together, at most one write every logFlushWait: under a flood,
+		// not one system call each on the CPU that answers calls.
+		batch := asynclog.NewBatch(cmd.ErrOrStderr(), logBatch)
+		alog := asynclog.New(slog.NewJSONHandler(batch, nil), asynclog.WithFlush(batch.Flush, logFlushWait))
 		o.Logger, o.AsyncLog = slog.New(alog), alog
 		err := Serve(ctx, o)
 		flushCtx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -459,6 +462,13 @@ func NewHTTPServer(h http.Handler, o ServeOptions) *http.Server {
 	}
 	return srv
 }
+
+// logBatch is how many bytes of log records `shop serve` writes at once;
+// logFlushWait is the least time between two writes, but of a larger batch.
+const (
+	logBatch     = 32 << 10
+	logFlushWait = 10 * time.Millisecond
+)
 
 // ServeWorkerIdle is how long a gRPC worker goroutine of the served kernel
 // waits for its next call (kernel.WithWorkers); the shutdown's k.Wait
