@@ -20,11 +20,12 @@ GRPC_ADDR ?= 127.0.0.1:5001
 run:
 	$(GO) run ./samples/shop serve --http $(HTTP_ADDR) --grpc $(GRPC_ADDR)
 
-## test: vet, gofmt check, and every test with the race detector (first
+## test: gofmt check, and every test with the race detector, each package
+## vetted first with every vet check (-vet=all: one build serves both) (first
 ## installs redis-server, protoc, chromium, npm and curl with apt-get when they are
 ## missing and it can; see .ci/deps)
-test: deps vet fmtcheck
-	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+test: deps fmtcheck
+	$(GO) test -race -vet=all -count=1 -timeout 10m $(PKGS)
 
 ## deps: the system programs the tests need (redis-server, protoc, chromium,
 ## node, npm and curl), the MCP inspector CLI, @grpc/grpc-js and the connect-web
