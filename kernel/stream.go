@@ -185,17 +185,33 @@ func (r *streamRun) recover(out *any, err *error) {
 //
 //go:noinline
 func (r *streamRun) admit(l *resilience.Limits) bool {
-	ctx := r.e.ctx
+	var ctx context.Context = r.e.ctx
 	if l != nil {
-		var err error
-		if ctx, r.done, err = l.Admit(ctx, r.e.inv); err != nil {
+		lctx, done, err := l.Admit(ctx, r.e.inv)
+		if err != nil {
 			r.out, r.err = nil, err
 			return false
 		}
+		r.done, ctx = done, &streamParent{Context: ctx, limits: lctx}
 	}
 	r.openStream(ctx, r.e.inv)
 	return true
 }
+
+// streamParent is the parent of a stream's context: the limits' context
+// (Limits.Admit) for its deadline and values, the caller's for its end.
+// The stream's own timer ends it at the deadline. So the limits' context
+// need not arm a timer of its own, and a stream holds one timer, not two.
+type streamParent struct {
+	context.Context // the caller's
+	limits          context.Context
+}
+
+// Deadline returns the limits' context's deadline.
+func (p *streamParent) Deadline() (time.Time, bool) { return p.limits.Deadline() }
+
+// Value returns the limits' context's value for key.
+func (p *streamParent) Value(key any) any { return p.limits.Value(key) }
 
 // close closes the stream after the handler returned out and err, and
 // gives back what the call holds. The outcome is the stream's: the

@@ -2,15 +2,20 @@ package kernel_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 )
 
 // parkedFeed is the state of a watch handler shaped like the shop's
@@ -142,4 +147,80 @@ func stackInUse() uint64 {
 	}
 	runtime.ReadMemStats(&ms)
 	return ms.StackInuse
+}
+
+// TestStreamPathsAgree: a streaming call runs its handler directly when
+// the operation's limits are its only middleware, and at the end of its
+// chain otherwise. Both give the same outcomes: the handler's error, its
+// panic as UNEXPECTED, the pool's refusal, and the slot given back.
+func TestStreamPathsAgree(t *testing.T) {
+	fail := pipeline.NewError(pipeline.KindNotFound, "SHOP_NOT_FOUND_001", "gone")
+	var mode atomic.Int32 // 0: returns fail; 1: panics; 2: waits for its context
+	handler := func(ctx context.Context, _ Watch, out *operations.Sender[Event]) error {
+		if err := out.Send(Event{Seq: 1}); err != nil {
+			return err
+		}
+		switch mode.Load() {
+		case 0:
+			return fail
+		case 1:
+			panic("handler bug")
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+	for _, chained := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chained=%v", chained), func(t *testing.T) {
+			reg := operations.NewRegistry()
+			if err := operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.watch"}, handler); err != nil {
+				t.Fatal(err)
+			}
+			var seen []string // the outcomes the application middleware saw
+			opts := []kernel.Option{kernel.WithRegistry(reg), kernel.WithLogger(slog.New(slog.DiscardHandler)),
+				kernel.WithConfigJSON([]byte(wrap(`{"Operations":{"orders.watch":{"Stream":{"MaxStreams":1}}}}`)))}
+			if chained {
+				opts = append(opts, kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(
+					func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+						out, err := next(ctx, inv)
+						seen = append(seen, pipelinetest.CodeOf(err))
+						return out, err
+					})))
+			}
+			k, err := kernel.New(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			op := k.Op("orders.watch")
+			call := func(ctx context.Context) kernel.Outcome {
+				raw := newChanRaw(ctx)
+				defer raw.collect()()
+				return op.Stream(ctx, kernel.StreamCall{Input: &Watch{}, Raw: raw})
+			}
+			mode.Store(0)
+			assertErr(t, call(t.Context()).Err, pipeline.KindNotFound, "SHOP_NOT_FOUND_001")
+			mode.Store(1)
+			assertErr(t, call(t.Context()).Err, pipeline.KindUnexpected, pipeline.CodeUnexpected)
+
+			// One stream holds the pool's only slot: the next is refused.
+			mode.Store(2)
+			ctx, cancel := context.WithCancel(t.Context())
+			held := make(chan kernel.Outcome, 1)
+			go func() { held <- call(ctx) }()
+			for k.Status().Operations[0].Streams != 1 {
+				runtime.Gosched()
+			}
+			assertErr(t, call(t.Context()).Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_003")
+			cancel()
+			assertErr(t, (<-held).Err, pipeline.KindCanceled, "KERNEL_CANCELLED_001")
+			if st := k.Status().Operations[0]; st.Streams != 0 {
+				t.Fatalf("%d open streams, want 0", st.Streams)
+			}
+			mode.Store(0) // the slot was given back
+			assertErr(t, call(t.Context()).Err, pipeline.KindNotFound, "SHOP_NOT_FOUND_001")
+			if want := "[SHOP_NOT_FOUND_001 KERNEL_UNEXPECTED_001 KERNEL_CANCELLED_001 SHOP_NOT_FOUND_001]"; chained && fmt.Sprint(seen) != want {
+				t.Fatalf("the middleware saw %v, want %v", seen, want)
+			}
+		})
+	}
 }
