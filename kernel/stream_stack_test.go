@@ -119,19 +119,24 @@ func TestParkedStreamStack(t *testing.T) {
 	}
 }
 
-// waitParked waits until n goroutines whose stack names fn are parked in
+// waitParked waits until want goroutines whose stack names fn are parked in
 // a select.
-func waitParked(t *testing.T, fn string, n int) {
+func waitParked(t *testing.T, fn string, want int) {
 	t.Helper()
-	buf := make([]byte, 1<<22)
+	buf := make([]byte, 1<<20)
 	for {
+		n := runtime.Stack(buf, true)
+		if n == len(buf) { // the dump did not fit
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
 		parked := 0
-		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		for g := range strings.SplitSeq(string(buf[:n]), "\n\n") {
 			if strings.Contains(g, fn) && strings.Contains(g, " [select") {
 				parked++
 			}
 		}
-		if parked == n {
+		if parked == want {
 			return
 		}
 		runtime.Gosched()
