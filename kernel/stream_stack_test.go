@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
@@ -225,6 +226,56 @@ func TestStreamPathsAgree(t *testing.T) {
 			assertErr(t, call(t.Context()).Err, pipeline.KindNotFound, "SHOP_NOT_FOUND_001")
 			if want := "[SHOP_NOT_FOUND_001 KERNEL_UNEXPECTED_001 KERNEL_CANCELLED_001 SHOP_NOT_FOUND_001]"; chained && fmt.Sprint(seen) != want {
 				t.Fatalf("the middleware saw %v, want %v", seen, want)
+			}
+		})
+	}
+}
+
+// TestStreamHandlerDeadline: on both paths, the handler's context has
+// the invocation's deadline (here the operation's TimeoutSeconds) and
+// ends when the caller leaves.
+func TestStreamHandlerDeadline(t *testing.T) {
+	for _, chained := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chained=%v", chained), func(t *testing.T) {
+			got := make(chan time.Time, 1)
+			reg := operations.NewRegistry()
+			if err := operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.watch"},
+				func(ctx context.Context, _ Watch, _ *operations.Sender[Event]) error {
+					d, _ := ctx.Deadline()
+					got <- d
+					<-ctx.Done()
+					return context.Cause(ctx)
+				}); err != nil {
+				t.Fatal(err)
+			}
+			opts := []kernel.Option{kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(
+				wrap(`{"Operations":{"orders.watch":{"TimeoutSeconds":60,"Stream":{"MaxStreams":1}}}}`)))}
+			if chained {
+				opts = append(opts, kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(
+					func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+						return next(ctx, inv)
+					})))
+			}
+			k, err := kernel.New(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			ctx, cancel := context.WithCancel(t.Context())
+			arrival := time.Now()
+			outc := make(chan kernel.Outcome, 1)
+			go func() {
+				outc <- k.Op("orders.watch").Stream(ctx, kernel.StreamCall{Caller: kernel.Caller{Arrival: arrival},
+					Input: &Watch{}, Raw: newChanRaw(ctx)})
+			}()
+			if d := <-got; !d.Equal(arrival.Add(60 * time.Second)) {
+				t.Errorf("the handler's deadline %v, want the arrival plus 60 s", d)
+			}
+			cancel()
+			out := <-outc
+			assertErr(t, out.Err, pipeline.KindCanceled, "KERNEL_CANCELLED_001")
+			if d, _ := out.Invocation.Deadline(); !d.Equal(arrival.Add(60 * time.Second)) {
+				t.Errorf("the invocation's deadline %v, want the arrival plus 60 s", d)
 			}
 		})
 	}
