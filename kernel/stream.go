@@ -41,7 +41,17 @@ type StreamCall struct {
 // The Outcome's Output is a client stream's reply. A unary operation
 // takes no stream: its outcome is UNEXPECTED, and nothing runs.
 func (o *Op) Stream(ctx context.Context, c StreamCall) Outcome {
-	return o.k.stream(ctx, o.c, &c)
+	return o.k.stream(ctx, o.c, &c).outcome
+}
+
+// stream runs one streaming call (see Op.Stream). It returns the call's
+// run, which holds the outcome: a frame that returns an Outcome is large,
+// and this one is under the handler's.
+func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) *streamRun {
+	r := k.beginStream(ctx, c, sc)
+	r.serve()
+	r.end()
+	return r
 }
 
 // streamKinds maps an operation's kind to its stream's.
@@ -51,43 +61,90 @@ var streamKinds = [...]stream.Kind{
 	operations.BidiStream:   stream.Bidi,
 }
 
-// streamRun is one streaming call between its admission and its end.
+// streamRun is one streaming call between its admission and its end. It
+// lives on the heap. The frames that run its handler hold little but a
+// pointer to it: an open stream's goroutine parks on a shallow stack,
+// which the collector can shrink.
 type streamRun struct {
-	k    *Kernel
-	c    *compiled
-	call *StreamCall
-	res  stream.Result // how the stream ended; Reason EndNone: it never opened
+	k       *Kernel
+	c       *compiled
+	e       edge
+	call    *StreamCall // until the call is admitted; nil after
+	raw     stream.Raw
+	op      opStream                              // the handler's stream
+	state   uint8                                 // runBegun, runOpen, runClosed
+	done    func(out any, err error) (any, error) // the limits' end (flat); nil: none
+	out     any                                   // the call's result
+	err     error
+	res     stream.Result // how the stream ended; Reason EndNone: it never opened
+	outcome Outcome       // the call's, once it ended
 }
 
-// stream runs one streaming call (see Op.Stream).
-func (k *Kernel) stream(ctx context.Context, c *compiled, sc *StreamCall) Outcome {
-	r, e := k.beginStream(ctx, c, sc)
-	if e.h == nil {
-		return e.end(nil, e.reject, time.Time{})
+// The states of a streamRun, in order.
+const (
+	runBegun  uint8 = iota // admitted by the kernel; the stream is not open
+	runOpen                // the stream is open: its handler runs
+	runClosed              // the stream is closed
+)
+
+// serve runs the call. With no middleware but the operation's limits, it
+// runs the handler itself, a frame or two above the goroutine's root.
+// The admission, the stream's opening and its end run in frames gone
+// while the handler runs. Otherwise the handler runs at the end of the
+// operation's chain (handle). A panic, the handler's or a limit's, is the
+// UNEXPECTED outcome, as in a chain.
+func (r *streamRun) serve() {
+	if r.e.h == nil {
+		return // rejected
 	}
-	out, err := k.run(e.ctx, &e)
-	return r.end(&e, out, err)
+	l, flat := r.c.flatLimits()
+	if !flat {
+		r.out, r.err = r.k.run(r.e.ctx, &r.e)
+		return
+	}
+	defer r.recover(&r.out, &r.err)
+	if r.admit(l) {
+		out, err := r.c.desc.StreamHandler()(r.op.Context(), r.e.inv, &r.op)
+		r.close(out, err)
+	}
 }
 
-// end ends the observation of the call e with its result out and err,
-// and returns its outcome. Like beginStream, it keeps its frame off the
-// stack while the stream is open.
+// flatLimits returns the operation's limits, nil when it has none, and
+// whether they are its only middleware.
+func (c *compiled) flatLimits() (*resilience.Limits, bool) {
+	switch len(c.mws) {
+	case 0:
+		return nil, true
+	case 1:
+		l, ok := c.mws[0].(*resilience.Limits)
+		return l, ok
+	}
+	return nil, false
+}
+
+// end ends the observation of the call with its result, and sets its
+// outcome.
 //
 //go:noinline
-func (r *streamRun) end(e *edge, out any, err error) Outcome {
-	if res := r.res; res.Reason != stream.EndNone {
-		e.obs.Stream(observe.StreamEnd{Reason: res.Reason.String(), Sent: res.Sent, Received: res.Received})
+func (r *streamRun) end() {
+	if r.e.h == nil {
+		r.outcome = r.e.end(nil, r.e.reject, time.Time{})
+		return
 	}
-	return e.end(out, err, time.Time{})
+	if res := r.res; res.Reason != stream.EndNone {
+		r.e.obs.Stream(observe.StreamEnd{Reason: res.Reason.String(), Sent: res.Sent, Received: res.Received})
+	}
+	r.outcome = r.e.end(r.out, r.err, time.Time{})
 }
 
 // beginStream admits a streaming call (Kernel.begin). Its frame is gone
-// once it returns: the frames below an open stream's handler stay small,
-// and so does the stack of the goroutine that holds it.
+// once it returns.
 //
 //go:noinline
-func (k *Kernel) beginStream(ctx context.Context, c *compiled, sc *StreamCall) (*streamRun, edge) {
-	r := &streamRun{k: k, c: c, call: sc}
+func (k *Kernel) beginStream(ctx context.Context, c *compiled, sc *StreamCall) *streamRun {
+	// r holds sc until the call is admitted. So sc is on the heap, and so
+	// is Op.Stream's copy of the call: off the caller's stack.
+	r := &streamRun{k: k, c: c, call: sc, raw: sc.Raw, op: opStream{resume: sc.Resume}}
 	u := Unary{Caller: sc.Caller, Input: sc.Input, Decode: sc.Decode, Handler: r.handle}
 	var reject error
 	if c.desc.Kind() == operations.Unary {
@@ -99,40 +156,114 @@ func (k *Kernel) beginStream(ctx context.Context, c *compiled, sc *StreamCall) (
 	} else if k.draining.Load() {
 		reject = errDraining
 	}
-	e := k.begin(ctx, c, &u, reject, "")
-	e.lat = nil // a stream's lifetime is no latency sample
-	return r, e
+	r.e = k.begin(ctx, c, &u, reject, "")
+	r.e.lat = nil // a stream's lifetime is no latency sample
+	r.call = nil
+	return r
 }
 
-// handle is the terminal of a streaming call's chain: it opens the stream
-// under the chain's context, runs the handler, and closes the stream.
-// The outcome is the stream's: the handler's when it returned first.
-func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-	s := r.open(ctx, inv)
+// recover turns a panic in serve or handle into the UNEXPECTED outcome.
+// The handler's panic closes the stream with it.
+func (r *streamRun) recover(out *any, err *error) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	*out, *err = nil, recovered(r.e.inv, v, r.c.onPanic)
+	if r.state == runOpen {
+		*out, *err = r.closeStream(nil, *err)
+	}
+	if done := r.done; done != nil {
+		r.done = nil
+		*out, *err = done(*out, *err)
+	}
+}
+
+// admit admits the call under the limits l (nil: none), and opens its
+// stream. It reports false, and sets the outcome, when the limits refuse
+// the call.
+//
+//go:noinline
+func (r *streamRun) admit(l *resilience.Limits) bool {
+	var ctx context.Context = r.e.ctx
+	if l != nil {
+		lctx, done, err := l.Admit(ctx, r.e.inv)
+		if err != nil {
+			r.out, r.err = nil, err
+			return false
+		}
+		r.done, ctx = done, &streamParent{Context: ctx, limits: lctx}
+	}
+	r.openStream(ctx, r.e.inv)
+	return true
+}
+
+// streamParent is the parent of a stream's context: the limits' context
+// (Limits.Admit) for its deadline and values, the caller's for its end.
+// The stream's own timer ends it at the deadline. So the limits' context
+// need not arm a timer of its own, and a stream holds one timer, not two.
+type streamParent struct {
+	context.Context // the caller's
+	limits          context.Context
+}
+
+// Deadline returns the limits' context's deadline.
+func (p *streamParent) Deadline() (time.Time, bool) { return p.limits.Deadline() }
+
+// Value returns the limits' context's value for key.
+func (p *streamParent) Value(key any) any { return p.limits.Value(key) }
+
+// close closes the stream after the handler returned out and err, and
+// gives back what the call holds. The outcome is the stream's: the
+// handler's when it returned first.
+//
+//go:noinline
+func (r *streamRun) close(out any, err error) {
+	r.out, r.err = r.closeStream(out, err)
+	if done := r.done; done != nil {
+		r.done = nil
+		r.out, r.err = done(r.out, r.err)
+	}
+}
+
+// handle is the terminal of a streaming call's chain, when the operation
+// has middleware besides its limits: it opens the stream under the
+// chain's context, runs the handler, and closes the stream.
+func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (out any, err error) {
+	defer r.recover(&out, &err)
+	r.openStream(ctx, inv)
+	out, err = r.c.desc.StreamHandler()(r.op.Context(), inv, &r.op)
+	return r.closeStream(out, err)
+}
+
+// openStream opens the call's stream under ctx and records it as open.
+//
+//go:noinline
+func (r *streamRun) openStream(ctx context.Context, inv *pipeline.Invocation) {
+	s := stream.Open(ctx, r.raw, r.config(inv))
+	r.op.Stream = s
 	if !r.k.openStream(r.c, s) {
 		s.Drain(drainRetryAfter)
 	}
 	r.c.obs.StreamOpened(ctx, 1)
-	defer r.c.obs.StreamOpened(ctx, -1)
-	defer r.c.open.remove(s)
-	sh := r.c.desc.StreamHandler()
-	h := recoverHandler(func(ctx context.Context, inv *pipeline.Invocation) (any, error) {
-		return sh(ctx, inv, &opStream{Stream: s, resume: r.call.Resume})
-	}, r.c.onPanic)
-	out, err := h(s.Context(), inv)
+	r.state = runOpen
+}
+
+// closeStream closes the call's stream after the handler returned out and
+// err, and forgets it. The outcome is the stream's: the handler's when it
+// returned first.
+//
+//go:noinline
+func (r *streamRun) closeStream(out any, err error) (any, error) {
+	r.state = runClosed
+	s := r.op.Stream
 	r.res = s.Close(err)
+	r.c.open.remove(s)
+	r.c.obs.StreamOpened(s.Context(), -1)
 	if r.res.Reason != stream.EndCompleted || r.res.Err != nil {
 		return nil, r.res.Err
 	}
 	return out, nil
-}
-
-// open opens the call's stream. Its frame, with the stream's
-// configuration, is gone once it returns (see beginStream).
-//
-//go:noinline
-func (r *streamRun) open(ctx context.Context, inv *pipeline.Invocation) *stream.Stream {
-	return stream.Open(ctx, r.call.Raw, r.config(inv))
 }
 
 // config returns the bounds of the call's stream: the operation's, with

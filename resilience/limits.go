@@ -304,14 +304,36 @@ func (l *Limits) admitNow(inv *pipeline.Invocation, a *admission) error {
 // runs next and gives back what the call holds. Next never starts once
 // the invocation's deadline has passed (deadlinectx.TooLate).
 func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (out any, err error) {
+	w, err := a.acquire(ctx, inv)
+	if err != nil {
+		return nil, err
+	}
+	if a.chain == nil {
+		return next(ctx, inv)
+	}
+	finished := false
+	defer func() { a.finish(ctx, inv, err, finished, w) }()
+	out, err = next(ctx, inv)
+	finished = true
+	if a.lazy != nil {
+		a.lazy.Settle()
+	}
+	return out, err
+}
+
+// acquire acquires the limits admitNow left, with the call's context. It
+// returns the watch over the permits that ask for one. On an error, it
+// has given back every permit. It refuses a call whose deadline has
+// passed (deadlinectx.TooLate).
+func (a *admission) acquire(ctx context.Context, inv *pipeline.Invocation) (*watch, error) {
 	c := a.chain
 	if c == nil {
 		if deadlinectx.TooLate(inv) {
 			return nil, pipeline.ErrTimeout()
 		}
-		return next(ctx, inv)
+		return nil, nil
 	}
-	given := false // the permits were given back
+	given := false // the permits were given back, or the call holds them
 	defer func() {
 		if !given { // a limit panicked before the handler ran
 			a.release(Outcome{Verdict: Neutral})
@@ -339,17 +361,66 @@ func (a *admission) proceed(ctx context.Context, inv *pipeline.Invocation, next 
 	if a.watched > 0 {
 		w = a.watchEnd(ctx, inv)
 	}
-	finished := false
-	defer func() {
-		given = true
-		a.finish(ctx, inv, err, finished, w)
-	}()
-	out, err = next(ctx, inv)
-	finished = true
-	if a.lazy != nil {
-		a.lazy.Settle()
+	given = true
+	return w, nil
+}
+
+// Admit admits one call as Invoke does, for a handler that runs outside
+// a middleware chain, such as a stream's. It returns the handler's
+// context, and the function to call once the handler returned. That
+// function gives back what the call holds. It returns the outcome as
+// Invoke would. A handler's panic must be recovered, and passed to it as
+// an error. A rejected call holds nothing.
+func (l *Limits) Admit(ctx context.Context, inv *pipeline.Invocation) (context.Context, func(out any, err error) (any, error), error) {
+	d, ok, err := deadlinectx.Arrive(ctx, inv)
+	if err != nil {
+		return nil, nil, err
 	}
+	h := &held{}
+	if err := l.admitNow(inv, &h.a); err != nil {
+		return nil, nil, err
+	}
+	h.ctx = ctx
+	if ok {
+		h.s = deadlinectx.Enter(ctx, inv, d, nil)
+		h.ctx, h.a.lazy = h.s.Ctx, h.s.Lazy
+	}
+	if h.w, err = h.a.acquire(h.ctx, inv); err != nil {
+		h.end()
+		return nil, nil, err
+	}
+	h.inv = inv
+	return h.ctx, h.done, nil
+}
+
+// held is a call that Admit admitted, until its handler returned.
+type held struct {
+	a   admission
+	s   deadlinectx.Scope // the deadline's; zero: none
+	ctx context.Context
+	inv *pipeline.Invocation
+	w   *watch
+}
+
+// done gives back what the call holds, after its handler returned out
+// and err, and returns the call's outcome.
+func (h *held) done(out any, err error) (any, error) {
+	if h.a.chain != nil {
+		if h.a.lazy != nil {
+			h.a.lazy.Settle()
+		}
+		h.a.finish(h.ctx, h.inv, err, true, h.w)
+	}
+	out, err = deadlinectx.Result(h.ctx, out, err)
+	h.end()
 	return out, err
+}
+
+// end ends the deadline's context, when there is one.
+func (h *held) end() {
+	if h.s.Ctx != nil {
+		h.s.End()
+	}
 }
 
 // finish gives back every permit with the call's outcome: a panic (not

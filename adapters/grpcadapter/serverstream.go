@@ -39,8 +39,11 @@ const (
 type serverStream struct {
 	m      *method
 	ss     grpc.ServerStream
-	ctx    context.Context // ss's
-	caller context.Context // the invocation's parent: ends when the caller leaves
+	ctx    context.Context    // ss's
+	caller context.Context    // the invocation's parent: ends when the caller leaves
+	parent context.Context    // the invocation's parent, with the call's values
+	call   *kernel.StreamCall // until run starts
+	stop   func()             // releases parent
 	start  time.Time
 
 	state atomic.Int32
@@ -73,8 +76,8 @@ func (m *method) handleStream(_ any, ss grpc.ServerStream) error {
 		s.expired = make(chan struct{})
 		c.Decode = s.decode
 	}
-	// c goes by pointer: a copy of it would stay on the call's stack.
-	go s.run(parent, c, stop)
+	s.parent, s.call, s.stop = parent, c, stop
+	go s.run()
 	select {
 	case err := <-s.answer:
 		return err
@@ -93,11 +96,12 @@ func (m *method) handleStream(_ any, ss grpc.ServerStream) error {
 func (s *serverStream) claim() bool { return s.state.CompareAndSwap(streamOpen, streamAnswered) }
 
 // run runs the call through the kernel, and answers it with its outcome
-// unless the stream was answered already.
-func (s *serverStream) run(parent context.Context, c *kernel.StreamCall, stop func()) {
-	o := s.m.Op.Stream(parent, *c)
-	stop()
-	s.finish(&o)
+// unless the stream was answered already. The call's goroutine parks in
+// the handler: run's frame, under it, holds little (see finish).
+func (s *serverStream) run() {
+	c := s.call
+	s.call = nil // the kernel copies it
+	s.finish(s.m.Op.Stream(s.parent, *c))
 }
 
 // finish answers the call with its outcome o unless the stream was
@@ -105,9 +109,10 @@ func (s *serverStream) run(parent context.Context, c *kernel.StreamCall, stop fu
 // the stream is open: the call's goroutine stays small.
 //
 //go:noinline
-func (s *serverStream) finish(o *kernel.Outcome) {
+func (s *serverStream) finish(o kernel.Outcome) {
+	s.stop()
 	if !s.claim() {
-		s.m.a.logCall(s.ctx, s.m.Full, *o, Status(o.Err, s.m.a.cfg.rpc.Domain), s.start)
+		s.m.a.logCall(s.ctx, s.m.Full, o, Status(o.Err, s.m.a.cfg.rpc.Domain), s.start)
 		return
 	}
 	sendMetadata(s.ctx, s.meta)
@@ -118,7 +123,7 @@ func (s *serverStream) finish(o *kernel.Outcome) {
 			_ = s.ss.SendMsg(msg) // a failure: grpc-go has answered
 		}
 	}
-	s.answer <- s.m.a.answer(s.ctx, s.m.Full, *o, s.start)
+	s.answer <- s.m.a.answer(s.ctx, s.m.Full, o, s.start)
 }
 
 // Send sends one of the handler's outputs.

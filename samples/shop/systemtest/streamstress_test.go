@@ -198,6 +198,7 @@ func TestStressIdleStreams(t *testing.T) {
 	idle1 := idleCPU(pid)
 	first := measure(t, s.url, pid)
 	withOpen, settleCalls := settled(t, s.url, pid)
+	rss2 := rssOf(pid)
 
 	gBefore, _ := strconv.Atoi(g0)
 	gAfter, _ := strconv.Atoi(g1)
@@ -205,6 +206,8 @@ func TestStressIdleStreams(t *testing.T) {
 	t.Logf("shop process: RSS %d MiB -> %d MiB (%.1f KiB a stream), goroutines %d -> %d (%.2f a stream)",
 		rss0>>20, rss1>>20, float64(rss1-rss0)/1024/idleStreams, gBefore, gAfter,
 		float64(gAfter-gBefore)/idleStreams)
+	t.Logf("shop process: RSS %d MiB once the heap stopped growing (%.1f KiB a stream)",
+		rss2>>20, float64(rss2-rss0)/1024/idleStreams)
 	t.Logf("shop process's CPU time over %v without calls: %v with none open, %v with %d open",
 		idleWindow, idle0, idle1, idleStreams)
 	p99 := func(p phase) time.Duration { return quantile(p.lat, 0.99) }
@@ -402,9 +405,12 @@ func TestStressIdleStreamsBare(t *testing.T) {
 	rss1 := rssOf(pid)
 	first := measure(t, url, pid)
 	withOpen, settleCalls := settled(t, url, pid)
+	rss2 := rssOf(pid)
 	p99 := func(p phase) time.Duration { return quantile(p.lat, 0.99) }
 	t.Logf("bare: %d idle gRPC streams on %d connections opened in %s; RSS %d MiB -> %d MiB (%.1f KiB a stream)",
 		idleStreams, idleStreamConns, openTook, rss0>>20, rss1>>20, float64(rss1-rss0)/1024/idleStreams)
+	t.Logf("bare: RSS %d MiB once the heap stopped growing (%.1f KiB a stream)",
+		rss2>>20, float64(rss2-rss0)/1024/idleStreams)
 	t.Logf("bare: GET /orders/ord-1, %d calls in a row, none open: %v", unaryCalls, none)
 	t.Logf("bare: the first %d calls after the streams opened, as the heap grows: %v; p99 ratio %.2f",
 		unaryCalls, first, float64(p99(first))/float64(p99(none)))
