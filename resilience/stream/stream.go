@@ -180,6 +180,10 @@ type ended struct {
 	reason  Reason
 	err     error
 	verdict resilience.Verdict
+	// aborting is done once the end's transport is aborted. Close waits
+	// for it: a transport aborted after Close returned would fail the
+	// outcome the adapter writes then.
+	aborting sync.WaitGroup
 }
 
 // Stream is one open stream. Create it with [Open]; end it with Close.
@@ -424,6 +428,7 @@ func (s *Stream) finish(reason Reason, err, cause error) *ended {
 			e.verdict = resilience.Failure
 		}
 	}
+	e.aborting.Add(1) // before e is seen: Close waits for it
 	if !s.end.CompareAndSwap(nil, e) {
 		return s.end.Load()
 	}
@@ -431,6 +436,7 @@ func (s *Stream) finish(reason Reason, err, cause error) *ended {
 	if reason != EndCompleted && reason != EndCallerLeft {
 		s.raw.Abort(err)
 	}
+	e.aborting.Done()
 	return e
 }
 
@@ -629,6 +635,7 @@ func (s *Stream) Close(err error) Result {
 	if e == nil {
 		e = s.finish(EndCompleted, err, context.Canceled)
 	}
+	e.aborting.Wait() // a clock that ended the stream may be aborting it still
 	s.cancel(context.Canceled)
 	r := Result{Reason: e.reason, Err: e.err, Verdict: e.verdict,
 		Sent: s.sent.Load(), Received: s.received.Load(), Bytes: s.bytes.Load()}

@@ -444,3 +444,46 @@ func TestRawRefusesMessage(t *testing.T) {
 		t.Fatalf("Close = %v, %v; want limit, the refusal", r.Reason, r.Err)
 	}
 }
+
+// slowAbortRaw is a fakeRaw whose Abort waits for release: the clock that
+// ended the stream is then still aborting it when the handler returns.
+type slowAbortRaw struct {
+	*fakeRaw
+	release chan struct{}
+}
+
+func (r *slowAbortRaw) Abort(cause error) {
+	<-r.release
+	r.fakeRaw.Abort(cause)
+}
+
+// TestCloseWaitsForTheAbort: a clock ends the stream's context before it
+// aborts the transport. A handler that returns in between must not see
+// Close return until the abort is done: the adapter writes the outcome
+// after Close, and an abort that came later failed that write (the
+// caller then got the messages but no outcome).
+func TestCloseWaitsForTheAbort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		raw := &slowAbortRaw{newFakeRaw(context.Background()), make(chan struct{})}
+		defer close(raw.done)
+		release := sync.OnceFunc(func() { close(raw.release) })
+		defer release()
+		s := stream.Open(context.Background(), raw, stream.Config{Kind: stream.Server, Idle: time.Second})
+		closed := make(chan stream.Result, 1)
+		go func() {
+			<-s.Context().Done() // the handler: returns once the stream ended
+			closed <- s.Close(context.Cause(s.Context()))
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case r := <-closed:
+			t.Fatalf("Close returned %+v while the transport was being aborted", r)
+		default:
+		}
+		release()
+		if r := <-closed; r.Reason != stream.EndIdle {
+			t.Fatalf("ended %v, want idle", r.Reason)
+		}
+	})
+}
