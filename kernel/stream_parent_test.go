@@ -3,12 +3,15 @@ package kernel_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime/pprof"
 	"testing"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/resilience"
 )
 
 // TestStreamsStartNoContextGoroutines: a stream whose only middleware is
@@ -54,5 +57,56 @@ func TestStreamsStartNoContextGoroutines(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("%d goroutines of package context follow the callers of %d streams, want 0", n, streams)
+	}
+}
+
+// waitLimit is a limit that holds each call until its context ends, then
+// turns it away with an error of its own.
+type waitLimit struct{ waiting chan struct{} }
+
+func (l *waitLimit) Acquire(ctx context.Context, _ *pipeline.Invocation) (resilience.Permit, error) {
+	l.waiting <- struct{}{}
+	<-ctx.Done()
+	return resilience.Permit{}, pipeline.NewError(pipeline.KindUnavailable, "APP_WAIT_001", "Gave up waiting.")
+}
+
+// TestStreamLimitWaitAttributed: a caller that leaves while a limit holds
+// its stream's call gets CANCELLED on both paths, whatever error the
+// limit returns then, as a unary call does.
+func TestStreamLimitWaitAttributed(t *testing.T) {
+	for _, chained := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chained=%v", chained), func(t *testing.T) {
+			l := &waitLimit{waiting: make(chan struct{}, 1)}
+			reg := operations.NewRegistry()
+			if err := operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.watch"},
+				func(context.Context, Watch, *operations.Sender[Event]) error {
+					t.Error("the handler ran")
+					return nil
+				}); err != nil {
+				t.Fatal(err)
+			}
+			opts := []kernel.Option{kernel.WithRegistry(reg),
+				kernel.WithLimitKind("wait", func(string, json.RawMessage) (resilience.Limit, error) { return l, nil }),
+				kernel.WithConfigJSON([]byte(wrap(`{"Operations":{"orders.watch":{"Limits":{"wait":{}}}}}`)))}
+			if chained {
+				opts = append(opts, kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(
+					func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+						return next(ctx, inv)
+					})))
+			}
+			k, err := kernel.New(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			ctx, cancel := context.WithCancel(t.Context())
+			outc := make(chan kernel.Outcome, 1)
+			go func() {
+				outc <- k.Op("orders.watch").Stream(ctx, kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(ctx)})
+			}()
+			<-l.waiting
+			cancel()
+			assertErr(t, (<-outc).Err, pipeline.KindCanceled, "KERNEL_CANCELLED_001")
+		})
 	}
 }

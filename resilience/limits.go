@@ -386,6 +386,7 @@ func (l *Limits) Admit(ctx context.Context, inv *pipeline.Invocation) (context.C
 		h.ctx, h.a.lazy = h.s.Ctx, h.s.Lazy
 	}
 	if h.w, err = h.a.acquire(h.ctx, inv); err != nil {
+		_, err = deadlinectx.Result(h.ctx, nil, err) // as Invoke attributes it
 		h.end()
 		return nil, nil, err
 	}
