@@ -88,17 +88,7 @@ func TestStreamLimitWaitAttributed(t *testing.T) {
 			opts := []kernel.Option{kernel.WithRegistry(reg),
 				kernel.WithLimitKind("wait", func(string, json.RawMessage) (resilience.Limit, error) { return l, nil }),
 				kernel.WithConfigJSON([]byte(wrap(`{"Operations":{"orders.watch":{"Limits":{"wait":{}}}}}`)))}
-			if chained {
-				opts = append(opts, kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(
-					func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-						return next(ctx, inv)
-					})))
-			}
-			k, err := kernel.New(opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer k.Close()
+			k := newPathKernel(t, chained, opts...)
 			ctx, cancel := context.WithCancel(t.Context())
 			outc := make(chan kernel.Outcome, 1)
 			go func() {
@@ -109,4 +99,23 @@ func TestStreamLimitWaitAttributed(t *testing.T) {
 			assertErr(t, (<-outc).Err, pipeline.KindCanceled, "KERNEL_CANCELLED_001")
 		})
 	}
+}
+
+// newPathKernel returns a kernel of opts that runs orders.watch on the
+// direct path, or on the chain path (chained) with an application
+// middleware that passes each call on.
+func newPathKernel(t *testing.T, chained bool, opts ...kernel.Option) *kernel.Kernel {
+	t.Helper()
+	if chained {
+		opts = append(opts, kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(
+			func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+				return next(ctx, inv)
+			})))
+	}
+	k, err := kernel.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	return k
 }
