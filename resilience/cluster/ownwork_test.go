@@ -23,31 +23,30 @@ type deadlineHook struct{ seen chan<- seenCmd }
 func (h deadlineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h deadlineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		s := seenCmd{name: cmd.FullName(), left: -1}
-		if d, ok := ctx.Deadline(); ok {
-			s.left = time.Until(d)
-		}
-		select {
-		case h.seen <- s:
-		default:
-		}
+		h.report(ctx, cmd.FullName())
 		return next(ctx, cmd)
 	}
 }
 func (h deadlineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		s := seenCmd{name: "pipeline", left: -1}
+		name := "pipeline"
 		if len(cmds) > 0 {
-			s.name += " " + cmds[0].Name()
+			name += " " + cmds[0].Name()
 		}
-		if d, ok := ctx.Deadline(); ok {
-			s.left = time.Until(d)
-		}
-		select {
-		case h.seen <- s:
-		default:
-		}
+		h.report(ctx, name)
 		return next(ctx, cmds)
+	}
+}
+
+// report reports the command name, sent under ctx.
+func (h deadlineHook) report(ctx context.Context, name string) {
+	s := seenCmd{name: name, left: -1}
+	if d, ok := ctx.Deadline(); ok {
+		s.left = time.Until(d)
+	}
+	select {
+	case h.seen <- s:
+	default:
 	}
 }
 
