@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"runtime/pprof"
 	"testing"
 
@@ -77,14 +78,7 @@ func TestStreamLimitWaitAttributed(t *testing.T) {
 	for _, chained := range []bool{false, true} {
 		t.Run(fmt.Sprintf("chained=%v", chained), func(t *testing.T) {
 			l := &waitLimit{waiting: make(chan struct{}, 1)}
-			reg := operations.NewRegistry()
-			if err := operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.watch"},
-				func(context.Context, Watch, *operations.Sender[Event]) error {
-					t.Error("the handler ran")
-					return nil
-				}); err != nil {
-				t.Fatal(err)
-			}
+			reg := unreachedWatch(t)
 			opts := []kernel.Option{kernel.WithRegistry(reg),
 				kernel.WithLimitKind("wait", func(string, json.RawMessage) (resilience.Limit, error) { return l, nil }),
 				kernel.WithConfigJSON([]byte(wrap(`{"Operations":{"orders.watch":{"Limits":{"wait":{}}}}}`)))}
@@ -118,4 +112,51 @@ func newPathKernel(t *testing.T, chained bool, opts ...kernel.Option) *kernel.Ke
 	}
 	t.Cleanup(func() { _ = k.Close() })
 	return k
+}
+
+// ctxPanicLimit is a limit that keeps its call's context, then panics.
+type ctxPanicLimit struct{ ctx context.Context }
+
+func (l *ctxPanicLimit) Acquire(ctx context.Context, _ *pipeline.Invocation) (resilience.Permit, error) {
+	l.ctx = ctx
+	panic("ctxPanicLimit")
+}
+
+// TestStreamLimitPanicEndsItsContext: when a limit panics, the call's
+// outcome is UNEXPECTED and the context the limit had has ended, on both
+// paths, as the call has.
+func TestStreamLimitPanicEndsItsContext(t *testing.T) {
+	for _, chained := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chained=%v", chained), func(t *testing.T) {
+			l := &ctxPanicLimit{}
+			reg := unreachedWatch(t)
+			k := newPathKernel(t, chained, kernel.WithRegistry(reg),
+				kernel.WithLogger(slog.New(slog.DiscardHandler)),
+				kernel.WithLimitKind("panic", func(string, json.RawMessage) (resilience.Limit, error) { return l, nil }),
+				kernel.WithConfigJSON([]byte(wrap(
+					`{"Operations":{"orders.watch":{"TimeoutSeconds":60,"Limits":{"panic":{}}}}}`))))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			out := k.Op("orders.watch").Stream(ctx, kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(ctx)})
+			assertErr(t, out.Err, pipeline.KindUnexpected, pipeline.CodeUnexpected)
+			if l.ctx == nil || l.ctx.Err() == nil {
+				t.Errorf("the limit's context has not ended after the call returned")
+			}
+		})
+	}
+}
+
+// unreachedWatch returns a registry of orders.watch, whose handler must
+// not run.
+func unreachedWatch(t *testing.T) *operations.Registry {
+	t.Helper()
+	reg := operations.NewRegistry()
+	if err := operations.RegisterServerStream(reg, operations.Descriptor{ID: "orders.watch"},
+		func(context.Context, Watch, *operations.Sender[Event]) error {
+			t.Error("the handler ran")
+			return nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }
