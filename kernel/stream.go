@@ -200,8 +200,8 @@ func (r *streamRun) admit(l *resilience.Limits) bool {
 
 // streamParent is the parent of a stream's context: the limits' context
 // (Limits.Admit) for its deadline and values, the caller's for its end.
-// The stream's own timer ends it at the deadline. So the limits' context
-// need not arm a timer of its own, and a stream holds one timer, not two.
+// The stream's own timer ends it at the deadline. So a lazy limits'
+// context (deadlinectx.Lazy) is never armed by the stream.
 type streamParent struct {
 	context.Context // the caller's
 	limits          context.Context
@@ -212,6 +212,14 @@ func (p *streamParent) Deadline() (time.Time, bool) { return p.limits.Deadline()
 
 // Value returns the limits' context's value for key.
 func (p *streamParent) Value(key any) any { return p.limits.Value(key) }
+
+// AfterFunc arranges to call f when the caller's context ends. Package
+// context uses it to end the stream's context with the caller's: the
+// values' context may hold a timer's context of its own, which is not
+// the caller's, and context would then start a goroutine to follow it.
+func (p *streamParent) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(p.Context, f)
+}
 
 // close closes the stream after the handler returned out and err, and
 // gives back what the call holds. The outcome is the stream's: the

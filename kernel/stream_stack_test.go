@@ -250,17 +250,7 @@ func TestStreamHandlerDeadline(t *testing.T) {
 			}
 			opts := []kernel.Option{kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(
 				wrap(`{"Operations":{"orders.watch":{"TimeoutSeconds":60,"Stream":{"MaxStreams":1}}}}`)))}
-			if chained {
-				opts = append(opts, kernel.UseAt(pipeline.StageHandle, pipeline.MiddlewareFunc(
-					func(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-						return next(ctx, inv)
-					})))
-			}
-			k, err := kernel.New(opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer k.Close()
+			k := newPathKernel(t, chained, opts...)
 			ctx, cancel := context.WithCancel(t.Context())
 			arrival := time.Now()
 			outc := make(chan kernel.Outcome, 1)

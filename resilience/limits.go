@@ -385,12 +385,27 @@ func (l *Limits) Admit(ctx context.Context, inv *pipeline.Invocation) (context.C
 		h.s = deadlinectx.Enter(ctx, inv, d, nil)
 		h.ctx, h.a.lazy = h.s.Ctx, h.s.Lazy
 	}
-	if h.w, err = h.a.acquire(h.ctx, inv); err != nil {
+	if h.w, err = h.acquireOrEnd(inv); err != nil {
+		_, err = deadlinectx.Result(h.ctx, nil, err) // as Invoke attributes it
 		h.end()
 		return nil, nil, err
 	}
 	h.inv = inv
 	return h.ctx, h.done, nil
+}
+
+// acquireOrEnd acquires the limits left (admission.acquire). A limit's
+// panic ends the deadline's context before it goes on, as Invoke's does.
+func (h *held) acquireOrEnd(inv *pipeline.Invocation) (w *watch, err error) {
+	acquired := false
+	defer func() {
+		if !acquired {
+			h.end()
+		}
+	}()
+	w, err = h.a.acquire(h.ctx, inv)
+	acquired = true
+	return w, err
 }
 
 // held is a call that Admit admitted, until its handler returned.

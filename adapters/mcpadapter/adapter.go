@@ -65,7 +65,6 @@ type Server struct {
 	pending atomic.Int64 // tool calls in progress
 	posts   atomic.Int64 // HTTP POST requests in progress: their answers
 	owed    atomic.Int64 // answers stdio sessions owe (stdioAnswers)
-	stdio   sync.Map     // *mcp.ServerSession of ServeStdio -> *stdioAnswers
 	writers writers      // the HTTP requests' writers, for a stalled stream
 	closed  atomic.Bool
 	// capMu guards places and the count of sessions against MaxSessions.
@@ -96,7 +95,7 @@ func New(k *kernel.Kernel, o *Options) (*Server, error) {
 	}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: s.opts.Name, Version: s.opts.Version},
 		&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
-	s.srv.AddReceivingMiddleware(s.admitSession, s.oweStdio)
+	s.srv.AddReceivingMiddleware(s.admitSession)
 	b := schema.NewBuilder(openapi3.Schemas{})
 	for _, op := range ops {
 		t, err := s.newTool(b, op)
@@ -237,10 +236,11 @@ func inputSchema(b *schema.Builder, d *operations.Descriptor) (json.RawMessage, 
 const shutdownPoll = 5 * time.Millisecond
 
 // Shutdown refuses new sessions and waits for the tool calls in progress
-// to return and their answers to be written, or for ctx to end. It then closes every session, ending
-// their event streams, and cancels the calls left. It returns ctx's
-// error when the calls outlived it. Call it before the HTTP server's
-// Shutdown: an open event stream would hold that until the grace ends.
+// to return and their answers to be written, or for ctx to end. It then
+// closes every session, ending their event streams, and cancels the calls
+// left. It returns ctx's error when the calls outlived it. Call it before
+// the HTTP server's Shutdown: an open event stream would hold that until
+// the grace ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closed.Store(true)
 	var err error

@@ -198,6 +198,16 @@ func shutdownWaitsForTheAnswer(t *testing.T, transport string) {
 	}()
 	wait(t, p.started, "the call to start")
 	wait(t, held, "the call to be logged")
+	shutdownAfterRelease(t, m, release)
+	if a := wait(t, res, "the call's answer"); a.code != "KERNEL_TIMEOUT_001" {
+		t.Errorf("the call answered %+v, want its TIMEOUT", a)
+	}
+}
+
+// shutdownAfterRelease shuts m down while a call's answer is held, and
+// checks that Shutdown returns only after release, without an error.
+func shutdownAfterRelease(t *testing.T, m *mcpadapter.Server, release chan struct{}) {
+	t.Helper()
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -213,9 +223,6 @@ func shutdownWaitsForTheAnswer(t *testing.T, transport string) {
 	close(release)
 	if err := <-shut; err != nil {
 		t.Errorf("Shutdown: %v", err)
-	}
-	if a := wait(t, res, "the call's answer"); a.code != "KERNEL_TIMEOUT_001" {
-		t.Errorf("the call answered %+v, want its TIMEOUT", a)
 	}
 }
 

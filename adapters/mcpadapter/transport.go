@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,18 +245,22 @@ func (s *Server) sessions() int {
 // MaxMessageBytes ends the session. An agent host launches a command that
 // calls it with the process's standard input and output.
 //
-// A request's answer counts as owed from the request's arrival until its
-// line is written: Shutdown waits for it, as for an HTTP request's.
+// A request's answer counts as owed from the moment the SDK reads the
+// request until its line is written: Shutdown waits for it, as for an
+// HTTP request's.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	a := &stdioAnswers{s: s}
 	defer a.settle()
-	t := &mcp.IOTransport{Reader: io.NopCloser(in), Writer: answerWriter{out, a}, MaxLineLength: s.opts.MaxMessageBytes}
+	limit := s.opts.MaxMessageBytes
+	if limit <= 0 {
+		limit = mcp.DefaultMaxLineLength
+	}
+	r := &callReader{r: in, a: a, limit: limit}
+	t := &mcp.IOTransport{Reader: io.NopCloser(r), Writer: answerWriter{out, a}, MaxLineLength: s.opts.MaxMessageBytes}
 	ss, err := s.srv.Connect(ctx, t, nil)
 	if err != nil {
 		return err
 	}
-	s.stdio.Store(ss, a)
-	defer s.stdio.Delete(ss)
 	ended := make(chan error, 1)
 	go func() { ended <- ss.Wait() }()
 	select {
@@ -276,10 +279,10 @@ type stdioAnswers struct {
 	owed atomic.Int64
 }
 
-// owe records a request that awaits its answer.
-func (a *stdioAnswers) owe() {
-	a.owed.Add(1)
-	a.s.owed.Add(1)
+// owe records n requests that await their answer.
+func (a *stdioAnswers) owe(n int64) {
+	a.owed.Add(n)
+	a.s.owed.Add(n)
 }
 
 // paid records n answers written. A count never drops below zero.
@@ -319,31 +322,101 @@ func (answerWriter) Close() error { return nil }
 // answers returns the number of JSON-RPC responses in one line the SDK
 // wrote: a message or a batch.
 func answers(line []byte) int64 {
-	line = bytes.TrimSpace(line)
-	msgs := []json.RawMessage{line}
-	if len(line) > 0 && line[0] == '[' && json.Unmarshal(line, &msgs) != nil {
-		return 0
-	}
 	var n int64
-	for _, m := range msgs {
-		if msg, err := jsonrpc.DecodeMessage(m); err == nil {
-			if _, ok := msg.(*jsonrpc.Response); ok {
-				n++
-			}
+	for _, m := range messages(line) {
+		if _, ok := m.(*jsonrpc.Response); ok {
+			n++
 		}
 	}
 	return n
 }
 
-// oweStdio is the middleware by which a stdio session's request owes its
-// answer. A notification is answered by nothing.
-func (s *Server) oweStdio(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if !strings.HasPrefix(method, "notifications/") {
-			if a, ok := s.stdio.Load(req.GetSession()); ok {
-				a.(*stdioAnswers).owe()
+// callReader is a stdio session's input. It follows the JSON values the
+// SDK's decoder reads, and each request among them owes its answer. The
+// SDK answers every request it reads, and writes no other answer. So the
+// answers owed and written pair up, whatever the SDK refuses unhandled.
+type callReader struct {
+	r     io.Reader
+	a     *stdioAnswers
+	limit int    // the SDK's bound on a message
+	val   []byte // the top-level value being read
+	depth int    // of objects and arrays, in val
+	str   bool   // in a string
+	esc   bool   // after a backslash in a string
+}
+
+func (c *callReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.follow(p[:n])
+	return n, err
+}
+
+// follow reads p, the next bytes of the input. A value over the limit is
+// not kept: the SDK ends the session on it. Nor is anything outside an
+// object or array, which the SDK refuses alike.
+func (c *callReader) follow(p []byte) {
+	for _, b := range p {
+		if c.depth == 0 {
+			if b == '{' || b == '[' {
+				c.depth, c.str, c.esc = 1, false, false
+				c.val = append(c.val[:0], b)
+			}
+			continue
+		}
+		if len(c.val) <= c.limit {
+			c.val = append(c.val, b)
+		}
+		switch {
+		case c.esc:
+			c.esc = false
+		case c.str:
+			c.esc, c.str = b == '\\', b != '"'
+		case b == '"':
+			c.str = true
+		case b == '{' || b == '[':
+			c.depth++
+		case b == '}' || b == ']':
+			if c.depth--; c.depth == 0 {
+				if len(c.val) <= c.limit {
+					c.a.owe(requests(c.val))
+				}
+				c.val = c.val[:0]
+				if cap(c.val) > callReaderKeep {
+					c.val = nil
+				}
 			}
 		}
-		return next(ctx, method, req)
 	}
+}
+
+// callReaderKeep is the most bytes a callReader keeps for the next value.
+const callReaderKeep = 64 << 10
+
+// requests returns the number of JSON-RPC requests that await an answer
+// in one value the SDK reads: a message or a batch.
+func requests(v []byte) int64 {
+	var n int64
+	for _, m := range messages(v) {
+		if req, ok := m.(*jsonrpc.Request); ok && req.IsCall() {
+			n++
+		}
+	}
+	return n
+}
+
+// messages decodes the JSON-RPC messages of one value: a message or a
+// batch. It leaves out what does not decode.
+func messages(v []byte) []jsonrpc.Message {
+	v = bytes.TrimSpace(v)
+	raws := []json.RawMessage{v}
+	if len(v) > 0 && v[0] == '[' && json.Unmarshal(v, &raws) != nil {
+		return nil
+	}
+	var msgs []jsonrpc.Message
+	for _, r := range raws {
+		if m, err := jsonrpc.DecodeMessage(r); err == nil {
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
 }

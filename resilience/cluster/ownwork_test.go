@@ -23,26 +23,39 @@ type deadlineHook struct{ seen chan<- seenCmd }
 func (h deadlineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h deadlineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		s := seenCmd{name: cmd.FullName(), left: -1}
-		if d, ok := ctx.Deadline(); ok {
-			s.left = time.Until(d)
-		}
-		select {
-		case h.seen <- s:
-		default:
-		}
+		h.report(ctx, cmd.FullName())
 		return next(ctx, cmd)
 	}
 }
 func (h deadlineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		name := "pipeline"
+		if len(cmds) > 0 {
+			name += " " + cmds[0].Name()
+		}
+		h.report(ctx, name)
+		return next(ctx, cmds)
+	}
+}
+
+// report reports the command name, sent under ctx.
+func (h deadlineHook) report(ctx context.Context, name string) {
+	s := seenCmd{name: name, left: -1}
+	if d, ok := ctx.Deadline(); ok {
+		s.left = time.Until(d)
+	}
+	select {
+	case h.seen <- s:
+	default:
+	}
 }
 
 // TestOwnWorkIsBounded: go-redis's own commands on a cluster node reach it
 // with a deadline at most a second away. They are the slot map's reload,
 // which runs without a deadline, and the command table's lookup, which
 // runs under go-redis's own 5 s. So a hung node holds up neither for the
-// minute-long read timeout. A caller's command keeps its own deadline.
+// minute-long read timeout. A caller's command keeps its own deadline, or
+// none: a blocking command of the caller's may wait longer than a second.
 func TestOwnWorkIsBounded(t *testing.T) {
 	c := redistest.SharedCluster(t)
 	rdb := cluster.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
@@ -55,15 +68,30 @@ func TestOwnWorkIsBounded(t *testing.T) {
 		t.Fatal(err) // loads the slot map (under ctx) and the command table
 	}
 	rdb.ReloadState(ctx) // in the background, without ctx
-	var slots, lookups, callers int
-	for slots < 2 || lookups < 1 || callers < 1 {
+	// A caller's commands without a deadline, alone and in a pipeline.
+	if err := rdb.Get(context.WithoutCancel(ctx), "own-work").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pipe := rdb.Pipeline()
+	pipe.Get(context.WithoutCancel(ctx), "own-work")
+	if _, err := pipe.Exec(context.WithoutCancel(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	var slots, lookups, callers, unbounded int
+	for slots < 2 || lookups < 1 || callers < 1 || unbounded < 2 {
 		var s seenCmd
 		select {
 		case s = <-seen:
 		case <-time.After(time.Minute):
-			t.Fatalf("seen %d slot loads, %d lookups, %d calls; want 2, 1, 1", slots, lookups, callers)
+			t.Fatalf("seen %d slot loads, %d lookups, %d calls, %d without a deadline; want 2, 1, 1, 2",
+				slots, lookups, callers, unbounded)
 		}
 		switch {
+		case s.name == "get" || s.name == "pipeline get":
+			if s.left >= 0 {
+				t.Fatalf("a caller's %s without a deadline reached a node with %v left, want none", s.name, s.left)
+			}
+			unbounded++
 		case s.left > 30*time.Minute:
 			if s.name == "set" {
 				callers++

@@ -542,7 +542,8 @@ func NewClient(o *redis.Options) *redis.Client {
 // times (go-redis's default, 3). go-redis's own work runs without the
 // caller's deadline: the slot map's reload and the command table's lookup.
 // Each of its commands is bounded by one second, not the minute-long read
-// timeout. So a hung node holds up neither for long.
+// timeout. So a hung node holds up neither for long. A caller's commands
+// keep their own deadline, or none.
 func NewClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {
 	c := *o
 	limitSettings(&c.ContextTimeoutEnabled, &c.MaxRetries,
@@ -557,16 +558,15 @@ func NewClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {
 const ownWorkTimeout = time.Second
 
 // ownWorkBound is the hook that bounds go-redis's own work on a cluster
-// node. That work is a command without a deadline (the slot map's reload)
-// or the command table's lookup (COMMAND, under go-redis's own 5 s).
+// node: the slot map's reload (CLUSTER, without a deadline) and the
+// command table's lookup (COMMAND, under go-redis's own 5 s).
 type ownWorkBound struct{}
 
 func (ownWorkBound) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (ownWorkBound) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		_, has := ctx.Deadline()
-		if has && !(cmd.Name() == "command" && len(cmd.Args()) == 1) {
+		if !ownWork(ctx, cmd) {
 			return next(ctx, cmd)
 		}
 		ctx, cancel := context.WithTimeout(ctx, ownWorkTimeout)
@@ -576,14 +576,20 @@ func (ownWorkBound) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (ownWorkBound) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if _, has := ctx.Deadline(); has {
-			return next(ctx, cmds)
-		}
-		ctx, cancel := context.WithTimeout(ctx, ownWorkTimeout)
-		defer cancel()
-		return next(ctx, cmds)
+	return next
+}
+
+// ownWork reports whether cmd is go-redis's own work: the command table's
+// lookup, or a CLUSTER command without a deadline.
+func ownWork(ctx context.Context, cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "command":
+		return len(cmd.Args()) == 1
+	case "cluster":
+		_, has := ctx.Deadline()
+		return !has
 	}
+	return false
 }
 
 // maxStoreTimeout is the largest StoreTimeout a policy may set.
