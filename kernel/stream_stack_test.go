@@ -65,6 +65,10 @@ const parkedStreams = 200
 // handler parked: the figure depends on the frames alone, not on the
 // machine's load.
 //
+// The live heap a parked stream is as exact: the goroutine, its stream,
+// its run, what its limits hold, its invocation and its clock. The test
+// bounds it at 2,400 bytes in 17 objects.
+//
 // The race detector makes frames larger: under it, the test runs itself
 // in a test binary built without it.
 func TestParkedStreamStack(t *testing.T) {
@@ -114,9 +118,13 @@ func TestParkedStreamStack(t *testing.T) {
 	perStream := float64(stack1-stack0) / parkedStreams
 	cancel()
 	wg.Wait()
+	heap := float64(heap1.bytes-heap0.bytes) / parkedStreams
+	objects := float64(heap1.objects-heap0.objects) / parkedStreams
 	t.Logf("%d parked streams, a stream: %.0f bytes of goroutine stack, %.0f bytes of heap in %.1f objects",
-		parkedStreams, perStream, float64(heap1.bytes-heap0.bytes)/parkedStreams,
-		float64(heap1.objects-heap0.objects)/parkedStreams)
+		parkedStreams, perStream, heap, objects)
+	if heap > 2400 || objects > 17 {
+		t.Errorf("%.0f bytes of heap in %.1f objects a parked stream, want at most 2,400 in 17", heap, objects)
+	}
 	// 4 KiB when the stack was halved, 8 KiB when it was not.
 	if perStream > 6<<10 {
 		t.Errorf("%.0f bytes of stack a parked stream, want 4 KiB: the frames under the handler grew", perStream)
