@@ -131,9 +131,13 @@ func (k *Kernel) begin(ctx context.Context, c *compiled, u *Unary, reject error,
 	}
 	k.observe(ctx, &u.Transport, c, name, now, &e)
 	if e.reject == nil {
-		e.h = c.handler
-		if u.Handler != nil {
+		switch {
+		case u.direct:
+			e.h = u.Handler
+		case u.Handler != nil:
 			e.h = c.chain(u.Handler)
+		default:
+			e.h = c.handler
 		}
 	}
 	return e

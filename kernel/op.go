@@ -85,6 +85,8 @@ type Unary struct {
 	// Handler, when not nil, runs at the end of the operation's chain in
 	// place of its registered handler: an application's own gRPC method.
 	Handler pipeline.Handler
+	// direct: Handler runs outside the chain, which the call never builds.
+	direct bool
 }
 
 // HostCall is one call of a host endpoint: an application's own handler

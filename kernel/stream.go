@@ -66,18 +66,19 @@ var streamKinds = [...]stream.Kind{
 // pointer to it: an open stream's goroutine parks on a shallow stack,
 // which the collector can shrink.
 type streamRun struct {
-	k       *Kernel
-	c       *compiled
-	e       edge
-	call    *StreamCall // until the call is admitted; nil after
-	raw     stream.Raw
-	op      opStream                              // the handler's stream
-	state   uint8                                 // runBegun, runOpen, runClosed
-	done    func(out any, err error) (any, error) // the limits' end (flat); nil: none
-	out     any                                   // the call's result
-	err     error
-	res     stream.Result // how the stream ended; Reason EndNone: it never opened
-	outcome Outcome       // the call's, once it ended
+	k     *Kernel
+	c     *compiled
+	e     edge
+	call  *StreamCall                           // until the stream opens; nil after
+	op    opStream                              // the handler's stream
+	state uint8                                 // runBegun, runOpen, runClosed
+	done  func(out any, err error) (any, error) // the limits' end (flat); nil: none
+	// ended is how the stream ended; EndNone: it never opened.
+	ended          stream.Reason
+	sent, received int64 // the messages of the ended stream
+	// outcome is the call's once it ended. Until then its Output and Err
+	// are the call's result.
+	outcome Outcome
 }
 
 // The states of a streamRun, in order.
@@ -99,10 +100,10 @@ func (r *streamRun) serve() {
 	}
 	l, flat := r.c.flatLimits()
 	if !flat {
-		r.out, r.err = r.k.run(r.e.ctx, &r.e)
+		r.outcome.Output, r.outcome.Err = r.k.run(r.e.ctx, &r.e)
 		return
 	}
-	defer r.recover(&r.out, &r.err)
+	defer r.recover(&r.outcome.Output, &r.outcome.Err)
 	if r.admit(l) {
 		out, err := r.c.desc.StreamHandler()(r.op.Context(), r.e.inv, &r.op)
 		r.close(out, err)
@@ -131,10 +132,10 @@ func (r *streamRun) end() {
 		r.outcome = r.e.end(nil, r.e.reject, time.Time{})
 		return
 	}
-	if res := r.res; res.Reason != stream.EndNone {
-		r.e.obs.Stream(observe.StreamEnd{Reason: res.Reason.String(), Sent: res.Sent, Received: res.Received})
+	if r.ended != stream.EndNone {
+		r.e.obs.Stream(observe.StreamEnd{Reason: r.ended.String(), Sent: r.sent, Received: r.received})
 	}
-	r.outcome = r.e.end(r.out, r.err, time.Time{})
+	r.outcome = r.e.end(r.outcome.Output, r.outcome.Err, time.Time{})
 }
 
 // beginStream admits a streaming call (Kernel.begin). Its frame is gone
@@ -142,10 +143,13 @@ func (r *streamRun) end() {
 //
 //go:noinline
 func (k *Kernel) beginStream(ctx context.Context, c *compiled, sc *StreamCall) *streamRun {
-	// r holds sc until the call is admitted. So sc is on the heap, and so
-	// is Op.Stream's copy of the call: off the caller's stack.
-	r := &streamRun{k: k, c: c, call: sc, raw: sc.Raw, op: opStream{resume: sc.Resume}}
-	u := Unary{Caller: sc.Caller, Input: sc.Input, Decode: sc.Decode, Handler: r.handle}
+	// r holds sc until the stream opens. So sc is on the heap, and so is
+	// Op.Stream's copy of the call: off the caller's stack.
+	r := &streamRun{k: k, c: c, call: sc, op: opStream{resume: sc.Resume}}
+	u := Unary{Caller: sc.Caller, Input: sc.Input, Decode: sc.Decode, Handler: runsDirect, direct: true}
+	if _, flat := c.flatLimits(); !flat {
+		u.Handler, u.direct = r.handle, false
+	}
 	var reject error
 	if c.desc.Kind() == operations.Unary {
 		reject = pipeline.NewError(pipeline.KindUnexpected, pipeline.CodeUnexpected,
@@ -158,8 +162,13 @@ func (k *Kernel) beginStream(ctx context.Context, c *compiled, sc *StreamCall) *
 	}
 	r.e = k.begin(ctx, c, &u, reject, "")
 	r.e.lat = nil // a stream's lifetime is no latency sample
-	r.call = nil
 	return r
+}
+
+// runsDirect is the handler of a streaming call whose serve runs its
+// handler itself. It marks the call admitted; it never runs.
+func runsDirect(context.Context, *pipeline.Invocation) (any, error) {
+	panic("kernel: a direct stream's chain ran")
 }
 
 // recover turns a panic in serve or handle into the UNEXPECTED outcome.
@@ -189,7 +198,7 @@ func (r *streamRun) admit(l *resilience.Limits) bool {
 	if l != nil {
 		lctx, done, err := l.Admit(ctx, r.e.inv)
 		if err != nil {
-			r.out, r.err = nil, err
+			r.outcome.Output, r.outcome.Err = nil, err
 			return false
 		}
 		r.done, ctx = done, &streamParent{Context: ctx, limits: lctx}
@@ -227,11 +236,12 @@ func (p *streamParent) AfterFunc(f func()) (stop func() bool) {
 //
 //go:noinline
 func (r *streamRun) close(out any, err error) {
-	r.out, r.err = r.closeStream(out, err)
+	out, err = r.closeStream(out, err)
 	if done := r.done; done != nil {
 		r.done = nil
-		r.out, r.err = done(r.out, r.err)
+		out, err = done(out, err)
 	}
+	r.outcome.Output, r.outcome.Err = out, err
 }
 
 // handle is the terminal of a streaming call's chain, when the operation
@@ -248,7 +258,8 @@ func (r *streamRun) handle(ctx context.Context, inv *pipeline.Invocation) (out a
 //
 //go:noinline
 func (r *streamRun) openStream(ctx context.Context, inv *pipeline.Invocation) {
-	s := stream.Open(ctx, r.raw, r.config(inv))
+	s := stream.Open(ctx, r.call.Raw, r.config(inv))
+	r.call = nil
 	r.op.Stream = s
 	if !r.k.openStream(r.c, s) {
 		s.Drain(drainRetryAfter)
@@ -265,11 +276,12 @@ func (r *streamRun) openStream(ctx context.Context, inv *pipeline.Invocation) {
 func (r *streamRun) closeStream(out any, err error) (any, error) {
 	r.state = runClosed
 	s := r.op.Stream
-	r.res = s.Close(err)
+	res := s.Close(err)
+	r.ended, r.sent, r.received = res.Reason, res.Sent, res.Received
 	r.c.open.remove(s)
 	r.c.obs.StreamOpened(s.Context(), -1)
-	if r.res.Reason != stream.EndCompleted || r.res.Err != nil {
-		return nil, r.res.Err
+	if res.Reason != stream.EndCompleted || res.Err != nil {
+		return nil, res.Err
 	}
 	return out, nil
 }

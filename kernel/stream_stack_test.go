@@ -65,6 +65,10 @@ const parkedStreams = 200
 // handler parked: the figure depends on the frames alone, not on the
 // machine's load.
 //
+// The live heap a parked stream is as exact: the goroutine, its stream,
+// its run, what its limits hold, its invocation and its clock. The test
+// bounds it at 2,400 bytes in 17 objects.
+//
 // The race detector makes frames larger: under it, the test runs itself
 // in a test binary built without it.
 func TestParkedStreamStack(t *testing.T) {
@@ -94,7 +98,7 @@ func TestParkedStreamStack(t *testing.T) {
 	defer k.Close()
 	op := k.Op("orders.watch")
 
-	stack0 := stackInUse()
+	stack0, heap0 := stackInUse()
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for range parkedStreams {
@@ -110,10 +114,17 @@ func TestParkedStreamStack(t *testing.T) {
 		<-feed.parked
 	}
 	waitParked(t, "parkedFeed).watch", parkedStreams)
-	perStream := float64(stackInUse()-stack0) / parkedStreams
+	stack1, heap1 := stackInUse()
+	perStream := float64(stack1-stack0) / parkedStreams
 	cancel()
 	wg.Wait()
-	t.Logf("%d parked streams: %.0f bytes of goroutine stack a stream", parkedStreams, perStream)
+	heap := float64(heap1.bytes-heap0.bytes) / parkedStreams
+	objects := float64(heap1.objects-heap0.objects) / parkedStreams
+	t.Logf("%d parked streams, a stream: %.0f bytes of goroutine stack, %.0f bytes of heap in %.1f objects",
+		parkedStreams, perStream, heap, objects)
+	if heap > 2400 || objects > 17 {
+		t.Errorf("%.0f bytes of heap in %.1f objects a parked stream, want at most 2,400 in 17", heap, objects)
+	}
 	// 4 KiB when the stack was halved, 8 KiB when it was not.
 	if perStream > 6<<10 {
 		t.Errorf("%.0f bytes of stack a parked stream, want 4 KiB: the frames under the handler grew", perStream)
@@ -144,15 +155,19 @@ func waitParked(t *testing.T, fn string, want int) {
 	}
 }
 
+// heapInUse is the live heap: its bytes and objects.
+type heapInUse struct{ bytes, objects int64 }
+
 // stackInUse returns the bytes of goroutine stacks in use once
 // collections have shrunk every stack they can: each halves a stack once.
-func stackInUse() uint64 {
+// It returns the live heap too.
+func stackInUse() (uint64, heapInUse) {
 	var ms runtime.MemStats
 	for range 3 {
 		runtime.GC()
 	}
 	runtime.ReadMemStats(&ms)
-	return ms.StackInuse
+	return ms.StackInuse, heapInUse{int64(ms.HeapAlloc), int64(ms.HeapObjects)}
 }
 
 // TestStreamPathsAgree: a streaming call runs its handler directly when

@@ -48,9 +48,10 @@ type Limits struct {
 	shedErr            [2]*pipeline.Error // of a sheddable call, of a default one
 }
 
-// inlineLimits is how many permits a call holds without allocating (the
-// built-ins are three); a chain of more limits keeps the rest in a slice.
-const inlineLimits = 8
+// inlineLimits is how many permits a call holds without allocating: the
+// built-ins are at most four. A chain of more limits keeps the rest in a
+// slice.
+const inlineLimits = 4
 
 // chain is the limits of one operation under one policy, in the order a
 // call meets them. The limiters behind them are carried from chain to

@@ -201,13 +201,11 @@ type Stream struct {
 
 	beater   heartbeater    // raw's heartbeat; nil: none
 	lastBeat atomic.Int64   // when a heartbeat last completed
-	beating  bool           // a heartbeat is in flight (under tmu)
 	beats    sync.WaitGroup // the heartbeat in flight
 
 	lastSend  atomic.Int64 // when a Send last completed
 	lastRecv  atomic.Int64 // when a Recv last returned a message
 	sendSince atomic.Int64 // 1 + when the blocked Send started; 0: none
-	recvDone  atomic.Bool  // Recv returned io.EOF
 	end       atomic.Pointer[ended]
 
 	sent, received, bytes atomic.Int64
@@ -220,6 +218,10 @@ type Stream struct {
 	armed   atomic.Int64 // when the timer fires; math.MaxInt64: not armed, or being re-armed
 	closing bool         // Close started: no new heartbeat
 	closed  bool
+	beating bool // a heartbeat is in flight (under tmu)
+	// recvDone is set when Recv returned io.EOF. The small fields are
+	// together: a Stream lives as long as its call.
+	recvDone atomic.Bool
 }
 
 // heartbeater is a Raw that sends heartbeats.
