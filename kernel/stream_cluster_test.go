@@ -3,6 +3,7 @@ package kernel_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
@@ -48,13 +49,28 @@ func TestMaxStreamsAcrossKernels(t *testing.T) {
 	for range 2 {
 		assertErr(t, (<-outs).Err, pipeline.KindCanceled, "KERNEL_CANCELLED_001")
 	}
-	// The slots are given back: a stream opens again.
-	out := make(chan kernel.Outcome, 1)
+	// The slots are given back: a stream opens again. Each slot's
+	// removal from the store runs after its stream returned, so a stream
+	// opened at once may still be refused; it opens within the removal's
+	// StoreTimeout.
 	ctx2, leave2 := context.WithCancel(t.Context())
-	go func() {
-		out <- ks[1].Op("orders.watch").Stream(ctx2, kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(ctx2)})
-	}()
-	<-opened
-	leave2()
-	<-out
+	defer leave2()
+	for give := time.Now().Add(10 * time.Second); ; {
+		out := make(chan kernel.Outcome, 1)
+		go func() {
+			out <- ks[1].Op("orders.watch").Stream(ctx2, kernel.StreamCall{Input: &Watch{}, Raw: newChanRaw(ctx2)})
+		}()
+		select {
+		case <-opened:
+			leave2()
+			<-out
+			return
+		case o := <-out:
+			assertErr(t, o.Err, pipeline.KindUnavailable, "KERNEL_UNAVAILABLE_003")
+			if time.Now().After(give) {
+				t.Fatal("no stream opened within 10 s of the others' end: their slots were not given back")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
