@@ -66,8 +66,8 @@ const parkedStreams = 200
 // machine's load.
 //
 // The live heap a parked stream is as exact: the goroutine, its stream,
-// its run, what its limits hold, its invocation and its clock. The test
-// bounds it at 2,400 bytes in 17 objects.
+// its run, what its limits hold, its invocation, its clock and the watch
+// of its caller's end. The test bounds it at 2,560 bytes in 20 objects.
 //
 // The race detector makes frames larger: under it, the test runs itself
 // in a test binary built without it.
@@ -122,8 +122,8 @@ func TestParkedStreamStack(t *testing.T) {
 	objects := float64(heap1.objects-heap0.objects) / parkedStreams
 	t.Logf("%d parked streams, a stream: %.0f bytes of goroutine stack, %.0f bytes of heap in %.1f objects",
 		parkedStreams, perStream, heap, objects)
-	if heap > 2400 || objects > 17 {
-		t.Errorf("%.0f bytes of heap in %.1f objects a parked stream, want at most 2,400 in 17", heap, objects)
+	if heap > 2560 || objects > 20 {
+		t.Errorf("%.0f bytes of heap in %.1f objects a parked stream, want at most 2,560 in 20", heap, objects)
 	}
 	// 4 KiB when the stack was halved, 8 KiB when it was not.
 	if perStream > 6<<10 {

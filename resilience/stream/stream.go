@@ -186,14 +186,26 @@ type ended struct {
 	aborting sync.WaitGroup
 }
 
+// detached is a stream's parent as the stream's context sees it: its
+// deadline and values, not its end. The stream ends its context itself
+// when the parent ends (Open's watch), as for any other end. So the
+// context's cause is always the stream's outcome, even when the caller
+// leaves just as a clock fires.
+type detached struct{ context.Context }
+
+func (*detached) Done() <-chan struct{} { return nil }
+func (*detached) Err() error            { return nil }
+
 // Stream is one open stream. Create it with [Open]; end it with Close.
 type Stream struct {
-	raw    Raw
-	parent context.Context
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	cfg    Config
-	base   time.Time // the clock's origin: stored times are nanoseconds since base
+	raw     Raw
+	parent  context.Context
+	up      detached // the parent of ctx
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	unwatch func() bool // stops the watch of parent's end; nil: none
+	cfg     Config
+	base    time.Time // the clock's origin: stored times are nanoseconds since base
 
 	deadline, idle, stall int64 // nanoseconds; 0: none
 	interval              int64 // nanoseconds between the caller's messages; 0: no rate
@@ -244,7 +256,8 @@ const maxAgeRetryAfter = time.Second
 // failure. Close waits for a heartbeat in flight.
 func Open(parent context.Context, raw Raw, cfg Config) *Stream {
 	s := &Stream{raw: raw, parent: parent, cfg: cfg, base: time.Now()}
-	s.ctx, s.cancel = context.WithCancelCause(parent)
+	s.up.Context = parent
+	s.ctx, s.cancel = context.WithCancelCause(&s.up)
 	s.idle, s.stall = int64(max(cfg.Idle, 0)), int64(max(cfg.SendStall, 0))
 	s.maxAge = int64(max(cfg.MaxAge, 0))
 	if b, ok := raw.(heartbeater); ok && cfg.Heartbeat > 0 {
@@ -260,6 +273,7 @@ func Open(parent context.Context, raw Raw, cfg Config) *Stream {
 	if r := cfg.MessagesPerSecond; r > 0 && !math.IsInf(r, 1) {
 		s.interval = max(int64(float64(time.Second)/r), 1)
 	}
+	s.unwatch = context.AfterFunc(parent, s.parentEnded)
 	s.armed.Store(math.MaxInt64)
 	if next := s.next(0); next != math.MaxInt64 {
 		s.tmu.Lock() // fire re-arms s.timer under tmu
@@ -451,8 +465,13 @@ func (s *Stream) deadlineVerdict() resilience.Verdict {
 	return resilience.Neutral
 }
 
+// parentEnded ends the stream once its parent ended, unless it has ended
+// already.
+func (s *Stream) parentEnded() { s.settle() }
+
 // settle returns the stream's end: its own, or the caller's when parent
-// has ended; nil while the stream is open.
+// has ended; nil while the stream is open. The caller's end gives the
+// stream's context the parent's cause.
 func (s *Stream) settle() *ended {
 	if e := s.end.Load(); e != nil {
 		return e
@@ -461,9 +480,9 @@ func (s *Stream) settle() *ended {
 		return nil
 	}
 	if err := deadline.Attribute(s.parent); err.Kind() == pipeline.KindTimeout {
-		return s.finish(EndDeadline, err, context.DeadlineExceeded)
+		return s.finish(EndDeadline, err, context.Cause(s.parent))
 	}
-	return s.finish(EndCallerLeft, pipeline.ErrCanceled(), context.Canceled)
+	return s.finish(EndCallerLeft, pipeline.ErrCanceled(), context.Cause(s.parent))
 }
 
 // failed returns the error for a raw Send or Recv that returned err: the
@@ -638,6 +657,9 @@ func (s *Stream) Close(err error) Result {
 		e = s.finish(EndCompleted, err, context.Canceled)
 	}
 	e.aborting.Wait() // a clock that ended the stream may be aborting it still
+	if s.unwatch != nil {
+		s.unwatch()
+	}
 	s.cancel(context.Canceled)
 	r := Result{Reason: e.reason, Err: e.err, Verdict: e.verdict,
 		Sent: s.sent.Load(), Received: s.received.Load(), Bytes: s.bytes.Load()}

@@ -14,15 +14,17 @@ import (
 )
 
 // pipeRaw is a transport stream over channels: in is what the caller
-// sends (closed: its last), out what it reads.
+// sends (closed: its last), out what it reads. Like a connection, it
+// fails once the caller, whose context is caller, has left.
 type pipeRaw struct {
 	in, out chan any
 	abort   chan struct{}
 	once    sync.Once
+	caller  context.Context
 }
 
-func newPipeRaw() *pipeRaw {
-	return &pipeRaw{in: make(chan any, 8), out: make(chan any), abort: make(chan struct{})}
+func newPipeRaw(caller context.Context) *pipeRaw {
+	return &pipeRaw{in: make(chan any, 8), out: make(chan any), abort: make(chan struct{}), caller: caller}
 }
 
 func (r *pipeRaw) Send(m any) error {
@@ -31,6 +33,8 @@ func (r *pipeRaw) Send(m any) error {
 		return nil
 	case <-r.abort:
 		return errors.New("aborted")
+	case <-r.caller.Done():
+		return errors.New("reset by the caller")
 	}
 }
 
@@ -43,6 +47,8 @@ func (r *pipeRaw) Recv() (any, int, error) {
 		return m, 64, nil
 	case <-r.abort:
 		return nil, 0, errors.New("aborted")
+	case <-r.caller.Done():
+		return nil, 0, errors.New("reset by the caller")
 	}
 }
 
@@ -87,7 +93,7 @@ func TestWatchOrders(t *testing.T) {
 		first  int
 	}{{0, "", 1}, {1, "", 2}, {0, "2", 3}} {
 		ctx, leave := context.WithCancel(t.Context())
-		raw := newPipeRaw()
+		raw := newPipeRaw(ctx)
 		done := make(chan kernel.Outcome, 1)
 		go func() {
 			done <- findOp(k, "orders.watch").Stream(ctx, kernel.StreamCall{Input: &app.WatchOrders{After: tc.after},
@@ -116,7 +122,7 @@ func TestWatchOrders(t *testing.T) {
 // created before it stay.
 func TestImportOrders(t *testing.T) {
 	s, k := shopKernel(t)
-	raw := newPipeRaw()
+	raw := newPipeRaw(t.Context())
 	raw.in <- &app.CreateOrder{Name: "a", Amount: 1}
 	raw.in <- &app.CreateOrder{Name: "b", Amount: 2}
 	close(raw.in)
@@ -124,7 +130,7 @@ func TestImportOrders(t *testing.T) {
 	if out.Err != nil || out.Output != (app.Imported{Created: 2, First: "ord-1", Last: "ord-2"}) {
 		t.Fatalf("outcome %+v, %v", out.Output, out.Err)
 	}
-	raw = newPipeRaw()
+	raw = newPipeRaw(t.Context())
 	raw.in <- &app.CreateOrder{Name: "c", Amount: 3}
 	raw.in <- &app.CreateOrder{Name: "d", Amount: 0} // below the minimum
 	close(raw.in)
