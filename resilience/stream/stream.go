@@ -199,8 +199,7 @@ func (*detached) Err() error            { return nil }
 // Stream is one open stream. Create it with [Open]; end it with Close.
 type Stream struct {
 	raw     Raw
-	parent  context.Context
-	up      detached // the parent of ctx
+	parent  detached // the caller's context, as ctx's parent
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	unwatch func() bool // stops the watch of parent's end; nil: none
@@ -255,9 +254,8 @@ const maxAgeRetryAfter = time.Second
 // stream as a blocked Send does. A heartbeat's error is a transport
 // failure. Close waits for a heartbeat in flight.
 func Open(parent context.Context, raw Raw, cfg Config) *Stream {
-	s := &Stream{raw: raw, parent: parent, cfg: cfg, base: time.Now()}
-	s.up.Context = parent
-	s.ctx, s.cancel = context.WithCancelCause(&s.up)
+	s := &Stream{raw: raw, parent: detached{parent}, cfg: cfg, base: time.Now()}
+	s.ctx, s.cancel = context.WithCancelCause(&s.parent)
 	s.idle, s.stall = int64(max(cfg.Idle, 0)), int64(max(cfg.SendStall, 0))
 	s.maxAge = int64(max(cfg.MaxAge, 0))
 	if b, ok := raw.(heartbeater); ok && cfg.Heartbeat > 0 {
@@ -476,13 +474,14 @@ func (s *Stream) settle() *ended {
 	if e := s.end.Load(); e != nil {
 		return e
 	}
-	if s.parent.Err() == nil {
+	caller := s.parent.Context
+	if caller.Err() == nil {
 		return nil
 	}
-	if err := deadline.Attribute(s.parent); err.Kind() == pipeline.KindTimeout {
-		return s.finish(EndDeadline, err, context.Cause(s.parent))
+	if err := deadline.Attribute(caller); err.Kind() == pipeline.KindTimeout {
+		return s.finish(EndDeadline, err, context.Cause(caller))
 	}
-	return s.finish(EndCallerLeft, pipeline.ErrCanceled(), context.Cause(s.parent))
+	return s.finish(EndCallerLeft, pipeline.ErrCanceled(), context.Cause(caller))
 }
 
 // failed returns the error for a raw Send or Recv that returned err: the
