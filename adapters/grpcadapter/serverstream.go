@@ -41,9 +41,8 @@ type serverStream struct {
 	ss     grpc.ServerStream
 	ctx    context.Context    // ss's
 	caller context.Context    // the invocation's parent: ends when the caller leaves
-	parent context.Context    // the invocation's parent, with the call's values
 	call   *kernel.StreamCall // until run starts
-	stop   func()             // releases parent
+	stop   func()             // releases caller
 	start  time.Time
 
 	state atomic.Int32
@@ -54,7 +53,7 @@ type serverStream struct {
 	expired    chan struct{} // closed when expire has run (server streams)
 	expiredErr error         // the request's outcome, when expire answered
 
-	meta *operations.Metadata // the call's (operations.MetadataFrom)
+	meta *operations.Metadata // the call's (operations.MetadataFrom), from prepare
 	sent atomic.Bool          // a message was sent: so were the headers
 }
 
@@ -67,16 +66,13 @@ func (m *method) handleStream(_ any, ss grpc.ServerStream) error {
 		return status.Error(codes.Canceled, context.Canceled.Error())
 	}
 	s := &serverStream{m: m, ss: ss, ctx: ctx, start: time.Now(), answer: make(chan error, 1)}
-	parent, stop := m.a.inbound(ctx)
-	s.caller = parent
 	c := &kernel.StreamCall{Raw: s}
-	parent = m.a.prepare(ctx, parent, m.Full, m.Desc.ID, &c.Caller)
-	parent, s.meta = withMetadata(ctx, parent)
 	if m.Desc.Kind() == operations.ServerStream {
 		s.expired = make(chan struct{})
 		c.Decode = s.decode
 	}
-	s.parent, s.call, s.stop = parent, c, stop
+	s.caller, s.stop = m.a.inbound(ctx)
+	s.call = c
 	go s.run()
 	select {
 	case err := <-s.answer:
@@ -101,7 +97,20 @@ func (s *serverStream) claim() bool { return s.state.CompareAndSwap(streamOpen, 
 func (s *serverStream) run() {
 	c := s.call
 	s.call = nil // the kernel copies it
-	s.finish(s.m.Op.Stream(s.parent, *c))
+	s.finish(s.m.Op.Stream(s.prepare(c), *c))
+}
+
+// prepare returns the invocation's parent context, with the trace context,
+// baggage and metadata of the request, and fills in c's caller. It runs on
+// the call's goroutine: reading the metadata takes over 2 KiB of stack,
+// and grpc-go's goroutine, which then only waits for the answer, keeps
+// the stack it started with. Its frame is gone once it returns.
+//
+//go:noinline
+func (s *serverStream) prepare(c *kernel.StreamCall) context.Context {
+	parent := s.m.a.prepare(s.ctx, s.caller, s.m.Full, s.m.Desc.ID, &c.Caller)
+	parent, s.meta = withMetadata(s.ctx, parent)
+	return parent
 }
 
 // finish answers the call with its outcome o unless the stream was
