@@ -1601,10 +1601,12 @@ func spin(ctx context.Context) {
 }
 
 // TestStressAttacks measures a healthy client's latency beside each
-// attack and all of them at once, after a control that only keeps the
-// attackers' CPU busy. STRESS_ATTACKS=stall,reset runs only the attacks
-// whose names hold one of the words, and not all at once. STRESS_ROUNDS=N
-// measures each attack N times, alone then under it in turn.
+// attack, the combined attack (slowloris, the stall flood and the
+// straggler flood at once) and all four at once, after a control that
+// only keeps the attackers' CPU busy. STRESS_ATTACKS=stall,reset runs
+// only the attacks whose names hold one of the words; the words
+// "combined" and "all" run those together. STRESS_ROUNDS=N measures each attack
+// N times, alone then under it in turn.
 //
 // It asserts p99 under every attack at most twice its p99 alone (measured
 // just before; with rounds, the median of the rounds' ratios), every
@@ -1650,24 +1652,36 @@ func TestStressAttacks(t *testing.T) {
 		{fmt.Sprintf("straggler flood (%d/s, ConcurrencyLimit %d)", stragglerRate, stragglerLimit), "straggler",
 			func(ctx context.Context, st *attackStats) { stragglerAttack(ctx, s.url, st) }, false},
 	}
-	attacks := [][]attack{}
+	// The combined attack: slowloris, the stall flood and the straggler
+	// flood at once. Then all four, the rapid reset too.
+	type together struct {
+		name, key string
+		attacks   []attack
+	}
+	combined := together{"combined: slowloris, stall flood, straggler flood", "combined",
+		[]attack{one[0], one[1], one[3]}}
+	all := together{"all four at once", "all", one}
+	var attacks []together
 	only := os.Getenv("STRESS_ATTACKS") // a comma-separated list of words of attack names; empty: all
+	chosen := func(name string) bool {
+		return only == "" || slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return strings.Contains(name, w) })
+	}
 	for _, a := range append([]attack{control}, one...) {
-		if only == "" || slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return strings.Contains(a.name, w) }) {
-			attacks = append(attacks, []attack{a})
+		if chosen(a.name) {
+			attacks = append(attacks, together{a.name, a.key, []attack{a}})
 		}
 	}
-	if only == "" {
-		attacks = append(attacks, one) // all at once
+	for _, tg := range []together{combined, all} {
+		if only == "" || slices.Contains(strings.Split(only, ","), tg.key) {
+			attacks = append(attacks, tg)
+		}
 	}
 
 	var phases []*attackPhase
-	for _, a := range attacks {
+	for _, tg := range attacks {
+		a := tg.attacks
 		for round := 1; round <= rounds; round++ {
-			p := &attackPhase{name: a[0].name, key: a[0].key, round: round, control: a[0].key == control.key}
-			if len(a) > 1 {
-				p.name, p.key = "all at once", "all"
-			}
+			p := &attackPhase{name: tg.name, key: tg.key, round: round, control: tg.key == control.key}
 			phases = append(phases, p)
 			runAttackPhase(t, s, p, profDir, pinned, func(ctx context.Context) []*attackStats {
 				var sts []*attackStats
