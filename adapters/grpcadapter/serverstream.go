@@ -96,8 +96,9 @@ func (s *serverStream) claim() bool { return s.state.CompareAndSwap(streamOpen, 
 // the handler: run's frame, under it, holds little (see finish).
 func (s *serverStream) run() {
 	c := s.call
-	s.call = nil // the kernel copies it
-	s.finish(s.m.Op.Stream(s.prepare(c), *c))
+	s.call = nil           // the kernel copies it
+	parent := s.prepare(c) // before *c is read: it fills in c.Caller
+	s.finish(s.m.Op.Stream(parent, *c))
 }
 
 // prepare returns the invocation's parent context, with the trace context,
