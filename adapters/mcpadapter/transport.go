@@ -251,12 +251,9 @@ func (s *Server) sessions() int {
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	a := &stdioAnswers{s: s}
 	defer a.settle()
-	limit := s.opts.MaxMessageBytes
-	if limit <= 0 {
-		limit = mcp.DefaultMaxLineLength
-	}
+	limit := s.opts.MaxMessageBytes // set by New: the SDK's bound and the reader's agree
 	r := &callReader{r: in, a: a, limit: limit}
-	t := &mcp.IOTransport{Reader: io.NopCloser(r), Writer: answerWriter{out, a}, MaxLineLength: s.opts.MaxMessageBytes}
+	t := &mcp.IOTransport{Reader: io.NopCloser(r), Writer: answerWriter{out, a}, MaxLineLength: limit}
 	ss, err := s.srv.Connect(ctx, t, nil)
 	if err != nil {
 		return err
