@@ -43,6 +43,17 @@ func streamRegistry(t *testing.T, ended chan<- error) *operations.Registry {
 	err := errors.Join(
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.watch"},
 			func(ctx context.Context, in watchIn, s *operations.Sender[numOut]) error {
+				if in.Wait {
+					// Whichever way the handler returns, by its own wait or
+					// by a Send that the caller's signal ended first (the
+					// line written, the signal's cancellation seen by Send
+					// before the write's completion: either may win), its
+					// context's cause is told.
+					defer func() {
+						<-ctx.Done()
+						ended <- context.Cause(ctx)
+					}()
+				}
 				for i := 1; i <= in.Count; i++ {
 					if err := s.Send(numOut{i}); err != nil {
 						return err
@@ -50,7 +61,6 @@ func streamRegistry(t *testing.T, ended chan<- error) *operations.Registry {
 				}
 				if in.Wait {
 					<-ctx.Done()
-					ended <- context.Cause(ctx)
 					return ctx.Err()
 				}
 				return nil

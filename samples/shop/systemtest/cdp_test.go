@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -232,27 +233,44 @@ func (b *browser) evaluate(expr string, result any) error {
 
 // waitJS is a promise for the innerText of the first element matching the
 // selector (%s) once the document has loaded — and, if %t, once the element
-// is visible (it has a box, as chromedp's WaitVisible checks).
+// is visible (it has a box, as chromedp's WaitVisible checks). If %t, the
+// page stops loading in the same task, before anything else can run:
+// window.stop() cancels the page's scheduled reload (a meta refresh) and a
+// reload already requested but not yet shown, so the document read is the
+// one that stays.
 const waitJS = `new Promise((resolve) => {
-	const sel = %s, visible = %t;
+	const sel = %s, visible = %t, freeze = %t;
 	const shown = (el) => Boolean(el.offsetWidth || el.offsetHeight || el.getClientRects().length);
 	const tick = () => {
 		const el = document.readyState === "complete" && document.querySelector(sel);
-		if (el && (!visible || shown(el))) { resolve(el.innerText); return; }
+		if (el && (!visible || shown(el))) {
+			if (freeze) window.stop();
+			resolve(el.innerText);
+			return;
+		}
 		setTimeout(tick, 50);
 	};
 	tick();
 })`
 
-// text waits until an element matches sel (and, if visible, is shown) and
-// returns its innerText. The page reloads itself, which ends a wait in
-// progress; text then waits again in the new document, until ctx ends.
-func (b *browser) text(ctx context.Context, sel string, visible bool) (string, error) {
+// until is what text waits for besides an element matching its selector.
+type until int
+
+const (
+	present        until = iota // the element is in the loaded document
+	shown                       // and visible
+	shownThenStill              // and visible; then the page stops reloading itself
+)
+
+// text waits until an element matches sel (and what u asks) and returns
+// its innerText. The page reloads itself, which ends a wait in progress;
+// text then waits again in the new document, until ctx ends.
+func (b *browser) text(ctx context.Context, sel string, u until) (string, error) {
 	quoted, err := json.Marshal(sel)
 	if err != nil {
 		return "", err
 	}
-	expr := fmt.Sprintf(waitJS, quoted, visible)
+	expr := fmt.Sprintf(waitJS, quoted, u != present, u == shownThenStill)
 	for {
 		var s string
 		err := b.evaluate(expr, &s)
@@ -266,8 +284,22 @@ func (b *browser) text(ctx context.Context, sel string, visible bool) (string, e
 	}
 }
 
+// captureWithin bounds one Page.captureScreenshot. A healthy capture of
+// the status page takes well under a second.
+const captureWithin = 10 * time.Second
+
 // screenshot returns a PNG of the whole page, beyond the viewport too.
-func (b *browser) screenshot() ([]byte, error) {
+//
+// Headless Chromium captures from the compositor's next frame, and a
+// compositor gone idle over a page that does not change may not draw one:
+// the capture then never answers. So the page is brought to the front
+// first, the capture is bounded by captureWithin, and a capture that timed
+// out is tried once more after a short screencast, which makes the
+// compositor draw. The websocket's deadline goes back to ctx's after.
+func (b *browser) screenshot(ctx context.Context) ([]byte, error) {
+	if err := b.call("Page.bringToFront", nil, nil); err != nil {
+		return nil, err
+	}
 	var m struct {
 		CSSContentSize struct{ Width, Height float64 } `json:"cssContentSize"`
 	}
@@ -275,10 +307,50 @@ func (b *browser) screenshot() ([]byte, error) {
 		return nil, err
 	}
 	clip := map[string]any{"x": 0, "y": 0, "width": m.CSSContentSize.Width, "height": m.CSSContentSize.Height, "scale": 1}
-	var shot struct{ Data []byte } // base64 in JSON
 	params := map[string]any{"format": "png", "captureBeyondViewport": true, "clip": clip}
-	if err := b.call("Page.captureScreenshot", params, &shot); err != nil {
-		return nil, err
+	defer b.restoreDeadline(ctx)
+	var shot struct{ Data []byte } // base64 in JSON
+	err := b.callWithin(ctx, captureWithin, "Page.captureScreenshot", params, &shot)
+	if !isTimeout(err) {
+		return shot.Data, err
+	}
+	first := err
+	b.restoreDeadline(ctx)
+	if err := b.call("Page.startScreencast", map[string]any{"format": "jpeg", "quality": 10, "everyNthFrame": 1}, nil); err != nil {
+		return nil, fmt.Errorf("after a capture that timed out (%v): %w", first, err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if err := b.call("Page.stopScreencast", nil, nil); err != nil {
+		return nil, fmt.Errorf("after a capture that timed out (%v): %w", first, err)
+	}
+	if err := b.callWithin(ctx, captureWithin, "Page.captureScreenshot", params, &shot); err != nil {
+		return nil, fmt.Errorf("captured neither at first (%v) nor after a screencast: %w", first, err)
 	}
 	return shot.Data, nil
+}
+
+// callWithin is call with the websocket's reads bounded by d, or by ctx's
+// deadline if sooner. An answer that comes after d is skipped by the next
+// call, which waits for its own ID.
+func (b *browser) callWithin(ctx context.Context, d time.Duration, method string, params, result any) error {
+	deadline := time.Now().Add(d)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(deadline) {
+		deadline = cd
+	}
+	if err := b.ws.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	return b.call(method, params, result)
+}
+
+// restoreDeadline gives the websocket's reads ctx's deadline again.
+func (b *browser) restoreDeadline(ctx context.Context) {
+	deadline, _ := ctx.Deadline() // none: the zero time, no deadline
+	_ = b.ws.SetReadDeadline(deadline)
+}
+
+// isTimeout reports whether err is a read that reached its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

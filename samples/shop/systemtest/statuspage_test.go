@@ -50,7 +50,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if err := b.navigate(s.url + "/debug/sundial"); err != nil {
 		t.Fatalf("open the status page: %v", err)
 	}
-	before, err := b.text(ctx, breakerCell, false)
+	before, err := b.text(ctx, breakerCell, present)
 	if err != nil {
 		t.Fatalf("read the breaker cell: %v", err)
 	}
@@ -65,20 +65,22 @@ func TestStatusPageInChromium(t *testing.T) {
 	if r := s.call(t, "POST", "/billing/charge", `{"amount":1}`, nil); r.status != 503 || r.problem["code"] != "KERNEL_UNAVAILABLE_004" {
 		t.Fatalf("after 3 failures: status %d %v, want the open breaker's 503", r.status, r.problem)
 	}
-	// No navigation from here: the page reloads itself.
+	// No navigation from here: the page reloads itself. Once it shows the
+	// breaker open, it is held still, so that the reads and the screenshot
+	// below are of that document.
 	start := time.Now()
-	if _, err := b.text(ctx, `tr[id="op-billing.charge"] td.breaker.open`, true); err != nil {
+	if _, err := b.text(ctx, `tr[id="op-billing.charge"] td.breaker.open`, shownThenStill); err != nil {
 		t.Fatalf("the page never showed the breaker open: %v", err)
 	}
-	after, err := b.text(ctx, breakerCell, false)
+	after, err := b.text(ctx, breakerCell, present)
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := b.text(ctx, "body", false)
+	page, err := b.text(ctx, "body", present)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shot, err := b.screenshot()
+	shot, err := b.screenshot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
