@@ -1178,7 +1178,7 @@ var harnessClient = &http.Client{Transport: &http.Transport{}}
 // healthy reads the order at healthyRate for d, each request on the
 // schedule whatever the others do, and returns the latencies and the
 // requests that failed.
-func healthy(url string, d time.Duration) (lat []time.Duration, failed []string) {
+func healthy(url string, d time.Duration) (lat []time.Duration, starts []int64, failed []string) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
 	var (
@@ -1207,10 +1207,11 @@ func healthy(url string, d time.Duration) (lat []time.Duration, failed []string)
 				return
 			}
 			lat = append(lat, took)
+			starts = append(starts, t0.UnixNano())
 		})
 	}
 	wg.Wait()
-	return lat, failed
+	return lat, starts, failed
 }
 
 // healthyEnv makes the test binary the healthy client of
@@ -1219,14 +1220,22 @@ func healthy(url string, d time.Duration) (lat []time.Duration, failed []string)
 // does not delay it.
 const healthyEnv = "SHOP_STRESS_HEALTHY"
 
-// profileEnv names a directory: TestStressAttacks then saves a CPU
-// profile of the shop under each attack there (PHASE.pprof).
+// profileEnv names a directory: TestStressAttacks then saves profiles of
+// the shop under each attack there: CPU (PHASE.pprof), allocations over
+// the window (PHASE.allocs) and the heap at its start (PHASE.heap).
 const profileEnv = "STRESS_PROFILE"
 
+// traceEnv, set with profileEnv, saves an execution trace of the shop
+// under each attack beside its profiles (PHASE.trace), and the healthy
+// requests' starts and latencies (PHASE.healthy): what the shop ran, or
+// did not, while a slow healthy request waited. Tracing costs the shop
+// CPU of its own, so it is off for figures.
+const traceEnv = "STRESS_TRACE"
+
 // harnessEnv makes the attacked shop serve the test on a listener of its
-// own, printed as harnessLine: its goroutines, and its CPU profile. A
-// scrape of /metrics instead costs the shop milliseconds of CPU, beside
-// the healthy calls.
+// own, printed as harnessLine: its goroutines, its profiles and its
+// execution trace. A scrape of /metrics instead costs the shop
+// milliseconds of CPU, beside the healthy calls.
 const (
 	harnessEnv  = "SHOP_STRESS_HARNESS"
 	harnessLine = "shop: harness on "
@@ -1247,7 +1256,7 @@ func init() {
 		os.Exit(2)
 	}
 	var r healthyResult
-	r.Latencies, r.Failed = healthy(url, d)
+	r.Latencies, r.Starts, r.Failed = healthy(url, d)
 	_ = json.NewEncoder(os.Stdout).Encode(r)
 	os.Exit(0)
 }
@@ -1262,6 +1271,9 @@ func serveHarness() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	mux.Handle("/debug/pprof/allocs", httppprof.Handler("allocs"))
+	mux.Handle("/debug/pprof/heap", httppprof.Handler("heap"))
 	mux.HandleFunc("/goroutines", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, runtime.NumGoroutine())
 	})
@@ -1275,34 +1287,57 @@ func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) 
 	if dir == "" {
 		return func() {}
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp, err := harnessClient.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.harness, int(d.Seconds())))
-		if err != nil {
-			t.Logf("profile %s: %v", name, err)
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, name+".pprof"), b, 0o644)
-		}
-		if err != nil {
-			t.Logf("profile %s: %v", name, err)
-		}
-	}()
-	return func() { <-done }
+	kinds := map[string]string{"profile": ".pprof", "allocs": ".allocs", "heap": ".heap"}
+	if os.Getenv(traceEnv) != "" {
+		kinds["trace"] = ".trace"
+	}
+	var wg sync.WaitGroup
+	for kind, ext := range kinds {
+		wg.Go(func() {
+			u := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", s.harness, kind, int(d.Seconds()))
+			if kind == "heap" {
+				u = s.harness + "/debug/pprof/heap?gc=1"
+			}
+			resp, err := harnessClient.Get(u)
+			if err != nil {
+				t.Logf("%s %s: %v", kind, name, err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, name+ext), b, 0o644)
+			}
+			if err != nil {
+				t.Logf("%s %s: %v", kind, name, err)
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// saveHealthy writes r as lines of "start latency" in nanoseconds, the
+// start Unix time: beside the shop's trace of the window, it finds the
+// slowest requests in the trace.
+func saveHealthy(t *testing.T, path string, r healthyResult) {
+	var b bytes.Buffer
+	for i, d := range r.Latencies {
+		fmt.Fprintf(&b, "%d %d\n", r.Starts[i], d.Nanoseconds())
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Logf("the healthy requests: %v", err)
+	}
 }
 
 type healthyResult struct {
 	Latencies []time.Duration
+	Starts    []int64 // each answered request's start (Unix ns), in Latencies' order
 	Failed    []string
 }
 
 // healthyProcess runs the healthy client for d as a process, pinned to
 // CPU 0 beside the shop when pin is set.
-func healthyProcess(t *testing.T, url string, d time.Duration, pin bool) ([]time.Duration, []string) {
+func healthyProcess(t *testing.T, url string, d time.Duration, pin bool) healthyResult {
 	args := []string{os.Args[0]}
 	if pin {
 		args = append([]string{"taskset", "-c", "0"}, args...)
@@ -1318,7 +1353,7 @@ func healthyProcess(t *testing.T, url string, d time.Duration, pin bool) ([]time
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("the healthy client's figures: %v", err)
 	}
-	return r.Latencies, r.Failed
+	return r
 }
 
 // attackStats is what an attacker counted.
@@ -1631,7 +1666,7 @@ func TestStressAttacks(t *testing.T) {
 	}
 	resp.Body.Close()
 	setup.CloseIdleConnections()
-	healthyProcess(t, s.url, time.Second, pinned) // warm up
+	_ = healthyProcess(t, s.url, time.Second, pinned) // warm up
 
 	type attack struct {
 		name, key string
@@ -1752,10 +1787,10 @@ func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir strin
 	start func(ctx context.Context) []*attackStats) {
 	p.goroutinesBefore = s.goroutines()
 	cpu0 := s.cpu()
-	var failedAlone []string
-	p.alone, failedAlone = healthyProcess(t, s.url, attackMeasure, pinned)
+	alone := healthyProcess(t, s.url, attackMeasure, pinned)
+	p.alone = alone.Latencies
 	p.cpuAlone = s.cpu() - cpu0
-	p.failed = append(p.failed, failedAlone...)
+	p.failed = append(p.failed, alone.Failed...)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stats = start(ctx)
@@ -1772,15 +1807,18 @@ func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir strin
 	cpu0 = s.cpu()
 	reads0, writes0 := s.syscalls()
 	calls0, canceled0, closed0, lines0 := s.grpcCalls.Load(), s.grpcCanceled.Load(), s.guardClosed.Load(), s.lines.Load()
-	var failed []string
-	p.under, failed = healthyProcess(t, s.url, attackMeasure, pinned)
-	p.failed = append(p.failed, failed...)
+	under := healthyProcess(t, s.url, attackMeasure, pinned)
+	p.under = under.Latencies
+	p.failed = append(p.failed, under.Failed...)
 	p.cpu = s.cpu() - cpu0
 	reads1, writes1 := s.syscalls()
 	p.reads, p.writes = reads1-reads0, writes1-writes0
 	p.grpcCalls, p.canceled = s.grpcCalls.Load()-calls0, s.grpcCanceled.Load()-canceled0
 	p.guardClosed, p.lines = s.guardClosed.Load()-closed0, s.lines.Load()-lines0
 	profiled()
+	if profDir != "" && os.Getenv(traceEnv) != "" {
+		saveHealthy(t, filepath.Join(profDir, fmt.Sprintf("%s-r%d.healthy", p.key, p.round)), under)
+	}
 	cancel()
 	<-peakDone
 	for _, st := range p.stats {

@@ -31,13 +31,17 @@ const meterName = "github.com/sundial-go/sundial/samples/shop"
 
 // shopTelemetry is the OpenTelemetry SDK of one `shop serve` run:
 //
-//   - a tracer provider that samples every trace (a caller's sampling
-//     decision in traceparent is kept), so every Problem Details traceId
-//     and access-log line carries a real W3C trace ID, and an incoming
+//   - a tracer provider. Every call gets a real W3C trace ID, the one its
+//     Problem Details traceId and access-log line carry, and an incoming
 //     traceparent is continued. Spans are exported with OTLP over HTTP only
 //     when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 //     is set (the exporter reads the other standard OTEL_EXPORTER_OTLP_*
-//     variables itself); otherwise nothing leaves the process;
+//     variables itself). Then every trace is sampled (a caller's sampling
+//     decision in traceparent is kept). Otherwise nothing leaves the
+//     process, so a trace is recorded only when its caller sampled it (to
+//     keep the decision for the calls downstream): a span that no one
+//     exports costs each call its attributes and events in memory, and
+//     under a flood of calls the collector's work to free them;
 //   - a meter provider read by otel's Prometheus exporter, served on
 //     /metrics of the HTTP port.
 //
@@ -68,13 +72,18 @@ func startTelemetry(ctx context.Context, getenv func(string) string) (*shopTelem
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	topts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
-	}
 	texp, err := otlpExporter(ctx, getenv)
 	if err != nil {
 		return nil, err
+	}
+	// Unsampled, a call still gets a new trace ID, or its caller's.
+	root := sdktrace.NeverSample()
+	if texp != nil {
+		root = sdktrace.AlwaysSample()
+	}
+	topts := []sdktrace.TracerProviderOption{
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(root)),
 	}
 	if texp != nil {
 		topts = append(topts, sdktrace.WithBatcher(texp))
