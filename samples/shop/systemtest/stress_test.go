@@ -1222,14 +1222,15 @@ const healthyEnv = "SHOP_STRESS_HEALTHY"
 
 // profileEnv names a directory: TestStressAttacks then saves profiles of
 // the shop under each attack there: CPU (PHASE.pprof), allocations over
-// the window (PHASE.allocs) and the heap at its start (PHASE.heap).
+// the window (PHASE.allocs) and the heap at its start (PHASE.heap), and
+// the healthy requests' starts and latencies (PHASE.healthy).
 const profileEnv = "STRESS_PROFILE"
 
 // traceEnv, set with profileEnv, saves an execution trace of the shop
-// under each attack beside its profiles (PHASE.trace), and the healthy
-// requests' starts and latencies (PHASE.healthy): what the shop ran, or
-// did not, while a slow healthy request waited. Tracing costs the shop
-// CPU of its own, so it is off for figures.
+// under each attack beside its profiles (PHASE.trace): with
+// PHASE.healthy, what the shop ran, or did not, while a slow healthy
+// request waited. Tracing costs the shop CPU of its own, so it is off
+// for figures.
 const traceEnv = "STRESS_TRACE"
 
 // harnessEnv makes the attacked shop serve the test on a listener of its
@@ -1317,8 +1318,8 @@ func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) 
 }
 
 // saveHealthy writes r as lines of "start latency" in nanoseconds, the
-// start Unix time: beside the shop's trace of the window, it finds the
-// slowest requests in the trace.
+// start Unix time: it finds the slowest requests in the shop's trace of
+// the window, or in a system profile (perf) of the shop's CPU.
 func saveHealthy(t *testing.T, path string, r healthyResult) {
 	var b bytes.Buffer
 	for i, d := range r.Latencies {
@@ -1816,7 +1817,7 @@ func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir strin
 	p.grpcCalls, p.canceled = s.grpcCalls.Load()-calls0, s.grpcCanceled.Load()-canceled0
 	p.guardClosed, p.lines = s.guardClosed.Load()-closed0, s.lines.Load()-lines0
 	profiled()
-	if profDir != "" && os.Getenv(traceEnv) != "" {
+	if profDir != "" {
 		saveHealthy(t, filepath.Join(profDir, fmt.Sprintf("%s-r%d.healthy", p.key, p.round)), under)
 	}
 	cancel()
