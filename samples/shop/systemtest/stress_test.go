@@ -1069,11 +1069,21 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 	}
 	s := &attackedShop{pid: cmd.Process.Pid, pinned: pin}
 	exited := make(chan error, 1)
+	var logCopy io.Writer = io.Discard
+	if dir := os.Getenv(profileEnv); dir != "" {
+		f, err := os.Create(filepath.Join(dir, "shop.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		logCopy = f
+	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			fmt.Fprintf(logCopy, "%d %s\n", time.Now().UnixNano(), line)
 			s.lines.Add(1)
 			switch {
 			case strings.Contains(line, `"msg":"grpc call"`):
@@ -1223,7 +1233,9 @@ const healthyEnv = "SHOP_STRESS_HEALTHY"
 // profileEnv names a directory: TestStressAttacks then saves profiles of
 // the shop under each attack there: CPU (PHASE.pprof), allocations over
 // the window (PHASE.allocs) and the heap at its start (PHASE.heap), and
-// the healthy requests' starts and latencies (PHASE.healthy).
+// the healthy requests' starts and latencies (PHASE.healthy), each window
+// alone too (PHASE-alone.*). It copies the shop's log there, each line
+// after the Unix time it was read at (shop.log).
 const profileEnv = "STRESS_PROFILE"
 
 // traceEnv, set with profileEnv, saves an execution trace of the shop
@@ -1787,11 +1799,16 @@ func TestStressAttacks(t *testing.T) {
 func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir string, pinned bool,
 	start func(ctx context.Context) []*attackStats) {
 	p.goroutinesBefore = s.goroutines()
+	profiled := s.profile(t, profDir, fmt.Sprintf("%s-r%d-alone", p.key, p.round), attackMeasure)
 	cpu0 := s.cpu()
 	alone := healthyProcess(t, s.url, attackMeasure, pinned)
 	p.alone = alone.Latencies
 	p.cpuAlone = s.cpu() - cpu0
 	p.failed = append(p.failed, alone.Failed...)
+	profiled()
+	if profDir != "" {
+		saveHealthy(t, filepath.Join(profDir, fmt.Sprintf("%s-r%d-alone.healthy", p.key, p.round)), alone)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stats = start(ctx)
@@ -1804,7 +1821,7 @@ func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir strin
 		}
 	}()
 	time.Sleep(attackWarmUp)
-	profiled := s.profile(t, profDir, fmt.Sprintf("%s-r%d", p.key, p.round), attackMeasure)
+	profiled = s.profile(t, profDir, fmt.Sprintf("%s-r%d", p.key, p.round), attackMeasure)
 	cpu0 = s.cpu()
 	reads0, writes0 := s.syscalls()
 	calls0, canceled0, closed0, lines0 := s.grpcCalls.Load(), s.grpcCanceled.Load(), s.guardClosed.Load(), s.lines.Load()
