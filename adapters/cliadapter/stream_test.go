@@ -36,7 +36,7 @@ type numOut struct {
 // streamRegistry registers feed.watch (a server stream of Count
 // messages, then waiting for its context when Wait), nums.sum (a client
 // stream) and nums.double (a bidi stream). ended gets feed.watch's
-// context's cause when it waited.
+// context's cause when Wait is set.
 func streamRegistry(t *testing.T, ended chan<- error) *operations.Registry {
 	t.Helper()
 	reg := operations.NewRegistry()
@@ -201,7 +201,9 @@ func TestStreamCommandOutcomes(t *testing.T) {
 	if code != exitTimeout || out.String() != "{\"total\":1}\n{\"total\":2}\n" || problemOf(t, stderr).Code != pipeline.CodeTimeout {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 lines, then exit 7 TIMEOUT", code, out.String(), stderr)
 	}
-	<-ended
+	if cause := handlerEnded(t, ended); !errors.Is(cause, context.DeadlineExceeded) {
+		t.Fatalf("the handler's context ended with %v, want the deadline", cause)
+	}
 
 	out = &lineWriter{lines: make(chan struct{}, 8)}
 	go func() {
@@ -215,7 +217,21 @@ func TestStreamCommandOutcomes(t *testing.T) {
 	if code != exitCanceled || out.String() != "{\"total\":1}\n" || problemOf(t, stderr).Code != pipeline.CodeCanceled {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 line, then exit 8 CANCELLED", code, out.String(), stderr)
 	}
-	if cause := <-ended; cause == nil {
-		t.Fatal("the handler's context ended without a cause")
+	var sig *signalError
+	if cause := handlerEnded(t, ended); !errors.As(cause, &sig) {
+		t.Fatalf("the handler's context ended with %v, want the signal", cause)
+	}
+}
+
+// handlerEnded returns the cause ended gets, failing t if none comes
+// within 30 s.
+func handlerEnded(t *testing.T, ended <-chan error) error {
+	t.Helper()
+	select {
+	case cause := <-ended:
+		return cause
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler's context did not end within 30s of the command's")
+		return nil
 	}
 }

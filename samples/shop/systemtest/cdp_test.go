@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -20,7 +19,9 @@ import (
 // This file is a small Chrome DevTools Protocol client, enough for the
 // status-page test. It drives Debian's chromium without a browser-driver
 // dependency: users of the module then download none. It sends one command
-// at a time over the browser's websocket and reads until the answer.
+// at a time over the browser's websocket and waits for its answer; one
+// goroutine reads the websocket, so a wait that gives up leaves the
+// stream whole and the late answer is skipped by its ID.
 
 // cdpOrigin is the Origin header of the websocket handshake; Chromium
 // accepts it because the browser starts with --remote-allow-origins.
@@ -29,10 +30,15 @@ const cdpOrigin = "http://127.0.0.1"
 // browser is a headless Chromium the test started, attached to its page.
 type browser struct {
 	ws      *websocket.Conn
-	session string         // the page's flat session, set on every command
-	next    int            // the ID of the last command sent
-	events  map[string]int // events of the page seen so far, by method
+	msgs    <-chan cdpMessage // the websocket's messages; closed when reading fails
+	readErr error             // why reading failed; set before msgs is closed
+	session string            // the page's flat session, set on every command
+	next    int               // the ID of the last command sent
+	events  map[string]int    // events of the page seen so far, by method
 }
+
+// errNoAnswer is the error of a command not answered within its bound.
+var errNoAnswer = errors.New("no answer in time")
 
 // cdpMessage is one message from the browser: the answer to a command
 // (ID set) or an event (Method set).
@@ -57,13 +63,35 @@ func startBrowser(ctx context.Context, t *testing.T, bin string) *browser {
 	if err != nil {
 		t.Fatalf("connect to chromium's DevTools: %v", err)
 	}
-	t.Cleanup(func() { ws.Close() })
 	if deadline, ok := ctx.Deadline(); ok {
 		if err := ws.SetDeadline(deadline); err != nil {
+			ws.Close()
 			t.Fatal(err)
 		}
 	}
-	b := &browser{ws: ws, events: map[string]int{}}
+	msgs, stop, read := make(chan cdpMessage, 64), make(chan struct{}), make(chan struct{})
+	b := &browser{ws: ws, msgs: msgs, events: map[string]int{}}
+	go func() {
+		defer close(read)
+		defer close(msgs)
+		for {
+			var in cdpMessage
+			if err := websocket.JSON.Receive(ws, &in); err != nil {
+				b.readErr = err
+				return
+			}
+			select {
+			case msgs <- in:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		ws.Close()
+		<-read
+	})
 	if err := b.attach(ctx); err != nil {
 		t.Fatalf("attach to chromium's page: %v", err)
 	}
@@ -154,6 +182,18 @@ func (b *browser) attach(ctx context.Context) error {
 // call sends one command and waits for its answer, decoded into result
 // (if not nil). Events read meanwhile are counted in b.events.
 func (b *browser) call(method string, params, result any) error {
+	return b.callWithin(0, method, params, result)
+}
+
+// callWithin is call with the wait for the answer bounded by d (0: by
+// the websocket's deadline only). It returns errNoAnswer past d.
+func (b *browser) callWithin(d time.Duration, method string, params, result any) error {
+	var timeout <-chan time.Time
+	if d > 0 {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		timeout = tm.C
+	}
 	b.next++
 	msg := map[string]any{"id": b.next, "method": method}
 	if params != nil {
@@ -166,7 +206,7 @@ func (b *browser) call(method string, params, result any) error {
 		return fmt.Errorf("%s: %w", method, err)
 	}
 	for {
-		in, err := b.receive()
+		in, err := b.receive(timeout)
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s: %w", method, err)
@@ -181,16 +221,21 @@ func (b *browser) call(method string, params, result any) error {
 	}
 }
 
-// receive reads one message, counting it if it is an event of the page.
-func (b *browser) receive() (cdpMessage, error) {
-	var in cdpMessage
-	if err := websocket.JSON.Receive(b.ws, &in); err != nil {
-		return in, err
+// receive returns the next message, counting it if it is an event of
+// the page, or errNoAnswer once timeout fires (nil: never).
+func (b *browser) receive(timeout <-chan time.Time) (cdpMessage, error) {
+	select {
+	case in, ok := <-b.msgs:
+		if !ok {
+			return in, b.readErr
+		}
+		if in.Method != "" && in.SessionID == b.session {
+			b.events[in.Method]++
+		}
+		return in, nil
+	case <-timeout:
+		return cdpMessage{}, errNoAnswer
 	}
-	if in.Method != "" && in.SessionID == b.session {
-		b.events[in.Method]++
-	}
-	return in, nil
 }
 
 // navigate opens url in the page and waits for its load event.
@@ -204,7 +249,7 @@ func (b *browser) navigate(url string) error {
 		return errors.New(nav.ErrorText)
 	}
 	for b.events["Page.loadEventFired"] == loads {
-		if _, err := b.receive(); err != nil {
+		if _, err := b.receive(nil); err != nil {
 			return fmt.Errorf("wait for the load of %s: %w", url, err)
 		}
 	}
@@ -235,9 +280,10 @@ func (b *browser) evaluate(expr string, result any) error {
 // selector (%s) once the document has loaded — and, if %t, once the element
 // is visible (it has a box, as chromedp's WaitVisible checks). If %t, the
 // page stops loading in the same task, before anything else can run:
-// window.stop() cancels the page's scheduled reload (a meta refresh) and a
-// reload already requested but not yet shown, so the document read is the
-// one that stays.
+// window.stop() cancels the page's scheduled reload (a meta refresh), so
+// the page normally stays as read. A reload the browser had already begun
+// to commit may still replace it; what the test reads after holds in
+// either document (the breaker stays open for a minute).
 const waitJS = `new Promise((resolve) => {
 	const sel = %s, visible = %t, freeze = %t;
 	const shown = (el) => Boolean(el.offsetWidth || el.offsetHeight || el.getClientRects().length);
@@ -293,10 +339,10 @@ const captureWithin = 10 * time.Second
 // Headless Chromium captures from the compositor's next frame, and a
 // compositor gone idle over a page that does not change may not draw one:
 // the capture then never answers. So the page is brought to the front
-// first, the capture is bounded by captureWithin, and a capture that timed
-// out is tried once more after a short screencast, which makes the
-// compositor draw. The websocket's deadline goes back to ctx's after.
-func (b *browser) screenshot(ctx context.Context) ([]byte, error) {
+// first, the capture is bounded by captureWithin, and a capture not
+// answered in time is tried once more after a short screencast, which
+// makes the compositor draw.
+func (b *browser) screenshot() ([]byte, error) {
 	if err := b.call("Page.bringToFront", nil, nil); err != nil {
 		return nil, err
 	}
@@ -308,49 +354,21 @@ func (b *browser) screenshot(ctx context.Context) ([]byte, error) {
 	}
 	clip := map[string]any{"x": 0, "y": 0, "width": m.CSSContentSize.Width, "height": m.CSSContentSize.Height, "scale": 1}
 	params := map[string]any{"format": "png", "captureBeyondViewport": true, "clip": clip}
-	defer b.restoreDeadline(ctx)
 	var shot struct{ Data []byte } // base64 in JSON
-	err := b.callWithin(ctx, captureWithin, "Page.captureScreenshot", params, &shot)
-	if !isTimeout(err) {
+	err := b.callWithin(captureWithin, "Page.captureScreenshot", params, &shot)
+	if !errors.Is(err, errNoAnswer) {
 		return shot.Data, err
 	}
 	first := err
-	b.restoreDeadline(ctx)
 	if err := b.call("Page.startScreencast", map[string]any{"format": "jpeg", "quality": 10, "everyNthFrame": 1}, nil); err != nil {
-		return nil, fmt.Errorf("after a capture that timed out (%v): %w", first, err)
+		return nil, fmt.Errorf("after a capture not answered (%v): %w", first, err)
 	}
 	time.Sleep(250 * time.Millisecond)
 	if err := b.call("Page.stopScreencast", nil, nil); err != nil {
-		return nil, fmt.Errorf("after a capture that timed out (%v): %w", first, err)
+		return nil, fmt.Errorf("after a capture not answered (%v): %w", first, err)
 	}
-	if err := b.callWithin(ctx, captureWithin, "Page.captureScreenshot", params, &shot); err != nil {
+	if err := b.callWithin(captureWithin, "Page.captureScreenshot", params, &shot); err != nil {
 		return nil, fmt.Errorf("captured neither at first (%v) nor after a screencast: %w", first, err)
 	}
 	return shot.Data, nil
-}
-
-// callWithin is call with the websocket's reads bounded by d, or by ctx's
-// deadline if sooner. An answer that comes after d is skipped by the next
-// call, which waits for its own ID.
-func (b *browser) callWithin(ctx context.Context, d time.Duration, method string, params, result any) error {
-	deadline := time.Now().Add(d)
-	if cd, ok := ctx.Deadline(); ok && cd.Before(deadline) {
-		deadline = cd
-	}
-	if err := b.ws.SetReadDeadline(deadline); err != nil {
-		return err
-	}
-	return b.call(method, params, result)
-}
-
-// restoreDeadline gives the websocket's reads ctx's deadline again.
-func (b *browser) restoreDeadline(ctx context.Context) {
-	deadline, _ := ctx.Deadline() // none: the zero time, no deadline
-	_ = b.ws.SetReadDeadline(deadline)
-}
-
-// isTimeout reports whether err is a read that reached its deadline.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -80,7 +80,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shot, err := b.screenshot(ctx)
+	shot, err := b.screenshot()
 	if err != nil {
 		t.Fatal(err)
 	}

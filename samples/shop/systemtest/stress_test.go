@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -1064,20 +1065,28 @@ func startAttackedShop(t *testing.T, pin bool) *attackedShop {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &attackedShop{pid: cmd.Process.Pid, pinned: pin}
-	exited := make(chan error, 1)
+	// With STRESS_PROFILE, a copy of the shop's log: flushed and closed
+	// after the shop has exited and its log been read (cleanups run last
+	// registered first).
 	var logCopy io.Writer = io.Discard
 	if dir := os.Getenv(profileEnv); dir != "" {
 		f, err := os.Create(filepath.Join(dir, "shop.log"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { f.Close() })
-		logCopy = f
+		w := bufio.NewWriterSize(f, 1<<20)
+		t.Cleanup(func() {
+			if err := errors.Join(w.Flush(), f.Close()); err != nil {
+				t.Errorf("the copy of the shop's log: %v", err)
+			}
+		})
+		logCopy = w
 	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &attackedShop{pid: cmd.Process.Pid, pinned: pin}
+	exited := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -1233,13 +1242,13 @@ const healthyEnv = "SHOP_STRESS_HEALTHY"
 // profileEnv names a directory: TestStressAttacks then saves profiles of
 // the shop under each attack there: CPU (PHASE.pprof), allocations over
 // the window (PHASE.allocs) and the heap at its start (PHASE.heap), and
-// the healthy requests' starts and latencies (PHASE.healthy), each window
-// alone too (PHASE-alone.*). It copies the shop's log there, each line
+// the answered healthy requests' starts and latencies (PHASE.healthy),
+// each window alone too (PHASE-alone.*). It copies the shop's log there, each line
 // after the Unix time it was read at (shop.log).
 const profileEnv = "STRESS_PROFILE"
 
-// traceEnv, set with profileEnv, saves an execution trace of the shop
-// under each attack beside its profiles (PHASE.trace): with
+// traceEnv, set with profileEnv, saves an execution trace of the shop in
+// each window beside its profiles (PHASE.trace): with
 // PHASE.healthy, what the shop ran, or did not, while a slow healthy
 // request waited. Tracing costs the shop CPU of its own, so it is off
 // for figures.
@@ -1274,8 +1283,9 @@ func init() {
 	os.Exit(0)
 }
 
-// serveHarness serves the process's goroutine count and CPU profile on a
-// listener of its own, and prints its address first.
+// serveHarness serves the process's goroutine count, its profiles (CPU,
+// allocations, heap) and its execution trace on a listener of its own,
+// and prints its address first.
 func serveHarness() {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -1294,8 +1304,10 @@ func serveHarness() {
 	go func() { _ = http.Serve(ln, mux) }()
 }
 
-// profile saves the shop's CPU profile over d as name in dir; it returns
-// at once when there is no dir.
+// profile saves the shop's CPU and allocation profiles over d, its heap
+// profile now, and with traceEnv its execution trace over d, as name.* in
+// dir. The returned wait waits for them all; it returns at once when there
+// is no dir.
 func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) (wait func()) {
 	if dir == "" {
 		return func() {}
@@ -1309,7 +1321,7 @@ func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) 
 		wg.Go(func() {
 			u := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", s.harness, kind, int(d.Seconds()))
 			if kind == "heap" {
-				u = s.harness + "/debug/pprof/heap?gc=1"
+				u = s.harness + "/debug/pprof/heap" // as of the last collection
 			}
 			resp, err := harnessClient.Get(u)
 			if err != nil {

@@ -34,6 +34,9 @@ func TestShopRecordsSpansOnlyWhenExported(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.endpoint)
+			for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+				t.Setenv(k, "")
+			}
 			tel, err := startTelemetry(context.Background(), os.Getenv)
 			if err != nil {
 				t.Fatal(err)
