@@ -227,10 +227,10 @@ func TestToolStreamDeadline(t *testing.T) {
 	// and the kernel then never runs it. Once no handler runs, what the
 	// unary one told, if it ran, is taken: the stream's handler tells its
 	// own.
-	for start := time.Now(); k.Running() != 0; time.Sleep(5 * time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("the unary handler still runs 10 s after its deadline")
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.Wait(ctx); err != nil {
+		t.Fatalf("the unary handler still runs 10 s after its deadline: %v", err)
 	}
 	select {
 	case <-p.ended:

@@ -304,7 +304,6 @@ type until int
 
 const (
 	present        until = iota // the element is in the loaded document
-	shown                       // and visible
 	shownThenStill              // and visible; then the page stops reloading itself
 )
 

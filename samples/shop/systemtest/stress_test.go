@@ -1195,9 +1195,9 @@ func (s *attackedShop) goroutines() int {
 var harnessClient = &http.Client{Transport: &http.Transport{}}
 
 // healthy reads the order at healthyRate for d, each request on the
-// schedule whatever the others do, and returns the latencies and the
-// requests that failed.
-func healthy(url string, d time.Duration) (lat []time.Duration, starts []int64, failed []string) {
+// schedule whatever the others do, and returns the answered requests'
+// latencies and starts and the requests that failed.
+func healthy(url string, d time.Duration) (r healthyResult) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
 	var (
@@ -1222,15 +1222,15 @@ func healthy(url string, d time.Duration) (lat []time.Duration, starts []int64, 
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				failed = append(failed, err.Error())
+				r.Failed = append(r.Failed, err.Error())
 				return
 			}
-			lat = append(lat, took)
-			starts = append(starts, t0.UnixNano())
+			r.Latencies = append(r.Latencies, took)
+			r.Starts = append(r.Starts, t0.UnixNano())
 		})
 	}
 	wg.Wait()
-	return lat, starts, failed
+	return r
 }
 
 // healthyEnv makes the test binary the healthy client of
@@ -1277,9 +1277,7 @@ func init() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	var r healthyResult
-	r.Latencies, r.Starts, r.Failed = healthy(url, d)
-	_ = json.NewEncoder(os.Stdout).Encode(r)
+	_ = json.NewEncoder(os.Stdout).Encode(healthy(url, d))
 	os.Exit(0)
 }
 
@@ -1306,11 +1304,12 @@ func serveHarness() {
 
 // profile saves the shop's CPU and allocation profiles over d, its heap
 // profile now, and with traceEnv its execution trace over d, as name.* in
-// dir. The returned wait waits for them all; it returns at once when there
+// dir. The returned done waits for them all, then saves the window's
+// healthy requests beside them (name.healthy); it does nothing when there
 // is no dir.
-func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) (wait func()) {
+func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) (done func(healthyResult)) {
 	if dir == "" {
-		return func() {}
+		return func(healthyResult) {}
 	}
 	kinds := map[string]string{"profile": ".pprof", "allocs": ".allocs", "heap": ".heap"}
 	if os.Getenv(traceEnv) != "" {
@@ -1338,7 +1337,10 @@ func (s *attackedShop) profile(t *testing.T, dir, name string, d time.Duration) 
 			}
 		})
 	}
-	return wg.Wait
+	return func(r healthyResult) {
+		wg.Wait()
+		saveHealthy(t, filepath.Join(dir, name+".healthy"), r)
+	}
 }
 
 // saveHealthy writes r as lines of "start latency" in nanoseconds, the
@@ -1817,10 +1819,7 @@ func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir strin
 	p.alone = alone.Latencies
 	p.cpuAlone = s.cpu() - cpu0
 	p.failed = append(p.failed, alone.Failed...)
-	profiled()
-	if profDir != "" {
-		saveHealthy(t, filepath.Join(profDir, fmt.Sprintf("%s-r%d-alone.healthy", p.key, p.round)), alone)
-	}
+	profiled(alone)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stats = start(ctx)
@@ -1845,10 +1844,7 @@ func runAttackPhase(t *testing.T, s *attackedShop, p *attackPhase, profDir strin
 	p.reads, p.writes = reads1-reads0, writes1-writes0
 	p.grpcCalls, p.canceled = s.grpcCalls.Load()-calls0, s.grpcCanceled.Load()-canceled0
 	p.guardClosed, p.lines = s.guardClosed.Load()-closed0, s.lines.Load()-lines0
-	profiled()
-	if profDir != "" {
-		saveHealthy(t, filepath.Join(profDir, fmt.Sprintf("%s-r%d.healthy", p.key, p.round)), under)
-	}
+	profiled(under)
 	cancel()
 	<-peakDone
 	for _, st := range p.stats {

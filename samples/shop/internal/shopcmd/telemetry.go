@@ -78,16 +78,12 @@ func startTelemetry(ctx context.Context, getenv func(string) string) (*shopTelem
 	}
 	// Unsampled, a call still gets a new trace ID, or its caller's.
 	root := sdktrace.NeverSample()
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if texp != nil {
 		root = sdktrace.AlwaysSample()
-	}
-	topts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(root)),
-	}
-	if texp != nil {
 		topts = append(topts, sdktrace.WithBatcher(texp))
 	}
+	topts = append(topts, sdktrace.WithSampler(sdktrace.ParentBased(root)))
 	return &shopTelemetry{
 		tp:      sdktrace.NewTracerProvider(topts...),
 		mp:      sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(pexp)),
