@@ -347,3 +347,58 @@ func retryWithin(retryAfter any, d time.Duration, started, read span) (lo, hi in
 	v, num := retryAfter.(float64)
 	return lo, hi, num && v == float64(int64(v)) && int64(v) >= lo && int64(v) <= hi
 }
+
+// startWait calls orders.wait in the background with meta and a deadline
+// of ms milliseconds (sundial/timeoutMs), and returns once its handler
+// has started, with the channel its answer comes on. On a loaded machine
+// the deadline can pass before the kernel starts the handler, and the
+// kernel then answers TIMEOUT without running it. Then, or when the
+// answer came before the test saw the start, the call is made again with
+// ten times the deadline, three tries in all.
+func startWait(t *testing.T, cs *mcp.ClientSession, k *kernel.Kernel, p *probe, ms int, meta mcp.Meta) <-chan answer {
+	t.Helper()
+	for range 3 {
+		m := maps.Clone(meta)
+		if m == nil {
+			m = mcp.Meta{}
+		}
+		m["sundial/timeoutMs"] = ms
+		res := make(chan answer, 1)
+		go func() { res <- mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, m) }()
+		select {
+		case <-p.started:
+			return res
+		case a := <-res:
+			if a.code != pipeline.CodeTimeout {
+				t.Fatalf("orders.wait answered %+v before its handler was seen to start, want its TIMEOUT", a)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("orders.wait (deadline %d ms): neither started nor answered in 10 s", ms)
+		}
+		t.Logf("orders.wait (deadline %d ms) answered before its start was seen: once more", ms)
+		// Whether or not the handler ran, let it end and forget it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := k.Wait(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("orders.wait's handler still running 10 s after its answer: %v", err)
+		}
+		drain(p.started)
+		drain(p.ended)
+		drain(p.bag)
+		ms *= 10
+	}
+	t.Fatalf("orders.wait's handler did not start before its deadline in three tries (the last %d ms)", ms/10)
+	return nil
+}
+
+// drain empties ch of what it holds now.
+func drain[T any](ch <-chan T) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}

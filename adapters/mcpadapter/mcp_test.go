@@ -399,21 +399,25 @@ func TestTraceContextAndBaggage(t *testing.T) {
 	url, _ := serve(t, k, nil)
 	cs := connectHTTP(t, url)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	a := mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, mcp.Meta{
-		"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01", "baggage": "tenant=acme",
-		"sundial/timeoutMs": 20})
-	if a.code != pipeline.CodeTimeout || a.traceID != traceID {
-		t.Errorf("answer %+v, want %s with traceId %s", a, pipeline.CodeTimeout, traceID)
-	}
+	res := startWait(t, cs, k, p, 20, mcp.Meta{
+		"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01", "baggage": "tenant=acme"})
 	if got := wait(t, p.bag, "the handler's baggage"); got != "acme" {
 		t.Errorf("handler baggage tenant = %q, want acme", got)
 	}
+	if a := wait(t, res, "the call's answer"); a.code != pipeline.CodeTimeout || a.traceID != traceID {
+		t.Errorf("answer %+v, want %s with traceId %s", a, pipeline.CodeTimeout, traceID)
+	}
+	// The handler has returned before the next call (orders.wait admits
+	// one call at a time).
+	if err := k.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	// Baggage over 8192 bytes is dropped whole.
-	mcpCall(context.Background(), t, cs, "orders.wait", map[string]any{}, mcp.Meta{
-		"baggage": "tenant=acme,pad=" + strings.Repeat("x", 8192), "sundial/timeoutMs": 20})
+	res = startWait(t, cs, k, p, 20, mcp.Meta{"baggage": "tenant=acme,pad=" + strings.Repeat("x", 8192)})
 	if got := wait(t, p.bag, "the handler's baggage"); got != "" {
 		t.Errorf("handler baggage tenant = %q from an oversized baggage, want none", got)
 	}
+	wait(t, res, "the call's answer")
 }
 
 // TestIdempotentReplay: a second tool call with the same
