@@ -111,7 +111,17 @@ func TestEveryResponseIsObserved(t *testing.T) {
 			}
 			if tt.name == "answered at the deadline" {
 				app.unblock()
-				if _, ok := s.logs.WaitFor(5*time.Second, pipelinetest.Message("kernel: late result discarded")); !ok {
+				// A handler runs late only if it started: on a loaded
+				// machine the deadline can pass before the kernel starts
+				// it, and the kernel then does not run it.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := s.k.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if app.calls.Load() == before {
+					t.Log("the deadline passed before the handler started: nothing ran late")
+				} else if _, ok := s.logs.WaitFor(5*time.Second, pipelinetest.Message("kernel: late result discarded")); !ok {
 					t.Error("the straggler's late result was not logged")
 				}
 			} else if n := app.calls.Load() - before; n != 0 {
