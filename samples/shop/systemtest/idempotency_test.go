@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,10 +29,14 @@ import (
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
-// chargeCounter counts the executions of billing.charge's handler: it sits
-// in the Handle stage after the idempotency middleware, so a replay or a
-// 409 never reaches it.
-type chargeCounter struct{ n atomic.Int64 }
+// chargeCounter counts the executions of billing.charge's handler (n): it
+// sits in the Handle stage after the idempotency middleware, so a replay
+// or a 409 never reaches it. Its chains, in the first stage, counts the
+// charge chains that entered the pipeline and those that returned.
+type chargeCounter struct {
+	n      atomic.Int64
+	chains chainCounter
+}
 
 func (c *chargeCounter) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
 	if inv.OperationID() == "billing.charge" {
@@ -39,17 +45,80 @@ func (c *chargeCounter) Invoke(ctx context.Context, inv *pipeline.Invocation, ne
 	return next(ctx, inv)
 }
 
+type chainCounter struct{ entered, returned atomic.Int64 }
+
+func (c *chainCounter) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
+	if inv.OperationID() != "billing.charge" {
+		return next(ctx, inv)
+	}
+	c.entered.Add(1)
+	defer c.returned.Add(1)
+	return next(ctx, inv)
+}
+
 func startCountedShop(t *testing.T) (*grpcShop, *chargeCounter) {
 	c := &chargeCounter{}
-	g := startShopGRPC(t, shopcmd.ServeOptions{KernelOptions: []kernel.Option{kernel.UseAt(pipeline.StageHandle, c)}})
+	g := startShopGRPC(t, shopcmd.ServeOptions{KernelOptions: []kernel.Option{
+		kernel.UseAt(pipeline.StageDiagnostics, &c.chains), kernel.UseAt(pipeline.StageHandle, c)}})
 	return g, c
 }
 
+// ranLate reports whether the charge just answered at its caller's
+// deadline runs on (its handler started), or ran nothing: on a loaded
+// machine the deadline can pass before the kernel starts the handler, and
+// the kernel then does not run it. A chain that passed the kernel's
+// deadline check before the deadline reaches the handler; one that had
+// not returns without it. Until one of the two, ranLate waits (10 s at
+// most).
+func (c *chargeCounter) ranLate(t *testing.T) bool {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if c.n.Load() > 0 {
+			return true
+		}
+		if c.chains.entered.Load() == c.chains.returned.Load() {
+			return c.n.Load() > 0
+		}
+	}
+	t.Fatal("the charge neither reached its handler nor returned in 10 s")
+	return false
+}
+
+// chargeAfter is how long the story's charge runs past its caller's
+// deadline: the retry made at once must find it running, whatever the
+// scheduler does meanwhile.
+const chargeAfter = 2 * time.Second
+
+// chargeOnce is the story's first call: a charge taking d + chargeAfter
+// under a caller's deadline d, answered at the deadline while it runs. call makes
+// it with a key and d and reports whether it was answered as timed out.
+// When the deadline passed before the handler started, nothing ran: the
+// story starts over with another key and ten times d, three tries in all.
+// It returns the key whose charge runs.
+func (c *chargeCounter) chargeOnce(t *testing.T, key string, call func(key string, d time.Duration) bool) string {
+	t.Helper()
+	d := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		if !call(key, d) {
+			t.Fatalf("first call (deadline %v): want it answered at its deadline", d)
+		}
+		if c.ranLate(t) {
+			return key
+		}
+		if try == 3 {
+			t.Fatalf("the charge's handler did not start before its deadline in 3 tries (the last %v)", d)
+		}
+		t.Logf("the %v deadline passed before the charge started: once more, with another key", d)
+		key, d = key+"-again", 10*d
+	}
+}
+
 // untilNot409 repeats f until its answer is not the 409 of a running key,
-// bounded (2 s): the charge returns 300 ms after the first call's 504.
+// bounded (60 s): the charge returns chargeAfter after the first call's
+// answer.
 func untilNot409(t *testing.T, f func() bool) {
 	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if !f() {
 			return
 		}
@@ -58,19 +127,24 @@ func untilNot409(t *testing.T, f func() bool) {
 }
 
 // TestShopChargeRetryAfterTimeoutHTTP: the 504-then-retry story over HTTP.
-// The caller's 100 ms deadline fires while billing.charge runs (400 ms);
+// The caller's 100 ms deadline fires while billing.charge runs (2.1 s);
 // the retry with the same Idempotency-Key gets 409 with Retry-After while
 // it runs, then the real receipt with the same charge ID, marked
 // Idempotent-Replayed; the handler ran once.
 func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 	g, c := startCountedShop(t)
-	body := `{"amount":7,"processMs":400}`
-	h := map[string]string{"Idempotency-Key": `"order-42-charge"`, "Sundial-Timeout-Ms": "100"}
-	r := g.shopServer.call(t, "POST", "/billing/charge", body, h)
-	if r.status != http.StatusGatewayTimeout {
-		t.Fatalf("first call: %d %s, want 504", r.status, r.body)
-	}
-	delete(h, "Sundial-Timeout-Ms")
+	var body string
+	var r shopResponse
+	key := c.chargeOnce(t, "order-42-charge", func(key string, d time.Duration) bool {
+		body = fmt.Sprintf(`{"amount":7,"processMs":%d}`, (d + chargeAfter).Milliseconds())
+		r = g.shopServer.call(t, "POST", "/billing/charge", body, map[string]string{
+			"Idempotency-Key": `"` + key + `"`, "Sundial-Timeout-Ms": strconv.FormatInt(d.Milliseconds(), 10)})
+		if r.status != http.StatusGatewayTimeout {
+			t.Logf("first call: %d %s, want 504", r.status, r.body)
+		}
+		return r.status == http.StatusGatewayTimeout
+	})
+	h := map[string]string{"Idempotency-Key": `"` + key + `"`}
 	r = g.shopServer.call(t, "POST", "/billing/charge", body, h)
 	if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" || r.problem["code"] != idempotency.CodeInProgress {
 		t.Fatalf("retry while running: %d %v %s, want 409 KERNEL_CONFLICT_001 with Retry-After 1", r.status, r.header, r.body)
@@ -114,10 +188,17 @@ func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
 		last = st
 		return out, st.Code(), hdr
 	}
-	req := `{"amount":7,"processMs":400}`
-	if _, code, _ := call(100*time.Millisecond, req); code != codes.DeadlineExceeded {
-		t.Fatalf("first call: %v, want DeadlineExceeded", code)
-	}
+	var req string
+	key := c.chargeOnce(t, "order-43-charge", func(key string, d time.Duration) bool {
+		md = metadata.Pairs("idempotency-key", key)
+		req = fmt.Sprintf(`{"amount":7,"processMs":%d}`, (d + chargeAfter).Milliseconds())
+		_, code, _ := call(d, req)
+		if code != codes.DeadlineExceeded {
+			t.Logf("first call: %v, want DeadlineExceeded", code)
+		}
+		return code == codes.DeadlineExceeded
+	})
+	md = metadata.Pairs("idempotency-key", key)
 	if _, code, _ := call(5*time.Second, req); code != codes.AlreadyExists {
 		t.Fatalf("retry while running: %v, want AlreadyExists (409)", code)
 	}
