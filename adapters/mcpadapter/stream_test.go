@@ -232,10 +232,7 @@ func TestToolStreamDeadline(t *testing.T) {
 	if err := k.Wait(ctx); err != nil {
 		t.Fatalf("the unary handler still runs 10 s after its deadline: %v", err)
 	}
-	select {
-	case <-p.ended:
-	default:
-	}
+	drain(p.ended)
 	var want map[string]any
 	raw, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(raw, &want)
