@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/kernel/internal/observe"
 	"github.com/sundial-go/sundial/operations"
+	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
@@ -204,7 +205,10 @@ func TestReloadIgnoresStartupOnlyKeys(t *testing.T) {
 func TestReloadTimeouts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.json")
 	writeAtomically(t, path, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.echo":{"TimeoutSeconds":100}}}}}}`)
-	started, release := make(chan time.Duration), make(chan struct{})
+	started, release := make(chan time.Duration, 4), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
 	var log syncBuffer
 	k, _ := reloadKernel(t, path, &log, func(ctx context.Context, in echoIn) (echoOut, error) {
 		d, _ := ctx.Deadline()
@@ -214,33 +218,87 @@ func TestReloadTimeouts(t *testing.T) {
 		}
 		return echoOut(in), nil
 	})
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() {
 		_, err := kernel.Call[echoIn, echoOut](context.Background(), k, "test.echo", echoIn{Text: "wait"})
 		done <- err
 	}()
-	if left := <-started; left <= 90*time.Second {
-		t.Fatalf("deadline in %v, want about 100s", left)
+	select {
+	case left := <-started:
+		if left <= 90*time.Second {
+			t.Fatalf("deadline in %v, want about 100s", left)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call under TimeoutSeconds 100 did not start its handler in 10 s")
 	}
 	writeAtomically(t, path, `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"test.echo":{"TimeoutSeconds":10}}}}}}`)
 	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
 		t.Fatal(res, err)
 	}
-	go func() { _ = callEcho(k) }()
-	if left := <-started; left > 10*time.Second || left < 5*time.Second {
+	if left, ok := startEcho(t, k, started); !ok {
+		t.Fatal("after the reload: the handler did not start before its 10s deadline")
+	} else if left > 10*time.Second || left < 5*time.Second {
 		t.Errorf("after the reload: deadline in %v, want about 10s", left)
 	}
-	writeAtomically(t, path, `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":2,"Resilience":{"Operations":{"test.echo":{"TimeoutSeconds":10}}}}}}`)
-	if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
-		t.Fatal(res, err)
+	// MaxTimeoutSeconds caps a TimeoutSeconds five times as long. On a
+	// loaded machine the cap can pass before the kernel starts the
+	// handler, and it then never runs it. Such a call is made again under
+	// a cap ten times as long, three tries in all.
+	for limit := 2; ; limit *= 10 {
+		writeAtomically(t, path, fmt.Sprintf(`{"Sundial":{"Kernel":{"MaxTimeoutSeconds":%d,"Resilience":{"Operations":{"test.echo":{"TimeoutSeconds":%d}}}}}}`,
+			limit, 5*limit))
+		if res, err := kernel.ReloadResult(k.Reload()); res != kernel.ReloadOK {
+			t.Fatal(res, err)
+		}
+		left, ok := startEcho(t, k, started)
+		if ok {
+			if left > time.Duration(limit)*time.Second {
+				t.Errorf("after MaxTimeoutSeconds %d: deadline in %v, want at most %ds", limit, left, limit)
+			}
+			break
+		}
+		if limit == 200 {
+			t.Fatalf("the handler did not start before its deadline in three tries (the last MaxTimeoutSeconds %d)", limit)
+		}
+		t.Logf("under MaxTimeoutSeconds %d the call returned without running its handler: once more under %d", limit, 10*limit)
 	}
-	go func() { _ = callEcho(k) }()
-	if left := <-started; left > 2*time.Second {
-		t.Errorf("after MaxTimeoutSeconds 2: deadline in %v, want at most 2s", left)
+	unblock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the call running across the reload: %v, want success under its 100s deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call running across the reload did not return within 10 s of its release")
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Errorf("the call running across the reload: %v, want success under its 100s deadline", err)
+}
+
+// startEcho calls test.echo in the background and returns the time to
+// its deadline that its handler saw, and true; or false when the call
+// returned TIMEOUT without running the handler (the kernel never starts
+// one whose deadline has passed). It fails the test when neither happens
+// within 10 s.
+func startEcho(t *testing.T, k *kernel.Kernel, started <-chan time.Duration) (time.Duration, bool) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- callEcho(k) }()
+	select {
+	case left := <-started:
+		return left, true
+	case err := <-errc:
+		// The call returns after its handler, which tells its start first.
+		select {
+		case left := <-started:
+			return left, true
+		default:
+		}
+		if pipelinetest.CodeOf(err) != pipeline.CodeTimeout {
+			t.Fatalf("test.echo = %v without running its handler, want %s", err, pipeline.CodeTimeout)
+		}
+		return 0, false
+	case <-time.After(10 * time.Second):
+		t.Fatal("test.echo neither started its handler nor returned in 10 s")
+		return 0, false
 	}
 }
 

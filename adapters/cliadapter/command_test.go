@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -605,23 +606,27 @@ func TestSignals(t *testing.T) {
 // the handler returns. It is timed on the real clock, so it runs alone
 // (not in parallel with other tests).
 func TestContextIgnoringHandlerAnswersAtDeadline(t *testing.T) {
-	const deadline = 200 * time.Millisecond
 	for _, tc := range []struct {
-		name   string
-		config string
-		args   []string
+		name string
+		// set returns the kernel's configuration ("": none) and the
+		// command's flags that give the call the deadline d.
+		set func(d time.Duration) (config string, args []string)
 	}{
-		{name: "TimeoutSeconds", config: `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"slow.block":{"TimeoutSeconds":0.2}}}}}}`},
-		{name: "--timeout", args: []string{"--timeout", "0.2"}},
+		{"TimeoutSeconds", func(d time.Duration) (string, []string) {
+			return fmt.Sprintf(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"slow.block":{"TimeoutSeconds":%g}}}}}}`, d.Seconds()), nil
+		}},
+		{"--timeout", func(d time.Duration) (string, []string) {
+			return "", []string{"--timeout", strconv.FormatFloat(d.Seconds(), 'g', -1, 64)}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// The handler is released when the test ends, or after a few
-			// seconds should the command wait for it (the failure this
-			// test is about), so that the test fails rather than hangs.
+			// The handler is released when the test ends, or a few seconds
+			// after the deadline should the command wait for it (the
+			// failure this test is about), so that the test fails rather
+			// than hangs.
 			release := make(chan struct{})
 			var once sync.Once
 			free := func() { once.Do(func() { close(release) }) }
-			watchdog := time.AfterFunc(5*time.Second, free)
 			started := make(chan time.Time, 1)
 			reg := operations.NewRegistry()
 			err := operations.Register(reg, operations.Descriptor{ID: "slow.block", Summary: "Block until released, ignoring the context."},
@@ -633,17 +638,8 @@ func TestContextIgnoringHandlerAnswersAtDeadline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := []kernel.Option{kernel.WithRegistry(reg)}
-			if tc.config != "" {
-				opts = append(opts, kernel.WithConfigJSON([]byte(tc.config)))
-			}
 			var k *kernel.Kernel
-			kf := func() (*kernel.Kernel, error) {
-				k, err = kernel.New(opts...)
-				return k, err
-			}
 			t.Cleanup(func() {
-				watchdog.Stop()
 				free()
 				if k == nil {
 					return
@@ -654,26 +650,65 @@ func TestContextIgnoringHandlerAnswersAtDeadline(t *testing.T) {
 					t.Errorf("the blocked handler did not return once released: %v", err)
 				}
 			})
-			start := time.Now()
-			args := append([]string{"slow", "block"}, tc.args...)
-			r := executeOn(t, reg, kf, nil, strings.NewReader(""), args...)
-			end := time.Now()
-			if r.code != exitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
-				t.Errorf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
-			}
-			select {
-			case at := <-started:
-				if got := end.Sub(at); got > deadline+100*time.Millisecond {
-					t.Errorf("app %q answered %v after the handler started, want within %v", args, got, deadline+100*time.Millisecond)
+			// On a loaded machine the 200 ms can pass before the kernel
+			// starts the handler, and it then does not run it: the command
+			// is run again with ten times the deadline, three tries in all.
+			for try, d := 1, 200*time.Millisecond; ; try, d = try+1, 10*d {
+				config, flags := tc.set(d)
+				opts := []kernel.Option{kernel.WithRegistry(reg)}
+				if config != "" {
+					opts = append(opts, kernel.WithConfigJSON([]byte(config)))
 				}
-			default:
-				t.Errorf("app %q: the handler never ran", args)
-			}
-			if got := end.Sub(start); got < deadline {
-				t.Errorf("app %q answered after %v, before the deadline %v", args, got, deadline)
+				kf := func() (*kernel.Kernel, error) {
+					k, err = kernel.New(opts...)
+					return k, err
+				}
+				watchdog := time.AfterFunc(d+5*time.Second, free)
+				start := time.Now()
+				args := append([]string{"slow", "block"}, flags...)
+				r := executeOn(t, reg, kf, nil, strings.NewReader(""), args...)
+				end := time.Now()
+				watchdog.Stop()
+				if r.code != exitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
+					t.Fatalf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
+				}
+				if at, ran := startedAt(t, k, started); ran {
+					if got := end.Sub(at); got > d+100*time.Millisecond {
+						t.Errorf("app %q answered %v after the handler started, want within %v", args, got, d+100*time.Millisecond)
+					}
+					if got := end.Sub(start); got < d {
+						t.Errorf("app %q answered after %v, before the deadline %v", args, got, d)
+					}
+					return
+				}
+				if try == 3 {
+					t.Fatalf("app %q: the handler never ran, its deadline passed before the kernel started it in three tries", args)
+				}
+				t.Logf("app %q: the deadline passed before the handler started: once more, with ten times the deadline", args)
 			}
 		})
 	}
+}
+
+// startedAt returns when the blocking handler of the command just
+// answered started, and true; or false when its chain returned without
+// running it (its deadline passed first). A started handler blocks, so
+// its chain has not returned. Until one of the two, it waits (10 s at
+// most).
+func startedAt(t *testing.T, k *kernel.Kernel, started <-chan time.Time) (time.Time, bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		select {
+		case at := <-started:
+			return at, true
+		default:
+		}
+		if k.Running() == 0 {
+			return time.Time{}, false
+		}
+	}
+	t.Fatal("the command's chain neither started its handler nor returned in 10 s")
+	return time.Time{}, false
 }
 
 // TestTypedNilErrorsWithLoggers runs handlers that return a typed nil as

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -196,16 +197,41 @@ func TestStreamCommands(t *testing.T) {
 func TestStreamCommandOutcomes(t *testing.T) {
 	ended := make(chan error, 1)
 	sigs := make(chan os.Signal, 1)
-	out := &lineWriter{lines: make(chan struct{}, 8)}
-	code, stderr := runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "2", "--wait", "--timeout", "0.4")
-	if code != exitTimeout || out.String() != "{\"total\":1}\n{\"total\":2}\n" || problemOf(t, stderr).Code != pipeline.CodeTimeout {
-		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 lines, then exit 7 TIMEOUT", code, out.String(), stderr)
+	// On a loaded machine the 400 ms can pass before the handler has sent
+	// its two lines: before the kernel starts it (it then does not run
+	// it), or before its Send. The command then ends in TIMEOUT with fewer
+	// lines, and is run again with ten times the deadline, three tries in
+	// all.
+	const lines = "{\"total\":1}\n{\"total\":2}\n"
+	for try, d := 1, 400*time.Millisecond; ; try, d = try+1, 10*d {
+		out := &lineWriter{lines: make(chan struct{}, 8)}
+		code, stderr := runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "2", "--wait",
+			"--timeout", strconv.FormatFloat(d.Seconds(), 'g', -1, 64))
+		if code == exitTimeout && out.String() != lines && strings.HasPrefix(lines, out.String()) &&
+			problemOf(t, stderr).Code == pipeline.CodeTimeout {
+			if try == 3 {
+				t.Fatalf("the deadline passed before the handler sent its two lines in three tries (the last %v): stdout %q", d, out.String())
+			}
+			// The stream has ended, so the handler has returned: had it
+			// started, it told its context's end.
+			select {
+			case <-ended:
+				t.Logf("the %v deadline passed before the handler sent its lines (stdout %q): once more, with ten times the deadline", d, out.String())
+			default:
+				t.Logf("the %v deadline passed before the handler started: once more, with ten times the deadline", d)
+			}
+			continue
+		}
+		if code != exitTimeout || out.String() != lines || problemOf(t, stderr).Code != pipeline.CodeTimeout {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want 2 lines, then exit 7 TIMEOUT", code, out.String(), stderr)
+		}
+		break
 	}
 	if cause := handlerEnded(t, ended); !errors.Is(cause, context.DeadlineExceeded) {
 		t.Fatalf("the handler's context ended with %v, want the deadline", cause)
 	}
 
-	out = &lineWriter{lines: make(chan struct{}, 8)}
+	out := &lineWriter{lines: make(chan struct{}, 8)}
 	go func() {
 		select {
 		case <-out.lines:
@@ -213,7 +239,7 @@ func TestStreamCommandOutcomes(t *testing.T) {
 		case <-time.After(30 * time.Second):
 		}
 	}()
-	code, stderr = runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "1", "--wait")
+	code, stderr := runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "1", "--wait")
 	if code != exitCanceled || out.String() != "{\"total\":1}\n" || problemOf(t, stderr).Code != pipeline.CodeCanceled {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 line, then exit 8 CANCELLED", code, out.String(), stderr)
 	}

@@ -135,8 +135,29 @@ const streamConfig = `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":
 	"feed.limited":{"PermitLimit":1,"WindowSeconds":60,"RateLimitHeaders":true}
 }}}}}`
 
+// cappedTimeout is feed.capped's TimeoutSeconds in streamConfig.
+const cappedTimeout = 300 * time.Millisecond
+
+// cappedConfig is streamConfig with feed.capped's TimeoutSeconds d.
+func cappedConfig(t testing.TB, d time.Duration) string {
+	t.Helper()
+	const capped = `"feed.capped":{"TimeoutSeconds":0.3}`
+	if !strings.Contains(streamConfig, capped) {
+		t.Fatalf("streamConfig has no %s", capped)
+	}
+	return strings.Replace(streamConfig, capped,
+		`"feed.capped":{"TimeoutSeconds":`+strconv.FormatFloat(d.Seconds(), 'g', -1, 64)+`}`, 1)
+}
+
 // newStreamServer serves the feed operations.
 func newStreamServer(t testing.TB) (*server, *feed) {
+	t.Helper()
+	return newStreamServerConfig(t, streamConfig)
+}
+
+// newStreamServerConfig serves the feed operations with the kernel's
+// configuration config.
+func newStreamServerConfig(t testing.TB, config string) (*server, *feed) {
 	t.Helper()
 	f := &feed{ended: make(chan error, 64), sent: make(chan int, 64)}
 	s := startServer(t, func(t testing.TB, reg *operations.Registry) {
@@ -155,7 +176,7 @@ func newStreamServer(t testing.TB) (*server, *feed) {
 				t.Fatal(err)
 			}
 		}
-	}, streamConfig)
+	}, config)
 	return s, f
 }
 
@@ -295,28 +316,52 @@ const logMessage = "connect call"
 // handler sent before it (both, unless the machine is slower than the
 // 300ms deadline), then deadline_exceeded with KERNEL_TIMEOUT_001 in the
 // error's details, and the handler's context ends with the deadline.
+//
+// On a loaded machine the 300ms can pass before the kernel starts the
+// handler, and it then never runs it. Such a call is made again on a
+// server whose feed.capped has ten times the deadline, three tries in
+// all.
 func TestStreamDeadlineMidStream(t *testing.T) {
-	s, f := newStreamServer(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
+	s0, f0 := newStreamServer(t)
 	for _, p := range streamProtocols(false) {
-		start := time.Now()
-		ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Capped", `{"count":2,"wait":true}`)
-		ce := asConnect(t, err)
-		sent := 0
-		select {
-		case sent = <-f.sent:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the handler's context never ended", p.name)
-		}
-		if len(ns) != sent || ce.Code() != connect.CodeDeadlineExceeded || errorInfo(t, ce).Reason != "KERNEL_TIMEOUT_001" {
-			t.Errorf("%s: %v, %v; want the %d messages sent, then deadline_exceeded KERNEL_TIMEOUT_001", p.name, ns, err, sent)
-		}
-		if took := time.Since(start); took < 300*time.Millisecond {
-			t.Errorf("%s: the stream ended after %v, before its 300ms deadline", p.name, took)
-		}
-		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
-			t.Errorf("%s: the handler's context ended with %v, want the deadline", p.name, cause)
+		s, f, d := s0, f0, cappedTimeout
+		for try := 1; ; try++ {
+			// The caller's deadline is 20 s past the operation's.
+			ctx, cancel := context.WithTimeout(t.Context(), d+20*time.Second)
+			start := time.Now()
+			ns, err := s.watch(ctx, t, p, "/test.v1.Feed/Capped", `{"count":2,"wait":true}`)
+			took := time.Since(start)
+			cancel()
+			ce := asConnect(t, err)
+			// The stream's end leaves once its handler has returned: a
+			// handler that ran has told what it sent by now.
+			sent, ran := 0, false
+			select {
+			case sent = <-f.sent:
+				ran = true
+			default:
+			}
+			if ran {
+				if len(ns) != sent || ce.Code() != connect.CodeDeadlineExceeded || errorInfo(t, ce).Reason != "KERNEL_TIMEOUT_001" {
+					t.Errorf("%s: %v, %v; want the %d messages sent, then deadline_exceeded KERNEL_TIMEOUT_001", p.name, ns, err, sent)
+				}
+				if took < d {
+					t.Errorf("%s: the stream ended after %v, before its %v deadline", p.name, took, d)
+				}
+				if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
+					t.Errorf("%s: the handler's context ended with %v, want the deadline", p.name, cause)
+				}
+				break
+			}
+			if len(ns) != 0 || ce.Code() != connect.CodeDeadlineExceeded || errorInfo(t, ce).Reason != "KERNEL_TIMEOUT_001" {
+				t.Fatalf("%s: %v, %v without running the handler; want deadline_exceeded KERNEL_TIMEOUT_001", p.name, ns, err)
+			}
+			if try == 3 {
+				t.Fatalf("%s: feed.capped's handler did not start before its deadline in three tries (the last %v)", p.name, d)
+			}
+			t.Logf("%s: feed.capped (deadline %v) ended without running its handler: once more with %v", p.name, d, 10*d)
+			d *= 10
+			s, f = newStreamServerConfig(t, cappedConfig(t, d))
 		}
 	}
 }
@@ -326,19 +371,54 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 // context ends with it, and the call is logged KERNEL_TIMEOUT_001.
 func TestStreamCallersDeadline(t *testing.T) {
 	s, f := newStreamServer(t)
+	calls := 0
 	for _, p := range streamProtocols(false) {
-		ns, err := s.watchWith(t.Context(), t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`, time.Second)
+		ns, cause, n, err := s.watchToItsWait(t, f, p, time.Second)
+		calls += n
 		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 			t.Errorf("%s: %v, %v; want deadline_exceeded", p.name, ns, err)
 		}
-		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
+		if !errors.Is(cause, context.DeadlineExceeded) {
 			t.Errorf("%s: the handler's context ended with %v, want the deadline", p.name, cause)
 		}
 	}
 	if n := len(s.logs.Find(func(r pipelinetest.Record) bool {
 		return r.Message == logMessage && r.Attrs["method"] == "/test.v1.Feed/Watch" && r.Attrs["code"] == "KERNEL_TIMEOUT_001"
-	})); n != 3 {
-		t.Errorf("%d calls logged KERNEL_TIMEOUT_001, want 3: %v", n, s.logs.Records())
+	})); n != calls {
+		t.Errorf("%d calls logged KERNEL_TIMEOUT_001, want %d: %v", n, calls, s.logs.Records())
+	}
+}
+
+// watchToItsWait calls feed.watch for one message, then a wait until its
+// context ends, with the caller's deadline d sent as a timeout header
+// (watchWith). It returns the messages of the call whose handler got to
+// its wait, the cause its context ended with, the calls made, and that
+// call's error.
+//
+// On a loaded machine d can pass before the handler gets to its wait:
+// the kernel never starts a handler whose deadline has passed, and one
+// that starts just before fails its Send. Either way the handler records
+// no end. Such a call is made again with ten times the deadline, three
+// tries in all.
+func (s *server) watchToItsWait(t *testing.T, f *feed, p streamProtocol, d time.Duration) (ns []string, cause error, calls int, err error) {
+	t.Helper()
+	for calls = 1; ; calls++ {
+		ns, err = s.watchWith(t.Context(), t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`, d)
+		// The stream's end leaves once its handler has returned: a
+		// handler that got to its wait has recorded its end by now.
+		select {
+		case cause = <-f.ended:
+			return ns, cause, calls, err
+		default:
+		}
+		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Fatalf("%s: %v, %v before the handler got to its wait; want deadline_exceeded", p.name, ns, err)
+		}
+		if calls == 3 {
+			t.Fatalf("%s: feed.watch's handler did not get to its wait before the deadline in three tries (the last %v)", p.name, d)
+		}
+		t.Logf("%s: feed.watch (deadline %v) ended before its handler got to its wait: once more with %v", p.name, d, 10*d)
+		d *= 10
 	}
 }
 
@@ -534,20 +614,24 @@ func TestStreamSendStall(t *testing.T) {
 
 // TestStreamOutlivesServerTimeouts: the server's ReadTimeout and
 // WriteTimeout (200 ms) do not end a stream; its own deadline (the
-// caller's, 1 s) does, KERNEL_TIMEOUT_001, on HTTP/1.1 and h2c alike.
+// caller's, 1 s, or ten times that when the handler did not get to its
+// wait: see watchToItsWait) does, KERNEL_TIMEOUT_001, on HTTP/1.1 and h2c
+// alike.
 func TestStreamOutlivesServerTimeouts(t *testing.T) {
 	s, f := newStreamServer(t)
 	s.url = serveWith(t, &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, nil)
+	calls := 0
 	for _, p := range []streamProtocol{
 		{"connect+json http/1.1", false, []connect.ClientOption{connect.WithProtoJSON()}},
 		{"grpc h2c", true, []connect.ClientOption{connect.WithGRPC()}},
 	} {
-		ns, err := s.watchWith(t.Context(), t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`, time.Second)
+		ns, cause, n, err := s.watchToItsWait(t, f, p, time.Second)
+		calls += n
 		if len(ns) != 1 || connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 			t.Errorf("%s: %v, %v; want 1 message, then deadline_exceeded", p.name, ns, err)
 		}
-		if cause := f.cause(t); !errors.Is(cause, context.DeadlineExceeded) {
+		if !errors.Is(cause, context.DeadlineExceeded) {
 			t.Errorf("%s: the handler's context ended with %v, want the caller's deadline", p.name, cause)
 		}
 	}
@@ -569,8 +653,8 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 	_ = bs.CloseResponse()
 	if n := len(s.logs.Find(func(r pipelinetest.Record) bool {
 		return r.Message == logMessage && r.Attrs["code"] == "KERNEL_TIMEOUT_001"
-	})); n != 2 {
-		t.Errorf("%d streams logged KERNEL_TIMEOUT_001, want 2: %v", n, s.logs.Records())
+	})); n != calls {
+		t.Errorf("%d streams logged KERNEL_TIMEOUT_001, want %d: %v", n, calls, s.logs.Records())
 	}
 }
 

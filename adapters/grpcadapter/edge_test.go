@@ -34,6 +34,11 @@ const settleWindow = 5 * time.Millisecond
 
 const stuckConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.stuck":{"TimeoutSeconds":0.2}}}}}}`
 
+// stuckConfigOf is stuckConfig with work.stuck's TimeoutSeconds d.
+func stuckConfigOf(d time.Duration) string {
+	return fmt.Sprintf(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.stuck":{"TimeoutSeconds":%g}}}}}}`, d.Seconds())
+}
+
 // lateResult is the message of the kernel's record of a straggler's late
 // result.
 const lateResult = "kernel: late result discarded"
@@ -365,41 +370,97 @@ func TestForeignInterceptorSeesTheDeadlineAnswer(t *testing.T) {
 		saw <- seen{req: req, code: status.Code(err), at: at}
 		return resp, err
 	}
-	release := make(chan struct{})
+	// The interceptor sends what it saw before the answer leaves: once
+	// the caller has it, so does saw.
+	seenNow := func(what string) seen {
+		t.Helper()
+		select {
+		case s := <-saw:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the interceptor saw no answer for %s within 10 s of the caller's", what)
+			return seen{}
+		}
+	}
+	release, started := make(chan struct{}), make(chan struct{}, 4)
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	h := newHarness(t, harnessOpt{
-		register: registerStuck(release),
-		kernel:   []kernel.Option{kernel.WithConfigJSON([]byte(stuckConfig))},
-		server:   []grpc.ServerOption{grpc.ChainUnaryInterceptor(foreign)},
-	})
-	t.Cleanup(unblock) // before the harness waits for the handlers
+	// serveStuck serves work.stuck with a deadline (TimeoutSeconds) of d.
+	serveStuck := func(d time.Duration) *harness {
+		h := newHarness(t, harnessOpt{
+			register: registerStuck(release, started),
+			kernel:   []kernel.Option{kernel.WithConfigJSON([]byte(stuckConfigOf(d)))},
+			server:   []grpc.ServerOption{grpc.ChainUnaryInterceptor(foreign)},
+		})
+		t.Cleanup(unblock) // before the harness waits for the handlers
+		return h
+	}
+	h := serveStuck(stuckTimeout)
 
 	if out, st := h.call(t.Context(), t, "/test.v1.Work/Run", `{"delayMs": 1}`); st != nil || out != `{"rows":"1"}` {
 		t.Fatalf("Run = %s, %v; want {\"rows\":\"1\"}, OK", out, st)
 	}
-	if s := <-saw; s.code != codes.OK {
+	if s := seenNow("Run"); s.code != codes.OK {
 		t.Errorf("the interceptor saw %v for Run, want OK", s.code)
 	} else if _, ok := s.req.(protoreflect.ProtoMessage); !ok {
 		t.Errorf("the interceptor saw a request of %T, want a protobuf message", s.req)
 	}
 
-	baseMu.Lock()
-	base = time.Now()
-	baseMu.Unlock()
-	_, st := h.call(t.Context(), t, "/test.v1.Work/Stuck", `{}`)
-	if st.Code() != codes.DeadlineExceeded || errorInfo(t, st).GetReason() != pipeline.CodeTimeout {
-		t.Fatalf("Stuck = %v, want DeadlineExceeded %s", st, pipeline.CodeTimeout)
+	// On a loaded machine the deadline can pass before the kernel starts
+	// the handler, and it then answers without running it: there is no
+	// late result to log. Such a call is made again on a server whose
+	// deadline is ten times as long, three tries in all.
+	d := stuckTimeout
+	var s seen
+	for try := 1; ; try++ {
+		baseMu.Lock()
+		base = time.Now()
+		baseMu.Unlock()
+		_, st := h.call(t.Context(), t, "/test.v1.Work/Stuck", `{}`)
+		if st.Code() != codes.DeadlineExceeded || errorInfo(t, st).GetReason() != pipeline.CodeTimeout {
+			t.Fatalf("Stuck = %v, want DeadlineExceeded %s", st, pipeline.CodeTimeout)
+		}
+		s = seenNow("Stuck") // before the handler is released
+		if stalledHandler(t, h.k, started) {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("work.stuck's handler did not start before its deadline in three tries (the last %v)", d)
+		}
+		t.Logf("work.stuck (deadline %v) was answered without running its handler: once more with %v", d, 10*d)
+		d *= 10
+		h = serveStuck(d)
 	}
-	s := <-saw // before the handler is released
 	if s.code != codes.DeadlineExceeded {
 		t.Errorf("the interceptor saw %v for Stuck, want DeadlineExceeded", s.code)
 	}
-	if s.at < stuckTimeout-10*time.Millisecond || s.at > stuckTimeout+100*time.Millisecond {
-		t.Errorf("the interceptor saw the answer after %v, want within %v of the deadline (%v)", s.at, 100*time.Millisecond, stuckTimeout)
+	if s.at < d-10*time.Millisecond || s.at > d+100*time.Millisecond {
+		t.Errorf("the interceptor saw the answer after %v, want within %v of the deadline (%v)", s.at, 100*time.Millisecond, d)
 	}
 	unblock()
 	h.waitLateOnce(t, "operation=work.stuck", "protocol=grpc", "code="+pipeline.CodeTimeout)
+}
+
+// stalledHandler reports whether the handler of the call just answered
+// started (and now stalls until it is released), or its chain returned
+// without running it: the kernel never starts a handler whose deadline
+// has passed. A started handler keeps its chain running, so Running() is
+// 0 only if it did not start. Until one of the two, it waits (10 s at
+// most).
+func stalledHandler(t *testing.T, k *kernel.Kernel, started <-chan struct{}) bool {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		select {
+		case <-started:
+			return true
+		default:
+		}
+		if k.Running() == 0 {
+			return false
+		}
+	}
+	t.Fatal("the call's chain neither started its handler nor returned in 10 s")
+	return false
 }
 
 // waitLateOnce waits for the kernel's record of a straggler's late result
@@ -430,7 +491,7 @@ func TestStragglersDoNotHoldTheConnection(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	h := newHarness(t, harnessOpt{
-		register: registerStuck(release),
+		register: registerStuck(release, nil),
 		kernel:   []kernel.Option{kernel.WithConfigJSON([]byte(stuckConfig))},
 		server:   []grpc.ServerOption{grpc.MaxConcurrentStreams(2)},
 		tcp:      true,
@@ -459,10 +520,14 @@ func TestStragglersDoNotHoldTheConnection(t *testing.T) {
 }
 
 // registerStuck registers work.stuck, whose handler ignores its context
-// and returns once release is closed.
-func registerStuck(release <-chan struct{}) func(testing.TB, *operations.Registry) {
+// and returns once release is closed. It tells each start on started,
+// when not nil.
+func registerStuck(release <-chan struct{}, started chan<- struct{}) func(testing.TB, *operations.Registry) {
 	return func(t testing.TB, reg *operations.Registry) {
 		stuck := func(context.Context, workIn) (workOut, error) {
+			if started != nil {
+				started <- struct{}{}
+			}
 			<-release
 			return workOut{Rows: 1}, nil
 		}

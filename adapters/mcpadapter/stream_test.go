@@ -232,17 +232,14 @@ func TestToolStreamDeadline(t *testing.T) {
 	if err := k.Wait(ctx); err != nil {
 		t.Fatalf("the unary handler still runs 10 s after its deadline: %v", err)
 	}
+	drain(p.started)
 	drain(p.ended)
 	var want map[string]any
 	raw, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(raw, &want)
 	for transport, c := range sessions(t, url, m) {
 		t.Run(transport, func(t *testing.T) {
-			a, err := callStream(context.Background(), t, c.cs, "orders.tail", map[string]any{"count": 3},
-				mcp.Meta{"sundial/timeoutMs": 1500}, "tok")
-			if err != nil {
-				t.Fatal(err)
-			}
+			a, token := tailToItsWait(t, c.cs, p, 1500)
 			if err := wait(t, p.ended, "the handler's context to end"); pipeline.AsError(err).Code() != pipeline.CodeTimeout {
 				t.Errorf("handler context ended with %v, want its deadline", err)
 			}
@@ -264,9 +261,47 @@ func TestToolStreamDeadline(t *testing.T) {
 				t.Errorf("problem %v, text %q; want a unary call's plus messages, count and omitted", a.problem, a.text)
 			}
 			for range 3 {
-				wait(t, c.p, "a progress notification")
+				for got := wait(t, c.p, "a progress notification"); got.ProgressToken != token; {
+					got = wait(t, c.p, "a progress notification") // an earlier try's
+				}
 			}
 		})
+	}
+}
+
+// tailToItsWait calls orders.tail for three messages, then a wait until
+// its context ends, with a deadline of ms milliseconds (sundial/timeoutMs)
+// and a progress token of its own. It returns the answer of the call
+// whose handler got to its wait, and that call's token.
+//
+// On a loaded machine the deadline can pass before the handler gets to
+// its wait: the kernel never starts a handler whose deadline has passed,
+// and one that starts just before fails a Send. The call is then made
+// again with ten times the deadline, three tries in all.
+func tailToItsWait(t *testing.T, cs *mcp.ClientSession, p *probe, ms int) (streamAnswer, string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		token := "tok-" + strconv.Itoa(try)
+		a, err := callStream(context.Background(), t, cs, "orders.tail", map[string]any{"count": 3},
+			mcp.Meta{"sundial/timeoutMs": ms}, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The result leaves once the handler has returned: one that got
+		// to its wait has told so by now.
+		select {
+		case <-p.started:
+			return a, token
+		default:
+		}
+		if !a.isError || a.problem["code"] != pipeline.CodeTimeout {
+			t.Fatalf("orders.tail (deadline %d ms) answered %+v before its handler got to its wait, want its TIMEOUT", ms, a)
+		}
+		if try == 3 {
+			t.Fatalf("orders.tail's handler did not get to its wait before its deadline in three tries (the last %d ms)", ms)
+		}
+		t.Logf("orders.tail (deadline %d ms) ended before its handler got to its wait: once more", ms)
+		ms *= 10
 	}
 }
 

@@ -3,6 +3,7 @@ package systemtest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -221,15 +222,30 @@ func TestConformance(t *testing.T) {
 			t.Parallel()
 			for _, col := range conformanceColumns {
 				t.Run(col.name, func(t *testing.T) {
-					env := newShopEnv(t, row.policy)
-					c := col.start(t, env)
-					// Registered after the shop's: cleanups run last first,
-					// so stalled handlers return before the shop shuts down
-					// (and waits for them).
-					t.Cleanup(env.releaseStalled)
-					runScenario(t, c, row.steps)
-					if row.check != nil && !t.Failed() {
-						row.check(t, c, env)
+					// A check that finds a call's handler did not start
+					// before its deadline (shopEnv.ranFlaky) runs again on
+					// a fresh shop, with ten times the deadlines of the
+					// row's policy and of its check's calls (env.scale),
+					// three tries in all.
+					for try, scale := 1, 1; ; try, scale = try+1, 10*scale {
+						env := newShopEnv(t, scaledPolicy(t, row.policy, scale))
+						env.scale = scale
+						c := col.start(t, env)
+						// Registered after the shop's: cleanups run last
+						// first, so stalled handlers return before the shop
+						// shuts down (and waits for them).
+						t.Cleanup(env.releaseStalled)
+						runScenario(t, c, row.steps)
+						if row.check != nil && !t.Failed() {
+							row.check(t, c, env)
+						}
+						if env.late == "" || t.Failed() {
+							return
+						}
+						if try == 3 {
+							t.Fatalf("%s in 3 tries (the last with %d times the row's deadlines)", env.late, scale)
+						}
+						t.Logf("%s (%d times the row's deadlines): once more on a fresh shop, with ten times those", env.late, scale)
 					}
 				})
 			}
@@ -338,13 +354,23 @@ type shopEnv struct {
 	tp      *sdktrace.TracerProvider
 	release chan struct{} // closed by releaseStalled
 	once    sync.Once
+	// starts watches the calls of tests.flaky: whether their handler
+	// started.
+	starts *handlerStarts
+	// scale is what the deadlines of the row's policy and of its check's
+	// calls are multiplied by (1, then 10 and 100 for the tries after one
+	// whose handler did not start); late, when not "", says which call's
+	// handler did not start before its deadline.
+	scale int
+	late  string
 }
 
 // newShopEnv returns the environment of a scenario whose tests.flaky has
 // policy ("" for none). Its tracer provider shuts down when t ends.
 func newShopEnv(t *testing.T, policy string) *shopEnv {
 	t.Helper()
-	e := &shopEnv{policy: policy, spans: tracetest.NewSpanRecorder(), release: make(chan struct{})}
+	e := &shopEnv{policy: policy, spans: tracetest.NewSpanRecorder(), release: make(chan struct{}),
+		starts: newHandlerStarts("tests.flaky"), scale: 1}
 	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	t.Cleanup(func() { e.tp.Shutdown(context.Background()) })
 	e.reg = flakyRegistry(t, e.flaky)
@@ -376,12 +402,48 @@ func flakyRegistry(t *testing.T, h func(context.Context, flakyInput) (flakyOutpu
 // kernelOptions returns the kernel options of the environment, to add to
 // the shop's.
 func (e *shopEnv) kernelOptions() []kernel.Option {
-	opts := []kernel.Option{kernel.WithRegistry(e.reg), kernel.WithTracerProvider(e.tp)}
+	opts := append([]kernel.Option{kernel.WithRegistry(e.reg), kernel.WithTracerProvider(e.tp)}, e.starts.options()...)
 	if e.policy != "" {
 		opts = append(opts, kernel.WithConfigJSON([]byte(
 			`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"tests.flaky":`+e.policy+`}}}}}`)))
 	}
 	return opts
+}
+
+// scaledPolicy returns policy with its TimeoutSeconds, if it has one,
+// multiplied by scale.
+func scaledPolicy(t *testing.T, policy string, scale int) string {
+	t.Helper()
+	if policy == "" || scale == 1 {
+		return policy
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(policy), &p); err != nil {
+		t.Fatalf("policy %s: %v", policy, err)
+	}
+	if s, ok := p["TimeoutSeconds"].(float64); ok {
+		p["TimeoutSeconds"] = s * float64(scale)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// ranFlaky reports whether the handler of the tests.flaky call just
+// answered started (mark is e.starts.mark() from before the call). When
+// it did not — its deadline passed first, and the kernel answered TIMEOUT
+// without running it — it records that the check is to run again with
+// ten times the row's deadlines (what names the call), and the check
+// returns at once.
+func (e *shopEnv) ranFlaky(t *testing.T, mark int64, what string) bool {
+	t.Helper()
+	if e.starts.ran(t, mark) {
+		return true
+	}
+	e.late = what + ": the handler did not start before its deadline"
+	return false
 }
 
 // releaseStalled makes the handlers stalled in mode "stall" return.
@@ -715,12 +777,19 @@ func wantTraceID(t *testing.T, c caller, what string, a answer) string {
 // A handler that ignores its context, under TimeoutSeconds 0.3 and no
 // caller's deadline: the answer leaves at the deadline (TIMEOUT) whatever
 // the handler does, and once the handler returns the kernel logs its late
-// result once, with the trace ID.
+// result once, with the trace ID. A handler whose deadline passed before
+// it could start never runs: the row then runs again on a fresh shop with
+// ten times the deadline (env.scale).
 func checkStallAnswered(t *testing.T, c caller, env *shopEnv) {
-	const deadline = 300 * time.Millisecond
+	deadline := time.Duration(env.scale) * 300 * time.Millisecond // TimeoutSeconds
+	mark := env.starts.mark()
 	a := flaky(t, c, "stall", 0, pipeline.CodeTimeout)
 	if want := c.statusFor(pipeline.KindTimeout); a.status != want {
 		t.Errorf("status %s, want %s", a.status, want)
+	}
+	// Only a handler that started stalls and returns a late result.
+	if !env.ranFlaky(t, mark, fmt.Sprintf("the stalled call (deadline %v)", deadline)) {
+		return
 	}
 	// Timers never fire early: the answer comes no sooner than the
 	// deadline. It came while the handler was still stalled (it has
@@ -868,13 +937,31 @@ func checkBreakerNeutralHalfOpen(t *testing.T, c caller, _ *shopEnv) {
 // (b) A handler honouring its context stopped by the operation's own
 // TimeoutSeconds counts as a failure; stopped by the caller's shorter
 // deadline, it does not.
-func checkBreakerDeadlines(t *testing.T, c caller, _ *shopEnv) {
-	for range 3 { // FailureThreshold 2: neutral, or the breaker opens
-		flaky(t, c, "hang", 100*time.Millisecond, pipeline.CodeTimeout)
+//
+// Each hanging call's handler must start for the call to say anything: one
+// whose deadline passed first never starts, and the kernel counts it as
+// neutral whichever deadline it was. The row then runs again on a fresh
+// shop with ten times both deadlines (env.scale).
+func checkBreakerDeadlines(t *testing.T, c caller, env *shopEnv) {
+	callers := time.Duration(env.scale) * 100 * time.Millisecond // shorter than TimeoutSeconds
+	own := time.Duration(env.scale) * 300 * time.Millisecond     // TimeoutSeconds
+	hang := func(timeout time.Duration, what string) bool {
+		t.Helper()
+		mark := env.starts.mark()
+		flaky(t, c, "hang", timeout, pipeline.CodeTimeout)
+		return env.ranFlaky(t, mark, what)
+	}
+	for i := range 3 { // FailureThreshold 2: neutral, or the breaker opens
+		if !hang(callers, fmt.Sprintf("hanging call %d under the caller's %v", i+1, callers)) {
+			return
+		}
 	}
 	flaky(t, c, "ok", 0, "OK")
-	flaky(t, c, "hang", 0, pipeline.CodeTimeout)
-	flaky(t, c, "hang", 0, pipeline.CodeTimeout)
+	for i := range 2 {
+		if !hang(0, fmt.Sprintf("hanging call %d under the operation's %v", i+1, own)) {
+			return
+		}
+	}
 	flaky(t, c, "ok", 0, resilience.CodeCircuitOpen)
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -271,28 +272,56 @@ func TestShopGRPCThreeOrders(t *testing.T) {
 // context ended by it, and the server's record says TIMEOUT. The caller
 // waits for the server (patientContext), so the attribution is the
 // server's deadline whatever the machine's speed; a client's own
-// cancellation near the deadline is TestInboundAttribution's.
+// cancellation near the deadline is TestInboundAttribution's. A handler
+// whose deadline passed before it could start never runs: the call is
+// then made again with ten times the deadline and the export's length,
+// three tries in all.
 func TestShopGRPCDeadlineCutsLongCall(t *testing.T) {
-	g := startShopGRPC(t, shopcmd.ServeOptions{})
-	start := time.Now()
-	ctx := patientContext{t.Context(), start.Add(300 * time.Millisecond)}
-	_, st := g.call(ctx, t, "shop.v1.Reports", "Export", `{"delayMs":2000}`)
-	took := time.Since(start)
-	if st.Code() != codes.DeadlineExceeded {
-		t.Fatalf("Export(2 s) with a 300 ms deadline = %v, want DeadlineExceeded", st)
+	starts := newHandlerStarts("reports.export")
+	g := startShopGRPC(t, shopcmd.ServeOptions{KernelOptions: starts.options()})
+	var (
+		start time.Time
+		took  time.Duration
+		// Of the call whose handler ran: its deadline, the export's length
+		// and the call's trace ID (each call has one of its own, which the
+		// server's record carries).
+		d, export time.Duration
+		traceID   string
+	)
+	for try, scale := 1, 1; ; try, scale = try+1, 10*scale {
+		d, export = time.Duration(scale)*300*time.Millisecond, time.Duration(scale)*2*time.Second
+		traceID = fmt.Sprintf("4bf92f3577b34da6a3ce929d0e0e%04d", try)
+		md := metadata.Pairs("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+		mark := starts.mark()
+		start = time.Now()
+		ctx := patientContext{metadata.NewOutgoingContext(t.Context(), md), start.Add(d)}
+		_, st := g.call(ctx, t, "shop.v1.Reports", "Export", fmt.Sprintf(`{"delayMs":%d}`, export.Milliseconds()))
+		took = time.Since(start)
+		if st.Code() != codes.DeadlineExceeded {
+			t.Fatalf("Export(%v) with a %v deadline = %v, want DeadlineExceeded", export, d, st)
+		}
+		if starts.ran(t, mark) {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("the export's handler did not start before its deadline in 3 tries (the last %v)", d)
+		}
+		t.Logf("the export's handler did not start before its %v deadline: once more, with ten times it", d)
 	}
-	if took < 290*time.Millisecond {
-		t.Errorf("a 300 ms deadline on a 2 s export returned after %v, before the deadline", took)
+	if took < d-10*time.Millisecond {
+		t.Errorf("a %v deadline on a %v export returned after %v, before the deadline", d, export, took)
 	}
 	select {
 	case ended := <-g.probe.ctxEnded:
-		if d := ended.Sub(start); d < 250*time.Millisecond {
-			t.Errorf("the handler's context ended %v after the call, before the deadline", d)
+		if e := ended.Sub(start); e < d-50*time.Millisecond {
+			t.Errorf("the handler's context ended %v after the call, before the %v deadline", e, d)
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the handler's context did not end")
 	}
-	rec := g.logs.waitGRPCRecord(t, "reports.export", pipeline.CodeTimeout)
+	rec := g.logs.waitGRPCRecordWhere(t, func(r pipelinetest.Record) bool {
+		return r.Attrs["operation"] == "reports.export" && r.Attrs["code"] == pipeline.CodeTimeout && r.Attrs["traceId"] == traceID
+	})
 	if rec.Attrs["grpcCode"] != "DeadlineExceeded" {
 		t.Errorf("log record = %v, want grpcCode DeadlineExceeded", rec.Attrs)
 	}
@@ -509,7 +538,10 @@ func grpcAddrOf(t *testing.T, out *syncBuffer) string {
 // TestShopShutdownWaitsForStragglers stops serve while a handler that
 // ignores its context still runs after its answer left at the deadline:
 // serve waits for it within the grace period, and past it reports the
-// invocations still running.
+// invocations still running. A handler whose deadline (TimeoutSeconds
+// 0.2) passed before it could start never runs, and leaves no straggler:
+// the story then starts over on a fresh shop with ten times the deadline,
+// three tries in all.
 func TestShopShutdownWaitsForStragglers(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -521,37 +553,71 @@ func TestShopShutdownWaitsForStragglers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := newShopEnv(t, `{"TimeoutSeconds": 0.2}`)
-			defer env.releaseStalled()
-			out, logs := &syncBuffer{}, newShopLogs()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			o := shopcmd.ServeOptions{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Grace: tt.grace, Stdout: out,
-				Logger: logs.Logger(), KernelOptions: env.kernelOptions()}
-			ready := make(chan struct{})
-			o.Ready = func(string) { close(ready) }
-			done := make(chan error, 1)
-			go func() { done <- shopcmd.Serve(ctx, o) }()
-			select {
-			case <-ready:
-			case err := <-done:
-				t.Fatalf("serve() = %v before listening", err)
+			// serve returns once the grace period is over, at the latest.
+			waitServe := func(done <-chan error) error {
+				t.Helper()
+				select {
+				case err := <-done:
+					return err
+				case <-time.After(tt.grace + 10*time.Second):
+					t.Fatalf("serve did not return within %v of the signal", tt.grace+10*time.Second)
+					return nil
+				}
 			}
-			conn, err := grpc.NewClient(grpcAddrOf(t, out), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			g := &grpcShop{conn: conn, files: reflectServer(t, conn)}
-			if _, st := g.call(t.Context(), t, "shop.v1.Tests", "Flaky", `{"mode":"stall"}`); st.Code() != codes.DeadlineExceeded {
-				t.Fatalf("a stalled call under TimeoutSeconds 0.2 = %v, want DeadlineExceeded", st)
+			var (
+				env    *shopEnv
+				logs   shopLogs
+				cancel context.CancelFunc
+				done   chan error
+			)
+			for try, d := 1, 200*time.Millisecond; ; try, d = try+1, 10*d {
+				env = newShopEnv(t, fmt.Sprintf(`{"TimeoutSeconds": %g}`, d.Seconds()))
+				t.Cleanup(env.releaseStalled)
+				var ctx context.Context
+				ctx, cancel = context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				out := &syncBuffer{}
+				logs = newShopLogs()
+				o := shopcmd.ServeOptions{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Grace: tt.grace, Stdout: out,
+					Logger: logs.Logger(), KernelOptions: env.kernelOptions()}
+				ready := make(chan struct{})
+				o.Ready = func(string) { close(ready) }
+				done = make(chan error, 1)
+				go func() { done <- shopcmd.Serve(ctx, o) }()
+				select {
+				case <-ready:
+				case err := <-done:
+					t.Fatalf("serve() = %v before listening", err)
+				}
+				conn, err := grpc.NewClient(grpcAddrOf(t, out), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				g := &grpcShop{conn: conn, files: reflectServer(t, conn)}
+				mark := env.starts.mark()
+				if _, st := g.call(t.Context(), t, "shop.v1.Tests", "Flaky", `{"mode":"stall"}`); st.Code() != codes.DeadlineExceeded {
+					t.Fatalf("a stalled call under TimeoutSeconds %g = %v, want DeadlineExceeded", d.Seconds(), st)
+				}
+				if env.starts.ran(t, mark) {
+					break
+				}
+				if try == 3 {
+					t.Fatalf("the stalled call's handler did not start before its deadline in 3 tries (the last %v)", d)
+				}
+				t.Logf("the stalled call's handler did not start before its %v deadline: once more on a fresh shop, with ten times it", d)
+				// Nothing runs: this shop stops at once.
+				cancel()
+				if err := waitServe(done); err != nil {
+					t.Fatalf("serve() = %v with nothing running, want nil", err)
+				}
 			}
 			signalled := time.Now()
 			cancel()
 			if tt.release {
 				env.releaseStalled()
 			}
-			err = <-done
+			err := waitServe(done)
 			took := time.Since(signalled)
 			late := logs.Find(pipelinetest.Message("kernel: late result discarded"))
 			if tt.release {

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -450,65 +452,98 @@ func TestShopFiftyCLICallsOneKey(t *testing.T) {
 // started. A rerun with the printed key exits 0 with the receipt, marked as
 // a replay (the charge did not run again), and a second rerun gets the
 // same receipt.
+//
+// On a loaded machine the deadline can pass before the kernel starts the
+// charge's handler: it then runs nothing, and there is no outcome to wait
+// for. The first run, which knows so by the file handlerStartedEnv names,
+// is then made again (a new process, so a new key) with ten times the
+// deadline and the charge running as long past it, three tries in all.
 func TestShopCLITimeoutRerunGetsOutcome(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	path := writeConfig(t, clusterConfig(srv.Addr(), `"billing.charge":{"Idempotency":{"RetentionSeconds":600}}`))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	dir := t.TempDir()
 
-	cmd := exec.CommandContext(ctx, os.Args[0], "billing", "charge", "--amount", "5", "--process-ms", "1500", "--timeout", "0.3", "--config", path)
-	cmd.Env = childEnv()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	var (
-		lines    []string
-		reported time.Duration // when the rerun line arrived
+		// Of the first run whose charge ran: its deadline and the charge's
+		// length, its stderr's lines, when the rerun line arrived and when
+		// the process exited (after its start), and its key.
+		timeout, charge  time.Duration
+		lines            []string
+		reported, exited time.Duration
+		key              string
 	)
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if strings.HasPrefix(sc.Text(), "rerun with --idempotency-key ") && reported == 0 {
-			reported = time.Since(start)
+	timeout = 300 * time.Millisecond
+	for try := 1; ; try++ {
+		charge = timeout + 1200*time.Millisecond
+		mark := filepath.Join(dir, "started-"+strconv.Itoa(try))
+		cmd := exec.CommandContext(ctx, os.Args[0], "billing", "charge", "--amount", "5",
+			"--process-ms", strconv.FormatInt(charge.Milliseconds(), 10),
+			"--timeout", strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64), "--config", path)
+		cmd.Env = childEnv(handlerStartedEnv + "=" + mark)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines, reported = nil, 0
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+			if strings.HasPrefix(sc.Text(), "rerun with --idempotency-key ") && reported == 0 {
+				reported = time.Since(start)
+			}
+		}
+		err = cmd.Wait()
+		exited = time.Since(start)
+		all := strings.Join(lines, "\n")
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+			t.Fatalf("first run (timeout %v): %v, want exit 7; stderr:\n%s", timeout, err, all)
+		}
+		var pd struct {
+			Code    string            `json:"code"`
+			Details map[string]string `json:"details"`
+		}
+		if len(lines) == 0 || json.Unmarshal([]byte(lines[0]), &pd) != nil || pd.Code != pipeline.CodeTimeout || pd.Details["idempotencyKey"] == "" {
+			t.Fatalf("first run (timeout %v): stderr does not start with the TIMEOUT problem carrying details.idempotencyKey:\n%s", timeout, all)
+		}
+		key = pd.Details["idempotencyKey"]
+		// The process has exited: a handler that started has created mark.
+		if _, err := os.Stat(mark); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if try == 3 {
+			t.Fatalf("the charge's handler did not start before its deadline in 3 tries (the last %v)", timeout)
+		}
+		t.Logf("first run: the charge's handler did not start before its %v deadline: once more, with ten times it", timeout)
+		timeout *= 10
 	}
-	err = cmd.Wait()
-	exited := time.Since(start)
 	all := strings.Join(lines, "\n")
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
-		t.Fatalf("first run: %v, want exit 7; stderr:\n%s", err, all)
-	}
-	var pd struct {
-		Code    string            `json:"code"`
-		Details map[string]string `json:"details"`
-	}
-	if len(lines) == 0 || json.Unmarshal([]byte(lines[0]), &pd) != nil || pd.Code != pipeline.CodeTimeout || pd.Details["idempotencyKey"] == "" {
-		t.Fatalf("first run: stderr does not start with the TIMEOUT problem carrying details.idempotencyKey:\n%s", all)
-	}
-	key := pd.Details["idempotencyKey"]
 	if !strings.Contains(all, "rerun with --idempotency-key "+key+" ") || !strings.Contains(all, "waiting for the running call to finish") ||
 		strings.Contains(all, "stopped waiting") {
 		t.Fatalf("first run: stderr lacks the rerun line for %s or the waiting line:\n%s", key, all)
 	}
-	t.Logf("first run: TIMEOUT reported %v after the process started, process exited after %v (the charge takes 1.5 s)", reported, exited)
+	t.Logf("first run: TIMEOUT reported %v after the process started, process exited after %v (the charge takes %v, the deadline %v)", reported, exited, charge, timeout)
 	// The report came first, then the waiting line, then the exit, no
-	// sooner than the 1.5 s charge finished. When the report is written
-	// (at the 0.3 s deadline) is TestTimeoutWaitsForTheKeyedCall's, in
-	// cliadapter on a synctest clock: here the child's start-up and a
-	// loaded machine's scheduling come between the deadline and the line.
-	if exited < 1500*time.Millisecond {
-		t.Errorf("the process exited %v after its start (%v after reporting), want after the 1.5 s charge finished", exited, exited-reported)
+	// sooner than the charge finished. When the report is written (at the
+	// deadline) is TestTimeoutWaitsForTheKeyedCall's, in cliadapter on a
+	// synctest clock: here the child's start-up and a loaded machine's
+	// scheduling come between the deadline and the line.
+	if exited < charge {
+		t.Errorf("the process exited %v after its start (%v after reporting), want after the %v charge finished", exited, exited-reported, charge)
 	}
 
 	rerun := func() (string, string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, os.Args[0], "billing", "charge", "--amount", "5", "--process-ms", "1500", "--idempotency-key", key, "--config", path)
+		cmd := exec.CommandContext(ctx, os.Args[0], "billing", "charge", "--amount", "5",
+			"--process-ms", strconv.FormatInt(charge.Milliseconds(), 10), "--idempotency-key", key, "--config", path)
 		cmd.Env = childEnv()
 		var so, se strings.Builder
 		cmd.Stdout, cmd.Stderr = &so, &se

@@ -17,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sundial-go/sundial/kernel"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
@@ -251,19 +253,29 @@ func TestShopMCPConformance(t *testing.T) {
 // a progress token and a deadline of 1.5 s: one progress notification
 // per order, in order, then an isError result, KERNEL_TIMEOUT_001, that
 // carries both orders.
+//
+// On a loaded machine the deadline can pass before the kernel starts the
+// stream's handler: it then sends nothing, and the result is a TIMEOUT
+// without messages. The kernel's access log tells (the record of a stream
+// that opened has its stream_end): the watch is then made again with ten
+// times the deadline, at most 20 s (orders.watch's MaxAgeSeconds, 25 s
+// less up to a tenth, would end a longer one first), three tries in all.
 func TestShopMCPWatchOrders(t *testing.T) {
-	s := startServe(t, shopcmd.ServeOptions{})
+	access := newShopLogs()
+	s := startServe(t, shopcmd.ServeOptions{KernelOptions: []kernel.Option{kernel.WithAccessLog(access.Logger())}})
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 	got := make(chan *mcp.ProgressNotificationParams, 16)
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { got <- r.Params }})
-	ctx := context.Background()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.url + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.url + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	// The calls' bound: three tries of the watch take 36.5 s at most.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	for _, name := range []string{"pen", "ink"} {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "orders.create",
 			Arguments: map[string]any{"name": name, "amount": 1}})
@@ -271,15 +283,7 @@ func TestShopMCPWatchOrders(t *testing.T) {
 			t.Fatalf("orders.create %s: %v %v", name, res, err)
 		}
 	}
-	p := &mcp.CallToolParams{Name: "orders.watch", Arguments: map[string]any{},
-		Meta: mcp.Meta{"sundial/timeoutMs": 1500}}
-	p.SetProgressToken("watch-1")
-	res, err := cs.CallTool(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	var body struct {
+	type watchBody struct {
 		Code     string `json:"code"`
 		Count    int    `json:"count"`
 		Messages []struct {
@@ -289,7 +293,48 @@ func TestShopMCPWatchOrders(t *testing.T) {
 			} `json:"order"`
 		} `json:"messages"`
 	}
-	if err := json.Unmarshal(raw, &body); err != nil || !res.IsError || body.Code != "KERNEL_TIMEOUT_001" ||
+	watched := func(r pipelinetest.Record) bool {
+		return r.Message == "sundial: invocation" && r.Attrs["operation"] == "orders.watch"
+	}
+	var (
+		res  *mcp.CallToolResult
+		raw  []byte
+		body watchBody
+		jerr error // body's decoding
+	)
+	for try, d := 1, 1500*time.Millisecond; ; try, d = try+1, min(10*d, 20*time.Second) {
+		n := len(access.Find(watched))
+		p := &mcp.CallToolParams{Name: "orders.watch", Arguments: map[string]any{},
+			Meta: mcp.Meta{"sundial/timeoutMs": d.Milliseconds()}}
+		p.SetProgressToken("watch-1")
+		if res, err = cs.CallTool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ = json.Marshal(res.StructuredContent)
+		body = watchBody{}
+		jerr = json.Unmarshal(raw, &body)
+		// The kernel writes the call's record before the result leaves.
+		var recs []pipelinetest.Record
+		for end := time.Now().Add(3 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if recs = access.Find(watched); len(recs) > n || time.Now().After(end) {
+				break
+			}
+		}
+		if len(recs) != n+1 {
+			t.Fatalf("orders.watch (deadline %v): %d records of it in the kernel's access log, want %d", d, len(recs), n+1)
+		}
+		if _, opened := recs[n].Attrs["stream_end"]; opened {
+			break
+		}
+		if jerr != nil || !res.IsError || body.Code != "KERNEL_TIMEOUT_001" || body.Count != 0 {
+			t.Fatalf("orders.watch (deadline %v): isError %v, %s, and its stream never opened; want its TIMEOUT", d, res.IsError, raw)
+		}
+		if try == 3 {
+			t.Fatalf("orders.watch's handler did not start before its deadline in 3 tries (the last %v)", d)
+		}
+		t.Logf("orders.watch's handler did not start before its %v deadline: once more, with %v", d, min(10*d, 20*time.Second))
+	}
+	if jerr != nil || !res.IsError || body.Code != "KERNEL_TIMEOUT_001" ||
 		body.Count != 2 || len(body.Messages) != 2 || body.Messages[1].Order.Name != "ink" {
 		t.Fatalf("orders.watch: isError %v, %s; want KERNEL_TIMEOUT_001 with both orders", res.IsError, raw)
 	}
