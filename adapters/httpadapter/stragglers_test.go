@@ -20,8 +20,8 @@ import (
 // TestStragglerFloodIsBounded floods an operation without a concurrency
 // limit with calls whose handler ignores its context, over 127.0.0.1:
 // each is answered 504 at its 100 ms deadline and leaves its handler
-// running. Unbounded, all floodCalls handlers would pile up (the issue
-// measured 9,553 such calls → 9,906 goroutines, 896 MB); with the kernel's
+// running. Unbounded, all floodCalls handlers would pile up (9,553 such
+// calls hold 9,906 goroutines and 896 MB); with the kernel's
 // MaxStragglers the stragglers stop at the bound (plus the calls already
 // admitted when it was reached), every later call is shed at once with
 // 503 KERNEL_UNAVAILABLE_005 and Retry-After: 1, running nothing, while
