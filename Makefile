@@ -108,7 +108,8 @@ fuzz:
 ## and a straggler flood, the shop and the attackers on CPUs of their own
 ## where taskset allows; then 10,000 idle streams beside unary calls
 ## (build tag `stress`; bounded, stops by itself, prints its figures).
-## STRESS_ROUNDS windows of each attack: the 2x bound is on their median
+## STRESS_ROUNDS rounds of each attack (a window alone, then one under
+## attack): the 2x bound is on the median of their p99 ratios
 STRESS_ROUNDS ?= 3
 stress:
 	STRESS_ROUNDS=$(STRESS_ROUNDS) $(GO) test -tags stress -run '^TestStress' -count=1 -v -timeout 40m ./samples/shop/systemtest

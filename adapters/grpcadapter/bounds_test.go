@@ -304,10 +304,9 @@ func TestServerOptionsRecvMsgSize(t *testing.T) {
 // TestServerOptionsBoundMetadataFlood: 100 calls on one connection that
 // send their metadata and never their message. Under grpc-go's defaults
 // (a 16 MiB header list) 100 such calls with 8 MiB of metadata each hold
-// 924 MB. With ServerOptions a call with 8 MiB of
-// metadata is refused before it is sent, and 100 stalled calls with as
-// much as the 64 KiB bound allows hold a few megabytes, returned once they
-// end.
+// 924 MB. With ServerOptions a call with 8 MiB of metadata is refused
+// before it is sent, and 100 stalled calls with as much as the 64 KiB
+// bound allows hold a few megabytes, returned once they end.
 func TestServerOptionsBoundMetadataFlood(t *testing.T) {
 	const (
 		calls   = 100
