@@ -34,31 +34,45 @@ type numOut struct {
 	Total int `json:"total"`
 }
 
+// watchProbe is what feed.watch tells of a call with Wait set, before
+// it returns: how many of its Sends succeeded, then its context's cause.
+type watchProbe struct {
+	sent  chan int
+	ended chan error
+}
+
+func newWatchProbe() *watchProbe {
+	return &watchProbe{sent: make(chan int, 4), ended: make(chan error, 4)}
+}
+
 // streamRegistry registers feed.watch (a server stream of Count
 // messages, then waiting for its context when Wait), nums.sum (a client
-// stream) and nums.double (a bidi stream). ended gets feed.watch's
-// context's cause when Wait is set.
-func streamRegistry(t *testing.T, ended chan<- error) *operations.Registry {
+// stream) and nums.double (a bidi stream). p gets what feed.watch tells
+// when Wait is set.
+func streamRegistry(t *testing.T, p *watchProbe) *operations.Registry {
 	t.Helper()
 	reg := operations.NewRegistry()
 	err := errors.Join(
 		operations.RegisterServerStream(reg, operations.Descriptor{ID: "feed.watch"},
 			func(ctx context.Context, in watchIn, s *operations.Sender[numOut]) error {
+				sent := 0
 				if in.Wait {
 					// Whichever way the handler returns, by its own wait or
 					// by a Send that the caller's signal ended first (the
 					// line written, the signal's cancellation seen by Send
 					// before the write's completion: either may win), its
-					// context's cause is told.
+					// successful Sends and its context's cause are told.
 					defer func() {
 						<-ctx.Done()
-						ended <- context.Cause(ctx)
+						p.sent <- sent
+						p.ended <- context.Cause(ctx)
 					}()
 				}
 				for i := 1; i <= in.Count; i++ {
 					if err := s.Send(numOut{i}); err != nil {
 						return err
 					}
+					sent++
 				}
 				if in.Wait {
 					<-ctx.Done()
@@ -139,9 +153,15 @@ func (w *lineWriter) String() string {
 
 // runStream runs `app args...` over the stream registry, with stdin and
 // the signal channel sigs.
-func runStream(t *testing.T, ended chan<- error, sigs chan os.Signal, stdin string, out *lineWriter, args ...string) (int, string) {
+func runStream(t *testing.T, p *watchProbe, sigs chan os.Signal, stdin string, out *lineWriter, args ...string) (int, string) {
 	t.Helper()
-	reg := streamRegistry(t, ended)
+	return runStreamContext(context.Background(), t, p, sigs, stdin, out, args...)
+}
+
+// runStreamContext is runStream with the command's context ctx.
+func runStreamContext(ctx context.Context, t *testing.T, p *watchProbe, sigs chan os.Signal, stdin string, out *lineWriter, args ...string) (int, string) {
+	t.Helper()
+	reg := streamRegistry(t, p)
 	root := &cobra.Command{Use: "app"}
 	kf := func() (*kernel.Kernel, error) {
 		return kernel.New(kernel.WithRegistry(reg), kernel.WithConfigJSON([]byte(`{"Sundial": {"Kernel": {"MaxTimeoutSeconds": 30}}}`)))
@@ -155,7 +175,7 @@ func runStream(t *testing.T, ended chan<- error, sigs chan os.Signal, stdin stri
 	root.SetIn(strings.NewReader(stdin))
 	root.SetOut(out)
 	root.SetErr(&stderr)
-	return Execute(context.Background(), root), stderr.String()
+	return Execute(ctx, root), stderr.String()
 }
 
 // TestStreamCommands: a server stream writes one JSON line a message to
@@ -195,39 +215,70 @@ func TestStreamCommands(t *testing.T) {
 // written, then exits 7 with TIMEOUT on stderr; a signal mid-stream ends
 // the handler's context and exits 8.
 func TestStreamCommandOutcomes(t *testing.T) {
-	ended := make(chan error, 1)
+	p := newWatchProbe()
 	sigs := make(chan os.Signal, 1)
 	// On a loaded machine the 400 ms can pass before the handler has sent
 	// its two lines: before the kernel starts it (it then does not run
 	// it), or before its Send. The command then ends in TIMEOUT with fewer
-	// lines, and is run again with ten times the deadline, three tries in
-	// all.
-	const lines = "{\"total\":1}\n{\"total\":2}\n"
-	for try, d := 1, 400*time.Millisecond; ; try, d = try+1, 10*d {
+	// lines, and is run again with ten times the deadline, at most the
+	// 30 s of runStream's MaxTimeoutSeconds, three tries in all.
+	const (
+		lines      = "{\"total\":1}\n{\"total\":2}\n"
+		maxTimeout = 30 * time.Second
+	)
+	var cause error // how the context of the handler that sent both lines ended
+	for try, d := 1, 400*time.Millisecond; ; try, d = try+1, min(10*d, maxTimeout) {
 		out := &lineWriter{lines: make(chan struct{}, 8)}
-		code, stderr := runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "2", "--wait",
+		// The command ends at its deadline; the bound, 20 s past it, is
+		// for one that does not. It cancels the command's context rather
+		// than give it a deadline, which the kernel would take for the
+		// caller's.
+		ctx, cancel := context.WithCancel(context.Background())
+		bound := time.AfterFunc(d+20*time.Second, cancel)
+		code, stderr := runStreamContext(ctx, t, p, sigs, "", out, "feed", "watch", "--count", "2", "--wait",
 			"--timeout", strconv.FormatFloat(d.Seconds(), 'g', -1, 64))
+		expired := !bound.Stop()
+		cancel()
+		if expired {
+			t.Fatalf("the command did not end within 20 s of its %v deadline", d)
+		}
+		// The command returns once the stream has ended, and the stream
+		// ends once its handler has returned: a handler that started has
+		// told its successful Sends, then its context's end, by now.
+		sent, ran := 0, false
+		select {
+		case sent = <-p.sent:
+			ran, cause = true, <-p.ended
+		default:
+		}
 		if code == exitTimeout && out.String() != lines && strings.HasPrefix(lines, out.String()) &&
 			problemOf(t, stderr).Code == pipeline.CodeTimeout {
+			// Each successful Send wrote its line first. A Send that the
+			// deadline ended may still have written its own: its write
+			// runs apart, and Send returns at the stream's end.
+			written := strings.Count(out.String(), "\n")
+			if written < sent || written > sent+1 {
+				t.Fatalf("stdout holds %d lines (%q) for the handler's %d successful Sends; want as many, or one more from the Send the deadline ended", written, out.String(), sent)
+			}
 			if try == 3 {
 				t.Fatalf("the deadline passed before the handler sent its two lines in three tries (the last %v): stdout %q", d, out.String())
 			}
-			// The stream has ended, so the handler has returned: had it
-			// started, it told its context's end.
-			select {
-			case <-ended:
-				t.Logf("the %v deadline passed before the handler sent its lines (stdout %q): once more, with ten times the deadline", d, out.String())
-			default:
-				t.Logf("the %v deadline passed before the handler started: once more, with ten times the deadline", d)
+			if ran {
+				t.Logf("the %v deadline passed before the handler sent its lines (stdout %q): once more, with %v", d, out.String(), min(10*d, maxTimeout))
+			} else {
+				t.Logf("the %v deadline passed before the handler started: once more, with %v", d, min(10*d, maxTimeout))
 			}
 			continue
 		}
 		if code != exitTimeout || out.String() != lines || problemOf(t, stderr).Code != pipeline.CodeTimeout {
 			t.Fatalf("exit %d, stdout %q, stderr %q; want 2 lines, then exit 7 TIMEOUT", code, out.String(), stderr)
 		}
+		if !ran {
+			t.Fatal("the command wrote both lines, but its handler told nothing")
+		}
 		break
 	}
-	if cause := handlerEnded(t, ended); !errors.Is(cause, context.DeadlineExceeded) {
+	if !errors.Is(cause, context.DeadlineExceeded) {
 		t.Fatalf("the handler's context ended with %v, want the deadline", cause)
 	}
 
@@ -239,12 +290,12 @@ func TestStreamCommandOutcomes(t *testing.T) {
 		case <-time.After(30 * time.Second):
 		}
 	}()
-	code, stderr := runStream(t, ended, sigs, "", out, "feed", "watch", "--count", "1", "--wait")
+	code, stderr := runStream(t, p, sigs, "", out, "feed", "watch", "--count", "1", "--wait")
 	if code != exitCanceled || out.String() != "{\"total\":1}\n" || problemOf(t, stderr).Code != pipeline.CodeCanceled {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 line, then exit 8 CANCELLED", code, out.String(), stderr)
 	}
 	var sig *signalError
-	if cause := handlerEnded(t, ended); !errors.As(cause, &sig) {
+	if cause := handlerEnded(t, p.ended); !errors.As(cause, &sig) {
 		t.Fatalf("the handler's context ended with %v, want the signal", cause)
 	}
 }

@@ -398,12 +398,23 @@ func TestStreamCallersDeadline(t *testing.T) {
 // On a loaded machine d can pass before the handler gets to its wait:
 // the kernel never starts a handler whose deadline has passed, and one
 // that starts just before fails its Send. Either way the handler records
-// no end. Such a call is made again with ten times the deadline, three
-// tries in all.
+// no end. Such a call is made again with ten times the deadline, at most
+// the 30 s of streamConfig's MaxTimeoutSeconds, three tries in all.
 func (s *server) watchToItsWait(t *testing.T, f *feed, p streamProtocol, d time.Duration) (ns []string, cause error, calls int, err error) {
 	t.Helper()
+	const maxTimeout = 30 * time.Second
 	for calls = 1; ; calls++ {
-		ns, err = s.watchWith(t.Context(), t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`, d)
+		// The stream ends at its deadline; the bound, 20 s past it, is for
+		// one that does not. It cancels the call's context rather than
+		// give it a deadline, which the client would send (watchWith).
+		ctx, cancel := context.WithCancel(t.Context())
+		bound := time.AfterFunc(d+20*time.Second, cancel)
+		ns, err = s.watchWith(ctx, t, p, "/test.v1.Feed/Watch", `{"count":1,"wait":true}`, d)
+		expired := !bound.Stop()
+		cancel()
+		if expired {
+			t.Fatalf("%s: the stream did not end within 20 s of its %v deadline: %v, %v", p.name, d, ns, err)
+		}
 		// The stream's end leaves once its handler has returned: a
 		// handler that got to its wait has recorded its end by now.
 		select {
@@ -417,8 +428,8 @@ func (s *server) watchToItsWait(t *testing.T, f *feed, p streamProtocol, d time.
 		if calls == 3 {
 			t.Fatalf("%s: feed.watch's handler did not get to its wait before the deadline in three tries (the last %v)", p.name, d)
 		}
-		t.Logf("%s: feed.watch (deadline %v) ended before its handler got to its wait: once more with %v", p.name, d, 10*d)
-		d *= 10
+		t.Logf("%s: feed.watch (deadline %v) ended before its handler got to its wait: once more with %v", p.name, d, min(10*d, maxTimeout))
+		d = min(10*d, maxTimeout)
 	}
 }
 

@@ -32,9 +32,12 @@ const stuckTimeout = 200 * time.Millisecond
 // handler that ignores its context before it answers for it.
 const settleWindow = 5 * time.Millisecond
 
-const stuckConfig = `{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.stuck":{"TimeoutSeconds":0.2}}}}}}`
+// stuckConfig is the kernel's configuration that gives work.stuck the
+// TimeoutSeconds stuckTimeout.
+var stuckConfig = stuckConfigOf(stuckTimeout)
 
-// stuckConfigOf is stuckConfig with work.stuck's TimeoutSeconds d.
+// stuckConfigOf is the kernel's configuration that gives work.stuck the
+// TimeoutSeconds d.
 func stuckConfigOf(d time.Duration) string {
 	return fmt.Sprintf(`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"work.stuck":{"TimeoutSeconds":%g}}}}}}`, d.Seconds())
 }

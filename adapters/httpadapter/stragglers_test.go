@@ -32,7 +32,9 @@ import (
 // its handler, which then never runs: that call is answered 504 and
 // leaves no straggler, so the flood's 504s are no longer its stragglers.
 // Then the flood is run again, on a new server, with ten times the
-// deadline, three tries in all.
+// deadline, three tries in all. Every try checks what holds either way;
+// only the checks that count the 504s as stragglers wait for a flood
+// whose 504s all ran their handler.
 func TestStragglerFloodIsBounded(t *testing.T) {
 	for try, d := 1, 100*time.Millisecond; ; try, d = try+1, 10*d {
 		var allRan bool
@@ -48,8 +50,8 @@ func TestStragglerFloodIsBounded(t *testing.T) {
 
 // stragglerFlood runs TestStragglerFloodIsBounded's flood with the
 // deadline d for work.run. It reports whether every call answered 504 ran
-// its handler; only then does it check the bounds, which count those
-// calls as stragglers.
+// its handler; only then does it check the bounds that count those calls
+// as stragglers.
 func stragglerFlood(t *testing.T, d time.Duration) (allRan bool) {
 	const (
 		maxStragglers = 50
@@ -96,6 +98,11 @@ func stragglerFlood(t *testing.T, d time.Duration) (allRan bool) {
 		wg                           sync.WaitGroup
 		firstOther                   atomic.Value
 		answered504                  sync.Map // the tags of the calls answered 504
+		// The 504s that no deadline can have answered: before d had passed
+		// since the call was sent, or with a Retry-After (the shed calls'
+		// answer has one, a timeout's none).
+		wrong504   atomic.Int64
+		firstWrong atomic.Value
 	)
 	watch := func() {
 		for n := int64(runtime.NumGoroutine()); n > peakGoroutines.Load(); {
@@ -122,6 +129,7 @@ func stragglerFlood(t *testing.T, d time.Duration) (allRan bool) {
 				}
 				req, _ := http.NewRequest("POST", s.url+"/work", strings.NewReader(fmt.Sprintf(`{"ignoreCtx":true,"tag":%d}`, tag)))
 				req.Header.Set("Content-Type", "application/json")
+				sent := time.Now()
 				resp, err := hc.Do(req)
 				if err != nil {
 					other.Add(1)
@@ -136,6 +144,13 @@ func stragglerFlood(t *testing.T, d time.Duration) (allRan bool) {
 				case resp.StatusCode == 504 && p.Code == pipeline.CodeTimeout:
 					timeouts.Add(1)
 					answered504.Store(tag, true)
+					// The kernel answers TIMEOUT once the call's deadline,
+					// d after its arrival, has passed, whether its handler
+					// started or not.
+					if took, ra := time.Since(sent), resp.Header.Get("Retry-After"); took < d || ra != "" {
+						wrong504.Add(1)
+						firstWrong.CompareAndSwap(nil, fmt.Sprintf("after %v, Retry-After %q: %s", took, ra, b))
+					}
 				case resp.StatusCode == 503 && p.Code == kernel.CodeOverloaded:
 					shed.Add(1)
 					if resp.Header.Get("Retry-After") != "1" {
@@ -179,6 +194,10 @@ func stragglerFlood(t *testing.T, d time.Duration) (allRan bool) {
 	if other.Load() != 0 {
 		t.Fatalf("%d calls got neither the 504 nor the 503 (first: %v)", other.Load(), firstOther.Load())
 	}
+	if wrong504.Load() != 0 {
+		t.Errorf("%d calls answered 504 TIMEOUT before their %v deadline had passed, or with a Retry-After: no deadline answered them (first: %v)",
+			wrong504.Load(), d, firstWrong.Load())
+	}
 	// A call answered 504 may not have run its handler: under load its
 	// deadline can pass before the chain reaches the handler, which then
 	// never starts. But every handler that ran is a call answered 504:
@@ -197,27 +216,38 @@ func stragglerFlood(t *testing.T, d time.Duration) (allRan bool) {
 		t.Errorf("%d handlers ran for %d calls answered 504; calls not answered 504 ran theirs: tags %v",
 			ranAll, timeouts.Load(), notTimedOut)
 	}
-	if ranAll < timeouts.Load() {
-		// Calls answered 504 that ran nothing held no straggler: the
-		// flood went on past them, so its 504s are not its stragglers and
-		// the bounds below, which count them as such, do not apply.
-		t.Logf("%d of the %d calls answered 504 ran no handler", timeouts.Load()-ranAll, timeouts.Load())
-		return false
+	// Whether or not every 504 ran its handler: the shed calls carry
+	// Retry-After: 1; the kernel's count of stragglers stays within the
+	// bound; at least MaxStragglers calls are answered 504 (the bound is
+	// reached only by as many stragglers, each a call answered 504, and
+	// until then every call is answered 504); the goroutines stay bounded
+	// and come back to their baseline.
+	limit := int64(maxStragglers + clients)
+	if shedWithoutRetry.Load() != 0 {
+		t.Errorf("%d of %d calls shed without Retry-After: 1; want each with it", shedWithoutRetry.Load(), shed.Load())
 	}
-	if shed.Load() == 0 || shedWithoutRetry.Load() != 0 {
-		t.Errorf("%d calls shed, %d of them without Retry-After: 1; want the flood shed past the bound, each with Retry-After: 1", shed.Load(), shedWithoutRetry.Load())
-	}
-	if limit := int64(maxStragglers + clients); peakStraggle.Load() > limit || timeouts.Load() > limit || timeouts.Load() < maxStragglers {
-		t.Errorf("%d stragglers at most, %d calls ran; want at least %d and at most MaxStragglers + the calls admitted when it was reached (%d)",
-			peakStraggle.Load(), timeouts.Load(), maxStragglers, limit)
+	if peakStraggle.Load() > limit || timeouts.Load() < maxStragglers {
+		t.Errorf("%d stragglers at most, %d calls answered 504; want at most MaxStragglers + the calls admitted when it was reached (%d) stragglers, and at least %d calls answered 504",
+			peakStraggle.Load(), timeouts.Load(), limit, maxStragglers)
 	}
 	// The clients' own goroutines (connection readers and writers) are in
 	// this process too: a few per client.
-	if limit := int64(perStraggler*(maxStragglers+clients) + 4*clients); peakGoroutines.Load()-int64(base) > limit {
-		t.Errorf("goroutines grew by %d, want at most %d", peakGoroutines.Load()-int64(base), limit)
+	if grow := int64(perStraggler*(maxStragglers+clients) + 4*clients); peakGoroutines.Load()-int64(base) > grow {
+		t.Errorf("goroutines grew by %d, want at most %d", peakGoroutines.Load()-int64(base), grow)
 	}
 	if after > base {
 		t.Errorf("goroutines after the handlers returned = %d, want back to %d", after, base)
+	}
+	if ranAll < timeouts.Load() {
+		// Calls answered 504 that ran nothing held no straggler: the
+		// flood went on past them, so its 504s are not its stragglers and
+		// the checks below, which count them as such, do not apply.
+		t.Logf("%d of the %d calls answered 504 ran no handler", timeouts.Load()-ranAll, timeouts.Load())
+		return false
+	}
+	if shed.Load() == 0 || timeouts.Load() > limit {
+		t.Errorf("%d calls shed, %d calls answered 504 (all stragglers); want the flood shed past the bound, and at most MaxStragglers + the calls admitted when it was reached (%d) answered 504",
+			shed.Load(), timeouts.Load(), limit)
 	}
 	return true
 }

@@ -128,12 +128,13 @@ func (c *ndjsonClient) close() { c.resp.Body.Close() }
 
 // wsClient reads a WebSocket.
 type wsClient struct {
+	ctx   context.Context // its reads end with it
 	conn  *websocket.Conn
 	pings atomic.Int64 // the server's pings, answered as the client reads
 }
 
 func (c *wsClient) next(r *received) error {
-	_, data, err := c.conn.Read(context.Background())
+	_, data, err := c.conn.Read(c.ctx)
 	r.heartbeats = int(c.pings.Load())
 	if err != nil {
 		if s := websocket.CloseStatus(err); s != -1 {
@@ -151,11 +152,18 @@ func (c *wsClient) close() { _ = c.conn.CloseNow() }
 // "ws"). A WebSocket client sends first, each as one message.
 func openStream(t *testing.T, transport, url string, header http.Header, first ...string) streamClient {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	return openStreamContext(context.Background(), t, transport, url, header, first...)
+}
+
+// openStreamContext is openStream whose stream ends with ctx: once ctx
+// has ended, the stream's opening and its reads fail.
+func openStreamContext(ctx context.Context, t *testing.T, transport, url string, header http.Header, first ...string) streamClient {
+	t.Helper()
 	if transport == "ws" {
-		c := &wsClient{}
-		conn, _, err := websocket.Dial(ctx, strings.Replace(url, "http:", "ws:", 1),
+		dial, cancel := context.WithTimeout(ctx, 30*time.Second) // the handshake and the first messages
+		defer cancel()
+		c := &wsClient{ctx: ctx}
+		conn, _, err := websocket.Dial(dial, strings.Replace(url, "http:", "ws:", 1),
 			&websocket.DialOptions{HTTPHeader: header, OnPingReceived: func(context.Context, []byte) bool {
 				c.pings.Add(1)
 				return true
@@ -165,13 +173,13 @@ func openStream(t *testing.T, transport, url string, header http.Header, first .
 		}
 		c.conn = conn
 		for _, m := range first {
-			if err := conn.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
+			if err := conn.Write(dial, websocket.MessageText, []byte(m)); err != nil {
 				t.Fatalf("write %q: %v", m, err)
 			}
 		}
 		return c
 	}
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -263,16 +263,28 @@ func TestStreamRouteScenarios(t *testing.T) {
 			s := startStreamServer(t, nil)
 			// On a loaded machine the 400 ms can pass before the handler's
 			// message goes out: before the kernel starts it (it then does
-			// not run it), or before its Send. The stream then ends in
-			// TIMEOUT without a message, and is opened again with ten
-			// times the deadline, three tries in all.
-			for try, ms := 1, 400; ; try, ms = try+1, 10*ms {
+			// not run it), or before its Send (which then fails). The
+			// stream then ends in TIMEOUT without a message, and is opened
+			// again with ten times the deadline, at most the 30 s of
+			// startStreamServer's MaxTimeoutSeconds, three tries in all.
+			const maxMs = 30000
+			for try, ms := 1, 400; ; try, ms = try+1, min(10*ms, maxMs) {
 				got, early := deadlineStream(t, s, tr, ms)
 				if early {
+					// The stream's end goes out once its handler has
+					// returned (Op.Stream returns after the handler, then
+					// the route writes the end): a handler whose Send
+					// succeeded reached its wait, and told of its
+					// context's end, before that.
+					select {
+					case <-s.app.ctxEnded:
+						t.Fatal("the handler sent its message and reached its wait, but the stream carried none")
+					default:
+					}
 					if try == 3 {
 						t.Fatalf("the deadline passed before the handler's message went out in three tries (the last %d ms)", ms)
 					}
-					t.Logf("the %d ms deadline passed before the handler's message went out: once more, with ten times the deadline", ms)
+					t.Logf("the %d ms deadline passed before the handler's message went out: once more, with %d ms", ms, min(10*ms, maxMs))
 					continue
 				}
 				if len(got.msgs) != 1 || got.outcome == nil || got.outcome.Code != pipeline.CodeTimeout ||
@@ -350,10 +362,14 @@ func TestStreamRouteScenarios(t *testing.T) {
 // then waits for its context, under a deadline of ms. It reports early
 // when the stream ended in TIMEOUT without a message: the deadline passed
 // before the handler's message went out. Over SSE and NDJSON that is a
-// 504 before the first byte; over a WebSocket, the in-band TIMEOUT.
+// 504 before the first byte; over a WebSocket, the in-band TIMEOUT. A
+// stream that has not ended 20 s after its deadline fails the test.
 func deadlineStream(t *testing.T, s *streamServer, tr string, ms int) (got *received, early bool) {
 	t.Helper()
-	c := openStream(t, tr, s.url+"/feed/news?count=1&wait=true",
+	bound := time.Duration(ms)*time.Millisecond + 20*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	c := openStreamContext(ctx, t, tr, s.url+"/feed/news?count=1&wait=true",
 		http.Header{DefaultRelativeDeadlineHeader: {strconv.Itoa(ms)}}, `{}`)
 	defer c.close()
 	if resp := responseOf(c); resp != nil && resp.StatusCode != http.StatusOK {
@@ -364,6 +380,9 @@ func deadlineStream(t *testing.T, s *streamServer, tr string, ms int) (got *rece
 		return nil, true
 	}
 	got, err := readAll(c)
+	if ctx.Err() != nil {
+		t.Fatalf("the stream did not end within %v of its opening (deadline %d ms): %v", bound, ms, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

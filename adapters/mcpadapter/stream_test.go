@@ -282,8 +282,17 @@ func tailToItsWait(t *testing.T, cs *mcp.ClientSession, p *probe, ms int) (strea
 	t.Helper()
 	for try := 1; ; try++ {
 		token := "tok-" + strconv.Itoa(try)
-		a, err := callStream(context.Background(), t, cs, "orders.tail", map[string]any{"count": 3},
+		// The call ends at its deadline; the bound, 20 s past it, is for
+		// one that does not.
+		bound := time.Duration(ms)*time.Millisecond + 20*time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		a, err := callStream(ctx, t, cs, "orders.tail", map[string]any{"count": 3},
 			mcp.Meta{"sundial/timeoutMs": ms}, token)
+		expired := ctx.Err() != nil
+		cancel()
+		if expired {
+			t.Fatalf("orders.tail (deadline %d ms): no answer within %v: %v", ms, bound, err)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -342,7 +342,8 @@ func TestFaultDownstream(t *testing.T) {
 	inv := newInventoryClient(internal, external, refusedAddr(t))
 	t.Cleanup(inv.hc.CloseIdleConnections)
 	// faultShop is a shop whose inventory.check has the deadline d; its
-	// handler starts are counted.
+	// handler starts are counted. Its client gives up on a call 20 s after
+	// that deadline.
 	type faultShop struct {
 		s      *shopServer
 		starts *handlerStarts
@@ -356,7 +357,9 @@ func TestFaultDownstream(t *testing.T) {
 			opts = append(opts, kernel.WithConfigJSON(fmt.Appendf(nil,
 				`{"Sundial":{"Kernel":{"Resilience":{"Operations":{"inventory.check":{"TimeoutSeconds":%g}}}}}}`, d.Seconds())))
 		}
-		return faultShop{startShopHTTP(t, shopcmd.ServeOptions{KernelOptions: opts}), starts, d}
+		s := startShopHTTP(t, shopcmd.ServeOptions{KernelOptions: opts})
+		s.client.Timeout = d + 20*time.Second
+		return faultShop{s, starts, d}
 	}
 	first := newShop(t, checkTimeout)
 	// check calls inventory.check in mode, and returns the answer, how long

@@ -596,7 +596,20 @@ func TestShopShutdownWaitsForStragglers(t *testing.T) {
 				t.Cleanup(func() { conn.Close() })
 				g := &grpcShop{conn: conn, files: reflectServer(t, conn)}
 				mark := env.starts.mark()
-				if _, st := g.call(t.Context(), t, "shop.v1.Tests", "Flaky", `{"mode":"stall"}`); st.Code() != codes.DeadlineExceeded {
+				// The call is answered at its deadline; the bound, 20 s past
+				// it, is for one that is not. It cancels the call's context
+				// rather than give it a deadline: that would go to the
+				// server as grpc-timeout, and its passing would end the
+				// call in the very DeadlineExceeded checked for.
+				cctx, ccancel := context.WithCancel(t.Context())
+				bound := time.AfterFunc(d+20*time.Second, ccancel)
+				_, st := g.call(cctx, t, "shop.v1.Tests", "Flaky", `{"mode":"stall"}`)
+				expired := !bound.Stop()
+				ccancel()
+				if expired {
+					t.Fatalf("a stalled call under TimeoutSeconds %g: no answer within 20 s of the deadline (%v)", d.Seconds(), st)
+				}
+				if st.Code() != codes.DeadlineExceeded {
 					t.Fatalf("a stalled call under TimeoutSeconds %g = %v, want DeadlineExceeded", d.Seconds(), st)
 				}
 				if env.starts.ran(t, mark) {

@@ -24,66 +24,19 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
 	"github.com/sundial-go/sundial/resilience/cluster/redistest"
 	"github.com/sundial-go/sundial/resilience/idempotency"
 	"github.com/sundial-go/sundial/samples/shop/internal/shopcmd"
 )
 
-// chargeCounter counts the executions of billing.charge's handler (n): it
-// sits in the Handle stage after the idempotency middleware, so a replay
-// or a 409 never reaches it. Its chains, in the first stage, counts the
-// charge chains that entered the pipeline and those that returned.
-type chargeCounter struct {
-	n      atomic.Int64
-	chains chainCounter
-}
-
-func (c *chargeCounter) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-	if inv.OperationID() == "billing.charge" {
-		c.n.Add(1)
-	}
-	return next(ctx, inv)
-}
-
-type chainCounter struct{ entered, returned atomic.Int64 }
-
-func (c *chainCounter) Invoke(ctx context.Context, inv *pipeline.Invocation, next pipeline.Handler) (any, error) {
-	if inv.OperationID() != "billing.charge" {
-		return next(ctx, inv)
-	}
-	c.entered.Add(1)
-	defer c.returned.Add(1)
-	return next(ctx, inv)
-}
-
-func startCountedShop(t *testing.T) (*grpcShop, *chargeCounter) {
-	c := &chargeCounter{}
-	g := startShopGRPC(t, shopcmd.ServeOptions{KernelOptions: []kernel.Option{
-		kernel.UseAt(pipeline.StageDiagnostics, &c.chains), kernel.UseAt(pipeline.StageHandle, c)}})
+// startCountedShop starts a shop whose billing.charge calls are watched:
+// its handler's starts (started) come after the idempotency middleware,
+// so a replay or a 409 never counts.
+func startCountedShop(t *testing.T) (*grpcShop, *handlerStarts) {
+	c := newHandlerStarts("billing.charge")
+	g := startShopGRPC(t, shopcmd.ServeOptions{KernelOptions: c.options()})
 	return g, c
-}
-
-// ranLate reports whether the charge just answered at its caller's
-// deadline runs on (its handler started), or ran nothing: on a loaded
-// machine the deadline can pass before the kernel starts the handler, and
-// the kernel then does not run it. A chain that passed the kernel's
-// deadline check before the deadline reaches the handler; one that had
-// not returns without it. Until one of the two, ranLate waits (10 s at
-// most).
-func (c *chargeCounter) ranLate(t *testing.T) bool {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		if c.n.Load() > 0 {
-			return true
-		}
-		if c.chains.entered.Load() == c.chains.returned.Load() {
-			return c.n.Load() > 0
-		}
-	}
-	t.Fatal("the charge neither reached its handler nor returned in 10 s")
-	return false
 }
 
 // chargeAfter is how long the story's charge runs past its caller's
@@ -94,17 +47,18 @@ const chargeAfter = 2 * time.Second
 // chargeOnce is the story's first call: a charge taking d + chargeAfter
 // under a caller's deadline d, answered at the deadline while it runs. call makes
 // it with a key and d and reports whether it was answered as timed out.
-// When the deadline passed before the handler started, nothing ran: the
-// story starts over with another key and ten times d, three tries in all.
-// It returns the key whose charge runs.
-func (c *chargeCounter) chargeOnce(t *testing.T, key string, call func(key string, d time.Duration) bool) string {
+// When the deadline passed before the handler started (c tells), nothing
+// ran: the story starts over with another key and ten times d, three
+// tries in all. It returns the key whose charge runs.
+func chargeOnce(t *testing.T, c *handlerStarts, key string, call func(key string, d time.Duration) bool) string {
 	t.Helper()
 	d := 100 * time.Millisecond
 	for try := 1; ; try++ {
+		mark := c.mark()
 		if !call(key, d) {
 			t.Fatalf("first call (deadline %v): want it answered at its deadline", d)
 		}
-		if c.ranLate(t) {
+		if c.ran(t, mark) {
 			return key
 		}
 		if try == 3 {
@@ -137,7 +91,7 @@ func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 	g, c := startCountedShop(t)
 	var body string
 	var r shopResponse
-	key := c.chargeOnce(t, "order-42-charge", func(key string, d time.Duration) bool {
+	key := chargeOnce(t, c, "order-42-charge", func(key string, d time.Duration) bool {
 		body = fmt.Sprintf(`{"amount":7,"processMs":%d}`, (d + chargeAfter).Milliseconds())
 		r = g.shopServer.call(t, "POST", "/billing/charge", body, map[string]string{
 			"Idempotency-Key": `"` + key + `"`, "Sundial-Timeout-Ms": strconv.FormatInt(d.Milliseconds(), 10)})
@@ -166,8 +120,8 @@ func TestShopChargeRetryAfterTimeoutHTTP(t *testing.T) {
 	first := rc.ChargeID
 	r = g.shopServer.call(t, "POST", "/billing/charge", body, h)
 	_ = json.Unmarshal([]byte(r.body), &rc)
-	if rc.ChargeID != first || c.n.Load() != 1 {
-		t.Fatalf("charge IDs %s then %s, %d executions; want one charge", first, rc.ChargeID, c.n.Load())
+	if rc.ChargeID != first || c.started.Load() != 1 {
+		t.Fatalf("charge IDs %s then %s, %d executions; want one charge", first, rc.ChargeID, c.started.Load())
 	}
 	// The same key with another amount: 422.
 	r = g.shopServer.call(t, "POST", "/billing/charge", `{"amount":8}`, h)
@@ -191,7 +145,7 @@ func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
 		return out, st.Code(), hdr
 	}
 	var req string
-	key := c.chargeOnce(t, "order-43-charge", func(key string, d time.Duration) bool {
+	key := chargeOnce(t, c, "order-43-charge", func(key string, d time.Duration) bool {
 		md = metadata.Pairs("idempotency-key", key)
 		req = fmt.Sprintf(`{"amount":7,"processMs":%d}`, (d + chargeAfter).Milliseconds())
 		_, code, _ := call(d, req)
@@ -220,8 +174,8 @@ func TestShopChargeRetryAfterTimeoutGRPC(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rc); err != nil || rc.ChargeID == "" || len(hdr.Get("idempotent-replayed")) == 0 {
 		t.Fatalf("retry after: %s %v, want the receipt, replayed", out, hdr)
 	}
-	if c.n.Load() != 1 {
-		t.Fatalf("%d executions, want 1", c.n.Load())
+	if c.started.Load() != 1 {
+		t.Fatalf("%d executions, want 1", c.started.Load())
 	}
 	if _, code, _ := call(5*time.Second, `{"amount":9}`); code != codes.FailedPrecondition {
 		t.Fatalf("other input: %v, want FailedPrecondition (422)", code)
@@ -243,7 +197,7 @@ func TestShopFiftyCallsOneKey(t *testing.T) {
 		{"mixed", func(i int) bool { return i%2 == 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := c.n.Load()
+			before := c.started.Load()
 			key := "fifty-" + tc.name
 			var wg sync.WaitGroup
 			var ok, conflicts, replays atomic.Int64
@@ -279,7 +233,7 @@ func TestShopFiftyCallsOneKey(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			runs := c.n.Load() - before
+			runs := c.started.Load() - before
 			t.Logf("50 calls (%s), one key: %d executed, %d conflicts, %d replays", tc.name, runs, conflicts.Load(), replays.Load())
 			if runs != 1 || ok.Load() != 1 || conflicts.Load()+replays.Load() != 49 {
 				t.Fatalf("executions %d, first answers %d, conflicts %d, replays %d; want 1, 1 and 49 together", runs, ok.Load(), conflicts.Load(), replays.Load())
