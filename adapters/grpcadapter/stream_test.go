@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -128,6 +129,13 @@ func (fa *feedApp) register(t testing.TB, reg *operations.Registry) {
 // object; "" for none).
 func streamHarness(t testing.TB, streamJSON string, ho harnessOpt) (*harness, *feedApp) {
 	t.Helper()
+	return streamHarnessCapped(t, streamJSON, 200*time.Millisecond, ho)
+}
+
+// streamHarnessCapped is streamHarness with capped as the TimeoutSeconds
+// of work.capped and work.stream-capped.
+func streamHarnessCapped(t testing.TB, streamJSON string, capped time.Duration, ho harnessOpt) (*harness, *feedApp) {
+	t.Helper()
 	fa := newFeedApp()
 	ho.tcp = true
 	ho.register = fa.register
@@ -136,8 +144,8 @@ func streamHarness(t testing.TB, streamJSON string, ho harnessOpt) (*harness, *f
 	}
 	cfg := `{"Sundial":{"Kernel":{"MaxTimeoutSeconds":30,"Resilience":{"Operations":{
 	"work.limited":{"PermitLimit":1,"WindowSeconds":60},
-	"work.capped":{"TimeoutSeconds":0.2},
-	"work.stream-capped":{"TimeoutSeconds":0.2},
+	"work.capped":{"TimeoutSeconds":` + strconv.FormatFloat(capped.Seconds(), 'f', -1, 64) + `},
+	"work.stream-capped":{"TimeoutSeconds":` + strconv.FormatFloat(capped.Seconds(), 'f', -1, 64) + `},
 	"feed.watch":{"Stream":` + streamJSON + `},
 	"feed.echo":{"Stream":` + streamJSON + `},
 	"feed.sum":{"Stream":` + streamJSON + `}
@@ -281,31 +289,51 @@ func TestStreamRefusesABadMessage(t *testing.T) {
 // stream and a bidi stream mid-stream; the caller gets DeadlineExceeded
 // with KERNEL_TIMEOUT_001 in the trailers, after the messages sent.
 func TestStreamDeadlineMidStream(t *testing.T) {
-	h, fa := streamHarness(t, "", harnessOpt{})
-	// work.stream-capped's TimeoutSeconds is 0.2 (testConfig); the
-	// caller's deadline is 20 s.
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	start := time.Now()
-	cs, m := h.openStream(ctx, t, h.conn, "/test.v1.Work/StreamCapped")
-	send(t, cs, m.Input, map[string]any{"count": int64(2), "wait": true})
-	_ = cs.CloseSend() // a server stream's caller half-closes after its request
-	ns, st := drain(cs, m.Output)
-	took := time.Since(start)
-	reason, _, _ := reasonOf(st)
-	if len(ns) != 2 || st.Code() != codes.DeadlineExceeded || reason != "KERNEL_TIMEOUT_001" {
-		t.Errorf("%d messages, %v %q; want 2, DeadlineExceeded KERNEL_TIMEOUT_001", len(ns), st.Code(), reason)
-	}
-	if took < 200*time.Millisecond {
-		t.Errorf("the stream ended after %v, before its 200ms deadline", took)
-	}
-	select {
-	case cause := <-fa.ctxEnded:
+	// work.stream-capped's TimeoutSeconds is d; the caller's deadline is
+	// 20 s later. Stream returns once the handler has returned, so when
+	// the stream's end arrives, a handler that sent its two messages and
+	// reached its wait has already reported its context's end. When it
+	// has not, the deadline passed before the handler started or before
+	// its sends, and nothing under test failed: the stream is opened
+	// again on a new server with ten times the deadline, three tries.
+	for d := 200 * time.Millisecond; ; d *= 10 {
+		h, fa := streamHarnessCapped(t, "", d, harnessOpt{})
+		ctx, cancel := context.WithTimeout(t.Context(), d+20*time.Second)
+		start := time.Now()
+		cs, m := h.openStream(ctx, t, h.conn, "/test.v1.Work/StreamCapped")
+		send(t, cs, m.Input, map[string]any{"count": int64(2), "wait": true})
+		_ = cs.CloseSend() // a server stream's caller half-closes after its request
+		ns, st := drain(cs, m.Output)
+		took := time.Since(start)
+		cancel()
+		reason, _, _ := reasonOf(st)
+		var cause error
+		waited := false
+		select {
+		case cause = <-fa.ctxEnded:
+			waited = true
+		default:
+		}
+		if !waited {
+			if st.Code() != codes.DeadlineExceeded || reason != "KERNEL_TIMEOUT_001" || len(ns) >= 2 {
+				t.Fatalf("%d messages, %v %q, and the handler never reached its wait; want DeadlineExceeded KERNEL_TIMEOUT_001", len(ns), st.Code(), reason)
+			}
+			if d >= 20*time.Second {
+				t.Fatalf("the handler did not reach its wait before its deadline in three tries (the last %v)", d)
+			}
+			t.Logf("the %v deadline passed before the handler started (%d started) or sent its two messages (%d arrived): once more with %v", d, fa.watched.Load(), len(ns), 10*d)
+			continue
+		}
+		if len(ns) != 2 || st.Code() != codes.DeadlineExceeded || reason != "KERNEL_TIMEOUT_001" {
+			t.Errorf("%d messages, %v %q; want 2, DeadlineExceeded KERNEL_TIMEOUT_001", len(ns), st.Code(), reason)
+		}
+		if took < d {
+			t.Errorf("the stream ended after %v, before its %v deadline", took, d)
+		}
 		if !errors.Is(cause, context.DeadlineExceeded) {
 			t.Errorf("the handler's context ended with %v, want the deadline", cause)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the handler's context did not end within 10 s of the stream's end (did the handler run?)")
+		return
 	}
 }
 
