@@ -3,7 +3,6 @@ package kernel_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -160,7 +159,7 @@ func TestStragglersMetric(t *testing.T) {
 		if o := k.Op("test.stall").Handle(context.Background(), kernel.Unary{Input: &echoIn{}}); pipelinetest.CodeOf(o.Err) != pipeline.CodeTimeout {
 			t.Fatalf("stalled call = %v, want TIMEOUT", o.Err)
 		}
-		if stalled(t, k, started) {
+		if _, ok := pipelinetest.HandlerStarted(t, started, k.Running); ok {
 			break
 		}
 		if try == 5 {
@@ -180,23 +179,4 @@ func TestStragglersMetric(t *testing.T) {
 	if got := sumOf(rm, observe.MetricRejectionCount); got != 1 {
 		t.Errorf("%s = %d, want 1 (the shed call)", observe.MetricRejectionCount, got)
 	}
-}
-
-// stalled reports whether the handler of the call just answered started
-// (and now stalls), or its chain returned without running it. Until one
-// of the two, it waits (10 s at most).
-func stalled(t *testing.T, k *kernel.Kernel, started <-chan struct{}) bool {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		select {
-		case <-started:
-			return true
-		default:
-		}
-		if k.Running() == 0 { // a started handler stalls, so its chain has not returned
-			return false
-		}
-	}
-	t.Fatal("the call's chain neither started its handler nor returned in 10 s")
-	return false
 }

@@ -672,7 +672,7 @@ func TestContextIgnoringHandlerAnswersAtDeadline(t *testing.T) {
 				if r.code != exitTimeout || problemOf(t, r.stderr).Code != pipeline.CodeTimeout {
 					t.Fatalf("app %q = exit %d, stderr %q; want exit 7 with %s", args, r.code, r.stderr, pipeline.CodeTimeout)
 				}
-				if at, ran := startedAt(t, k, started); ran {
+				if at, ran := pipelinetest.HandlerStarted(t, started, k.Running); ran {
 					if got := end.Sub(at); got > d+100*time.Millisecond {
 						t.Errorf("app %q answered %v after the handler started, want within %v", args, got, d+100*time.Millisecond)
 					}
@@ -688,27 +688,6 @@ func TestContextIgnoringHandlerAnswersAtDeadline(t *testing.T) {
 			}
 		})
 	}
-}
-
-// startedAt returns when the blocking handler of the command just
-// answered started, and true; or false when its chain returned without
-// running it (its deadline passed first). A started handler blocks, so
-// its chain has not returned. Until one of the two, it waits (10 s at
-// most).
-func startedAt(t *testing.T, k *kernel.Kernel, started <-chan time.Time) (time.Time, bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		select {
-		case at := <-started:
-			return at, true
-		default:
-		}
-		if k.Running() == 0 {
-			return time.Time{}, false
-		}
-	}
-	t.Fatal("the command's chain neither started its handler nor returned in 10 s")
-	return time.Time{}, false
 }
 
 // TestTypedNilErrorsWithLoggers runs handlers that return a typed nil as

@@ -424,7 +424,7 @@ func TestForeignInterceptorSeesTheDeadlineAnswer(t *testing.T) {
 			t.Fatalf("Stuck = %v, want DeadlineExceeded %s", st, pipeline.CodeTimeout)
 		}
 		s = seenNow("Stuck") // before the handler is released
-		if stalledHandler(t, h.k, started) {
+		if _, ok := pipelinetest.HandlerStarted(t, started, h.k.Running); ok {
 			break
 		}
 		if try == 3 {
@@ -442,28 +442,6 @@ func TestForeignInterceptorSeesTheDeadlineAnswer(t *testing.T) {
 	}
 	unblock()
 	h.waitLateOnce(t, "operation=work.stuck", "protocol=grpc", "code="+pipeline.CodeTimeout)
-}
-
-// stalledHandler reports whether the handler of the call just answered
-// started (and now stalls until it is released), or its chain returned
-// without running it: the kernel never starts a handler whose deadline
-// has passed. A started handler keeps its chain running, so Running() is
-// 0 only if it did not start. Until one of the two, it waits (10 s at
-// most).
-func stalledHandler(t *testing.T, k *kernel.Kernel, started <-chan struct{}) bool {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		select {
-		case <-started:
-			return true
-		default:
-		}
-		if k.Running() == 0 {
-			return false
-		}
-	}
-	t.Fatal("the call's chain neither started its handler nor returned in 10 s")
-	return false
 }
 
 // waitLateOnce waits for the kernel's record of a straggler's late result

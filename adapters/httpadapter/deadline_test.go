@@ -20,6 +20,7 @@ import (
 	"github.com/sundial-go/sundial/adapters/httpadapter"
 	"github.com/sundial-go/sundial/kernel"
 	"github.com/sundial-go/sundial/pipeline"
+	"github.com/sundial-go/sundial/pipeline/pipelinetest"
 	"github.com/sundial-go/sundial/resilience"
 )
 
@@ -368,7 +369,7 @@ func TestStragglerDoesNotHoldTheResponse(t *testing.T) {
 			map[string]string{httpadapter.DefaultRelativeDeadlineHeader: strconv.FormatInt(d.Milliseconds(), 10)})
 		took := time.Since(start)
 		checkProblem(t, r, 504, "TIMEOUT", pipeline.CodeTimeout, "/work")
-		if stalled(t, s.k, app.started) {
+		if _, ok := pipelinetest.HandlerStarted(t, app.started, s.k.Running); ok {
 			if took < d || took > d+500*time.Millisecond {
 				t.Errorf("the 504 left after %v, want between %v and %v", took, d, d+500*time.Millisecond)
 			}

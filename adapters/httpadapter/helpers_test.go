@@ -414,25 +414,3 @@ func keys(m map[string]any) []string {
 	}
 	return ks
 }
-
-// stalled reports whether the handler of the call just answered at its
-// deadline started (and now stalls: it ignores its context, and returns
-// once app.unblock is called), or its chain returned without running it.
-// On a loaded machine the deadline can pass before the kernel starts the
-// handler, and the kernel then does not run it. Until one of the two,
-// stalled waits (10 s at most).
-func stalled(t *testing.T, k *kernel.Kernel, started <-chan struct{}) bool {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		select {
-		case <-started:
-			return true
-		default:
-		}
-		if k.Running() == 0 { // a started handler stalls, so its chain has not returned
-			return false
-		}
-	}
-	t.Fatal("the call's chain neither started its handler nor returned in 10 s")
-	return false
-}

@@ -15,4 +15,7 @@
 //
 // A [LogSink] keeps the records logged through its logger, for tests to
 // inspect or to wait for.
+//
+// [HandlerStarted] tells a call whose handler stalls from one the kernel
+// never started because its deadline had passed.
 package pipelinetest

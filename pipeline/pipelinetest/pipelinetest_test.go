@@ -3,11 +3,13 @@ package pipelinetest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"testing/slogtest"
+	"testing/synctest"
 	"time"
 
 	"github.com/sundial-go/sundial/pipeline"
@@ -416,4 +418,45 @@ func TestLogSinkConcurrent(t *testing.T) {
 	if n := len(sink.Records()); n != 400 {
 		t.Errorf("Records() = %d, want 400", n)
 	}
+}
+
+// fatalRecorder is a testing.TB whose Fatalf records instead of stopping.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper()                        {}
+func (f *fatalRecorder) Fatalf(format string, a ...any) { f.msg = fmt.Sprintf(format, a...) }
+
+// TestHandlerStarted: a start reported on the channel is a start (its
+// value returned), even while the chain runs; the chain returned with
+// nothing reported is no start; neither for 10 s fails the test.
+func TestHandlerStarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		started := make(chan int, 1)
+		calls := 0
+		running := func() int {
+			calls++
+			if calls == 3 {
+				started <- 7 // the handler starts while the test polls
+			}
+			return 1
+		}
+		if v, ok := pipelinetest.HandlerStarted(t, started, running); !ok || v != 7 {
+			t.Errorf("a start reported after two polls: %d, %v; want 7, true", v, ok)
+		}
+		if _, ok := pipelinetest.HandlerStarted(t, started, func() int { return 0 }); ok {
+			t.Error("the chain returned and nothing was reported: a start, want none")
+		}
+		started <- 1
+		if _, ok := pipelinetest.HandlerStarted(t, started, func() int { return 0 }); !ok {
+			t.Error("a start reported before the chain returned: none, want a start")
+		}
+		f := &fatalRecorder{TB: t}
+		begin := time.Now()
+		if _, ok := pipelinetest.HandlerStarted(f, started, func() int { return 1 }); ok || f.msg == "" || time.Since(begin) < 10*time.Second {
+			t.Errorf("neither for ever: %v after %v with %q; want no start and a failure after 10s", ok, time.Since(begin), f.msg)
+		}
+	})
 }
